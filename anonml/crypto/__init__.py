@@ -1,0 +1,1 @@
+"""Anonymity primitives: identities, one-time verification tokens, onion packets."""

@@ -1,0 +1,1 @@
+"""Dataset loaders (UCI Adult) and simulators (MOOC students writing edX logs)."""

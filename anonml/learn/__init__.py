@@ -1,0 +1,1 @@
+"""Learning from private histograms: partition plans, ensembles, multiparty baselines."""

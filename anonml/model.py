@@ -1,0 +1,431 @@
+"""The data model: typed events, per-user datasets, feature vectors and matrices.
+
+An :class:`Event` is one timestamped (or static) fact from one source about one
+person, with typed fields. Its ``id`` is a hash of its canonical content, so the
+same record imported twice is the same event. A :class:`Dataset` is one user's
+events in an interval; an *instance dataset* holds one training example's
+events. Featurizers turn instance datasets into :class:`FeatureVector` rows,
+gathered into a :class:`FeatureMatrix` that hands scikit-learn ``(X, y)``.
+
+Field kinds (DESIGN §3): float, int, bool, categorical (``str``), text
+(:class:`Text`, free text that is never one-hot encoded) and datetime
+(tz-aware, normalised to UTC).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "FieldKind",
+    "Text",
+    "FieldValue",
+    "Event",
+    "Dataset",
+    "FeatureKind",
+    "FeatureSpec",
+    "FeatureVector",
+    "FeatureMatrix",
+    "field_kind",
+    "encode_fields",
+    "decode_fields",
+    "to_utc",
+]
+
+
+class FieldKind(str, enum.Enum):
+    """The type of one event field."""
+
+    FLOAT = "float"
+    INT = "int"
+    BOOL = "bool"
+    CATEGORICAL = "categorical"
+    TEXT = "text"
+    DATETIME = "datetime"
+
+
+class Text(str):
+    """Free text (a message body, a URL, a title): a ``str`` that is not a category."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Text({str.__repr__(self)})"
+
+
+def to_utc(value: datetime) -> datetime:
+    """Return ``value`` converted to UTC; naive datetimes are refused, never guessed."""
+    if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+        raise ValueError(f"datetime {value.isoformat()} has no timezone; attach one explicitly")
+    return value.astimezone(UTC)
+
+
+def field_kind(value: object) -> FieldKind:
+    """The :class:`FieldKind` of a field value (``bool`` is checked before ``int``)."""
+    if isinstance(value, bool):
+        return FieldKind.BOOL
+    if isinstance(value, int):
+        return FieldKind.INT
+    if isinstance(value, float):
+        return FieldKind.FLOAT
+    if isinstance(value, Text):
+        return FieldKind.TEXT
+    if isinstance(value, str):
+        return FieldKind.CATEGORICAL
+    if isinstance(value, datetime):
+        return FieldKind.DATETIME
+    raise TypeError(f"unsupported field value {value!r} of type {type(value).__name__}")
+
+
+# Tags keep text and datetimes distinct from categories through JSON; any other
+# value is stored as itself. A real str starting with the tag prefix is escaped.
+_TEXT_TAG = "$t:"
+_DATETIME_TAG = "$d:"
+_ESCAPE_TAG = "$s:"
+
+
+def _encode_value(value: object) -> object:
+    if isinstance(value, bool) or isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"field value {value!r} is not finite")
+        return value
+    if isinstance(value, Text):
+        return _TEXT_TAG + value
+    if isinstance(value, str):
+        return _ESCAPE_TAG + value if value.startswith("$") else value
+    if isinstance(value, datetime):
+        return _DATETIME_TAG + to_utc(value).isoformat()
+    raise TypeError(f"unsupported field value {value!r} of type {type(value).__name__}")
+
+
+def _decode_value(value: object) -> object:
+    if isinstance(value, str) and value.startswith("$"):
+        tag, rest = value[:3], value[3:]
+        if tag == _TEXT_TAG:
+            return Text(rest)
+        if tag == _DATETIME_TAG:
+            return datetime.fromisoformat(rest)
+        if tag == _ESCAPE_TAG:
+            return rest
+    return value
+
+
+def encode_fields(fields: Mapping[str, object]) -> str:
+    """Canonical JSON of a field mapping (sorted keys, tagged text and datetimes)."""
+    return json.dumps(
+        {k: _encode_value(v) for k, v in fields.items()},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def decode_fields(payload: str) -> dict[str, object]:
+    """Inverse of :func:`encode_fields`."""
+    return {k: _decode_value(v) for k, v in json.loads(payload).items()}
+
+
+def _validate_field_value(value: object, info: ValidationInfo) -> object:
+    if isinstance(value, str) and info.mode == "json":
+        return _decode_value(value)
+    if isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"field value {value!r} is not finite")
+        return value
+    if isinstance(value, datetime):
+        return to_utc(value)
+    raise ValueError(f"unsupported field value {value!r} of type {type(value).__name__}")
+
+
+FieldValue = Annotated[
+    bool | int | float | str | datetime,
+    PlainValidator(_validate_field_value),
+    PlainSerializer(_encode_value, return_type=object, when_used="json"),
+]
+"""One typed field value; see :class:`FieldKind`."""
+
+
+def _validate_timestamp(value: object) -> datetime | None:
+    """Parse and normalise a timestamp to UTC; naive values are refused."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if not isinstance(value, datetime):
+        raise ValueError(f"timestamp must be a datetime, got {type(value).__name__}")
+    return to_utc(value)
+
+
+UtcTimestamp = Annotated[
+    datetime | None,
+    PlainValidator(_validate_timestamp),
+    PlainSerializer(lambda v: None if v is None else v.isoformat(), return_type=str | None),
+]
+
+
+class Event(BaseModel):
+    """One typed fact from one source.
+
+    Attributes
+    ----------
+    source : str
+        The importer's name (``"edx"``).
+    type : str
+        The event type within the source (``"problem_check"``).
+    timestamp : datetime or None
+        When it happened, tz-aware UTC; ``None`` for a static property.
+    fields : dict of str to FieldValue
+        Typed values; see :class:`FieldKind`.
+    user : str or None
+        Whose event it is when the source says so (an edX log names its
+        user); ``None`` lets the importing caller assign the store's user.
+    id : str
+        BLAKE2b-128 hex digest of the canonical content (user, source, type,
+        timestamp, fields). Computed, never supplied: equal content gives an
+        equal id, which is what makes re-imports add nothing.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str = Field(min_length=1, max_length=64)
+    type: str = Field(min_length=1, max_length=256)
+    timestamp: UtcTimestamp = None
+    fields: dict[str, FieldValue] = Field(default_factory=dict)
+    user: str | None = Field(default=None, min_length=1, max_length=256)
+
+    @cached_property
+    def id(self) -> str:
+        return content_id(self.user, self.source, self.type, self.timestamp, self.fields)
+
+    def with_user(self, user: str) -> Event:
+        """The same event attributed to ``user`` (its id changes with it)."""
+        return self.model_copy(update={"user": user})
+
+
+def content_id(
+    user: str | None,
+    source: str,
+    type_: str,
+    timestamp: datetime | None,
+    fields: Mapping[str, object],
+) -> str:
+    """BLAKE2b-128 of the canonical serialisation of an event's content."""
+    ts = "" if timestamp is None else timestamp.isoformat()
+    canonical = "\x1f".join((user or "", source, type_, ts, encode_fields(fields)))
+    return hashlib.blake2b(canonical.encode("utf-8"), digest_size=16).hexdigest()
+
+
+class Dataset(BaseModel):
+    """One user's events in the half-open interval ``[start, end)``, oldest first.
+
+    Static events (no timestamp) are always included and come first. An
+    *instance dataset* is a Dataset holding one training example's events.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    user: str
+    start: UtcTimestamp = None
+    end: UtcTimestamp = None
+    events: tuple[Event, ...] = ()
+
+    @model_validator(mode="after")
+    def _check_interval(self) -> Dataset:
+        if self.start is not None and self.end is not None and self.start > self.end:
+            raise ValueError(f"dataset interval is reversed: {self.start} > {self.end}")
+        return self
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def __iter__(self) -> Iterator[Event]:  # type: ignore[override]
+        return iter(self.events)
+
+    def window(self, start: datetime | None = None, end: datetime | None = None) -> Dataset:
+        """The events with ``start <= timestamp < end`` (static events kept)."""
+        start = self.start if start is None else to_utc(start)
+        end = self.end if end is None else to_utc(end)
+        kept = tuple(
+            e
+            for e in self.events
+            if e.timestamp is None
+            or ((start is None or e.timestamp >= start) and (end is None or e.timestamp < end))
+        )
+        return Dataset(user=self.user, start=start, end=end, events=kept)
+
+    def select(self, source: str | None = None, type: str | None = None) -> list[Event]:
+        """The events of one source and/or type."""
+        return [
+            e
+            for e in self.events
+            if (source is None or e.source == source) and (type is None or e.type == type)
+        ]
+
+    @property
+    def first_time(self) -> datetime | None:
+        times = [e.timestamp for e in self.events if e.timestamp is not None]
+        return min(times) if times else None
+
+    @property
+    def last_time(self) -> datetime | None:
+        times = [e.timestamp for e in self.events if e.timestamp is not None]
+        return max(times) if times else None
+
+    @classmethod
+    def of(cls, user: str, events: Iterable[Event], **interval: datetime | None) -> Dataset:
+        """Build a dataset, sorting events (static first, then by time)."""
+        ordered = sorted(
+            events,
+            key=lambda e: (e.timestamp is not None, e.timestamp or datetime.min.replace(tzinfo=UTC)),
+        )
+        return cls(user=user, events=tuple(ordered), **interval)
+
+
+class FeatureKind(str, enum.Enum):
+    """How a feature is encoded in the matrix."""
+
+    NUMERIC = "numeric"
+    BOOL = "bool"
+    CATEGORICAL = "categorical"
+
+
+class FeatureSpec(BaseModel):
+    """A named feature with its declared type and range.
+
+    The range ``[low, high]`` of a numeric feature is public: it bounds the
+    private median search (thesis algorithm 1) and the binning. A categorical
+    feature lists its categories; its value in a matrix is the category index.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128)
+    kind: FeatureKind = FeatureKind.NUMERIC
+    low: float | None = None
+    high: float | None = None
+    categories: tuple[str, ...] = ()
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _check_range(self) -> FeatureSpec:
+        if self.kind is FeatureKind.NUMERIC:
+            if self.low is None or self.high is None:
+                raise ValueError(f"numeric feature {self.name!r} needs a range [low, high]")
+            if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low >= self.high:
+                raise ValueError(
+                    f"feature {self.name!r} has an empty or infinite range [{self.low}, {self.high}]"
+                )
+        if self.kind is FeatureKind.BOOL:
+            object.__setattr__(self, "low", 0.0)
+            object.__setattr__(self, "high", 1.0)
+        if self.kind is FeatureKind.CATEGORICAL:
+            if len(self.categories) < 2 or len(set(self.categories)) != len(self.categories):
+                raise ValueError(
+                    f"categorical feature {self.name!r} needs two or more distinct categories"
+                )
+        return self
+
+    def encode(self, value: object) -> float:
+        """The matrix value of one raw feature value (category index, 0/1, or the number)."""
+        if self.kind is FeatureKind.CATEGORICAL:
+            try:
+                return float(self.categories.index(str(value)))
+            except ValueError:
+                raise ValueError(
+                    f"feature {self.name!r}: {value!r} is not one of {list(self.categories)}"
+                ) from None
+        if self.kind is FeatureKind.BOOL:
+            return 1.0 if value else 0.0
+        number = float(value)  # type: ignore[arg-type]
+        if not math.isfinite(number):
+            raise ValueError(f"feature {self.name!r}: value {value!r} is not finite")
+        return number
+
+
+class FeatureVector(BaseModel):
+    """One example: feature values in spec order, and its label when known."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    entity: str
+    values: tuple[float, ...]
+    label: float | int | bool | str | None = None
+
+    @field_validator("values")
+    @classmethod
+    def _finite(cls, values: tuple[float, ...]) -> tuple[float, ...]:
+        for v in values:
+            if not math.isfinite(v):
+                raise ValueError(f"feature value {v!r} is not finite")
+        return values
+
+
+class FeatureMatrix(BaseModel):
+    """Rows of :class:`FeatureVector` sharing one list of :class:`FeatureSpec`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    features: tuple[FeatureSpec, ...]
+    rows: tuple[FeatureVector, ...] = ()
+
+    @model_validator(mode="after")
+    def _check_widths(self) -> FeatureMatrix:
+        width = len(self.features)
+        for row in self.rows:
+            if len(row.values) != width:
+                raise ValueError(
+                    f"row {row.entity!r} has {len(row.values)} values for {width} features"
+                )
+        return self
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [f.name for f in self.features]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def to_numpy(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(X, y)``: X of shape (n_rows, n_features), y of labels or ``None`` if unlabelled."""
+        X = np.asarray([r.values for r in self.rows], dtype=float).reshape(
+            len(self.rows), len(self.features)
+        )
+        labels = [r.label for r in self.rows]
+        if all(label is None for label in labels):
+            return X, None
+        if any(label is None for label in labels):
+            raise ValueError("some rows are labelled and some are not")
+        return X, np.asarray(labels)
+
+    @classmethod
+    def from_rows(cls, features: Sequence[FeatureSpec], rows: Iterable[FeatureVector]) -> FeatureMatrix:
+        return cls(features=tuple(features), rows=tuple(rows))
+
+    def iter_dicts(self) -> Iterator[dict[str, Any]]:
+        """Each row as ``{"entity", <feature>..., "label"}``, for CSV writers."""
+        names = self.feature_names
+        for row in self.rows:
+            yield {"entity": row.entity, **dict(zip(names, row.values)), "label": row.label}

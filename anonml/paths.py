@@ -1,0 +1,20 @@
+"""Where AnonML keeps a user's files: ``$ANONML_HOME``, else ``~/.anonml``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["anonml_home", "default_store_url"]
+
+
+def anonml_home() -> Path:
+    """The AnonML home folder (created on first use with owner-only permissions)."""
+    home = Path(os.environ.get("ANONML_HOME") or Path.home() / ".anonml").expanduser()
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return home
+
+
+def default_store_url(filename: str = "events.db") -> str:
+    """SQLAlchemy URL of a SQLite file in :func:`anonml_home`."""
+    return f"sqlite:///{anonml_home() / filename}"

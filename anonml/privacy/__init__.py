@@ -1,0 +1,1 @@
+"""Local differential privacy: mechanisms, estimators, private medians, budget ledger."""

@@ -1,0 +1,1 @@
+"""Featurizer plugins, registered under ``anonml.featurizers``."""

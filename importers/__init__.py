@@ -1,0 +1,1 @@
+"""Importer plugins: one module per data source, registered under ``anonml.importers``."""

@@ -1,0 +1,1 @@
+"""Instancer plugins (problem definitions), registered under ``anonml.instancers``."""
