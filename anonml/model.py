@@ -49,6 +49,7 @@ __all__ = [
     "encode_fields",
     "decode_fields",
     "to_utc",
+    "content_id",
 ]
 
 
@@ -218,7 +219,9 @@ class Event(BaseModel):
 
     @cached_property
     def id(self) -> str:
-        return content_id(self.user, self.source, self.type, self.timestamp, self.fields)
+        return content_id(
+            self.user, self.source, self.type, self.timestamp, encode_fields(self.fields)
+        )
 
     def with_user(self, user: str) -> Event:
         """The same event attributed to ``user`` (its id changes with it)."""
@@ -230,11 +233,11 @@ def content_id(
     source: str,
     type_: str,
     timestamp: datetime | None,
-    fields: Mapping[str, object],
+    fields_json: str,
 ) -> str:
-    """BLAKE2b-128 of the canonical serialisation of an event's content."""
+    """BLAKE2b-128 of an event's canonical content; ``fields_json`` from :func:`encode_fields`."""
     ts = "" if timestamp is None else timestamp.isoformat()
-    canonical = "\x1f".join((user or "", source, type_, ts, encode_fields(fields)))
+    canonical = "\x1f".join((user or "", source, type_, ts, fields_json))
     return hashlib.blake2b(canonical.encode("utf-8"), digest_size=16).hexdigest()
 
 

@@ -1,0 +1,150 @@
+"""Small, shared readers for importer authors: files, JSON, timestamps.
+
+Every importer needs the same few things: open a file that may be gzipped,
+peek at its head cheaply in ``detect``, walk JSON lines with line numbers,
+load one JSON document with a located error, and turn a timestamp string into
+an aware UTC datetime under an explicit timezone rule. They live here once so
+built-in and third-party importers behave alike.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, tzinfo
+from pathlib import Path
+from typing import IO, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from anonml.errors import RecordError
+
+__all__ = [
+    "open_text",
+    "head",
+    "iter_json_lines",
+    "load_json",
+    "parse_timestamp",
+    "resolve_timezone",
+]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == _GZIP_MAGIC
+
+
+def open_text(path: Path, encoding: str = "utf-8") -> IO[str]:
+    """Open ``path`` for reading text, transparently gunzipping ``.gz`` content.
+
+    Decoding errors are not hidden: a non-UTF-8 byte raises where it is read.
+    """
+    if _is_gzip(path):
+        return gzip.open(path, "rt", encoding=encoding, newline="")
+    return open(path, encoding=encoding, newline="")
+
+
+def head(path: Path, size: int = 4096) -> str:
+    """The first ``size`` bytes of (decompressed) ``path`` as text, for cheap detection.
+
+    Returns ``""`` for anything unreadable, so ``detect`` can simply say 0.
+    """
+    try:
+        if not path.is_file():
+            return ""
+        if _is_gzip(path):
+            with gzip.open(path, "rb") as fh:
+                raw = fh.read(size)
+        else:
+            with open(path, "rb") as fh:
+                raw = fh.read(size)
+    except (OSError, EOFError):
+        return ""
+    return raw.decode("utf-8", errors="replace").lstrip("\ufeff")
+
+
+def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line_number, value)`` for each non-blank line; a bad line yields a RecordError value.
+
+    Line numbers are 1-based. The caller yields the ``RecordError`` on so the
+    import can abort or skip it.
+    """
+    try:
+        fh = open_text(path)
+    except OSError as exc:
+        raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
+    with fh:
+        lineno = 0
+        try:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield lineno, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    yield lineno, RecordError(path, lineno, f"invalid JSON: {exc.msg}")
+        except UnicodeDecodeError as exc:
+            raise RecordError(path, lineno + 1, f"not UTF-8 text: {exc.reason}") from None
+        except (OSError, EOFError) as exc:
+            raise RecordError(path, lineno + 1, f"cannot read: {exc}") from None
+
+
+def load_json(path: Path) -> Any:
+    """One whole JSON document; a syntax error names its line and column."""
+    try:
+        with open_text(path) as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise RecordError(path, exc.lineno, f"invalid JSON at column {exc.colno}: {exc.msg}") from None
+    except UnicodeDecodeError as exc:
+        raise RecordError(path, None, f"not UTF-8 text: {exc.reason}") from None
+    except (OSError, EOFError) as exc:
+        raise RecordError(path, None, f"cannot read: {exc}") from None
+
+
+def resolve_timezone(name: str) -> tzinfo:
+    """An IANA zone (``"Europe/Berlin"``) or ``"UTC"``; unknown names raise ``ValueError``."""
+    if name.upper() in {"UTC", "Z", "GMT"}:
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown timezone {name!r} (use an IANA name such as 'Europe/Paris')") from None
+
+
+def parse_timestamp(
+    value: str,
+    *,
+    fmt: str | None = None,
+    assume_tz: tzinfo | None = None,
+) -> datetime:
+    """Parse a timestamp string to an aware UTC datetime.
+
+    Parameters
+    ----------
+    value : str
+        ISO 8601 (``Z`` and ``±HH:MM`` / ``±HHMM`` offsets accepted) unless
+        ``fmt`` is given, then ``datetime.strptime`` with ``fmt``.
+    assume_tz : tzinfo, optional
+        The zone a value *without* an offset is in. Without it such a value
+        raises ``ValueError``: a timezone is never guessed.
+
+    Raises
+    ------
+    ValueError
+        Unparseable text, or no offset and no ``assume_tz``.
+    """
+    text = value.strip()
+    if fmt is None:
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        parsed = datetime.fromisoformat(text)
+    else:
+        parsed = datetime.strptime(text, fmt)
+    if parsed.tzinfo is None:
+        if assume_tz is None:
+            raise ValueError(f"timestamp {value!r} has no UTC offset and no timezone was given")
+        parsed = parsed.replace(tzinfo=assume_tz)
+    return parsed.astimezone(UTC)

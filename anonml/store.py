@@ -1,0 +1,449 @@
+"""The event store: a person's events and where they came from, in SQL.
+
+SQLite at ``$ANONML_HOME/events.db`` by default; any SQLAlchemy URL works.
+Two tables: ``events`` (keyed by user and content id, indexed by user, source,
+type and time) and ``imports`` (provenance: importer name and version, input
+file hash, time, and counts accepted / duplicate / rejected).
+
+An import is one transaction (DESIGN §3): a malformed record rolls the whole
+import back unless the caller asked to skip bad records, and a re-import of
+the same content adds nothing because events are keyed by content hash and
+inserted with ``ON CONFLICT DO NOTHING``.
+
+Functions that read or write take a :class:`~sqlalchemy.orm.Session` and never
+commit; :class:`EventStore` owns the engine and the unit of work of each import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import ForeignKey, Index, String, Text, create_engine, event, func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from anonml.errors import RecordError, StoreError
+from anonml.model import Dataset, Event, content_id, decode_fields, encode_fields, to_utc
+from anonml.paths import default_store_url
+from anonml.plugins import Importer
+
+__all__ = [
+    "EventStore",
+    "ImportReport",
+    "SourceSummary",
+    "ImportRecord",
+    "DEFAULT_USER",
+    "query_events",
+    "add_events",
+]
+
+DEFAULT_USER = "me"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+_BATCH = 5000
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ImportRow(Base):
+    """Provenance of one import (one file, one importer run)."""
+
+    __tablename__ = "imports"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    importer: Mapped[str] = mapped_column(String(64))
+    importer_version: Mapped[str] = mapped_column(String(32))
+    path: Mapped[str] = mapped_column(Text)
+    file_sha256: Mapped[str] = mapped_column(String(64), index=True)
+    user_id: Mapped[str] = mapped_column(String(256))
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    accepted: Mapped[int] = mapped_column(default=0)
+    duplicate: Mapped[int] = mapped_column(default=0)
+    rejected: Mapped[int] = mapped_column(default=0)
+
+
+class EventRow(Base):
+    """One stored event. ``ts_us`` is microseconds since the Unix epoch, UTC (null: static)."""
+
+    __tablename__ = "events"
+    __table_args__ = (
+        Index("ix_events_user_time", "user_id", "ts_us"),
+        Index("ix_events_source_type_time", "source", "type", "ts_us"),
+    )
+
+    user_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    source: Mapped[str] = mapped_column(String(64))
+    type: Mapped[str] = mapped_column(String(256))
+    ts_us: Mapped[int | None]
+    fields: Mapped[str] = mapped_column(Text)
+    import_id: Mapped[int] = mapped_column(ForeignKey("imports.id"), index=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    """What one import did. ``errors`` are the skipped records (``--skip-bad``)."""
+
+    import_id: int
+    path: str
+    importer: str
+    user: str
+    accepted: int
+    inserted: int
+    duplicate: int
+    rejected: int
+    errors: tuple[RecordError, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSummary:
+    """Counts and date range of one (source, type) in the store."""
+
+    source: str
+    type: str
+    count: int
+    first: datetime | None
+    last: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ImportRecord:
+    """One row of import provenance, with the events it brought."""
+
+    id: int
+    importer: str
+    importer_version: str
+    path: str
+    file_sha256: str
+    user: str
+    started_at: datetime
+    accepted: int
+    duplicate: int
+    rejected: int
+    added: int = 0
+
+
+def _to_us(ts: datetime | None) -> int | None:
+    return None if ts is None else (ts - _EPOCH) // _US
+
+
+def _from_us(us: int | None) -> datetime | None:
+    return None if us is None else _EPOCH + us * _US
+
+
+def _insert_ignoring_duplicates(session: Session, rows: list[dict]) -> None:
+    dialect = session.get_bind().dialect.name
+    if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    elif dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        raise StoreError(f"unsupported database dialect {dialect!r} (use SQLite or PostgreSQL)")
+    session.execute(insert(EventRow).on_conflict_do_nothing(), rows)
+
+
+def event_row(event: Event, user: str, import_id: int) -> dict:
+    """The ``events`` row of ``event`` attributed to ``user``."""
+    fields_json = encode_fields(event.fields)
+    return {
+        "user_id": user,
+        "id": content_id(user, event.source, event.type, event.timestamp, fields_json),
+        "source": event.source,
+        "type": event.type,
+        "ts_us": _to_us(event.timestamp),
+        "fields": fields_json,
+        "import_id": import_id,
+    }
+
+
+def add_events(
+    session: Session, events: Iterable[Event], *, user: str, import_id: int
+) -> int:
+    """Insert events (duplicates ignored) in batches; returns how many were offered."""
+    batch: list[dict] = []
+    offered = 0
+    for ev in events:
+        batch.append(event_row(ev, ev.user or user, import_id))
+        if len(batch) >= _BATCH:
+            _insert_ignoring_duplicates(session, batch)
+            offered += len(batch)
+            batch.clear()
+    if batch:
+        _insert_ignoring_duplicates(session, batch)
+        offered += len(batch)
+    return offered
+
+
+def _row_to_event(row: EventRow) -> Event:
+    return Event(
+        source=row.source,
+        type=row.type,
+        timestamp=_from_us(row.ts_us),
+        fields=decode_fields(row.fields),
+        user=row.user_id,
+    )
+
+
+def query_events(
+    session: Session,
+    *,
+    user: str | None = None,
+    source: str | None = None,
+    type: str | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    include_static: bool = True,
+) -> list[Event]:
+    """Events matching every given filter, static first then oldest first.
+
+    ``start`` is inclusive and ``end`` exclusive; static events (no timestamp)
+    match any interval unless ``include_static`` is false.
+    """
+    stmt = select(EventRow)
+    if user is not None:
+        stmt = stmt.where(EventRow.user_id == user)
+    if source is not None:
+        stmt = stmt.where(EventRow.source == source)
+    if type is not None:
+        stmt = stmt.where(EventRow.type == type)
+    time_filters = []
+    if start is not None:
+        time_filters.append(EventRow.ts_us >= _to_us(to_utc(start)))
+    if end is not None:
+        time_filters.append(EventRow.ts_us < _to_us(to_utc(end)))
+    if time_filters:
+        cond = time_filters[0] if len(time_filters) == 1 else time_filters[0] & time_filters[1]
+        stmt = stmt.where(cond | EventRow.ts_us.is_(None)) if include_static else stmt.where(cond)
+    elif not include_static:
+        stmt = stmt.where(EventRow.ts_us.is_not(None))
+    stmt = stmt.order_by(EventRow.ts_us.is_not(None), EventRow.ts_us, EventRow.id)
+    return [_row_to_event(r) for r in session.scalars(stmt)]
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class EventStore:
+    """A person's event store.
+
+    Parameters
+    ----------
+    url : str, optional
+        SQLAlchemy URL; default ``sqlite:///$ANONML_HOME/events.db``.
+
+    Examples
+    --------
+    >>> store = EventStore("sqlite://")
+    >>> store.count()
+    0
+    """
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url or default_store_url()
+        try:
+            self.engine: Engine = create_engine(self.url)
+        except (SQLAlchemyError, ValueError) as exc:
+            raise StoreError(f"cannot open event store {self.url!r}: {exc}") from exc
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        try:
+            Base.metadata.create_all(self.engine)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot open event store {self.url!r}: {exc.orig or exc}") from exc
+        self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
+
+    def session(self) -> Session:
+        """A new session; use as ``with store.session() as s, s.begin(): ...``."""
+        return self.sessionmaker()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> EventStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- writing -------------------------------------------------------------
+
+    def import_file(
+        self,
+        path: str | Path,
+        importer: Importer,
+        *,
+        user: str | None = None,
+        skip_bad: bool = False,
+        on_event: Callable[[int], None] | None = None,
+    ) -> ImportReport:
+        """Import one file as one transaction.
+
+        Events carrying their own user (an edX log names its user) keep it
+        unless ``user`` is given, which overrides; others get ``user`` or
+        :data:`DEFAULT_USER`.
+
+        Raises
+        ------
+        RecordError
+            The first bad record (``file:line: reason``) when ``skip_bad`` is
+            false; the store is left exactly as it was.
+        """
+        path = Path(path)
+        if not path.exists():
+            raise RecordError(path, None, "no such file or folder")
+        file_hash = sha256_file(path) if path.is_file() else _hash_tree(path)
+        errors: list[RecordError] = []
+        accepted = 0
+        fallback = user or DEFAULT_USER
+
+        def good_events() -> Iterator[Event]:
+            nonlocal accepted
+            for item in importer.parse(path):
+                if isinstance(item, RecordError):
+                    if not skip_bad:
+                        raise item
+                    errors.append(item)
+                    continue
+                accepted += 1
+                if on_event is not None and accepted % 1000 == 0:
+                    on_event(accepted)
+                yield item.with_user(user) if user is not None else item
+
+        with self.session() as s, s.begin():
+            record = ImportRow(
+                importer=importer.name,
+                importer_version=importer.version,
+                path=str(path.resolve()),
+                file_sha256=file_hash,
+                user_id=fallback,
+                started_at=datetime.now(UTC),
+            )
+            s.add(record)
+            s.flush()
+            add_events(s, good_events(), user=fallback, import_id=record.id)
+            inserted = s.scalar(
+                select(func.count()).select_from(EventRow).where(EventRow.import_id == record.id)
+            ) or 0
+            record.accepted = accepted
+            record.duplicate = accepted - inserted
+            record.rejected = len(errors)
+            record.finished_at = datetime.now(UTC)
+            import_id = record.id
+        if on_event is not None:
+            on_event(accepted)
+        return ImportReport(
+            import_id=import_id,
+            path=str(path),
+            importer=importer.name,
+            user=fallback,
+            accepted=accepted,
+            inserted=inserted,
+            duplicate=accepted - inserted,
+            rejected=len(errors),
+            errors=tuple(errors),
+        )
+
+    # --- reading -------------------------------------------------------------
+
+    def count(self, **filters: object) -> int:
+        with self.session() as s:
+            stmt = select(func.count()).select_from(EventRow)
+            for name, value in filters.items():
+                stmt = stmt.where(getattr(EventRow, _COLUMN[name]) == value)
+            return s.scalar(stmt) or 0
+
+    def events(self, **filters) -> list[Event]:
+        """See :func:`query_events` for the filters."""
+        with self.session() as s:
+            return query_events(s, **filters)
+
+    def users(self) -> list[str]:
+        with self.session() as s:
+            return list(s.scalars(select(EventRow.user_id).distinct().order_by(EventRow.user_id)))
+
+    def dataset(
+        self, user: str, start: datetime | None = None, end: datetime | None = None
+    ) -> Dataset:
+        """The user's events in ``[start, end)`` as a :class:`~anonml.model.Dataset`."""
+        events = self.events(user=user, start=start, end=end)
+        return Dataset(user=user, start=start, end=end, events=tuple(events))
+
+    def summary(self, user: str | None = None) -> list[SourceSummary]:
+        """Per (source, type): count and date range."""
+        with self.session() as s:
+            stmt = select(
+                EventRow.source,
+                EventRow.type,
+                func.count(),
+                func.min(EventRow.ts_us),
+                func.max(EventRow.ts_us),
+            ).group_by(EventRow.source, EventRow.type)
+            if user is not None:
+                stmt = stmt.where(EventRow.user_id == user)
+            rows = s.execute(stmt.order_by(EventRow.source, EventRow.type)).all()
+        return [SourceSummary(src, typ, n, _from_us(lo), _from_us(hi)) for src, typ, n, lo, hi in rows]
+
+    def imports(self) -> list[ImportRecord]:
+        """Import provenance, oldest first, each with the number of events it added."""
+        with self.session() as s:
+            added = dict(
+                s.execute(select(EventRow.import_id, func.count()).group_by(EventRow.import_id)).all()
+            )
+            rows = s.scalars(select(ImportRow).order_by(ImportRow.id)).all()
+        return [
+            ImportRecord(
+                id=r.id,
+                importer=r.importer,
+                importer_version=r.importer_version,
+                path=r.path,
+                file_sha256=r.file_sha256,
+                user=r.user_id,
+                started_at=r.started_at.replace(tzinfo=UTC),
+                accepted=r.accepted,
+                duplicate=r.duplicate,
+                rejected=r.rejected,
+                added=added.get(r.id, 0),
+            )
+            for r in rows
+        ]
+
+
+_COLUMN = {"user": "user_id", "source": "source", "type": "type"}
+
+
+def _hash_tree(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            digest.update(str(p.relative_to(folder)).encode() + b"\0")
+            digest.update(sha256_file(p).encode())
+    return digest.hexdigest()
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL lets readers (a running daemon) coexist with an import; NORMAL sync is
+    # durable at transaction boundaries in WAL mode, which is all an import needs.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def events_of(store: EventStore, users: Sequence[str] | None = None) -> Iterator[Dataset]:
+    """Each user's whole dataset, one at a time."""
+    for user in users if users is not None else store.users():
+        yield store.dataset(user)
