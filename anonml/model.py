@@ -225,7 +225,9 @@ class Event(BaseModel):
 
     def with_user(self, user: str) -> Event:
         """The same event attributed to ``user`` (its id changes with it)."""
-        return self.model_copy(update={"user": user})
+        copy = self.model_copy(update={"user": user})
+        copy.__dict__.pop("id", None)  # the cached id belonged to the old user
+        return copy
 
 
 def content_id(

@@ -1,0 +1,274 @@
+"""``anonml`` — the command line (Typer + Rich).
+
+A thin shell: each command parses its options, calls the library, and prints a
+Rich table on stdout (or exactly one JSON document with ``--json``). Progress
+and messages go to stderr. Exit codes: 0 success, 1 expected failure (an
+:class:`~anonml.errors.AnonMLError`, printed as one line), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from anonml.errors import AnonMLError, PluginNotFound, RecordError
+from anonml.plugins import PluginRef, available, create, iter_classes
+from anonml.store import EventStore
+
+app = typer.Typer(
+    name="anonml",
+    help="Privacy-preserving machine learning on personal data.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+)
+out = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option("--store", help="SQLAlchemy URL of the event store (default: $ANONML_HOME/events.db)."),
+]
+
+
+@contextmanager
+def expected_errors() -> Iterator[None]:
+    """Turn an AnonMLError into one stderr line and exit code 1 (no traceback)."""
+    try:
+        yield
+    except AnonMLError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        raise typer.Exit(code=1) from None
+
+
+def print_json(document: Any) -> None:
+    """Exactly one JSON document on stdout."""
+    typer.echo(json.dumps(document, indent=2, default=str, sort_keys=False))
+
+
+def _parse_json_option(text: str | None, option: str) -> dict[str, Any]:
+    if not text:
+        return {}
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise AnonMLError(f"{option}: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AnonMLError(f"{option}: invalid JSON at column {exc.colno}: {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise AnonMLError(f"{option}: expected a JSON object")
+    return value
+
+
+def _all_importers() -> list:
+    return [cls() for cls in iter_classes("importer")]
+
+
+@app.command("import")
+def import_(
+    paths: Annotated[list[Path], typer.Argument(help="Export files to import.", show_default=False)],
+    importer: Annotated[
+        str | None, typer.Option("--importer", "-i", help="Importer name (default: detect).")
+    ] = None,
+    user: Annotated[str | None, typer.Option("--user", help="Import as this user.")] = None,
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Import good records and report bad ones.")
+    ] = False,
+    store: StoreOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON report.")] = False,
+) -> None:
+    """Import raw exports into the event store, one transaction per file."""
+    from anonml.detection import choose_importer
+
+    with expected_errors():
+        event_store = EventStore(store)
+        forced = create("importer", importer) if importer else None
+        candidates = None if forced else _all_importers()
+        reports = []
+        for path in paths:
+            if not path.exists():
+                raise RecordError(path, None, "no such file or folder")
+            if forced is not None:
+                chosen, why = forced, f"{forced.name} (as asked)"
+            else:
+                detection = choose_importer(path, candidates)
+                if detection.chosen is None:
+                    names = ", ".join(i.name for i in candidates)
+                    raise PluginNotFound(
+                        "importer",
+                        f"for {path}",
+                        [i.name for i in candidates],
+                        detail=f"{detection.explain()}; choose one with --importer ({names})",
+                    )
+                chosen, why = detection.chosen, detection.explain()
+            err.print(f"{path}: {why}", highlight=False)
+            with Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                TextColumn("{task.completed:,} events"),
+                TimeElapsedColumn(),
+                console=err,
+                transient=True,
+            ) as progress:
+                task = progress.add_task(f"importing {path.name}", total=None)
+                report = event_store.import_file(
+                    path,
+                    chosen,
+                    user=user,
+                    skip_bad=skip_bad,
+                    on_event=lambda n: progress.update(task, completed=n),
+                )
+            for bad in report.errors:
+                err.print(f"skipped {bad}", highlight=False, markup=False)
+            reports.append(report)
+        if as_json:
+            print_json(
+                [
+                    {
+                        "path": r.path,
+                        "importer": r.importer,
+                        "user": r.user,
+                        "accepted": r.accepted,
+                        "inserted": r.inserted,
+                        "duplicate": r.duplicate,
+                        "rejected": r.rejected,
+                        "errors": [str(e) for e in r.errors],
+                    }
+                    for r in reports
+                ]
+            )
+            return
+        table = Table("file", "importer", "user", "accepted", "new", "duplicate", "rejected")
+        for r in reports:
+            table.add_row(
+                r.path, r.importer, r.user, f"{r.accepted:,}", f"{r.inserted:,}",
+                f"{r.duplicate:,}", f"{r.rejected:,}",
+            )
+        out.print(table)
+
+
+@app.command()
+def events(
+    store: StoreOption = None,
+    user: Annotated[str | None, typer.Option("--user", help="Only this user's events.")] = None,
+    by_import: Annotated[
+        bool, typer.Option("--by-import", help="Show what each import brought instead.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """What the event store holds: per source and type, counts and date range."""
+    with expected_errors():
+        event_store = EventStore(store)
+        if by_import:
+            records = event_store.imports()
+            if as_json:
+                print_json([asdict(r) for r in records])
+                return
+            table = Table("id", "importer", "version", "file", "user", "when", "accepted", "new",
+                          "duplicate", "rejected")
+            for r in records:
+                table.add_row(
+                    str(r.id), r.importer, r.importer_version, r.path, r.user,
+                    r.started_at.strftime("%Y-%m-%d %H:%M:%S"), f"{r.accepted:,}", f"{r.added:,}",
+                    f"{r.duplicate:,}", f"{r.rejected:,}",
+                )
+            out.print(table)
+            return
+        rows = event_store.summary(user=user)
+        if as_json:
+            print_json(
+                [
+                    {
+                        "source": r.source,
+                        "type": r.type,
+                        "count": r.count,
+                        "first": r.first.isoformat() if r.first else None,
+                        "last": r.last.isoformat() if r.last else None,
+                    }
+                    for r in rows
+                ]
+            )
+            return
+        table = Table("source", "type", "events", "first", "last")
+        for r in rows:
+            table.add_row(
+                r.source, r.type, f"{r.count:,}",
+                r.first.isoformat() if r.first else "—", r.last.isoformat() if r.last else "—",
+            )
+        out.print(table)
+
+
+@app.command()
+def featurize(
+    instancer: Annotated[str, typer.Option("--instancer", help="Registered instancer name.")],
+    featurizer: Annotated[str, typer.Option("--featurizer", help="Registered featurizer name.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="out.csv or out.npz")],
+    params: Annotated[
+        str | None,
+        typer.Option(
+            "--params",
+            help='JSON {"instancer": {...}, "featurizer": {...}} or @file.json with the same.',
+        ),
+    ] = None,
+    store: StoreOption = None,
+    user: Annotated[list[str] | None, typer.Option("--user", help="Only these users.")] = None,
+) -> None:
+    """Turn every user's events into a feature matrix for scikit-learn."""
+    from anonml.featurize import build_matrix, write_matrix
+
+    with expected_errors():
+        if output.suffix.lower() not in {".csv", ".npz"}:
+            raise AnonMLError(f"{output}: unknown output format {output.suffix!r}; use .csv or .npz")
+        given = _parse_json_option(params, "--params")
+        unknown = set(given) - {"instancer", "featurizer"}
+        if unknown:
+            raise AnonMLError(f"--params: unknown keys {sorted(unknown)}; use instancer, featurizer")
+        inst = create("instancer", PluginRef(name=instancer, params=given.get("instancer", {})))
+        feat = create("featurizer", PluginRef(name=featurizer, params=given.get("featurizer", {})))
+        event_store = EventStore(store)
+        users = user or event_store.users()
+        with Progress(console=err, transient=True) as progress:
+            task = progress.add_task("featurizing users", total=len(users))
+            matrix = build_matrix(
+                (event_store.dataset(u) for u in users),
+                inst,
+                feat,
+                on_dataset=lambda _d: progress.advance(task),
+            )
+        write_matrix(matrix, output)
+        err.print(
+            f"wrote {len(matrix):,} rows x {len(matrix.features)} features to {output}",
+            highlight=False,
+        )
+
+
+@app.command()
+def plugins(
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """List installed importers, instancers and featurizers."""
+    infos = [info for kind in ("importer", "instancer", "featurizer") for info in available(kind)]
+    if as_json:
+        print_json([asdict(i) for i in infos])
+        return
+    table = Table("kind", "name", "version", "package", "description")
+    for i in infos:
+        table.add_row(i.kind, i.name, i.version, i.distribution or "", i.description)
+    out.print(table)
+
+
+def main() -> None:  # pragma: no cover - console entry
+    app()

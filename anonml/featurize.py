@@ -1,0 +1,77 @@
+"""From a store to a feature matrix: instancer × featurizer over every user.
+
+This is the local half of AnonML: each peer runs it over its own store, and
+the same code builds a centralised matrix for baselines and tests.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+
+from anonml.errors import AnonMLError
+from anonml.model import Dataset, FeatureMatrix, FeatureVector
+from anonml.plugins import Featurizer, Instancer
+
+__all__ = ["build_matrix", "featurize_dataset", "write_matrix", "read_matrix"]
+
+
+def featurize_dataset(
+    dataset: Dataset, instancer: Instancer, featurizer: Featurizer
+) -> list[FeatureVector]:
+    """The labelled feature vectors of one user's dataset."""
+    rows = []
+    for inst in instancer.make_instances(dataset):
+        values = featurizer.featurize(inst.dataset)
+        rows.append(FeatureVector(entity=inst.entity, values=tuple(values), label=inst.label))
+    return rows
+
+
+def build_matrix(
+    datasets: Iterable[Dataset],
+    instancer: Instancer,
+    featurizer: Featurizer,
+    *,
+    on_dataset: Callable[[Dataset], None] | None = None,
+) -> FeatureMatrix:
+    """One :class:`~anonml.model.FeatureMatrix` over many users' datasets."""
+    rows: list[FeatureVector] = []
+    for dataset in datasets:
+        rows.extend(featurize_dataset(dataset, instancer, featurizer))
+        if on_dataset is not None:
+            on_dataset(dataset)
+    return FeatureMatrix(features=tuple(featurizer.features()), rows=tuple(rows))
+
+
+def write_matrix(matrix: FeatureMatrix, path: Path) -> None:
+    """Write ``.csv`` (header: entity, features…, label) or ``.npz`` (X, y, names, entities)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=["entity", *matrix.feature_names, "label"])
+            writer.writeheader()
+            writer.writerows(matrix.iter_dicts())
+    elif suffix == ".npz":
+        X, y = matrix.to_numpy()
+        np.savez(
+            path,
+            X=X,
+            y=np.asarray([] if y is None else y),
+            feature_names=np.asarray(matrix.feature_names),
+            entities=np.asarray([r.entity for r in matrix.rows]),
+            features_json=np.asarray(json.dumps([f.model_dump(mode="json") for f in matrix.features])),
+        )
+    else:
+        raise AnonMLError(f"{path}: unknown output format {suffix!r}; use .csv or .npz")
+
+
+def read_matrix(path: Path) -> tuple[np.ndarray, np.ndarray | None, list[str]]:
+    """``(X, y, feature_names)`` back from an ``.npz`` written by :func:`write_matrix`."""
+    with np.load(path, allow_pickle=False) as data:
+        y = data["y"]
+        return data["X"], (y if y.size else None), [str(n) for n in data["feature_names"]]

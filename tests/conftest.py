@@ -1,0 +1,40 @@
+"""Shared fixtures: where ``../shared`` (datasets, real sample exports) lives, and a temp home."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("ANONML_SHARED_DIR", REPO.parent / "shared"))
+
+settings.register_profile("anonml", derandomize=True, deadline=None, max_examples=60)
+settings.load_profile("anonml")
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.fail(f"../shared not found at {SHARED}; set ANONML_SHARED_DIR")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def samples_dir(shared_dir: Path) -> Path:
+    return shared_dir / "samples"
+
+
+@pytest.fixture(scope="session")
+def adult_dir(shared_dir: Path) -> Path:
+    return shared_dir / "datasets" / "adult"
+
+
+@pytest.fixture(autouse=True)
+def anonml_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own ANONML_HOME so nothing touches the real ~/.anonml."""
+    home = tmp_path / "anonml-home"
+    monkeypatch.setenv("ANONML_HOME", str(home))
+    return home

@@ -1,0 +1,135 @@
+"""The data model: typed fields, stable content ids, datasets and matrices."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from anonml.model import (
+    Dataset,
+    Event,
+    FeatureKind,
+    FeatureMatrix,
+    FeatureSpec,
+    FeatureVector,
+    FieldKind,
+    Text,
+    decode_fields,
+    encode_fields,
+    field_kind,
+)
+
+PARIS = timezone(timedelta(hours=2))
+
+
+def _event(**kw) -> Event:
+    base = dict(source="s", type="t", timestamp=datetime(2020, 5, 1, 12, tzinfo=PARIS))
+    base.update(kw)
+    return Event(**base)
+
+
+def test_timestamp_is_normalised_to_utc():
+    ev = _event()
+    assert ev.timestamp == datetime(2020, 5, 1, 10, tzinfo=UTC)
+    assert ev.timestamp.utcoffset() == timedelta(0)
+
+
+def test_naive_timestamp_is_refused():
+    with pytest.raises(ValidationError, match="no timezone"):
+        _event(timestamp=datetime(2020, 5, 1, 12))
+
+
+def test_field_kinds_are_distinct():
+    fields = {"f": 1.5, "i": 3, "b": True, "c": "cat", "t": Text("free text"),
+              "d": datetime(2021, 1, 1, tzinfo=UTC)}
+    kinds = {k: field_kind(v) for k, v in _event(fields=fields).fields.items()}
+    assert kinds == {"f": FieldKind.FLOAT, "i": FieldKind.INT, "b": FieldKind.BOOL,
+                     "c": FieldKind.CATEGORICAL, "t": FieldKind.TEXT, "d": FieldKind.DATETIME}
+
+
+def test_non_finite_and_unsupported_values_are_refused():
+    with pytest.raises(ValidationError, match="not finite"):
+        _event(fields={"x": float("nan")})
+    with pytest.raises(ValidationError, match="unsupported"):
+        _event(fields={"x": [1, 2]})
+
+
+def test_id_is_stable_and_content_sensitive():
+    a, b = _event(fields={"x": 1}), _event(fields={"x": 1})
+    assert a.id == b.id and len(a.id) == 32
+    assert _event(fields={"x": 2}).id != a.id
+    assert _event(fields={"x": 1.0}).id != a.id  # int and float are different content
+    assert a.with_user("alice").id != a.with_user("bob").id
+    # same instant in another zone is the same event
+    same = _event(fields={"x": 1}, timestamp=datetime(2020, 5, 1, 10, tzinfo=UTC))
+    assert same.id == a.id
+
+
+def test_text_and_category_with_same_string_differ():
+    assert _event(fields={"x": "a"}).id != _event(fields={"x": Text("a")}).id
+
+
+field_values = st.one_of(
+    st.booleans(),
+    st.integers(min_value=-(2**53), max_value=2**53),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=20),
+    st.text(max_size=20).map(Text),
+    st.datetimes(timezones=st.just(UTC), min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1)),
+)
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=10), field_values, max_size=6))
+def test_event_json_round_trip_preserves_types_and_id(fields):
+    ev = _event(fields=fields, user="u")
+    back = Event.model_validate_json(ev.model_dump_json())
+    assert back == ev
+    assert back.id == ev.id
+    assert {k: field_kind(v) for k, v in back.fields.items()} == {
+        k: field_kind(v) for k, v in ev.fields.items()
+    }
+    assert decode_fields(encode_fields(ev.fields)) == ev.fields
+
+
+def test_dataset_window_is_half_open_and_keeps_static_events():
+    t0 = datetime(2020, 1, 1, tzinfo=UTC)
+    evs = [Event(source="s", type="static", fields={"k": 1})] + [
+        Event(source="s", type="t", timestamp=t0 + timedelta(days=d)) for d in range(5)
+    ]
+    ds = Dataset.of("u", reversed(evs))
+    assert ds.events[0].timestamp is None
+    assert [e.timestamp for e in ds.events[1:]] == sorted(e.timestamp for e in evs[1:])
+    win = ds.window(t0 + timedelta(days=1), t0 + timedelta(days=3))
+    assert [e.type for e in win.events] == ["static", "t", "t"]
+    assert win.first_time == t0 + timedelta(days=1)
+    assert win.last_time == t0 + timedelta(days=2)
+
+
+def test_feature_spec_validation_and_encoding():
+    with pytest.raises(ValidationError, match="range"):
+        FeatureSpec(name="x")
+    with pytest.raises(ValidationError, match="empty or infinite"):
+        FeatureSpec(name="x", low=1, high=1)
+    cat = FeatureSpec(name="c", kind=FeatureKind.CATEGORICAL, categories=("a", "b"))
+    assert cat.encode("b") == 1.0
+    with pytest.raises(ValueError, match="not one of"):
+        cat.encode("z")
+    assert FeatureSpec(name="b", kind=FeatureKind.BOOL).high == 1.0
+
+
+def test_feature_matrix_to_numpy_and_width_check():
+    specs = (FeatureSpec(name="a", low=0, high=1), FeatureSpec(name="b", low=0, high=9))
+    m = FeatureMatrix.from_rows(specs, [FeatureVector(entity="e1", values=(0.5, 3), label=1),
+                                        FeatureVector(entity="e2", values=(1, 4), label=0)])
+    X, y = m.to_numpy()
+    np.testing.assert_array_equal(X, [[0.5, 3], [1, 4]])
+    np.testing.assert_array_equal(y, [1, 0])
+    with pytest.raises(ValidationError, match="2 features"):
+        FeatureMatrix.from_rows(specs, [FeatureVector(entity="e", values=(1.0,))])
+    unlabelled = FeatureMatrix.from_rows(specs, [FeatureVector(entity="e", values=(1, 2))])
+    assert unlabelled.to_numpy()[1] is None

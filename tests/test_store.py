@@ -1,0 +1,149 @@
+"""The event store on real SQLite files: idempotence, rollback, provenance, queries."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from anonml.errors import RecordError, StoreError
+from anonml.model import Event, Text
+from anonml.plugins import Importer
+from anonml.store import DEFAULT_USER, EventStore
+
+T0 = datetime(2021, 3, 1, tzinfo=UTC)
+
+
+class LinesImporter(Importer):
+    """Test importer: one event per line ``<hours> <type> <value>``; ``bad`` lines are bad."""
+
+    name = "lines"
+    version = "0.1"
+
+    def detect(self, path: Path) -> float:
+        return 1.0 if path.suffix == ".lines" else 0.0
+
+    def parse(self, path: Path) -> Iterator[Event | RecordError]:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            parts = line.split()
+            if len(parts) != 3:
+                yield RecordError(path, n, f"expected 3 columns, got {len(parts)}")
+                continue
+            hours, typ, value = parts
+            yield Event(source="lines", type=typ, timestamp=T0 + timedelta(hours=int(hours)),
+                        fields={"value": int(value), "note": Text(line)})
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> EventStore:
+    return EventStore(f"sqlite:///{tmp_path / 'events.db'}")
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _table_rows(db: Path) -> list[tuple]:
+    with sqlite3.connect(db) as con:
+        return con.execute("select user_id, id, source, type, ts_us, fields from events order by id").fetchall()
+
+
+def test_import_then_reimport_adds_nothing(store: EventStore, tmp_path: Path):
+    f = _write(tmp_path / "a.lines", ["0 a 1", "1 b 2", "2 a 3"])
+    first = store.import_file(f, LinesImporter())
+    assert (first.accepted, first.inserted, first.duplicate, first.rejected) == (3, 3, 0, 0)
+    again = store.import_file(f, LinesImporter())
+    assert (again.accepted, again.inserted, again.duplicate) == (3, 0, 3)
+    assert store.count() == 3
+
+
+def test_bad_line_rolls_back_and_leaves_store_byte_identical(store: EventStore, tmp_path: Path):
+    store.import_file(_write(tmp_path / "ok.lines", ["0 a 1"]), LinesImporter())
+    db = tmp_path / "events.db"
+    before_rows, before_imports = _table_rows(db), len(store.imports())
+    bad = _write(tmp_path / "bad.lines", ["5 a 1", "6 a 2", "oops", "7 a 3"])
+    with pytest.raises(RecordError) as info:
+        store.import_file(bad, LinesImporter())
+    assert str(info.value) == f"{bad}:3: expected 3 columns, got 1"
+    assert _table_rows(db) == before_rows
+    assert len(store.imports()) == before_imports  # no provenance row for a failed import
+
+
+def test_skip_bad_imports_the_rest_and_reports_each(store: EventStore, tmp_path: Path):
+    bad = _write(tmp_path / "bad.lines", ["5 a 1", "x", "6 a 2", "y y"])
+    report = store.import_file(bad, LinesImporter(), skip_bad=True)
+    assert (report.accepted, report.inserted, report.rejected) == (2, 2, 2)
+    assert [e.line for e in report.errors] == [2, 4]
+    assert store.imports()[-1].rejected == 2
+
+
+def test_provenance_records_importer_hash_and_counts(store: EventStore, tmp_path: Path):
+    import hashlib
+
+    f = _write(tmp_path / "a.lines", ["0 a 1", "0 a 1", "1 b 2"])
+    store.import_file(f, LinesImporter())
+    (rec,) = store.imports()
+    assert (rec.importer, rec.importer_version) == ("lines", "0.1")
+    assert rec.file_sha256 == hashlib.sha256(f.read_bytes()).hexdigest()
+    assert (rec.accepted, rec.duplicate, rec.added) == (3, 1, 2)  # in-file duplicate counted
+    assert rec.started_at.tzinfo is not None
+
+
+def test_incremental_export_adds_only_new_events(store: EventStore, tmp_path: Path):
+    store.import_file(_write(tmp_path / "old.lines", ["0 a 1", "1 a 2"]), LinesImporter())
+    report = store.import_file(
+        _write(tmp_path / "new.lines", ["0 a 1", "1 a 2", "2 a 3"]), LinesImporter()
+    )
+    assert (report.inserted, report.duplicate) == (1, 2)
+    assert [r.added for r in store.imports()] == [2, 1]
+
+
+def test_users_are_separate_and_user_option_overrides(store: EventStore, tmp_path: Path):
+    f = _write(tmp_path / "a.lines", ["0 a 1"])
+    store.import_file(f, LinesImporter())
+    store.import_file(f, LinesImporter(), user="alice")
+    assert store.users() == sorted(["alice", DEFAULT_USER])
+    assert store.count() == 2  # same content, two people: two events
+
+
+def test_queries_by_source_type_and_time(store: EventStore, tmp_path: Path):
+    f = _write(tmp_path / "a.lines", [f"{h} {'a' if h % 2 else 'b'} {h}" for h in range(10)])
+    store.import_file(f, LinesImporter())
+    evs = store.events(type="a", start=T0 + timedelta(hours=3), end=T0 + timedelta(hours=7))
+    assert [e.fields["value"] for e in evs] == [3, 5]
+    assert all(e.user == DEFAULT_USER for e in evs)
+    ds = store.dataset(DEFAULT_USER, end=T0 + timedelta(hours=2))
+    assert [e.fields["value"] for e in ds.events] == [0, 1]
+    assert isinstance(ds.events[0].fields["note"], Text)
+    summary = {(s.source, s.type): s for s in store.summary()}
+    assert summary[("lines", "a")].count == 5
+    assert summary[("lines", "b")].first == T0
+    assert summary[("lines", "a")].last == T0 + timedelta(hours=9)
+
+
+def test_stored_ids_equal_event_ids(store: EventStore, tmp_path: Path):
+    store.import_file(_write(tmp_path / "a.lines", ["0 a 1"]), LinesImporter())
+    (ev,) = store.events()
+    (row,) = _table_rows(tmp_path / "events.db")
+    assert row[1] == ev.id
+
+
+def test_default_location_is_anonml_home(anonml_home: Path):
+    store = EventStore()
+    assert store.url == f"sqlite:///{anonml_home / 'events.db'}"
+    assert store.count() == 0
+    assert (anonml_home / "events.db").exists()
+
+
+def test_bad_url_is_a_store_error():
+    with pytest.raises(StoreError, match="cannot open event store"):
+        EventStore("nosuchdialect://x")
+
+
+def test_missing_file_is_a_record_error(store: EventStore, tmp_path: Path):
+    with pytest.raises(RecordError, match="no such file"):
+        store.import_file(tmp_path / "absent.lines", LinesImporter())
