@@ -8,18 +8,16 @@ and messages go to stderr. Exit codes: 0 success, 1 expected failure (an
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from anonml.cli_support import err, expected_errors, out, parse_json_option, print_json
+from anonml.commands import importer as importer_commands
 from anonml.errors import AnonMLError, PluginNotFound, RecordError
 from anonml.plugins import PluginRef, available, create, iter_classes
 from anonml.store import EventStore
@@ -31,46 +29,12 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     add_completion=False,
 )
-out = Console()
-err = Console(stderr=True, soft_wrap=True)
+app.add_typer(importer_commands.app, name="importer")
 
 StoreOption = Annotated[
     str | None,
     typer.Option("--store", help="SQLAlchemy URL of the event store (default: $ANONML_HOME/events.db)."),
 ]
-
-
-@contextmanager
-def expected_errors() -> Iterator[None]:
-    """Turn an AnonMLError into one stderr line and exit code 1 (no traceback)."""
-    try:
-        yield
-    except AnonMLError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
-        raise typer.Exit(code=1) from None
-
-
-def print_json(document: Any) -> None:
-    """Exactly one JSON document on stdout."""
-    typer.echo(json.dumps(document, indent=2, default=str, sort_keys=False))
-
-
-def _parse_json_option(text: str | None, option: str) -> dict[str, Any]:
-    if not text:
-        return {}
-    if text.startswith("@"):
-        path = Path(text[1:])
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise AnonMLError(f"{option}: cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise AnonMLError(f"{option}: invalid JSON at column {exc.colno}: {exc.msg}") from None
-    if not isinstance(value, dict):
-        raise AnonMLError(f"{option}: expected a JSON object")
-    return value
 
 
 def _all_importers() -> list:
@@ -129,7 +93,7 @@ def import_(
                     chosen,
                     user=user,
                     skip_bad=skip_bad,
-                    on_event=lambda n: progress.update(task, completed=n),
+                    on_event=lambda n, task=task: progress.update(task, completed=n),
                 )
             for bad in report.errors:
                 err.print(f"skipped {bad}", highlight=False, markup=False)
@@ -232,7 +196,7 @@ def featurize(
     with expected_errors():
         if output.suffix.lower() not in {".csv", ".npz"}:
             raise AnonMLError(f"{output}: unknown output format {output.suffix!r}; use .csv or .npz")
-        given = _parse_json_option(params, "--params")
+        given = parse_json_option(params, "--params")
         unknown = set(given) - {"instancer", "featurizer"}
         if unknown:
             raise AnonMLError(f"--params: unknown keys {sorted(unknown)}; use instancer, featurizer")

@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 
-class FieldKind(str, enum.Enum):
+class FieldKind(enum.StrEnum):
     """The type of one event field."""
 
     FLOAT = "float"
@@ -309,7 +309,7 @@ class Dataset(BaseModel):
         return cls(user=user, events=tuple(ordered), **interval)
 
 
-class FeatureKind(str, enum.Enum):
+class FeatureKind(enum.StrEnum):
     """How a feature is encoded in the matrix."""
 
     NUMERIC = "numeric"
@@ -433,4 +433,4 @@ class FeatureMatrix(BaseModel):
         """Each row as ``{"entity", <feature>..., "label"}``, for CSV writers."""
         names = self.feature_names
         for row in self.rows:
-            yield {"entity": row.entity, **dict(zip(names, row.values)), "label": row.label}
+            yield {"entity": row.entity, **dict(zip(names, row.values, strict=True)), "label": row.label}

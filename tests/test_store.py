@@ -49,7 +49,8 @@ def _write(path: Path, lines: list[str]) -> Path:
 
 def _table_rows(db: Path) -> list[tuple]:
     with sqlite3.connect(db) as con:
-        return con.execute("select user_id, id, source, type, ts_us, fields from events order by id").fetchall()
+        query = "select user_id, id, source, type, ts_us, fields from events order by id"
+        return con.execute(query).fetchall()
 
 
 def test_import_then_reimport_adds_nothing(store: EventStore, tmp_path: Path):

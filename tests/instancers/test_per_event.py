@@ -24,7 +24,7 @@ def test_one_instance_per_target_with_label_and_strict_history():
     insts = PerEventInstancer({"type": "trip", "label_field": "fare_amount"}).make_instances(ds)
     assert [i.label for i in insts] == [10.5, 22.0]
     assert [len(i.dataset.events) for i in insts] == [1, 3]
-    for inst, day in zip(insts, (1, 3)):
+    for inst, day in zip(insts, (1, 3), strict=True):
         assert all(e.timestamp < T0 + timedelta(days=day) for e in inst.dataset.events)
     assert len({i.entity for i in insts}) == 2 and all(i.entity.startswith("u:") for i in insts)
 

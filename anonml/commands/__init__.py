@@ -1,0 +1,1 @@
+"""Typer command groups mounted by ``anonml.cli``."""

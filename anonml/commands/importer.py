@@ -1,0 +1,77 @@
+"""``anonml importer new|check``: the plugin author's commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from anonml.cli_support import err, expected_errors, out, print_json
+from anonml.detection import choose_importer
+from anonml.errors import PluginNotFound
+from anonml.importer_kit import check_importer, scaffold_importer
+from anonml.plugins import create, iter_classes
+
+app = typer.Typer(help="Write and check importer plugins.", no_args_is_help=True)
+
+
+@app.command()
+def new(
+    name: Annotated[str, typer.Argument(help="snake_case importer name, e.g. 'garmin'.")],
+    directory: Annotated[Path, typer.Option("--dir", help="Where to create the package.")] = Path("."),
+) -> None:
+    """Scaffold a third-party importer package (pyproject, importer, sample, test)."""
+    with expected_errors():
+        root = scaffold_importer(name, directory)
+    err.print(f"created {root}", highlight=False)
+    err.print(f"next: cd {root} && pip install -e '.[dev]' && pytest", highlight=False)
+
+
+@app.command()
+def check(
+    path: Annotated[Path, typer.Argument(help="An export file to try the importer on.")],
+    importer: Annotated[
+        str | None, typer.Option("--importer", "-i", help="Importer name (default: detect).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Run an importer on a file: events, types, fields, time range, rejects, idempotence."""
+    with expected_errors():
+        if importer:
+            chosen = create("importer", importer)
+        else:
+            candidates = [cls() for cls in iter_classes("importer")]
+            detection = choose_importer(path, candidates)
+            if detection.chosen is None:
+                raise PluginNotFound("importer", f"for {path}", [c.name for c in candidates],
+                                     detail=detection.explain())
+            chosen = detection.chosen
+        report = check_importer(path, chosen)
+    if as_json:
+        print_json(report.as_dict())
+    else:
+        _print_report(report)
+    if report.fatal is not None:
+        raise typer.Exit(code=1)
+
+
+def _print_report(report) -> None:
+    out.print(f"[bold]{report.path}[/] — importer {report.importer} {report.version} "
+              f"(detect confidence {report.confidence:.2f})")
+    if report.fatal:
+        out.print(f"[red]failed:[/] {report.fatal}", markup=True, highlight=False)
+        return
+    out.print(f"{report.events:,} events ({report.static_events:,} static); "
+              f"time range {report.first or '—'} … {report.last or '—'}; {report.timezone}")
+    table = Table("type", "events", "fields (kinds)")
+    for typ, count in report.types.items():
+        fields = ", ".join(f"{f}: {'/'.join(k)}" for f, k in report.fields.get(typ, {}).items())
+        table.add_row(typ, f"{count:,}", fields)
+    out.print(table)
+    for reject in report.rejects:
+        where = f"line {reject['line']}" if reject["line"] is not None else str(reject["record"])
+        out.print(f"[yellow]rejected[/] {where}: {reject['reason']}", highlight=False)
+    verdict = "yes" if report.idempotent else f"NO ({report.second_import_added} added again)"
+    out.print(f"first import adds {report.first_import_added:,}; a second import adds nothing: {verdict}")
