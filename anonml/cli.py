@@ -47,6 +47,10 @@ def import_(
     importer: Annotated[
         str | None, typer.Option("--importer", "-i", help="Importer name (default: detect).")
     ] = None,
+    params: Annotated[
+        str | None,
+        typer.Option("--params", help="Importer params as JSON or @file.json (needs --importer)."),
+    ] = None,
     user: Annotated[str | None, typer.Option("--user", help="Import as this user.")] = None,
     skip_bad: Annotated[
         bool, typer.Option("--skip-bad", help="Import good records and report bad ones.")
@@ -59,7 +63,10 @@ def import_(
 
     with expected_errors():
         event_store = EventStore(store)
-        forced = create("importer", importer) if importer else None
+        given = parse_json_option(params, "--params")
+        if given and not importer:
+            raise AnonMLError("--params needs --importer: parameters belong to one importer")
+        forced = create("importer", PluginRef(name=importer, params=given)) if importer else None
         candidates = None if forced else _all_importers()
         reports = []
         for path in paths:

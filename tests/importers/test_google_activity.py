@@ -1,0 +1,172 @@
+"""google_activity: JSON and HTML My Activity, the explicit abbreviation table, errors, a store."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from anonml.errors import PluginError, RecordError
+from anonml.model import Event, Text
+from anonml.store import EventStore
+from importers.google_activity import (
+    TZ_ABBREVIATIONS,
+    GoogleActivityImporter,
+    parse_activity_time,
+)
+
+FIX = Path(__file__).parent / "fixtures" / "google_activity"
+
+
+def _items(path: Path, params: dict | None = None) -> list[Event | RecordError]:
+    return list(GoogleActivityImporter(params).parse(path))
+
+
+@pytest.fixture()
+def activity(samples_dir: Path) -> Path:
+    return samples_dir / "google_takeout" / "Takeout" / "My Activity"
+
+
+def test_search_sample_json(activity: Path) -> None:
+    visited, searched = _items(activity / "Search" / "My Activity.json")
+    assert visited.type == "search" and visited.source == "google_activity"
+    assert visited.timestamp == datetime(2019, 5, 30, 15, 37, 18, 828000, tzinfo=UTC)
+    assert visited.fields["action"] == "Visited"
+    assert isinstance(visited.fields["url"], Text)
+    assert "query" not in visited.fields and "location_source" not in visited.fields
+    assert searched.fields == {
+        "product": "Search", "title": Text('Searched for "myactivity" google export'),
+        "action": "Searched", "query": Text('"myactivity" google export'),
+        "url": Text("https://www.google.com/search?q=%22myactivity%22+google+export"),
+        "location_source": "From your places (Home)",
+        "location_lat": 37.773692, "location_lng": -122.429737,
+    }
+
+
+def test_maps_sample_json(activity: Path) -> None:
+    viewed, searched = _items(activity / "Maps" / "My Activity.json")
+    assert viewed.type == searched.type == "maps"
+    assert viewed.fields["title"] == Text("Viewed area around Pheba")
+    assert searched.fields["query"] == Text("Oktibbeha County Lake, Mississippi, USA")
+    assert searched.fields["location_source"] == "From your device"
+
+
+def test_json_subtitles_details_and_folder_product() -> None:
+    watched, ad = _items(FIX / "youtube.json")
+    assert watched.type == "youtube"
+    assert watched.fields["channel"] == Text("Bakery Channel") and watched.fields["subtitle_count"] == 1
+    assert ad.fields["from_ads"] is True
+    (drive,) = _items(FIX / "Drive" / "My Activity.json")
+    assert drive.type == "drive" and drive.fields["product"] == "Drive"  # from the folder name
+
+
+def test_json_bad_records_name_index_and_line() -> None:
+    items = _items(FIX / "bad.json")
+    events = [i for i in items if isinstance(i, Event)]
+    errors = [i for i in items if isinstance(i, RecordError)]
+    assert len(events) == 2
+    path = FIX / "bad.json"
+    assert [str(e) for e in errors] == [
+        f"{path}:3 [[1]]: missing field 'time'",
+        f"{path}:4 [[2]]: timestamp '2020-01-01 10:00:00' has no UTC offset and no timezone was given",
+        f"{path}:5 [[3]]: expected an object, got str",
+    ]
+
+
+def test_html_us_export_with_locations_ads_and_offsets() -> None:
+    weather, visited, train = _items(FIX / "search_us.html")
+    # 3:04:05 PM PST = 15:04:05 − 8 h → 23:04:05 UTC
+    assert weather.timestamp == datetime(2020, 1, 5, 23, 4, 5, tzinfo=UTC)
+    assert weather.fields == {
+        "product": "Search", "title": Text("Searched for weather zurich"), "action": "Searched",
+        "query": Text("weather zurich"), "url": Text("https://www.google.com/search?q=weather+zurich"),
+        "location_source": "From your places (Home)",
+        "location_lat": 37.773692, "location_lng": -122.429737,
+    }
+    # Narrow no-break space before AM; PDT = −7 h.
+    assert visited.timestamp == datetime(2020, 7, 4, 18, 59, 59, tzinfo=UTC)
+    assert visited.fields["from_ads"] is True
+    # GMT+5:30 written out, past midnight back into the previous UTC day (leap day).
+    assert train.timestamp == datetime(2020, 2, 28, 18, 30, tzinfo=UTC)
+
+
+def test_html_gb_export_channel_and_bad_cells() -> None:
+    items = _items(FIX / "youtube_gb.html")
+    watched = items[0]
+    assert watched.timestamp == datetime(2020, 1, 5, 14, 4, 5, tzinfo=UTC)  # CET = +1
+    assert watched.fields["channel"] == Text("Bakery Channel")
+    assert watched.fields["url"] == Text("https://www.youtube.com/watch?v=abc123")
+    path = FIX / "youtube_gb.html"
+    assert [str(e) for e in items[1:]] == [
+        f"{path}:7 [outer-cell[1]]: unknown timezone abbreviation 'XYZ' in '6 Jan 2020, 09:00:00 XYZ'; "
+        'add it to params abbreviations (e.g. {"XYZ": "+01:00"})',
+        f"{path}:11 [outer-cell[2]]: time '7 Jan 2020, 09:00:00' has no timezone abbreviation",
+        f"{path}:15 [outer-cell[3]]: no .content-cell.mdl-typography--body-1 (title and time)",
+    ]
+
+
+def test_params_abbreviations_extend_the_table() -> None:
+    items = _items(FIX / "youtube_gb.html", {"abbreviations": {"XYZ": "-03:30"}})
+    mystery = items[1]
+    assert isinstance(mystery, Event)
+    assert mystery.timestamp == datetime(2020, 1, 6, 12, 30, tzinfo=UTC)
+    with pytest.raises(PluginError, match="offset"):
+        GoogleActivityImporter({"abbreviations": {"XYZ": "+25:00"}})
+    with pytest.raises(PluginError, match="1-6 letters"):
+        GoogleActivityImporter({"abbreviations": {"X Y": "+01:00"}})
+
+
+def test_html_without_records_raises() -> None:
+    with pytest.raises(RecordError, match="not a My Activity HTML page: no div.outer-cell"):
+        _items(FIX / "not_activity.html")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Jan 5, 2020, 3:04:05 PM PST", datetime(2020, 1, 5, 23, 4, 5, tzinfo=UTC)),
+        ("Dec 31, 2019, 11:59:59 PM EST", datetime(2020, 1, 1, 4, 59, 59, tzinfo=UTC)),
+        ("Jun 1, 2021, 12:30:00 AM AEST", datetime(2021, 5, 31, 14, 30, tzinfo=UTC)),
+        ("Sept 5, 2020, 3:04:05 a.m. IST", datetime(2020, 9, 4, 21, 34, 5, tzinfo=UTC)),
+        ("5 Jan 2020, 15:04:05 GMT", datetime(2020, 1, 5, 15, 4, 5, tzinfo=UTC)),
+        ("5 Jan 2020, 15:04:05 UTC-03", datetime(2020, 1, 5, 18, 4, 5, tzinfo=UTC)),
+    ],
+)
+def test_abbreviation_table_is_explicit(text: str, expected: datetime) -> None:
+    assert parse_activity_time(text) == expected
+
+
+def test_unknown_abbreviation_is_an_error_and_table_documents_offsets() -> None:
+    with pytest.raises(ValueError, match="unknown timezone abbreviation 'QQT'"):
+        parse_activity_time("Jan 5, 2020, 3:04:05 PM QQT")
+    with pytest.raises(ValueError, match="not like"):
+        parse_activity_time("yesterday")
+    assert TZ_ABBREVIATIONS["PST"] == -480 and TZ_ABBREVIATIONS["CEST"] == 120
+
+
+def test_detect_scores(activity: Path, samples_dir: Path, tmp_path: Path) -> None:
+    importer = GoogleActivityImporter()
+    assert importer.detect(activity / "Search" / "My Activity.json") == 0.95
+    assert importer.detect(activity / "Maps" / "My Activity.json") == 0.95
+    assert importer.detect(FIX / "search_us.html") == 0.95
+    assert importer.detect(FIX / "youtube.json") == 0.85  # right shape, other name
+    assert importer.detect(FIX / "not_activity.html") == 0.0
+    assert importer.detect(samples_dir / "google_location" / "records.json") == 0.0
+    assert importer.detect(samples_dir / "fitbit" / "sleep.json") == 0.0
+    assert importer.detect(tmp_path) == 0.0
+
+
+def test_store_import_reimport_rollback_and_skip_bad(activity: Path, tmp_path: Path) -> None:
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    importer = GoogleActivityImporter()
+    assert store.import_file(activity / "Search" / "My Activity.json", importer).inserted == 2
+    again = store.import_file(activity / "Search" / "My Activity.json", importer)
+    assert (again.inserted, again.duplicate) == (0, 2)
+    with pytest.raises(RecordError, match=r"youtube_gb.html:7 \[outer-cell\[1\]\]"):
+        store.import_file(FIX / "youtube_gb.html", importer)
+    assert store.count() == 2
+    report = store.import_file(FIX / "youtube_gb.html", importer, skip_bad=True)
+    assert (report.inserted, report.rejected) == (1, 3)
+    assert store.count(type="youtube") == 1
+    store.close()
