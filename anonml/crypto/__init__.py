@@ -1,1 +1,144 @@
-"""Anonymity primitives: identities, one-time verification tokens, onion packets."""
+"""Anonymity primitives: identities, one-time verification tokens, onion packets.
+
+- :mod:`~anonml.crypto.identity`, :mod:`~anonml.crypto.keystore`: Ed25519 identities,
+  X25519 relay keys, signed per-round relay keys, keys at rest.
+- :mod:`~anonml.crypto.group`, :mod:`~anonml.crypto.dleq`, :mod:`~anonml.crypto.poprf`:
+  the edwards25519 POPRF of RFC 9497's shape (suite ``edwards25519-SHA512-AnonMLv1``).
+- :mod:`~anonml.crypto.tokens`, :mod:`~anonml.crypto.spent`: issue one token per
+  (peer, slot), redeem each once.
+- :mod:`~anonml.crypto.onion`: AnonSphinx-v1 packets (1,280 bytes at every hop).
+- :mod:`~anonml.crypto.timing`: send and release windows.
+"""
+
+from anonml.crypto.dleq import Proof
+from anonml.crypto.exceptions import (
+    AlreadyIssued,
+    CryptoError,
+    CryptoTypeError,
+    InvalidEncoding,
+    InvalidPacket,
+    InvalidPoint,
+    InvalidProof,
+    InvalidScalar,
+    InvalidSignature,
+    InvalidToken,
+    KeyFileError,
+    ReplayedPacket,
+    TokenSpent,
+    WrongPassphrase,
+)
+from anonml.crypto.group import SUITE_ID, Element, Scalar, expand_message_xmd, hash_to_group, hash_to_scalar
+from anonml.crypto.identity import (
+    FINGERPRINT_SIZE,
+    NODE_ID_SIZE,
+    Identity,
+    PublicIdentity,
+    RelayKeyCertificate,
+    RoundRelayKey,
+)
+from anonml.crypto.keystore import load_identity, save_identity
+from anonml.crypto.onion import (
+    MAX_HOPS,
+    MAX_REPORT_SIZE,
+    PACKET_SIZE,
+    Deliver,
+    Forward,
+    Hop,
+    ReplayCache,
+    SphinxRelay,
+    build_cover_packet,
+    build_packet,
+)
+from anonml.crypto.poprf import TokenKey, TokenPublicKey
+from anonml.crypto.spent import (
+    IssuanceLedger,
+    MemoryIssuanceLedger,
+    MemorySpentSet,
+    SpentSet,
+    SqlIssuanceLedger,
+    SqlSpentSet,
+    create_crypto_tables,
+    record_issuance,
+    record_spent,
+)
+from anonml.crypto.timing import WindowSchedule, release_time, send_time
+from anonml.crypto.tokens import (
+    Redemption,
+    Token,
+    TokenIssuer,
+    TokenRequest,
+    TokenResponse,
+    TokenVerifier,
+    finalize_tokens,
+    request_tokens,
+)
+
+__all__ = [
+    # identities and keys at rest
+    "Identity",
+    "PublicIdentity",
+    "RoundRelayKey",
+    "RelayKeyCertificate",
+    "FINGERPRINT_SIZE",
+    "NODE_ID_SIZE",
+    "save_identity",
+    "load_identity",
+    # group and POPRF
+    "SUITE_ID",
+    "Element",
+    "Scalar",
+    "Proof",
+    "expand_message_xmd",
+    "hash_to_group",
+    "hash_to_scalar",
+    "TokenKey",
+    "TokenPublicKey",
+    # tokens and ledgers
+    "TokenRequest",
+    "TokenResponse",
+    "Token",
+    "Redemption",
+    "request_tokens",
+    "finalize_tokens",
+    "TokenIssuer",
+    "TokenVerifier",
+    "SpentSet",
+    "MemorySpentSet",
+    "SqlSpentSet",
+    "IssuanceLedger",
+    "MemoryIssuanceLedger",
+    "SqlIssuanceLedger",
+    "create_crypto_tables",
+    "record_spent",
+    "record_issuance",
+    # onion packets
+    "PACKET_SIZE",
+    "MAX_HOPS",
+    "MAX_REPORT_SIZE",
+    "Hop",
+    "Forward",
+    "Deliver",
+    "ReplayCache",
+    "SphinxRelay",
+    "build_packet",
+    "build_cover_packet",
+    # timing
+    "WindowSchedule",
+    "send_time",
+    "release_time",
+    # errors
+    "CryptoError",
+    "InvalidToken",
+    "CryptoTypeError",
+    "InvalidEncoding",
+    "InvalidPoint",
+    "InvalidScalar",
+    "InvalidProof",
+    "InvalidSignature",
+    "TokenSpent",
+    "AlreadyIssued",
+    "InvalidPacket",
+    "ReplayedPacket",
+    "KeyFileError",
+    "WrongPassphrase",
+]

@@ -1,0 +1,255 @@
+"""Once-only records: spent tokens (verifier side) and evaluations (issuer side).
+
+Two ledgers with the same shape, each with an in-memory and a SQLAlchemy 2
+implementation:
+
+- :class:`SpentSet` holds ``(key id, slot, nonce)`` of every redeemed token; a
+  second redemption raises :class:`~anonml.crypto.exceptions.TokenSpent`.
+- :class:`IssuanceLedger` holds ``(key id, peer id, slot)`` of every blind
+  evaluation; a second request raises :class:`~anonml.crypto.exceptions.AlreadyIssued`.
+
+Atomicity comes from the storage, never from a read-then-write: the memory
+versions insert under a lock, the SQL versions ``INSERT … ON CONFLICT DO
+NOTHING`` against a unique constraint and look at the row count, so of two
+concurrent attempts (threads, processes, servers sharing a database) exactly
+one succeeds. :func:`record_spent` and :func:`record_issuance` take a session
+and never commit, so a service can spend a token in the same transaction that
+stores the report; :class:`SqlSpentSet` / :class:`SqlIssuanceLedger` run one
+short transaction per call.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from datetime import UTC, datetime
+
+from sqlalchemy import DateTime, LargeBinary, UniqueConstraint, insert, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from anonml.crypto._util import _ensure_bytes
+from anonml.crypto.exceptions import AlreadyIssued, TokenSpent
+
+__all__ = [
+    "SpentSet",
+    "MemorySpentSet",
+    "SqlSpentSet",
+    "IssuanceLedger",
+    "MemoryIssuanceLedger",
+    "SqlIssuanceLedger",
+    "CryptoBase",
+    "SpentTokenRow",
+    "IssuanceRow",
+    "create_crypto_tables",
+    "record_spent",
+    "record_issuance",
+]
+
+_KEY_ID_SIZE = 32
+_SLOT_MAX = 64
+_NONCE_SIZE = 32
+_PEER_ID_MAX = 64
+
+
+def _spent_key(key_id: bytes, slot: bytes, nonce: bytes) -> tuple[bytes, bytes, bytes]:
+    return (
+        _ensure_bytes(key_id, "key id", size=_KEY_ID_SIZE),
+        _ensure_bytes(slot, "slot", min_size=1, max_size=_SLOT_MAX),
+        _ensure_bytes(nonce, "nonce", size=_NONCE_SIZE),
+    )
+
+
+def _issue_key(key_id: bytes, peer_id: bytes, slot: bytes) -> tuple[bytes, bytes, bytes]:
+    return (
+        _ensure_bytes(key_id, "key id", size=_KEY_ID_SIZE),
+        _ensure_bytes(peer_id, "peer id", min_size=1, max_size=_PEER_ID_MAX),
+        _ensure_bytes(slot, "slot", min_size=1, max_size=_SLOT_MAX),
+    )
+
+
+class SpentSet(ABC):
+    """Where a verifier records redeemed tokens."""
+
+    @abstractmethod
+    def spend(self, key_id: bytes, slot: bytes, nonce: bytes) -> None:
+        """Atomically record the token as spent; :class:`TokenSpent` if it already was."""
+
+    @abstractmethod
+    def is_spent(self, key_id: bytes, slot: bytes, nonce: bytes) -> bool:
+        """Whether the token was recorded (for audits; never check-then-spend with it)."""
+
+
+class IssuanceLedger(ABC):
+    """Where an issuer records which peer already got an evaluation for which slot."""
+
+    @abstractmethod
+    def record(self, key_id: bytes, peer_id: bytes, slot: bytes) -> None:
+        """Atomically record one evaluation; :class:`AlreadyIssued` if there was one."""
+
+    @abstractmethod
+    def has_issued(self, key_id: bytes, peer_id: bytes, slot: bytes) -> bool:
+        """Whether an evaluation was recorded for (key, peer, slot)."""
+
+
+class MemorySpentSet(SpentSet):
+    """A thread-safe in-process spent set (one process; lost on exit)."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[bytes, bytes, bytes]] = set()
+        self._lock = threading.Lock()
+
+    def spend(self, key_id: bytes, slot: bytes, nonce: bytes) -> None:
+        entry = _spent_key(key_id, slot, nonce)
+        with self._lock:
+            if entry in self._seen:
+                raise TokenSpent("token already redeemed")
+            self._seen.add(entry)
+
+    def is_spent(self, key_id: bytes, slot: bytes, nonce: bytes) -> bool:
+        return _spent_key(key_id, slot, nonce) in self._seen
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+class MemoryIssuanceLedger(IssuanceLedger):
+    """A thread-safe in-process issuance ledger."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[bytes, bytes, bytes]] = set()
+        self._lock = threading.Lock()
+
+    def record(self, key_id: bytes, peer_id: bytes, slot: bytes) -> None:
+        entry = _issue_key(key_id, peer_id, slot)
+        with self._lock:
+            if entry in self._seen:
+                raise AlreadyIssued("this peer already received an evaluation for this slot")
+            self._seen.add(entry)
+
+    def has_issued(self, key_id: bytes, peer_id: bytes, slot: bytes) -> bool:
+        return _issue_key(key_id, peer_id, slot) in self._seen
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+class CryptoBase(DeclarativeBase):
+    """Declarative base of the crypto ledgers (``create_crypto_tables`` creates them)."""
+
+
+class SpentTokenRow(CryptoBase):
+    """One redeemed token; the unique constraint is what makes spending atomic."""
+
+    __tablename__ = "spent_tokens"
+    __table_args__ = (UniqueConstraint("key_id", "slot", "nonce", name="uq_spent_tokens_token"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key_id: Mapped[bytes] = mapped_column(LargeBinary(_KEY_ID_SIZE))
+    slot: Mapped[bytes] = mapped_column(LargeBinary(_SLOT_MAX))
+    nonce: Mapped[bytes] = mapped_column(LargeBinary(_NONCE_SIZE))
+    spent_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class IssuanceRow(CryptoBase):
+    """One blind evaluation given to a peer for a slot."""
+
+    __tablename__ = "token_issuance"
+    __table_args__ = (UniqueConstraint("key_id", "peer_id", "slot", name="uq_token_issuance_peer_slot"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key_id: Mapped[bytes] = mapped_column(LargeBinary(_KEY_ID_SIZE))
+    peer_id: Mapped[bytes] = mapped_column(LargeBinary(_PEER_ID_MAX))
+    slot: Mapped[bytes] = mapped_column(LargeBinary(_SLOT_MAX))
+    issued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+def create_crypto_tables(engine: Engine) -> None:
+    """Create ``spent_tokens`` and ``token_issuance`` if missing."""
+    CryptoBase.metadata.create_all(engine)
+
+
+def _insert_once(session: Session, table: type[CryptoBase], values: dict) -> bool:
+    """Insert ``values`` unless the unique constraint already holds them; True if inserted.
+
+    SQLite and PostgreSQL use ``ON CONFLICT DO NOTHING`` (no exception, the
+    session stays usable); other dialects use a SAVEPOINT around a plain insert.
+    """
+    dialect = session.get_bind().dialect.name
+    if dialect in ("sqlite", "postgresql"):
+        if dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert
+        result = session.execute(dialect_insert(table).values(**values).on_conflict_do_nothing())
+        return result.rowcount == 1
+    try:
+        with session.begin_nested():
+            session.execute(insert(table).values(**values))
+    except IntegrityError:
+        return False
+    return True
+
+
+def record_spent(session: Session, key_id: bytes, slot: bytes, nonce: bytes) -> None:
+    """Record a redeemed token inside the caller's transaction (never commits).
+
+    Raises :class:`TokenSpent` if (key id, slot, nonce) is already recorded —
+    including by a concurrent transaction that committed first.
+    """
+    key_id, slot, nonce = _spent_key(key_id, slot, nonce)
+    values = {"key_id": key_id, "slot": slot, "nonce": nonce, "spent_at": datetime.now(UTC)}
+    if not _insert_once(session, SpentTokenRow, values):
+        raise TokenSpent("token already redeemed")
+
+
+def record_issuance(session: Session, key_id: bytes, peer_id: bytes, slot: bytes) -> None:
+    """Record an evaluation inside the caller's transaction (never commits); :class:`AlreadyIssued`
+    if this peer already has one for this slot under this key."""
+    key_id, peer_id, slot = _issue_key(key_id, peer_id, slot)
+    values = {"key_id": key_id, "peer_id": peer_id, "slot": slot, "issued_at": datetime.now(UTC)}
+    if not _insert_once(session, IssuanceRow, values):
+        raise AlreadyIssued("this peer already received an evaluation for this slot")
+
+
+class SqlSpentSet(SpentSet):
+    """A spent set in any SQLAlchemy database; each :meth:`spend` is one short transaction."""
+
+    def __init__(self, engine: Engine, *, create_tables: bool = True) -> None:
+        self.engine = engine
+        if create_tables:
+            create_crypto_tables(engine)
+
+    def spend(self, key_id: bytes, slot: bytes, nonce: bytes) -> None:
+        with Session(self.engine) as session, session.begin():
+            record_spent(session, key_id, slot, nonce)
+
+    def is_spent(self, key_id: bytes, slot: bytes, nonce: bytes) -> bool:
+        key_id, slot, nonce = _spent_key(key_id, slot, nonce)
+        query = select(SpentTokenRow.id).where(
+            SpentTokenRow.key_id == key_id, SpentTokenRow.slot == slot, SpentTokenRow.nonce == nonce
+        )
+        with Session(self.engine) as session:
+            return session.scalars(query).first() is not None
+
+
+class SqlIssuanceLedger(IssuanceLedger):
+    """An issuance ledger in any SQLAlchemy database; one short transaction per record."""
+
+    def __init__(self, engine: Engine, *, create_tables: bool = True) -> None:
+        self.engine = engine
+        if create_tables:
+            create_crypto_tables(engine)
+
+    def record(self, key_id: bytes, peer_id: bytes, slot: bytes) -> None:
+        with Session(self.engine) as session, session.begin():
+            record_issuance(session, key_id, peer_id, slot)
+
+    def has_issued(self, key_id: bytes, peer_id: bytes, slot: bytes) -> bool:
+        key_id, peer_id, slot = _issue_key(key_id, peer_id, slot)
+        query = select(IssuanceRow.id).where(
+            IssuanceRow.key_id == key_id, IssuanceRow.peer_id == peer_id, IssuanceRow.slot == slot
+        )
+        with Session(self.engine) as session:
+            return session.scalars(query).first() is not None
