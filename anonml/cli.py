@@ -8,6 +8,7 @@ and messages go to stderr. Exit codes: 0 success, 1 expected failure (an
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +19,7 @@ from rich.table import Table
 
 from anonml.cli_support import err, expected_errors, out, parse_json_option, print_json
 from anonml.commands import importer as importer_commands
+from anonml.detection import DEFAULT_MIN_CONFIDENCE, choose_importer
 from anonml.errors import AnonMLError, PluginNotFound, RecordError
 from anonml.plugins import PluginRef, available, create, iter_classes
 from anonml.store import EventStore
@@ -37,52 +39,101 @@ StoreOption = Annotated[
 ]
 
 
-def _all_importers() -> list:
-    return [cls() for cls in iter_classes("importer")]
+def _importers(per_importer: dict[str, object]) -> list:
+    """One instance of every installed importer, with params given per importer name."""
+    classes = {cls.name: cls for cls in iter_classes("importer")}
+    unknown = sorted(set(per_importer) - set(classes))
+    if unknown:
+        raise PluginNotFound("importer", unknown[0], classes, detail="named in --params")
+    instances = []
+    for name, cls in classes.items():
+        options = per_importer.get(name, {})
+        if not isinstance(options, dict):
+            raise AnonMLError(f"--params: the params of {name!r} must be a JSON object")
+        instances.append(cls(options))
+    return instances
+
+
+def _is_archive(path: Path) -> bool:
+    return path.is_dir() or zipfile.is_zipfile(path)
 
 
 @app.command("import")
 def import_(
-    paths: Annotated[list[Path], typer.Argument(help="Export files to import.", show_default=False)],
+    paths: Annotated[
+        list[Path], typer.Argument(help="Export files, folders or .zip archives.", show_default=False)
+    ],
     importer: Annotated[
-        str | None, typer.Option("--importer", "-i", help="Importer name (default: detect).")
+        str | None, typer.Option("--importer", "-i", help="Importer name (default: detect per file).")
     ] = None,
     params: Annotated[
         str | None,
-        typer.Option("--params", help="Importer params as JSON or @file.json (needs --importer)."),
+        typer.Option(
+            "--params",
+            help="JSON or @file.json: the importer's params with --importer; otherwise "
+            '{"<importer>": {params}, ...} for the detected importers.',
+        ),
     ] = None,
     user: Annotated[str | None, typer.Option("--user", help="Import as this user.")] = None,
     skip_bad: Annotated[
         bool, typer.Option("--skip-bad", help="Import good records and report bad ones.")
     ] = False,
+    min_confidence: Annotated[
+        float, typer.Option("--min-confidence", min=0.0, max=1.0, help="Lowest detect confidence used.")
+    ] = DEFAULT_MIN_CONFIDENCE,
+    on_tie: Annotated[
+        str, typer.Option("--on-tie", help="In archives: 'pick' (first by name) or 'skip' a tied file.")
+    ] = "pick",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Archives: show which importer reads each file, import nothing.")
+    ] = False,
     store: StoreOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON report.")] = False,
 ) -> None:
-    """Import raw exports into the event store, one transaction per file."""
-    from anonml.detection import choose_importer
+    """Import raw exports into the event store: one transaction per file or per archive.
+
+    A folder or a .zip (a Google Takeout, an Apple Health or Fitbit export, a
+    browser profile) is walked: each inner file goes to the importer most
+    confident it can read it, and skipped files are listed with the reason.
+    """
+    from importers.archive import import_plan, walk_archive
 
     with expected_errors():
+        if on_tie not in ("pick", "skip"):
+            raise AnonMLError(f"--on-tie must be 'pick' or 'skip', not {on_tie!r}")
         event_store = EventStore(store)
         given = parse_json_option(params, "--params")
-        if given and not importer:
-            raise AnonMLError("--params needs --importer: parameters belong to one importer")
-        forced = create("importer", PluginRef(name=importer, params=given)) if importer else None
-        candidates = None if forced else _all_importers()
+        if importer:
+            candidates = [create("importer", PluginRef(name=importer, params=given))]
+        else:
+            candidates = _importers(given)
         reports = []
         for path in paths:
             if not path.exists():
                 raise RecordError(path, None, "no such file or folder")
-            if forced is not None:
-                chosen, why = forced, f"{forced.name} (as asked)"
+            if not importer and _is_archive(path):
+                with walk_archive(path, candidates, min_confidence=min_confidence, on_tie=on_tie) as plan:
+                    _print_plan(plan)
+                    if dry_run:
+                        continue
+                    result = import_plan(plan, event_store, user=user, skip_bad=skip_bad)
+                for failed in result.failed:
+                    err.print(f"failed {failed}", highlight=False, markup=False)
+                for report in result.imported:
+                    for bad in report.errors:
+                        err.print(f"skipped {bad}", highlight=False, markup=False)
+                reports.extend(result.imported)
+                continue
+            if importer:
+                chosen, why = candidates[0], f"{importer} (as asked)"
             else:
-                detection = choose_importer(path, candidates)
+                detection = choose_importer(path, candidates, min_confidence)
                 if detection.chosen is None:
-                    names = ", ".join(i.name for i in candidates)
                     raise PluginNotFound(
                         "importer",
                         f"for {path}",
                         [i.name for i in candidates],
-                        detail=f"{detection.explain()}; choose one with --importer ({names})",
+                        detail=f"{detection.explain()}; choose one with --importer",
                     )
                 chosen, why = detection.chosen, detection.explain()
             err.print(f"{path}: {why}", highlight=False)
@@ -121,6 +172,8 @@ def import_(
                     for r in reports
                 ]
             )
+            return
+        if dry_run:
             return
         table = Table("file", "importer", "user", "accepted", "new", "duplicate", "rejected")
         for r in reports:
@@ -243,7 +296,9 @@ def plugins(
 
 @app.command()
 def demo(
-    students: Annotated[int, typer.Option("--students", min=20, max=100_000, help="Simulated students.")] = 300,
+    students: Annotated[
+        int, typer.Option("--students", min=20, max=100_000, help="Simulated students.")
+    ] = 300,
     weeks: Annotated[int, typer.Option("--weeks", min=3, max=52, help="Course length in weeks.")] = 8,
     seed: Annotated[int, typer.Option("--seed", help="Simulation seed.")] = 0,
 ) -> None:
@@ -274,6 +329,19 @@ def demo(
     for phase, seconds in result.phase_seconds.items():
         table.add_row(f"time: {phase}", f"{seconds:.2f} s")
     out.print(table)
+
+
+def _print_plan(plan) -> None:
+    """Which importer reads each file of an archive, and what was skipped (stderr)."""
+    table = Table("file", "importer", "confidence", "note", title=f"{plan.source}")
+    for f in plan.files:
+        table.add_row(f.member, f.importer.name, f"{f.confidence:.2f}", f.note)
+    err.print(table)
+    if plan.skipped:
+        skipped = Table("skipped file", "reason", "detail")
+        for s in plan.skipped:
+            skipped.add_row(s.member, str(s.reason.value), s.detail)
+        err.print(skipped)
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -27,6 +27,7 @@ class Detection:
     ranking: tuple[tuple[str, float], ...]
     chosen: Importer | None
     tied_with: tuple[str, ...] = ()
+    failures: tuple[str, ...] = ()
 
     @property
     def confidence(self) -> float:
@@ -43,17 +44,22 @@ class Detection:
         return line
 
 
-def rank_importers(path: Path, importers: Sequence[Importer]) -> list[tuple[Importer, float]]:
+def rank_importers(
+    path: Path, importers: Sequence[Importer], failures: list[str] | None = None
+) -> list[tuple[Importer, float]]:
     """Every importer with its confidence for ``path``, best first, then by name.
 
-    A ``detect`` that raises counts as 0: recognition must never abort an import.
+    A ``detect`` that raises counts as 0 (recognition must never abort an
+    import); what it raised is appended to ``failures`` when given.
     """
     scored = []
     for imp in importers:
         try:
             conf = float(imp.detect(path))
-        except Exception:  # a plugin's detect is untrusted with respect to robustness
+        except Exception as exc:  # a third-party detect may fail in any way
             conf = 0.0
+            if failures is not None:
+                failures.append(f"{imp.name}.detect failed: {type(exc).__name__}: {exc}")
         scored.append((imp, min(max(conf, 0.0), 1.0)))
     scored.sort(key=lambda pair: (-pair[1], pair[0].name))
     return scored
@@ -63,10 +69,11 @@ def choose_importer(
     path: Path, importers: Sequence[Importer], min_confidence: float = DEFAULT_MIN_CONFIDENCE
 ) -> Detection:
     """The best importer for ``path``, or none if no confidence reaches ``min_confidence``."""
-    ranked = rank_importers(path, importers)
+    failures: list[str] = []
+    ranked = rank_importers(path, importers, failures)
     ranking = tuple((imp.name, conf) for imp, conf in ranked)
     if not ranked or ranked[0][1] < min_confidence:
-        return Detection(path, ranking, None)
+        return Detection(path, ranking, None, failures=tuple(failures))
     best = ranked[0][1]
     tied = tuple(imp.name for imp, conf in ranked[1:] if conf == best)
-    return Detection(path, ranking, ranked[0][0], tied)
+    return Detection(path, ranking, ranked[0][0], tied, tuple(failures))

@@ -288,12 +288,15 @@ class EventStore:
         user: str | None = None,
         skip_bad: bool = False,
         on_event: Callable[[int], None] | None = None,
+        origin: str | None = None,
     ) -> ImportReport:
         """Import one file as one transaction.
 
         Events carrying their own user (an edX log names its user) keep it
         unless ``user`` is given, which overrides; others get ``user`` or
-        :data:`DEFAULT_USER`.
+        :data:`DEFAULT_USER`. ``origin`` is what provenance records as the
+        file's name (e.g. ``takeout.zip!/Takeout/...`` for an archive member);
+        by default the resolved path.
 
         Raises
         ------
@@ -301,60 +304,30 @@ class EventStore:
             The first bad record (``file:line: reason``) when ``skip_bad`` is
             false; the store is left exactly as it was.
         """
-        path = Path(path)
-        if not path.exists():
-            raise RecordError(path, None, "no such file or folder")
-        file_hash = sha256_file(path) if path.is_file() else _hash_tree(path)
-        errors: list[RecordError] = []
-        accepted = 0
-        fallback = user or DEFAULT_USER
-
-        def good_events() -> Iterator[Event]:
-            nonlocal accepted
-            for item in importer.parse(path):
-                if isinstance(item, RecordError):
-                    if not skip_bad:
-                        raise item
-                    errors.append(item)
-                    continue
-                accepted += 1
-                if on_event is not None and accepted % 1000 == 0:
-                    on_event(accepted)
-                yield item.with_user(user) if user is not None else item
-
-        with self.session() as s, s.begin():
-            record = ImportRow(
-                importer=importer.name,
-                importer_version=importer.version,
-                path=str(path.resolve()),
-                file_sha256=file_hash,
-                user_id=fallback,
-                started_at=datetime.now(UTC),
-            )
-            s.add(record)
-            s.flush()
-            add_events(s, good_events(), user=fallback, import_id=record.id)
-            inserted = s.scalar(
-                select(func.count()).select_from(EventRow).where(EventRow.import_id == record.id)
-            ) or 0
-            record.accepted = accepted
-            record.duplicate = accepted - inserted
-            record.rejected = len(errors)
-            record.finished_at = datetime.now(UTC)
-            import_id = record.id
-        if on_event is not None:
-            on_event(accepted)
-        return ImportReport(
-            import_id=import_id,
-            path=str(path),
-            importer=importer.name,
-            user=fallback,
-            accepted=accepted,
-            inserted=inserted,
-            duplicate=accepted - inserted,
-            rejected=len(errors),
-            errors=tuple(errors),
+        (report,) = self.import_files(
+            [(Path(path), importer, origin)], user=user, skip_bad=skip_bad, on_event=on_event
         )
+        return report
+
+    def import_files(
+        self,
+        items: Sequence[tuple[Path, Importer, str | None]],
+        *,
+        user: str | None = None,
+        skip_bad: bool = False,
+        on_event: Callable[[int], None] | None = None,
+    ) -> list[ImportReport]:
+        """Import several ``(path, importer, origin)`` files in ONE transaction.
+
+        All or nothing: without ``skip_bad``, the first bad record of any file
+        rolls back every file of the batch. Each file still gets its own
+        provenance row and report.
+        """
+        with self.session() as s, s.begin():
+            return [
+                _import_into(s, Path(path), importer, origin, user, skip_bad, on_event)
+                for path, importer, origin in items
+            ]
 
     # --- reading -------------------------------------------------------------
 
@@ -419,6 +392,69 @@ class EventStore:
             )
             for r in rows
         ]
+
+
+def _import_into(
+    session: Session,
+    path: Path,
+    importer: Importer,
+    origin: str | None,
+    user: str | None,
+    skip_bad: bool,
+    on_event: Callable[[int], None] | None,
+) -> ImportReport:
+    """One file's import inside the caller's transaction (provenance row, events, counts)."""
+    if not path.exists():
+        raise RecordError(path, None, "no such file or folder")
+    file_hash = sha256_file(path) if path.is_file() else _hash_tree(path)
+    errors: list[RecordError] = []
+    accepted = 0
+    fallback = user or DEFAULT_USER
+
+    def good_events() -> Iterator[Event]:
+        nonlocal accepted
+        for item in importer.parse(path):
+            if isinstance(item, RecordError):
+                if not skip_bad:
+                    raise item
+                errors.append(item)
+                continue
+            accepted += 1
+            if on_event is not None and accepted % 1000 == 0:
+                on_event(accepted)
+            yield item.with_user(user) if user is not None else item
+
+    record = ImportRow(
+        importer=importer.name,
+        importer_version=importer.version,
+        path=origin or str(path.resolve()),
+        file_sha256=file_hash,
+        user_id=fallback,
+        started_at=datetime.now(UTC),
+    )
+    session.add(record)
+    session.flush()
+    add_events(session, good_events(), user=fallback, import_id=record.id)
+    inserted = session.scalar(
+        select(func.count()).select_from(EventRow).where(EventRow.import_id == record.id)
+    ) or 0
+    record.accepted = accepted
+    record.duplicate = accepted - inserted
+    record.rejected = len(errors)
+    record.finished_at = datetime.now(UTC)
+    if on_event is not None:
+        on_event(accepted)
+    return ImportReport(
+        import_id=record.id,
+        path=origin or str(path),
+        importer=importer.name,
+        user=fallback,
+        accepted=accepted,
+        inserted=inserted,
+        duplicate=accepted - inserted,
+        rejected=len(errors),
+        errors=tuple(errors),
+    )
 
 
 _COLUMN = {"user": "user_id", "source": "source", "type": "type"}

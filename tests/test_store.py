@@ -148,3 +148,14 @@ def test_bad_url_is_a_store_error():
 def test_missing_file_is_a_record_error(store: EventStore, tmp_path: Path):
     with pytest.raises(RecordError, match="no such file"):
         store.import_file(tmp_path / "absent.lines", LinesImporter())
+
+
+def test_import_files_is_one_transaction(store: EventStore, tmp_path: Path):
+    good = _write(tmp_path / "good.lines", ["0 a 1", "1 a 2"])
+    bad = _write(tmp_path / "bad.lines", ["2 a 3", "broken"])
+    with pytest.raises(RecordError, match="bad.lines:2"):
+        store.import_files([(good, LinesImporter(), "x.zip!/good"), (bad, LinesImporter(), None)])
+    assert store.count() == 0 and store.imports() == []
+    reports = store.import_files([(good, LinesImporter(), "x.zip!/good")])
+    assert reports[0].path == "x.zip!/good"
+    assert store.imports()[0].path == "x.zip!/good"  # provenance names the archive member

@@ -121,3 +121,44 @@ def test_expected_failures_exit_1_with_one_line_and_no_traceback(tmp_path: Path,
 
 def test_usage_error_exits_2(tmp_path: Path):
     assert run("featurize", home=tmp_path).returncode == 2
+
+
+def _zip_folder(folder: Path, target: Path) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(target, "w") as zf:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file():
+                zf.write(p, p.relative_to(folder))
+    return target
+
+
+def test_import_a_takeout_zip_dispatches_each_member(samples_dir: Path, tmp_path: Path):
+    archive = _zip_folder(samples_dir / "google_takeout", tmp_path / "takeout.zip")
+    store = f"sqlite:///{tmp_path / 'e.db'}"
+    result = run("import", str(archive), "--store", store, "--json", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    reports = json.loads(result.stdout)
+    assert sorted((r["importer"], r["inserted"]) for r in reports) == [
+        ("google_activity", 2), ("google_activity", 2), ("google_location", 3)]
+    assert all(r["path"].startswith(f"{archive}!/Takeout/") for r in reports)
+    again = json.loads(run("import", str(archive), "--store", store, "--json", home=tmp_path).stdout)
+    assert sum(r["inserted"] for r in again) == 0
+    by_import = json.loads(run("events", "--store", store, "--by-import", "--json", home=tmp_path).stdout)
+    assert sorted(r["added"] for r in by_import) == [0, 0, 0, 2, 2, 3]  # the second import adds nothing
+
+
+def test_import_dry_run_stores_nothing(samples_dir: Path, tmp_path: Path):
+    store = f"sqlite:///{tmp_path / 'e.db'}"
+    result = run("import", str(samples_dir / "google_takeout"), "--dry-run", "--store", store,
+                 home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "google_location" in result.stderr and "0.95" in result.stderr
+    assert EventStore(store).count() == 0
+
+
+def test_import_params_name_unknown_importer(samples_dir: Path, tmp_path: Path):
+    result = run("import", str(samples_dir / "google_takeout"), "--params", '{"nope": {}}',
+                 "--store", f"sqlite:///{tmp_path / 'e.db'}", home=tmp_path)
+    assert result.returncode == 1
+    assert "no importer named 'nope' (named in --params)" in result.stderr

@@ -1,0 +1,238 @@
+"""Fitbit importer: real sample files, date-suffixed names, timezone rule, bad items, store."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from anonml.errors import PluginError, RecordError
+from anonml.model import Event
+from anonml.store import EventStore
+from importers.fitbit import FitbitImporter, fitbit_metric
+
+FIX = Path(__file__).parent / "fixtures" / "fitbit"
+
+
+def _parse(path: Path, **params: object) -> list[Event | RecordError]:
+    return list(FitbitImporter(params or None).parse(path))
+
+
+def _events(path: Path, **params: object) -> list[Event]:
+    items = _parse(path, **params)
+    assert all(isinstance(i, Event) for i in items), items
+    return items  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    ("name", "metric"),
+    [
+        ("distance.json", "distance"),
+        ("distance-2017-12-31.json", "distance"),
+        ("exercise-100.json", "exercise"),
+        ("time_in_heart_rate_zones-2018-01-02.json", "heart_rate_zones"),
+        ("heart_rate_zones.json", "heart_rate_zones"),
+        ("sleep-2018-02-01.json", "sleep"),
+        ("sleep_score.csv", "sleep_score"),
+        ("weight-2018-01-01.json", None),
+        ("distance-2017-12-31.csv", None),
+        ("My Activity.json", None),
+    ],
+)
+def test_metric_comes_from_the_file_name(name: str, metric: str | None) -> None:
+    assert fitbit_metric(Path(name)) == metric
+
+
+def test_real_sample_counts(samples_dir: Path) -> None:
+    counts = {p.name: len(_events(p)) for p in sorted((samples_dir / "fitbit").iterdir())}
+    assert counts == {
+        "distance.json": 5,
+        "exercise.json": 3,
+        "heart_rate_zones.json": 2,
+        "lightly_active_minutes.json": 3,
+        "moderately_active_minutes.json": 3,
+        "resting_heart_rate.json": 2,
+        "sedentary_minutes.json": 3,
+        "sleep.json": 2,
+        "sleep_score.csv": 2,
+        "very_active_minutes.json": 3,
+    }
+
+
+def test_local_times_default_to_utc_and_say_so(samples_dir: Path) -> None:
+    first = _events(samples_dir / "fitbit" / "distance.json")[0]
+    assert first.type == "distance"
+    assert first.timestamp == datetime(2017, 12, 31, 16, 42, tzinfo=UTC)
+    assert first.fields == {"assumed_tz": "UTC", "value": 4110.0}
+
+
+def test_timezone_param_is_applied_with_daylight_saving() -> None:
+    winter, _, summer = _events(FIX / "steps-2018-01-01.json", timezone="America/New_York")
+    assert winter.timestamp == datetime(2018, 1, 1, 13, 0, tzinfo=UTC)  # EST, UTC-5
+    assert summer.timestamp == datetime(2018, 7, 1, 12, 2, tzinfo=UTC)  # EDT, UTC-4
+    assert summer.fields == {"assumed_tz": "America/New_York", "value": 112}
+
+
+def test_heart_rate_timezone_overrides_for_heart_rate_only() -> None:
+    params = {"timezone": "Europe/Paris", "heart_rate_timezone": "UTC"}
+    beat = _events(FIX / "heart_rate-2018-01-02.json", **params)[0]
+    assert beat.timestamp == datetime(2018, 1, 2, 7, 0, 5, tzinfo=UTC)
+    assert beat.fields == {"assumed_tz": "UTC", "bpm": 61, "confidence": 2}
+    step = _events(FIX / "steps-2018-01-01.json", **params)[0]
+    assert step.timestamp == datetime(2018, 1, 1, 7, 0, tzinfo=UTC)  # Paris, UTC+1
+
+
+def test_date_suffixed_and_plain_names_read_alike(samples_dir: Path, tmp_path: Path) -> None:
+    for plain, suffixed in (
+        ("sleep.json", "sleep-2018-02-01.json"),
+        ("exercise.json", "exercise-0.json"),
+        ("distance.json", "distance-2017-12-31.json"),
+    ):
+        copy = tmp_path / suffixed
+        shutil.copyfile(samples_dir / "fitbit" / plain, copy)
+        assert _events(copy) == _events(samples_dir / "fitbit" / plain)
+    zones = _events(FIX / "time_in_heart_rate_zones-2018-01-02.json")
+    assert zones == _events(samples_dir / "fitbit" / "heart_rate_zones.json")[:1]
+    assert zones[0].fields["in_default_zone_1"] == 154.0
+    assert zones[0].fields["below_default_zone_1"] == 1037.0
+
+
+def test_sleep_fields(samples_dir: Path) -> None:
+    stages, classic = _events(samples_dir / "fitbit" / "sleep.json")
+    assert stages.timestamp == datetime(2018, 2, 1, 22, 36, tzinfo=UTC)
+    assert stages.fields["end"] == datetime(2018, 2, 2, 6, 42, tzinfo=UTC)
+    assert stages.fields["duration_s"] == 29160.0
+    assert stages.fields["minutes_asleep"] == 452 and stages.fields["efficiency"] == 68
+    assert (stages.fields["deep_minutes"], stages.fields["deep_count"]) == (137, 6)
+    assert stages.fields["sleep_type"] == "stages" and stages.fields["main_sleep"] is True
+    assert classic.fields["restless_minutes"] == 195 and "deep_minutes" not in classic.fields
+
+
+def test_exercise_fields_normalise_units(samples_dir: Path) -> None:
+    walk, _, run = _events(samples_dir / "fitbit" / "exercise.json")
+    assert walk.timestamp == datetime(2018, 1, 1, 14, 25, 33, tzinfo=UTC)
+    assert walk.fields["activity"] == "Walk" and walk.fields["duration_s"] == 1229.0
+    assert walk.fields["very_active_minutes"] == 18 and walk.fields["sedentary_minutes"] == 0
+    assert walk.fields["hr_fat_burn_minutes"] == 17
+    assert "distance_km" not in walk.fields
+    assert run.fields["distance_km"] == pytest.approx(2.087447 * 1.609344)
+    assert run.fields["speed_kmh"] == pytest.approx(6.4339119863013705 * 1.609344)
+    assert run.fields["pace_s_per_km"] == pytest.approx(559.5351642460862 / 1.609344)
+    assert (run.fields["source_type"], run.fields["source_name"]) == ("tracker", "Charge 2")
+    bike = _events(FIX / "exercise-100.json")[0]
+    assert bike.fields["distance_km"] == 12.5 and bike.fields["has_gps"] is True
+
+
+def test_resting_heart_rate_placeholder_days_are_dropped() -> None:
+    (day,) = _events(FIX / "resting_heart_rate-2018-12-30.json")
+    assert day.timestamp == datetime(2018, 12, 30, tzinfo=UTC)
+    assert day.fields == {"assumed_tz": "UTC", "value": 59.5, "error": 6.75}
+
+
+def test_sleep_score_csv_is_utc(samples_dir: Path) -> None:
+    first, second = _events(samples_dir / "fitbit" / "sleep_score.csv", timezone="Asia/Tokyo")
+    assert first.timestamp == datetime(2019, 8, 29, 6, 30, 30, tzinfo=UTC)
+    assert first.fields == {
+        "overall_score": 75,
+        "composition_score": 18,
+        "revitalization_score": 20,
+        "duration_score": 37,
+        "deep_sleep_minutes": 77,
+        "resting_heart_rate": 59,
+        "restlessness": 0.070093458,
+    }
+    assert second.fields["overall_score"] == 82
+
+
+def test_bad_items_are_yielded_with_their_json_path() -> None:
+    items = _parse(FIX / "steps-2018-01-02.json")
+    path = FIX / "steps-2018-01-02.json"
+    assert [i.fields["value"] for i in items if isinstance(i, Event)] == [12, 9]
+    assert [str(i) for i in items if isinstance(i, RecordError)] == [
+        f"{path} [$[1]]: dateTime: '2018-01-02 8am' is not 'MM/DD/YY HH:MM:SS'",
+        f"{path} [$[2]]: value: 'lots' is not an integer",
+        f"{path} [$[3]]: missing field 'dateTime'",
+        f"{path} [$[4]]: item: expected an object, got str",
+    ]
+
+
+def test_bad_sleep_score_rows_name_their_line() -> None:
+    items = _parse(FIX / "bad" / "sleep_score.csv", timezone="Europe/Berlin")
+    path = FIX / "bad" / "sleep_score.csv"
+    assert [str(i) for i in items if isinstance(i, RecordError)] == [
+        f"{path}:3: timestamp: 'yesterday' is not an ISO 8601 time",
+        f"{path}:4: overall_score: 'eighty' is not an integer",
+    ]
+    last = items[-1]
+    assert isinstance(last, Event)
+    assert last.timestamp == datetime(2019, 9, 1, 4, 0, tzinfo=UTC)  # no Z: Berlin summer time
+    assert last.fields["assumed_tz"] == "Europe/Berlin" and "composition_score" not in last.fields
+
+
+def test_files_that_are_not_fitbit_raise() -> None:
+    with pytest.raises(RecordError) as info:
+        _parse(FIX / "distance-2018-01-03.json")
+    assert str(info.value) == (
+        f"{FIX / 'distance-2018-01-03.json'}: not a Fitbit export file: expected a JSON array"
+    )
+    with pytest.raises(RecordError, match="the name is not a known metric"):
+        _parse(FIX / "weight-2018-01-01.json")
+    with pytest.raises(RecordError, match=r":1: not a Fitbit sleep_score.csv: missing columns"):
+        _parse(FIX / "wrong_header" / "sleep_score.csv")
+
+
+def test_empty_array_has_no_events() -> None:
+    assert _parse(FIX / "calories-2018-01-02.json") == []
+
+
+def test_detect(samples_dir: Path) -> None:
+    imp = FitbitImporter()
+    for path in (samples_dir / "fitbit").iterdir():
+        assert imp.detect(path) == 0.95, path
+    assert imp.detect(FIX / "exercise-100.json") == 0.95
+    assert imp.detect(FIX / "calories-2018-01-02.json") == 0.4  # name only: an empty array
+    assert imp.detect(FIX / "distance-2018-01-03.json") == 0.0
+    assert imp.detect(FIX / "weight-2018-01-01.json") == 0.0
+    assert imp.detect(FIX / "wrong_header" / "sleep_score.csv") == 0.0
+    assert imp.detect(samples_dir / "google_location" / "records.json") == 0.0
+    assert imp.detect(samples_dir / "fitbit") == 0.0
+
+
+def test_unknown_timezone_is_a_params_error() -> None:
+    with pytest.raises(PluginError, match="unknown timezone"):
+        FitbitImporter({"timezone": "Europe/Atlantis"})
+
+
+def test_store_round_trip_reimport_rollback_and_skip_bad(tmp_path: Path, samples_dir: Path) -> None:
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    imp = FitbitImporter({"timezone": "Europe/London"})
+    assert store.import_file(samples_dir / "fitbit" / "sleep.json", imp).inserted == 2
+    assert store.import_file(samples_dir / "fitbit" / "sleep.json", imp).inserted == 0
+    with pytest.raises(RecordError, match=r"\[\$\[1\]\]: dateTime"):
+        store.import_file(FIX / "steps-2018-01-02.json", imp)
+    assert store.count() == 2
+    report = store.import_file(FIX / "steps-2018-01-02.json", imp, skip_bad=True)
+    assert (report.inserted, report.rejected) == (2, 4)
+    assert [e.record for e in report.errors] == ["$[1]", "$[2]", "$[3]", "$[4]"]
+
+
+@pytest.mark.parametrize(
+    ("stamp", "expected"),
+    [
+        ("12/31/17 23:59:59", datetime(2017, 12, 31, 23, 59, 59, tzinfo=UTC)),
+        ("02/29/20 00:00:00", datetime(2020, 2, 29, tzinfo=UTC)),
+        ("13/01/18 00:00:00", None),
+        ("02/30/18 00:00:00", None),
+        ("01/01/18T00:00:00", None),
+    ],
+)
+def test_fitbit_date_time_layout(tmp_path: Path, stamp: str, expected: datetime | None) -> None:
+    path = tmp_path / "steps-2018-01-01.json"
+    path.write_text(f'[{{"dateTime": "{stamp}", "value": "1"}}]')
+    (item,) = _parse(path)
+    if expected is None:
+        assert str(item) == f"{path} [$[0]]: dateTime: '{stamp}' is not 'MM/DD/YY HH:MM:SS'"
+    else:
+        assert isinstance(item, Event) and item.timestamp == expected

@@ -1,0 +1,184 @@
+"""mbox importer: metadata only, thread roots, zones, bad messages, store round trip."""
+
+from __future__ import annotations
+
+import gzip
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from anonml.errors import PluginError, RecordError
+from anonml.model import Event
+from anonml.store import EventStore
+from importers.mbox import MboxImporter, keyed_hash
+
+FIX = Path(__file__).parent / "fixtures" / "mbox"
+
+
+def _events(path: Path, **params: object) -> list[Event | RecordError]:
+    return list(MboxImporter(params or None).parse(path))
+
+
+def _message_bytes(data: bytes, start_marker: bytes, end_marker: bytes | None) -> int:
+    """Size of a message as stored: after its From_ line, before the separating blank line."""
+    begin = data.index(start_marker)
+    begin = data.index(b"\n", begin) + 1
+    end = len(data) - 1 if end_marker is None else data.index(end_marker, begin) + 1
+    return end - begin
+
+
+def test_basic_mailbox_gives_one_metadata_event_per_message() -> None:
+    events = _events(FIX / "basic.mbox")
+    assert len(events) == 3 and all(isinstance(e, Event) for e in events)
+    first, second, third = events
+    assert first.type == "message" and first.source == "mbox"
+    assert first.timestamp == datetime(2020, 1, 2, 9, 30, tzinfo=UTC)  # 10:30 +0100
+    assert first.fields["sender_domain"] == "example.org"
+    assert first.fields["recipient_count"] == 3  # two To (one quoted with a comma) + one Cc
+    assert first.fields["is_reply"] is False
+    assert first.fields["subject_length"] == len("Lunch?")
+    assert first.fields["content_type"] == "text/plain"
+    assert first.fields["has_attachments"] is False
+    assert second.fields["subject_length"] == len("Réponse : Lunch?")  # RFC 2047 decoded
+    assert second.fields["is_reply"] is True
+    assert second.fields["recipient_count"] == 1
+    # group syntax counts 0, the two Bcc addresses count
+    assert third.fields["recipient_count"] == 2
+    assert third.fields["content_type"] == "multipart/mixed"
+    # menu.pdf has Content-Disposition: attachment; logo.png only a name= (no disposition)
+    assert third.fields["attachment_count"] == 2 and third.fields["has_attachments"] is True
+
+
+def test_size_is_the_stored_message_without_separator_lines() -> None:
+    data = (FIX / "basic.mbox").read_bytes()
+    sizes = [e.fields["size_bytes"] for e in _events(FIX / "basic.mbox")]
+    assert sizes == [
+        _message_bytes(data, b"From alice@", b"\n\nFrom bob@"),
+        _message_bytes(data, b"From bob@", b"\n\nFrom carol@"),
+        _message_bytes(data, b"From carol@", None),
+    ]
+
+
+def test_thread_id_is_the_keyed_hash_of_the_references_root() -> None:
+    events = _events(FIX / "basic.mbox")
+    root = keyed_hash("root-1@example.org", "", "anonml-thread")
+    assert [e.fields["thread_id"] for e in events] == [root, root, root]
+    assert events[0].fields["sender_hash"] == keyed_hash("alice@example.org", "", "anonml-addr")
+    keyed = _events(FIX / "basic.mbox", hash_key="s3cret")
+    assert keyed[0].fields["thread_id"] == keyed_hash("root-1@example.org", "s3cret", "anonml-thread")
+    assert keyed[0].fields["thread_id"] != root
+    assert keyed[0].fields["sender_hash"] != events[0].fields["sender_hash"]
+
+
+def test_no_body_subject_or_address_reaches_an_event() -> None:
+    for name in ("basic.mbox", "gmail.mbox", "crlf.mbox"):
+        for event in _events(FIX / name):
+            for value in event.fields.values():
+                text = str(value).lower()
+                assert "@" not in text
+                assert "lunch" not in text and "menu" not in text and "hello" not in text
+
+
+def test_minus_zero_zone_is_read_as_utc_and_flagged() -> None:
+    events = _events(FIX / "basic.mbox")
+    assert events[1].timestamp == datetime(2020, 1, 2, 11, 0, tzinfo=UTC)
+    assert events[1].fields["date_zone_known"] is False
+    assert events[0].fields["date_zone_known"] is True
+
+
+def test_gmail_labels_become_known_flags_only() -> None:
+    sent, spam = _events(FIX / "gmail.mbox")
+    assert (sent.fields["is_sent"], sent.fields["is_unread"], sent.fields["is_spam"]) == (
+        True,
+        False,
+        False,
+    )
+    assert (spam.fields["is_spam"], spam.fields["is_unread"], spam.fields["is_trash"]) == (
+        True,
+        True,
+        False,
+    )
+    assert "My secret project" not in str(sent.fields)
+    assert "is_sent" not in _events(FIX / "basic.mbox")[0].fields
+
+
+def test_crlf_mailbox() -> None:
+    events = _events(FIX / "crlf.mbox")
+    assert [e.timestamp.hour for e in events] == [10, 11]  # type: ignore[union-attr]
+    data = (FIX / "crlf.mbox").read_bytes()
+    assert events[0].fields["size_bytes"] == _message_bytes(data, b"From a@", b"\r\n\r\nFrom b@") + 1
+
+
+def test_bad_dates_are_yielded_with_the_from_line() -> None:
+    items = _events(FIX / "missing_date.mbox")
+    assert isinstance(items[0], Event)
+    assert [str(e) for e in items[1:]] == [
+        f"{FIX / 'missing_date.mbox'}:10: message has no Date header",
+        f"{FIX / 'missing_date.mbox'}:18: Date header 'sometime next week' is not an RFC 5322 date",
+    ]
+
+
+def test_a_file_that_is_not_mbox_raises() -> None:
+    with pytest.raises(RecordError) as info:
+        _events(FIX / "not_mbox.mbox")
+    assert str(info.value) == (
+        f"{FIX / 'not_mbox.mbox'}:1: not an mbox file: expected a 'From ' line, "
+        "found 'Date: Sat, 1 Feb 2020 10:00:00 +0000'"
+    )
+
+
+def test_empty_mailbox_has_no_events() -> None:
+    assert _events(FIX / "empty.mbox") == []
+
+
+def test_gzipped_mailbox_reads_like_the_plain_one(tmp_path: Path) -> None:
+    packed = tmp_path / "basic.mbox.gz"
+    packed.write_bytes(gzip.compress((FIX / "basic.mbox").read_bytes()))
+    assert _events(packed) == _events(FIX / "basic.mbox")
+
+
+def test_oversized_message_is_a_bad_record_and_the_rest_is_read(tmp_path: Path) -> None:
+    big = tmp_path / "big.mbox"
+    body = b"x" * 70 + b"\n"
+    big.write_bytes(
+        b"From a@x Sat Feb  1 10:00:00 2020\nDate: Sat, 1 Feb 2020 10:00:00 +0000\n\n"
+        + body * 40
+        + b"\nFrom b@x Sat Feb  1 11:00:00 2020\nDate: Sat, 1 Feb 2020 11:00:00 +0000\n\nsmall\n"
+    )
+    items = _events(big, max_message_bytes=1024)
+    assert str(items[0]) == f"{big}:1: message is larger than max_message_bytes=1024"
+    second = b"Date: Sat, 1 Feb 2020 11:00:00 +0000\n\nsmall\n"
+    assert isinstance(items[1], Event) and items[1].fields["size_bytes"] == len(second)
+
+
+def test_detect_scores_mailboxes_high_and_other_files_low(samples_dir: Path) -> None:
+    imp = MboxImporter()
+    assert imp.detect(FIX / "basic.mbox") == 0.95
+    assert imp.detect(FIX / "gmail.mbox") == 0.95
+    assert imp.detect(FIX / "not_mbox.mbox") == 0.0
+    assert imp.detect(FIX / "empty.mbox") < 0.5
+    assert imp.detect(FIX) == 0.0
+    for other in ("fitbit/sleep_score.csv", "apple_health/export.xml", "browser/chrome.sqlite"):
+        assert imp.detect(samples_dir / other) == 0.0
+
+
+def test_hash_key_longer_than_blake2b_key_is_refused() -> None:
+    with pytest.raises(PluginError, match="hash_key"):
+        MboxImporter({"hash_key": "é" * 40})
+
+
+def test_store_round_trip_reimport_rollback_and_skip_bad(tmp_path: Path) -> None:
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    imp = MboxImporter()
+    first = store.import_file(FIX / "basic.mbox", imp)
+    assert (first.accepted, first.inserted) == (3, 3)
+    again = store.import_file(FIX / "basic.mbox", imp)
+    assert (again.inserted, again.duplicate) == (0, 3)
+    with pytest.raises(RecordError, match="message has no Date header"):
+        store.import_file(FIX / "missing_date.mbox", imp)
+    assert store.count() == 3  # the good first message was rolled back with the bad ones
+    report = store.import_file(FIX / "missing_date.mbox", imp, skip_bad=True)
+    assert (report.inserted, report.rejected) == (1, 2)
+    assert [e.line for e in report.errors] == [10, 18]
+    assert store.count(source="mbox") == 4

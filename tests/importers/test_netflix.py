@@ -1,0 +1,127 @@
+"""Netflix importer: ViewingActivity.csv rows, profiles, old layout, bad rows, store."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from anonml.errors import PluginError, RecordError
+from anonml.model import Event, Text
+from anonml.store import EventStore
+from importers.netflix import NetflixImporter, parse_elapsed
+
+FIX = Path(__file__).parent / "fixtures" / "netflix"
+
+
+def _parse(path: Path, **params: object) -> list[Event | RecordError]:
+    return list(NetflixImporter(params or None).parse(path))
+
+
+def test_rows_become_viewings_with_parsed_fields() -> None:
+    items = _parse(FIX / "ViewingActivity.csv")
+    assert len(items) == 4 and all(isinstance(i, Event) for i in items)
+    pilot, trailer, film, hook = items  # the blank line between rows is skipped
+    assert pilot.type == "viewing" and pilot.timestamp == datetime(2021, 1, 2, 20, 15, 33, tzinfo=UTC)
+    assert pilot.fields == {
+        "profile": "Alex",
+        "title": Text('The Show: Season 1: "Pilot" (Episode 1)'),
+        "duration_s": 45 * 60 + 12,
+        "supplemental": False,
+        "device_type": "Netflix Windows App - Cadmium Windows Mobile",
+        "bookmark_s": 2712,
+        "is_latest_view": True,
+        "latest_bookmark_s": 2712,
+        "country": "DE",
+        "autoplayed": False,
+        "branched": False,
+    }
+    assert trailer.fields["supplemental_type"] == "trailer"
+    assert trailer.fields["is_latest_view"] is False and "latest_bookmark_s" not in trailer.fields
+    assert trailer.fields["autoplayed"] is True and trailer.fields["autoplay_user_action"] == "none"
+    assert film.fields["title"] == "A Film, With A Comma" and film.fields["branched"] is True
+    assert film.fields["duration_s"] == 3723 and film.fields["country"] == "NL"
+    assert hook.fields["autoplay_user_action"] == "user_interaction"
+
+
+def test_profiles_param_keeps_only_the_named_profiles() -> None:
+    items = _parse(FIX / "ViewingActivity.csv", profiles=["Kim"])
+    assert [i.fields["profile"] for i in items] == ["Kim", "Kim"]  # type: ignore[union-attr]
+    assert all(i.user is None for i in items)  # type: ignore[union-attr]
+
+
+def test_older_layout_without_optional_columns() -> None:
+    (view,) = _parse(FIX / "old" / "ViewingActivity.csv")
+    assert isinstance(view, Event)
+    assert view.fields == {
+        "profile": "Alex",
+        "title": Text("Old Show: Episode 3"),
+        "duration_s": 1800,
+        "supplemental": False,
+        "device_type": "Chrome PC (Cadmium)",
+        "bookmark_s": 1800,
+    }
+
+
+def test_bad_rows_name_the_line_their_record_starts_on() -> None:
+    items = _parse(FIX / "bad" / "ViewingActivity.csv")
+    path = FIX / "bad" / "ViewingActivity.csv"
+    assert [i.fields["title"] for i in items if isinstance(i, Event)] == ["Fine", "Fine again"]
+    assert [str(i) for i in items if isinstance(i, RecordError)] == [
+        f"{path}:3: Start Time: '02/01/2021 20:15' is not 'YYYY-MM-DD HH:MM:SS'",
+        f"{path}:4: Duration: '45 minutes' is not H:MM:SS",
+        f"{path}:5: Title: empty",
+        f"{path}:6: Latest Bookmark: '00:10:61' is not H:MM:SS",  # a two-line quoted title
+        f"{path}:8: 5 cells for 10 columns",
+    ]
+
+
+def test_other_netflix_csv_raises() -> None:
+    with pytest.raises(RecordError) as info:
+        _parse(FIX / "other" / "SearchHistory.csv")
+    assert str(info.value) == (
+        f"{FIX / 'other' / 'SearchHistory.csv'}:1: not a Netflix ViewingActivity.csv: "
+        "missing columns ['Start Time', 'Duration', 'Title']"
+    )
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("0:45:12", 2712), ("00:00:05", 5), ("12:00:00", 43200)])
+def test_parse_elapsed(text: str, seconds: int) -> None:
+    assert parse_elapsed(text, "Duration") == seconds
+
+
+@pytest.mark.parametrize("text", ["45:12", "0:60:00", "1:2:3", "", "-0:01:00"])
+def test_parse_elapsed_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match="Duration: .* is not H:MM:SS"):
+        parse_elapsed(text, "Duration")
+
+
+def test_detect(samples_dir: Path, tmp_path: Path) -> None:
+    imp = NetflixImporter()
+    assert imp.detect(FIX / "ViewingActivity.csv") == 0.95  # with a byte-order mark
+    assert imp.detect(FIX / "old" / "ViewingActivity.csv") == 0.95
+    renamed = tmp_path / "netflix.csv"
+    renamed.write_bytes((FIX / "ViewingActivity.csv").read_bytes())
+    assert imp.detect(renamed) == 0.9
+    assert imp.detect(FIX / "other" / "SearchHistory.csv") == 0.0
+    assert imp.detect(samples_dir / "uber" / "trips_snake_case.csv") == 0.0
+    assert imp.detect(samples_dir / "fitbit" / "sleep_score.csv") == 0.0
+
+
+def test_profiles_param_is_bounded() -> None:
+    with pytest.raises(PluginError, match="profiles"):
+        NetflixImporter({"profiles": [f"p{i}" for i in range(65)]})
+
+
+def test_store_round_trip_reimport_rollback_and_skip_bad(tmp_path: Path) -> None:
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    imp = NetflixImporter()
+    assert store.import_file(FIX / "ViewingActivity.csv", imp).inserted == 4
+    assert store.import_file(FIX / "ViewingActivity.csv", imp).inserted == 0
+    with pytest.raises(RecordError, match=r":3: Start Time"):
+        store.import_file(FIX / "bad" / "ViewingActivity.csv", imp)
+    assert store.count() == 4
+    report = store.import_file(FIX / "bad" / "ViewingActivity.csv", imp, skip_bad=True)
+    assert (report.inserted, report.rejected) == (2, 5)
+    assert [e.line for e in report.errors] == [3, 4, 5, 6, 8]

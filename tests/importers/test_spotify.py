@@ -1,0 +1,166 @@
+"""Spotify importer: account and extended histories, dropped identifiers, bad plays, store."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from anonml.errors import RecordError
+from anonml.model import Event, Text
+from anonml.store import EventStore
+from importers.spotify import SpotifyImporter, platform_family
+
+FIX = Path(__file__).parent / "fixtures" / "spotify"
+
+
+def _parse(path: Path) -> list[Event | RecordError]:
+    return list(SpotifyImporter().parse(path))
+
+
+def _events(path: Path) -> list[Event]:
+    items = _parse(path)
+    assert all(isinstance(i, Event) for i in items), items
+    return items  # type: ignore[return-value]
+
+
+def test_account_history_tracks() -> None:
+    plays = _events(FIX / "StreamingHistory0.json")
+    assert [p.type for p in plays] == ["track_play"] * 3
+    assert plays[1].timestamp == datetime(2020, 1, 1, 12, 4, tzinfo=UTC)
+    assert plays[1].fields == {
+        "history": "account",
+        "ms_played": 305133,
+        "artist": Text("Björk"),
+        "track": Text("Jóga"),
+    }
+    assert isinstance(plays[1].fields["track"], Text)  # titles are free text, not categories
+    assert plays[2].fields["ms_played"] == 0
+
+
+def test_account_history_podcasts() -> None:
+    (play,) = _events(FIX / "StreamingHistory_podcast_0.json")
+    assert play.type == "episode_play"
+    assert play.fields == {
+        "history": "account",
+        "ms_played": 1800000,
+        "show": Text("Morning Show"),
+        "episode": Text("Episode 12: Rivers"),
+    }
+
+
+def test_extended_history_before_2023() -> None:
+    track, episode, unknown = _events(FIX / "endsong_0.json")
+    assert track.type == "track_play"
+    assert track.timestamp == datetime(2019, 3, 15, 14, 7, 47, tzinfo=UTC)
+    assert track.fields == {
+        "history": "extended",
+        "ms_played": 172000,
+        "track": Text("Feeling Good"),
+        "artist": Text("Nina Simone"),
+        "album": Text("I Put A Spell On You"),
+        "track_uri": Text("spotify:track:0000000000000000000001"),
+        "country": "DE",
+        "reason_start": "clickrow",
+        "reason_end": "trackdone",
+        "shuffle": False,
+        "offline": False,
+        "incognito": False,
+        "platform": "android",
+    }  # skipped: null is omitted
+    assert episode.type == "episode_play" and episode.fields["platform"] == "web"
+    assert episode.fields["skipped"] is True and episode.fields["incognito"] is True
+    assert unknown.type == "unknown_play" and unknown.fields["platform"] == "ios"
+
+
+def test_identifiers_are_never_stored() -> None:
+    for name in ("endsong_0.json", "Streaming_History_Audio_2023-2024_0.json"):
+        for play in _events(FIX / name):
+            text = str(play.fields)
+            assert "someone123" not in text
+            assert "203.0.113.7" not in text and "192.0.2.44" not in text
+            assert "offline_timestamp" not in play.fields
+
+
+def test_extended_history_since_2023_with_audiobook_and_video() -> None:
+    track, book = _events(FIX / "Streaming_History_Audio_2023-2024_0.json")
+    assert track.fields["platform"] == "macos" and track.fields["skipped"] is True
+    assert book.type == "audiobook_play"
+    assert book.fields["audiobook"] == "A Long Book" and book.fields["chapter"] == "Chapter 1"
+    assert book.fields["chapter_uri"] == "spotify:episode:0000000000000000000005"
+    (video,) = _events(FIX / "Streaming_History_Video_2021-2023.json")
+    assert video.type == "episode_play" and video.fields["platform"] == "sonos"
+
+
+@pytest.mark.parametrize(
+    ("raw", "family"),
+    [
+        ("Android OS 9 API 28 (samsung, SM-G960F)", "android"),
+        ("iOS 12.1.4 (iPhone10,6)", "ios"),
+        ("Windows 10 (10.0.17134; x64)", "windows"),
+        ("OS X 10.14.3 [x86 8]", "macos"),
+        ("web_player windows 10;chrome 73.0.3683.86;desktop", "web"),
+        ("Partner sonos_s14 Sonos Play:1", "sonos"),
+        ("Partner google cast_tv", "cast"),
+        ("something new", "other"),
+    ],
+)
+def test_platform_family(raw: str, family: str) -> None:
+    assert platform_family(raw) == family
+
+
+def test_bad_plays_are_yielded_with_their_json_path() -> None:
+    items = _parse(FIX / "StreamingHistory9.json")
+    path = FIX / "StreamingHistory9.json"
+    assert [i.fields["track"] for i in items if isinstance(i, Event)] == ["B", "C"]
+    assert [str(i) for i in items if isinstance(i, RecordError)] == [
+        f"{path} [$[1]]: endTime: '03/01/2020 10:05' is not 'YYYY-MM-DD HH:MM'",
+        f"{path} [$[2]]: missing field 'msPlayed'",
+        f"{path} [$[3]]: msPlayed: -5 is negative",
+        f"{path} [$[4]]: expected an object, got list",
+        f"{path} [$[5]]: shuffle: 'yes' is not true/false",
+        f"{path} [$[6]]: neither 'endTime' nor 'ts': not a Spotify play",
+    ]
+
+
+def test_not_an_array_raises_and_empty_is_fine() -> None:
+    with pytest.raises(RecordError) as info:
+        _parse(FIX / "StreamingHistory5.json")
+    assert str(info.value) == (
+        f"{FIX / 'StreamingHistory5.json'}: not a Spotify streaming history: expected a JSON array"
+    )
+    assert _parse(FIX / "StreamingHistory2.json") == []
+
+
+def test_detect(samples_dir: Path, tmp_path: Path) -> None:
+    imp = SpotifyImporter()
+    for name in (
+        "StreamingHistory0.json",
+        "StreamingHistory_podcast_0.json",
+        "endsong_0.json",
+        "Streaming_History_Audio_2023-2024_0.json",
+        "Streaming_History_Video_2021-2023.json",
+    ):
+        assert imp.detect(FIX / name) == 0.95, name
+    renamed = tmp_path / "history.json"
+    renamed.write_bytes((FIX / "endsong_0.json").read_bytes())
+    assert imp.detect(renamed) == 0.85
+    assert imp.detect(FIX / "StreamingHistory2.json") == 0.4  # name only, empty array
+    assert imp.detect(FIX / "StreamingHistory5.json") == 0.0
+    assert imp.detect(samples_dir / "fitbit" / "distance.json") == 0.0
+    search = samples_dir / "google_takeout" / "Takeout" / "My Activity" / "Search" / "My Activity.json"
+    assert imp.detect(search) == 0.0
+
+
+def test_store_round_trip_reimport_rollback_and_skip_bad(tmp_path: Path) -> None:
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    imp = SpotifyImporter()
+    assert store.import_file(FIX / "endsong_0.json", imp).inserted == 3
+    assert store.import_file(FIX / "endsong_0.json", imp).inserted == 0
+    with pytest.raises(RecordError, match=r"\[\$\[1\]\]: endTime"):
+        store.import_file(FIX / "StreamingHistory9.json", imp)
+    assert store.count() == 3
+    report = store.import_file(FIX / "StreamingHistory9.json", imp, skip_bad=True)
+    assert (report.inserted, report.rejected) == (2, 6)
+    assert store.count(type="track_play") == 3
