@@ -1,0 +1,100 @@
+"""The serialisable name of a mechanism, sent with every report.
+
+The aggregator must debias a report with the ``p`` and ``q`` of the mechanism
+that produced it, and a peer picks the mechanism per report
+(:func:`~anonml.privacy.selection.best_mechanism`), so the choice travels with
+the report as a :class:`MechanismDescriptor`. The descriptor carries the
+defining parameters of its kind *and* the derived ``p``, ``q``, ``epsilon``;
+validation rebuilds the mechanism and refuses a descriptor whose numbers
+disagree, so a tampered or mistyped descriptor never reaches the estimator.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from anonml.privacy.mechanisms import (
+    OUE,
+    RAPPOR,
+    Mechanism,
+    PQPerturbation,
+    RandomizedResponse,
+    SubsetSelection,
+)
+
+__all__ = ["MechanismDescriptor", "MechanismKind", "MECHANISMS"]
+
+MechanismKind = Literal["pq", "rappor", "oue", "krr", "subset"]
+
+#: Every mechanism class by its wire name.
+MECHANISMS: dict[str, type[Mechanism]] = {
+    cls.kind: cls for cls in (PQPerturbation, RAPPOR, OUE, RandomizedResponse, SubsetSelection)
+}
+
+#: Relative tolerance when checking derived numbers (JSON round-trips floats
+#: exactly; this only absorbs differences in evaluation order across versions).
+_RTOL = 1e-9
+
+
+class MechanismDescriptor(BaseModel):
+    """Which mechanism produced a report, with its parameters.
+
+    Attributes
+    ----------
+    kind : {"pq", "rappor", "oue", "krr", "subset"}
+        The mechanism (``PQPerturbation``, ``RAPPOR``, ``OUE``,
+        ``RandomizedResponse``, ``SubsetSelection``).
+    m : int
+        Domain size.
+    p, q : float
+        Per-bit probabilities: true bit set w.p. ``p``, any other w.p. ``q``.
+    epsilon : float
+        The mechanism's privacy loss.
+    omega : int or None
+        Subset size; required for ``"subset"``, absent otherwise.
+
+    Examples
+    --------
+    >>> from anonml.privacy import OUE
+    >>> d = OUE.from_epsilon(1.0, 8).descriptor()
+    >>> MechanismDescriptor.model_validate_json(d.model_dump_json()).to_mechanism()
+    OUE(epsilon=1.0, m=8)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: MechanismKind
+    m: int = Field(ge=2)
+    p: float = Field(gt=0.0, lt=1.0)
+    q: float = Field(gt=0.0, lt=1.0)
+    epsilon: float = Field(gt=0.0, allow_inf_nan=False)
+    omega: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MechanismDescriptor:
+        if (self.kind == "subset") != (self.omega is not None):
+            raise ValueError("omega is required for kind 'subset' and not allowed otherwise")
+        rebuilt = self._build()
+        for name in ("p", "q", "epsilon"):
+            given, derived = getattr(self, name), getattr(rebuilt, name)
+            if not math.isclose(given, derived, rel_tol=_RTOL, abs_tol=0.0):
+                raise ValueError(
+                    f"{self.kind} descriptor: {name}={given!r} disagrees with the "
+                    f"value {derived!r} implied by its other parameters"
+                )
+        return self
+
+    def _build(self) -> Mechanism:
+        if self.kind == "pq":
+            return PQPerturbation(p=self.p, q=self.q, m=self.m)
+        if self.kind == "subset":
+            assert self.omega is not None  # checked by the validator
+            return SubsetSelection(epsilon=self.epsilon, m=self.m, omega=self.omega)
+        return MECHANISMS[self.kind].from_epsilon(self.epsilon, self.m)
+
+    def to_mechanism(self) -> Mechanism:
+        """The mechanism this descriptor names."""
+        return self._build()

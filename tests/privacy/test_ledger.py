@@ -1,0 +1,254 @@
+"""Budget ledger: totals, eq. 7.4 breakdown, caps, persistence, atomicity."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC
+
+import pytest
+from sqlalchemy import create_engine, inspect
+
+from anonml.errors import BudgetExceeded
+from anonml.privacy import (
+    OUE,
+    PER_ATTRIBUTE_LABEL,
+    BinaryRandomizedResponse,
+    PrivacyLedger,
+    ReleaseSpec,
+)
+
+
+@pytest.fixture
+def ledger():
+    with PrivacyLedger("sqlite://") as book:
+        yield book
+
+
+def _thesis_problem(book: PrivacyLedger, peer: str = "alice") -> None:
+    # Medians of a, b, c at 0.1 each; two histogram reports at 0.5 over
+    # (a, label) and (b, c, label).
+    for round_, attr in enumerate(["a", "b", "c"]):
+        book.record(
+            peer=peer,
+            problem="p1",
+            round=round_,
+            attributes=[attr],
+            mechanism=BinaryRandomizedResponse(0.1),
+            pool="median",
+        )
+    book.record(
+        peer=peer,
+        problem="p1",
+        round=3,
+        attributes=["a", "label"],
+        mechanism="oue",
+        epsilon=0.5,
+        pool="reports",
+    )
+    book.record(
+        peer=peer,
+        problem="p1",
+        round=3,
+        attributes=["b", "c", "label"],
+        mechanism="subset",
+        epsilon=0.5,
+        pool="reports",
+    )
+
+
+def test_headline_is_sequential_and_breakdown_is_eq_7_4(ledger):
+    _thesis_problem(ledger)
+    report = ledger.budget("alice", "p1")
+    assert report.total == pytest.approx(1.3)  # 3 x 0.1 + 2 x 0.5
+    assert report.n_releases == 5
+    assert dict(report.per_attribute) == pytest.approx({"a": 0.6, "b": 0.6, "c": 0.6, "label": 1.0})
+    # eq. 7.4: max(max_i eps_h(i) + eps_e^i, sum_j eps_h^j) = max(0.6, 1.0)
+    assert report.per_attribute_total == pytest.approx(1.0)
+    assert report.per_attribute_label == PER_ATTRIBUTE_LABEL
+    assert "independent" in report.per_attribute_label
+    assert report.cap is None and report.remaining is None
+    # Other peers and problems are separate accounts.
+    assert ledger.budget("bob", "p1").total == 0.0
+    assert ledger.budget("alice", "p2").total == 0.0
+
+
+def test_releases_are_recorded_with_every_field(ledger):
+    release = ledger.record(
+        peer="alice",
+        problem="p1",
+        round=2,
+        attributes=["x", "y", "x"],
+        mechanism=OUE.from_epsilon(0.7, 8),
+        pool="reports",
+    )
+    assert release.epsilon == pytest.approx(0.7) and release.mechanism == "oue"
+    assert release.attributes == ("x", "y")  # repeated names counted once
+    assert release.recorded_at.tzinfo is UTC or release.recorded_at.utcoffset().total_seconds() == 0
+    (stored,) = ledger.releases(peer="alice")
+    assert stored == release
+
+
+def test_refuses_a_release_past_the_cap_and_records_nothing(ledger):
+    ledger.set_cap("p1", 1.0)
+    for round_ in range(10):  # ten releases of 0.1 fit a cap of 1.0 exactly
+        ledger.record(
+            peer="alice", problem="p1", round=round_, attributes=["age"], mechanism="binary_rr", epsilon=0.1
+        )
+    with pytest.raises(BudgetExceeded, match=r"'alice'.*'p1'.*past the cap 1"):
+        ledger.record(
+            peer="alice", problem="p1", round=10, attributes=["age"], mechanism="binary_rr", epsilon=0.1
+        )
+    assert len(ledger.releases(peer="alice")) == 10
+    report = ledger.budget("alice", "p1")
+    assert report.cap == 1.0 and report.remaining == pytest.approx(0.0, abs=1e-12)
+    # Another peer has its own allowance under the problem-wide cap.
+    ledger.record(peer="bob", problem="p1", round=0, attributes=["age"], mechanism="binary_rr", epsilon=0.9)
+
+
+def test_cap_precedence_peer_then_problem_then_default():
+    with PrivacyLedger("sqlite://", default_cap=2.0) as book:
+        assert book.cap("alice", "p1") == 2.0
+        book.set_cap("p1", 1.0)
+        assert book.cap("alice", "p1") == 1.0
+        book.set_cap("p1", 0.5, peer="alice")
+        assert book.cap("alice", "p1") == 0.5 and book.cap("bob", "p1") == 1.0
+        book.set_cap("p1", None, peer="alice")
+        assert book.cap("alice", "p1") == 1.0
+        with pytest.raises(ValueError):
+            book.set_cap("p1", -1.0)
+
+
+def test_batch_is_all_or_nothing(ledger):
+    ledger.set_cap("p1", 1.0)
+    specs = [
+        ReleaseSpec("alice", "p1", 0, ("a", "label"), "oue", 0.4),
+        ReleaseSpec("alice", "p1", 0, ("b", "label"), "oue", 0.4),
+        ReleaseSpec("alice", "p1", 0, ("c", "label"), "oue", 0.4),
+    ]
+    with pytest.raises(BudgetExceeded):
+        ledger.record_many(specs)
+    assert ledger.releases() == []
+    assert len(ledger.record_many(specs[:2])) == 2
+
+
+def test_survives_a_restart(tmp_path):
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with PrivacyLedger(url) as book:
+        _thesis_problem(book)
+        book.set_cap("p1", 1.5)
+        before = book.releases()
+    with PrivacyLedger(url) as book:
+        assert book.releases() == before
+        assert book.budget("alice", "p1").total == pytest.approx(1.3)
+        assert book.cap("alice", "p1") == 1.5
+        with pytest.raises(BudgetExceeded):
+            book.record(peer="alice", problem="p1", round=9, attributes=["a"], mechanism="oue", epsilon=0.3)
+    tables = set(inspect(create_engine(url)).get_table_names())
+    assert {"privacy_releases", "privacy_release_attributes", "privacy_caps"} <= tables
+
+
+def test_default_location_is_ledger_db_in_anonml_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANONML_HOME", str(tmp_path))
+    with PrivacyLedger() as book:
+        book.record(peer="a", problem="p", round=0, attributes=["x"], mechanism="oue", epsilon=1.0)
+        assert book.url == f"sqlite:///{tmp_path / 'ledger.db'}"
+    assert (tmp_path / "ledger.db").exists()
+
+
+def test_problem_budget_composes_pools_in_parallel(ledger):
+    # Median pool and report pool are disjoint: the problem's guarantee is the
+    # largest peer total, not the sum over pools.
+    for peer in ("m1", "m2"):
+        ledger.record(
+            peer=peer,
+            problem="p1",
+            round=0,
+            attributes=["age"],
+            mechanism="binary_rr",
+            epsilon=0.5,
+            pool="median",
+        )
+    for peer in ("r1", "r2", "r3"):
+        ledger.record(
+            peer=peer,
+            problem="p1",
+            round=1,
+            attributes=["age", "label"],
+            mechanism="oue",
+            epsilon=1.0,
+            pool="reports",
+        )
+    summary = ledger.problem_budget("p1")
+    assert summary.headline == pytest.approx(1.0)
+    assert {p.pool: (p.peers, p.epsilon) for p in summary.pools} == {"median": (2, 0.5), "reports": (3, 1.0)}
+    assert summary.shared_peers == 0
+    # A peer in both pools composes sequentially.
+    ledger.record(
+        peer="m1",
+        problem="p1",
+        round=1,
+        attributes=["age", "label"],
+        mechanism="oue",
+        epsilon=1.0,
+        pool="reports",
+    )
+    summary = ledger.problem_budget("p1")
+    assert summary.headline == pytest.approx(1.5) and summary.shared_peers == 1
+    assert summary.per_peer["m1"] == pytest.approx(1.5)
+
+
+def test_concurrent_writers_cannot_overspend(tmp_path):
+    # Eight ledgers on one file race to spend 0.3 each under a cap of 1.0:
+    # exactly three may succeed (BEGIN IMMEDIATE makes check+insert atomic).
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    with PrivacyLedger(url) as setup:
+        setup.set_cap("p1", 1.0)
+    outcomes: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def spend() -> None:
+        with PrivacyLedger(url) as book:
+            barrier.wait()
+            try:
+                book.record(
+                    peer="alice", problem="p1", round=0, attributes=["a"], mechanism="oue", epsilon=0.3
+                )
+                outcomes.append("ok")
+            except BudgetExceeded:
+                outcomes.append("refused")
+
+    threads = [threading.Thread(target=spend) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["ok"] * 3 + ["refused"] * 5
+    with PrivacyLedger(url) as book:
+        assert book.budget("alice", "p1").total == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"attributes": []}, ValueError),
+        ({"attributes": [""]}, ValueError),
+        ({"peer": ""}, ValueError),
+        ({"round": -1}, ValueError),
+        ({"epsilon": 0.0}, ValueError),
+        ({"epsilon": None}, ValueError),  # a name needs an epsilon
+        ({"mechanism": OUE.from_epsilon(1.0, 4), "epsilon": 2.0}, ValueError),
+        ({"mechanism": 3}, TypeError),
+    ],
+)
+def test_bad_releases_are_refused(ledger, kwargs, error):
+    base = {
+        "peer": "alice",
+        "problem": "p1",
+        "round": 0,
+        "attributes": ["a"],
+        "mechanism": "oue",
+        "epsilon": 1.0,
+    }
+    with pytest.raises(error):
+        ledger.record(**{**base, **kwargs})
+    assert ledger.releases() == []
