@@ -1,0 +1,539 @@
+"""``edx``: edX / Open edX tracking logs (one JSON object per line, plain or gzipped).
+
+Format
+------
+A tracking log (``tracking.log``, rotated as ``tracking.log-20240108.gz``; the
+research data packages deliver the same lines) holds one JSON object per line,
+one line per event, for any number of users. Fields read here (all others,
+such as ``ip``, ``agent``, ``host``, ``referer``, are ignored):
+
+``username`` (string)
+    Who caused the event. Blank for a logged-out browser; such lines, and lines
+    whose username is ``"anonymous"``, cannot be attributed and are **dropped**
+    (edX's own guidance is to ignore them). The importer counts them per reason
+    in :attr:`EdxImporter.dropped` (``"blank username"``,
+    ``"anonymous username"``), filled as :meth:`EdxImporter.parse` is consumed.
+``event_type`` (string) and ``name`` (string, newer server and mobile events)
+    The kind of event. When ``name`` is present and non-blank it supersedes
+    ``event_type``. An ``event_type`` that is a URL path (starts with ``/``) is an
+    implicit page request logged by the server.
+``event_source`` (string)
+    ``browser``, ``server``, ``mobile`` or ``task``; kept as a category.
+``time`` (string)
+    ISO 8601, e.g. ``2024-01-08T09:15:02.123456+00:00``. Older logs write no
+    offset (``2014-01-26T00:28:28.388782``); edX documents ``time`` as UTC, so a
+    value without an offset is read as UTC (that is edX's published convention,
+    not a guess). A value with an offset is converted to UTC.
+``event`` (object, JSON-encoded string, or URL-encoded form)
+    Type-specific members. Server events usually carry an object; browser
+    events usually a JSON-encoded string; browser ``problem_check`` events carry
+    the submitted GET parameters as a URL-encoded form string
+    (``input_<problem>_2_1=choice_1&input_<problem>_3_1=...``).
+``context.course_id`` (string), ``context.user_id`` (number)
+    The course and the numeric learner id, when known.
+``page`` (string URL), ``session`` (32-character key; browser and enrolment events)
+
+Sample line (shortened)::
+
+    {"username": "learner7", "event_source": "browser", "event_type": "play_video",
+     "time": "2024-01-09T18:02:11.402919+00:00", "session": "5f0c...e1",
+     "page": "https://courses.example.org/courses/course-v1:X+Y+Z/courseware/1/2/",
+     "context": {"course_id": "course-v1:X+Y+Z", "user_id": 1107, "path": "/event"},
+     "event": "{\\"id\\": \\"vid_intro\\", \\"code\\": \\"html5\\", \\"currentTime\\": 12.5}"}
+
+Events produced
+---------------
+Every event has ``source="edx"``, ``user=<username>``, the UTC ``timestamp`` and
+the common fields ``event_source`` (str), ``course_id`` (str), ``user_id``
+(int), ``session`` (str) and ``page`` (Text), each only when present. Types
+and their extra fields (aliases in brackets map to the same type):
+
+* ``problem_check`` [``save_problem_check``]: server events ``problem_id`` (str),
+  ``grade``, ``max_grade`` (float), ``attempts`` (int), ``success`` (bool: true
+  for ``"correct"``, false for ``"incorrect"`` and ``"partially-correct"``);
+  browser form events ``inputs`` (int, number of ``input_*`` parameters) and
+  ``problem_html_id`` (str) when all input names (``input_<html id>_<n>_<m>``)
+  share one. Browser checks echo the server's and carry no grade: count
+  attempts on events that have ``success``.
+* ``load_video``, ``play_video``, ``pause_video``, ``stop_video``, ``seek_video``
+  [mobile ``edx.video.loaded|played|paused|stopped|position.changed``]:
+  ``video_id`` (str, the event's ``id``), ``code`` (str), ``current_time``
+  (float s, ``currentTime`` or ``current_time``); seeks add ``old_time``,
+  ``new_time`` (float s) and ``seek_type`` (str).
+* ``seq_goto``, ``seq_next``, ``seq_prev`` [``edx.ui.lms.sequence.tab_selected``,
+  ``next_selected``, ``previous_selected``]: ``old``, ``new``, ``current_tab``,
+  ``target_tab``, ``tab_count`` (int), ``sequence_id`` (str).
+* ``page_close``: common fields only.
+* ``forum_thread_created``, ``forum_response_created``, ``forum_comment_created``
+  (``edx.forum.*.created``): ``post_id``, ``commentable_id``, ``thread_type``,
+  ``team_id`` (str), ``anonymous``, ``anonymous_to_peers``, ``truncated`` (bool),
+  ``title``, ``body`` (Text); responses and comments add ``thread_id``, comments
+  ``response_id``. ``forum_thread_viewed`` (``edx.forum.thread.viewed``):
+  ``thread_id``, ``commentable_id`` (str), ``title`` (Text). The other poster's
+  username (``target_username``) is not imported.
+* ``enrollment_activated``, ``enrollment_deactivated``
+  (``edx.course.enrollment.*``): ``mode`` (str); ``course_id``/``user_id`` from
+  ``event`` when the context lacks them.
+* ``page_view``: an implicit page request; ``path`` (Text) is the requested path.
+* Anything else is kept as a generic event whose type is the sanitised name
+  (lower case, runs of other characters as ``_``: ``edx.ui.lms.link_clicked`` →
+  ``edx_ui_lms_link_clicked``) with the common fields only. Nothing is dropped
+  for having an unknown type.
+
+Errors
+------
+A line that is not JSON, not an object, has no ``time`` / ``event_type``, or
+whose known members have the wrong type is yielded as a
+:class:`~anonml.errors.RecordError` naming the field (``file:line: reason``).
+A file whose first record is not a JSON object with ``event_type`` or ``name``
+is not a tracking log at all and raises.
+
+References
+----------
+edX Research Guide, "Events in the Tracking Logs": Common Fields; Student
+Events (problem interaction, video interaction, navigation, discussion forum,
+enrollment events). https://edx.readthedocs.io/projects/devdata/
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+from pydantic import ValidationError
+
+from anonml.errors import RecordError
+from anonml.model import Event, Text
+from anonml.plugins import Importer
+from anonml.readers import head, iter_json_lines, parse_timestamp
+
+__all__ = ["EdxImporter", "sanitize_type"]
+
+_SOURCE = "edx"
+_MAX_TYPE = 256
+_MAX_USER = 256
+_NOT_TYPE_CHARS = re.compile(r"[^a-z0-9]+")
+# Browser problem_check parameters are named input_<problem html id>_<response>_<input>,
+# with "[]" appended for checkbox groups.
+_INPUT_NAME = re.compile(r"^input_(.+)_\d+_\d+(?:\[\])?$")
+# Where a decoded URL-encoded form is kept among the event members; the NUL
+# prefix cannot collide with a JSON member name edX writes.
+_FORM_KEY = "\x00form"
+# `success` of a graded check; partial credit counts as not a success.
+_SUCCESS = {"correct": True, "incorrect": False, "partially-correct": False}
+
+
+class _BadRecord(ValueError):
+    """A record's field has the wrong shape; the message names the field."""
+
+
+def sanitize_type(name: str) -> str:
+    """A snake_case event type from a free-form event name (``"unknown"`` if nothing is left).
+
+    Lower-cases, turns every run of characters outside ``[a-z0-9]`` into one
+    underscore, strips underscores at the ends and truncates to 256 characters.
+    """
+    cleaned = _NOT_TYPE_CHARS.sub("_", name.lower()).strip("_")[:_MAX_TYPE].rstrip("_")
+    return cleaned or "unknown"
+
+
+# --- typed member readers (each raises _BadRecord naming the field) ---------------
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool):
+        raise _BadRecord(f"field {where!r}: expected a number, got {value!r}")
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            raise _BadRecord(f"field {where!r}: expected a number, got {value!r}") from None
+    else:
+        raise _BadRecord(f"field {where!r}: expected a number, got {value!r}")
+    if not math.isfinite(number):
+        raise _BadRecord(f"field {where!r}: {value!r} is not a finite number")
+    return number
+
+
+def _integer(value: Any, where: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    number = _number(value, where)
+    if not number.is_integer():
+        raise _BadRecord(f"field {where!r}: expected an integer, got {value!r}")
+    return int(number)
+
+
+def _boolean(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise _BadRecord(f"field {where!r}: expected true or false, got {value!r}")
+
+
+def _put_number(fields: dict, key: str, ev: dict, member: str) -> None:
+    value = ev.get(member)
+    if value is not None and value != "":
+        fields[key] = _number(value, f"event.{member}")
+
+
+def _put_int(fields: dict, key: str, ev: dict, member: str) -> None:
+    value = ev.get(member)
+    if value is not None and value != "":
+        fields[key] = _integer(value, f"event.{member}")
+
+
+def _put_bool(fields: dict, key: str, ev: dict, member: str) -> None:
+    value = ev.get(member)
+    if value is not None:
+        fields[key] = _boolean(value, f"event.{member}")
+
+
+def _put_str(fields: dict, key: str, ev: dict, member: str) -> None:
+    value = ev.get(member)
+    if value is None or value == "":
+        return
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise _BadRecord(f"field 'event.{member}': expected a string, got {value!r}")
+    fields[key] = str(value)
+
+
+def _put_text(fields: dict, key: str, ev: dict, member: str) -> None:
+    value = ev.get(member)
+    if value is None or value == "":
+        return
+    if not isinstance(value, str):
+        raise _BadRecord(f"field 'event.{member}': expected a string, got {value!r}")
+    fields[key] = Text(value)
+
+
+def _nested_id(fields: dict, key: str, ev: dict, member: str) -> None:
+    inner = ev.get(member)
+    if inner is None:
+        return
+    if not isinstance(inner, dict):
+        raise _BadRecord(f"field 'event.{member}': expected an object, got {inner!r}")
+    _put_str(fields, key, inner, "id")
+
+
+# --- per-type extractors ---------------------------------------------------------
+
+
+def _problem_check(fields: dict, ev: dict) -> None:
+    form = ev.get(_FORM_KEY)
+    if form is not None:
+        inputs = {k for k, _ in form if k.startswith("input_")}
+        fields["inputs"] = len(inputs)
+        problems = {m.group(1) for m in map(_INPUT_NAME.match, inputs) if m is not None}
+        if len(problems) == 1:
+            # The HTML id of the problem, not the server's usage key: named apart on purpose.
+            fields["problem_html_id"] = problems.pop()
+        return
+    _put_str(fields, "problem_id", ev, "problem_id")
+    _put_number(fields, "grade", ev, "grade")
+    _put_number(fields, "max_grade", ev, "max_grade")
+    _put_int(fields, "attempts", ev, "attempts")
+    success = ev.get("success")
+    if success is not None:
+        if isinstance(success, bool):
+            fields["success"] = success
+        elif isinstance(success, str) and success in _SUCCESS:
+            fields["success"] = _SUCCESS[success]
+        else:
+            raise _BadRecord(f"field 'event.success': expected 'correct' or 'incorrect', got {success!r}")
+
+
+def _video(fields: dict, ev: dict) -> None:
+    _put_str(fields, "video_id", ev, "id")
+    _put_str(fields, "code", ev, "code")
+    if "currentTime" in ev:
+        _put_number(fields, "current_time", ev, "currentTime")
+    else:
+        _put_number(fields, "current_time", ev, "current_time")
+
+
+def _seek(fields: dict, ev: dict) -> None:
+    _video(fields, ev)
+    _put_number(fields, "old_time", ev, "old_time")
+    _put_number(fields, "new_time", ev, "new_time")
+    _put_str(fields, "seek_type", ev, "type")
+
+
+def _sequence(fields: dict, ev: dict) -> None:
+    for member in ("old", "new", "current_tab", "target_tab", "tab_count"):
+        _put_int(fields, member, ev, member)
+    _put_str(fields, "sequence_id", ev, "id")
+
+
+def _nothing(fields: dict, ev: dict) -> None:
+    return None
+
+
+def _forum_created(fields: dict, ev: dict) -> None:
+    _put_str(fields, "post_id", ev, "id")
+    _put_str(fields, "commentable_id", ev, "commentable_id")
+    _put_str(fields, "thread_type", ev, "thread_type")
+    _put_str(fields, "team_id", ev, "team_id")
+    _put_bool(fields, "anonymous", ev, "anonymous")
+    _put_bool(fields, "anonymous_to_peers", ev, "anonymous_to_peers")
+    _put_bool(fields, "truncated", ev, "truncated")
+    _put_text(fields, "title", ev, "title")
+    _put_text(fields, "body", ev, "body")
+    _nested_id(fields, "thread_id", ev, "discussion")
+    _nested_id(fields, "response_id", ev, "response")
+
+
+def _forum_viewed(fields: dict, ev: dict) -> None:
+    _put_str(fields, "thread_id", ev, "id")
+    _put_str(fields, "commentable_id", ev, "commentable_id")
+    _put_text(fields, "title", ev, "title")
+
+
+def _enrollment(fields: dict, ev: dict) -> None:
+    _put_str(fields, "mode", ev, "mode")
+    if "course_id" not in fields:
+        _put_str(fields, "course_id", ev, "course_id")
+    if "user_id" not in fields:
+        _put_int(fields, "user_id", ev, "user_id")
+
+
+_Extractor = Callable[[dict, dict], None]
+
+# name or event_type -> (our type, extractor)
+_KNOWN: dict[str, tuple[str, _Extractor]] = {
+    "problem_check": ("problem_check", _problem_check),
+    "save_problem_check": ("problem_check", _problem_check),
+    "load_video": ("load_video", _video),
+    "edx.video.loaded": ("load_video", _video),
+    "play_video": ("play_video", _video),
+    "edx.video.played": ("play_video", _video),
+    "pause_video": ("pause_video", _video),
+    "edx.video.paused": ("pause_video", _video),
+    "stop_video": ("stop_video", _video),
+    "edx.video.stopped": ("stop_video", _video),
+    "seek_video": ("seek_video", _seek),
+    "edx.video.position.changed": ("seek_video", _seek),
+    "seq_goto": ("seq_goto", _sequence),
+    "edx.ui.lms.sequence.tab_selected": ("seq_goto", _sequence),
+    "seq_next": ("seq_next", _sequence),
+    "edx.ui.lms.sequence.next_selected": ("seq_next", _sequence),
+    "seq_prev": ("seq_prev", _sequence),
+    "edx.ui.lms.sequence.previous_selected": ("seq_prev", _sequence),
+    "page_close": ("page_close", _nothing),
+    "edx.forum.thread.created": ("forum_thread_created", _forum_created),
+    "edx.forum.response.created": ("forum_response_created", _forum_created),
+    "edx.forum.comment.created": ("forum_comment_created", _forum_created),
+    "edx.forum.thread.viewed": ("forum_thread_viewed", _forum_viewed),
+    "edx.course.enrollment.activated": ("enrollment_activated", _enrollment),
+    "edx.course.enrollment.deactivated": ("enrollment_deactivated", _enrollment),
+}
+
+
+def _event_members(raw: Any, kind: str) -> dict:
+    """The ``event`` members as a dict, whatever shape the line used."""
+    if isinstance(raw, dict):
+        return raw
+    if raw is None:
+        return {}
+    if isinstance(raw, str):
+        text = raw.strip()
+        if not text:
+            return {}
+        if text[0] == "{":
+            try:
+                decoded = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise _BadRecord(f"field 'event': invalid JSON string: {exc.msg}") from None
+            if isinstance(decoded, dict):
+                return decoded
+        elif kind == "problem_check":
+            pairs = parse_qsl(text, keep_blank_values=True)
+            if pairs:
+                return {_FORM_KEY: pairs}
+            raise _BadRecord(f"field 'event': not a URL-encoded form: {_clip(text)!r}")
+    raise _BadRecord(f"field 'event': expected an object for {kind}, got {_clip(repr(raw))}")
+
+
+def _clip(text: str, size: int = 60) -> str:
+    return text if len(text) <= size else text[: size - 1] + "…"
+
+
+def _timestamp(obj: dict) -> datetime:
+    value = obj.get("time")
+    if value is None:
+        raise _BadRecord("missing field 'time'")
+    if not isinstance(value, str):
+        raise _BadRecord(f"field 'time': expected a string, got {value!r}")
+    try:
+        # edX documents `time` as UTC, so a value without an offset is UTC by that
+        # convention; values with an offset are converted.
+        return parse_timestamp(value, assume_tz=UTC)
+    except ValueError:
+        raise _BadRecord(f"field 'time': not an ISO 8601 timestamp: {_clip(value)!r}") from None
+
+
+def _common(obj: dict) -> dict:
+    fields: dict = {}
+    source = obj.get("event_source")
+    if isinstance(source, str) and source:
+        fields["event_source"] = source
+    context = obj.get("context")
+    if context is not None:
+        if not isinstance(context, dict):
+            raise _BadRecord(f"field 'context': expected an object, got {_clip(repr(context))}")
+        course = context.get("course_id")
+        if course:
+            if not isinstance(course, str):
+                raise _BadRecord(f"field 'context.course_id': expected a string, got {course!r}")
+            fields["course_id"] = course
+        uid = context.get("user_id")
+        if uid is not None and uid != "":
+            fields["user_id"] = _integer(uid, "context.user_id")
+    session = obj.get("session")
+    if isinstance(session, str) and session:
+        fields["session"] = session
+    page = obj.get("page")
+    if isinstance(page, str) and page:
+        fields["page"] = Text(page)
+    return fields
+
+
+class EdxImporter(Importer):
+    """edX tracking logs → typed engagement events (see the module docstring).
+
+    Attributes
+    ----------
+    dropped : collections.Counter
+        Lines skipped because they cannot be attributed to a learner, by reason
+        (``"blank username"``, ``"anonymous username"``). Reset when a
+        :meth:`parse` iteration starts and complete once it is exhausted.
+
+    Examples
+    --------
+    >>> importer = EdxImporter()
+    >>> importer.name, importer.version
+    ('edx', '1.0')
+    """
+
+    name = "edx"
+    version = "1.0"
+    description = "edX / Open edX tracking logs (JSON lines, plain or .gz)"
+    patterns = ("tracking.log", "tracking.log-*.gz", "*.log", "*.log.gz", "*.jsonl")
+
+    def __init__(self, params: Any = None) -> None:
+        super().__init__(params)
+        self.dropped: Counter[str] = Counter()
+
+    # --- detection ---------------------------------------------------------
+
+    def detect(self, path: Path) -> float:
+        """High when the first line is a JSON object with edX's common fields.
+
+        Reads at most 16 KiB (edX lines with a mobile ``context`` run to a few KiB).
+        """
+        path = Path(path)
+        text = head(path, 16384)
+        stripped = text.lstrip()
+        if not stripped.startswith("{"):
+            return 0.0
+        first, newline, _ = stripped.partition("\n")
+        bonus = 0.05 if path.name.startswith("tracking.log") else 0.0
+        try:
+            obj = json.loads(first)
+        except json.JSONDecodeError:
+            if newline:
+                return 0.0  # a complete first line that is not JSON
+            # The first line is longer than the head: judge by its keys.
+            keys = ('"event_type"', '"time"', '"event_source"')
+            return 0.7 + bonus if all(k in first for k in keys) else 0.0
+        if not isinstance(obj, dict) or not ("event_type" in obj or "name" in obj):
+            return 0.0
+        if "time" not in obj:
+            return 0.3
+        score = 0.85
+        if "username" in obj and "event_source" in obj:
+            score = 0.95
+        return min(1.0, score + bonus)
+
+    # --- parsing -----------------------------------------------------------
+
+    def parse(self, path: Path) -> Iterator[Event | RecordError]:
+        """Stream the log's attributable events; bad lines come out as RecordError values."""
+        path = Path(path)
+        self.dropped = Counter()
+        first = True
+        for lineno, obj in iter_json_lines(path):
+            if first:
+                first = False
+                if not (isinstance(obj, dict) and ("event_type" in obj or "name" in obj)):
+                    raise RecordError(
+                        path,
+                        lineno,
+                        "not an edX tracking log: the first record is not a JSON object "
+                        "with 'event_type' or 'name'",
+                    )
+            if isinstance(obj, RecordError):
+                yield obj
+                continue
+            if not isinstance(obj, dict):
+                yield RecordError(path, lineno, f"expected a JSON object, got {type(obj).__name__}")
+                continue
+            try:
+                event = self._to_event(obj)
+            except _BadRecord as exc:
+                yield RecordError(path, lineno, str(exc))
+                continue
+            except ValidationError as exc:
+                yield RecordError(path, lineno, f"invalid event: {_first_error(exc)}")
+                continue
+            if event is not None:
+                yield event
+
+    def _to_event(self, obj: dict) -> Event | None:
+        user = obj.get("username")
+        if user is not None and not isinstance(user, str):
+            raise _BadRecord(f"field 'username': expected a string, got {user!r}")
+        user = (user or "").strip()
+        if not user:
+            self.dropped["blank username"] += 1
+            return None
+        if user.lower() == "anonymous":
+            self.dropped["anonymous username"] += 1
+            return None
+        if len(user) > _MAX_USER:
+            raise _BadRecord(f"field 'username': longer than {_MAX_USER} characters")
+
+        name = obj.get("name")
+        raw_type = name if isinstance(name, str) and name.strip() else obj.get("event_type")
+        if not isinstance(raw_type, str) or not raw_type.strip():
+            raise _BadRecord("missing field 'event_type' (and no 'name')")
+        raw_type = raw_type.strip()
+        timestamp = _timestamp(obj)
+        fields = _common(obj)
+
+        known = _KNOWN.get(raw_type)
+        if known is not None:
+            type_, extract = known
+            extract(fields, _event_members(obj.get("event"), type_))
+        elif raw_type.startswith("/"):
+            type_ = "page_view"
+            fields["path"] = Text(raw_type)
+        else:
+            type_ = sanitize_type(raw_type)
+        return Event(source=_SOURCE, type=type_, timestamp=timestamp, fields=fields, user=user)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "event"
+    return f"{where}: {err['msg']}"

@@ -1,0 +1,328 @@
+"""The edX tracking-log importer on hand-written fixtures (one per awkward variant) and the store."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from anonml.errors import RecordError
+from anonml.model import Event, Text
+from anonml.plugins import create
+from anonml.store import EventStore
+from importers.edx import EdxImporter, sanitize_type
+
+FIXTURES = Path(__file__).parent / "fixtures" / "edx"
+COURSE = "course-v1:FixtureX+EDX1+2024"
+PAGE = "https://courses.example.org/courses/course-v1:FixtureX+EDX1+2024/courseware/w1/u1/"
+SESSION = "0123456789abcdef0123456789abcdef"
+
+# tracking.log: 25 lines, of which 3 cannot be attributed (blank, "anonymous", missing username).
+EXPECTED_TYPES = [
+    "enrollment_activated",
+    "page_view",
+    "play_video",
+    "pause_video",
+    "play_video",  # mobile: name edx.video.played supersedes event_type
+    "seek_video",
+    "stop_video",
+    "load_video",
+    "problem_check",  # browser, URL-encoded form
+    "problem_check",  # server
+    "problem_check",  # server
+    "seq_goto",
+    "seq_next",  # name edx.ui.lms.sequence.next_selected
+    "seq_prev",
+    "page_close",
+    "forum_thread_created",
+    "forum_response_created",
+    "forum_comment_created",
+    "forum_thread_viewed",
+    "enrollment_deactivated",
+    "edx_ui_lms_link_clicked",  # unknown: kept, sanitised
+    "textbook_pdf_page_navigated",  # unknown, +02:00 offset
+]
+
+
+def parse(path: Path) -> tuple[list[Event], list[RecordError], EdxImporter]:
+    importer = EdxImporter()
+    events, errors = [], []
+    for item in importer.parse(path):
+        (errors if isinstance(item, RecordError) else events).append(item)
+    return events, errors, importer
+
+
+@pytest.fixture(scope="module")
+def sample() -> list[Event]:
+    events, errors, _ = parse(FIXTURES / "tracking.log")
+    assert errors == []
+    return events
+
+
+def test_every_variant_becomes_one_typed_event(sample: list[Event]) -> None:
+    assert [e.type for e in sample] == EXPECTED_TYPES
+    assert {e.source for e in sample} == {"edx"}
+    assert {e.user for e in sample} == {"ada"}
+
+
+def test_unattributable_lines_are_dropped_and_counted() -> None:
+    events, _, importer = parse(FIXTURES / "tracking.log")
+    assert len(events) == 22
+    assert importer.dropped == {"blank username": 2, "anonymous username": 1}
+
+
+def test_server_problem_check_is_typed(sample: list[Event]) -> None:
+    first, second = sample[9], sample[10]
+    assert first.timestamp == datetime(2024, 1, 9, 18, 30, 1, tzinfo=UTC)
+    assert first.fields == {
+        "event_source": "server",
+        "course_id": COURSE,
+        "user_id": 41,
+        "problem_id": "block-v1:FixtureX+EDX1+2024+type@problem+block@p1",
+        "grade": 1.0,
+        "max_grade": 2.0,
+        "attempts": 1,
+        "success": False,
+    }
+    assert (second.fields["success"], second.fields["attempts"], second.fields["grade"]) == (True, 2, 2.0)
+
+
+def test_browser_problem_check_reads_the_url_encoded_form(sample: list[Event]) -> None:
+    browser = sample[8]
+    assert browser.fields["event_source"] == "browser"
+    assert browser.fields["inputs"] == 2
+    assert browser.fields["problem_html_id"] == "block-v1_FixtureX_EDX1_2024_type_problem_block_p1"
+    assert "success" not in browser.fields and "grade" not in browser.fields
+
+
+def test_video_events_from_json_strings_objects_and_mobile(sample: list[Event]) -> None:
+    play, pause, mobile, seek = sample[2], sample[3], sample[4], sample[5]
+    assert (play.fields["video_id"], play.fields["code"]) == ("vid_a", "html5")
+    assert play.fields["current_time"] == 12.5
+    assert pause.fields["current_time"] == 132.5  # event given as an object
+    assert mobile.fields["event_source"] == "mobile"
+    assert mobile.fields["current_time"] == 0.0 and isinstance(mobile.fields["current_time"], float)
+    assert "session" not in mobile.fields  # blank session is absent, not ""
+    assert mobile.timestamp == datetime(2024, 1, 9, 18, 10, tzinfo=UTC)
+    assert {k: seek.fields[k] for k in ("old_time", "new_time", "seek_type")} == {
+        "old_time": 60.0,
+        "new_time": 30.5,
+        "seek_type": "onSlideSeek",
+    }
+    assert "current_time" not in sample[7].fields  # load_video without a position
+
+
+def test_sequence_navigation_fields(sample: list[Event]) -> None:
+    goto, nxt, prev = sample[11], sample[12], sample[13]
+    assert (goto.fields["old"], goto.fields["new"]) == (1, 4)
+    assert (nxt.fields["old"], nxt.fields["new"], nxt.fields["tab_count"]) == (4, 5, 6)
+    assert prev.fields["sequence_id"] == "block-v1:FixtureX+EDX1+2024+type@sequential+block@s1"
+
+
+def test_page_view_time_without_offset_is_utc(sample: list[Event]) -> None:
+    view = sample[1]
+    assert view.timestamp == datetime(2024, 1, 9, 10, 0, 0, 250000, tzinfo=UTC)
+    assert view.fields["path"] == Text("/courses/course-v1:FixtureX+EDX1+2024/courseware/w1/u1/")
+    assert isinstance(view.fields["path"], Text)
+
+
+def test_time_with_another_offset_is_converted_to_utc(sample: list[Event]) -> None:
+    assert sample[-1].timestamp == datetime(2024, 1, 10, 8, 0, tzinfo=UTC)  # 10:00+02:00
+
+
+def test_forum_events(sample: list[Event]) -> None:
+    thread, response, comment, viewed = sample[15:19]
+    assert thread.fields["post_id"] == "t100"
+    assert thread.fields["thread_type"] == "question"
+    assert thread.fields["anonymous"] is False
+    assert thread.fields["title"] == Text("Why does step 2 hold?")
+    assert (response.fields["post_id"], response.fields["thread_id"]) == ("r200", "t099")
+    assert (comment.fields["thread_id"], comment.fields["response_id"]) == ("t099", "r199")
+    assert viewed.fields["thread_id"] == "t099"
+    assert "target_username" not in viewed.fields and "bob" not in json.dumps(viewed.fields)
+
+
+def test_enrollment_falls_back_to_event_members(sample: list[Event]) -> None:
+    activated, deactivated = sample[0], sample[19]
+    assert activated.fields["mode"] == "audit"
+    assert activated.fields["session"] == SESSION
+    # context.course_id and context.user_id are null here: the event's own members fill in.
+    assert deactivated.fields["course_id"] == COURSE
+    assert deactivated.fields["user_id"] == 41
+
+
+def test_unknown_type_keeps_only_common_fields(sample: list[Event]) -> None:
+    clicked = sample[20]
+    assert clicked.fields == {
+        "event_source": "browser",
+        "course_id": COURSE,
+        "user_id": 41,
+        "session": SESSION,
+        "page": Text(PAGE),
+    }
+
+
+def test_gzipped_log() -> None:
+    events, errors, importer = parse(FIXTURES / "tracking.log-20240109.gz")
+    assert errors == []
+    assert [e.type for e in events] == ["play_video", "pause_video"]
+    assert importer.dropped == {"blank username": 1}
+
+
+def test_blank_lines_are_skipped() -> None:
+    events, errors, _ = parse(FIXTURES / "blank_lines.log")
+    assert ([e.type for e in events], errors) == (["play_video", "pause_video"], [])
+
+
+def test_empty_file_has_no_events() -> None:
+    assert parse(FIXTURES / "empty.log")[:2] == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("bad_json.log", "invalid JSON: Expecting ',' delimiter"),
+        ("bad_time.log", "field 'time': not an ISO 8601 timestamp: 'last tuesday'"),
+        ("missing_time.log", "missing field 'time'"),
+        ("bad_event_json.log", "field 'event': invalid JSON string: Expecting value"),
+        ("bad_grade.log", "field 'event.grade': expected a number, got 'ten'"),
+        ("bad_success.log", "field 'event.success': expected 'correct' or 'incorrect', got 'maybe'"),
+        ("non_object_line.log", "expected a JSON object, got list"),
+        ("missing_type.log", "missing field 'event_type' (and no 'name')"),
+    ],
+)
+def test_bad_record_is_yielded_with_file_line_and_reason(name: str, reason: str) -> None:
+    path = FIXTURES / name
+    events, errors, _ = parse(path)
+    assert [str(e) for e in errors] == [f"{path}:2: {reason}"]
+    assert events and events[0].type == "play_video"  # the good line before it still parses
+
+
+@pytest.mark.parametrize("name", ["not_edx.jsonl", "not_json.txt"])
+def test_a_file_that_is_not_a_tracking_log_raises(name: str) -> None:
+    path = FIXTURES / name
+    with pytest.raises(RecordError) as info:
+        list(EdxImporter().parse(path))
+    assert str(info.value) == (
+        f"{path}:1: not an edX tracking log: the first record is not a JSON object "
+        "with 'event_type' or 'name'"
+    )
+
+
+def _write_lines(path: Path, *records: dict) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def _rec(**members: object) -> dict:
+    return {"username": "ada", "event_source": "browser", "time": "2024-01-09T10:00:00+00:00", **members}
+
+
+def test_blank_name_falls_back_to_event_type_and_numbers_may_be_strings(tmp_path: Path) -> None:
+    path = _write_lines(
+        tmp_path / "t.log",
+        _rec(name="", event_type="play_video", event={"id": "v", "currentTime": "7.25"},
+             context={"user_id": "42"}),
+    )
+    (event,), errors, _ = parse(path)
+    assert errors == []
+    assert (event.type, event.fields["current_time"], event.fields["user_id"]) == ("play_video", 7.25, 42)
+
+
+def test_non_finite_and_non_numeric_members_are_errors(tmp_path: Path) -> None:
+    path = _write_lines(
+        tmp_path / "t.log",
+        _rec(event_type="pause_video", event={"id": "v", "currentTime": "NaN"}),
+        _rec(event_type="page_close", context={"user_id": "abc"}),
+        _rec(event_type="seq_goto", event={"old": 1.5, "new": 2}),
+        _rec(event_type="seq_goto", event=[1, 2]),
+    )
+    _, errors, _ = parse(path)
+    assert [str(e) for e in errors] == [
+        f"{path}:1: field 'event.currentTime': 'NaN' is not a finite number",
+        f"{path}:2: field 'context.user_id': expected a number, got 'abc'",
+        f"{path}:3: field 'event.old': expected an integer, got 1.5",
+        f"{path}:4: field 'event': expected an object for seq_goto, got [1, 2]",
+    ]
+
+
+def test_sanitize_type() -> None:
+    assert sanitize_type("edx.ui.lms.link_clicked") == "edx_ui_lms_link_clicked"
+    assert sanitize_type("  Weird--Name!! ") == "weird_name"
+    assert sanitize_type("...") == "unknown"
+    assert len(sanitize_type("a." * 300)) <= 256
+
+
+# --- detection ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["tracking.log", "tracking.log-20240109.gz", "bad_json.log"])
+def test_detect_scores_tracking_logs_high(name: str) -> None:
+    assert EdxImporter().detect(FIXTURES / name) >= 0.9
+
+
+@pytest.mark.parametrize("name", ["not_edx.jsonl", "not_json.txt", "empty.log", "no_such_file.log"])
+def test_detect_scores_other_files_zero(name: str) -> None:
+    assert EdxImporter().detect(FIXTURES / name) == 0.0
+
+
+def test_detect_is_zero_for_folders() -> None:
+    assert EdxImporter().detect(FIXTURES) == 0.0
+
+
+def test_detect_judges_a_first_line_longer_than_the_head_by_its_keys(tmp_path: Path) -> None:
+    path = _write_lines(
+        tmp_path / "long.log",
+        _rec(event_type="problem_check", event={"state": "x" * 40000}),
+    )
+    assert 0.5 <= EdxImporter().detect(path) < 0.9
+
+
+def test_detect_scores_every_real_sample_export_low(samples_dir: Path) -> None:
+    files = [p for p in samples_dir.rglob("*") if p.is_file()]
+    assert len(files) > 20
+    scores = {str(p.relative_to(samples_dir)): EdxImporter().detect(p) for p in files}
+    assert {k: v for k, v in scores.items() if v >= 0.3} == {}
+
+
+def test_registered_as_an_entry_point() -> None:
+    importer = create("importer", "edx")
+    assert isinstance(importer, EdxImporter) and importer.version == "1.0"
+
+
+# --- end to end into a real store ----------------------------------------------------
+
+
+def test_import_into_store_and_reimport_adds_nothing(tmp_path: Path) -> None:
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    report = store.import_file(FIXTURES / "tracking.log", EdxImporter())
+    assert (report.accepted, report.inserted, report.duplicate, report.rejected) == (22, 22, 0, 0)
+    assert store.users() == ["ada"]
+    assert store.count(type="problem_check") == 3
+    again = store.import_file(FIXTURES / "tracking.log", EdxImporter())
+    assert (again.accepted, again.inserted, again.duplicate) == (22, 0, 22)
+    assert store.count() == 22
+    stored = store.events(type="problem_check")
+    assert [e.fields.get("success") for e in stored] == [None, False, True]
+
+
+def test_bad_record_rolls_the_import_back(tmp_path: Path) -> None:
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    store.import_file(FIXTURES / "tracking.log-20240109.gz", EdxImporter())
+    before = (store.count(), len(store.imports()))
+    with pytest.raises(RecordError) as info:
+        store.import_file(FIXTURES / "bad_grade.log", EdxImporter())
+    assert str(info.value).endswith("bad_grade.log:2: field 'event.grade': expected a number, got 'ten'")
+    assert (store.count(), len(store.imports())) == before
+
+
+def test_skip_bad_imports_the_rest_and_reports_each(tmp_path: Path) -> None:
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    report = store.import_file(FIXTURES / "bad_json.log", EdxImporter(), skip_bad=True)
+    assert (report.accepted, report.inserted, report.rejected) == (2, 2, 1)
+    assert [str(e) for e in report.errors] == [
+        f"{FIXTURES / 'bad_json.log'}:2: invalid JSON: Expecting ',' delimiter"
+    ]
+    assert [e.type for e in store.events()] == ["play_video", "stop_video"]
