@@ -105,6 +105,13 @@ _ESCAPE_TAG = "$s:"
 
 
 def _encode_value(value: object) -> object:
+    kind = type(value)
+    if kind is str:
+        return _ESCAPE_TAG + value if value.startswith("$") else value  # type: ignore[union-attr]
+    if kind is Text:
+        return _TEXT_TAG + value  # type: ignore[operator]
+    if kind is int or kind is bool:
+        return value
     if isinstance(value, bool) or isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -133,13 +140,26 @@ def _decode_value(value: object) -> object:
 
 
 def encode_fields(fields: Mapping[str, object]) -> str:
-    """Canonical JSON of a field mapping (sorted keys, tagged text and datetimes)."""
-    return json.dumps(
-        {k: _encode_value(v) for k, v in fields.items()},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
+    """Canonical JSON of a field mapping (sorted keys, tagged text and datetimes).
+
+    The common case (finite numbers and categories without a leading ``$``) is
+    dumped as is; anything else goes through the tagging encoder, which also
+    refuses non-finite floats and unsupported types.
+    """
+    for value in fields.values():
+        kind = type(value)
+        if (
+            kind is int
+            or kind is bool
+            or (kind is str and not value.startswith("$"))  # type: ignore[union-attr]
+            or (kind is float and math.isfinite(value))  # type: ignore[arg-type]
+        ):
+            continue
+        encoded: Mapping[str, object] = {k: _encode_value(v) for k, v in fields.items()}
+        break
+    else:
+        encoded = fields
+    return json.dumps(encoded, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def decode_fields(payload: str) -> dict[str, object]:
@@ -159,6 +179,39 @@ def _validate_field_value(value: object, info: ValidationInfo) -> object:
     if isinstance(value, datetime):
         return to_utc(value)
     raise ValueError(f"unsupported field value {value!r} of type {type(value).__name__}")
+
+
+def _validate_fields(value: object, info: ValidationInfo) -> dict[str, object]:
+    """Validate a whole field mapping in one pass (one call per event, not per value)."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"fields must be a mapping of names to values, got {type(value).__name__}")
+    from_json = info.mode == "json"
+    fields: dict[str, object] = {}
+    for name, item in value.items():
+        if type(name) is not str:
+            raise ValueError(f"field name {name!r} is not a string")
+        kind = type(item)
+        if kind is str:
+            fields[name] = _decode_value(item) if from_json and item.startswith("$") else item
+        elif kind is int or kind is bool or kind is Text:
+            fields[name] = item
+        else:
+            try:
+                fields[name] = _validate_field_value(item, info)
+            except ValueError as exc:
+                raise ValueError(f"field {name!r}: {exc}") from None
+    return fields
+
+
+EventFields = Annotated[
+    dict[str, object],
+    PlainValidator(_validate_fields),
+    PlainSerializer(
+        lambda fields: {k: _encode_value(v) for k, v in fields.items()},
+        return_type=dict[str, object],
+        when_used="json",
+    ),
+]
 
 
 FieldValue = Annotated[
@@ -214,7 +267,7 @@ class Event(BaseModel):
     source: str = Field(min_length=1, max_length=64)
     type: str = Field(min_length=1, max_length=256)
     timestamp: UtcTimestamp = None
-    fields: dict[str, FieldValue] = Field(default_factory=dict)
+    fields: EventFields = Field(default_factory=dict)
     user: str | None = Field(default=None, min_length=1, max_length=256)
 
     @cached_property

@@ -139,36 +139,54 @@ def _from_us(us: int | None) -> datetime | None:
     return None if us is None else _EPOCH + us * _US
 
 
-def _insert_ignoring_duplicates(session: Session, rows: list[dict]) -> None:
+#: Column order of :func:`event_row` tuples.
+EVENT_COLUMNS = ("user_id", "id", "source", "type", "ts_us", "fields", "import_id")
+_SQLITE_INSERT = (
+    f"INSERT OR IGNORE INTO events ({', '.join(EVENT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(EVENT_COLUMNS))})"
+)
+
+
+def _insert_ignoring_duplicates(session: Session, rows: list[tuple]) -> None:
+    """Insert :func:`event_row` tuples, skipping ids already stored.
+
+    On SQLite the rows go straight to the driver's ``executemany`` inside the
+    session's transaction: the ORM's per-row parameter processing cost more
+    than SQLite itself (benchmarks/import_throughput.py).
+    """
     dialect = session.get_bind().dialect.name
     if dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    elif dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
+        session.connection().exec_driver_sql(_SQLITE_INSERT, rows)
+        return
+    if dialect != "postgresql":
         raise StoreError(f"unsupported database dialect {dialect!r} (use SQLite or PostgreSQL)")
-    session.execute(insert(EventRow).on_conflict_do_nothing(), rows)
+    from sqlalchemy.dialects.postgresql import insert
+
+    session.execute(
+        insert(EventRow).on_conflict_do_nothing(), [dict(zip(EVENT_COLUMNS, r, strict=True)) for r in rows]
+    )
 
 
-def event_row(event: Event, user: str, import_id: int) -> dict:
-    """The ``events`` row of ``event`` attributed to ``user``."""
+def event_row(event: Event, user: str, import_id: int) -> tuple:
+    """The ``events`` row of ``event`` attributed to ``user``, in :data:`EVENT_COLUMNS` order."""
     fields_json = encode_fields(event.fields)
-    return {
-        "user_id": user,
-        "id": content_id(user, event.source, event.type, event.timestamp, fields_json),
-        "source": event.source,
-        "type": event.type,
-        "ts_us": _to_us(event.timestamp),
-        "fields": fields_json,
-        "import_id": import_id,
-    }
+    timestamp = event.timestamp
+    return (
+        user,
+        content_id(user, event.source, event.type, timestamp, fields_json),
+        event.source,
+        event.type,
+        None if timestamp is None else (timestamp - _EPOCH) // _US,
+        fields_json,
+        import_id,
+    )
 
 
 def add_events(
     session: Session, events: Iterable[Event], *, user: str, import_id: int
 ) -> int:
     """Insert events (duplicates ignored) in batches; returns how many were offered."""
-    batch: list[dict] = []
+    batch: list[tuple] = []
     offered = 0
     for ev in events:
         batch.append(event_row(ev, ev.user or user, import_id))

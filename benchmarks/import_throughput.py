@@ -48,6 +48,7 @@ from anonml.datasets.mooc import simulate_students, write_edx_logs  # noqa: E402
 from anonml.errors import RecordError  # noqa: E402
 from anonml.model import Event  # noqa: E402
 from anonml.store import (  # noqa: E402
+    EVENT_COLUMNS,
     EventStore,
     ImportRow,
     _insert_ignoring_duplicates,  # the store's own batch insert; benchmarked on purpose
@@ -60,7 +61,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "import.json"
 TARGET_EVENTS_PER_S = 50_000.0
 TARGET_INSERT_RATIO = 0.5
 _BATCH = 5000
-_COLUMNS = ("user_id", "id", "source", "type", "ts_us", "fields", "import_id")
+_COLUMNS = EVENT_COLUMNS
 
 
 class _Clock:
@@ -182,7 +183,7 @@ def run(n_students: int, weeks: int, seed: int, repeats: int, profile: bool) -> 
 
         def store_rows(k: int) -> _Clock:
             store, import_id = _fresh_store(root, f"rows-{k}.db")
-            batch_rows = [{**row, "import_id": import_id} for row in rows]
+            batch_rows = [row[:-1] + (import_id,) for row in rows]
             with _Clock() as clock, store.session() as s, s.begin():
                 for i in range(0, len(batch_rows), _BATCH):
                     _insert_ignoring_duplicates(s, batch_rows[i : i + _BATCH])
@@ -193,7 +194,7 @@ def run(n_students: int, weeks: int, seed: int, repeats: int, profile: bool) -> 
             # The same table: a fresh store file (schema made by the store), written by sqlite3.
             store, import_id = _fresh_store(root, f"sqlite3-{k}.db")
             store.close()
-            tuples = [tuple(row[c] for c in _COLUMNS[:-1]) + (import_id,) for row in rows]
+            tuples = [row[:-1] + (import_id,) for row in rows]
             con = sqlite3.connect(root / f"sqlite3-{k}.db")
             for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON"):
                 con.execute(f"PRAGMA {pragma}")
