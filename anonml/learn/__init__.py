@@ -1,1 +1,81 @@
-"""Learning from private histograms: partition plans, ensembles, multiparty baselines."""
+"""Learning from private histograms: partition plans, ensembles, multiparty baselines.
+
+DESIGN §6. The public surface:
+
+* partition plans from committed randomness — :func:`make_plan`,
+  :func:`verify_assignment`, :func:`commit_seed`, :class:`PartitionPlan`;
+* bins — :class:`Binning`, :func:`auto_n_bins`;
+* subset histograms — :class:`SubsetHistogram`, :func:`estimate_histogram`;
+* ensembles — :func:`paper_ensemble` (thesis eq. 6.2), :func:`default_ensemble`;
+* the model — :class:`AnonMLClassifier` (scikit-learn API, versioned JSON);
+* simulation and the Adult experiment — :func:`simulate_training`,
+  :func:`run_adult_benchmark`.
+
+The multiparty baselines live in :mod:`anonml.learn.multiparty`.
+"""
+
+from anonml.learn.binning import Binning, FeatureBins, auto_n_bins, quantile_thresholds
+from anonml.learn.ensemble import (
+    Component,
+    Ensemble,
+    cell_posteriors,
+    default_ensemble,
+    paper_ensemble,
+    vote_ensemble,
+)
+from anonml.learn.harness import ResultRow, run_adult_benchmark
+from anonml.learn.histograms import (
+    SubsetHistogram,
+    estimate_histogram,
+    exact_histogram,
+    pool_histograms,
+    report_values,
+)
+from anonml.learn.model import AnonMLClassifier
+from anonml.learn.partition import (
+    PartitionPlan,
+    PeerAssignment,
+    commit_seed,
+    make_plan,
+    membership_order,
+    roster_digest,
+    verify_assignment,
+)
+from anonml.learn.simulation import (
+    PrivacyAccounting,
+    SimulationConfig,
+    SimulationResult,
+    simulate_training,
+)
+
+__all__ = [
+    "AnonMLClassifier",
+    "Binning",
+    "Component",
+    "Ensemble",
+    "FeatureBins",
+    "PartitionPlan",
+    "PeerAssignment",
+    "PrivacyAccounting",
+    "ResultRow",
+    "SimulationConfig",
+    "SimulationResult",
+    "SubsetHistogram",
+    "auto_n_bins",
+    "cell_posteriors",
+    "commit_seed",
+    "default_ensemble",
+    "estimate_histogram",
+    "exact_histogram",
+    "make_plan",
+    "membership_order",
+    "paper_ensemble",
+    "pool_histograms",
+    "quantile_thresholds",
+    "report_values",
+    "roster_digest",
+    "run_adult_benchmark",
+    "simulate_training",
+    "verify_assignment",
+    "vote_ensemble",
+]

@@ -1,0 +1,348 @@
+"""From subset histograms to one classifier: paper mode (thesis eq. 6.2) and default mode.
+
+Both modes produce an :class:`Ensemble` of :class:`Component` lookup tables, one
+per feature subset: every subset's inputs are binned, so any partition
+classifier is fully described by its output on each of the subset's cells. An
+ensemble is therefore plain numbers (JSON-able, see :mod:`anonml.learn.model`)
+and scoring a row is ``intercept + Σ_i w_i · table_i[cell_i(x)]``.
+
+*Paper mode* (Cyphers 2017, ch. 6, eq. 6.2) — per (partition, subset): draw a synthetic
+sample of the partition's size from the estimated histogram, fit a partition
+classifier, score it by k-fold cross-validation on that noisy sample, and let
+each classifier cast a ±1 vote weighted by its score (eq. 6.2)::
+
+    f(x) = Σ_i s_i · h_i(x) / Σ_i s_i,   h_i(x) ∈ {−1, +1},   ŷ = 1  iff  f(x) > 0.
+
+*Default mode* — no sampling and no cross-validation on noise: each subset's
+histogram (pooled over the partitions that reported it) gives the smoothed
+posterior of every cell,
+``P̂(y=1 | c) = (ĉ₁ + a·π̂) / (ĉ₀ + ĉ₁ + a)``, the closed-form maximum-likelihood
+fit of the saturated logistic model on the cells weighted by their
+pseudo-count-smoothed estimated counts; ``a = α·σ̂`` is ``smoothing`` times the
+predicted standard deviation of a cell count, so a cell is trusted only as far
+as the privacy noise allows. The subsets are combined additively around the
+pooled prior ``π̂``:
+
+* ``combine="logit"``: ``logit P̂(y|x) = logit π̂ + Σ_S [logit P̂(y=1|x_S) − logit π̂]``,
+  naive Bayes over subsets (exact when subsets are conditionally independent
+  given the label);
+* ``combine="linear"`` (default): the same sum with each term replaced by its
+  tangent at the prior, ``(P̂(y=1|x_S) − π̂) / (π̂(1−π̂))``. The terms stay
+  bounded, so a rare cell whose noisy estimate says "never positive" cannot
+  dominate the sum, and correlated features (sex, marital status,
+  relationship) are double-counted less. On Adult (benchmarks/adult.py
+  ``--ablation``, 20 trials, same seeds) it beats ``"logit"`` at every ε_T:
+  test AUC 0.835 vs 0.832 at 0.5, 0.864 vs 0.857 at 1, 0.876 vs 0.871 at 2,
+  0.883 vs 0.881 at 4. The consistency step matters less: Norm-Sub, Norm-Mul
+  and IBU agree to 0.0003; Base-Cut loses 0.013 at ε_T = 0.5.
+
+A feature that appears in several distinct subsets would be counted several
+times; each subset's term is weighted by the mean over its features of
+``1 / (number of subsets holding the feature)``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from scipy.special import expit, logit
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import f1_score, make_scorer, roc_auc_score
+from sklearn.model_selection import StratifiedKFold, cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import OneHotEncoder
+from sklearn.tree import DecisionTreeClassifier
+
+from anonml.learn.histograms import SubsetHistogram, label_fraction, pool_histograms
+
+__all__ = [
+    "Component",
+    "Ensemble",
+    "vote_ensemble",
+    "paper_ensemble",
+    "default_ensemble",
+    "cell_posteriors",
+]
+
+_PRIOR_CLIP = 1e-4
+_MIN_PSEUDO = 0.5  # Jeffreys-style floor so an empty cell of exact counts is not 0/0
+
+
+@dataclass(frozen=True, eq=False)
+class Component:
+    """One subset's contribution: a value per cell and a weight.
+
+    Attributes
+    ----------
+    features : tuple of int
+        Column indices of the subset.
+    shape : tuple of int
+        Bins of each feature.
+    table : ndarray of shape (Π shape,)
+        Value of each cell, cells raveled in C order.
+    weight : float
+    """
+
+    features: tuple[int, ...]
+    shape: tuple[int, ...]
+    table: np.ndarray
+    weight: float
+
+    def __post_init__(self) -> None:
+        if self.table.shape != (int(np.prod(self.shape, dtype=np.int64)),):
+            raise ValueError(f"component {self.features}: table {self.table.shape} vs shape {self.shape}")
+        if not np.all(np.isfinite(self.table)) or not np.isfinite(self.weight):
+            raise ValueError(f"component {self.features}: table and weight must be finite")
+
+    def values(self, codes: np.ndarray) -> np.ndarray:
+        """Table value of each row of binned codes (all features, column order)."""
+        sub = codes[:, list(self.features)]
+        if np.any(sub >= np.asarray(self.shape)) or np.any(sub < 0):
+            raise ValueError(f"codes outside the bins {self.shape} of features {self.features}")
+        return self.table[np.ravel_multi_index(sub.T, self.shape)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "features": list(self.features),
+            "shape": list(self.shape),
+            "table": [float(v) for v in self.table],
+            "weight": float(self.weight),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Component:
+        return cls(
+            tuple(int(f) for f in data["features"]),
+            tuple(int(s) for s in data["shape"]),
+            np.asarray(data["table"], dtype=float),
+            float(data["weight"]),
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Ensemble:
+    """A weighted sum of component tables.
+
+    ``kind="vote"``: tables hold ±1 votes, weights sum to 1 (eq. 6.2); the
+    probability of the positive class is the weighted share of positive votes,
+    ``(1 + f)/2``. ``kind="logit"``: the decision function is a log-odds and the
+    probability is its logistic.
+    """
+
+    kind: Literal["vote", "logit"]
+    intercept: float
+    components: tuple[Component, ...]
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("vote", "logit"):
+            raise ValueError(f"unknown ensemble kind {self.kind!r}")
+        if not self.components:
+            raise ValueError("an ensemble needs at least one component")
+
+    def decision_function(self, codes: np.ndarray) -> np.ndarray:
+        out = np.full(codes.shape[0], float(self.intercept))
+        for c in self.components:
+            out += c.weight * c.values(codes)
+        return out
+
+    def positive_proba(self, codes: np.ndarray) -> np.ndarray:
+        f = self.decision_function(codes)
+        if self.kind == "vote":
+            return np.clip((1.0 + f) / 2.0, 0.0, 1.0)
+        return expit(f)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "intercept": float(self.intercept),
+            "components": [c.to_dict() for c in self.components],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Ensemble:
+        return cls(
+            data["kind"],
+            float(data["intercept"]),
+            tuple(Component.from_dict(c) for c in data["components"]),
+        )
+
+
+def vote_ensemble(
+    subsets: Sequence[Sequence[int]],
+    shapes: Sequence[Sequence[int]],
+    votes: Sequence[np.ndarray],
+    scores: Sequence[float],
+) -> Ensemble:
+    """Thesis eq. 6.2: score-weighted ±1 votes, ``f(x) = Σ s_i h_i(x) / Σ s_i``.
+
+    Parameters
+    ----------
+    subsets, shapes : per classifier, its features and their bins.
+    votes : per classifier, an array of ±1 over its cells (C order).
+    scores : per classifier, its cross-validated score ``s_i ≥ 0``.
+
+    Raises
+    ------
+    ValueError
+        On a vote other than ±1, a negative or non-finite score, or all scores 0.
+    """
+    s = np.asarray(scores, dtype=float)
+    if s.ndim != 1 or len(s) != len(votes) or not np.all(np.isfinite(s)) or np.any(s < 0):
+        raise ValueError(f"scores must be finite, non-negative, one per classifier: {scores}")
+    if s.sum() <= 0:
+        raise ValueError("every classifier scored 0: eq. 6.2 has no weights")
+    components = []
+    for features, shape, vote, score in zip(subsets, shapes, votes, s, strict=True):
+        v = np.asarray(vote, dtype=float).ravel()
+        if not np.all(np.isin(v, (-1.0, 1.0))):
+            raise ValueError(f"votes of subset {tuple(features)} must be ±1")
+        components.append(
+            Component(tuple(int(f) for f in features), tuple(int(b) for b in shape), v, score / s.sum())
+        )
+    return Ensemble("vote", 0.0, tuple(components))
+
+
+def _synthetic_sample(
+    h: SubsetHistogram, size: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows drawn from the histogram: ``size`` draws of (cell, label) ∝ its counts."""
+    flat = np.clip(h.counts.ravel(), 0.0, None)
+    total = flat.sum()
+    if total <= 0:
+        return np.empty((0, len(h.shape)), dtype=np.int64), np.empty(0, dtype=np.int64)
+    drawn = rng.multinomial(size, flat / total)
+    values = np.repeat(np.arange(flat.size), drawn)
+    unravelled = np.unravel_index(values, (*h.shape, 2))
+    return np.column_stack(unravelled[:-1]).astype(np.int64), unravelled[-1].astype(np.int64)
+
+
+def _partition_classifier(kind: str, shape: Sequence[int], class_weight: str | None, seed: int) -> Any:
+    if kind == "tree":
+        return DecisionTreeClassifier(class_weight=class_weight, random_state=seed)
+    if kind == "logistic":
+        encoder = OneHotEncoder(categories=[np.arange(b) for b in shape], sparse_output=False)
+        return make_pipeline(encoder, LogisticRegression(class_weight=class_weight, max_iter=1000))
+    raise ValueError(f"unknown partition classifier {kind!r}; use 'tree' or 'logistic'")
+
+
+def _scorer(scoring: str) -> Any:
+    if scoring == "f1":
+        return make_scorer(f1_score, zero_division=0.0)
+    if scoring == "roc_auc":
+        return make_scorer(roc_auc_score, response_method=("predict_proba", "decision_function"))
+    raise ValueError(f"unknown scoring {scoring!r}; use 'f1' or 'roc_auc'")
+
+
+def paper_ensemble(
+    histograms: Sequence[SubsetHistogram],
+    sizes: Sequence[int],
+    *,
+    classifier: Literal["tree", "logistic"] = "tree",
+    scoring: Literal["f1", "roc_auc"] = "f1",
+    class_weight: Literal["balanced"] | None = "balanced",
+    cv: int = 3,
+    rng: np.random.Generator | None = None,
+) -> Ensemble:
+    """Paper mode (Cyphers 2017, §6): sample, fit, cross-validate, vote by eq. 6.2.
+
+    Parameters
+    ----------
+    histograms : sequence of SubsetHistogram
+        One per (partition, subset), not pooled: each partition trains its own
+        classifier, as in the thesis.
+    sizes : sequence of int
+        The partition size behind each histogram (the synthetic sample size).
+    classifier : {"tree", "logistic"}, default="tree"
+        Partition classifier; the thesis's reference code uses a decision tree.
+    scoring : {"f1", "roc_auc"}, default="f1"
+        Cross-validated score used as the vote weight.
+    class_weight : {"balanced"} or None, default="balanced"
+        As in the thesis's code.
+    cv : int, default=3
+        Folds (the thesis's code uses 3).
+    rng : numpy.random.Generator, optional
+        Sampling and fold randomness; ``None`` seeds from the OS CSPRNG.
+
+    Notes
+    -----
+    A classifier whose synthetic sample holds a single class cannot be fitted
+    or scored and gets no vote.
+    """
+    rng = rng if rng is not None else np.random.default_rng(secrets.randbits(128))
+    if len(histograms) != len(sizes):
+        raise ValueError(f"{len(histograms)} histograms but {len(sizes)} partition sizes")
+    scorer = _scorer(scoring)
+    subsets, shapes, votes, scores = [], [], [], []
+    for h, size in zip(histograms, sizes, strict=True):
+        X, y = _synthetic_sample(h, int(size), rng)
+        counts = np.bincount(y, minlength=2)
+        if counts.min() < cv:
+            continue
+        seed = int(rng.integers(2**31 - 1))
+        model = _partition_classifier(classifier, h.shape, class_weight, seed)
+        folds = StratifiedKFold(n_splits=cv, shuffle=True, random_state=seed)
+        score = float(np.mean(cross_val_score(model, X, y, scoring=scorer, cv=folds)))
+        model.fit(X, y)
+        vote = np.where(model.predict(h.cells) == 1, 1.0, -1.0)
+        subsets.append(h.features)
+        shapes.append(h.shape)
+        votes.append(vote)
+        scores.append(max(score, 0.0))
+    if not votes or sum(scores) <= 0:
+        raise ValueError("no partition classifier could be trained: every synthetic sample was one-class")
+    return vote_ensemble(subsets, shapes, votes, scores)
+
+
+def cell_posteriors(h: SubsetHistogram, prior: float, smoothing: float) -> np.ndarray:
+    """Smoothed ``P̂(y=1 | cell) = (ĉ₁ + a·π̂)/(ĉ₀ + ĉ₁ + a)`` for every cell (C order).
+
+    ``a = max(smoothing · σ̂, 0.5)`` with ``σ̂`` the root-mean predicted variance
+    of the subset's raw count estimates: a pseudo-count of about one noise
+    standard deviation, shared out by the prior.
+    """
+    counts = np.clip(h.flat_counts(), 0.0, None)
+    sigma = float(np.sqrt(np.mean(h.variance))) if h.variance.size else 0.0
+    a = max(smoothing * sigma, _MIN_PSEUDO)
+    return (counts[:, 1] + a * prior) / (counts.sum(axis=1) + a)
+
+
+def default_ensemble(
+    histograms: Sequence[SubsetHistogram],
+    *,
+    smoothing: float = 1.0,
+    combine: Literal["linear", "logit"] = "linear",
+) -> Ensemble:
+    """Default mode: smoothed cell posteriors combined additively around the prior.
+
+    See the module docstring for the formulas. Histograms of the same subset
+    are pooled first (:func:`~anonml.learn.histograms.pool_histograms`).
+
+    Parameters
+    ----------
+    histograms : sequence of SubsetHistogram
+    smoothing : float, default=1.0
+        ``α``: pseudo-count per cell in units of the count noise's standard deviation.
+    combine : {"linear", "logit"}, default="linear"
+    """
+    if smoothing < 0 or not np.isfinite(smoothing):
+        raise ValueError(f"smoothing must be a finite number >= 0, got {smoothing}")
+    if combine not in ("linear", "logit"):
+        raise ValueError(f"unknown combine {combine!r}; use 'linear' or 'logit'")
+    pooled = pool_histograms(histograms)
+    prior = float(np.clip(label_fraction(pooled), _PRIOR_CLIP, 1 - _PRIOR_CLIP))
+    coverage = Counter(f for h in pooled for f in h.features)
+    components = []
+    for h in pooled:
+        post = np.clip(cell_posteriors(h, prior, smoothing), _PRIOR_CLIP, 1 - _PRIOR_CLIP)
+        if combine == "logit":
+            table = logit(post) - logit(prior)
+        else:
+            table = (post - prior) / (prior * (1 - prior))
+        weight = float(np.mean([1.0 / coverage[f] for f in h.features]))
+        components.append(Component(h.features, h.shape, table, weight))
+    return Ensemble("logit", float(logit(prior)), tuple(components))

@@ -1,0 +1,346 @@
+"""Partition plans: which peer reports which feature subsets, from committed randomness.
+
+DESIGN §6: k_p horizontal peer partitions, and per partition k_h feature subsets
+of k_s features each; each report is the k_s binned features plus the label.
+Membership comes from shared randomness the aggregator cannot steer: it commits
+to ``H(seed)`` when proposing a problem, reveals ``seed`` when registration
+closes, and the peers are ordered by ``H(seed ‖ roster digest ‖ peer key)``.
+Every peer can recompute the whole plan from public data (commitment, seed,
+signed roster, plan parameters) and check what the aggregator told it
+(:func:`verify_assignment`).
+
+The first ``median_pool_size`` peers in that order form a separate pool that
+only answers private-median queries (thesis algorithm 1); the rest are split
+into the k_p report partitions. Disjoint pools compose in parallel, so each
+peer's total ε is the budget of the one thing it releases.
+
+Only SHA-256 and integer arithmetic decide the plan (no library RNG whose
+stream could change between numpy versions), so a plan is stable across
+library versions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from anonml.errors import ProtocolError
+
+__all__ = [
+    "SEED_BYTES",
+    "PeerAssignment",
+    "PartitionPlan",
+    "commit_seed",
+    "roster_digest",
+    "membership_order",
+    "random_subsets",
+    "make_plan",
+    "verify_assignment",
+]
+
+SEED_BYTES = 32
+_DOMAIN = b"anonml/partition/v1/"
+
+
+def _sha256(*parts: bytes) -> bytes:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part)
+    return h.digest()
+
+
+def _check_seed(seed: bytes) -> bytes:
+    if not isinstance(seed, bytes | bytearray) or len(seed) != SEED_BYTES:
+        raise ProtocolError(f"partition seed must be {SEED_BYTES} bytes, got {seed!r:.40}")
+    return bytes(seed)
+
+
+def commit_seed(seed: bytes) -> bytes:
+    """The commitment ``H(seed)`` published with a proposal (SHA-256, domain-separated)."""
+    return _sha256(_DOMAIN, b"commit", _check_seed(seed))
+
+
+def roster_digest(peer_keys: Sequence[bytes]) -> bytes:
+    """SHA-256 over the sorted, length-prefixed peer keys of the closed roster.
+
+    Sorting makes the digest independent of registration order; the length
+    prefix makes the encoding injective.
+    """
+    keys = [bytes(k) for k in peer_keys]
+    if len(set(keys)) != len(keys):
+        raise ProtocolError("roster lists a peer key more than once")
+    if any(len(k) == 0 for k in keys):
+        raise ProtocolError("roster holds an empty peer key")
+    h = hashlib.sha256(_DOMAIN + b"roster")
+    for key in sorted(keys):
+        h.update(len(key).to_bytes(4, "big"))
+        h.update(key)
+    return h.digest()
+
+
+def membership_order(seed: bytes, peer_keys: Sequence[bytes]) -> np.ndarray:
+    """Indices into ``peer_keys`` sorted by ``H(seed ‖ roster digest ‖ peer key)``.
+
+    Returns
+    -------
+    ndarray of shape (n_peers,), int
+        ``order[r]`` is the index of the peer at rank ``r``.
+    """
+    seed = _check_seed(seed)
+    digest = roster_digest(peer_keys)
+    ranks = [_sha256(seed, digest, bytes(key)) for key in peer_keys]
+    return np.asarray(sorted(range(len(ranks)), key=ranks.__getitem__), dtype=np.int64)
+
+
+def random_subsets(
+    seed: bytes, n_features: int, *, n_partitions: int, n_subsets: int, subset_size: int
+) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Random non-overlapping feature subsets for every partition, balanced across partitions.
+
+    The features are ordered by ``H(seed ‖ "features" ‖ index)``; slot ``s`` of the
+    run of ``k_p·k_h·k_s`` slots takes feature ``order[s mod F]``. Within one
+    partition the ``k_h·k_s ≤ F`` consecutive slots are distinct, so its subsets
+    never overlap, and across partitions every feature is used ⌊·⌋ or ⌈·⌉ times
+    (the thesis draws subsets at random; dealing them out in a random cyclic
+    order keeps that randomness and avoids leaving a feature out by chance).
+    """
+    seed = _check_seed(seed)
+    per_partition = n_subsets * subset_size
+    if min(n_features, n_partitions, n_subsets, subset_size) < 1:
+        raise ValueError("n_features, k_p, k_h and k_s must all be at least 1")
+    if per_partition > n_features:
+        raise ValueError(
+            f"k_h·k_s = {n_subsets}·{subset_size} = {per_partition} exceeds the "
+            f"{n_features} features: subsets of one partition could not be disjoint"
+        )
+    keys = [_sha256(_DOMAIN, b"features", seed, i.to_bytes(4, "big")) for i in range(n_features)]
+    order = sorted(range(n_features), key=keys.__getitem__)
+    plan = []
+    for p in range(n_partitions):
+        base = p * per_partition
+        plan.append(
+            tuple(
+                tuple(sorted(order[(base + h * subset_size + s) % n_features] for s in range(subset_size)))
+                for h in range(n_subsets)
+            )
+        )
+    return tuple(plan)
+
+
+@dataclass(frozen=True)
+class PeerAssignment:
+    """What one peer does in a problem.
+
+    ``role`` is ``"median"`` (answers one private-median query; ``index`` is its
+    rank within the median pool) or ``"report"`` (``index`` is its partition and
+    ``subsets`` the feature subsets it reports, one report each).
+    """
+
+    role: Literal["median", "report"]
+    index: int
+    subsets: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class PartitionPlan:
+    """A fixed partition plan (DESIGN §6).
+
+    Attributes
+    ----------
+    seed : bytes
+        The revealed 32-byte seed.
+    roster : bytes
+        :func:`roster_digest` of the closed roster.
+    order : ndarray of shape (n_peers,)
+        Roster indices in membership order.
+    median_pool_size : int
+        The first this many peers in ``order`` form the median pool.
+    bounds : tuple of int
+        Report partition ``p`` is ``order[bounds[p]:bounds[p + 1]]``.
+    subsets : tuple
+        ``subsets[p]`` is the tuple of k_h feature subsets of partition ``p``.
+    """
+
+    seed: bytes
+    roster: bytes
+    order: np.ndarray
+    median_pool_size: int
+    bounds: tuple[int, ...]
+    subsets: tuple[tuple[tuple[int, ...], ...], ...]
+
+    @property
+    def n_partitions(self) -> int:
+        return len(self.subsets)
+
+    @property
+    def commitment(self) -> bytes:
+        return commit_seed(self.seed)
+
+    def median_pool(self) -> np.ndarray:
+        """Roster indices of the median pool, in membership order."""
+        return self.order[: self.median_pool_size]
+
+    def members(self, partition: int) -> np.ndarray:
+        """Roster indices of report partition ``partition``, in membership order."""
+        if not 0 <= partition < self.n_partitions:
+            raise IndexError(f"partition {partition} out of range 0..{self.n_partitions - 1}")
+        return self.order[self.bounds[partition] : self.bounds[partition + 1]]
+
+    def partition_sizes(self) -> list[int]:
+        return [self.bounds[p + 1] - self.bounds[p] for p in range(self.n_partitions)]
+
+    def assignment_of_rank(self, rank: int) -> PeerAssignment:
+        """The assignment of the peer at membership rank ``rank``."""
+        if rank < self.median_pool_size:
+            return PeerAssignment("median", rank)
+        p = int(np.searchsorted(self.bounds, rank, side="right")) - 1
+        return PeerAssignment("report", p, self.subsets[p])
+
+    def assignment(self, roster_index: int) -> PeerAssignment:
+        """The assignment of the peer at ``roster_index`` in the roster list."""
+        ranks = np.flatnonzero(self.order == roster_index)
+        if ranks.size != 1:
+            raise ProtocolError(f"peer {roster_index} is not on the roster")
+        return self.assignment_of_rank(int(ranks[0]))
+
+
+def make_plan(
+    seed: bytes,
+    peer_keys: Sequence[bytes],
+    n_features: int,
+    *,
+    n_partitions: int,
+    n_subsets: int = 1,
+    subset_size: int = 1,
+    subsets: Sequence[Sequence[int]] | None = None,
+    median_pool_size: int = 0,
+) -> PartitionPlan:
+    """Build the partition plan every party can recompute.
+
+    Parameters
+    ----------
+    seed : bytes
+        The 32-byte seed revealed when registration closed.
+    peer_keys : sequence of bytes
+        The peers' public keys, as listed in the signed roster.
+    n_features : int
+        Number of features F of the problem.
+    n_partitions, n_subsets, subset_size : int
+        k_p, k_h and k_s.
+    subsets : sequence of sequences of int, optional
+        Subsets chosen by the data scientist, each of k_s distinct features.
+        Partition ``p`` reports subsets ``(p·k_h + h) mod len(subsets)`` for
+        ``h < k_h``. When omitted, :func:`random_subsets` draws them from the seed.
+    median_pool_size : int, default=0
+        Peers set apart to answer median queries only.
+
+    Raises
+    ------
+    ValueError
+        When the numbers do not fit (too few peers, bad subsets).
+    ProtocolError
+        On a malformed seed or roster.
+    """
+    n_peers = len(peer_keys)
+    if median_pool_size < 0:
+        raise ValueError(f"median_pool_size must be >= 0, got {median_pool_size}")
+    if n_peers - median_pool_size < n_partitions:
+        raise ValueError(
+            f"{n_peers} peers minus a median pool of {median_pool_size} cannot fill "
+            f"{n_partitions} partitions"
+        )
+    if subsets is None:
+        chosen = random_subsets(
+            seed, n_features, n_partitions=n_partitions, n_subsets=n_subsets, subset_size=subset_size
+        )
+    else:
+        chosen = _given_subsets(subsets, n_features, n_partitions, n_subsets, subset_size)
+    order = membership_order(seed, peer_keys)
+    report = n_peers - median_pool_size
+    sizes = [report // n_partitions + (1 if p < report % n_partitions else 0) for p in range(n_partitions)]
+    bounds = tuple(int(b) for b in np.cumsum([median_pool_size, *sizes]))
+    return PartitionPlan(
+        seed=_check_seed(seed),
+        roster=roster_digest(peer_keys),
+        order=order,
+        median_pool_size=median_pool_size,
+        bounds=bounds,
+        subsets=chosen,
+    )
+
+
+def _given_subsets(
+    subsets: Sequence[Sequence[int]],
+    n_features: int,
+    n_partitions: int,
+    n_subsets: int,
+    subset_size: int,
+) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    if len(subsets) == 0:
+        raise ValueError("subsets is empty")
+    clean: list[tuple[int, ...]] = []
+    for i, subset in enumerate(subsets):
+        features = tuple(int(f) for f in subset)
+        if len(features) != subset_size:
+            raise ValueError(f"subsets[{i}] has {len(features)} features, k_s is {subset_size}")
+        if len(set(features)) != len(features):
+            raise ValueError(f"subsets[{i}] repeats a feature: {features}")
+        if any(not 0 <= f < n_features for f in features):
+            raise ValueError(f"subsets[{i}] = {features} names a feature outside 0..{n_features - 1}")
+        clean.append(tuple(sorted(features)))
+    return tuple(
+        tuple(clean[(p * n_subsets + h) % len(clean)] for h in range(n_subsets))
+        for p in range(n_partitions)
+    )
+
+
+def verify_assignment(
+    claimed: PeerAssignment,
+    *,
+    commitment: bytes,
+    seed: bytes,
+    peer_keys: Sequence[bytes],
+    my_key: bytes,
+    n_features: int,
+    n_partitions: int,
+    n_subsets: int = 1,
+    subset_size: int = 1,
+    subsets: Sequence[Sequence[int]] | None = None,
+    median_pool_size: int = 0,
+) -> PeerAssignment:
+    """Peer-side check of the assignment the aggregator announced.
+
+    Recomputes the plan from the public inputs and returns the peer's
+    assignment if and only if the seed matches the commitment made at proposal
+    time, the peer is on the roster, and the claim equals the recomputation.
+
+    Raises
+    ------
+    ProtocolError
+        Naming the first check that failed.
+    """
+    if commit_seed(seed) != bytes(commitment):
+        raise ProtocolError("revealed seed does not match the commitment H(seed) of the proposal")
+    keys = [bytes(k) for k in peer_keys]
+    try:
+        roster_index = keys.index(bytes(my_key))
+    except ValueError:
+        raise ProtocolError("this peer's key is not on the closed roster") from None
+    plan = make_plan(
+        seed,
+        keys,
+        n_features,
+        n_partitions=n_partitions,
+        n_subsets=n_subsets,
+        subset_size=subset_size,
+        subsets=subsets,
+        median_pool_size=median_pool_size,
+    )
+    actual = plan.assignment(roster_index)
+    if actual != claimed:
+        raise ProtocolError(f"announced assignment {claimed} differs from the one the seed gives: {actual}")
+    return actual

@@ -1,0 +1,201 @@
+"""AnonML on UCI Adult: test AUC/F1 against the per-peer budget ε_T, and the cost of one trial.
+
+Part 1 — the issue-4 benchmark (:func:`anonml.learn.harness.run_adult_benchmark`):
+default mode, paper mode at both thesis settings ((k_p, k_s, k_h) = (5, 3, 2)
+and (20, 1, 2)), and the non-private logistic-regression ceilings on raw and on
+binned features, at ε_T ∈ {0.5, 1, 2, 4} over ``--trials`` simulations each
+(private medians included; ε_T is each peer's total under sequential
+composition, median answers from a separate pool). Rows go to
+``benchmarks/results/adult.json``.
+
+Part 2 — speed: one full default-mode trial at n = 32,561 (plan, private
+medians, perturbation with the best mechanism per report, estimation, ledger,
+ensemble) against a baseline measured in the same run: fitting scikit-learn's
+``LogisticRegression`` on the same rows (one-hot categoricals, standardised
+numerics). Median over ``--repeats`` alternating pairs; wall-clock seconds are
+reported beside the ratio (target of the issue: one trial ≤ 5 s). Written to
+``benchmarks/results/adult_timing.json``.
+
+Part 3 (``--ablation``) — why default mode is what it is: default mode with
+``combine`` ∈ {linear, logit} × ``consistency`` ∈ {norm_sub, norm_mul, ibu,
+base_cut} at every ε_T, same seeds for every variant, to
+``benchmarks/results/adult_ablation.json``.
+
+Run from the repository root: ``python benchmarks/adult.py [--trials 20] [--ablation]``.
+The data is read from ``../shared/datasets/adult`` beside the checkout unless
+``--data`` or ``$ANONML_ADULT_DIR`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the checkout importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+from sklearn.linear_model import LogisticRegression  # noqa: E402
+from sklearn.metrics import roc_auc_score  # noqa: E402
+
+from anonml.datasets import adult  # noqa: E402
+from anonml.learn.harness import raw_design, run_adult_benchmark, write_results  # noqa: E402
+from anonml.learn.model import AnonMLClassifier  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _data_dir(arg: str | None) -> Path | None:
+    if arg:
+        return Path(arg)
+    if os.environ.get(adult.ENV_VAR):
+        return None
+    beside = ROOT.parent / "shared" / "datasets" / "adult"
+    return beside if beside.is_dir() else None
+
+
+def time_one_trial(data: adult.AdultDataset, repeats: int) -> dict[str, float]:
+    """Median seconds of one default-mode fit at ε_T = 1 and of the LR baseline, alternating."""
+    ratios, trial_s, base_s = [], [], []
+    for r in range(repeats):
+        model = AnonMLClassifier(epsilon=1.0, features=list(data.features), random_state=r)
+        start = time.perf_counter()
+        model.fit(data.X_train, data.y_train)
+        t_trial = time.perf_counter() - start
+        start = time.perf_counter()
+        train, _ = raw_design(data)
+        LogisticRegression(max_iter=2000).fit(train, data.y_train)
+        t_base = time.perf_counter() - start
+        trial_s.append(t_trial)
+        base_s.append(t_base)
+        ratios.append(t_trial / t_base)
+    return {
+        "n_peers": int(data.X_train.shape[0]),
+        "trial_seconds_median": statistics.median(trial_s),
+        "trial_seconds_max": max(trial_s),
+        "baseline_seconds_median": statistics.median(base_s),
+        "ratio_median": statistics.median(ratios),
+        "repeats": repeats,
+    }
+
+
+ABLATION = [
+    (combine, consistency)
+    for combine in ("linear", "logit")
+    for consistency in ("norm_sub", "norm_mul", "ibu", "base_cut")
+]
+
+
+def ablation(data: adult.AdultDataset, epsilons: list[float], trials: int, seed: int) -> list[dict]:
+    """Mean ± sd test AUC of default-mode variants; trial t uses the same seed for every variant."""
+    rows = []
+    for eps in epsilons:
+        for combine, consistency in ABLATION:
+            aucs = []
+            for t in range(trials):
+                model = AnonMLClassifier(
+                    epsilon=eps,
+                    combine=combine,
+                    consistency=consistency,
+                    features=list(data.features),
+                    random_state=np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(7, t))),
+                )
+                model.fit(data.X_train, data.y_train)
+                aucs.append(roc_auc_score(data.y_test, model.decision_function(data.X_test)))
+            rows.append(
+                {
+                    "epsilon": eps,
+                    "combine": combine,
+                    "consistency": consistency,
+                    "auc_mean": float(np.mean(aucs)),
+                    "auc_std": float(np.std(aucs, ddof=1)),
+                    "trials": trials,
+                }
+            )
+            print(
+                f"  ablation ε={eps:g} {combine:<6} {consistency:<8} AUC {rows[-1]['auc_mean']:.4f}",
+                flush=True,
+            )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--eps", default="0.5,1,2,4")
+    parser.add_argument("--methods", default="default,paper,central")
+    parser.add_argument("--repeats", type=int, default=5, help="timing pairs")
+    parser.add_argument("--data", default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-accuracy", action="store_true")
+    parser.add_argument("--ablation", action="store_true", help="also run the default-mode ablation")
+    parser.add_argument("--only-ablation", action="store_true")
+    args = parser.parse_args(argv)
+
+    data = adult.load(_data_dir(args.data))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    epsilons = [float(e) for e in args.eps.split(",")]
+    if args.only_ablation:
+        rows = ablation(data, epsilons, args.trials, args.seed)
+        path = RESULTS / "adult_ablation.json"
+        path.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {path}")
+        return 0
+
+    timing = time_one_trial(data, args.repeats)
+    timing.update(
+        {
+            "when": datetime.now(UTC).isoformat(timespec="seconds"),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "cpus": os.cpu_count() or 0,
+        }
+    )
+    (RESULTS / "adult_timing.json").write_text(json.dumps(timing, indent=2) + "\n", encoding="utf-8")
+    print(
+        f"one default-mode trial at n={timing['n_peers']}: {timing['trial_seconds_median']:.2f} s "
+        f"(max {timing['trial_seconds_max']:.2f} s); LR baseline {timing['baseline_seconds_median']:.2f} s; "
+        f"ratio {timing['ratio_median']:.2f}"
+    )
+    if args.skip_accuracy:
+        return 0
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    start = time.perf_counter()
+    done = [0]
+
+    def tick(description: str) -> None:
+        done[0] += 1
+        if done[0] % 20 == 0:
+            print(f"  {done[0]} fits, {time.perf_counter() - start:.0f} s ({description})", flush=True)
+
+    rows = run_adult_benchmark(
+        methods=methods, epsilons=epsilons, trials=args.trials, data=data, seed=args.seed, on_trial=tick
+    )
+    path = write_results(rows, RESULTS / "adult.json")
+    print(f"{'method':<16}{'kp/ks/kh':>10}{'eps':>6}{'AUC':>18}{'F1':>18}{'n':>4}")
+    for r in rows:
+        plan = "-" if r.kp is None else f"{r.kp}/{r.ks}/{r.kh}"
+        eps = "-" if r.epsilon is None else f"{r.epsilon:g}"
+        print(
+            f"{r.method:<16}{plan:>10}{eps:>6}{r.auc_mean:>10.4f} ± {r.auc_std:.4f}"
+            f"{r.f1_mean:>10.4f} ± {r.f1_std:.4f}{r.trials:>4}"
+        )
+    print(f"wrote {path} in {time.perf_counter() - start:.0f} s")
+    if args.ablation:
+        ablated = ablation(data, epsilons, args.trials, args.seed)
+        (RESULTS / "adult_ablation.json").write_text(json.dumps(ablated, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {RESULTS / 'adult_ablation.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

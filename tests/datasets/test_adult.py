@@ -1,0 +1,124 @@
+"""UCI Adult loader: where it looks, what it reads, and what it says when the files are missing."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from anonml.datasets import adult
+from anonml.errors import DatasetNotFound, RecordError
+from anonml.model import FeatureKind
+
+
+@pytest.fixture(scope="module")
+def data(adult_dir: Path) -> adult.AdultDataset:
+    return adult.load(adult_dir)
+
+
+def test_reads_the_thesis_features_from_both_files(data):
+    assert data.X_train.shape == (32_561, 11) and data.X_test.shape == (16_281, 11)
+    assert data.feature_names[:5] == [
+        "age",
+        "education-num",
+        "hours-per-week",
+        "capital-gain",
+        "capital-loss",
+    ]
+    assert data.feature_names[5:] == [
+        "sex",
+        "marital-status",
+        "relationship",
+        "workclass",
+        "race",
+        "native-country",
+    ]
+    # Class balance of the UCI files (">50K." in adult.test is the same label as ">50K").
+    assert data.y_train.sum() == 7841 and data.y_test.sum() == 3846
+    assert data.X_train[0, :5].tolist() == [39.0, 13.0, 40.0, 2174.0, 0.0]
+    for j, spec in enumerate(data.features):
+        if spec.kind is FeatureKind.CATEGORICAL:
+            codes = np.unique(data.X_train[:, j])
+            assert set(codes) <= set(range(len(spec.categories)))
+        else:
+            assert spec.low <= data.X_train[:, j].min() and data.X_train[:, j].max() <= spec.high
+
+
+def test_groups_are_low_cardinality_and_missing_values_join_other(data):
+    names = data.feature_names
+    country = data.X_train[:, names.index("native-country")]
+    # 29,170 rows are United-States in adult.data; "?" and every other country are group 1.
+    assert int((country == 0).sum()) == 29_170
+    married = data.X_train[:, names.index("marital-status")]
+    assert int((married == 0).sum()) == 14_976 + 23  # Married-civ-spouse + Married-AF-spouse
+    assert all(len(f.categories) == 2 for f in data.features if f.kind is FeatureKind.CATEGORICAL)
+
+
+def test_environment_variable_and_user_cache_are_searched(adult_dir, monkeypatch, anonml_home):
+    monkeypatch.setenv(adult.ENV_VAR, str(adult_dir))
+    assert adult.load(download=False).source == adult_dir
+    monkeypatch.delenv(adult.ENV_VAR)
+    cache = adult.default_cache_dir()
+    cache.mkdir(parents=True)
+    for name in adult.FILES:
+        shutil.copy(adult_dir / name, cache / name)
+    assert adult.load(download=False).source == cache
+    assert str(cache).startswith(str(anonml_home))
+
+
+def test_missing_files_say_where_to_put_them(monkeypatch, tmp_path):
+    monkeypatch.delenv(adult.ENV_VAR, raising=False)
+    with pytest.raises(DatasetNotFound) as info:
+        adult.load(download=False)
+    message = str(info.value)
+    assert "adult.data and adult.test" in message and adult.ENV_VAR in message
+    assert str(adult.default_cache_dir()) in message and "download disabled" in message
+    assert isinstance(info.value, FileNotFoundError)
+    with pytest.raises(DatasetNotFound, match=str(tmp_path)):
+        adult.load(tmp_path)
+
+
+def test_failed_download_is_reported_and_leaves_no_files(monkeypatch):
+    monkeypatch.delenv(adult.ENV_VAR, raising=False)
+
+    def offline(url: str) -> bytes:
+        raise adult._DownloadFailed(f"download of {url} failed: network unreachable")
+
+    monkeypatch.setattr(adult, "_http_get", offline)
+    with pytest.raises(DatasetNotFound, match="network unreachable"):
+        adult.load()
+    assert not any(adult.default_cache_dir().glob("adult.*"))
+
+
+def test_download_fills_the_cache(adult_dir, monkeypatch):
+    monkeypatch.delenv(adult.ENV_VAR, raising=False)
+    heads = {
+        name: b"".join((adult_dir / name).read_bytes().splitlines(keepends=True)[:60])
+        for name in adult.FILES
+    }
+    fetched = []
+
+    def fake_get(url: str) -> bytes:
+        fetched.append(url)
+        return heads[url.rsplit("/", 1)[1]]
+
+    monkeypatch.setattr(adult, "_http_get", fake_get)
+    data = adult.load()
+    assert fetched == [adult.UCI_URL + name for name in adult.FILES]
+    assert data.source == adult.default_cache_dir() and data.X_train.shape == (60, 11)
+    assert data.X_test.shape == (59, 11)  # the "|1x3 Cross validator" line is not a row
+
+
+def test_malformed_line_names_file_and_line(tmp_path, adult_dir):
+    lines = (adult_dir / "adult.data").read_text().splitlines()[:5]
+    lines[2] = "39, State-gov, 77516"
+    (tmp_path / "adult.data").write_text("\n".join(lines) + "\n")
+    shutil.copy(adult_dir / "adult.test", tmp_path / "adult.test")
+    with pytest.raises(RecordError, match=r"adult\.data:3: expected 15 fields, got 3"):
+        adult.load(tmp_path)
+    lines[2] = lines[3].replace("<=50K", "maybe")
+    (tmp_path / "adult.data").write_text("\n".join(lines) + "\n")
+    with pytest.raises(RecordError, match=r"adult\.data:3: unknown income label 'maybe'"):
+        adult.load(tmp_path)

@@ -1,0 +1,153 @@
+"""Partition plans: reproducible from public data, checkable by every peer, stable across versions."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from anonml.errors import ProtocolError
+from anonml.learn.partition import (
+    PeerAssignment,
+    commit_seed,
+    make_plan,
+    membership_order,
+    random_subsets,
+    roster_digest,
+    verify_assignment,
+)
+
+SEED = bytes(range(32))
+KEYS = [hashlib.sha256(b"peer-%d" % i).digest() for i in range(50)]
+
+
+def _plan(**overrides):
+    kwargs = dict(n_partitions=4, n_subsets=2, subset_size=3, median_pool_size=6)
+    kwargs.update(overrides)
+    return make_plan(SEED, KEYS, 11, **kwargs)
+
+
+def test_order_is_sha256_of_seed_roster_and_key():
+    # Independent recomputation of DESIGN §6's rule: sort by H(seed ‖ roster digest ‖ key).
+    digest = hashlib.sha256(
+        b"anonml/partition/v1/roster" + b"".join(len(k).to_bytes(4, "big") + k for k in sorted(KEYS))
+    ).digest()
+    expected = sorted(range(len(KEYS)), key=lambda i: hashlib.sha256(SEED + digest + KEYS[i]).digest())
+    assert roster_digest(KEYS) == digest
+    assert membership_order(SEED, KEYS).tolist() == expected
+
+
+def test_known_answer_vector_pins_the_plan_across_versions():
+    # Golden values: any change to the hashing or the dealing of subsets changes them.
+    plan = _plan()
+    assert commit_seed(SEED) == hashlib.sha256(b"anonml/partition/v1/commit" + SEED).digest()
+    assert commit_seed(SEED).hex() == "46b5f4ea2eeb7abeb4e163b9cb887c8bb0c0277800d3d4e8ad8080a324c621a7"
+    assert plan.order[:8].tolist() == [26, 31, 38, 42, 18, 2, 43, 1]
+    assert plan.subsets[0] == ((1, 6, 7), (2, 8, 10))
+
+
+def test_plan_is_reproducible_and_depends_on_the_seed():
+    a, b = _plan(), _plan()
+    assert a.order.tolist() == b.order.tolist() and a.subsets == b.subsets
+    other = make_plan(bytes(32), KEYS, 11, n_partitions=4, n_subsets=2, subset_size=3, median_pool_size=6)
+    assert other.order.tolist() != a.order.tolist()
+
+
+def test_roster_digest_ignores_registration_order_and_rejects_duplicates():
+    assert roster_digest(KEYS) == roster_digest(list(reversed(KEYS)))
+    with pytest.raises(ProtocolError, match="more than once"):
+        roster_digest([KEYS[0], KEYS[1], KEYS[0]])
+
+
+def test_pools_are_disjoint_balanced_and_cover_every_peer():
+    plan = _plan()
+    median = plan.median_pool().tolist()
+    parts = [plan.members(p).tolist() for p in range(plan.n_partitions)]
+    everyone = median + [i for part in parts for i in part]
+    assert sorted(everyone) == list(range(len(KEYS)))  # each peer exactly once
+    assert median == plan.order[:6].tolist()
+    assert sorted(len(p) for p in parts) == [11, 11, 11, 11]  # 44 report peers over 4
+    assert all(plan.assignment(i).role == "median" for i in median)
+    assert plan.assignment(parts[2][0]) == PeerAssignment("report", 2, plan.subsets[2])
+
+
+def test_random_subsets_never_overlap_within_a_partition_and_are_balanced():
+    subsets = random_subsets(SEED, 11, n_partitions=20, n_subsets=2, subset_size=1)
+    for partition in subsets:
+        flat = [f for s in partition for f in s]
+        assert len(flat) == len(set(flat))
+    counts = Counter(f for partition in subsets for s in partition for f in s)
+    assert set(counts) == set(range(11))  # no feature left out by chance
+    assert max(counts.values()) - min(counts.values()) <= 1  # 40 slots over 11 features
+    with pytest.raises(ValueError, match="could not be disjoint"):
+        random_subsets(SEED, 5, n_partitions=2, n_subsets=2, subset_size=3)
+
+
+def test_given_subsets_are_dealt_in_order_and_checked():
+    plan = make_plan(SEED, KEYS, 4, n_partitions=3, subsets=[[2], [0], [3]])
+    assert plan.subsets == (((2,),), ((0,),), ((3,),))
+    with pytest.raises(ValueError, match=r"subsets\[1\] repeats a feature"):
+        make_plan(SEED, KEYS, 4, n_partitions=2, subset_size=2, subsets=[[0, 1], [2, 2]])
+    with pytest.raises(ValueError, match="outside 0..3"):
+        make_plan(SEED, KEYS, 4, n_partitions=2, subsets=[[7]])
+
+
+def _public(**overrides):
+    kwargs = dict(
+        commitment=commit_seed(SEED),
+        seed=SEED,
+        peer_keys=KEYS,
+        n_features=11,
+        n_partitions=4,
+        n_subsets=2,
+        subset_size=3,
+        median_pool_size=6,
+    )
+    kwargs.update(overrides)
+    return kwargs
+
+
+def test_peer_accepts_the_true_assignment():
+    plan = _plan()
+    for i in (int(plan.order[0]), int(plan.order[20]), int(plan.order[-1])):
+        claimed = plan.assignment(i)
+        assert verify_assignment(claimed, my_key=KEYS[i], **_public()) == claimed
+
+
+def test_peer_rejects_a_wrong_partition():
+    plan = _plan()
+    i = int(plan.order[20])
+    true = plan.assignment(i)
+    forged = PeerAssignment("report", (true.index + 1) % 4, plan.subsets[(true.index + 1) % 4])
+    with pytest.raises(ProtocolError, match="differs from the one the seed gives"):
+        verify_assignment(forged, my_key=KEYS[i], **_public())
+
+
+def test_peer_rejects_a_seed_that_breaks_the_commitment_or_an_unknown_key():
+    plan = _plan()
+    i = int(plan.order[20])
+    with pytest.raises(ProtocolError, match="does not match the commitment"):
+        verify_assignment(plan.assignment(i), my_key=KEYS[i], **_public(seed=bytes(32)))
+    with pytest.raises(ProtocolError, match="not on the closed roster"):
+        verify_assignment(plan.assignment(i), my_key=b"stranger", **_public())
+
+
+def test_bad_seed_and_too_few_peers_are_refused():
+    with pytest.raises(ProtocolError, match="32 bytes"):
+        make_plan(b"short", KEYS, 11, n_partitions=2)
+    with pytest.raises(ValueError, match="cannot fill"):
+        make_plan(SEED, KEYS[:5], 11, n_partitions=4, median_pool_size=3)
+
+
+def test_membership_is_close_to_uniform_over_seeds():
+    # Each peer lands in partition 0 of 5 with probability 1/5; over 400 seeds the count for
+    # peer 0 is Binomial(400, 0.2): mean 80, sd 8. Allow 4 sd.
+    hits = 0
+    for s in range(400):
+        seed = hashlib.sha256(b"seed-%d" % s).digest()
+        plan = make_plan(seed, KEYS, 11, n_partitions=5)
+        hits += int(plan.assignment(0).index == 0)
+    assert abs(hits - 80) <= 32
+    assert np.isfinite(hits)
