@@ -18,6 +18,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from anonml.cli_support import err, expected_errors, out, parse_json_option, print_json
+from anonml.commands import bench as bench_commands
 from anonml.commands import importer as importer_commands
 from anonml.detection import DEFAULT_MIN_CONFIDENCE, choose_importer
 from anonml.errors import AnonMLError, PluginNotFound, RecordError
@@ -32,6 +33,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(importer_commands.app, name="importer")
+app.add_typer(bench_commands.app, name="bench")
 
 StoreOption = Annotated[
     str | None,
