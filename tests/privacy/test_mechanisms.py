@@ -241,3 +241,11 @@ def test_descriptor_refuses_inconsistent_numbers():
     subset = SubsetSelection.from_epsilon(1.0, 16).descriptor().model_dump()
     with pytest.raises(ValidationError):
         MechanismDescriptor.model_validate({**subset, "omega": subset["omega"] + 1})
+
+
+def test_epsilon_past_the_arithmetic_limit_is_refused():
+    from anonml.privacy import RandomizedResponse
+
+    assert 0.999 < RandomizedResponse.from_epsilon(30.0, 4).p < 1.0
+    with pytest.raises(ValueError, match="at most 30"):
+        RandomizedResponse.from_epsilon(1e5, 4)
