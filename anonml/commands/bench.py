@@ -163,3 +163,12 @@ def adult(
                 err.print(f"wrote {write_results(rows, json_out)}")
         if plot is not None:
             err.print(f"wrote {plot_results(rows, plot)}")
+
+
+def _mount_multiparty() -> None:
+    from anonml.commands.bench_multiparty import multiparty
+
+    app.command("multiparty")(multiparty)
+
+
+_mount_multiparty()

@@ -1,0 +1,56 @@
+"""The estimator shape every multiparty method shares.
+
+A method's ``fit`` sets ``coef_`` (one weight row per class score, the intercept
+inside, as the features were scaled by :class:`NormBallScaler`), ``classes_``
+and ``privacy_`` (a :class:`PrivacyGuarantee`); prediction is linear:
+``decision_function(X) = X coef_ᵀ + intercept_`` (``intercept_`` is zero except
+for Xie et al.'s feature method, whose second stage has its own) and the predicted class is its sign
+(binary) or arg-max (multiclass), as in scikit-learn's linear models.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from anonml.learn.multiparty.common import PrivacyGuarantee
+
+__all__ = ["LinearMultipartyClassifier"]
+
+
+class LinearMultipartyClassifier(ClassifierMixin, BaseEstimator):
+    """Base class: linear prediction from ``coef_`` and the guarantee in ``privacy_``.
+
+    Attributes (set by subclasses' ``fit``)
+    ---------------------------------------
+    coef_ : ndarray of shape (1, d) for two classes, (C, d) otherwise
+    intercept_ : ndarray of shape (1,) or (C,)
+        Zero unless the method adds a public-data stage (feature method).
+    classes_ : ndarray of shape (C,)
+    privacy_ : PrivacyGuarantee
+    n_features_in_ : int
+    """
+
+    coef_: np.ndarray
+    classes_: np.ndarray
+    privacy_: PrivacyGuarantee
+
+    def _set_binary(self, w: np.ndarray, classes: np.ndarray, privacy: PrivacyGuarantee) -> None:
+        self.coef_ = np.asarray(w, dtype=np.float64).reshape(1, -1)
+        self.intercept_ = np.zeros(1)
+        self.classes_ = np.asarray(classes)
+        self.privacy_ = privacy
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        """Scores X coef_ᵀ + intercept_: shape (n,) for two classes (positive favours ``classes_[1]``)."""
+        check_is_fitted(self, "coef_")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        scores = X @ self.coef_.T + getattr(self, "intercept_", 0.0)
+        return scores[:, 0] if self.coef_.shape[0] == 1 else scores
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        scores = self.decision_function(X)
+        if scores.ndim == 1:
+            return self.classes_[(scores > 0).astype(int)]
+        return self.classes_[np.argmax(scores, axis=1)]

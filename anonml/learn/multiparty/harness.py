@@ -1,0 +1,341 @@
+"""The multiparty benchmark: every method on the same splits, parties and ε.
+
+For each trial and each train/test split (stratified K-fold for the bundled
+data sets, the fixed UCI split for Adult), a stratified ``public_fraction`` of
+the training rows becomes the aggregator's public/auxiliary set, the
+preprocessing is fitted on it alone, and the remaining rows are shared out
+among K parties (evenly or by the given fractions). Every method then fits
+for every ε and is scored by its test error (1 - accuracy). The ε-independent
+work (Hamm et al.'s local models and votes) is done once per split.
+
+Rows aggregate the runs of one (method, K, skew, ε) and carry the method's
+privacy unit and (ε, δ): equal ε across different units is not a
+like-for-like comparison. ``error_vs_batch`` and ``time_vs_batch`` are ratios
+against the non-private pooled reference measured in the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import StratifiedKFold
+
+from anonml.learn.multiparty.common import MultipartyError, PrivacyGuarantee, resolve_rng
+from anonml.learn.multiparty.data import Preprocessor, RawDataset, load_dataset, public_ranges
+from anonml.learn.multiparty.methods import METHODS, Fitted, SplitContext
+from anonml.learn.multiparty.splits import assign_parties, split_public
+
+__all__ = ["ResultRow", "BenchmarkConfig", "run_multiparty_benchmark", "write_results"]
+
+#: Called after each fit with (done, total, description).
+ProgressCallback = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class BenchmarkConfig:
+    """Everything that fixes a run, recorded in the JSON."""
+
+    dataset: str
+    methods: tuple[str, ...]
+    parties: tuple[int, ...]
+    skews: tuple[tuple[float, ...] | None, ...]
+    eps: tuple[float, ...]
+    trials: int
+    folds: int
+    delta: float
+    lam: float
+    hamm_lam: float
+    public_fraction: float
+    norm_quantile: float | None
+    seed: int | None
+    max_indiv: int
+
+
+@dataclass
+class ResultRow:
+    """Test error (and, for two classes, ROC AUC) of one (method, K, skew, ε) over all runs.
+
+    ``noise_free_*`` is the method's own model before its noise (Hamm et al.
+    only), so the cost of privacy can be read apart from the cost of the
+    ensemble labels.
+    """
+
+    dataset: str
+    method: str
+    parties: int
+    skew: str
+    epsilon: float | None
+    delta: float
+    privacy_unit: str
+    mechanism: str
+    error_mean: float
+    error_std: float
+    error_sem: float
+    n_runs: int
+    fit_seconds_mean: float
+    auc_mean: float | None = None
+    auc_sem: float | None = None
+    noise_free_error_mean: float | None = None
+    noise_free_auc_mean: float | None = None
+    error_vs_batch: float | None = None
+    time_vs_batch: float | None = None
+    errors: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _skew_label(skew: tuple[float, ...] | None) -> str:
+    return "uniform" if skew is None else "[" + ",".join(f"{f:g}" for f in skew) + "]"
+
+
+def _splits(
+    data: RawDataset, folds: int, seed: int
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    if data.X_test is not None and data.y_test is not None:
+        return [(data.X, data.y, data.X_test, data.y_test)]
+    if folds < 2:
+        raise MultipartyError(f"{data.name} has no fixed test split: folds must be >= 2, got {folds}")
+    kfold = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    return [(data.X[tr], data.y[tr], data.X[te], data.y[te]) for tr, te in kfold.split(data.X, data.y)]
+
+
+def _combos(
+    parties: Sequence[int], skews: Sequence[tuple[float, ...] | None]
+) -> list[tuple[int, tuple[float, ...] | None]]:
+    combos = [(k, s) for k in parties for s in skews if s is None or len(s) == k]
+    for s in skews:
+        if s is not None and len(s) not in parties:
+            raise MultipartyError(f"skew {_skew_label(s)} has {len(s)} fractions but no --parties {len(s)}")
+    if not combos:
+        raise MultipartyError("no (parties, skew) combination to run")
+    return combos
+
+
+def run_multiparty_benchmark(
+    dataset: str,
+    methods: Sequence[str],
+    parties: Sequence[int],
+    skew: Sequence[tuple[float, ...] | None] = (None,),
+    eps: Sequence[float] = (0.1, 1.0),
+    trials: int = 1,
+    *,
+    folds: int = 5,
+    delta: float = 0.05,
+    lam: float = 1e-2,
+    hamm_lam: float = 1e-4,
+    public_fraction: float = 0.1,
+    norm_quantile: float | None = 0.5,
+    max_indiv: int = 10,
+    seed: int | None = 0,
+    data_path: str | Path | None = None,
+    data: RawDataset | None = None,
+    json_path: str | Path | None = None,
+    progress: ProgressCallback | None = None,
+) -> list[ResultRow]:
+    """Run every method on the same splits and return one row per (method, K, skew, ε).
+
+    Parameters
+    ----------
+    dataset : {"breast_cancer", "adult", "digits"}
+    methods : names from :data:`~anonml.learn.multiparty.methods.METHODS`
+    parties : numbers of parties K to try
+    skew : per entry ``None`` (even shares) or K fractions summing to 1
+    eps : privacy budgets ε
+    trials : repetitions with fresh splits, shares and noise
+    folds : K-fold splits per trial (ignored for Adult's fixed split)
+    delta : δ of the (ε, δ) methods (``psgd``, ``gop``)
+    lam : λ of the ERM-based methods; hamm_lam : λ of Hamm et al.'s ERM
+    public_fraction : share of training rows that is the aggregator's public set
+    norm_quantile : quantile of the public rows' norms used as the norm bound
+        (``None``: Adult's a-priori bound), see :class:`Preprocessor`
+    max_indiv : parties averaged by ``indiv``
+    seed : master seed (``None``: OS CSPRNG, not reproducible)
+    data_path : Adult's folder (default ``../shared/datasets/adult``)
+    data : a :class:`RawDataset` to use instead of loading ``dataset`` (tests)
+    json_path : where to write the results (see :func:`write_results`)
+    progress : callback after each fit
+
+    Returns
+    -------
+    list of ResultRow
+    """
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise MultipartyError(
+            f"unknown method(s) {unknown or list(methods)}; choose from {', '.join(METHODS)}"
+        )
+    if trials < 1:
+        raise MultipartyError(f"trials must be >= 1, got {trials}")
+    if any(not (e > 0 and math.isfinite(e)) for e in eps) or not eps:
+        raise MultipartyError(f"every eps must be positive and finite, got {list(eps)}")
+    config = BenchmarkConfig(
+        dataset,
+        tuple(methods),
+        tuple(parties),
+        tuple(skew),
+        tuple(eps),
+        trials,
+        folds,
+        delta,
+        lam,
+        hamm_lam,
+        public_fraction,
+        norm_quantile,
+        seed,
+        max_indiv,
+    )
+    raw = data if data is not None else load_dataset(dataset, data_path)
+    binary_only = [m for m in methods if METHODS[m].binary_only]
+    if binary_only and raw.classes.size != 2:
+        raise MultipartyError(
+            f"{', '.join(binary_only)} applies to two-class data only; "
+            f"{raw.name} has {raw.classes.size} classes"
+        )
+    combos = _combos(parties, skew)
+    master = np.random.default_rng(seed) if seed is not None else resolve_rng(None)
+    n_splits = 1 if raw.X_test is not None else folds
+    budgets = {name: tuple(eps) if METHODS[name].private else (math.inf,) for name in methods}
+    total = trials * n_splits * len(combos) * sum(len(b) for b in budgets.values())
+    runs: dict[tuple[str, int, str, float], list[_Run]] = {}
+    done = 0
+    for _trial in range(trials):
+        trial_seed = int(master.integers(2**31))
+        for X_train, y_train, X_test, y_test in _splits(raw, folds, trial_seed):
+            rng = np.random.default_rng(master.integers(2**63))
+            public, private = split_public(y_train, public_fraction, rng)
+            prep = Preprocessor(raw.features, norm_quantile).fit(X_train[public])
+            X_priv, X_pub, X_te = (
+                prep.transform(X_train[private]),
+                prep.transform(X_train[public]),
+                prep.transform(X_test),
+            )
+            for k, s in combos:
+                ctx = SplitContext(
+                    X=X_priv,
+                    y=y_train[private],
+                    parties=assign_parties(private.size, k, s, rng),
+                    X_public=X_pub,
+                    y_public=y_train[public],
+                    classes=raw.classes,
+                    lam=lam,
+                    hamm_lam=hamm_lam,
+                    delta=delta,
+                    max_indiv=max_indiv,
+                    X_raw=X_train[private],
+                    raw_features=raw.features or public_ranges(X_train[public]),
+                )
+                for name in methods:
+                    for e in budgets[name]:
+                        start = time.perf_counter()
+                        fitted = METHODS[name].fit(ctx, e, rng)
+                        seconds = time.perf_counter() - start
+                        runs.setdefault((name, k, _skew_label(s), e), []).append(
+                            _score(fitted, X_test if fitted.raw_input else X_te, y_test, raw.classes, seconds)
+                        )
+                        done += 1
+                        if progress is not None:
+                            progress(done, total, f"{name} K={k} {_skew_label(s)} eps={e:g}")
+    rows = _aggregate(dataset, runs)
+    if json_path is not None:
+        write_results(rows, config, json_path)
+    return rows
+
+
+@dataclass(frozen=True)
+class _Run:
+    error: float
+    auc: float | None
+    noise_free_error: float | None
+    noise_free_auc: float | None
+    seconds: float
+    privacy: PrivacyGuarantee
+
+
+def _auc(
+    scorers: Sequence[Callable[[np.ndarray], np.ndarray]], X: np.ndarray, y: np.ndarray, classes: np.ndarray
+) -> float:
+    positive = y == classes[1]
+    return float(np.mean([roc_auc_score(positive, s(X)) for s in scorers]))
+
+
+def _score(fitted: Fitted, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seconds: float) -> _Run:
+    error = float(np.mean([np.mean(p(X) != y) for p in fitted.predictors]))
+    binary = classes.size == 2 and np.unique(y).size == 2
+    auc = _auc(fitted.scorers, X, y, classes) if binary and fitted.scorers else None
+    nf_error = nf_auc = None
+    if fitted.noise_free is not None:
+        predict, scorer = fitted.noise_free
+        nf_error = float(np.mean(predict(X) != y))
+        nf_auc = _auc([scorer], X, y, classes) if binary and scorer is not None else None
+    return _Run(error, auc, nf_error, nf_auc, seconds, fitted.privacy)
+
+
+def _mean_sem(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    present = np.array([v for v in values if v is not None], dtype=np.float64)
+    if present.size == 0:
+        return None, None
+    sem = float(present.std(ddof=1) / math.sqrt(present.size)) if present.size > 1 else 0.0
+    return float(present.mean()), sem
+
+
+def _aggregate(dataset: str, runs: dict[tuple[str, int, str, float], list[_Run]]) -> list[ResultRow]:
+    rows: list[ResultRow] = []
+    for (name, k, skew, _), values in runs.items():
+        errors = np.array([v.error for v in values])
+        privacy = values[0].privacy
+        std = float(errors.std(ddof=1)) if errors.size > 1 else 0.0
+        auc, auc_sem = _mean_sem([v.auc for v in values])
+        rows.append(
+            ResultRow(
+                dataset=dataset,
+                method=name,
+                parties=k,
+                skew=skew,
+                epsilon=privacy.epsilon if privacy.is_private else None,
+                delta=privacy.delta,
+                privacy_unit=privacy.unit.value,
+                mechanism=privacy.mechanism,
+                error_mean=float(errors.mean()),
+                error_std=std,
+                error_sem=std / math.sqrt(errors.size),
+                n_runs=int(errors.size),
+                fit_seconds_mean=float(np.mean([v.seconds for v in values])),
+                auc_mean=auc,
+                auc_sem=auc_sem,
+                noise_free_error_mean=_mean_sem([v.noise_free_error for v in values])[0],
+                noise_free_auc_mean=_mean_sem([v.noise_free_auc for v in values])[0],
+                errors=[float(x) for x in errors],
+            )
+        )
+    batch = {(r.parties, r.skew): r for r in rows if r.method == "batch"}
+    for r in rows:
+        ref = batch.get((r.parties, r.skew))
+        if ref is not None:
+            r.error_vs_batch = r.error_mean / ref.error_mean if ref.error_mean > 0 else None
+            r.time_vs_batch = r.fit_seconds_mean / ref.fit_seconds_mean if ref.fit_seconds_mean > 0 else None
+    return rows
+
+
+def write_results(rows: Sequence[ResultRow], config: BenchmarkConfig, path: str | Path) -> Path:
+    """Write ``{"benchmark", "created", "config", "rows"}`` as JSON (parents created)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "benchmark": "multiparty",
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "config": {**asdict(config), "skews": [_skew_label(s) for s in config.skews]},
+        "note": "error = 1 - test accuracy; privacy_unit says what (epsilon, delta) protects: "
+        "equal epsilon across different units is not a like-for-like comparison",
+        "rows": [r.to_dict() for r in rows],
+    }
+    target.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    return target

@@ -1,0 +1,66 @@
+"""Plot of a multiparty benchmark: test error against ε, one panel per (K, skew).
+
+Needs matplotlib (the ``plot`` extra); :class:`MultipartyError` says so when it
+is missing. Non-private references (ε = ∞) are drawn as horizontal lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from anonml.learn.multiparty.common import MultipartyError
+from anonml.learn.multiparty.harness import ResultRow
+
+__all__ = ["plot_results"]
+
+
+def plot_results(rows: Sequence[ResultRow], path: str | Path, metric: str = "error") -> Path:
+    """Write a PNG of ``metric`` ("error" or "auc") against ε for every method.
+
+    Parameters
+    ----------
+    rows : the rows of :func:`run_multiparty_benchmark`
+    path : output file (parents created)
+    metric : {"error", "auc"}
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # the plot extra is optional
+        raise MultipartyError("plotting needs matplotlib: pip install 'anonml[plot]'") from exc
+    if metric not in ("error", "auc"):
+        raise MultipartyError(f"metric must be 'error' or 'auc', got {metric!r}")
+    attr, sem_attr = ("error_mean", "error_sem") if metric == "error" else ("auc_mean", "auc_sem")
+    panels = sorted({(r.parties, r.skew) for r in rows})
+    if not panels:
+        raise MultipartyError("no rows to plot")
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False, sharey=True)
+    for ax, (k, skew) in zip(axes[0], panels, strict=True):
+        mine = [r for r in rows if (r.parties, r.skew) == (k, skew) and getattr(r, attr) is not None]
+        for method in dict.fromkeys(r.method for r in mine):
+            series = sorted((r for r in mine if r.method == method), key=lambda r: r.epsilon or 0.0)
+            if series[0].epsilon is None:
+                ax.axhline(
+                    getattr(series[0], attr), linestyle="--", linewidth=1, label=f"{method} (non-private)"
+                )
+                continue
+            xs = [r.epsilon for r in series]
+            ys = [getattr(r, attr) for r in series]
+            errs = [getattr(r, sem_attr) or 0.0 for r in series]
+            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=2, label=method)
+        ax.set_xscale("log")
+        ax.set_xlabel("ε")
+        ax.set_title(f"K={k}, {skew}")
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("test error" if metric == "error" else "ROC AUC")
+    axes[0][-1].legend(fontsize=7, loc="best")
+    fig.suptitle(f"{rows[0].dataset}: {metric} vs ε (privacy units differ across methods)")
+    fig.tight_layout()
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=110)
+    plt.close(fig)
+    return target
