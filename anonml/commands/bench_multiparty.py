@@ -137,6 +137,8 @@ def multiparty(
     privacy unit its ε refers to: equal ε across different units is not a
     like-for-like comparison.
     """
+    from anonml.learn.multiparty.harness import run_multiparty_benchmark
+
     with expected_errors():
         # Typer list options default to None; the defaults live here (no mutable defaults).
         names = _methods(methods or [DEFAULT_METHODS])
@@ -156,8 +158,6 @@ def multiparty(
 
             def step(done: int, total: int, what: str) -> None:
                 progress.update(task, completed=done, total=total, description=what)
-
-            from anonml.learn.multiparty.harness import run_multiparty_benchmark
 
             rows = run_multiparty_benchmark(
                 dataset.value,
