@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Self
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -221,14 +221,9 @@ class PQPerturbation(_UnaryEncoding):
         return cls(p=p, q=p / (p + lam * (1 - p)), m=m)
 
 
-@dataclass(frozen=True)
-class RAPPOR(_UnaryEncoding):
-    """One-time (basic) RAPPOR: ``q = 1 - p``, ``epsilon = 2 ln(p / (1-p))``.
+class _DefinedByEpsilon:
+    """Mechanisms whose fields are ``(epsilon, m)``: their checks and ``from_epsilon``, once."""
 
-    So ``p = e^(epsilon/2) / (1 + e^(epsilon/2))`` (Erlingsson et al. 2014).
-    """
-
-    kind: ClassVar[str] = "rappor"
     epsilon: float
     m: int
 
@@ -237,8 +232,20 @@ class RAPPOR(_UnaryEncoding):
         check_domain(self.m)
 
     @classmethod
-    def from_epsilon(cls, epsilon: float, m: int) -> RAPPOR:
-        return cls(epsilon=epsilon, m=m)
+    def from_epsilon(cls, epsilon: float, m: int) -> Self:
+        return cls(epsilon=epsilon, m=m)  # type: ignore[call-arg]
+
+
+@dataclass(frozen=True)
+class RAPPOR(_DefinedByEpsilon, _UnaryEncoding):
+    """One-time (basic) RAPPOR: ``q = 1 - p``, ``epsilon = 2 ln(p / (1-p))``.
+
+    So ``p = e^(epsilon/2) / (1 + e^(epsilon/2))`` (Erlingsson et al. 2014).
+    """
+
+    kind: ClassVar[str] = "rappor"
+    epsilon: float
+    m: int
 
     @property
     def p(self) -> float:
@@ -250,20 +257,12 @@ class RAPPOR(_UnaryEncoding):
 
 
 @dataclass(frozen=True)
-class OUE(_UnaryEncoding):
+class OUE(_DefinedByEpsilon, _UnaryEncoding):
     """Optimised unary encoding: ``p = 1/2``, ``q = 1 / (e^epsilon + 1)`` (Wang et al. 2017)."""
 
     kind: ClassVar[str] = "oue"
     epsilon: float
     m: int
-
-    def __post_init__(self) -> None:
-        check_epsilon(self.epsilon)
-        check_domain(self.m)
-
-    @classmethod
-    def from_epsilon(cls, epsilon: float, m: int) -> OUE:
-        return cls(epsilon=epsilon, m=m)
 
     @property
     def p(self) -> float:
@@ -275,7 +274,7 @@ class OUE(_UnaryEncoding):
 
 
 @dataclass(frozen=True)
-class RandomizedResponse(Mechanism):
+class RandomizedResponse(_DefinedByEpsilon, Mechanism):
     """k-ary randomised response: the true value w.p. ``p``, else one of the other m-1.
 
     ``p = e^epsilon / (e^epsilon + m - 1)``, so ``epsilon = ln((m-1) p / (1-p))``;
@@ -286,14 +285,6 @@ class RandomizedResponse(Mechanism):
     kind: ClassVar[str] = "krr"
     epsilon: float
     m: int
-
-    def __post_init__(self) -> None:
-        check_epsilon(self.epsilon)
-        check_domain(self.m)
-
-    @classmethod
-    def from_epsilon(cls, epsilon: float, m: int) -> RandomizedResponse:
-        return cls(epsilon=epsilon, m=m)
 
     @property
     def p(self) -> float:
@@ -322,7 +313,7 @@ def _default_omega(epsilon: float, m: int) -> int:
 
 
 @dataclass(frozen=True)
-class SubsetSelection(Mechanism):
+class SubsetSelection(_DefinedByEpsilon, Mechanism):
     """Subset selection: report an ``omega``-subset, containing the true value w.p. ``p``.
 
     Every omega-subset containing the true value is ``e^epsilon`` times as likely
@@ -342,18 +333,13 @@ class SubsetSelection(Mechanism):
     omega: int | None = None  # None: round(m / (e^epsilon + 1)), set on construction
 
     def __post_init__(self) -> None:
-        check_epsilon(self.epsilon)
-        check_domain(self.m)
+        super().__post_init__()
         if self.omega is None:
             object.__setattr__(self, "omega", _default_omega(self.epsilon, self.m))
         if isinstance(self.omega, bool) or not isinstance(self.omega, int | np.integer):
             raise TypeError(f"omega must be an integer, got {self.omega!r}")
         if not 1 <= self.omega <= self.m - 1:
             raise ValueError(f"omega must lie in [1, m-1={self.m - 1}], got {self.omega}")
-
-    @classmethod
-    def from_epsilon(cls, epsilon: float, m: int) -> SubsetSelection:
-        return cls(epsilon=epsilon, m=m)
 
     @property
     def p(self) -> float:
