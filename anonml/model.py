@@ -19,11 +19,12 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Annotated, Any
 
 import numpy as np
+import orjson
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -50,6 +51,7 @@ __all__ = [
     "decode_fields",
     "to_utc",
     "content_id",
+    "timestamp_us",
 ]
 
 
@@ -112,8 +114,10 @@ def _encode_value(value: object) -> object:
         return _TEXT_TAG + value  # type: ignore[operator]
     if kind is int or kind is bool:
         return value
-    if isinstance(value, bool) or isinstance(value, int):
-        return value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)  # a subclass (an IntEnum) is stored as its number
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"field value {value!r} is not finite")
@@ -139,32 +143,45 @@ def _decode_value(value: object) -> object:
     return value
 
 
-def encode_fields(fields: Mapping[str, object]) -> str:
-    """Canonical JSON of a field mapping (sorted keys, tagged text and datetimes).
+_ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
-    The common case (finite numbers and categories without a leading ``$``) is
-    dumped as is; anything else goes through the tagging encoder, which also
-    refuses non-finite floats and unsupported types.
+
+def encode_fields(fields: Mapping[str, object]) -> str:
+    """Canonical JSON of a field mapping: sorted keys, compact, UTF-8, tagged text and datetimes.
+
+    orjson writes plain values itself and hands :class:`Text` and datetimes to
+    :func:`_encode_value` for their tags; a mapping holding anything else (a
+    category starting with ``$``, a non-finite float, a subclass, an
+    unsupported type) is encoded value by value first, which escapes, converts
+    or refuses it. An integer past 64 bits, which orjson refuses, falls back to
+    the stdlib encoder.
     """
+    encoded = fields
     for value in fields.values():
         kind = type(value)
-        if (
-            kind is int
-            or kind is bool
-            or (kind is str and not value.startswith("$"))  # type: ignore[union-attr]
-            or (kind is float and math.isfinite(value))  # type: ignore[arg-type]
-        ):
-            continue
-        encoded: Mapping[str, object] = {k: _encode_value(v) for k, v in fields.items()}
-        break
-    else:
-        encoded = fields
-    return json.dumps(encoded, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        if kind is str:
+            plain = not value.startswith("$")  # type: ignore[union-attr]
+        elif kind is float:
+            plain = math.isfinite(value)  # type: ignore[arg-type]
+        else:
+            plain = kind is int or kind is bool or kind is Text or kind is datetime
+        if not plain:  # escape, refuse or convert value by value
+            encoded = {k: _encode_value(v) for k, v in fields.items()}
+            break
+    try:
+        return orjson.dumps(encoded, default=_encode_value, option=_ORJSON_OPTIONS).decode("utf-8")
+    except orjson.JSONEncodeError:
+        plain_values = {k: _encode_value(v) for k, v in fields.items()}
+        return json.dumps(plain_values, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def decode_fields(payload: str) -> dict[str, object]:
     """Inverse of :func:`encode_fields`."""
-    return {k: _decode_value(v) for k, v in json.loads(payload).items()}
+    try:
+        raw = orjson.loads(payload)
+    except orjson.JSONDecodeError:  # what only the stdlib accepts (ints past 64 bits)
+        raw = json.loads(payload)
+    return {k: _decode_value(v) for k, v in raw.items()}
 
 
 def _validate_field_value(value: object, info: ValidationInfo) -> object:
@@ -272,9 +289,8 @@ class Event(BaseModel):
 
     @cached_property
     def id(self) -> str:
-        return content_id(
-            self.user, self.source, self.type, self.timestamp, encode_fields(self.fields)
-        )
+        ts_us = None if self.timestamp is None else timestamp_us(self.timestamp)
+        return content_id(self.user, self.source, self.type, ts_us, encode_fields(self.fields))
 
     def with_user(self, user: str) -> Event:
         """The same event attributed to ``user`` (its id changes with it)."""
@@ -283,18 +299,31 @@ class Event(BaseModel):
         return copy
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def timestamp_us(timestamp: datetime) -> int:
+    """Whole microseconds since the Unix epoch (UTC) of an aware datetime."""
+    return (timestamp - _EPOCH) // _MICROSECOND
+
+
 def content_id(
     user: str | None,
     source: str,
     type_: str,
-    timestamp: datetime | None,
+    ts_us: int | None,
     fields_json: str,
 ) -> str:
-    """BLAKE2b-128 of an event's canonical content; ``fields_json`` from :func:`encode_fields`."""
-    ts = "" if timestamp is None else timestamp.isoformat()
+    """BLAKE2b-128 of an event's canonical content.
+
+    The content is ``user ␟ source ␟ type ␟ microseconds since the epoch ␟
+    fields``, with ``fields_json`` from :func:`encode_fields`; static events
+    have an empty time.
+    """
+    ts = "" if ts_us is None else str(ts_us)
     canonical = "\x1f".join((user or "", source, type_, ts, fields_json))
     return hashlib.blake2b(canonical.encode("utf-8"), digest_size=16).hexdigest()
-
 
 class Dataset(BaseModel):
     """One user's events in the half-open interval ``[start, end)``, oldest first.

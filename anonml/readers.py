@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import IO, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import orjson
+
 from anonml.errors import RecordError
 
 __all__ = [
+    "parse_json",
     "open_text",
     "head",
     "iter_json_lines",
@@ -65,6 +68,19 @@ def head(path: Path, size: int = 4096) -> str:
     return raw.decode("utf-8", errors="replace").lstrip("\ufeff")
 
 
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads`` semantics and error messages at orjson's speed.
+
+    orjson parses the common case about 3x faster; what it refuses (a syntax
+    error, ``NaN`` literals, integers past 64 bits) is handed to ``json.loads``,
+    which either accepts it too or raises its own, clearer ``JSONDecodeError``.
+    """
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line_number, value)`` for each non-blank line; a bad line yields a RecordError value.
 
@@ -82,7 +98,7 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
                 if not line.strip():
                     continue
                 try:
-                    yield lineno, json.loads(line)
+                    yield lineno, parse_json(line)
                 except json.JSONDecodeError as exc:
                     yield lineno, RecordError(path, lineno, f"invalid JSON: {exc.msg}")
         except UnicodeDecodeError as exc:

@@ -28,7 +28,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from anonml.errors import RecordError, StoreError
-from anonml.model import Dataset, Event, content_id, decode_fields, encode_fields, to_utc
+from anonml.model import Dataset, Event, content_id, decode_fields, encode_fields, timestamp_us, to_utc
 from anonml.paths import default_store_url
 from anonml.plugins import Importer
 
@@ -85,7 +85,9 @@ class EventRow(Base):
     type: Mapped[str] = mapped_column(String(256))
     ts_us: Mapped[int | None]
     fields: Mapped[str] = mapped_column(Text)
-    import_id: Mapped[int] = mapped_column(ForeignKey("imports.id"), index=True)
+    # Not indexed: an import's new events are counted as they are inserted, so
+    # nothing looks events up by import, and one index fewer speeds every insert.
+    import_id: Mapped[int] = mapped_column(ForeignKey("imports.id"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,10 +133,6 @@ class ImportRecord:
     added: int = 0
 
 
-def _to_us(ts: datetime | None) -> int | None:
-    return None if ts is None else (ts - _EPOCH) // _US
-
-
 def _from_us(us: int | None) -> datetime | None:
     return None if us is None else _EPOCH + us * _US
 
@@ -147,36 +145,38 @@ _SQLITE_INSERT = (
 )
 
 
-def _insert_ignoring_duplicates(session: Session, rows: list[tuple]) -> None:
-    """Insert :func:`event_row` tuples, skipping ids already stored.
+def _insert_ignoring_duplicates(session: Session, rows: list[tuple]) -> int:
+    """Insert :func:`event_row` tuples, skipping ids already stored; returns how many were new.
 
     On SQLite the rows go straight to the driver's ``executemany`` inside the
     session's transaction: the ORM's per-row parameter processing cost more
-    than SQLite itself (benchmarks/import_throughput.py).
+    than SQLite itself (benchmarks/import_throughput.py), and the driver's
+    row count of ``INSERT OR IGNORE`` is exactly the number of new rows.
     """
     dialect = session.get_bind().dialect.name
     if dialect == "sqlite":
-        session.connection().exec_driver_sql(_SQLITE_INSERT, rows)
-        return
+        return session.connection().exec_driver_sql(_SQLITE_INSERT, rows).rowcount
     if dialect != "postgresql":
         raise StoreError(f"unsupported database dialect {dialect!r} (use SQLite or PostgreSQL)")
     from sqlalchemy.dialects.postgresql import insert
 
+    before = session.scalar(select(func.count()).select_from(EventRow)) or 0
     session.execute(
         insert(EventRow).on_conflict_do_nothing(), [dict(zip(EVENT_COLUMNS, r, strict=True)) for r in rows]
     )
+    return (session.scalar(select(func.count()).select_from(EventRow)) or 0) - before
 
 
 def event_row(event: Event, user: str, import_id: int) -> tuple:
     """The ``events`` row of ``event`` attributed to ``user``, in :data:`EVENT_COLUMNS` order."""
     fields_json = encode_fields(event.fields)
-    timestamp = event.timestamp
+    ts_us = None if event.timestamp is None else timestamp_us(event.timestamp)
     return (
         user,
-        content_id(user, event.source, event.type, timestamp, fields_json),
+        content_id(user, event.source, event.type, ts_us, fields_json),
         event.source,
         event.type,
-        None if timestamp is None else (timestamp - _EPOCH) // _US,
+        ts_us,
         fields_json,
         import_id,
     )
@@ -185,19 +185,17 @@ def event_row(event: Event, user: str, import_id: int) -> tuple:
 def add_events(
     session: Session, events: Iterable[Event], *, user: str, import_id: int
 ) -> int:
-    """Insert events (duplicates ignored) in batches; returns how many were offered."""
+    """Insert events in batches, ignoring ones already stored; returns how many were new."""
     batch: list[tuple] = []
-    offered = 0
+    inserted = 0
     for ev in events:
         batch.append(event_row(ev, ev.user or user, import_id))
         if len(batch) >= _BATCH:
-            _insert_ignoring_duplicates(session, batch)
-            offered += len(batch)
+            inserted += _insert_ignoring_duplicates(session, batch)
             batch.clear()
     if batch:
-        _insert_ignoring_duplicates(session, batch)
-        offered += len(batch)
-    return offered
+        inserted += _insert_ignoring_duplicates(session, batch)
+    return inserted
 
 
 def _row_to_event(row: EventRow) -> Event:
@@ -234,9 +232,9 @@ def query_events(
         stmt = stmt.where(EventRow.type == type)
     time_filters = []
     if start is not None:
-        time_filters.append(EventRow.ts_us >= _to_us(to_utc(start)))
+        time_filters.append(EventRow.ts_us >= timestamp_us(to_utc(start)))
     if end is not None:
-        time_filters.append(EventRow.ts_us < _to_us(to_utc(end)))
+        time_filters.append(EventRow.ts_us < timestamp_us(to_utc(end)))
     if time_filters:
         cond = time_filters[0] if len(time_filters) == 1 else time_filters[0] & time_filters[1]
         stmt = stmt.where(cond | EventRow.ts_us.is_(None)) if include_static else stmt.where(cond)
@@ -388,11 +386,12 @@ class EventStore:
         return [SourceSummary(src, typ, n, _from_us(lo), _from_us(hi)) for src, typ, n, lo, hi in rows]
 
     def imports(self) -> list[ImportRecord]:
-        """Import provenance, oldest first, each with the number of events it added."""
+        """Import provenance, oldest first, each with the number of events it added.
+
+        Events are never deleted, so what an import added is what it accepted
+        minus what was already stored.
+        """
         with self.session() as s:
-            added = dict(
-                s.execute(select(EventRow.import_id, func.count()).group_by(EventRow.import_id)).all()
-            )
             rows = s.scalars(select(ImportRow).order_by(ImportRow.id)).all()
         return [
             ImportRecord(
@@ -406,7 +405,7 @@ class EventStore:
                 accepted=r.accepted,
                 duplicate=r.duplicate,
                 rejected=r.rejected,
-                added=added.get(r.id, 0),
+                added=r.accepted - r.duplicate,
             )
             for r in rows
         ]
@@ -452,10 +451,7 @@ def _import_into(
     )
     session.add(record)
     session.flush()
-    add_events(session, good_events(), user=fallback, import_id=record.id)
-    inserted = session.scalar(
-        select(func.count()).select_from(EventRow).where(EventRow.import_id == record.id)
-    ) or 0
+    inserted = add_events(session, good_events(), user=fallback, import_id=record.id)
     record.accepted = accepted
     record.duplicate = accepted - inserted
     record.rejected = len(errors)

@@ -112,7 +112,7 @@ from pydantic import ValidationError
 from anonml.errors import RecordError
 from anonml.model import Event, Text
 from anonml.plugins import Importer
-from anonml.readers import head, iter_json_lines, parse_timestamp
+from anonml.readers import head, iter_json_lines, parse_json, parse_timestamp
 
 __all__ = ["EdxImporter", "sanitize_type"]
 
@@ -351,7 +351,7 @@ def _event_members(raw: Any, kind: str) -> dict:
             return {}
         if text[0] == "{":
             try:
-                decoded = json.loads(text)
+                decoded = parse_json(text)
             except json.JSONDecodeError as exc:
                 raise _BadRecord(f"field 'event': invalid JSON string: {exc.msg}") from None
             if isinstance(decoded, dict):

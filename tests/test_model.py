@@ -133,3 +133,25 @@ def test_feature_matrix_to_numpy_and_width_check():
         FeatureMatrix.from_rows(specs, [FeatureVector(entity="e", values=(1.0,))])
     unlabelled = FeatureMatrix.from_rows(specs, [FeatureVector(entity="e", values=(1, 2))])
     assert unlabelled.to_numpy()[1] is None
+
+
+def test_canonical_encoding_is_sorted_compact_and_tagged():
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    fields = {"z": 1.5, "a": "$dollar", "t": Text("é"), "d": datetime(2020, 1, 1, 2, tzinfo=PARIS),
+              "n": Level.HIGH, "big": 2**70}
+    assert encode_fields(fields) == (
+        '{"a":"$s:$dollar","big":1180591620717411303424,"d":"$d:2020-01-01T00:00:00+00:00",'
+        '"n":3,"t":"$t:é","z":1.5}'
+    )
+    assert decode_fields(encode_fields(fields))["a"] == "$dollar"
+    assert decode_fields(encode_fields(fields))["big"] == 2**70
+
+
+@pytest.mark.parametrize("bad", [[1], None, object(), float("inf")])
+def test_canonical_encoding_refuses_what_is_not_a_field_value(bad):
+    with pytest.raises((TypeError, ValueError)):
+        encode_fields({"x": bad})

@@ -40,7 +40,8 @@ def populated(tmp_path: Path) -> str:
                         user_id="-", started_at=datetime.now(UTC))
         s.add(row)
         s.flush()
-        add_events(s, events, user="-", import_id=row.id)
+        row.accepted = len(events)
+        row.duplicate = len(events) - add_events(s, events, user="-", import_id=row.id)
     return url
 
 
