@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import ForeignKey, Index, String, Text, create_engine, event, func, select
+from sqlalchemy import ForeignKey, Index, String, Text, func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from anonml.database import make_engine
 from anonml.errors import RecordError, StoreError
 from anonml.model import Dataset, Event, content_id, decode_fields, encode_fields, timestamp_us, to_utc
 from anonml.paths import default_store_url
@@ -270,11 +271,9 @@ class EventStore:
     def __init__(self, url: str | None = None) -> None:
         self.url = url or default_store_url()
         try:
-            self.engine: Engine = create_engine(self.url)
+            self.engine: Engine = make_engine(self.url)
         except (SQLAlchemyError, ValueError) as exc:
             raise StoreError(f"cannot open event store {self.url!r}: {exc}") from exc
-        if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas)
         try:
             Base.metadata.create_all(self.engine)
         except SQLAlchemyError as exc:
@@ -481,16 +480,6 @@ def _hash_tree(folder: Path) -> str:
             digest.update(str(p.relative_to(folder)).encode() + b"\0")
             digest.update(sha256_file(p).encode())
     return digest.hexdigest()
-
-
-def _sqlite_pragmas(dbapi_connection, _record) -> None:
-    cursor = dbapi_connection.cursor()
-    # WAL lets readers (a running daemon) coexist with an import; NORMAL sync is
-    # durable at transaction boundaries in WAL mode, which is all an import needs.
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
 
 
 def events_of(store: EventStore, users: Sequence[str] | None = None) -> Iterator[Dataset]:

@@ -27,8 +27,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import DateTime, ForeignKey, String, create_engine, event, select
-from sqlalchemy.engine import Engine
+from sqlalchemy import DateTime, ForeignKey, String, select
 from sqlalchemy.orm import (
     DeclarativeBase,
     Mapped,
@@ -37,9 +36,9 @@ from sqlalchemy.orm import (
     relationship,
     sessionmaker,
 )
-from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
+from anonml.database import make_engine
 from anonml.errors import BudgetExceeded
 from anonml.paths import default_store_url
 from anonml.privacy._checks import check_epsilon
@@ -125,31 +124,6 @@ class CapRow(LedgerBase):
     cap: Mapped[float]
 
 
-def _sqlite_immediate(engine: Engine) -> None:
-    # SQLAlchemy's documented recipe: take over BEGIN from the sqlite3 driver
-    # and make it IMMEDIATE, so a transaction holds the write lock from the
-    # start and check-then-insert cannot interleave with another writer.
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-
-    @event.listens_for(engine, "begin")
-    def _begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-
-def _make_engine(url: str) -> Engine:
-    if url.startswith("sqlite"):
-        in_memory = url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url
-        kwargs: dict[str, Any] = {}
-        if in_memory:  # one shared connection, or every session sees an empty database
-            kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
-        engine = create_engine(url, **kwargs)
-        _sqlite_immediate(engine)
-        return engine
-    return create_engine(url, isolation_level="SERIALIZABLE")
-
-
 def _name(value: str, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{what} must be a non-empty string, got {value!r}")
@@ -210,7 +184,7 @@ class PrivacyLedger:
     def __init__(self, url: str | None = None, *, default_cap: float | None = None) -> None:
         self.url = url if url is not None else default_store_url("ledger.db")
         self.default_cap = None if default_cap is None else check_epsilon(default_cap, "default_cap")
-        self._engine = _make_engine(self.url)
+        self._engine = make_engine(self.url, immediate=True)
         LedgerBase.metadata.create_all(self._engine)
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
 
