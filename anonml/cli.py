@@ -18,8 +18,10 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from anonml.cli_support import err, expected_errors, out, parse_json_option, print_json
+from anonml.commands import aggregator as aggregator_commands
 from anonml.commands import bench as bench_commands
 from anonml.commands import importer as importer_commands
+from anonml.commands import peer as peer_commands
 from anonml.detection import DEFAULT_MIN_CONFIDENCE, choose_importer
 from anonml.errors import AnonMLError, PluginNotFound, RecordError
 from anonml.plugins import PluginRef, available, create, iter_classes
@@ -34,6 +36,8 @@ app = typer.Typer(
 )
 app.add_typer(importer_commands.app, name="importer")
 app.add_typer(bench_commands.app, name="bench")
+app.add_typer(aggregator_commands.app, name="aggregator")
+app.add_typer(peer_commands.app, name="peer")
 
 StoreOption = Annotated[
     str | None,
@@ -299,12 +303,22 @@ def plugins(
 @app.command()
 def demo(
     students: Annotated[
-        int, typer.Option("--students", min=20, max=100_000, help="Simulated students.")
-    ] = 300,
+        int, typer.Option("--students", min=40, max=100_000, help="Simulated students.")
+    ] = 400,
     weeks: Annotated[int, typer.Option("--weeks", min=3, max=52, help="Course length in weeks.")] = 8,
+    epsilon: Annotated[
+        float, typer.Option("--epsilon", min=0.1, max=20.0, help="Each peer's total privacy budget.")
+    ] = 3.0,
     seed: Annotated[int, typer.Option("--seed", help="Simulation seed.")] = 0,
 ) -> None:
-    """Simulate MOOC students, import and featurize each locally, train, print held-out AUC."""
+    """The whole AnonML protocol on loopback with simulated MOOC students; no data needed.
+
+    Students' edX logs go through the importer into per-peer stores; an
+    aggregator and a peer host start on loopback; the dropout problem is
+    proposed, peers register, answer private-median queries and send perturbed
+    reports over 3-hop onion routes with one-time tokens; the model is trained,
+    published and scored on held-out students against the non-private model.
+    """
     from rich.progress import BarColumn, MofNCompleteColumn
 
     from anonml.demo import run_demo
@@ -318,18 +332,12 @@ def demo(
         def report(phase: str, done: int, total: int) -> None:
             if phase not in tasks:
                 tasks[phase] = progress.add_task(phase, total=total)
-            progress.update(tasks[phase], completed=done)
+            progress.update(tasks[phase], completed=done, total=total)
 
-        result = run_demo(students, weeks=weeks, seed=seed, progress=report)
-    table = Table("what", "value")
-    table.add_row("students (one event store each)", f"{result.students:,}")
-    table.add_row("events imported", f"{result.events_imported:,}")
-    table.add_row("examples (active in the first weeks)", f"{result.examples:,}")
-    table.add_row("dropout rate", f"{result.dropout_rate:.1%}")
-    table.add_row("features", ", ".join(result.features))
-    table.add_row("held-out ROC AUC (non-private logistic regression)", f"{result.auc:.3f}")
-    for phase, seconds in result.phase_seconds.items():
-        table.add_row(f"time: {phase}", f"{seconds:.2f} s")
+        result = run_demo(students, weeks=weeks, seed=seed, epsilon=epsilon, progress=report)
+    table = Table("what", "value", title="AnonML demo")
+    for what, value in result.rows():
+        table.add_row(what, value)
     out.print(table)
 
 

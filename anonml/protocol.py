@@ -7,20 +7,23 @@ is validated by its model, so a route handler only ever sees well-formed input.
 
 Signed messages carry a ``signature`` over :func:`signing_bytes`: the
 canonical JSON of the message without its signature (sorted keys, no
-whitespace), prefixed by the message's name, so a signature made for one kind
-of message is never valid for another. Signing and checking are done with
-:class:`anonml.crypto.Identity` / :class:`anonml.crypto.PublicIdentity` under
-the context ``b"anonml/v1/" + name``.
+whitespace), under the context ``b"anonml/v1/" + name`` of the message's kind,
+so a signature made for one kind of message is never valid for another.
+:func:`sign_message` / :func:`verify_message` do this with
+:class:`anonml.crypto.Identity` / :class:`anonml.crypto.PublicIdentity`.
 
 The flow of one problem (DESIGN §7)::
 
     Problem (signed proposal, H(seed))  → peers decide by their policy
     Registration (signed by the peer)   → aggregator, until the deadline
     Roster (signed; seed revealed)      → peers check seed, plan, fingerprint
+    Assignment (signed)                 → each peer checks it with verify_assignment
+    RosterWitness (signed by a peer)    → peers compare fingerprints via relays
     MedianQuery / MedianAnswer          → one median-pool peer per answer
+    TokenBatchRequest / …Response       → one blind evaluation per (peer, slot),
+                                          from the roster to the end of the send window
     Bins (signed; report schedule)      → peers bin their features
-    TokenBatchRequest / …Response       → one blind evaluation per (peer, slot)
-    RelayPacket bytes over k hops       → IntakeDelivery at the aggregator
+    onion packet bytes over k hops      → IntakeDelivery at the aggregator
     ModelDocument (signed)              → peers predict locally
 """
 
@@ -28,9 +31,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
-from typing import Annotated, Any, Literal
+import math
+from typing import Annotated, Any, Literal, TypeVar
 
+import numpy as np
 from pydantic import (
     AwareDatetime,
     BaseModel,
@@ -41,6 +47,7 @@ from pydantic import (
     model_validator,
 )
 
+from anonml.crypto import Identity, PublicIdentity
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import PluginRef
 from anonml.privacy.descriptor import MechanismDescriptor
@@ -50,6 +57,8 @@ __all__ = [
     "B64",
     "signing_bytes",
     "signing_context",
+    "sign_message",
+    "verify_message",
     "Schedule",
     "MedianSettings",
     "ProblemDraft",
@@ -60,8 +69,11 @@ __all__ = [
     "RegistrationReceipt",
     "RosterEntry",
     "Roster",
+    "Assignment",
+    "RosterWitness",
     "MedianQuery",
     "MedianAnswer",
+    "Ack",
     "Bins",
     "TokenSlotRequest",
     "TokenBatchRequest",
@@ -71,7 +83,11 @@ __all__ = [
     "IntakeReceipt",
     "ModelDocument",
     "ErrorBody",
+    "PeerStatus",
     "report_slot",
+    "roster_fingerprint",
+    "pack_bits",
+    "unpack_bits",
 ]
 
 PROTOCOL_VERSION = 1
@@ -127,17 +143,45 @@ def signing_bytes(message: BaseModel) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
 
+_M = TypeVar("_M", bound=BaseModel)
+_UNSIGNED = bytes(64)
+
+
+def sign_message(message: _M, identity: Identity) -> _M:
+    """A copy of ``message`` whose ``signature`` is ``identity``'s over :func:`signing_bytes`.
+
+    Build the message with any 64-byte placeholder signature (e.g. ``bytes(64)``);
+    the signature covers every other field, under :func:`signing_context`.
+    """
+    signature = identity.sign(signing_bytes(message), context=signing_context(message))
+    return message.model_copy(update={"signature": signature})
+
+
+def verify_message(message: _M, signer: bytes | PublicIdentity) -> _M:
+    """Return ``message`` if its ``signature`` is ``signer``'s; :class:`InvalidSignature` otherwise.
+
+    ``signer`` is a :class:`~anonml.crypto.PublicIdentity` or its 64-byte wire form.
+    """
+    public = signer if isinstance(signer, PublicIdentity) else PublicIdentity.from_bytes(bytes(signer))
+    public.verify(signing_bytes(message), message.signature, context=signing_context(message))  # type: ignore[attr-defined]
+    return message
+
+
 # --- proposing a problem ------------------------------------------------------
 
 
 class Schedule(_Message):
     """When each phase happens. Durations are seconds; the deadline is absolute.
 
+    ``roster_seconds`` pass between the roster's publication and the first
+    median query, for peers to check the roster and compare its fingerprint.
+
     The report round's absolute times (``t_s``, ``t_s + δ``, ``t_r``) are fixed
     when the bins are published: ``t_s = publication + report_delay_seconds``.
     """
 
     registration_deadline: AwareDatetime
+    roster_seconds: float = Field(default=2.0, ge=0, le=86_400)
     median_step_seconds: float = Field(default=10.0, gt=0, le=86_400)
     report_delay_seconds: float = Field(default=5.0, ge=0, le=86_400)
     send_window_seconds: float = Field(default=5.0, gt=0, le=86_400)
@@ -149,16 +193,31 @@ class MedianSettings(_Message):
 
     ``pool_fraction`` of the peers answer median queries only (one answer
     each, parallel composition with the report pool); ``steps`` binary-search
-    steps per numeric feature, each asked of a fresh group of that pool.
+    steps per numeric feature (per inner edge when ``bins > 2``), each asked of
+    a fresh group of that pool. ``epsilon`` is one answer's ε (at most the
+    problem's ε, which is what it defaults to); ``confidence`` is the level of
+    :func:`anonml.privacy.estimate_quantile`'s stopping margin (0.5 moves more
+    readily, as the learning library's simulation does).
     """
 
-    epsilon: float = Field(default=1.0, gt=0, le=20)
+    epsilon: float | None = Field(
+        default=None, gt=0, le=20, description="ε of one answer; None = the problem's ε."
+    )
     pool_fraction: float = Field(default=0.2, ge=0, lt=1)
     steps: int = Field(default=6, ge=1, le=32)
+    confidence: float = Field(
+        default=0.5, gt=0, lt=1, description="Confidence of each search's stopping margin."
+    )
 
 
 class ProblemDraft(_Message):
-    """What an aggregator proposes: plugins by (name, version, params), never code."""
+    """What an aggregator proposes: plugins by (name, version, params), never code.
+
+    ``features`` names features of the featurizer (by name, with the kind the
+    featurizer declares); a peer computes all of the featurizer's features
+    locally and keeps these, in this order. Their declared ranges are public
+    and bound the median search and the bins. The label is the instancer's.
+    """
 
     title: str = Field(min_length=1, max_length=200)
     description: str = Field(default="", max_length=4000)
@@ -179,6 +238,19 @@ class ProblemDraft(_Message):
 
     @model_validator(mode="after")
     def _check(self) -> ProblemDraft:
+        names = [f.name for f in self.features]
+        if len(set(names)) != len(names):
+            raise ValueError("feature names must be distinct")
+        if self.median.epsilon is not None and self.median.epsilon > self.epsilon:
+            raise ValueError(
+                f"median.epsilon={self.median.epsilon} exceeds the problem's ε={self.epsilon}: "
+                "a median-pool peer would spend more than the budget it accepted"
+            )
+        if self.kh * self.ks > len(self.features) and self.subsets is None:
+            raise ValueError(
+                f"kh·ks = {self.kh}·{self.ks} exceeds the {len(self.features)} features "
+                "(one partition's subsets must not overlap)"
+            )
         if self.ks > len(self.features):
             raise ValueError(f"ks={self.ks} exceeds the {len(self.features)} features")
         if self.subsets is not None:
@@ -190,6 +262,22 @@ class ProblemDraft(_Message):
     @property
     def numeric_features(self) -> list[int]:
         return [i for i, f in enumerate(self.features) if f.kind is FeatureKind.NUMERIC]
+
+    @property
+    def report_epsilon(self) -> float:
+        """ε of one report: ε / k_h, so a report peer's k_h reports compose to ε."""
+        return self.epsilon / self.kh
+
+    @property
+    def median_epsilon(self) -> float:
+        """ε of one median answer (``median.epsilon``, else the problem's ε)."""
+        return self.median.epsilon if self.median.epsilon is not None else self.epsilon
+
+    def median_pool_size(self, n_peers: int) -> int:
+        """``floor(pool_fraction · n)`` peers answer median queries (0 without numeric features)."""
+        if not self.numeric_features:
+            return 0
+        return int(math.floor(self.median.pool_fraction * n_peers))
 
 
 class Problem(_Message):
@@ -223,6 +311,9 @@ class ProblemStatus(_Message):
     model_available: bool
     message: str = ""
     phase_seconds: dict[str, float] = {}
+    median_pool: int = 0
+    report_peers: int = 0
+    slots_per_peer: int = 0
 
 
 # --- registration and roster ---------------------------------------------------
@@ -263,6 +354,41 @@ class Roster(_Message):
     signature: SignatureBytes
 
 
+def roster_fingerprint(roster: Roster) -> str:
+    """BLAKE2b-256 hex of ``signing_bytes(roster) ‖ signature``: what peers compare.
+
+    Two peers holding rosters with the same fingerprint hold the same signed
+    roster (same members, relay keys, token key and seed), so comparing it
+    through other peers' relays detects an aggregator showing different peers
+    different token keys (DESIGN §7, key consistency).
+    """
+    return hashlib.blake2b(signing_bytes(roster) + roster.signature, digest_size=32).hexdigest()
+
+
+class Assignment(_Message):
+    """What the aggregator says one peer does, signed; the peer re-derives it from the seed.
+
+    ``role`` is ``"median"`` (``index`` = rank in the median pool) or
+    ``"report"`` (``index`` = partition, ``subsets`` = its k_h feature subsets).
+    """
+
+    problem_id: str
+    identity: IdentityBytes
+    role: Literal["median", "report"]
+    index: int = Field(ge=0)
+    subsets: tuple[tuple[int, ...], ...] = ()
+    signature: SignatureBytes
+
+
+class RosterWitness(_Message):
+    """A peer's signed statement of the roster fingerprint it holds (served by its relay)."""
+
+    problem_id: str
+    identity: IdentityBytes
+    fingerprint: str = Field(pattern=r"^[0-9a-f]{64}$")
+    signature: SignatureBytes
+
+
 # --- private medians -----------------------------------------------------------
 
 
@@ -287,6 +413,13 @@ class MedianAnswer(_Message):
     identity: IdentityBytes
     bit: bool
     signature: SignatureBytes
+
+
+class Ack(_Message):
+    """A plain acknowledgement (e.g. of a median answer)."""
+
+    ok: bool = True
+    detail: str = ""
 
 
 class Bins(_Message):
@@ -345,6 +478,33 @@ class PrivateReport(_Message):
     def to_bytes(self) -> bytes:
         return self.model_dump_json().encode("ascii")
 
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PrivateReport:
+        """Parse report bytes (JSON only; pydantic validation, never code)."""
+        return cls.model_validate_json(data)
+
+    def bit_vector(self) -> np.ndarray:
+        """The report's ``mechanism.m`` bits (see :func:`unpack_bits`)."""
+        return unpack_bits(self.bits, self.mechanism.m)
+
+
+def pack_bits(bits: np.ndarray) -> bytes:
+    """A bit vector as bytes: ``numpy.packbits`` (big-endian bit order), zero padded."""
+    arr = np.asarray(bits)
+    if arr.ndim != 1:
+        raise ValueError(f"bits must be 1-D, got shape {arr.shape}")
+    return np.packbits(arr.astype(bool)).tobytes()
+
+
+def unpack_bits(data: bytes, m: int) -> np.ndarray:
+    """Inverse of :func:`pack_bits` for ``m`` bits; refuses a wrong length or set padding bits."""
+    if len(data) != (m + 7) // 8:
+        raise ValueError(f"{m} bits need {(m + 7) // 8} bytes, got {len(data)}")
+    bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8))
+    if bits[m:].any():
+        raise ValueError("padding bits after the last report bit must be zero")
+    return bits[:m].astype(bool)
+
 
 class IntakeDelivery(_Message):
     """What a final hop hands the aggregator: the redemption and the report bytes."""
@@ -369,3 +529,11 @@ class ModelDocument(_Message):
 
 class ErrorBody(_Message):
     detail: str
+
+
+class PeerStatus(_Message):
+    """A peer daemon's local status (its own user only): identities, problems, relay counters."""
+
+    identities: int
+    problems: dict[str, dict[str, int]]
+    relay: dict[str, int]

@@ -1,0 +1,243 @@
+"""The aggregator's FastAPI app: :func:`create_app` assembles state, routers and the phase machine.
+
+Served by uvicorn with ``access_log=False``: the intake's clients are the
+last relays of onion routes, and their addresses must not be written down
+next to the reports (:mod:`aggregator.routes.intake`). Request bodies larger
+than ``max_body_bytes`` are refused with 413 before they are parsed.
+OpenAPI is at ``/openapi.json`` (``/docs`` for people).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from aggregator.rounds import RoundDriver
+from aggregator.routes import intake, medians, model, problems, registration, tokens
+from aggregator.settings import AggregatorSettings
+from aggregator.state import AggregatorState
+from anonml.errors import AnonMLError
+
+__all__ = [
+    "create_app",
+    "serve",
+    "ServerHandle",
+    "start_server",
+    "ServerProcess",
+    "start_server_process",
+    "serve_child",
+]
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a body over ``max_bytes`` (declared or streamed)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                await self._too_large(send)
+                return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await self._too_large(send)
+
+    async def _too_large(self, send: Send) -> None:
+        response = JSONResponse(
+            {"detail": f"request body larger than {self.max_bytes} bytes"}, status_code=413
+        )
+        await response({"type": "http"}, _empty_receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _empty_receive() -> Message:
+    return {"type": "http.disconnect"}
+
+
+def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
+    """The aggregator app; its state and phase machine start with the app's lifespan."""
+    settings = settings or AggregatorSettings.from_env()
+    state = AggregatorState(settings)
+    driver = RoundDriver(state)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        driver.start()
+        try:
+            yield
+        finally:
+            driver.stop()
+            state.engine.dispose()
+
+    app = FastAPI(
+        title="AnonML aggregator",
+        version="1",
+        summary="Problems, registration, private medians, blind tokens, anonymous intake, training.",
+        lifespan=lifespan,
+    )
+    app.state.aggregator = state
+    app.state.driver = driver
+    for router in (
+        problems.router,
+        registration.router,
+        medians.router,
+        tokens.router,
+        intake.router,
+        model.router,
+    ):
+        app.include_router(router)
+
+    @app.exception_handler(AnonMLError)
+    async def _expected(request: Request, exc: AnonMLError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=400)
+
+    @app.get("/healthz", tags=["service"])
+    def healthz() -> dict[str, str]:
+        """Liveness, and the aggregator's public identity (hex) for pinning."""
+        return {"status": "ok", "identity": state.public_identity.hex()}
+
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    return app
+
+
+def serve(settings: AggregatorSettings) -> None:
+    """Run the aggregator in the foreground under uvicorn (no access log)."""
+    uvicorn.run(
+        create_app(settings), host=settings.host, port=settings.port, access_log=False, log_level="warning"
+    )
+
+
+@dataclass
+class ServerHandle:
+    """A uvicorn server running in a thread of this process."""
+
+    url: str
+    server: uvicorn.Server
+    thread: threading.Thread
+    app: FastAPI
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def start_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0) -> ServerHandle:
+    """Serve ``app`` from a thread on ``host:port`` (0 = a free port) and wait until it is up."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    config = uvicorn.Config(app, access_log=False, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"uvicorn-{bound}"
+    )
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"server on {host}:{bound} did not start")
+        time.sleep(0.01)
+    return ServerHandle(f"http://{host}:{bound}", server, thread, app)
+
+
+def serve_child() -> None:
+    """Entry of ``python -m aggregator``: settings JSON on stdin, URL on stdout, stop at stdin EOF.
+
+    The admin token travels on stdin, not the command line, so other users of
+    the machine cannot read it from the process list.
+    """
+    import sys
+
+    settings = AggregatorSettings.model_validate_json(sys.stdin.readline())
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.host, settings.port))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings), access_log=False, log_level="warning", lifespan="on", backlog=2048
+        )
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started and thread.is_alive():
+        time.sleep(0.01)
+    print(f"http://{settings.host}:{sock.getsockname()[1]}" if server.started else "", flush=True)
+    sys.stdin.read()  # returns at EOF: the parent closed our stdin
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+@dataclass
+class ServerProcess:
+    """An aggregator served from a child process (its own interpreter, its own core)."""
+
+    url: str
+    process: subprocess.Popen
+
+    def stop(self) -> None:
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+
+def start_server_process(settings: AggregatorSettings, timeout: float = 60.0) -> ServerProcess:
+    """Serve an aggregator from ``python -m aggregator`` (port from ``settings``; 0 = a free one)."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "aggregator"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=root,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(settings.model_dump_json() + "\n")
+    process.stdin.flush()
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    url = process.stdout.readline().strip() if ready else ""
+    if not url:
+        process.kill()
+        raise RuntimeError("the aggregator process did not start (see its stderr)")
+    return ServerProcess(url, process)

@@ -1,0 +1,211 @@
+"""The private median searches of one problem (thesis algorithm 1 over HTTP).
+
+:class:`MedianRun` starts one thread per numeric feature. Each drives
+:func:`anonml.privacy.estimate_median` (or :func:`~anonml.privacy.estimate_quantile`
+per inner edge when ``bins > 2``) with a query callable that publishes a
+signed :class:`~anonml.protocol.MedianQuery` for a fresh group of the median
+pool and waits for that group's answers until ``median_step_seconds`` pass
+(or everyone answered). The pool is split by :func:`median_groups` exactly as
+:func:`anonml.learn.simulation.private_binning` splits it, so every pool peer
+is asked at most once (parallel composition with the report pool) and the
+network search computes what the simulation computes. A share too small for
+one step per edge leaves equal-width cuts of the declared range (no data
+used); a step nobody answers ends that search at its threshold.
+
+The search starts after ``roster_seconds``, giving peers time to check the
+roster and compare its fingerprint before the first question.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func, select, update
+
+from aggregator.db import MedianAnswerRow, MedianQueryRow
+from aggregator.state import ProblemContext
+from anonml.privacy import estimate_median, estimate_quantile
+from anonml.protocol import MedianQuery, sign_message
+
+__all__ = ["MedianRun", "median_groups"]
+
+log = logging.getLogger("anonml.aggregator")
+
+
+class _NoAnswers(Exception):
+    """No peer of the group answered in time; the search ends at ``threshold``."""
+
+    def __init__(self, threshold: float) -> None:
+        super().__init__(threshold)
+        self.threshold = threshold
+
+
+def median_groups(pool: Sequence[int], n_numeric: int, searches: int, steps: int) -> list[list[np.ndarray]]:
+    """Split the median pool: evenly over the numeric features, then over each one's questions.
+
+    Returns ``groups[i][s]``: roster indices asked question ``s`` of the ``i``-th
+    numeric feature. A feature gets ``min(steps, share // searches)`` steps per
+    inner edge (``searches = bins - 1``), i.e. ``searches × that`` groups, or
+    none if its share is too small.
+    """
+    out: list[list[np.ndarray]] = []
+    if n_numeric == 0:
+        return out
+    for share in np.array_split(np.asarray(pool, dtype=np.int64), n_numeric):
+        per_edge = min(steps, share.size // searches)
+        out.append(list(np.array_split(share, per_edge * searches)) if per_edge >= 1 else [])
+    return out
+
+
+class MedianRun:
+    """The median searches of one problem, one thread per numeric feature."""
+
+    def __init__(self, driver: Any, ctx: ProblemContext) -> None:
+        self.driver = driver
+        self.ctx = ctx
+        self.thresholds: dict[int, tuple[float, ...]] = {}
+        self.errors: list[str] = []
+        draft = ctx.problem.draft
+        assert ctx.plan is not None
+        numeric = draft.numeric_features
+        searches = draft.bins - 1
+        groups = median_groups(ctx.plan.median_pool(), len(numeric), searches, draft.median.steps)
+        self.threads = []
+        for j, parts in zip(numeric, groups or [[] for _ in numeric], strict=True):
+            spec = draft.features[j]
+            low, high = float(spec.low), float(spec.high)  # type: ignore[arg-type]
+            if not parts:  # no data: equal-width cuts of the declared range
+                self.thresholds[j] = tuple(low + (high - low) * k / draft.bins for k in range(1, draft.bins))
+                continue
+            thread = threading.Thread(
+                target=self._search,
+                args=(j, parts, low, high),
+                name=f"median-{ctx.problem.id}-{j}",
+                daemon=True,
+            )
+            self.threads.append(thread)
+        for thread in self.threads:
+            thread.start()
+
+    @property
+    def done(self) -> bool:
+        return all(not t.is_alive() for t in self.threads)
+
+    def _search(self, feature: int, parts: list[np.ndarray], low: float, high: float) -> None:
+        draft = self.ctx.problem.draft
+        if self.driver.wait(draft.schedule.roster_seconds):
+            self.errors.append("the aggregator stopped")
+            return
+        per_edge = len(parts) // (draft.bins - 1)
+        query = self._query(feature, parts)
+        values = []
+        try:
+            for k in range(1, draft.bins):
+                try:
+                    if draft.bins == 2:
+                        est = estimate_median(
+                            query,
+                            low,
+                            high,
+                            epsilon=draft.median_epsilon,
+                            n_steps=per_edge,
+                            confidence=draft.median.confidence,
+                        )
+                    else:
+                        est = estimate_quantile(
+                            query,
+                            low,
+                            high,
+                            k / draft.bins,
+                            epsilon=draft.median_epsilon,
+                            n_steps=per_edge,
+                            confidence=draft.median.confidence,
+                            first_step=(k - 1) * per_edge,
+                        )
+                    values.append(float(est.value))
+                except _NoAnswers as stop:
+                    values.append(float(stop.threshold))
+            self.thresholds[feature] = tuple(sorted(set(values)))
+        except Exception as exc:  # reported as the problem's failure reason
+            log.exception("median search of feature %s failed", feature)
+            self.errors.append(f"median search of feature {feature}: {exc}")
+
+    def _query(self, feature: int, parts: list[np.ndarray]):
+        state = self.driver.state
+        problem = self.ctx.problem
+        draft = problem.draft
+        wait = draft.schedule.median_step_seconds
+
+        def query(threshold: float, step: int) -> np.ndarray:
+            members = tuple(int(i) for i in parts[step])
+            signed = sign_message(
+                MedianQuery(
+                    problem_id=problem.id,
+                    feature=feature,
+                    step=step,
+                    threshold=float(threshold),
+                    members=members,
+                    epsilon=draft.median_epsilon,
+                    signature=bytes(64),
+                ),
+                state.identity,
+            )
+            with state.sessions() as s, s.begin():
+                s.add(
+                    MedianQueryRow(
+                        problem_id=problem.id,
+                        feature=feature,
+                        step=step,
+                        query_json=signed.model_dump_json(),
+                        open=True,
+                    )
+                )
+            deadline = time.monotonic() + wait
+            count = (
+                select(func.count())
+                .select_from(MedianAnswerRow)
+                .where(
+                    MedianAnswerRow.problem_id == problem.id,
+                    MedianAnswerRow.feature == feature,
+                    MedianAnswerRow.step == step,
+                )
+            )
+            with state.answers:
+                while not self.driver.stopping:
+                    with state.sessions() as s:
+                        if (s.scalar(count) or 0) >= len(members):
+                            break
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    state.answers.wait(min(remaining, 0.25))
+            with state.sessions() as s, s.begin():
+                # The close is a write: an answer committed before it is counted, one after is refused.
+                s.execute(
+                    update(MedianQueryRow)
+                    .where(
+                        MedianQueryRow.problem_id == problem.id,
+                        MedianQueryRow.feature == feature,
+                        MedianQueryRow.step == step,
+                    )
+                    .values(open=False)
+                )
+                bits = list(
+                    s.scalars(
+                        select(MedianAnswerRow.bit).where(
+                            MedianAnswerRow.problem_id == problem.id,
+                            MedianAnswerRow.feature == feature,
+                            MedianAnswerRow.step == step,
+                        )
+                    )
+                )
+            if not bits:
+                raise _NoAnswers(threshold)
+            return np.asarray(bits, dtype=bool)
+
+        return query

@@ -1,0 +1,297 @@
+"""The phase machine: registration → roster → median steps → bins → report round → training → model.
+
+One :class:`RoundDriver` thread per aggregator process looks at every active
+problem each ``tick_seconds`` and moves it on:
+
+``registration``
+    At the deadline (or on an admin ``close``): with at least ``min_peers``
+    registrations, publish the signed :class:`~anonml.protocol.Roster` —
+    entries in registration order, the POPRF public key pinned, the seed
+    revealed, ``median_pool_size = floor(pool_fraction · n)`` — and fix the
+    plan with :func:`anonml.learn.partition.make_plan`. Otherwise the problem fails.
+``medians``
+    :class:`aggregator.medians.MedianRun`: after ``roster_seconds``, one private
+    search per numeric feature, each question asked of a fresh group of the
+    median pool. Token issuance is open from the roster's publication on, so
+    report peers take their tokens meanwhile.
+``reporting``
+    Signed :class:`~anonml.protocol.Bins` with ``t_s = now + report_delay``,
+    ``δ``, ``t_r = t_s + δ + release_window`` and ``slots_per_peer = k_h``.
+    Tokens (until ``t_s + δ``) and intake are open; at ``t_r`` + grace (or an
+    admin ``train``) the round closes.
+``training`` → ``done``
+    :func:`aggregator.training.train_problem` on the stored reports; the
+    signed :class:`~anonml.protocol.ModelDocument` is published.
+
+Median searches and training run in their own threads and keep their
+progress in memory; if the process restarts during either, the problem is
+marked ``failed`` (its peers' budgets were spent on a search nobody can finish,
+so silently restarting it would double their ε).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select, update
+
+from aggregator.db import MedianAnswerRow, ProblemRow, RegistrationRow, ReportRow
+from aggregator.medians import MedianRun
+from aggregator.state import AggregatorState
+from aggregator.training import train_problem
+from anonml.crypto import TokenKey
+from anonml.errors import AnonMLError
+from anonml.model import FeatureKind
+from anonml.protocol import Bins, ModelDocument, Roster, RosterEntry, sign_message
+
+__all__ = ["RoundDriver"]
+
+log = logging.getLogger("anonml.aggregator")
+
+ACTIVE = ("registration", "medians", "reporting", "training", "done")
+
+
+class RoundDriver:
+    """Moves every active problem through its phases (module docstring)."""
+
+    def __init__(self, state: AggregatorState) -> None:
+        self.state = state
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._medians: dict[str, MedianRun] = {}
+        self._training: dict[str, threading.Thread] = {}
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep ``seconds`` unless the driver stops first; True if it is stopping."""
+        return self._stop.wait(seconds)
+
+    def start(self) -> None:
+        self._recover()
+        self._thread = threading.Thread(target=self._loop, name="aggregator-rounds", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self.state.answers:
+            self.state.answers.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        for run in self._medians.values():
+            for thread in run.threads:
+                thread.join(timeout=5)
+        for thread in self._training.values():
+            thread.join(timeout=30)
+
+    # -- loop ---------------------------------------------------------------------
+    def _recover(self) -> None:
+        for pid in self.state.problem_ids(("medians", "training")):
+            self._fail(pid, "the aggregator restarted during this phase; its progress was in memory")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.state.settings.tick_seconds):
+            for pid in self.state.problem_ids(ACTIVE):
+                try:
+                    self.advance(pid)
+                except Exception as exc:  # one broken problem must not stop the others
+                    log.exception("problem %s failed", pid)
+                    self._fail(pid, f"internal error: {exc}")
+
+    def advance(self, pid: str) -> None:
+        """Look at one problem and take the step its phase and the clock call for."""
+        with self.state.sessions() as s:
+            row = s.get(ProblemRow, pid)
+            if row is None:
+                return
+            phase, close, train, t_r = row.phase, row.close_requested, row.train_requested, row.t_r
+        ctx = self.state.context(pid)
+        assert ctx is not None
+        now = time.time()
+        if phase == "registration":
+            deadline = ctx.problem.draft.schedule.registration_deadline.timestamp()
+            if close or now >= deadline:
+                self._close_registration(pid)
+        elif phase == "medians":
+            run = self._medians.get(pid)
+            if run is None:
+                self._fail(pid, "median search state lost")
+            elif run.done:
+                del self._medians[pid]
+                if run.errors:
+                    self._fail(pid, "; ".join(run.errors))
+                else:
+                    self._publish_bins(pid, run.thresholds)
+        elif phase == "reporting":
+            grace = self.state.settings.intake_grace_seconds
+            if train or (t_r is not None and now > t_r + grace):
+                self._start_training(pid)
+        elif phase == "done" and train:
+            self._start_training(pid)
+
+    # -- transitions --------------------------------------------------------------
+    def _enter(self, row: ProblemRow, phase: str, message: str | None = None) -> None:
+        now = time.time()
+        seconds = json.loads(row.phase_seconds_json)
+        seconds[row.phase] = round(now - row.phase_started, 6)
+        row.phase_seconds_json = json.dumps(seconds)
+        row.phase, row.phase_started = phase, now
+        if message is not None:
+            row.message = message
+
+    def _fail(self, pid: str, message: str) -> None:
+        with self.state.sessions() as s, s.begin():
+            row = s.get(ProblemRow, pid)
+            if row is not None and row.phase != "failed":
+                self._enter(row, "failed", message)
+
+    def _close_registration(self, pid: str) -> None:
+        state = self.state
+        with state.sessions() as s, s.begin():
+            # Write first: registrations committing after this point see the phase change.
+            taken = s.execute(
+                update(ProblemRow)
+                .where(ProblemRow.id == pid, ProblemRow.phase == "registration")
+                .values(close_requested=True)
+            ).rowcount
+            if taken != 1:
+                return
+            row = s.get(ProblemRow, pid)
+            assert row is not None
+            ctx = state.context(pid, s)
+            assert ctx is not None
+            draft = ctx.problem.draft
+            regs = list(
+                s.scalars(
+                    select(RegistrationRow)
+                    .where(RegistrationRow.problem_id == pid)
+                    .order_by(RegistrationRow.id)
+                )
+            )
+            n = len(regs)
+            if n < draft.min_peers:
+                self._enter(row, "failed", f"only {n} peers registered; the problem needs {draft.min_peers}")
+                return
+            roster = sign_message(
+                Roster(
+                    problem_id=pid,
+                    round_id=row.round_id,
+                    entries=tuple(
+                        RosterEntry(
+                            identity=r.identity, relay_url=r.relay_url, relay_certificate=r.certificate
+                        )
+                        for r in regs
+                    ),
+                    token_key=bytes(TokenKey(row.token_secret).public_key),
+                    seed=row.seed,
+                    median_pool_size=draft.median_pool_size(n),
+                    signature=bytes(64),
+                ),
+                state.identity,
+            )
+            try:
+                ctx.set_roster(roster)
+            except ValueError as exc:
+                self._enter(row, "failed", f"cannot build the partition plan: {exc}")
+                return
+            row.roster_json = roster.model_dump_json()
+            self._enter(row, "medians")
+        self._medians[pid] = MedianRun(self, ctx)
+
+    def _publish_bins(self, pid: str, thresholds: dict[int, tuple[float, ...]]) -> None:
+        state = self.state
+        ctx = state.context(pid)
+        assert ctx is not None
+        draft = ctx.problem.draft
+        sched = draft.schedule
+        edges = tuple(
+            tuple(thresholds.get(j, ())) if f.kind is FeatureKind.NUMERIC else ()
+            for j, f in enumerate(draft.features)
+        )
+        t_s = time.time() + sched.report_delay_seconds
+        t_r = t_s + sched.send_window_seconds + sched.release_window_seconds
+        bins = sign_message(
+            Bins(
+                problem_id=pid,
+                edges=edges,
+                t_s=t_s,
+                delta=sched.send_window_seconds,
+                t_r=t_r,
+                slots_per_peer=draft.kh,
+                signature=bytes(64),
+            ),
+            state.identity,
+        )
+        with state.sessions() as s, s.begin():
+            row = s.get(ProblemRow, pid)
+            assert row is not None
+            row.bins_json = bins.model_dump_json()
+            row.t_r = t_r
+            row.median_answered = int(
+                s.scalar(
+                    select(func.count()).select_from(MedianAnswerRow).where(MedianAnswerRow.problem_id == pid)
+                )
+                or 0
+            )
+            self._enter(row, "reporting")
+
+    def _start_training(self, pid: str) -> None:
+        with self.state.sessions() as s, s.begin():
+            # Write first: takes the lock, so intake transactions after it see "training".
+            taken = s.execute(
+                update(ProblemRow)
+                .where(ProblemRow.id == pid, ProblemRow.phase.in_(("reporting", "done")))
+                .values(train_requested=False)
+            ).rowcount
+            if taken != 1:
+                return
+            row = s.get(ProblemRow, pid)
+            assert row is not None
+            self._enter(row, "training")
+        thread = threading.Thread(target=self._train, args=(pid,), name=f"train-{pid}", daemon=True)
+        self._training[pid] = thread
+        thread.start()
+
+    def _train(self, pid: str) -> None:
+        state = self.state
+        try:
+            ctx = state.context(pid)
+            assert (
+                ctx is not None and ctx.roster is not None and ctx.bins is not None and ctx.plan is not None
+            )
+            with state.sessions() as s:
+                reports = [
+                    (r.partition, r.subset, r.mechanism_json, r.bits)
+                    for r in s.scalars(select(ReportRow).where(ReportRow.problem_id == pid))
+                ]
+                answered = int(s.scalar(select(ProblemRow.median_answered).where(ProblemRow.id == pid)) or 0)
+            model, metrics = train_problem(ctx.problem, ctx.roster, ctx.bins, ctx.plan, reports, answered)
+            document = sign_message(
+                ModelDocument(
+                    problem_id=pid,
+                    created_at=datetime.now(UTC),
+                    model=json.loads(model.to_json()),
+                    metrics=metrics,
+                    signature=bytes(64),
+                ),
+                state.identity,
+            )
+            with state.sessions() as s, s.begin():
+                row = s.get(ProblemRow, pid)
+                assert row is not None
+                row.model_json = document.model_dump_json()
+                self._enter(row, "done", "")
+        except AnonMLError as exc:  # expected (e.g. no report arrived): the reason is the status
+            log.warning("training of %s failed: %s", pid, exc)
+            self._fail(pid, f"training failed: {exc}")
+        except Exception as exc:  # a bug: keep the traceback in the log
+            log.exception("training of %s failed", pid)
+            self._fail(pid, f"training failed: {exc}")
+        finally:
+            self._training.pop(pid, None)

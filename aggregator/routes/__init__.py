@@ -1,0 +1,1 @@
+"""One router per resource; :func:`aggregator.app.create_app` mounts them."""

@@ -1,0 +1,162 @@
+"""The anonymous intake: final-hop deliveries of token-bearing reports.
+
+``POST /intake`` takes an :class:`~anonml.protocol.IntakeDelivery` from the last
+relay of an onion route. Checks, in order, each with its own refusal:
+
+1. the body is a well-formed delivery (422), its redemption decodes (400) and
+   its report parses as a :class:`~anonml.protocol.PrivateReport` (422);
+2. the problem exists (404) and its report round is open (409);
+3. the redemption's slot is one of this problem's report slots (403: a token
+   for another slot or another problem);
+4. the report fits the plan: partition < k_p, subset < k_h, the mechanism's
+   domain is the subset's binned domain × label and its ε is ε/k_h, the bits
+   have exactly that length (422) — checked before spending, so an honest but
+   malformed report does not burn its token;
+5. the token: :meth:`~anonml.crypto.TokenVerifier.check` (MAC, 403 if it
+   fails), then in ONE transaction the atomic spent-set insert (409 if already
+   spent) and the report row insert — what
+   :meth:`~anonml.crypto.TokenVerifier.redeem` does, with the spend inside the
+   report's transaction. Either both are stored or neither.
+
+The stored row has a random key and no time, address or token reference
+(:mod:`aggregator.db`); uvicorn runs with ``access_log=False`` so relay
+addresses are not logged either.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from fastapi import APIRouter
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from aggregator.db import ProblemRow, ReportRow, new_report_id
+from aggregator.deps import SessionDep, StateDep
+from aggregator.state import AggregatorState, ProblemContext
+from anonml.crypto import (
+    CryptoError,
+    InvalidToken,
+    Redemption,
+    SpentSet,
+    TokenSpent,
+    record_spent,
+)
+from anonml.crypto.spent import SpentTokenRow
+from anonml.learn.histograms import domain_size
+from anonml.protocol import IntakeDelivery, IntakeReceipt, PrivateReport
+
+__all__ = ["router", "SessionSpentSet", "check_report"]
+
+router = APIRouter(tags=["intake"])
+
+
+class SessionSpentSet(SpentSet):
+    """Spends tokens inside the request's transaction, next to the report insert."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def spend(self, key_id: bytes, slot: bytes, nonce: bytes) -> None:
+        record_spent(self.session, key_id, slot, nonce)
+
+    def is_spent(self, key_id: bytes, slot: bytes, nonce: bytes) -> bool:
+        stmt = select(SpentTokenRow.id).where(
+            SpentTokenRow.key_id == key_id, SpentTokenRow.slot == slot, SpentTokenRow.nonce == nonce
+        )
+        return self.session.scalars(stmt).first() is not None
+
+
+def check_report(ctx: ProblemContext, report: PrivateReport) -> None:
+    """Raise ValueError naming the first way ``report`` does not fit the problem's plan."""
+    draft = ctx.problem.draft
+    assert ctx.plan is not None and ctx.bins is not None
+    if not report.partition < draft.kp:
+        raise ValueError(f"partition {report.partition} out of range 0..{draft.kp - 1}")
+    if not report.subset < draft.kh:
+        raise ValueError(f"subset {report.subset} out of range 0..{draft.kh - 1}")
+    binning = ctx.binning
+    features = ctx.plan.subsets[report.partition][report.subset]
+    m = domain_size([binning.n_bins[f] for f in features])
+    if report.mechanism.m != m:
+        raise ValueError(f"mechanism domain {report.mechanism.m} differs from the subset's {m} cells")
+    if not math.isclose(report.mechanism.epsilon, draft.report_epsilon, rel_tol=1e-9):
+        raise ValueError(
+            f"mechanism ε={report.mechanism.epsilon} differs from the per-report ε={draft.report_epsilon}"
+        )
+    report.bit_vector()  # length and padding
+
+
+@router.post("/intake", status_code=201, response_model=IntakeReceipt)
+def intake(body: IntakeDelivery, state: StateDep, session: SessionDep) -> IntakeReceipt:
+    """Redeem the token and store the report, atomically."""
+    with session.begin():  # reads only: refusals here hold no write lock
+        redemption, report, ctx = _checked(body, state, session)
+    pid = report.problem_id
+    try:
+        # MAC first (403 if it fails), then the spend: an insert against the unique
+        # (key, slot, nonce) constraint, in the same transaction as the report row.
+        ctx.verifier.check(redemption, bytes(body.report))
+        with session.begin():
+            # Spend first: on SQLite that takes the write lock, so the phase read next
+            # is current and training (which flips the phase in its own write) cannot
+            # miss a report committed here; elsewhere FOR SHARE orders us against it.
+            SessionSpentSet(session).spend(ctx.token_key.key_id, redemption.slot, redemption.nonce)
+            phase = session.scalar(
+                select(ProblemRow.phase).where(ProblemRow.id == pid).with_for_update(read=True)
+            )
+            if phase != "reporting":
+                raise _Closed(f"problem {pid} is in phase {phase}; the report round is closed")
+            session.add(
+                ReportRow(
+                    id=new_report_id(),
+                    problem_id=pid,
+                    partition=report.partition,
+                    subset=report.subset,
+                    mechanism_json=report.mechanism.model_dump_json(),
+                    bits=bytes(report.bits),
+                )
+            )
+    except TokenSpent:
+        raise state.refuse(pid, "duplicate token", 409, "token already redeemed") from None
+    except InvalidToken as exc:
+        raise state.refuse(pid, "bad token", 403, str(exc)) from None
+    except _Closed as exc:
+        raise state.refuse(pid, "wrong phase", 409, str(exc)) from None
+    return IntakeReceipt(accepted=True)
+
+
+def _checked(
+    body: IntakeDelivery, state: AggregatorState, session: Session
+) -> tuple[Redemption, PrivateReport, ProblemContext]:
+    try:
+        redemption = Redemption.from_bytes(bytes(body.redemption))
+    except CryptoError as exc:
+        raise state.refuse("", "malformed", 400, f"redemption does not decode: {exc}") from None
+    try:
+        report = PrivateReport.from_bytes(bytes(body.report))
+    except ValidationError as exc:
+        raise state.refuse(
+            "", "malformed", 422, f"report is not a PrivateReport: {exc.errors()[0]['msg']}"
+        ) from None
+    ctx = state.context(report.problem_id, session)
+    if ctx is None:
+        raise state.refuse("", "unknown problem", 404, f"no problem {report.problem_id!r}")
+    pid = report.problem_id
+    if ctx.bins is None or ctx.plan is None:
+        raise state.refuse(pid, "wrong phase", 409, f"problem {pid} has no open report round")
+    if time.time() > ctx.bins.t_r + state.settings.intake_grace_seconds:
+        raise state.refuse(pid, "late", 409, f"the report round of {pid} ended at t_r={ctx.bins.t_r:.3f}")
+    if redemption.slot not in ctx.slots:
+        raise state.refuse(pid, "foreign token", 403, "the token is for a slot of another problem or round")
+    try:
+        check_report(ctx, report)
+    except ValueError as exc:
+        raise state.refuse(pid, "malformed", 422, f"report does not fit the plan: {exc}") from None
+    return redemption, report, ctx
+
+
+class _Closed(Exception):
+    """The report round closed while this delivery was being stored (rolled back)."""

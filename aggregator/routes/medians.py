@@ -1,0 +1,115 @@
+"""Median queries and answers (thesis algorithm 1 over the network).
+
+``GET /problems/{id}/medians`` lists the open, signed
+:class:`~anonml.protocol.MedianQuery` messages; each names the roster indices
+(``members``) that may answer it. ``POST /problems/{id}/medians/answers`` takes
+a signed :class:`~anonml.protocol.MedianAnswer`: refused unless the problem is
+in its median phase (409), the query is open (409), the signer is on the
+roster (403) and named by the query (403), and the signature holds (403); a
+peer answers once per problem (409), which with disjoint groups is the
+parallel composition DESIGN §6 relies on.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from aggregator.db import MedianAnswerRow, MedianQueryRow
+from aggregator.deps import SessionDep, StateDep
+from aggregator.routes.problems import get_row
+from anonml.crypto import CryptoError
+from anonml.protocol import Ack, MedianAnswer, MedianQuery, verify_message
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/problems", tags=["medians"])
+
+
+@router.get("/{problem_id}/medians", response_model=list[MedianQuery])
+def open_queries(problem_id: str, session: SessionDep) -> list[MedianQuery]:
+    """The open IsGreater queries of the problem's median search."""
+    get_row(session, problem_id)
+    stmt = select(MedianQueryRow.query_json).where(
+        MedianQueryRow.problem_id == problem_id, MedianQueryRow.open.is_(True)
+    )
+    return [MedianQuery.model_validate_json(text) for text in session.scalars(stmt)]
+
+
+@router.post("/{problem_id}/medians/answers", status_code=201, response_model=Ack)
+def answer(problem_id: str, body: MedianAnswer, state: StateDep, session: SessionDep) -> Ack:
+    """Record one peer's randomised IsGreater bit."""
+    try:
+        with session.begin():
+            _check_and_store(problem_id, body, state, session)
+    except IntegrityError:
+        raise state.refuse(
+            problem_id, "duplicate answer", 409, "this peer already answered a median query of this problem"
+        ) from None
+    except _Closed as exc:
+        raise state.refuse(problem_id, "query closed", 409, str(exc)) from None
+    with state.answers:
+        state.answers.notify_all()
+    return Ack(ok=True)
+
+
+def _check_and_store(problem_id: str, body: MedianAnswer, state, session) -> None:
+    row = get_row(session, problem_id)
+    if body.problem_id != problem_id:
+        raise state.refuse(
+            problem_id,
+            "malformed",
+            422,
+            f"answer names problem {body.problem_id!r}, posted to {problem_id!r}",
+        )
+    if row.phase != "medians":
+        raise state.refuse(problem_id, "wrong phase", 409, f"problem {problem_id} is in phase {row.phase}")
+    ctx = state.context(problem_id, session)
+    assert ctx is not None and ctx.roster is not None
+    index = ctx.index.get(bytes(body.identity))
+    if index is None:
+        raise state.refuse(problem_id, "not a member", 403, "the answering identity is not on the roster")
+    query = session.get(MedianQueryRow, (problem_id, body.feature, body.step))
+    if query is None or not query.open:
+        raise state.refuse(
+            problem_id, "query closed", 409, f"no open query for feature {body.feature}, step {body.step}"
+        )
+    if index not in MedianQuery.model_validate_json(query.query_json).members:
+        raise state.refuse(
+            problem_id,
+            "not named",
+            403,
+            f"roster member {index} is not asked feature {body.feature}, step {body.step}",
+        )
+    try:
+        verify_message(body, bytes(body.identity))
+    except CryptoError as exc:
+        raise state.refuse(problem_id, "bad signature", 403, f"answer signature rejected: {exc}") from None
+    session.add(
+        MedianAnswerRow(
+            problem_id=problem_id,
+            feature=body.feature,
+            step=body.step,
+            identity=bytes(body.identity),
+            bit=body.bit,
+        )
+    )
+    session.flush()
+    # Re-read under the write lock the insert took: if the search closed the query
+    # meanwhile, this answer would not be counted, so refuse it (nothing stored).
+    still_open = session.scalar(
+        select(MedianQueryRow.open)
+        .where(
+            MedianQueryRow.problem_id == problem_id,
+            MedianQueryRow.feature == body.feature,
+            MedianQueryRow.step == body.step,
+        )
+        .with_for_update(read=True)
+    )
+    if not still_open:
+        raise _Closed(f"the query for feature {body.feature}, step {body.step} closed before this answer")
+
+
+class _Closed(Exception):
+    """The query closed between the first check and the insert (rolled back)."""

@@ -1,0 +1,149 @@
+"""Problems: propose (admin), list, read, and the status of each phase.
+
+``POST /problems`` takes a :class:`~anonml.protocol.ProblemDraft` (plugins by
+name, version and params — never code) and publishes a signed
+:class:`~anonml.protocol.Problem` carrying the seed commitment ``H(seed)``; the
+seed itself stays in the database until the roster reveals it.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, HTTPException
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from aggregator.db import (
+    MedianAnswerRow,
+    ProblemRow,
+    RegistrationRow,
+    RejectRow,
+    ReportRow,
+)
+from aggregator.deps import AdminDep, SessionDep, StateDep
+from aggregator.state import AggregatorState
+from anonml.crypto import TokenKey
+from anonml.crypto.spent import IssuanceRow
+from anonml.learn import commit_seed
+from anonml.learn.partition import SEED_BYTES
+from anonml.protocol import Problem, ProblemDraft, ProblemStatus, sign_message
+
+__all__ = ["router", "problem_status", "get_row"]
+
+router = APIRouter(prefix="/problems", tags=["problems"])
+
+
+def get_row(session: Session, problem_id: str) -> ProblemRow:
+    row = session.get(ProblemRow, problem_id)
+    if row is None:
+        raise HTTPException(status_code=404, detail=f"no problem {problem_id!r}")
+    return row
+
+
+def _count(session: Session, stmt) -> int:
+    return int(session.scalar(stmt) or 0)
+
+
+def problem_status(state: AggregatorState, session: Session, row: ProblemRow) -> ProblemStatus:
+    """Counts per phase and refusals by reason, from the database."""
+    ctx = state.context(row.id, session)
+    assert ctx is not None
+    roster_size = len(ctx.roster.entries) if ctx.roster is not None else 0
+    pool = ctx.roster.median_pool_size if ctx.roster is not None else 0
+    rejects = dict(
+        session.execute(select(RejectRow.reason, RejectRow.count).where(RejectRow.problem_id == row.id)).all()
+    )
+    return ProblemStatus(
+        id=row.id,
+        title=ctx.problem.draft.title,
+        phase=row.phase,  # type: ignore[arg-type]
+        registered=_count(
+            session,
+            select(func.count()).select_from(RegistrationRow).where(RegistrationRow.problem_id == row.id),
+        ),
+        roster_size=roster_size,
+        median_answers=_count(
+            session,
+            select(func.count()).select_from(MedianAnswerRow).where(MedianAnswerRow.problem_id == row.id),
+        ),
+        tokens_issued=_count(
+            session,
+            select(func.count()).select_from(IssuanceRow).where(IssuanceRow.key_id == ctx.token_key.key_id),
+        ),
+        reports_accepted=_count(
+            session, select(func.count()).select_from(ReportRow).where(ReportRow.problem_id == row.id)
+        ),
+        rejects={str(k): int(v) for k, v in rejects.items()},
+        model_available=row.model_json is not None,
+        message=row.message,
+        phase_seconds=json.loads(row.phase_seconds_json),
+        median_pool=pool,
+        report_peers=roster_size - pool,
+        slots_per_peer=ctx.problem.draft.kh,
+    )
+
+
+@router.post("", status_code=201, response_model=Problem)
+def propose(draft: ProblemDraft, state: StateDep, session: SessionDep, _: AdminDep) -> Problem:
+    """Publish a problem (admin). The deadline must be in the future."""
+    now = datetime.now(UTC)
+    if draft.schedule.registration_deadline <= now:
+        raise HTTPException(
+            status_code=422,
+            detail=f"schedule.registration_deadline {draft.schedule.registration_deadline.isoformat()} "
+            "is not in the future",
+        )
+    seed = secrets.token_bytes(SEED_BYTES)
+    token_key = TokenKey.generate()
+    unsigned = Problem(
+        id=f"p-{secrets.token_hex(8)}",
+        draft=draft,
+        created_at=now,
+        seed_commitment=commit_seed(seed),
+        aggregator=state.public_identity,
+        round_id=secrets.randbits(63),
+        signature=bytes(64),
+    )
+    problem = sign_message(unsigned, state.identity)
+    with session.begin():
+        session.add(
+            ProblemRow(
+                id=problem.id,
+                problem_json=problem.model_dump_json(),
+                seed=seed,
+                token_secret=bytes(token_key),
+                round_id=problem.round_id,
+                phase="registration",
+                message="",
+                created_at=now,
+                phase_started=time.time(),
+                phase_seconds_json="{}",
+                close_requested=False,
+                train_requested=False,
+            )
+        )
+    return problem
+
+
+@router.get("", response_model=list[Problem])
+def list_problems(session: SessionDep, phase: str | None = None) -> list[Problem]:
+    """Every published problem (optionally only those in ``phase``), newest first."""
+    stmt = select(ProblemRow.problem_json).order_by(ProblemRow.created_at.desc())
+    if phase is not None:
+        stmt = stmt.where(ProblemRow.phase == phase)
+    return [Problem.model_validate_json(text) for text in session.scalars(stmt)]
+
+
+@router.get("/{problem_id}", response_model=Problem)
+def get_problem(problem_id: str, session: SessionDep) -> Problem:
+    return Problem.model_validate_json(get_row(session, problem_id).problem_json)
+
+
+@router.get("/{problem_id}/status", response_model=ProblemStatus)
+def get_status(problem_id: str, state: StateDep, session: SessionDep) -> ProblemStatus:
+    """Phase, counts per phase, refusals by reason, and each finished phase's wall time."""
+    return problem_status(state, session, get_row(session, problem_id))

@@ -1,0 +1,119 @@
+"""Token issuance: one blind POPRF evaluation per (peer, slot), authenticated, batched.
+
+A :class:`~anonml.protocol.TokenBatchRequest` is signed by a roster member
+between the roster's publication and the end of the send window (so peers
+take their tokens while the median rounds run). Refusals: outside that time
+(409), not on the roster (403), bad signature
+(403), a median-pool member (403: it sends cover packets only, which carry no
+token), a slot that is not ``report_slot(problem, k)`` for ``k < slots_per_peer``
+or repeated in the batch (422), a bad blinded element (422), and a second
+evaluation for any slot (409, :class:`~anonml.crypto.AlreadyIssued`). The
+batch is one transaction: every slot is recorded and evaluated, or none.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from aggregator.deps import SessionDep, StateDep
+from aggregator.routes.problems import get_row
+from anonml.crypto import AlreadyIssued, CryptoError, IssuanceLedger, TokenIssuer, record_issuance
+from anonml.crypto.spent import IssuanceRow
+from anonml.protocol import TokenBatchRequest, TokenBatchResponse, verify_message
+
+__all__ = ["router", "SessionIssuanceLedger"]
+
+router = APIRouter(prefix="/problems", tags=["tokens"])
+
+
+class SessionIssuanceLedger(IssuanceLedger):
+    """Records evaluations inside the request's transaction (so a batch is all or nothing)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def record(self, key_id: bytes, peer_id: bytes, slot: bytes) -> None:
+        record_issuance(self.session, key_id, peer_id, slot)
+
+    def has_issued(self, key_id: bytes, peer_id: bytes, slot: bytes) -> bool:
+        stmt = select(IssuanceRow.id).where(
+            IssuanceRow.key_id == key_id, IssuanceRow.peer_id == peer_id, IssuanceRow.slot == slot
+        )
+        return self.session.scalars(stmt).first() is not None
+
+
+@router.post("/{problem_id}/tokens", response_model=TokenBatchResponse)
+def issue_tokens(
+    problem_id: str, body: TokenBatchRequest, state: StateDep, session: SessionDep
+) -> TokenBatchResponse:
+    """Evaluate the peer's blinded elements, one per report slot, with a DLEQ proof each."""
+    try:
+        with session.begin():
+            return _issue(problem_id, body, state, session)
+    except AlreadyIssued:
+        raise state.refuse(
+            problem_id,
+            "already issued",
+            409,
+            "a token was already issued to this peer for one of these slots",
+        ) from None
+    except CryptoError as exc:
+        raise state.refuse(
+            problem_id, "bad blinded element", 422, f"blinded element rejected: {exc}"
+        ) from None
+
+
+def _issue(problem_id: str, body: TokenBatchRequest, state, session: Session) -> TokenBatchResponse:
+    row = get_row(session, problem_id)
+    if body.problem_id != problem_id:
+        raise state.refuse(
+            problem_id,
+            "malformed",
+            422,
+            f"request names problem {body.problem_id!r}, posted to {problem_id!r}",
+        )
+    if row.phase not in ("medians", "reporting"):
+        raise state.refuse(
+            problem_id,
+            "wrong phase",
+            409,
+            f"tokens are issued from the roster's publication to the end of the send window; "
+            f"problem {problem_id} is in phase {row.phase}",
+        )
+    ctx = state.context(problem_id, session)
+    assert ctx is not None and ctx.roster is not None and ctx.plan is not None
+    if ctx.bins is not None and time.time() >= ctx.bins.t_s + ctx.bins.delta:
+        raise state.refuse(problem_id, "wrong phase", 409, "the send window is over; no more tokens")
+    index = ctx.index.get(bytes(body.identity))
+    if index is None:
+        raise state.refuse(problem_id, "not a member", 403, "the requesting identity is not on the roster")
+    try:
+        verify_message(body, bytes(body.identity))
+    except CryptoError as exc:
+        raise state.refuse(
+            problem_id, "bad signature", 403, f"token request signature rejected: {exc}"
+        ) from None
+    if ctx.plan.assignment(index).role == "median":
+        raise state.refuse(
+            problem_id, "median pool", 403, "median-pool peers send cover packets only and get no tokens"
+        )
+    slots = [bytes(r.slot) for r in body.requests]
+    for slot in slots:
+        if slot not in ctx.slots:
+            raise state.refuse(
+                problem_id,
+                "unknown slot",
+                422,
+                f"slot {slot!r} is not a report slot of {problem_id} (k < {len(ctx.slots)})",
+            )
+    if len(set(slots)) != len(slots):
+        raise state.refuse(problem_id, "malformed", 422, "a slot appears twice in one batch")
+    issuer = TokenIssuer(ctx.token_key, SessionIssuanceLedger(session))
+    responses = [
+        bytes(issuer.issue(bytes(body.identity), bytes(r.slot), bytes(r.blinded))) for r in body.requests
+    ]
+    return TokenBatchResponse(responses=tuple(responses))

@@ -1,0 +1,86 @@
+"""The aggregator's settings: where its database and keys live, who may administer it.
+
+Values come from keyword arguments or from ``ANONML_AGGREGATOR_*`` environment
+variables (:meth:`AggregatorSettings.from_env`), validated by pydantic.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from anonml.paths import anonml_home
+
+__all__ = ["AggregatorSettings", "ENV_PREFIX"]
+
+ENV_PREFIX = "ANONML_AGGREGATOR_"
+
+
+def _home(name: str) -> Path:
+    return anonml_home() / "aggregator" / name
+
+
+class AggregatorSettings(BaseModel):
+    """Everything an aggregator process needs.
+
+    Attributes
+    ----------
+    db_url : str
+        SQLAlchemy URL of its state (default SQLite ``$ANONML_HOME/aggregator/aggregator.db``).
+    identity_file : Path
+        Its Ed25519/X25519 identity (created on first start, mode 0600).
+    identity_passphrase : str or None
+        Passphrase of the identity file (None: a plain 0600 file).
+    admin_token : str
+        Bearer token for admin actions (propose, close, train). Generated and
+        stored next to the identity when not given.
+    host, port : str, int
+        Where uvicorn listens.
+    tick_seconds : float
+        How often the phase machine looks at the clock.
+    intake_grace_seconds : float
+        How long after t_r final-hop deliveries are still accepted (network latency).
+    max_body_bytes : int
+        Larger request bodies are refused with 413 before parsing.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    db_url: str = Field(default_factory=lambda: f"sqlite:///{_home('aggregator.db')}")
+    identity_file: Path = Field(default_factory=lambda: _home("identity.json"))
+    identity_passphrase: str | None = None
+    admin_token: str = Field(default="", max_length=256)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8470, ge=0, le=65535)
+    tick_seconds: float = Field(default=0.1, gt=0, le=60)
+    intake_grace_seconds: float = Field(default=1.0, ge=0, le=3600)
+    max_body_bytes: int = Field(default=1 << 20, ge=4096)
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> AggregatorSettings:
+        """Settings from ``ANONML_AGGREGATOR_<FIELD>`` variables, then ``overrides``."""
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = os.environ.get(ENV_PREFIX + name.upper())
+            if raw is not None:
+                values[name] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(values)
+
+    def resolved_admin_token(self) -> str:
+        """The admin token: the configured one, else one stored beside the identity (0600)."""
+        if self.admin_token:
+            return self.admin_token
+        path = self.identity_file.with_name("admin-token")
+        if path.exists():
+            return path.read_text(encoding="utf-8").strip()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(token + "\n")
+        return token

@@ -1,0 +1,159 @@
+"""The aggregator process's state: database, keys, and per-problem caches.
+
+One :class:`AggregatorState` per process, shared by every request (through
+:mod:`aggregator.deps`) and by the phase machine (:mod:`aggregator.rounds`).
+Published documents (problem, roster, bins) are immutable once written, so
+they are parsed once and cached; everything that changes lives in the database.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from fastapi import HTTPException
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from aggregator.db import ProblemRow, count_reject, create_tables, make_engine
+from aggregator.settings import AggregatorSettings
+from anonml.crypto import (
+    Identity,
+    KeyFileError,
+    MemorySpentSet,
+    PublicIdentity,
+    TokenKey,
+    TokenVerifier,
+    load_identity,
+    save_identity,
+)
+from anonml.learn import Binning, PartitionPlan, make_plan
+from anonml.protocol import Bins, Problem, Roster, report_slot
+
+__all__ = ["AggregatorState", "ProblemContext", "load_or_create_identity"]
+
+
+def load_or_create_identity(settings: AggregatorSettings) -> Identity:
+    """The aggregator's identity from its key file, created (mode 0600) on first start."""
+    path = settings.identity_file
+    if path.exists():
+        return load_identity(path, settings.identity_passphrase)
+    identity = Identity.generate()
+    try:
+        save_identity(identity, path, settings.identity_passphrase)
+    except KeyFileError:
+        # Another process created it between our check and our write: use theirs.
+        return load_identity(path, settings.identity_passphrase)
+    return identity
+
+
+@dataclass
+class ProblemContext:
+    """Parsed, immutable facts about one problem (filled in as they are published)."""
+
+    problem: Problem
+    token_key: TokenKey
+    roster: Roster | None = None
+    bins: Bins | None = None
+    index: dict[bytes, int] = field(default_factory=dict)
+    by_fingerprint: dict[str, int] = field(default_factory=dict)
+    plan: PartitionPlan | None = None
+
+    @cached_property
+    def verifier(self) -> TokenVerifier:
+        """MAC checks only (:meth:`~anonml.crypto.TokenVerifier.check`), with its per-slot cache;
+        spending happens in the intake's own transaction."""
+        return TokenVerifier(self.token_key, MemorySpentSet())
+
+    @cached_property
+    def binning(self) -> Binning:
+        """The published bins (once the bins are out)."""
+        assert self.bins is not None
+        return Binning.from_thresholds(self.problem.draft.features, dict(enumerate(self.bins.edges)))
+
+    @cached_property
+    def slots(self) -> tuple[bytes, ...]:
+        """The report slots of this problem: ``report_slot(id, k)`` for ``k < k_h``."""
+        return tuple(report_slot(self.problem.id, k) for k in range(self.problem.draft.kh))
+
+    def set_roster(self, roster: Roster) -> None:
+        keys = [bytes(e.identity) for e in roster.entries]
+        draft = self.problem.draft
+        self.plan = make_plan(
+            roster.seed,
+            keys,
+            len(draft.features),
+            n_partitions=draft.kp,
+            n_subsets=draft.kh,
+            subset_size=draft.ks,
+            subsets=draft.subsets,
+            median_pool_size=roster.median_pool_size,
+        )
+        self.index = {key: i for i, key in enumerate(keys)}
+        self.by_fingerprint = {
+            PublicIdentity.from_bytes(key).fingerprint.hex(): i for i, key in enumerate(keys)
+        }
+        self.roster = roster
+
+
+class AggregatorState:
+    """Engine, sessions, identity, admin token, caches and the answer notifier."""
+
+    def __init__(self, settings: AggregatorSettings) -> None:
+        self.settings = settings
+        self.engine = make_engine(settings.db_url)
+        create_tables(self.engine)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.identity = load_or_create_identity(settings)
+        self.admin_token = settings.resolved_admin_token()
+        self.answers = threading.Condition()
+        self._contexts: dict[str, ProblemContext] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def public_identity(self) -> bytes:
+        return bytes(self.identity.public)
+
+    # -- caches -------------------------------------------------------------------
+    def context(self, problem_id: str, session: Session | None = None) -> ProblemContext | None:
+        """The cached context of ``problem_id`` (None if no such problem)."""
+        with self._lock:
+            ctx = self._contexts.get(problem_id)
+        if ctx is not None and ctx.roster is not None and ctx.bins is not None:
+            return ctx
+        own = session is None
+        s = self.sessions() if own else session
+        try:
+            row = s.get(ProblemRow, problem_id)
+            if row is None:
+                return None
+            if ctx is None:
+                ctx = ProblemContext(
+                    Problem.model_validate_json(row.problem_json), TokenKey(row.token_secret)
+                )
+            if ctx.roster is None and row.roster_json is not None:
+                ctx.set_roster(Roster.model_validate_json(row.roster_json))
+            if ctx.bins is None and row.bins_json is not None:
+                ctx.bins = Bins.model_validate_json(row.bins_json)
+        finally:
+            if own:
+                s.close()
+        with self._lock:
+            self._contexts[problem_id] = ctx
+        return ctx
+
+    def forget(self, problem_id: str) -> None:
+        with self._lock:
+            self._contexts.pop(problem_id, None)
+
+    def problem_ids(self, phases: tuple[str, ...]) -> list[str]:
+        with self.sessions() as s:
+            return list(s.scalars(select(ProblemRow.id).where(ProblemRow.phase.in_(phases))))
+
+    # -- refusals -----------------------------------------------------------------
+    def refuse(self, problem_id: str, reason: str, status: int, detail: str) -> HTTPException:
+        """Count a refusal (own short transaction) and return the HTTP error to raise."""
+        with self.sessions() as s, s.begin():
+            count_reject(s, problem_id, reason)
+        return HTTPException(status_code=status, detail=detail)

@@ -1,0 +1,141 @@
+"""From stored reports to the published model (DESIGN §6, learning library).
+
+Per (partition, subset, mechanism) the aggregator sums the reports' bit
+vectors and debiases them with the mechanism that produced them,
+``n̂ = (ñ − q·n)/(p − q)`` followed by the Norm-Sub consistency step
+(:func:`anonml.learn.histograms.estimate_histogram`, thesis eq. 7.1). Honest
+peers of one partition all choose the same least-error mechanism, so there is
+one group per (partition, subset); a report made otherwise gets its own
+histogram rather than being debiased with the wrong ``p, q``. The histograms
+train the ensemble of the problem's ``mode`` (default: smoothed cell
+posteriors; paper: thesis eq. 6.2 votes) and become an
+:class:`~anonml.learn.model.AnonMLClassifier` with the published bins, which
+serialises to versioned JSON.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from anonml.errors import ProtocolError
+from anonml.learn import (
+    AnonMLClassifier,
+    Binning,
+    PartitionPlan,
+    PrivacyAccounting,
+    SubsetHistogram,
+    default_ensemble,
+    estimate_histogram,
+    paper_ensemble,
+)
+from anonml.privacy import MechanismDescriptor
+from anonml.protocol import Bins, Problem, Roster, unpack_bits
+
+__all__ = ["ReportGroup", "group_reports", "train_problem", "binning_of"]
+
+
+@dataclass
+class ReportGroup:
+    """Summed bits of the reports of one (partition, subset) made by one mechanism."""
+
+    partition: int
+    subset: int
+    mechanism: MechanismDescriptor
+    bit_sums: np.ndarray
+    n: int
+
+
+def binning_of(problem: Problem, bins: Bins) -> Binning:
+    """The published bins as a :class:`~anonml.learn.binning.Binning` (what peers use too)."""
+    return Binning.from_thresholds(problem.draft.features, dict(enumerate(bins.edges)))
+
+
+def group_reports(reports: Iterable[tuple[int, int, str, bytes]]) -> list[ReportGroup]:
+    """Sum ``(partition, subset, mechanism JSON, packed bits)`` rows per group, in a stable order."""
+    groups: dict[tuple[int, int, str], ReportGroup] = {}
+    for partition, subset, mechanism_json, bits in reports:
+        key = (partition, subset, mechanism_json)
+        group = groups.get(key)
+        if group is None:
+            mechanism = MechanismDescriptor.model_validate_json(mechanism_json)
+            group = ReportGroup(partition, subset, mechanism, np.zeros(mechanism.m, dtype=np.int64), 0)
+            groups[key] = group
+        group.bit_sums += unpack_bits(bits, group.mechanism.m)
+        group.n += 1
+    return [groups[k] for k in sorted(groups)]
+
+
+def train_problem(
+    problem: Problem,
+    roster: Roster,
+    bins: Bins,
+    plan: PartitionPlan,
+    reports: Iterable[tuple[int, int, str, bytes]],
+    median_answered: int,
+    rng: np.random.Generator | None = None,
+) -> tuple[AnonMLClassifier, dict[str, float]]:
+    """Train the problem's model from its reports.
+
+    Returns
+    -------
+    model : AnonMLClassifier
+        Fitted from the debiased histograms with the published bins.
+    metrics : dict
+        ``reports``, ``histograms``, ``report_peers``, ``median_answers``.
+
+    Raises
+    ------
+    ProtocolError
+        When no report arrived.
+    """
+    draft = problem.draft
+    rng = rng if rng is not None else np.random.default_rng(secrets.randbits(128))
+    binning = binning_of(problem, bins)
+    groups = group_reports(reports)
+    if not groups:
+        raise ProtocolError(f"problem {problem.id}: no report arrived, nothing to train on")
+    histograms: list[SubsetHistogram] = []
+    for g in groups:
+        features = plan.subsets[g.partition][g.subset]
+        shape = tuple(binning.n_bins[f] for f in features)
+        histograms.append(
+            estimate_histogram(g.bit_sums, g.mechanism, g.n, features, shape, consistency="norm_sub")
+        )
+    if draft.mode == "paper":
+        ensemble = paper_ensemble(histograms, [g.n for g in groups], rng=rng)
+    else:
+        ensemble = default_ensemble(histograms)
+    report_peers = len(roster.entries) - roster.median_pool_size
+    accounting = PrivacyAccounting(
+        epsilon_total=max(draft.epsilon, draft.median_epsilon if median_answered else 0.0),
+        report_epsilon=draft.report_epsilon,
+        reports_per_peer=draft.kh,
+        report_peers=report_peers,
+        median_peers=median_answered,
+        median_epsilon=draft.median_epsilon,
+    )
+    model = AnonMLClassifier.from_ensemble(
+        binning,
+        ensemble,
+        privacy=accounting,
+        mode=draft.mode,
+        epsilon=draft.epsilon,
+        n_partitions=draft.kp,
+        n_subsets=draft.kh,
+        subset_size=draft.ks,
+        subsets=None if draft.subsets is None else [list(s) for s in draft.subsets],
+        features=list(draft.features),
+        median_fraction=draft.median.pool_fraction,
+    )
+    n_reports = sum(g.n for g in groups)
+    metrics = {
+        "reports": float(n_reports),
+        "histograms": float(len(histograms)),
+        "report_peers": float(report_peers),
+        "median_answers": float(median_answered),
+    }
+    return model, metrics

@@ -1,0 +1,228 @@
+"""``anonml aggregator serve|propose|close|status|train|model``: run and drive an aggregator.
+
+``serve`` runs the FastAPI service in the foreground; the other commands talk
+to a running aggregator over HTTP (``--url``, default ``$ANONML_AGGREGATOR_URL``
+or ``http://127.0.0.1:8470``). Admin commands send the bearer token from
+``--token``, ``$ANONML_AGGREGATOR_ADMIN_TOKEN``, or the token file ``serve``
+writes beside its identity.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import requests
+import typer
+from pydantic import ValidationError
+from rich.table import Table
+
+from anonml.cli_support import err, expected_errors, out, print_json
+from anonml.errors import AnonMLError, ProtocolError
+from anonml.protocol import ModelDocument, Problem, ProblemDraft, ProblemStatus, verify_message
+
+app = typer.Typer(
+    help="Run an aggregator, propose problems, follow them, fetch models.", no_args_is_help=True
+)
+
+DEFAULT_URL = "http://127.0.0.1:8470"
+
+UrlOption = Annotated[
+    str | None, typer.Option("--url", help="Aggregator base URL (default $ANONML_AGGREGATOR_URL or :8470).")
+]
+TokenOption = Annotated[
+    str | None, typer.Option("--token", help="Admin token (default $ANONML_AGGREGATOR_ADMIN_TOKEN or file).")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+
+
+def _url(url: str | None) -> str:
+    return (url or os.environ.get("ANONML_AGGREGATOR_URL") or DEFAULT_URL).rstrip("/")
+
+
+def _token(token: str | None) -> str:
+    if token:
+        return token
+    if os.environ.get("ANONML_AGGREGATOR_ADMIN_TOKEN"):
+        return os.environ["ANONML_AGGREGATOR_ADMIN_TOKEN"]
+    from aggregator.settings import AggregatorSettings
+
+    path = AggregatorSettings.from_env().identity_file.with_name("admin-token")
+    if path.exists():
+        return path.read_text(encoding="utf-8").strip()
+    raise AnonMLError(
+        f"no admin token: pass --token, set ANONML_AGGREGATOR_ADMIN_TOKEN, or run serve once ({path})"
+    )
+
+
+def _request(method: str, url: str, *, token: str | None = None, body: str | None = None) -> Any:
+    headers = {"content-type": "application/json"} if body is not None else {}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        response = requests.request(method, url, data=body, headers=headers, timeout=60)
+    except requests.RequestException as exc:
+        raise ProtocolError(f"{url}: cannot reach the aggregator ({exc.__class__.__name__})") from None
+    if response.status_code >= 300:
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        raise ProtocolError(f"{url}: HTTP {response.status_code}: {detail}")
+    return response
+
+
+@app.command()
+def serve(
+    db: Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL of its state.")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Interface to listen on.")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="Port to listen on.")] = None,
+    identity: Annotated[Path | None, typer.Option("--identity", help="Identity key file.")] = None,
+) -> None:
+    """Run the aggregator service in the foreground (Ctrl-C stops it)."""
+    from aggregator.app import serve as run
+    from aggregator.settings import AggregatorSettings
+    from aggregator.state import load_or_create_identity
+
+    with expected_errors():
+        settings = AggregatorSettings.from_env(db_url=db, host=host, port=port, identity_file=identity)
+        ident = load_or_create_identity(settings)
+        settings.resolved_admin_token()
+        err.print(f"aggregator {ident.public.fingerprint_text()}", highlight=False)
+        err.print(
+            f"listening on http://{settings.host}:{settings.port} (OpenAPI at /docs); "
+            f"admin token in {settings.identity_file.with_name('admin-token')}",
+            highlight=False,
+        )
+        run(settings)
+
+
+@app.command()
+def propose(
+    file: Annotated[Path, typer.Argument(help="A ProblemDraft as JSON.")],
+    url: UrlOption = None,
+    token: TokenOption = None,
+    registration_seconds: Annotated[
+        float | None,
+        typer.Option("--registration-seconds", min=1, help="Registration closes this many seconds from now."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Publish a problem (plugins by name, version and params) and print its id."""
+    with expected_errors():
+        try:
+            raw = json.loads(file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise AnonMLError(f"{file}: cannot read ({exc.strerror})") from None
+        except json.JSONDecodeError as exc:
+            raise AnonMLError(f"{file}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+        if not isinstance(raw, dict):
+            raise AnonMLError(f"{file}: expected a JSON object (a ProblemDraft)")
+        schedule = raw.setdefault("schedule", {})
+        if registration_seconds is not None or "registration_deadline" not in schedule:
+            seconds = registration_seconds if registration_seconds is not None else 600.0
+            schedule["registration_deadline"] = (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
+        try:
+            draft = ProblemDraft.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise AnonMLError(f"{file}: {where}: {first['msg']}") from None
+        response = _request(
+            "POST", f"{_url(url)}/problems", token=_token(token), body=draft.model_dump_json()
+        )
+        problem = Problem.model_validate_json(response.content)
+    if as_json:
+        print_json(problem.model_dump(mode="json"))
+        return
+    out.print(problem.id)
+    err.print(f"registration closes at {draft.schedule.registration_deadline.isoformat()}", highlight=False)
+
+
+@app.command()
+def close(
+    problem_id: Annotated[str, typer.Argument(help="Problem id.")],
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Close registration now (the roster is published on the next tick)."""
+    with expected_errors():
+        _request("POST", f"{_url(url)}/problems/{problem_id}/close", token=_token(token))
+    err.print(f"registration of {problem_id} closed", highlight=False)
+
+
+@app.command()
+def status(
+    problem_id: Annotated[str, typer.Argument(help="Problem id.")],
+    url: UrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Phase, counts per phase, refusals by reason, phase times."""
+    with expected_errors():
+        response = _request("GET", f"{_url(url)}/problems/{problem_id}/status")
+        st = ProblemStatus.model_validate_json(response.content)
+    if as_json:
+        print_json(st.model_dump(mode="json"))
+        return
+    table = Table("what", "value")
+    table.add_row("problem", f"{st.id} — {st.title}")
+    table.add_row("phase", st.phase + (f" ({st.message})" if st.message else ""))
+    for name in (
+        "registered",
+        "roster_size",
+        "median_pool",
+        "median_answers",
+        "report_peers",
+        "tokens_issued",
+        "reports_accepted",
+    ):
+        table.add_row(name.replace("_", " "), f"{getattr(st, name):,}")
+    table.add_row("model available", "yes" if st.model_available else "no")
+    for reason, count in sorted(st.rejects.items()):
+        table.add_row(f"refused: {reason}", f"{count:,}")
+    for phase, seconds in st.phase_seconds.items():
+        table.add_row(f"time: {phase}", f"{seconds:.2f} s")
+    out.print(table)
+
+
+@app.command()
+def train(
+    problem_id: Annotated[str, typer.Argument(help="Problem id.")],
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Close the report round now and train (or train again)."""
+    with expected_errors():
+        _request("POST", f"{_url(url)}/problems/{problem_id}/train", token=_token(token))
+    err.print(
+        f"training of {problem_id} requested; follow it with 'anonml aggregator status'", highlight=False
+    )
+
+
+@app.command()
+def model(
+    problem_id: Annotated[str, typer.Argument(help="Problem id.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the model document.")],
+    url: UrlOption = None,
+) -> None:
+    """Download the signed model document (checked against the problem's key) as JSON."""
+    with expected_errors():
+        base = _url(url)
+        problem = Problem.model_validate_json(_request("GET", f"{base}/problems/{problem_id}").content)
+        document = ModelDocument.model_validate_json(
+            _request("GET", f"{base}/problems/{problem_id}/model").content
+        )
+        try:
+            verify_message(problem, bytes(problem.aggregator))
+            verify_message(document, bytes(problem.aggregator))
+        except AnonMLError as exc:
+            raise AnonMLError(
+                f"model of {problem_id} is not signed by the problem's aggregator: {exc}"
+            ) from None
+        output.write_text(document.model_dump_json(indent=1), encoding="utf-8")
+    err.print(
+        f"wrote {output} ({', '.join(f'{k}={v:g}' for k, v in document.metrics.items())})", highlight=False
+    )

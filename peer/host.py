@@ -1,0 +1,236 @@
+"""One process hosting one or many peer identities, each with its own keys, store and ledger.
+
+A real peer runs one identity (:func:`peer.app.create_daemon`); a simulation
+runs hundreds in one process. Either way there is one relay
+(:class:`~peer.relay.RelayService`, routing by node id), one dispatcher for
+timed sends, one :class:`~peer.db.PeerDB`, and one worker that polls the
+aggregators on behalf of every identity. Identities never share secrets:
+each :class:`~peer.participant.PeerNode` signs, blinds, perturbs and records
+its releases on its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from anonml.errors import AnonMLError
+from anonml.protocol import PeerStatus, Problem, RosterWitness, verify_message
+from peer.client import AggregatorClient
+from peer.db import PeerDB
+from peer.dispatch import Dispatcher
+from peer.participant import Participant, PeerNode
+from peer.policy import Decision, PeerPolicy, evaluate_problem, load_plugins
+from peer.relay import RelayService
+from peer.worker import ProblemSession, Worker
+
+__all__ = ["PeerHost"]
+
+
+class PeerHost:
+    """The identities of this process and everything they share (module docstring).
+
+    Parameters
+    ----------
+    nodes : list of PeerNode
+    db : PeerDB
+    policy : PeerPolicy
+    aggregators : list of str
+        Aggregator base URLs to poll.
+    relay_base : str, optional
+        Base URL of this process's relay (set once the server is listening).
+    witnesses : int
+        Members each identity compares the roster fingerprint with.
+    poll_seconds : float
+    workers : int
+        Threads for per-identity steps and for timed sends.
+    rng : numpy Generator, optional
+        Relay release times (None: OS CSPRNG).
+    """
+
+    def __init__(
+        self,
+        nodes: list[PeerNode],
+        db: PeerDB,
+        policy: PeerPolicy,
+        aggregators: list[str],
+        *,
+        relay_base: str | None = None,
+        witnesses: int = 2,
+        poll_seconds: float = 1.0,
+        workers: int = 8,
+        rng: np.random.Generator | None = None,
+    ) -> None:
+        self.nodes = {node.node_id: node for node in nodes}
+        self.db = db
+        self.policy = policy
+        self.aggregators = list(aggregators)
+        self.relay_base = relay_base
+        self.witnesses = witnesses
+        self.poll_seconds = poll_seconds
+        self.dispatcher = Dispatcher(workers=max(4, workers * 2))
+        self.relay = RelayService(self.dispatcher, rng)
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="peer-step")
+        self.sessions: dict[str, ProblemSession] = {}
+        self.worker = Worker(self)
+        self._witnesses: dict[tuple[bytes, str], RosterWitness] = {}
+        self._lock = threading.Lock()
+        self.counters: Counter[str] = Counter()
+
+    def count(self, what: str, n: int = 1) -> None:
+        with self._lock:
+            self.counters[what] += n
+
+    # -- witnesses ----------------------------------------------------------------
+    def publish_witness(self, node_id: bytes, witness: RosterWitness) -> None:
+        with self._lock:
+            self._witnesses[(node_id, witness.problem_id)] = witness
+
+    def witness(self, node_id: bytes, problem_id: str) -> RosterWitness | None:
+        with self._lock:
+            return self._witnesses.get((node_id, problem_id))
+
+    # -- proposals and decisions --------------------------------------------------
+    def committed(self, node: PeerNode) -> float:
+        """ε this identity agreed to or spent, over every problem (for the lifetime cap)."""
+        agreed = self.db.accepted_epsilon(node.fingerprint)
+        spent: dict[str, float] = {}
+        for release in node.ledger.releases(peer=node.fingerprint):
+            spent[release.problem] = spent.get(release.problem, 0.0) + release.epsilon
+        problems = set(agreed) | set(spent)
+        return sum(max(agreed.get(p, 0.0), spent.get(p, 0.0)) for p in problems)
+
+    def decide(self, problem: Problem, *, manual: bool = False) -> dict[str, Decision]:
+        """Apply the policy for every identity; accepted ones start participating.
+
+        Plugins are loaded once and shared; each identity then checks its own
+        lifetime budget and computes its own example (in parallel).
+        """
+        row = self.db.proposal(problem.id)
+        if row is None:
+            raise AnonMLError(f"problem {problem.id} has not been seen by this peer")
+        client = AggregatorClient(row.aggregator_url)
+        try:
+            plugins = load_plugins(problem)
+        except AnonMLError:
+            plugins = None  # evaluate_problem gives each identity the reason
+
+        def one(node: PeerNode) -> tuple[PeerNode, Decision, Participant | None] | None:
+            previous = self.db.decision(problem.id, node.fingerprint)
+            if previous is not None and previous.verdict == "accept":
+                return None  # already taking part
+            if previous is not None and previous.verdict == "refuse" and not manual:
+                return None  # refused before; only the user can change that
+            decision = evaluate_problem(
+                problem, self.policy, self.committed(node), manual=manual, plugins=plugins
+            )
+            participant = None
+            if decision.accept:
+                participant = Participant(
+                    node, problem, client, self.relay, self.relay_base or "", witnesses=self.witnesses
+                )
+                try:
+                    participant.prepare(plugins)
+                except AnonMLError as exc:
+                    decision = Decision("refuse", f"cannot compute this identity's example: {exc}")
+                    participant = None
+            self.db.decide(
+                problem.id, node.fingerprint, decision.verdict, decision.reason, problem.draft.epsilon
+            )
+            if participant is not None:
+                self.db.set_participation(problem.id, node.fingerprint, "accepted")
+            return node, decision, participant
+
+        decisions: dict[str, Decision] = {}
+        accepted: list[Participant] = []
+        for result in self.pool.map(one, list(self.nodes.values())):
+            if result is None:
+                continue
+            node, decision, participant = result
+            decisions[node.fingerprint] = decision
+            if participant is not None:
+                accepted.append(participant)
+        if accepted:
+            self._join(problem, client, accepted)
+        return decisions
+
+    def _join(self, problem: Problem, client: AggregatorClient, participants: list[Participant]) -> None:
+        with self._lock:
+            session = self.sessions.get(problem.id)
+            if session is None:
+                self.sessions[problem.id] = ProblemSession(self, problem, client, participants)
+            else:
+                session.participants.extend(participants)
+
+    def discover(self) -> list[Problem]:
+        """Record proposals open for registration at every aggregator; return the new ones."""
+        new = []
+        for url in self.aggregators:
+            for problem in AggregatorClient(url).problems(phase="registration"):
+                try:
+                    verify_message(problem, bytes(problem.aggregator))
+                except AnonMLError:
+                    continue  # not signed by the key it names: ignore it
+                if self.db.record_proposal(problem.id, url, problem.model_dump_json()):
+                    new.append(problem)
+        return new
+
+    def poll_once(self) -> None:
+        """One worker iteration: discover, decide (policy or user), step every session."""
+        for problem in self.discover():
+            self.decide(problem)
+        self._pick_up_manual_accepts()
+        for session in list(self.sessions.values()):
+            if session.finished:
+                continue
+            try:
+                session.step()
+            except AnonMLError:  # aggregator unreachable or refusing: try again next poll
+                self.count("poll errors")
+
+    def _pick_up_manual_accepts(self) -> None:
+        """Start participations the user accepted with ``anonml peer accept`` (same state DB)."""
+        for node in self.nodes.values():
+            for problem_id in self.db.accepted_epsilon(node.fingerprint):
+                if problem_id in self.sessions and any(
+                    p.node is node for p in self.sessions[problem_id].participants
+                ):
+                    continue
+                if self.db.participation(problem_id, node.fingerprint) is not None:
+                    continue
+                row = self.db.proposal(problem_id)
+                if row is None:
+                    continue
+                problem = Problem.model_validate_json(row.problem_json)
+                client = AggregatorClient(row.aggregator_url)
+                participant = Participant(
+                    node, problem, client, self.relay, self.relay_base or "", witnesses=self.witnesses
+                )
+                try:
+                    participant.prepare()
+                except AnonMLError as exc:
+                    self.db.set_participation(problem_id, node.fingerprint, "aborted", reason=str(exc))
+                    continue
+                self.db.set_participation(problem_id, node.fingerprint, "accepted")
+                self._join(problem, client, [participant])
+
+    # -- status -------------------------------------------------------------------
+    def status(self) -> PeerStatus:
+        problems = {}
+        for pid, session in self.sessions.items():
+            states = Counter(p.status for p in session.participants)
+            problems[pid] = dict(states)
+        with self._lock:
+            relay = dict(self.relay.counters) | {f"host {k}": v for k, v in self.counters.items()}
+        return PeerStatus(identities=len(self.nodes), problems=problems, relay=relay)
+
+    def start(self) -> None:
+        self.worker.start()
+
+    def close(self) -> None:
+        self.worker.stop()
+        self.dispatcher.close()
+        self.pool.shutdown(wait=True, cancel_futures=True)

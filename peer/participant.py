@@ -1,0 +1,467 @@
+"""One identity's side of one problem: register, check, answer, report, predict.
+
+The steps, each checked before anything is released (DESIGN §7; the
+aggregator is treated as an adversary):
+
+1. **Register** with a fresh round relay key certified by the identity.
+2. **Roster**: the common checks of :class:`~peer.roster.RosterView`, then its
+   own entry (identity, relay URL, certificate as registered), the seed
+   against the commitment published with the proposal, and the aggregator's
+   signed :class:`~anonml.protocol.Assignment` re-derived with
+   :func:`anonml.learn.partition.verify_assignment`. It then publishes a signed
+   :class:`~anonml.protocol.RosterWitness` through its relay and compares the
+   fingerprint with ``witnesses`` other members through theirs: any mismatch
+   aborts (the aggregator showed peers different rosters, e.g. different
+   token keys).
+3. **Median pool**: answers the one signed query that names it, by binary
+   randomised response with the proposal's median ε, recorded in its
+   :class:`~anonml.privacy.PrivacyLedger` before it is sent.
+4. **Tokens and routes**, as soon as the roster is confirmed: a report peer
+   takes one token per slot (one signed batch; the DLEQ proofs are checked
+   against the pinned token key), and every peer picks its routes and checks
+   their relay certificates.
+5. **Report round** (signed bins): bins its own example with the published
+   edges; a report peer perturbs each of its k_h
+   reports with the least-error mechanism at ε/k_h (all k_h recorded in the
+   ledger at once, before anything is sent, refused past the cap) and wraps
+   each with its token in an onion packet over ``hops`` distinct other
+   members chosen uniformly. A median peer builds k_h cover packets. Every
+   peer sends exactly ``slots_per_peer`` packets at independent uniform times
+   in ``(t_s, t_s + δ)``.
+6. **Model**: downloads the signed model, checks the signature with the pinned
+   key, and predicts for itself.
+
+Failures of the aggregator's promises abort the participation with a
+reason (stored in :class:`~peer.db.PeerDB`); nothing is released after an abort.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from anonml.crypto import (
+    CryptoError,
+    Hop,
+    Identity,
+    PublicIdentity,
+    RelayKeyCertificate,
+    RoundRelayKey,
+    SphinxRelay,
+    Token,
+    WindowSchedule,
+    build_cover_packet,
+    build_packet,
+    send_time,
+)
+from anonml.errors import AnonMLError, BudgetExceeded, ProtocolError
+from anonml.learn import AnonMLClassifier, PeerAssignment, verify_assignment
+from anonml.plugins import Featurizer, Instancer
+from anonml.privacy import BinaryRandomizedResponse, PrivacyLedger
+from anonml.protocol import (
+    Bins,
+    MedianAnswer,
+    MedianQuery,
+    ModelDocument,
+    Problem,
+    Registration,
+    RosterWitness,
+    sign_message,
+    verify_message,
+)
+from anonml.store import EventStore
+from peer.client import AggregatorClient, HTTPRefusal, fetch_witness
+from peer.dispatch import post
+from peer.features import LocalExample, local_example
+from peer.relay import RelayRound, RelayService
+from peer.reports import choose_path, fetch_tokens, make_reports
+from peer.roster import RosterView
+
+__all__ = ["PeerNode", "Participant", "Aborted"]
+
+
+class Aborted(AnonMLError):
+    """This identity stopped taking part in a problem; the message says why."""
+
+
+@dataclass
+class PeerNode:
+    """One identity hosted by this process, with its own event store and ledger."""
+
+    identity: Identity
+    store: EventStore
+    ledger: PrivacyLedger
+    user: str | None = None
+    rng: np.random.Generator | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        return self.identity.fingerprint.hex()
+
+    @property
+    def node_id(self) -> bytes:
+        return self.identity.public.node_id
+
+
+@dataclass
+class Participant:
+    """The state of one :class:`PeerNode` in one problem (module docstring)."""
+
+    node: PeerNode
+    problem: Problem
+    client: AggregatorClient
+    relay: RelayService
+    relay_base: str
+    witnesses: int = 2
+    status: str = "accepted"
+    reason: str = ""
+    example: LocalExample | None = None
+    relay_key: RoundRelayKey | None = None
+    certificate: RelayKeyCertificate | None = None
+    view: RosterView | None = None
+    assignment: PeerAssignment | None = None
+    witness: RosterWitness | None = None
+    confirmed: set[int] = field(default_factory=set)
+    asked: set[int] = field(default_factory=set)
+    roster_confirmed: bool = False
+    relaying: bool = False
+    built: bool = False
+    tokens: list[Token] | None = None
+    paths: list[list[Hop]] | None = None
+    answered: bool = False
+    sent: int = 0
+    prediction: float | None = None
+
+    @property
+    def relay_url(self) -> str:
+        return f"{self.relay_base}/relay/{self.node.node_id.hex()}"
+
+    @property
+    def active(self) -> bool:
+        return self.status not in ("aborted", "failed", "done")
+
+    def abort(self, reason: str) -> None:
+        self.status, self.reason = "aborted", reason
+
+    # -- 0. the local example ----------------------------------------------------------
+    def prepare(self, plugins: tuple[Instancer, Featurizer, list[int]] | None = None) -> None:
+        """Compute the local example and cap this problem's ε in the ledger at the agreed value."""
+        self.example = local_example(self.problem, self.node.store, self.node.user, self.node.rng, plugins)
+        self.node.ledger.set_cap(self.problem.id, self.problem.draft.epsilon, peer=self.node.fingerprint)
+
+    # -- 1. registration ---------------------------------------------------------------
+    def register(self) -> None:
+        key, cert = self.node.identity.new_round_relay_key(self.problem.round_id, self.node.rng)
+        self.relay_key, self.certificate = key, cert
+        registration = sign_message(
+            Registration(
+                problem_id=self.problem.id,
+                identity=bytes(self.node.identity.public),
+                relay_url=self.relay_url,
+                relay_certificate=bytes(cert),
+                signature=bytes(64),
+            ),
+            self.node.identity,
+        )
+        self.client.register(registration)
+        self.status = "registered"
+
+    # -- 2. roster, assignment, witnesses ------------------------------------------------
+    def check_roster(self, view: RosterView) -> None:
+        """Own entry, seed commitment, assignment; then publish the signed witness."""
+        me = bytes(self.node.identity.public)
+        index = view.index_of.get(me)
+        if index is None:
+            raise Aborted("this identity is not on the roster it registered for")
+        entry = view.roster.entries[index]
+        if entry.relay_url != self.relay_url or bytes(entry.relay_certificate) != bytes(self.certificate):
+            raise Aborted("the roster lists a different relay URL or key for this identity")
+        draft = self.problem.draft
+        notice = self.client.assignment(self.problem.id, self.node.fingerprint)
+        try:
+            verify_message(notice, bytes(self.problem.aggregator))
+        except CryptoError as exc:
+            raise Aborted(f"assignment is not signed by the aggregator: {exc}") from None
+        if bytes(notice.identity) != me or notice.problem_id != self.problem.id:
+            raise Aborted("the assignment is for another identity or problem")
+        claimed = PeerAssignment(notice.role, notice.index, tuple(tuple(s) for s in notice.subsets))
+        try:
+            self.assignment = verify_assignment(
+                claimed,
+                commitment=bytes(self.problem.seed_commitment),
+                seed=bytes(view.roster.seed),
+                peer_keys=list(view.keys),
+                my_key=me,
+                n_features=len(draft.features),
+                n_partitions=draft.kp,
+                n_subsets=draft.kh,
+                subset_size=draft.ks,
+                subsets=draft.subsets,
+                median_pool_size=view.roster.median_pool_size,
+            )
+        except ProtocolError as exc:
+            raise Aborted(f"partition plan check failed: {exc}") from None
+        self.view = view
+        self.witness = sign_message(
+            RosterWitness(
+                problem_id=self.problem.id, identity=me, fingerprint=view.fingerprint, signature=bytes(64)
+            ),
+            self.node.identity,
+        )
+        self.status = "checked"
+
+    def compare_fingerprints(self) -> bool:
+        """Ask other members' relays for their fingerprint; True once enough agree.
+
+        Raises :class:`Aborted` on any mismatch. Members that cannot answer yet
+        (not processed the roster, unreachable) are asked again later.
+        """
+        assert self.view is not None
+        n = len(self.view.keys)
+        me = self.view.index_of[bytes(self.node.identity.public)]
+        need = min(self.witnesses, n - 1)
+        if len(self.confirmed) >= need:
+            self.roster_confirmed = True
+            return True
+        gen = self.node.rng if self.node.rng is not None else np.random.default_rng()
+        candidates = [i for i in range(n) if i != me and i not in self.confirmed]
+        fresh = [i for i in candidates if i not in self.asked]
+        pool = fresh if fresh else candidates
+        for i in gen.permutation(pool)[: need - len(self.confirmed)]:
+            i = int(i)
+            self.asked.add(i)
+            entry = self.view.roster.entries[i]
+            try:
+                witness = fetch_witness(entry.relay_url, self.problem.id)
+            except ProtocolError:
+                continue  # not ready or unreachable: ask again next time
+            try:
+                verify_message(witness, bytes(entry.identity))
+            except CryptoError:
+                continue
+            if bytes(witness.identity) != bytes(entry.identity) or witness.problem_id != self.problem.id:
+                continue
+            if witness.fingerprint != self.view.fingerprint:
+                raise Aborted(
+                    f"roster fingerprint differs from roster member {i}'s ({witness.fingerprint[:16]}… vs "
+                    f"{self.view.fingerprint[:16]}…): the aggregator shows peers different rosters"
+                )
+            self.confirmed.add(i)
+        self.roster_confirmed = len(self.confirmed) >= need
+        return self.roster_confirmed
+
+    # -- 3. median answer ---------------------------------------------------------------
+    def answer(self, query: MedianQuery) -> bool:
+        """Answer ``query`` if it names this identity (once per problem); True if answered."""
+        assert self.view is not None and self.assignment is not None and self.example is not None
+        me = self.view.index_of[bytes(self.node.identity.public)]
+        if self.answered or me not in query.members:
+            return False
+        draft = self.problem.draft
+        try:
+            verify_message(query, bytes(self.problem.aggregator))
+        except CryptoError as exc:
+            raise Aborted(f"median query is not signed by the aggregator: {exc}") from None
+        if self.assignment.role != "median":
+            raise Aborted("asked a median query, but the plan puts this identity in a report partition")
+        if query.feature not in draft.numeric_features:
+            raise Aborted(f"median query names feature {query.feature}, which is not numeric")
+        if not math.isclose(query.epsilon, draft.median_epsilon, rel_tol=1e-12):
+            raise Aborted(
+                f"median query asks ε={query.epsilon}, the proposal promised {draft.median_epsilon}"
+            )
+        rr = BinaryRandomizedResponse(draft.median_epsilon)
+        self.node.ledger.record(
+            peer=self.node.fingerprint,
+            problem=self.problem.id,
+            round=0,
+            attributes=[draft.features[query.feature].name],
+            mechanism=rr,
+            pool="median",
+        )
+        self.answered = True  # recorded: never answer twice, even if the POST fails
+        truth = bool(self.example.x[query.feature] > query.threshold)
+        bit = bool(rr.perturb(np.asarray([truth]), self.node.rng)[0])
+        answer = sign_message(
+            MedianAnswer(
+                problem_id=self.problem.id,
+                feature=query.feature,
+                step=query.step,
+                identity=bytes(self.node.identity.public),
+                bit=bit,
+                signature=bytes(64),
+            ),
+            self.node.identity,
+        )
+        self.status = "answered"
+        try:
+            self.client.answer(answer)
+        except HTTPRefusal as exc:
+            if exc.status != 409:
+                raise
+            # The search moved on before this answer arrived: it is not counted, the
+            # release stays recorded (conservative), and the peer goes on (cover packets).
+            self.reason = f"median answer not counted: {exc.detail}"
+        return True
+
+    # -- 4. report round ----------------------------------------------------------------
+    def open_round(self, bins: Bins, view: RosterView | None = None) -> None:
+        """Check the signed bins and start relaying for this round (before anyone sends).
+
+        An identity that stopped taking part still relays for the others — it
+        releases nothing of its own by doing so — using ``view`` (the host's
+        verified roster) if it never got to check one itself.
+        """
+        view = self.view or view
+        if view is None or self.relay_key is None or self.relaying:
+            return
+        draft = self.problem.draft
+        try:
+            verify_message(bins, bytes(self.problem.aggregator))
+        except CryptoError as exc:
+            raise Aborted(f"bins are not signed by the aggregator: {exc}") from None
+        if bins.slots_per_peer != draft.kh or len(bins.edges) != len(draft.features):
+            raise Aborted("bins do not match the proposal (slot count or feature count)")
+        schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
+        self.relay.open_round(
+            RelayRound(
+                node_id=self.node.node_id,
+                round_id=self.problem.round_id,
+                relay=SphinxRelay(self.relay_key),
+                schedule=schedule,
+                routes=view.routes,
+                destination=_node_id(bytes(self.problem.aggregator)),
+                intake_url=self.client.intake_url,
+                stages=min(draft.hops, len(view.keys) - 1),
+            )
+        )
+        self.relaying = True
+        if self.active:
+            self.status = "relaying"
+
+    def build_packets(self, bins: Bins) -> list[tuple[float, str, bytes]]:
+        """This identity's packets for the round (after :meth:`open_round`).
+
+        Returns ``(send time, first hop URL, packet)`` for exactly
+        ``slots_per_peer`` packets; the caller schedules them.
+        """
+        assert self.view is not None and self.assignment is not None and self.example is not None
+        schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
+        if time.time() >= bins.t_s + bins.delta:
+            raise Aborted("the bins arrived after the send window closed")
+        if self.assignment.role == "report":
+            payloads = self._reports(bins)
+        else:
+            payloads = [None] * bins.slots_per_peer
+        packets = []
+        paths = self.paths if self.paths is not None else self.choose_paths()
+        for payload, path in zip(payloads, paths, strict=True):
+            destination = _node_id(bytes(self.problem.aggregator))
+            if payload is None:
+                packet = build_cover_packet(
+                    path, round_id=self.problem.round_id, destination=destination, rng=self.node.rng
+                )
+            else:
+                redemption, report = payload
+                packet = build_packet(
+                    path,
+                    redemption,
+                    report,
+                    round_id=self.problem.round_id,
+                    destination=destination,
+                    rng=self.node.rng,
+                )
+            first = self.view.routes[path[0].node_id]
+            packets.append((send_time(schedule, self.node.rng), first, packet))
+        self.status, self.built = "reporting", True
+        return packets
+
+    def fetch_tokens(self) -> None:
+        """This identity's tokens, one per report slot (:func:`peer.reports.fetch_tokens`).
+
+        Issuance opens when the roster is published, so this runs while the
+        median rounds go on; median-pool identities take no tokens.
+        """
+        assert self.view is not None and self.assignment is not None
+        if self.tokens is not None or self.assignment.role != "report":
+            return
+        try:
+            self.tokens = fetch_tokens(
+                self.problem,
+                self.node.identity,
+                bytes(self.view.roster.token_key),
+                self.client.tokens,
+                self.node.rng,
+            )
+        except CryptoError as exc:
+            raise Aborted(f"token proof does not verify against the pinned key: {exc}") from None
+
+    def _reports(self, bins: Bins) -> list[tuple[object, bytes]]:
+        assert self.view is not None and self.assignment is not None and self.example is not None
+        if bins.slots_per_peer != len(self.assignment.subsets):
+            raise Aborted(
+                f"bins announce {bins.slots_per_peer} slots for {len(self.assignment.subsets)} subsets"
+            )
+        n = len(self.view.keys) - self.view.roster.median_pool_size
+        self.fetch_tokens()
+        assert self.tokens is not None
+        reports, specs = make_reports(
+            self.problem,
+            self.assignment,
+            self.example,
+            bins,
+            n // self.problem.draft.kp,
+            self.node.fingerprint,
+            self.node.rng,
+        )
+        try:
+            self.node.ledger.record_many(specs)  # all k_h releases, before any is sent
+        except BudgetExceeded as exc:
+            raise Aborted(str(exc)) from None
+        out = []
+        for token, report in zip(self.tokens, reports, strict=True):
+            data = report.to_bytes()
+            out.append((token.redeem(data), data))
+        return out
+
+    def choose_paths(self) -> list[list[Hop]]:
+        """One route per slot, chosen (and its certificates checked) ahead of the round."""
+        assert self.view is not None
+        if self.paths is None:
+            me = self.view.index_of[bytes(self.node.identity.public)]
+            self.paths = [
+                choose_path(self.view, me, self.problem.draft.hops, self.problem.round_id, self.node.rng)
+                for _ in range(self.problem.draft.kh)
+            ]
+        return self.paths
+
+    def send(self, url: str, packet: bytes) -> None:
+        """POST one packet to its first hop (called by the dispatcher at its send time)."""
+        response = post(url, packet, "application/octet-stream")
+        if response.status_code < 300:
+            self.sent += 1
+        else:
+            raise HTTPRefusal(url, response.status_code, response.text[:200])
+
+    # -- 5. model ------------------------------------------------------------------------
+    def receive_model(self, document: ModelDocument) -> AnonMLClassifier:
+        """Verify the signed model and predict for this identity's own example."""
+        try:
+            verify_message(document, bytes(self.problem.aggregator))
+        except CryptoError as exc:
+            raise Aborted(f"the model is not signed by the aggregator: {exc}") from None
+        if document.problem_id != self.problem.id:
+            raise Aborted("the model is for another problem")
+        model = AnonMLClassifier.from_json(json.dumps(document.model))
+        if self.example is not None:
+            self.prediction = float(model.predict_proba(self.example.x[None, :])[0, 1])
+        self.status = "done"
+        return model
+
+
+def _node_id(public_identity: bytes) -> bytes:
+    return PublicIdentity.from_bytes(public_identity).node_id

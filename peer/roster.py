@@ -1,0 +1,69 @@
+"""A verified roster, parsed once per process and shared by the identities it hosts.
+
+:meth:`RosterView.verify` checks what is the same for every member: the
+aggregator's signature (with the key pinned from the signed proposal), the
+problem and round ids, that every relay certificate names its entry's
+identity, and that the median pool has the size the proposal promised. It
+computes the fingerprint peers compare (:func:`anonml.protocol.roster_fingerprint`)
+and the routing table (node id → relay URL). Each identity then checks its
+own entry and assignment itself (:mod:`peer.participant`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from anonml.crypto import CryptoError, RelayKeyCertificate
+from anonml.errors import ProtocolError
+from anonml.protocol import Problem, Roster, roster_fingerprint, verify_message
+
+__all__ = ["RosterView"]
+
+
+@dataclass(frozen=True, eq=False)
+class RosterView:
+    """A roster whose common checks passed, with what peers derive from it."""
+
+    roster: Roster
+    fingerprint: str
+    keys: tuple[bytes, ...]
+    node_ids: tuple[bytes, ...]
+    routes: dict[bytes, str]
+    index_of: dict[bytes, int]
+
+    @classmethod
+    def verify(cls, roster: Roster, problem: Problem) -> RosterView:
+        """Check ``roster`` against the signed ``problem``; :class:`ProtocolError` naming what failed."""
+        try:
+            verify_message(roster, bytes(problem.aggregator))
+        except CryptoError as exc:
+            raise ProtocolError(f"roster of {problem.id} is not signed by the aggregator: {exc}") from None
+        if roster.problem_id != problem.id or roster.round_id != problem.round_id:
+            raise ProtocolError(
+                f"roster is for problem {roster.problem_id} round {roster.round_id}, "
+                f"expected {problem.id} round {problem.round_id}"
+            )
+        n = len(roster.entries)
+        if roster.median_pool_size != problem.draft.median_pool_size(n):
+            raise ProtocolError(
+                f"roster sets a median pool of {roster.median_pool_size}; the proposal's pool_fraction "
+                f"gives {problem.draft.median_pool_size(n)} of {n}"
+            )
+        keys, node_ids = [], []
+        for i, entry in enumerate(roster.entries):
+            cert = RelayKeyCertificate.from_bytes(bytes(entry.relay_certificate))
+            if cert.identity != bytes(entry.identity)[:32] or cert.round_id != problem.round_id:
+                raise ProtocolError(f"roster entry {i}: relay certificate does not belong to the entry")
+            keys.append(bytes(entry.identity))
+            node_ids.append(cert.node_id)
+        if len(set(keys)) != n:
+            raise ProtocolError("roster lists an identity twice")
+        routes = {node: entry.relay_url for node, entry in zip(node_ids, roster.entries, strict=True)}
+        return cls(
+            roster=roster,
+            fingerprint=roster_fingerprint(roster),
+            keys=tuple(keys),
+            node_ids=tuple(node_ids),
+            routes=routes,
+            index_of={key: i for i, key in enumerate(keys)},
+        )

@@ -1,0 +1,111 @@
+"""The peer daemon's settings: its stores, keys, relay address, aggregators and policy.
+
+From keyword arguments or ``ANONML_PEER_*`` environment variables
+(:meth:`PeerSettings.from_env`; lists as comma-separated text, the policy as
+JSON in ``ANONML_PEER_POLICY``), validated by pydantic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from anonml.paths import anonml_home
+from peer.policy import PeerPolicy
+
+__all__ = ["PeerSettings", "ENV_PREFIX"]
+
+ENV_PREFIX = "ANONML_PEER_"
+
+
+def _home(name: str) -> Path:
+    return anonml_home() / "peer" / name
+
+
+class PeerSettings(BaseModel):
+    """Everything one peer daemon needs.
+
+    Attributes
+    ----------
+    store_url : str or None
+        Its event store (default ``$ANONML_HOME/events.db``).
+    user : str or None
+        Which user of the store is this person (default: the store's only user).
+    ledger_url : str
+        Its privacy ledger (default ``$ANONML_HOME/ledger.db``).
+    state_url : str
+        Proposals seen, decisions, participations, models (``$ANONML_HOME/peer/peer.db``).
+    identity_file, identity_passphrase
+        Its Ed25519/X25519 identity (created on first start, mode 0600).
+    host, port : str, int
+        Where its relay listens. ``public_url`` is how other peers reach it
+        (default ``http://host:port``).
+    aggregators : list of str
+        Aggregator base URLs to poll.
+    poll_seconds : float
+        Poll interval of the worker.
+    witnesses : int
+        How many other roster members to compare the roster fingerprint with.
+    local_token : str
+        Bearer token of the local status API (generated and stored when empty).
+    policy : PeerPolicy
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    store_url: str | None = None
+    user: str | None = None
+    ledger_url: str = Field(default_factory=lambda: f"sqlite:///{anonml_home() / 'ledger.db'}")
+    state_url: str = Field(default_factory=lambda: f"sqlite:///{_home('peer.db')}")
+    identity_file: Path = Field(default_factory=lambda: _home("identity.json"))
+    identity_passphrase: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8471, ge=0, le=65535)
+    public_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(:\d+)?$")
+    aggregators: list[str] = Field(default_factory=list)
+    poll_seconds: float = Field(default=1.0, gt=0, le=3600)
+    witnesses: int = Field(default=2, ge=0, le=16)
+    local_token: str = ""
+    policy: PeerPolicy = PeerPolicy()
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> PeerSettings:
+        """Settings from ``ANONML_PEER_<FIELD>`` variables, then ``overrides`` (None = unset)."""
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = os.environ.get(ENV_PREFIX + name.upper())
+            if raw is None:
+                continue
+            if name == "aggregators":
+                values[name] = [u.strip() for u in raw.split(",") if u.strip()]
+            elif name == "policy":
+                values[name] = json.loads(raw)
+            else:
+                values[name] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(values)
+
+    def relay_base(self, port: int | None = None) -> str:
+        """The base URL other peers use for this daemon's relay."""
+        if self.public_url is not None:
+            return self.public_url
+        return f"http://{self.host}:{port if port is not None else self.port}"
+
+    def resolved_local_token(self) -> str:
+        """The local API token: the configured one, else one stored beside the identity (0600)."""
+        if self.local_token:
+            return self.local_token
+        path = self.identity_file.with_name("local-token")
+        if path.exists():
+            return path.read_text(encoding="utf-8").strip()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(token + "\n")
+        return token

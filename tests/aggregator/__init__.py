@@ -1,0 +1,1 @@
+"""Tests of the aggregator service, against real uvicorn servers on loopback."""

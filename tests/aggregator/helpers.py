@@ -1,0 +1,240 @@
+"""Test-side peers that speak the wire protocol directly (no peer daemon), and problem drafts.
+
+They let a test play honest and dishonest peers against a real aggregator:
+sign (or forge), register, answer, request tokens, and build intake deliveries.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import requests
+
+from anonml.crypto import Identity, RoundRelayKey, Token, TokenPublicKey, finalize_tokens, request_tokens
+from anonml.learn import Binning
+from anonml.learn.histograms import domain_size
+from anonml.model import FeatureKind, FeatureSpec
+from anonml.plugins import PluginRef
+from anonml.privacy import best_mechanism
+from anonml.protocol import (
+    Assignment,
+    Bins,
+    IntakeDelivery,
+    MedianAnswer,
+    MedianSettings,
+    PrivateReport,
+    Problem,
+    ProblemDraft,
+    ProblemStatus,
+    Registration,
+    Roster,
+    Schedule,
+    TokenBatchRequest,
+    TokenBatchResponse,
+    TokenSlotRequest,
+    pack_bits,
+    report_slot,
+    sign_message,
+)
+
+TOKEN = "test-admin-token"
+JSON = {"content-type": "application/json"}
+ADMIN = {"Authorization": f"Bearer {TOKEN}", **JSON}
+
+
+def draft(
+    *,
+    n_numeric: int = 2,
+    pool_fraction: float = 0.0,
+    kp: int = 2,
+    kh: int = 1,
+    min_peers: int = 4,
+    epsilon: float = 2.0,
+    registration_seconds: float = 60.0,
+    report_delay: float = 0.2,
+    send_window: float = 4.0,
+    release_window: float = 1.0,
+    median_step: float = 2.0,
+    steps: int = 2,
+) -> ProblemDraft:
+    """A small problem: ``n_numeric`` numeric features on [0, 10] and one boolean feature."""
+    features = [FeatureSpec(name=f"x{i}", low=0.0, high=10.0) for i in range(n_numeric)]
+    features.append(FeatureSpec(name="flag", kind=FeatureKind.BOOL))
+    return ProblemDraft(
+        title="test problem",
+        instancer=PluginRef(name="user_window"),
+        featurizer=PluginRef(name="mooc_engagement"),
+        features=tuple(features),
+        epsilon=epsilon,
+        kp=kp,
+        kh=kh,
+        ks=1,
+        median=MedianSettings(pool_fraction=pool_fraction, steps=steps),
+        schedule=Schedule(
+            registration_deadline=datetime.now(UTC) + timedelta(seconds=registration_seconds),
+            roster_seconds=0.0,
+            median_step_seconds=median_step,
+            report_delay_seconds=report_delay,
+            send_window_seconds=send_window,
+            release_window_seconds=release_window,
+        ),
+        min_peers=min_peers,
+    )
+
+
+def propose(url: str, d: ProblemDraft) -> Problem:
+    response = requests.post(f"{url}/problems", data=d.model_dump_json(), headers=ADMIN, timeout=30)
+    assert response.status_code == 201, response.text
+    return Problem.model_validate_json(response.content)
+
+
+def status(url: str, pid: str) -> ProblemStatus:
+    return ProblemStatus.model_validate_json(requests.get(f"{url}/problems/{pid}/status", timeout=30).content)
+
+
+def wait_phase(url: str, pid: str, phases: tuple[str, ...], timeout: float = 30.0) -> ProblemStatus:
+    deadline = time.monotonic() + timeout
+    while True:
+        st = status(url, pid)
+        if st.phase in phases:
+            return st
+        assert time.monotonic() < deadline, f"still in {st.phase}: {st.message}"
+        time.sleep(0.05)
+
+
+def post(url: str, body, headers: dict | None = None) -> requests.Response:
+    data = body if isinstance(body, bytes | str) else body.model_dump_json()
+    return requests.post(url, data=data, headers=headers or JSON, timeout=30)
+
+
+@dataclass
+class WirePeer:
+    """A peer played by the test: its identity and what it got from the aggregator."""
+
+    identity: Identity = field(default_factory=Identity.generate)
+    key: RoundRelayKey | None = None
+    index: int | None = None
+    assignment: Assignment | None = None
+
+    @property
+    def public(self) -> bytes:
+        return bytes(self.identity.public)
+
+    def registration(
+        self,
+        problem: Problem,
+        relay_url: str = "http://127.0.0.1:9/relay/x",
+        signer: Identity | None = None,
+        round_id: int | None = None,
+    ) -> Registration:
+        self.key, cert = self.identity.new_round_relay_key(problem.round_id if round_id is None else round_id)
+        unsigned = Registration(
+            problem_id=problem.id,
+            identity=self.public,
+            relay_url=relay_url,
+            relay_certificate=bytes(cert),
+            signature=bytes(64),
+        )
+        return sign_message(unsigned, signer or self.identity)
+
+    def register(self, url: str, problem: Problem) -> requests.Response:
+        return post(f"{url}/problems/{problem.id}/registrations", self.registration(problem))
+
+    def token_batch(
+        self, problem: Problem, roster: Roster, slots: list[bytes], signer: Identity | None = None
+    ):
+        key = TokenPublicKey(bytes(roster.token_key))
+        reqs = [request_tokens(key, slot) for slot in slots]
+        batch = sign_message(
+            TokenBatchRequest(
+                problem_id=problem.id,
+                identity=self.public,
+                requests=tuple(
+                    TokenSlotRequest(slot=s, blinded=r.message()) for s, r in zip(slots, reqs, strict=True)
+                ),
+                signature=bytes(64),
+            ),
+            signer or self.identity,
+        )
+        return batch, reqs
+
+    def tokens(self, url: str, problem: Problem, roster: Roster, slots: list[bytes]) -> list[Token]:
+        batch, reqs = self.token_batch(problem, roster, slots)
+        response = post(f"{url}/problems/{problem.id}/tokens", batch)
+        assert response.status_code == 200, response.text
+        answer = TokenBatchResponse.model_validate_json(response.content)
+        return [finalize_tokens(r, bytes(z))[0] for r, z in zip(reqs, answer.responses, strict=True)]
+
+    def answer(
+        self, problem: Problem, feature: int, step: int, bit: bool, signer: Identity | None = None
+    ) -> MedianAnswer:
+        unsigned = MedianAnswer(
+            problem_id=problem.id,
+            feature=feature,
+            step=step,
+            identity=self.public,
+            bit=bit,
+            signature=bytes(64),
+        )
+        return sign_message(unsigned, signer or self.identity)
+
+
+def roster_of(url: str, pid: str) -> Roster:
+    response = requests.get(f"{url}/problems/{pid}/roster", timeout=30)
+    assert response.status_code == 200, response.text
+    return Roster.model_validate_json(response.content)
+
+
+def bins_of(url: str, pid: str) -> Bins:
+    response = requests.get(f"{url}/problems/{pid}/bins", timeout=30)
+    assert response.status_code == 200, response.text
+    return Bins.model_validate_json(response.content)
+
+
+def assignment_of(url: str, pid: str, peer: WirePeer) -> Assignment:
+    fingerprint = peer.identity.fingerprint.hex()
+    response = requests.get(f"{url}/problems/{pid}/assignments/{fingerprint}", timeout=30)
+    assert response.status_code == 200, response.text
+    return Assignment.model_validate_json(response.content)
+
+
+def report_for(
+    problem: Problem,
+    bins: Bins,
+    assignment: Assignment,
+    value: np.ndarray,
+    label: int,
+    subset: int = 0,
+    rng: np.random.Generator | None = None,
+) -> PrivateReport:
+    """An honest report of ``value`` (raw features) for the assignment's ``subset``."""
+    d = problem.draft
+    binning = Binning.from_thresholds(d.features, dict(enumerate(bins.edges)))
+    features = assignment.subsets[subset]
+    shape = tuple(binning.n_bins[f] for f in features)
+    codes = binning.transform(np.asarray(value, dtype=float)[None, :])[0]
+    index = 0
+    for f, size in zip(features, shape, strict=True):
+        index = index * size + int(codes[f])
+    index = index * 2 + int(label)
+    mechanism = best_mechanism(d.report_epsilon, domain_size(shape), 10)
+    bits = mechanism.perturb(np.asarray([index]), rng)[0]
+    return PrivateReport(
+        problem_id=problem.id,
+        partition=assignment.index,
+        subset=subset,
+        mechanism=mechanism.descriptor(),
+        bits=pack_bits(bits),
+    )
+
+
+def delivery(token: Token, report: PrivateReport) -> IntakeDelivery:
+    data = report.to_bytes()
+    return IntakeDelivery(redemption=bytes(token.redeem(data)), report=data)
+
+
+def slots(problem: Problem) -> list[bytes]:
+    return [report_slot(problem.id, k) for k in range(problem.draft.kh)]

@@ -1,0 +1,157 @@
+"""Registration, the signed roster, and admin authentication, against a real server."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import requests
+
+from anonml.crypto import Identity
+from anonml.learn import commit_seed, make_plan
+from anonml.protocol import (
+    Problem,
+    Registration,
+    roster_fingerprint,
+    sign_message,
+    verify_message,
+)
+from tests.aggregator.helpers import (
+    ADMIN,
+    JSON,
+    WirePeer,
+    draft,
+    post,
+    propose,
+    roster_of,
+    wait_phase,
+)
+
+
+def _registered(db_path) -> list[bytes]:
+    with sqlite3.connect(db_path) as con:
+        return [row[0] for row in con.execute("SELECT identity FROM registrations ORDER BY id")]
+
+
+def test_propose_needs_the_admin_token(aggregator):
+    body = draft().model_dump_json()
+    assert requests.post(f"{aggregator.url}/problems", data=body, headers=JSON).status_code == 401
+    wrong = {**JSON, "Authorization": "Bearer not-the-token"}
+    assert requests.post(f"{aggregator.url}/problems", data=body, headers=wrong).status_code == 401
+    assert requests.get(f"{aggregator.url}/problems").json() == []
+
+
+def test_proposal_is_signed_and_commits_to_a_hidden_seed(aggregator):
+    problem = propose(aggregator.url, draft())
+    verify_message(problem, bytes(problem.aggregator))  # raises if the signature is wrong
+    listed = requests.get(f"{aggregator.url}/problems?phase=registration").json()
+    assert [Problem.model_validate(p).id for p in listed] == [problem.id]
+    # The seed stays secret until the roster: the roster endpoint refuses before close.
+    assert requests.get(f"{aggregator.url}/problems/{problem.id}/roster").status_code == 409
+
+
+def test_registration_refusals_each_have_a_reason_and_keep_what_was_stored(aggregator):
+    problem = propose(aggregator.url, draft())
+    good = WirePeer()
+    assert good.register(aggregator.url, problem).status_code == 201
+
+    again = good.register(aggregator.url, problem)
+    assert again.status_code == 409 and "already registered" in again.json()["detail"]
+
+    forged = WirePeer().registration(problem, signer=Identity.generate())
+    bad_sig = post(f"{aggregator.url}/problems/{problem.id}/registrations", forged)
+    assert bad_sig.status_code == 403 and "signature" in bad_sig.json()["detail"]
+
+    other_round = WirePeer().registration(problem, round_id=problem.round_id + 1)
+    wrong_round = post(f"{aggregator.url}/problems/{problem.id}/registrations", other_round)
+    assert wrong_round.status_code == 403 and "round" in wrong_round.json()["detail"]
+
+    # A certificate made by another identity, re-signed by this one.
+    thief, victim = WirePeer(), WirePeer()
+    stolen = victim.registration(problem)
+    swapped = sign_message(
+        Registration(
+            problem_id=problem.id,
+            identity=thief.public,
+            relay_url=stolen.relay_url,
+            relay_certificate=stolen.relay_certificate,
+            signature=bytes(64),
+        ),
+        thief.identity,
+    )
+    cert = post(f"{aggregator.url}/problems/{problem.id}/registrations", swapped)
+    assert cert.status_code == 403 and "certificate" in cert.json()["detail"]
+
+    malformed = post(f"{aggregator.url}/problems/{problem.id}/registrations", b'{"problem_id": 3}')
+    assert malformed.status_code == 422
+    assert (
+        post(f"{aggregator.url}/problems/p-nope/registrations", WirePeer().registration(problem)).status_code
+        == 404
+    )
+
+    assert _registered(aggregator.db_path) == [good.public]
+    status = requests.get(f"{aggregator.url}/problems/{problem.id}/status").json()
+    assert status["registered"] == 1
+    assert status["rejects"] == {"duplicate registration": 1, "bad signature": 1, "bad relay certificate": 2}
+
+
+def test_roster_is_published_at_close_in_registration_order_with_the_seed(aggregator):
+    problem = propose(aggregator.url, draft(min_peers=4, pool_fraction=0.25))
+    peers = [WirePeer() for _ in range(8)]
+    for p in peers:
+        assert p.register(aggregator.url, problem).status_code == 201
+    assert requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN).status_code == 200
+    wait_phase(aggregator.url, problem.id, ("medians", "reporting"))
+
+    late = WirePeer().register(aggregator.url, problem)
+    assert late.status_code == 409 and "closed" in late.json()["detail"]
+
+    roster = roster_of(aggregator.url, problem.id)
+    verify_message(roster, bytes(problem.aggregator))
+    assert [bytes(e.identity) for e in roster.entries] == [p.public for p in peers]
+    assert commit_seed(bytes(roster.seed)) == bytes(problem.seed_commitment)
+    assert roster.median_pool_size == 2  # floor(0.25 · 8)
+    # Fingerprint: BLAKE2b-256 of signing bytes ‖ signature; the same bytes give the same value.
+    assert roster_fingerprint(roster) == roster_fingerprint(roster_of(aggregator.url, problem.id))
+    # Each peer's signed assignment is what the seed gives.
+    plan = make_plan(
+        bytes(roster.seed), [bytes(e.identity) for e in roster.entries], 3, n_partitions=2, median_pool_size=2
+    )
+    for i, p in enumerate(peers):
+        got = requests.get(
+            f"{aggregator.url}/problems/{problem.id}/assignments/{p.identity.fingerprint.hex()}"
+        ).json()
+        assert (got["role"], got["index"]) == (plan.assignment(i).role, plan.assignment(i).index)
+
+
+def test_too_few_registrations_fail_the_problem_with_a_reason(aggregator):
+    problem = propose(aggregator.url, draft(min_peers=5))
+    for _ in range(2):
+        WirePeer().register(aggregator.url, problem)
+    requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN)
+    st = wait_phase(aggregator.url, problem.id, ("failed",))
+    assert "only 2 peers registered" in st.message
+    assert requests.get(f"{aggregator.url}/problems/{problem.id}/roster").status_code == 409
+
+
+def test_oversized_and_non_json_bodies_are_refused(aggregator):
+    problem = propose(aggregator.url, draft())
+    huge = b"{" + b" " * (aggregator.settings.max_body_bytes + 10) + b"}"
+    assert post(f"{aggregator.url}/problems/{problem.id}/registrations", huge).status_code == 413
+    pickled = post(f"{aggregator.url}/problems/{problem.id}/registrations", b"\x80\x04pickle")
+    assert pickled.status_code in (400, 422)  # parsed as JSON only, never unpickled
+    assert _registered(aggregator.db_path) == []
+
+
+def test_openapi_lists_every_route(aggregator):
+    paths = requests.get(f"{aggregator.url}/openapi.json").json()["paths"]
+    for path in (
+        "/problems",
+        "/problems/{problem_id}/registrations",
+        "/problems/{problem_id}/roster",
+        "/problems/{problem_id}/medians/answers",
+        "/problems/{problem_id}/tokens",
+        "/intake",
+        "/problems/{problem_id}/model",
+        "/problems/{problem_id}/status",
+    ):
+        assert path in paths

@@ -1,0 +1,288 @@
+"""Token issuance and the anonymous intake: each abuse gets its own 4xx and nothing is lost."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import requests
+
+from anonml.crypto import Identity, Redemption, TokenKey, request_tokens
+from anonml.protocol import (
+    Bins,
+    IntakeDelivery,
+    PrivateReport,
+    Problem,
+    Roster,
+    TokenBatchRequest,
+    TokenSlotRequest,
+    report_slot,
+    sign_message,
+)
+from tests.aggregator.helpers import (
+    ADMIN,
+    WirePeer,
+    assignment_of,
+    bins_of,
+    delivery,
+    draft,
+    post,
+    propose,
+    report_for,
+    roster_of,
+    slots,
+    wait_phase,
+)
+
+
+@dataclass
+class Round:
+    url: str
+    problem: Problem
+    roster: Roster
+    bins: Bins
+    peers: list[WirePeer]
+    db_path: object
+
+    def tokens_url(self) -> str:
+        return f"{self.url}/problems/{self.problem.id}/tokens"
+
+    def report_peer(self, i: int = 0) -> WirePeer:
+        peer = self.peers[i]
+        peer.assignment = assignment_of(self.url, self.problem.id, peer)
+        return peer
+
+    def rows(self, sql: str) -> list[tuple]:
+        with sqlite3.connect(self.db_path) as con:
+            return list(con.execute(sql))
+
+
+def _open_round(aggregator, n: int = 6, kh: int = 2, pool_fraction: float = 0.0) -> Round:
+    problem = propose(
+        aggregator.url,
+        draft(
+            kh=kh,
+            kp=1,
+            min_peers=4,
+            pool_fraction=pool_fraction,
+            n_numeric=2,
+            send_window=20.0,
+            release_window=1.0,
+        ),
+    )
+    peers = [WirePeer() for _ in range(n)]
+    for p in peers:
+        assert p.register(aggregator.url, problem).status_code == 201
+    requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN)
+    if pool_fraction == 0:
+        wait_phase(aggregator.url, problem.id, ("reporting",))
+    else:
+        wait_phase(aggregator.url, problem.id, ("medians",))
+    return Round(
+        aggregator.url,
+        problem,
+        roster_of(aggregator.url, problem.id),
+        bins_of(aggregator.url, problem.id) if pool_fraction == 0 else None,
+        peers,
+        aggregator.db_path,
+    )
+
+
+@pytest.fixture
+def round_(aggregator) -> Round:
+    return _open_round(aggregator)
+
+
+def test_one_evaluation_per_peer_and_slot(round_):
+    peer = round_.report_peer()
+    tokens = peer.tokens(round_.url, round_.problem, round_.roster, slots(round_.problem))
+    assert [t.slot for t in tokens] == slots(round_.problem)
+    batch, _ = peer.token_batch(round_.problem, round_.roster, slots(round_.problem)[:1])
+    second = post(round_.tokens_url(), batch)
+    assert second.status_code == 409 and "already issued" in second.json()["detail"]
+    # The refused batch recorded nothing new: one row per slot of the first batch.
+    assert round_.rows("SELECT COUNT(*) FROM token_issuance") == [(2,)]
+
+
+def test_a_failed_batch_issues_nothing(round_):
+    peer = round_.report_peer()
+    peer.tokens(round_.url, round_.problem, round_.roster, slots(round_.problem)[1:])
+    batch, _ = peer.token_batch(round_.problem, round_.roster, slots(round_.problem))  # slot 0 new, 1 not
+    assert post(round_.tokens_url(), batch).status_code == 409
+    # All or nothing: slot 0 was not recorded, so it can still be asked for.
+    assert len(peer.tokens(round_.url, round_.problem, round_.roster, slots(round_.problem)[:1])) == 1
+
+
+def test_token_requests_from_strangers_forgers_and_for_other_slots_are_refused(round_):
+    stranger = WirePeer()
+    batch, _ = stranger.token_batch(round_.problem, round_.roster, slots(round_.problem))
+    r = post(round_.tokens_url(), batch)
+    assert r.status_code == 403 and "not on the roster" in r.json()["detail"]
+
+    member = round_.peers[1]
+    forged, _ = member.token_batch(
+        round_.problem, round_.roster, slots(round_.problem), signer=Identity.generate()
+    )
+    r = post(round_.tokens_url(), forged)
+    assert r.status_code == 403 and "signature" in r.json()["detail"]
+
+    foreign, _ = member.token_batch(round_.problem, round_.roster, [report_slot("p-other", 0)])
+    r = post(round_.tokens_url(), foreign)
+    assert r.status_code == 422 and "not a report slot" in r.json()["detail"]
+
+    beyond, _ = member.token_batch(round_.problem, round_.roster, [report_slot(round_.problem.id, 2)])
+    assert post(round_.tokens_url(), beyond).status_code == 422
+
+    assert round_.rows("SELECT COUNT(*) FROM token_issuance") == [(0,)]
+    rejects = requests.get(f"{round_.url}/problems/{round_.problem.id}/status").json()["rejects"]
+    assert rejects == {"not a member": 1, "bad signature": 1, "unknown slot": 2}
+
+
+def test_bad_blinded_element_is_refused_without_recording(round_):
+    peer = round_.report_peer()
+    key = TokenKey.generate().public_key
+    good = request_tokens(key, slots(round_.problem)[0])
+    batch = sign_message(
+        TokenBatchRequest(
+            problem_id=round_.problem.id,
+            identity=peer.public,
+            requests=(TokenSlotRequest(slot=good.slot, blinded=bytes(32)),),
+            signature=bytes(64),
+        ),
+        peer.identity,
+    )
+    r = post(round_.tokens_url(), batch)
+    assert r.status_code == 422 and "blinded element" in r.json()["detail"]
+    assert round_.rows("SELECT COUNT(*) FROM token_issuance") == [(0,)]
+
+
+def test_intake_stores_a_report_once_and_refuses_replays_and_forgeries(round_):
+    rng = np.random.default_rng(3)
+    peer = round_.report_peer()
+    token0, token1 = peer.tokens(round_.url, round_.problem, round_.roster, slots(round_.problem))
+    report = report_for(round_.problem, round_.bins, peer.assignment, np.array([3.0, 7.0, 1.0]), 1, rng=rng)
+    good = delivery(token0, report)
+    intake = f"{round_.url}/intake"
+    assert post(intake, good).status_code == 201
+
+    replay = post(intake, good)
+    assert replay.status_code == 409 and "already redeemed" in replay.json()["detail"]
+
+    # The same token with another report: the MAC binds the report.
+    other = report_for(round_.problem, round_.bins, peer.assignment, np.array([9.0, 9.0, 0.0]), 0, rng=rng)
+    altered = IntakeDelivery(redemption=good.redemption, report=other.to_bytes())
+    assert post(intake, altered).status_code == 403
+
+    # A token for slot 1 presented as slot 0's (same nonce and MAC, other slot).
+    r1 = token1.redeem(other.to_bytes())
+    moved = Redemption(slots(round_.problem)[0], r1.nonce, r1.mac)
+    assert post(intake, IntakeDelivery(redemption=bytes(moved), report=other.to_bytes())).status_code == 403
+
+    # A token of another problem's key (a foreign token) for a slot of this problem.
+    foreign_key = TokenKey.generate()
+    req = request_tokens(foreign_key.public_key, slots(round_.problem)[1])
+    from anonml.crypto import MemoryIssuanceLedger, TokenIssuer, finalize_tokens
+
+    forged_token = finalize_tokens(
+        req, TokenIssuer(foreign_key, MemoryIssuanceLedger()).issue(b"x", req.slot, req.message())
+    )[0]
+    assert post(intake, delivery(forged_token, other)).status_code == 403
+
+    # A token for a slot of another problem.
+    elsewhere = Redemption(report_slot("p-elsewhere", 0), r1.nonce, r1.mac)
+    r = post(intake, IntakeDelivery(redemption=bytes(elsewhere), report=other.to_bytes()))
+    assert r.status_code == 403 and "another problem" in r.json()["detail"]
+
+    assert round_.rows("SELECT COUNT(*) FROM reports") == [(1,)]
+    assert round_.rows("SELECT COUNT(*) FROM spent_tokens") == [(1,)]
+    # Slot 1's token was never spent by the refused attempts: it still works once.
+    assert post(intake, delivery(token1, other)).status_code == 201
+    assert round_.rows("SELECT COUNT(*) FROM reports") == [(2,)]
+
+
+def test_malformed_deliveries_are_refused_before_spending(round_):
+    rng = np.random.default_rng(4)
+    peer = round_.report_peer()
+    token = peer.tokens(round_.url, round_.problem, round_.roster, slots(round_.problem))[0]
+    intake = f"{round_.url}/intake"
+    assert post(intake, b'{"redemption": "!!", "report": ""}').status_code == 422
+    assert post(intake, b"not json").status_code in (400, 422)
+    truncated = IntakeDelivery(redemption=b"\x05abc", report=b"{}")
+    assert post(intake, truncated).status_code == 400
+    honest = report_for(round_.problem, round_.bins, peer.assignment, np.array([1.0, 2.0, 1.0]), 0, rng=rng)
+    bad_partition = honest.model_copy(update={"partition": 5})
+    r = post(intake, delivery(token, bad_partition))
+    assert r.status_code == 422 and "partition" in r.json()["detail"]
+    wrong_eps = PrivateReport.model_validate(
+        {
+            **honest.model_dump(mode="json"),
+            "mechanism": {"kind": "oue", "m": 4, "p": 0.5, "q": 1 / (np.exp(0.5) + 1), "epsilon": 0.5},
+        }
+    )
+    r = post(intake, delivery(token, wrong_eps))
+    assert r.status_code == 422 and "ε" in r.json()["detail"]
+    # Nothing was spent by malformed reports: the token still redeems the honest one.
+    assert round_.rows("SELECT COUNT(*) FROM spent_tokens") == [(0,)]
+    assert post(intake, delivery(token, honest)).status_code == 201
+
+
+def test_the_reports_table_holds_nothing_that_links_to_a_peer(round_):
+    rng = np.random.default_rng(5)
+    for i in range(3):
+        peer = round_.report_peer(i)
+        for k, token in enumerate(
+            peer.tokens(round_.url, round_.problem, round_.roster, slots(round_.problem))
+        ):
+            report = report_for(
+                round_.problem,
+                round_.bins,
+                peer.assignment,
+                np.r_[rng.uniform(0, 10, 2), 1.0],
+                i % 2,
+                subset=k,
+                rng=rng,
+            )
+            assert post(f"{round_.url}/intake", delivery(token, report)).status_code == 201
+    columns = [row[1] for row in round_.rows("PRAGMA table_info(reports)")]
+    assert columns == ["id", "problem_id", "partition", "subset", "mechanism_json", "bits"]
+    rows = round_.rows("SELECT id, problem_id FROM reports")
+    assert (
+        len(rows) == 6 and {len(r[0]) for r in rows} == {16} and {r[1] for r in rows} == {round_.problem.id}
+    )
+    with pytest.raises(sqlite3.OperationalError):  # WITHOUT ROWID: no hidden insertion order
+        round_.rows("SELECT rowid FROM reports")
+    # Nothing else stored with a report mentions who sent it.
+    identities = {p.public for p in round_.peers}
+    for (blob,) in round_.rows("SELECT bits FROM reports"):
+        assert all(ident not in blob for ident in identities)
+
+
+def test_tokens_open_with_the_roster_but_not_for_the_median_pool(aggregator):
+    problem = propose(aggregator.url, draft(kh=1, kp=1, min_peers=4, pool_fraction=0.5))
+    early_bird = WirePeer()
+    early_bird.register(aggregator.url, problem)
+    fake_roster = Roster(
+        problem_id=problem.id,
+        round_id=problem.round_id,
+        entries=(),
+        token_key=bytes(TokenKey.generate().public_key),
+        seed=bytes(32),
+        median_pool_size=0,
+        signature=bytes(64),
+    )
+    batch, _ = early_bird.token_batch(problem, fake_roster, slots(problem))
+    early = post(f"{aggregator.url}/problems/{problem.id}/tokens", batch)
+    assert early.status_code == 409 and "roster's publication" in early.json()["detail"]
+
+    r = _open_round(aggregator, n=8, kh=1, pool_fraction=0.5)
+    roles = {p.public: assignment_of(r.url, r.problem.id, p).role for p in r.peers}
+    median_peer = next(p for p in r.peers if roles[p.public] == "median")
+    report_peer = next(p for p in r.peers if roles[p.public] == "report")
+    # During the median rounds a report peer already gets its token...
+    assert len(report_peer.tokens(r.url, r.problem, r.roster, slots(r.problem))) == 1
+    # ...and a median-pool peer never does.
+    batch, _ = median_peer.token_batch(r.problem, r.roster, slots(r.problem))
+    refused = post(r.tokens_url(), batch)
+    assert refused.status_code == 403 and "median-pool" in refused.json()["detail"]

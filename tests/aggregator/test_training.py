@@ -1,0 +1,112 @@
+"""From stored reports to the model: grouping, debiasing, training (no server needed)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from aggregator.training import binning_of, group_reports, train_problem
+from anonml.crypto import Identity
+from anonml.errors import ProtocolError
+from anonml.learn import commit_seed, make_plan
+from anonml.privacy import RandomizedResponse, estimate_counts
+from anonml.protocol import Bins, Problem, Roster, RosterEntry, pack_bits, sign_message
+from tests.aggregator.helpers import draft
+
+
+def _problem(kp: int) -> tuple[Problem, Roster, Bins]:
+    aggregator = Identity.generate()
+    seed = bytes(range(32))
+    d = draft(n_numeric=2, kp=kp, kh=1, epsilon=2.0)
+    problem = sign_message(
+        Problem(
+            id="p-train",
+            draft=d,
+            created_at=datetime.now(UTC),
+            seed_commitment=commit_seed(seed),
+            aggregator=bytes(aggregator.public),
+            round_id=1,
+            signature=bytes(64),
+        ),
+        aggregator,
+    )
+    peers = [Identity.generate() for _ in range(kp * 2)]
+    entries = tuple(
+        RosterEntry(
+            identity=bytes(p.public),
+            relay_url="http://127.0.0.1:1/r",
+            relay_certificate=bytes(p.new_round_relay_key(1)[1]),
+        )
+        for p in peers
+    )
+    roster = Roster(
+        problem_id="p-train",
+        round_id=1,
+        entries=entries,
+        token_key=bytes(32),
+        seed=seed,
+        median_pool_size=0,
+        signature=bytes(64),
+    )
+    bins = Bins(
+        problem_id="p-train",
+        edges=((5.0,), (5.0,), ()),
+        t_s=0.0,
+        delta=1.0,
+        t_r=2.0,
+        slots_per_peer=1,
+        signature=bytes(64),
+    )
+    return problem, roster, bins
+
+
+def test_group_reports_sums_bits_per_partition_subset_and_mechanism():
+    mech = RandomizedResponse.from_epsilon(2.0, 4).descriptor().model_dump_json()
+    other = RandomizedResponse.from_epsilon(1.0, 4).descriptor().model_dump_json()
+    rows = [
+        (0, 0, mech, pack_bits(np.array([1, 0, 0, 1]))),
+        (0, 0, mech, pack_bits(np.array([1, 1, 0, 0]))),
+        (1, 0, mech, pack_bits(np.array([0, 0, 1, 0]))),
+        (0, 0, other, pack_bits(np.array([0, 0, 0, 1]))),
+    ]
+    groups = group_reports(rows)
+    assert sorted((g.partition, g.subset, g.n) for g in groups) == [(0, 0, 1), (0, 0, 2), (1, 0, 1)]
+    first = next(g for g in groups if g.n == 2)
+    assert first.bit_sums.tolist() == [2, 1, 0, 1]
+
+
+def test_trained_model_follows_the_reported_signal_and_uses_the_published_bins():
+    # Every partition reports one feature with the label; feature value above the cut ⇔ label 1 w.p. 0.9.
+    problem, roster, bins = _problem(kp=3)
+    plan = make_plan(bytes(roster.seed), [bytes(e.identity) for e in roster.entries], 3, n_partitions=3)
+    rng = np.random.default_rng(0)
+    mech = RandomizedResponse.from_epsilon(2.0, 4)
+    rows, truth = [], {}
+    for p in range(3):
+        n = 3000
+        high = rng.random(n) < 0.5
+        label = np.where(rng.random(n) < 0.9, high, ~high).astype(int)
+        values = high.astype(int) * 2 + label  # C order: (bin, label)
+        truth[p] = np.bincount(values, minlength=4)
+        for b in mech.perturb(values, rng):
+            rows.append((p, 0, mech.descriptor().model_dump_json(), pack_bits(b)))
+    groups = group_reports(rows)
+    for g in groups:
+        est = estimate_counts(g.bit_sums, g.mechanism, g.n)
+        # Unbiased estimate: within 4 predicted standard deviations of the true counts.
+        assert np.all(np.abs(est.raw - truth[g.partition]) <= 4 * np.sqrt(est.variance) + 1)
+    model, metrics = train_problem(problem, roster, bins, plan, rows, median_answered=0, rng=rng)
+    assert metrics["reports"] == 9000 and metrics["histograms"] == 3
+    assert model.binning_.to_dict() == binning_of(problem, bins).to_dict()
+    X = np.array([[9.0, 9.0, 1.0], [1.0, 1.0, 0.0]])
+    p_high, p_low = model.predict_proba(X)[:, 1]
+    assert p_high > 0.7 > 0.3 > p_low
+
+
+def test_no_reports_is_a_clear_error():
+    problem, roster, bins = _problem(kp=1)
+    plan = make_plan(bytes(roster.seed), [bytes(e.identity) for e in roster.entries], 3, n_partitions=1)
+    with pytest.raises(ProtocolError, match="no report arrived"):
+        train_problem(problem, roster, bins, plan, [], median_answered=0)

@@ -1,0 +1,3 @@
+"""The CLI tests drive a real aggregator: reuse the aggregator tests' fixture."""
+
+from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import

@@ -1,0 +1,1 @@
+"""Tests of the peer daemon: policy, relay, participation, against real servers on loopback."""

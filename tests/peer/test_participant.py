@@ -1,0 +1,117 @@
+"""Peers check what the aggregator shows them: a split roster makes the victim abort."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from anonml.crypto import TokenKey
+from anonml.demo import dropout_draft, simulate_peers
+from anonml.plugins import PluginRef, create
+from anonml.protocol import Roster, sign_message
+from peer.app import start_peer_server
+from peer.client import AggregatorClient
+from peer.db import PeerDB
+from peer.host import PeerHost
+from peer.participant import PeerNode
+from peer.policy import PeerPolicy
+from tests.aggregator.helpers import ADMIN, propose, status, wait_phase
+
+
+class SplitViewClient(AggregatorClient):
+    """A malicious aggregator's answer to one peer: the roster with another token key, validly signed."""
+
+    def __init__(self, base_url: str, signer) -> None:
+        super().__init__(base_url)
+        self.signer = signer
+
+    def roster(self, problem_id: str) -> Roster:
+        honest = super().roster(problem_id)
+        forged = honest.model_copy(update={"token_key": bytes(TokenKey.generate().public_key)})
+        return sign_message(forged, self.signer)
+
+
+def _host(nodes: list[PeerNode], db: Path, url: str) -> PeerHost:
+    return PeerHost(
+        nodes,
+        PeerDB(f"sqlite:///{db}"),
+        PeerPolicy(auto_accept=True, max_epsilon_per_problem=4.0),
+        [url],
+        poll_seconds=0.1,
+        witnesses=2,
+        workers=4,
+    )
+
+
+@pytest.mark.slow
+def test_a_peer_shown_another_token_key_aborts_before_taking_tokens(aggregator, tmp_path: Path):
+    simulated, _ = simulate_peers(
+        8,
+        tmp_path,
+        weeks=4,
+        history_weeks=2,
+        seed=3,
+        features=["time_on_site_minutes", "video_seconds_watched", "seq_navigations", "distinct_problems"],
+    )
+    # Seeded node generators: witness choices, paths and noise are reproducible.
+    nodes = [
+        PeerNode(p.identity, p.store, p.ledger, user=p.username, rng=np.random.default_rng(i))
+        for i, p in enumerate(simulated)
+    ]
+    honest = start_peer_server(_host(nodes[:7], tmp_path / "a.db", aggregator.url))
+    victim_host = _host(nodes[7:], tmp_path / "b.db", aggregator.url)
+    victim = start_peer_server(victim_host)
+    try:
+        featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
+        d = dropout_draft(
+            featurizer.features(),
+            history_weeks=2,
+            weeks=4,
+            epsilon=2.0,
+            min_peers=4,
+            pool_fraction=0.0,
+            report_delay_seconds=1.5,
+            send_window_seconds=1.0,
+            release_window_seconds=1.0,
+        )
+        # roster_seconds (2 s by default) gives every peer time to publish its witness first.
+        problem = propose(aggregator.url, d)
+        deadline = time.monotonic() + 30
+        while problem.id not in victim_host.sessions or status(aggregator.url, problem.id).registered < 8:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        split = SplitViewClient(aggregator.url, aggregator.state.identity)
+        session = victim_host.sessions[problem.id]
+        session.client = split
+        for p in session.participants:
+            p.client = split
+        requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN)
+        wait_phase(aggregator.url, problem.id, ("done", "failed"), timeout=40)
+        victim_node = nodes[7].fingerprint
+        deadline = time.monotonic() + 10
+        while victim_host.db.participation(problem.id, victim_node).status != "aborted":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        row = victim_host.db.participation(problem.id, victim_node)
+        assert "roster fingerprint differs" in row.reason
+        assert nodes[7].ledger.releases(peer=victim_node) == []  # it released nothing
+        st = status(aggregator.url, problem.id)
+        # Honest peers that compared with the victim saw the split too and stopped; none took a
+        # token the victim could have been tagged with, and every token issued was redeemed.
+        deadline = time.monotonic() + 10
+        while not honest.host.sessions[problem.id].finished:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        outcomes = {honest.host.db.participation(problem.id, n.fingerprint).status for n in nodes[:7]}
+        assert outcomes <= {"done", "aborted"} and "done" in outcomes
+        assert st.tokens_issued == st.reports_accepted <= 7
+    finally:
+        honest.stop()
+        victim.stop()
+        for p in simulated:
+            p.store.close()
+            p.ledger.close()

@@ -1,0 +1,105 @@
+"""A peer decides on a proposal by its policy, and says why."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from anonml.crypto import Identity
+from anonml.learn import commit_seed
+from anonml.model import FeatureKind, FeatureSpec
+from anonml.plugins import PluginRef
+from anonml.protocol import MedianSettings, Problem, ProblemDraft, Schedule, sign_message
+from peer.policy import PeerPolicy, evaluate_problem, load_plugins
+
+
+def problem(**changes) -> Problem:
+    values = dict(
+        title="dropout",
+        instancer=PluginRef(name="user_window", version="1.0"),
+        featurizer=PluginRef(name="mooc_engagement", version="1.0", params={"weeks": 2}),
+        features=(
+            FeatureSpec(name="sessions", low=0, high=20),
+            FeatureSpec(name="active_days", low=0, high=14),
+        ),
+        epsilon=1.0,
+        schedule=Schedule(registration_deadline=datetime(2030, 1, 1, tzinfo=UTC)),
+    )
+    values.update(changes)
+    aggregator = Identity.generate()
+    return sign_message(
+        Problem(
+            id="p-policy",
+            draft=ProblemDraft(**values),
+            created_at=datetime.now(UTC),
+            seed_commitment=commit_seed(bytes(32)),
+            aggregator=bytes(aggregator.public),
+            round_id=7,
+            signature=bytes(64),
+        ),
+        aggregator,
+    )
+
+
+AUTO = PeerPolicy(auto_accept=True, max_epsilon_per_problem=2.0, lifetime_epsilon_cap=5.0)
+
+
+def test_accepts_within_policy_and_maps_features_by_name():
+    decision = evaluate_problem(problem(), AUTO, committed=0.0)
+    assert decision.accept and decision.reason == "within policy"
+    _, _, columns = load_plugins(problem())
+    assert columns == [0, 1]  # sessions, active_days in the featurizer's order
+
+
+def test_uninstalled_plugin_is_refused_naming_it():
+    d = evaluate_problem(problem(featurizer=PluginRef(name="keylogger")), AUTO, committed=0.0)
+    assert d.verdict == "refuse" and "keylogger" in d.reason and "mooc_engagement" in d.reason
+
+
+def test_other_plugin_version_is_refused():
+    d = evaluate_problem(problem(instancer=PluginRef(name="user_window", version="9.9")), AUTO, committed=0.0)
+    assert d.verdict == "refuse" and "9.9" in d.reason
+
+
+def test_bad_plugin_params_are_refused():
+    d = evaluate_problem(
+        problem(featurizer=PluginRef(name="mooc_engagement", params={"weeks": -3})), AUTO, 0.0
+    )
+    assert d.verdict == "refuse" and "weeks" in d.reason
+
+
+def test_feature_the_featurizer_does_not_declare_is_refused():
+    d = evaluate_problem(problem(features=(FeatureSpec(name="bank_balance", low=0, high=1),)), AUTO, 0.0)
+    assert d.verdict == "refuse" and "bank_balance" in d.reason
+    wrong_kind = (FeatureSpec(name="sessions", kind=FeatureKind.BOOL),)
+    d = evaluate_problem(problem(features=wrong_kind), AUTO, 0.0)
+    assert d.verdict == "refuse" and "bool in the proposal" in d.reason
+
+
+def test_more_epsilon_than_the_policy_is_refused_unless_the_user_accepts():
+    greedy = problem(epsilon=3.0)
+    d = evaluate_problem(greedy, AUTO, committed=0.0)
+    assert d.verdict == "refuse" and "exceeds this peer's maximum of 2" in d.reason
+    assert evaluate_problem(greedy, AUTO, committed=0.0, manual=True).accept
+
+
+def test_lifetime_cap_is_never_passed_even_by_the_user():
+    d = evaluate_problem(problem(epsilon=1.5), AUTO, committed=4.0)
+    assert d.verdict == "refuse" and "lifetime" in d.reason
+    assert not evaluate_problem(problem(epsilon=1.5), AUTO, committed=4.0, manual=True).accept
+
+
+def test_allow_lists_and_asking_first():
+    strict = PeerPolicy(auto_accept=True, allowed_featurizers=["declarative"])
+    d = evaluate_problem(problem(), strict, 0.0)
+    assert d.verdict == "refuse" and "allowed list" in d.reason
+    pinned = PeerPolicy(auto_accept=True, allowed_featurizers=["mooc_engagement==1.0"])
+    assert evaluate_problem(problem(), pinned, 0.0).accept
+    ask = evaluate_problem(problem(), PeerPolicy(auto_accept=False), 0.0)
+    assert ask.verdict == "ask" and not ask.accept
+
+
+def test_median_epsilon_above_the_budget_is_not_even_a_valid_proposal():
+    with pytest.raises(ValueError, match="median.epsilon"):
+        problem(median=MedianSettings(epsilon=2.0))

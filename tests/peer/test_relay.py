@@ -1,0 +1,202 @@
+"""The relay over real HTTP: hold and release in the second window, refuse replays and bad packets."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import requests
+from fastapi import FastAPI, Request, Response
+
+from aggregator.app import start_server
+from anonml.crypto import (
+    PACKET_SIZE,
+    Hop,
+    Identity,
+    Redemption,
+    SphinxRelay,
+    WindowSchedule,
+    build_cover_packet,
+    build_packet,
+)
+from anonml.privacy import PrivacyLedger
+from anonml.store import EventStore
+from peer.app import start_peer_server
+from peer.db import PeerDB
+from peer.host import PeerHost
+from peer.participant import PeerNode
+from peer.policy import PeerPolicy
+from peer.relay import RelayRound, default_guard
+
+ROUND = 4242
+OCTETS = {"content-type": "application/octet-stream"}
+
+
+@dataclass
+class Capture:
+    """A stand-in for the next hop or the aggregator's intake: records what arrives, and when."""
+
+    url: str = ""
+    received: list[tuple[float, str, bytes]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/{path:path}")
+        async def take(path: str, request: Request) -> Response:
+            body = await request.body()
+            with self.lock:
+                self.received.append((time.time(), path, body))
+            return Response(status_code=201)
+
+        return app
+
+    def wait(self, n: int, timeout: float = 10.0) -> list[tuple[float, str, bytes]]:
+        deadline = time.monotonic() + timeout
+        while len(self.received) < n:
+            assert time.monotonic() < deadline, f"{len(self.received)} of {n} arrived"
+            time.sleep(0.02)
+        return list(self.received)
+
+
+@dataclass
+class Relays:
+    url: str
+    host: PeerHost
+    nodes: list[PeerNode]
+    hops: list[Hop]
+    capture: Capture
+    aggregator: Identity
+    schedule: WindowSchedule
+
+    def relay_url(self, i: int) -> str:
+        return f"{self.url}/relay/{self.nodes[i].node_id.hex()}"
+
+
+@pytest.fixture
+def relays() -> Iterator[Relays]:
+    capture = Capture()
+    cap_server = start_server(capture.app())
+    capture.url = cap_server.url
+    nodes = [
+        PeerNode(Identity.generate(), EventStore("sqlite://"), PrivacyLedger("sqlite://")) for _ in range(3)
+    ]
+    host = PeerHost(nodes, PeerDB("sqlite://"), PeerPolicy(), [], rng=np.random.default_rng(1))
+    server = start_peer_server(host)
+    aggregator = Identity.generate()
+    now = time.time()
+    schedule = WindowSchedule(now, 0.3, now + 1.5)
+    keys, hops, routes = {}, [], {}
+    for node in nodes:
+        key, cert = node.identity.new_round_relay_key(ROUND)
+        keys[node.node_id] = key
+        hops.append(Hop.from_certificate(cert, ROUND))
+        routes[node.node_id] = f"{server.url}/relay/{node.node_id.hex()}"
+    for node in nodes:
+        host.relay.open_round(
+            RelayRound(
+                node.node_id,
+                ROUND,
+                SphinxRelay(keys[node.node_id]),
+                schedule,
+                routes,
+                aggregator.public.node_id,
+                f"{capture.url}/intake",
+            )
+        )
+    try:
+        yield Relays(server.url, host, nodes, hops, capture, aggregator, schedule)
+    finally:
+        server.stop()
+        cap_server.stop()
+
+
+def _report_packet(r: Relays, path: list[Hop]) -> tuple[bytes, Redemption, bytes]:
+    redemption = Redemption(b"p-x/r/0", bytes(range(32)), bytes(32))
+    report = b'{"problem_id": "p-x"}'
+    packet = build_packet(path, redemption, report, round_id=ROUND, destination=r.aggregator.public.node_id)
+    return packet, redemption, report
+
+
+def test_packets_cross_three_hops_and_reach_the_intake_in_the_release_window(relays):
+    packets = [_report_packet(relays, relays.hops) for _ in range(5)]
+    for packet, _, _ in packets:
+        assert requests.post(relays.relay_url(0), data=packet, headers=OCTETS).status_code == 202
+    arrived = relays.capture.wait(5)
+    s = relays.schedule
+    # Every hop releases in (t_s + δ, t_r − guard); network time keeps the last arrival before t_r.
+    for when, path, body in arrived:
+        assert path == "intake"
+        assert s.t_s + s.delta < when < s.t_r
+        delivery = json.loads(body)
+        assert set(delivery) == {"redemption", "report"}
+    reports = sorted(json.loads(b)["redemption"] for _, _, b in arrived)
+    assert len(set(reports)) == 1  # the same redemption bytes each time (same test token)
+    counters = relays.host.relay.counters
+    assert counters["received"] == 15 and counters["forwarded"] == 10 and counters["delivered"] == 5
+
+
+def test_replayed_packet_is_refused(relays):
+    packet, _, _ = _report_packet(relays, relays.hops[:1])
+    assert requests.post(relays.relay_url(0), data=packet, headers=OCTETS).status_code == 202
+    again = requests.post(relays.relay_url(0), data=packet, headers=OCTETS)
+    assert again.status_code == 409 and "replay" in again.json()["detail"]
+    relays.capture.wait(1)
+    time.sleep(0.3)
+    assert len(relays.capture.received) == 1
+
+
+def test_wrong_sizes_tampering_and_unknown_targets_are_refused_before_or_by_crypto(relays):
+    url = relays.relay_url(0)
+    short = requests.post(url, data=bytes(PACKET_SIZE - 1), headers=OCTETS)
+    assert short.status_code == 400 and str(PACKET_SIZE) in short.json()["detail"]
+    assert requests.post(url, data=bytes(PACKET_SIZE + 1), headers=OCTETS).status_code == 413
+    assert requests.post(url, data=bytes(5 * 1024 * 1024), headers=OCTETS).status_code == 413
+
+    def chunks() -> Iterator[bytes]:  # streamed without a declared length
+        for _ in range(4):
+            yield bytes(1000)
+
+    assert requests.post(url, data=chunks(), headers=OCTETS).status_code == 413
+    packet, _, _ = _report_packet(relays, relays.hops)
+    tampered = bytearray(packet)
+    tampered[-1] ^= 1
+    bad = requests.post(url, data=bytes(tampered), headers=OCTETS)
+    assert bad.status_code == 400 and "MAC" in bad.json()["detail"]
+    assert requests.post(f"{relays.url}/relay/{'00' * 16}", data=packet, headers=OCTETS).status_code == 404
+    other_round = build_packet(
+        relays.hops[:1], None, None, round_id=ROUND + 1, destination=relays.aggregator.public.node_id
+    )
+    assert requests.post(url, data=other_round, headers=OCTETS).status_code == 404
+    # Only the valid packet was accepted; after all this the untampered one still goes through.
+    assert requests.post(url, data=packet, headers=OCTETS).status_code == 202
+    relays.capture.wait(1)
+
+
+def test_cover_packets_end_at_the_last_hop(relays):
+    cover = build_cover_packet(relays.hops[1:], round_id=ROUND, destination=relays.aggregator.public.node_id)
+    assert requests.post(relays.relay_url(1), data=cover, headers=OCTETS).status_code == 202
+    deadline = time.monotonic() + 5
+    while relays.host.relay.counters["cover"] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert relays.capture.received == []
+
+
+def test_late_packets_are_dropped_and_the_round_key_destroyed(relays):
+    packet, _, _ = _report_packet(relays, relays.hops[:1])
+    time.sleep(max(0.0, relays.schedule.t_r - time.time()) + 0.2)
+    late = requests.post(relays.relay_url(0), data=packet, headers=OCTETS)
+    assert late.status_code == 410
+    assert not relays.host.relay.has_round(relays.nodes[0].node_id, ROUND)
+
+
+def test_release_times_fill_the_window_after_the_guard():
+    s = WindowSchedule(100.0, 5.0, 110.0)
+    assert default_guard(s) == pytest.approx(5.0 / 3.0)
