@@ -30,8 +30,6 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
-    create_engine,
-    event,
     select,
 )
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -49,7 +47,6 @@ __all__ = [
     "MedianAnswerRow",
     "ReportRow",
     "RejectRow",
-    "make_engine",
     "create_tables",
     "count_reject",
     "new_report_id",
@@ -170,24 +167,6 @@ def new_report_id() -> bytes:
     return secrets.token_bytes(16)
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    # WAL: the phase machine reads while requests write; busy_timeout: writers queue
-    # instead of failing under concurrent intake.
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
-
-
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets WAL, a busy timeout and cross-thread use."""
-    if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    return create_engine(url, pool_pre_ping=True)
 
 
 def create_tables(engine: Engine) -> None:

@@ -16,7 +16,7 @@ from fastapi import HTTPException
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from aggregator.db import ProblemRow, count_reject, create_tables, make_engine
+from aggregator.db import ProblemRow, count_reject, create_tables
 from aggregator.settings import AggregatorSettings
 from anonml.crypto import (
     Identity,
@@ -28,6 +28,7 @@ from anonml.crypto import (
     load_identity,
     save_identity,
 )
+from anonml.database import make_engine
 from anonml.learn import Binning, PartitionPlan, make_plan
 from anonml.protocol import Bins, Problem, Roster, report_slot
 

@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import String, Text, create_engine, event, select
-from sqlalchemy.engine import Engine
+from sqlalchemy import String, Text, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
-from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import DateTime, TypeDecorator
+
+from anonml.database import make_engine
 
 __all__ = ["PeerDB", "ProposalRow", "DecisionRow", "ParticipationRow", "ProposalView"]
 
@@ -82,33 +82,13 @@ class ProposalView:
     status: str | None
 
 
-def _engine(url: str) -> Engine:
-    if url.startswith("sqlite"):
-        memory = url in ("sqlite://", "sqlite:///:memory:")
-        kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
-        if memory:
-            kwargs["poolclass"] = StaticPool
-        engine = create_engine(url, **kwargs)
-
-        @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_connection: Any, _record: Any) -> None:
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA busy_timeout=30000")
-            if not memory:
-                cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.close()
-
-        return engine
-    return create_engine(url)
-
-
 class PeerDB:
     """Read and write the peer's records; each call is one short transaction."""
 
     def __init__(self, url: str) -> None:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        self.engine = _engine(url)
+        self.engine = make_engine(url)
         _Base.metadata.create_all(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
 
