@@ -20,11 +20,9 @@ Tables
 from __future__ import annotations
 
 import secrets
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
 from sqlalchemy import (
-    DateTime,
     ForeignKey,
     LargeBinary,
     String,
@@ -35,9 +33,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
-from sqlalchemy.types import TypeDecorator
 
 from anonml.crypto import create_crypto_tables
+from anonml.database import UTCDateTime
 
 __all__ = [
     "Base",
@@ -53,25 +51,10 @@ __all__ = [
 ]
 
 
-class _UTCDateTime(TypeDecorator[datetime]):
-    """Aware datetimes stored as naive UTC and read back as aware UTC."""
-
-    impl = DateTime
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the aggregator database")
-        return value.astimezone(UTC).replace(tzinfo=None)
-
-    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
-        return None if value is None else value.replace(tzinfo=UTC)
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {datetime: _UTCDateTime(), bytes: LargeBinary(), str: String(256)}
+    type_annotation_map = {datetime: UTCDateTime(), bytes: LargeBinary(), str: String(256)}
 
 
 class ProblemRow(Base):

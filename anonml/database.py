@@ -10,13 +10,15 @@ every session, or each session would see an empty database.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import DateTime, create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
+from sqlalchemy.types import TypeDecorator
 
-__all__ = ["make_engine", "is_sqlite_memory"]
+__all__ = ["make_engine", "is_sqlite_memory", "UTCDateTime"]
 
 _BUSY_TIMEOUT_MS = 30_000
 
@@ -69,3 +71,24 @@ def make_engine(url: str, *, immediate: bool = False) -> Engine:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware datetimes stored as naive UTC and read back as aware UTC.
+
+    SQLite has no timezone type; storing UTC and re-attaching it on read keeps
+    every datetime that leaves a table aware. A naive datetime is refused.
+    """
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value.isoformat()} given to a database column")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)

@@ -10,30 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import String, Text, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
-from sqlalchemy.types import DateTime, TypeDecorator
 
-from anonml.database import make_engine
+from anonml.database import UTCDateTime, make_engine
 
 __all__ = ["PeerDB", "ProposalRow", "DecisionRow", "ParticipationRow", "ProposalView"]
 
 
-class _UTCDateTime(TypeDecorator[datetime]):
-    impl = DateTime
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
-        return None if value is None else value.astimezone(UTC).replace(tzinfo=None)
-
-    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
-        return None if value is None else value.replace(tzinfo=UTC)
 
 
 class _Base(DeclarativeBase):
-    type_annotation_map = {datetime: _UTCDateTime(), str: String(256)}
+    type_annotation_map = {datetime: UTCDateTime(), str: String(256)}
 
 
 class ProposalRow(_Base):

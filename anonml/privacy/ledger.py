@@ -25,9 +25,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any
 
-from sqlalchemy import DateTime, ForeignKey, String, select
+from sqlalchemy import ForeignKey, String, select
 from sqlalchemy.orm import (
     DeclarativeBase,
     Mapped,
@@ -36,9 +35,8 @@ from sqlalchemy.orm import (
     relationship,
     sessionmaker,
 )
-from sqlalchemy.types import TypeDecorator
 
-from anonml.database import make_engine
+from anonml.database import UTCDateTime, make_engine
 from anonml.errors import BudgetExceeded
 from anonml.paths import default_store_url
 from anonml.privacy._checks import check_epsilon
@@ -63,27 +61,12 @@ _CAP_SLACK = 1e-9
 _ALL_PEERS = ""
 
 
-class _UTCDateTime(TypeDecorator[datetime]):
-    """Aware datetimes stored as naive UTC and read back as aware UTC."""
-
-    impl = DateTime
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the ledger; attach a timezone")
-        return value.astimezone(UTC).replace(tzinfo=None)
-
-    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
-        return None if value is None else value.replace(tzinfo=UTC)
 
 
 class LedgerBase(DeclarativeBase):
     """Declarative base of the ledger's tables (separate metadata from the event store)."""
 
-    type_annotation_map = {datetime: _UTCDateTime()}
+    type_annotation_map = {datetime: UTCDateTime()}
 
 
 class ReleaseRow(LedgerBase):
