@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from anonml.environment import settings_from_env
 from anonml.paths import anonml_home
 
 __all__ = ["AggregatorSettings", "ENV_PREFIX"]
@@ -63,13 +64,7 @@ class AggregatorSettings(BaseModel):
     @classmethod
     def from_env(cls, **overrides: Any) -> AggregatorSettings:
         """Settings from ``ANONML_AGGREGATOR_<FIELD>`` variables, then ``overrides``."""
-        values: dict[str, Any] = {}
-        for name in cls.model_fields:
-            raw = os.environ.get(ENV_PREFIX + name.upper())
-            if raw is not None:
-                values[name] = raw
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.model_validate(values)
+        return settings_from_env(cls, ENV_PREFIX, overrides)
 
     def resolved_admin_token(self) -> str:
         """The admin token: the configured one, else one stored beside the identity (0600)."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from anonml.environment import settings_from_env
 from anonml.paths import anonml_home
 from peer.policy import PeerPolicy
 
@@ -76,19 +77,9 @@ class PeerSettings(BaseModel):
     @classmethod
     def from_env(cls, **overrides: Any) -> PeerSettings:
         """Settings from ``ANONML_PEER_<FIELD>`` variables, then ``overrides`` (None = unset)."""
-        values: dict[str, Any] = {}
-        for name in cls.model_fields:
-            raw = os.environ.get(ENV_PREFIX + name.upper())
-            if raw is None:
-                continue
-            if name == "aggregators":
-                values[name] = [u.strip() for u in raw.split(",") if u.strip()]
-            elif name == "policy":
-                values[name] = json.loads(raw)
-            else:
-                values[name] = raw
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.model_validate(values)
+        parsers = {"aggregators": lambda raw: [u.strip() for u in raw.split(",") if u.strip()],
+                   "policy": json.loads}
+        return settings_from_env(cls, ENV_PREFIX, overrides, parsers)
 
     def relay_base(self, port: int | None = None) -> str:
         """The base URL other peers use for this daemon's relay."""
