@@ -10,13 +10,30 @@ for Xie et al.'s feature method, whose second stage has its own) and the predict
 
 from __future__ import annotations
 
+from numbers import Real
+
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from anonml.learn.multiparty.common import PrivacyGuarantee
 
-__all__ = ["LinearMultipartyClassifier"]
+__all__ = ["LinearMultipartyClassifier", "PRIVATE_ERM_CONSTRAINTS", "LOSS_CONSTRAINTS"]
+
+
+#: Hyperparameter constraints (scikit-learn's ``_parameter_constraints``) that
+#: every multiparty estimator shares: ε > 0, the regulariser λ > 0, the random state.
+PRIVATE_ERM_CONSTRAINTS: dict = {
+    "epsilon": [Interval(Real, 0, None, closed="neither")],
+    "lam": [Interval(Real, 0, None, closed="neither")],
+    "random_state": ["random_state", np.random.Generator],
+}
+#: Those of estimators trained with a margin loss (logistic or Huber).
+LOSS_CONSTRAINTS: dict = {
+    "loss": [StrOptions({"logistic", "huber"})],
+    "huber_h": [Interval(Real, 0, 1, closed="right")],
+}
 
 
 class LinearMultipartyClassifier(ClassifierMixin, BaseEstimator):

@@ -30,15 +30,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from numbers import Real
 
 import numpy as np
 from sklearn.base import ClassifierMixin, _fit_context, clone
 from sklearn.linear_model import LogisticRegression
-from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array
 
-from anonml.learn.multiparty.base import LinearMultipartyClassifier
+from anonml.learn.multiparty.base import PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
 from anonml.learn.multiparty.common import (
     MultipartyError,
     PrivacyGuarantee,
@@ -127,9 +125,7 @@ def collect_votes(models: Sequence[object], X_aux: np.ndarray, classes: np.ndarr
 
 class _HammBase(LinearMultipartyClassifier):
     _parameter_constraints: dict = {
-        "epsilon": [Interval(Real, 0, None, closed="neither")],
-        "lam": [Interval(Real, 0, None, closed="neither")],
-        "random_state": ["random_state", np.random.Generator],
+        **PRIVATE_ERM_CONSTRAINTS,
     }
 
     def __init__(

@@ -18,15 +18,13 @@ log(1 + c/(n(λ+Δ)))², which the slack keeps below ε - ε'.
 from __future__ import annotations
 
 import math
-from numbers import Real
 from typing import NamedTuple
 
 import numpy as np
 from sklearn.base import _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
-from anonml.learn.multiparty.base import LinearMultipartyClassifier
+from anonml.learn.multiparty.base import LOSS_CONSTRAINTS, PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
 from anonml.learn.multiparty.common import (
     MultipartyError,
     PrivacyGuarantee,
@@ -146,11 +144,8 @@ class ObjectivePerturbationLR(LinearMultipartyClassifier):
     """
 
     _parameter_constraints: dict = {
-        "epsilon": [Interval(Real, 0, None, closed="neither")],
-        "lam": [Interval(Real, 0, None, closed="neither")],
-        "loss": [StrOptions({"logistic", "huber"})],
-        "huber_h": [Interval(Real, 0, 1, closed="right")],
-        "random_state": ["random_state", np.random.Generator],
+        **PRIVATE_ERM_CONSTRAINTS,
+        **LOSS_CONSTRAINTS,
     }
 
     def __init__(

@@ -18,14 +18,11 @@ directly (the cryptographic layer changes who sees what, not the output).
 
 from __future__ import annotations
 
-from numbers import Real
-
 import numpy as np
 from sklearn.base import _fit_context
-from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import validate_data
 
-from anonml.learn.multiparty.base import LinearMultipartyClassifier
+from anonml.learn.multiparty.base import PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
 from anonml.learn.multiparty.common import (
     PrivacyGuarantee,
     PrivacyUnit,
@@ -72,9 +69,7 @@ class ParameterAveraging(LinearMultipartyClassifier):
     """
 
     _parameter_constraints: dict = {
-        "epsilon": [Interval(Real, 0, None, closed="neither")],
-        "lam": [Interval(Real, 0, None, closed="neither")],
-        "random_state": ["random_state", np.random.Generator],
+        **PRIVATE_ERM_CONSTRAINTS,
     }
 
     def __init__(

@@ -37,7 +37,7 @@ from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import validate_data
 
-from anonml.learn.multiparty.base import LinearMultipartyClassifier
+from anonml.learn.multiparty.base import PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
 from anonml.learn.multiparty.common import (
     MultipartyError,
     PrivacyGuarantee,
@@ -71,10 +71,8 @@ def gaussian_sigma(epsilon_tilde: float, delta: float, dim: int) -> float:
 
 class _GaussianBase(LinearMultipartyClassifier):
     _parameter_constraints: dict = {
-        "epsilon": [Interval(Real, 0, None, closed="neither")],
+        **PRIVATE_ERM_CONSTRAINTS,
         "delta": [Interval(Real, 0, 1, closed="neither")],
-        "lam": [Interval(Real, 0, None, closed="neither")],
-        "random_state": ["random_state", np.random.Generator],
     }
 
     def _prepare(

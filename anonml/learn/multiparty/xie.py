@@ -22,10 +22,10 @@ from numbers import Real
 import numpy as np
 from sklearn.base import _fit_context
 from sklearn.linear_model import LogisticRegression
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, validate_data
 
-from anonml.learn.multiparty.base import LinearMultipartyClassifier
+from anonml.learn.multiparty.base import LOSS_CONSTRAINTS, PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
 from anonml.learn.multiparty.common import (
     MultipartyError,
     PrivacyGuarantee,
@@ -43,11 +43,8 @@ __all__ = ["FeatureMethod", "AverageMethod"]
 
 class _LocalObjectivePerturbation(LinearMultipartyClassifier):
     _parameter_constraints: dict = {
-        "epsilon": [Interval(Real, 0, None, closed="neither")],
-        "lam": [Interval(Real, 0, None, closed="neither")],
-        "loss": [StrOptions({"logistic", "huber"})],
-        "huber_h": [Interval(Real, 0, 1, closed="right")],
-        "random_state": ["random_state", np.random.Generator],
+        **PRIVATE_ERM_CONSTRAINTS,
+        **LOSS_CONSTRAINTS,
     }
 
     def __init__(
