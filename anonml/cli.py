@@ -135,12 +135,7 @@ def import_(
             else:
                 detection = choose_importer(path, candidates, min_confidence)
                 if detection.chosen is None:
-                    raise PluginNotFound(
-                        "importer",
-                        f"for {path}",
-                        [i.name for i in candidates],
-                        detail=f"{detection.explain()}; choose one with --importer",
-                    )
+                    raise detection.refusal()
                 chosen, why = detection.chosen, detection.explain()
             err.print(f"{path}: {why}", highlight=False)
             with Progress(

@@ -10,7 +10,6 @@ from rich.table import Table
 
 from anonml.cli_support import err, expected_errors, out, print_json
 from anonml.detection import choose_importer
-from anonml.errors import PluginNotFound
 from anonml.importer_kit import check_importer, scaffold_importer
 from anonml.plugins import create, iter_classes
 
@@ -45,8 +44,7 @@ def check(
             candidates = [cls() for cls in iter_classes("importer")]
             detection = choose_importer(path, candidates)
             if detection.chosen is None:
-                raise PluginNotFound("importer", f"for {path}", [c.name for c in candidates],
-                                     detail=detection.explain())
+                raise detection.refusal()
             chosen = detection.chosen
         report = check_importer(path, chosen)
     if as_json:
