@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from anonml.errors import AnonMLError
-from anonml.plugins import Importer
+
+if TYPE_CHECKING:  # the CLI reads DEFAULT_MIN_CONFIDENCE at start-up: keep this module light
+    from anonml.plugins import Importer
 
 __all__ = [
     "Detection",
