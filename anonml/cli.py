@@ -18,7 +18,6 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -37,6 +36,8 @@ from anonml.detection import DEFAULT_MIN_CONFIDENCE
 from anonml.errors import AnonMLError, RecordError
 
 if TYPE_CHECKING:
+    from typer._click import Command, Context  # Typer vendors Click; these are its classes
+
     from anonml.store import EventStore, ImportReport
 
 #: Command groups imported on first use: name -> (module with a Typer ``app``, one-line help).
@@ -59,12 +60,12 @@ LAZY_GROUPS: dict[str, tuple[str, str]] = {
 class _LazyGroup(TyperGroup):
     """The top-level group: lists :data:`LAZY_GROUPS` at once, imports one only to run it."""
 
-    _loaded: dict[str, click.Command] = {}
+    _loaded: dict[str, Command] = {}
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: Context) -> list[str]:
         return [*super().list_commands(ctx), *LAZY_GROUPS]
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         if cmd_name in LAZY_GROUPS:
             if cmd_name in self._loaded:
                 return self._loaded[cmd_name]
@@ -73,14 +74,14 @@ class _LazyGroup(TyperGroup):
         return super().get_command(ctx, cmd_name)
 
     def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
+        self, ctx: Context, args: list[str]
+    ) -> tuple[str | None, Command | None, list[str]]:
         if args and args[0] in LAZY_GROUPS:
             return args[0], self.load(args[0]), args[1:]
         return super().resolve_command(ctx, args)
 
     @classmethod
-    def load(cls, name: str) -> click.Command:
+    def load(cls, name: str) -> Command:
         """The real command group ``name`` (imported once)."""
         if name not in cls._loaded:
             module = importlib.import_module(LAZY_GROUPS[name][0])

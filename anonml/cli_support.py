@@ -36,6 +36,7 @@ __all__ = [
     "styled",
     "importer_candidates",
     "flags_without_type",
+    "ensure_port_free",
 ]
 
 #: Width used when the stream is not a terminal: wide enough that no table cell is cut.
@@ -91,9 +92,12 @@ def flags_without_type() -> None:
 
 def _wants_json() -> bool:
     """Whether the running command was given ``--json`` (every command names that flag ``as_json``)."""
-    import click
+    try:  # Typer >= 0.20 vendors Click: its own context stack is the one in use
+        from typer._click.globals import get_current_context
+    except ImportError:  # older Typer runs on Click itself
+        from click import get_current_context
 
-    ctx = click.get_current_context(silent=True)
+    ctx = get_current_context(silent=True)
     return bool(ctx is not None and ctx.params.get("as_json") is True)
 
 
@@ -139,6 +143,36 @@ def importer_candidates(per_importer: dict[str, Any]) -> list:
             raise AnonMLError(f"--params: the params of {name!r} must be a JSON object")
         instances.append(cls(options))
     return instances
+
+
+def ensure_port_free(host: str, port: int, *, what: str = "the service") -> None:
+    """Refuse to start ``what`` on a port another process holds, before saying it listens.
+
+    Binds and releases ``(host, port)`` with the options uvicorn uses
+    (``SO_REUSEADDR``), so a port it could take is never refused.
+
+    Raises
+    ------
+    AnonMLError
+        The port is taken or the address cannot be used, naming both.
+    """
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise AnonMLError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise AnonMLError(
+                f"cannot start {what} on {host}:{port}: {reason} (another process listens there? "
+                "stop it or choose another --port)"
+            ) from None
 
 
 def print_json(document: Any) -> None:

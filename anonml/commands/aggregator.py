@@ -20,7 +20,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from anonml.cli_support import err, expected_errors, out, print_json
+from anonml.cli_support import ensure_port_free, err, expected_errors, out, print_json
 from anonml.errors import AnonMLError, ProtocolError
 from anonml.protocol import ModelDocument, Problem, ProblemDraft, ProblemStatus, verify_message
 
@@ -89,6 +89,7 @@ def serve(
 
     with expected_errors():
         settings = AggregatorSettings.from_env(db_url=db, host=host, port=port, identity_file=identity)
+        ensure_port_free(settings.host, settings.port, what="the aggregator")
         ident = load_or_create_identity(settings)
         settings.resolved_admin_token()
         err.print(f"aggregator {ident.public.fingerprint_text()}", highlight=False)
