@@ -128,7 +128,7 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def main(
+def root(
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
@@ -242,7 +242,8 @@ def import_(
         ),
     ] = None,
     user: Annotated[
-        str | None, typer.Option("--user", help="Import as this user.", show_default="as the file says, else me")
+        str | None,
+        typer.Option("--user", help="Import as this user.", show_default="as the file says, else me"),
     ] = None,
     skip_bad: Annotated[
         bool, typer.Option("--skip-bad/--no-skip-bad", help="Import good records and report bad ones.")
@@ -451,7 +452,9 @@ def featurize(
         feat = create("featurizer", PluginRef(name=featurizer, params=given.get("featurizer", {})))
         event_store = _existing_store(store)
         if event_store is None:
-            raise AnonMLError("the event store does not exist yet: import something first (anonml import FILE)")
+            raise AnonMLError(
+                "the event store does not exist yet: import something first (anonml import FILE)"
+            )
         users = check_inputs(event_store, feat, user)
         with Progress(console=err, transient=True) as progress:
             task = progress.add_task("featurizing users", total=len(users))
@@ -534,7 +537,9 @@ def demo(
 @datasets_app.command("mooc")
 def datasets_mooc(
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the logs into.")],
-    students: Annotated[int, typer.Option("--students", min=1, max=100_000, help="Simulated students.")] = 100,
+    students: Annotated[
+        int, typer.Option("--students", min=1, max=100_000, help="Simulated students.")
+    ] = 100,
     weeks: Annotated[int, typer.Option("--weeks", min=1, max=52, help="Course length in weeks.")] = 8,
     seed: Annotated[int, typer.Option("--seed", help="Simulation seed (same seed, same bytes).")] = 0,
     as_json: JsonOption = False,

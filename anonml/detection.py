@@ -54,7 +54,10 @@ class Detection:
         if self.chosen is None:
             if not scores:
                 return "no importer recognises it (every importer scored 0)"
-            return f"no importer recognises it (best: {scores}; below --min-confidence {self.min_confidence:.2f})"
+            return (
+                f"no importer recognises it (best: {scores}; "
+                f"below --min-confidence {self.min_confidence:.2f})"
+            )
         line = f"{self.chosen.name} (confidence {self.confidence:.2f})"
         if self.tied_with:
             line += f"; tied with {', '.join(self.tied_with)}, chosen by name — pass --importer to pick"

@@ -43,6 +43,7 @@ is reported in ``failed`` while the others are still imported.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 import re
@@ -50,7 +51,6 @@ import stat
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal

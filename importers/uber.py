@@ -43,8 +43,9 @@ Events (``source="uber"``, ``type="trip"``, timestamp = request time; on the
 page, pickup time or else the pickup date at 00:00 local). Fields: ``city``,
 ``product_type`` and ``status`` (both lower snake_case, so the ``UberX``,
 ``uberX`` and ``uberx`` that different exports write are one category:
-``uberx``, ``uberx_share``; ``completed``, ``rider_canceled``), ``fare_amount`` (float), ``fare_currency`` (ISO code; a
-bare ``$`` stays ``"$"``, it is ambiguous), ``distance_mi`` (float),
+``uberx``, ``uberx_share``; ``completed``, ``rider_canceled``), ``fare_amount``
+(float), ``fare_currency`` (ISO code; a bare ``$`` stays ``"$"``, it is
+ambiguous), ``distance_mi`` (float),
 ``begin_time`` / ``dropoff_time`` (datetime), ``wait_minutes`` (begin −
 request), ``duration_minutes`` (dropoff − begin), ``begin_address`` /
 ``dropoff_address`` (Text), ``begin_lat`` / ``begin_lng`` / ``dropoff_lat`` /

@@ -262,8 +262,10 @@ def test_json_errors_are_json_documents(tmp_path: Path) -> None:
     result = run("import", str(tmp_path / "absent.log"), "--store", _store(tmp_path), "--json",
                  home=tmp_path)
     assert result.returncode == 1
-    assert json.loads(result.stdout) == {"error": {"type": "RecordError", "path": str(tmp_path / "absent.log"),
-                                                   "message": f"{tmp_path / 'absent.log'}: no such file or folder"}}
+    absent = tmp_path / "absent.log"
+    assert json.loads(result.stdout) == {
+        "error": {"type": "RecordError", "path": str(absent), "message": f"{absent}: no such file or folder"}
+    }
     bad = run("importer", "check", str(EDX / "tracking.log"), "--importer", "nope", "--json", home=tmp_path)
     assert bad.returncode == 1 and json.loads(bad.stdout)["error"]["type"] == "PluginNotFound"
 
