@@ -528,18 +528,14 @@ class EdxImporter(Importer):
                 continue
             try:
                 learner = self._learner(obj, names)
-                if learner is None:
-                    if self._enrollment_learner_id(obj) is not None:
-                        unattributed.append((lineno, obj))
-                    continue
-                event = self._to_event(obj, learner)
             except _BadRecord as exc:
                 yield RecordError(path, lineno, str(exc))
                 continue
-            except ValidationError as exc:
-                yield RecordError(path, lineno, f"invalid event: {_first_error(exc)}")
+            if learner is None:
+                if self._enrollment_learner_id(obj) is not None:
+                    unattributed.append((lineno, obj))
                 continue
-            yield event
+            yield self._event_or_error(path, lineno, obj, learner)
         if unreadable and not checked:
             raise RecordError(path, None, "not an edX tracking log: no line is a JSON object")
         for lineno, obj in unattributed:
@@ -547,15 +543,16 @@ class EdxImporter(Importer):
             if learner is None:
                 self.dropped["anonymous enrollment of a learner not named in this log"] += 1
                 continue
-            try:
-                event = self._to_event(obj, learner)
-            except _BadRecord as exc:
-                yield RecordError(path, lineno, str(exc))
-                continue
-            except ValidationError as exc:
-                yield RecordError(path, lineno, f"invalid event: {_first_error(exc)}")
-                continue
-            yield event
+            yield self._event_or_error(path, lineno, obj, learner)
+
+    def _event_or_error(self, path: Path, lineno: int, obj: dict, learner: str) -> Event | RecordError:
+        """The line's event, or the RecordError naming what is wrong with it."""
+        try:
+            return self._to_event(obj, learner)
+        except _BadRecord as exc:
+            return RecordError(path, lineno, str(exc))
+        except ValidationError as exc:
+            return RecordError(path, lineno, f"invalid event: {_first_error(exc)}")
 
     def _learner(self, obj: dict, names: dict[int, str]) -> str | None:
         """Who the line is about, or None (counted in :attr:`dropped`, or deferred).
