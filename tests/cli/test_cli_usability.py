@@ -189,7 +189,8 @@ def test_mooc_engagement_without_edx_data_fails(tmp_path: Path, samples_dir: Pat
 def test_events_and_help_create_nothing(tmp_path: Path) -> None:
     home = tmp_path / "home"
     for args in (["events"], ["events", "--json"], ["events", "--by-import"], ["--help"],
-                 ["import", "--help"], ["peer", "--help"], ["plugins"]):
+                 ["import", "--help"], ["peer", "--help"], ["plugins"],
+                 ["importer", "check", str(EDX / "tracking.log")]):
         result = run(*args, home=home)
         assert result.returncode == 0, (args, result.stderr)
     assert json.loads(run("events", "--json", home=home).stdout) == []
