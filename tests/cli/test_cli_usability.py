@@ -303,3 +303,16 @@ def test_datasets_mooc_then_import_then_featurize(tmp_path: Path) -> None:
 def test_datasets_mooc_bounds_are_usage_errors(tmp_path: Path, students: str) -> None:
     assert run("datasets", "mooc", "--students", students, "-o", str(tmp_path / "m"),
                home=tmp_path).returncode == 2
+
+
+def test_error_lines_keep_every_bracket(capsys: pytest.CaptureFixture[str]) -> None:
+    import typer
+
+    from anonml.cli_support import expected_errors
+    from anonml.errors import AnonMLError
+
+    message = "plotting needs matplotlib: pip install 'anonml[plot]' (see [bold]x[/] and [/x])"
+    with pytest.raises(typer.Exit) as info, expected_errors():
+        raise AnonMLError(message)
+    assert info.value.exit_code == 1
+    assert capsys.readouterr().err == f"error: {message}\n"
