@@ -236,6 +236,13 @@ def test_help_shows_defaults_and_flags_as_flags(tmp_path: Path) -> None:
     assert "[default: 0.5]" in text and "$ANONML_HOME/events.db" in text
     for args in (["events"], ["peer", "start"], ["aggregator", "serve"], ["importer", "check"]):
         assert "<bool>" not in _help(*args, home=tmp_path), args
+    peer = " ".join(_help("peer", "start", home=tmp_path).split())
+    for shown in ("Relay port. [default: (8471 or $ANONML_PEER_PORT)]", "--auto-accept --ask",
+                  "[default: (ask)]", "Largest ε per problem. [default: (1.0)]",
+                  "Largest total ε ever. [default: (10.0)]"):
+        assert shown in peer, shown
+    aggregator = " ".join(_help("aggregator", "serve", home=tmp_path).split())
+    assert "Port to listen on. [default: (8470 or $ANONML_AGGREGATOR_PORT)]" in aggregator
 
 
 def test_lazy_groups_list_the_help_their_modules_give() -> None:
