@@ -458,8 +458,8 @@ class EdxImporter(Importer):
     def detect(self, path: Path) -> float:
         """High when the first JSON line is an object with edX's common fields.
 
-        Lines that are not JSON before it (a ``#`` comment, a banner) are
-        passed over, as :meth:`parse` passes over them, at a small cost in
+        Lines before it that do not open an object (a ``#`` comment, a banner)
+        are passed over, as :meth:`parse` passes over them, at a small cost in
         confidence. Reads at most 16 KiB (edX lines with a mobile ``context``
         run to a few KiB).
         """
@@ -480,8 +480,7 @@ class EdxImporter(Importer):
                 obj = json.loads(stripped)
             except json.JSONDecodeError:
                 if index < complete:
-                    skipped += 1
-                    continue
+                    return 0.0  # a complete line opening an object that is not JSON (pretty-printed JSON)
                 # The line is longer than the head: judge by its keys.
                 keys = ('"event_type"', '"time"', '"event_source"')
                 score = 0.7 if all(k in stripped for k in keys) else 0.0

@@ -373,3 +373,12 @@ def test_skip_bad_imports_the_rest_and_reports_each(tmp_path: Path) -> None:
         f"{FIXTURES / 'bad_json.log'}:2: invalid JSON: Expecting ',' delimiter"
     ]
     assert [e.type for e in store.events()] == ["play_video", "stop_video"]
+
+
+def test_detect_passes_over_comments_but_not_pretty_printed_json(tmp_path: Path) -> None:
+    pretty = tmp_path / "events.json"
+    pretty.write_text(json.dumps({"event_type": "x", "time": "2024-01-01T00:00:00Z"}, indent=2) + "\n")
+    assert EdxImporter().detect(pretty) == 0.0
+    banner = tmp_path / "banner.log"
+    banner.write_text("# exported 2024-01-10\n# course X\n" + (FIXTURES / "tracking.log").read_text())
+    assert EdxImporter().detect(banner) == pytest.approx(0.85)  # 0.95 less 0.05 per skipped line
