@@ -323,3 +323,17 @@ def test_error_lines_keep_every_bracket(capsys: pytest.CaptureFixture[str]) -> N
         raise AnonMLError(message)
     assert info.value.exit_code == 1
     assert capsys.readouterr().err == f"error: {message}\n"
+
+
+def test_a_fitbit_export_folder_imports_in_the_zone_its_profile_states(tmp_path: Path,
+                                                                      samples_dir: Path) -> None:
+    from tests.importers.test_fitbit import _export_with_profile
+
+    root = tmp_path / "MyFitbitData" / "Ann"
+    _export_with_profile(samples_dir, root, "America/Chicago")
+    result = run("import", str(tmp_path / "MyFitbitData"), "--store", _store(tmp_path), "--json",
+                 home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert [r["inserted"] for r in json.loads(result.stdout)] == [2]
+    events = EventStore(_store(tmp_path)).events(source="fitbit")
+    assert {e.fields["assumed_tz"] for e in events} == {"America/Chicago"}
