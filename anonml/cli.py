@@ -1,67 +1,227 @@
 """``anonml`` — the command line (Typer + Rich).
 
 A thin shell: each command parses its options, calls the library, and prints a
-Rich table on stdout (or exactly one JSON document with ``--json``). Progress
-and messages go to stderr. Exit codes: 0 success, 1 expected failure (an
-:class:`~anonml.errors.AnonMLError`, printed as one line), 2 usage error.
+Rich table on stdout (or exactly one JSON document with ``--json``, errors
+included). Progress and messages go to stderr. Exit codes: 0 success, 1
+expected failure (an :class:`~anonml.errors.AnonMLError`, printed as one line),
+2 usage error.
+
+Start-up is kept short (``anonml --help`` reads no library code): the library,
+SQLAlchemy, NumPy and the command groups ``importer``, ``aggregator``,
+``peer`` and ``bench`` are imported only when a command that needs them runs
+(:class:`_LazyGroup`). Shell completion: ``anonml --install-completion``.
 """
 
 from __future__ import annotations
 
-import zipfile
-from dataclasses import asdict
+import importlib
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from typer.core import TyperGroup
 
-from anonml.cli_support import err, expected_errors, out, parse_json_option, print_json
-from anonml.commands import aggregator as aggregator_commands
-from anonml.commands import bench as bench_commands
-from anonml.commands import importer as importer_commands
-from anonml.commands import peer as peer_commands
-from anonml.detection import DEFAULT_MIN_CONFIDENCE, choose_importer
-from anonml.errors import AnonMLError, PluginNotFound, RecordError
-from anonml.plugins import PluginRef, available, create, iter_classes
-from anonml.store import EventStore
+from anonml.cli_support import (
+    err,
+    error_document,
+    expected_errors,
+    flags_without_type,
+    importer_candidates,
+    out,
+    parse_json_option,
+    print_json,
+    styled,
+)
+from anonml.detection import DEFAULT_MIN_CONFIDENCE
+from anonml.errors import AnonMLError, RecordError
+
+if TYPE_CHECKING:
+    from typer._click import Command, Context  # Typer vendors Click; these are its classes
+
+    from anonml.store import EventStore, ImportReport
+
+#: Command groups imported on first use: name -> (module with a Typer ``app``, one-line help).
+#: The help is repeated here so ``anonml --help`` need not import the module;
+#: tests/cli check that it equals the module's own.
+LAZY_GROUPS: dict[str, tuple[str, str]] = {
+    "importer": ("anonml.commands.importer", "Write and check importer plugins."),
+    "aggregator": (
+        "anonml.commands.aggregator",
+        "Run an aggregator, propose problems, follow them, fetch models.",
+    ),
+    "peer": ("anonml.commands.peer", "Run the peer daemon; review proposals, budgets and models."),
+    "bench": (
+        "anonml.commands.bench",
+        "Reproducible experiments: test AUC against the per-peer privacy budget ε_T.",
+    ),
+}
+
+
+class _LazyGroup(TyperGroup):
+    """The top-level group: lists :data:`LAZY_GROUPS` at once, imports one only to run it."""
+
+    _loaded: dict[str, Command] = {}
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return [*super().list_commands(ctx), *LAZY_GROUPS]
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        if cmd_name in LAZY_GROUPS:
+            if cmd_name in self._loaded:
+                return self._loaded[cmd_name]
+            # A stand-in good enough for the help listing and completion of names.
+            return TyperGroup(name=cmd_name, help=LAZY_GROUPS[cmd_name][1])
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(
+        self, ctx: Context, args: list[str]
+    ) -> tuple[str | None, Command | None, list[str]]:
+        if args and args[0] in LAZY_GROUPS:
+            return args[0], self.load(args[0]), args[1:]
+        return super().resolve_command(ctx, args)
+
+    @classmethod
+    def load(cls, name: str) -> Command:
+        """The real command group ``name`` (imported once)."""
+        if name not in cls._loaded:
+            module = importlib.import_module(LAZY_GROUPS[name][0])
+            command = typer.main.get_command(module.app)
+            command.name = name
+            cls._loaded[name] = command
+        return cls._loaded[name]
+
 
 app = typer.Typer(
     name="anonml",
+    cls=_LazyGroup,
     help="Privacy-preserving machine learning on personal data.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
-    add_completion=False,
+    add_completion=True,
 )
-app.add_typer(importer_commands.app, name="importer")
-app.add_typer(bench_commands.app, name="bench")
-app.add_typer(aggregator_commands.app, name="aggregator")
-app.add_typer(peer_commands.app, name="peer")
+flags_without_type()
+
+datasets_app = typer.Typer(help="Make sample data to try the commands on.", no_args_is_help=True)
+app.add_typer(datasets_app, name="datasets")
 
 StoreOption = Annotated[
     str | None,
-    typer.Option("--store", help="SQLAlchemy URL of the event store (default: $ANONML_HOME/events.db)."),
+    typer.Option(
+        "--store",
+        help="SQLAlchemy URL of the event store.",
+        show_default="$ANONML_HOME/events.db",
+    ),
 ]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document (errors too).")]
 
 
-def _importers(per_importer: dict[str, object]) -> list:
-    """One instance of every installed importer, with params given per importer name."""
-    classes = {cls.name: cls for cls in iter_classes("importer")}
-    unknown = sorted(set(per_importer) - set(classes))
-    if unknown:
-        raise PluginNotFound("importer", unknown[0], classes, detail="named in --params")
-    instances = []
-    for name, cls in classes.items():
-        options = per_importer.get(name, {})
-        if not isinstance(options, dict):
-            raise AnonMLError(f"--params: the params of {name!r} must be a JSON object")
-        instances.append(cls(options))
-    return instances
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("anonml")
+        except PackageNotFoundError:  # run from a checkout that is not installed
+            from anonml import __version__ as number
+        typer.echo(f"anonml {number}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Privacy-preserving machine learning on personal data."""
 
 
 def _is_archive(path: Path) -> bool:
+    import zipfile
+
     return path.is_dir() or zipfile.is_zipfile(path)
+
+
+def _report_dict(r: ImportReport) -> dict[str, Any]:
+    return {
+        "path": r.path,
+        "importer": r.importer,
+        "user": r.user,
+        "users": r.users,
+        "accepted": r.accepted,
+        "inserted": r.inserted,
+        "duplicate": r.duplicate,
+        "rejected": r.rejected,
+        "replaced": r.replaced,
+        "errors": [str(e) for e in r.errors],
+    }
+
+
+def _import_one(
+    path: Path,
+    event_store: EventStore,
+    candidates: list,
+    *,
+    importer: str | None,
+    user: str | None,
+    skip_bad: bool,
+    min_confidence: float,
+    on_tie: str,
+    dry_run: bool,
+    replace: bool,
+) -> list[ImportReport]:
+    """Import one command-line path (file, folder or archive); the reports of what it committed."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from anonml.detection import choose_importer
+
+    if not importer and _is_archive(path):
+        from importers.archive import import_plan, walk_archive
+
+        with walk_archive(path, candidates, min_confidence=min_confidence, on_tie=on_tie) as plan:
+            _print_plan(plan)
+            if dry_run:
+                return []
+            result = import_plan(plan, event_store, user=user, skip_bad=skip_bad, replace=replace)
+        for failed in result.failed:
+            err.print(f"failed {failed}")
+        for report in result.imported:
+            for bad in report.errors:
+                err.print(f"skipped {bad}")
+        return list(result.imported)
+    if importer:
+        chosen, why = candidates[0], f"{importer} (as asked)"
+    else:
+        detection = choose_importer(path, candidates, min_confidence)
+        if detection.chosen is None:
+            raise detection.refusal()
+        chosen, why = detection.chosen, detection.explain()
+    err.print(f"{path}: {why}")
+    if dry_run:
+        return []
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TextColumn("{task.completed:,} events"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(f"importing {path.name}", total=None)
+        report = event_store.import_file(
+            path,
+            chosen,
+            user=user,
+            skip_bad=skip_bad,
+            replace=replace,
+            on_event=lambda n, task=task: progress.update(task, completed=n),
+        )
+    for bad in report.errors:
+        err.print(f"skipped {bad}")
+    if report.replaced:
+        err.print(f"{path}: replaced {report.replaced:,} events of its earlier import")
+    return [report]
 
 
 @app.command("import")
@@ -70,7 +230,8 @@ def import_(
         list[Path], typer.Argument(help="Export files, folders or .zip archives.", show_default=False)
     ],
     importer: Annotated[
-        str | None, typer.Option("--importer", "-i", help="Importer name (default: detect per file).")
+        str | None,
+        typer.Option("--importer", "-i", help="Importer name.", show_default="detect per file"),
     ] = None,
     params: Annotated[
         str | None,
@@ -80,9 +241,12 @@ def import_(
             '{"<importer>": {params}, ...} for the detected importers.',
         ),
     ] = None,
-    user: Annotated[str | None, typer.Option("--user", help="Import as this user.")] = None,
+    user: Annotated[
+        str | None,
+        typer.Option("--user", help="Import as this user.", show_default="as the file says, else me"),
+    ] = None,
     skip_bad: Annotated[
-        bool, typer.Option("--skip-bad", help="Import good records and report bad ones.")
+        bool, typer.Option("--skip-bad/--no-skip-bad", help="Import good records and report bad ones.")
     ] = False,
     min_confidence: Annotated[
         float, typer.Option("--min-confidence", min=0.0, max=1.0, help="Lowest detect confidence used.")
@@ -91,103 +255,110 @@ def import_(
         str, typer.Option("--on-tie", help="In archives: 'pick' (first by name) or 'skip' a tied file.")
     ] = "pick",
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Archives: show which importer reads each file, import nothing.")
+        bool,
+        typer.Option(
+            "--dry-run/--no-dry-run", help="Show which importer reads each file, import nothing."
+        ),
+    ] = False,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace/--no-replace",
+            help="Replace earlier imports of the same file (e.g. after fixing its timezone) "
+            "instead of adding to them.",
+        ),
     ] = False,
     store: StoreOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON report.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Import raw exports into the event store: one transaction per file or per archive.
 
     A folder or a .zip (a Google Takeout, an Apple Health or Fitbit export, a
     browser profile) is walked: each inner file goes to the importer most
     confident it can read it, and skipped files are listed with the reason.
+    Files are imported in the order given; if one fails, what was committed
+    before it, the failure and the files not tried are all reported.
     """
-    from importers.archive import import_plan, walk_archive
-
+    reports: list[ImportReport] = []
     with expected_errors():
         if on_tie not in ("pick", "skip"):
             raise AnonMLError(f"--on-tie must be 'pick' or 'skip', not {on_tie!r}")
-        event_store = EventStore(store)
+        missing = [p for p in paths if not p.exists()]
+        if missing:  # found before anything is committed
+            raise RecordError(missing[0], None, "no such file or folder")
+        from anonml.plugins import PluginRef, create
+        from anonml.store import EventStore
+
         given = parse_json_option(params, "--params")
         if importer:
             candidates = [create("importer", PluginRef(name=importer, params=given))]
         else:
-            candidates = _importers(given)
-        reports = []
-        for path in paths:
-            if not path.exists():
-                raise RecordError(path, None, "no such file or folder")
-            if not importer and _is_archive(path):
-                with walk_archive(path, candidates, min_confidence=min_confidence, on_tie=on_tie) as plan:
-                    _print_plan(plan)
-                    if dry_run:
-                        continue
-                    result = import_plan(plan, event_store, user=user, skip_bad=skip_bad)
-                for failed in result.failed:
-                    err.print(f"failed {failed}", highlight=False, markup=False)
-                for report in result.imported:
-                    for bad in report.errors:
-                        err.print(f"skipped {bad}", highlight=False, markup=False)
-                reports.extend(result.imported)
-                continue
-            if importer:
-                chosen, why = candidates[0], f"{importer} (as asked)"
-            else:
-                detection = choose_importer(path, candidates, min_confidence)
-                if detection.chosen is None:
-                    raise PluginNotFound(
-                        "importer",
-                        f"for {path}",
-                        [i.name for i in candidates],
-                        detail=f"{detection.explain()}; choose one with --importer",
-                    )
-                chosen, why = detection.chosen, detection.explain()
-            err.print(f"{path}: {why}", highlight=False)
-            with Progress(
-                SpinnerColumn(),
-                TextColumn("{task.description}"),
-                TextColumn("{task.completed:,} events"),
-                TimeElapsedColumn(),
-                console=err,
-                transient=True,
-            ) as progress:
-                task = progress.add_task(f"importing {path.name}", total=None)
-                report = event_store.import_file(
-                    path,
-                    chosen,
-                    user=user,
-                    skip_bad=skip_bad,
-                    on_event=lambda n, task=task: progress.update(task, completed=n),
+            candidates = importer_candidates(given)
+        event_store = EventStore(store)
+    for index, path in enumerate(paths):
+        try:
+            reports.extend(
+                _import_one(
+                    path, event_store, candidates, importer=importer, user=user, skip_bad=skip_bad,
+                    min_confidence=min_confidence, on_tie=on_tie, dry_run=dry_run, replace=replace,
                 )
-            for bad in report.errors:
-                err.print(f"skipped {bad}", highlight=False, markup=False)
-            reports.append(report)
-        if as_json:
-            print_json(
-                [
-                    {
-                        "path": r.path,
-                        "importer": r.importer,
-                        "user": r.user,
-                        "accepted": r.accepted,
-                        "inserted": r.inserted,
-                        "duplicate": r.duplicate,
-                        "rejected": r.rejected,
-                        "errors": [str(e) for e in r.errors],
-                    }
-                    for r in reports
-                ]
             )
-            return
-        if dry_run:
-            return
-        table = Table("file", "importer", "user", "accepted", "new", "duplicate", "rejected")
-        for r in reports:
-            table.add_row(
-                r.path, r.importer, r.user, f"{r.accepted:,}", f"{r.inserted:,}",
-                f"{r.duplicate:,}", f"{r.rejected:,}",
-            )
-        out.print(table)
+        except AnonMLError as exc:
+            _report_partial_import(exc, path, reports, paths[index + 1:], as_json)
+    if as_json:
+        print_json([_report_dict(r) for r in reports])
+        return
+    if not dry_run:
+        _print_reports(reports)
+
+
+def _print_reports(reports: list[ImportReport]) -> None:
+    from rich.table import Table
+
+    table = Table("file", "importer", "user", "accepted", "new", "duplicate", "rejected")
+    for r in reports:
+        table.add_row(
+            r.path, r.importer, r.user, f"{r.accepted:,}", f"{r.inserted:,}",
+            f"{r.duplicate:,}", f"{r.rejected:,}",
+        )
+    out.print(table)
+
+
+def _report_partial_import(
+    exc: AnonMLError, failed: Path, committed: list[ImportReport], not_tried: list[Path], as_json: bool
+) -> None:
+    """A file of several failed: what is in the store, what failed, what was not tried; exit 1."""
+    if as_json:
+        document = error_document(exc)
+        document.update(
+            imported=[_report_dict(r) for r in committed],
+            failed=str(failed),
+            not_tried=[str(p) for p in not_tried],
+        )
+        print_json(document)
+    elif committed:
+        _print_reports(committed)
+    err.print(styled(("error:", "bold red"), f" {exc}"))
+    if committed or not_tried:
+        done = ", ".join(f"{r.path} ({r.inserted:,} new)" for r in committed) or "nothing"
+        err.print(f"committed before it: {done}")
+        err.print(f"failed (nothing of it stored): {failed}")
+        err.print(f"not tried: {', '.join(map(str, not_tried)) or 'nothing'}")
+    raise typer.Exit(code=1)
+
+
+def _existing_store(url: str | None) -> EventStore | None:
+    """The event store at ``url`` if it exists; None for a SQLite file not created yet.
+
+    Reading commands use this so that asking never creates ``events.db``
+    (nor ``$ANONML_HOME``) as a side effect.
+    """
+    from anonml.store import EventStore, sqlite_file
+
+    where = sqlite_file(url)
+    if where is not None and not where.exists():
+        return None
+    return EventStore(url)
 
 
 @app.command()
@@ -195,15 +366,21 @@ def events(
     store: StoreOption = None,
     user: Annotated[str | None, typer.Option("--user", help="Only this user's events.")] = None,
     by_import: Annotated[
-        bool, typer.Option("--by-import", help="Show what each import brought instead.")
+        bool, typer.Option("--by-import/--by-type", help="Show what each import brought, or per type.")
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """What the event store holds: per source and type, counts and date range."""
+    from dataclasses import asdict
+
+    from rich.table import Table
+
     with expected_errors():
-        event_store = EventStore(store)
+        event_store = _existing_store(store)
+        if event_store is None:
+            err.print("no event store yet: nothing imported (anonml import FILE)")
         if by_import:
-            records = event_store.imports()
+            records = event_store.imports() if event_store is not None else []
             if as_json:
                 print_json([asdict(r) for r in records])
                 return
@@ -217,7 +394,7 @@ def events(
                 )
             out.print(table)
             return
-        rows = event_store.summary(user=user)
+        rows = event_store.summary(user=user) if event_store is not None else []
         if as_json:
             print_json(
                 [
@@ -254,10 +431,15 @@ def featurize(
         ),
     ] = None,
     store: StoreOption = None,
-    user: Annotated[list[str] | None, typer.Option("--user", help="Only these users.")] = None,
+    user: Annotated[
+        list[str] | None, typer.Option("--user", help="Only these users.", show_default="every user")
+    ] = None,
 ) -> None:
     """Turn every user's events into a feature matrix for scikit-learn."""
-    from anonml.featurize import build_matrix, write_matrix
+    from rich.progress import Progress
+
+    from anonml.featurize import build_matrix, check_inputs, write_matrix
+    from anonml.plugins import PluginRef, create
 
     with expected_errors():
         if output.suffix.lower() not in {".csv", ".npz"}:
@@ -268,8 +450,12 @@ def featurize(
             raise AnonMLError(f"--params: unknown keys {sorted(unknown)}; use instancer, featurizer")
         inst = create("instancer", PluginRef(name=instancer, params=given.get("instancer", {})))
         feat = create("featurizer", PluginRef(name=featurizer, params=given.get("featurizer", {})))
-        event_store = EventStore(store)
-        users = user or event_store.users()
+        event_store = _existing_store(store)
+        if event_store is None:
+            raise AnonMLError(
+                "the event store does not exist yet: import something first (anonml import FILE)"
+            )
+        users = check_inputs(event_store, feat, user)
         with Progress(console=err, transient=True) as progress:
             task = progress.add_task("featurizing users", total=len(users))
             matrix = build_matrix(
@@ -278,18 +464,24 @@ def featurize(
                 feat,
                 on_dataset=lambda _d: progress.advance(task),
             )
+        if len(matrix) == 0:
+            raise AnonMLError(
+                f"no rows: instancer {instancer!r} made no instance from the events of "
+                f"{len(users):,} user(s); check its params (--params) against 'anonml events'"
+            )
         write_matrix(matrix, output)
-        err.print(
-            f"wrote {len(matrix):,} rows x {len(matrix.features)} features to {output}",
-            highlight=False,
-        )
+    err.print(f"wrote {len(matrix):,} rows x {len(matrix.features)} features to {output}")
 
 
 @app.command()
-def plugins(
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
-) -> None:
+def plugins(as_json: JsonOption = False) -> None:
     """List installed importers, instancers and featurizers."""
+    from dataclasses import asdict
+
+    from rich.table import Table
+
+    from anonml.plugins import available
+
     infos = [info for kind in ("importer", "instancer", "featurizer") for info in available(kind)]
     if as_json:
         print_json([asdict(i) for i in infos])
@@ -319,7 +511,8 @@ def demo(
     reports over 3-hop onion routes with one-time tokens; the model is trained,
     published and scored on held-out students against the non-private model.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
 
     from anonml.demo import run_demo
 
@@ -341,8 +534,39 @@ def demo(
     out.print(table)
 
 
+@datasets_app.command("mooc")
+def datasets_mooc(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the logs into.")],
+    students: Annotated[
+        int, typer.Option("--students", min=1, max=100_000, help="Simulated students.")
+    ] = 100,
+    weeks: Annotated[int, typer.Option("--weeks", min=1, max=52, help="Course length in weeks.")] = 8,
+    seed: Annotated[int, typer.Option("--seed", help="Simulation seed (same seed, same bytes).")] = 0,
+    as_json: JsonOption = False,
+) -> None:
+    """Simulated MOOC students' edX tracking logs (one per student), with their dropout weeks.
+
+    Writes tracking.log-<username>[.gz] files and truth.csv (username, dropout
+    week, events) into the folder; import them with 'anonml import FOLDER'.
+    """
+    from anonml.datasets.mooc import write_sample
+
+    with expected_errors():
+        sample = write_sample(output, students, weeks=weeks, seed=seed)
+    if as_json:
+        print_json(sample)
+        return
+    err.print(
+        f"wrote {sample['logs']:,} edX tracking logs ({sample['events']:,} events, "
+        f"{sample['dropouts']:,} students drop out) and {sample['truth']} to {output}"
+    )
+    err.print(f"next: anonml import {output}")
+
+
 def _print_plan(plan) -> None:
     """Which importer reads each file of an archive, and what was skipped (stderr)."""
+    from rich.table import Table
+
     table = Table("file", "importer", "confidence", "note", title=f"{plan.source}")
     for f in plan.files:
         table.add_row(f.member, f.importer.name, f"{f.confidence:.2f}", f.note)

@@ -1,12 +1,20 @@
 """What every ``anonml`` command shares: consoles, the error boundary, JSON output.
 
 Rich tables go to stdout; progress and messages to stderr; an
-:class:`~anonml.errors.AnonMLError` becomes one stderr line and exit code 1.
+:class:`~anonml.errors.AnonMLError` becomes one stderr line and exit code 1
+(and, for a command run with ``--json``, one JSON document on stdout).
+
+Both consoles print text as it is: Rich markup is off, so a file called
+``records [old].json`` or a hint such as ``pip install 'anonml[plot]'`` is never
+eaten as a style tag. Styled output is built from :class:`rich.text.Text`
+(see :func:`styled`). When stdout is not a terminal (a pipe, a file, a test),
+tables are laid out at full width instead of truncating paths to 80 columns.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,23 +22,157 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from anonml.errors import AnonMLError
 
-__all__ = ["out", "err", "expected_errors", "print_json", "parse_json_option"]
+__all__ = [
+    "out",
+    "err",
+    "expected_errors",
+    "error_document",
+    "print_json",
+    "parse_json_option",
+    "styled",
+    "importer_candidates",
+    "flags_without_type",
+    "ensure_port_free",
+]
 
-out = Console()
-err = Console(stderr=True, soft_wrap=True)
+#: Width used when the stream is not a terminal: wide enough that no table cell is cut.
+_UNBOUNDED = 100_000
+
+
+def _console(stderr: bool) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    interactive = hasattr(stream, "isatty") and stream.isatty()
+    return Console(
+        stderr=stderr,
+        markup=False,
+        highlight=False,
+        soft_wrap=stderr,
+        width=None if interactive else _UNBOUNDED,
+    )
+
+
+out = _console(stderr=False)
+err = _console(stderr=True)
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """A line of plain strings and ``(text, style)`` pairs; no text is read as markup.
+
+    >>> styled(("error:", "bold red"), " cannot read [old].json").plain
+    'error: cannot read [old].json'
+    """
+    return Text.assemble(*parts)
+
+
+def flags_without_type() -> None:
+    """Show boolean flags in ``--help`` as ``--flag`` / ``--flag/--no-flag``, not ``--flag <bool>``.
+
+    Typer's Rich help prints a type column for every option, ``<bool>`` for
+    flags, which reads as if the flag took a value. A flag takes none, so its
+    type cell is left empty (idempotent; affects help only).
+    """
+    from typer.core import TyperOption
+
+    if getattr(TyperOption.display_type_rich, "_anonml_flags", False):
+        return
+    typed = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        if self.is_flag and self.metavar is None:
+            return None
+        return typed(self, ctx)
+
+    display_type_rich._anonml_flags = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+def _wants_json() -> bool:
+    """Whether the running command was given ``--json`` (every command names that flag ``as_json``)."""
+    try:  # Typer >= 0.20 vendors Click: its own context stack is the one in use
+        from typer._click.globals import get_current_context
+    except ImportError:  # older Typer runs on Click itself
+        from click import get_current_context
+
+    ctx = get_current_context(silent=True)
+    return bool(ctx is not None and ctx.params.get("as_json") is True)
+
+
+def error_document(exc: BaseException) -> dict[str, Any]:
+    """The JSON document a ``--json`` command prints for an expected failure."""
+    document: dict[str, Any] = {"error": {"type": type(exc).__name__, "message": str(exc)}}
+    for attribute in ("path", "line", "record"):
+        value = getattr(exc, attribute, None)
+        if value is not None:
+            document["error"][attribute] = value
+    return document
 
 
 @contextmanager
 def expected_errors() -> Iterator[None]:
-    """Turn an AnonMLError into one stderr line and exit code 1 (no traceback)."""
+    """Turn an AnonMLError into one stderr line and exit code 1 (no traceback).
+
+    With ``--json`` the error is also printed on stdout as one JSON document
+    (:func:`error_document`), so a script reading stdout always gets JSON.
+    """
     try:
         yield
     except AnonMLError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        if _wants_json():
+            print_json(error_document(exc))
+        err.print(styled(("error:", "bold red"), f" {exc}"))
         raise typer.Exit(code=1) from None
+
+
+def importer_candidates(per_importer: dict[str, Any]) -> list:
+    """One instance of every installed importer, with ``--params`` given per importer name."""
+    from anonml.errors import PluginNotFound
+    from anonml.plugins import iter_classes
+
+    classes = {cls.name: cls for cls in iter_classes("importer")}
+    unknown = sorted(set(per_importer) - set(classes))
+    if unknown:
+        raise PluginNotFound("importer", unknown[0], classes, detail="named in --params")
+    instances = []
+    for name, cls in classes.items():
+        options = per_importer.get(name, {})
+        if not isinstance(options, dict):
+            raise AnonMLError(f"--params: the params of {name!r} must be a JSON object")
+        instances.append(cls(options))
+    return instances
+
+
+def ensure_port_free(host: str, port: int, *, what: str = "the service") -> None:
+    """Refuse to start ``what`` on a port another process holds, before saying it listens.
+
+    Binds and releases ``(host, port)`` with the options uvicorn uses
+    (``SO_REUSEADDR``), so a port it could take is never refused.
+
+    Raises
+    ------
+    AnonMLError
+        The port is taken or the address cannot be used, naming both.
+    """
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise AnonMLError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise AnonMLError(
+                f"cannot start {what} on {host}:{port}: {reason} (another process listens there? "
+                "stop it or choose another --port)"
+            ) from None
 
 
 def print_json(document: Any) -> None:

@@ -11,12 +11,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from anonml.plugins import Importer
+from anonml.errors import AnonMLError
 
-__all__ = ["Detection", "rank_importers", "choose_importer", "DEFAULT_MIN_CONFIDENCE"]
+if TYPE_CHECKING:  # the CLI reads DEFAULT_MIN_CONFIDENCE at start-up: keep this module light
+    from anonml.plugins import Importer
+
+__all__ = [
+    "Detection",
+    "NotRecognised",
+    "rank_importers",
+    "choose_importer",
+    "DEFAULT_MIN_CONFIDENCE",
+]
 
 DEFAULT_MIN_CONFIDENCE = 0.5
+
+
+class NotRecognised(AnonMLError):
+    """No installed importer is confident enough about a file; says what scored and what to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +42,7 @@ class Detection:
     chosen: Importer | None
     tied_with: tuple[str, ...] = ()
     failures: tuple[str, ...] = ()
+    min_confidence: float = DEFAULT_MIN_CONFIDENCE
 
     @property
     def confidence(self) -> float:
@@ -37,11 +52,24 @@ class Detection:
         """One line: what was chosen and why, or why nothing was."""
         scores = ", ".join(f"{name} {conf:.2f}" for name, conf in self.ranking[:4] if conf > 0)
         if self.chosen is None:
-            return f"no importer recognises it (best: {scores or 'none above 0'})"
+            if not scores:
+                return "no importer recognises it (every importer scored 0)"
+            return (
+                f"no importer recognises it (best: {scores}; "
+                f"below --min-confidence {self.min_confidence:.2f})"
+            )
         line = f"{self.chosen.name} (confidence {self.confidence:.2f})"
         if self.tied_with:
             line += f"; tied with {', '.join(self.tied_with)}, chosen by name — pass --importer to pick"
         return line
+
+    def refusal(self) -> NotRecognised:
+        """The error to raise when nothing was chosen: the path, the scores, the way out."""
+        names = ", ".join(sorted(name for name, _ in self.ranking)) or "none installed"
+        return NotRecognised(
+            f"{self.path}: {self.explain()}; choose one with --importer NAME "
+            f"(installed importers: {names})"
+        )
 
 
 def rank_importers(
@@ -73,7 +101,7 @@ def choose_importer(
     ranked = rank_importers(path, importers, failures)
     ranking = tuple((imp.name, conf) for imp, conf in ranked)
     if not ranked or ranked[0][1] < min_confidence:
-        return Detection(path, ranking, None, failures=tuple(failures))
+        return Detection(path, ranking, None, failures=tuple(failures), min_confidence=min_confidence)
     best = ranked[0][1]
     tied = tuple(imp.name for imp, conf in ranked[1:] if conf == best)
-    return Detection(path, ranking, ranked[0][0], tied, tuple(failures))
+    return Detection(path, ranking, ranked[0][0], tied, tuple(failures), min_confidence)

@@ -72,12 +72,16 @@ class PluginNotFound(AnonMLError, LookupError):
     """No registered plugin matches; the message lists the candidates."""
 
     def __init__(self, kind: str, name: str, candidates: Iterable[str], detail: str = "") -> None:
+        from difflib import get_close_matches
+
         self.kind = kind
         self.name = name
         self.candidates = sorted(candidates)
         listed = ", ".join(self.candidates) if self.candidates else "none installed"
         extra = f" ({detail})" if detail else ""
-        super().__init__(f"no {kind} named {name!r}{extra}; installed {kind}s: {listed}")
+        close = get_close_matches(name, self.candidates, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        super().__init__(f"no {kind} named {name!r}{extra}{hint}; installed {kind}s: {listed}")
 
 
 class PluginError(AnonMLError):

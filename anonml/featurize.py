@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,7 +18,10 @@ from anonml.errors import AnonMLError
 from anonml.model import Dataset, FeatureMatrix, FeatureVector
 from anonml.plugins import Featurizer, Instancer
 
-__all__ = ["build_matrix", "featurize_dataset", "write_matrix", "read_matrix"]
+__all__ = ["build_matrix", "check_inputs", "featurize_dataset", "write_matrix", "read_matrix"]
+
+if TYPE_CHECKING:
+    from anonml.store import EventStore
 
 
 def featurize_dataset(
@@ -29,6 +33,39 @@ def featurize_dataset(
         values = featurizer.featurize(inst.dataset)
         rows.append(FeatureVector(entity=inst.entity, values=tuple(values), label=inst.label))
     return rows
+
+
+def check_inputs(
+    store: EventStore, featurizer: Featurizer, users: Sequence[str] | None = None
+) -> list[str]:
+    """The users to featurize, after checking there is something to featurize.
+
+    A featurizer that reads one source (``params.source``, e.g.
+    ``mooc_engagement`` reads ``edx``) over a store without any of it would
+    write all-zero rows that look like data; that, an empty store and users
+    the store does not hold are refused with what to do instead.
+
+    Raises
+    ------
+    AnonMLError
+        Nothing to featurize, naming what is missing.
+    """
+    known = store.users()
+    if not known:
+        raise AnonMLError("the event store holds no events: import something first (anonml import FILE)")
+    chosen = list(users) if users else known
+    absent = sorted(set(chosen) - set(known))
+    if absent:
+        raise AnonMLError(f"no events of user(s) {', '.join(map(repr, absent))}; the store holds "
+                          f"{len(known):,} user(s) (see 'anonml events')")
+    source = getattr(getattr(featurizer, "params", None), "source", None)
+    if isinstance(source, str) and not any(store.count(user=u, source=source) for u in chosen):
+        raise AnonMLError(
+            f"featurizer {featurizer.name!r} reads {source!r} events and the store holds none "
+            f"for {'these users' if users else 'any user'}; import {source} data first "
+            f"(or set its params' source)"
+        )
+    return chosen
 
 
 def build_matrix(

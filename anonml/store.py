@@ -8,7 +8,10 @@ file hash, time, and counts accepted / duplicate / rejected).
 An import is one transaction (DESIGN §3): a malformed record rolls the whole
 import back unless the caller asked to skip bad records, and a re-import of
 the same content adds nothing because events are keyed by content hash and
-inserted with ``ON CONFLICT DO NOTHING``.
+inserted with ``ON CONFLICT DO NOTHING``. Importing with ``replace=True``
+removes the earlier imports of the same file content (provenance and the
+events they added) in the same transaction, for a re-import with corrected
+params.
 
 Functions that read or write take a :class:`~sqlalchemy.orm.Session` and never
 commit; :class:`EventStore` owns the engine and the unit of work of each import.
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import ForeignKey, Index, String, Text, func, select
+from sqlalchemy import ForeignKey, Index, String, Text, delete, func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
@@ -41,6 +44,7 @@ __all__ = [
     "DEFAULT_USER",
     "query_events",
     "add_events",
+    "sqlite_file",
 ]
 
 DEFAULT_USER = "me"
@@ -104,6 +108,10 @@ class ImportReport:
     duplicate: int
     rejected: int
     errors: tuple[RecordError, ...] = ()
+    #: How many users its events were stored under (an edX log names many).
+    users: int = 1
+    #: Events of earlier imports of the same file removed first (``replace=True``).
+    replaced: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +253,20 @@ def query_events(
     return [_row_to_event(r) for r in session.scalars(stmt)]
 
 
+def sqlite_file(url: str | None) -> Path | None:
+    """The file an event-store URL names (``None``: the default store), or None if not a SQLite file.
+
+    Lets reading commands tell "no store yet" from an empty one without
+    creating anything.
+    """
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url or default_store_url(create=False))
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database).expanduser()
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -304,6 +326,7 @@ class EventStore:
         skip_bad: bool = False,
         on_event: Callable[[int], None] | None = None,
         origin: str | None = None,
+        replace: bool = False,
     ) -> ImportReport:
         """Import one file as one transaction.
 
@@ -311,7 +334,10 @@ class EventStore:
         unless ``user`` is given, which overrides; others get ``user`` or
         :data:`DEFAULT_USER`. ``origin`` is what provenance records as the
         file's name (e.g. ``takeout.zip!/Takeout/...`` for an archive member);
-        by default the resolved path.
+        by default the resolved path. ``replace=True`` first removes every
+        earlier import of a file with the same content (its provenance and the
+        events it added), in the same transaction: re-importing with corrected
+        params (another timezone) then replaces instead of adding a second copy.
 
         Raises
         ------
@@ -320,7 +346,11 @@ class EventStore:
             false; the store is left exactly as it was.
         """
         (report,) = self.import_files(
-            [(Path(path), importer, origin)], user=user, skip_bad=skip_bad, on_event=on_event
+            [(Path(path), importer, origin)],
+            user=user,
+            skip_bad=skip_bad,
+            on_event=on_event,
+            replace=replace,
         )
         return report
 
@@ -331,16 +361,17 @@ class EventStore:
         user: str | None = None,
         skip_bad: bool = False,
         on_event: Callable[[int], None] | None = None,
+        replace: bool = False,
     ) -> list[ImportReport]:
         """Import several ``(path, importer, origin)`` files in ONE transaction.
 
         All or nothing: without ``skip_bad``, the first bad record of any file
         rolls back every file of the batch. Each file still gets its own
-        provenance row and report.
+        provenance row and report. ``replace``: see :meth:`import_file`.
         """
         with self.session() as s, s.begin():
             return [
-                _import_into(s, Path(path), importer, origin, user, skip_bad, on_event)
+                _import_into(s, Path(path), importer, origin, user, skip_bad, on_event, replace)
                 for path, importer, origin in items
             ]
 
@@ -387,8 +418,9 @@ class EventStore:
     def imports(self) -> list[ImportRecord]:
         """Import provenance, oldest first, each with the number of events it added.
 
-        Events are never deleted, so what an import added is what it accepted
-        minus what was already stored.
+        Events are deleted only together with the import that added them
+        (``replace=True``), so what an import added is what it accepted minus
+        what was already stored.
         """
         with self.session() as s:
             rows = s.scalars(select(ImportRow).order_by(ImportRow.id)).all()
@@ -418,14 +450,17 @@ def _import_into(
     user: str | None,
     skip_bad: bool,
     on_event: Callable[[int], None] | None,
+    replace: bool = False,
 ) -> ImportReport:
     """One file's import inside the caller's transaction (provenance row, events, counts)."""
     if not path.exists():
         raise RecordError(path, None, "no such file or folder")
     file_hash = sha256_file(path) if path.is_file() else _hash_tree(path)
+    replaced = _remove_imports_of(session, file_hash) if replace else 0
     errors: list[RecordError] = []
     accepted = 0
     fallback = user or DEFAULT_USER
+    users: set[str] = set()
 
     def good_events() -> Iterator[Event]:
         nonlocal accepted
@@ -438,7 +473,9 @@ def _import_into(
             accepted += 1
             if on_event is not None and accepted % 1000 == 0:
                 on_event(accepted)
-            yield item.with_user(user) if user is not None else item
+            event = item.with_user(user) if user is not None else item
+            users.add(event.user or fallback)
+            yield event
 
     record = ImportRow(
         importer=importer.name,
@@ -451,6 +488,8 @@ def _import_into(
     session.add(record)
     session.flush()
     inserted = add_events(session, good_events(), user=fallback, import_id=record.id)
+    who = _who(users, fallback)
+    record.user_id = who
     record.accepted = accepted
     record.duplicate = accepted - inserted
     record.rejected = len(errors)
@@ -461,13 +500,34 @@ def _import_into(
         import_id=record.id,
         path=origin or str(path),
         importer=importer.name,
-        user=fallback,
+        user=who,
         accepted=accepted,
         inserted=inserted,
         duplicate=accepted - inserted,
         rejected=len(errors),
         errors=tuple(errors),
+        users=max(len(users), 1),
+        replaced=replaced,
     )
+
+
+def _who(users: set[str], fallback: str) -> str:
+    """The import's user as provenance shows it: the one user, or how many (an edX log names many)."""
+    if not users:
+        return fallback
+    if len(users) == 1:
+        return next(iter(users))
+    return f"{len(users):,} users"
+
+
+def _remove_imports_of(session: Session, file_hash: str) -> int:
+    """Delete earlier imports of the content ``file_hash`` and the events they added; how many."""
+    ids = list(session.scalars(select(ImportRow.id).where(ImportRow.file_sha256 == file_hash)))
+    if not ids:
+        return 0
+    removed = session.execute(delete(EventRow).where(EventRow.import_id.in_(ids))).rowcount or 0
+    session.execute(delete(ImportRow).where(ImportRow.id.in_(ids)))
+    return removed
 
 
 _COLUMN = {"user": "user_id", "source": "source", "type": "type"}

@@ -36,9 +36,12 @@ Timestamps and timezones
 ``startDate``, ``endDate`` and ``creationDate`` read ``YYYY-MM-DD HH:MM:SS
 ±HHMM``: each carries its own UTC offset and is converted to UTC exactly.
 ``ActivitySummary/@dateComponents`` is a bare calendar day in the phone's
-local zone, which the file does not name: its event is stamped at local
-midnight of that day in ``Params.timezone`` (default ``"UTC"``, an explicit
-assumption, recorded on each such event as the ``assumed_tz`` field).
+local zone: its event is stamped at local midnight of that day in
+``Params.timezone`` when given, otherwise in the zone the export itself states
+— the ``HKTimeZone`` metadata of the records and workouts before the summaries
+(Apple writes the summaries last), when they name exactly one zone. With no
+param and no single stated zone the import is refused (a zone is never
+guessed); the zone used is recorded on each summary as ``assumed_tz``.
 
 Events
 ------
@@ -235,16 +238,18 @@ class AppleHealthImporter(Importer):
 
         model_config = ConfigDict(frozen=True, extra="forbid")
 
-        timezone: str = Field(
-            default="UTC",
+        timezone: str | None = Field(
+            default=None,
             max_length=64,
-            description="IANA zone of ActivitySummary calendar days (the file does not say)",
+            description="IANA zone of ActivitySummary calendar days "
+            "(default: the one zone the records' HKTimeZone metadata states)",
         )
 
         @field_validator("timezone")
         @classmethod
-        def _known_zone(cls, value: str) -> str:
-            resolve_timezone(value)
+        def _known_zone(cls, value: str | None) -> str | None:
+            if value is not None:
+                resolve_timezone(value)
             return value
 
     def detect(self, path: Path) -> float:
@@ -256,11 +261,28 @@ class AppleHealthImporter(Importer):
 
     def parse(self, path: Path) -> Iterator[Event | RecordError]:
         _check_prolog(path)
-        zone = resolve_timezone(self.params.timezone)
+        stated: set[str] = set()  # HKTimeZone values of the records and workouts read so far
+        zone: tuple[tzinfo, str] | None = None
+
+        def summary(elem: ET.Element) -> Event:
+            nonlocal zone
+            if zone is None:
+                zone = self._summary_zone(path, stated)
+            return self._summary(elem, *zone)
+
+        def stating(handler: Callable[[ET.Element], Event]) -> Callable[[ET.Element], Event]:
+            def read(elem: ET.Element) -> Event:
+                event = handler(elem)
+                if "time_zone" in event.fields:
+                    stated.add(str(event.fields["time_zone"]))
+                return event
+
+            return read
+
         handlers: dict[str, Callable[[ET.Element], Event | None]] = {
-            "Record": self._record,
-            "Workout": self._workout,
-            "ActivitySummary": lambda e: self._summary(e, zone),
+            "Record": stating(self._record),
+            "Workout": stating(self._workout),
+            "ActivitySummary": summary,
             "Me": self._me,
         }
         counts: dict[str, int] = {}
@@ -283,6 +305,8 @@ class AppleHealthImporter(Importer):
                     if handler is not None:
                         try:
                             event = handler(elem)
+                        except RecordError:
+                            raise  # the whole file is refused (no zone for the summaries)
                         except (KeyError, ValueError, TypeError) as exc:
                             yield RecordError(path, None, str(exc), record=f"{elem.tag}[{index}]")
                         else:
@@ -354,7 +378,26 @@ class AppleHealthImporter(Importer):
         _metadata(elem, fields)
         return Event(source=self.name, type="workout", timestamp=start, fields=fields)
 
-    def _summary(self, elem: ET.Element, zone: tzinfo) -> Event:
+    def _summary_zone(self, path: Path, stated: set[str]) -> tuple[tzinfo, str]:
+        """The zone of ActivitySummary days: the param, else the one zone the export states."""
+        if self.params.timezone is not None:
+            return resolve_timezone(self.params.timezone), self.params.timezone
+        if len(stated) == 1:
+            (name,) = stated
+            try:
+                return resolve_timezone(name), name
+            except ValueError as exc:
+                raise RecordError(path, None, f"the export's HKTimeZone metadata: {exc}") from None
+        said = f"its records name {len(stated)} zones ({', '.join(sorted(stated))})" if stated else (
+            "its records name none")
+        raise RecordError(
+            path,
+            None,
+            f"ActivitySummary days are local dates and the export states no single zone ({said}); "
+            "pass params timezone, an IANA name such as 'Europe/Paris'",
+        )
+
+    def _summary(self, elem: ET.Element, zone: tzinfo, zone_name: str) -> Event:
         day = elem.get("dateComponents")
         if not day:
             raise ValueError("missing attribute dateComponents")
@@ -362,7 +405,7 @@ class AppleHealthImporter(Importer):
             midnight = datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=zone)
         except ValueError:
             raise ValueError(f"dateComponents: {day!r} is not 'YYYY-MM-DD'") from None
-        fields: dict[str, object] = {"assumed_tz": self.params.timezone}
+        fields: dict[str, object] = {"assumed_tz": zone_name}
         for attr, name in _SUMMARY.items():
             value = _number(elem, attr)
             if value is None:

@@ -43,6 +43,7 @@ is reported in ``failed`` while the others are still imported.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 import re
@@ -50,7 +51,7 @@ import stat
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -440,8 +441,12 @@ def import_plan(
     user: str | None = None,
     skip_bad: bool = False,
     on_file: Callable[[PlannedFile], None] | None = None,
+    replace: bool = False,
 ) -> ArchiveImportReport:
     """Import every planned file into ``store``; see the module docstring for ``skip_bad``.
+
+    ``replace``: each member replaces earlier imports of the same content
+    (:meth:`~anonml.store.EventStore.import_file`).
 
     Without ``skip_bad`` the whole archive is ONE store transaction
     (:meth:`~anonml.store.EventStore.import_files`): the first bad record of
@@ -465,7 +470,7 @@ def import_plan(
         items = [(p.path, p.importer, plan.display_name(p.member)) for p in plan.files]
         by_path = {p.path: p for p in plan.files}
         try:
-            reports = store.import_files(items, user=user)
+            reports = store.import_files(items, user=user, replace=replace)
         except RecordError as exc:
             planned = by_path.get(Path(exc.path))
             raise (_relocate(exc, planned, plan) if planned is not None else exc) from None
@@ -476,10 +481,11 @@ def import_plan(
         try:
             report = store.import_file(
                 planned.path, planned.importer, user=user, skip_bad=True,
-                origin=plan.display_name(planned.member),
+                origin=plan.display_name(planned.member), replace=replace,
             )
         except RecordError as exc:
             failed.append(_relocate(exc, planned, plan))
             continue
-        imported.append(replace(report, errors=tuple(_relocate(e, planned, plan) for e in report.errors)))
+        relocated = tuple(_relocate(e, planned, plan) for e in report.errors)
+        imported.append(dataclasses.replace(report, errors=relocated))
     return ArchiveImportReport(tuple(imported), tuple(failed), plan.skipped)

@@ -10,9 +10,14 @@ such as ``ip``, ``agent``, ``host``, ``referer``, are ignored):
 ``username`` (string)
     Who caused the event. Blank for a logged-out browser; such lines, and lines
     whose username is ``"anonymous"``, cannot be attributed and are **dropped**
-    (edX's own guidance is to ignore them). The importer counts them per reason
-    in :attr:`EdxImporter.dropped` (``"blank username"``,
-    ``"anonymous username"``), filled as :meth:`EdxImporter.parse` is consumed.
+    (edX's own guidance is to ignore them) — except enrolment events: the
+    server logs them as ``"anonymous"`` (or blank) while ``event.user_id`` names
+    the learner, so when ``context.user_id`` is absent or the same id (the
+    learner's own action, not staff enrolling someone) the event goes to the
+    username the same file shows for that id. The importer counts dropped lines
+    per reason in :attr:`EdxImporter.dropped` (``"blank username"``,
+    ``"anonymous username"``, ``"anonymous enrollment of a learner not named in
+    this log"``), filled as :meth:`EdxImporter.parse` is consumed.
 ``event_type`` (string) and ``name`` (string, newer server and mobile events)
     The kind of event. When ``name`` is present and non-blank it supersedes
     ``event_type``. An ``event_type`` that is a URL path (starts with ``/``) is an
@@ -28,7 +33,9 @@ such as ``ip``, ``agent``, ``host``, ``referer``, are ignored):
     Type-specific members. Server events usually carry an object; browser
     events usually a JSON-encoded string; browser ``problem_check`` events carry
     the submitted GET parameters as a URL-encoded form string
-    (``input_<problem>_2_1=choice_1&input_<problem>_3_1=...``).
+    (``input_<problem>_2_1=choice_1&input_<problem>_3_1=...``), in some logs
+    JSON-quoted once more (``"\\"input_…=…&…\\""``): a JSON string is decoded
+    before it is read as a form.
 ``context.course_id`` (string), ``context.user_id`` (number)
     The course and the numeric learner id, when known.
 ``page`` (string URL), ``session`` (32-character key; browser and enrolment events)
@@ -85,8 +92,10 @@ Errors
 A line that is not JSON, not an object, has no ``time`` / ``event_type``, or
 whose known members have the wrong type is yielded as a
 :class:`~anonml.errors.RecordError` naming the field (``file:line: reason``).
-A file whose first record is not a JSON object with ``event_type`` or ``name``
-is not a tracking log at all and raises.
+A file whose first JSON record is not an object with ``event_type`` or
+``name`` is not a tracking log at all and raises; lines that are not JSON before
+it (a ``#`` comment heading a course log) are bad records like any other, so
+``--skip-bad`` reports them and reads on. A file with no JSON line raises.
 
 References
 ----------
@@ -349,7 +358,16 @@ def _event_members(raw: Any, kind: str) -> dict:
         text = raw.strip()
         if not text:
             return {}
-        if text[0] == "{":
+        if text[0] == '"':
+            # A JSON-encoded string inside the string (browser problem_check forms
+            # are logged this way): decode it once, then read what it holds.
+            try:
+                decoded = parse_json(text)
+            except json.JSONDecodeError as exc:
+                raise _BadRecord(f"field 'event': invalid JSON string: {exc.msg}") from None
+            if isinstance(decoded, str) and not decoded.lstrip().startswith('"'):
+                return _event_members(decoded, kind)
+        elif text[0] == "{":
             try:
                 decoded = parse_json(text)
             except json.JSONDecodeError as exc:
@@ -434,85 +452,159 @@ class EdxImporter(Importer):
         super().__init__(params)
         self.dropped: Counter[str] = Counter()
 
+
     # --- detection ---------------------------------------------------------
 
     def detect(self, path: Path) -> float:
-        """High when the first line is a JSON object with edX's common fields.
+        """High when the first JSON line is an object with edX's common fields.
 
-        Reads at most 16 KiB (edX lines with a mobile ``context`` run to a few KiB).
+        Lines before it that do not open an object (a ``#`` comment, a banner)
+        are passed over, as :meth:`parse` passes over them, at a small cost in
+        confidence. Reads at most 16 KiB (edX lines with a mobile ``context``
+        run to a few KiB).
         """
         path = Path(path)
         text = head(path, 16384)
-        stripped = text.lstrip()
-        if not stripped.startswith("{"):
-            return 0.0
-        first, newline, _ = stripped.partition("\n")
         bonus = 0.05 if path.name.startswith("tracking.log") else 0.0
-        try:
-            obj = json.loads(first)
-        except json.JSONDecodeError:
-            if newline:
-                return 0.0  # a complete first line that is not JSON
-            # The first line is longer than the head: judge by its keys.
-            keys = ('"event_type"', '"time"', '"event_source"')
-            return 0.7 + bonus if all(k in first for k in keys) else 0.0
-        if not isinstance(obj, dict) or not ("event_type" in obj or "name" in obj):
-            return 0.0
-        if "time" not in obj:
-            return 0.3
-        score = 0.85
-        if "username" in obj and "event_source" in obj:
-            score = 0.95
-        return min(1.0, score + bonus)
+        lines = text.split("\n")
+        complete = len(lines) - 1  # the last piece may be cut by the head's size
+        skipped = 0
+        for index, line in enumerate(lines):
+            stripped = line.strip()
+            if not stripped:
+                continue
+            if not stripped.startswith("{"):
+                skipped += 1
+                continue
+            try:
+                obj = json.loads(stripped)
+            except json.JSONDecodeError:
+                if index < complete:
+                    return 0.0  # a complete line opening an object that is not JSON (pretty-printed JSON)
+                # The line is longer than the head: judge by its keys.
+                keys = ('"event_type"', '"time"', '"event_source"')
+                score = 0.7 if all(k in stripped for k in keys) else 0.0
+                return score + bonus - 0.05 * min(skipped, 2) if score else 0.0
+            if not isinstance(obj, dict) or not ("event_type" in obj or "name" in obj):
+                return 0.0
+            if "time" not in obj:
+                return 0.3
+            score = 0.95 if "username" in obj and "event_source" in obj else 0.85
+            return min(1.0, score + bonus) - 0.05 * min(skipped, 2)
+        return 0.0
 
     # --- parsing -----------------------------------------------------------
 
     def parse(self, path: Path) -> Iterator[Event | RecordError]:
-        """Stream the log's attributable events; bad lines come out as RecordError values."""
+        """Stream the log's attributable events; bad lines come out as RecordError values.
+
+        The first line that *is* JSON decides whether this is a tracking log:
+        unreadable lines before it (a ``#`` comment) are bad records like any
+        other. Enrolment events the server logged without a username come out
+        last, attributed through the learner id (see :meth:`_learner`).
+        """
         path = Path(path)
         self.dropped = Counter()
-        first = True
+        names: dict[int, str] = {}  # context.user_id -> username, from attributed lines
+        unattributed: list[tuple[int, dict]] = []
+        checked = unreadable = False
         for lineno, obj in iter_json_lines(path):
-            if first:
-                first = False
+            if isinstance(obj, RecordError):
+                unreadable = True
+                yield obj
+                continue
+            if not checked:
+                checked = True
                 if not (isinstance(obj, dict) and ("event_type" in obj or "name" in obj)):
                     raise RecordError(
                         path,
                         lineno,
-                        "not an edX tracking log: the first record is not a JSON object "
+                        "not an edX tracking log: the first JSON record is not an object "
                         "with 'event_type' or 'name'",
                     )
-            if isinstance(obj, RecordError):
-                yield obj
-                continue
             if not isinstance(obj, dict):
                 yield RecordError(path, lineno, f"expected a JSON object, got {type(obj).__name__}")
                 continue
             try:
-                event = self._to_event(obj)
+                learner = self._learner(obj, names)
             except _BadRecord as exc:
                 yield RecordError(path, lineno, str(exc))
                 continue
-            except ValidationError as exc:
-                yield RecordError(path, lineno, f"invalid event: {_first_error(exc)}")
+            if learner is None:
+                if self._enrollment_learner_id(obj) is not None:
+                    unattributed.append((lineno, obj))
                 continue
-            if event is not None:
-                yield event
+            yield self._event_or_error(path, lineno, obj, learner)
+        if unreadable and not checked:
+            raise RecordError(path, None, "not an edX tracking log: no line is a JSON object")
+        for lineno, obj in unattributed:
+            learner = names.get(self._enrollment_learner_id(obj))  # type: ignore[arg-type]
+            if learner is None:
+                self.dropped["anonymous enrollment of a learner not named in this log"] += 1
+                continue
+            yield self._event_or_error(path, lineno, obj, learner)
 
-    def _to_event(self, obj: dict) -> Event | None:
+    def _event_or_error(self, path: Path, lineno: int, obj: dict, learner: str) -> Event | RecordError:
+        """The line's event, or the RecordError naming what is wrong with it."""
+        try:
+            return self._to_event(obj, learner)
+        except _BadRecord as exc:
+            return RecordError(path, lineno, str(exc))
+        except ValidationError as exc:
+            return RecordError(path, lineno, f"invalid event: {_first_error(exc)}")
+
+    def _learner(self, obj: dict, names: dict[int, str]) -> str | None:
+        """Who the line is about, or None (counted in :attr:`dropped`, or deferred).
+
+        A named user is remembered under the line's ``context.user_id`` so that
+        enrolment events the server logged as ``"anonymous"`` can be attributed
+        later in the same file.
+        """
         user = obj.get("username")
         if user is not None and not isinstance(user, str):
             raise _BadRecord(f"field 'username': expected a string, got {user!r}")
         user = (user or "").strip()
+        deferred = self._enrollment_learner_id(obj) is not None
         if not user:
-            self.dropped["blank username"] += 1
+            if not deferred:
+                self.dropped["blank username"] += 1
             return None
         if user.lower() == "anonymous":
-            self.dropped["anonymous username"] += 1
+            if not deferred:
+                self.dropped["anonymous username"] += 1
             return None
         if len(user) > _MAX_USER:
             raise _BadRecord(f"field 'username': longer than {_MAX_USER} characters")
+        context = obj.get("context")
+        uid = context.get("user_id") if isinstance(context, dict) else None
+        if isinstance(uid, int) and not isinstance(uid, bool):
+            names.setdefault(uid, user)
+        return user
 
+    @staticmethod
+    def _enrollment_learner_id(obj: dict) -> int | None:
+        """The learner of an enrolment event whose context says it is that learner.
+
+        The server logs enrolment events with ``username`` blank or
+        ``"anonymous"`` while ``event.user_id`` names the learner. The id is
+        taken only when ``context.user_id`` is absent or the same id: when
+        staff enrol someone, the context names the staff member instead, and
+        the event is not the learner's own action.
+        """
+        name = obj.get("name")
+        raw_type = name if isinstance(name, str) and name.strip() else obj.get("event_type")
+        known = _KNOWN.get(raw_type.strip()) if isinstance(raw_type, str) else None
+        if known is None or known[1] is not _enrollment:
+            return None
+        event = obj.get("event")
+        context = obj.get("context")
+        uid = event.get("user_id") if isinstance(event, dict) else None
+        if not isinstance(uid, int) or isinstance(uid, bool):
+            return None
+        who = context.get("user_id") if isinstance(context, dict) else None
+        return uid if who in (None, "", uid) else None
+
+    def _to_event(self, obj: dict, user: str) -> Event:
         name = obj.get("name")
         raw_type = name if isinstance(name, str) and name.strip() else obj.get("event_type")
         if not isinstance(raw_type, str) or not raw_type.strip():

@@ -32,10 +32,13 @@ Timestamps and timezones
 ``dateTime`` (``MM/DD/YY HH:MM:SS``, two-digit years read as 20YY) and the
 sleep and exercise ``startTime``/``endTime`` are **local wall-clock times of
 the account, with no zone in the file**. They are interpreted in
-``Params.timezone`` — **default "UTC", which is only right for an account
-set to UTC**: set your zone (an IANA name such as ``"Europe/Paris"``). Every
-event built from a local time carries the zone used as its ``assumed_tz``
-field, so the assumption stays visible in the store. Reports differ on whether
+``Params.timezone`` (an IANA name such as ``"Europe/Paris"``) or, without it,
+in the zone the export itself states: the ``timezone`` column of the account
+archive's ``Personal & Account/Profile.csv`` (looked for beside the file and up
+to three folders above it, so a whole export imports as it is). With neither,
+a file with local times is refused, never read as UTC. Every event built from
+a local time carries the zone used as its ``assumed_tz`` field, so the
+assumption stays visible in the store. Reports differ on whether
 ``heart_rate`` files are local or UTC; ``Params.heart_rate_timezone`` overrides
 the zone for that metric only. A wall time that a DST change makes ambiguous
 takes the earlier instant (``fold=0``). ``sleep_score.csv`` timestamps end in
@@ -87,7 +90,7 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import Any, ClassVar
@@ -99,7 +102,7 @@ from anonml.model import Event
 from anonml.plugins import Importer
 from anonml.readers import head, load_json, open_text, parse_timestamp, resolve_timezone
 
-__all__ = ["FitbitImporter", "fitbit_metric"]
+__all__ = ["FitbitImporter", "fitbit_metric", "stated_timezone"]
 
 _NAME = re.compile(r"^(?P<metric>[a-z_]+?)(?:-\d{4}-\d{2}-\d{2}|-\d+)?\.json$")
 _INT_METRICS = {
@@ -215,6 +218,37 @@ def _obj(value: object, key: str) -> dict[str, Any]:
     return value
 
 
+_PROFILE_PLACES = (Path("Personal & Account") / "Profile.csv", Path("Profile.csv"))
+
+
+def stated_timezone(path: Path, levels: int = 3) -> str | None:
+    """The zone an account archive states for itself, or None.
+
+    Fitbit's archive holds ``Personal & Account/Profile.csv`` whose
+    ``timezone`` column is the account's IANA zone; it is looked for beside
+    ``path`` and in up to ``levels`` folders above it. A zone the archive
+    names but Python does not know raises :class:`RecordError` naming it.
+    """
+    for folder in list(Path(path).parents)[: levels + 1]:
+        for place in _PROFILE_PLACES:
+            profile = folder / place
+            if not profile.is_file():
+                continue
+            try:
+                with open_text(profile, encoding="utf-8-sig") as fh:
+                    row = next(csv.DictReader(fh), None)
+            except (OSError, csv.Error, UnicodeDecodeError):
+                continue
+            name = (row or {}).get("timezone") or ""
+            if name.strip():
+                try:
+                    resolve_timezone(name.strip())
+                except ValueError as exc:
+                    raise RecordError(profile, 2, f"timezone: {exc}") from None
+                return name.strip()
+    return None
+
+
 class FitbitImporter(Importer):
     """Fitbit account-archive JSON and CSV files; the metric comes from the file name.
 
@@ -236,10 +270,10 @@ class FitbitImporter(Importer):
 
         model_config = ConfigDict(frozen=True, extra="forbid")
 
-        timezone: str = Field(
-            default="UTC",
+        timezone: str | None = Field(
+            default=None,
             max_length=64,
-            description="IANA zone of the account's local times (default UTC: set yours)",
+            description="IANA zone of the account's local times (default: Profile.csv's, else refused)",
         )
         heart_rate_timezone: str | None = Field(
             default=None,
@@ -282,9 +316,7 @@ class FitbitImporter(Importer):
         items = load_json(path)
         if not isinstance(items, list):
             raise RecordError(path, None, "not a Fitbit export file: expected a JSON array")
-        zone_name = self.params.timezone
-        if metric == "heart_rate" and self.params.heart_rate_timezone is not None:
-            zone_name = self.params.heart_rate_timezone
+        zone_name = self._zone_name(path, metric)
         zone = resolve_timezone(zone_name)
         for index, item in enumerate(items):
             try:
@@ -295,6 +327,23 @@ class FitbitImporter(Importer):
                 continue
             if event is not None:
                 yield event
+
+    def _zone_name(self, path: Path, metric: str) -> str:
+        """The zone of ``path``'s local times: the params, else the export's Profile.csv, else refused."""
+        if metric == "heart_rate" and self.params.heart_rate_timezone is not None:
+            return self.params.heart_rate_timezone
+        if self.params.timezone is not None:
+            return self.params.timezone
+        stated = stated_timezone(path)
+        if stated is None:
+            raise RecordError(
+                path,
+                None,
+                "Fitbit times are local and this export states no zone (no Personal & Account/"
+                "Profile.csv with a timezone beside it); pass params timezone, an IANA name "
+                "such as 'Europe/Paris'",
+            )
+        return stated
 
     def _item(self, metric: str, item: dict[str, Any], zone: tzinfo, zone_name: str) -> Event | None:
         fields: dict[str, object] = {"assumed_tz": zone_name}
@@ -395,7 +444,15 @@ class FitbitImporter(Importer):
         return start
 
     def _sleep_scores(self, path: Path) -> Iterator[Event | RecordError]:
-        zone = resolve_timezone(self.params.timezone)
+        zone: tuple[tzinfo, str] | None = None  # resolved at the first row without an offset
+
+        def local_zone() -> tuple[tzinfo, str]:
+            nonlocal zone
+            if zone is None:
+                name = self._zone_name(path, "sleep_score")
+                zone = (resolve_timezone(name), name)
+            return zone
+
         try:
             fh = open_text(path, encoding="utf-8-sig")
         except OSError as exc:
@@ -409,23 +466,26 @@ class FitbitImporter(Importer):
                 for row in reader:
                     line = reader.line_num
                     try:
-                        yield self._score_row(row, zone)
+                        yield self._score_row(row, local_zone)
+                    except RecordError:
+                        raise
                     except ValueError as exc:
                         yield RecordError(path, line, str(exc))
             except (csv.Error, UnicodeDecodeError) as exc:
                 raise RecordError(path, reader.line_num, f"unreadable CSV: {exc}") from None
 
-    def _score_row(self, row: dict[str, str | None], zone: tzinfo) -> Event:
+    def _score_row(self, row: dict[str, str | None], local_zone: Callable[[], tuple[tzinfo, str]]) -> Event:
         raw = (row.get("timestamp") or "").strip()
         fields: dict[str, object] = {}
         try:
             when = parse_timestamp(raw)
         except ValueError:
             try:  # no offset: the account's local time, like the JSON files
-                when = parse_timestamp(raw, assume_tz=zone)
+                naive = datetime.fromisoformat(raw)
             except ValueError:
                 raise ValueError(f"timestamp: {raw!r} is not an ISO 8601 time") from None
-            fields["assumed_tz"] = self.params.timezone
+            zone, fields["assumed_tz"] = local_zone()
+            when = naive.replace(tzinfo=zone).astimezone(UTC)
         for column, (name, kind) in _SCORE_COLUMNS.items():
             cell = (row.get(column) or "").strip()
             if cell:

@@ -92,7 +92,10 @@ place_visit            lat, lng, place_id, semantic_type, name (Text), address
                        (Text), duration_minutes, end (datetime), place_confidence,
                        visit_confidence, location_confidence, probability,
                        visit_probability, hierarchy_level, utc_offset_minutes
-activity_segment       activity_type, confidence / probability, distance_m,
+activity_segment       activity_type (``activityType``, or in 2013–2016 exports
+                       the first of the ranked ``activities``, whose
+                       ``probability`` becomes activity_probability, %),
+                       confidence / probability, distance_m,
                        start_lat/lng, end_lat/lng, duration_minutes, end,
                        waypoint_count, utc_offset_minutes
 trip                   distance_from_origin_km, destination_count, duration_minutes
@@ -289,6 +292,13 @@ def _semantic_object(obj: dict) -> list[Event]:
                 fields[f"{prefix}_lng"] = _e7(where, "longitudeE7", 180)
         if "activityType" in seg:
             fields["activity_type"] = _snake(str(seg["activityType"]))
+        elif seg.get("activities"):
+            # 2013–2016 exports: only a ranked list, most probable first.
+            top = seg["activities"][0]
+            if not isinstance(top, dict) or "activityType" not in top:
+                raise ValueError("activities[0]: expected an object with 'activityType'")
+            fields["activity_type"] = _snake(str(top["activityType"]))
+            _put(fields, "activity_probability", top, "probability")
         if "confidence" in seg:
             fields["confidence"] = _snake(str(seg["confidence"]))
         _put(fields, "distance_m", seg, "distance")

@@ -105,6 +105,8 @@ _HEADER_LINE = re.compile(
     r"^(date|from|to|subject|message-id|received|return-path|delivered-to|x-gm-thrid):",
     re.IGNORECASE | re.MULTILINE,
 )
+# What parse accepts before the first From_ line: blank lines only.
+_LEADING_BLANKS = re.compile(r"^(?:[ \t]*\r?\n)*")
 _MSG_ID = re.compile(r"<([^<>\s]+)>")
 _GMAIL_FLAGS = {"Sent": "is_sent", "Unread": "is_unread", "Spam": "is_spam", "Trash": "is_trash"}
 
@@ -172,6 +174,7 @@ class MboxImporter(Importer):
         text = head(path)
         if not text:
             return 0.3 if path.is_file() and path.name.lower().endswith((".mbox", ".mbox.gz")) else 0.0
+        text = text[_LEADING_BLANKS.match(text).end():]  # parse skips blank lines before it too
         if not text.startswith("From ") or not _HEADER_LINE.search(text):
             return 0.0
         return 0.95 if path.name.lower().endswith((".mbox", ".mbox.gz")) else 0.85

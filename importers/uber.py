@@ -41,9 +41,11 @@ are local: the same ``timezone`` param is required.
 
 Events (``source="uber"``, ``type="trip"``, timestamp = request time; on the
 page, pickup time or else the pickup date at 00:00 local). Fields: ``city``,
-``product_type``, ``status`` (lower snake_case: ``completed``,
-``rider_canceled``), ``fare_amount`` (float), ``fare_currency`` (ISO code; a
-bare ``$`` stays ``"$"``, it is ambiguous), ``distance_mi`` (float),
+``product_type`` and ``status`` (both lower snake_case, so the ``UberX``,
+``uberX`` and ``uberx`` that different exports write are one category:
+``uberx``, ``uberx_share``; ``completed``, ``rider_canceled``), ``fare_amount``
+(float), ``fare_currency`` (ISO code; a bare ``$`` stays ``"$"``, it is
+ambiguous), ``distance_mi`` (float),
 ``begin_time`` / ``dropoff_time`` (datetime), ``wait_minutes`` (begin −
 request), ``duration_minutes`` (dropoff − begin), ``begin_address`` /
 ``dropoff_address`` (Text), ``begin_lat`` / ``begin_lng`` / ``dropoff_lat`` /
@@ -140,9 +142,10 @@ def _trip_fields(cells: dict[str, str], zone: tzinfo | None, cols: dict[str, str
                  ) -> tuple[datetime, dict]:
     """The timestamp and fields of one CSV row given as canonical key → cell text."""
     fields: dict = {}
-    for key in ("city", "product_type"):
-        if cells.get(key):
-            fields[key] = cells[key]
+    if cells.get("city"):
+        fields["city"] = cells["city"]
+    if cells.get("product_type") and (product := _snake(cells["product_type"])):
+        fields["product_type"] = product
     if cells.get("status"):
         fields["status"] = _snake(cells["status"])
     times = {}
@@ -343,9 +346,10 @@ def _html_trip(soup: BeautifulSoup, row: Tag, zone: tzinfo) -> tuple[datetime, d
     if day is None:
         raise ValueError(f"date {date_text!r} is not MM/DD/YY")
     fields: dict = {}
-    for key in ("city", "product_type"):
-        if key in cells and (text := cells[key].get_text(" ", strip=True)):
-            fields[key] = text
+    if "city" in cells and (text := cells["city"].get_text(" ", strip=True)):
+        fields["city"] = text
+    if "product_type" in cells and (text := _snake(cells["product_type"].get_text(" ", strip=True))):
+        fields["product_type"] = text
     if "fare" in cells:
         fare = cells["fare"]
         status_tag = fare.select_one(".text-danger")

@@ -159,3 +159,61 @@ def test_import_files_is_one_transaction(store: EventStore, tmp_path: Path):
     reports = store.import_files([(good, LinesImporter(), "x.zip!/good")])
     assert reports[0].path == "x.zip!/good"
     assert store.imports()[0].path == "x.zip!/good"  # provenance names the archive member
+
+
+class ShiftedLines(LinesImporter):
+    """The same lines read ``shift`` hours later (a corrected timezone, say)."""
+
+    def __init__(self, shift: int) -> None:
+        super().__init__()
+        self.shift = shift
+
+    def parse(self, path: Path) -> Iterator[Event | RecordError]:
+        for item in super().parse(path):
+            if isinstance(item, Event):
+                item = Event(source=item.source, type=item.type, fields=item.fields,
+                             timestamp=item.timestamp + timedelta(hours=self.shift))
+            yield item
+
+
+def test_replace_swaps_an_earlier_import_of_the_same_file(store: EventStore, tmp_path: Path):
+    f = _write(tmp_path / "a.lines", ["0 a 1", "1 b 2", "2 a 3"])
+    other = _write(tmp_path / "b.lines", ["9 c 9"])
+    store.import_file(other, LinesImporter())
+    store.import_file(f, LinesImporter())
+    wrong_again = store.import_file(f, ShiftedLines(5))
+    assert (wrong_again.inserted, store.count()) == (3, 7)  # without replace: a second copy
+    report = store.import_file(f, ShiftedLines(2), replace=True)
+    assert (report.replaced, report.inserted) == (6, 3)  # both earlier imports of a.lines went
+    assert store.count() == 4
+    assert sorted(e.timestamp for e in store.events(source="lines", type="a")) == [
+        T0 + timedelta(hours=2), T0 + timedelta(hours=4)]
+    assert [(r.path, r.added) for r in store.imports()] == [(str(other.resolve()), 1),
+                                                            (str(f.resolve()), 3)]
+    first = store.import_file(other, LinesImporter(), replace=True)
+    assert (first.replaced, first.inserted, store.count()) == (1, 1, 4)
+
+
+def test_replace_is_rolled_back_with_a_failed_import(store: EventStore, tmp_path: Path):
+    f = _write(tmp_path / "a.lines", ["0 a 1", "oops"])
+    store.import_file(f, LinesImporter(), skip_bad=True)
+    with pytest.raises(RecordError):
+        store.import_file(f, ShiftedLines(1), replace=True)
+    assert [e.timestamp for e in store.events()] == [T0]  # the earlier import is still there
+    assert len(store.imports()) == 1
+
+
+class TwoUsers(LinesImporter):
+    def parse(self, path: Path) -> Iterator[Event | RecordError]:
+        for n, item in enumerate(super().parse(path)):
+            yield item.with_user("ann" if n % 2 else "bob")
+
+
+def test_an_import_of_many_users_says_so_in_its_provenance(store: EventStore, tmp_path: Path):
+    f = _write(tmp_path / "a.lines", ["0 a 1", "1 b 2", "2 a 3"])
+    report = store.import_file(f, TwoUsers())
+    assert (report.user, report.users) == ("2 users", 2)
+    assert store.imports()[-1].user == "2 users"
+    assert store.import_file(f, TwoUsers(), user="cy").user == "cy"  # --user attributes them all
+    single = store.import_file(_write(tmp_path / "b.lines", ["4 a 1"]), TwoUsers())
+    assert (single.user, single.users) == ("bob", 1)

@@ -20,7 +20,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from anonml.cli_support import err, expected_errors, out, print_json
+from anonml.cli_support import ensure_port_free, err, expected_errors, out, print_json
 from anonml.errors import AnonMLError, ProtocolError
 from anonml.protocol import ModelDocument, Problem, ProblemDraft, ProblemStatus, verify_message
 
@@ -77,10 +77,25 @@ def _request(method: str, url: str, *, token: str | None = None, body: str | Non
 
 @app.command()
 def serve(
-    db: Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL of its state.")] = None,
-    host: Annotated[str | None, typer.Option("--host", help="Interface to listen on.")] = None,
-    port: Annotated[int | None, typer.Option("--port", help="Port to listen on.")] = None,
-    identity: Annotated[Path | None, typer.Option("--identity", help="Identity key file.")] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db", help="SQLAlchemy URL of its state.", show_default="$ANONML_HOME/aggregator/aggregator.db"
+        ),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Interface to listen on.", show_default="127.0.0.1")
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option("--port", help="Port to listen on.", show_default="8470 or $ANONML_AGGREGATOR_PORT"),
+    ] = None,
+    identity: Annotated[
+        Path | None,
+        typer.Option(
+            "--identity", help="Identity key file.", show_default="$ANONML_HOME/aggregator/identity.json"
+        ),
+    ] = None,
 ) -> None:
     """Run the aggregator service in the foreground (Ctrl-C stops it)."""
     from aggregator.app import serve as run
@@ -89,6 +104,7 @@ def serve(
 
     with expected_errors():
         settings = AggregatorSettings.from_env(db_url=db, host=host, port=port, identity_file=identity)
+        ensure_port_free(settings.host, settings.port, what="the aggregator")
         ident = load_or_create_identity(settings)
         settings.resolved_admin_token()
         err.print(f"aggregator {ident.public.fingerprint_text()}", highlight=False)

@@ -6,13 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from anonml.cli_support import err, expected_errors, out, print_json
-from anonml.detection import choose_importer
-from anonml.errors import PluginNotFound
-from anonml.importer_kit import check_importer, scaffold_importer
-from anonml.plugins import create, iter_classes
+from anonml.cli_support import err, expected_errors, out, parse_json_option, print_json, styled
 
 app = typer.Typer(help="Write and check importer plugins.", no_args_is_help=True)
 
@@ -23,10 +18,12 @@ def new(
     directory: Annotated[Path, typer.Option("--dir", help="Where to create the package.")] = Path("."),
 ) -> None:
     """Scaffold a third-party importer package (pyproject, importer, sample, test)."""
+    from anonml.importer_kit import scaffold_importer
+
     with expected_errors():
         root = scaffold_importer(name, directory)
-    err.print(f"created {root}", highlight=False)
-    err.print(f"next: cd {root} && pip install -e '.[dev]' && pytest", highlight=False)
+    err.print(f"created {root}")
+    err.print(f"next: cd {root} && pip install -e '.[dev]' && pytest")
 
 
 @app.command()
@@ -35,18 +32,30 @@ def check(
     importer: Annotated[
         str | None, typer.Option("--importer", "-i", help="Importer name (default: detect).")
     ] = None,
+    params: Annotated[
+        str | None,
+        typer.Option(
+            "--params",
+            help="JSON or @file.json: the importer's params with --importer; otherwise "
+            '{"<importer>": {params}, ...} for the detected importer.',
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Run an importer on a file: events, types, fields, time range, rejects, idempotence."""
+    from anonml.cli_support import importer_candidates
+    from anonml.detection import choose_importer
+    from anonml.importer_kit import check_importer
+    from anonml.plugins import PluginRef, create
+
     with expected_errors():
+        given = parse_json_option(params, "--params")
         if importer:
-            chosen = create("importer", importer)
+            chosen = create("importer", PluginRef(name=importer, params=given))
         else:
-            candidates = [cls() for cls in iter_classes("importer")]
-            detection = choose_importer(path, candidates)
+            detection = choose_importer(path, importer_candidates(given))
             if detection.chosen is None:
-                raise PluginNotFound("importer", f"for {path}", [c.name for c in candidates],
-                                     detail=detection.explain())
+                raise detection.refusal()
             chosen = detection.chosen
         report = check_importer(path, chosen)
     if as_json:
@@ -58,10 +67,12 @@ def check(
 
 
 def _print_report(report) -> None:
-    out.print(f"[bold]{report.path}[/] — importer {report.importer} {report.version} "
-              f"(detect confidence {report.confidence:.2f})")
+    from rich.table import Table
+
+    out.print(styled((report.path, "bold"), f" — importer {report.importer} {report.version} "
+                     f"(detect confidence {report.confidence:.2f})"))
     if report.fatal:
-        out.print(f"[red]failed:[/] {report.fatal}", markup=True, highlight=False)
+        out.print(styled(("failed:", "red"), f" {report.fatal}"))
         return
     out.print(f"{report.events:,} events ({report.static_events:,} static); "
               f"time range {report.first or '—'} … {report.last or '—'}; {report.timezone}")
@@ -72,6 +83,6 @@ def _print_report(report) -> None:
     out.print(table)
     for reject in report.rejects:
         where = f"line {reject['line']}" if reject["line"] is not None else str(reject["record"])
-        out.print(f"[yellow]rejected[/] {where}: {reject['reason']}", highlight=False)
+        out.print(styled(("rejected", "yellow"), f" {where}: {reject['reason']}"))
     verdict = "yes" if report.idempotent else f"NO ({report.second_import_added} added again)"
     out.print(f"first import adds {report.first_import_added:,}; a second import adds nothing: {verdict}")

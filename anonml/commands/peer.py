@@ -39,21 +39,33 @@ def _settings(**overrides: object) -> PeerSettings:
 @app.command()
 def start(
     aggregator: AggregatorOption = None,
-    host: Annotated[str | None, typer.Option("--host", help="Interface for the relay.")] = None,
-    port: Annotated[int | None, typer.Option("--port", help="Relay port.")] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Interface for the relay.", show_default="127.0.0.1")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", help="Relay port.", show_default="8471 or $ANONML_PEER_PORT")
+    ] = None,
     public_url: Annotated[
         str | None, typer.Option("--public-url", help="How other peers reach this relay.")
     ] = None,
-    store: Annotated[str | None, typer.Option("--store", help="Event store URL.")] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="Event store URL.", show_default="$ANONML_HOME/events.db")
+    ] = None,
     user: Annotated[str | None, typer.Option("--user", help="Which user of the store you are.")] = None,
     auto_accept: Annotated[
-        bool | None, typer.Option("--auto-accept/--ask", help="Accept proposals within the policy.")
+        bool | None, typer.Option(
+            "--auto-accept/--ask", help="Accept proposals within the policy.", show_default="ask"
+        )
     ] = None,
-    max_epsilon: Annotated[float | None, typer.Option("--max-epsilon", help="Largest ε per problem.")] = None,
+    max_epsilon: Annotated[
+        float | None, typer.Option("--max-epsilon", help="Largest ε per problem.", show_default="1.0")
+    ] = None,
     lifetime_cap: Annotated[
-        float | None, typer.Option("--lifetime-cap", help="Largest total ε ever.")
+        float | None, typer.Option("--lifetime-cap", help="Largest total ε ever.", show_default="10.0")
     ] = None,
-    poll: Annotated[float | None, typer.Option("--poll", help="Seconds between polls.")] = None,
+    poll: Annotated[
+        float | None, typer.Option("--poll", help="Seconds between polls.", show_default="1.0")
+    ] = None,
 ) -> None:
     """Run the peer daemon: relay for other peers and take part in accepted problems."""
     import uvicorn

@@ -58,6 +58,7 @@ __all__ = [
     "StudentLog",
     "simulate_students",
     "write_edx_logs",
+    "write_sample",
 ]
 
 COURSE_ID = "course-v1:AnonMLx+MOOC101+2024_T1"
@@ -527,3 +528,51 @@ def write_edx_logs(students: Sequence[SimulatedStudent], folder: str | Path) -> 
         )
     return logs
 
+
+
+def write_sample(folder: str | Path, n: int, *, weeks: int = 8, seed: int = 0) -> dict[str, object]:
+    """``anonml datasets mooc``: ``n`` students' logs and their ground truth in ``folder``.
+
+    Writes the logs of :func:`write_edx_logs` and ``truth.csv`` (``username,
+    user_id, dropout_week, events``; an empty dropout week: completed the
+    course). Refuses a folder that already holds tracking logs, so two
+    samples never mix.
+
+    Returns
+    -------
+    dict
+        ``folder``, ``logs``, ``events``, ``dropouts``, ``truth`` (path), ``seed``, ``weeks``.
+    """
+    import csv
+
+    from anonml.errors import AnonMLError
+
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise AnonMLError(f"{folder}: not a folder")
+    if folder.is_dir() and any(folder.glob("tracking.log-*")):
+        raise AnonMLError(f"{folder}: already holds tracking logs; choose an empty folder")
+    try:
+        students = simulate_students(n, weeks=weeks, seed=seed)
+    except ValueError as exc:
+        raise AnonMLError(str(exc)) from None
+    try:
+        logs = write_edx_logs(students, folder)
+        truth = folder / "truth.csv"
+        with open(truth, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["username", "user_id", "dropout_week", "events"])
+            for student in students:
+                week = "" if student.dropout_week is None else student.dropout_week
+                writer.writerow([student.username, student.user_id, week, student.n_events])
+    except OSError as exc:
+        raise AnonMLError(f"{folder}: cannot write: {exc.strerror or exc}") from None
+    return {
+        "folder": str(folder),
+        "logs": len(logs),
+        "events": sum(s.n_events for s in students),
+        "dropouts": sum(s.dropout_week is not None for s in students),
+        "truth": str(truth),
+        "seed": seed,
+        "weeks": weeks,
+    }

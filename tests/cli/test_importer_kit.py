@@ -53,7 +53,8 @@ def test_check_reports_rejects_with_lines_and_fatal_errors(tmp_path: Path):
     import importlib.util
 
     root = scaffold_importer("demo_kit", tmp_path)
-    spec = importlib.util.spec_from_file_location("kit_mod", root / "anonml_importer_demo_kit" / "__init__.py")
+    init = root / "anonml_importer_demo_kit" / "__init__.py"
+    spec = importlib.util.spec_from_file_location("kit_mod", init)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     importer = module.DemoKitImporter()

@@ -54,9 +54,10 @@ def test_real_sample_records_workout_summaries_and_me(samples_dir: Path) -> None
     assert run.fields["energy_kcal"] == pytest.approx(48.745)
     assert run.fields["time_zone"] == "America/Los_Angeles"
     first_day = events["activity_summary"][0]
-    assert first_day.timestamp == datetime(2016, 11, 15, tzinfo=UTC)
+    # No param: the one zone the export's HKTimeZone metadata states; local midnight, PST = UTC-8.
+    assert first_day.timestamp == datetime(2016, 11, 15, 8, tzinfo=UTC)
     assert first_day.fields == {
-        "assumed_tz": "UTC",
+        "assumed_tz": "America/Los_Angeles",
         "active_energy_kcal": 590.252,
         "active_energy_goal_kcal": 630.0,
         "exercise_min": 68.0,
@@ -66,11 +67,47 @@ def test_real_sample_records_workout_summaries_and_me(samples_dir: Path) -> None
     }
 
 
-def test_activity_summary_day_uses_the_stated_timezone(samples_dir: Path) -> None:
-    items = _parse(samples_dir / "apple_health" / "export.xml", timezone="America/Los_Angeles")
+def test_activity_summary_day_uses_the_timezone_param_first(samples_dir: Path) -> None:
+    items = _parse(samples_dir / "apple_health" / "export.xml", timezone="Asia/Tokyo")
     day = _by_type(items)["activity_summary"][0]
-    assert day.timestamp == datetime(2016, 11, 15, 8, tzinfo=UTC)  # local midnight, PST = UTC-8
-    assert day.fields["assumed_tz"] == "America/Los_Angeles"
+    assert day.timestamp == datetime(2016, 11, 14, 15, tzinfo=UTC)  # local midnight, JST = UTC+9
+    assert day.fields["assumed_tz"] == "Asia/Tokyo"
+
+
+def _without_time_zones(sample: Path, target: Path, *, zones: tuple[str, ...] = ()) -> Path:
+    text = sample.read_text(encoding="utf-8")
+    text = text.replace('<MetadataEntry key="HKTimeZone" value="America/Los_Angeles"/>', "".join(
+        f'<MetadataEntry key="HKTimeZone" value="{z}"/>' for z in zones[:1]))
+    if len(zones) > 1:  # a second workout stating another zone
+        start = text.index("<Workout ")
+        end = text.index("</Workout>") + len("</Workout>")
+        text = text[:end] + text[start:end].replace(zones[0], zones[1]) + text[end:]
+    target.write_text(text, encoding="utf-8")
+    return target
+
+
+@pytest.mark.parametrize(
+    ("zones", "said"),
+    [((), "its records name none"),
+     (("Europe/Paris", "America/New_York"), "its records name 2 zones (America/New_York, Europe/Paris)")],
+)
+def test_summaries_are_refused_when_the_export_states_no_single_zone(
+    tmp_path: Path, samples_dir: Path, zones: tuple[str, ...], said: str
+) -> None:
+    path = _without_time_zones(samples_dir / "apple_health" / "export.xml", tmp_path / "export.xml",
+                               zones=zones)
+    with pytest.raises(RecordError) as info:
+        _parse(path)
+    assert str(info.value) == (
+        f"{path}: ActivitySummary days are local dates and the export states no single zone ({said}); "
+        "pass params timezone, an IANA name such as 'Europe/Paris'"
+    )
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    with pytest.raises(RecordError, match="no single zone"):
+        store.import_file(path, AppleHealthImporter(), skip_bad=True)  # refused, not skipped
+    assert store.count() == 0
+    days = _by_type(_parse(path, timezone="UTC"))["activity_summary"]
+    assert [d.timestamp for d in days][0] == datetime(2016, 11, 15, tzinfo=UTC)
 
 
 def test_declaration_and_internal_dtd_are_read(tmp_path: Path) -> None:
@@ -134,7 +171,7 @@ def test_truncated_export_keeps_what_was_read_and_reports_the_break() -> None:
 
 
 def test_bad_elements_are_yielded_by_tag_and_index() -> None:
-    items = _parse(FIX / "bad_records.xml")
+    items = _parse(FIX / "bad_records.xml", timezone="UTC")
     assert isinstance(items[0], Event)
     path = FIX / "bad_records.xml"
     assert [str(e) for e in items[1:]] == [
@@ -203,7 +240,7 @@ def test_memory_does_not_grow_with_the_number_of_records(tmp_path: Path) -> None
 
 def test_store_round_trip_reimport_rollback_and_skip_bad(tmp_path: Path, samples_dir: Path) -> None:
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
-    imp = AppleHealthImporter()
+    imp = AppleHealthImporter({"timezone": "UTC"})
     first = store.import_file(samples_dir / "apple_health" / "export.xml", imp)
     assert first.inserted == 6
     assert store.import_file(samples_dir / "apple_health" / "export.xml", imp).inserted == 0

@@ -82,7 +82,7 @@ def _mine() -> list[Importer]:
     return [
         AppleHealthImporter(),
         BrowserHistoryImporter(),
-        FitbitImporter(),
+        FitbitImporter({"timezone": "UTC"}),
         MboxImporter(),
         NetflixImporter(),
         SpotifyImporter(),

@@ -200,15 +200,62 @@ def test_bad_record_is_yielded_with_file_line_and_reason(name: str, reason: str)
     assert events and events[0].type == "play_video"  # the good line before it still parses
 
 
-@pytest.mark.parametrize("name", ["not_edx.jsonl", "not_json.txt"])
-def test_a_file_that_is_not_a_tracking_log_raises(name: str) -> None:
-    path = FIXTURES / name
+def test_a_json_file_that_is_not_a_tracking_log_raises() -> None:
+    path = FIXTURES / "not_edx.jsonl"
     with pytest.raises(RecordError) as info:
         list(EdxImporter().parse(path))
     assert str(info.value) == (
-        f"{path}:1: not an edX tracking log: the first record is not a JSON object "
+        f"{path}:1: not an edX tracking log: the first JSON record is not an object "
         "with 'event_type' or 'name'"
     )
+
+
+def test_a_file_with_no_json_line_raises_after_reporting_its_lines() -> None:
+    path = FIXTURES / "not_json.txt"
+    items = []
+    with pytest.raises(RecordError) as info:
+        for item in EdxImporter().parse(path):
+            items.append(item)
+    assert str(info.value) == f"{path}: not an edX tracking log: no line is a JSON object"
+    assert [e.line for e in items] == [1, 2]
+
+
+def test_a_comment_heading_the_log_is_one_bad_record_not_a_refusal() -> None:
+    path = FIXTURES / "commented.log"
+    events, errors, _ = parse(path)
+    assert [e.type for e in events] == ["play_video", "pause_video"]
+    assert [(e.line, e.reason.startswith("invalid JSON")) for e in errors] == [(1, True), (3, True)]
+    assert EdxImporter().detect(path) >= 0.85  # judged by the first JSON line
+
+
+def test_a_comment_heading_the_log_imports_with_skip_bad(tmp_path: Path) -> None:
+    store = EventStore(f"sqlite:///{tmp_path / 'events.db'}")
+    with pytest.raises(RecordError, match=r"commented\.log:1: invalid JSON"):
+        store.import_file(FIXTURES / "commented.log", EdxImporter())
+    report = store.import_file(FIXTURES / "commented.log", EdxImporter(), skip_bad=True)
+    assert (report.inserted, report.rejected) == (2, 2)
+
+
+def test_a_json_quoted_form_is_decoded_before_it_is_read() -> None:
+    events, errors, _ = parse(FIXTURES / "quoted_form.log")
+    assert errors == []
+    assert [(e.user, e.fields) for e in events] == [
+        ("ada", {"event_source": "browser", "course_id": COURSE, "user_id": 41, "session": SESSION,
+                 "inputs": 2, "problem_html_id": "block-v1_FixtureX_EDX1_2024_type_problem_block_p1"}),
+        ("bob", {"event_source": "browser", "course_id": COURSE, "user_id": 42, "session": SESSION,
+                 "inputs": 1, "problem_html_id": "p7"}),
+    ]
+
+
+def test_anonymous_enrollments_go_to_the_learner_the_log_names() -> None:
+    events, errors, importer = parse(FIXTURES / "anonymous_enrollment.log")
+    assert errors == []
+    enrolments = [(e.user, e.fields["mode"], e.fields["user_id"]) for e in events
+                  if e.type == "enrollment_activated"]
+    assert enrolments == [("ada", "audit", 41), ("bob", "verified", 42)]
+    # staff enrolling learner 43 (the context names user 7) is not the learner's act; 99 is never named
+    assert importer.dropped == {"anonymous username": 1,
+                                "anonymous enrollment of a learner not named in this log": 1}
 
 
 def _write_lines(path: Path, *records: dict) -> Path:
@@ -326,3 +373,12 @@ def test_skip_bad_imports_the_rest_and_reports_each(tmp_path: Path) -> None:
         f"{FIXTURES / 'bad_json.log'}:2: invalid JSON: Expecting ',' delimiter"
     ]
     assert [e.type for e in store.events()] == ["play_video", "stop_video"]
+
+
+def test_detect_passes_over_comments_but_not_pretty_printed_json(tmp_path: Path) -> None:
+    pretty = tmp_path / "events.json"
+    pretty.write_text(json.dumps({"event_type": "x", "time": "2024-01-01T00:00:00Z"}, indent=2) + "\n")
+    assert EdxImporter().detect(pretty) == 0.0
+    banner = tmp_path / "banner.log"
+    banner.write_text("# exported 2024-01-10\n# course X\n" + (FIXTURES / "tracking.log").read_text())
+    assert EdxImporter().detect(banner) == pytest.approx(0.85)  # 0.95 less 0.05 per skipped line

@@ -17,7 +17,9 @@ FIX = Path(__file__).parent / "fixtures" / "fitbit"
 
 
 def _parse(path: Path, **params: object) -> list[Event | RecordError]:
-    return list(FitbitImporter(params or None).parse(path))
+    """Parse with ``timezone="UTC"`` unless given (``timezone=None``: no param at all)."""
+    given = {"timezone": "UTC", **params}
+    return list(FitbitImporter({k: v for k, v in given.items() if v is not None}).parse(path))
 
 
 def _events(path: Path, **params: object) -> list[Event]:
@@ -61,11 +63,55 @@ def test_real_sample_counts(samples_dir: Path) -> None:
     }
 
 
-def test_local_times_default_to_utc_and_say_so(samples_dir: Path) -> None:
+def test_local_times_are_read_in_the_given_zone_and_say_so(samples_dir: Path) -> None:
     first = _events(samples_dir / "fitbit" / "distance.json")[0]
     assert first.type == "distance"
     assert first.timestamp == datetime(2017, 12, 31, 16, 42, tzinfo=UTC)
     assert first.fields == {"assumed_tz": "UTC", "value": 4110.0}
+
+
+@pytest.mark.parametrize("name", ["distance.json", "sleep.json", "exercise.json"])
+def test_local_times_without_a_zone_are_refused_not_read_as_utc(samples_dir: Path, name: str) -> None:
+    path = samples_dir / "fitbit" / name
+    with pytest.raises(RecordError) as info:
+        _parse(path, timezone=None)
+    assert str(info.value) == (
+        f"{path}: Fitbit times are local and this export states no zone (no Personal & Account/"
+        "Profile.csv with a timezone beside it); pass params timezone, an IANA name such as 'Europe/Paris'"
+    )
+
+
+def test_sleep_scores_in_utc_need_no_zone(samples_dir: Path) -> None:
+    assert len(_events(samples_dir / "fitbit" / "sleep_score.csv", timezone=None)) == 2
+
+
+def _export_with_profile(samples_dir: Path, root: Path, zone: str) -> Path:
+    """An account-archive layout: Personal & Account/Profile.csv beside Sleep/ and Physical Activity/."""
+    (root / "Personal & Account").mkdir(parents=True)
+    (root / "Personal & Account" / "Profile.csv").write_text(
+        "id,full_name,first_name,last_name,display_name_setting,display_name,username,email_address,"
+        "date_of_birth,child,country,state,city,timezone,locale,member_since\n"
+        f"ABC123,A B,A,B,name,A.,null,null,1990-01-01,false,null,null,null,{zone},en_US,2016-05-01\n",
+        encoding="utf-8",
+    )
+    (root / "Sleep").mkdir()
+    shutil.copyfile(samples_dir / "fitbit" / "sleep.json", root / "Sleep" / "sleep-2018-02-01.json")
+    return root / "Sleep" / "sleep-2018-02-01.json"
+
+
+def test_the_zone_the_export_states_in_profile_csv_is_used(samples_dir: Path, tmp_path: Path) -> None:
+    sleep = _export_with_profile(samples_dir, tmp_path / "MyFitbitData" / "Ann", "Europe/Paris")
+    stages = _events(sleep, timezone=None)[0]
+    assert stages.fields["assumed_tz"] == "Europe/Paris"
+    assert stages.timestamp == datetime(2018, 2, 1, 21, 36, tzinfo=UTC)  # 22:36 CET
+    # the param still wins over the export's own statement
+    assert _events(sleep, timezone="UTC")[0].timestamp == datetime(2018, 2, 1, 22, 36, tzinfo=UTC)
+
+
+def test_an_unknown_zone_in_profile_csv_is_named(samples_dir: Path, tmp_path: Path) -> None:
+    sleep = _export_with_profile(samples_dir, tmp_path / "Ann", "Mars/Olympus")
+    with pytest.raises(RecordError, match=r"Profile\.csv:2: timezone: unknown timezone 'Mars/Olympus'"):
+        _parse(sleep, timezone=None)
 
 
 def test_timezone_param_is_applied_with_daylight_saving() -> None:

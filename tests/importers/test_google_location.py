@@ -120,6 +120,21 @@ def test_records_bad_fixture_errors_name_line_and_record() -> None:
     assert events[1].fields["platform"] == "ANDROID"
 
 
+def test_semantic_history_2015_shape_takes_the_mode_from_the_ranked_activities() -> None:
+    events, errors = _split(FIX / "2015_MARCH.json")
+    assert errors == []
+    bus, walk, visit = events
+    assert bus.type == walk.type == "activity_segment" and visit.type == "place_visit"
+    assert bus.timestamp == datetime(2015, 3, 1, 8, 0, tzinfo=UTC)
+    assert bus.fields == {
+        "duration_minutes": 30.0, "end": datetime(2015, 3, 1, 8, 30, tzinfo=UTC),
+        "start_lat": 51.5074, "start_lng": -0.1278, "end_lat": 51.52, "end_lng": -0.1,
+        "activity_type": "in_bus", "activity_probability": 81.25, "confidence": "medium",
+        "distance_m": 2410.0,
+    }
+    assert (walk.fields["activity_type"], walk.fields["activity_probability"]) == ("walking", 97.0)
+
+
 def test_semantic_history_fixture() -> None:
     events, errors = _split(FIX / "2021_AUGUST.json")
     seg, work, home = events

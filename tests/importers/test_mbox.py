@@ -163,6 +163,19 @@ def test_detect_scores_mailboxes_high_and_other_files_low(samples_dir: Path) -> 
         assert imp.detect(samples_dir / other) == 0.0
 
 
+def test_leading_blank_lines_are_detected_as_parse_reads_them(tmp_path: Path) -> None:
+    imp = MboxImporter()
+    path = FIX / "leading_blank.mbox"
+    assert imp.detect(path) == 0.95  # detect and parse agree on what precedes the first From_ line
+    events = _events(path)
+    assert [type(e) for e in events] == [Event] * 3
+    plain = [e.fields for e in _events(FIX / "basic.mbox")]
+    assert [e.fields for e in events] == plain
+    indented = tmp_path / "indented.mbox"
+    indented.write_bytes(b" " + (FIX / "basic.mbox").read_bytes())
+    assert imp.detect(indented) == 0.0  # parse refuses a From_ line that is not at column 0
+
+
 def test_hash_key_longer_than_blake2b_key_is_refused() -> None:
     with pytest.raises(PluginError, match="hash_key"):
         MboxImporter({"hash_key": "é" * 40})

@@ -38,7 +38,7 @@ def test_snake_case_sample_all_rows(snake: Path) -> None:
     first = items[0]
     assert first.type == "trip" and first.timestamp == datetime(2017, 2, 27, 12, 18, tzinfo=UTC)
     assert first.fields == {
-        "city": "New York", "product_type": "UberComfort", "status": "completed",
+        "city": "New York", "product_type": "ubercomfort", "status": "completed",
         "begin_time": datetime(2017, 2, 27, 12, 31, tzinfo=UTC), "wait_minutes": 13.0,
         "dropoff_time": datetime(2017, 2, 27, 12, 44, tzinfo=UTC), "duration_minutes": 13.0,
         "begin_lat": 40.7587, "begin_lng": -73.9787, "dropoff_lat": 40.7127,
@@ -65,7 +65,7 @@ def test_request_time_style_offsets_sentinels_and_bad_rows() -> None:
     assert done.fields["fare_currency"] == "USD"  # upper-cased
     assert done.fields["begin_address"] == Text("1 City Hall Sq, Boston, MA")
     # 1970-01-01 begin/dropoff sentinels and empty cells are left out.
-    assert canceled.fields == {"city": "Boston", "product_type": "UberX", "status": "canceled",
+    assert canceled.fields == {"city": "Boston", "product_type": "uberx", "status": "canceled",
                                "distance_mi": 0.0, "fare_amount": 5.0, "fare_currency": "USD"}
     path = FIX / "trips_data.csv"
     assert [str(i) for i in items[2:]] == [
@@ -89,7 +89,7 @@ def test_saved_trips_page() -> None:
     boston, paris, canceled, bad = _items(FIX / "trips_page.html", {"timezone": "America/New_York"})
     assert boston.timestamp == datetime(2019, 5, 9, 6, 26, tzinfo=UTC)  # 2:26 AM EDT
     assert boston.fields == {
-        "city": "Boston", "product_type": "uberX", "fare_amount": 14.87, "fare_currency": "$",
+        "city": "Boston", "product_type": "uberx", "fare_amount": 14.87, "fare_currency": "$",
         "status": "completed", "begin_address": Text("1 City Hall Sq, Boston, MA"),
         "begin_time": datetime(2019, 5, 9, 6, 26, tzinfo=UTC),
         "dropoff_address": Text("Harvard Square, Cambridge, MA"),
@@ -105,7 +105,7 @@ def test_saved_trips_page() -> None:
 
 def test_saved_page_without_data_titles_uses_positions() -> None:
     toronto, short = _items(FIX / "trips_page_positional.html", {"timezone": "America/Toronto"})
-    assert toronto.fields == {"city": "Toronto", "product_type": "UberXL", "fare_amount": 23.1,
+    assert toronto.fields == {"city": "Toronto", "product_type": "uberxl", "fare_amount": 23.1,
                               "fare_currency": "CAD", "status": "completed"}
     assert "driver" not in str(toronto.fields).lower()  # the driver's name is never read
     assert short.reason == ("trip row has 3 cells and no data-title attributes; "
@@ -150,3 +150,10 @@ def test_store_import_reimport_rollback_and_skip_bad(snake: Path, tmp_path: Path
     assert (report.inserted, report.rejected) == (3, 4)
     assert [e.line for e in report.errors] == [5, 6, 7, 8]
     store.close()
+
+
+def test_product_type_spellings_are_one_category() -> None:
+    items = _items(FIX / "product_spellings.csv")
+    assert all(isinstance(i, Event) for i in items)
+    assert [i.fields.get("product_type") for i in items] == [
+        "uberx", "uberx", "uberx", "uberx_share", "uberxl", None]
