@@ -107,7 +107,9 @@ class PeerHost:
         """Apply the policy for every identity; accepted ones start participating.
 
         Plugins are loaded once and shared; each identity then checks its own
-        lifetime budget and computes its own example (in parallel).
+        lifetime budget and computes its own example (in parallel). Whether an
+        identity joins depends on the policy only, never on its example: one
+        whose example cannot be computed joins and sends stand-ins.
         """
         row = self.db.proposal(problem.id)
         if row is None:
@@ -128,15 +130,9 @@ class PeerHost:
                 problem, self.policy, self.committed(node), manual=manual, plugins=plugins
             )
             participant = None
-            if decision.accept:
-                participant = Participant(
-                    node, problem, client, self.relay, self.relay_base or "", witnesses=self.witnesses
-                )
-                try:
-                    participant.prepare(plugins)
-                except AnonMLError as exc:
-                    decision = Decision("refuse", f"cannot compute this identity's example: {exc}")
-                    participant = None
+            if decision.accept:  # on the policy alone: prepare() never refuses (stand-ins instead)
+                participant = self._participant(node, problem, client)
+                participant.prepare(plugins)
             self.db.decide(
                 problem.id, node.fingerprint, decision.verdict, decision.reason, problem.draft.epsilon
             )
@@ -156,6 +152,17 @@ class PeerHost:
         if accepted:
             self._join(problem, client, accepted)
         return decisions
+
+    def _participant(self, node: PeerNode, problem: Problem, client: AggregatorClient) -> Participant:
+        return Participant(
+            node,
+            problem,
+            client,
+            self.relay,
+            self.relay_base or "",
+            witnesses=self.witnesses,
+            policy=self.policy,
+        )
 
     def _join(self, problem: Problem, client: AggregatorClient, participants: list[Participant]) -> None:
         with self._lock:
@@ -206,14 +213,8 @@ class PeerHost:
                     continue
                 problem = Problem.model_validate_json(row.problem_json)
                 client = AggregatorClient(row.aggregator_url)
-                participant = Participant(
-                    node, problem, client, self.relay, self.relay_base or "", witnesses=self.witnesses
-                )
-                try:
-                    participant.prepare()
-                except AnonMLError as exc:
-                    self.db.set_participation(problem_id, node.fingerprint, "aborted", reason=str(exc))
-                    continue
+                participant = self._participant(node, problem, client)
+                participant.prepare()
                 self.db.set_participation(problem_id, node.fingerprint, "accepted")
                 self._join(problem, client, [participant])
 

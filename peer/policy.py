@@ -107,7 +107,8 @@ class PeerPolicy(BaseModel):
     @property
     def median_epsilon_cap(self) -> float:
         """Largest ε of one median answer accepted automatically."""
-        return self.max_median_epsilon if self.max_median_epsilon is not None else self.max_epsilon_per_problem
+        cap = self.max_median_epsilon
+        return cap if cap is not None else self.max_epsilon_per_problem
 
     def floors_text(self) -> str:
         """The floors, as shown to the person (``anonml peer proposals``, ``peer start``)."""

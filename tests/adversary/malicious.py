@@ -415,7 +415,7 @@ class HonestPeers:
     def assert_refused(
         self, problem: Problem, reason: str, which: int | PeerNode = 0, timeout: float = 60.0
     ) -> str:
-        """This identity refused (or aborted) ``problem`` with ``reason`` in its reason, and released nothing."""
+        """This identity refused (or aborted) ``problem`` saying ``reason``, and released nothing."""
         said = self.wait_stopped(problem, which, timeout)
         part = self.participation(problem, which)
         assert part is None or part[0] != "done", f"the peer took part to the end: {part}"
