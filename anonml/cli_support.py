@@ -2,11 +2,16 @@
 
 Rich tables go to stdout; progress and messages to stderr; an
 :class:`~anonml.errors.AnonMLError` becomes one stderr line and exit code 1.
+Text that came from elsewhere (a proposal's title, an aggregator's reason, an
+error message quoting either) goes through :func:`untrusted` before Rich sees
+it: control characters and terminal escape sequences removed, Rich markup
+escaped, length limited.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,10 +19,11 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from anonml.errors import AnonMLError
 
-__all__ = ["out", "err", "expected_errors", "print_json", "parse_json_option"]
+__all__ = ["out", "err", "expected_errors", "print_json", "parse_json_option", "untrusted"]
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -29,8 +35,27 @@ def expected_errors() -> Iterator[None]:
     try:
         yield
     except AnonMLError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        err.print(f"[bold red]error:[/] {untrusted(exc, 2000)}", highlight=False, markup=True)
         raise typer.Exit(code=1) from None
+
+
+#: Terminal escape sequences: CSI (``ESC [ … final``), OSC (``ESC ] … BEL|ST``), two-byte escapes.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
+#: C0/C1 controls and the invisible characters that reorder or hide text (bidi overrides, zero widths).
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def untrusted(text: object, limit: int = 200) -> str:
+    """``text`` made safe for a Rich console: printable, markup escaped, at most ``limit`` characters.
+
+    Escape sequences and control characters are removed (tabs and newlines
+    become spaces), the result is cut to ``limit`` characters with an ellipsis,
+    and Rich markup in it is escaped so ``[/oops]`` prints as itself.
+    """
+    plain = _CONTROLS.sub("", _ESCAPES.sub("", str(text))).replace("\t", " ").replace("\n", " ")
+    if len(plain) > limit:
+        plain = plain[: max(0, limit - 1)] + "…"
+    return escape(plain)
 
 
 def print_json(document: Any) -> None:
