@@ -70,6 +70,21 @@ def start(
     lifetime_cap: Annotated[
         float | None, typer.Option("--lifetime-cap", help="Largest total ε ever.")
     ] = None,
+    min_roster_size: Annotated[
+        int | None, typer.Option("--min-roster-size", help="Fewest roster members to report among.")
+    ] = None,
+    min_anonymity_set: Annotated[
+        int | None,
+        typer.Option("--min-anonymity-set", help="Fewest peers in the smallest report partition."),
+    ] = None,
+    min_hops: Annotated[int | None, typer.Option("--min-hops", help="Fewest relays on a route.")] = None,
+    max_pool_fraction: Annotated[
+        float | None, typer.Option("--max-pool-fraction", help="Largest median-pool fraction.")
+    ] = None,
+    offer_source: Annotated[
+        list[str] | None,
+        typer.Option("--offer-source", help="An event source you offer (repeatable; default: all)."),
+    ] = None,
     poll: Annotated[float | None, typer.Option("--poll", help="Seconds between polls.")] = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print only the start-up lines, not what the peer does.")
@@ -82,8 +97,10 @@ def start(
     the ledger, which refuses any release past it.
     """
     import uvicorn
+    from pydantic import ValidationError
 
     from peer.app import create_app, create_daemon
+    from peer.policy import PeerPolicy
 
     with expected_errors():
         settings = _settings(
@@ -101,11 +118,22 @@ def start(
                 "auto_accept": auto_accept,
                 "max_epsilon_per_problem": max_epsilon,
                 "lifetime_epsilon_cap": lifetime_cap,
+                "min_roster_size": min_roster_size,
+                "min_anonymity_set": min_anonymity_set,
+                "min_hops": min_hops,
+                "max_pool_fraction": max_pool_fraction,
+                "offered_sources": offer_source or None,
             }.items()
             if v is not None
         }
-        if changes:
-            settings = settings.model_copy(update={"policy": settings.policy.model_copy(update=changes)})
+        if changes:  # validated like any policy: a bad value is an error naming the field
+            try:
+                policy = PeerPolicy.model_validate(settings.policy.model_dump() | changes)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(map(str, first["loc"]))
+                raise AnonMLError(f"invalid policy: {where}: {first['msg']}") from None
+            settings = settings.model_copy(update={"policy": policy})
         if not settings.aggregators:
             raise AnonMLError("no aggregator to poll: pass --aggregator URL or set ANONML_PEER_AGGREGATORS")
         saved = settings.save_policy()

@@ -99,7 +99,12 @@ def _check_indistinguishable(
     """
     singled_out = _without_example(draft, peers)
     assert 0 < len(singled_out) < N, f"the cohort must hold both kinds of peers ({len(singled_out)} of {N})"
+    told: list[str] = []
+    peers.host.notify = told.append
     problem = _run(adversary, peers, draft)
+    # The person is told what each identity did (locally): the same story for every one.
+    for step in ("joined", "registered for", "sent its randomised reports", "downloaded the signed model"):
+        assert sum(step in line for line in told) == N, (step, told)
     seen = _behaviour(peers, problem)
     kh = problem.draft.kh
     # Identical observable behaviour: joined, registered, sent exactly k_h packets, recorded k_h
