@@ -204,15 +204,26 @@ class PrivacyLedger:
     def set_cap(self, problem: str, cap: float | None, *, peer: str | None = None) -> None:
         """Store a cap for ``peer`` (or every peer when ``None``) in ``problem``; ``None`` clears it."""
         key = (_name(problem, "problem"), _ALL_PEERS if peer is None else _name(peer, "peer"))
+        self._put_cap(CapRow, key, cap, "cap", problem=key[0], peer=key[1])
+
+    def _put_cap(
+        self,
+        model: type[CapRow] | type[LifetimeCapRow],
+        key: object,
+        cap: float | None,
+        what: str,
+        **columns: str,
+    ) -> None:
+        """Insert, update or (``cap=None``) delete the cap row of ``model`` at ``key``."""
         with self._sessions() as session, session.begin():
-            row = session.get(CapRow, key)
+            row = session.get(model, key)
             if cap is None:
                 if row is not None:
                     session.delete(row)
                 return
-            value = check_epsilon(cap, "cap")
+            value = check_epsilon(cap, what)
             if row is None:
-                session.add(CapRow(problem=key[0], peer=key[1], cap=value))
+                session.add(model(**columns, cap=value))
             else:
                 row.cap = value
 
@@ -236,17 +247,7 @@ class PrivacyLedger:
         is allowed: nothing more can then be recorded.
         """
         who = _name(peer, "peer")
-        with self._sessions() as session, session.begin():
-            row = session.get(LifetimeCapRow, who)
-            if cap is None:
-                if row is not None:
-                    session.delete(row)
-                return
-            value = check_epsilon(cap, "lifetime cap")
-            if row is None:
-                session.add(LifetimeCapRow(peer=who, cap=value))
-            else:
-                row.cap = value
+        self._put_cap(LifetimeCapRow, who, cap, "lifetime cap", peer=who)
 
     def lifetime_cap(self, peer: str) -> float | None:
         """``peer``'s stored lifetime cap, or None."""
