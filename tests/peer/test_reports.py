@@ -89,3 +89,32 @@ def test_invalid_features_names_each_kind_of_bad_value():
         2: "c = 2 is not one of its 2 categories",
     }
     assert invalid_features(np.array([0.5, 1.0, 0.5]), specs) == {2: "c = 0.5 is not one of its 2 categories"}
+
+
+def _median_truths(example: LocalExample | None, n: int = N) -> tuple[np.ndarray, list[str]]:
+    """What a median-pool identity holding ``example`` feeds randomised response for sessions > 5."""
+    from anonml.crypto import Identity
+    from anonml.protocol import MedianQuery
+    from peer.participant import Participant, PeerNode
+
+    node = PeerNode(identity=Identity.generate(), store=None, ledger=None)  # type: ignore[arg-type]
+    p = Participant(node, PROBLEM, client=None, relay=None, relay_base="", example=example)  # type: ignore[arg-type]
+    query = MedianQuery.model_construct(feature=0, threshold=5.0)
+    gen = np.random.default_rng(3)
+    return np.array([p._median_truth(query, gen) for _ in range(n)]), p.standins
+
+
+@pytest.mark.parametrize(
+    ("example", "reason"),
+    [(None, "no example"), (LocalExample(np.array([math.nan, 3.0]), 1), "sessions is nan")],
+)
+def test_a_median_answer_without_a_value_is_a_uniform_bit(example, reason):
+    truths, why = _median_truths(example)
+    assert abs(truths.mean() - 0.5) <= 4 * math.sqrt(0.25 / N)
+    assert len(why) == N and all(reason in w for w in why)
+
+
+def test_a_median_answer_with_a_value_compares_it():
+    assert _median_truths(LocalExample(np.array([7.0, 3.0]), 1), 20)[0].all()
+    truths, why = _median_truths(LocalExample(np.array([2.0, 3.0]), 1), 20)
+    assert not truths.any() and why == []
