@@ -182,7 +182,9 @@ def test_a_category_beyond_the_proposals_categories_gets_a_stand_in(adversary, p
         else f
         for f in base.features
     )
-    draft = hostile(base, features=features, kp=2)
+    column = [f.name for f in features].index("distinct_problems")
+    # Every partition reports that feature (subsets chosen by the proposal, not drawn from the seed).
+    draft = hostile(base, features=features, kp=2, subsets=((column,),))
     _check_indistinguishable(
         adversary, peers, draft, "is not one of its 5 categories", feature="distinct_problems"
     )
