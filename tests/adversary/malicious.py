@@ -251,7 +251,9 @@ class MaliciousAggregator:
         assert response.status_code == 201, response.text
         return sybil
 
-    def roster(self, problem: Problem) -> Roster:
+    def roster(self, problem: Problem, timeout: float = 30.0) -> Roster:
+        """The honest signed roster, once registration has closed (waits for it)."""
+        wait_until(lambda: self.status(problem).phase != "registration", "registration to close", timeout)
         response = requests.get(f"{self.url}/problems/{problem.id}/roster", timeout=30)
         assert response.status_code == 200, response.text
         return Roster.model_validate_json(response.content)
