@@ -155,10 +155,11 @@ def start(
 
 def _policy_text(settings: PeerSettings) -> str:
     policy = settings.policy
+    sources = untrusted(", ".join(policy.offered_sources)) if policy.offered_sources is not None else "all"
     return (
         f"ε ≤ {policy.max_epsilon_per_problem:g} per problem, lifetime ≤ {policy.lifetime_epsilon_cap:g}, "
         f"{'auto-accept' if policy.auto_accept else 'ask first'}; floors: {policy.floors_text()}; "
-        f"sources offered: {untrusted(', '.join(policy.offered_sources)) if policy.offered_sources else 'all'}"
+        f"sources offered: {sources}"
     )
 
 
