@@ -236,7 +236,7 @@ class PeerHost:
         "registered": "registered for",
         "checked": "checked the roster of",
         "answered": "answered a median query (randomised response) in",
-        "reporting": "sent its randomised reports (or cover packets) in",
+        "reporting": "is sending its randomised reports (or cover packets) in",
         "done": "downloaded the signed model of",
         "aborted": "stopped taking part in",
         "failed": "saw the aggregator fail",

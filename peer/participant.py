@@ -514,11 +514,12 @@ class Participant:
         if document.problem_id != self.problem.id:
             raise Aborted("the model is for another problem")
         model = AnonMLClassifier.from_json(json.dumps(document.model))
-        bad = invalid_features(self.example.x, self.problem.draft.features) if self.example is not None else {}
-        if self.example is not None and not bad:
-            self.prediction = float(model.predict_proba(self.example.x[None, :])[0, 1])
-        elif bad:
-            self.reason = f"no prediction: {'; '.join(bad.values())}"
+        if self.example is not None:
+            bad = invalid_features(self.example.x, self.problem.draft.features)
+            if bad:  # the model cannot bin this value either: no prediction, said locally
+                self.reason = f"no prediction: {'; '.join(bad.values())}"
+            else:
+                self.prediction = float(model.predict_proba(self.example.x[None, :])[0, 1])
         self.status = "done"
         return model
 

@@ -103,7 +103,8 @@ def _check_indistinguishable(
     peers.host.notify = told.append
     problem = _run(adversary, peers, draft)
     # The person is told what each identity did (locally): the same story for every one.
-    for step in ("joined", "registered for", "sent its randomised reports", "downloaded the signed model"):
+    steps = ("joined", "registered for", "is sending its randomised reports", "downloaded the signed model")
+    for step in steps:
         assert sum(step in line for line in told) == N, (step, told)
     seen = _behaviour(peers, problem)
     kh = problem.draft.kh
