@@ -13,7 +13,9 @@ signing key can:
   the honest answer parsed into its protocol model and returns what that peer
   is shown instead; the result is re-signed with the aggregator's key (so it
   verifies against the key pinned in the proposal) unless ``resign=False``.
-  Tag ``None`` rewrites the un-prefixed (everyone's) answers.
+  Tag ``None`` rewrites the un-prefixed (everyone's) answers. A host fetches
+  the roster and bins once for all the identities it runs, so give each victim
+  its own host (:func:`start_peers`) to show it its own view.
 * **Hostile parameters.** :func:`hostile` revalidates a draft with any
   changes (``kp``, ``hops``, ``pool_fraction``, ``min_peers``, …) through the
   aggregator's own admin API (:meth:`MaliciousAggregator.propose`).
