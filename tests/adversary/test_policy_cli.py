@@ -39,6 +39,7 @@ def _anonml(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_markup_and_escape_sequences_in_titles_print_as_plain_text(
     adversary: MaliciousAggregator, tmp_path: Path
 ):
