@@ -9,11 +9,15 @@ Both consoles print text as it is: Rich markup is off, so a file called
 eaten as a style tag. Styled output is built from :class:`rich.text.Text`
 (see :func:`styled`). When stdout is not a terminal (a pipe, a file, a test),
 tables are laid out at full width instead of truncating paths to 80 columns.
+Text that came from elsewhere (a proposal's title, an aggregator's reason, an
+error message quoting either) goes through :func:`untrusted` before it is
+printed: control characters and terminal escape sequences removed, length limited.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +41,7 @@ __all__ = [
     "importer_candidates",
     "flags_without_type",
     "ensure_port_free",
+    "untrusted",
 ]
 
 #: Width used when the stream is not a terminal: wide enough that no table cell is cut.
@@ -123,7 +128,7 @@ def expected_errors() -> Iterator[None]:
     except AnonMLError as exc:
         if _wants_json():
             print_json(error_document(exc))
-        err.print(styled(("error:", "bold red"), f" {exc}"))
+        err.print(styled(("error:", "bold red"), f" {untrusted(exc, 2000)}"))
         raise typer.Exit(code=1) from None
 
 
@@ -173,6 +178,25 @@ def ensure_port_free(host: str, port: int, *, what: str = "the service") -> None
                 f"cannot start {what} on {host}:{port}: {reason} (another process listens there? "
                 "stop it or choose another --port)"
             ) from None
+
+
+#: Terminal escape sequences: CSI (``ESC [ … final``), OSC (``ESC ] … BEL|ST``), two-byte escapes.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
+#: C0/C1 controls and the invisible characters that reorder or hide text (bidi overrides, zero widths).
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def untrusted(text: object, limit: int = 200) -> str:
+    """``text`` made safe for a terminal: printable, at most ``limit`` characters.
+
+    Escape sequences and control characters are removed (tabs and newlines
+    become spaces) and the result is cut to ``limit`` characters with an
+    ellipsis. The consoles print with markup off, so ``[/oops]`` prints as itself.
+    """
+    plain = _CONTROLS.sub("", _ESCAPES.sub("", str(text))).replace("\t", " ").replace("\n", " ")
+    if len(plain) > limit:
+        plain = plain[: max(0, limit - 1)] + "…"
+    return plain
 
 
 def print_json(document: Any) -> None:

@@ -5,6 +5,14 @@ params); the peer runs them over its own events only, keeps the proposed
 features by name, clips each numeric value into its declared range (the range
 the bins and the median search assume) and takes the instancer's label as a
 bit. Nothing leaves this module but the numbers the caller then perturbs.
+
+Whether a peer takes part never depends on this computation (DESIGN §7, the
+aggregator chooses the plugins and their params, so any condition they
+compute is the aggregator's question): a failure here makes the peer send
+stand-ins (:mod:`peer.reports`), never fall silent. :func:`invalid_features`
+names the values a report cannot carry (NaN, infinite, out of range, a
+category the proposal does not list), which are replaced the same way.
+Only events of the sources the person offers (``offered_sources``) are read.
 """
 
 from __future__ import annotations
@@ -15,13 +23,13 @@ import numpy as np
 
 from anonml.errors import AnonMLError
 from anonml.featurize import featurize_dataset
-from anonml.model import FeatureKind
+from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import Featurizer, Instancer
 from anonml.protocol import Problem
 from anonml.store import EventStore
 from peer.policy import load_plugins
 
-__all__ = ["LocalExample", "local_example", "store_user"]
+__all__ = ["LocalExample", "local_example", "store_user", "invalid_features"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,7 @@ def local_example(
     user: str | None,
     rng: np.random.Generator | None = None,
     plugins: tuple[Instancer, Featurizer, list[int]] | None = None,
+    sources: list[str] | None = None,
 ) -> LocalExample:
     """Run the problem's plugins over this peer's events and return its example.
 
@@ -65,7 +74,8 @@ def local_example(
     (a peer reports one example per problem: its slot count is fixed).
     ``plugins`` is :func:`~peer.policy.load_plugins`'s result, when the caller
     already loaded them (a host shares them between its identities: plugins
-    are pure functions of their params).
+    are pure functions of their params). ``sources`` (the person's
+    ``offered_sources``) limits the events read; None reads all.
 
     Raises
     ------
@@ -75,7 +85,12 @@ def local_example(
     """
     instancer, featurizer, columns = plugins if plugins is not None else load_plugins(problem)
     who = store_user(store, user)
-    rows = featurize_dataset(store.dataset(who), instancer, featurizer)
+    dataset = store.dataset(who)
+    if sources is not None:
+        offered = set(sources)
+        kept = tuple(e for e in dataset.events if e.source in offered)
+        dataset = dataset.model_copy(update={"events": kept})
+    rows = featurize_dataset(dataset, instancer, featurizer)
     if not rows:
         raise AnonMLError(f"the instancer {instancer.name!r} finds no example in {who!r}'s events")
     if len(rows) > 1:
@@ -88,3 +103,25 @@ def local_example(
         if spec.kind is FeatureKind.NUMERIC:
             values[j] = float(np.clip(values[j], spec.low, spec.high))
     return LocalExample(values, _label_bit(row.label))
+
+
+def invalid_features(x: np.ndarray, specs: tuple[FeatureSpec, ...]) -> dict[int, str]:
+    """Feature index → why ``x`` cannot be reported for it (empty when every value is valid).
+
+    Numeric values must be finite (they were clipped into ``[low, high]``);
+    booleans 0 or 1; categorical values an index of the proposal's categories.
+    """
+    bad: dict[int, str] = {}
+    for j, spec in enumerate(specs):
+        value = float(x[j]) if j < len(x) else float("nan")
+        if not np.isfinite(value):
+            bad[j] = f"{spec.name} is {value}"
+        elif spec.kind is FeatureKind.BOOL and value not in (0.0, 1.0):
+            bad[j] = f"{spec.name} = {value:g} is not a bit"
+        elif spec.kind is FeatureKind.CATEGORICAL and (
+            value != int(value) or not 0 <= value < len(spec.categories)
+        ):
+            bad[j] = f"{spec.name} = {value:g} is not one of its {len(spec.categories)} categories"
+        elif spec.kind is FeatureKind.NUMERIC and not spec.low <= value <= spec.high:  # type: ignore[operator]
+            bad[j] = f"{spec.name} = {value:g} is outside [{spec.low:g}, {spec.high:g}]"
+    return bad

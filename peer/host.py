@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from anonml.errors import AnonMLError
+from anonml.privacy import PrivacyLedger
 from anonml.protocol import PeerStatus, Problem, RosterWitness, verify_message
 from peer.client import AggregatorClient
 from peer.db import PeerDB
@@ -27,7 +29,39 @@ from peer.policy import Decision, PeerPolicy, evaluate_problem, load_plugins
 from peer.relay import RelayService
 from peer.worker import ProblemSession, Worker
 
-__all__ = ["PeerHost"]
+__all__ = ["PeerHost", "committed_epsilon", "discover"]
+
+
+def committed_epsilon(db: PeerDB | None, ledger: PrivacyLedger | None, fingerprint: str) -> float:
+    """ε the identity ``fingerprint`` agreed to or spent, over every problem (for the lifetime cap).
+
+    Per problem the larger of what it accepted (``db``) and what its ledger
+    recorded; either may be None when it does not exist yet (nothing agreed
+    or spent there).
+    """
+    agreed = db.accepted_epsilon(fingerprint) if db is not None else {}
+    spent: dict[str, float] = {}
+    for release in ledger.releases(peer=fingerprint) if ledger is not None else []:
+        spent[release.problem] = spent.get(release.problem, 0.0) + release.epsilon
+    problems = set(agreed) | set(spent)
+    return sum(max(agreed.get(p, 0.0), spent.get(p, 0.0)) for p in problems)
+
+
+def discover(db: PeerDB, aggregators: list[str]) -> list[Problem]:
+    """Record in ``db`` the proposals open for registration at ``aggregators``; return the new ones.
+
+    A proposal not signed by the aggregator key it names is ignored.
+    """
+    new = []
+    for url in aggregators:
+        for problem in AggregatorClient(url).problems(phase="registration"):
+            try:
+                verify_message(problem, bytes(problem.aggregator))
+            except AnonMLError:
+                continue
+            if db.record_proposal(problem.id, url, problem.model_dump_json()):
+                new.append(problem)
+    return new
 
 
 class PeerHost:
@@ -49,6 +83,11 @@ class PeerHost:
         Threads for per-identity steps and for timed sends.
     rng : numpy Generator, optional
         Relay release times (None: OS CSPRNG).
+    notify : callable, optional
+        Told, in one line of plain text each, what the identities do: joined,
+        refused and why, registered, answered, reported, stopped and why,
+        model downloaded (``anonml peer start`` prints them on stderr). Text
+        in them may come from the aggregator: the sink must escape it.
     """
 
     def __init__(
@@ -63,8 +102,11 @@ class PeerHost:
         poll_seconds: float = 1.0,
         workers: int = 8,
         rng: np.random.Generator | None = None,
+        notify: Callable[[str], None] | None = None,
     ) -> None:
         self.nodes = {node.node_id: node for node in nodes}
+        self.notify = notify
+        self._told: dict[tuple[str, str], str] = {}
         self.db = db
         self.policy = policy
         self.aggregators = list(aggregators)
@@ -95,19 +137,16 @@ class PeerHost:
 
     # -- proposals and decisions --------------------------------------------------
     def committed(self, node: PeerNode) -> float:
-        """ε this identity agreed to or spent, over every problem (for the lifetime cap)."""
-        agreed = self.db.accepted_epsilon(node.fingerprint)
-        spent: dict[str, float] = {}
-        for release in node.ledger.releases(peer=node.fingerprint):
-            spent[release.problem] = spent.get(release.problem, 0.0) + release.epsilon
-        problems = set(agreed) | set(spent)
-        return sum(max(agreed.get(p, 0.0), spent.get(p, 0.0)) for p in problems)
+        """ε this identity agreed to or spent, over every problem (:func:`committed_epsilon`)."""
+        return committed_epsilon(self.db, node.ledger, node.fingerprint)
 
     def decide(self, problem: Problem, *, manual: bool = False) -> dict[str, Decision]:
         """Apply the policy for every identity; accepted ones start participating.
 
         Plugins are loaded once and shared; each identity then checks its own
-        lifetime budget and computes its own example (in parallel).
+        lifetime budget and computes its own example (in parallel). Whether an
+        identity joins depends on the policy only, never on its example: one
+        whose example cannot be computed joins and sends stand-ins.
         """
         row = self.db.proposal(problem.id)
         if row is None:
@@ -128,15 +167,9 @@ class PeerHost:
                 problem, self.policy, self.committed(node), manual=manual, plugins=plugins
             )
             participant = None
-            if decision.accept:
-                participant = Participant(
-                    node, problem, client, self.relay, self.relay_base or "", witnesses=self.witnesses
-                )
-                try:
-                    participant.prepare(plugins)
-                except AnonMLError as exc:
-                    decision = Decision("refuse", f"cannot compute this identity's example: {exc}")
-                    participant = None
+            if decision.accept:  # on the policy alone: prepare() never refuses (stand-ins instead)
+                participant = self._participant(node, problem, client)
+                participant.prepare(plugins)
             self.db.decide(
                 problem.id, node.fingerprint, decision.verdict, decision.reason, problem.draft.epsilon
             )
@@ -151,11 +184,25 @@ class PeerHost:
                 continue
             node, decision, participant = result
             decisions[node.fingerprint] = decision
+            what = {"accept": "joined", "refuse": "refused", "ask": "asks you about"}[decision.verdict]
+            self._tell(node, problem, f"{what} “{problem.draft.title}” (ε = {problem.draft.epsilon:g})"
+                       + ("" if decision.accept else f": {decision.reason}"))
             if participant is not None:
                 accepted.append(participant)
         if accepted:
             self._join(problem, client, accepted)
         return decisions
+
+    def _participant(self, node: PeerNode, problem: Problem, client: AggregatorClient) -> Participant:
+        return Participant(
+            node,
+            problem,
+            client,
+            self.relay,
+            self.relay_base or "",
+            witnesses=self.witnesses,
+            policy=self.policy,
+        )
 
     def _join(self, problem: Problem, client: AggregatorClient, participants: list[Participant]) -> None:
         with self._lock:
@@ -167,16 +214,7 @@ class PeerHost:
 
     def discover(self) -> list[Problem]:
         """Record proposals open for registration at every aggregator; return the new ones."""
-        new = []
-        for url in self.aggregators:
-            for problem in AggregatorClient(url).problems(phase="registration"):
-                try:
-                    verify_message(problem, bytes(problem.aggregator))
-                except AnonMLError:
-                    continue  # not signed by the key it names: ignore it
-                if self.db.record_proposal(problem.id, url, problem.model_dump_json()):
-                    new.append(problem)
-        return new
+        return discover(self.db, self.aggregators)
 
     def poll_once(self) -> None:
         """One worker iteration: discover, decide (policy or user), step every session."""
@@ -190,6 +228,43 @@ class PeerHost:
                 session.step()
             except AnonMLError:  # aggregator unreachable or refusing: try again next poll
                 self.count("poll errors")
+            self._narrate(session)
+
+    # -- telling the person -------------------------------------------------------
+    #: What each participation status means to the person running the peer.
+    _STATUS_TEXT = {
+        "registered": "registered for",
+        "checked": "checked the roster of",
+        "answered": "answered a median query (randomised response) in",
+        "reporting": "is sending its randomised reports (or cover packets) in",
+        "done": "downloaded the signed model of",
+        "aborted": "stopped taking part in",
+        "failed": "saw the aggregator fail",
+    }
+
+    def _tell(self, node: PeerNode, problem: Problem, text: str) -> None:
+        if self.notify is None:
+            return
+        who = f"[{node.fingerprint[:8]}] " if len(self.nodes) > 1 else ""
+        self.notify(f"{who}{problem.id}: {text}")
+
+    def _narrate(self, session: ProblemSession) -> None:
+        """Tell each change of an identity's participation status, once."""
+        if self.notify is None:
+            return
+        for p in session.participants:
+            key = (session.problem.id, p.node.fingerprint)
+            if self._told.get(key) == p.status or p.status not in self._STATUS_TEXT:
+                continue
+            self._told[key] = p.status
+            text = f"{self._STATUS_TEXT[p.status]} “{session.problem.draft.title}”"
+            if p.status == "done" and p.prediction is not None:
+                text += f"; your predicted probability: {p.prediction:.3f}"
+            if p.status == "reporting" and p.standins:
+                text += f" (stand-ins, uniform through the same mechanism, for: {'; '.join(p.standins)})"
+            if p.status in ("aborted", "failed") and p.reason:
+                text += f": {p.reason}"
+            self._tell(p.node, session.problem, text)
 
     def _pick_up_manual_accepts(self) -> None:
         """Start participations the user accepted with ``anonml peer accept`` (same state DB)."""
@@ -206,14 +281,8 @@ class PeerHost:
                     continue
                 problem = Problem.model_validate_json(row.problem_json)
                 client = AggregatorClient(row.aggregator_url)
-                participant = Participant(
-                    node, problem, client, self.relay, self.relay_base or "", witnesses=self.witnesses
-                )
-                try:
-                    participant.prepare()
-                except AnonMLError as exc:
-                    self.db.set_participation(problem_id, node.fingerprint, "aborted", reason=str(exc))
-                    continue
+                participant = self._participant(node, problem, client)
+                participant.prepare()
                 self.db.set_participation(problem_id, node.fingerprint, "accepted")
                 self._join(problem, client, [participant])
 

@@ -4,9 +4,12 @@ The steps, each checked before anything is released (DESIGN §7; the
 aggregator is treated as an adversary):
 
 1. **Register** with a fresh round relay key certified by the identity.
-2. **Roster**: the common checks of :class:`~peer.roster.RosterView`, then its
-   own entry (identity, relay URL, certificate as registered), the seed
-   against the commitment published with the proposal, and the aggregator's
+2. **Roster**: the peer's anonymity floors
+   (:func:`peer.policy.check_roster_floors`: roster size, smallest
+   partition, enough members for ``hops`` distinct relays), the common
+   checks of :class:`~peer.roster.RosterView`, then its own entry
+   (identity, relay URL, certificate as registered), the seed against
+   the commitment published with the proposal, and the aggregator's
    signed :class:`~anonml.protocol.Assignment` re-derived with
    :func:`anonml.learn.partition.verify_assignment`. It then publishes a signed
    :class:`~anonml.protocol.RosterWitness` through its relay and compares the
@@ -33,11 +36,16 @@ aggregator is treated as an adversary):
 
 Failures of the aggregator's promises abort the participation with a
 reason (stored in :class:`~peer.db.PeerDB`); nothing is released after an abort.
+Failures on the peer's own data never do: a report or median answer that
+cannot be computed is replaced by a stand-in (a uniform value through the same
+mechanism, recorded like any release), so an identity that joined always
+sends exactly its slot count; why is logged locally only.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -76,12 +84,15 @@ from anonml.protocol import (
 from anonml.store import EventStore
 from peer.client import AggregatorClient, HTTPRefusal, fetch_witness
 from peer.dispatch import post
-from peer.features import LocalExample, local_example
+from peer.features import LocalExample, invalid_features, local_example
+from peer.policy import PeerPolicy, check_roster_floors
 from peer.relay import RelayRound, RelayService
 from peer.reports import choose_path, fetch_tokens, make_reports
 from peer.roster import RosterView
 
 __all__ = ["PeerNode", "Participant", "Aborted"]
+
+log = logging.getLogger("anonml.peer")
 
 
 class Aborted(AnonMLError):
@@ -117,6 +128,7 @@ class Participant:
     relay: RelayService
     relay_base: str
     witnesses: int = 2
+    policy: PeerPolicy = field(default_factory=PeerPolicy)
     status: str = "accepted"
     reason: str = ""
     example: LocalExample | None = None
@@ -135,6 +147,7 @@ class Participant:
     answered: bool = False
     sent: int = 0
     prediction: float | None = None
+    standins: list[str] = field(default_factory=list)
 
     @property
     def relay_url(self) -> str:
@@ -149,9 +162,32 @@ class Participant:
 
     # -- 0. the local example ----------------------------------------------------------
     def prepare(self, plugins: tuple[Instancer, Featurizer, list[int]] | None = None) -> None:
-        """Compute the local example and cap this problem's ε in the ledger at the agreed value."""
-        self.example = local_example(self.problem, self.node.store, self.node.user, self.node.rng, plugins)
+        """Cap this problem's ε in the ledger at the agreed value; compute the local example.
+
+        Never refuses: when the example cannot be computed (no example in the
+        store, a plugin failing on this person's events, …) the identity takes
+        part all the same and sends stand-ins (:meth:`_reports`, :meth:`answer`),
+        logging why locally only — refusing would tell the aggregator the
+        outcome of a condition it chose.
+        """
         self.node.ledger.set_cap(self.problem.id, self.problem.draft.epsilon, peer=self.node.fingerprint)
+        try:
+            self.example = local_example(
+                self.problem,
+                self.node.store,
+                self.node.user,
+                self.node.rng,
+                plugins,
+                sources=self.policy.offered_sources,
+            )
+        except Exception as exc:  # whatever fails, this identity sends stand-ins instead
+            self.example = None
+            self._standin(f"no example: {exc}")
+
+    def _standin(self, why: str) -> None:
+        """Note locally (the peer's log and its own state DB, never the aggregator) why a stand-in goes."""
+        log.info("identity %s sends a stand-in in %s: %s", self.node.fingerprint[:12], self.problem.id, why)
+        self.standins.append(why)
 
     # -- 1. registration ---------------------------------------------------------------
     def register(self) -> None:
@@ -172,7 +208,11 @@ class Participant:
 
     # -- 2. roster, assignment, witnesses ------------------------------------------------
     def check_roster(self, view: RosterView) -> None:
-        """Own entry, seed commitment, assignment; then publish the signed witness."""
+        """Floors, own entry, seed commitment, assignment; then publish the signed witness."""
+        try:
+            check_roster_floors(self.problem, len(view.keys), view.roster.median_pool_size, self.policy)
+        except AnonMLError as exc:
+            raise Aborted(f"refused before releasing anything: {exc}") from None
         me = bytes(self.node.identity.public)
         index = view.index_of.get(me)
         if index is None:
@@ -257,7 +297,7 @@ class Participant:
     # -- 3. median answer ---------------------------------------------------------------
     def answer(self, query: MedianQuery) -> bool:
         """Answer ``query`` if it names this identity (once per problem); True if answered."""
-        assert self.view is not None and self.assignment is not None and self.example is not None
+        assert self.view is not None and self.assignment is not None
         me = self.view.index_of[bytes(self.node.identity.public)]
         if self.answered or me not in query.members:
             return False
@@ -284,8 +324,9 @@ class Participant:
             pool="median",
         )
         self.answered = True  # recorded: never answer twice, even if the POST fails
-        truth = bool(self.example.x[query.feature] > query.threshold)
-        bit = bool(rr.perturb(np.asarray([truth]), self.node.rng)[0])
+        gen = self.node.rng if self.node.rng is not None else np.random.default_rng()
+        truth = self._median_truth(query, gen)
+        bit = bool(rr.perturb(np.asarray([truth]), gen)[0])
         answer = sign_message(
             MedianAnswer(
                 problem_id=self.problem.id,
@@ -307,6 +348,19 @@ class Participant:
             # release stays recorded (conservative), and the peer goes on (cover packets).
             self.reason = f"median answer not counted: {exc.detail}"
         return True
+
+    def _median_truth(self, query: MedianQuery, gen: np.random.Generator) -> bool:
+        """Is this identity's value above the threshold; a uniform bit when it cannot say."""
+        try:
+            if self.example is None:
+                raise AnonMLError("no example")
+            bad = invalid_features(self.example.x, self.problem.draft.features).get(query.feature)
+            if bad is not None:
+                raise AnonMLError(bad)
+            return bool(self.example.x[query.feature] > query.threshold)
+        except Exception as exc:  # whatever fails, a uniform bit through the same response
+            self._standin(f"median answer: {exc}")
+            return bool(gen.integers(2))
 
     # -- 4. report round ----------------------------------------------------------------
     def open_round(self, bins: Bins, view: RosterView | None = None) -> None:
@@ -349,7 +403,7 @@ class Participant:
         Returns ``(send time, first hop URL, packet)`` for exactly
         ``slots_per_peer`` packets; the caller schedules them.
         """
-        assert self.view is not None and self.assignment is not None and self.example is not None
+        assert self.view is not None and self.assignment is not None
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
         if time.time() >= bins.t_s + bins.delta:
             raise Aborted("the bins arrived after the send window closed")
@@ -401,7 +455,7 @@ class Participant:
             raise Aborted(f"token proof does not verify against the pinned key: {exc}") from None
 
     def _reports(self, bins: Bins) -> list[tuple[object, bytes]]:
-        assert self.view is not None and self.assignment is not None and self.example is not None
+        assert self.view is not None and self.assignment is not None
         if bins.slots_per_peer != len(self.assignment.subsets):
             raise Aborted(
                 f"bins announce {bins.slots_per_peer} slots for {len(self.assignment.subsets)} subsets"
@@ -409,7 +463,7 @@ class Participant:
         n = len(self.view.keys) - self.view.roster.median_pool_size
         self.fetch_tokens()
         assert self.tokens is not None
-        reports, specs = make_reports(
+        reports, specs, standins = make_reports(
             self.problem,
             self.assignment,
             self.example,
@@ -422,6 +476,9 @@ class Participant:
             self.node.ledger.record_many(specs)  # all k_h releases, before any is sent
         except BudgetExceeded as exc:
             raise Aborted(str(exc)) from None
+        for h, why in enumerate(standins):
+            if why:
+                self._standin(f"report {h}: {why}")
         out = []
         for token, report in zip(self.tokens, reports, strict=True):
             data = report.to_bytes()
@@ -458,7 +515,11 @@ class Participant:
             raise Aborted("the model is for another problem")
         model = AnonMLClassifier.from_json(json.dumps(document.model))
         if self.example is not None:
-            self.prediction = float(model.predict_proba(self.example.x[None, :])[0, 1])
+            bad = invalid_features(self.example.x, self.problem.draft.features)
+            if bad:  # the model cannot bin this value either: no prediction, said locally
+                self.reason = f"no prediction: {'; '.join(bad.values())}"
+            else:
+                self.prediction = float(model.predict_proba(self.example.x[None, :])[0, 1])
         self.status = "done"
         return model
 

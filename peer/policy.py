@@ -9,23 +9,43 @@ lifetime cap together with what it already committed to other problems.
 
 Manual acceptance (``anonml peer accept ID``) may go past the per-problem
 maximum and the allow-lists — the user decided — but never past the lifetime
-cap, and never runs a plugin that is not installed or a feature the
-featurizer does not declare.
+cap, never past the anonymity floors below, and never runs a plugin that is
+not installed or a feature the featurizer does not declare.
+
+Anonymity floors
+----------------
+The aggregator is an adversary (DESIGN §7): the parameters it proposes decide
+how many people a report hides among. A peer refuses, before it releases
+anything, a problem whose
+
+* onion routes are shorter than ``min_hops`` relays (``draft.hops``; a route
+  is exactly ``hops`` distinct members other than the sender, never shortened);
+* median pool is more than ``max_pool_fraction`` of the roster (the report
+  partitions shrink as the pool grows);
+* median answer costs more than ``max_median_epsilon`` (default: the per-problem
+  maximum);
+
+which :func:`evaluate_problem` checks on the proposal; and, once the signed
+roster is out (:func:`check_roster_floors`, before any token request or
+answer), a roster of fewer than ``max(min_peers, min_roster_size)`` members,
+fewer than ``hops + 1`` members, or a smallest report partition
+``floor((n − median pool) / k_p)`` below ``min_anonymity_set`` (with k_p = n
+every partition is one person: its reports are attributed by partition alone).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from anonml.errors import AnonMLError
-from anonml.model import FeatureSpec
+from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import Featurizer, Instancer, PluginRef, create
 from anonml.protocol import Problem
 
-__all__ = ["PeerPolicy", "Decision", "evaluate_problem", "load_plugins"]
+__all__ = ["PeerPolicy", "Decision", "evaluate_problem", "load_plugins", "check_roster_floors"]
 
 
 class PeerPolicy(BaseModel):
@@ -38,9 +58,24 @@ class PeerPolicy(BaseModel):
     max_epsilon_per_problem : float
         Largest ε accepted automatically for one problem.
     lifetime_epsilon_cap : float
-        Largest total ε over every problem ever accepted (a hard cap).
+        Largest total ε over every problem ever accepted (a hard cap, also
+        enforced by the ledger itself: :meth:`anonml.privacy.PrivacyLedger.set_lifetime_cap`).
     auto_accept : bool
         Accept proposals within the policy without asking.
+    min_roster_size : int
+        Fewest roster members this peer reports among (the problem's own
+        ``min_peers`` applies too: the larger of the two).
+    min_anonymity_set : int
+        Fewest report peers in the smallest partition, ``floor((n − pool) / k_p)``.
+    min_hops : int
+        Fewest relays on a route (a problem with ``hops`` below it is refused).
+    max_pool_fraction : float
+        Largest median-pool fraction accepted.
+    max_median_epsilon : float or None
+        Largest ε of one median answer (None: ``max_epsilon_per_problem``).
+    offered_sources : list of str or None
+        The event sources this person offers to problems (None: all); events of
+        other sources are never read. Set by the person, never by a proposal.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -50,6 +85,38 @@ class PeerPolicy(BaseModel):
     max_epsilon_per_problem: float = Field(default=1.0, gt=0, le=20)
     lifetime_epsilon_cap: float = Field(default=10.0, gt=0, le=1000)
     auto_accept: bool = False
+    # Anonymity floors (module docstring).
+    min_roster_size: int = Field(default=20, ge=2, le=1_000_000)
+    min_anonymity_set: int = Field(default=10, ge=1, le=1_000_000)
+    min_hops: int = Field(default=3, ge=1, le=4)
+    max_pool_fraction: float = Field(default=0.5, ge=0, lt=1)
+    max_median_epsilon: float | None = Field(default=None, gt=0, le=20)
+    offered_sources: list[str] | None = None
+
+    @classmethod
+    def for_simulation(cls, **fields: Any) -> PeerPolicy:
+        """A policy for loopback simulations and tests with small rosters; never for a real person.
+
+        The scale floors become ``min_roster_size = 2`` and
+        ``min_anonymity_set = 1`` (a few dozen simulated peers cannot meet the
+        defaults); the route and pool floors, the ε limits and everything in
+        ``fields`` are as for any peer.
+        """
+        return cls(**{"min_roster_size": 2, "min_anonymity_set": 1, **fields})
+
+    @property
+    def median_epsilon_cap(self) -> float:
+        """Largest ε of one median answer accepted automatically."""
+        cap = self.max_median_epsilon
+        return cap if cap is not None else self.max_epsilon_per_problem
+
+    def floors_text(self) -> str:
+        """The floors, as shown to the person (``anonml peer proposals``, ``peer start``)."""
+        return (
+            f"roster ≥ {self.min_roster_size}, anonymity set ≥ {self.min_anonymity_set}, "
+            f"hops ≥ {self.min_hops}, median pool ≤ {self.max_pool_fraction:g}, "
+            f"median ε ≤ {self.median_epsilon_cap:g}"
+        )
 
 
 @dataclass(frozen=True)
@@ -79,7 +146,8 @@ def load_plugins(problem: Problem) -> tuple[Instancer, Featurizer, list[int]]:
         (:class:`~anonml.errors.PluginNotFound`, :class:`~anonml.errors.PluginError`)
         when a plugin is not installed, has another version or refuses the
         params; when a proposed feature is not one the featurizer declares
-        with the same kind.
+        with the same kind (and, for a categorical feature, the same categories
+        in the same order: a report's domain is the proposal's categories).
     """
     draft = problem.draft
     instancer = create("instancer", draft.instancer)
@@ -99,6 +167,11 @@ def load_plugins(problem: Problem) -> tuple[Instancer, Featurizer, list[int]]:
             raise AnonMLError(
                 f"feature {spec.name!r} is {spec.kind.value} in the proposal but "
                 f"{found[1].kind.value} in featurizer {featurizer.name!r}"
+            )
+        if spec.kind is FeatureKind.CATEGORICAL and found[1].categories != spec.categories:
+            raise AnonMLError(
+                f"feature {spec.name!r} has categories {list(spec.categories)} in the proposal but "
+                f"{list(found[1].categories)} in featurizer {featurizer.name!r}"
             )
         columns.append(found[0])
     return instancer, featurizer, columns
@@ -133,6 +206,14 @@ def evaluate_problem(
                 f"ε={draft.epsilon:g} exceeds this peer's maximum of "
                 f"{policy.max_epsilon_per_problem:g} per problem",
             )
+        median_cap = policy.median_epsilon_cap
+        if draft.median.pool_fraction > 0 and draft.numeric_features and draft.median_epsilon > median_cap:
+            return Decision(
+                "refuse", f"median ε={draft.median_epsilon:g} exceeds this peer's maximum of {median_cap:g}"
+            )
+    floor = proposal_floors(problem, policy)
+    if floor is not None:
+        return Decision("refuse", floor)
     if committed + draft.epsilon > policy.lifetime_epsilon_cap + 1e-9:
         return Decision(
             "refuse",
@@ -142,3 +223,52 @@ def evaluate_problem(
     if not manual and not policy.auto_accept:
         return Decision("ask", "within policy; waiting for 'anonml peer accept' (auto_accept is off)")
     return Decision("accept", "within policy" if not manual else "accepted by the user")
+
+
+def proposal_floors(problem: Problem, policy: PeerPolicy) -> str | None:
+    """Why ``problem``'s own parameters break an anonymity floor (module docstring), or None."""
+    draft = problem.draft
+    if draft.hops < policy.min_hops:
+        return f"routes of {draft.hops} hop(s) are shorter than this peer's floor of {policy.min_hops}"
+    if draft.median.pool_fraction > policy.max_pool_fraction:
+        return (
+            f"median pool fraction {draft.median.pool_fraction:g} exceeds this peer's maximum of "
+            f"{policy.max_pool_fraction:g}"
+        )
+    return None
+
+
+def check_roster_floors(problem: Problem, n_members: int, median_pool_size: int, policy: PeerPolicy) -> None:
+    """Refuse a signed roster below this peer's floors (module docstring); before any release.
+
+    Raises
+    ------
+    AnonMLError
+        Naming the floor and the roster's value: fewer members than
+        ``max(min_peers, min_roster_size)``; fewer than ``hops + 1`` (a route
+        of ``hops`` distinct other members would be impossible); a smallest
+        report partition ``floor((n − pool) / k_p)`` below ``min_anonymity_set``;
+        or a proposal floor (:func:`proposal_floors`).
+    """
+    draft = problem.draft
+    reason = proposal_floors(problem, policy)
+    if reason is not None:
+        raise AnonMLError(reason)
+    need = max(draft.min_peers, policy.min_roster_size)
+    if n_members < need:
+        raise AnonMLError(
+            f"the roster has {n_members} members, fewer than {need} "
+            f"(the larger of the problem's min_peers={draft.min_peers} and this peer's floor of "
+            f"{policy.min_roster_size})"
+        )
+    if n_members < draft.hops + 1:
+        raise AnonMLError(
+            f"the roster has {n_members} members: too few for routes of {draft.hops} distinct other members"
+        )
+    smallest = (n_members - median_pool_size) // draft.kp
+    if smallest < policy.min_anonymity_set:
+        raise AnonMLError(
+            f"the smallest report partition holds {smallest} peers ((n={n_members} − pool "
+            f"{median_pool_size}) / k_p={draft.kp}), fewer than this peer's anonymity floor of "
+            f"{policy.min_anonymity_set}"
+        )

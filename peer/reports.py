@@ -9,9 +9,12 @@ Pure functions of the peer's state (used by :class:`peer.participant.Participant
   subset ``h`` the value ``(codes of the subset, label)`` in C order
   (:func:`anonml.learn.report_values`) perturbed by the mechanism of least
   expected error at ε/k_h (:func:`anonml.privacy.best_mechanism`, thesis
-  eq. 7.2), with the :class:`~anonml.privacy.ReleaseSpec` to record for it.
-- :func:`choose_path`: ``hops`` distinct other roster members, uniformly, each
-  relay certificate checked for the round.
+  eq. 7.2), with the :class:`~anonml.privacy.ReleaseSpec` to record for it;
+  a uniform stand-in value through the same mechanism when the value cannot
+  be computed (exactly k_h reports, whatever the data).
+- :func:`choose_path`: exactly ``hops`` distinct other roster members,
+  uniformly, each relay certificate checked for the round (never fewer: a
+  roster too small for that is refused, not routed over a shorter path).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from anonml.protocol import (
     report_slot,
     sign_message,
 )
-from peer.features import LocalExample
+from peer.features import LocalExample, invalid_features
 from peer.roster import RosterView
 
 __all__ = ["fetch_tokens", "make_reports", "choose_path"]
@@ -88,22 +91,51 @@ def fetch_tokens(
 def make_reports(
     problem: Problem,
     assignment: PeerAssignment,
-    example: LocalExample,
+    example: LocalExample | None,
     bins: Bins,
     partition_size: int,
     peer: str,
     rng: np.random.Generator | None = None,
-) -> tuple[list[PrivateReport], list[ReleaseSpec]]:
-    """One perturbed report per assigned subset, and the releases to record before sending."""
+) -> tuple[list[PrivateReport], list[ReleaseSpec], list[str]]:
+    """One perturbed report per assigned subset, the releases to record, and the stand-in reasons.
+
+    A report whose value cannot be computed — no example, a value
+    :func:`~peer.features.invalid_features` rejects, or any failure while
+    binning — is a *stand-in*: a value drawn uniformly from the report's
+    domain, perturbed by the same mechanism and recorded the same way. The
+    packet count and the release never depend on the data (a missing report
+    would tell the aggregator the condition that caused it); the third list
+    says, per report, why a stand-in was sent ("" for a real one), for the
+    peer's own log only.
+    """
     draft = problem.draft
+    gen = rng if rng is not None else np.random.default_rng()
     binning = Binning.from_thresholds(draft.features, dict(enumerate(bins.edges)))
-    codes = binning.transform(example.x[None, :])
-    reports, specs = [], []
+    if example is None:
+        bad: dict[int, str] = {}
+        codes = None
+    else:
+        bad = invalid_features(example.x, draft.features)
+        x = np.array(example.x, dtype=float)
+        x[list(bad)] = 0.0  # only the reports touching them are replaced; the others are binned
+        try:
+            codes = binning.transform(x[None, :])
+        except Exception as exc:  # whatever fails, stand-ins go instead: never silence
+            codes, bad = None, {**bad, -1: f"binning failed: {exc}"}
+    reports, specs, standins = [], [], []
     for h, subset in enumerate(assignment.subsets):
         shape = tuple(binning.n_bins[f] for f in subset)
-        value = report_values(codes[:, list(subset)], np.asarray([example.y]), shape)
         mechanism = best_mechanism(draft.report_epsilon, domain_size(shape), max(1, partition_size))
-        bits = mechanism.perturb(value, rng)[0]
+        why = _standin_reason(example, codes, bad, subset)
+        if not why:
+            assert example is not None and codes is not None
+            try:
+                value = report_values(codes[:, list(subset)], np.asarray([example.y]), shape)
+            except Exception as exc:  # whatever fails, a stand-in goes instead
+                why = f"report value failed: {exc}"
+        if why:
+            value = gen.integers(domain_size(shape), size=1)
+        bits = mechanism.perturb(value, gen)[0]
         reports.append(
             PrivateReport(
                 problem_id=problem.id,
@@ -124,7 +156,21 @@ def make_reports(
                 pool=f"partition-{assignment.index}",
             )
         )
-    return reports, specs
+        standins.append(why)
+    return reports, specs, standins
+
+
+def _standin_reason(
+    example: LocalExample | None, codes: np.ndarray | None, bad: dict[int, str], subset: tuple[int, ...]
+) -> str:
+    if example is None:
+        return "no example"
+    if codes is None:
+        return bad.get(-1, "binning failed")
+    reasons = [bad[f] for f in subset if f in bad]
+    if example.y not in (0, 1):
+        reasons.append(f"label {example.y!r} is not a bit")
+    return "; ".join(reasons)
 
 
 def choose_path(
@@ -132,9 +178,13 @@ def choose_path(
 ) -> list[Hop]:
     """``hops`` distinct roster members other than ``me``, uniformly at random, certificates checked."""
     others = [i for i in range(len(view.keys)) if i != me]
+    if hops > len(others):
+        raise ProtocolError(
+            f"a route of {hops} distinct relays needs {hops} other roster members; there are {len(others)}"
+        )
     gen = rng if rng is not None else np.random.default_rng()
     path = []
-    for c in gen.choice(len(others), size=min(hops, len(others)), replace=False):
+    for c in gen.choice(len(others), size=hops, replace=False):
         member = others[int(c)]
         cert = RelayKeyCertificate.from_bytes(bytes(view.roster.entries[member].relay_certificate))
         try:

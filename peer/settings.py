@@ -3,6 +3,14 @@
 From keyword arguments or ``ANONML_PEER_*`` environment variables
 (:meth:`PeerSettings.from_env`; lists as comma-separated text, the policy as
 JSON in ``ANONML_PEER_POLICY``), validated by pydantic.
+
+The policy holds across commands: ``anonml peer start`` saves the policy it
+runs with in ``policy_file`` (``$ANONML_HOME/peer/policy.json``, mode 0600,
+:meth:`PeerSettings.save_policy`), and every later command — ``peer accept``,
+``peer proposals``, the next ``peer start`` — reads it
+(:meth:`PeerSettings.from_env`) unless a policy is given explicitly. The
+lifetime cap is moreover stored in the ledger itself
+(:meth:`anonml.privacy.PrivacyLedger.set_lifetime_cap`).
 """
 
 from __future__ import annotations
@@ -16,16 +24,25 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from anonml.environment import settings_from_env
+from anonml.errors import AnonMLError
 from anonml.paths import anonml_home
 from peer.policy import PeerPolicy
 
-__all__ = ["PeerSettings", "ENV_PREFIX"]
+__all__ = ["PeerSettings", "ENV_PREFIX", "load_policy"]
 
 ENV_PREFIX = "ANONML_PEER_"
 
 
 def _home(name: str) -> Path:
     return anonml_home() / "peer" / name
+
+
+def load_policy(path: Path) -> PeerPolicy:
+    """The policy saved at ``path``; a clear error naming the file when it is not valid."""
+    try:
+        return PeerPolicy.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise AnonMLError(f"{path}: not a valid saved peer policy ({exc}); fix or remove it") from None
 
 
 class PeerSettings(BaseModel):
@@ -54,7 +71,10 @@ class PeerSettings(BaseModel):
         How many other roster members to compare the roster fingerprint with.
     local_token : str
         Bearer token of the local status API (generated and stored when empty).
+    policy_file : Path
+        Where ``peer start`` saves the policy and every command reads it.
     policy : PeerPolicy
+        The saved policy when ``policy_file`` exists and no other is given.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -72,6 +92,7 @@ class PeerSettings(BaseModel):
     poll_seconds: float = Field(default=1.0, gt=0, le=3600)
     witnesses: int = Field(default=2, ge=0, le=16)
     local_token: str = ""
+    policy_file: Path = Field(default_factory=lambda: _home("policy.json"))
     policy: PeerPolicy = PeerPolicy()
 
     @classmethod
@@ -79,7 +100,23 @@ class PeerSettings(BaseModel):
         """Settings from ``ANONML_PEER_<FIELD>`` variables, then ``overrides`` (None = unset)."""
         parsers = {"aggregators": lambda raw: [u.strip() for u in raw.split(",") if u.strip()],
                    "policy": json.loads}
-        return settings_from_env(cls, ENV_PREFIX, overrides, parsers)
+        settings = settings_from_env(cls, ENV_PREFIX, overrides, parsers)
+        explicit = overrides.get("policy") is not None or (ENV_PREFIX + "POLICY") in os.environ
+        if not explicit and settings.policy_file.exists():
+            settings = settings.model_copy(update={"policy": load_policy(settings.policy_file)})
+        return settings
+
+    def save_policy(self) -> Path:
+        """Write ``policy`` to ``policy_file`` (mode 0600, replaced atomically); return the path."""
+        path = self.policy_file
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(self.policy.model_dump_json(indent=2) + "\n")
+        os.replace(tmp, path)
+        return path
 
     def relay_base(self, port: int | None = None) -> str:
         """The base URL other peers use for this daemon's relay."""

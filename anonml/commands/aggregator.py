@@ -20,7 +20,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from anonml.cli_support import ensure_port_free, err, expected_errors, out, print_json
+from anonml.cli_support import ensure_port_free, err, expected_errors, out, print_json, untrusted
 from anonml.errors import AnonMLError, ProtocolError
 from anonml.protocol import ModelDocument, Problem, ProblemDraft, ProblemStatus, verify_message
 
@@ -154,7 +154,7 @@ def propose(
     if as_json:
         print_json(problem.model_dump(mode="json"))
         return
-    out.print(problem.id)
+    out.print(untrusted(problem.id, 64))
     err.print(f"registration closes at {draft.schedule.registration_deadline.isoformat()}", highlight=False)
 
 
@@ -184,8 +184,8 @@ def status(
         print_json(st.model_dump(mode="json"))
         return
     table = Table("what", "value")
-    table.add_row("problem", f"{st.id} — {st.title}")
-    table.add_row("phase", st.phase + (f" ({st.message})" if st.message else ""))
+    table.add_row("problem", f"{untrusted(st.id, 64)} — {untrusted(st.title, 80)}")
+    table.add_row("phase", untrusted(st.phase + (f" ({st.message})" if st.message else ""), 300))
     for name in (
         "registered",
         "roster_size",
@@ -198,9 +198,9 @@ def status(
         table.add_row(name.replace("_", " "), f"{getattr(st, name):,}")
     table.add_row("model available", "yes" if st.model_available else "no")
     for reason, count in sorted(st.rejects.items()):
-        table.add_row(f"refused: {reason}", f"{count:,}")
+        table.add_row(f"refused: {untrusted(reason, 200)}", f"{count:,}")
     for phase, seconds in st.phase_seconds.items():
-        table.add_row(f"time: {phase}", f"{seconds:.2f} s")
+        table.add_row(f"time: {untrusted(phase, 64)}", f"{seconds:.2f} s")
     out.print(table)
 
 
@@ -239,6 +239,8 @@ def model(
                 f"model of {problem_id} is not signed by the problem's aggregator: {exc}"
             ) from None
         output.write_text(document.model_dump_json(indent=1), encoding="utf-8")
+    metrics = ", ".join(f"{k}={v:g}" for k, v in document.metrics.items())
     err.print(
-        f"wrote {output} ({', '.join(f'{k}={v:g}' for k, v in document.metrics.items())})", highlight=False
+        f"wrote {untrusted(output)} ({untrusted(metrics)})",
+        highlight=False,
     )

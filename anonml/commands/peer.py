@@ -1,28 +1,45 @@
 """``anonml peer start|proposals|accept|ledger|predict``: take part in problems, privately.
 
-``start`` runs the daemon (relay + worker) in the foreground. The other
-commands read and write the same local state (``$ANONML_HOME/peer/peer.db``,
-the ledger, the identity), so they work whether or not the daemon runs:
-``accept`` records the decision and the running daemon picks it up at its
-next poll.
+``start`` runs the daemon (relay + worker) in the foreground and tells the
+person on stderr what it does (``--quiet`` for less). It saves the policy it
+runs with in the peer's home (``$ANONML_HOME/peer/policy.json``, 0600) and
+stores the lifetime cap in the ledger itself; every other command reads the
+saved policy. The other commands read and write the same local state
+(``$ANONML_HOME/peer/peer.db``, the ledger, the identity), so they work
+whether or not the daemon runs: ``accept`` records the decision and the
+running daemon picks it up at its next poll. The read-only ones
+(``proposals`` without ``-a``, ``ledger``, ``predict``) create nothing: with
+no local state yet they say so.
+
+Every string that came from an aggregator (titles, descriptions, reasons) is
+printed through :func:`anonml.cli_support.untrusted`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from anonml.cli_support import err, expected_errors, out, print_json
+from anonml.cli_support import err, expected_errors, out, print_json, untrusted
 from anonml.errors import AnonMLError
 
 if TYPE_CHECKING:
+    from anonml.privacy import PrivacyLedger
+    from peer.db import PeerDB
     from peer.host import PeerHost
     from peer.settings import PeerSettings
 
 app = typer.Typer(help="Run the peer daemon; review proposals, budgets and models.", no_args_is_help=True)
+
+#: Longest proposal title shown (the rest is cut with an ellipsis).
+TITLE_LIMIT = 80
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 AggregatorOption = Annotated[
@@ -66,11 +83,36 @@ def start(
     poll: Annotated[
         float | None, typer.Option("--poll", help="Seconds between polls.", show_default="1.0")
     ] = None,
+    min_roster_size: Annotated[
+        int | None, typer.Option("--min-roster-size", help="Fewest roster members to report among.")
+    ] = None,
+    min_anonymity_set: Annotated[
+        int | None,
+        typer.Option("--min-anonymity-set", help="Fewest peers in the smallest report partition."),
+    ] = None,
+    min_hops: Annotated[int | None, typer.Option("--min-hops", help="Fewest relays on a route.")] = None,
+    max_pool_fraction: Annotated[
+        float | None, typer.Option("--max-pool-fraction", help="Largest median-pool fraction.")
+    ] = None,
+    offer_source: Annotated[
+        list[str] | None,
+        typer.Option("--offer-source", help="An event source you offer (repeatable; default: all)."),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only the start-up lines, not what the peer does.")
+    ] = False,
 ) -> None:
-    """Run the peer daemon: relay for other peers and take part in accepted problems."""
+    """Run the peer daemon: relay for other peers and take part in accepted problems.
+
+    The policy (the saved one, changed by the options given) is saved in the
+    peer's home for every other command, and its lifetime cap is stored in
+    the ledger, which refuses any release past it.
+    """
     import uvicorn
+    from pydantic import ValidationError
 
     from peer.app import create_app, create_daemon
+    from peer.policy import PeerPolicy
 
     with expected_errors():
         settings = _settings(
@@ -88,85 +130,182 @@ def start(
                 "auto_accept": auto_accept,
                 "max_epsilon_per_problem": max_epsilon,
                 "lifetime_epsilon_cap": lifetime_cap,
+                "min_roster_size": min_roster_size,
+                "min_anonymity_set": min_anonymity_set,
+                "min_hops": min_hops,
+                "max_pool_fraction": max_pool_fraction,
+                "offered_sources": offer_source or None,
             }.items()
             if v is not None
         }
-        if changes:
-            settings = settings.model_copy(update={"policy": settings.policy.model_copy(update=changes)})
+        if changes:  # validated like any policy: a bad value is an error naming the field
+            try:
+                policy = PeerPolicy.model_validate(settings.policy.model_dump() | changes)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(map(str, first["loc"]))
+                raise AnonMLError(f"invalid policy: {where}: {first['msg']}") from None
+            settings = settings.model_copy(update={"policy": policy})
         if not settings.aggregators:
             raise AnonMLError("no aggregator to poll: pass --aggregator URL or set ANONML_PEER_AGGREGATORS")
+        saved = settings.save_policy()
         host_ = create_daemon(settings)
+        for node in host_.nodes.values():
+            node.ledger.set_lifetime_cap(node.fingerprint, settings.policy.lifetime_epsilon_cap)
+        if not quiet:
+            host_.notify = lambda text: err.print(untrusted(text, 1000), highlight=False)
         node = next(iter(host_.nodes.values()))
         err.print(f"peer {node.identity.public.fingerprint_text()}", highlight=False)
         err.print(
-            f"relay at {settings.relay_base()}; polling {', '.join(settings.aggregators)}; "
-            f"policy: ε ≤ {settings.policy.max_epsilon_per_problem:g} per problem, "
-            f"lifetime ≤ {settings.policy.lifetime_epsilon_cap:g}, "
-            f"{'auto-accept' if settings.policy.auto_accept else 'ask first'}",
+            f"relay at {settings.relay_base()}; polling {untrusted(', '.join(settings.aggregators))}",
             highlight=False,
         )
+        err.print(f"policy (saved in {untrusted(saved)}): {_policy_text(settings)}", highlight=False)
         app_ = create_app(host_, settings.resolved_local_token())
         uvicorn.run(app_, host=settings.host, port=settings.port, access_log=False, log_level="warning")
 
 
+def _policy_text(settings: PeerSettings) -> str:
+    policy = settings.policy
+    sources = untrusted(", ".join(policy.offered_sources)) if policy.offered_sources is not None else "all"
+    return (
+        f"ε ≤ {policy.max_epsilon_per_problem:g} per problem, lifetime ≤ {policy.lifetime_epsilon_cap:g}, "
+        f"{'auto-accept' if policy.auto_accept else 'ask first'}; floors: {policy.floors_text()}; "
+        f"sources offered: {sources}"
+    )
+
+
 def _local() -> tuple[PeerSettings, PeerHost]:
+    """The settings (with the saved policy) and a host over the local state (created if missing)."""
     from peer.app import create_daemon
 
     settings = _settings()
     return settings, create_daemon(settings)
 
 
+def _sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL (None for other databases and in-memory SQLite)."""
+    if url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///"))
+    return None
+
+
+def _exists(url: str) -> bool:
+    """Whether the database at ``url`` exists (non-SQLite databases are assumed to)."""
+    path = _sqlite_path(url)
+    return path is None or path.exists()
+
+
+@dataclass
+class _ReadOnly:
+    """What exists of the local state, opened without creating anything."""
+
+    settings: PeerSettings
+    fingerprint: str | None
+    db: PeerDB | None
+    ledger: PrivacyLedger | None
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+        if self.ledger is not None:
+            self.ledger.close()
+
+
+@contextmanager
+def _read_only(*, create_db: bool = False) -> Iterator[_ReadOnly]:
+    """Open the identity, state DB and ledger that exist; create none (but the DB if ``create_db``)."""
+    from anonml.crypto import load_identity
+    from anonml.privacy import PrivacyLedger
+    from peer.db import PeerDB
+
+    settings = _settings()
+    fingerprint = None
+    if settings.identity_file.exists():
+        identity = load_identity(settings.identity_file, settings.identity_passphrase)
+        fingerprint = identity.fingerprint.hex()
+    db = PeerDB(settings.state_url) if create_db or _exists(settings.state_url) else None
+    ledger = PrivacyLedger(settings.ledger_url) if _exists(settings.ledger_url) else None
+    state = _ReadOnly(settings, fingerprint, db, ledger)
+    try:
+        yield state
+    finally:
+        state.close()
+
+
+def _nothing_yet(what: str, settings: PeerSettings) -> None:
+    err.print(
+        f"{what}: no local peer state yet in {untrusted(settings.state_url)} "
+        "(run 'anonml peer start -a URL', or 'anonml peer proposals -a URL' to fetch proposals)",
+        highlight=False,
+    )
+
+
 @app.command()
 def proposals(aggregator: AggregatorOption = None, as_json: JsonOption = False) -> None:
-    """Problems seen (fetched now from --aggregator URLs too), with this peer's decision and why."""
+    """Problems seen (fetched now from --aggregator URLs too), with this peer's decision and why.
+
+    Decisions not taken yet are evaluated with the saved policy, floors
+    included; without ``--aggregator`` nothing is created.
+    """
     from anonml.protocol import Problem
+    from peer.host import committed_epsilon, discover
     from peer.policy import evaluate_problem
 
-    with expected_errors():
-        settings, host = _local()
-        try:
-            if aggregator:
-                host.aggregators = list(aggregator)
-                host.discover()
-            node = next(iter(host.nodes.values()))
-            rows = []
-            for view in host.db.proposals(node.fingerprint):
-                problem = Problem.model_validate_json(view.problem_json)
-                verdict, reason = view.verdict, view.reason
-                if verdict is None:
-                    decision = evaluate_problem(problem, settings.policy, host.committed(node))
-                    verdict, reason = f"({decision.verdict})", decision.reason
-                d = problem.draft
-                rows.append(
-                    {
-                        "id": problem.id,
-                        "title": d.title,
-                        "aggregator": view.aggregator_url,
-                        "epsilon": d.epsilon,
-                        "instancer": d.instancer.name,
-                        "featurizer": d.featurizer.name,
-                        "features": [f.name for f in d.features],
-                        "deadline": d.schedule.registration_deadline.isoformat(),
-                        "decision": verdict,
-                        "reason": reason,
-                        "status": view.status,
-                    }
-                )
-        finally:
-            host.close()
+    with expected_errors(), _read_only(create_db=bool(aggregator)) as local:
+        settings = local.settings
+        if local.db is None:
+            if as_json:
+                print_json([])
+            _nothing_yet("no proposals", settings)
+            return
+        if aggregator:
+            discover(local.db, list(aggregator))
+        node = local.fingerprint or ""
+        committed = committed_epsilon(local.db, local.ledger, node) if node else 0.0
+        rows = []
+        for view in local.db.proposals(node):
+            problem = Problem.model_validate_json(view.problem_json)
+            verdict, reason = view.verdict, view.reason
+            if verdict is None:
+                decision = evaluate_problem(problem, settings.policy, committed)
+                verdict, reason = f"({decision.verdict})", decision.reason
+            d = problem.draft
+            rows.append(
+                {
+                    "id": problem.id,
+                    "title": d.title,
+                    "aggregator": view.aggregator_url,
+                    "epsilon": d.epsilon,
+                    "median_epsilon": d.median_epsilon,
+                    "kp": d.kp,
+                    "hops": d.hops,
+                    "pool_fraction": d.median.pool_fraction,
+                    "min_peers": d.min_peers,
+                    "instancer": d.instancer.name,
+                    "featurizer": d.featurizer.name,
+                    "features": [f.name for f in d.features],
+                    "deadline": d.schedule.registration_deadline.isoformat(),
+                    "decision": verdict,
+                    "reason": reason,
+                    "status": view.status,
+                }
+            )
     if as_json:
         print_json(rows)
         return
-    table = Table("id", "title", "ε", "plugins", "decision", "reason", "status")
+    err.print(f"policy: {_policy_text(settings)}", highlight=False)
+    table = Table("id", "title", "ε", "k_p · hops · pool", "plugins", "decision", "reason", "status")
     for r in rows:
         table.add_row(
-            r["id"],
-            r["title"],
+            untrusted(r["id"], 64),
+            untrusted(r["title"], TITLE_LIMIT),
             f"{r['epsilon']:g}",
-            f"{r['instancer']} × {r['featurizer']}",
-            r["decision"],
-            r["reason"],
-            r["status"] or "",
+            f"{r['kp']} · {r['hops']} · {r['pool_fraction']:g}",
+            untrusted(f"{r['instancer']} × {r['featurizer']}", 80),
+            untrusted(r["decision"], 16),
+            untrusted(r["reason"] or "", 300),
+            untrusted(r["status"] or "", 32),
         )
     out.print(table)
 
@@ -196,7 +335,8 @@ def accept(
         if not decision.accept:
             raise AnonMLError(f"cannot accept {problem_id}: {decision.reason}")
     err.print(
-        f"accepted {problem_id} (ε = {problem.draft.epsilon:g}); the running daemon joins at its next poll",
+        f"accepted {untrusted(problem_id, 64)} (ε = {problem.draft.epsilon:g}); "
+        "the running daemon joins at its next poll",
         highlight=False,
     )
 
@@ -206,16 +346,20 @@ def ledger(
     problem: Annotated[str | None, typer.Option("--problem", help="Only this problem.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """What this peer released, and the ε it spent (per problem and in total)."""
-    with expected_errors():
-        settings, host = _local()
-        try:
-            node = next(iter(host.nodes.values()))
-            releases = node.ledger.releases(peer=node.fingerprint, problem=problem)
+    """What this peer released, and the ε it spent (per problem and in total). Creates nothing."""
+    with expected_errors(), _read_only() as local:
+        releases, budgets, cap = [], {}, None
+        if local.ledger is not None and local.fingerprint is not None:
+            releases = local.ledger.releases(peer=local.fingerprint, problem=problem)
             problems = sorted({r.problem for r in releases})
-            budgets = {p: node.ledger.budget(node.fingerprint, p) for p in problems}
-        finally:
-            host.close()
+            budgets = {p: local.ledger.budget(local.fingerprint, p) for p in problems}
+            cap = local.ledger.lifetime_cap(local.fingerprint)
+        elif not as_json:
+            err.print(
+                f"nothing released: no ledger at {untrusted(local.settings.ledger_url)} "
+                "or no peer identity yet",
+                highlight=False,
+            )
     if as_json:
         print_json(
             {
@@ -241,13 +385,14 @@ def ledger(
                     for p, b in budgets.items()
                 },
                 "lifetime_total": sum(b.total for b in budgets.values()),
+                "lifetime_cap": cap,
             }
         )
         return
     table = Table("problem", "round", "attributes", "mechanism", "ε", "when")
     for r in releases:
         table.add_row(
-            r.problem,
+            untrusted(r.problem, 64),
             str(r.round),
             ", ".join(r.attributes),
             r.mechanism,
@@ -257,41 +402,50 @@ def ledger(
     out.print(table)
     totals = Table("problem", "ε spent (sequential composition)", "cap", "releases")
     for p, b in budgets.items():
-        totals.add_row(p, f"{b.total:.4g}", "—" if b.cap is None else f"{b.cap:g}", str(b.n_releases))
+        cap_text = "—" if b.cap is None else f"{b.cap:g}"
+        totals.add_row(untrusted(p, 64), f"{b.total:.4g}", cap_text, str(b.n_releases))
     out.print(totals)
-    out.print(f"lifetime total: ε = {sum(b.total for b in budgets.values()):.4g}")
+    out.print(
+        f"lifetime total: ε = {sum(b.total for b in budgets.values()):.4g}"
+        + ("" if cap is None else f" (cap {cap:g}, enforced by the ledger)")
+    )
 
 
 @app.command()
 def predict(
     problem_id: Annotated[str, typer.Argument(help="Problem id.")], as_json: JsonOption = False
 ) -> None:
-    """Predict for yourself with the problem's downloaded model (its signature checked)."""
+    """Predict for yourself with the problem's downloaded model (its signature checked). Creates nothing."""
     from anonml.learn import AnonMLClassifier
+    from anonml.paths import default_store_url
     from anonml.protocol import ModelDocument, Problem, verify_message
+    from anonml.store import EventStore
     from peer.client import AggregatorClient
     from peer.features import local_example
 
-    with expected_errors():
-        settings, host = _local()
+    with expected_errors(), _read_only() as local:
+        settings = local.settings
+        row = local.db.proposal(problem_id) if local.db is not None else None
+        if row is None:
+            raise AnonMLError(f"no problem {problem_id!r} seen by this peer")
+        problem = Problem.model_validate_json(row.problem_json)
+        part = local.db.participation(problem_id, local.fingerprint) if local.fingerprint else None
+        if part is not None and part.model_json is not None:
+            document = ModelDocument.model_validate_json(part.model_json)
+        else:
+            document = AggregatorClient(row.aggregator_url).model(problem_id)
+        verify_message(document, bytes(problem.aggregator))
+        model = AnonMLClassifier.from_json(json.dumps(document.model))
+        store_url = settings.store_url or default_store_url("events.db")
+        if not _exists(store_url):
+            raise AnonMLError(f"no event store at {store_url}: import your data first ('anonml import …')")
+        store = EventStore(store_url)
         try:
-            row = host.db.proposal(problem_id)
-            if row is None:
-                raise AnonMLError(f"no problem {problem_id!r} seen by this peer")
-            problem = Problem.model_validate_json(row.problem_json)
-            node = next(iter(host.nodes.values()))
-            part = host.db.participation(problem_id, node.fingerprint)
-            if part is not None and part.model_json is not None:
-                document = ModelDocument.model_validate_json(part.model_json)
-            else:
-                document = AggregatorClient(row.aggregator_url).model(problem_id)
-            verify_message(document, bytes(problem.aggregator))
-            model = AnonMLClassifier.from_json(json.dumps(document.model))
-            example = local_example(problem, node.store, settings.user)
-            proba = float(model.predict_proba(example.x[None, :])[0, 1])
-            label = model.predict(example.x[None, :])[0].item()
+            example = local_example(problem, store, settings.user, sources=settings.policy.offered_sources)
         finally:
-            host.close()
+            store.close()
+        proba = float(model.predict_proba(example.x[None, :])[0, 1])
+        label = model.predict(example.x[None, :])[0].item()
     result = {
         "problem": problem_id,
         "probability": proba,
@@ -301,4 +455,6 @@ def predict(
     if as_json:
         print_json(result)
         return
-    out.print(f"{problem.draft.title}: P(label = 1) = {proba:.3f} → {result['prediction']}")
+    out.print(
+        f"{untrusted(problem.draft.title, TITLE_LIMIT)}: P(label = 1) = {proba:.3f} → {result['prediction']}"
+    )

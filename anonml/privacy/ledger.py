@@ -3,7 +3,11 @@
 Each randomised report or median answer a peer sends is a *release* of its
 data with some ``epsilon``. The ledger records every one (problem, round,
 attributes touched, mechanism, epsilon, peer pool) before it is sent, and
-refuses one that would take the peer past its cap.
+refuses one that would take the peer past its cap: its cap in that problem
+and its *lifetime* cap over every problem (:meth:`PrivacyLedger.set_lifetime_cap`),
+both stored in the ledger's own database and checked in the same transaction
+as the insert, so no caller — a daemon, a second process, a command that
+never saw the policy — can record past them.
 
 Totals are computed by :mod:`anonml.privacy.budget` (sequential composition as
 the headline; the thesis's eq. 7.4 per-attribute view only as a labelled breakdown).
@@ -52,7 +56,7 @@ from anonml.privacy.budget import (
 from anonml.privacy.descriptor import MechanismDescriptor
 from anonml.privacy.mechanisms import Mechanism
 
-__all__ = ["LedgerBase", "ReleaseRow", "ReleaseAttributeRow", "CapRow", "PrivacyLedger"]
+__all__ = ["LedgerBase", "ReleaseRow", "ReleaseAttributeRow", "CapRow", "LifetimeCapRow", "PrivacyLedger"]
 
 #: Absolute slack when comparing a total with its cap, so that e.g. ten
 #: releases of 0.1 fit a cap of 1.0 despite binary rounding.
@@ -103,6 +107,15 @@ class CapRow(LedgerBase):
     __tablename__ = "privacy_caps"
 
     problem: Mapped[str] = mapped_column(String(256), primary_key=True)
+    peer: Mapped[str] = mapped_column(String(256), primary_key=True)
+    cap: Mapped[float]
+
+
+class LifetimeCapRow(LedgerBase):
+    """A peer's cap on its total over every problem (sequential composition)."""
+
+    __tablename__ = "privacy_lifetime_caps"
+
     peer: Mapped[str] = mapped_column(String(256), primary_key=True)
     cap: Mapped[float]
 
@@ -191,15 +204,26 @@ class PrivacyLedger:
     def set_cap(self, problem: str, cap: float | None, *, peer: str | None = None) -> None:
         """Store a cap for ``peer`` (or every peer when ``None``) in ``problem``; ``None`` clears it."""
         key = (_name(problem, "problem"), _ALL_PEERS if peer is None else _name(peer, "peer"))
+        self._put_cap(CapRow, key, cap, "cap", problem=key[0], peer=key[1])
+
+    def _put_cap(
+        self,
+        model: type[CapRow] | type[LifetimeCapRow],
+        key: object,
+        cap: float | None,
+        what: str,
+        **columns: str,
+    ) -> None:
+        """Insert, update or (``cap=None``) delete the cap row of ``model`` at ``key``."""
         with self._sessions() as session, session.begin():
-            row = session.get(CapRow, key)
+            row = session.get(model, key)
             if cap is None:
                 if row is not None:
                     session.delete(row)
                 return
-            value = check_epsilon(cap, "cap")
+            value = check_epsilon(cap, what)
             if row is None:
-                session.add(CapRow(problem=key[0], peer=key[1], cap=value))
+                session.add(model(**columns, cap=value))
             else:
                 row.cap = value
 
@@ -214,6 +238,27 @@ class PrivacyLedger:
             if row is not None:
                 return row.cap
         return self.default_cap
+
+    def set_lifetime_cap(self, peer: str, cap: float | None) -> None:
+        """Store ``peer``'s cap on its total over every problem; ``None`` removes it.
+
+        Every later :meth:`record`/:meth:`record_many` checks it atomically with
+        the insert (module docstring). Setting it below what was already spent
+        is allowed: nothing more can then be recorded.
+        """
+        who = _name(peer, "peer")
+        self._put_cap(LifetimeCapRow, who, cap, "lifetime cap", peer=who)
+
+    def lifetime_cap(self, peer: str) -> float | None:
+        """``peer``'s stored lifetime cap, or None."""
+        with self._sessions() as session, session.begin():
+            row = session.get(LifetimeCapRow, _name(peer, "peer"))
+            return None if row is None else row.cap
+
+    def lifetime_total(self, peer: str) -> float:
+        """ε ``peer`` released over every problem (sequential composition: the sum)."""
+        with self._sessions() as session, session.begin():
+            return math.fsum(self._epsilons(session, peer, None))
 
     # -- recording ---------------------------------------------------------------
     def record(
@@ -247,7 +292,7 @@ class PrivacyLedger:
             for (peer, problem), added in pending.items():
                 cap = self._cap(session, peer, problem)
                 if cap is None:
-                    continue
+                    continue  # the lifetime cap still applies, below
                 spent = math.fsum(self._epsilons(session, peer, problem))
                 total = math.fsum([spent, *added])
                 if total > cap + _CAP_SLACK:
@@ -256,6 +301,7 @@ class PrivacyLedger:
                         f"{math.fsum(added):g} would bring its total to {total:g}, past the "
                         f"cap {cap:g} (already spent {spent:g}); nothing was recorded"
                     )
+            self._check_lifetime(session, checked)
             rows = [
                 ReleaseRow(
                     peer=spec.peer,
@@ -294,9 +340,30 @@ class PrivacyLedger:
             pool=None if spec.pool is None else _name(spec.pool, "pool"),
         )
 
+    def _check_lifetime(self, session: Session, specs: Sequence[ReleaseSpec]) -> None:
+        """Raise :class:`BudgetExceeded` if ``specs`` take a peer past its stored lifetime cap."""
+        added: dict[str, list[float]] = defaultdict(list)
+        for spec in specs:
+            added[spec.peer].append(spec.epsilon)
+        for peer, epsilons in added.items():
+            row = session.get(LifetimeCapRow, peer)
+            if row is None:
+                continue
+            spent = math.fsum(self._epsilons(session, peer, None))
+            total = math.fsum([spent, *epsilons])
+            if total > row.cap + _CAP_SLACK:
+                raise BudgetExceeded(
+                    f"peer {peer!r}: releasing epsilon {math.fsum(epsilons):g} would bring its lifetime "
+                    f"total to {total:g}, past its lifetime cap {row.cap:g} (already spent {spent:g} over "
+                    "every problem); nothing was recorded"
+                )
+
     @staticmethod
-    def _epsilons(session: Session, peer: str, problem: str) -> list[float]:
-        stmt = select(ReleaseRow.epsilon).where(ReleaseRow.peer == peer, ReleaseRow.problem == problem)
+    def _epsilons(session: Session, peer: str, problem: str | None) -> list[float]:
+        """ε of ``peer``'s releases in ``problem`` (None: every problem)."""
+        stmt = select(ReleaseRow.epsilon).where(ReleaseRow.peer == peer)
+        if problem is not None:
+            stmt = stmt.where(ReleaseRow.problem == problem)
         return list(session.scalars(stmt))
 
     # -- reading -----------------------------------------------------------------

@@ -39,3 +39,14 @@ def test_no_example_or_ambiguous_user_is_a_clear_error(tmp_path: Path):
         local_example(problem(), empty, None)
     with pytest.raises(AnonMLError, match="finds no example"):
         local_example(problem(), empty, "nobody")
+
+
+def test_only_the_sources_the_person_offers_are_read(tmp_path: Path):
+    peers, _ = simulate_peers(2, tmp_path, weeks=4, history_weeks=2, seed=1, features=["sessions"])
+    p = problem(features=(FeatureSpec(name="sessions", low=0, high=60),))
+    for peer in peers:
+        everything = local_example(p, peer.store, peer.username)
+        offered = local_example(p, peer.store, peer.username, sources=["edx"])
+        assert offered.x.tolist() == everything.x.tolist() and offered.y == everything.y
+        with pytest.raises(AnonMLError, match="finds no example"):  # no events of an offered source
+            local_example(p, peer.store, peer.username, sources=["spotify"])

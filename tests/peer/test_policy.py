@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
 
 from anonml.crypto import Identity
+from anonml.errors import AnonMLError
 from anonml.learn import commit_seed
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import PluginRef
 from anonml.protocol import MedianSettings, Problem, ProblemDraft, Schedule, sign_message
-from peer.policy import PeerPolicy, evaluate_problem, load_plugins
+from peer.policy import PeerPolicy, check_roster_floors, evaluate_problem, load_plugins
 
 
 def problem(**changes) -> Problem:
@@ -103,3 +105,75 @@ def test_allow_lists_and_asking_first():
 def test_median_epsilon_above_the_budget_is_not_even_a_valid_proposal():
     with pytest.raises(ValueError, match="median.epsilon"):
         problem(median=MedianSettings(epsilon=2.0))
+
+
+# -- anonymity floors ------------------------------------------------------------------------
+
+
+def test_short_routes_and_a_large_median_pool_are_refused_even_when_the_user_accepts():
+    one_hop = problem(hops=1)
+    for manual in (False, True):
+        d = evaluate_problem(one_hop, AUTO, 0.0, manual=manual)
+        assert d.verdict == "refuse" and "routes of 1 hop(s) are shorter than" in d.reason
+    pooled = problem(median=MedianSettings(pool_fraction=0.6))
+    d = evaluate_problem(pooled, AUTO, 0.0, manual=True)
+    assert d.verdict == "refuse" and "median pool fraction 0.6 exceeds this peer's maximum of 0.5" in d.reason
+    assert evaluate_problem(problem(median=MedianSettings(pool_fraction=0.5)), AUTO, 0.0).accept
+
+
+def test_median_epsilon_has_its_own_limit():
+    costly = problem(median=MedianSettings(epsilon=0.8))
+    strict = AUTO.model_copy(update={"max_median_epsilon": 0.5})
+    d = evaluate_problem(costly, strict, 0.0)
+    assert d.verdict == "refuse" and "median ε=0.8 exceeds this peer's maximum of 0.5" in d.reason
+    assert evaluate_problem(costly, AUTO, 0.0).accept  # default: the per-problem maximum (2)
+    no_pool = problem(median=MedianSettings(pool_fraction=0.0, epsilon=0.8))
+    assert evaluate_problem(no_pool, strict, 0.0).accept  # nobody answers median queries
+
+
+@pytest.mark.parametrize(
+    ("n", "pool", "changes", "reason"),
+    [
+        (19, 0, {}, "the roster has 19 members, fewer than 20"),
+        (30, 0, {"min_peers": 40}, "fewer than 40 (the larger of the problem's min_peers=40"),
+        (20, 0, {"kp": 20}, "the smallest report partition holds 1 peers"),
+        (40, 10, {"kp": 3}, "holds 10 peers"),  # passes: (40 − 10) // 3 = 10
+        (41, 12, {"kp": 3}, "holds 9 peers ((n=41 − pool 12) / k_p=3)"),
+    ],
+)
+def test_roster_floors(n, pool, changes, reason):
+    p = problem(**changes)
+    if reason == "holds 10 peers":
+        check_roster_floors(p, n, pool, PeerPolicy())
+        return
+    with pytest.raises(AnonMLError, match=re.escape(reason)):
+        check_roster_floors(p, n, pool, PeerPolicy())
+
+
+def test_a_roster_too_small_for_the_routes_is_refused_not_routed_shorter():
+    lenient = PeerPolicy.for_simulation()
+    check_roster_floors(problem(min_peers=4), 4, 0, lenient)
+    with pytest.raises(AnonMLError, match="too few for routes of 3 distinct other members"):
+        check_roster_floors(problem(min_peers=2), 3, 0, lenient)
+
+
+def test_simulation_policy_lowers_only_the_scale_floors():
+    sim = PeerPolicy.for_simulation(auto_accept=True)
+    assert (sim.min_roster_size, sim.min_anonymity_set) == (2, 1)
+    assert (sim.min_hops, sim.max_pool_fraction, sim.auto_accept) == (3, 0.5, True)
+    assert "roster ≥ 20, anonymity set ≥ 10, hops ≥ 3" in PeerPolicy().floors_text()
+
+
+def test_categories_must_match_the_featurizers(monkeypatch: pytest.MonkeyPatch):
+    # The featurizer declares no categorical feature: a proposal calling one categorical is refused.
+    wrong = (FeatureSpec(name="sessions", kind=FeatureKind.CATEGORICAL, categories=("a", "b")),)
+    d = evaluate_problem(problem(features=wrong), AUTO, 0.0)
+    assert d.verdict == "refuse" and "categorical in the proposal" in d.reason
+    # One that does: the proposal must list the same categories (a report's domain is the proposal's).
+    from featurizers.mooc_engagement import MoocEngagementFeaturizer
+
+    declared = FeatureSpec(name="sessions", kind=FeatureKind.CATEGORICAL, categories=("a", "b", "c"))
+    monkeypatch.setattr(MoocEngagementFeaturizer, "features", lambda self: [declared])
+    d = evaluate_problem(problem(features=wrong), AUTO, 0.0)
+    assert d.verdict == "refuse" and "categories ['a', 'b'] in the proposal but ['a', 'b', 'c']" in d.reason
+    assert evaluate_problem(problem(features=(declared,)), AUTO, 0.0).accept

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import UTC
 
 import pytest
@@ -197,32 +198,35 @@ def test_problem_budget_composes_pools_in_parallel(ledger):
     assert summary.per_peer["m1"] == pytest.approx(1.5)
 
 
+def _race(url: str, problem_of: Callable[[int], str]) -> list[str]:
+    """Eight ledgers on ``url`` each try, at once, to spend 0.3 for alice in ``problem_of(i)``."""
+    outcomes: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def spend(i: int) -> None:
+        with PrivacyLedger(url) as book:
+            barrier.wait()
+            try:
+                _spend(book, problem_of(i), 0.3)
+                outcomes.append("ok")
+            except BudgetExceeded:
+                outcomes.append("refused")
+
+    threads = [threading.Thread(target=spend, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sorted(outcomes)
+
+
 def test_concurrent_writers_cannot_overspend(tmp_path):
     # Eight ledgers on one file race to spend 0.3 each under a cap of 1.0:
     # exactly three may succeed (BEGIN IMMEDIATE makes check+insert atomic).
     url = f"sqlite:///{tmp_path / 'race.db'}"
     with PrivacyLedger(url) as setup:
         setup.set_cap("p1", 1.0)
-    outcomes: list[str] = []
-    barrier = threading.Barrier(8)
-
-    def spend() -> None:
-        with PrivacyLedger(url) as book:
-            barrier.wait()
-            try:
-                book.record(
-                    peer="alice", problem="p1", round=0, attributes=["a"], mechanism="oue", epsilon=0.3
-                )
-                outcomes.append("ok")
-            except BudgetExceeded:
-                outcomes.append("refused")
-
-    threads = [threading.Thread(target=spend) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(outcomes) == ["ok"] * 3 + ["refused"] * 5
+    assert _race(url, lambda i: "p1") == ["ok"] * 3 + ["refused"] * 5
     with PrivacyLedger(url) as book:
         assert book.budget("alice", "p1").total == pytest.approx(0.9)
 
@@ -252,3 +256,38 @@ def test_bad_releases_are_refused(ledger, kwargs, error):
     with pytest.raises(error):
         ledger.record(**{**base, **kwargs})
     assert ledger.releases() == []
+
+
+def _spend(book: PrivacyLedger, problem: str, epsilon: float, peer: str = "alice") -> None:
+    book.record(peer=peer, problem=problem, round=0, attributes=["a"], mechanism="oue", epsilon=epsilon)
+
+
+def test_lifetime_cap_holds_across_problems_and_restarts(tmp_path):
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with PrivacyLedger(url) as book:
+        book.set_lifetime_cap("alice", 1.5)
+        _spend(book, "p1", 1.0)
+    with PrivacyLedger(url) as book:  # another process opening the same file, no policy in hand
+        assert book.lifetime_cap("alice") == 1.5
+        with pytest.raises(BudgetExceeded, match="lifetime total to 2, past its lifetime cap 1.5"):
+            _spend(book, "p2", 1.0)  # its own problem has no cap at all
+        _spend(book, "p2", 0.5)  # exactly up to the cap
+        with pytest.raises(BudgetExceeded):
+            _spend(book, "p3", 1e-6)
+        _spend(book, "p3", 0.5, peer="bob")  # another peer's total is its own
+        assert book.lifetime_total("alice") == pytest.approx(1.5)
+        assert [r.problem for r in book.releases(peer="alice")] == ["p1", "p2"]
+        book.set_lifetime_cap("alice", None)
+        _spend(book, "p3", 1.0)
+        assert book.lifetime_total("alice") == pytest.approx(2.5)
+
+
+def test_lifetime_cap_is_atomic_across_concurrent_writers(tmp_path):
+    # Eight ledgers on one file spend 0.3 each in eight different problems under a lifetime
+    # cap of 1.0: exactly three may succeed, whatever the interleaving.
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    with PrivacyLedger(url) as setup:
+        setup.set_lifetime_cap("alice", 1.0)
+    assert _race(url, lambda i: f"p{i}") == ["ok"] * 3 + ["refused"] * 5
+    with PrivacyLedger(url) as book:
+        assert book.lifetime_total("alice") == pytest.approx(0.9)

@@ -1,0 +1,58 @@
+"""Read-only peer commands create no state: no ledger, no identity, no peer database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from anonml.commands.peer import app as peer_cli
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    monkeypatch.setenv("ANONML_HOME", str(home))
+    for name in ("ANONML_PEER_LEDGER_URL", "ANONML_PEER_STATE_URL", "ANONML_PEER_IDENTITY_FILE",
+                 "ANONML_PEER_STORE_URL", "ANONML_PEER_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+def _files(home: Path) -> list[str]:
+    return sorted(str(p.relative_to(home)) for p in home.rglob("*") if p.is_file()) if home.exists() else []
+
+
+def test_ledger_proposals_and_predict_create_nothing(home: Path):
+    ledger = runner.invoke(peer_cli, ["ledger"])
+    assert ledger.exit_code == 0 and "nothing released" in ledger.output
+    as_json = runner.invoke(peer_cli, ["ledger", "--json"])
+    assert as_json.exit_code == 0
+    assert json.loads(as_json.stdout) == {
+        "releases": [], "problems": {}, "lifetime_total": 0, "lifetime_cap": None
+    }
+    proposals = runner.invoke(peer_cli, ["proposals"])
+    assert proposals.exit_code == 0 and "no local peer state yet" in proposals.output
+    assert json.loads(runner.invoke(peer_cli, ["proposals", "--json"]).stdout) == []
+    predict = runner.invoke(peer_cli, ["predict", "p-none"])
+    assert predict.exit_code == 1 and "no problem 'p-none' seen by this peer" in predict.output
+    assert _files(home) == []  # no ledger.db, events.db, peer/identity.json, peer/peer.db
+
+
+def test_saved_policy_is_read_by_every_command(home: Path):
+    from peer.settings import PeerSettings
+
+    saved = PeerSettings.from_env().model_copy(
+        update={"policy": PeerSettings.from_env().policy.model_copy(update={"min_hops": 4})}
+    ).save_policy()
+    assert saved == home / "peer" / "policy.json" and saved.stat().st_mode & 0o777 == 0o600
+    assert PeerSettings.from_env().policy.min_hops == 4
+    shown = runner.invoke(peer_cli, ["proposals"])
+    assert shown.exit_code == 0
+    saved.write_text("{not json", encoding="utf-8")
+    broken = runner.invoke(peer_cli, ["proposals"])
+    assert broken.exit_code == 1 and "policy.json: not a valid saved peer policy" in broken.output
