@@ -215,7 +215,7 @@ def test_shell_completion_script_and_completions(tmp_path: Path) -> None:
     words = subprocess.run([sys.executable, "-m", "anonml"], capture_output=True, text=True, env=env,
                            timeout=60)
     assert words.stdout.split() == ["import", "importer"]
-    env.update(COMP_WORDS="anonml peer start --max", COMP_CWORD="3")
+    env.update(COMP_WORDS="anonml peer start --max-e", COMP_CWORD="3")
     options = subprocess.run([sys.executable, "-m", "anonml"], capture_output=True, text=True, env=env,
                              timeout=60)
     assert options.stdout.split() == ["--max-epsilon"]  # completed inside a lazily loaded group
