@@ -47,6 +47,10 @@ class AggregatorSettings(BaseModel):
         How long after t_r final-hop deliveries are still accepted (network latency).
     max_body_bytes : int
         Larger request bodies are refused with 413 before parsing.
+    allow_loopback_http : bool
+        Accept registrations whose relay URL is plain ``http`` on a loopback
+        host (test and demo deployments on one machine); otherwise relay URLs
+        must be ``https`` (:func:`anonml.protocol.check_relay_url`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -60,6 +64,7 @@ class AggregatorSettings(BaseModel):
     tick_seconds: float = Field(default=0.1, gt=0, le=60)
     intake_grace_seconds: float = Field(default=1.0, ge=0, le=3600)
     max_body_bytes: int = Field(default=1 << 20, ge=4096)
+    allow_loopback_http: bool = False
 
     @classmethod
     def from_env(cls, **overrides: Any) -> AggregatorSettings:

@@ -394,6 +394,7 @@ class Participant:
                 self.problem,
                 self.node.identity,
                 bytes(self.view.roster.token_key),
+                self.assignment.index,
                 self.client.tokens,
                 self.node.rng,
             )
