@@ -6,7 +6,6 @@ variables (:meth:`AggregatorSettings.from_env`), validated by pydantic.
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from anonml.environment import settings_from_env
-from anonml.paths import anonml_home
+from anonml.paths import anonml_home, write_secret
 
 __all__ = ["AggregatorSettings", "ENV_PREFIX"]
 
@@ -78,9 +77,6 @@ class AggregatorSettings(BaseModel):
         path = self.identity_file.with_name("admin-token")
         if path.exists():
             return path.read_text(encoding="utf-8").strip()
-        path.parent.mkdir(parents=True, exist_ok=True)
         token = secrets.token_urlsafe(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(token + "\n")
+        write_secret(path, token + "\n")
         return token

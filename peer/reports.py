@@ -3,8 +3,9 @@
 Pure functions of the peer's state (used by :class:`peer.participant.Participant`):
 
 - :func:`fetch_tokens`: one signed batch, one blinded element per report slot
-  ``report_slot(problem, partition, k)`` of the peer's own partition; the DLEQ proofs are checked against the token
-  key pinned in the signed roster (:func:`anonml.crypto.finalize_tokens`).
+  ``report_slot(problem, partition, k)`` of the peer's own partition; the
+  DLEQ proofs are checked against the token key pinned in the signed roster
+  (:func:`anonml.crypto.finalize_tokens`).
 - :func:`make_reports`: the example binned with the published edges; per
   subset ``h`` the value ``(codes of the subset, label)`` in C order
   (:func:`anonml.learn.report_values`) perturbed by the mechanism of least
