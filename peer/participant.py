@@ -70,6 +70,7 @@ from anonml.protocol import (
     Problem,
     Registration,
     RosterWitness,
+    check_relay_url,
     sign_message,
     verify_message,
 )
@@ -77,7 +78,7 @@ from anonml.store import EventStore
 from peer.client import AggregatorClient, HTTPRefusal, fetch_witness
 from peer.dispatch import post
 from peer.features import LocalExample, local_example
-from peer.relay import RelayRound, RelayService
+from peer.relay import RelayRound, RelayService, packet_cap
 from peer.reports import choose_path, fetch_tokens, make_reports
 from peer.roster import RosterView
 
@@ -172,7 +173,8 @@ class Participant:
 
     # -- 2. roster, assignment, witnesses ------------------------------------------------
     def check_roster(self, view: RosterView) -> None:
-        """Own entry, seed commitment, assignment; then publish the signed witness."""
+        """Relay URLs, own entry, seed commitment, assignment; then publish the signed witness."""
+        self.check_relay_urls(view)
         me = bytes(self.node.identity.public)
         index = view.index_of.get(me)
         if index is None:
@@ -213,6 +215,21 @@ class Participant:
             self.node.identity,
         )
         self.status = "checked"
+
+    def check_relay_urls(self, view: RosterView) -> None:
+        """Every member's relay URL has the one relay form and names its own node, or abort.
+
+        Runs before this identity fetches anything from any member (witnesses,
+        packets): a roster that makes peers request other URLs is the
+        aggregator's doing (it checks the form at registration).
+        """
+        for i, (entry, node_id) in enumerate(zip(view.roster.entries, view.node_ids, strict=True)):
+            try:
+                check_relay_url(entry.relay_url, allow_loopback_http=self.relay.allow_loopback_http)
+            except ValueError as exc:
+                raise Aborted(f"roster member {i}'s relay URL is refused: {exc}") from None
+            if not entry.relay_url.endswith("/relay/" + node_id.hex()):
+                raise Aborted(f"roster member {i}'s relay URL does not name its own node")
 
     def compare_fingerprints(self) -> bool:
         """Ask other members' relays for their fingerprint; True once enough agree.
@@ -337,6 +354,7 @@ class Participant:
                 destination=_node_id(bytes(self.problem.aggregator)),
                 intake_url=self.client.intake_url,
                 stages=min(draft.hops, len(view.keys) - 1),
+                max_packets=packet_cap(draft.kh, min(draft.hops, len(view.keys) - 1)),
             )
         )
         self.relaying = True
@@ -442,11 +460,11 @@ class Participant:
 
     def send(self, url: str, packet: bytes) -> None:
         """POST one packet to its first hop (called by the dispatcher at its send time)."""
-        response = post(url, packet, "application/octet-stream")
-        if response.status_code < 300:
+        reply = post(url, packet, "application/octet-stream")
+        if reply.status < 300:
             self.sent += 1
         else:
-            raise HTTPRefusal(url, response.status_code, response.text[:200])
+            raise HTTPRefusal(url, reply.status, reply.text[:200])
 
     # -- 5. model ------------------------------------------------------------------------
     def receive_model(self, document: ModelDocument) -> AnonMLClassifier:

@@ -41,6 +41,10 @@ class PeerPolicy(BaseModel):
         Largest total ε over every problem ever accepted (a hard cap).
     auto_accept : bool
         Accept proposals within the policy without asking.
+    allow_loopback_http : bool
+        Test and demo mode: accept roster relay URLs that are plain ``http``
+        on a loopback host. Off by default: relay URLs must be ``https``
+        (:func:`anonml.protocol.check_relay_url`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -50,6 +54,8 @@ class PeerPolicy(BaseModel):
     max_epsilon_per_problem: float = Field(default=1.0, gt=0, le=20)
     lifetime_epsilon_cap: float = Field(default=10.0, gt=0, le=1000)
     auto_accept: bool = False
+
+    allow_loopback_http: bool = False
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def _host(nodes: list[PeerNode], db: Path, url: str) -> PeerHost:
     return PeerHost(
         nodes,
         PeerDB(f"sqlite:///{db}"),
-        PeerPolicy(auto_accept=True, max_epsilon_per_problem=4.0),
+        PeerPolicy(auto_accept=True, max_epsilon_per_problem=4.0, allow_loopback_http=True),
         [url],
         poll_seconds=0.1,
         witnesses=2,
