@@ -82,6 +82,7 @@ __all__ = [
     "PrivateReport",
     "IntakeDelivery",
     "IntakeReceipt",
+    "ReportReceipts",
     "ModelDocument",
     "ErrorBody",
     "PeerStatus",
@@ -578,6 +579,25 @@ class IntakeDelivery(_Message):
 
 class IntakeReceipt(_Message):
     accepted: bool
+
+
+class ReportReceipts(_Message):
+    """After the report round: a digest of the nonce of every redeemed token, in sorted order.
+
+    ``digests`` are ``BLAKE2b-256(person="AnonMLv1-receipt"; nonce)``. Each peer
+    downloads the whole list and checks its own tokens' nonces locally, so a
+    report dropped on its route (a relay that accepts and discards) is counted
+    by its sender; the list says nothing the aggregator did not know (it holds
+    the nonces) and, sorted, nothing about arrival order. Nonces are drawn by
+    the peers at random, so a digest names no peer to anyone else.
+    """
+
+    problem_id: str
+    digests: tuple[B64(32), ...]
+
+    @staticmethod
+    def digest(nonce: bytes) -> bytes:
+        return hashlib.blake2b(bytes(nonce), digest_size=32, person=b"AnonMLv1-receipt").digest()
 
 
 class ModelDocument(_Message):

@@ -28,6 +28,7 @@ from anonml.protocol import (
     ProblemStatus,
     Registration,
     RegistrationReceipt,
+    ReportReceipts,
     Roster,
     RosterWitness,
     TokenBatchRequest,
@@ -148,6 +149,10 @@ class AggregatorClient:
             timeout=60.0,
             max_bytes=LARGE_REPLY_CAP,
         )
+
+    def receipts(self, problem_id: str) -> ReportReceipts:
+        url = self._url(f"/problems/{problem_id}/receipts")
+        return _call("GET", url, ReportReceipts, timeout=60.0, max_bytes=LARGE_REPLY_CAP)
 
     @property
     def intake_url(self) -> str:

@@ -69,6 +69,7 @@ from anonml.protocol import (
     ModelDocument,
     Problem,
     Registration,
+    ReportReceipts,
     RosterWitness,
     check_relay_url,
     sign_message,
@@ -135,6 +136,7 @@ class Participant:
     paths: list[list[Hop]] | None = None
     answered: bool = False
     sent: int = 0
+    lost: int | None = None
     prediction: float | None = None
 
     @property
@@ -476,10 +478,33 @@ class Participant:
         if document.problem_id != self.problem.id:
             raise Aborted("the model is for another problem")
         model = AnonMLClassifier.from_json(json.dumps(document.model))
+        self.count_lost_reports()
         if self.example is not None:
             self.prediction = float(model.predict_proba(self.example.x[None, :])[0, 1])
         self.status = "done"
         return model
+
+
+    def count_lost_reports(self) -> int | None:
+        """How many of this identity's reports never reached the intake (relay counters too).
+
+        Compares its tokens' nonces with the aggregator's sorted receipts
+        (:class:`~anonml.protocol.ReportReceipts`), locally: a relay that
+        accepted a packet and dropped it is noticed by the sender. None when
+        this identity sent no reports or the receipts are not available.
+        """
+        if not self.tokens or not self.built:
+            return None
+        try:
+            receipts = self.client.receipts(self.problem.id)
+        except ProtocolError:
+            self.relay.count("receipts unavailable")
+            return None
+        held = set(map(bytes, receipts.digests))
+        self.lost = sum(ReportReceipts.digest(t.nonce) not in held for t in self.tokens)
+        self.relay.count("reports delivered", len(self.tokens) - self.lost)
+        self.relay.count("reports lost in transit", self.lost)
+        return self.lost
 
 
 def _node_id(public_identity: bytes) -> bytes:

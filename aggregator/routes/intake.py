@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import time
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -53,7 +53,7 @@ from anonml.crypto import (
 from anonml.crypto.spent import SpentTokenRow, insert_once
 from anonml.learn.histograms import domain_size
 from anonml.privacy import check_support
-from anonml.protocol import IntakeDelivery, IntakeReceipt, PrivateReport, report_slot
+from anonml.protocol import IntakeDelivery, IntakeReceipt, PrivateReport, ReportReceipts, report_slot
 
 __all__ = ["router", "SessionSpentSet", "check_report"]
 
@@ -148,6 +148,27 @@ def intake(body: IntakeDelivery, state: StateDep, session: SessionDep) -> Intake
     except _Closed as exc:
         raise state.refuse(pid, "wrong phase", 409, str(exc)) from None
     return IntakeReceipt(accepted=True)
+
+
+@router.get("/problems/{problem_id}/receipts", response_model=ReportReceipts)
+def receipts(problem_id: str, state: StateDep, session: SessionDep) -> ReportReceipts:
+    """Digests of every redeemed token's nonce, sorted, once the report round is over (409 before).
+
+    Peers check their own tokens against it: a report a relay dropped is
+    counted by its sender (:class:`~anonml.protocol.ReportReceipts`).
+    """
+    ctx = state.context(problem_id, session)
+    if ctx is None:
+        raise HTTPException(status_code=404, detail=f"no problem {problem_id!r}")
+    phase = session.scalar(select(ProblemRow.phase).where(ProblemRow.id == problem_id))
+    if phase not in ("training", "done"):
+        raise HTTPException(
+            status_code=409, detail=f"problem {problem_id} is in phase {phase}; no receipts yet"
+        )
+    key_id = ctx.token_key.key_id
+    nonces = session.scalars(select(SpentTokenRow.nonce).where(SpentTokenRow.key_id == key_id))
+    digests = sorted(ReportReceipts.digest(n) for n in nonces)
+    return ReportReceipts(problem_id=problem_id, digests=tuple(digests))
 
 
 def _checked(

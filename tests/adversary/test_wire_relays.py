@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 import requests
 
@@ -311,3 +312,104 @@ def test_an_outsider_flooding_a_relay_is_capped_per_round(relays):  # noqa: F811
     assert codes[:cap] == [202] * cap and set(codes[cap:]) == {429}
     assert relays.host.relay.counters["rejected: over cap"] == 40
     assert cap == 33  # λ = 3 packets expected per node (1 slot × 3 hops): 3 + 8·√3 + 16, rounded up
+
+
+# --- a whole round with a trickling and a dropping member -----------------------------------------
+
+
+@pytest.mark.slow
+def test_a_round_completes_past_a_trickling_member_and_senders_count_what_a_dropper_lost(
+    aggregator,  # noqa: F811
+    raw,
+    tmp_path,
+):
+    from anonml.demo import dropout_draft, simulate_peers
+    from anonml.plugins import PluginRef, create
+    from peer.app import start_peer_server
+    from peer.db import PeerDB
+    from peer.host import PeerHost
+    from peer.policy import PeerPolicy
+
+    trickler, dropper = raw("trickle"), raw("drop")
+    simulated, _ = simulate_peers(
+        8,
+        tmp_path,
+        weeks=4,
+        history_weeks=2,
+        seed=4,
+        features=["time_on_site_minutes", "video_seconds_watched", "seq_navigations", "distinct_problems"],
+    )
+    nodes = [
+        PeerNode(p.identity, p.store, p.ledger, user=p.username, rng=np.random.default_rng(10 + i))
+        for i, p in enumerate(simulated)
+    ]
+    host = PeerHost(
+        nodes,
+        PeerDB(f"sqlite:///{tmp_path / 'peers.db'}"),
+        PeerPolicy(auto_accept=True, max_epsilon_per_problem=4.0, allow_loopback_http=True),
+        [aggregator.url],
+        poll_seconds=0.1,
+        witnesses=2,
+        workers=8,
+    )
+    server = start_peer_server(host)
+    hostile = {"trickle": WirePeer(), "drop": WirePeer()}
+    try:
+        featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
+        d = dropout_draft(
+            featurizer.features(),
+            history_weeks=2,
+            weeks=4,
+            epsilon=2.0,
+            min_peers=4,
+            pool_fraction=0.0,
+            report_delay_seconds=8.0,
+            send_window_seconds=3.0,
+            release_window_seconds=3.0,
+        )
+        problem = propose(aggregator.url, d)
+        for mode, member in hostile.items():
+            base = trickler.base if mode == "trickle" else dropper.base
+            url = f"{base}/relay/{member.identity.public.node_id.hex()}"
+            registered = post_json(
+                f"{aggregator.url}/problems/{problem.id}/registrations",
+                member.registration(problem, relay_url=url),
+            )
+            assert registered.status_code == 201, registered.text
+        deadline = time.monotonic() + 60
+        while status(aggregator.url, problem.id).registered < 10:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+        final = wait_phase(aggregator.url, problem.id, ("done", "failed"), timeout=90)
+        assert final.phase == "done", final.message  # the round completed
+        deadline = time.monotonic() + 30
+        while not host.sessions[problem.id].finished:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        participants = host.sessions[problem.id].participants
+        assert {p.status for p in participants} == {"done"}
+        bad = {hostile["trickle"].identity.public.node_id, hostile["drop"].identity.public.node_id}
+        # Every sender knows exactly which of its reports did not arrive: those routed through
+        # the trickling member (the send gave up at its deadline) or the dropping one (it said 202).
+        expected_lost = 0
+        for p in participants:
+            through_bad = sum(any(h.node_id in bad for h in path) for path in p.paths)
+            assert p.lost == through_bad, (p.lost, through_bad)
+            expected_lost += through_bad
+        assert expected_lost > 0  # the seeded routes do cross them
+        sent = sum(len(p.tokens) for p in participants)
+        assert final.reports_accepted == sent - expected_lost
+        counters = host.relay.counters
+        assert counters["reports lost in transit"] == expected_lost
+        assert counters["reports delivered"] == final.reports_accepted
+        # The trickler was asked (fingerprints, packets) and held nobody past the deadline.
+        assert len(trickler.hits) >= 1
+        receipts = AggregatorClient(aggregator.url).receipts(problem.id)
+        assert list(receipts.digests) == sorted(receipts.digests)  # no arrival order
+        assert len(receipts.digests) == final.reports_accepted
+    finally:
+        server.stop()
+        for p in simulated:
+            p.store.close()
+            p.ledger.close()
