@@ -158,6 +158,10 @@ class Participant:
 
     # -- 1. registration ---------------------------------------------------------------
     def register(self) -> None:
+        try:  # the form every member checks: refuse here rather than be refused by all of them
+            check_relay_url(self.relay_url, allow_loopback_http=self.relay.allow_loopback_http)
+        except ValueError as exc:
+            raise Aborted(f"this peer's own relay URL cannot be registered: {exc}") from None
         key, cert = self.node.identity.new_round_relay_key(self.problem.round_id, self.node.rng)
         self.relay_key, self.certificate = key, cert
         registration = sign_message(

@@ -217,6 +217,23 @@ def test_a_peer_fetches_nothing_from_a_roster_with_a_query_string_url(aggregator
     assert listener.hits == []  # nothing was ever requested from the hostile URL
 
 
+def test_a_peer_refuses_to_register_a_relay_url_its_fellows_would_refuse(aggregator, raw):  # noqa: F811
+    problem = propose(aggregator.url, draft(kp=1, min_peers=4))
+    listener = raw("drop")  # stands for the aggregator here: it must hear nothing
+    dispatcher = Dispatcher(workers=1)
+    try:
+        node = PeerNode(Identity.generate(), EventStore("sqlite://"), PrivacyLedger("sqlite://"))
+        strict = RelayService(dispatcher, allow_loopback_http=False)  # the default policy
+        participant = Participant(
+            node, problem, AggregatorClient(listener.base), strict, "http://127.0.0.1:8471"
+        )
+        with pytest.raises(Aborted, match="own relay URL"):
+            participant.register()
+    finally:
+        dispatcher.close()
+    assert listener.hits == [] and participant.status == "accepted"
+
+
 # --- trickling, huge and endless answers ----------------------------------------------------------
 
 
