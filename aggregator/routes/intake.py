@@ -46,35 +46,16 @@ from anonml.crypto import (
     CryptoError,
     InvalidToken,
     Redemption,
-    SpentSet,
     TokenSpent,
-    record_spent,
 )
 from anonml.crypto.spent import SpentTokenRow, insert_once
 from anonml.learn.histograms import domain_size
 from anonml.privacy import check_support
 from anonml.protocol import IntakeDelivery, IntakeReceipt, PrivateReport, ReportReceipts, report_slot
 
-__all__ = ["router", "SessionSpentSet", "check_report"]
+__all__ = ["router", "check_report", "receipts"]
 
 router = APIRouter(tags=["intake"])
-
-
-class SessionSpentSet(SpentSet):
-    """The settled spent set, read and written inside the caller's transaction."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def spend(self, key_id: bytes, slot: bytes, nonce: bytes) -> None:
-        record_spent(self.session, key_id, slot, nonce)
-
-    def is_spent(self, key_id: bytes, slot: bytes, nonce: bytes) -> bool:
-        for table in (SpentTokenRow, StagedReportRow):
-            stmt = select(table.nonce).where(table.key_id == key_id, table.slot == slot, table.nonce == nonce)
-            if self.session.scalars(stmt).first() is not None:
-                return True
-        return False
 
 
 def _stage(session: Session, key_id: bytes, slot: bytes, nonce: bytes, report: PrivateReport) -> None:
@@ -90,9 +71,12 @@ def _stage(session: Session, key_id: bytes, slot: bytes, nonce: bytes, report: P
         "mechanism_json": report.mechanism.model_dump_json(),
         "bits": bytes(report.bits),
     }
-    if SessionSpentSet(session).is_spent(key_id, slot, nonce) or not insert_once(
-        session, StagedReportRow, values
-    ):
+    settled = select(SpentTokenRow.nonce).where(
+        SpentTokenRow.key_id == key_id, SpentTokenRow.slot == slot, SpentTokenRow.nonce == nonce
+    )
+    # Staged tokens are refused by the staging table's unique (key, slot, nonce) constraint;
+    # settled ones (after the round, which the phase check refuses anyway) by this read.
+    if session.scalars(settled).first() is not None or not insert_once(session, StagedReportRow, values):
         raise TokenSpent("token already redeemed")
 
 

@@ -240,3 +240,15 @@ def test_settling_inserts_in_an_order_drawn_independently_of_arrival(tmp_path: P
     with Session(engine) as s:
         assert s.query(ReportRow).count() == n and s.query(SpentTokenRow).count() == n
         assert s.query(StagedReportRow).count() == 0
+
+
+def test_a_slot_names_problem_partition_and_index_and_fits_the_token_limit():
+    from anonml.crypto.tokens import SLOT_MAX_SIZE
+
+    assert report_slot("p-0123", 3, 1) == b"p-0123/p3/r1"
+    longest = "p" * 64  # the longest id a Problem allows
+    slots = {report_slot(longest, p, k) for p in range(1000) for k in range(64)}
+    assert len(slots) == 64_000 and max(map(len, slots)) <= SLOT_MAX_SIZE
+    assert report_slot(longest, 0, 0) != report_slot("q" * 64, 0, 0)
+    with pytest.raises(ValueError, match="out of range"):
+        report_slot("p-0123", -1, 0)
