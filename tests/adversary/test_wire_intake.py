@@ -22,7 +22,7 @@ from aggregator.db import ReportRow, StagedReportRow, create_tables, settle_repo
 from anonml.crypto.spent import SpentTokenRow
 from anonml.database import make_engine
 from anonml.privacy import RandomizedResponse, SubsetSelection, check_support
-from anonml.protocol import Bins, PrivateReport, Problem, Roster, pack_bits, report_slot
+from anonml.protocol import Bins, PrivateReport, Problem, ReportReceipts, Roster, pack_bits, report_slot
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import (
     ADMIN,
@@ -182,6 +182,7 @@ def test_the_stored_reports_and_spent_tokens_keep_no_arrival_order(aggregator): 
         nonces.append(token.nonce)
     assert status(r.url, pid).reports_accepted == 12  # counted while staged
     assert r.rows("SELECT COUNT(*) FROM reports") == [(0,)]
+    assert requests.get(f"{r.url}/problems/{pid}/receipts", timeout=30).status_code == 409  # round open
     assert post(f"{r.url}/problems/{pid}/train", b"", ADMIN).status_code == 200
     wait_phase(r.url, pid, ("training", "done", "failed"))
     assert r.rows("SELECT COUNT(*) FROM report_staging") == [(0,)]
@@ -203,6 +204,10 @@ def test_the_stored_reports_and_spent_tokens_keep_no_arrival_order(aggregator): 
     assert ids == sorted(ids) and len(set(ids)) == 12
     stored = [row[0] for row in r.rows("SELECT nonce FROM spent_tokens")]
     assert stored == sorted(nonces) and sorted(stored) == sorted(nonces)
+    # Receipts: every sender finds its own nonce's digest; the list is sorted, not in arrival order.
+    answer = requests.get(f"{r.url}/problems/{pid}/receipts", timeout=30)
+    receipts = ReportReceipts.model_validate_json(answer.content)
+    assert list(receipts.digests) == sorted(ReportReceipts.digest(n) for n in nonces)
 
 
 def test_settling_inserts_in_an_order_drawn_independently_of_arrival(tmp_path: Path):
