@@ -47,7 +47,13 @@ def private_dir(path: Path, *, tighten: bool = False) -> Path:
             pass  # created concurrently: still ours to tighten below
         os.chmod(folder, DIR_MODE)  # mkdir's mode is filtered by the umask
     if tighten and stat.S_IMODE(path.stat().st_mode) != DIR_MODE:
-        os.chmod(path, DIR_MODE)
+        try:
+            os.chmod(path, DIR_MODE)
+        except PermissionError:
+            raise PermissionError(
+                f"{path}: cannot make this folder private (mode 0700); is it another user's? "
+                "Point ANONML_HOME at a folder of your own"
+            ) from None
     return path
 
 
