@@ -7,18 +7,42 @@ Tables
 ``registrations``       who registered (signed), in registration order.
 ``median_queries``      every IsGreater query asked, signed, with its members.
 ``median_answers``      one signed bit per (peer, problem); identified by design.
-``reports``             the anonymous reports. Nothing here links to a peer: the
-                        primary key is 16 random bytes, there is no arrival time,
-                        no relay address and no token or issuance id, and on SQLite
-                        the table is ``WITHOUT ROWID`` so not even the physical row
-                        order records arrival order.
+``report_staging``      reports accepted during the open report round, each with
+                        the token it spent (key id, slot, nonce; unique), one row
+                        per delivery written in the delivery's own transaction.
+``reports``             the anonymous reports, moved here from the staging table
+                        when the round closes (:func:`settle_reports`). Nothing
+                        here links to a peer: the primary key is 16 random bytes,
+                        there is no arrival time, no relay address and no token or
+                        issuance id, and on SQLite the table is ``WITHOUT ROWID``
+                        so not even the physical row order records arrival order.
 ``reject_counts``       how many requests were refused, per problem and reason.
 ``spent_tokens`` /      from :func:`anonml.crypto.create_crypto_tables`: redeemed tokens
 ``token_issuance``      (key id, slot, nonce) and evaluations (key id, peer, slot).
+
+Arrival order. A report and its spent token are stored together, in the
+delivery's transaction, in ``report_staging`` — so "token spent ⇔ report
+stored" holds at every instant and survives a crash (a staged row is both).
+When the round closes, :func:`settle_reports` moves every staged row of the
+problem, in an order drawn from the OS CSPRNG, into ``reports`` and
+``spent_tokens`` in ONE transaction (the same one that ends the round), and
+deletes the staged rows with SQLite's ``secure_delete`` on (the freed pages
+are zeroed, :func:`anonml.database.make_engine`); :func:`wipe_log` then
+truncates the write-ahead log, whose frames were appended in arrival order.
+Why staging rather than holding reports in memory and writing shuffled
+batches: an accepted delivery is acknowledged only once it is durable, and
+a crash can neither lose an acknowledged report nor leave a spent token
+without its report. What the final tables keep: no time, no counter, one
+transaction for the whole round (on PostgreSQL every settled row shares one
+``xmin``, and the physical order — ``ctid`` — is the shuffled order). What
+remains: while the round is open the staging table (and, on PostgreSQL, its
+row versions until vacuumed) reflects arrival order — the same information
+an aggregator watching its intake live has anyway.
 """
 
 from __future__ import annotations
 
+import random
 import secrets
 from datetime import datetime
 
@@ -28,6 +52,9 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    delete,
+    func,
+    insert,
     select,
 )
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -35,6 +62,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from anonml.crypto import create_crypto_tables
+from anonml.crypto.spent import SpentTokenRow
 from anonml.database import UTCDateTime
 
 __all__ = [
@@ -44,10 +72,14 @@ __all__ = [
     "MedianQueryRow",
     "MedianAnswerRow",
     "ReportRow",
+    "StagedReportRow",
     "RejectRow",
     "create_tables",
     "count_reject",
     "new_report_id",
+    "settle_reports",
+    "count_reports",
+    "wipe_log",
 ]
 
 
@@ -135,6 +167,26 @@ class ReportRow(Base):
     bits: Mapped[bytes] = mapped_column(LargeBinary(512))
 
 
+class StagedReportRow(Base):
+    """A report accepted while its round is open, with the token it spent (module notes)."""
+
+    __tablename__ = "report_staging"
+    __table_args__ = (
+        UniqueConstraint("key_id", "slot", "nonce", name="uq_report_staging_token"),
+        {"sqlite_with_rowid": False},
+    )
+
+    id: Mapped[bytes] = mapped_column(LargeBinary(16), primary_key=True)
+    problem_id: Mapped[str] = mapped_column(String(64), index=True)
+    key_id: Mapped[bytes] = mapped_column(LargeBinary(32))
+    slot: Mapped[bytes] = mapped_column(LargeBinary(64))
+    nonce: Mapped[bytes] = mapped_column(LargeBinary(32))
+    partition: Mapped[int]
+    subset: Mapped[int]
+    mechanism_json: Mapped[str] = mapped_column(Text)
+    bits: Mapped[bytes] = mapped_column(LargeBinary(512))
+
+
 class RejectRow(Base):
     """Refused requests per problem ("" when the problem is unknown) and reason."""
 
@@ -148,6 +200,65 @@ class RejectRow(Base):
 def new_report_id() -> bytes:
     """A report's primary key: 16 bytes from the OS CSPRNG (carries no order)."""
     return secrets.token_bytes(16)
+
+
+def settle_reports(session: Session, problem_id: str, rng: random.Random | None = None) -> int:
+    """Move the problem's staged reports and spent tokens to their tables in random order.
+
+    Runs inside the caller's transaction (the one that ends the report
+    round); returns how many reports moved. The order is a uniform
+    permutation drawn from ``rng`` (default the OS CSPRNG), independent of
+    the order the deliveries arrived in; each report gets a fresh random key.
+    """
+    gen = rng if rng is not None else secrets.SystemRandom()
+    staged = list(session.scalars(select(StagedReportRow).where(StagedReportRow.problem_id == problem_id)))
+    gen.shuffle(staged)
+    if staged:
+        session.execute(
+            insert(SpentTokenRow),
+            [{"key_id": r.key_id, "slot": r.slot, "nonce": r.nonce} for r in staged],
+        )
+        session.execute(
+            insert(ReportRow),
+            [
+                {
+                    "id": new_report_id(),
+                    "problem_id": problem_id,
+                    "partition": r.partition,
+                    "subset": r.subset,
+                    "mechanism_json": r.mechanism_json,
+                    "bits": r.bits,
+                }
+                for r in staged
+            ],
+        )
+    session.execute(delete(StagedReportRow).where(StagedReportRow.problem_id == problem_id))
+    session.expunge_all()
+    return len(staged)
+
+
+def count_reports(session: Session, problem_id: str) -> int:
+    """Reports accepted for the problem so far: staged (round open) plus settled."""
+    total = 0
+    for table in (StagedReportRow, ReportRow):
+        total += int(
+            session.scalar(select(func.count()).select_from(table).where(table.problem_id == problem_id)) or 0
+        )
+    return total
+
+
+def wipe_log(engine: Engine) -> None:
+    """Fold SQLite's write-ahead log into the database file and truncate it (no-op elsewhere).
+
+    The log holds pages in commit order (so, staged reports in arrival
+    order) until a checkpoint; after :func:`settle_reports` commits, this
+    checkpoint copies the settled pages into the file (where deleted rows
+    were zeroed by ``secure_delete``) and empties the log.
+    """
+    if engine.dialect.name != "sqlite":
+        return
+    with engine.connect() as connection:
+        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 

@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import func, select, update
 
-from aggregator.db import MedianAnswerRow, ProblemRow, RegistrationRow, ReportRow
+from aggregator.db import MedianAnswerRow, ProblemRow, RegistrationRow, ReportRow, settle_reports, wipe_log
 from aggregator.medians import MedianRun
 from aggregator.state import AggregatorState
 from aggregator.training import train_problem
@@ -254,6 +254,8 @@ class RoundDriver:
             row = s.get(ProblemRow, pid)
             assert row is not None
             self._enter(row, "training")
+            settle_reports(s, pid)  # the round is over: staged reports move in random order
+        wipe_log(self.state.engine)
         thread = threading.Thread(target=self._train, args=(pid,), name=f"train-{pid}", daemon=True)
         self._training[pid] = thread
         thread.start()

@@ -6,7 +6,6 @@ variables (:meth:`AggregatorSettings.from_env`), validated by pydantic.
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from anonml.environment import settings_from_env
-from anonml.paths import anonml_home
+from anonml.paths import anonml_home, write_secret
 
 __all__ = ["AggregatorSettings", "ENV_PREFIX"]
 
@@ -47,6 +46,10 @@ class AggregatorSettings(BaseModel):
         How long after t_r final-hop deliveries are still accepted (network latency).
     max_body_bytes : int
         Larger request bodies are refused with 413 before parsing.
+    allow_loopback_http : bool
+        Accept registrations whose relay URL is plain ``http`` on a loopback
+        host (test and demo deployments on one machine); otherwise relay URLs
+        must be ``https`` (:func:`anonml.protocol.check_relay_url`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -60,6 +63,7 @@ class AggregatorSettings(BaseModel):
     tick_seconds: float = Field(default=0.1, gt=0, le=60)
     intake_grace_seconds: float = Field(default=1.0, ge=0, le=3600)
     max_body_bytes: int = Field(default=1 << 20, ge=4096)
+    allow_loopback_http: bool = False
 
     @classmethod
     def from_env(cls, **overrides: Any) -> AggregatorSettings:
@@ -73,9 +77,6 @@ class AggregatorSettings(BaseModel):
         path = self.identity_file.with_name("admin-token")
         if path.exists():
             return path.read_text(encoding="utf-8").strip()
-        path.parent.mkdir(parents=True, exist_ok=True)
         token = secrets.token_urlsafe(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(token + "\n")
+        write_secret(path, token + "\n")
         return token

@@ -30,7 +30,7 @@ from anonml.crypto import (
 )
 from anonml.database import make_engine
 from anonml.learn import Binning, PartitionPlan, make_plan
-from anonml.protocol import Bins, Problem, Roster, report_slot
+from anonml.protocol import Bins, Problem, Roster
 
 __all__ = ["AggregatorState", "ProblemContext", "load_or_create_identity"]
 
@@ -72,11 +72,6 @@ class ProblemContext:
         """The published bins (once the bins are out)."""
         assert self.bins is not None
         return Binning.from_thresholds(self.problem.draft.features, dict(enumerate(self.bins.edges)))
-
-    @cached_property
-    def slots(self) -> tuple[bytes, ...]:
-        """The report slots of this problem: ``report_slot(id, k)`` for ``k < k_h``."""
-        return tuple(report_slot(self.problem.id, k) for k in range(self.problem.draft.kh))
 
     def set_roster(self, roster: Roster) -> None:
         keys = [bytes(e.identity) for e in roster.entries]

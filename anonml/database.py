@@ -6,26 +6,57 @@ while an import writes), ``synchronous=NORMAL`` (durable at transaction
 boundaries under WAL), a 30 s busy timeout (concurrent writers queue instead of
 failing) and foreign keys; an in-memory database is one connection shared by
 every session, or each session would see an empty database.
+
+Files. A SQLite file is created mode 0600 before SQLite opens it (its folder,
+if missing, 0700: :mod:`anonml.paths`); SQLite gives the ``-wal``, ``-shm``
+and ``-journal`` files the database file's mode, and every new connection
+re-applies 0600 to whichever of them exist (a file made by an older version
+is tightened the next time it is opened). ``secure_delete`` is on, so
+deleted rows (e.g. the aggregator's staged reports) are overwritten with
+zeros rather than left in free pages.
 """
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import DateTime, create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["make_engine", "is_sqlite_memory", "UTCDateTime"]
+from anonml.paths import FILE_MODE, private_file
+
+__all__ = ["make_engine", "is_sqlite_memory", "sqlite_path", "UTCDateTime"]
 
 _BUSY_TIMEOUT_MS = 30_000
+_COMPANIONS = ("-wal", "-shm", "-journal")
 
 
 def is_sqlite_memory(url: str) -> bool:
     """Whether ``url`` names an in-memory SQLite database."""
     return url in ("sqlite://", "sqlite:///:memory:") or (url.startswith("sqlite") and "mode=memory" in url)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (None for other databases, memory, and ``file:`` URIs)."""
+    if not url.startswith("sqlite") or is_sqlite_memory(url):
+        return None
+    database = make_url(url).database
+    if not database or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def _tighten(path: Path) -> None:
+    for name in (path, *(path.with_name(path.name + suffix) for suffix in _COMPANIONS)):
+        try:
+            os.chmod(name, FILE_MODE)
+        except FileNotFoundError:
+            pass
 
 
 def make_engine(url: str, *, immediate: bool = False) -> Engine:
@@ -45,6 +76,9 @@ def make_engine(url: str, *, immediate: bool = False) -> Engine:
             return create_engine(url, pool_pre_ping=True, isolation_level="SERIALIZABLE")
         return create_engine(url, pool_pre_ping=True)
     memory = is_sqlite_memory(url)
+    path = sqlite_path(url)
+    if path is not None:
+        private_file(path)  # 0600 before SQLite first opens it
     kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
     if memory:
         kwargs["poolclass"] = StaticPool
@@ -56,9 +90,12 @@ def make_engine(url: str, *, immediate: bool = False) -> Engine:
         if not memory:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA secure_delete=ON")
         cursor.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
+        if path is not None:
+            _tighten(path)
         if immediate:
             # pysqlite's own BEGIN is deferred; take transaction control so the
             # "begin" hook below can issue BEGIN IMMEDIATE instead.

@@ -343,13 +343,14 @@ def run_demo(
             admin_token=token,
             intake_grace_seconds=max(1.0, window_seconds / 2),
             port=0,
+            allow_loopback_http=True,  # every service of the demo is on this machine
         )
         aggregator = start_server_process(agg_settings)  # its own process: the second core
         nodes = [PeerNode(p.identity, p.store, p.ledger, user=p.username) for p in peers]
         host = PeerHost(
             nodes,
             PeerDB(f"sqlite:///{root / 'peers.db'}"),
-            PeerPolicy(auto_accept=True, max_epsilon_per_problem=max(epsilon, 1.0)),
+            PeerPolicy(auto_accept=True, max_epsilon_per_problem=max(epsilon, 1.0), allow_loopback_http=True),
             [aggregator.url],
             poll_seconds=0.2,
             witnesses=2,

@@ -34,6 +34,7 @@ import binascii
 import hashlib
 import json
 import math
+import re
 from typing import Annotated, Any, Literal, TypeVar
 
 import numpy as np
@@ -81,10 +82,12 @@ __all__ = [
     "PrivateReport",
     "IntakeDelivery",
     "IntakeReceipt",
+    "ReportReceipts",
     "ModelDocument",
     "ErrorBody",
     "PeerStatus",
     "report_slot",
+    "check_relay_url",
     "roster_fingerprint",
     "pack_bits",
     "unpack_bits",
@@ -441,9 +444,70 @@ class Bins(_Message):
 # --- tokens and reports --------------------------------------------------------
 
 
-def report_slot(problem_id: str, k: int) -> bytes:
-    """The public POPRF input of a peer's k-th report slot: the same for every peer."""
-    return f"{problem_id}/r/{k}".encode("ascii")
+_SLOT_MAX = 64  # anonml.crypto.tokens.SLOT_MAX_SIZE
+
+
+def report_slot(problem_id: str, partition: int, k: int) -> bytes:
+    """The public POPRF input of slot ``k`` of partition ``partition`` of a problem.
+
+    ``problem_id ‖ "/p" ‖ partition ‖ "/r" ‖ k`` in ASCII (a problem id whose
+    slot would pass 64 bytes is replaced by the hex of its 16-byte BLAKE2b).
+    The token is bound to the whole triple: the POPRF key is tweaked by the
+    slot (:mod:`anonml.crypto.poprf`), so a token issued for partition 0 does
+    not verify as one for partition 1, and the intake refuses a redemption
+    whose slot does not name the report's (partition, subset). The aggregator
+    issues a peer only the slots of the partition the plan gives it, so it
+    cannot tell peers apart by the slots they redeem beyond that partition —
+    which the report itself names anyway.
+    """
+    if not 0 <= partition < 10_000 or not 0 <= k < 1000:
+        raise ValueError(f"slot (partition={partition}, k={k}) out of range")
+    slot = f"{problem_id}/p{partition}/r{k}".encode("ascii")
+    if len(slot) > _SLOT_MAX:
+        digest = hashlib.blake2b(problem_id.encode("ascii"), digest_size=16).hexdigest()
+        slot = f"{digest}/p{partition}/r{k}".encode("ascii")
+    return slot
+
+
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+_RELAY_URL = re.compile(
+    r"^(?P<scheme>https?)://(?P<host>[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?|\[::1\])"
+    r"(?::(?P<port>[0-9]{1,5}))?/relay/(?P<node>[0-9a-f]{32})$"
+)
+
+
+def check_relay_url(url: str, *, allow_loopback_http: bool) -> str:
+    """Return ``url`` if it has the one relay form; :class:`ValueError` naming what is wrong.
+
+    The form: ``https://host[:port]/relay/<node id, 32 lowercase hex>``, where
+    host is a DNS name or IPv4 address (lowercase; ``[::1]`` for IPv6
+    loopback); no userinfo, query, fragment, percent-escapes or trailing
+    slash. ``http`` is accepted only for a loopback host (``127.0.0.1``,
+    ``localhost``, ``[::1]``) and only with ``allow_loopback_http`` (test and
+    demo deployments). Checked by the aggregator at registration and by every
+    peer on every roster entry before it fetches anything from it, so a
+    registrant cannot make other peers request an arbitrary URL (blind SSRF
+    through a query string, another path, or credentials).
+    """
+    if not isinstance(url, str) or len(url) > 300:
+        raise ValueError("a relay URL is a string of at most 300 characters")
+    match = _RELAY_URL.fullmatch(url)
+    if match is None:
+        raise ValueError(
+            f"relay URL {url[:80]!r} is not of the form https://host[:port]/relay/<32 hex digits> "
+            "(no userinfo, query or fragment)"
+        )
+    if match["port"] is not None and not 1 <= int(match["port"]) <= 65535:
+        raise ValueError(f"relay URL {url[:80]!r} has port {match['port']} out of range")
+    if match["scheme"] == "http":
+        if match["host"] not in _LOOPBACK_HOSTS:
+            raise ValueError(f"relay URL {url[:80]!r}: plain http is allowed on loopback only")
+        if not allow_loopback_http:
+            raise ValueError(
+                f"relay URL {url[:80]!r}: plain http (loopback) is allowed only in test mode "
+                "(allow_loopback_http)"
+            )
+    return url
 
 
 class TokenSlotRequest(_Message):
@@ -515,6 +579,25 @@ class IntakeDelivery(_Message):
 
 class IntakeReceipt(_Message):
     accepted: bool
+
+
+class ReportReceipts(_Message):
+    """After the report round: a digest of the nonce of every redeemed token, in sorted order.
+
+    ``digests`` are ``BLAKE2b-256(person="AnonMLv1-receipt"; nonce)``. Each peer
+    downloads the whole list and checks its own tokens' nonces locally, so a
+    report dropped on its route (a relay that accepts and discards) is counted
+    by its sender; the list says nothing the aggregator did not know (it holds
+    the nonces) and, sorted, nothing about arrival order. Nonces are drawn by
+    the peers at random, so a digest names no peer to anyone else.
+    """
+
+    problem_id: str
+    digests: tuple[B64(32), ...]
+
+    @staticmethod
+    def digest(nonce: bytes) -> bytes:
+        return hashlib.blake2b(bytes(nonce), digest_size=32, person=b"AnonMLv1-receipt").digest()
 
 
 class ModelDocument(_Message):

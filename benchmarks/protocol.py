@@ -113,7 +113,7 @@ def host_worker() -> None:
     host = PeerHost(
         nodes,
         PeerDB(f"sqlite:///{root / 'peers.db'}"),
-        PeerPolicy(auto_accept=True, max_epsilon_per_problem=cfg["epsilon"]),
+        PeerPolicy(auto_accept=True, max_epsilon_per_problem=cfg["epsilon"], allow_loopback_http=True),
         [cfg["aggregator"]],
         poll_seconds=0.25,
         witnesses=2,
@@ -181,6 +181,7 @@ def run_round(n_peers: int, n_hosts: int, epsilon: float, window: float, scratch
             db_url=f"sqlite:///{scratch / 'aggregator.db'}",
             identity_file=scratch / "aggregator-id.json",
             admin_token=token,
+            allow_loopback_http=True,
             port=0,
             intake_grace_seconds=window,
         )
@@ -308,7 +309,7 @@ def run_round(n_peers: int, n_hosts: int, epsilon: float, window: float, scratch
 def relay_capacity(n_packets: int, threads: int = 8) -> dict:
     """1-hop packets at one relay process over HTTP, as fast as ``threads`` clients send."""
     node = PeerNode(Identity.generate(), EventStore("sqlite://"), PrivacyLedger("sqlite://"))
-    host = PeerHost([node], PeerDB("sqlite://"), PeerPolicy(), [])
+    host = PeerHost([node], PeerDB("sqlite://"), PeerPolicy(allow_loopback_http=True), [])
     server = start_peer_server(host)
     try:
         key, cert = node.identity.new_round_relay_key(1)
@@ -362,6 +363,7 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
         identity_file=scratch / "i-id.json",
         admin_token=token,
         tick_seconds=0.05,
+        allow_loopback_http=True,
     )
     server = start_server(create_app(settings))
     admin = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
@@ -390,7 +392,7 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
                     Registration(
                         problem_id=problem.id,
                         identity=bytes(ident.public),
-                        relay_url="http://127.0.0.1:9/r",
+                        relay_url=f"http://127.0.0.1:9/relay/{ident.public.node_id.hex()}",
                         relay_certificate=bytes(cert),
                         signature=bytes(64),
                     ),
@@ -410,7 +412,7 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
             rng = np.random.default_rng(0)
             deliveries = []
             for ident in peers:
-                slot = report_slot(problem.id, 0)
+                slot = report_slot(problem.id, 0, 0)  # k_p = 1: everyone reports in partition 0
                 req = request_tokens(key, slot)
                 batch = sign_message(
                     TokenBatchRequest(

@@ -6,7 +6,8 @@ Routes
     One onion packet for the hosted identity ``node`` (hex node id), raw bytes
     of exactly ``PACKET_SIZE``: a declared or streamed body over that size is
     refused with 413 before it is read in full, a shorter one with 400 — both
-    before any cryptography (:mod:`peer.relay`). 202 when held for release.
+    before any cryptography (:mod:`peer.relay`). Every accepted packet gets
+    the same empty 202, whatever it was (held, delivered, cover).
 ``GET /relay/{node}/roster/{problem}``
     The identity's signed :class:`~anonml.protocol.RosterWitness` (404 until
     it has checked that roster): how other members compare fingerprints.
@@ -91,7 +92,7 @@ def create_app(host: PeerHost, local_token: str) -> FastAPI:
         outcome = host.relay.handle(node_id, bytes(body))
         if outcome.status >= 300:
             raise HTTPException(status_code=outcome.status, detail=outcome.detail)
-        return Response(status_code=202, content=outcome.detail, media_type="text/plain")
+        return Response(status_code=202)  # the same empty answer for every accepted packet
 
     @app.get("/relay/{node}/roster/{problem_id}", response_model=RosterWitness, tags=["relay"])
     def roster_witness(node: str, problem_id: str) -> RosterWitness:

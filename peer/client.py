@@ -3,15 +3,17 @@
 Every response body is parsed by its :mod:`anonml.protocol` model (never
 unpickled, never evaluated); a non-2xx answer raises
 :class:`~anonml.errors.ProtocolError` carrying the status and the server's reason.
-Each thread gets its own ``requests.Session`` (sessions are not thread-safe).
+Every call goes through :func:`peer.dispatch.fetch`: a total deadline for the
+whole exchange and a cap on the answer's size (larger for the roster and the
+model), so neither the aggregator nor a member's relay can hold the peer's
+worker by answering slowly or without end.
 """
 
 from __future__ import annotations
 
-import threading
+import json
 from typing import TypeVar
 
-import requests
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from anonml.errors import ProtocolError
@@ -26,16 +28,19 @@ from anonml.protocol import (
     ProblemStatus,
     Registration,
     RegistrationReceipt,
+    ReportReceipts,
     Roster,
     RosterWitness,
     TokenBatchRequest,
     TokenBatchResponse,
 )
+from peer.dispatch import REPLY_CAP, Reply, fetch
 
 __all__ = ["AggregatorClient", "HTTPRefusal", "fetch_witness"]
 
 _M = TypeVar("_M", bound=BaseModel)
-_local = threading.local()
+#: Bytes a roster or a model document may have (each member's entry is a few hundred bytes).
+LARGE_REPLY_CAP = 64 << 20
 
 
 class HTTPRefusal(ProtocolError):
@@ -47,41 +52,37 @@ class HTTPRefusal(ProtocolError):
         super().__init__(f"{url}: HTTP {status}: {detail}")
 
 
-def _session() -> requests.Session:
-    session = getattr(_local, "session", None)
-    if session is None:
-        session = _local.session = requests.Session()
-    return session
-
-
-def _detail(response: requests.Response) -> str:
+def _detail(reply: Reply) -> str:
     try:
-        body = response.json()
+        body = json.loads(reply.body)
     except ValueError:
-        return response.text[:200]
+        return reply.text[:200]
     detail = body.get("detail", body) if isinstance(body, dict) else body
-    return detail if isinstance(detail, str) else str(detail)[:300]
+    return detail[:300] if isinstance(detail, str) else str(detail)[:300]
 
 
 def _call(
-    method: str, url: str, model: type[_M] | TypeAdapter, body: BaseModel | None = None, timeout: float = 15.0
+    method: str,
+    url: str,
+    model: type[_M] | TypeAdapter,
+    body: BaseModel | None = None,
+    timeout: float = 15.0,
+    max_bytes: int = REPLY_CAP,
 ):
-    try:
-        response = _session().request(
-            method,
-            url,
-            data=None if body is None else body.model_dump_json(),
-            headers=None if body is None else {"content-type": "application/json"},
-            timeout=timeout,
-        )
-    except requests.RequestException as exc:
-        raise ProtocolError(f"{url}: {exc}") from None
-    if response.status_code >= 300:
-        raise HTTPRefusal(url, response.status_code, _detail(response))
+    reply = fetch(
+        method,
+        url,
+        None if body is None else body.model_dump_json().encode("utf-8"),
+        None if body is None else "application/json",
+        deadline=timeout,
+        max_bytes=max_bytes,
+    )
+    if reply.status >= 300:
+        raise HTTPRefusal(url, reply.status, _detail(reply))
     try:
         if isinstance(model, TypeAdapter):
-            return model.validate_json(response.content)
-        return model.model_validate_json(response.content)
+            return model.validate_json(reply.body)
+        return model.model_validate_json(reply.body)
     except ValidationError as exc:
         raise ProtocolError(f"{url}: malformed answer: {exc.errors()[0]['msg']}") from None
 
@@ -100,7 +101,12 @@ class AggregatorClient:
         return self.base_url + path
 
     def problems(self, phase: str | None = None) -> list[Problem]:
-        return _call("GET", self._url("/problems" + (f"?phase={phase}" if phase else "")), _PROBLEMS)
+        return _call(
+            "GET",
+            self._url("/problems" + (f"?phase={phase}" if phase else "")),
+            _PROBLEMS,
+            max_bytes=LARGE_REPLY_CAP,
+        )
 
     def problem(self, problem_id: str) -> Problem:
         return _call("GET", self._url(f"/problems/{problem_id}"), Problem)
@@ -117,7 +123,8 @@ class AggregatorClient:
         )
 
     def roster(self, problem_id: str) -> Roster:
-        return _call("GET", self._url(f"/problems/{problem_id}/roster"), Roster, timeout=60.0)
+        url = self._url(f"/problems/{problem_id}/roster")
+        return _call("GET", url, Roster, timeout=60.0, max_bytes=LARGE_REPLY_CAP)
 
     def assignment(self, problem_id: str, fingerprint: str) -> Assignment:
         return _call("GET", self._url(f"/problems/{problem_id}/assignments/{fingerprint}"), Assignment)
@@ -135,7 +142,17 @@ class AggregatorClient:
         return _call("POST", self._url(f"/problems/{request.problem_id}/tokens"), TokenBatchResponse, request)
 
     def model(self, problem_id: str) -> ModelDocument:
-        return _call("GET", self._url(f"/problems/{problem_id}/model"), ModelDocument, timeout=60.0)
+        return _call(
+            "GET",
+            self._url(f"/problems/{problem_id}/model"),
+            ModelDocument,
+            timeout=60.0,
+            max_bytes=LARGE_REPLY_CAP,
+        )
+
+    def receipts(self, problem_id: str) -> ReportReceipts:
+        url = self._url(f"/problems/{problem_id}/receipts")
+        return _call("GET", url, ReportReceipts, timeout=60.0, max_bytes=LARGE_REPLY_CAP)
 
     @property
     def intake_url(self) -> str:
@@ -143,5 +160,12 @@ class AggregatorClient:
 
 
 def fetch_witness(relay_url: str, problem_id: str) -> RosterWitness:
-    """Ask another peer's relay which roster fingerprint it holds for ``problem_id``."""
-    return _call("GET", f"{relay_url.rstrip('/')}/roster/{problem_id}", RosterWitness, timeout=5.0)
+    """Ask another peer's relay which roster fingerprint it holds for ``problem_id``.
+
+    ``relay_url`` must already have passed :func:`anonml.protocol.check_relay_url`
+    (the caller checks every roster entry before fetching anything); the
+    answer is bounded to 5 s and 4 KiB.
+    """
+    return _call(
+        "GET", f"{relay_url.rstrip('/')}/roster/{problem_id}", RosterWitness, timeout=5.0, max_bytes=4096
+    )

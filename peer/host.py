@@ -114,7 +114,7 @@ class PeerHost:
         self.witnesses = witnesses
         self.poll_seconds = poll_seconds
         self.dispatcher = Dispatcher(workers=max(4, workers * 2))
-        self.relay = RelayService(self.dispatcher, rng)
+        self.relay = RelayService(self.dispatcher, rng, allow_loopback_http=policy.allow_loopback_http)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="peer-step")
         self.sessions: dict[str, ProblemSession] = {}
         self.worker = Worker(self)

@@ -77,7 +77,9 @@ from anonml.protocol import (
     ModelDocument,
     Problem,
     Registration,
+    ReportReceipts,
     RosterWitness,
+    check_relay_url,
     sign_message,
     verify_message,
 )
@@ -86,7 +88,7 @@ from peer.client import AggregatorClient, HTTPRefusal, fetch_witness
 from peer.dispatch import post
 from peer.features import LocalExample, invalid_features, local_example
 from peer.policy import PeerPolicy, check_roster_floors
-from peer.relay import RelayRound, RelayService
+from peer.relay import RelayRound, RelayService, packet_cap
 from peer.reports import choose_path, fetch_tokens, make_reports
 from peer.roster import RosterView
 
@@ -146,6 +148,7 @@ class Participant:
     paths: list[list[Hop]] | None = None
     answered: bool = False
     sent: int = 0
+    lost: int | None = None
     prediction: float | None = None
     standins: list[str] = field(default_factory=list)
 
@@ -191,6 +194,10 @@ class Participant:
 
     # -- 1. registration ---------------------------------------------------------------
     def register(self) -> None:
+        try:  # the form every member checks: refuse here rather than be refused by all of them
+            check_relay_url(self.relay_url, allow_loopback_http=self.relay.allow_loopback_http)
+        except ValueError as exc:
+            raise Aborted(f"this peer's own relay URL cannot be registered: {exc}") from None
         key, cert = self.node.identity.new_round_relay_key(self.problem.round_id, self.node.rng)
         self.relay_key, self.certificate = key, cert
         registration = sign_message(
@@ -208,7 +215,8 @@ class Participant:
 
     # -- 2. roster, assignment, witnesses ------------------------------------------------
     def check_roster(self, view: RosterView) -> None:
-        """Floors, own entry, seed commitment, assignment; then publish the signed witness."""
+        """Relay URLs, floors, own entry, seed commitment, assignment; then publish the signed witness."""
+        self.check_relay_urls(view)
         try:
             check_roster_floors(self.problem, len(view.keys), view.roster.median_pool_size, self.policy)
         except AnonMLError as exc:
@@ -253,6 +261,21 @@ class Participant:
             self.node.identity,
         )
         self.status = "checked"
+
+    def check_relay_urls(self, view: RosterView) -> None:
+        """Every member's relay URL has the one relay form and names its own node, or abort.
+
+        Runs before this identity fetches anything from any member (witnesses,
+        packets): a roster that makes peers request other URLs is the
+        aggregator's doing (it checks the form at registration).
+        """
+        for i, (entry, node_id) in enumerate(zip(view.roster.entries, view.node_ids, strict=True)):
+            try:
+                check_relay_url(entry.relay_url, allow_loopback_http=self.relay.allow_loopback_http)
+            except ValueError as exc:
+                raise Aborted(f"roster member {i}'s relay URL is refused: {exc}") from None
+            if not entry.relay_url.endswith("/relay/" + node_id.hex()):
+                raise Aborted(f"roster member {i}'s relay URL does not name its own node")
 
     def compare_fingerprints(self) -> bool:
         """Ask other members' relays for their fingerprint; True once enough agree.
@@ -391,6 +414,7 @@ class Participant:
                 destination=_node_id(bytes(self.problem.aggregator)),
                 intake_url=self.client.intake_url,
                 stages=min(draft.hops, len(view.keys) - 1),
+                max_packets=packet_cap(draft.kh, min(draft.hops, len(view.keys) - 1)),
             )
         )
         self.relaying = True
@@ -448,6 +472,7 @@ class Participant:
                 self.problem,
                 self.node.identity,
                 bytes(self.view.roster.token_key),
+                self.assignment.index,
                 self.client.tokens,
                 self.node.rng,
             )
@@ -498,11 +523,11 @@ class Participant:
 
     def send(self, url: str, packet: bytes) -> None:
         """POST one packet to its first hop (called by the dispatcher at its send time)."""
-        response = post(url, packet, "application/octet-stream")
-        if response.status_code < 300:
+        reply = post(url, packet, "application/octet-stream")
+        if reply.status < 300:
             self.sent += 1
         else:
-            raise HTTPRefusal(url, response.status_code, response.text[:200])
+            raise HTTPRefusal(url, reply.status, reply.text[:200])
 
     # -- 5. model ------------------------------------------------------------------------
     def receive_model(self, document: ModelDocument) -> AnonMLClassifier:
@@ -514,6 +539,7 @@ class Participant:
         if document.problem_id != self.problem.id:
             raise Aborted("the model is for another problem")
         model = AnonMLClassifier.from_json(json.dumps(document.model))
+        self.count_lost_reports()
         if self.example is not None:
             bad = invalid_features(self.example.x, self.problem.draft.features)
             if bad:  # the model cannot bin this value either: no prediction, said locally
@@ -522,6 +548,28 @@ class Participant:
                 self.prediction = float(model.predict_proba(self.example.x[None, :])[0, 1])
         self.status = "done"
         return model
+
+
+    def count_lost_reports(self) -> int | None:
+        """How many of this identity's reports never reached the intake (relay counters too).
+
+        Compares its tokens' nonces with the aggregator's sorted receipts
+        (:class:`~anonml.protocol.ReportReceipts`), locally: a relay that
+        accepted a packet and dropped it is noticed by the sender. None when
+        this identity sent no reports or the receipts are not available.
+        """
+        if not self.tokens or not self.built:
+            return None
+        try:
+            receipts = self.client.receipts(self.problem.id)
+        except ProtocolError:
+            self.relay.count("receipts unavailable")
+            return None
+        held = set(map(bytes, receipts.digests))
+        self.lost = sum(ReportReceipts.digest(t.nonce) not in held for t in self.tokens)
+        self.relay.count("reports delivered", len(self.tokens) - self.lost)
+        self.relay.count("reports lost in transit", self.lost)
+        return self.lost
 
 
 def _node_id(public_identity: bytes) -> bytes:

@@ -76,6 +76,10 @@ class PeerPolicy(BaseModel):
     offered_sources : list of str or None
         The event sources this person offers to problems (None: all); events of
         other sources are never read. Set by the person, never by a proposal.
+    allow_loopback_http : bool
+        Test and demo mode: accept roster relay URLs that are plain ``http``
+        on a loopback host. Off by default: relay URLs must be ``https``
+        (:func:`anonml.protocol.check_relay_url`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -92,6 +96,7 @@ class PeerPolicy(BaseModel):
     max_pool_fraction: float = Field(default=0.5, ge=0, lt=1)
     max_median_epsilon: float | None = Field(default=None, gt=0, le=20)
     offered_sources: list[str] | None = None
+    allow_loopback_http: bool = False
 
     @classmethod
     def for_simulation(cls, **fields: Any) -> PeerPolicy:
@@ -99,10 +104,10 @@ class PeerPolicy(BaseModel):
 
         The scale floors become ``min_roster_size = 2`` and
         ``min_anonymity_set = 1`` (a few dozen simulated peers cannot meet the
-        defaults); the route and pool floors, the ε limits and everything in
-        ``fields`` are as for any peer.
+        defaults) and relays may be plain http on loopback; the route and pool
+        floors, the ε limits and everything in ``fields`` are as for any peer.
         """
-        return cls(**{"min_roster_size": 2, "min_anonymity_set": 1, **fields})
+        return cls(**{"min_roster_size": 2, "min_anonymity_set": 1, "allow_loopback_http": True, **fields})
 
     @property
     def median_epsilon_cap(self) -> float:

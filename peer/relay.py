@@ -10,11 +10,31 @@ URL. :meth:`RelayService.handle` then, for one packet:
    refused oversized bodies with 413 before reading them) — before any crypto;
 2. finds the round key by the packet's round id (404 if this node has none);
 3. drops the packet if it arrives after ``t_r`` (410);
-4. peels it (MAC, then the replay tag: 409 for a replay, 400 for anything
+4. refuses it with 429 once the node has accepted :attr:`RelayRound.max_packets`
+   packets this round (:func:`packet_cap`) — before any crypto, so an outsider
+   who builds valid packets from the public round keys in the roster can
+   flood no relay past what an honest round could bring it;
+5. peels it (MAC, then the replay tag: 409 for a replay; 400 for anything
    else wrong) and schedules the release with :func:`~anonml.crypto.release_time`
    — to the next hop's relay, or, at the last hop, to the aggregator's intake
    as an :class:`~anonml.protocol.IntakeDelivery`. Cover packets end at the
    last hop.
+
+Uniform answers. Whatever the packet turned out to be — held for the next
+hop, held for the intake, a cover packet that ended here — the answer is
+the same empty ``202``; and every refusal after peeling that could depend on
+the node's position on the route (bad MAC, unknown next hop, unknown final
+destination) is the same ``400 packet rejected``. The previous hop (the
+sender, or a relay colluding with the aggregator) learns nothing about the
+packet's position or kind from the answer. Counters kept for the node's own
+user (:meth:`RelayService.count`) still tell the cases apart.
+
+Outbound. Only routes whose URL has the one relay form
+(:func:`anonml.protocol.check_relay_url`) are kept when a round opens, and
+each release is one :func:`peer.dispatch.post` with a total deadline and a
+size cap, so a next hop that answers slowly (or never) holds one pool thread
+for at most :data:`~peer.dispatch.PACKET_DEADLINE` seconds; failures and
+refusals are counted on this (sending) side.
 
 Release times. Every packet of the round is inside the relays before any
 leaves (first hops hold until after ``t_s + δ``), so arrival order says nothing
@@ -43,6 +63,7 @@ unpickled or executed; packets are opaque bytes until the Sphinx MAC holds.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import Counter
@@ -60,10 +81,13 @@ from anonml.crypto import (
     release_time,
 )
 from anonml.errors import ProtocolError
-from anonml.protocol import IntakeDelivery
-from peer.dispatch import Dispatcher, post
+from anonml.protocol import IntakeDelivery, check_relay_url
+from peer.dispatch import Dispatcher, OutboundError, post
 
-__all__ = ["RelayRound", "RelayService", "RelayOutcome", "default_guard"]
+__all__ = ["RelayRound", "RelayService", "RelayOutcome", "default_guard", "packet_cap"]
+
+#: The one refusal a previous hop sees for any packet that fails after peeling.
+REJECTED = "packet rejected"
 
 
 @dataclass
@@ -79,6 +103,7 @@ class RelayRound:
     intake_url: str
     guard: float | None = None  # seconds kept free before t_r (None: default_guard)
     stages: int = 1  # hops of the problem's routes: one release stage each
+    max_packets: int | None = None  # packets this node accepts in the round (None: no cap)
 
     def release_end(self) -> float:
         """End of the interval release times are drawn from: ``t_r − guard``."""
@@ -92,6 +117,20 @@ def default_guard(schedule: WindowSchedule) -> float:
     return min(2.0, (end - start) / 3.0)
 
 
+def packet_cap(slots_per_peer: int, hops: int) -> int:
+    """Packets one node accepts per round: ``⌈λ + 8√λ + 16⌉`` with ``λ = slots_per_peer · hops``.
+
+    Each of the other ``n − 1`` members sends ``slots_per_peer`` packets over
+    ``hops`` distinct relays chosen uniformly among its ``n − 1`` others, so
+    the packets an honest round brings one node are a sum of Bernoulli draws
+    of mean ``λ`` and variance at most ``λ``; the cap sits 8 standard
+    deviations (plus 16) above the mean, which an honest round passes with
+    probability below 1e-12 (Chernoff), while an outsider's flood stops there.
+    """
+    lam = slots_per_peer * hops
+    return int(math.ceil(lam + 8.0 * math.sqrt(lam) + 16))
+
+
 @dataclass(frozen=True)
 class RelayOutcome:
     """What happened to one packet: an HTTP status and a reason."""
@@ -100,13 +139,25 @@ class RelayOutcome:
     detail: str
 
 
+#: What every accepted packet gets (module docstring: uniform answers).
+_ACCEPTED = RelayOutcome(202, "")
+
+
 class RelayService:
     """Every relay round hosted by this process, and what they did (counters)."""
 
-    def __init__(self, dispatcher: Dispatcher, rng: np.random.Generator | None = None) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        rng: np.random.Generator | None = None,
+        *,
+        allow_loopback_http: bool = False,
+    ) -> None:
         self.dispatcher = dispatcher
         self.rng = rng
+        self.allow_loopback_http = allow_loopback_http
         self._rounds: dict[tuple[bytes, int], RelayRound] = {}
+        self._accepted: Counter[tuple[bytes, int]] = Counter()
         self._closed: set[tuple[bytes, int]] = set()
         self._lock = threading.Lock()
         self.counters: Counter[str] = Counter()
@@ -117,8 +168,20 @@ class RelayService:
 
     # -- rounds -------------------------------------------------------------------
     def open_round(self, round_: RelayRound) -> None:
-        """Start relaying for ``round_``; it closes itself at ``t_r``."""
+        """Start relaying for ``round_``; it closes itself at ``t_r``.
+
+        Routes whose URL is not of the one relay form are dropped (a packet
+        naming such a hop is refused like any bad packet): nothing is ever
+        sent to them.
+        """
         key = (round_.node_id, round_.round_id)
+        routes = {}
+        for node, url in round_.routes.items():
+            try:
+                routes[node] = check_relay_url(url, allow_loopback_http=self.allow_loopback_http)
+            except ValueError:
+                self.count("route refused: relay URL form")
+        round_.routes = routes
         with self._lock:
             if key in self._rounds:
                 raise ValueError(f"node {round_.node_id.hex()} already relays round {round_.round_id}")
@@ -129,6 +192,7 @@ class RelayService:
         """Destroy the round key and drop the replay cache (idempotent)."""
         with self._lock:
             round_ = self._rounds.pop((node_id, round_id), None)
+            self._accepted.pop((node_id, round_id), None)
             self._closed.add((node_id, round_id))
         if round_ is not None:
             round_.relay.close()
@@ -158,31 +222,46 @@ class RelayService:
         now = time.time()
         if now >= round_.schedule.t_r:
             return self._reject("late", 410, "the round's release window is over; packet dropped")
+        key = (node_id, round_id)
+        with self._lock:  # reserve a place under the cap; given back if the packet is refused
+            if round_.max_packets is not None and self._accepted[key] >= round_.max_packets:
+                full = True
+            else:
+                full = False
+                self._accepted[key] += 1
+        if full:
+            return self._reject("over cap", 429, "this node's packet cap for the round is reached")
+        outcome = self._process(round_, packet, now)
+        if outcome.status >= 300:
+            with self._lock:
+                if key in self._accepted:
+                    self._accepted[key] -= 1
+        return outcome
+
+    def _process(self, round_: RelayRound, packet: bytes, now: float) -> RelayOutcome:
         try:
             result = round_.relay.process(packet)
         except ReplayedPacket:
             return self._reject("replay", 409, "packet already processed in this round (replay)")
-        except InvalidPacket as exc:
-            return self._reject("invalid", 400, f"packet rejected: {exc}")
+        except InvalidPacket:
+            return self._reject("invalid", 400, REJECTED)
         if isinstance(result, Deliver):
             return self._deliver(round_, result, now)
         url = round_.routes.get(result.next_hop)
         if url is None:
-            return self._reject("unknown hop", 400, "next hop is not on this round's roster")
+            return self._reject("unknown hop", 400, REJECTED)
         when = self._release_at(round_, now)
         data = result.packet
         self.dispatcher.at(when, lambda: self._send(url, data, "application/octet-stream", "forwarded"))
         self.count("held")
-        return RelayOutcome(202, "held for release")
+        return _ACCEPTED
 
     def _deliver(self, round_: RelayRound, result: Deliver, now: float) -> RelayOutcome:
         if result.destination != round_.destination:
-            return self._reject(
-                "unknown destination", 400, "final hop names a destination other than the aggregator"
-            )
+            return self._reject("unknown destination", 400, REJECTED)
         if result.is_cover:
             self.count("cover")
-            return RelayOutcome(202, "cover packet ended here")
+            return _ACCEPTED
         when = self._release_at(round_, now)
         body = (
             IntakeDelivery(redemption=bytes(result.redemption), report=result.report)
@@ -192,7 +271,7 @@ class RelayService:
         url = round_.intake_url
         self.dispatcher.at(when, lambda: self._send(url, body, "application/json", "delivered"))
         self.count("held")
-        return RelayOutcome(202, "held for delivery")
+        return _ACCEPTED
 
     def _release_at(self, round_: RelayRound, now: float) -> float:
         """A uniform time in this packet's release stage (module docstring)."""
@@ -217,11 +296,11 @@ class RelayService:
 
     def _send(self, url: str, data: bytes, content_type: str, what: str) -> None:
         try:
-            response = post(url, data, content_type)
-        except Exception:
+            reply = post(url, data, content_type)
+        except OutboundError:
             self.count(f"{what} failed")
             return
-        self.count(what if response.status_code < 300 else f"{what} refused ({response.status_code})")
+        self.count(what if reply.status < 300 else f"{what} refused ({reply.status})")
 
     def _reject(self, reason: str, status: int, detail: str) -> RelayOutcome:
         self.count(f"rejected: {reason}")

@@ -3,8 +3,9 @@
 Pure functions of the peer's state (used by :class:`peer.participant.Participant`):
 
 - :func:`fetch_tokens`: one signed batch, one blinded element per report slot
-  ``report_slot(problem, k)``; the DLEQ proofs are checked against the token
-  key pinned in the signed roster (:func:`anonml.crypto.finalize_tokens`).
+  ``report_slot(problem, partition, k)`` of the peer's own partition; the
+  DLEQ proofs are checked against the token key pinned in the signed roster
+  (:func:`anonml.crypto.finalize_tokens`).
 - :func:`make_reports`: the example binned with the published edges; per
   subset ``h`` the value ``(codes of the subset, label)`` in C order
   (:func:`anonml.learn.report_values`) perturbed by the mechanism of least
@@ -58,16 +59,20 @@ def fetch_tokens(
     problem: Problem,
     identity: Identity,
     token_key: bytes,
+    partition: int,
     issue: Callable[[TokenBatchRequest], TokenBatchResponse],
     rng: np.random.Generator | None = None,
 ) -> list[Token]:
-    """Blind one nonce per slot, have ``issue(batch) -> TokenBatchResponse`` evaluate, unblind.
+    """Blind one nonce per slot of ``partition``, have ``issue(batch)`` evaluate, unblind.
+
+    Token ``k`` is for ``report_slot(problem, partition, k)``: the report of
+    subset ``k`` of that partition, and nothing else (the intake checks it).
 
     Raises :class:`~anonml.errors.ProtocolError` if the answer has the wrong
     length and :class:`~anonml.crypto.CryptoError` if a proof does not verify
     against ``token_key`` (the aggregator used another key: a tagging attempt).
     """
-    slots = [report_slot(problem.id, k) for k in range(problem.draft.kh)]
+    slots = [report_slot(problem.id, partition, k) for k in range(problem.draft.kh)]
     key = TokenPublicKey(bytes(token_key))
     pending = [request_tokens(key, slot, 1, rng) for slot in slots]
     batch = sign_message(

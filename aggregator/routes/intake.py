@@ -6,21 +6,27 @@ relay of an onion route. Checks, in order, each with its own refusal:
 1. the body is a well-formed delivery (422), its redemption decodes (400) and
    its report parses as a :class:`~anonml.protocol.PrivateReport` (422);
 2. the problem exists (404) and its report round is open (409);
-3. the redemption's slot is one of this problem's report slots (403: a token
-   for another slot or another problem);
-4. the report fits the plan: partition < k_p, subset < k_h, the mechanism's
+3. the report fits the plan: partition < k_p, subset < k_h, the mechanism's
    domain is the subset's binned domain × label and its ε is ε/k_h, the bits
-   have exactly that length (422) — checked before spending, so an honest but
-   malformed report does not burn its token;
+   have exactly that length (422) and are an output the declared mechanism
+   can produce (:func:`anonml.privacy.check_support`: one 1 for k-ary
+   randomised response, ω ones for subset selection; 422, counted as "out of
+   support") — checked before spending, so an honest but malformed report
+   does not burn its token;
+4. the redemption's slot is ``report_slot(problem, partition, subset)`` of
+   the report (403): a token issued for another partition is counted as
+   "wrong partition", one for another subset of the same partition as "wrong
+   slot", anything else as "foreign token" (another problem or round);
 5. the token: :meth:`~anonml.crypto.TokenVerifier.check` (MAC, 403 if it
-   fails), then in ONE transaction the atomic spent-set insert (409 if already
-   spent) and the report row insert — what
-   :meth:`~anonml.crypto.TokenVerifier.redeem` does, with the spend inside the
-   report's transaction. Either both are stored or neither.
+   fails), then in ONE transaction the staged row that holds both the spent
+   token (unique (key, slot, nonce): 409 if already spent) and the report —
+   what :meth:`~anonml.crypto.TokenVerifier.redeem` does, with the spend
+   inside the report's transaction. Either both are stored or neither.
 
-The stored row has a random key and no time, address or token reference
-(:mod:`aggregator.db`); uvicorn runs with ``access_log=False`` so relay
-addresses are not logged either.
+The staged row has a random key and no time, address or token-issuance
+reference; when the round closes the staged rows move to ``reports`` and
+``spent_tokens`` in random order (:func:`aggregator.db.settle_reports`).
+uvicorn runs with ``access_log=False`` so relay addresses are not logged either.
 """
 
 from __future__ import annotations
@@ -28,45 +34,50 @@ from __future__ import annotations
 import math
 import time
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from aggregator.db import ProblemRow, ReportRow, new_report_id
+from aggregator.db import ProblemRow, StagedReportRow, new_report_id
 from aggregator.deps import SessionDep, StateDep
 from aggregator.state import AggregatorState, ProblemContext
 from anonml.crypto import (
     CryptoError,
     InvalidToken,
     Redemption,
-    SpentSet,
     TokenSpent,
-    record_spent,
 )
-from anonml.crypto.spent import SpentTokenRow
+from anonml.crypto.spent import SpentTokenRow, insert_once
 from anonml.learn.histograms import domain_size
-from anonml.protocol import IntakeDelivery, IntakeReceipt, PrivateReport
+from anonml.privacy import check_support
+from anonml.protocol import IntakeDelivery, IntakeReceipt, PrivateReport, ReportReceipts, report_slot
 
-__all__ = ["router", "SessionSpentSet", "check_report"]
+__all__ = ["router", "check_report", "receipts"]
 
 router = APIRouter(tags=["intake"])
 
 
-class SessionSpentSet(SpentSet):
-    """Spends tokens inside the request's transaction, next to the report insert."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def spend(self, key_id: bytes, slot: bytes, nonce: bytes) -> None:
-        record_spent(self.session, key_id, slot, nonce)
-
-    def is_spent(self, key_id: bytes, slot: bytes, nonce: bytes) -> bool:
-        stmt = select(SpentTokenRow.id).where(
-            SpentTokenRow.key_id == key_id, SpentTokenRow.slot == slot, SpentTokenRow.nonce == nonce
-        )
-        return self.session.scalars(stmt).first() is not None
+def _stage(session: Session, key_id: bytes, slot: bytes, nonce: bytes, report: PrivateReport) -> None:
+    """Insert the staged (token, report) row; :class:`TokenSpent` if the token was used already."""
+    values = {
+        "id": new_report_id(),
+        "problem_id": report.problem_id,
+        "key_id": key_id,
+        "slot": slot,
+        "nonce": nonce,
+        "partition": report.partition,
+        "subset": report.subset,
+        "mechanism_json": report.mechanism.model_dump_json(),
+        "bits": bytes(report.bits),
+    }
+    settled = select(SpentTokenRow.nonce).where(
+        SpentTokenRow.key_id == key_id, SpentTokenRow.slot == slot, SpentTokenRow.nonce == nonce
+    )
+    # Staged tokens are refused by the staging table's unique (key, slot, nonce) constraint;
+    # settled ones (after the round, which the phase check refuses anyway) by this read.
+    if session.scalars(settled).first() is not None or not insert_once(session, StagedReportRow, values):
+        raise TokenSpent("token already redeemed")
 
 
 def check_report(ctx: ProblemContext, report: PrivateReport) -> None:
@@ -86,7 +97,11 @@ def check_report(ctx: ProblemContext, report: PrivateReport) -> None:
         raise ValueError(
             f"mechanism ε={report.mechanism.epsilon} differs from the per-report ε={draft.report_epsilon}"
         )
-    report.bit_vector()  # length and padding
+    bits = report.bit_vector()  # length and padding
+    try:
+        check_support(report.mechanism, bits)
+    except ValueError as exc:
+        raise _OutOfSupport(str(exc)) from None
 
 
 @router.post("/intake", status_code=201, response_model=IntakeReceipt)
@@ -96,29 +111,20 @@ def intake(body: IntakeDelivery, state: StateDep, session: SessionDep) -> Intake
         redemption, report, ctx = _checked(body, state, session)
     pid = report.problem_id
     try:
-        # MAC first (403 if it fails), then the spend: an insert against the unique
-        # (key, slot, nonce) constraint, in the same transaction as the report row.
+        # MAC first (403 if it fails), then the spend: the staged row's insert against
+        # the unique (key, slot, nonce) constraint, which holds the report too.
         ctx.verifier.check(redemption, bytes(body.report))
         with session.begin():
             # Spend first: on SQLite that takes the write lock, so the phase read next
-            # is current and training (which flips the phase in its own write) cannot
-            # miss a report committed here; elsewhere FOR SHARE orders us against it.
-            SessionSpentSet(session).spend(ctx.token_key.key_id, redemption.slot, redemption.nonce)
+            # is current and the end of the round (which flips the phase and settles the
+            # staged rows in its own write) cannot miss a row committed here;
+            # elsewhere FOR SHARE orders us against it.
+            _stage(session, ctx.token_key.key_id, redemption.slot, redemption.nonce, report)
             phase = session.scalar(
                 select(ProblemRow.phase).where(ProblemRow.id == pid).with_for_update(read=True)
             )
             if phase != "reporting":
                 raise _Closed(f"problem {pid} is in phase {phase}; the report round is closed")
-            session.add(
-                ReportRow(
-                    id=new_report_id(),
-                    problem_id=pid,
-                    partition=report.partition,
-                    subset=report.subset,
-                    mechanism_json=report.mechanism.model_dump_json(),
-                    bits=bytes(report.bits),
-                )
-            )
     except TokenSpent:
         raise state.refuse(pid, "duplicate token", 409, "token already redeemed") from None
     except InvalidToken as exc:
@@ -126,6 +132,27 @@ def intake(body: IntakeDelivery, state: StateDep, session: SessionDep) -> Intake
     except _Closed as exc:
         raise state.refuse(pid, "wrong phase", 409, str(exc)) from None
     return IntakeReceipt(accepted=True)
+
+
+@router.get("/problems/{problem_id}/receipts", response_model=ReportReceipts)
+def receipts(problem_id: str, state: StateDep, session: SessionDep) -> ReportReceipts:
+    """Digests of every redeemed token's nonce, sorted, once the report round is over (409 before).
+
+    Peers check their own tokens against it: a report a relay dropped is
+    counted by its sender (:class:`~anonml.protocol.ReportReceipts`).
+    """
+    ctx = state.context(problem_id, session)
+    if ctx is None:
+        raise HTTPException(status_code=404, detail=f"no problem {problem_id!r}")
+    phase = session.scalar(select(ProblemRow.phase).where(ProblemRow.id == problem_id))
+    if phase not in ("training", "done"):
+        raise HTTPException(
+            status_code=409, detail=f"problem {problem_id} is in phase {phase}; no receipts yet"
+        )
+    key_id = ctx.token_key.key_id
+    nonces = session.scalars(select(SpentTokenRow.nonce).where(SpentTokenRow.key_id == key_id))
+    digests = sorted(ReportReceipts.digest(n) for n in nonces)
+    return ReportReceipts(problem_id=problem_id, digests=tuple(digests))
 
 
 def _checked(
@@ -149,13 +176,37 @@ def _checked(
         raise state.refuse(pid, "wrong phase", 409, f"problem {pid} has no open report round")
     if time.time() > ctx.bins.t_r + state.settings.intake_grace_seconds:
         raise state.refuse(pid, "late", 409, f"the report round of {pid} ended at t_r={ctx.bins.t_r:.3f}")
-    if redemption.slot not in ctx.slots:
-        raise state.refuse(pid, "foreign token", 403, "the token is for a slot of another problem or round")
     try:
         check_report(ctx, report)
+    except _OutOfSupport as exc:
+        raise state.refuse(pid, "out of support", 422, f"report is not a mechanism output: {exc}") from None
     except ValueError as exc:
         raise state.refuse(pid, "malformed", 422, f"report does not fit the plan: {exc}") from None
+    _check_slot(state, ctx, redemption, report)
     return redemption, report, ctx
+
+
+def _check_slot(
+    state: AggregatorState, ctx: ProblemContext, redemption: Redemption, report: PrivateReport
+) -> None:
+    """The token's slot must be the report's (partition, subset) slot; refusals by reason."""
+    pid, draft = report.problem_id, ctx.problem.draft
+    slot = redemption.slot
+    if slot == report_slot(pid, report.partition, report.subset):
+        return
+    if any(slot == report_slot(pid, p, report.subset) for p in range(draft.kp)):
+        raise state.refuse(
+            pid, "wrong partition", 403, f"the token was issued for another partition than {report.partition}"
+        )
+    if any(slot == report_slot(pid, report.partition, k) for k in range(draft.kh)):
+        raise state.refuse(
+            pid, "wrong slot", 403, f"the token was issued for another subset than {report.subset}"
+        )
+    raise state.refuse(pid, "foreign token", 403, "the token is for a slot of another problem or round")
+
+
+class _OutOfSupport(ValueError):
+    """The bits are not an output of the declared mechanism."""
 
 
 class _Closed(Exception):

@@ -22,7 +22,7 @@ from aggregator.db import (
     ProblemRow,
     RegistrationRow,
     RejectRow,
-    ReportRow,
+    count_reports,
 )
 from aggregator.deps import AdminDep, SessionDep, StateDep
 from aggregator.state import AggregatorState
@@ -74,9 +74,7 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
             session,
             select(func.count()).select_from(IssuanceRow).where(IssuanceRow.key_id == ctx.token_key.key_id),
         ),
-        reports_accepted=_count(
-            session, select(func.count()).select_from(ReportRow).where(ReportRow.problem_id == row.id)
-        ),
+        reports_accepted=count_reports(session, row.id),
         rejects={str(k): int(v) for k, v in rejects.items()},
         model_available=row.model_json is not None,
         message=row.message,

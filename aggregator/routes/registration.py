@@ -5,6 +5,9 @@ Rules (DESIGN §7; checked here, each with its own refusal):
 - a :class:`~anonml.protocol.Registration` is signed by the peer's identity over
   ``signing_bytes`` under ``signing_context`` (403 otherwise);
 - its relay certificate must verify for that identity and the problem's round id (403);
+- its relay URL must have the one relay form, naming the registrant's own node
+  id (:func:`~anonml.protocol.check_relay_url`; plain http on loopback only
+  with the ``allow_loopback_http`` setting) (422, counted as "bad relay URL");
 - registration is refused after the deadline or once closed (409), and a
   second time for one identity (409);
 - the roster is published when registration closes (deadline or admin
@@ -30,6 +33,7 @@ from anonml.protocol import (
     Registration,
     RegistrationReceipt,
     Roster,
+    check_relay_url,
     sign_message,
     verify_message,
 )
@@ -96,6 +100,12 @@ def _check_and_store(problem_id: str, registration: Registration, state, session
         raise state.refuse(
             problem_id, "bad relay certificate", 403, f"relay key certificate rejected: {exc}"
         ) from None
+    try:
+        check_relay_url(registration.relay_url, allow_loopback_http=state.settings.allow_loopback_http)
+        if not registration.relay_url.endswith("/relay/" + identity.node_id.hex()):
+            raise ValueError("the relay URL must end in /relay/<the registrant's node id>")
+    except ValueError as exc:
+        raise state.refuse(problem_id, "bad relay URL", 422, str(exc)) from None
     if bytes(identity) == state.public_identity:
         raise state.refuse(problem_id, "malformed", 422, "the aggregator cannot register as a peer")
     session.add(

@@ -5,10 +5,17 @@ between the roster's publication and the end of the send window (so peers
 take their tokens while the median rounds run). Refusals: outside that time
 (409), not on the roster (403), bad signature
 (403), a median-pool member (403: it sends cover packets only, which carry no
-token), a slot that is not ``report_slot(problem, k)`` for ``k < slots_per_peer``
-or repeated in the batch (422), a bad blinded element (422), and a second
-evaluation for any slot (409, :class:`~anonml.crypto.AlreadyIssued`). The
-batch is one transaction: every slot is recorded and evaluated, or none.
+token), a slot that is not ``report_slot(problem, partition, k)`` of the
+requester's own partition (from the plan) for ``k < k_h`` (422, counted as
+"wrong partition" when it names another partition of the problem, else
+"unknown slot") or repeated in the batch (422), a bad blinded element (422),
+and a second evaluation for any slot (409, :class:`~anonml.crypto.AlreadyIssued`).
+The batch is one transaction: every slot is recorded and evaluated, or none.
+
+Binding the slot to the partition means a member holds tokens only for
+reports of the partition the plan put it in: it cannot pour its reports
+into a partition of its choosing, and the intake refuses a token of one
+partition on a report that claims another (:mod:`aggregator.routes.intake`).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from aggregator.deps import SessionDep, StateDep
 from aggregator.routes.problems import get_row
 from anonml.crypto import AlreadyIssued, CryptoError, IssuanceLedger, TokenIssuer, record_issuance
 from anonml.crypto.spent import IssuanceRow
-from anonml.protocol import TokenBatchRequest, TokenBatchResponse, verify_message
+from anonml.protocol import TokenBatchRequest, TokenBatchResponse, report_slot, verify_message
 
 __all__ = ["router", "SessionIssuanceLedger"]
 
@@ -97,19 +104,31 @@ def _issue(problem_id: str, body: TokenBatchRequest, state, session: Session) ->
         raise state.refuse(
             problem_id, "bad signature", 403, f"token request signature rejected: {exc}"
         ) from None
-    if ctx.plan.assignment(index).role == "median":
+    assignment = ctx.plan.assignment(index)
+    if assignment.role == "median":
         raise state.refuse(
             problem_id, "median pool", 403, "median-pool peers send cover packets only and get no tokens"
         )
+    kp, kh = ctx.problem.draft.kp, ctx.problem.draft.kh
+    own = {report_slot(problem_id, assignment.index, k) for k in range(kh)}
     slots = [bytes(r.slot) for r in body.requests]
     for slot in slots:
-        if slot not in ctx.slots:
+        if slot in own:
+            continue
+        if any(slot == report_slot(problem_id, p, k) for p in range(kp) for k in range(kh)):
             raise state.refuse(
                 problem_id,
-                "unknown slot",
+                "wrong partition",
                 422,
-                f"slot {slot!r} is not a report slot of {problem_id} (k < {len(ctx.slots)})",
+                f"slot {slot!r} belongs to another partition; this member reports in partition "
+                f"{assignment.index}",
             )
+        raise state.refuse(
+            problem_id,
+            "unknown slot",
+            422,
+            f"slot {slot!r} is not a report slot of partition {assignment.index} of {problem_id} (k < {kh})",
+        )
     if len(set(slots)) != len(slots):
         raise state.refuse(problem_id, "malformed", 422, "a slot appears twice in one batch")
     issuer = TokenIssuer(ctx.token_key, SessionIssuanceLedger(session))

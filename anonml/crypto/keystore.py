@@ -33,6 +33,7 @@ import numpy as np
 from anonml.crypto._util import _random_bytes
 from anonml.crypto.exceptions import KeyFileError, WrongPassphrase
 from anonml.crypto.identity import Identity
+from anonml.paths import private_dir
 
 __all__ = ["save_identity", "load_identity", "OPSLIMIT_MODERATE", "MEMLIMIT_MODERATE"]
 
@@ -99,7 +100,7 @@ def save_identity(
             "kdf": {"salt": salt.hex(), "opslimit": opslimit, "memlimit": memlimit},
             "box": bytes(sealed).hex(),
         }
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:

@@ -45,6 +45,7 @@ __all__ = [
     "create_crypto_tables",
     "record_spent",
     "record_issuance",
+    "insert_once",
 ]
 
 _KEY_ID_SIZE = 32
@@ -140,16 +141,20 @@ class CryptoBase(DeclarativeBase):
 
 
 class SpentTokenRow(CryptoBase):
-    """One redeemed token; the unique constraint is what makes spending atomic."""
+    """One redeemed token; the primary key is what makes spending atomic.
+
+    No time and no counter: the key is (key id, slot, nonce) and the nonce is
+    the peer's 32 random bytes, so neither a column nor (on SQLite, where the
+    table is ``WITHOUT ROWID``) the physical row order records when, or in
+    which order, tokens were spent.
+    """
 
     __tablename__ = "spent_tokens"
-    __table_args__ = (UniqueConstraint("key_id", "slot", "nonce", name="uq_spent_tokens_token"),)
+    __table_args__ = {"sqlite_with_rowid": False}
 
-    id: Mapped[int] = mapped_column(primary_key=True)
-    key_id: Mapped[bytes] = mapped_column(LargeBinary(_KEY_ID_SIZE))
-    slot: Mapped[bytes] = mapped_column(LargeBinary(_SLOT_MAX))
-    nonce: Mapped[bytes] = mapped_column(LargeBinary(_NONCE_SIZE))
-    spent_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    key_id: Mapped[bytes] = mapped_column(LargeBinary(_KEY_ID_SIZE), primary_key=True)
+    slot: Mapped[bytes] = mapped_column(LargeBinary(_SLOT_MAX), primary_key=True)
+    nonce: Mapped[bytes] = mapped_column(LargeBinary(_NONCE_SIZE), primary_key=True)
 
 
 class IssuanceRow(CryptoBase):
@@ -170,7 +175,7 @@ def create_crypto_tables(engine: Engine) -> None:
     CryptoBase.metadata.create_all(engine)
 
 
-def _insert_once(session: Session, table: type[CryptoBase], values: dict) -> bool:
+def insert_once(session: Session, table: type[CryptoBase], values: dict) -> bool:
     """Insert ``values`` unless the unique constraint already holds them; True if inserted.
 
     SQLite and PostgreSQL use ``ON CONFLICT DO NOTHING`` (no exception, the
@@ -199,8 +204,8 @@ def record_spent(session: Session, key_id: bytes, slot: bytes, nonce: bytes) -> 
     including by a concurrent transaction that committed first.
     """
     key_id, slot, nonce = _spent_key(key_id, slot, nonce)
-    values = {"key_id": key_id, "slot": slot, "nonce": nonce, "spent_at": datetime.now(UTC)}
-    if not _insert_once(session, SpentTokenRow, values):
+    values = {"key_id": key_id, "slot": slot, "nonce": nonce}
+    if not insert_once(session, SpentTokenRow, values):
         raise TokenSpent("token already redeemed")
 
 
@@ -209,7 +214,7 @@ def record_issuance(session: Session, key_id: bytes, peer_id: bytes, slot: bytes
     if this peer already has one for this slot under this key."""
     key_id, peer_id, slot = _issue_key(key_id, peer_id, slot)
     values = {"key_id": key_id, "peer_id": peer_id, "slot": slot, "issued_at": datetime.now(UTC)}
-    if not _insert_once(session, IssuanceRow, values):
+    if not insert_once(session, IssuanceRow, values):
         raise AlreadyIssued("this peer already received an evaluation for this slot")
 
 
@@ -227,7 +232,7 @@ class SqlSpentSet(SpentSet):
 
     def is_spent(self, key_id: bytes, slot: bytes, nonce: bytes) -> bool:
         key_id, slot, nonce = _spent_key(key_id, slot, nonce)
-        query = select(SpentTokenRow.id).where(
+        query = select(SpentTokenRow.nonce).where(
             SpentTokenRow.key_id == key_id, SpentTokenRow.slot == slot, SpentTokenRow.nonce == nonce
         )
         with Session(self.engine) as session:

@@ -50,6 +50,7 @@ from anonml.privacy.median import (
     simulated_query,
 )
 from anonml.privacy.selection import CANDIDATES, best_mechanism
+from anonml.privacy.support import check_support
 
 __all__ = [
     "Mechanism",
@@ -60,6 +61,7 @@ __all__ = [
     "SubsetSelection",
     "optimal_pq_p",
     "best_mechanism",
+    "check_support",
     "CANDIDATES",
     "MechanismDescriptor",
     "MechanismKind",

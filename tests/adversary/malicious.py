@@ -307,6 +307,7 @@ def start_adversary(tmp_path: Path) -> MaliciousAggregator:
         admin_token=ADMIN["Authorization"].removeprefix("Bearer "),
         tick_seconds=0.05,
         intake_grace_seconds=0.5,
+        allow_loopback_http=True,
     )
     app = create_app(settings)
     adversary = MaliciousAggregator("", settings, app.state.aggregator, db_path)

@@ -17,7 +17,7 @@ from anonml.protocol import Roster
 from peer.policy import PeerPolicy
 from tests.adversary.malicious import MaliciousAggregator, mooc_draft, start_peers, wait_until
 
-POLICY = PeerPolicy(auto_accept=True, max_epsilon_per_problem=4.0)  # the default floors
+POLICY = PeerPolicy(auto_accept=True, max_epsilon_per_problem=4.0, allow_loopback_http=True)  # the default floors
 
 
 def _released_nothing_to(adversary: MaliciousAggregator, tag: str) -> None:

@@ -31,6 +31,7 @@ def aggregator(tmp_path: Path) -> Iterator[RunningAggregator]:
         admin_token=TOKEN,
         tick_seconds=0.05,
         intake_grace_seconds=0.5,
+        allow_loopback_http=True,
     )
     handle = start_server(create_app(settings))
     try:

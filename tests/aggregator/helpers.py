@@ -126,7 +126,7 @@ class WirePeer:
     def registration(
         self,
         problem: Problem,
-        relay_url: str = "http://127.0.0.1:9/relay/x",
+        relay_url: str | None = None,
         signer: Identity | None = None,
         round_id: int | None = None,
     ) -> Registration:
@@ -134,7 +134,7 @@ class WirePeer:
         unsigned = Registration(
             problem_id=problem.id,
             identity=self.public,
-            relay_url=relay_url,
+            relay_url=relay_url or f"http://127.0.0.1:9/relay/{self.identity.public.node_id.hex()}",
             relay_certificate=bytes(cert),
             signature=bytes(64),
         )
@@ -236,5 +236,5 @@ def delivery(token: Token, report: PrivateReport) -> IntakeDelivery:
     return IntakeDelivery(redemption=bytes(token.redeem(data)), report=data)
 
 
-def slots(problem: Problem) -> list[bytes]:
-    return [report_slot(problem.id, k) for k in range(problem.draft.kh)]
+def slots(problem: Problem, partition: int = 0) -> list[bytes]:
+    return [report_slot(problem.id, partition, k) for k in range(problem.draft.kh)]

@@ -54,6 +54,11 @@ class Round:
         peer.assignment = assignment_of(self.url, self.problem.id, peer)
         return peer
 
+    def settle(self) -> None:
+        """End the report round now (admin ``train``): staged reports move to ``reports``."""
+        assert post(f"{self.url}/problems/{self.problem.id}/train", b"", ADMIN).status_code == 200
+        wait_phase(self.url, self.problem.id, ("training", "done", "failed"))
+
     def rows(self, sql: str) -> list[tuple]:
         with sqlite3.connect(self.db_path) as con:
             return list(con.execute(sql))
@@ -128,11 +133,11 @@ def test_token_requests_from_strangers_forgers_and_for_other_slots_are_refused(r
     r = post(round_.tokens_url(), forged)
     assert r.status_code == 403 and "signature" in r.json()["detail"]
 
-    foreign, _ = member.token_batch(round_.problem, round_.roster, [report_slot("p-other", 0)])
+    foreign, _ = member.token_batch(round_.problem, round_.roster, [report_slot("p-other", 0, 0)])
     r = post(round_.tokens_url(), foreign)
     assert r.status_code == 422 and "not a report slot" in r.json()["detail"]
 
-    beyond, _ = member.token_batch(round_.problem, round_.roster, [report_slot(round_.problem.id, 2)])
+    beyond, _ = member.token_batch(round_.problem, round_.roster, [report_slot(round_.problem.id, 0, 2)])
     assert post(round_.tokens_url(), beyond).status_code == 422
 
     assert round_.rows("SELECT COUNT(*) FROM token_issuance") == [(0,)]
@@ -191,15 +196,23 @@ def test_intake_stores_a_report_once_and_refuses_replays_and_forgeries(round_):
     assert post(intake, delivery(forged_token, other)).status_code == 403
 
     # A token for a slot of another problem.
-    elsewhere = Redemption(report_slot("p-elsewhere", 0), r1.nonce, r1.mac)
+    elsewhere = Redemption(report_slot("p-elsewhere", 0, 0), r1.nonce, r1.mac)
     r = post(intake, IntakeDelivery(redemption=bytes(elsewhere), report=other.to_bytes()))
     assert r.status_code == 403 and "another problem" in r.json()["detail"]
 
-    assert round_.rows("SELECT COUNT(*) FROM reports") == [(1,)]
-    assert round_.rows("SELECT COUNT(*) FROM spent_tokens") == [(1,)]
-    # Slot 1's token was never spent by the refused attempts: it still works once.
-    assert post(intake, delivery(token1, other)).status_code == 201
+    # While the round is open each accepted report is staged with the token it spent.
+    assert round_.rows("SELECT COUNT(*) FROM report_staging") == [(1,)]
+    # Slot 1's token is for subset 1's report only...
+    wrong_subset = post(intake, delivery(token1, other))
+    assert wrong_subset.status_code == 403 and "another subset" in wrong_subset.json()["detail"]
+    # ...and was never spent by the refused attempts: it still works once.
+    other1 = other.model_copy(update={"subset": 1})
+    assert post(intake, delivery(token1, other1)).status_code == 201
+    assert round_.rows("SELECT COUNT(*) FROM report_staging") == [(2,)]
+    round_.settle()
     assert round_.rows("SELECT COUNT(*) FROM reports") == [(2,)]
+    assert round_.rows("SELECT COUNT(*) FROM spent_tokens") == [(2,)]
+    assert round_.rows("SELECT COUNT(*) FROM report_staging") == [(0,)]
 
 
 def test_malformed_deliveries_are_refused_before_spending(round_):
@@ -224,7 +237,7 @@ def test_malformed_deliveries_are_refused_before_spending(round_):
     r = post(intake, delivery(token, wrong_eps))
     assert r.status_code == 422 and "ε" in r.json()["detail"]
     # Nothing was spent by malformed reports: the token still redeems the honest one.
-    assert round_.rows("SELECT COUNT(*) FROM spent_tokens") == [(0,)]
+    assert round_.rows("SELECT COUNT(*) FROM report_staging") == [(0,)]
     assert post(intake, delivery(token, honest)).status_code == 201
 
 
@@ -245,6 +258,7 @@ def test_the_reports_table_holds_nothing_that_links_to_a_peer(round_):
                 rng=rng,
             )
             assert post(f"{round_.url}/intake", delivery(token, report)).status_code == 201
+    round_.settle()
     columns = [row[1] for row in round_.rows("PRAGMA table_info(reports)")]
     assert columns == ["id", "problem_id", "partition", "subset", "mechanism_json", "bits"]
     rows = round_.rows("SELECT id, problem_id FROM reports")

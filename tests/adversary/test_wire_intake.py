@@ -1,0 +1,259 @@
+"""Attacks on the intake (5: wrong-partition tokens, out-of-support reports) and on stored order (10).
+
+A real aggregator under uvicorn with its own SQLite file; the attacker is a
+roster member speaking the wire protocol directly (tests/aggregator/helpers).
+Each attack must be refused with its own counted reason and store nothing.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from aggregator.db import ReportRow, StagedReportRow, create_tables, settle_reports
+from anonml.crypto.spent import SpentTokenRow
+from anonml.database import make_engine
+from anonml.privacy import RandomizedResponse, SubsetSelection, check_support
+from anonml.protocol import Bins, PrivateReport, Problem, ReportReceipts, Roster, pack_bits, report_slot
+from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
+from tests.aggregator.helpers import (
+    ADMIN,
+    WirePeer,
+    assignment_of,
+    bins_of,
+    delivery,
+    draft,
+    post,
+    propose,
+    report_for,
+    roster_of,
+    status,
+    wait_phase,
+)
+
+
+@dataclass
+class OpenRound:
+    url: str
+    problem: Problem
+    roster: Roster
+    bins: Bins
+    peers: list[WirePeer]
+    db_path: Path
+
+    def rows(self, sql: str) -> list[tuple]:
+        with sqlite3.connect(self.db_path) as con:
+            return list(con.execute(sql))
+
+    def stored(self) -> int:
+        return (
+            self.rows("SELECT COUNT(*) FROM report_staging")[0][0]
+            + self.rows("SELECT COUNT(*) FROM reports")[0][0]
+        )
+
+    def rejects(self) -> dict[str, int]:
+        return status(self.url, self.problem.id).rejects
+
+
+def _open(aggregator, *, n: int, kp: int, kh: int = 1) -> OpenRound:  # noqa: F811 - the fixture's value
+    problem = propose(aggregator.url, draft(kp=kp, kh=kh, min_peers=4, n_numeric=2, send_window=30.0))
+    peers = [WirePeer() for _ in range(n)]
+    for p in peers:
+        assert p.register(aggregator.url, problem).status_code == 201
+    requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+    wait_phase(aggregator.url, problem.id, ("reporting",))
+    for p in peers:
+        p.assignment = assignment_of(aggregator.url, problem.id, p)
+    return OpenRound(
+        aggregator.url,
+        problem,
+        roster_of(aggregator.url, problem.id),
+        bins_of(aggregator.url, problem.id),
+        peers,
+        aggregator.db_path,
+    )
+
+
+def test_a_partition_0_token_on_a_partition_1_report_is_refused_and_nothing_is_stored(aggregator):  # noqa: F811
+    r = _open(aggregator, n=8, kp=2)
+    pid = r.problem.id
+    attacker = next(p for p in r.peers if p.assignment.index == 0)
+    victim_partition = next(p for p in r.peers if p.assignment.index == 1)
+    # Issuance: only the slots of the member's own partition.
+    batch, _ = attacker.token_batch(r.problem, r.roster, [report_slot(pid, 1, 0)])
+    refused = post(f"{r.url}/problems/{pid}/tokens", batch)
+    assert refused.status_code == 422 and "another partition" in refused.json()["detail"]
+    assert r.rejects().get("wrong partition") == 1
+    (token,) = attacker.tokens(r.url, r.problem, r.roster, [report_slot(pid, 0, 0)])
+    # The intake: a partition-0 token on a report that claims partition 1.
+    rng = np.random.default_rng(11)
+    foreign = report_for(
+        r.problem, r.bins, victim_partition.assignment, np.array([2.0, 8.0, 1.0]), 1, rng=rng
+    )
+    assert foreign.partition == 1
+    answer = post(f"{r.url}/intake", delivery(token, foreign))
+    assert answer.status_code == 403 and "another partition" in answer.json()["detail"]
+    assert r.rejects().get("wrong partition") == 2
+    assert r.stored() == 0 and r.rows("SELECT COUNT(*) FROM spent_tokens") == [(0,)]
+    # The token was not burnt: it still carries the attacker's own partition-0 report, once.
+    own = report_for(r.problem, r.bins, attacker.assignment, np.array([2.0, 8.0, 1.0]), 1, rng=rng)
+    assert post(f"{r.url}/intake", delivery(token, own)).status_code == 201
+    assert r.stored() == 1
+
+
+def test_reports_outside_the_mechanisms_support_are_refused_before_spending(aggregator):  # noqa: F811
+    r = _open(aggregator, n=6, kp=1)
+    pid = r.problem.id
+    peer = r.peers[0]
+    (token,) = peer.tokens(r.url, r.problem, r.roster, [report_slot(pid, 0, 0)])
+    m = 4  # (2 bins of one numeric feature) × label
+    epsilon = r.problem.draft.report_epsilon
+    krr = RandomizedResponse.from_epsilon(epsilon, m)
+    # k-RR debiases each bit as (b − q)/(p − q): a crafted vector of ones adds (1 − q)/(p − q) to
+    # EVERY cell (1.47 each here, 5.9 in all) where an honest report adds 1 in total on average.
+    crafted = PrivateReport(
+        problem_id=pid,
+        partition=0,
+        subset=0,
+        mechanism=krr.descriptor(),
+        bits=pack_bits(np.ones(m, dtype=bool)),
+    )
+    answer = post(f"{r.url}/intake", delivery(token, crafted))
+    assert answer.status_code == 422 and "exactly one 1, got 4" in answer.json()["detail"]
+    two = crafted.model_copy(update={"bits": pack_bits(np.array([1, 0, 1, 0], dtype=bool))})
+    assert post(f"{r.url}/intake", delivery(token, two)).status_code == 422
+    # Subset selection with ω = 2: a vector of weight 3 (or 1) is no output of it either.
+    subset = SubsetSelection(epsilon=epsilon, m=m, omega=2).descriptor()
+    for weight in ([1, 1, 1, 0], [0, 0, 1, 0], [0, 0, 0, 0]):
+        wrong = PrivateReport(
+            problem_id=pid,
+            partition=0,
+            subset=0,
+            mechanism=subset,
+            bits=pack_bits(np.array(weight, dtype=bool)),
+        )
+        bad = post(f"{r.url}/intake", delivery(token, wrong))
+        assert bad.status_code == 422 and "omega=2" in bad.json()["detail"]
+    assert r.rejects().get("out of support") == 5
+    assert r.stored() == 0
+    # An output of the mechanism is taken, with the same (unspent) token.
+    fine = PrivateReport(
+        problem_id=pid,
+        partition=0,
+        subset=0,
+        mechanism=subset,
+        bits=pack_bits(np.array([0, 1, 1, 0], dtype=bool)),
+    )
+    assert post(f"{r.url}/intake", delivery(token, fine)).status_code == 201
+    assert r.stored() == 1
+
+
+@pytest.mark.parametrize("kind", ["pq", "rappor", "oue", "krr", "subset"])
+def test_every_honest_output_is_in_the_support(kind):
+    from anonml.privacy import MECHANISMS, SubsetSelection
+
+    m, rng = 6, np.random.default_rng(5)
+    mechanism = (
+        SubsetSelection.from_epsilon(1.0, m) if kind == "subset" else MECHANISMS[kind].from_epsilon(1.0, m)
+    )
+    for bits in mechanism.perturb(rng.integers(m, size=300), rng):
+        check_support(mechanism.descriptor(), bits)
+    with pytest.raises(ValueError, match="bits"):
+        check_support(mechanism.descriptor(), np.zeros(m + 1, dtype=bool))
+
+
+def test_the_stored_reports_and_spent_tokens_keep_no_arrival_order(aggregator):  # noqa: F811
+    r = _open(aggregator, n=12, kp=1)
+    pid = r.problem.id
+    rng = np.random.default_rng(21)
+    nonces = []
+    for peer in r.peers:  # arrival order = this loop's order
+        (token,) = peer.tokens(r.url, r.problem, r.roster, [report_slot(pid, 0, 0)])
+        report = report_for(r.problem, r.bins, peer.assignment, np.r_[rng.uniform(0, 10, 2), 1.0], 1, rng=rng)
+        assert post(f"{r.url}/intake", delivery(token, report)).status_code == 201
+        nonces.append(token.nonce)
+    assert status(r.url, pid).reports_accepted == 12  # counted while staged
+    assert r.rows("SELECT COUNT(*) FROM reports") == [(0,)]
+    assert requests.get(f"{r.url}/problems/{pid}/receipts", timeout=30).status_code == 409  # round open
+    assert post(f"{r.url}/problems/{pid}/train", b"", ADMIN).status_code == 200
+    wait_phase(r.url, pid, ("training", "done", "failed"))
+    assert r.rows("SELECT COUNT(*) FROM report_staging") == [(0,)]
+    # No time, no counter: the columns are the token or the report, nothing else.
+    assert [c[1] for c in r.rows("PRAGMA table_info(spent_tokens)")] == ["key_id", "slot", "nonce"]
+    assert [c[1] for c in r.rows("PRAGMA table_info(reports)")] == [
+        "id",
+        "problem_id",
+        "partition",
+        "subset",
+        "mechanism_json",
+        "bits",
+    ]
+    for table in ("reports", "spent_tokens", "report_staging"):
+        with pytest.raises(sqlite3.OperationalError):  # WITHOUT ROWID: no hidden insertion counter
+            r.rows(f"SELECT rowid FROM {table}")
+    # The physical order is the order of random keys (report ids drawn at settling; token nonces).
+    ids = [row[0] for row in r.rows("SELECT id FROM reports")]
+    assert ids == sorted(ids) and len(set(ids)) == 12
+    stored = [row[0] for row in r.rows("SELECT nonce FROM spent_tokens")]
+    assert stored == sorted(nonces) and sorted(stored) == sorted(nonces)
+    # Receipts: every sender finds its own nonce's digest; the list is sorted, not in arrival order.
+    answer = requests.get(f"{r.url}/problems/{pid}/receipts", timeout=30)
+    receipts = ReportReceipts.model_validate_json(answer.content)
+    assert list(receipts.digests) == sorted(ReportReceipts.digest(n) for n in nonces)
+
+
+def test_settling_inserts_in_an_order_drawn_independently_of_arrival(tmp_path: Path):
+    """The worst case: staging ids ordered like arrival. Settling must insert in the shuffled order."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'a.db'}")
+    create_tables(engine)
+    n = 20
+    with Session(engine) as s, s.begin():
+        for i in range(n):  # arrival i: staging key i, subset i marks it
+            s.add(
+                StagedReportRow(
+                    id=i.to_bytes(16, "big"),
+                    problem_id="p-x",
+                    key_id=bytes(32),
+                    slot=b"p-x/p0/r0",
+                    nonce=i.to_bytes(32, "big"),
+                    partition=0,
+                    subset=i,
+                    mechanism_json="{}",
+                    bits=b"\x80",
+                )
+            )
+    inserted: list[int] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _capture(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+        if statement.startswith("INSERT INTO reports"):
+            inserted.extend(p[3] for p in parameters)  # (id, problem_id, partition, subset, ...)
+
+    with Session(engine) as s, s.begin():
+        assert settle_reports(s, "p-x", rng=random.Random(7)) == n
+    expected = list(range(n))
+    random.Random(7).shuffle(expected)
+    assert inserted == expected and inserted != list(range(n))
+    with Session(engine) as s:
+        assert s.query(ReportRow).count() == n and s.query(SpentTokenRow).count() == n
+        assert s.query(StagedReportRow).count() == 0
+
+
+def test_a_slot_names_problem_partition_and_index_and_fits_the_token_limit():
+    from anonml.crypto.tokens import SLOT_MAX_SIZE
+
+    assert report_slot("p-0123", 3, 1) == b"p-0123/p3/r1"
+    longest = "p" * 64  # the longest id a Problem allows
+    slots = {report_slot(longest, p, k) for p in range(1000) for k in range(64)}
+    assert len(slots) == 64_000 and max(map(len, slots)) <= SLOT_MAX_SIZE
+    assert report_slot(longest, 0, 0) != report_slot("q" * 64, 0, 0)
+    with pytest.raises(ValueError, match="out of range"):
+        report_slot("p-0123", -1, 0)
