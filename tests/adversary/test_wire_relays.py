@@ -363,7 +363,7 @@ def test_a_round_completes_past_a_trickling_member_and_senders_count_what_a_drop
     host = PeerHost(
         nodes,
         PeerDB(f"sqlite:///{tmp_path / 'peers.db'}"),
-        PeerPolicy(auto_accept=True, max_epsilon_per_problem=4.0, allow_loopback_http=True),
+        PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=4.0),
         [aggregator.url],
         poll_seconds=0.1,
         witnesses=2,
