@@ -20,14 +20,12 @@ from aggregator.db import ProblemRow, count_reject, create_tables
 from aggregator.settings import AggregatorSettings
 from anonml.crypto import (
     Identity,
-    KeyFileError,
     MemorySpentSet,
     PublicIdentity,
     TokenKey,
     TokenVerifier,
-    load_identity,
-    save_identity,
 )
+from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.database import make_engine
 from anonml.learn import Binning, PartitionPlan, make_plan
 from anonml.protocol import Bins, Problem, Roster, report_slot
@@ -37,16 +35,7 @@ __all__ = ["AggregatorState", "ProblemContext", "load_or_create_identity"]
 
 def load_or_create_identity(settings: AggregatorSettings) -> Identity:
     """The aggregator's identity from its key file, created (mode 0600) on first start."""
-    path = settings.identity_file
-    if path.exists():
-        return load_identity(path, settings.identity_passphrase)
-    identity = Identity.generate()
-    try:
-        save_identity(identity, path, settings.identity_passphrase)
-    except KeyFileError:
-        # Another process created it between our check and our write: use theirs.
-        return load_identity(path, settings.identity_passphrase)
-    return identity
+    return crypto_load_or_create(settings.identity_file, settings.identity_passphrase)
 
 
 @dataclass

@@ -32,7 +32,8 @@ from typing import Annotated
 import uvicorn
 from fastapi import FastAPI, Header, HTTPException, Request, Response
 
-from anonml.crypto import PACKET_SIZE, Identity, load_identity, save_identity
+from anonml.crypto import PACKET_SIZE, Identity
+from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.privacy import PrivacyLedger
 from anonml.protocol import PeerStatus, RosterWitness
 from anonml.store import EventStore
@@ -120,11 +121,7 @@ def create_app(host: PeerHost, local_token: str) -> FastAPI:
 
 def load_or_create_identity(settings: PeerSettings) -> Identity:
     """This peer's identity, created (mode 0600) on first start."""
-    if settings.identity_file.exists():
-        return load_identity(settings.identity_file, settings.identity_passphrase)
-    identity = Identity.generate()
-    save_identity(identity, settings.identity_file, settings.identity_passphrase)
-    return identity
+    return crypto_load_or_create(settings.identity_file, settings.identity_passphrase)
 
 
 def create_daemon(settings: PeerSettings) -> PeerHost:
