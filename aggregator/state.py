@@ -28,7 +28,7 @@ from anonml.crypto import (
 from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.database import make_engine
 from anonml.learn import Binning, PartitionPlan, make_plan
-from anonml.protocol import Bins, Problem, Roster, report_slot
+from anonml.protocol import Bins, CosignatureBundle, Problem, Roster, report_slot, roster_beacon
 
 __all__ = ["AggregatorState", "ProblemContext", "load_or_create_identity"]
 
@@ -67,7 +67,8 @@ class ProblemContext:
         """The report slots of this problem: ``report_slot(id, k)`` for ``k < k_h``."""
         return tuple(report_slot(self.problem.id, k) for k in range(self.problem.draft.kh))
 
-    def set_roster(self, roster: Roster) -> None:
+    def set_roster(self, roster: Roster, beacon: bytes) -> None:
+        """Fix the plan from the roster and the witnesses' ``beacon`` (:func:`roster_beacon`)."""
         keys = [bytes(e.identity) for e in roster.entries]
         draft = self.problem.draft
         self.plan = make_plan(
@@ -79,6 +80,7 @@ class ProblemContext:
             subset_size=draft.ks,
             subsets=draft.subsets,
             median_pool_size=roster.median_pool_size,
+            beacon=beacon,
         )
         self.index = {key: i for i, key in enumerate(keys)}
         self.by_fingerprint = {
@@ -122,8 +124,9 @@ class AggregatorState:
                 ctx = ProblemContext(
                     Problem.model_validate_json(row.problem_json), TokenKey(row.token_secret)
                 )
-            if ctx.roster is None and row.roster_json is not None:
-                ctx.set_roster(Roster.model_validate_json(row.roster_json))
+            if ctx.roster is None and row.roster_json is not None and row.roster_cosignatures_json is not None:
+                bundle = CosignatureBundle.model_validate_json(row.roster_cosignatures_json)
+                ctx.set_roster(Roster.model_validate_json(row.roster_json), roster_beacon(bundle.cosignatures))
             if ctx.bins is None and row.bins_json is not None:
                 ctx.bins = Bins.model_validate_json(row.bins_json)
         finally:

@@ -22,6 +22,8 @@ from anonml.commands import aggregator as aggregator_commands
 from anonml.commands import bench as bench_commands
 from anonml.commands import importer as importer_commands
 from anonml.commands import peer as peer_commands
+from anonml.commands import witness as witness_commands
+from anonml.commands import credential as credential_commands
 from anonml.detection import DEFAULT_MIN_CONFIDENCE, choose_importer
 from anonml.errors import AnonMLError, PluginNotFound, RecordError
 from anonml.plugins import PluginRef, available, create, iter_classes
@@ -38,6 +40,8 @@ app.add_typer(importer_commands.app, name="importer")
 app.add_typer(bench_commands.app, name="bench")
 app.add_typer(aggregator_commands.app, name="aggregator")
 app.add_typer(peer_commands.app, name="peer")
+app.add_typer(witness_commands.app, name="witness")
+app.add_typer(credential_commands.app, name="credential")
 
 StoreOption = Annotated[
     str | None,

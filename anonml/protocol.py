@@ -16,13 +16,16 @@ The flow of one problem (DESIGN §7)::
 
     Problem (signed proposal, H(seed))  → peers decide by their policy
     Registration (signed by the peer)   → aggregator, until the deadline
-    Roster (signed; seed revealed)      → peers check seed, plan, fingerprint
+    Roster (signed; seed revealed)      → witnesses co-sign its transcript (CosignRequest);
+                                          peers check cosignatures, seed, plan (with the
+                                          witnesses' beacon), fingerprint
     Assignment (signed)                 → each peer checks it with verify_assignment
     RosterWitness (signed by a peer)    → peers compare fingerprints via relays
     MedianQuery / MedianAnswer          → one median-pool peer per answer
     TokenBatchRequest / …Response       → one blind evaluation per (peer, slot),
                                           from the roster to the end of the send window
-    Bins (signed; report schedule)      → peers bin their features
+    Bins (signed; report schedule)      → witnesses co-sign the bins transcript;
+                                          peers check it, then bin their features
     onion packet bytes over k hops      → IntakeDelivery at the aggregator
     ModelDocument (signed)              → peers predict locally
 """
@@ -193,7 +196,11 @@ class Schedule(_Message):
     median query, for peers to check the roster and compare its fingerprint.
 
     The report round's absolute times (``t_s``, ``t_s + δ``, ``t_r``) are fixed
-    when the bins are published: ``t_s = publication + report_delay_seconds``.
+    when the bins are published: ``t_s = publication + witness_seconds +
+    report_delay_seconds`` when the problem declares witnesses (their bins
+    cosignatures are collected within ``witness_seconds``), else
+    ``publication + report_delay_seconds``. The roster's cosignatures are
+    collected within ``roster_seconds + witness_seconds`` of its publication.
     """
 
     registration_deadline: AwareDatetime
@@ -202,6 +209,12 @@ class Schedule(_Message):
     report_delay_seconds: float = Field(default=5.0, ge=0, le=86_400)
     send_window_seconds: float = Field(default=5.0, gt=0, le=86_400)
     release_window_seconds: float = Field(default=5.0, gt=0, le=86_400)
+    witness_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="Bound on collecting the witnesses' cosignatures, after the roster and after the bins.",
+    )
 
 
 class MedianSettings(_Message):
@@ -344,7 +357,7 @@ class Problem(_Message):
     signature: SignatureBytes
 
 
-Phase = Literal["registration", "medians", "reporting", "training", "done", "failed"]
+Phase = Literal["registration", "witnessing", "medians", "reporting", "training", "done", "failed"]
 
 
 class ProblemStatus(_Message):

@@ -41,6 +41,7 @@ from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.settings import PeerSettings
+from peer.transcript import load_credentials
 
 __all__ = ["create_app", "create_daemon", "start_peer_server", "PeerServer", "load_or_create_identity"]
 
@@ -138,7 +139,8 @@ def create_daemon(settings: PeerSettings) -> PeerHost:
         settings.policy,
         settings.aggregators,
         relay_base=settings.relay_base(),
-        witnesses=settings.witnesses,
+        roster_comparisons=settings.roster_comparisons,
+        credentials=load_credentials(settings.credentials_dir),
         poll_seconds=settings.poll_seconds,
     )
 

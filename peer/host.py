@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Sequence
+from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from anonml.errors import AnonMLError
-from anonml.protocol import PeerStatus, Problem, RosterWitness, verify_message
+from anonml.protocol import AdmissionCredential, PeerStatus, Problem, RosterWitness, verify_message
 from peer.client import AggregatorClient
 from peer.db import PeerDB
 from peer.dispatch import Dispatcher
@@ -42,8 +44,10 @@ class PeerHost:
         Aggregator base URLs to poll.
     relay_base : str, optional
         Base URL of this process's relay (set once the server is listening).
-    witnesses : int
+    roster_comparisons : int
         Members each identity compares the roster fingerprint with.
+    credentials : sequence of AdmissionCredential
+        Admission credentials of the hosted identities (each picks its own).
     poll_seconds : float
     workers : int
         Threads for per-identity steps and for timed sends.
@@ -59,7 +63,8 @@ class PeerHost:
         aggregators: list[str],
         *,
         relay_base: str | None = None,
-        witnesses: int = 2,
+        roster_comparisons: int = 2,
+        credentials: Sequence[AdmissionCredential] = (),
         poll_seconds: float = 1.0,
         workers: int = 8,
         rng: np.random.Generator | None = None,
@@ -69,7 +74,8 @@ class PeerHost:
         self.policy = policy
         self.aggregators = list(aggregators)
         self.relay_base = relay_base
-        self.witnesses = witnesses
+        self.roster_comparisons = roster_comparisons
+        self.credentials = tuple(credentials)
         self.poll_seconds = poll_seconds
         self.dispatcher = Dispatcher(workers=max(4, workers * 2))
         self.relay = RelayService(self.dispatcher, rng)
@@ -92,6 +98,15 @@ class PeerHost:
     def witness(self, node_id: bytes, problem_id: str) -> RosterWitness | None:
         with self._lock:
             return self._witnesses.get((node_id, problem_id))
+
+    def _participant_settings(self) -> dict[str, Any]:
+        """What every Participant of this host takes from its settings and policy."""
+        return {
+            "roster_comparisons": self.roster_comparisons,
+            "trusted_witnesses": tuple(self.policy.witnesses),
+            "witness_threshold": self.policy.witness_threshold,
+            "credentials": self.credentials,
+        }
 
     # -- proposals and decisions --------------------------------------------------
     def committed(self, node: PeerNode) -> float:
@@ -130,7 +145,7 @@ class PeerHost:
             participant = None
             if decision.accept:
                 participant = Participant(
-                    node, problem, client, self.relay, self.relay_base or "", witnesses=self.witnesses
+                    node, problem, client, self.relay, self.relay_base or "", **self._participant_settings()
                 )
                 try:
                     participant.prepare(plugins)
@@ -207,7 +222,7 @@ class PeerHost:
                 problem = Problem.model_validate_json(row.problem_json)
                 client = AggregatorClient(row.aggregator_url)
                 participant = Participant(
-                    node, problem, client, self.relay, self.relay_base or "", witnesses=self.witnesses
+                    node, problem, client, self.relay, self.relay_base or "", **self._participant_settings()
                 )
                 try:
                     participant.prepare()

@@ -15,15 +15,17 @@ featurizer does not declare.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from anonml.errors import AnonMLError
 from anonml.model import FeatureSpec
 from anonml.plugins import Featurizer, Instancer, PluginRef, create
 from anonml.protocol import Problem
+from peer.transcript import trust_refusal
 
 __all__ = ["PeerPolicy", "Decision", "evaluate_problem", "load_plugins"]
 
@@ -41,6 +43,17 @@ class PeerPolicy(BaseModel):
         Largest total ε over every problem ever accepted (a hard cap).
     auto_accept : bool
         Accept proposals within the policy without asking.
+    witnesses : list of str
+        Hex public identities of the witness services this peer trusts
+        (``anonml witness identity``). When any are named, a proposal must
+        declare at least ``witness_threshold`` of them, and no stage proceeds
+        without that many of their cosignatures on this peer's own transcript.
+    witness_threshold : int
+        Cosignatures needed from trusted witnesses.
+    require_credentials : bool
+        Refuse problems with open registration (anyone, Sybils included, may join).
+    trusted_issuers : list of str
+        Hex identities of credential issuers this peer accepts (empty: any issuer).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -50,6 +63,19 @@ class PeerPolicy(BaseModel):
     max_epsilon_per_problem: float = Field(default=1.0, gt=0, le=20)
     lifetime_epsilon_cap: float = Field(default=10.0, gt=0, le=1000)
     auto_accept: bool = False
+    # -- trust: witnesses and admission
+    witnesses: list[str] = Field(default_factory=list, max_length=64)
+    witness_threshold: int = Field(default=1, ge=1, le=16)
+    require_credentials: bool = False
+    trusted_issuers: list[str] = Field(default_factory=list, max_length=64)
+
+    @field_validator("witnesses", "trusted_issuers")
+    @classmethod
+    def _hex_identities(cls, keys: list[str]) -> list[str]:
+        for key in keys:
+            if not re.fullmatch(r"[0-9a-fA-F]{128}", key):
+                raise ValueError(f"{key[:20]!r} is not a public identity (128 hex digits)")
+        return [key.lower() for key in keys]
 
 
 @dataclass(frozen=True)
@@ -133,6 +159,15 @@ def evaluate_problem(
                 f"ε={draft.epsilon:g} exceeds this peer's maximum of "
                 f"{policy.max_epsilon_per_problem:g} per problem",
             )
+    refusal = trust_refusal(
+        problem,
+        trusted_witnesses=policy.witnesses,
+        witness_threshold=policy.witness_threshold,
+        require_credentials=policy.require_credentials,
+        trusted_issuers=policy.trusted_issuers,
+    )
+    if refusal is not None:
+        return Decision("refuse", refusal)
     if committed + draft.epsilon > policy.lifetime_epsilon_cap + 1e-9:
         return Decision(
             "refuse",
