@@ -39,7 +39,10 @@ state is one SQLite file (mode 0600 in a 0700 home) and its identity a key file
 from __future__ import annotations
 
 import os
+import select as io_select
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -77,6 +80,8 @@ __all__ = [
     "serve_witness",
     "start_witness_server",
     "WitnessServer",
+    "WitnessProcess",
+    "start_witness_process",
 ]
 
 MAX_LOG_PAGE = 1000
@@ -406,3 +411,45 @@ def start_witness_server(settings: WitnessSettings, timeout: float = 30.0) -> Wi
     if not server.started:
         raise RuntimeError(f"witness on {settings.host}:{sock.getsockname()[1]} did not start")
     return WitnessServer(f"http://{settings.host}:{sock.getsockname()[1]}", witness, server, thread)
+
+
+@dataclass
+class WitnessProcess:
+    """A witness served by ``anonml witness serve`` in a child process (its own interpreter)."""
+
+    url: str
+    identity: bytes
+    process: subprocess.Popen
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()  # uvicorn shuts down gracefully on SIGTERM
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def start_witness_process(home: Path, *, host: str = "127.0.0.1", port: int = 0, timeout: float = 60.0) -> WitnessProcess:
+    """Run ``python -m anonml witness serve --home HOME --port PORT`` and wait for its ready line."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "anonml", "witness", "serve", "--home", str(home), "--host", host, "--port", str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=root,
+    )
+    assert process.stdout is not None
+    ready, _, _ = io_select.select([process.stdout], [], [], timeout)
+    line = process.stdout.readline().split() if ready else []
+    if len(line) != 3 or line[0] != "witness":
+        process.kill()
+        process.wait(timeout=10)
+        raise RuntimeError(f"the witness process did not start (said {' '.join(line)[:200]!r}; see its stderr)")
+    return WitnessProcess(url=line[2], identity=bytes.fromhex(line[1]), process=process)

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from anonml.cli_support import err, expected_errors
+from anonml.cli_support import expected_errors
 
 app = typer.Typer(help="Run an independent witness that co-signs transcripts.", no_args_is_help=True)
 
@@ -46,7 +46,6 @@ def serve(
 
         def ready(url: str, witness) -> None:
             print(f"witness {witness.public_identity.hex()} {url}", flush=True)
-            err.print(f"witness {witness.identity.public.fingerprint_text()} listening on {url}", highlight=False)
 
         serve_witness(settings, ready)
 
