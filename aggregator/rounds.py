@@ -59,7 +59,6 @@ from aggregator.state import AggregatorState
 from aggregator.training import train_problem
 from anonml.crypto import CryptoError, TokenKey
 from anonml.errors import AnonMLError
-from anonml.learn import make_plan
 from anonml.model import FeatureKind
 from anonml.protocol import (
     AdmissionCredential,
@@ -242,16 +241,7 @@ class RoundDriver:
                 state.identity,
             )
             try:  # the sizes alone decide whether a plan exists; the beacon comes later
-                make_plan(
-                    roster.seed,
-                    [bytes(e.identity) for e in roster.entries],
-                    len(draft.features),
-                    n_partitions=draft.kp,
-                    n_subsets=draft.kh,
-                    subset_size=draft.ks,
-                    subsets=draft.subsets,
-                    median_pool_size=roster.median_pool_size,
-                )
+                ctx.plan_for(roster)
             except ValueError as exc:
                 self._enter(row, "failed", f"cannot build the partition plan: {exc}")
                 return
@@ -264,7 +254,9 @@ class RoundDriver:
         key = (pid, "roster")
         if key in self._witnessing:
             return
-        thread = threading.Thread(target=self._witness_roster, args=(pid,), name=f"witness-{pid}", daemon=True)
+        thread = threading.Thread(
+            target=self._witness_roster, args=(pid,), name=f"witness-{pid}", daemon=True
+        )
         self._witnessing[key] = thread
         thread.start()
 
@@ -303,7 +295,8 @@ class RoundDriver:
         try:
             ctx = state.context(pid)
             assert ctx is not None and ctx.roster is not None
-            bundle = self._collect(pid, "bins", transcript_hash("bins", ctx.problem, ctx.roster, bins), bins.t_s)
+            transcript = transcript_hash("bins", ctx.problem, ctx.roster, bins)
+            bundle = self._collect(pid, "bins", transcript, bins.t_s)
             if bundle is None:
                 return
             with state.sessions() as s, s.begin():
@@ -470,7 +463,9 @@ class RoundDriver:
             self._training.pop(pid, None)
 
 
-def _ask_witness(witness: WitnessRef, body: str, statement: TranscriptStatement, *, timeout: float) -> Cosignature | str:
+def _ask_witness(
+    witness: WitnessRef, body: str, statement: TranscriptStatement, *, timeout: float
+) -> Cosignature | str:
     """POST one cosign request; the checked cosignature, or why not (``"refused …"`` for a 4xx)."""
     url = witness.url.rstrip("/") + "/cosign"
     try:

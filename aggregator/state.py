@@ -67,13 +67,13 @@ class ProblemContext:
         """The report slots of this problem: ``report_slot(id, k)`` for ``k < k_h``."""
         return tuple(report_slot(self.problem.id, k) for k in range(self.problem.draft.kh))
 
-    def set_roster(self, roster: Roster, beacon: bytes) -> None:
-        """Fix the plan from the roster and the witnesses' ``beacon`` (:func:`roster_beacon`)."""
-        keys = [bytes(e.identity) for e in roster.entries]
+    def plan_for(self, roster: Roster, beacon: bytes = b"") -> PartitionPlan:
+        """The plan of ``roster`` under the witnesses' ``beacon``; ValueError when the sizes do not fit
+        (which the beacon never changes)."""
         draft = self.problem.draft
-        self.plan = make_plan(
+        return make_plan(
             roster.seed,
-            keys,
+            [bytes(e.identity) for e in roster.entries],
             len(draft.features),
             n_partitions=draft.kp,
             n_subsets=draft.kh,
@@ -82,6 +82,11 @@ class ProblemContext:
             median_pool_size=roster.median_pool_size,
             beacon=beacon,
         )
+
+    def set_roster(self, roster: Roster, beacon: bytes) -> None:
+        """Fix the plan from the roster and the witnesses' ``beacon`` (:func:`roster_beacon`)."""
+        keys = [bytes(e.identity) for e in roster.entries]
+        self.plan = self.plan_for(roster, beacon)
         self.index = {key: i for i, key in enumerate(keys)}
         self.by_fingerprint = {
             PublicIdentity.from_bytes(key).fingerprint.hex(): i for i, key in enumerate(keys)
@@ -124,9 +129,12 @@ class AggregatorState:
                 ctx = ProblemContext(
                     Problem.model_validate_json(row.problem_json), TokenKey(row.token_secret)
                 )
-            if ctx.roster is None and row.roster_json is not None and row.roster_cosignatures_json is not None:
+            # The plan exists once the witnesses co-signed the roster (their beacon is in it).
+            witnessed = row.roster_json is not None and row.roster_cosignatures_json is not None
+            if ctx.roster is None and witnessed:
                 bundle = CosignatureBundle.model_validate_json(row.roster_cosignatures_json)
-                ctx.set_roster(Roster.model_validate_json(row.roster_json), roster_beacon(bundle.cosignatures))
+                roster = Roster.model_validate_json(row.roster_json)
+                ctx.set_roster(roster, roster_beacon(bundle.cosignatures))
             if ctx.bins is None and row.bins_json is not None:
                 ctx.bins = Bins.model_validate_json(row.bins_json)
         finally:

@@ -20,10 +20,10 @@ from rich.table import Table
 from anonml.cli_support import err, expected_errors, out, parse_json_option, print_json
 from anonml.commands import aggregator as aggregator_commands
 from anonml.commands import bench as bench_commands
+from anonml.commands import credential as credential_commands
 from anonml.commands import importer as importer_commands
 from anonml.commands import peer as peer_commands
 from anonml.commands import witness as witness_commands
-from anonml.commands import credential as credential_commands
 from anonml.detection import DEFAULT_MIN_CONFIDENCE, choose_importer
 from anonml.errors import AnonMLError, PluginNotFound, RecordError
 from anonml.plugins import PluginRef, available, create, iter_classes

@@ -456,7 +456,8 @@ def check_credential(
         raise ValueError(f"admission needs a credential from issuer {bytes(admission.issuer).hex()[:16]}…")
     if bytes(credential.issuer) != bytes(admission.issuer) or credential.scope != admission.scope:
         raise ValueError(
-            f"credential is from issuer {bytes(credential.issuer).hex()[:16]}… for scope {credential.scope!r}; "
+            f"credential is from issuer {bytes(credential.issuer).hex()[:16]}… "
+            f"for scope {credential.scope!r}; "
             f"the problem admits issuer {bytes(admission.issuer).hex()[:16]}… scope {admission.scope!r}"
         )
     if bytes(credential.subject) != bytes(subject):

@@ -14,8 +14,8 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 

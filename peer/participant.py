@@ -207,7 +207,8 @@ class Participant:
 
     def check_roster(self, view: RosterView, bundle: CosignatureBundle) -> None:
         """Witness cosignatures, own entry, seed commitment, assignment; then publish the signed witness."""
-        self.beacon = self._verify_bundle(bundle, "roster", transcript_hash("roster", self.problem, view.roster))
+        transcript = transcript_hash("roster", self.problem, view.roster)
+        self.beacon = self._verify_bundle(bundle, "roster", transcript)
         me = bytes(self.node.identity.public)
         index = view.index_of.get(me)
         if index is None:

@@ -99,14 +99,17 @@ def verify_bundle(
     """
     if bundle.problem_id != problem.id or bundle.stage != stage:
         raise ProtocolError(
-            f"cosignature bundle is for {bundle.problem_id} stage {bundle.stage}, expected {problem.id} {stage}"
+            f"cosignature bundle is for {bundle.problem_id} stage {bundle.stage}, "
+            f"expected {problem.id} {stage}"
         )
     declared = {bytes(w.identity) for w in problem.draft.witnesses}
     seen: dict[bytes, object] = {}
     for cosignature in bundle.cosignatures:
         witness = bytes(cosignature.witness)
         if witness not in declared:
-            raise ProtocolError(f"cosignature by witness {witness.hex()[:16]}…, which the proposal does not declare")
+            raise ProtocolError(
+                f"cosignature by witness {witness.hex()[:16]}…, which the proposal does not declare"
+            )
         if witness in seen:
             raise ProtocolError(f"witness {witness.hex()[:16]}… appears twice in the bundle")
         statement = cosignature.statement
@@ -115,17 +118,22 @@ def verify_bundle(
             or statement.problem_id != problem.id
             or statement.stage != stage
         ):
-            raise ProtocolError(f"witness {witness.hex()[:16]}… co-signed a statement about another problem or stage")
+            raise ProtocolError(
+                f"witness {witness.hex()[:16]}… co-signed a statement about another problem or stage"
+            )
         if bytes(statement.transcript) != bytes(transcript):
             raise ProtocolError(
-                f"witness {witness.hex()[:16]}… co-signed transcript {bytes(statement.transcript).hex()[:16]}…, "
+                f"witness {witness.hex()[:16]}… co-signed transcript "
+                f"{bytes(statement.transcript).hex()[:16]}…, "
                 f"this peer computed {bytes(transcript).hex()[:16]}…: the aggregator shows peers different "
                 f"{stage} documents"
             )
         try:
             verify_message(cosignature, witness)
         except CryptoError as exc:
-            raise ProtocolError(f"cosignature of witness {witness.hex()[:16]}… does not verify: {exc}") from None
+            raise ProtocolError(
+                f"cosignature of witness {witness.hex()[:16]}… does not verify: {exc}"
+            ) from None
         seen[witness] = cosignature
     missing = declared - set(seen)
     if missing:
@@ -138,7 +146,8 @@ def verify_bundle(
         have = len(trusted_keys & set(seen))
         if have < threshold:
             raise ProtocolError(
-                f"only {have} of the {threshold} cosignatures this peer requires come from witnesses it trusts"
+                f"only {have} of the {threshold} cosignatures this peer requires "
+                "come from witnesses it trusts"
             )
     return roster_beacon(list(seen.values()))  # type: ignore[arg-type]
 
@@ -172,7 +181,9 @@ def trust_refusal(
     else:
         issuers = _hex_set(trusted_issuers)
         if issuers and bytes(draft.admission.issuer) not in issuers:
-            return f"credential issuer {bytes(draft.admission.issuer).hex()[:16]}… is not one this peer trusts"
+            return (
+                f"credential issuer {bytes(draft.admission.issuer).hex()[:16]}… is not one this peer trusts"
+            )
     return None
 
 
@@ -200,7 +211,9 @@ def check_roster_entries(roster: Roster, problem: Problem) -> None:
             ) from None
         if admission.mode == "credentials":
             try:
-                check_credential(entry.credential, admission, bytes(entry.identity), valid_at=problem.created_at)
+                check_credential(
+                    entry.credential, admission, bytes(entry.identity), valid_at=problem.created_at
+                )
             except (ValueError, CryptoError) as exc:
                 raise ProtocolError(f"roster entry {i}: credential not valid: {exc}") from None
         elif entry.credential is not None:

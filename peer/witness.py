@@ -267,7 +267,9 @@ class Witness:
                 .limit(limit)
             )
             return [
-                WitnessLogEntry(index=row.id - 1, cosignature=Cosignature.model_validate_json(row.cosignature_json))
+                WitnessLogEntry(
+                    index=row.id - 1, cosignature=Cosignature.model_validate_json(row.cosignature_json)
+                )
                 for row in rows
             ]
 
@@ -305,7 +307,9 @@ def create_witness_app(witness: Witness, max_body_bytes: int = 8192) -> FastAPI:
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "body"
-            raise HTTPException(status_code=422, detail=f"malformed cosign request at {where}: {first['msg']}") from None
+            raise HTTPException(
+                status_code=422, detail=f"malformed cosign request at {where}: {first['msg']}"
+            ) from None
         try:
             return witness.cosign(parsed)
         except WitnessRefusal as exc:
@@ -433,12 +437,26 @@ class WitnessProcess:
             self.process.stdout.close()
 
 
-def start_witness_process(home: Path, *, host: str = "127.0.0.1", port: int = 0, timeout: float = 60.0) -> WitnessProcess:
+def start_witness_process(
+    home: Path, *, host: str = "127.0.0.1", port: int = 0, timeout: float = 60.0
+) -> WitnessProcess:
     """Run ``python -m anonml witness serve --home HOME --port PORT`` and wait for its ready line."""
     root = str(Path(__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     process = subprocess.Popen(
-        [sys.executable, "-m", "anonml", "witness", "serve", "--home", str(home), "--host", host, "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "anonml",
+            "witness",
+            "serve",
+            "--home",
+            str(home),
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         text=True,
@@ -451,5 +469,7 @@ def start_witness_process(home: Path, *, host: str = "127.0.0.1", port: int = 0,
     if len(line) != 3 or line[0] != "witness":
         process.kill()
         process.wait(timeout=10)
-        raise RuntimeError(f"the witness process did not start (said {' '.join(line)[:200]!r}; see its stderr)")
+        raise RuntimeError(
+            f"the witness process did not start (said {' '.join(line)[:200]!r}; see its stderr)"
+        )
     return WitnessProcess(url=line[2], identity=bytes.fromhex(line[1]), process=process)

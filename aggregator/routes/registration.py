@@ -114,9 +114,13 @@ def _check_and_store(problem_id: str, registration: Registration, state, session
         try:
             check_credential(registration.credential, admission, bytes(identity), valid_at=datetime.now(UTC))
         except (ValueError, CryptoError) as exc:
-            raise state.refuse(problem_id, "no valid credential", 403, f"admission credential rejected: {exc}") from None
+            raise state.refuse(
+                problem_id, "no valid credential", 403, f"admission credential rejected: {exc}"
+            ) from None
     elif registration.credential is not None:
-        raise state.refuse(problem_id, "malformed", 422, "this problem's admission is open: send no credential")
+        raise state.refuse(
+            problem_id, "malformed", 422, "this problem's admission is open: send no credential"
+        )
     session.add(
         RegistrationRow(
             problem_id=problem_id,
@@ -124,7 +128,9 @@ def _check_and_store(problem_id: str, registration: Registration, state, session
             relay_url=registration.relay_url,
             certificate=bytes(registration.relay_certificate),
             signature=bytes(registration.signature),
-            credential_json=None if registration.credential is None else registration.credential.model_dump_json(),
+            credential_json=(
+                None if registration.credential is None else registration.credential.model_dump_json()
+            ),
         )
     )
     session.flush()
@@ -203,11 +209,14 @@ def get_assignment(problem_id: str, fingerprint: str, state: StateDep, session: 
 def get_cosignatures(problem_id: str, stage: str, session: SessionDep) -> CosignatureBundle:
     """Every declared witness's cosignature on the ``roster`` or ``bins`` transcript (404 until complete)."""
     if stage not in STAGES:
-        raise HTTPException(status_code=422, detail=f"stage must be one of {', '.join(STAGES)}, got {stage[:20]!r}")
+        raise HTTPException(
+            status_code=422, detail=f"stage must be one of {', '.join(STAGES)}, got {stage[:20]!r}"
+        )
     row = get_row(session, problem_id)
     text = row.roster_cosignatures_json if stage == "roster" else row.bins_cosignatures_json
     if text is None:
         raise HTTPException(
-            status_code=404, detail=f"problem {problem_id}: the {stage} cosignatures are not complete (phase {row.phase})"
+            status_code=404,
+            detail=f"problem {problem_id}: the {stage} cosignatures are not complete (phase {row.phase})",
         )
     return CosignatureBundle.model_validate_json(text)

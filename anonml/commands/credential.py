@@ -23,7 +23,9 @@ from anonml.errors import AnonMLError
 
 app = typer.Typer(help="Issue and install admission credentials.", no_args_is_help=True)
 
-KeyOption = Annotated[Path, typer.Option("--issuer-key", help="The issuer's identity key file (created if missing).")]
+KeyOption = Annotated[
+    Path, typer.Option("--issuer-key", help="The issuer's identity key file (created if missing).")
+]
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -110,7 +112,9 @@ def install(
             raise AnonMLError(f"{file}: expired at {credential.not_after.isoformat()}")
         folder = directory if directory is not None else PeerSettings.from_env().credentials_dir
         scope_tag = hashlib.blake2b(credential.scope.encode("ascii"), digest_size=4).hexdigest()
-        name = f"{bytes(credential.issuer).hex()[:16]}-{bytes(credential.subject).hex()[:16]}-{scope_tag}.json"
+        name = (
+            f"{bytes(credential.issuer).hex()[:16]}-{bytes(credential.subject).hex()[:16]}-{scope_tag}.json"
+        )
         target = folder / name
         _write_private(target, credential.model_dump_json(indent=1) + "\n")
         out.print(f"installed {target}", highlight=False, markup=False)

@@ -27,11 +27,9 @@ from anonml.protocol import (
     Admission,
     AdmissionCredential,
     Bins,
-    CosignRequest,
     Registration,
     Roster,
     RosterEntry,
-    TranscriptStatement,
     WitnessRef,
     sign_message,
     transcript_hash,
@@ -45,6 +43,7 @@ from peer.policy import PeerPolicy
 from peer.witness import WitnessSettings, start_witness_server
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import ADMIN, propose, status, wait_phase
+from tests.witness.helpers import ask_witness
 
 FEATURES = ["time_on_site_minutes", "video_seconds_watched", "seq_navigations", "distinct_problems"]
 ISSUER = Identity.generate()
@@ -75,7 +74,9 @@ def _host(nodes, db: Path, url: str, witness_hex: str, credentials=(), discover:
     return PeerHost(
         nodes,
         PeerDB(f"sqlite:///{db}"),
-        PeerPolicy(auto_accept=True, max_epsilon_per_problem=4.0, witnesses=[witness_hex], witness_threshold=1),
+        PeerPolicy(
+            auto_accept=True, max_epsilon_per_problem=4.0, witnesses=[witness_hex], witness_threshold=1
+        ),
         [url] if discover else [],
         poll_seconds=0.1,
         roster_comparisons=2,
@@ -86,14 +87,20 @@ def _host(nodes, db: Path, url: str, witness_hex: str, credentials=(), discover:
 
 def _credential(subject: Identity) -> AdmissionCredential:
     return sign_message(
-        AdmissionCredential(issuer=bytes(ISSUER.public), subject=bytes(subject.public), scope=SCOPE,
-                            not_after=datetime.now(UTC) + timedelta(days=1), signature=bytes(64)),
+        AdmissionCredential(
+            issuer=bytes(ISSUER.public),
+            subject=bytes(subject.public),
+            scope=SCOPE,
+            not_after=datetime.now(UTC) + timedelta(days=1),
+            signature=bytes(64),
+        ),
         ISSUER,
     )
 
 
 @pytest.fixture
-def world(aggregator, tmp_path: Path):
+def world(request: pytest.FixtureRequest, tmp_path: Path):
+    agg = request.getfixturevalue("aggregator")
     simulated, _ = simulate_peers(8, tmp_path, weeks=4, history_weeks=2, seed=3, features=FEATURES)
     witness = start_witness_server(WitnessSettings(home=tmp_path / "witness", port=0))
     nodes = [
@@ -101,7 +108,7 @@ def world(aggregator, tmp_path: Path):
         for i, p in enumerate(simulated)
     ]
     try:
-        yield aggregator, witness, nodes, tmp_path
+        yield agg, witness, nodes, tmp_path
     finally:
         witness.stop()
         for p in simulated:
@@ -112,11 +119,26 @@ def world(aggregator, tmp_path: Path):
 def _draft(witness, *, admission: Admission | None = None):
     featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
     d = dropout_draft(
-        featurizer.features(), history_weeks=2, weeks=4, epsilon=2.0, min_peers=4, pool_fraction=0.0,
-        report_delay_seconds=1.5, send_window_seconds=1.5, release_window_seconds=1.0,
-        witnesses=[WitnessRef(identity=witness.identity, url=witness.url)], witness_seconds=3.0,
+        featurizer.features(),
+        history_weeks=2,
+        weeks=4,
+        epsilon=2.0,
+        min_peers=4,
+        pool_fraction=0.0,
+        report_delay_seconds=1.5,
+        send_window_seconds=1.5,
+        release_window_seconds=1.0,
+        witnesses=[WitnessRef(identity=witness.identity, url=witness.url)],
+        witness_seconds=3.0,
     )
     return d if admission is None else d.model_copy(update={"admission": admission})
+
+
+def _wait_registered(url: str, pid: str, target: PeerHost, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while pid not in target.sessions or status(url, pid).registered < 8:
+        assert time.monotonic() < deadline, "not every peer registered"
+        time.sleep(0.05)
 
 
 def _wait_aborted(host: PeerHost, pid: str, fingerprint: str, timeout: float = 40.0) -> str:
@@ -140,39 +162,30 @@ def _other_schedule(b: Bins) -> Bins:
 @pytest.mark.slow
 @pytest.mark.parametrize("forge", [_three_cuts, _other_schedule], ids=["three-cuts", "schedule"])
 def test_a_target_shown_other_bins_refuses_before_sending_anything(world, forge):
-    aggregator, witness, nodes, tmp = world
-    honest = start_peer_server(_host(nodes[:7], tmp / "a.db", aggregator.url, witness.identity.hex()))
-    target_host = _host(nodes[7:], tmp / "b.db", aggregator.url, witness.identity.hex())
+    agg, witness, nodes, tmp = world
+    honest = start_peer_server(_host(nodes[:7], tmp / "a.db", agg.url, witness.identity.hex()))
+    target_host = _host(nodes[7:], tmp / "b.db", agg.url, witness.identity.hex())
     target = start_peer_server(target_host)
     try:
-        problem = propose(aggregator.url, _draft(witness))
-        deadline = time.monotonic() + 30
-        while problem.id not in target_host.sessions or status(aggregator.url, problem.id).registered < 8:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        liar = EquivocatingClient(aggregator.url, aggregator.state.identity, bins=forge)
+        problem = propose(agg.url, _draft(witness))
+        _wait_registered(agg.url, problem.id, target_host)
+        liar = EquivocatingClient(agg.url, agg.state.identity, bins=forge)
         session = target_host.sessions[problem.id]
         session.client = liar
         for p in session.participants:
             p.client = liar
-        requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+        requests.post(f"{agg.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
         reason = _wait_aborted(target_host, problem.id, nodes[7].fingerprint)
         assert "bins not witnessed" in reason and "different bins documents" in reason
         assert nodes[7].ledger.releases(peer=nodes[7].fingerprint) == []  # released nothing
         assert target_host.counters["packets sent"] == 0
         # The aggregator cannot have the target's bins co-signed: the witness holds the honest ones.
         view = session.view
-        forged = liar.bins(problem.id)
-        statement = TranscriptStatement(
-            aggregator=bytes(problem.aggregator), problem_id=problem.id, stage="bins",
-            transcript=transcript_hash("bins", problem, view.roster, forged),
-        )
-        ask = sign_message(CosignRequest(statement=statement, signature=bytes(64)), aggregator.state.identity)
-        refused = requests.post(f"{witness.url}/cosign", data=ask.model_dump_json(),
-                                headers={"content-type": "application/json"}, timeout=30)
+        forged = transcript_hash("bins", problem, view.roster, liar.bins(problem.id))
+        refused = ask_witness(witness.url, agg.state.identity, problem.id, forged, stage="bins")
         assert refused.status_code == 409
         # The honest peers are unaffected: the problem completes with their reports.
-        final = wait_phase(aggregator.url, problem.id, ("done", "failed"), timeout=60)
+        final = wait_phase(agg.url, problem.id, ("done", "failed"), timeout=60)
         assert final.phase == "done", final.message
     finally:
         honest.stop()
@@ -181,41 +194,31 @@ def test_a_target_shown_other_bins_refuses_before_sending_anything(world, forge)
 
 @pytest.mark.slow
 def test_a_target_holding_another_copy_of_the_problem_refuses_before_releasing_anything(world):
-    aggregator, witness, nodes, tmp = world
-    honest = start_peer_server(_host(nodes[:7], tmp / "a.db", aggregator.url, witness.identity.hex()))
+    agg, witness, nodes, tmp = world
+    honest = start_peer_server(_host(nodes[:7], tmp / "a.db", agg.url, witness.identity.hex()))
     # The target learns of proposals only through what the aggregator shows it (below).
-    target_host = _host(nodes[7:], tmp / "b.db", aggregator.url, witness.identity.hex(), discover=False)
+    target_host = _host(nodes[7:], tmp / "b.db", agg.url, witness.identity.hex(), discover=False)
     target = start_peer_server(target_host)
     try:
-        problem = propose(aggregator.url, _draft(witness))
+        problem = propose(agg.url, _draft(witness))
         # The target is shown its own copy of the proposal, ε 0.99, validly signed (same id).
         copy = sign_message(
             problem.model_copy(update={"draft": problem.draft.model_copy(update={"epsilon": 0.99})}),
-            aggregator.state.identity,
+            agg.state.identity,
         )
-        assert target_host.db.record_proposal(copy.id, aggregator.url, copy.model_dump_json())
+        assert target_host.db.record_proposal(copy.id, agg.url, copy.model_dump_json())
         assert target_host.decide(copy)[nodes[7].fingerprint].verdict == "accept"
-        deadline = time.monotonic() + 30
-        while status(aggregator.url, problem.id).registered < 8:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+        _wait_registered(agg.url, problem.id, target_host)
+        requests.post(f"{agg.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
         reason = _wait_aborted(target_host, problem.id, nodes[7].fingerprint)
         assert "roster not witnessed" in reason and "different roster documents" in reason
         assert nodes[7].ledger.releases(peer=nodes[7].fingerprint) == []
         assert target_host.counters["packets sent"] == 0
         assert target_host.sessions[problem.id].participants[0].tokens is None  # not even a token
         # The target's roster transcript (with its copy of the Problem) cannot be co-signed now.
-        roster = AggregatorClient(aggregator.url).roster(problem.id)
-        statement = TranscriptStatement(
-            aggregator=bytes(problem.aggregator), problem_id=problem.id, stage="roster",
-            transcript=transcript_hash("roster", copy, roster),
-        )
-        ask = sign_message(CosignRequest(statement=statement, signature=bytes(64)), aggregator.state.identity)
-        refused = requests.post(f"{witness.url}/cosign", data=ask.model_dump_json(),
-                                headers={"content-type": "application/json"}, timeout=30)
-        assert refused.status_code == 409
-        final = wait_phase(aggregator.url, problem.id, ("done", "failed"), timeout=60)
+        forged = transcript_hash("roster", copy, AggregatorClient(agg.url).roster(problem.id))
+        assert ask_witness(witness.url, agg.state.identity, problem.id, forged).status_code == 409
+        final = wait_phase(agg.url, problem.id, ("done", "failed"), timeout=60)
         assert final.phase == "done", final.message
     finally:
         honest.stop()
@@ -224,62 +227,74 @@ def test_a_target_holding_another_copy_of_the_problem_refuses_before_releasing_a
 
 @pytest.mark.slow
 def test_sybils_stuffed_into_a_credentials_roster_are_refused_by_the_victim(world):
-    aggregator, witness, nodes, tmp = world
+    agg, witness, nodes, tmp = world
     creds = [_credential(n.identity) for n in nodes]
     admission = Admission(mode="credentials", issuer=bytes(ISSUER.public), scope=SCOPE)
     honest = start_peer_server(
-        _host(nodes[:7], tmp / "a.db", aggregator.url, witness.identity.hex(), credentials=creds[:7])
+        _host(nodes[:7], tmp / "a.db", agg.url, witness.identity.hex(), credentials=creds[:7])
     )
-    victim_host = _host(nodes[7:], tmp / "b.db", aggregator.url, witness.identity.hex(), credentials=creds[7:])
+    victim_host = _host(
+        nodes[7:], tmp / "b.db", agg.url, witness.identity.hex(), credentials=creds[7:]
+    )
     victim = start_peer_server(victim_host)
     try:
-        problem = propose(aggregator.url, _draft(witness, admission=admission))
+        problem = propose(agg.url, _draft(witness, admission=admission))
         # The honest aggregator path: Sybils without credentials cannot even register.
         sybils = [Identity.generate() for _ in range(7)]
 
         def entry(s: Identity) -> RosterEntry:
             _, cert = s.new_round_relay_key(problem.round_id)
             reg = sign_message(
-                Registration(problem_id=problem.id, identity=bytes(s.public), relay_url="http://127.0.0.1:9/relay/s",
-                             relay_certificate=bytes(cert), signature=bytes(64)),
+                Registration(
+                    problem_id=problem.id,
+                    identity=bytes(s.public),
+                    relay_url="http://127.0.0.1:9/relay/s",
+                    relay_certificate=bytes(cert),
+                    signature=bytes(64),
+                ),
                 s,
             )
-            return RosterEntry(identity=reg.identity, relay_url=reg.relay_url, relay_certificate=reg.relay_certificate,
-                               registration_signature=reg.signature)
+            return RosterEntry(
+                identity=reg.identity,
+                relay_url=reg.relay_url,
+                relay_certificate=reg.relay_certificate,
+                registration_signature=reg.signature,
+            )
 
         refused = requests.post(
-            f"{aggregator.url}/problems/{problem.id}/registrations",
+            f"{agg.url}/problems/{problem.id}/registrations",
             data=sign_message(
-                Registration(problem_id=problem.id, identity=bytes(sybils[0].public),
-                             relay_url="http://127.0.0.1:9/relay/s",
-                             relay_certificate=bytes(sybils[0].new_round_relay_key(problem.round_id)[1]),
-                             signature=bytes(64)),
+                Registration(
+                    problem_id=problem.id,
+                    identity=bytes(sybils[0].public),
+                    relay_url="http://127.0.0.1:9/relay/s",
+                    relay_certificate=bytes(sybils[0].new_round_relay_key(problem.round_id)[1]),
+                    signature=bytes(64),
+                ),
                 sybils[0],
             ).model_dump_json(),
-            headers={"content-type": "application/json"}, timeout=30,
+            headers={"content-type": "application/json"},
+            timeout=30,
         )
         assert refused.status_code == 403
-        deadline = time.monotonic() + 30
-        while problem.id not in victim_host.sessions or status(aggregator.url, problem.id).registered < 8:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        _wait_registered(agg.url, problem.id, victim_host)
 
         # The malicious path: the victim is shown a roster of itself and the aggregator's Sybils.
         def isolate(honest_roster: Roster) -> Roster:
             mine = [e for e in honest_roster.entries if bytes(e.identity) == bytes(nodes[7].identity.public)]
             return honest_roster.model_copy(update={"entries": tuple(mine + [entry(s) for s in sybils])})
 
-        liar = EquivocatingClient(aggregator.url, aggregator.state.identity, roster=isolate)
+        liar = EquivocatingClient(agg.url, agg.state.identity, roster=isolate)
         session = victim_host.sessions[problem.id]
         session.client = liar
         for p in session.participants:
             p.client = liar
-        requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+        requests.post(f"{agg.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
         reason = _wait_aborted(victim_host, problem.id, nodes[7].fingerprint)
         assert "credential not valid" in reason
         assert nodes[7].ledger.releases(peer=nodes[7].fingerprint) == []
         assert victim_host.counters["packets sent"] == 0
-        final = wait_phase(aggregator.url, problem.id, ("done", "failed"), timeout=60)
+        final = wait_phase(agg.url, problem.id, ("done", "failed"), timeout=60)
         assert final.phase == "done", final.message
     finally:
         honest.stop()

@@ -25,11 +25,9 @@ from anonml.errors import ProtocolError
 from anonml.learn import commit_seed, make_plan, verify_assignment
 from anonml.protocol import (
     Cosignature,
-    CosignRequest,
     Problem,
     Roster,
     RosterEntry,
-    TranscriptStatement,
     WitnessRef,
     roster_beacon,
     sign_message,
@@ -37,6 +35,7 @@ from anonml.protocol import (
 )
 from peer.witness import WitnessSettings, start_witness_server
 from tests.aggregator.helpers import draft
+from tests.witness.helpers import ask_witness
 
 HONEST = 4  # besides the victim
 SYBILS = 5
@@ -52,21 +51,39 @@ def _problem(pid: str, seed: bytes, witness: bytes) -> Problem:
         update={"witnesses": (WitnessRef(identity=witness, url="http://127.0.0.1:1"),)}
     )
     return sign_message(
-        Problem(id=pid, draft=d, created_at=datetime.now(UTC), seed_commitment=commit_seed(seed),
-                aggregator=bytes(AGG.public), round_id=1, signature=bytes(64)),
+        Problem(
+            id=pid,
+            draft=d,
+            created_at=datetime.now(UTC),
+            seed_commitment=commit_seed(seed),
+            aggregator=bytes(AGG.public),
+            round_id=1,
+            signature=bytes(64),
+        ),
         AGG,
     )
 
 
 def _roster(pid: str, seed: bytes, members: list[Identity]) -> Roster:
     entries = tuple(
-        RosterEntry(identity=bytes(m.public), relay_url="http://127.0.0.1:1/relay/x",
-                    relay_certificate=bytes(m.new_round_relay_key(1)[1]), registration_signature=bytes(64))
+        RosterEntry(
+            identity=bytes(m.public),
+            relay_url="http://127.0.0.1:1/relay/x",
+            relay_certificate=bytes(m.new_round_relay_key(1)[1]),
+            registration_signature=bytes(64),
+        )
         for m in members
     )
     return sign_message(
-        Roster(problem_id=pid, round_id=1, entries=entries, token_key=b"\x01" * 32, seed=seed,
-               median_pool_size=0, signature=bytes(64)),
+        Roster(
+            problem_id=pid,
+            round_id=1,
+            entries=entries,
+            token_key=b"\x01" * 32,
+            seed=seed,
+            median_pool_size=0,
+            signature=bytes(64),
+        ),
         AGG,
     )
 
@@ -96,8 +113,18 @@ def test_without_the_beacon_re_keying_sybils_isolates_the_victim_and_verificatio
     plan = make_plan(seed, keys, 3, n_partitions=KP)
     told = plan.assignment(0)
     # The victim checks everything it can without a beacon, and it all holds.
-    assert verify_assignment(told, commitment=commit_seed(seed), seed=seed, peer_keys=keys,
-                             my_key=bytes(VICTIM.public), n_features=3, n_partitions=KP) == told
+    assert (
+        verify_assignment(
+            told,
+            commitment=commit_seed(seed),
+            seed=seed,
+            peer_keys=keys,
+            my_key=bytes(VICTIM.public),
+            n_features=3,
+            n_partitions=KP,
+        )
+        == told
+    )
     mates = {keys[int(i)] for i in plan.members(told.index)} - {bytes(VICTIM.public)}
     assert mates <= {bytes(s.public) for s in sybils}  # partitioned with Sybils only
     # Expected tries 1/P ≈ 25; far fewer than the 3,000 allowed.
@@ -122,7 +149,9 @@ def test_with_the_beacon_the_aggregator_gets_one_draw_and_isolation_is_chance(tm
             isolated += _isolated(keys, {bytes(s.public) for s in sybils}, seed, beacon)
             # ...sees the real plan, and wants another draw: re-keyed Sybils (or a re-closed roster
             # with other members) is another transcript, which the witness refuses.
-            regrind = _roster(pid, seed, [VICTIM, *HONEST_PEERS, *[Identity.generate() for _ in range(SYBILS)]])
+            regrind = _roster(
+                pid, seed, [VICTIM, *HONEST_PEERS, *[Identity.generate() for _ in range(SYBILS)]]
+            )
             again = _post(witness.url, problem, regrind)
             refused += again.status_code == 409
             # And announcing the ground plan's (seed-only) assignment fails the victim's check.
@@ -130,8 +159,16 @@ def test_with_the_beacon_the_aggregator_gets_one_draw_and_isolation_is_chance(tm
             real = make_plan(seed, keys, 3, n_partitions=KP, beacon=beacon).assignment(0)
             if ground != real:
                 with pytest.raises(ProtocolError, match="differs from the one the seed gives"):
-                    verify_assignment(ground, commitment=commit_seed(seed), seed=seed, peer_keys=keys,
-                                      my_key=bytes(VICTIM.public), n_features=3, n_partitions=KP, beacon=beacon)
+                    verify_assignment(
+                        ground,
+                        commitment=commit_seed(seed),
+                        seed=seed,
+                        peer_keys=keys,
+                        my_key=bytes(VICTIM.public),
+                        n_features=3,
+                        n_partitions=KP,
+                        beacon=beacon,
+                    )
         assert refused == runs  # one draw per problem, every time
         # Isolated by chance only: Binomial(60, 5/126), mean 2.4, sd 1.5; grinding alone gives 60 of 60.
         mean, sd = runs * P_ISOLATED, math.sqrt(runs * P_ISOLATED * (1 - P_ISOLATED))
@@ -141,10 +178,7 @@ def test_with_the_beacon_the_aggregator_gets_one_draw_and_isolation_is_chance(tm
 
 
 def _post(url: str, problem: Problem, roster: Roster) -> requests.Response:
-    statement = TranscriptStatement(aggregator=bytes(AGG.public), problem_id=problem.id, stage="roster",
-                                    transcript=transcript_hash("roster", problem, roster))
-    body = sign_message(CosignRequest(statement=statement, signature=bytes(64)), AGG).model_dump_json()
-    return requests.post(f"{url}/cosign", data=body, headers={"content-type": "application/json"}, timeout=30)
+    return ask_witness(url, AGG, problem.id, transcript_hash("roster", problem, roster))
 
 
 def _cosign(url: str, problem: Problem, roster: Roster) -> Cosignature:

@@ -126,7 +126,12 @@ def test_a_witness_process_cosigned_exactly_the_roster_and_the_bins(run):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path.name
     # The aggregator published the bundles the peers checked, on the witness's statements.
     db = workdir / "aggregator.db"
-    ((roster_bundle, bins_bundle),) = _rows(db, "SELECT roster_cosignatures_json, bins_cosignatures_json FROM problems")
-    logged = [json.loads(j) for (j,) in _rows(home / "witness.db", "SELECT cosignature_json FROM cosignatures ORDER BY id")]
+    ((roster_bundle, bins_bundle),) = _rows(
+        db, "SELECT roster_cosignatures_json, bins_cosignatures_json FROM problems"
+    )
+    logged = [
+        json.loads(j)
+        for (j,) in _rows(home / "witness.db", "SELECT cosignature_json FROM cosignatures ORDER BY id")
+    ]
     assert json.loads(roster_bundle)["cosignatures"] == [logged[0]]
     assert json.loads(bins_bundle)["cosignatures"] == [logged[1]]

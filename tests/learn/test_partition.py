@@ -158,7 +158,9 @@ BEACON = hashlib.blake2b(b"witness signatures", digest_size=32).digest()
 
 def test_order_with_a_beacon_is_sha256_of_seed_beacon_roster_and_key():
     digest = roster_digest(KEYS)
-    expected = sorted(range(len(KEYS)), key=lambda i: hashlib.sha256(SEED + BEACON + digest + KEYS[i]).digest())
+    expected = sorted(
+        range(len(KEYS)), key=lambda i: hashlib.sha256(SEED + BEACON + digest + KEYS[i]).digest()
+    )
     assert membership_order(SEED, KEYS, BEACON).tolist() == expected
     assert membership_order(SEED, KEYS, BEACON).tolist() != membership_order(SEED, KEYS).tolist()
     plan = _plan(beacon=BEACON)
@@ -176,7 +178,8 @@ def test_verification_uses_the_peers_own_beacon():
     moved = [i for i in range(len(KEYS)) if plan.assignment(i) != _plan().assignment(i)]
     assert moved  # the beacon changes where peers land
     i = moved[0]
-    assert verify_assignment(plan.assignment(i), my_key=KEYS[i], **_public(beacon=BEACON)) == plan.assignment(i)
+    claimed = plan.assignment(i)
+    assert verify_assignment(claimed, my_key=KEYS[i], **_public(beacon=BEACON)) == claimed
     # The aggregator announcing the seed-only plan is caught by a peer that holds the beacon.
     with pytest.raises(ProtocolError, match="differs from the one the seed gives"):
         verify_assignment(_plan().assignment(i), my_key=KEYS[i], **_public(beacon=BEACON))

@@ -1,4 +1,5 @@
-"""A real witness under uvicorn on a free loopback port, with its own home (key file, SQLite log)."""
+"""A real witness under uvicorn on a free loopback port, with its own home (key file, SQLite log);
+and the aggregator tests' real aggregator."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from peer.witness import WitnessServer, WitnessSettings, start_witness_server
+from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 
 
 @pytest.fixture

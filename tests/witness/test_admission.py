@@ -12,7 +12,9 @@ import pytest
 import requests
 
 from anonml.crypto import Identity, save_identity
+from anonml.demo import dropout_draft
 from anonml.errors import ProtocolError
+from anonml.plugins import PluginRef, create
 from anonml.protocol import (
     Admission,
     AdmissionCredential,
@@ -20,31 +22,45 @@ from anonml.protocol import (
     RosterEntry,
     sign_message,
 )
-from anonml.demo import dropout_draft
-from anonml.plugins import PluginRef, create
 from peer.policy import PeerPolicy, evaluate_problem
 from peer.transcript import check_roster_entries, credential_for, load_credentials, trust_refusal
-from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import ADMIN, draft, post, propose, roster_of, wait_phase
 
 ISSUER = Identity.generate()
 SCOPE = "course:6.867-2026"
 
 
-def credential(subject: Identity, *, issuer: Identity = ISSUER, scope: str = SCOPE, days: float = 30,
-               signer: Identity | None = None) -> AdmissionCredential:
+def credential(
+    subject: Identity,
+    *,
+    issuer: Identity = ISSUER,
+    scope: str = SCOPE,
+    days: float = 30,
+    signer: Identity | None = None,
+) -> AdmissionCredential:
     unsigned = AdmissionCredential(
-        issuer=bytes(issuer.public), subject=bytes(subject.public), scope=scope,
-        not_after=datetime.now(UTC) + timedelta(days=days), signature=bytes(64),
+        issuer=bytes(issuer.public),
+        subject=bytes(subject.public),
+        scope=scope,
+        not_after=datetime.now(UTC) + timedelta(days=days),
+        signature=bytes(64),
     )
     return sign_message(unsigned, signer or issuer)
 
 
-def registration(peer: Identity, problem, cred: AdmissionCredential | None, relay: str = "http://127.0.0.1:9/relay/a"):
+def registration(
+    peer: Identity, problem, cred: AdmissionCredential | None, relay: str = "http://127.0.0.1:9/relay/a"
+):
     _, cert = peer.new_round_relay_key(problem.round_id)
     return sign_message(
-        Registration(problem_id=problem.id, identity=bytes(peer.public), relay_url=relay,
-                     relay_certificate=bytes(cert), credential=cred, signature=bytes(64)),
+        Registration(
+            problem_id=problem.id,
+            identity=bytes(peer.public),
+            relay_url=relay,
+            relay_certificate=bytes(cert),
+            credential=cred,
+            signature=bytes(64),
+        ),
         peer,
     )
 
@@ -92,35 +108,56 @@ def test_the_aggregator_admits_only_credentialed_registrations(aggregator):
 def test_an_open_problem_takes_no_credential(aggregator):
     problem = propose(aggregator.url, draft())
     me = Identity.generate()
-    response = post(f"{aggregator.url}/problems/{problem.id}/registrations", registration(me, problem, credential(me)))
+    response = post(
+        f"{aggregator.url}/problems/{problem.id}/registrations", registration(me, problem, credential(me))
+    )
     assert response.status_code == 422 and "admission is open" in response.json()["detail"]
 
 
 def _entry(member: Identity, problem, cred, relay="http://127.0.0.1:9/relay/a") -> RosterEntry:
     reg = registration(member, problem, cred, relay)
-    return RosterEntry(identity=reg.identity, relay_url=reg.relay_url, relay_certificate=reg.relay_certificate,
-                       credential=reg.credential, registration_signature=reg.signature)
+    return RosterEntry(
+        identity=reg.identity,
+        relay_url=reg.relay_url,
+        relay_certificate=reg.relay_certificate,
+        credential=reg.credential,
+        registration_signature=reg.signature,
+    )
 
 
 def _problem(d):
-    from tests.witness.test_transcript import AGG  # one signing aggregator for these unit checks
     from anonml.learn import commit_seed
     from anonml.protocol import Problem
+    from tests.witness.test_transcript import AGG  # one signing aggregator for these unit checks
 
     return sign_message(
-        Problem(id="p-admission", draft=d, created_at=datetime.now(UTC), seed_commitment=commit_seed(b"\x00" * 32),
-                aggregator=bytes(AGG.public), round_id=3, signature=bytes(64)),
+        Problem(
+            id="p-admission",
+            draft=d,
+            created_at=datetime.now(UTC),
+            seed_commitment=commit_seed(b"\x00" * 32),
+            aggregator=bytes(AGG.public),
+            round_id=3,
+            signature=bytes(64),
+        ),
         AGG,
     )
 
 
 def _roster(problem, entries):
-    from tests.witness.test_transcript import AGG
     from anonml.protocol import Roster
+    from tests.witness.test_transcript import AGG
 
     return sign_message(
-        Roster(problem_id=problem.id, round_id=3, entries=tuple(entries), token_key=b"\x01" * 32,
-               seed=b"\x00" * 32, median_pool_size=0, signature=bytes(64)),
+        Roster(
+            problem_id=problem.id,
+            round_id=3,
+            entries=tuple(entries),
+            token_key=b"\x01" * 32,
+            seed=b"\x00" * 32,
+            median_pool_size=0,
+            signature=bytes(64),
+        ),
         AGG,
     )
 
@@ -140,7 +177,9 @@ def test_peers_catch_rewritten_relay_urls_and_uncredentialed_or_borrowed_entries
         check_roster_entries(_roster(problem, [*good, _entry(sybil, problem, None)]), problem)
     # ...and cannot borrow a member's (it names the member).
     with pytest.raises(ProtocolError, match="credential names another identity"):
-        check_roster_entries(_roster(problem, [*good, _entry(sybil, problem, credential(members[0]))]), problem)
+        check_roster_entries(
+            _roster(problem, [*good, _entry(sybil, problem, credential(members[0]))]), problem
+        )
     # Stripping a credential from a real member breaks that member's signature.
     stripped = good[0].model_copy(update={"credential": None})
     with pytest.raises(ProtocolError, match="roster entry 0"):
@@ -150,21 +189,40 @@ def test_peers_catch_rewritten_relay_urls_and_uncredentialed_or_borrowed_entries
 def test_policy_trust_settings_refuse_up_front():
     open_problem = _problem(draft())
     cred_problem = _problem(credentials_draft())
-    assert trust_refusal(open_problem, trusted_witnesses=[], witness_threshold=1, require_credentials=True,
-                         trusted_issuers=[]) == (
-        "the proposal admits anyone (open registration); this peer's policy requires credentials"
+    assert trust_refusal(
+        open_problem, trusted_witnesses=[], witness_threshold=1, require_credentials=True, trusted_issuers=[]
+    ) == ("the proposal admits anyone (open registration); this peer's policy requires credentials")
+    assert (
+        trust_refusal(
+            cred_problem,
+            trusted_witnesses=[],
+            witness_threshold=1,
+            require_credentials=True,
+            trusted_issuers=[bytes(ISSUER.public).hex()],
+        )
+        is None
     )
-    assert trust_refusal(cred_problem, trusted_witnesses=[], witness_threshold=1, require_credentials=True,
-                         trusted_issuers=[bytes(ISSUER.public).hex()]) is None
-    refused = trust_refusal(cred_problem, trusted_witnesses=[], witness_threshold=1, require_credentials=False,
-                            trusted_issuers=[bytes(Identity.generate().public).hex()])
+    refused = trust_refusal(
+        cred_problem,
+        trusted_witnesses=[],
+        witness_threshold=1,
+        require_credentials=False,
+        trusted_issuers=[bytes(Identity.generate().public).hex()],
+    )
     assert refused is not None and "not one this peer trusts" in refused
-    trusting = trust_refusal(open_problem, trusted_witnesses=[bytes(Identity.generate().public).hex()],
-                             witness_threshold=1, require_credentials=False, trusted_issuers=[])
+    trusting = trust_refusal(
+        open_problem,
+        trusted_witnesses=[bytes(Identity.generate().public).hex()],
+        witness_threshold=1,
+        require_credentials=False,
+        trusted_issuers=[],
+    )
     assert trusting is not None and "declares 0 of the witnesses" in trusting
     # The same through the policy, for a problem the peer can run (plugins installed, auto-accept on).
     featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
-    runnable = _problem(dropout_draft(featurizer.features(), history_weeks=2, weeks=4, epsilon=2.0, min_peers=4))
+    runnable = _problem(
+        dropout_draft(featurizer.features(), history_weeks=2, weeks=4, epsilon=2.0, min_peers=4)
+    )
     policy = PeerPolicy(auto_accept=True, max_epsilon_per_problem=4.0)
     assert evaluate_problem(runnable, policy, 0.0).verdict == "accept"
     policy = PeerPolicy(auto_accept=True, max_epsilon_per_problem=4.0, require_credentials=True)
@@ -182,8 +240,19 @@ def test_cli_issues_and_installs_a_credential_the_peer_then_uses(tmp_path: Path)
     run = lambda *args: subprocess.run(  # noqa: E731
         [sys.executable, "-m", "anonml", "credential", *args], capture_output=True, text=True, timeout=120
     )
-    done = run("issue", "--issuer-key", str(key), "--subject", bytes(me.public).hex(), "--scope", SCOPE,
-               "--days", "2", "--out", str(issued))
+    done = run(
+        "issue",
+        "--issuer-key",
+        str(key),
+        "--subject",
+        bytes(me.public).hex(),
+        "--scope",
+        SCOPE,
+        "--days",
+        "2",
+        "--out",
+        str(issued),
+    )
     assert done.returncode == 0, done.stderr
     assert stat.S_IMODE(issued.stat().st_mode) == 0o600
     folder = tmp_path / "credentials"
@@ -194,7 +263,9 @@ def test_cli_issues_and_installs_a_credential_the_peer_then_uses(tmp_path: Path)
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in folder.iterdir())
     problem = _problem(credentials_draft())
     assert credential_for(installed, problem, bytes(me.public), now=datetime.now(UTC)) == installed[0]
-    assert credential_for(installed, problem, bytes(Identity.generate().public), now=datetime.now(UTC)) is None
+    assert (
+        credential_for(installed, problem, bytes(Identity.generate().public), now=datetime.now(UTC)) is None
+    )
     # A tampered credential is refused at install.
     tampered = tmp_path / "tampered.json"
     tampered.write_text(issued.read_text().replace(SCOPE, "course:other"))

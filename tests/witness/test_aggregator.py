@@ -10,16 +10,22 @@ from anonml.crypto import Identity
 from anonml.learn import make_plan
 from anonml.protocol import (
     CosignatureBundle,
-    CosignRequest,
-    TranscriptStatement,
     WitnessRef,
     roster_beacon,
-    sign_message,
     transcript_hash,
 )
 from peer.transcript import check_roster_entries, verify_bundle
-from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
-from tests.aggregator.helpers import ADMIN, WirePeer, assignment_of, bins_of, draft, propose, roster_of, wait_phase
+from tests.aggregator.helpers import (
+    ADMIN,
+    WirePeer,
+    assignment_of,
+    bins_of,
+    draft,
+    propose,
+    roster_of,
+    wait_phase,
+)
+from tests.witness.helpers import ask_witness
 
 
 def witnessed_draft(witnesses, **kwargs):
@@ -60,14 +66,23 @@ def test_the_plan_follows_the_witness_beacon_and_both_stages_are_cosigned(aggreg
     check_roster_entries(roster, problem)  # every entry is its member's own signed registration
     transcript = transcript_hash("roster", problem, roster)
     beacon = verify_bundle(
-        bundle, problem=problem, stage="roster", transcript=transcript,
-        trusted=[witness.identity.hex()], threshold=1,
+        bundle,
+        problem=problem,
+        stage="roster",
+        transcript=transcript,
+        trusted=[witness.identity.hex()],
+        threshold=1,
     )
     assert beacon == roster_beacon(bundle.cosignatures) and len(beacon) == 32
     d = problem.draft
     plan = make_plan(
-        roster.seed, [bytes(e.identity) for e in roster.entries], len(d.features),
-        n_partitions=d.kp, n_subsets=d.kh, subset_size=d.ks, median_pool_size=roster.median_pool_size,
+        roster.seed,
+        [bytes(e.identity) for e in roster.entries],
+        len(d.features),
+        n_partitions=d.kp,
+        n_subsets=d.kh,
+        subset_size=d.ks,
+        median_pool_size=roster.median_pool_size,
         beacon=beacon,
     )
     index = {bytes(e.identity): i for i, e in enumerate(roster.entries)}
@@ -80,8 +95,12 @@ def test_the_plan_follows_the_witness_beacon_and_both_stages_are_cosigned(aggreg
     bins_bundle = bundle_of(aggregator.url, problem.id, "bins")
     assert time.time() < bins.t_s + bins.delta  # collected before the send window closed
     verify_bundle(
-        bins_bundle, problem=problem, stage="bins", transcript=transcript_hash("bins", problem, roster, bins),
-        trusted=[witness.identity.hex()], threshold=1,
+        bins_bundle,
+        problem=problem,
+        stage="bins",
+        transcript=transcript_hash("bins", problem, roster, bins),
+        trusted=[witness.identity.hex()],
+        threshold=1,
     )
     log = requests.get(f"{witness.url}/log", timeout=30).json()
     assert [e["cosignature"]["statement"]["stage"] for e in log] == ["roster", "bins"]
@@ -90,20 +109,16 @@ def test_the_plan_follows_the_witness_beacon_and_both_stages_are_cosigned(aggreg
 def test_a_witness_that_cosigned_another_roster_fails_the_problem_with_the_reason(aggregator, witness):
     problem = propose(aggregator.url, witnessed_draft([witness]))
     # The witness already co-signed some other roster of this aggregator for this problem.
-    statement = TranscriptStatement(
-        aggregator=bytes(problem.aggregator), problem_id=problem.id, stage="roster", transcript=b"\x09" * 32
-    )
-    earlier = sign_message(CosignRequest(statement=statement, signature=bytes(64)), aggregator.state.identity)
-    assert requests.post(
-        f"{witness.url}/cosign", data=earlier.model_dump_json(), headers={"content-type": "application/json"},
-        timeout=30,
-    ).status_code == 200
+    assert ask_witness(witness.url, aggregator.state.identity, problem.id, b"\x09" * 32).status_code == 200
     register_and_close(aggregator.url, problem)
     status = wait_phase(aggregator.url, problem.id, ("failed", "medians", "reporting"), timeout=30)
     assert status.phase == "failed"
     assert "refused (HTTP 409)" in status.message and "already co-signed" in status.message
     # No plan, no assignment: nothing for peers to act on.
-    assert requests.get(f"{aggregator.url}/problems/{problem.id}/cosignatures/roster", timeout=30).status_code == 404
+    assert (
+        requests.get(f"{aggregator.url}/problems/{problem.id}/cosignatures/roster", timeout=30).status_code
+        == 404
+    )
 
 
 def test_an_unreachable_witness_fails_the_problem_within_the_bound(aggregator):

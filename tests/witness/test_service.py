@@ -13,7 +13,14 @@ import pytest
 import requests
 
 from anonml.crypto import Identity
-from anonml.protocol import Cosignature, CosignRequest, TranscriptStatement, WitnessLogEntry, sign_message, verify_message
+from anonml.protocol import (
+    Cosignature,
+    CosignRequest,
+    TranscriptStatement,
+    WitnessLogEntry,
+    sign_message,
+    verify_message,
+)
 from peer.witness import WitnessSettings, start_witness_server
 
 AGGREGATOR = Identity.generate()
@@ -21,13 +28,19 @@ JSON = {"content-type": "application/json"}
 
 
 def request(
-    transcript: bytes, *, problem: str = "p-0001", stage: str = "roster", signer: Identity = AGGREGATOR,
+    transcript: bytes,
+    *,
+    problem: str = "p-0001",
+    stage: str = "roster",
+    signer: Identity = AGGREGATOR,
     aggregator: Identity = AGGREGATOR,
 ) -> CosignRequest:
     statement = TranscriptStatement(
         aggregator=bytes(aggregator.public), problem_id=problem, stage=stage, transcript=transcript
     )
-    return sign_message(CosignRequest(statement=statement, signature=bytes(64)), signer)
+    return sign_message(
+        CosignRequest(statement=statement, signature=bytes(64)), signer
+    )  # raw, for bad bodies
 
 
 def cosign(url: str, body: CosignRequest | str | bytes) -> requests.Response:
@@ -52,7 +65,9 @@ def test_first_transcript_is_cosigned_the_same_again_and_any_other_refused(witne
     assert cosign(witness.url, request(b"\x02" * 32, stage="bins")).status_code == 200
     assert cosign(witness.url, request(b"\x02" * 32, problem="p-0002")).status_code == 200
     other_agg = Identity.generate()
-    assert cosign(witness.url, request(b"\x02" * 32, signer=other_agg, aggregator=other_agg)).status_code == 200
+    assert (
+        cosign(witness.url, request(b"\x02" * 32, signer=other_agg, aggregator=other_agg)).status_code == 200
+    )
     log = [WitnessLogEntry.model_validate(e) for e in requests.get(f"{witness.url}/log", timeout=30).json()]
     assert [e.index for e in log] == [0, 1, 2, 3]
     assert [e.cosignature.statement.stage for e in log] == ["roster", "bins", "roster", "roster"]
@@ -158,6 +173,8 @@ def test_cli_serve_runs_a_witness_process(tmp_path: Path):
         process.stop()
     shown = subprocess.run(
         [sys.executable, "-m", "anonml", "witness", "identity", "--home", str(tmp_path / "w")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert shown.returncode == 0 and shown.stdout.strip() == process.identity.hex()

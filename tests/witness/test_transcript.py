@@ -32,13 +32,24 @@ SEED = bytes(range(32))
 
 def problem(witnesses=WITNESSES, **changes) -> Problem:
     d = draft().model_copy(
-        update={"witnesses": tuple(WitnessRef(identity=bytes(w.public), url=f"http://127.0.0.1:{9000 + i}")
-                                   for i, w in enumerate(witnesses)), **changes}
+        update={
+            "witnesses": tuple(
+                WitnessRef(identity=bytes(w.public), url=f"http://127.0.0.1:{9000 + i}")
+                for i, w in enumerate(witnesses)
+            ),
+            **changes,
+        }
     )
     return sign_message(
-        Problem(id="p-transcript", draft=d, created_at=datetime(2026, 1, 1, tzinfo=UTC),
-                seed_commitment=commit_seed(SEED), aggregator=bytes(AGG.public), round_id=7,
-                signature=bytes(64)),
+        Problem(
+            id="p-transcript",
+            draft=d,
+            created_at=datetime(2026, 1, 1, tzinfo=UTC),
+            seed_commitment=commit_seed(SEED),
+            aggregator=bytes(AGG.public),
+            round_id=7,
+            signature=bytes(64),
+        ),
         AGG,
     )
 
@@ -46,18 +57,42 @@ def problem(witnesses=WITNESSES, **changes) -> Problem:
 def roster(**changes) -> Roster:
     peers = [Identity.generate() for _ in range(2)]
     entries = tuple(
-        RosterEntry(identity=bytes(p.public), relay_url="http://127.0.0.1:1/relay/x",
-                    relay_certificate=bytes(p.new_round_relay_key(7)[1]), registration_signature=bytes(64))
+        RosterEntry(
+            identity=bytes(p.public),
+            relay_url="http://127.0.0.1:1/relay/x",
+            relay_certificate=bytes(p.new_round_relay_key(7)[1]),
+            registration_signature=bytes(64),
+        )
         for p in peers
     )
-    fields = dict(problem_id="p-transcript", round_id=7, entries=entries, token_key=b"\x05" * 32, seed=SEED,
-                  median_pool_size=0, signature=bytes(64)) | changes
+    fields = (
+        dict(
+            problem_id="p-transcript",
+            round_id=7,
+            entries=entries,
+            token_key=b"\x05" * 32,
+            seed=SEED,
+            median_pool_size=0,
+            signature=bytes(64),
+        )
+        | changes
+    )
     return sign_message(Roster(**fields), AGG)
 
 
 def bins(**changes) -> Bins:
-    fields = dict(problem_id="p-transcript", edges=((5.0,), (5.0,), ()), t_s=100.0, delta=4.0, t_r=105.0,
-                  slots_per_peer=1, signature=bytes(64)) | changes
+    fields = (
+        dict(
+            problem_id="p-transcript",
+            edges=((5.0,), (5.0,), ()),
+            t_s=100.0,
+            delta=4.0,
+            t_r=105.0,
+            slots_per_peer=1,
+            signature=bytes(64),
+        )
+        | changes
+    )
     return sign_message(Bins(**fields), AGG)
 
 
@@ -94,12 +129,20 @@ def test_every_document_and_field_a_peer_acts_on_changes_the_transcript(variant)
     assert transcript_hash("bins", p, r, b) != transcript_hash("bins", P, R, B)
 
 
-def cosign(witness: Identity, transcript: bytes, *, stage: str = "roster", problem_id: str = "p-transcript",
-           aggregator: Identity = AGG) -> Cosignature:
-    statement = TranscriptStatement(aggregator=bytes(aggregator.public), problem_id=problem_id, stage=stage,
-                                    transcript=transcript)
-    return sign_message(Cosignature(witness=bytes(witness.public), statement=statement, signature=bytes(64)),
-                        witness)
+def cosign(
+    witness: Identity,
+    transcript: bytes,
+    *,
+    stage: str = "roster",
+    problem_id: str = "p-transcript",
+    aggregator: Identity = AGG,
+) -> Cosignature:
+    statement = TranscriptStatement(
+        aggregator=bytes(aggregator.public), problem_id=problem_id, stage=stage, transcript=transcript
+    )
+    return sign_message(
+        Cosignature(witness=bytes(witness.public), statement=statement, signature=bytes(64)), witness
+    )
 
 
 T = transcript_hash("roster", P, R)
@@ -108,8 +151,9 @@ TRUSTED = [bytes(WITNESSES[0].public).hex()]
 
 def check(cosignatures, *, transcript=T, trusted=TRUSTED, threshold=1, problem_=P, stage="roster"):
     bundle = CosignatureBundle(problem_id=problem_.id, stage=stage, cosignatures=tuple(cosignatures))
-    return verify_bundle(bundle, problem=problem_, stage=stage, transcript=transcript, trusted=trusted,
-                         threshold=threshold)
+    return verify_bundle(
+        bundle, problem=problem_, stage=stage, transcript=transcript, trusted=trusted, threshold=threshold
+    )
 
 
 def test_a_complete_bundle_on_the_peers_own_transcript_gives_the_beacon():
@@ -132,9 +176,14 @@ def test_a_complete_bundle_on_the_peers_own_transcript_gives_the_beacon():
         (lambda: [cosign(w, T) for w in WITNESSES] + [cosign(Identity.generate(), T)], "does not declare"),
         (lambda: [cosign(w, T) for w in WITNESSES] + [cosign(WITNESSES[0], T)], "twice"),
         (lambda: [cosign(w, T, stage="bins") for w in WITNESSES], "another problem or stage"),
-        (lambda: [cosign(w, T, aggregator=Identity.generate()) for w in WITNESSES], "another problem or stage"),
         (
-            lambda: [c.model_copy(update={"signature": bytes(64)}) for c in (cosign(w, T) for w in WITNESSES)],
+            lambda: [cosign(w, T, aggregator=Identity.generate()) for w in WITNESSES],
+            "another problem or stage",
+        ),
+        (
+            lambda: [
+                c.model_copy(update={"signature": bytes(64)}) for c in (cosign(w, T) for w in WITNESSES)
+            ],
             "does not verify",
         ),
     ],
