@@ -151,6 +151,16 @@ def _wait_aborted(host: PeerHost, pid: str, fingerprint: str, timeout: float = 4
         time.sleep(0.05)
 
 
+def _released_nothing(host: PeerHost, node: PeerNode) -> None:
+    assert node.ledger.releases(peer=node.fingerprint) == []  # no report, no median answer
+    assert host.counters["packets sent"] == 0  # no packet, not even cover
+
+
+def _honest_peers_finish(url: str, pid: str) -> None:
+    final = wait_phase(url, pid, ("done", "failed"), timeout=60)
+    assert final.phase == "done", final.message
+
+
 def _three_cuts(b: Bins) -> Bins:
     return b.model_copy(update={"edges": tuple((e[0] / 2, e[0], e[0] * 1.5) if e else e for e in b.edges)})
 
@@ -177,16 +187,14 @@ def test_a_target_shown_other_bins_refuses_before_sending_anything(world, forge)
         requests.post(f"{agg.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
         reason = _wait_aborted(target_host, problem.id, nodes[7].fingerprint)
         assert "bins not witnessed" in reason and "different bins documents" in reason
-        assert nodes[7].ledger.releases(peer=nodes[7].fingerprint) == []  # released nothing
-        assert target_host.counters["packets sent"] == 0
+        _released_nothing(target_host, nodes[7])
         # The aggregator cannot have the target's bins co-signed: the witness holds the honest ones.
         view = session.view
         forged = transcript_hash("bins", problem, view.roster, liar.bins(problem.id))
         refused = ask_witness(witness.url, agg.state.identity, problem.id, forged, stage="bins")
         assert refused.status_code == 409
         # The honest peers are unaffected: the problem completes with their reports.
-        final = wait_phase(agg.url, problem.id, ("done", "failed"), timeout=60)
-        assert final.phase == "done", final.message
+        _honest_peers_finish(agg.url, problem.id)
     finally:
         honest.stop()
         target.stop()
@@ -212,14 +220,12 @@ def test_a_target_holding_another_copy_of_the_problem_refuses_before_releasing_a
         requests.post(f"{agg.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
         reason = _wait_aborted(target_host, problem.id, nodes[7].fingerprint)
         assert "roster not witnessed" in reason and "different roster documents" in reason
-        assert nodes[7].ledger.releases(peer=nodes[7].fingerprint) == []
-        assert target_host.counters["packets sent"] == 0
+        _released_nothing(target_host, nodes[7])
         assert target_host.sessions[problem.id].participants[0].tokens is None  # not even a token
         # The target's roster transcript (with its copy of the Problem) cannot be co-signed now.
         forged = transcript_hash("roster", copy, AggregatorClient(agg.url).roster(problem.id))
         assert ask_witness(witness.url, agg.state.identity, problem.id, forged).status_code == 409
-        final = wait_phase(agg.url, problem.id, ("done", "failed"), timeout=60)
-        assert final.phase == "done", final.message
+        _honest_peers_finish(agg.url, problem.id)
     finally:
         honest.stop()
         target.stop()
@@ -242,18 +248,20 @@ def test_sybils_stuffed_into_a_credentials_roster_are_refused_by_the_victim(worl
         # The honest aggregator path: Sybils without credentials cannot even register.
         sybils = [Identity.generate() for _ in range(7)]
 
-        def entry(s: Identity) -> RosterEntry:
-            _, cert = s.new_round_relay_key(problem.round_id)
-            reg = sign_message(
+        def registration(s: Identity) -> Registration:
+            return sign_message(
                 Registration(
                     problem_id=problem.id,
                     identity=bytes(s.public),
                     relay_url="http://127.0.0.1:9/relay/s",
-                    relay_certificate=bytes(cert),
+                    relay_certificate=bytes(s.new_round_relay_key(problem.round_id)[1]),
                     signature=bytes(64),
                 ),
                 s,
             )
+
+        def entry(s: Identity) -> RosterEntry:
+            reg = registration(s)
             return RosterEntry(
                 identity=reg.identity,
                 relay_url=reg.relay_url,
@@ -263,16 +271,7 @@ def test_sybils_stuffed_into_a_credentials_roster_are_refused_by_the_victim(worl
 
         refused = requests.post(
             f"{agg.url}/problems/{problem.id}/registrations",
-            data=sign_message(
-                Registration(
-                    problem_id=problem.id,
-                    identity=bytes(sybils[0].public),
-                    relay_url="http://127.0.0.1:9/relay/s",
-                    relay_certificate=bytes(sybils[0].new_round_relay_key(problem.round_id)[1]),
-                    signature=bytes(64),
-                ),
-                sybils[0],
-            ).model_dump_json(),
+            data=registration(sybils[0]).model_dump_json(),
             headers={"content-type": "application/json"},
             timeout=30,
         )
@@ -292,10 +291,8 @@ def test_sybils_stuffed_into_a_credentials_roster_are_refused_by_the_victim(worl
         requests.post(f"{agg.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
         reason = _wait_aborted(victim_host, problem.id, nodes[7].fingerprint)
         assert "credential not valid" in reason
-        assert nodes[7].ledger.releases(peer=nodes[7].fingerprint) == []
-        assert victim_host.counters["packets sent"] == 0
-        final = wait_phase(agg.url, problem.id, ("done", "failed"), timeout=60)
-        assert final.phase == "done", final.message
+        _released_nothing(victim_host, nodes[7])
+        _honest_peers_finish(agg.url, problem.id)
     finally:
         honest.stop()
         victim.stop()
