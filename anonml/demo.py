@@ -366,8 +366,12 @@ def run_demo(
             intake_grace_seconds=max(1.0, window_seconds / 2),
             port=0,
         )
-        aggregator = start_server_process(agg_settings)  # its own process: the second core
         witness = start_witness_process(root / "witness")  # independent of the aggregator
+        try:
+            aggregator = start_server_process(agg_settings)  # its own process: the second core
+        except BaseException:
+            witness.stop()
+            raise
         nodes = [PeerNode(p.identity, p.store, p.ledger, user=p.username) for p in peers]
         host = PeerHost(
             nodes,
@@ -399,7 +403,7 @@ def run_demo(
                 send_window_seconds=window_seconds,
                 release_window_seconds=window_seconds,
                 witnesses=[WitnessRef(identity=witness.identity, url=witness.url)],
-                witness_seconds=max(2.0, 2 * window_seconds),
+                witness_seconds=max(2.0, window_seconds),
             )
             admin = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
             t = time.perf_counter()

@@ -142,3 +142,46 @@ def test_a_problem_without_witnesses_keeps_working_with_empty_bundles(aggregator
     assert bundle_of(aggregator.url, problem.id, "roster").cosignatures == ()
     wait_phase(aggregator.url, problem.id, ("reporting",), timeout=60)
     assert bundle_of(aggregator.url, problem.id, "bins").cosignatures == ()
+
+
+def test_a_restart_during_witnessing_resumes_the_collection(tmp_path):
+    from aggregator.app import create_app, start_server
+    from aggregator.settings import AggregatorSettings
+    from peer.witness import WitnessSettings, start_witness_server
+    from tests.aggregator.helpers import TOKEN
+
+    # Learn a free port for the witness, then take it down: the aggregator will find nobody there.
+    witness_settings = WitnessSettings(home=tmp_path / "w", port=0)
+    probe = start_witness_server(witness_settings)
+    identity, port = probe.identity, int(probe.url.rsplit(":", 1)[1])
+    probe.stop()
+    settings = AggregatorSettings(
+        db_url=f"sqlite:///{tmp_path / 'aggregator.db'}",
+        identity_file=tmp_path / "aggregator-identity.json",
+        admin_token=TOKEN,
+        tick_seconds=0.05,
+        intake_grace_seconds=0.5,
+    )
+
+    class Later:
+        pass
+
+    Later.identity, Later.url = identity, f"http://127.0.0.1:{port}"
+    d = witnessed_draft([Later])
+    d = d.model_copy(update={"schedule": d.schedule.model_copy(update={"witness_seconds": 120.0})})
+    first = start_server(create_app(settings))
+    try:
+        problem = propose(first.url, d)
+        register_and_close(first.url, problem)
+        assert wait_phase(first.url, problem.id, ("witnessing",), timeout=30).phase == "witnessing"
+    finally:
+        first.stop()
+    witness = start_witness_server(witness_settings.model_copy(update={"port": port}))
+    second = start_server(create_app(settings))
+    try:
+        status = wait_phase(second.url, problem.id, ("medians", "reporting", "failed"), timeout=60)
+        assert status.phase != "failed", status.message
+        assert len(bundle_of(second.url, problem.id, "roster").cosignatures) == 1
+    finally:
+        second.stop()
+        witness.stop()
