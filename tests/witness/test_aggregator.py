@@ -185,3 +185,46 @@ def test_a_restart_during_witnessing_resumes_the_collection(tmp_path):
     finally:
         second.stop()
         witness.stop()
+
+
+def test_the_aggregator_retries_a_witness_that_comes_up_late(aggregator, tmp_path):
+    from peer.witness import WitnessSettings, start_witness_server
+
+    settings = WitnessSettings(home=tmp_path / "late", port=0)
+    probe = start_witness_server(settings)
+    identity, port = probe.identity, int(probe.url.rsplit(":", 1)[1])
+    probe.stop()
+
+    class Late:
+        pass
+
+    Late.identity, Late.url = identity, f"http://127.0.0.1:{port}"
+    problem = propose(aggregator.url, witnessed_draft([Late]))
+    register_and_close(aggregator.url, problem)
+    # Nobody answers yet: the problem waits in witnessing (retrying with backoff), it does not fail.
+    assert wait_phase(aggregator.url, problem.id, ("witnessing",), timeout=30).phase == "witnessing"
+    witness = start_witness_server(settings.model_copy(update={"port": port}))
+    try:
+        status = wait_phase(aggregator.url, problem.id, ("medians", "reporting", "failed"), timeout=30)
+        assert status.phase != "failed", status.message
+        assert len(requests.get(f"{witness.url}/log", timeout=30).json()) == 1
+    finally:
+        witness.stop()
+
+
+def test_a_refused_bins_transcript_fails_the_problem_before_the_send_window(aggregator, witness):
+    problem = propose(aggregator.url, witnessed_draft([witness], n_numeric=1))
+    # Someone already had other bins of this problem co-signed by the witness.
+    assert (
+        ask_witness(
+            witness.url, aggregator.state.identity, problem.id, b"\x0b" * 32, stage="bins"
+        ).status_code
+        == 200
+    )
+    register_and_close(aggregator.url, problem)
+    status = wait_phase(aggregator.url, problem.id, ("failed", "done"), timeout=60)
+    assert status.phase == "failed" and "bins transcript" in status.message and "409" in status.message
+    assert (
+        requests.get(f"{aggregator.url}/problems/{problem.id}/cosignatures/bins", timeout=30).status_code
+        == 404
+    )

@@ -79,6 +79,13 @@ def test_requests_not_signed_by_the_named_aggregator_are_refused(witness):
     forged = request(b"\x03" * 32, signer=impostor)  # claims AGGREGATOR, signed by someone else
     response = cosign(witness.url, forged)
     assert response.status_code == 403 and "not signed by the aggregator" in response.json()["detail"]
+    # An aggregator "identity" that is not a valid curve point is refused the same way.
+    statement = TranscriptStatement(
+        aggregator=b"\xff" * 64, problem_id="p-0001", stage="roster", transcript=b"\x03" * 32
+    )
+    junk = CosignRequest(statement=statement, signature=b"\x01" * 64)
+    response = cosign(witness.url, junk)
+    assert response.status_code == 403 and "not a valid prime-order point" in response.json()["detail"]
     # Nothing was recorded: the real aggregator can still have another transcript co-signed.
     assert cosign(witness.url, request(b"\x04" * 32)).status_code == 200
     assert len(requests.get(f"{witness.url}/log", timeout=30).json()) == 1
