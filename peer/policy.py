@@ -11,6 +11,11 @@ Manual acceptance (``anonml peer accept ID``) may go past the per-problem
 maximum and the allow-lists — the user decided — but never past the lifetime
 cap, and never runs a plugin that is not installed or a feature the
 featurizer does not declare.
+
+The trust settings (:func:`peer.transcript.trust_refusal`) hold for manual
+acceptance too: a proposal declaring fewer than ``witness_threshold`` of the
+peer's trusted witnesses, open admission under ``require_credentials``, or an
+issuer outside ``trusted_issuers`` is refused either way.
 """
 
 from __future__ import annotations
