@@ -96,6 +96,20 @@ def _isolated(keys: list[bytes], sybils: set[bytes], seed: bytes, beacon: bytes)
     return mates <= sybils
 
 
+def _victim_checks(claimed, seed: bytes, keys: list[bytes], beacon: bytes = b""):
+    """The victim's own check of what the aggregator told it (:func:`verify_assignment`)."""
+    return verify_assignment(
+        claimed,
+        commitment=commit_seed(seed),
+        seed=seed,
+        peer_keys=keys,
+        my_key=bytes(VICTIM.public),
+        n_features=3,
+        n_partitions=KP,
+        beacon=beacon,
+    )
+
+
 def _grind(seed: bytes, tries: int = 3000) -> tuple[list[Identity], int]:
     """Re-key the Sybils until the seed-only plan isolates the victim (the attack of the seed alone)."""
     for attempt in range(1, tries + 1):
@@ -113,18 +127,7 @@ def test_without_the_beacon_re_keying_sybils_isolates_the_victim_and_verificatio
     plan = make_plan(seed, keys, 3, n_partitions=KP)
     told = plan.assignment(0)
     # The victim checks everything it can without a beacon, and it all holds.
-    assert (
-        verify_assignment(
-            told,
-            commitment=commit_seed(seed),
-            seed=seed,
-            peer_keys=keys,
-            my_key=bytes(VICTIM.public),
-            n_features=3,
-            n_partitions=KP,
-        )
-        == told
-    )
+    assert _victim_checks(told, seed, keys) == told
     mates = {keys[int(i)] for i in plan.members(told.index)} - {bytes(VICTIM.public)}
     assert mates <= {bytes(s.public) for s in sybils}  # partitioned with Sybils only
     # Expected tries 1/P ≈ 25; far fewer than the 3,000 allowed.
@@ -159,16 +162,7 @@ def test_with_the_beacon_the_aggregator_gets_one_draw_and_isolation_is_chance(tm
             real = make_plan(seed, keys, 3, n_partitions=KP, beacon=beacon).assignment(0)
             if ground != real:
                 with pytest.raises(ProtocolError, match="differs from the one the seed gives"):
-                    verify_assignment(
-                        ground,
-                        commitment=commit_seed(seed),
-                        seed=seed,
-                        peer_keys=keys,
-                        my_key=bytes(VICTIM.public),
-                        n_features=3,
-                        n_partitions=KP,
-                        beacon=beacon,
-                    )
+                    _victim_checks(ground, seed, keys, beacon)
         assert refused == runs  # one draw per problem, every time
         # Isolated by chance only: Binomial(60, 5/126), mean 2.4, sd 1.5; grinding alone gives 60 of 60.
         mean, sd = runs * P_ISOLATED, math.sqrt(runs * P_ISOLATED * (1 - P_ISOLATED))
