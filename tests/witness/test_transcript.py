@@ -209,3 +209,24 @@ def test_a_problem_without_witnesses_has_no_beacon_and_an_empty_bundle_passes_on
     assert check([], transcript=t, problem_=bare, trusted=[]) == b""
     with pytest.raises(ProtocolError, match="only 0 of the 1"):
         check([], transcript=t, problem_=bare)
+
+
+def test_declared_witnesses_are_validated():
+    ref = WitnessRef(identity=bytes(WITNESSES[0].public), url="https://witness.example:8472/w")
+    with pytest.raises(ValueError, match="declared more than once"):
+        draft().model_validate({**draft().model_dump(), "witnesses": [ref, ref]})
+    with pytest.raises(ValueError, match="at most 16"):
+        draft().model_validate(
+            {
+                **draft().model_dump(),
+                "witnesses": [
+                    WitnessRef(identity=bytes(Identity.generate().public), url="http://127.0.0.1:1")
+                    for _ in range(17)
+                ],
+            }
+        )
+    for bad in ("http://w.example/?x=1", "http://user@w.example", "http://w.example/#f", "ftp://w.example"):
+        with pytest.raises(ValueError, match="url"):
+            WitnessRef(identity=bytes(WITNESSES[0].public), url=bad)
+    with pytest.raises(ValueError, match="identity"):
+        WitnessRef(identity=b"\x01" * 63, url="http://127.0.0.1:1")
