@@ -3,8 +3,9 @@
 Tables
 ------
 ``problems``            one row per proposal: the signed Problem, the secret seed and
-                        token key, the phase, and the roster / bins / model once published.
-``registrations``       who registered (signed), in registration order.
+                        token key, the phase, the roster / bins / model once published,
+                        and the witnesses' cosignature bundles once complete.
+``registrations``       who registered (signed, with its credential), in registration order.
 ``median_queries``      every IsGreater query asked, signed, with its members.
 ``median_answers``      one signed bit per (peer, problem); identified by design.
 ``report_staging``      reports accepted during the open report round, each with
@@ -109,6 +110,8 @@ class ProblemRow(Base):
     roster_json: Mapped[str | None] = mapped_column(Text)
     bins_json: Mapped[str | None] = mapped_column(Text)
     model_json: Mapped[str | None] = mapped_column(Text)
+    roster_cosignatures_json: Mapped[str | None] = mapped_column(Text)  # CosignatureBundle, once complete
+    bins_cosignatures_json: Mapped[str | None] = mapped_column(Text)
     t_r: Mapped[float | None]
     median_answered: Mapped[int] = mapped_column(default=0)
 
@@ -125,6 +128,7 @@ class RegistrationRow(Base):
     relay_url: Mapped[str]
     certificate: Mapped[bytes] = mapped_column(LargeBinary(136))
     signature: Mapped[bytes] = mapped_column(LargeBinary(64))
+    credential_json: Mapped[str | None] = mapped_column(Text)  # AdmissionCredential, when admission needs one
 
 
 class MedianQueryRow(Base):

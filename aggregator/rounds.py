@@ -6,16 +6,27 @@ problem each ``tick_seconds`` and moves it on:
 ``registration``
     At the deadline (or on an admin ``close``): with at least ``min_peers``
     registrations, publish the signed :class:`~anonml.protocol.Roster` —
-    entries in registration order, the POPRF public key pinned, the seed
-    revealed, ``median_pool_size = floor(pool_fraction · n)`` — and fix the
-    plan with :func:`anonml.learn.partition.make_plan`. Otherwise the problem fails.
+    entries in registration order, each with its member's registration
+    signature and credential, the POPRF public key pinned, the seed revealed,
+    ``median_pool_size = floor(pool_fraction · n)``. Otherwise the problem fails.
+``witnessing``
+    Every witness the proposal declares is asked (signed
+    :class:`~anonml.protocol.CosignRequest`, retried with backoff for at most
+    ``roster_seconds + witness_seconds``) to co-sign the roster transcript. A
+    refusal (409: it co-signed another roster) or a missing cosignature fails
+    the problem with the reason. The bundle is then published, the plan fixed
+    with :func:`anonml.learn.partition.make_plan` and the witnesses' beacon
+    (:func:`anonml.protocol.roster_beacon`), and the median phase begins. A
+    problem without witnesses goes straight on (empty bundle, no beacon).
 ``medians``
     :class:`aggregator.medians.MedianRun`: after ``roster_seconds``, one private
     search per numeric feature, each question asked of a fresh group of the
     median pool. Token issuance is open from the roster's publication on, so
     report peers take their tokens meanwhile.
 ``reporting``
-    Signed :class:`~anonml.protocol.Bins` with ``t_s = now + report_delay``,
+    Signed :class:`~anonml.protocol.Bins` with ``t_s = now + witness_seconds +
+    report_delay`` (``witness_seconds`` only with witnesses: the bins transcript's
+    cosignatures are collected before ``t_s``, or the problem fails),
     ``δ``, ``t_r = t_s + δ + release_window`` and ``slots_per_peer = k_h``.
     Tokens (until ``t_s + δ``) and intake are open; at ``t_r`` + grace (or an
     admin ``train``) the round closes.
@@ -23,7 +34,9 @@ problem each ``tick_seconds`` and moves it on:
     :func:`aggregator.training.train_problem` on the stored reports; the
     signed :class:`~anonml.protocol.ModelDocument` is published.
 
-Median searches and training run in their own threads and keep their
+Cosignature collection is idempotent at the witnesses (the same transcript
+gets the same cosignature), so after a restart during ``witnessing`` it simply
+starts again. Median searches and training run in their own threads and keep their
 progress in memory; if the process restarts during either, the problem is
 marked ``failed`` (its peers' budgets were spent on a search nobody can finish,
 so silently restarting it would double their ε).
@@ -37,22 +50,41 @@ import threading
 import time
 from datetime import UTC, datetime
 
+import requests
 from sqlalchemy import func, select, update
 
 from aggregator.db import MedianAnswerRow, ProblemRow, RegistrationRow, ReportRow, settle_reports, wipe_log
 from aggregator.medians import MedianRun
 from aggregator.state import AggregatorState
 from aggregator.training import train_problem
-from anonml.crypto import TokenKey
+from anonml.crypto import CryptoError, TokenKey
 from anonml.errors import AnonMLError
 from anonml.model import FeatureKind
-from anonml.protocol import Bins, ModelDocument, Roster, RosterEntry, sign_message
+from anonml.protocol import (
+    AdmissionCredential,
+    Bins,
+    Cosignature,
+    CosignatureBundle,
+    CosignRequest,
+    ModelDocument,
+    Roster,
+    RosterEntry,
+    TranscriptStatement,
+    WitnessRef,
+    roster_beacon,
+    sign_message,
+    transcript_hash,
+    verify_message,
+)
 
 __all__ = ["RoundDriver"]
 
 log = logging.getLogger("anonml.aggregator")
 
-ACTIVE = ("registration", "medians", "reporting", "training", "done")
+ACTIVE = ("registration", "witnessing", "medians", "reporting", "training", "done")
+
+#: Largest witness answer read (a cosignature is about 600 bytes).
+MAX_WITNESS_RESPONSE = 16 * 1024
 
 
 class RoundDriver:
@@ -64,6 +96,7 @@ class RoundDriver:
         self._thread: threading.Thread | None = None
         self._medians: dict[str, MedianRun] = {}
         self._training: dict[str, threading.Thread] = {}
+        self._witnessing: dict[tuple[str, str], threading.Thread] = {}
 
     @property
     def stopping(self) -> bool:
@@ -89,11 +122,15 @@ class RoundDriver:
                 thread.join(timeout=5)
         for thread in self._training.values():
             thread.join(timeout=30)
+        for thread in list(self._witnessing.values()):
+            thread.join(timeout=15)
 
     # -- loop ---------------------------------------------------------------------
     def _recover(self) -> None:
         for pid in self.state.problem_ids(("medians", "training")):
             self._fail(pid, "the aggregator restarted during this phase; its progress was in memory")
+        for pid in self.state.problem_ids(("witnessing",)):
+            self._start_roster_witnessing(pid)  # idempotent at the witnesses
 
     def _loop(self) -> None:
         while not self._stop.wait(self.state.settings.tick_seconds):
@@ -118,6 +155,8 @@ class RoundDriver:
             deadline = ctx.problem.draft.schedule.registration_deadline.timestamp()
             if close or now >= deadline:
                 self._close_registration(pid)
+        elif phase == "witnessing" and (pid, "roster") not in self._witnessing:
+            self._start_roster_witnessing(pid)
         elif phase == "medians":
             run = self._medians.get(pid)
             if run is None:
@@ -184,7 +223,13 @@ class RoundDriver:
                     round_id=row.round_id,
                     entries=tuple(
                         RosterEntry(
-                            identity=r.identity, relay_url=r.relay_url, relay_certificate=r.certificate
+                            identity=r.identity,
+                            relay_url=r.relay_url,
+                            relay_certificate=r.certificate,
+                            credential=None
+                            if r.credential_json is None
+                            else AdmissionCredential.model_validate_json(r.credential_json),
+                            registration_signature=r.signature,
                         )
                         for r in regs
                     ),
@@ -195,14 +240,124 @@ class RoundDriver:
                 ),
                 state.identity,
             )
-            try:
-                ctx.set_roster(roster)
+            try:  # the sizes alone decide whether a plan exists; the beacon comes later
+                ctx.plan_for(roster)
             except ValueError as exc:
                 self._enter(row, "failed", f"cannot build the partition plan: {exc}")
                 return
             row.roster_json = roster.model_dump_json()
-            self._enter(row, "medians")
-        self._medians[pid] = MedianRun(self, ctx)
+            self._enter(row, "witnessing")
+        self._start_roster_witnessing(pid)
+
+    # -- witnesses ----------------------------------------------------------------
+    def _start_roster_witnessing(self, pid: str) -> None:
+        key = (pid, "roster")
+        if key in self._witnessing:
+            return
+        thread = threading.Thread(
+            target=self._witness_roster, args=(pid,), name=f"witness-{pid}", daemon=True
+        )
+        self._witnessing[key] = thread
+        thread.start()
+
+    def _witness_roster(self, pid: str) -> None:
+        state = self.state
+        try:
+            with state.sessions() as s:
+                row = s.get(ProblemRow, pid)
+                assert row is not None and row.roster_json is not None
+                roster = Roster.model_validate_json(row.roster_json)
+                since = row.phase_started
+            ctx = state.context(pid)
+            assert ctx is not None
+            sched = ctx.problem.draft.schedule
+            deadline = since + sched.roster_seconds + sched.witness_seconds
+            bundle = self._collect(pid, "roster", transcript_hash("roster", ctx.problem, roster), deadline)
+            if bundle is None:
+                return
+            with state.sessions() as s, s.begin():
+                row = s.get(ProblemRow, pid)
+                assert row is not None
+                if row.phase != "witnessing":
+                    return
+                row.roster_cosignatures_json = bundle.model_dump_json()
+                ctx.set_roster(roster, roster_beacon(bundle.cosignatures))
+                self._enter(row, "medians")
+            self._medians[pid] = MedianRun(self, ctx)
+        except Exception as exc:  # a bug: keep the traceback, fail the problem with the reason
+            log.exception("witnessing the roster of %s failed", pid)
+            self._fail(pid, f"witnessing the roster failed: {exc}")
+        finally:
+            self._witnessing.pop((pid, "roster"), None)
+
+    def _witness_bins(self, pid: str, bins: Bins) -> None:
+        state = self.state
+        try:
+            ctx = state.context(pid)
+            assert ctx is not None and ctx.roster is not None
+            transcript = transcript_hash("bins", ctx.problem, ctx.roster, bins)
+            bundle = self._collect(pid, "bins", transcript, bins.t_s)
+            if bundle is None:
+                return
+            with state.sessions() as s, s.begin():
+                row = s.get(ProblemRow, pid)
+                if row is not None and row.phase == "reporting":
+                    row.bins_cosignatures_json = bundle.model_dump_json()
+        except Exception as exc:
+            log.exception("witnessing the bins of %s failed", pid)
+            self._fail(pid, f"witnessing the bins failed: {exc}")
+        finally:
+            self._witnessing.pop((pid, "bins"), None)
+
+    def _collect(self, pid: str, stage: str, transcript: bytes, deadline: float) -> CosignatureBundle | None:
+        """Every declared witness's cosignature on ``transcript``, or None (the problem failed, with why).
+
+        Unreachable witnesses and server errors are retried with exponential
+        backoff (0.1 s doubling to 2 s) until ``deadline``; a refusal (4xx:
+        e.g. 409, it co-signed another transcript) fails the problem at once.
+        """
+        state = self.state
+        ctx = state.context(pid)
+        assert ctx is not None
+        statement = TranscriptStatement(
+            aggregator=state.public_identity, problem_id=pid, stage=stage, transcript=transcript
+        )
+        request = sign_message(CosignRequest(statement=statement, signature=bytes(64)), state.identity)
+        body = request.model_dump_json()
+        pending: dict[bytes, WitnessRef] = {bytes(w.identity): w for w in ctx.problem.draft.witnesses}
+        got: dict[bytes, Cosignature] = {}
+        delay = 0.1
+        last: dict[bytes, str] = {}
+        while pending and not self.stopping:
+            for key, witness in list(pending.items()):
+                remaining = deadline - time.time()
+                if remaining <= 0:
+                    break
+                outcome = _ask_witness(witness, body, statement, timeout=min(10.0, max(0.5, remaining)))
+                if isinstance(outcome, Cosignature):
+                    got[key] = outcome
+                    del pending[key]
+                elif outcome.startswith("refused"):
+                    self._fail(pid, f"witness {key.hex()[:16]}… {outcome} ({stage} transcript)")
+                    return None
+                else:
+                    last[key] = outcome
+            if not pending or time.time() >= deadline:
+                break
+            self.wait(min(delay, max(0.0, deadline - time.time())))
+            delay = min(delay * 2, 2.0)
+        if pending:
+            if not self.stopping:
+                key = next(iter(pending))
+                self._fail(
+                    pid,
+                    f"no {stage} cosignature from {len(pending)} declared witness(es) in time "
+                    f"(e.g. {key.hex()[:16]}…: {last.get(key, 'not asked')})",
+                )
+            return None
+        # The bundle lists the witnesses in the proposal's order.
+        ordered = tuple(got[bytes(w.identity)] for w in ctx.problem.draft.witnesses)
+        return CosignatureBundle(problem_id=pid, stage=stage, cosignatures=ordered)  # type: ignore[arg-type]
 
     def _publish_bins(self, pid: str, thresholds: dict[int, tuple[float, ...]]) -> None:
         state = self.state
@@ -214,7 +369,8 @@ class RoundDriver:
             tuple(thresholds.get(j, ())) if f.kind is FeatureKind.NUMERIC else ()
             for j, f in enumerate(draft.features)
         )
-        t_s = time.time() + sched.report_delay_seconds
+        witnessed = bool(draft.witnesses)
+        t_s = time.time() + sched.report_delay_seconds + (sched.witness_seconds if witnessed else 0.0)
         t_r = t_s + sched.send_window_seconds + sched.release_window_seconds
         bins = sign_message(
             Bins(
@@ -232,6 +388,10 @@ class RoundDriver:
             row = s.get(ProblemRow, pid)
             assert row is not None
             row.bins_json = bins.model_dump_json()
+            if not witnessed:
+                row.bins_cosignatures_json = CosignatureBundle(
+                    problem_id=pid, stage="bins", cosignatures=()
+                ).model_dump_json()
             row.t_r = t_r
             row.median_answered = int(
                 s.scalar(
@@ -240,6 +400,12 @@ class RoundDriver:
                 or 0
             )
             self._enter(row, "reporting")
+        if witnessed:
+            thread = threading.Thread(
+                target=self._witness_bins, args=(pid, bins), name=f"witness-bins-{pid}", daemon=True
+            )
+            self._witnessing[(pid, "bins")] = thread
+            thread.start()
 
     def _start_training(self, pid: str) -> None:
         with self.state.sessions() as s, s.begin():
@@ -297,3 +463,36 @@ class RoundDriver:
             self._fail(pid, f"training failed: {exc}")
         finally:
             self._training.pop(pid, None)
+
+
+def _ask_witness(
+    witness: WitnessRef, body: str, statement: TranscriptStatement, *, timeout: float
+) -> Cosignature | str:
+    """POST one cosign request; the checked cosignature, or why not (``"refused …"`` for a 4xx)."""
+    url = witness.url.rstrip("/") + "/cosign"
+    try:
+        with requests.post(
+            url, data=body, headers={"content-type": "application/json"}, timeout=timeout, stream=True
+        ) as response:
+            content = response.raw.read(MAX_WITNESS_RESPONSE + 1, decode_content=True)
+            status = response.status_code
+    except requests.RequestException as exc:
+        return f"unreachable: {exc.__class__.__name__}"
+    if len(content) > MAX_WITNESS_RESPONSE:
+        return f"answer larger than {MAX_WITNESS_RESPONSE} bytes"
+    if 400 <= status < 500:
+        try:
+            detail = json.loads(content).get("detail", "")
+        except (ValueError, AttributeError):
+            detail = content[:200].decode("utf-8", "replace")
+        return f"refused (HTTP {status}): {detail}"
+    if status != 200:
+        return f"HTTP {status}"
+    try:
+        cosignature = Cosignature.model_validate_json(content)
+        if bytes(cosignature.witness) != bytes(witness.identity) or cosignature.statement != statement:
+            return "answered with a cosignature on something else"
+        verify_message(cosignature, bytes(witness.identity))
+    except (ValueError, CryptoError) as exc:
+        return f"answered with an invalid cosignature: {exc}"
+    return cosignature

@@ -20,33 +20,22 @@ from aggregator.db import ProblemRow, count_reject, create_tables
 from aggregator.settings import AggregatorSettings
 from anonml.crypto import (
     Identity,
-    KeyFileError,
     MemorySpentSet,
     PublicIdentity,
     TokenKey,
     TokenVerifier,
-    load_identity,
-    save_identity,
 )
+from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.database import make_engine
 from anonml.learn import Binning, PartitionPlan, make_plan
-from anonml.protocol import Bins, Problem, Roster
+from anonml.protocol import Bins, CosignatureBundle, Problem, Roster, roster_beacon
 
 __all__ = ["AggregatorState", "ProblemContext", "load_or_create_identity"]
 
 
 def load_or_create_identity(settings: AggregatorSettings) -> Identity:
     """The aggregator's identity from its key file, created (mode 0600) on first start."""
-    path = settings.identity_file
-    if path.exists():
-        return load_identity(path, settings.identity_passphrase)
-    identity = Identity.generate()
-    try:
-        save_identity(identity, path, settings.identity_passphrase)
-    except KeyFileError:
-        # Another process created it between our check and our write: use theirs.
-        return load_identity(path, settings.identity_passphrase)
-    return identity
+    return crypto_load_or_create(settings.identity_file, settings.identity_passphrase)
 
 
 @dataclass
@@ -73,19 +62,26 @@ class ProblemContext:
         assert self.bins is not None
         return Binning.from_thresholds(self.problem.draft.features, dict(enumerate(self.bins.edges)))
 
-    def set_roster(self, roster: Roster) -> None:
-        keys = [bytes(e.identity) for e in roster.entries]
+    def plan_for(self, roster: Roster, beacon: bytes = b"") -> PartitionPlan:
+        """The plan of ``roster`` under the witnesses' ``beacon``; ValueError when the sizes do not fit
+        (which the beacon never changes)."""
         draft = self.problem.draft
-        self.plan = make_plan(
+        return make_plan(
             roster.seed,
-            keys,
+            [bytes(e.identity) for e in roster.entries],
             len(draft.features),
             n_partitions=draft.kp,
             n_subsets=draft.kh,
             subset_size=draft.ks,
             subsets=draft.subsets,
             median_pool_size=roster.median_pool_size,
+            beacon=beacon,
         )
+
+    def set_roster(self, roster: Roster, beacon: bytes) -> None:
+        """Fix the plan from the roster and the witnesses' ``beacon`` (:func:`roster_beacon`)."""
+        keys = [bytes(e.identity) for e in roster.entries]
+        self.plan = self.plan_for(roster, beacon)
         self.index = {key: i for i, key in enumerate(keys)}
         self.by_fingerprint = {
             PublicIdentity.from_bytes(key).fingerprint.hex(): i for i, key in enumerate(keys)
@@ -128,8 +124,12 @@ class AggregatorState:
                 ctx = ProblemContext(
                     Problem.model_validate_json(row.problem_json), TokenKey(row.token_secret)
                 )
-            if ctx.roster is None and row.roster_json is not None:
-                ctx.set_roster(Roster.model_validate_json(row.roster_json))
+            # The plan exists once the witnesses co-signed the roster (their beacon is in it).
+            witnessed = row.roster_json is not None and row.roster_cosignatures_json is not None
+            if ctx.roster is None and witnessed:
+                bundle = CosignatureBundle.model_validate_json(row.roster_cosignatures_json)
+                roster = Roster.model_validate_json(row.roster_json)
+                ctx.set_roster(roster, roster_beacon(bundle.cosignatures))
             if ctx.bins is None and row.bins_json is not None:
                 ctx.bins = Bins.model_validate_json(row.bins_json)
         finally:

@@ -54,6 +54,8 @@ LAZY_GROUPS: dict[str, tuple[str, str]] = {
         "anonml.commands.bench",
         "Reproducible experiments: test AUC against the per-peer privacy budget ε_T.",
     ),
+    "witness": ("anonml.commands.witness", "Run an independent witness that co-signs transcripts."),
+    "credential": ("anonml.commands.credential", "Issue and install admission credentials."),
 }
 
 

@@ -4,13 +4,18 @@
    edX tracking logs; a quarter are held out to score the models.
 2. **Import** each peer's log with the ``edx`` importer into that peer's *own*
    event store, and give each peer its own identity and privacy ledger.
-3. **Serve** a real aggregator (:mod:`aggregator`) and one peer host
-   (:mod:`peer`, all peer identities in one process with one relay) under
-   uvicorn on 127.0.0.1.
+3. **Serve** a real aggregator (:mod:`aggregator`), an independent witness
+   (``anonml witness serve``, :mod:`peer.witness`, its own process) and one
+   peer host (:mod:`peer`, all peer identities in one process with one relay)
+   under uvicorn on 127.0.0.1. Every peer's policy trusts the witness.
 4. **Propose** the dropout problem (``user_window`` instancer ×
-   ``mooc_engagement`` featurizer, by name — never code) and let the peers
+   ``mooc_engagement`` featurizer, by name — never code; the witness declared)
+   and let the peers
    decide by their policy, compute their examples locally, and **register**.
-5. **Median rounds** set the bins, the **report round** carries every report
+5. The witness **co-signs** the roster transcript (its signature is the
+   beacon of the partition plan) and later the bins transcript; peers check
+   both before releasing anything.
+   **Median rounds** set the bins, the **report round** carries every report
    over a 3-hop onion route with a one-time token, the aggregator **trains**
    and **publishes** the signed model, and every peer downloads it.
 6. **Print** peers, packets relayed, tokens verified, rejects, ε per peer
@@ -48,7 +53,15 @@ from anonml.learn import AnonMLClassifier, SimulationConfig
 from anonml.model import FeatureSpec
 from anonml.plugins import PluginRef, create
 from anonml.privacy import PrivacyLedger
-from anonml.protocol import MedianSettings, ModelDocument, Problem, ProblemDraft, ProblemStatus, Schedule
+from anonml.protocol import (
+    MedianSettings,
+    ModelDocument,
+    Problem,
+    ProblemDraft,
+    ProblemStatus,
+    Schedule,
+    WitnessRef,
+)
 from anonml.store import EventStore
 
 __all__ = [
@@ -109,6 +122,7 @@ class DemoResult:
     rejects: dict[str, int]
     relay_rejects: dict[str, int]
     problem_id: str
+    witness_log: int = 0
     phase_seconds: dict[str, float] = field(default_factory=dict)
 
     def rows(self) -> list[tuple[str, str]]:
@@ -125,6 +139,7 @@ class DemoResult:
             ("tokens issued / verified at intake", f"{self.tokens_issued:,} / {self.tokens_verified:,}"),
             ("packets sent by peers (3-hop onions, cover included)", f"{self.packets_sent:,}"),
             ("packets relayed (hops processed)", f"{self.packets_relayed:,}"),
+            ("transcripts co-signed by the witness (its log)", f"{self.witness_log:,}"),
             ("rejects at the aggregator", _counts(self.rejects)),
             ("rejects at the relays", _counts(self.relay_rejects)),
             (
@@ -151,12 +166,15 @@ def dropout_draft(
     epsilon: float,
     min_peers: int,
     registration_seconds: float = 60.0,
+    roster_seconds: float = 2.0,
     median_step_seconds: float = 3.0,
     report_delay_seconds: float = 3.0,
     send_window_seconds: float = 3.0,
     release_window_seconds: float = 3.0,
     pool_fraction: float = 0.25,
     median_steps: int | None = None,
+    witnesses: Sequence[WitnessRef] = (),
+    witness_seconds: float = 10.0,
 ) -> ProblemDraft:
     """The MOOC dropout problem: active in the first weeks, silent until ``weeks`` → dropout.
 
@@ -165,6 +183,14 @@ def dropout_draft(
     these sizes beats splitting its budget over several reports. The median
     search takes the learning library's simulation defaults (steps, confidence)
     unless ``median_steps`` is given, so the two compute the same thing.
+    ``witnesses`` are declared in the proposal; the aggregator collects their
+    cosignatures within ``witness_seconds`` after the roster and the bins.
+    ``roster_seconds`` is the time every peer has, between the co-signed
+    roster and the first median query, to check the roster and its
+    cosignatures and compare fingerprints: with hundreds of identities in one
+    process on a busy 2-core machine this takes seconds (:func:`run_demo`
+    gives 10 s: at 2 s the median pool of the 300-peer demo answered nothing
+    there and the bins fell back to equal-width cuts).
     """
     defaults = {f.name: f.default for f in fields(SimulationConfig)}
     steps = median_steps if median_steps is not None else int(defaults["median_steps"])
@@ -193,13 +219,16 @@ def dropout_draft(
         ),
         schedule=Schedule(
             registration_deadline=datetime.now(UTC) + timedelta(seconds=registration_seconds),
+            roster_seconds=roster_seconds,
             median_step_seconds=median_step_seconds,
             report_delay_seconds=report_delay_seconds,
             send_window_seconds=send_window_seconds,
             release_window_seconds=release_window_seconds,
+            witness_seconds=witness_seconds,
         ),
         min_peers=min_peers,
         hops=3,
+        witnesses=tuple(witnesses),
     )
 
 
@@ -295,13 +324,16 @@ def run_demo(
     held_out_fraction: float = 0.25,
     simulation_runs: int = 20,
     window_seconds: float = 3.0,
+    roster_seconds: float = 10.0,
     workdir: Path | None = None,
     progress: Progress | None = None,
 ) -> DemoResult:
     """Run the whole protocol on loopback (module docstring) and return what happened.
 
     ``window_seconds`` is the report delay, the send window and the release
-    window (shorter for small runs); ``progress`` is an optional callable
+    window (shorter for small runs); ``roster_seconds`` the peers' time to
+    check the co-signed roster before the first median query
+    (:func:`dropout_draft`); ``progress`` is an optional callable
     ``(phase: str, done: int, total: int)``.
     """
     from aggregator.app import start_server_process
@@ -311,6 +343,7 @@ def run_demo(
     from peer.host import PeerHost
     from peer.participant import PeerNode
     from peer.policy import PeerPolicy
+    from peer.witness import start_witness_process
 
     timer: dict[str, float] = {}
     report = progress or (lambda phase, done, total: None)
@@ -345,15 +378,25 @@ def run_demo(
             port=0,
             allow_loopback_http=True,  # every service of the demo is on this machine
         )
-        aggregator = start_server_process(agg_settings)  # its own process: the second core
+        witness = start_witness_process(root / "witness")  # independent of the aggregator
+        try:
+            aggregator = start_server_process(agg_settings)  # its own process: the second core
+        except BaseException:
+            witness.stop()
+            raise
         nodes = [PeerNode(p.identity, p.store, p.ledger, user=p.username) for p in peers]
         host = PeerHost(
             nodes,
             PeerDB(f"sqlite:///{root / 'peers.db'}"),
-            PeerPolicy(auto_accept=True, max_epsilon_per_problem=max(epsilon, 1.0), allow_loopback_http=True),
+            PeerPolicy.for_simulation(
+                auto_accept=True,
+                max_epsilon_per_problem=max(epsilon, 1.0),
+                witnesses=[witness.identity.hex()],
+                witness_threshold=1,
+            ),
             [aggregator.url],
             poll_seconds=0.2,
-            witnesses=2,
+            roster_comparisons=2,
             workers=8,
         )
         peer_server = start_peer_server(host)
@@ -371,6 +414,9 @@ def run_demo(
                 report_delay_seconds=window_seconds,
                 send_window_seconds=window_seconds,
                 release_window_seconds=window_seconds,
+                roster_seconds=roster_seconds,
+                witnesses=[WitnessRef(identity=witness.identity, url=witness.url)],
+                witness_seconds=max(2.0, window_seconds),
             )
             admin = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
             t = time.perf_counter()
@@ -394,6 +440,9 @@ def run_demo(
             ).raise_for_status()
             status = _wait(aggregator.url, pid, lambda s: s.phase != "registration", timeout=60)
             timer["registration"] = time.perf_counter() - t
+            t = time.perf_counter()
+            _wait(aggregator.url, pid, lambda s: s.phase != "witnessing", timeout=60)
+            timer["roster co-signed"] = time.perf_counter() - t
             t = time.perf_counter()
             _wait(
                 aggregator.url,
@@ -429,9 +478,11 @@ def run_demo(
             timer["peers download model"] = time.perf_counter() - t
             relay = dict(host.relay.counters)
             sent = host.counters["packets sent"]
+            witness_log = len(requests.get(f"{witness.url}/log", params={"limit": 1000}, timeout=30).json())
         finally:
             peer_server.stop()
             aggregator.stop()
+            witness.stop()
             for p in peers:
                 p.store.close()
 
@@ -496,5 +547,6 @@ def run_demo(
         rejects=dict(status.rejects),
         relay_rejects=rejects_relay,
         problem_id=pid,
+        witness_log=witness_log,
         phase_seconds=timer,
     )

@@ -16,13 +16,16 @@ The flow of one problem (DESIGN §7)::
 
     Problem (signed proposal, H(seed))  → peers decide by their policy
     Registration (signed by the peer)   → aggregator, until the deadline
-    Roster (signed; seed revealed)      → peers check seed, plan, fingerprint
+    Roster (signed; seed revealed)      → witnesses co-sign its transcript (CosignRequest);
+                                          peers check cosignatures, seed, plan (with the
+                                          witnesses' beacon), fingerprint
     Assignment (signed)                 → each peer checks it with verify_assignment
     RosterWitness (signed by a peer)    → peers compare fingerprints via relays
     MedianQuery / MedianAnswer          → one median-pool peer per answer
     TokenBatchRequest / …Response       → one blind evaluation per (peer, slot),
                                           from the roster to the end of the send window
-    Bins (signed; report schedule)      → peers bin their features
+    Bins (signed; report schedule)      → witnesses co-sign the bins transcript;
+                                          peers check it, then bin their features
     onion packet bytes over k hops      → IntakeDelivery at the aggregator
     ModelDocument (signed)              → peers predict locally
 """
@@ -35,6 +38,8 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 import numpy as np
@@ -85,6 +90,20 @@ __all__ = [
     "ReportReceipts",
     "ModelDocument",
     "ErrorBody",
+    "WitnessRef",
+    "Admission",
+    "AdmissionCredential",
+    "TranscriptStatement",
+    "CosignRequest",
+    "Cosignature",
+    "CosignatureBundle",
+    "WitnessLogEntry",
+    "Stage",
+    "STAGES",
+    "transcript_hash",
+    "roster_beacon",
+    "check_credential",
+    "entry_registration",
     "PeerStatus",
     "report_slot",
     "check_relay_url",
@@ -180,7 +199,11 @@ class Schedule(_Message):
     median query, for peers to check the roster and compare its fingerprint.
 
     The report round's absolute times (``t_s``, ``t_s + δ``, ``t_r``) are fixed
-    when the bins are published: ``t_s = publication + report_delay_seconds``.
+    when the bins are published: ``t_s = publication + witness_seconds +
+    report_delay_seconds`` when the problem declares witnesses (their bins
+    cosignatures are collected within ``witness_seconds``), else
+    ``publication + report_delay_seconds``. The roster's cosignatures are
+    collected within ``roster_seconds + witness_seconds`` of its publication.
     """
 
     registration_deadline: AwareDatetime
@@ -189,6 +212,12 @@ class Schedule(_Message):
     report_delay_seconds: float = Field(default=5.0, ge=0, le=86_400)
     send_window_seconds: float = Field(default=5.0, gt=0, le=86_400)
     release_window_seconds: float = Field(default=5.0, gt=0, le=86_400)
+    witness_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="Bound on collecting the witnesses' cosignatures, after the roster and after the bins.",
+    )
 
 
 class MedianSettings(_Message):
@@ -211,6 +240,36 @@ class MedianSettings(_Message):
     confidence: float = Field(
         default=0.5, gt=0, lt=1, description="Confidence of each search's stopping margin."
     )
+
+
+WITNESS_URL_PATTERN = r"^https?://[A-Za-z0-9.\-\[\]:]{1,200}(/[A-Za-z0-9._~\-/]{0,200})?$"
+
+
+class WitnessRef(_Message):
+    """A witness a proposal declares: its public identity and where the aggregator reaches it.
+
+    The URL is a plain base URL (scheme, host, optional port and path; no
+    query, fragment or userinfo).
+    """
+
+    identity: IdentityBytes
+    url: str = Field(pattern=WITNESS_URL_PATTERN)
+
+
+class Admission(_Message):
+    """Who may register: anyone (``open``) or holders of an issuer's credential for ``scope``."""
+
+    mode: Literal["open", "credentials"] = "open"
+    issuer: IdentityBytes | None = None
+    scope: str = Field(default="", max_length=200, pattern=r"^[\x21-\x7e ]*$")
+
+    @model_validator(mode="after")
+    def _check(self) -> Admission:
+        if self.mode == "credentials" and (self.issuer is None or not self.scope):
+            raise ValueError("admission by credentials names its issuer and a non-empty scope")
+        if self.mode == "open" and (self.issuer is not None or self.scope):
+            raise ValueError("open admission names no issuer and no scope")
+        return self
 
 
 class ProblemDraft(_Message):
@@ -238,12 +297,17 @@ class ProblemDraft(_Message):
     min_peers: int = Field(default=10, ge=2, le=1_000_000)
     hops: int = Field(default=3, ge=1, le=4)
     mode: Literal["default", "paper"] = "default"
+    witnesses: tuple[WitnessRef, ...] = Field(default=(), max_length=16)
+    admission: Admission = Admission()
 
     @model_validator(mode="after")
     def _check(self) -> ProblemDraft:
         names = [f.name for f in self.features]
         if len(set(names)) != len(names):
             raise ValueError("feature names must be distinct")
+        witnesses = [bytes(w.identity) for w in self.witnesses]
+        if len(set(witnesses)) != len(witnesses):
+            raise ValueError("a witness is declared more than once")
         if self.median.epsilon is not None and self.median.epsilon > self.epsilon:
             raise ValueError(
                 f"median.epsilon={self.median.epsilon} exceeds the problem's ε={self.epsilon}: "
@@ -296,7 +360,7 @@ class Problem(_Message):
     signature: SignatureBytes
 
 
-Phase = Literal["registration", "medians", "reporting", "training", "done", "failed"]
+Phase = Literal["registration", "witnessing", "medians", "reporting", "training", "done", "failed"]
 
 
 class ProblemStatus(_Message):
@@ -322,13 +386,29 @@ class ProblemStatus(_Message):
 # --- registration and roster ---------------------------------------------------
 
 
+class AdmissionCredential(_Message):
+    """An issuer's signed statement that ``subject`` may register for problems of ``scope``.
+
+    Signed by ``issuer`` (e.g. a course platform) over :func:`signing_bytes`;
+    valid until ``not_after``. One credential names one identity, so Sybils
+    need one credential each from the issuer.
+    """
+
+    issuer: IdentityBytes
+    subject: IdentityBytes
+    scope: str = Field(min_length=1, max_length=200, pattern=r"^[\x21-\x7e ]*$")
+    not_after: AwareDatetime
+    signature: SignatureBytes
+
+
 class Registration(_Message):
-    """A peer joins a problem: its identity, its relay, its signed round relay key."""
+    """A peer joins a problem: its identity, its relay, its signed round relay key (and credential)."""
 
     problem_id: str
     identity: IdentityBytes
     relay_url: str = Field(pattern=r"^https?://[^\s]{1,200}$")
     relay_certificate: CertificateBytes
+    credential: AdmissionCredential | None = None
     signature: SignatureBytes
 
 
@@ -339,9 +419,55 @@ class RegistrationReceipt(_Message):
 
 
 class RosterEntry(_Message):
+    """One member as it registered: ``registration_signature`` is its own signature over its
+    :class:`Registration` (:func:`entry_registration` rebuilds it), so every peer can check that
+    the identity, relay URL, relay certificate and credential came from that identity."""
+
     identity: IdentityBytes
     relay_url: str = Field(pattern=r"^https?://[^\s]{1,200}$")
     relay_certificate: CertificateBytes
+    credential: AdmissionCredential | None = None
+    registration_signature: SignatureBytes
+
+
+def entry_registration(entry: RosterEntry, problem_id: str) -> Registration:
+    """The signed :class:`Registration` a roster entry claims its member sent (verify it with
+    :func:`verify_message` against ``entry.identity``)."""
+    return Registration(
+        problem_id=problem_id,
+        identity=entry.identity,
+        relay_url=entry.relay_url,
+        relay_certificate=entry.relay_certificate,
+        credential=entry.credential,
+        signature=entry.registration_signature,
+    )
+
+
+def check_credential(
+    credential: AdmissionCredential | None, admission: Admission, subject: bytes, *, valid_at: datetime
+) -> AdmissionCredential:
+    """Return ``credential`` if it admits ``subject`` under ``admission`` at ``valid_at``.
+
+    Checks, in order: one is present, its issuer and scope are the admission's,
+    it names ``subject``, it has not expired at ``valid_at``, and the issuer's
+    signature. Raises :class:`ValueError` naming the first that fails (and
+    :class:`~anonml.crypto.InvalidSignature` for a bad signature).
+    """
+    if admission.mode != "credentials":
+        raise ValueError("this problem's admission is open: it takes no credential")
+    if credential is None:
+        raise ValueError(f"admission needs a credential from issuer {bytes(admission.issuer).hex()[:16]}…")
+    if bytes(credential.issuer) != bytes(admission.issuer) or credential.scope != admission.scope:
+        raise ValueError(
+            f"credential is from issuer {bytes(credential.issuer).hex()[:16]}… "
+            f"for scope {credential.scope!r}; "
+            f"the problem admits issuer {bytes(admission.issuer).hex()[:16]}… scope {admission.scope!r}"
+        )
+    if bytes(credential.subject) != bytes(subject):
+        raise ValueError("credential names another identity")
+    if credential.not_after <= valid_at:
+        raise ValueError(f"credential expired at {credential.not_after.isoformat()}")
+    return verify_message(credential, bytes(credential.issuer))
 
 
 class Roster(_Message):
@@ -608,6 +734,109 @@ class ModelDocument(_Message):
     model: dict[str, Any]
     metrics: dict[str, float] = {}
     signature: SignatureBytes
+
+
+# --- witnesses -------------------------------------------------------------------
+
+Stage = Literal["roster", "bins"]
+STAGES: tuple[str, ...] = ("roster", "bins")
+_TRANSCRIPT_DOMAIN = b"anonml/v1/transcript"
+
+
+def _framed(h: Any, part: bytes) -> None:
+    h.update(len(part).to_bytes(8, "big"))
+    h.update(part)
+
+
+def transcript_hash(stage: str, problem: Problem, roster: Roster, bins: Bins | None = None) -> bytes:
+    """BLAKE2b-256 of what every peer must see identically before releasing anything in ``stage``.
+
+    ``H(domain ‖ stage ‖ Problem ‖ its signature ‖ schedule ‖ Roster ‖ its signature [‖ Bins ‖
+    its signature])``, each part length-prefixed (8 bytes, big-endian) so the encoding is
+    injective; documents enter as :func:`signing_bytes` (canonical JSON). The roster carries the
+    token public key and the revealed seed; the Problem carries the parameters, ε and the
+    relative schedule; stage ``"bins"`` adds the signed Bins with the round's absolute schedule
+    (t_s, δ, t_r). Two peers with equal transcripts hold byte-identical signed documents.
+    """
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+    if (stage == "bins") != (bins is not None):
+        raise ValueError("the bins transcript covers the signed Bins; the roster transcript does not")
+    h = hashlib.blake2b(digest_size=32)
+    for part in (
+        _TRANSCRIPT_DOMAIN,
+        stage.encode("ascii"),
+        signing_bytes(problem),
+        bytes(problem.signature),
+        signing_bytes(problem.draft.schedule),
+        signing_bytes(roster),
+        bytes(roster.signature),
+    ):
+        _framed(h, part)
+    if bins is not None:
+        _framed(h, signing_bytes(bins))
+        _framed(h, bytes(bins.signature))
+    return h.digest()
+
+
+class TranscriptStatement(_Message):
+    """What a witness co-signs: aggregator ``aggregator`` showed ``transcript`` for (problem, stage)."""
+
+    aggregator: IdentityBytes
+    problem_id: str = Field(pattern=r"^[a-z0-9-]{4,64}$")
+    stage: Stage
+    transcript: B64(32)
+
+
+class CosignRequest(_Message):
+    """The aggregator asks a witness to co-sign a statement; signed by the aggregator it names."""
+
+    statement: TranscriptStatement
+    signature: SignatureBytes
+
+
+class Cosignature(_Message):
+    """A witness's signature over a statement (Ed25519: deterministic, one value per statement)."""
+
+    witness: IdentityBytes
+    statement: TranscriptStatement
+    signature: SignatureBytes
+
+
+class CosignatureBundle(_Message):
+    """Every declared witness's cosignature on one (problem, stage) transcript."""
+
+    problem_id: str
+    stage: Stage
+    cosignatures: tuple[Cosignature, ...] = Field(max_length=16)
+
+
+class WitnessLogEntry(_Message):
+    """One entry of a witness's append-only log: its ``index`` and what it co-signed."""
+
+    index: int = Field(ge=0)
+    cosignature: Cosignature
+
+
+_BEACON_DOMAIN = b"anonml/v1/beacon"
+
+
+def roster_beacon(cosignatures: Sequence[Cosignature]) -> bytes:
+    """``BLAKE2b-256(domain ‖ sorted witness signatures)``: randomness fixed after the roster.
+
+    Call it with the (verified) cosignatures of every declared witness over the
+    roster transcript. Ed25519 signatures are deterministic, so each honest
+    witness contributes exactly one value per roster, which the aggregator
+    cannot compute before the witness signs; sorting makes the beacon
+    independent of the bundle's order. No cosignature gives ``b""`` (no beacon).
+    """
+    if not cosignatures:
+        return b""
+    h = hashlib.blake2b(digest_size=32)
+    _framed(h, _BEACON_DOMAIN)
+    for signature in sorted(bytes(c.signature) for c in cosignatures):
+        _framed(h, signature)
+    return h.digest()
 
 
 class ErrorBody(_Message):

@@ -116,7 +116,7 @@ def host_worker() -> None:
         PeerPolicy(auto_accept=True, max_epsilon_per_problem=cfg["epsilon"], allow_loopback_http=True),
         [cfg["aggregator"]],
         poll_seconds=0.25,
-        witnesses=2,
+        roster_comparisons=2,
         workers=8,
     )
     server = start_peer_server(host)

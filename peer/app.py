@@ -33,7 +33,8 @@ from typing import Annotated
 import uvicorn
 from fastapi import FastAPI, Header, HTTPException, Request, Response
 
-from anonml.crypto import PACKET_SIZE, Identity, load_identity, save_identity
+from anonml.crypto import PACKET_SIZE, Identity
+from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.privacy import PrivacyLedger
 from anonml.protocol import PeerStatus, RosterWitness
 from anonml.store import EventStore
@@ -41,6 +42,7 @@ from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.settings import PeerSettings
+from peer.transcript import load_credentials
 
 __all__ = ["create_app", "create_daemon", "start_peer_server", "PeerServer", "load_or_create_identity"]
 
@@ -121,11 +123,7 @@ def create_app(host: PeerHost, local_token: str) -> FastAPI:
 
 def load_or_create_identity(settings: PeerSettings) -> Identity:
     """This peer's identity, created (mode 0600) on first start."""
-    if settings.identity_file.exists():
-        return load_identity(settings.identity_file, settings.identity_passphrase)
-    identity = Identity.generate()
-    save_identity(identity, settings.identity_file, settings.identity_passphrase)
-    return identity
+    return crypto_load_or_create(settings.identity_file, settings.identity_passphrase)
 
 
 def create_daemon(settings: PeerSettings) -> PeerHost:
@@ -142,7 +140,8 @@ def create_daemon(settings: PeerSettings) -> PeerHost:
         settings.policy,
         settings.aggregators,
         relay_base=settings.relay_base(),
-        witnesses=settings.witnesses,
+        roster_comparisons=settings.roster_comparisons,
+        credentials=load_credentials(settings.credentials_dir),
         poll_seconds=settings.poll_seconds,
     )
 

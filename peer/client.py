@@ -21,6 +21,7 @@ from anonml.protocol import (
     Ack,
     Assignment,
     Bins,
+    CosignatureBundle,
     MedianAnswer,
     MedianQuery,
     ModelDocument,
@@ -137,6 +138,10 @@ class AggregatorClient:
 
     def bins(self, problem_id: str) -> Bins:
         return _call("GET", self._url(f"/problems/{problem_id}/bins"), Bins)
+
+    def cosignatures(self, problem_id: str, stage: str) -> CosignatureBundle:
+        """Every declared witness's cosignature on the stage's transcript (404 until complete)."""
+        return _call("GET", self._url(f"/problems/{problem_id}/cosignatures/{stage}"), CosignatureBundle)
 
     def tokens(self, request: TokenBatchRequest) -> TokenBatchResponse:
         return _call("POST", self._url(f"/problems/{request.problem_id}/tokens"), TokenBatchResponse, request)

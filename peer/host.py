@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
 from anonml.errors import AnonMLError
 from anonml.privacy import PrivacyLedger
-from anonml.protocol import PeerStatus, Problem, RosterWitness, verify_message
+from anonml.protocol import AdmissionCredential, PeerStatus, Problem, RosterWitness, verify_message
 from peer.client import AggregatorClient
 from peer.db import PeerDB
 from peer.dispatch import Dispatcher
@@ -76,8 +77,10 @@ class PeerHost:
         Aggregator base URLs to poll.
     relay_base : str, optional
         Base URL of this process's relay (set once the server is listening).
-    witnesses : int
+    roster_comparisons : int
         Members each identity compares the roster fingerprint with.
+    credentials : sequence of AdmissionCredential
+        Admission credentials of the hosted identities (each picks its own).
     poll_seconds : float
     workers : int
         Threads for per-identity steps and for timed sends.
@@ -98,7 +101,8 @@ class PeerHost:
         aggregators: list[str],
         *,
         relay_base: str | None = None,
-        witnesses: int = 2,
+        roster_comparisons: int = 2,
+        credentials: Sequence[AdmissionCredential] = (),
         poll_seconds: float = 1.0,
         workers: int = 8,
         rng: np.random.Generator | None = None,
@@ -111,7 +115,8 @@ class PeerHost:
         self.policy = policy
         self.aggregators = list(aggregators)
         self.relay_base = relay_base
-        self.witnesses = witnesses
+        self.roster_comparisons = roster_comparisons
+        self.credentials = tuple(credentials)
         self.poll_seconds = poll_seconds
         self.dispatcher = Dispatcher(workers=max(4, workers * 2))
         self.relay = RelayService(self.dispatcher, rng, allow_loopback_http=policy.allow_loopback_http)
@@ -134,6 +139,13 @@ class PeerHost:
     def witness(self, node_id: bytes, problem_id: str) -> RosterWitness | None:
         with self._lock:
             return self._witnesses.get((node_id, problem_id))
+
+    def _participant_settings(self) -> dict[str, Any]:
+        """What every Participant of this host takes from its settings and policy."""
+        return {
+            "roster_comparisons": self.roster_comparisons,
+            "credentials": self.credentials,
+        }
 
     # -- proposals and decisions --------------------------------------------------
     def committed(self, node: PeerNode) -> float:
@@ -200,8 +212,8 @@ class PeerHost:
             client,
             self.relay,
             self.relay_base or "",
-            witnesses=self.witnesses,
             policy=self.policy,
+            **self._participant_settings(),
         )
 
     def _join(self, problem: Problem, client: AggregatorClient, participants: list[Participant]) -> None:

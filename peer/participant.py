@@ -11,11 +11,14 @@ aggregator is treated as an adversary):
    (identity, relay URL, certificate as registered), the seed against
    the commitment published with the proposal, and the aggregator's
    signed :class:`~anonml.protocol.Assignment` re-derived with
-   :func:`anonml.learn.partition.verify_assignment`. It then publishes a signed
-   :class:`~anonml.protocol.RosterWitness` through its relay and compares the
-   fingerprint with ``witnesses`` other members through theirs: any mismatch
-   aborts (the aggregator showed peers different rosters, e.g. different
-   token keys).
+   :func:`anonml.learn.partition.verify_assignment` with the beacon of the
+   witnesses' cosignatures on its own roster transcript
+   (:func:`peer.transcript.verify_bundle`: every declared witness, and
+   ``witness_threshold`` trusted ones, co-signed exactly this transcript). It
+   then publishes a signed :class:`~anonml.protocol.RosterWitness` through
+   its relay and compares the fingerprint with ``roster_comparisons`` other
+   members through theirs: any mismatch aborts (the aggregator showed peers
+   different rosters, e.g. different token keys).
 3. **Median pool**: answers the one signed query that names it, by binary
    randomised response with the proposal's median ε, recorded in its
    :class:`~anonml.privacy.PrivacyLedger` before it is sent.
@@ -23,8 +26,9 @@ aggregator is treated as an adversary):
    takes one token per slot (one signed batch; the DLEQ proofs are checked
    against the pinned token key), and every peer picks its routes and checks
    their relay certificates.
-5. **Report round** (signed bins): bins its own example with the published
-   edges; a report peer perturbs each of its k_h
+5. **Report round** (signed bins, co-signed like the roster: a peer shown
+   other bins, another schedule or another Problem copy than the witnesses
+   saw stops here): bins its own example with the published edges; a report peer perturbs each of its k_h
    reports with the least-error mechanism at ε/k_h (all k_h recorded in the
    ledger at once, before anything is sent, refused past the cap) and wraps
    each with its token in an onion packet over ``hops`` distinct other
@@ -49,6 +53,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -71,7 +76,9 @@ from anonml.learn import AnonMLClassifier, PeerAssignment, verify_assignment
 from anonml.plugins import Featurizer, Instancer
 from anonml.privacy import BinaryRandomizedResponse, PrivacyLedger
 from anonml.protocol import (
+    AdmissionCredential,
     Bins,
+    CosignatureBundle,
     MedianAnswer,
     MedianQuery,
     ModelDocument,
@@ -81,6 +88,7 @@ from anonml.protocol import (
     RosterWitness,
     check_relay_url,
     sign_message,
+    transcript_hash,
     verify_message,
 )
 from anonml.store import EventStore
@@ -91,6 +99,7 @@ from peer.policy import PeerPolicy, check_roster_floors
 from peer.relay import RelayRound, RelayService, packet_cap
 from peer.reports import choose_path, fetch_tokens, make_reports
 from peer.roster import RosterView
+from peer.transcript import credential_for, verify_bundle
 
 __all__ = ["PeerNode", "Participant", "Aborted"]
 
@@ -129,8 +138,9 @@ class Participant:
     client: AggregatorClient
     relay: RelayService
     relay_base: str
-    witnesses: int = 2
+    roster_comparisons: int = 2
     policy: PeerPolicy = field(default_factory=PeerPolicy)
+    credentials: tuple[AdmissionCredential, ...] = ()
     status: str = "accepted"
     reason: str = ""
     example: LocalExample | None = None
@@ -151,6 +161,8 @@ class Participant:
     lost: int | None = None
     prediction: float | None = None
     standins: list[str] = field(default_factory=list)
+    beacon: bytes | None = None
+    bins_checked: bool = False
 
     @property
     def relay_url(self) -> str:
@@ -198,14 +210,21 @@ class Participant:
             check_relay_url(self.relay_url, allow_loopback_http=self.relay.allow_loopback_http)
         except ValueError as exc:
             raise Aborted(f"this peer's own relay URL cannot be registered: {exc}") from None
+        me = bytes(self.node.identity.public)
+        credential = None
+        if self.problem.draft.admission.mode == "credentials":
+            credential = credential_for(self.credentials, self.problem, me, now=datetime.now(UTC))
+            if credential is None:
+                raise Aborted("this problem admits by credentials and this identity holds no valid one")
         key, cert = self.node.identity.new_round_relay_key(self.problem.round_id, self.node.rng)
         self.relay_key, self.certificate = key, cert
         registration = sign_message(
             Registration(
                 problem_id=self.problem.id,
-                identity=bytes(self.node.identity.public),
+                identity=me,
                 relay_url=self.relay_url,
                 relay_certificate=bytes(cert),
+                credential=credential,
                 signature=bytes(64),
             ),
             self.node.identity,
@@ -214,13 +233,29 @@ class Participant:
         self.status = "registered"
 
     # -- 2. roster, assignment, witnesses ------------------------------------------------
-    def check_roster(self, view: RosterView) -> None:
-        """Relay URLs, floors, own entry, seed commitment, assignment; then publish the signed witness."""
+    def _verify_bundle(self, bundle: CosignatureBundle, stage: str, transcript: bytes) -> bytes:
+        try:
+            return verify_bundle(
+                bundle,
+                problem=self.problem,
+                stage=stage,
+                transcript=transcript,
+                trusted=tuple(self.policy.witnesses),
+                threshold=self.policy.witness_threshold,
+            )
+        except ProtocolError as exc:
+            raise Aborted(f"{stage} not witnessed: {exc}") from None
+
+    def check_roster(self, view: RosterView, bundle: CosignatureBundle) -> None:
+        """Relay URLs, floors, witness cosignatures, own entry, seed commitment, assignment; then
+        publish the signed witness."""
         self.check_relay_urls(view)
         try:
             check_roster_floors(self.problem, len(view.keys), view.roster.median_pool_size, self.policy)
         except AnonMLError as exc:
             raise Aborted(f"refused before releasing anything: {exc}") from None
+        transcript = transcript_hash("roster", self.problem, view.roster)
+        self.beacon = self._verify_bundle(bundle, "roster", transcript)
         me = bytes(self.node.identity.public)
         index = view.index_of.get(me)
         if index is None:
@@ -250,6 +285,7 @@ class Participant:
                 subset_size=draft.ks,
                 subsets=draft.subsets,
                 median_pool_size=view.roster.median_pool_size,
+                beacon=self.beacon,
             )
         except ProtocolError as exc:
             raise Aborted(f"partition plan check failed: {exc}") from None
@@ -286,7 +322,7 @@ class Participant:
         assert self.view is not None
         n = len(self.view.keys)
         me = self.view.index_of[bytes(self.node.identity.public)]
-        need = min(self.witnesses, n - 1)
+        need = min(self.roster_comparisons, n - 1)
         if len(self.confirmed) >= need:
             self.roster_confirmed = True
             return True
@@ -421,6 +457,19 @@ class Participant:
         if self.active:
             self.status = "relaying"
 
+    def check_bins(self, bins: Bins, bundle: CosignatureBundle) -> None:
+        """The witnesses co-signed this peer's own bins transcript (Problem, Roster, Bins, schedule).
+
+        Nothing of this identity's own is sent for the round before this passed.
+        """
+        assert self.view is not None
+        try:
+            verify_message(bins, bytes(self.problem.aggregator))
+        except CryptoError as exc:
+            raise Aborted(f"bins are not signed by the aggregator: {exc}") from None
+        self._verify_bundle(bundle, "bins", transcript_hash("bins", self.problem, self.view.roster, bins))
+        self.bins_checked = True
+
     def build_packets(self, bins: Bins) -> list[tuple[float, str, bytes]]:
         """This identity's packets for the round (after :meth:`open_round`).
 
@@ -428,6 +477,8 @@ class Participant:
         ``slots_per_peer`` packets; the caller schedules them.
         """
         assert self.view is not None and self.assignment is not None
+        if not self.bins_checked:
+            raise Aborted("the bins were not co-signed by the witnesses; nothing is sent")
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
         if time.time() >= bins.t_s + bins.delta:
             raise Aborted("the bins arrived after the send window closed")

@@ -31,19 +31,26 @@ answer), a roster of fewer than ``max(min_peers, min_roster_size)`` members,
 fewer than ``hops + 1`` members, or a smallest report partition
 ``floor((n − median pool) / k_p)`` below ``min_anonymity_set`` (with k_p = n
 every partition is one person: its reports are attributed by partition alone).
+
+The trust settings (:func:`peer.transcript.trust_refusal`) hold for manual
+acceptance too: a proposal declaring fewer than ``witness_threshold`` of the
+peer's trusted witnesses, open admission under ``require_credentials``, or an
+issuer outside ``trusted_issuers`` is refused either way.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from anonml.errors import AnonMLError
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import Featurizer, Instancer, PluginRef, create
 from anonml.protocol import Problem
+from peer.transcript import trust_refusal
 
 __all__ = ["PeerPolicy", "Decision", "evaluate_problem", "load_plugins", "check_roster_floors"]
 
@@ -80,6 +87,17 @@ class PeerPolicy(BaseModel):
         Test and demo mode: accept roster relay URLs that are plain ``http``
         on a loopback host. Off by default: relay URLs must be ``https``
         (:func:`anonml.protocol.check_relay_url`).
+    witnesses : list of str
+        Hex public identities of the witness services this peer trusts
+        (``anonml witness identity``). When any are named, a proposal must
+        declare at least ``witness_threshold`` of them, and no stage proceeds
+        without that many of their cosignatures on this peer's own transcript.
+    witness_threshold : int
+        Cosignatures needed from trusted witnesses.
+    require_credentials : bool
+        Refuse problems with open registration (anyone, Sybils included, may join).
+    trusted_issuers : list of str
+        Hex identities of credential issuers this peer accepts (empty: any issuer).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -122,6 +140,19 @@ class PeerPolicy(BaseModel):
             f"hops ≥ {self.min_hops}, median pool ≤ {self.max_pool_fraction:g}, "
             f"median ε ≤ {self.median_epsilon_cap:g}"
         )
+    # -- trust: witnesses and admission
+    witnesses: list[str] = Field(default_factory=list, max_length=64)
+    witness_threshold: int = Field(default=1, ge=1, le=16)
+    require_credentials: bool = False
+    trusted_issuers: list[str] = Field(default_factory=list, max_length=64)
+
+    @field_validator("witnesses", "trusted_issuers")
+    @classmethod
+    def _hex_identities(cls, keys: list[str]) -> list[str]:
+        for key in keys:
+            if not re.fullmatch(r"[0-9a-fA-F]{128}", key):
+                raise ValueError(f"{key[:20]!r} is not a public identity (128 hex digits)")
+        return [key.lower() for key in keys]
 
 
 @dataclass(frozen=True)
@@ -219,6 +250,15 @@ def evaluate_problem(
     floor = proposal_floors(problem, policy)
     if floor is not None:
         return Decision("refuse", floor)
+    refusal = trust_refusal(
+        problem,
+        trusted_witnesses=policy.witnesses,
+        witness_threshold=policy.witness_threshold,
+        require_credentials=policy.require_credentials,
+        trusted_issuers=policy.trusted_issuers,
+    )
+    if refusal is not None:
+        return Decision("refuse", refusal)
     if committed + draft.epsilon > policy.lifetime_epsilon_cap + 1e-9:
         return Decision(
             "refuse",

@@ -67,8 +67,12 @@ class PeerSettings(BaseModel):
         Aggregator base URLs to poll.
     poll_seconds : float
         Poll interval of the worker.
-    witnesses : int
-        How many other roster members to compare the roster fingerprint with.
+    roster_comparisons : int
+        How many other roster members to compare the roster fingerprint with
+        (through their relays; a second layer beside the witness service).
+    credentials_dir : Path
+        Admission credentials (``anonml credential install``), one JSON file each
+        (default ``$ANONML_HOME/peer/credentials``).
     local_token : str
         Bearer token of the local status API (generated and stored when empty).
     policy_file : Path
@@ -90,7 +94,8 @@ class PeerSettings(BaseModel):
     public_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(:\d+)?$")
     aggregators: list[str] = Field(default_factory=list)
     poll_seconds: float = Field(default=1.0, gt=0, le=3600)
-    witnesses: int = Field(default=2, ge=0, le=16)
+    roster_comparisons: int = Field(default=2, ge=0, le=16)
+    credentials_dir: Path = Field(default_factory=lambda: _home("credentials"))
     local_token: str = ""
     policy_file: Path = Field(default_factory=lambda: _home("policy.json"))
     policy: PeerPolicy = PeerPolicy()

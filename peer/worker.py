@@ -18,11 +18,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from anonml.errors import AnonMLError
-from anonml.protocol import Bins, Problem
+from anonml.errors import AnonMLError, ProtocolError
+from anonml.protocol import Bins, CosignatureBundle, Problem
 from peer.client import AggregatorClient, HTTPRefusal
 from peer.participant import Aborted, Participant
 from peer.roster import RosterView
+from peer.transcript import check_roster_entries
 
 if TYPE_CHECKING:
     from peer.host import PeerHost
@@ -47,6 +48,8 @@ class ProblemSession:
         self.participants = participants
         self.view: RosterView | None = None
         self.bins: Bins | None = None
+        self._unwitnessed: RosterView | None = None  # verified roster, waiting for its cosignatures
+        self._bins_bundle: CosignatureBundle | None = None
         self.phase = "registration"
         self.finished = False
 
@@ -92,9 +95,22 @@ class ProblemSession:
             if p.status == "accepted":
                 self._abort(p, "registration closed before this identity registered")
         if self.view is None:
-            self.view = RosterView.verify(self.client.roster(self.problem.id), self.problem)
-            view = self.view
-            self._each(lambda p: p.check_roster(view) if p.status == "registered" else None)
+            if self._unwitnessed is None:
+                view = RosterView.verify(self.client.roster(self.problem.id), self.problem)
+                try:
+                    check_roster_entries(view.roster, self.problem)
+                except ProtocolError as exc:
+                    for p in self.participants:
+                        if p.active:
+                            self._abort(p, str(exc))
+                    self.finished = True
+                    return
+                self._unwitnessed = view
+            bundle = self._bundle("roster")
+            if bundle is None:
+                return  # the witnesses have not all co-signed yet: nothing is released meanwhile
+            self.view = view = self._unwitnessed
+            self._each(lambda p: p.check_roster(view, bundle) if p.status == "registered" else None)
             for p in self.participants:
                 if p.witness is not None:
                     self.host.publish_witness(p.node.node_id, p.witness)
@@ -145,14 +161,30 @@ class ProblemSession:
                         else:
                             log.warning("identity %s cannot relay: %s", p.node.fingerprint[:12], exc)
         bins = self.bins
-        if phase == "reporting":
+        if self._bins_bundle is None:
+            self._bins_bundle = self._bundle("bins")
+            if self._bins_bundle is not None:
+                bundle = self._bins_bundle
+                self._each(lambda p: p.check_bins(bins, bundle),
+                           [p for p in self.participants if p.active and p.view is not None])
+        if phase == "reporting" and self._bins_bundle is not None:
             self._each(lambda p: self._start(p, bins),
-                       [p for p in self.participants if p.active and p.roster_confirmed and not p.built])
+                       [p for p in self.participants
+                        if p.active and p.roster_confirmed and p.bins_checked and not p.built])
         if time.time() >= bins.t_s + bins.delta:
             for p in self.participants:
                 if p.active and not p.built:
-                    self._abort(p, "the roster fingerprint could not be compared with another member "
-                                   "before the send window closed")
+                    self._abort(p, "the roster fingerprint could not be compared with another member, "
+                                   "or the bins were not co-signed, before the send window closed")
+
+    def _bundle(self, stage: str) -> CosignatureBundle | None:
+        """The stage's cosignature bundle, or None while the aggregator is still collecting it (404)."""
+        try:
+            return self.client.cosignatures(self.problem.id, stage)
+        except HTTPRefusal as exc:
+            if exc.status == 404:
+                return None
+            raise
 
     def _start(self, p: Participant, bins: Bins) -> None:
         for when, url, packet in p.build_packets(bins):

@@ -8,11 +8,19 @@ Rules (DESIGN §7; checked here, each with its own refusal):
 - its relay URL must have the one relay form, naming the registrant's own node
   id (:func:`~anonml.protocol.check_relay_url`; plain http on loopback only
   with the ``allow_loopback_http`` setting) (422, counted as "bad relay URL");
+- when the proposal admits by credentials, it carries an
+  :class:`~anonml.protocol.AdmissionCredential` from the named issuer for the
+  problem's scope, naming this identity, unexpired, issuer-signed (403);
 - registration is refused after the deadline or once closed (409), and a
   second time for one identity (409);
 - the roster is published when registration closes (deadline or admin
   ``close``) with at least ``min_peers`` members, in registration order, with
-  the token key pinned and the seed revealed (:mod:`aggregator.rounds`).
+  the token key pinned and the seed revealed (:mod:`aggregator.rounds`); each
+  entry carries its member's registration signature and credential, so peers
+  check every entry came from its identity;
+- ``GET /problems/{id}/cosignatures/{stage}`` serves the witnesses'
+  :class:`~anonml.protocol.CosignatureBundle` for ``roster`` or ``bins`` once
+  every declared witness has co-signed (404 until then).
 """
 
 from __future__ import annotations
@@ -28,12 +36,15 @@ from aggregator.deps import AdminDep, SessionDep, StateDep
 from aggregator.routes.problems import get_row, problem_status
 from anonml.crypto import CryptoError, PublicIdentity, RelayKeyCertificate
 from anonml.protocol import (
+    STAGES,
     Assignment,
+    CosignatureBundle,
     ProblemStatus,
     Registration,
     RegistrationReceipt,
     Roster,
     check_relay_url,
+    check_credential,
     sign_message,
     verify_message,
 )
@@ -108,6 +119,18 @@ def _check_and_store(problem_id: str, registration: Registration, state, session
         raise state.refuse(problem_id, "bad relay URL", 422, str(exc)) from None
     if bytes(identity) == state.public_identity:
         raise state.refuse(problem_id, "malformed", 422, "the aggregator cannot register as a peer")
+    admission = ctx.problem.draft.admission
+    if admission.mode == "credentials":
+        try:
+            check_credential(registration.credential, admission, bytes(identity), valid_at=datetime.now(UTC))
+        except (ValueError, CryptoError) as exc:
+            raise state.refuse(
+                problem_id, "no valid credential", 403, f"admission credential rejected: {exc}"
+            ) from None
+    elif registration.credential is not None:
+        raise state.refuse(
+            problem_id, "malformed", 422, "this problem's admission is open: send no credential"
+        )
     session.add(
         RegistrationRow(
             problem_id=problem_id,
@@ -115,6 +138,9 @@ def _check_and_store(problem_id: str, registration: Registration, state, session
             relay_url=registration.relay_url,
             certificate=bytes(registration.relay_certificate),
             signature=bytes(registration.signature),
+            credential_json=(
+                None if registration.credential is None else registration.credential.model_dump_json()
+            ),
         )
     )
     session.flush()
@@ -162,9 +188,15 @@ def get_assignment(problem_id: str, fingerprint: str, state: StateDep, session: 
 
     Peers re-derive it from the seed (:func:`anonml.learn.partition.verify_assignment`).
     """
-    _closed(session, problem_id)
+    row = _closed(session, problem_id)
     ctx = state.context(problem_id, session)
-    assert ctx is not None and ctx.roster is not None and ctx.plan is not None
+    assert ctx is not None
+    if ctx.plan is None or ctx.roster is None:
+        raise HTTPException(
+            status_code=409,
+            detail=f"problem {problem_id}: the plan is fixed once the witnesses co-signed the roster "
+            f"(phase {row.phase})",
+        )
     index = ctx.by_fingerprint.get(fingerprint.lower())
     if index is not None:
         entry = ctx.roster.entries[index]
@@ -181,3 +213,20 @@ def get_assignment(problem_id: str, fingerprint: str, state: StateDep, session: 
             state.identity,
         )
     raise HTTPException(status_code=404, detail=f"no roster member with fingerprint {fingerprint}")
+
+
+@router.get("/{problem_id}/cosignatures/{stage}", response_model=CosignatureBundle)
+def get_cosignatures(problem_id: str, stage: str, session: SessionDep) -> CosignatureBundle:
+    """Every declared witness's cosignature on the ``roster`` or ``bins`` transcript (404 until complete)."""
+    if stage not in STAGES:
+        raise HTTPException(
+            status_code=422, detail=f"stage must be one of {', '.join(STAGES)}, got {stage[:20]!r}"
+        )
+    row = get_row(session, problem_id)
+    text = row.roster_cosignatures_json if stage == "roster" else row.bins_cosignatures_json
+    if text is None:
+        raise HTTPException(
+            status_code=404,
+            detail=f"problem {problem_id}: the {stage} cosignatures are not complete (phase {row.phase})",
+        )
+    return CosignatureBundle.model_validate_json(text)

@@ -36,7 +36,7 @@ from anonml.crypto.identity import (
     RelayKeyCertificate,
     RoundRelayKey,
 )
-from anonml.crypto.keystore import load_identity, save_identity
+from anonml.crypto.keystore import load_identity, load_or_create_identity, save_identity
 from anonml.crypto.onion import (
     MAX_HOPS,
     MAX_REPORT_SIZE,
@@ -83,6 +83,7 @@ __all__ = [
     "NODE_ID_SIZE",
     "save_identity",
     "load_identity",
+    "load_or_create_identity",
     # group and POPRF
     "SUITE_ID",
     "Element",

@@ -35,7 +35,13 @@ from anonml.crypto.exceptions import KeyFileError, WrongPassphrase
 from anonml.crypto.identity import Identity
 from anonml.paths import private_dir
 
-__all__ = ["save_identity", "load_identity", "OPSLIMIT_MODERATE", "MEMLIMIT_MODERATE"]
+__all__ = [
+    "save_identity",
+    "load_identity",
+    "load_or_create_identity",
+    "OPSLIMIT_MODERATE",
+    "MEMLIMIT_MODERATE",
+]
 
 _FORMAT = "anonml-identity"
 _VERSION = 1
@@ -180,4 +186,21 @@ def load_identity(path: str | Path, passphrase: str | bytes | None = None) -> Id
     identity = Identity(secret[:32], secret[32:])
     if identity.fingerprint.hex() != doc.get("fingerprint"):
         raise KeyFileError(f"{path}: keys do not match the recorded fingerprint")
+    return identity
+
+
+def load_or_create_identity(path: str | Path, passphrase: str | bytes | None = None) -> Identity:
+    """The identity in ``path``, or a new one written there (mode 0600) when the file is missing.
+
+    Safe against a concurrent first start: if another process writes the file
+    between the check and our write, its identity is loaded and ours discarded.
+    """
+    path = Path(path)
+    if path.exists():
+        return load_identity(path, passphrase)
+    identity = Identity.generate()
+    try:
+        save_identity(identity, path, passphrase)
+    except KeyFileError:
+        return load_identity(path, passphrase)
     return identity

@@ -4,9 +4,17 @@ DESIGN §6: k_p horizontal peer partitions, and per partition k_h feature subset
 of k_s features each; each report is the k_s binned features plus the label.
 Membership comes from shared randomness the aggregator cannot steer: it commits
 to ``H(seed)`` when proposing a problem, reveals ``seed`` when registration
-closes, and the peers are ordered by ``H(seed ‖ roster digest ‖ peer key)``.
+closes, and the peers are ordered by ``H(seed ‖ beacon ‖ roster digest ‖ peer key)``.
+The seed alone does not suffice: the aggregator knows it while registration is
+open, so it could re-key fake identities (or choose when to close) until a
+victim lands where it wants. The ``beacon`` is
+:func:`anonml.protocol.roster_beacon` of the independent witnesses'
+deterministic signatures over the roster transcript: fixed only once the
+roster is, unknown to the aggregator before the witnesses sign, and each
+witness signs one roster per problem, so the aggregator gets one draw.
+(``beacon = b""`` — a problem without witnesses — keeps the seed-only order.)
 Every peer can recompute the whole plan from public data (commitment, seed,
-signed roster, plan parameters) and check what the aggregator told it
+beacon, signed roster, plan parameters) and check what the aggregator told it
 (:func:`verify_assignment`).
 
 The first ``median_pool_size`` peers in that order form a separate pool that
@@ -32,6 +40,7 @@ from anonml.errors import ProtocolError
 
 __all__ = [
     "SEED_BYTES",
+    "BEACON_BYTES",
     "PeerAssignment",
     "PartitionPlan",
     "commit_seed",
@@ -43,6 +52,7 @@ __all__ = [
 ]
 
 SEED_BYTES = 32
+BEACON_BYTES = 32
 _DOMAIN = b"anonml/partition/v1/"
 
 
@@ -82,8 +92,17 @@ def roster_digest(peer_keys: Sequence[bytes]) -> bytes:
     return h.digest()
 
 
-def membership_order(seed: bytes, peer_keys: Sequence[bytes]) -> np.ndarray:
-    """Indices into ``peer_keys`` sorted by ``H(seed ‖ roster digest ‖ peer key)``.
+def _check_beacon(beacon: bytes) -> bytes:
+    if not isinstance(beacon, bytes | bytearray) or len(beacon) not in (0, BEACON_BYTES):
+        raise ProtocolError(f"beacon must be empty or {BEACON_BYTES} bytes, got {beacon!r:.40}")
+    return bytes(beacon)
+
+
+def membership_order(seed: bytes, peer_keys: Sequence[bytes], beacon: bytes = b"") -> np.ndarray:
+    """Indices into ``peer_keys`` sorted by ``H(seed ‖ beacon ‖ roster digest ‖ peer key)``.
+
+    ``beacon`` is empty (no witnesses) or 32 bytes; the seed and digest are
+    32 bytes, so the concatenation is unambiguous.
 
     Returns
     -------
@@ -91,8 +110,9 @@ def membership_order(seed: bytes, peer_keys: Sequence[bytes]) -> np.ndarray:
         ``order[r]`` is the index of the peer at rank ``r``.
     """
     seed = _check_seed(seed)
+    beacon = _check_beacon(beacon)
     digest = roster_digest(peer_keys)
-    ranks = [_sha256(seed, digest, bytes(key)) for key in peer_keys]
+    ranks = [_sha256(seed, beacon, digest, bytes(key)) for key in peer_keys]
     return np.asarray(sorted(range(len(ranks)), key=ranks.__getitem__), dtype=np.int64)
 
 
@@ -153,6 +173,8 @@ class PartitionPlan:
     ----------
     seed : bytes
         The revealed 32-byte seed.
+    beacon : bytes
+        The witnesses' beacon (empty without witnesses).
     roster : bytes
         :func:`roster_digest` of the closed roster.
     order : ndarray of shape (n_peers,)
@@ -166,6 +188,7 @@ class PartitionPlan:
     """
 
     seed: bytes
+    beacon: bytes
     roster: bytes
     order: np.ndarray
     median_pool_size: int
@@ -218,6 +241,7 @@ def make_plan(
     subset_size: int = 1,
     subsets: Sequence[Sequence[int]] | None = None,
     median_pool_size: int = 0,
+    beacon: bytes = b"",
 ) -> PartitionPlan:
     """Build the partition plan every party can recompute.
 
@@ -237,6 +261,9 @@ def make_plan(
         ``h < k_h``. When omitted, :func:`random_subsets` draws them from the seed.
     median_pool_size : int, default=0
         Peers set apart to answer median queries only.
+    beacon : bytes, default=b""
+        :func:`anonml.protocol.roster_beacon` of the witnesses' cosignatures on
+        the roster transcript (module docstring); empty without witnesses.
 
     Raises
     ------
@@ -259,12 +286,13 @@ def make_plan(
         )
     else:
         chosen = _given_subsets(subsets, n_features, n_partitions, n_subsets, subset_size)
-    order = membership_order(seed, peer_keys)
+    order = membership_order(seed, peer_keys, beacon)
     report = n_peers - median_pool_size
     sizes = [report // n_partitions + (1 if p < report % n_partitions else 0) for p in range(n_partitions)]
     bounds = tuple(int(b) for b in np.cumsum([median_pool_size, *sizes]))
     return PartitionPlan(
         seed=_check_seed(seed),
+        beacon=_check_beacon(beacon),
         roster=roster_digest(peer_keys),
         order=order,
         median_pool_size=median_pool_size,
@@ -311,12 +339,15 @@ def verify_assignment(
     subset_size: int = 1,
     subsets: Sequence[Sequence[int]] | None = None,
     median_pool_size: int = 0,
+    beacon: bytes = b"",
 ) -> PeerAssignment:
     """Peer-side check of the assignment the aggregator announced.
 
-    Recomputes the plan from the public inputs and returns the peer's
-    assignment if and only if the seed matches the commitment made at proposal
-    time, the peer is on the roster, and the claim equals the recomputation.
+    Recomputes the plan from the public inputs (with the ``beacon`` the peer
+    derived itself from the verified witness cosignatures) and returns the
+    peer's assignment if and only if the seed matches the commitment made at
+    proposal time, the peer is on the roster, and the claim equals the
+    recomputation.
 
     Raises
     ------
@@ -339,6 +370,7 @@ def verify_assignment(
         subset_size=subset_size,
         subsets=subsets,
         median_pool_size=median_pool_size,
+        beacon=beacon,
     )
     actual = plan.assignment(roster_index)
     if actual != claimed:

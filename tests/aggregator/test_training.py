@@ -38,6 +38,7 @@ def _problem(kp: int) -> tuple[Problem, Roster, Bins]:
             identity=bytes(p.public),
             relay_url="http://127.0.0.1:1/r",
             relay_certificate=bytes(p.new_round_relay_key(1)[1]),
+            registration_signature=bytes(64),  # training reads no signature
         )
         for p in peers
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import stat
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,27 @@ def test_budgets_and_model_quality(run):
     assert result.median_answers > 0
     assert abs(result.auc - mean) <= 4 * sd + 0.02, (result.auc, mean, sd)
     assert set(result.phase_seconds) >= {"registration", "median rounds", "report round"}
+
+
+@pytest.mark.slow
+def test_a_witness_process_cosigned_exactly_the_roster_and_the_bins(run):
+    result, workdir = run
+    home = workdir / "witness"
+    # The witness ran as its own process (anonml witness serve) with its own home and log.
+    assert result.witness_log == 2
+    stages = _rows(home / "witness.db", "SELECT stage, problem_id FROM cosignatures ORDER BY id")
+    assert stages == [("roster", result.problem_id), ("bins", result.problem_id)]
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    for path in home.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path.name
+    # The aggregator published the bundles the peers checked, on the witness's statements.
+    db = workdir / "aggregator.db"
+    ((roster_bundle, bins_bundle),) = _rows(
+        db, "SELECT roster_cosignatures_json, bins_cosignatures_json FROM problems"
+    )
+    logged = [
+        json.loads(j)
+        for (j,) in _rows(home / "witness.db", "SELECT cosignature_json FROM cosignatures ORDER BY id")
+    ]
+    assert json.loads(roster_bundle)["cosignatures"] == [logged[0]]
+    assert json.loads(bins_bundle)["cosignatures"] == [logged[1]]

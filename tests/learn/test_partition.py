@@ -151,3 +151,45 @@ def test_membership_is_close_to_uniform_over_seeds():
         hits += int(plan.assignment(0).index == 0)
     assert abs(hits - 80) <= 32
     assert np.isfinite(hits)
+
+
+BEACON = hashlib.blake2b(b"witness signatures", digest_size=32).digest()
+
+
+def test_order_with_a_beacon_is_sha256_of_seed_beacon_roster_and_key():
+    digest = roster_digest(KEYS)
+    expected = sorted(
+        range(len(KEYS)), key=lambda i: hashlib.sha256(SEED + BEACON + digest + KEYS[i]).digest()
+    )
+    assert membership_order(SEED, KEYS, BEACON).tolist() == expected
+    assert membership_order(SEED, KEYS, BEACON).tolist() != membership_order(SEED, KEYS).tolist()
+    plan = _plan(beacon=BEACON)
+    assert plan.beacon == BEACON and plan.order.tolist() == expected
+
+
+def test_the_beacon_must_be_empty_or_32_bytes():
+    for bad in (b"x", bytes(31), bytes(33), "not bytes"):
+        with pytest.raises(ProtocolError, match="beacon must be empty or 32 bytes"):
+            make_plan(SEED, KEYS, 11, n_partitions=2, beacon=bad)
+
+
+def test_verification_uses_the_peers_own_beacon():
+    plan = _plan(beacon=BEACON)
+    moved = [i for i in range(len(KEYS)) if plan.assignment(i) != _plan().assignment(i)]
+    assert moved  # the beacon changes where peers land
+    i = moved[0]
+    claimed = plan.assignment(i)
+    assert verify_assignment(claimed, my_key=KEYS[i], **_public(beacon=BEACON)) == claimed
+    # The aggregator announcing the seed-only plan is caught by a peer that holds the beacon.
+    with pytest.raises(ProtocolError, match="differs from the one the seed gives"):
+        verify_assignment(_plan().assignment(i), my_key=KEYS[i], **_public(beacon=BEACON))
+
+
+def test_membership_is_close_to_uniform_over_beacons():
+    # With the seed fixed, the beacon alone moves a peer: Binomial(400, 0.2) for partition 0.
+    hits = sum(
+        int(make_plan(SEED, KEYS, 11, n_partitions=5, beacon=hashlib.sha256(b"b-%d" % s).digest())
+            .assignment(0).index == 0)
+        for s in range(400)
+    )
+    assert abs(hits - 80) <= 32

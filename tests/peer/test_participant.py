@@ -42,7 +42,7 @@ def _host(nodes: list[PeerNode], db: Path, url: str) -> PeerHost:
         PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=4.0),
         [url],
         poll_seconds=0.1,
-        witnesses=2,
+        roster_comparisons=2,
         workers=4,
     )
 

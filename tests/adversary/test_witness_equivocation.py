@@ -1,0 +1,298 @@
+"""Equivocation and Sybil isolation against real peer hosts, a real aggregator and a real witness.
+
+A malicious aggregator shows one target peer something other than what the
+others (and the witness) see: other bins (3 cuts instead of 1), another
+absolute schedule, another signed copy of the Problem (ε 0.99), or a roster
+stuffed with Sybils under a credentials problem. Each is signed with the
+aggregator's real key, so every signature check passes; the target must
+still stop before releasing anything (its ledger stays empty, it sends no
+packet), because the witness co-signs one transcript per stage and the
+target's own transcript is not it — and the aggregator cannot get it co-signed.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from anonml.crypto import Identity
+from anonml.demo import dropout_draft, simulate_peers
+from anonml.plugins import PluginRef, create
+from anonml.protocol import (
+    Admission,
+    AdmissionCredential,
+    Bins,
+    Registration,
+    Roster,
+    RosterEntry,
+    WitnessRef,
+    sign_message,
+    transcript_hash,
+)
+from peer.app import start_peer_server
+from peer.client import AggregatorClient
+from peer.db import PeerDB
+from peer.host import PeerHost
+from peer.participant import PeerNode
+from peer.policy import PeerPolicy
+from peer.witness import WitnessSettings, start_witness_server
+from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
+from tests.aggregator.helpers import ADMIN, propose, status, wait_phase
+from tests.witness.helpers import ask_witness
+
+FEATURES = ["time_on_site_minutes", "video_seconds_watched", "seq_navigations", "distinct_problems"]
+ISSUER = Identity.generate()
+SCOPE = "course:adversary"
+
+
+class EquivocatingClient(AggregatorClient):
+    """The aggregator's answers to the target: ``bins`` or ``roster`` replaced, validly signed."""
+
+    def __init__(self, base_url: str, signer: Identity, *, bins=None, roster=None) -> None:
+        super().__init__(base_url)
+        self.signer, self._bins, self._roster = signer, bins, roster
+
+    def bins(self, problem_id: str) -> Bins:
+        honest = super().bins(problem_id)
+        if self._bins is None:
+            return honest
+        return sign_message(self._bins(honest), self.signer)
+
+    def roster(self, problem_id: str) -> Roster:
+        honest = super().roster(problem_id)
+        if self._roster is None:
+            return honest
+        return sign_message(self._roster(honest), self.signer)
+
+
+def _host(nodes, db: Path, url: str, witness_hex: str, credentials=(), discover: bool = True) -> PeerHost:
+    return PeerHost(
+        nodes,
+        PeerDB(f"sqlite:///{db}"),
+        PeerPolicy(
+            auto_accept=True, max_epsilon_per_problem=4.0, witnesses=[witness_hex], witness_threshold=1
+        ),
+        [url] if discover else [],
+        poll_seconds=0.1,
+        roster_comparisons=2,
+        credentials=credentials,
+        workers=4,
+    )
+
+
+def _credential(subject: Identity) -> AdmissionCredential:
+    return sign_message(
+        AdmissionCredential(
+            issuer=bytes(ISSUER.public),
+            subject=bytes(subject.public),
+            scope=SCOPE,
+            not_after=datetime.now(UTC) + timedelta(days=1),
+            signature=bytes(64),
+        ),
+        ISSUER,
+    )
+
+
+@pytest.fixture
+def world(request: pytest.FixtureRequest, tmp_path: Path):
+    agg = request.getfixturevalue("aggregator")
+    simulated, _ = simulate_peers(8, tmp_path, weeks=4, history_weeks=2, seed=3, features=FEATURES)
+    witness = start_witness_server(WitnessSettings(home=tmp_path / "witness", port=0))
+    nodes = [
+        PeerNode(p.identity, p.store, p.ledger, user=p.username, rng=np.random.default_rng(i))
+        for i, p in enumerate(simulated)
+    ]
+    try:
+        yield agg, witness, nodes, tmp_path
+    finally:
+        witness.stop()
+        for p in simulated:
+            p.store.close()
+            p.ledger.close()
+
+
+def _draft(witness, *, admission: Admission | None = None):
+    featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
+    d = dropout_draft(
+        featurizer.features(),
+        history_weeks=2,
+        weeks=4,
+        epsilon=2.0,
+        min_peers=4,
+        pool_fraction=0.0,
+        report_delay_seconds=1.5,
+        send_window_seconds=1.5,
+        release_window_seconds=1.0,
+        witnesses=[WitnessRef(identity=witness.identity, url=witness.url)],
+        witness_seconds=3.0,
+    )
+    return d if admission is None else d.model_copy(update={"admission": admission})
+
+
+def _wait_registered(url: str, pid: str, target: PeerHost, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while pid not in target.sessions or status(url, pid).registered < 8:
+        assert time.monotonic() < deadline, "not every peer registered"
+        time.sleep(0.05)
+
+
+def _wait_aborted(host: PeerHost, pid: str, fingerprint: str, timeout: float = 40.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        row = host.db.participation(pid, fingerprint)
+        if row is not None and row.status == "aborted":
+            return row.reason
+        assert time.monotonic() < deadline, f"target never stopped (status {row.status if row else None})"
+        time.sleep(0.05)
+
+
+def _released_nothing(host: PeerHost, node: PeerNode) -> None:
+    assert node.ledger.releases(peer=node.fingerprint) == []  # no report, no median answer
+    assert host.counters["packets sent"] == 0  # no packet, not even cover
+
+
+def _honest_peers_finish(url: str, pid: str) -> None:
+    final = wait_phase(url, pid, ("done", "failed"), timeout=60)
+    assert final.phase == "done", final.message
+
+
+def _three_cuts(b: Bins) -> Bins:
+    return b.model_copy(update={"edges": tuple((e[0] / 2, e[0], e[0] * 1.5) if e else e for e in b.edges)})
+
+
+def _other_schedule(b: Bins) -> Bins:
+    return b.model_copy(update={"t_s": b.t_s + 0.25, "t_r": b.t_r + 0.25})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forge", [_three_cuts, _other_schedule], ids=["three-cuts", "schedule"])
+def test_a_target_shown_other_bins_refuses_before_sending_anything(world, forge):
+    agg, witness, nodes, tmp = world
+    honest = start_peer_server(_host(nodes[:7], tmp / "a.db", agg.url, witness.identity.hex()))
+    target_host = _host(nodes[7:], tmp / "b.db", agg.url, witness.identity.hex())
+    target = start_peer_server(target_host)
+    try:
+        problem = propose(agg.url, _draft(witness))
+        _wait_registered(agg.url, problem.id, target_host)
+        liar = EquivocatingClient(agg.url, agg.state.identity, bins=forge)
+        session = target_host.sessions[problem.id]
+        session.client = liar
+        for p in session.participants:
+            p.client = liar
+        requests.post(f"{agg.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+        reason = _wait_aborted(target_host, problem.id, nodes[7].fingerprint)
+        assert "bins not witnessed" in reason and "different bins documents" in reason
+        _released_nothing(target_host, nodes[7])
+        # The aggregator cannot have the target's bins co-signed: the witness holds the honest ones.
+        view = session.view
+        forged = transcript_hash("bins", problem, view.roster, liar.bins(problem.id))
+        refused = ask_witness(witness.url, agg.state.identity, problem.id, forged, stage="bins")
+        assert refused.status_code == 409
+        # The honest peers are unaffected: the problem completes with their reports.
+        _honest_peers_finish(agg.url, problem.id)
+    finally:
+        honest.stop()
+        target.stop()
+
+
+@pytest.mark.slow
+def test_a_target_holding_another_copy_of_the_problem_refuses_before_releasing_anything(world):
+    agg, witness, nodes, tmp = world
+    honest = start_peer_server(_host(nodes[:7], tmp / "a.db", agg.url, witness.identity.hex()))
+    # The target learns of proposals only through what the aggregator shows it (below).
+    target_host = _host(nodes[7:], tmp / "b.db", agg.url, witness.identity.hex(), discover=False)
+    target = start_peer_server(target_host)
+    try:
+        problem = propose(agg.url, _draft(witness))
+        # The target is shown its own copy of the proposal, ε 0.99, validly signed (same id).
+        copy = sign_message(
+            problem.model_copy(update={"draft": problem.draft.model_copy(update={"epsilon": 0.99})}),
+            agg.state.identity,
+        )
+        assert target_host.db.record_proposal(copy.id, agg.url, copy.model_dump_json())
+        assert target_host.decide(copy)[nodes[7].fingerprint].verdict == "accept"
+        _wait_registered(agg.url, problem.id, target_host)
+        requests.post(f"{agg.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+        reason = _wait_aborted(target_host, problem.id, nodes[7].fingerprint)
+        assert "roster not witnessed" in reason and "different roster documents" in reason
+        _released_nothing(target_host, nodes[7])
+        assert target_host.sessions[problem.id].participants[0].tokens is None  # not even a token
+        # The target's roster transcript (with its copy of the Problem) cannot be co-signed now.
+        forged = transcript_hash("roster", copy, AggregatorClient(agg.url).roster(problem.id))
+        assert ask_witness(witness.url, agg.state.identity, problem.id, forged).status_code == 409
+        _honest_peers_finish(agg.url, problem.id)
+    finally:
+        honest.stop()
+        target.stop()
+
+
+@pytest.mark.slow
+def test_sybils_stuffed_into_a_credentials_roster_are_refused_by_the_victim(world):
+    agg, witness, nodes, tmp = world
+    creds = [_credential(n.identity) for n in nodes]
+    admission = Admission(mode="credentials", issuer=bytes(ISSUER.public), scope=SCOPE)
+    honest = start_peer_server(
+        _host(nodes[:7], tmp / "a.db", agg.url, witness.identity.hex(), credentials=creds[:7])
+    )
+    victim_host = _host(
+        nodes[7:], tmp / "b.db", agg.url, witness.identity.hex(), credentials=creds[7:]
+    )
+    victim = start_peer_server(victim_host)
+    try:
+        problem = propose(agg.url, _draft(witness, admission=admission))
+        # The honest aggregator path: Sybils without credentials cannot even register.
+        sybils = [Identity.generate() for _ in range(7)]
+
+        def registration(s: Identity) -> Registration:
+            return sign_message(
+                Registration(
+                    problem_id=problem.id,
+                    identity=bytes(s.public),
+                    relay_url="http://127.0.0.1:9/relay/s",
+                    relay_certificate=bytes(s.new_round_relay_key(problem.round_id)[1]),
+                    signature=bytes(64),
+                ),
+                s,
+            )
+
+        def entry(s: Identity) -> RosterEntry:
+            reg = registration(s)
+            return RosterEntry(
+                identity=reg.identity,
+                relay_url=reg.relay_url,
+                relay_certificate=reg.relay_certificate,
+                registration_signature=reg.signature,
+            )
+
+        refused = requests.post(
+            f"{agg.url}/problems/{problem.id}/registrations",
+            data=registration(sybils[0]).model_dump_json(),
+            headers={"content-type": "application/json"},
+            timeout=30,
+        )
+        assert refused.status_code == 403
+        _wait_registered(agg.url, problem.id, victim_host)
+
+        # The malicious path: the victim is shown a roster of itself and the aggregator's Sybils.
+        def isolate(honest_roster: Roster) -> Roster:
+            mine = [e for e in honest_roster.entries if bytes(e.identity) == bytes(nodes[7].identity.public)]
+            return honest_roster.model_copy(update={"entries": tuple(mine + [entry(s) for s in sybils])})
+
+        liar = EquivocatingClient(agg.url, agg.state.identity, roster=isolate)
+        session = victim_host.sessions[problem.id]
+        session.client = liar
+        for p in session.participants:
+            p.client = liar
+        requests.post(f"{agg.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+        reason = _wait_aborted(victim_host, problem.id, nodes[7].fingerprint)
+        assert "credential not valid" in reason
+        _released_nothing(victim_host, nodes[7])
+        _honest_peers_finish(agg.url, problem.id)
+    finally:
+        honest.stop()
+        victim.stop()

@@ -1,0 +1,187 @@
+"""The witness service over real HTTP: one transcript per (aggregator, problem, stage), an append-only log."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from anonml.crypto import Identity
+from anonml.protocol import (
+    Cosignature,
+    CosignRequest,
+    TranscriptStatement,
+    WitnessLogEntry,
+    sign_message,
+    verify_message,
+)
+from peer.witness import WitnessSettings, start_witness_server
+
+AGGREGATOR = Identity.generate()
+JSON = {"content-type": "application/json"}
+
+
+def request(
+    transcript: bytes,
+    *,
+    problem: str = "p-0001",
+    stage: str = "roster",
+    signer: Identity = AGGREGATOR,
+    aggregator: Identity = AGGREGATOR,
+) -> CosignRequest:
+    statement = TranscriptStatement(
+        aggregator=bytes(aggregator.public), problem_id=problem, stage=stage, transcript=transcript
+    )
+    return sign_message(
+        CosignRequest(statement=statement, signature=bytes(64)), signer
+    )  # raw, for bad bodies
+
+
+def cosign(url: str, body: CosignRequest | str | bytes) -> requests.Response:
+    data = body if isinstance(body, str | bytes) else body.model_dump_json()
+    return requests.post(f"{url}/cosign", data=data, headers=JSON, timeout=30)
+
+
+def test_first_transcript_is_cosigned_the_same_again_and_any_other_refused(witness):
+    first = cosign(witness.url, request(b"\x01" * 32))
+    assert first.status_code == 200, first.text
+    signed = Cosignature.model_validate_json(first.content)
+    assert bytes(signed.witness) == witness.identity
+    assert bytes(signed.statement.transcript) == b"\x01" * 32
+    verify_message(signed, witness.identity)  # raises if not the witness's signature
+    again = cosign(witness.url, request(b"\x01" * 32))
+    assert again.status_code == 200 and again.content == first.content  # idempotent, byte for byte
+    other = cosign(witness.url, request(b"\x02" * 32))
+    assert other.status_code == 409
+    detail = other.json()["detail"]
+    assert "already co-signed transcript " + "01" * 32 in detail and "log index 0" in detail
+    # Other stage, other problem, other aggregator: separate triples.
+    assert cosign(witness.url, request(b"\x02" * 32, stage="bins")).status_code == 200
+    assert cosign(witness.url, request(b"\x02" * 32, problem="p-0002")).status_code == 200
+    other_agg = Identity.generate()
+    assert (
+        cosign(witness.url, request(b"\x02" * 32, signer=other_agg, aggregator=other_agg)).status_code == 200
+    )
+    log = [WitnessLogEntry.model_validate(e) for e in requests.get(f"{witness.url}/log", timeout=30).json()]
+    assert [e.index for e in log] == [0, 1, 2, 3]
+    assert [e.cosignature.statement.stage for e in log] == ["roster", "bins", "roster", "roster"]
+    assert log[0].cosignature == signed
+
+
+def test_requests_not_signed_by_the_named_aggregator_are_refused(witness):
+    impostor = Identity.generate()
+    forged = request(b"\x03" * 32, signer=impostor)  # claims AGGREGATOR, signed by someone else
+    response = cosign(witness.url, forged)
+    assert response.status_code == 403 and "not signed by the aggregator" in response.json()["detail"]
+    # An aggregator "identity" that is not a valid curve point is refused the same way.
+    statement = TranscriptStatement(
+        aggregator=b"\xff" * 64, problem_id="p-0001", stage="roster", transcript=b"\x03" * 32
+    )
+    junk = CosignRequest(statement=statement, signature=b"\x01" * 64)
+    response = cosign(witness.url, junk)
+    assert response.status_code == 403 and "not a valid prime-order point" in response.json()["detail"]
+    # Nothing was recorded: the real aggregator can still have another transcript co-signed.
+    assert cosign(witness.url, request(b"\x04" * 32)).status_code == 200
+    assert len(requests.get(f"{witness.url}/log", timeout=30).json()) == 1
+
+
+@pytest.mark.parametrize(
+    "body, where",
+    [
+        ("{", "malformed cosign request"),
+        ('{"statement": {}, "signature": "AAAA"}', "statement"),
+        (request(b"\x01" * 31 + b"\x00").model_dump_json().replace('"roster"', '"medians"'), "stage"),
+    ],
+)
+def test_malformed_bodies_are_refused_naming_where(witness, body: str, where: str):
+    response = cosign(witness.url, body)
+    assert response.status_code == 422 and where in response.json()["detail"]
+
+
+def test_oversized_bodies_are_refused_before_parsing(witness):
+    response = cosign(witness.url, b"x" * 20_000)
+    assert response.status_code == 413
+
+
+def test_lookup_and_log_pages_validate_their_input(witness):
+    agg = bytes(AGGREGATOR.public).hex()
+    assert requests.get(f"{witness.url}/cosignatures/{agg}/p-0001/roster", timeout=30).status_code == 404
+    for i in range(5):
+        assert cosign(witness.url, request(bytes([i]) * 32, problem=f"p-000{i}")).status_code == 200
+    found = requests.get(f"{witness.url}/cosignatures/{agg}/p-0003/roster", timeout=30)
+    assert found.status_code == 200
+    assert bytes(Cosignature.model_validate_json(found.content).statement.transcript) == bytes([3]) * 32
+    assert requests.get(f"{witness.url}/cosignatures/{agg}/p-0003/bins", timeout=30).status_code == 404
+    assert requests.get(f"{witness.url}/cosignatures/{agg}/p-0003/medians", timeout=30).status_code == 422
+    assert requests.get(f"{witness.url}/cosignatures/zz/p-0003/roster", timeout=30).status_code == 422
+    page = requests.get(f"{witness.url}/log", params={"start": 2, "limit": 2}, timeout=30).json()
+    assert [e["index"] for e in page] == [2, 3]
+    for bad in ({"start": -1}, {"limit": 0}, {"limit": 1001}, {"start": "x"}):
+        assert requests.get(f"{witness.url}/log", params=bad, timeout=30).status_code == 422
+    ident = requests.get(f"{witness.url}/identity", timeout=30).json()
+    assert ident["identity"] == witness.identity.hex()
+
+
+def test_concurrent_different_transcripts_get_exactly_one_cosignature(witness):
+    transcripts = [bytes([i + 1]) * 32 for i in range(12)]
+    with ThreadPoolExecutor(6) as pool:
+        responses = list(pool.map(lambda t: cosign(witness.url, request(t, problem="p-race")), transcripts))
+    codes = sorted(r.status_code for r in responses)
+    assert codes.count(200) == 1 and codes.count(409) == 11
+    assert len(requests.get(f"{witness.url}/log", timeout=30).json()) == 1
+
+
+def test_state_survives_a_restart_and_files_are_private(tmp_path: Path):
+    settings = WitnessSettings(home=tmp_path / "w", port=0)
+    first = start_witness_server(settings)
+    try:
+        assert cosign(first.url, request(b"\x07" * 32)).status_code == 200
+        identity = first.identity
+    finally:
+        first.stop()
+    second = start_witness_server(settings)
+    try:
+        assert second.identity == identity  # the same key file
+        refused = cosign(second.url, request(b"\x08" * 32))
+        assert refused.status_code == 409  # the log outlived the process: still one transcript
+        assert cosign(second.url, request(b"\x07" * 32)).status_code == 200
+    finally:
+        second.stop()
+    assert stat.S_IMODE((tmp_path / "w").stat().st_mode) == 0o700
+    for name in os.listdir(tmp_path / "w"):
+        assert stat.S_IMODE((tmp_path / "w" / name).stat().st_mode) == 0o600, name
+
+
+def test_the_witness_never_imports_the_aggregator():
+    code = (
+        "import sys, peer.witness, anonml.commands.witness; "
+        "bad = sorted(m for m in sys.modules if m == 'aggregator' or m.startswith('aggregator.')); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_cli_serve_runs_a_witness_process(tmp_path: Path):
+    from peer.witness import start_witness_process
+
+    process = start_witness_process(tmp_path / "w")
+    try:
+        assert requests.get(f"{process.url}/healthz", timeout=30).json()["identity"] == process.identity.hex()
+        assert cosign(process.url, request(b"\x09" * 32)).status_code == 200
+        assert cosign(process.url, request(b"\x0a" * 32)).status_code == 409
+    finally:
+        process.stop()
+    shown = subprocess.run(
+        [sys.executable, "-m", "anonml", "witness", "identity", "--home", str(tmp_path / "w")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0 and shown.stdout.strip() == process.identity.hex()
