@@ -28,7 +28,7 @@ from anonml.crypto import (
     build_packet,
 )
 from anonml.privacy import PrivacyLedger
-from anonml.protocol import check_relay_url, sign_message
+from anonml.protocol import CosignatureBundle, check_relay_url, sign_message
 from anonml.store import EventStore
 from peer.client import AggregatorClient, fetch_witness
 from peer.dispatch import Dispatcher, OutboundError, fetch, post
@@ -196,8 +196,9 @@ def test_a_peer_fetches_nothing_from_a_roster_with_a_query_string_url(aggregator
         participant = Participant(
             node, problem, AggregatorClient(aggregator.url), relay, "http://127.0.0.1:9"
         )
-        with pytest.raises(Aborted, match="relay URL is refused"):
-            participant.check_roster(view)
+        unwitnessed = CosignatureBundle(problem_id=problem.id, stage="roster", cosignatures=())
+        with pytest.raises(Aborted, match="relay URL is refused"):  # before the bundle is even looked at
+            participant.check_roster(view, unwitnessed)
         # A relay opened for this roster (an aborted identity still relays) drops the route too.
         relay.open_round(
             RelayRound(
@@ -366,7 +367,7 @@ def test_a_round_completes_past_a_trickling_member_and_senders_count_what_a_drop
         PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=4.0),
         [aggregator.url],
         poll_seconds=0.1,
-        witnesses=2,
+        roster_comparisons=2,
         workers=8,
     )
     server = start_peer_server(host)

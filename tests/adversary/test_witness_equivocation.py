@@ -74,7 +74,7 @@ def _host(nodes, db: Path, url: str, witness_hex: str, credentials=(), discover:
     return PeerHost(
         nodes,
         PeerDB(f"sqlite:///{db}"),
-        PeerPolicy(
+        PeerPolicy.for_simulation(
             auto_accept=True, max_epsilon_per_problem=4.0, witnesses=[witness_hex], witness_threshold=1
         ),
         [url] if discover else [],
@@ -253,7 +253,7 @@ def test_sybils_stuffed_into_a_credentials_roster_are_refused_by_the_victim(worl
                 Registration(
                     problem_id=problem.id,
                     identity=bytes(s.public),
-                    relay_url="http://127.0.0.1:9/relay/s",
+                    relay_url=f"http://127.0.0.1:9/relay/{s.public.node_id.hex()}",
                     relay_certificate=bytes(s.new_round_relay_key(problem.round_id)[1]),
                     signature=bytes(64),
                 ),

@@ -49,8 +49,9 @@ def credential(
 
 
 def registration(
-    peer: Identity, problem, cred: AdmissionCredential | None, relay: str = "http://127.0.0.1:9/relay/a"
+    peer: Identity, problem, cred: AdmissionCredential | None, relay: str | None = None
 ):
+    relay = relay or f"http://127.0.0.1:9/relay/{peer.public.node_id.hex()}"
     _, cert = peer.new_round_relay_key(problem.round_id)
     return sign_message(
         Registration(
