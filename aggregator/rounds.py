@@ -159,6 +159,8 @@ class RoundDriver:
             self._start_roster_witnessing(pid)
         elif phase == "medians":
             run = self._medians.get(pid)
+            if run is None and (pid, "roster") in self._witnessing:
+                return  # the witnessing thread committed the phase and is starting the search
             if run is None:
                 self._fail(pid, "median search state lost")
             elif run.done:

@@ -87,6 +87,11 @@ class PeerPolicy(BaseModel):
         Test and demo mode: accept roster relay URLs that are plain ``http``
         on a loopback host. Off by default: relay URLs must be ``https``
         (:func:`anonml.protocol.check_relay_url`).
+    require_witnesses : bool
+        Refuse every problem unless ``witnesses`` names at least
+        ``witness_threshold`` trusted witnesses (the default: without a witness
+        the aggregator can show this peer a roster, bins or proposal nobody
+        else sees). Only simulations turn it off.
     witnesses : list of str
         Hex public identities of the witness services this peer trusts
         (``anonml witness identity``). When any are named, a proposal must
@@ -115,6 +120,12 @@ class PeerPolicy(BaseModel):
     max_median_epsilon: float | None = Field(default=None, gt=0, le=20)
     offered_sources: list[str] | None = None
     allow_loopback_http: bool = False
+    # Trust: witnesses and admission.
+    require_witnesses: bool = True
+    witnesses: list[str] = Field(default_factory=list, max_length=64)
+    witness_threshold: int = Field(default=1, ge=1, le=16)
+    require_credentials: bool = False
+    trusted_issuers: list[str] = Field(default_factory=list, max_length=64)
 
     @classmethod
     def for_simulation(cls, **fields: Any) -> PeerPolicy:
@@ -122,10 +133,17 @@ class PeerPolicy(BaseModel):
 
         The scale floors become ``min_roster_size = 2`` and
         ``min_anonymity_set = 1`` (a few dozen simulated peers cannot meet the
-        defaults) and relays may be plain http on loopback; the route and pool
-        floors, the ε limits and everything in ``fields`` are as for any peer.
+        defaults) and relays may be plain http on loopback; witnesses are
+        required only when ``fields`` names some. The route and pool floors, the
+        ε limits and everything in ``fields`` are as for any peer.
         """
-        return cls(**{"min_roster_size": 2, "min_anonymity_set": 1, "allow_loopback_http": True, **fields})
+        defaults = {
+            "min_roster_size": 2,
+            "min_anonymity_set": 1,
+            "allow_loopback_http": True,
+            "require_witnesses": bool(fields.get("witnesses")),
+        }
+        return cls(**{**defaults, **fields})
 
     @property
     def median_epsilon_cap(self) -> float:
@@ -140,11 +158,6 @@ class PeerPolicy(BaseModel):
             f"hops ≥ {self.min_hops}, median pool ≤ {self.max_pool_fraction:g}, "
             f"median ε ≤ {self.median_epsilon_cap:g}"
         )
-    # -- trust: witnesses and admission
-    witnesses: list[str] = Field(default_factory=list, max_length=64)
-    witness_threshold: int = Field(default=1, ge=1, le=16)
-    require_credentials: bool = False
-    trusted_issuers: list[str] = Field(default_factory=list, max_length=64)
 
     @field_validator("witnesses", "trusted_issuers")
     @classmethod
@@ -250,6 +263,13 @@ def evaluate_problem(
     floor = proposal_floors(problem, policy)
     if floor is not None:
         return Decision("refuse", floor)
+    if policy.require_witnesses and len(policy.witnesses) < policy.witness_threshold:
+        return Decision(
+            "refuse",
+            f"this peer trusts {len(policy.witnesses)} witness(es) and its policy requires "
+            f"{policy.witness_threshold}: name the witnesses you trust "
+            "(anonml peer start --witness <identity hex>)",
+        )
     refusal = trust_refusal(
         problem,
         trusted_witnesses=policy.witnesses,

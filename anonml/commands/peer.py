@@ -98,6 +98,29 @@ def start(
         list[str] | None,
         typer.Option("--offer-source", help="An event source you offer (repeatable; default: all)."),
     ] = None,
+    witness: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--witness",
+            help="Hex identity of a witness you trust (repeatable; `anonml witness identity` prints it).",
+        ),
+    ] = None,
+    witness_threshold: Annotated[
+        int | None,
+        typer.Option("--witness-threshold", help="Cosignatures needed from trusted witnesses.", show_default="1"),
+    ] = None,
+    require_credentials: Annotated[
+        bool | None,
+        typer.Option(
+            "--require-credentials/--allow-open",
+            help="Refuse problems anyone may register for.",
+            show_default="allow-open",
+        ),
+    ] = None,
+    trusted_issuer: Annotated[
+        list[str] | None,
+        typer.Option("--trusted-issuer", help="Hex identity of a credential issuer you accept (repeatable)."),
+    ] = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print only the start-up lines, not what the peer does.")
     ] = False,
@@ -135,6 +158,10 @@ def start(
                 "min_hops": min_hops,
                 "max_pool_fraction": max_pool_fraction,
                 "offered_sources": offer_source or None,
+                "witnesses": witness or None,
+                "witness_threshold": witness_threshold,
+                "require_credentials": require_credentials,
+                "trusted_issuers": trusted_issuer or None,
             }.items()
             if v is not None
         }
@@ -171,7 +198,9 @@ def _policy_text(settings: PeerSettings) -> str:
     return (
         f"ε ≤ {policy.max_epsilon_per_problem:g} per problem, lifetime ≤ {policy.lifetime_epsilon_cap:g}, "
         f"{'auto-accept' if policy.auto_accept else 'ask first'}; floors: {policy.floors_text()}; "
-        f"sources offered: {sources}"
+        f"sources offered: {sources}; witnesses trusted: {len(policy.witnesses)} "
+        f"(need {policy.witness_threshold}{'' if policy.require_witnesses else ', not required'}); "
+        f"{'credentials required' if policy.require_credentials else 'open registration accepted'}"
     )
 
 

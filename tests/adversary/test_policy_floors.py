@@ -17,7 +17,9 @@ from anonml.protocol import Roster
 from peer.policy import PeerPolicy
 from tests.adversary.malicious import MaliciousAggregator, mooc_draft, start_peers, wait_until
 
-POLICY = PeerPolicy(auto_accept=True, max_epsilon_per_problem=4.0, allow_loopback_http=True)  # the default floors
+POLICY = PeerPolicy(  # the default floors (no witness runs here: the floors alone refuse)
+    auto_accept=True, max_epsilon_per_problem=4.0, allow_loopback_http=True, require_witnesses=False
+)
 
 
 def _released_nothing_to(adversary: MaliciousAggregator, tag: str) -> None:

@@ -44,7 +44,9 @@ def problem(**changes) -> Problem:
     )
 
 
-AUTO = PeerPolicy(auto_accept=True, max_epsilon_per_problem=2.0, lifetime_epsilon_cap=5.0)
+AUTO = PeerPolicy(
+    require_witnesses=False, auto_accept=True, max_epsilon_per_problem=2.0, lifetime_epsilon_cap=5.0
+)
 
 
 def test_accepts_within_policy_and_maps_features_by_name():
@@ -93,13 +95,25 @@ def test_lifetime_cap_is_never_passed_even_by_the_user():
 
 
 def test_allow_lists_and_asking_first():
-    strict = PeerPolicy(auto_accept=True, allowed_featurizers=["declarative"])
+    strict = PeerPolicy(require_witnesses=False, auto_accept=True, allowed_featurizers=["declarative"])
     d = evaluate_problem(problem(), strict, 0.0)
     assert d.verdict == "refuse" and "allowed list" in d.reason
-    pinned = PeerPolicy(auto_accept=True, allowed_featurizers=["mooc_engagement==1.0"])
+    pinned = PeerPolicy(
+        require_witnesses=False, auto_accept=True, allowed_featurizers=["mooc_engagement==1.0"]
+    )
     assert evaluate_problem(problem(), pinned, 0.0).accept
-    ask = evaluate_problem(problem(), PeerPolicy(auto_accept=False), 0.0)
+    ask = evaluate_problem(problem(), PeerPolicy(require_witnesses=False, auto_accept=False), 0.0)
     assert ask.verdict == "ask" and not ask.accept
+
+
+def test_a_peer_that_trusts_no_witness_refuses_by_default_even_when_the_user_accepts():
+    lone = PeerPolicy(auto_accept=True, max_epsilon_per_problem=2.0)  # default: witnesses required
+    for manual in (False, True):
+        decision = evaluate_problem(problem(), lone, 0.0, manual=manual)
+        assert decision.verdict == "refuse" and "trusts 0 witness(es)" in decision.reason
+    # A simulation without witness processes opts out explicitly; naming one turns the rule back on.
+    assert evaluate_problem(problem(), PeerPolicy.for_simulation(auto_accept=True), 0.0).accept
+    assert PeerPolicy.for_simulation(witnesses=["ab" * 64]).require_witnesses
 
 
 def test_median_epsilon_above_the_budget_is_not_even_a_valid_proposal():
