@@ -38,7 +38,6 @@ __all__ = [
     "print_json",
     "parse_json_option",
     "styled",
-    "importer_candidates",
     "flags_without_type",
     "ensure_port_free",
     "untrusted",
@@ -130,24 +129,6 @@ def expected_errors() -> Iterator[None]:
             print_json(error_document(exc))
         err.print(styled(("error:", "bold red"), f" {untrusted(exc, 2000)}"))
         raise typer.Exit(code=1) from None
-
-
-def importer_candidates(per_importer: dict[str, Any]) -> list:
-    """One instance of every installed importer, with ``--params`` given per importer name."""
-    from anonml.errors import PluginNotFound
-    from anonml.plugins import iter_classes
-
-    classes = {cls.name: cls for cls in iter_classes("importer")}
-    unknown = sorted(set(per_importer) - set(classes))
-    if unknown:
-        raise PluginNotFound("importer", unknown[0], classes, detail="named in --params")
-    instances = []
-    for name, cls in classes.items():
-        options = per_importer.get(name, {})
-        if not isinstance(options, dict):
-            raise AnonMLError(f"--params: the params of {name!r} must be a JSON object")
-        instances.append(cls(options))
-    return instances
 
 
 def ensure_port_free(host: str, port: int, *, what: str = "the service") -> None:

@@ -128,7 +128,8 @@ def _write_plugin_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: 
 @pytest.mark.parametrize(
     ("module", "params", "reason"),
     [
-        ("loose_plain", "class Params(BaseModel):\n    limit: int = 1\n", "must be frozen and forbid extra keys"),
+        ("loose_plain", "class Params(BaseModel):\n    limit: int = 1\n",
+         "must be frozen and forbid extra keys"),
         ("loose_extra", "class Params(BaseModel):\n    model_config = ConfigDict(frozen=True)\n",
          "must be frozen and forbid extra keys"),
         ("loose_dict", "Params = dict\n", "must be a pydantic model subclassing anonml.plugins.PluginParams"),
