@@ -16,8 +16,8 @@ resident set (``VmHWM``, i.e. ``ru_maxrss``) is recorded, next to a bare
 is under 200 MB resident. The file lives in a temporary folder and is
 deleted afterwards.
 
-Run: ``python benchmarks/importers_b.py [--scale 1.0] [--xml-mb 1024]``;
-writes ``benchmarks/results/importers_b.json``.
+Run: ``python -m benchmarks.parse_app_exports [--scale 1.0] [--xml-mb 1024]``
+from the repository root; writes ``benchmarks/results/parse_app_exports.json``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "importers_b.json"
+RESULTS = REPO / "benchmarks" / "results" / "parse_app_exports.json"
 _T0 = datetime(2020, 1, 1, tzinfo=UTC)
 _WEBKIT_OFFSET_US = 11_644_473_600_000_000  # 1601-01-01 → 1970-01-01 in microseconds
 
@@ -46,8 +46,7 @@ _WEBKIT_OFFSET_US = 11_644_473_600_000_000  # 1601-01-01 → 1970-01-01 in micro
 _CHILD = r"""
 import csv, importlib, json, mailbox, sqlite3, sys, time
 import xml.etree.ElementTree as ET
-sys.path.insert(0, sys.argv[1])
-mode, target, path, params = sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5])
+mode, target, path, params = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 
 def rss_kib(field):
     with open("/proc/self/status") as fh:
@@ -111,7 +110,8 @@ print(json.dumps({"events": events, "errors": errors, "seconds": seconds,
 
 def _run(mode: str, target: str, path: Path, params: dict[str, Any] | None = None) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(REPO), mode, target, str(path), json.dumps(params or {})],
+        [sys.executable, "-c", _CHILD, mode, target, str(path), json.dumps(params or {})],
+        cwd=REPO,  # ``python -c`` puts the working folder first on the path: this checkout
         check=True,
         capture_output=True,
         text=True,
@@ -465,7 +465,7 @@ def main() -> None:
         file=sys.stderr,
     )
     result = {
-        "benchmark": "importers_b",
+        "benchmark": "parse_app_exports",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "machine": platform.machine(),
