@@ -541,8 +541,3 @@ def _hash_tree(folder: Path) -> str:
             digest.update(sha256_file(p).encode())
     return digest.hexdigest()
 
-
-def events_of(store: EventStore, users: Sequence[str] | None = None) -> Iterator[Dataset]:
-    """Each user's whole dataset, one at a time."""
-    for user in users if users is not None else store.users():
-        yield store.dataset(user)
