@@ -16,7 +16,7 @@ preempted by other processes is not counted; the microseconds are medians too):
 * packet build for k = 3 (sender) and packet processing per hop (relay, an
   intermediate hop), and at the final hop.
 
-Targets (issue 5): redemption check <= 4 units; per-hop processing <= 3 units;
+Targets: redemption check <= 4 units; per-hop processing <= 3 units;
 10,000 redemptions verified in <= 3 s on one core (timed end to end, separately).
 Results go to ``benchmarks/results/crypto.json``.
 

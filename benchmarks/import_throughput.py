@@ -15,7 +15,7 @@ Measures, best of ``--repeats`` runs each, on logs written by
   stdlib driver, same pragmas, same batch size). The ratio is
   ``store rows/s ÷ sqlite3 rows/s``.
 
-Targets (issue 2): >= 50,000 events/s end to end; insert-path ratio >= 0.5.
+Targets: >= 50,000 events/s end to end; insert-path ratio >= 0.5.
 Results go to ``benchmarks/results/import.json``. ``--profile`` adds the top
 functions of a cProfile run of the end-to-end import.
 

@@ -10,9 +10,9 @@ ratio importer seconds ÷ baseline seconds (the cost of typed, validated
 events over a bare read), which survives a faster or slower machine.
 
 Memory: apple_health parses a generated ``export.xml`` of ``--xml-mb``
-megabytes (default 1024, the issue's 1 GB) in a subprocess whose peak
+megabytes (default 1024: a 1 GB export) in a subprocess whose peak
 resident set (``VmHWM``, i.e. ``ru_maxrss``) is recorded, next to a bare
-``iterparse`` of the same file that clears each element. The issue's target
+``iterparse`` of the same file that clears each element. The target
 is under 200 MB resident. The file lives in a temporary folder and is
 deleted afterwards.
 

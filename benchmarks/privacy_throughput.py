@@ -12,7 +12,7 @@ same number (n * m) of uniform random bits with numpy in the same run:
 
 Timing alternates one mechanism call with one call of each baseline, using the
 thread's CPU time (a loaded machine's preemption is not counted); every pair
-gives a ratio and the median over ``--repeats`` pairs is reported. Issue 3's
+gives a ratio and the median over ``--repeats`` pairs is reported. The
 target: ratio <= 3. Results go to ``benchmarks/results/privacy_throughput.json``
 (and a bar chart beside it when matplotlib is importable).
 
