@@ -1,0 +1,1 @@
+"""Revisions of the privacy ledger's schema (tables ``privacy_*``)."""

@@ -1,0 +1,1 @@
+"""Revisions of the event store's schema (tables ``imports`` and ``events``)."""
