@@ -22,18 +22,18 @@ MechanismKind = Literal["pq", "rappor", "oue", "krr", "subset"]
 
 
 class DescribedMechanism(Protocol):
-    """What a descriptor needs of a mechanism class: its wire name, numbers and a rebuild."""
+    """What a descriptor needs of a mechanism class: its wire name, a rebuild, the derived numbers."""
 
     kind: ClassVar[str]
-    m: int
-    p: float
-    q: float
-    epsilon: float
 
     @classmethod
     def from_descriptor(cls, descriptor: MechanismDescriptor) -> DescribedMechanism:
         """The mechanism the descriptor's defining parameters name."""
         ...
+
+    p: float
+    q: float
+    epsilon: float
 
 
 _M = TypeVar("_M", bound=type[DescribedMechanism])
