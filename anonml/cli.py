@@ -24,6 +24,7 @@ import typer
 from typer.core import TyperGroup
 
 from anonml.cli_support import (
+    ImporterParamsOption,
     err,
     error_document,
     expected_errors,
@@ -188,14 +189,7 @@ def import_(
         str | None,
         typer.Option("--importer", "-i", help="Importer name.", show_default="detect per file"),
     ] = None,
-    params: Annotated[
-        str | None,
-        typer.Option(
-            "--params",
-            help="JSON or @file.json: the importer's params with --importer; otherwise "
-            '{"<importer>": {params}, ...} for the detected importers.',
-        ),
-    ] = None,
+    params: ImporterParamsOption = None,
     user: Annotated[
         str | None,
         typer.Option("--user", help="Import as this user.", show_default="as the file says, else me"),

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -37,6 +37,7 @@ __all__ = [
     "error_document",
     "print_json",
     "parse_json_option",
+    "ImporterParamsOption",
     "styled",
     "flags_without_type",
     "ensure_port_free",
@@ -183,6 +184,17 @@ def untrusted(text: object, limit: int = 200) -> str:
 def print_json(document: Any) -> None:
     """Exactly one JSON document on stdout."""
     typer.echo(json.dumps(document, indent=2, default=str))
+
+
+#: ``--params`` of the commands that run an importer (``import``, ``importer check``).
+ImporterParamsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--params",
+        help="JSON or @file.json: the importer's params with --importer; otherwise "
+        '{"<importer>": {params}, ...} for the detected importers.',
+    ),
+]
 
 
 def parse_json_option(text: str | None, option: str) -> dict[str, Any]:

@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from anonml.cli_support import err, expected_errors, out, parse_json_option, print_json, styled
+from anonml.cli_support import (
+    ImporterParamsOption,
+    err,
+    expected_errors,
+    out,
+    parse_json_option,
+    print_json,
+    styled,
+)
 
 app = typer.Typer(help="Write and check importer plugins.", no_args_is_help=True)
 
@@ -32,14 +40,7 @@ def check(
     importer: Annotated[
         str | None, typer.Option("--importer", "-i", help="Importer name (default: detect).")
     ] = None,
-    params: Annotated[
-        str | None,
-        typer.Option(
-            "--params",
-            help="JSON or @file.json: the importer's params with --importer; otherwise "
-            '{"<importer>": {params}, ...} for the detected importer.',
-        ),
-    ] = None,
+    params: ImporterParamsOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Run an importer on a file: events, types, fields, time range, rejects, idempotence."""
