@@ -26,6 +26,7 @@ keeps its rows and gains what the new version needs.
 
 from __future__ import annotations
 
+import importlib
 import os
 from datetime import UTC, datetime
 from importlib.resources import files
@@ -166,7 +167,9 @@ class UTCDatetimes:
 
 
 def _version_table(package: str) -> str:
-    return f"anonml_schema_{package.rsplit('.', 1)[-1]}"
+    """The package's ``VERSION_TABLE`` if it names one, else ``anonml_schema_<last component>``."""
+    declared = getattr(importlib.import_module(package), "VERSION_TABLE", None)
+    return declared or f"anonml_schema_{package.rsplit('.', 1)[-1]}"
 
 
 def _config(package: str, connection: Connection | None = None) -> Config:
@@ -199,8 +202,9 @@ def migrate(engine: Engine, package: str) -> str:
         The database (from :func:`make_engine`).
     package : str
         A package of Alembic revisions, e.g. ``"anonml.migrations.store"``.
-        Its version table is ``anonml_schema_<last component>``, so several
-        packages may share one file.
+        Its version table is the package's ``VERSION_TABLE`` (default
+        ``anonml_schema_<last component>``), so several packages may share
+        one file; a role's own package (``peer.migrations``) names its table.
 
     Returns
     -------

@@ -3,9 +3,11 @@
 :func:`anonml.database.migrate` runs them when a database is opened:
 ``migrate(engine, "anonml.migrations.store")`` brings an event store to the
 newest schema, ``"anonml.migrations.ledger"`` a privacy ledger. Each package
-has its own version table (``anonml_schema_<package>``), so databases that
-share a file (the ledger's ``privacy_`` tables beside the event store) are
-versioned independently.
+names its own version table in ``VERSION_TABLE`` (``anonml_schema_store``,
+``anonml_schema_ledger``), so databases that share a file (the ledger's
+``privacy_`` tables beside the event store) are versioned independently. The
+peer's and the aggregator's databases can follow with their own packages
+(``migrate(engine, "peer.migrations")``), each naming its table.
 
 Writing a revision: add ``NNNN_what.py`` to the package with ``revision``,
 ``down_revision`` (the previous file's revision), and ``upgrade()`` using
