@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -298,58 +299,66 @@ def _gen_netflix(path: Path, n: int, rng: np.random.Generator) -> int:
     return n
 
 
-def _gen_chrome(path: Path, n: int, rng: np.random.Generator) -> int:
+def _write_history(path: Path, schema: str, *inserts: tuple[str, Iterable[tuple]]) -> None:
+    """A browser-history SQLite file: ``schema``, then each ``(sql, rows)`` batch, one commit."""
     conn = sqlite3.connect(path)
-    conn.executescript(
-        "CREATE TABLE urls(id INTEGER PRIMARY KEY, url LONGVARCHAR, title LONGVARCHAR, "
-        "visit_count INTEGER, typed_count INTEGER, last_visit_time INTEGER, hidden INTEGER);"
-        "CREATE TABLE visits(id INTEGER PRIMARY KEY, url INTEGER, visit_time INTEGER, from_visit INTEGER, "
-        "transition INTEGER, segment_id INTEGER, visit_duration INTEGER);"
-    )
+    try:
+        conn.executescript(schema)
+        for sql, rows in inserts:
+            conn.executemany(sql, rows)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _gen_chrome(path: Path, n: int, rng: np.random.Generator) -> int:
     n_urls = max(n // 10, 1)
-    conn.executemany(
-        "INSERT INTO urls VALUES (?, ?, ?, 1, 0, 0, 0)",
-        ((i, f"https://site{i % 500}.example/page/{i}?q={i}", f"Page {i}") for i in range(1, n_urls + 1)),
-    )
     url_ids = rng.integers(1, n_urls + 1, n)
     transitions = np.array([805306368, 838860801, 805306376, 0x40000000])[rng.integers(0, 4, n)]
     base = int((_T0 - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds() * 1e6) + _WEBKIT_OFFSET_US
-    conn.executemany(
-        "INSERT INTO visits VALUES (?, ?, ?, 0, ?, 0, ?)",
+    _write_history(
+        path,
+        "CREATE TABLE urls(id INTEGER PRIMARY KEY, url LONGVARCHAR, title LONGVARCHAR, "
+        "visit_count INTEGER, typed_count INTEGER, last_visit_time INTEGER, hidden INTEGER);"
+        "CREATE TABLE visits(id INTEGER PRIMARY KEY, url INTEGER, visit_time INTEGER, from_visit INTEGER, "
+        "transition INTEGER, segment_id INTEGER, visit_duration INTEGER);",
         (
-            (i + 1, int(url_ids[i]), base + 7_000_000 * i, int(transitions[i]), 1_000_000 * (i % 30))
-            for i in range(n)
+            "INSERT INTO urls VALUES (?, ?, ?, 1, 0, 0, 0)",
+            ((i, f"https://site{i % 500}.example/page/{i}?q={i}", f"Page {i}") for i in range(1, n_urls + 1)),
+        ),
+        (
+            "INSERT INTO visits VALUES (?, ?, ?, 0, ?, 0, ?)",
+            (
+                (i + 1, int(url_ids[i]), base + 7_000_000 * i, int(transitions[i]), 1_000_000 * (i % 30))
+                for i in range(n)
+            ),
         ),
     )
-    conn.commit()
-    conn.close()
     return n
 
 
 def _gen_firefox(path: Path, n: int, rng: np.random.Generator) -> int:
-    conn = sqlite3.connect(path)
-    conn.executescript(
+    n_places = max(n // 10, 1)
+    place_ids = rng.integers(1, n_places + 1, n)
+    types = rng.integers(1, 10, n)
+    base = int((_T0 - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds() * 1e6)
+    _write_history(
+        path,
         "CREATE TABLE moz_places(id INTEGER PRIMARY KEY, url LONGVARCHAR, title LONGVARCHAR, "
         "rev_host LONGVARCHAR, visit_count INTEGER, hidden INTEGER, typed INTEGER, frecency INTEGER, "
         "last_visit_date INTEGER);"
         "CREATE TABLE moz_historyvisits(id INTEGER PRIMARY KEY, from_visit INTEGER, place_id INTEGER, "
         "visit_date INTEGER, visit_type INTEGER, session INTEGER);"
-        "PRAGMA journal_mode=WAL;"
+        "PRAGMA journal_mode=WAL;",
+        (
+            "INSERT INTO moz_places VALUES (?, ?, ?, '', 1, 0, 0, 100, 0)",
+            ((i, f"https://site{i % 500}.example/p/{i}", f"Page {i}") for i in range(1, n_places + 1)),
+        ),
+        (
+            "INSERT INTO moz_historyvisits VALUES (?, 0, ?, ?, ?, 0)",
+            ((i + 1, int(place_ids[i]), base + 7_000_000 * i, int(types[i])) for i in range(n)),
+        ),
     )
-    n_places = max(n // 10, 1)
-    conn.executemany(
-        "INSERT INTO moz_places VALUES (?, ?, ?, '', 1, 0, 0, 100, 0)",
-        ((i, f"https://site{i % 500}.example/p/{i}", f"Page {i}") for i in range(1, n_places + 1)),
-    )
-    place_ids = rng.integers(1, n_places + 1, n)
-    types = rng.integers(1, 10, n)
-    base = int((_T0 - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds() * 1e6)
-    conn.executemany(
-        "INSERT INTO moz_historyvisits VALUES (?, 0, ?, ?, ?, 0)",
-        ((i + 1, int(place_ids[i]), base + 7_000_000 * i, int(types[i])) for i in range(n)),
-    )
-    conn.commit()
-    conn.close()
     return n
 
 
