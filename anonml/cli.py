@@ -15,6 +15,8 @@ SQLAlchemy, NumPy and the command groups ``importer``, ``aggregator``,
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -22,22 +24,23 @@ import typer
 from typer.core import TyperGroup
 
 from anonml.cli_support import (
+    ImporterParamsOption,
     err,
     error_document,
     expected_errors,
     flags_without_type,
-    importer_candidates,
     out,
     parse_json_option,
     print_json,
     styled,
 )
 from anonml.detection import DEFAULT_MIN_CONFIDENCE
-from anonml.errors import AnonMLError, RecordError
+from anonml.errors import AnonMLError
 
 if TYPE_CHECKING:
     from typer._click import Command, Context  # Typer vendors Click; these are its classes
 
+    from anonml.archive import ArchivePlan
     from anonml.store import EventStore, ImportReport
 
 #: Command groups imported on first use: name -> (module with a Typer ``app``, one-line help).
@@ -139,12 +142,6 @@ def root(
     """Privacy-preserving machine learning on personal data."""
 
 
-def _is_archive(path: Path) -> bool:
-    import zipfile
-
-    return path.is_dir() or zipfile.is_zipfile(path)
-
-
 def _report_dict(r: ImportReport) -> dict[str, Any]:
     return {
         "path": r.path,
@@ -160,70 +157,29 @@ def _report_dict(r: ImportReport) -> dict[str, Any]:
     }
 
 
-def _import_one(
-    path: Path,
-    event_store: EventStore,
-    candidates: list,
-    *,
-    importer: str | None,
-    user: str | None,
-    skip_bad: bool,
-    min_confidence: float,
-    on_tie: str,
-    dry_run: bool,
-    replace: bool,
-) -> list[ImportReport]:
-    """Import one command-line path (file, folder or archive); the reports of what it committed."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+class _ConsoleListener:
+    """Tells the user on stderr what ``anonml import`` is doing (see :class:`ImportListener`)."""
 
-    from anonml.detection import choose_importer
+    def message(self, text: str) -> None:
+        err.print(text)
 
-    if not importer and _is_archive(path):
-        from importers.archive import import_plan, walk_archive
+    def planned(self, plan: ArchivePlan) -> None:
+        _print_plan(plan)
 
-        with walk_archive(path, candidates, min_confidence=min_confidence, on_tie=on_tie) as plan:
-            _print_plan(plan)
-            if dry_run:
-                return []
-            result = import_plan(plan, event_store, user=user, skip_bad=skip_bad, replace=replace)
-        for failed in result.failed:
-            err.print(f"failed {failed}")
-        for report in result.imported:
-            for bad in report.errors:
-                err.print(f"skipped {bad}")
-        return list(result.imported)
-    if importer:
-        chosen, why = candidates[0], f"{importer} (as asked)"
-    else:
-        detection = choose_importer(path, candidates, min_confidence)
-        if detection.chosen is None:
-            raise detection.refusal()
-        chosen, why = detection.chosen, detection.explain()
-    err.print(f"{path}: {why}")
-    if dry_run:
-        return []
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TextColumn("{task.completed:,} events"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as progress:
-        task = progress.add_task(f"importing {path.name}", total=None)
-        report = event_store.import_file(
-            path,
-            chosen,
-            user=user,
-            skip_bad=skip_bad,
-            replace=replace,
-            on_event=lambda n, task=task: progress.update(task, completed=n),
-        )
-    for bad in report.errors:
-        err.print(f"skipped {bad}")
-    if report.replaced:
-        err.print(f"{path}: replaced {report.replaced:,} events of its earlier import")
-    return [report]
+    @contextmanager
+    def progress(self, path: Path) -> Iterator[Callable[[int], None]]:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TextColumn("{task.completed:,} events"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+        ) as bar:
+            task = bar.add_task(f"importing {path.name}", total=None)
+            yield lambda n: bar.update(task, completed=n)
 
 
 @app.command("import")
@@ -235,14 +191,7 @@ def import_(
         str | None,
         typer.Option("--importer", "-i", help="Importer name.", show_default="detect per file"),
     ] = None,
-    params: Annotated[
-        str | None,
-        typer.Option(
-            "--params",
-            help="JSON or @file.json: the importer's params with --importer; otherwise "
-            '{"<importer>": {params}, ...} for the detected importers.',
-        ),
-    ] = None,
+    params: ImporterParamsOption = None,
     user: Annotated[
         str | None,
         typer.Option("--user", help="Import as this user.", show_default="as the file says, else me"),
@@ -281,37 +230,26 @@ def import_(
     Files are imported in the order given; if one fails, what was committed
     before it, the failure and the files not tried are all reported.
     """
-    reports: list[ImportReport] = []
-    with expected_errors():
-        if on_tie not in ("pick", "skip"):
-            raise AnonMLError(f"--on-tie must be 'pick' or 'skip', not {on_tie!r}")
-        missing = [p for p in paths if not p.exists()]
-        if missing:  # found before anything is committed
-            raise RecordError(missing[0], None, "no such file or folder")
-        from anonml.plugins import PluginRef, create
-        from anonml.store import EventStore
+    from anonml.importing import ImportOptions, check_paths, import_paths, resolve_candidates
+    from anonml.store import EventStore
 
-        given = parse_json_option(params, "--params")
-        if importer:
-            candidates = [create("importer", PluginRef(name=importer, params=given))]
-        else:
-            candidates = importer_candidates(given)
+    with expected_errors():
+        options = ImportOptions(
+            importer=importer, user=user, skip_bad=skip_bad, min_confidence=min_confidence,
+            on_tie=on_tie, dry_run=dry_run, replace=replace,  # type: ignore[arg-type]  # checked
+        )
+        check_paths(paths)  # found before anything is committed
+        candidates = resolve_candidates(importer, parse_json_option(params, "--params"))
         event_store = EventStore(store)
-    for index, path in enumerate(paths):
-        try:
-            reports.extend(
-                _import_one(
-                    path, event_store, candidates, importer=importer, user=user, skip_bad=skip_bad,
-                    min_confidence=min_confidence, on_tie=on_tie, dry_run=dry_run, replace=replace,
-                )
-            )
-        except AnonMLError as exc:
-            _report_partial_import(exc, path, reports, paths[index + 1:], as_json)
+    result = import_paths(paths, event_store, candidates, options, _ConsoleListener())
+    if result.error is not None:
+        _report_partial_import(result.error, result.failed, list(result.reports),
+                               list(result.not_tried), as_json)
     if as_json:
-        print_json([_report_dict(r) for r in reports])
+        print_json([_report_dict(r) for r in result.reports])
         return
     if not dry_run:
-        _print_reports(reports)
+        _print_reports(list(result.reports))
 
 
 def _print_reports(reports: list[ImportReport]) -> None:
@@ -565,7 +503,7 @@ def datasets_mooc(
     err.print(f"next: anonml import {output}")
 
 
-def _print_plan(plan) -> None:
+def _print_plan(plan: ArchivePlan) -> None:
     """Which importer reads each file of an archive, and what was skipped (stderr)."""
     from rich.table import Table
 

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -37,8 +37,8 @@ __all__ = [
     "error_document",
     "print_json",
     "parse_json_option",
+    "ImporterParamsOption",
     "styled",
-    "importer_candidates",
     "flags_without_type",
     "ensure_port_free",
     "untrusted",
@@ -132,24 +132,6 @@ def expected_errors() -> Iterator[None]:
         raise typer.Exit(code=1) from None
 
 
-def importer_candidates(per_importer: dict[str, Any]) -> list:
-    """One instance of every installed importer, with ``--params`` given per importer name."""
-    from anonml.errors import PluginNotFound
-    from anonml.plugins import iter_classes
-
-    classes = {cls.name: cls for cls in iter_classes("importer")}
-    unknown = sorted(set(per_importer) - set(classes))
-    if unknown:
-        raise PluginNotFound("importer", unknown[0], classes, detail="named in --params")
-    instances = []
-    for name, cls in classes.items():
-        options = per_importer.get(name, {})
-        if not isinstance(options, dict):
-            raise AnonMLError(f"--params: the params of {name!r} must be a JSON object")
-        instances.append(cls(options))
-    return instances
-
-
 def ensure_port_free(host: str, port: int, *, what: str = "the service") -> None:
     """Refuse to start ``what`` on a port another process holds, before saying it listens.
 
@@ -202,6 +184,17 @@ def untrusted(text: object, limit: int = 200) -> str:
 def print_json(document: Any) -> None:
     """Exactly one JSON document on stdout."""
     typer.echo(json.dumps(document, indent=2, default=str))
+
+
+#: ``--params`` of the commands that run an importer (``import``, ``importer check``).
+ImporterParamsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--params",
+        help="JSON or @file.json: the importer's params with --importer; otherwise "
+        '{"<importer>": {params}, ...} for the detected importers.',
+    ),
+]
 
 
 def parse_json_option(text: str | None, option: str) -> dict[str, Any]:

@@ -14,23 +14,46 @@ re-applies 0600 to whichever of them exist (a file made by an older version
 is tightened the next time it is opened). ``secure_delete`` is on, so
 deleted rows (e.g. the aggregator's staged reports) are overwritten with
 zeros rather than left in free pages.
+
+Schema. Each database's tables hang off one declarative base whose
+``type_annotation_map`` stores every ``datetime`` as :class:`UTCDateTime`
+(:class:`UTCDatetimes`). Its schema is versioned with Alembic:
+:func:`migrate` brings a database to the newest revision of its migration
+package (:mod:`anonml.migrations`) when it is opened, so a file written by an
+earlier version of AnonML (a peer's privacy ledger must outlive every upgrade)
+keeps its rows and gains what the new version needs.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from datetime import UTC, datetime
+from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import DateTime, create_engine, event
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy import DateTime, create_engine, event, inspect
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
+from anonml.errors import SchemaError
 from anonml.paths import FILE_MODE, private_file
 
-__all__ = ["make_engine", "is_sqlite_memory", "sqlite_path", "UTCDateTime"]
+if TYPE_CHECKING:  # Alembic itself is imported only when a database needs an upgrade
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+__all__ = [
+    "make_engine",
+    "is_sqlite_memory",
+    "sqlite_path",
+    "UTCDateTime",
+    "UTCDatetimes",
+    "migrate",
+    "schema_revision",
+]
 
 _BUSY_TIMEOUT_MS = 30_000
 _COMPANIONS = ("-wal", "-shm", "-journal")
@@ -129,3 +152,135 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
         return None if value is None else value.replace(tzinfo=UTC)
+
+
+class UTCDatetimes:
+    """Mixed into every AnonML declarative base: ``Mapped[datetime]`` means :class:`UTCDateTime`.
+
+    Each database declares one base, ``class LedgerBase(UTCDatetimes,
+    DeclarativeBase)``, so its tables keep their own metadata while every
+    datetime column is stored one way: naive UTC in the file, aware UTC in
+    Python, a naive datetime refused.
+    """
+
+    type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UTCDateTime()}
+
+
+def _version_table(package: str) -> str:
+    """The package's ``VERSION_TABLE`` if it names one, else ``anonml_schema_<last component>``."""
+    declared = getattr(importlib.import_module(package), "VERSION_TABLE", None)
+    return declared or f"anonml_schema_{package.rsplit('.', 1)[-1]}"
+
+
+def _config(package: str, connection: Connection | None = None) -> Config:
+    """An Alembic config for ``package``'s revisions and the shared :mod:`anonml.migrations.env`."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(files("anonml.migrations")))
+    config.set_main_option("version_locations", str(files(package)))
+    config.set_main_option("path_separator", "os")
+    config.attributes["connection"] = connection
+    config.attributes["version_table"] = _version_table(package)
+    return config
+
+
+def schema_revision(connection: Connection, package: str) -> str | None:
+    """The revision of ``package``'s schema the database is at (None: not versioned yet)."""
+    from alembic.runtime.migration import MigrationContext
+
+    context = MigrationContext.configure(connection, opts={"version_table": _version_table(package)})
+    return context.get_current_revision()
+
+
+def migrate(engine: Engine, package: str) -> str:
+    """Bring the database behind ``engine`` to the newest schema in ``package``; its revision.
+
+    Parameters
+    ----------
+    engine : Engine
+        The database (from :func:`make_engine`).
+    package : str
+        A package of Alembic revisions, e.g. ``"anonml.migrations.store"``.
+        Its version table is the package's ``VERSION_TABLE`` (default
+        ``anonml_schema_<last component>``), so several packages may share
+        one file; a role's own package (``peer.migrations``) names its table.
+
+    Returns
+    -------
+    str
+        The head revision, which the database is now at.
+
+    Notes
+    -----
+    A database already at the head is only read. Otherwise the upgrade runs in
+    one transaction that takes the write lock first (SQLite ``BEGIN
+    IMMEDIATE``, through a second engine on the same file), so two processes
+    opening a new file at once upgrade it once. A database holding every table
+    of the package's first revision but no version table was written before
+    schema versions existed: it is stamped at that revision, then upgraded.
+
+    Raises
+    ------
+    SchemaError
+        The database is at a revision this version does not know (written by a
+        newer AnonML), or holds only some of the first revision's tables.
+    """
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(_config(package))
+    head = scripts.get_current_head()
+    if head is None:
+        raise SchemaError(f"migration package {package!r} has no revisions")
+    with engine.connect() as connection:
+        if schema_revision(connection, package) == head:
+            return head
+    writer, owned = _writer(engine)
+    try:
+        with writer.connect() as connection, connection.begin():
+            _upgrade(connection, package, scripts, head)
+    finally:
+        if owned:
+            writer.dispose()
+    return head
+
+
+def _writer(engine: Engine) -> tuple[Engine, bool]:
+    """An engine whose transactions take the write lock at BEGIN; ``owned``: dispose it after."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or is_sqlite_memory(url.render_as_string(hide_password=False)):
+        return engine, False  # one connection (memory) or the server's own locking
+    return make_engine(url.render_as_string(hide_password=False), immediate=True), True
+
+
+def _upgrade(connection: Connection, package: str, scripts: ScriptDirectory, head: str) -> None:
+    from alembic import command
+    from alembic.util import CommandError
+
+    current = schema_revision(connection, package)  # again: another process may have upgraded
+    config = _config(package, connection)
+    if current is None:
+        (base,) = scripts.get_bases()
+        tables = tuple(getattr(scripts.get_revision(base).module, "TABLES", ()))
+        present = [t for t in tables if inspect(connection).has_table(t)]
+        if present and len(present) < len(tables):
+            missing = sorted(set(tables) - set(present))
+            raise SchemaError(
+                f"{_where(connection)}: has {', '.join(present)} but not {', '.join(missing)}: "
+                "not a database this version can upgrade"
+            )
+        if present:
+            command.stamp(config, base)  # written before schema versions existed
+    else:
+        try:
+            scripts.get_revision(current)
+        except CommandError:
+            raise SchemaError(
+                f"{_where(connection)}: schema revision {current!r} is unknown to this version of "
+                f"AnonML (newest known: {head!r}); it was written by a newer version"
+            ) from None
+    command.upgrade(config, "head")
+
+
+def _where(connection: Connection) -> str:
+    return connection.engine.url.render_as_string(hide_password=True)

@@ -16,6 +16,7 @@ __all__ = [
     "PluginNotFound",
     "PluginError",
     "StoreError",
+    "SchemaError",
     "BudgetExceeded",
     "ProtocolError",
     "CryptoError",
@@ -90,6 +91,10 @@ class PluginError(AnonMLError):
 
 class StoreError(AnonMLError):
     """The event store cannot be opened or is not in the expected shape."""
+
+
+class SchemaError(StoreError):
+    """A database's schema cannot be brought to this version's: newer, unknown or half made."""
 
 
 class BudgetExceeded(AnonMLError):

@@ -18,7 +18,7 @@ from anonml.errors import AnonMLError
 from anonml.model import Dataset, FeatureMatrix, FeatureVector
 from anonml.plugins import Featurizer, Instancer
 
-__all__ = ["build_matrix", "check_inputs", "featurize_dataset", "write_matrix", "read_matrix"]
+__all__ = ["build_matrix", "check_inputs", "featurize_dataset", "write_matrix"]
 
 if TYPE_CHECKING:
     from anonml.store import EventStore
@@ -106,9 +106,3 @@ def write_matrix(matrix: FeatureMatrix, path: Path) -> None:
     else:
         raise AnonMLError(f"{path}: unknown output format {suffix!r}; use .csv or .npz")
 
-
-def read_matrix(path: Path) -> tuple[np.ndarray, np.ndarray | None, list[str]]:
-    """``(X, y, feature_names)`` back from an ``.npz`` written by :func:`write_matrix`."""
-    with np.load(path, allow_pickle=False) as data:
-        y = data["y"]
-        return data["X"], (y if y.size else None), [str(n) for n in data["feature_names"]]

@@ -34,6 +34,7 @@ from anonml.model import Dataset, Event, FeatureSpec
 
 __all__ = [
     "Plugin",
+    "PluginParams",
     "Importer",
     "Instancer",
     "Featurizer",
@@ -50,17 +51,29 @@ __all__ = [
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
+class PluginParams(BaseModel):
+    """Base of every plugin's ``Params`` and of the models nested in them.
+
+    Frozen (a plugin's options cannot change after it is built) and refusing
+    unknown keys (a problem cannot smuggle in a setting the plugin would
+    ignore). Subclasses add fields, each defaulted and bounded where it can be.
+    A plugin without options keeps this class as its ``Params``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
 class Plugin(abc.ABC):
-    """What every plugin has: a registered name, a version and typed params."""
+    """What every plugin has: a registered name, a version and typed params.
+
+    ``Params`` subclasses :class:`PluginParams`; the registry refuses an
+    installed plugin whose ``Params`` is not frozen or accepts extra keys.
+    """
 
     name: ClassVar[str]
     version: ClassVar[str]
     description: ClassVar[str] = ""
-
-    class Params(BaseModel):
-        """No parameters."""
-
-        model_config = ConfigDict(frozen=True, extra="forbid")
+    Params: ClassVar[type[BaseModel]] = PluginParams
 
     def __init__(self, params: BaseModel | Mapping[str, Any] | None = None) -> None:
         params_cls = type(self).Params
@@ -198,7 +211,29 @@ def _load(kind: str, name: str, value: str) -> type[Plugin]:
         )
     if not _NAME.match(name):
         raise PluginError(f"{kind} name {name!r} must be snake_case ([a-z][a-z0-9_]*)")
+    _check_params_model(kind, name, value, cls)
     return cls
+
+
+def _check_params_model(kind: str, name: str, value: str, cls: type[Plugin]) -> None:
+    """Refuse a plugin whose ``Params`` is not a frozen, extra-forbidding pydantic model.
+
+    Params arrive as data from a problem proposal: a mutable model could be
+    changed after validation and one that ignores unknown keys would silently
+    drop a setting the proposer meant.
+    """
+    params = getattr(cls, "Params", None)
+    if not (isinstance(params, type) and issubclass(params, BaseModel)):
+        raise PluginError(
+            f"{kind} {name!r} ({value}): Params must be a pydantic model subclassing "
+            f"anonml.plugins.PluginParams, not {params!r}"
+        )
+    config = params.model_config
+    if config.get("frozen") is not True or config.get("extra") != "forbid":
+        raise PluginError(
+            f"{kind} {name!r} ({value}): Params {params.__qualname__} must be frozen and forbid "
+            f"extra keys (subclass anonml.plugins.PluginParams)"
+        )
 
 
 def load_class(kind: str, name: str, version: str | None = None) -> type[Plugin]:

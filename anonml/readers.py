@@ -14,10 +14,11 @@ import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
+from pydantic import AfterValidator, StringConstraints
 
 from anonml.errors import RecordError
 
@@ -29,6 +30,7 @@ __all__ = [
     "load_json",
     "parse_timestamp",
     "resolve_timezone",
+    "TimeZoneName",
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -128,6 +130,19 @@ def resolve_timezone(name: str) -> tzinfo:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
         raise ValueError(f"unknown timezone {name!r} (use an IANA name such as 'Europe/Paris')") from None
+
+
+def _known_timezone(name: str) -> str:
+    resolve_timezone(name)  # ValueError names the bad zone
+    return name
+
+
+#: A param naming a time zone: an IANA name (``"Europe/Paris"``) or ``"UTC"``,
+#: checked once when the params are validated and kept as the name given, so
+#: params stay plain data. Importers resolve it with :func:`resolve_timezone`.
+TimeZoneName = Annotated[
+    str, StringConstraints(min_length=1, max_length=64), AfterValidator(_known_timezone)
+]
 
 
 def parse_timestamp(

@@ -15,6 +15,8 @@ params.
 
 Functions that read or write take a :class:`~sqlalchemy.orm.Session` and never
 commit; :class:`EventStore` owns the engine and the unit of work of each import.
+Opening a store brings its schema to this version's (Alembic revisions in
+:mod:`anonml.migrations.store`, :func:`anonml.database.migrate`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from anonml.database import make_engine
+from anonml.database import UTCDatetimes, make_engine, migrate
 from anonml.errors import RecordError, StoreError
 from anonml.model import Dataset, Event, content_id, decode_fields, encode_fields, timestamp_us, to_utc
 from anonml.paths import default_store_url
@@ -53,8 +55,8 @@ _US = timedelta(microseconds=1)
 _BATCH = 5000
 
 
-class Base(DeclarativeBase):
-    pass
+class Base(UTCDatetimes, DeclarativeBase):
+    """Declarative base of the event store's tables; datetimes are aware UTC."""
 
 
 class ImportRow(Base):
@@ -297,7 +299,7 @@ class EventStore:
         except (SQLAlchemyError, ValueError) as exc:
             raise StoreError(f"cannot open event store {self.url!r}: {exc}") from exc
         try:
-            Base.metadata.create_all(self.engine)
+            migrate(self.engine, "anonml.migrations.store")
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open event store {self.url!r}: {exc.orig or exc}") from exc
         self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
@@ -432,7 +434,7 @@ class EventStore:
                 path=r.path,
                 file_sha256=r.file_sha256,
                 user=r.user_id,
-                started_at=r.started_at.replace(tzinfo=UTC),
+                started_at=r.started_at,
                 accepted=r.accepted,
                 duplicate=r.duplicate,
                 rejected=r.rejected,
@@ -541,8 +543,3 @@ def _hash_tree(folder: Path) -> str:
             digest.update(sha256_file(p).encode())
     return digest.hexdigest()
 
-
-def events_of(store: EventStore, users: Sequence[str] | None = None) -> Iterator[Dataset]:
-    """Each user's whole dataset, one at a time."""
-    for user in users if users is not None else store.users():
-        yield store.dataset(user)

@@ -16,11 +16,11 @@ preempted by other processes is not counted; the microseconds are medians too):
 * packet build for k = 3 (sender) and packet processing per hop (relay, an
   intermediate hop), and at the final hop.
 
-Targets (issue 5): redemption check <= 4 units; per-hop processing <= 3 units;
+Targets: redemption check <= 4 units; per-hop processing <= 3 units;
 10,000 redemptions verified in <= 3 s on one core (timed end to end, separately).
 Results go to ``benchmarks/results/crypto.json``.
 
-Run: ``python -m benchmarks.crypto`` (or ``python benchmarks/crypto.py``) from the repository root.
+Run: ``python -m benchmarks.crypto`` from the repository root.
 """
 
 from __future__ import annotations
@@ -30,27 +30,23 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import nacl
+import nacl.bindings as b
+import numpy as np
+from sqlalchemy import create_engine, event
 
-import nacl  # noqa: E402
-import nacl.bindings as b  # noqa: E402
-import numpy as np  # noqa: E402
-from sqlalchemy import create_engine, event  # noqa: E402
-
-from anonml.crypto.group import Element, random_scalar  # noqa: E402
-from anonml.crypto.identity import Identity  # noqa: E402
-from anonml.crypto.onion import Hop, SphinxRelay, build_packet  # noqa: E402
-from anonml.crypto.poprf import TokenKey, evaluate  # noqa: E402
-from anonml.crypto.spent import MemoryIssuanceLedger, MemorySpentSet, SqlSpentSet  # noqa: E402
-from anonml.crypto.tokens import (  # noqa: E402
+from anonml.crypto.group import Element, random_scalar
+from anonml.crypto.identity import Identity
+from anonml.crypto.onion import Hop, SphinxRelay, build_packet
+from anonml.crypto.poprf import TokenKey, evaluate
+from anonml.crypto.spent import MemoryIssuanceLedger, MemorySpentSet, SqlSpentSet
+from anonml.crypto.tokens import (
     Redemption,
     Token,
     TokenIssuer,

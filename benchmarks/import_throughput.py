@@ -15,12 +15,11 @@ Measures, best of ``--repeats`` runs each, on logs written by
   stdlib driver, same pragmas, same batch size). The ratio is
   ``store rows/s ÷ sqlite3 rows/s``.
 
-Targets (issue 2): >= 50,000 events/s end to end; insert-path ratio >= 0.5.
+Targets: >= 50,000 events/s end to end; insert-path ratio >= 0.5.
 Results go to ``benchmarks/results/import.json``. ``--profile`` adds the top
 functions of a cProfile run of the end-to-end import.
 
-Run: ``python -m benchmarks.import_throughput`` (or ``python benchmarks/import_throughput.py``)
-from the repository root.
+Run: ``python -m benchmarks.import_throughput`` from the repository root.
 """
 
 from __future__ import annotations
@@ -34,20 +33,16 @@ import os
 import platform
 import pstats
 import sqlite3
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from anonml.datasets.mooc import simulate_students, write_edx_logs  # noqa: E402
-from anonml.errors import RecordError  # noqa: E402
-from anonml.model import Event  # noqa: E402
-from anonml.store import (  # noqa: E402
+from anonml.datasets.mooc import simulate_students, write_edx_logs
+from anonml.errors import RecordError
+from anonml.model import Event
+from anonml.store import (
     EVENT_COLUMNS,
     EventStore,
     ImportRow,
@@ -55,7 +50,7 @@ from anonml.store import (  # noqa: E402
     add_events,
     event_row,
 )
-from importers.edx import EdxImporter  # noqa: E402
+from importers.edx import EdxImporter
 
 RESULTS = Path(__file__).resolve().parent / "results" / "import.json"
 TARGET_EVENTS_PER_S = 50_000.0

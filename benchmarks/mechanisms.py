@@ -30,12 +30,9 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from anonml.privacy import (  # noqa: E402
+from anonml.privacy import (
     CONSISTENCY_METHODS,
     OUE,
     RAPPOR,

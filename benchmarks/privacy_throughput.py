@@ -12,7 +12,7 @@ same number (n * m) of uniform random bits with numpy in the same run:
 
 Timing alternates one mechanism call with one call of each baseline, using the
 thread's CPU time (a loaded machine's preemption is not counted); every pair
-gives a ratio and the median over ``--repeats`` pairs is reported. Issue 3's
+gives a ratio and the median over ``--repeats`` pairs is reported. The
 target: ratio <= 3. Results go to ``benchmarks/results/privacy_throughput.json``
 (and a bar chart beside it when matplotlib is importable).
 
@@ -31,12 +31,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from anonml.privacy import (  # noqa: E402
+from anonml.privacy import (
     OUE,
     RAPPOR,
     Mechanism,

@@ -24,7 +24,7 @@ Measured, in one run:
   median pool) on the same peers' data — in the same run.
 
 Writes ``benchmarks/results/protocol.json``.
-Run: ``python benchmarks/protocol.py [--peers 1000] [--hosts 3]`` from the repository root.
+Run: ``python -m benchmarks.protocol [--peers 1000] [--hosts 3]`` from the repository root.
 """
 
 from __future__ import annotations
@@ -43,15 +43,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+import requests
 
-import numpy as np  # noqa: E402
-import requests  # noqa: E402
-
-from aggregator.app import create_app, start_server, start_server_process  # noqa: E402
-from aggregator.settings import AggregatorSettings  # noqa: E402
-from anonml.crypto import (  # noqa: E402
+from aggregator.app import create_app, start_server, start_server_process
+from aggregator.settings import AggregatorSettings
+from anonml.crypto import (
     Hop,
     Identity,
     SphinxRelay,
@@ -61,11 +58,11 @@ from anonml.crypto import (  # noqa: E402
     finalize_tokens,
     request_tokens,
 )
-from anonml.demo import DEMO_FEATURES, dropout_draft, simulate_peers  # noqa: E402
-from anonml.learn import AnonMLClassifier  # noqa: E402
-from anonml.plugins import PluginRef, create  # noqa: E402
-from anonml.privacy import PrivacyLedger, RandomizedResponse  # noqa: E402
-from anonml.protocol import (  # noqa: E402
+from anonml.demo import DEMO_FEATURES, dropout_draft, simulate_peers
+from anonml.learn import AnonMLClassifier
+from anonml.plugins import PluginRef, create
+from anonml.privacy import PrivacyLedger, RandomizedResponse
+from anonml.protocol import (
     IntakeDelivery,
     MedianSettings,
     PrivateReport,
@@ -80,13 +77,13 @@ from anonml.protocol import (  # noqa: E402
     report_slot,
     sign_message,
 )
-from anonml.store import EventStore  # noqa: E402
-from peer.app import start_peer_server  # noqa: E402
-from peer.db import PeerDB  # noqa: E402
-from peer.host import PeerHost  # noqa: E402
-from peer.participant import PeerNode  # noqa: E402
-from peer.policy import PeerPolicy  # noqa: E402
-from peer.relay import RelayRound  # noqa: E402
+from anonml.store import EventStore
+from peer.app import start_peer_server
+from peer.db import PeerDB
+from peer.host import PeerHost
+from peer.participant import PeerNode
+from peer.policy import PeerPolicy
+from peer.relay import RelayRound
 
 RESULTS = Path(__file__).resolve().parent / "results" / "protocol.json"
 WEEKS, HISTORY = 8, 2

@@ -26,20 +26,18 @@ import math
 from datetime import datetime, timedelta
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from anonml.model import Dataset, Event, FeatureKind, FeatureSpec
-from anonml.plugins import Featurizer
+from anonml.plugins import Featurizer, PluginParams
 
 __all__ = ["DeclarativeFeaturizer", "FeatureDefinition", "FieldPredicate"]
 
 Scalar = bool | int | float | str
 
 
-class FieldPredicate(BaseModel):
+class FieldPredicate(PluginParams):
     """``fields[field] <op> value``; an event without the field never matches (but ``exists``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     field: str = Field(min_length=1)
     op: Literal["eq", "ne", "lt", "le", "gt", "ge", "in", "exists"] = "eq"
@@ -77,10 +75,8 @@ class FieldPredicate(BaseModel):
             return False  # incomparable types (text vs number) do not match
 
 
-class FeatureDefinition(BaseModel):
+class FeatureDefinition(PluginParams):
     """One declarative feature."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     source: str | None = None
@@ -181,9 +177,7 @@ class DeclarativeFeaturizer(Featurizer):
     version = "1.0"
     description = "features proposed as data: event filter x aggregation x time window"
 
-    class Params(BaseModel):
-        model_config = ConfigDict(frozen=True, extra="forbid")
-
+    class Params(PluginParams):
         features: tuple[FeatureDefinition, ...] = Field(min_length=1, max_length=512)
 
         @model_validator(mode="after")

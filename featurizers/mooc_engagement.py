@@ -52,10 +52,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from anonml.model import Dataset, Event, FeatureSpec
-from anonml.plugins import Featurizer
+from anonml.plugins import Featurizer, PluginParams
 
 __all__ = ["MoocEngagementFeaturizer", "FEATURES"]
 
@@ -116,14 +116,12 @@ class MoocEngagementFeaturizer(Featurizer):
     version = "1.0"
     description = "13 weekly engagement features of edX tracking-log events (thesis ch. 4)"
 
-    class Params(BaseModel):
+    class Params(PluginParams):
         """``weeks``: history length the ranges are sized for (and the per-week count).
 
         ``session_gap_minutes``: a longer silence starts a new session.
         ``gap_cap_minutes``: the most one in-session gap adds to time on site.
         """
-
-        model_config = ConfigDict(frozen=True, extra="forbid")
 
         weeks: int = Field(default=2, ge=1, le=52)
         per_week: bool = False

@@ -106,12 +106,12 @@ from pathlib import Path
 from typing import IO, ClassVar
 from xml.parsers import expat
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field
 
 from anonml.errors import RecordError
 from anonml.model import Event
-from anonml.plugins import Importer
-from anonml.readers import head, resolve_timezone
+from anonml.plugins import Importer, PluginParams
+from anonml.readers import TimeZoneName, head, resolve_timezone
 
 __all__ = ["AppleHealthImporter", "snake_case"]
 
@@ -233,24 +233,14 @@ class AppleHealthImporter(Importer):
     description: ClassVar[str] = "Apple Health export.xml: records, workouts, activity summaries"
     patterns: ClassVar[tuple[str, ...]] = ("export.xml", "apple_health_export/export.xml")
 
-    class Params(BaseModel):
+    class Params(PluginParams):
         """Options of the Apple Health importer."""
 
-        model_config = ConfigDict(frozen=True, extra="forbid")
-
-        timezone: str | None = Field(
+        timezone: TimeZoneName | None = Field(
             default=None,
-            max_length=64,
             description="IANA zone of ActivitySummary calendar days "
             "(default: the one zone the records' HKTimeZone metadata states)",
         )
-
-        @field_validator("timezone")
-        @classmethod
-        def _known_zone(cls, value: str | None) -> str | None:
-            if value is not None:
-                resolve_timezone(value)
-            return value
 
     def detect(self, path: Path) -> float:
         """0.95 for ``export.xml`` whose head names ``HealthData``, 0.9 under another name."""

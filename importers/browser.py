@@ -73,11 +73,11 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from anonml.errors import RecordError
 from anonml.model import Event, Text
-from anonml.plugins import Importer
+from anonml.plugins import Importer, PluginParams
 
 __all__ = ["BrowserHistoryImporter", "open_sqlite_copy", "sqlite_tables"]
 
@@ -233,10 +233,8 @@ class BrowserHistoryImporter(Importer):
     description: ClassVar[str] = "Chrome/Chromium History and Firefox places.sqlite visits"
     patterns: ClassVar[tuple[str, ...]] = ("History", "places.sqlite")
 
-    class Params(BaseModel):
+    class Params(PluginParams):
         """Options of the browser-history importer."""
-
-        model_config = ConfigDict(frozen=True, extra="forbid")
 
         copy_attempts: int = Field(
             default=3, ge=1, le=10, description="copies tried before giving up on a busy database"

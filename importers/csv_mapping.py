@@ -59,12 +59,12 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from anonml.errors import RecordError
 from anonml.model import Event, Text
-from anonml.plugins import Importer
-from anonml.readers import head, open_text, parse_timestamp, resolve_timezone
+from anonml.plugins import Importer, PluginParams
+from anonml.readers import TimeZoneName, head, open_text, parse_timestamp, resolve_timezone
 
 __all__ = ["CsvImporter", "CsvMapping", "FieldType", "snake_case"]
 
@@ -80,14 +80,12 @@ def snake_case(text: str) -> str:
     return re.sub(r"[^0-9a-z]+", "_", text.strip().lower()).strip("_")
 
 
-class CsvMapping(BaseModel):
+class CsvMapping(PluginParams):
     """The declarative mapping of one CSV layout (the csv importer's params)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     timestamp_column: str | None = Field(default=None, min_length=1, max_length=256)
     timestamp_format: str = Field(default="iso", min_length=1, max_length=128)
-    timezone: str | None = Field(default=None, min_length=1, max_length=64)
+    timezone: TimeZoneName | None = None
     event_type: str = Field(default="row", pattern=r"^[a-z][a-z0-9_]{0,63}$")
     event_type_column: str | None = Field(default=None, min_length=1, max_length=256)
     fields: dict[str, FieldType] = Field(default_factory=dict, max_length=1000)
@@ -95,13 +93,6 @@ class CsvMapping(BaseModel):
     delimiter: str = Field(default=",", min_length=1, max_length=1)
     quotechar: str = Field(default='"', min_length=1, max_length=1)
     user_column: str | None = Field(default=None, min_length=1, max_length=256)
-
-    @field_validator("timezone")
-    @classmethod
-    def _known_zone(cls, value: str | None) -> str | None:
-        if value is not None:
-            resolve_timezone(value)  # ValueError names the bad zone
-        return value
 
     @field_validator("timestamp_format")
     @classmethod

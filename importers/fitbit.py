@@ -95,12 +95,19 @@ from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field
 
 from anonml.errors import RecordError
 from anonml.model import Event
-from anonml.plugins import Importer
-from anonml.readers import head, load_json, open_text, parse_timestamp, resolve_timezone
+from anonml.plugins import Importer, PluginParams
+from anonml.readers import (
+    TimeZoneName,
+    head,
+    load_json,
+    open_text,
+    parse_timestamp,
+    resolve_timezone,
+)
 
 __all__ = ["FitbitImporter", "fitbit_metric", "stated_timezone"]
 
@@ -265,28 +272,17 @@ class FitbitImporter(Importer):
         "sleep_score.csv",
     )
 
-    class Params(BaseModel):
+    class Params(PluginParams):
         """Options of the Fitbit importer."""
 
-        model_config = ConfigDict(frozen=True, extra="forbid")
-
-        timezone: str | None = Field(
+        timezone: TimeZoneName | None = Field(
             default=None,
-            max_length=64,
             description="IANA zone of the account's local times (default: Profile.csv's, else refused)",
         )
-        heart_rate_timezone: str | None = Field(
+        heart_rate_timezone: TimeZoneName | None = Field(
             default=None,
-            max_length=64,
             description="zone of heart_rate files only, if it differs (None: same as timezone)",
         )
-
-        @field_validator("timezone", "heart_rate_timezone")
-        @classmethod
-        def _known_zone(cls, value: str | None) -> str | None:
-            if value is not None:
-                resolve_timezone(value)
-            return value
 
     def detect(self, path: Path) -> float:
         """0.95 for a known metric's file name with the expected content, 0.4 for the name alone."""

@@ -73,12 +73,12 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from bs4 import BeautifulSoup, NavigableString, Tag
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from anonml.errors import RecordError
 from anonml.json_stream import iter_json_items
 from anonml.model import Event, Text
-from anonml.plugins import Importer
+from anonml.plugins import Importer, PluginParams
 from anonml.readers import head, open_text, parse_timestamp
 
 __all__ = ["GoogleActivityImporter", "TZ_ABBREVIATIONS", "parse_activity_time"]
@@ -196,10 +196,8 @@ def _fields(product: str, title: str, url: str | None, subtitles: list[str],
     return fields
 
 
-class _Params(BaseModel):
+class _Params(PluginParams):
     """Extra or overriding timezone abbreviations for the HTML export."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     abbreviations: dict[str, str] = Field(default_factory=dict, max_length=200)
 

@@ -80,41 +80,32 @@ import icalendar
 from dateutil.rrule import rrulestr
 from icalendar.parser import Contentline
 from icalendar.prop import TypesFactory
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from anonml.errors import RecordError
 from anonml.model import Event, Text
-from anonml.plugins import Importer
-from anonml.readers import head, resolve_timezone
+from anonml.plugins import Importer, PluginParams
+from anonml.readers import TimeZoneName, head, resolve_timezone
 
 __all__ = ["IcalImporter"]
 
 _SOURCE = "ical"
 
 
-class _Params(BaseModel):
+class _Params(PluginParams):
     """The recurrence window and the zone of floating times."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     window_start: datetime | None = None
     window_end: datetime | None = None
     horizon_days: int = Field(default=365, ge=1, le=36_600)
     max_occurrences: int = Field(default=1000, ge=1, le=100_000)
-    timezone: str | None = Field(default=None, min_length=1, max_length=64)
+    timezone: TimeZoneName | None = None
 
     @field_validator("window_start", "window_end")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
         if value is not None and value.tzinfo is None:
             raise ValueError("window bounds need a UTC offset (e.g. 2024-01-01T00:00:00Z)")
-        return value
-
-    @field_validator("timezone")
-    @classmethod
-    def _known(cls, value: str | None) -> str | None:
-        if value is not None:
-            resolve_timezone(value)
         return value
 
     @model_validator(mode="after")

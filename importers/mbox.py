@@ -90,11 +90,11 @@ from email.utils import getaddresses, parseaddr, parsedate_to_datetime
 from pathlib import Path
 from typing import IO, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from anonml.errors import RecordError
 from anonml.model import Event
-from anonml.plugins import Importer
+from anonml.plugins import Importer, PluginParams
 from anonml.readers import head
 
 __all__ = ["MboxImporter", "keyed_hash"]
@@ -145,10 +145,8 @@ class MboxImporter(Importer):
     description: ClassVar[str] = "mbox mail archives: message metadata only, never bodies"
     patterns: ClassVar[tuple[str, ...]] = ("*.mbox", "*.mbox.gz", "mbox")
 
-    class Params(BaseModel):
+    class Params(PluginParams):
         """Options of the mbox importer."""
-
-        model_config = ConfigDict(frozen=True, extra="forbid")
 
         hash_key: str = Field(
             default="",

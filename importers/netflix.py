@@ -56,11 +56,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from anonml.errors import RecordError
 from anonml.model import Event, Text
-from anonml.plugins import Importer
+from anonml.plugins import Importer, PluginParams
 from anonml.readers import head, open_text
 
 __all__ = ["NetflixImporter", "parse_elapsed"]
@@ -95,10 +95,8 @@ class NetflixImporter(Importer):
     description: ClassVar[str] = "Netflix ViewingActivity.csv (what was watched, when, how long)"
     patterns: ClassVar[tuple[str, ...]] = ("ViewingActivity.csv",)
 
-    class Params(BaseModel):
+    class Params(PluginParams):
         """Options of the Netflix importer."""
-
-        model_config = ConfigDict(frozen=True, extra="forbid")
 
         profiles: tuple[str, ...] = Field(
             default=(),

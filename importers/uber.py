@@ -64,12 +64,11 @@ from pathlib import Path
 from typing import ClassVar
 
 from bs4 import BeautifulSoup, Tag
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from anonml.errors import RecordError
 from anonml.model import Event, Text
-from anonml.plugins import Importer
-from anonml.readers import head, open_text, resolve_timezone
+from anonml.plugins import Importer, PluginParams
+from anonml.readers import TimeZoneName, head, open_text, resolve_timezone
 
 __all__ = ["UberImporter"]
 
@@ -187,19 +186,10 @@ def _trip_fields(cells: dict[str, str], zone: tzinfo | None, cols: dict[str, str
     return request, fields
 
 
-class _Params(BaseModel):
+class _Params(PluginParams):
     """Where naive local times are (snake_case CSV, saved page)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    timezone: str | None = Field(default=None, min_length=1, max_length=64)
-
-    @field_validator("timezone")
-    @classmethod
-    def _known(cls, value: str | None) -> str | None:
-        if value is not None:
-            resolve_timezone(value)
-        return value
+    timezone: TimeZoneName | None = None
 
 
 class UberImporter(Importer):

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from anonml.model import Dataset
-from anonml.plugins import Instance, Instancer
+from anonml.plugins import Instance, Instancer, PluginParams
 
 __all__ = ["PerEventInstancer"]
 
@@ -26,9 +26,7 @@ class PerEventInstancer(Instancer):
     version = "1.0"
     description = "entity = each event of a type; label = one of its fields; features from before it"
 
-    class Params(BaseModel):
-        model_config = ConfigDict(frozen=True, extra="forbid")
-
+    class Params(PluginParams):
         source: str | None = None
         type: str = Field(min_length=1)
         label_field: str = Field(min_length=1)

@@ -17,18 +17,16 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from anonml.model import Dataset, Event
-from anonml.plugins import Instance, Instancer
+from anonml.plugins import Instance, Instancer, PluginParams
 
 __all__ = ["UserWindowInstancer", "EventMatch"]
 
 
-class EventMatch(BaseModel):
+class EventMatch(PluginParams):
     """Which events count as activity: a source and/or type (``None`` matches any)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     source: str | None = None
     type: str | None = None
@@ -46,14 +44,12 @@ class UserWindowInstancer(Instancer):
     version = "1.0"
     description = "entity = user; features before a cutoff; label = predicate over a later window"
 
-    class Params(BaseModel):
+    class Params(PluginParams):
         """Windows are in periods of ``period_days`` counted from the origin.
 
         ``label="inactive"`` gives 1 when the label window has fewer than
         ``min_events`` matching events (dropout); ``"active"`` gives the opposite.
         """
-
-        model_config = ConfigDict(frozen=True, extra="forbid")
 
         period_days: float = Field(default=7.0, gt=0, le=366)
         origin: datetime | Literal["first_event"] = "first_event"

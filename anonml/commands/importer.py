@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from anonml.cli_support import err, expected_errors, out, parse_json_option, print_json, styled
+from anonml.cli_support import (
+    ImporterParamsOption,
+    err,
+    expected_errors,
+    out,
+    parse_json_option,
+    print_json,
+    styled,
+)
 
 app = typer.Typer(help="Write and check importer plugins.", no_args_is_help=True)
 
@@ -32,31 +40,16 @@ def check(
     importer: Annotated[
         str | None, typer.Option("--importer", "-i", help="Importer name (default: detect).")
     ] = None,
-    params: Annotated[
-        str | None,
-        typer.Option(
-            "--params",
-            help="JSON or @file.json: the importer's params with --importer; otherwise "
-            '{"<importer>": {params}, ...} for the detected importer.',
-        ),
-    ] = None,
+    params: ImporterParamsOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Run an importer on a file: events, types, fields, time range, rejects, idempotence."""
-    from anonml.cli_support import importer_candidates
-    from anonml.detection import choose_importer
     from anonml.importer_kit import check_importer
-    from anonml.plugins import PluginRef, create
+    from anonml.importing import choose_for_file, resolve_candidates
 
     with expected_errors():
-        given = parse_json_option(params, "--params")
-        if importer:
-            chosen = create("importer", PluginRef(name=importer, params=given))
-        else:
-            detection = choose_importer(path, importer_candidates(given))
-            if detection.chosen is None:
-                raise detection.refusal()
-            chosen = detection.chosen
+        candidates = resolve_candidates(importer, parse_json_option(params, "--params"))
+        chosen, _ = choose_for_file(path, candidates, named=bool(importer))
         report = check_importer(path, chosen)
     if as_json:
         print_json(report.as_dict())

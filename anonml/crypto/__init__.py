@@ -7,7 +7,8 @@
 - :mod:`~anonml.crypto.tokens`, :mod:`~anonml.crypto.spent`: issue one token per
   (peer, slot), redeem each once.
 - :mod:`~anonml.crypto.onion`: AnonSphinx-v1 packets (1,280 bytes at every hop).
-- :mod:`~anonml.crypto.timing`: send and release windows.
+- :class:`~anonml.schedule.WindowSchedule` (send and release windows) is re-exported here
+  for the relay's callers; it holds no cryptography and lives in :mod:`anonml.schedule`.
 """
 
 from anonml.crypto.dleq import Proof
@@ -61,7 +62,6 @@ from anonml.crypto.spent import (
     record_issuance,
     record_spent,
 )
-from anonml.crypto.timing import WindowSchedule, release_time, send_time
 from anonml.crypto.tokens import (
     Redemption,
     Token,
@@ -72,6 +72,7 @@ from anonml.crypto.tokens import (
     finalize_tokens,
     request_tokens,
 )
+from anonml.schedule import WindowSchedule, release_time, send_time
 
 __all__ = [
     # identities and keys at rest
@@ -123,7 +124,7 @@ __all__ = [
     "SphinxRelay",
     "build_packet",
     "build_cover_packet",
-    # timing
+    # round schedule (from anonml.schedule)
     "WindowSchedule",
     "send_time",
     "release_time",

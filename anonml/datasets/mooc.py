@@ -167,6 +167,40 @@ def _generator(seed: int | np.random.Generator | None) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+def _check_simulation(n: int, weeks: int, course_id: str, start: datetime) -> None:
+    """Refuse arguments :func:`simulate_students` cannot simulate, naming the argument."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if isinstance(weeks, bool) or not isinstance(weeks, int) or not 1 <= weeks <= 52:
+        raise ValueError(f"weeks must be an integer in [1, 52], got {weeks!r}")
+    if start.tzinfo is None or start.utcoffset() is None:
+        raise ValueError("start must be timezone-aware")
+    if not course_id:
+        raise ValueError("course_id must not be empty")
+
+
+def _engagement_paths(
+    rng: np.random.Generator, n: int, weeks: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Ability, weekly decay, engagement paths and first week below the dropout threshold.
+
+    Engagement starts at ``expit(0.9 + 1.1 z + 0.5 ability)`` and is multiplied
+    each week by ``decay * exp(noise)``, clipped to [0, 1] (module docstring).
+    ``first_below[i]`` is the first week ``w >= 1`` with engagement under
+    :data:`DROPOUT_THRESHOLD`, or -1 if there is none.
+    """
+    ability = rng.normal(size=n)
+    engagement = np.empty((n, weeks))
+    engagement[:, 0] = expit(0.9 + 1.1 * rng.normal(size=n) + 0.5 * ability)
+    decay = np.clip(rng.normal(0.72, 0.15, size=n), 0.3, 1.02)
+    noise = rng.normal(0.0, 0.15, size=(n, weeks))
+    for w in range(1, weeks):
+        engagement[:, w] = np.clip(engagement[:, w - 1] * decay * np.exp(noise[:, w]), 0.0, 1.0)
+    below = engagement[:, 1:] < DROPOUT_THRESHOLD
+    first_below = np.where(below.any(axis=1), below.argmax(axis=1) + 1, -1)
+    return ability, decay, engagement, first_below
+
+
 def simulate_students(
     n: int,
     *,
@@ -202,26 +236,10 @@ def simulate_students(
     >>> students == simulate_students(3, weeks=2, seed=0)
     True
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
-    if isinstance(weeks, bool) or not isinstance(weeks, int) or not 1 <= weeks <= 52:
-        raise ValueError(f"weeks must be an integer in [1, 52], got {weeks!r}")
-    if start.tzinfo is None or start.utcoffset() is None:
-        raise ValueError("start must be timezone-aware")
-    if not course_id:
-        raise ValueError("course_id must not be empty")
+    _check_simulation(n, weeks, course_id, start)
     rng = _generator(seed)
     course = _Course.build(course_id, start, weeks)
-
-    ability = rng.normal(size=n)
-    engagement = np.empty((n, weeks))
-    engagement[:, 0] = expit(0.9 + 1.1 * rng.normal(size=n) + 0.5 * ability)
-    decay = np.clip(rng.normal(0.72, 0.15, size=n), 0.3, 1.02)
-    noise = rng.normal(0.0, 0.15, size=(n, weeks))
-    for w in range(1, weeks):
-        engagement[:, w] = np.clip(engagement[:, w - 1] * decay * np.exp(noise[:, w]), 0.0, 1.0)
-    below = engagement[:, 1:] < DROPOUT_THRESHOLD
-    first_below = np.where(below.any(axis=1), below.argmax(axis=1) + 1, -1)
+    ability, decay, engagement, first_below = _engagement_paths(rng, n, weeks)
     student_seeds = rng.integers(0, 2**63 - 1, size=n)
 
     students = []

@@ -12,27 +12,45 @@ disagree, so a tampered or mistyped descriptor never reaches the estimator.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from anonml.privacy.mechanisms import (
-    OUE,
-    RAPPOR,
-    Mechanism,
-    PQPerturbation,
-    RandomizedResponse,
-    SubsetSelection,
-)
-
-__all__ = ["MechanismDescriptor", "MechanismKind", "MECHANISMS"]
+__all__ = ["MechanismDescriptor", "MechanismKind", "MECHANISMS", "DescribedMechanism", "register_mechanism"]
 
 MechanismKind = Literal["pq", "rappor", "oue", "krr", "subset"]
 
-#: Every mechanism class by its wire name.
-MECHANISMS: dict[str, type[Mechanism]] = {
-    cls.kind: cls for cls in (PQPerturbation, RAPPOR, OUE, RandomizedResponse, SubsetSelection)
-}
+
+class DescribedMechanism(Protocol):
+    """What a descriptor needs of a mechanism class: its wire name, a rebuild, the derived numbers."""
+
+    kind: ClassVar[str]
+
+    @classmethod
+    def from_descriptor(cls, descriptor: MechanismDescriptor) -> DescribedMechanism:
+        """The mechanism the descriptor's defining parameters name."""
+        ...
+
+    p: float
+    q: float
+    epsilon: float
+
+
+_M = TypeVar("_M", bound=type[DescribedMechanism])
+
+#: Every mechanism class by its wire name, filled by :func:`register_mechanism`
+#: as :mod:`anonml.privacy.mechanisms` defines them (this module does not
+#: import that one: the mechanisms build their descriptors from this module).
+MECHANISMS: dict[str, type[DescribedMechanism]] = {}
+
+
+def register_mechanism(cls: _M) -> _M:
+    """Class decorator: ``cls`` is the mechanism a descriptor of kind ``cls.kind`` names."""
+    if cls.kind in MECHANISMS and MECHANISMS[cls.kind] is not cls:
+        raise ValueError(f"mechanism kind {cls.kind!r} is already registered to {MECHANISMS[cls.kind]}")
+    MECHANISMS[cls.kind] = cls
+    return cls
+
 
 #: Relative tolerance when checking derived numbers (JSON round-trips floats
 #: exactly; this only absorbs differences in evaluation order across versions).
@@ -87,14 +105,11 @@ class MechanismDescriptor(BaseModel):
                 )
         return self
 
-    def _build(self) -> Mechanism:
-        if self.kind == "pq":
-            return PQPerturbation(p=self.p, q=self.q, m=self.m)
-        if self.kind == "subset":
-            assert self.omega is not None  # checked by the validator
-            return SubsetSelection(epsilon=self.epsilon, m=self.m, omega=self.omega)
-        return MECHANISMS[self.kind].from_epsilon(self.epsilon, self.m)
+    def _build(self) -> DescribedMechanism:
+        if self.kind not in MECHANISMS:  # only if anonml.privacy.mechanisms was never imported
+            raise ValueError(f"no mechanism registered for kind {self.kind!r}")
+        return MECHANISMS[self.kind].from_descriptor(self)
 
-    def to_mechanism(self) -> Mechanism:
-        """The mechanism this descriptor names."""
+    def to_mechanism(self) -> DescribedMechanism:
+        """The mechanism this descriptor names (an :class:`~anonml.privacy.mechanisms.Mechanism`)."""
         return self._build()

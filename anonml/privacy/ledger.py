@@ -19,7 +19,10 @@ SQLAlchemy 2 typed models on their own ``DeclarativeBase`` (tables prefixed
 file ``ledger.db`` in :func:`anonml.paths.anonml_home`, any SQLAlchemy URL
 accepted. On SQLite every transaction starts with ``BEGIN IMMEDIATE``, so the
 check against the cap and the insert are atomic even across processes; other
-backends run at SERIALIZABLE isolation.
+backends run at SERIALIZABLE isolation. The schema is versioned (Alembic
+revisions in :mod:`anonml.migrations.ledger`, version table
+``anonml_schema_ledger``) and upgraded when the ledger is opened, so a ledger
+written by an earlier version keeps every release it recorded.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from sqlalchemy.orm import (
     sessionmaker,
 )
 
-from anonml.database import UTCDateTime, make_engine
+from anonml.database import UTCDatetimes, make_engine, migrate
 from anonml.errors import BudgetExceeded
 from anonml.paths import default_store_url
 from anonml.privacy._checks import check_epsilon
@@ -67,10 +70,8 @@ _ALL_PEERS = ""
 
 
 
-class LedgerBase(DeclarativeBase):
+class LedgerBase(UTCDatetimes, DeclarativeBase):
     """Declarative base of the ledger's tables (separate metadata from the event store)."""
-
-    type_annotation_map = {datetime: UTCDateTime()}
 
 
 class ReleaseRow(LedgerBase):
@@ -181,7 +182,7 @@ class PrivacyLedger:
         self.url = url if url is not None else default_store_url("ledger.db")
         self.default_cap = None if default_cap is None else check_epsilon(default_cap, "default_cap")
         self._engine = make_engine(self.url, immediate=True)
-        LedgerBase.metadata.create_all(self._engine)
+        migrate(self._engine, "anonml.migrations.ledger")
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
 
     # -- lifecycle ---------------------------------------------------------------

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Self
+from typing import ClassVar, Self
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -45,9 +45,7 @@ from anonml.privacy._sampling import (
     uniform_below,
     uniform_subsets,
 )
-
-if TYPE_CHECKING:
-    from anonml.privacy.descriptor import MechanismDescriptor
+from anonml.privacy.descriptor import MechanismDescriptor, register_mechanism
 
 __all__ = [
     "Mechanism",
@@ -105,6 +103,11 @@ class Mechanism(ABC):
     def from_epsilon(cls, epsilon: float, m: int) -> Mechanism:
         """The mechanism of this kind with privacy loss ``epsilon`` on a domain of size ``m``."""
 
+    @classmethod
+    def from_descriptor(cls, descriptor: MechanismDescriptor) -> Mechanism:
+        """The mechanism a (validated) descriptor of this kind names: by default its epsilon and m."""
+        return cls.from_epsilon(descriptor.epsilon, descriptor.m)
+
     @abstractmethod
     def _perturb_indices(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Reports for validated value indices."""
@@ -153,8 +156,6 @@ class Mechanism(ABC):
 
     def descriptor(self) -> MechanismDescriptor:
         """The serialisable description that travels with a report."""
-        from anonml.privacy.descriptor import MechanismDescriptor
-
         omega = getattr(self, "omega", None)
         return MechanismDescriptor(
             kind=self.kind, m=self.m, p=self.p, q=self.q, epsilon=self.epsilon, omega=omega
@@ -182,6 +183,7 @@ def _check_pq(p: float, q: float) -> None:
         raise ValueError(f"need 0 < q < p < 1, got p={p!r}, q={q!r}")
 
 
+@register_mechanism
 @dataclass(frozen=True)
 class PQPerturbation(_UnaryEncoding):
     """(p,q)-perturbation: 1-bits stay 1 w.p. ``p``, 0-bits become 1 w.p. ``q``.
@@ -220,6 +222,11 @@ class PQPerturbation(_UnaryEncoding):
         lam = math.exp(epsilon)
         return cls(p=p, q=p / (p + lam * (1 - p)), m=m)
 
+    @classmethod
+    def from_descriptor(cls, descriptor: MechanismDescriptor) -> PQPerturbation:
+        """Defined by its own ``p`` and ``q``, not by epsilon."""
+        return cls(p=descriptor.p, q=descriptor.q, m=descriptor.m)
+
 
 class _DefinedByEpsilon:
     """Mechanisms whose fields are ``(epsilon, m)``: their checks and ``from_epsilon``, once."""
@@ -236,6 +243,7 @@ class _DefinedByEpsilon:
         return cls(epsilon=epsilon, m=m)  # type: ignore[call-arg]
 
 
+@register_mechanism
 @dataclass(frozen=True)
 class RAPPOR(_DefinedByEpsilon, _UnaryEncoding):
     """One-time (basic) RAPPOR: ``q = 1 - p``, ``epsilon = 2 ln(p / (1-p))``.
@@ -256,6 +264,7 @@ class RAPPOR(_DefinedByEpsilon, _UnaryEncoding):
         return 1.0 / (1.0 + math.exp(self.epsilon / 2))
 
 
+@register_mechanism
 @dataclass(frozen=True)
 class OUE(_DefinedByEpsilon, _UnaryEncoding):
     """Optimised unary encoding: ``p = 1/2``, ``q = 1 / (e^epsilon + 1)`` (Wang et al. 2017)."""
@@ -273,6 +282,7 @@ class OUE(_DefinedByEpsilon, _UnaryEncoding):
         return 1.0 / (math.exp(self.epsilon) + 1.0)
 
 
+@register_mechanism
 @dataclass(frozen=True)
 class RandomizedResponse(_DefinedByEpsilon, Mechanism):
     """k-ary randomised response: the true value w.p. ``p``, else one of the other m-1.
@@ -312,6 +322,7 @@ def _default_omega(epsilon: float, m: int) -> int:
     return min(max(math.floor(m / (math.exp(epsilon) + 1.0) + 0.5), 1), m - 1)
 
 
+@register_mechanism
 @dataclass(frozen=True)
 class SubsetSelection(_DefinedByEpsilon, Mechanism):
     """Subset selection: report an ``omega``-subset, containing the true value w.p. ``p``.
@@ -340,6 +351,11 @@ class SubsetSelection(_DefinedByEpsilon, Mechanism):
             raise TypeError(f"omega must be an integer, got {self.omega!r}")
         if not 1 <= self.omega <= self.m - 1:
             raise ValueError(f"omega must lie in [1, m-1={self.m - 1}], got {self.omega}")
+
+    @classmethod
+    def from_descriptor(cls, descriptor: MechanismDescriptor) -> SubsetSelection:
+        """Defined by epsilon, m and the descriptor's subset size ``omega``."""
+        return cls(epsilon=descriptor.epsilon, m=descriptor.m, omega=descriptor.omega)
 
     @property
     def p(self) -> float:

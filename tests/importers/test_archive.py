@@ -11,18 +11,18 @@ from typing import ClassVar
 
 import pytest
 
-from anonml.errors import RecordError
-from anonml.model import Event
-from anonml.plugins import Importer, iter_classes
-from anonml.store import EventStore
-from importers.apple_health import AppleHealthImporter
-from importers.archive import (
+from anonml.archive import (
     ArchiveLimits,
     Candidate,
     SkipReason,
     import_plan,
     walk_archive,
 )
+from anonml.errors import RecordError
+from anonml.model import Event
+from anonml.plugins import Importer, iter_classes
+from anonml.store import EventStore
+from importers.apple_health import AppleHealthImporter
 from importers.browser import BrowserHistoryImporter
 from importers.fitbit import FitbitImporter
 from importers.mbox import MboxImporter

@@ -10,14 +10,14 @@ ratio importer seconds ÷ baseline seconds (the cost of typed, validated
 events over a bare read), which survives a faster or slower machine.
 
 Memory: apple_health parses a generated ``export.xml`` of ``--xml-mb``
-megabytes (default 1024, the issue's 1 GB) in a subprocess whose peak
+megabytes (default 1024: a 1 GB export) in a subprocess whose peak
 resident set (``VmHWM``, i.e. ``ru_maxrss``) is recorded, next to a bare
-``iterparse`` of the same file that clears each element. The issue's target
+``iterparse`` of the same file that clears each element. The target
 is under 200 MB resident. The file lives in a temporary folder and is
 deleted afterwards.
 
-Run: ``python benchmarks/importers_b.py [--scale 1.0] [--xml-mb 1024]``;
-writes ``benchmarks/results/importers_b.json``.
+Run: ``python -m benchmarks.parse_app_exports [--scale 1.0] [--xml-mb 1024]``
+from the repository root; writes ``benchmarks/results/parse_app_exports.json``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "importers_b.json"
+RESULTS = REPO / "benchmarks" / "results" / "parse_app_exports.json"
 _T0 = datetime(2020, 1, 1, tzinfo=UTC)
 _WEBKIT_OFFSET_US = 11_644_473_600_000_000  # 1601-01-01 → 1970-01-01 in microseconds
 
@@ -46,8 +47,7 @@ _WEBKIT_OFFSET_US = 11_644_473_600_000_000  # 1601-01-01 → 1970-01-01 in micro
 _CHILD = r"""
 import csv, importlib, json, mailbox, sqlite3, sys, time
 import xml.etree.ElementTree as ET
-sys.path.insert(0, sys.argv[1])
-mode, target, path, params = sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5])
+mode, target, path, params = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 
 def rss_kib(field):
     with open("/proc/self/status") as fh:
@@ -111,7 +111,8 @@ print(json.dumps({"events": events, "errors": errors, "seconds": seconds,
 
 def _run(mode: str, target: str, path: Path, params: dict[str, Any] | None = None) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(REPO), mode, target, str(path), json.dumps(params or {})],
+        [sys.executable, "-c", _CHILD, mode, target, str(path), json.dumps(params or {})],
+        cwd=REPO,  # ``python -c`` puts the working folder first on the path: this checkout
         check=True,
         capture_output=True,
         text=True,
@@ -298,58 +299,66 @@ def _gen_netflix(path: Path, n: int, rng: np.random.Generator) -> int:
     return n
 
 
-def _gen_chrome(path: Path, n: int, rng: np.random.Generator) -> int:
+def _write_history(path: Path, schema: str, *inserts: tuple[str, Iterable[tuple]]) -> None:
+    """A browser-history SQLite file: ``schema``, then each ``(sql, rows)`` batch, one commit."""
     conn = sqlite3.connect(path)
-    conn.executescript(
-        "CREATE TABLE urls(id INTEGER PRIMARY KEY, url LONGVARCHAR, title LONGVARCHAR, "
-        "visit_count INTEGER, typed_count INTEGER, last_visit_time INTEGER, hidden INTEGER);"
-        "CREATE TABLE visits(id INTEGER PRIMARY KEY, url INTEGER, visit_time INTEGER, from_visit INTEGER, "
-        "transition INTEGER, segment_id INTEGER, visit_duration INTEGER);"
-    )
+    try:
+        conn.executescript(schema)
+        for sql, rows in inserts:
+            conn.executemany(sql, rows)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _gen_chrome(path: Path, n: int, rng: np.random.Generator) -> int:
     n_urls = max(n // 10, 1)
-    conn.executemany(
-        "INSERT INTO urls VALUES (?, ?, ?, 1, 0, 0, 0)",
-        ((i, f"https://site{i % 500}.example/page/{i}?q={i}", f"Page {i}") for i in range(1, n_urls + 1)),
-    )
     url_ids = rng.integers(1, n_urls + 1, n)
     transitions = np.array([805306368, 838860801, 805306376, 0x40000000])[rng.integers(0, 4, n)]
     base = int((_T0 - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds() * 1e6) + _WEBKIT_OFFSET_US
-    conn.executemany(
-        "INSERT INTO visits VALUES (?, ?, ?, 0, ?, 0, ?)",
+    _write_history(
+        path,
+        "CREATE TABLE urls(id INTEGER PRIMARY KEY, url LONGVARCHAR, title LONGVARCHAR, "
+        "visit_count INTEGER, typed_count INTEGER, last_visit_time INTEGER, hidden INTEGER);"
+        "CREATE TABLE visits(id INTEGER PRIMARY KEY, url INTEGER, visit_time INTEGER, from_visit INTEGER, "
+        "transition INTEGER, segment_id INTEGER, visit_duration INTEGER);",
         (
-            (i + 1, int(url_ids[i]), base + 7_000_000 * i, int(transitions[i]), 1_000_000 * (i % 30))
-            for i in range(n)
+            "INSERT INTO urls VALUES (?, ?, ?, 1, 0, 0, 0)",
+            ((i, f"https://site{i % 500}.example/page/{i}?q={i}", f"Page {i}") for i in range(1, n_urls + 1)),
+        ),
+        (
+            "INSERT INTO visits VALUES (?, ?, ?, 0, ?, 0, ?)",
+            (
+                (i + 1, int(url_ids[i]), base + 7_000_000 * i, int(transitions[i]), 1_000_000 * (i % 30))
+                for i in range(n)
+            ),
         ),
     )
-    conn.commit()
-    conn.close()
     return n
 
 
 def _gen_firefox(path: Path, n: int, rng: np.random.Generator) -> int:
-    conn = sqlite3.connect(path)
-    conn.executescript(
+    n_places = max(n // 10, 1)
+    place_ids = rng.integers(1, n_places + 1, n)
+    types = rng.integers(1, 10, n)
+    base = int((_T0 - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds() * 1e6)
+    _write_history(
+        path,
         "CREATE TABLE moz_places(id INTEGER PRIMARY KEY, url LONGVARCHAR, title LONGVARCHAR, "
         "rev_host LONGVARCHAR, visit_count INTEGER, hidden INTEGER, typed INTEGER, frecency INTEGER, "
         "last_visit_date INTEGER);"
         "CREATE TABLE moz_historyvisits(id INTEGER PRIMARY KEY, from_visit INTEGER, place_id INTEGER, "
         "visit_date INTEGER, visit_type INTEGER, session INTEGER);"
-        "PRAGMA journal_mode=WAL;"
+        "PRAGMA journal_mode=WAL;",
+        (
+            "INSERT INTO moz_places VALUES (?, ?, ?, '', 1, 0, 0, 100, 0)",
+            ((i, f"https://site{i % 500}.example/p/{i}", f"Page {i}") for i in range(1, n_places + 1)),
+        ),
+        (
+            "INSERT INTO moz_historyvisits VALUES (?, 0, ?, ?, ?, 0)",
+            ((i + 1, int(place_ids[i]), base + 7_000_000 * i, int(types[i])) for i in range(n)),
+        ),
     )
-    n_places = max(n // 10, 1)
-    conn.executemany(
-        "INSERT INTO moz_places VALUES (?, ?, ?, '', 1, 0, 0, 100, 0)",
-        ((i, f"https://site{i % 500}.example/p/{i}", f"Page {i}") for i in range(1, n_places + 1)),
-    )
-    place_ids = rng.integers(1, n_places + 1, n)
-    types = rng.integers(1, 10, n)
-    base = int((_T0 - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds() * 1e6)
-    conn.executemany(
-        "INSERT INTO moz_historyvisits VALUES (?, 0, ?, ?, ?, 0)",
-        ((i + 1, int(place_ids[i]), base + 7_000_000 * i, int(types[i])) for i in range(n)),
-    )
-    conn.commit()
-    conn.close()
     return n
 
 
@@ -465,7 +474,7 @@ def main() -> None:
         file=sys.stderr,
     )
     result = {
-        "benchmark": "importers_b",
+        "benchmark": "parse_app_exports",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "machine": platform.machine(),

@@ -1,4 +1,4 @@
-"""The round timing model: send inside a synchronised window, release at a random later time.
+"""A round's schedule: send inside a synchronised window, release at a random later time.
 
 DESIGN §7: every peer sends its packets inside ``(t_s, t_s + δ)``; every relay
 holds each packet and releases it at an independent uniform time in

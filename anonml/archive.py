@@ -7,7 +7,9 @@ temporary folder; a folder is walked in place), asks every candidate importer's
 ``detect`` about every file, and returns an :class:`ArchivePlan`: each file
 dispatched to the importer with the highest confidence, and every file it
 skipped with the reason. :func:`import_plan` then imports the plan into an
-:class:`~anonml.store.EventStore`.
+:class:`~anonml.store.EventStore`. :mod:`anonml.importing` drives both for
+``anonml import``; the walker is framework code, so third-party importers are
+dispatched exactly like the built-in ones.
 
 Dispatch rule
 -------------

@@ -9,8 +9,8 @@ runs in a fresh subprocess, whose peak resident memory is
 recorded too (``VmHWM``): it shows that the streaming JSON reader stays flat
 while ``json.load`` grows with the file.
 
-Run: ``python benchmarks/importers_a.py [--scale 1.0]``; writes
-``benchmarks/results/importers_a.json``.
+Run: ``python -m benchmarks.parse_timeline_exports [--scale 1.0]`` from the
+repository root; writes ``benchmarks/results/parse_timeline_exports.json``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "importers_a.json"
+RESULTS = REPO / "benchmarks" / "results" / "parse_timeline_exports.json"
 _T0 = datetime(2020, 1, 1, tzinfo=UTC)
 
 
@@ -116,9 +116,8 @@ def _ics(path: Path, n: int) -> None:
 # --- what runs inside each measuring subprocess ------------------------------------------------
 
 _CHILD = r"""
-import csv, json, sys, time
+import csv, json, time
 from pathlib import Path
-sys.path.insert(0, {repo!r})
 import icalendar
 from bs4 import BeautifulSoup
 from anonml.errors import RecordError
@@ -155,8 +154,9 @@ print(json.dumps({{"records": n, "seconds": elapsed, "max_rss_mb": hwm_kb / 1024
 
 
 def _measure(kind: str, name: str, path: Path, params: dict | None = None) -> dict[str, float]:
-    code = _CHILD.format(repo=str(REPO), kind=kind, name=name, path=str(path), params=params)
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    code = _CHILD.format(kind=kind, name=name, path=str(path), params=params)
+    # ``python -c`` puts the working folder first on the path: this checkout.
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -205,7 +205,7 @@ def main() -> None:
             path.unlink()
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
-        "benchmark": "importers_a", "python": sys.version.split()[0], "scale": s,
+        "benchmark": "parse_timeline_exports", "python": sys.version.split()[0], "scale": s,
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "note": "records/s of the importer on the generated file vs the plain library baseline on "
                 "the same file, same run; ICS events include RRULE expansion (1 in 10 VEVENTs x 20)",

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from anonml.crypto.timing import WindowSchedule, release_time, send_time
 from anonml.errors import ProtocolError
+from anonml.schedule import WindowSchedule, release_time, send_time
 
 
 @given(

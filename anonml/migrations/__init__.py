@@ -1,0 +1,23 @@
+"""Schema migrations (Alembic) of the databases AnonML creates, one package of revisions each.
+
+:func:`anonml.database.migrate` runs them when a database is opened:
+``migrate(engine, "anonml.migrations.store")`` brings an event store to the
+newest schema, ``"anonml.migrations.ledger"`` a privacy ledger. Each package
+names its own version table in ``VERSION_TABLE`` (``anonml_schema_store``,
+``anonml_schema_ledger``), so databases that share a file (the ledger's
+``privacy_`` tables beside the event store) are versioned independently. The
+peer's and the aggregator's databases can follow with their own packages
+(``migrate(engine, "peer.migrations")``), each naming its table.
+
+Writing a revision: add ``NNNN_what.py`` to the package with ``revision``,
+``down_revision`` (the previous file's revision), and ``upgrade()`` using
+``alembic.op``. A revision is frozen once released: it spells its DDL out
+and never imports the current models, whose shape moves on. The first
+revision of each package (``down_revision = None``) creates the schema as it
+was before migrations existed and lists its tables in ``TABLES``: a database
+holding all of them but no version table was written by that earlier code and
+is stamped at that revision, then upgraded.
+
+:mod:`env` is the one Alembic environment every package shares: it runs the
+revisions on the connection :func:`~anonml.database.migrate` passes in.
+"""
