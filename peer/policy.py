@@ -260,6 +260,12 @@ def evaluate_problem(
             return Decision(
                 "refuse", f"median ε={draft.median_epsilon:g} exceeds this peer's maximum of {median_cap:g}"
             )
+    if committed + draft.epsilon > policy.lifetime_epsilon_cap + 1e-9:
+        return Decision(
+            "refuse",
+            f"ε={draft.epsilon:g} would bring the lifetime total to {committed + draft.epsilon:g}, "
+            f"past the cap of {policy.lifetime_epsilon_cap:g}",
+        )
     floor = proposal_floors(problem, policy)
     if floor is not None:
         return Decision("refuse", floor)
@@ -279,12 +285,6 @@ def evaluate_problem(
     )
     if refusal is not None:
         return Decision("refuse", refusal)
-    if committed + draft.epsilon > policy.lifetime_epsilon_cap + 1e-9:
-        return Decision(
-            "refuse",
-            f"ε={draft.epsilon:g} would bring the lifetime total to {committed + draft.epsilon:g}, "
-            f"past the cap of {policy.lifetime_epsilon_cap:g}",
-        )
     if not manual and not policy.auto_accept:
         return Decision("ask", "within policy; waiting for 'anonml peer accept' (auto_accept is off)")
     return Decision("accept", "within policy" if not manual else "accepted by the user")
