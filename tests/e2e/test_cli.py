@@ -125,6 +125,8 @@ def test_peer_accepts_within_policy_and_predicts_with_a_verified_model(
     me = peers[0]
     monkeypatch.setenv("ANONML_PEER_STORE_URL", str(me.store.url))
     monkeypatch.setenv("ANONML_PEER_USER", me.username)
+    # This problem declares no witness (no round runs here): the peer opts out of requiring one.
+    monkeypatch.setenv("ANONML_PEER_POLICY", json.dumps({"require_witnesses": False}))
     aggregator = Identity.generate()
     problem = _mooc_problem(aggregator)
     rng = np.random.default_rng(0)

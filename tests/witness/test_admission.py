@@ -224,9 +224,11 @@ def test_policy_trust_settings_refuse_up_front():
     runnable = _problem(
         dropout_draft(featurizer.features(), history_weeks=2, weeks=4, epsilon=2.0, min_peers=4)
     )
-    policy = PeerPolicy(auto_accept=True, max_epsilon_per_problem=4.0)
+    policy = PeerPolicy(auto_accept=True, max_epsilon_per_problem=4.0, require_witnesses=False)
     assert evaluate_problem(runnable, policy, 0.0).verdict == "accept"
-    policy = PeerPolicy(auto_accept=True, max_epsilon_per_problem=4.0, require_credentials=True)
+    policy = PeerPolicy(
+        auto_accept=True, max_epsilon_per_problem=4.0, require_witnesses=False, require_credentials=True
+    )
     decision = evaluate_problem(runnable, policy, 0.0)
     assert decision.verdict == "refuse" and "requires credentials" in decision.reason
     with pytest.raises(ValueError, match="128 hex digits"):
