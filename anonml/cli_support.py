@@ -163,7 +163,9 @@ def ensure_port_free(host: str, port: int, *, what: str = "the service") -> None
 
 
 #: Terminal escape sequences: CSI (``ESC [ … final``), OSC (``ESC ] … BEL|ST``), two-byte escapes.
-_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
+_ESCAPES = re.compile(
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]"
+)
 #: C0/C1 controls and the invisible characters that reorder or hide text (bidi overrides, zero widths).
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 

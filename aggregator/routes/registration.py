@@ -43,8 +43,8 @@ from anonml.protocol import (
     Registration,
     RegistrationReceipt,
     Roster,
-    check_relay_url,
     check_credential,
+    check_relay_url,
     sign_message,
     verify_message,
 )

@@ -107,7 +107,9 @@ def start(
     ] = None,
     witness_threshold: Annotated[
         int | None,
-        typer.Option("--witness-threshold", help="Cosignatures needed from trusted witnesses.", show_default="1"),
+        typer.Option(
+            "--witness-threshold", help="Cosignatures needed from trusted witnesses.", show_default="1"
+        ),
     ] = None,
     require_credentials: Annotated[
         bool | None,
