@@ -133,9 +133,7 @@ def _binned_lr_scores(model: AnonMLClassifier, data: adult.AdultDataset) -> tupl
     return lr.decision_function(test), lr.predict(test)
 
 
-def _summarise(
-    plan: MethodPlan, epsilon: float | None, rows: list[tuple[float, float, float]]
-) -> ResultRow:
+def _summarise(plan: MethodPlan, epsilon: float | None, rows: list[tuple[float, float, float]]) -> ResultRow:
     """Mean and sample sd over trials of (AUC, F1, fit seconds)."""
     arr = np.asarray(rows, dtype=float)
     return ResultRow(
@@ -246,9 +244,7 @@ def run_adult_benchmark(
                 seq = np.random.SeedSequence(seed, spawn_key=(i, t, k))
                 if plan.method == "central_binned":
                     if default_model is None:  # bins as the default mode would publish them
-                        default_model = _private_model(
-                            MethodPlan("default", kp, ks, kh), epsilon, seq, data
-                        )
+                        default_model = _private_model(MethodPlan("default", kp, ks, kh), epsilon, seq, data)
                         default_model.fit(data.X_train, data.y_train)
                     start = time.perf_counter()
                     scores, pred = _binned_lr_scores(default_model, data)

@@ -34,6 +34,7 @@ search steps beat finer searches at every ε_T in {0.5, 1, 2, 4}, and a pool of
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -41,8 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from anonml.learn.binning import Binning, auto_n_bins
+from anonml.learn.binning import Binning, auto_n_bins, relative_cell_error
+from anonml.learn.calibration import CALIBRATION_BINS
 from anonml.learn.histograms import SubsetHistogram, domain_size, estimate_histogram, report_values
+from anonml.learn.notices import SmallGroupWarning
 from anonml.learn.partition import SEED_BYTES, PartitionPlan, make_plan
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.privacy import (
@@ -53,6 +56,7 @@ from anonml.privacy import (
     estimate_bin_edges,
     simulated_query,
 )
+from anonml.privacy.amplification import ShuffleBound
 
 __all__ = [
     "SimulationConfig",
@@ -87,6 +91,11 @@ class SimulationConfig:
         Confidence of the search's stopping margin (lower moves more readily).
     consistency : str or None
         Consistency step of the count estimates.
+    n_classes : int
+        K, the label domain of every report (2 for a binary problem).
+    calibration_fraction : float
+        Share of peers set apart (a third disjoint pool) to report
+        (score bin, label) for the calibration map once the model is built.
     """
 
     epsilon: float
@@ -99,6 +108,8 @@ class SimulationConfig:
     median_steps: int = 3
     median_confidence: float = 0.5
     consistency: str | None = "norm_sub"
+    n_classes: int = 2
+    calibration_fraction: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -117,6 +128,15 @@ class PrivacyAccounting:
         Peers in the report partitions and peers that answered a median question.
     median_epsilon : float
         ε of one median answer.
+    calibration_peers : int
+        Peers of the calibration pool (one (score bin, label) report each, at ε_T).
+    private : bool
+        False when the fit read the raw rows outside the mechanisms (feature
+        ranges taken from the data): then no ε here is a guarantee.
+    shuffle : ShuffleBound or None
+        The central (ε, δ) the aggregator's view also satisfies if reports are
+        unlinkable within each partition (:mod:`anonml.privacy.amplification`);
+        an extra, conditional statement — the local ε stays the headline.
     """
 
     epsilon_total: float
@@ -125,19 +145,28 @@ class PrivacyAccounting:
     report_peers: int
     median_peers: int
     median_epsilon: float
+    calibration_peers: int = 0
+    private: bool = True
+    shuffle: ShuffleBound | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "epsilon_total": float(self.epsilon_total),
             "report_epsilon": float(self.report_epsilon),
             "reports_per_peer": int(self.reports_per_peer),
             "report_peers": int(self.report_peers),
             "median_peers": int(self.median_peers),
             "median_epsilon": float(self.median_epsilon),
+            "calibration_peers": int(self.calibration_peers),
+            "private": bool(self.private),
         }
+        if self.shuffle is not None:
+            out["shuffle"] = self.shuffle.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PrivacyAccounting:
+        shuffle = data.get("shuffle")
         return cls(
             float(data["epsilon_total"]),
             float(data["report_epsilon"]),
@@ -145,6 +174,9 @@ class PrivacyAccounting:
             int(data["report_peers"]),
             int(data["median_peers"]),
             float(data["median_epsilon"]),
+            int(data.get("calibration_peers", 0)),
+            bool(data.get("private", True)),
+            None if shuffle is None else ShuffleBound.from_dict(shuffle),
         )
 
 
@@ -160,13 +192,12 @@ class SimulationResult:
     n_bins: int
     mechanisms: tuple[str, ...] = ()
     median_estimates: dict[int, Any] = field(default_factory=dict)
+    calibration_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
 
 @lru_cache(maxsize=4)
 def _keys(n: int) -> tuple[bytes, ...]:
-    return tuple(
-        hashlib.sha256(b"anonml/simulated-peer/" + i.to_bytes(8, "big")).digest() for i in range(n)
-    )
+    return tuple(hashlib.sha256(b"anonml/simulated-peer/" + i.to_bytes(8, "big")).digest() for i in range(n))
 
 
 def simulated_peer_keys(n: int) -> list[bytes]:
@@ -241,6 +272,7 @@ def simulate_reports(
     epsilon: float,
     consistency: str | None,
     rng: np.random.Generator,
+    n_classes: int = 2,
 ) -> tuple[tuple[SubsetHistogram, ...], tuple[int, ...], tuple[Mechanism, ...]]:
     """Every report peer's reports, perturbed and then estimated per (partition, subset).
 
@@ -248,7 +280,7 @@ def simulate_reports(
     ----------
     codes : ndarray of shape (n_peers, n_features), int
         Binned rows (roster order).
-    y : ndarray of shape (n_peers,), int in {0, 1}
+    y : ndarray of shape (n_peers,), int in {0, …, K−1}
     plan : PartitionPlan
     n_bins : sequence of int
         Bins of each feature.
@@ -256,6 +288,8 @@ def simulate_reports(
         ε of one report (ε_T / k_h).
     consistency : str or None
     rng : numpy.random.Generator
+    n_classes : int, default=2
+        K, the label domain.
 
     Returns
     -------
@@ -271,12 +305,18 @@ def simulate_reports(
         rows, labels = codes[members], y[members]
         for subset in plan.subsets[p]:
             shape = tuple(int(n_bins[f]) for f in subset)
-            values = report_values(rows[:, list(subset)], labels, shape)
-            mechanism = best_mechanism(epsilon, domain_size(shape), members.size)
+            values = report_values(rows[:, list(subset)], labels, shape, n_classes)
+            mechanism = best_mechanism(epsilon, domain_size(shape, n_classes), members.size)
             bits = mechanism.perturb(values, rng)
             histograms.append(
                 estimate_histogram(
-                    bits.sum(axis=0), mechanism, members.size, subset, shape, consistency=consistency
+                    bits.sum(axis=0),
+                    mechanism,
+                    members.size,
+                    subset,
+                    shape,
+                    consistency=consistency,
+                    n_classes=n_classes,
                 )
             )
             sizes.append(int(members.size))
@@ -297,7 +337,7 @@ def simulate_training(
     ----------
     X : ndarray of shape (n_peers, n_features)
         Raw feature vectors.
-    y : ndarray of shape (n_peers,), int in {0, 1}
+    y : ndarray of shape (n_peers,), int in {0, …, K−1}
     features : sequence of FeatureSpec
         Kinds and public ranges (numeric ranges bound the median search).
     config : SimulationConfig
@@ -306,12 +346,29 @@ def simulate_training(
     Returns
     -------
     SimulationResult
+        ``calibration_rows`` holds the rows (indices into X) of the
+        calibration pool, drawn at random before the plan and kept out of it;
+        they report nothing here (they report once the model exists).
+
+    Warns
+    -----
+    SmallGroupWarning
+        When a report partition is so small that the noise per histogram cell
+        exceeds the average cell frequency (see :func:`warn_small_groups`).
     """
-    n, n_features = X.shape
+    n_all, n_features = X.shape
     if len(features) != n_features:
         raise ValueError(f"{len(features)} feature specs for {n_features} columns")
+    n_calibration = int(round(config.calibration_fraction * n_all))
+    calibration_rows = (
+        np.sort(rng.permutation(n_all)[:n_calibration]) if n_calibration else np.empty(0, np.int64)
+    )
+    if n_calibration:
+        rest = np.setdiff1d(np.arange(n_all), calibration_rows)
+        X, y = X[rest], y[rest]
+    n = X.shape[0]
     numeric = any(f.kind is FeatureKind.NUMERIC for f in features)
-    pool = int(round(config.median_fraction * n)) if numeric else 0
+    pool = int(round(config.median_fraction * n_all)) if numeric else 0
     report_epsilon = config.epsilon / config.n_subsets
     partition_size = max(1, (n - pool) // config.n_partitions)
     if config.n_bins == "auto":
@@ -347,11 +404,53 @@ def simulate_training(
         epsilon=report_epsilon,
         consistency=config.consistency,
         rng=rng,
+        n_classes=config.n_classes,
     )
-    accounting = _account(plan, features, config, mechanisms, answered, estimates)
+    warn_small_groups(histograms, mechanisms, config.epsilon)
+    accounting = _account(plan, features, config, mechanisms, answered, estimates, n_calibration)
     return SimulationResult(
-        plan, binning, histograms, sizes, accounting, n_bins, tuple(m.kind for m in mechanisms), estimates
+        plan,
+        binning,
+        histograms,
+        sizes,
+        accounting,
+        n_bins,
+        tuple(m.kind for m in mechanisms),
+        estimates,
+        calibration_rows,
     )
+
+
+#: A report partition is "too small" when the noise sd of a histogram cell exceeds this
+#: multiple of the average cell count (the relative error of :func:`auto_n_bins`).
+SMALL_GROUP_ERROR = 1.0
+
+
+def warn_small_groups(
+    histograms: Sequence[SubsetHistogram], mechanisms: Sequence[Mechanism], epsilon_total: float
+) -> None:
+    """Warn (:class:`SmallGroupWarning`) when the smallest report group cannot carry a signal.
+
+    For each histogram of ``n`` reports over ``m`` cells, the relative per-cell
+    error is ``E(m)·√m`` (thesis eq. 7.2 divided by the average cell frequency
+    ``1/m``, as in :func:`~anonml.learn.binning.auto_n_bins`). Above
+    :data:`SMALL_GROUP_ERROR` the estimated cells are mostly noise.
+    """
+    worst = None
+    for h, mechanism in zip(histograms, mechanisms, strict=True):
+        error = relative_cell_error(mechanism, h.n)
+        if error > SMALL_GROUP_ERROR and (worst is None or error > worst[0]):
+            worst = (error, h)
+    if worst is not None:
+        error, h = worst
+        warnings.warn(
+            f"report groups are too small to learn from: features {h.features} were reported by "
+            f"{h.n} peers over {h.counts.size} cells at ε_T={epsilon_total:g}, so the noise of a "
+            f"cell is {error:.1f}× its average count; use fewer partitions (k_p), fewer or coarser "
+            f"features, a larger ε or more peers",
+            SmallGroupWarning,
+            stacklevel=4,
+        )
 
 
 def _account(
@@ -361,6 +460,7 @@ def _account(
     mechanisms: Sequence[Mechanism],
     answered: int,
     estimates: dict[int, Any],
+    calibration_peers: int = 0,
 ) -> PrivacyAccounting:
     """Record the simulated releases in a ledger capped at ε_T and read back the totals.
 
@@ -403,9 +503,32 @@ def _account(
                         pool="median",
                     )
                 )
+    if calibration_peers:
+        specs.append(
+            ReleaseSpec(
+                peer="calibration-pool",
+                problem="simulation",
+                round=2,
+                attributes=("score", "label"),
+                mechanism=best_mechanism(config.epsilon, 2 * CALIBRATION_BINS, calibration_peers).kind,
+                epsilon=float(config.epsilon),
+                pool="calibration",
+            )
+        )
     with PrivacyLedger("sqlite://", default_cap=config.epsilon) as ledger:
         ledger.record_many(specs)
         headline = ledger.problem_budget("simulation").headline
+    groups = [(float(config.epsilon / config.n_subsets), int(config.n_subsets), min(plan.partition_sizes()))]
+    median_groups = [
+        (float(estimate.epsilon), 1, int(step.n))
+        for edges in estimates.values()
+        for estimate in edges.estimates
+        for step in estimate.steps
+        if step.n > 0
+    ]
+    groups.extend(median_groups)
+    if calibration_peers:
+        groups.append((float(config.epsilon), 1, int(calibration_peers)))
     return PrivacyAccounting(
         epsilon_total=float(headline),
         report_epsilon=float(config.epsilon / config.n_subsets),
@@ -413,4 +536,6 @@ def _account(
         report_peers=int(plan.order.size - plan.median_pool_size),
         median_peers=int(answered),
         median_epsilon=median_epsilon,
+        calibration_peers=int(calibration_peers),
+        shuffle=ShuffleBound.of_groups(groups),
     )

@@ -32,9 +32,12 @@ def _world(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     return np.column_stack([a, b, np.clip(c, -4, 4)]).astype(float), y
 
 
-@parametrize_with_checks([AnonMLClassifier(epsilon=20.0, random_state=0)])
+@parametrize_with_checks([AnonMLClassifier(epsilon=20.0, ranges="from-data", random_state=0)])
+@pytest.mark.filterwarnings("ignore::anonml.learn.notices.NotPrivateWarning")
+@pytest.mark.filterwarnings("ignore::anonml.learn.notices.SmallGroupWarning")
 def test_sklearn_contract(estimator, check):
-    # High ε only so that the accuracy checks on 30-row toy data are not decided by LDP noise.
+    # High ε only so that the accuracy checks on 30-row toy data are not decided by LDP noise;
+    # the toy data carry no public ranges, so they are read from the rows (not private).
     check(estimator)
 
 
@@ -64,7 +67,8 @@ def test_privacy_accounting_is_each_peers_total():
     assert acct.epsilon_total == pytest.approx(1.0)  # sequential composition, ledger headline
     assert acct.report_epsilon == pytest.approx(1.0) and acct.reports_per_peer == 1
     assert acct.median_epsilon == pytest.approx(1.0) and 0 < acct.median_peers <= 900
-    assert acct.report_peers == 6000 - 900  # median_fraction 0.15 of 6000 is a separate pool
+    # median_fraction 0.15 and calibration_fraction 0.05 of 6000 are two more separate pools
+    assert acct.report_peers == 6000 - 900 - 300 and acct.calibration_peers == 300
     paper = AnonMLClassifier(
         mode="paper",
         epsilon=1.0,
@@ -145,5 +149,7 @@ def test_bad_input_is_named():
         clf.predict(X_bad)
     with pytest.raises(ValueError, match="3 specs for 2 columns"):
         AnonMLClassifier(features=SPECS).fit(X[:, :2], y)
-    with pytest.raises(ValueError, match="Only binary classification"):
-        AnonMLClassifier(features=SPECS).fit(X, np.arange(X.shape[0]) % 3)
+    with pytest.raises(ValueError, match="paper mode needs exactly 2 classes"):
+        AnonMLClassifier(mode="paper", features=SPECS).fit(X, np.arange(X.shape[0]) % 3)
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        AnonMLClassifier(features=SPECS).fit(X, np.zeros(X.shape[0]))

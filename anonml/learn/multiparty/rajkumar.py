@@ -33,8 +33,6 @@ from numbers import Integral, Real
 
 import numpy as np
 from scipy.stats import chi2
-from sklearn.base import _fit_context
-from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import validate_data
 
 from anonml.learn.multiparty.base import PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
@@ -49,6 +47,7 @@ from anonml.learn.multiparty.common import (
 )
 from anonml.learn.multiparty.erm import LOGISTIC, fit_linear_erm
 from anonml.learn.multiparty.objective import Slack, compute_slack
+from anonml.learn.params import Interval, checked_fit
 
 __all__ = ["gaussian_sigma", "GaussianObjectivePerturbation", "PrivateSGD"]
 
@@ -70,7 +69,7 @@ def gaussian_sigma(epsilon_tilde: float, delta: float, dim: int) -> float:
 
 
 class _GaussianBase(LinearMultipartyClassifier):
-    _parameter_constraints: dict = {
+    param_checks: dict = {
         **PRIVATE_ERM_CONSTRAINTS,
         "delta": [Interval(Real, 0, 1, closed="neither")],
     }
@@ -134,7 +133,7 @@ class GaussianObjectivePerturbation(_GaussianBase):
         self.lam = lam
         self.random_state = random_state
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(
         self, X: np.ndarray, y: np.ndarray, parties: np.ndarray | None = None
     ) -> GaussianObjectivePerturbation:
@@ -188,8 +187,8 @@ class PrivateSGD(_GaussianBase):
     Rajkumar & Agarwal, AISTATS 2012, Algorithm 1 (PSGD).
     """
 
-    _parameter_constraints: dict = {
-        **_GaussianBase._parameter_constraints,
+    param_checks: dict = {
+        **_GaussianBase.param_checks,
         "epochs": [Interval(Integral, 1, None, closed="left")],
         "rho_scale": [Interval(Real, 0, None, closed="left")],
     }
@@ -210,7 +209,7 @@ class PrivateSGD(_GaussianBase):
         self.rho_scale = rho_scale
         self.random_state = random_state
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(self, X: np.ndarray, y: np.ndarray, parties: np.ndarray | None = None) -> PrivateSGD:
         """Run T = epochs · n noisy SGD steps across the parties."""
         X, y_pm, classes, slack, sigma = self._prepare(X, y)
