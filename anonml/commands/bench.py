@@ -23,7 +23,7 @@ from anonml.cli_support import err, expected_errors, out
 if TYPE_CHECKING:  # the harness pulls in scikit-learn: import it when a benchmark runs
     from anonml.learn.harness import ResultRow
 
-_METHODS_HELP = "default, paper, central, majority"
+_METHODS_HELP = "default, paper, central, majority, ldp_nb"
 
 __all__ = ["app", "adult", "results_table"]
 
@@ -88,7 +88,7 @@ def results_table(rows: list[ResultRow]) -> Table:
 def adult(
     methods: Annotated[
         str, typer.Option("--methods", help=f"Comma-separated methods: {_METHODS_HELP}.")
-    ] = "default,paper,central",
+    ] = "default,paper,central,ldp_nb",
     eps: Annotated[str, typer.Option("--eps", help="Comma-separated per-peer totals ε_T.")] = "0.5,1,2,4",
     trials: Annotated[int, typer.Option("--trials", min=1, help="Simulations per method and ε_T.")] = 20,
     kp: Annotated[

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+from scipy.optimize import least_squares
 from scipy.special import expit, logit, softmax
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score, make_scorer, roc_auc_score
@@ -455,52 +456,40 @@ def default_ensemble(
 
 
 def platt_from_histogram(
-    scores: np.ndarray, counts: np.ndarray, *, prior_strength: float = 1.0, max_iter: int = 100
+    scores: np.ndarray, counts: np.ndarray, *, prior_strength: float = 1.0
 ) -> tuple[float, float]:
-    """Platt scaling ``P(y=1|f) = σ(a·f + b)`` fitted to a histogram of (score bin, label).
+    """Platt scaling ``P(y=1|f) = σ(a·f + b)`` fitted to a noisy histogram of (score bin, label).
 
     Parameters
     ----------
     scores : ndarray of shape (B,)
         A representative decision value of each score bin.
     counts : ndarray of shape (B, 2)
-        Estimated counts of label 0 and 1 per bin (negative estimates are
-        clipped to 0: they carry no evidence).
+        Unbiased estimates of the counts of label 0 and 1 per bin; LDP
+        estimates may be negative, so they are not plugged into a
+        log-likelihood (which a negative count makes unbounded) but into
+        least squares on the positives, ``Σ_B (ĉ_B1 − n̂_B·σ(a f_B + b))²``
+        with ``n̂_B = ĉ_B0 + ĉ_B1``: each residual has mean zero at the true
+        map, whatever the noise.
     prior_strength : float, default=1.0
-        Weight, in reports, of a Gaussian prior ``a ~ N(1, 1)``, ``b ~ N(0, 1)``
-        that keeps the map near the identity when the histogram is all noise.
-    max_iter : int, default=100
-        Newton steps (the objective is convex; it converges in a handful).
+        Weight, in reports², of a ridge towards the identity ``a = 1, b = 0``.
 
     Returns
     -------
-    (a, b) : the maximum a-posteriori estimate of the binomial likelihood
-    ``Σ_B ĉ_B1·log σ(a f_B + b) + ĉ_B0·log(1 − σ(a f_B + b))`` (Platt 1999),
-    with ``a ≥ 0.01`` so that the map never reverses the model's ranking.
+    (a, b) : with ``a ≥ 0.01`` so that the map never reverses the model's ranking.
     """
     f = np.asarray(scores, dtype=float)
-    c = np.clip(np.asarray(counts, dtype=float), 0.0, None)
+    c = np.asarray(counts, dtype=float)
     if f.ndim != 1 or c.shape != (f.size, 2) or not np.all(np.isfinite(f)) or not np.all(np.isfinite(c)):
         raise ValueError(f"need finite scores (B,) and counts (B, 2), got {f.shape} and {c.shape}")
-    design = np.column_stack([f, np.ones_like(f)])
-    theta = np.array([1.0, 0.0])
-    anchor = theta.copy()
     n_b, pos = c.sum(axis=1), c[:, 1]
-    for _ in range(max_iter):
-        p = expit(design @ theta)
-        grad = design.T @ (pos - n_b * p) - prior_strength * (theta - anchor)
-        hess = (design * (n_b * p * (1 - p))[:, None]).T @ design + prior_strength * np.eye(2)
-        step = np.linalg.solve(hess, grad)
-        theta = theta + step
-        if np.max(np.abs(step)) < 1e-10:
-            break
-    if theta[0] < _MIN_SLOPE:  # noise flipped or flattened the slope: keep the ranking, refit b alone
-        theta[0] = _MIN_SLOPE
-        for _ in range(max_iter):
-            p = expit(design @ theta)
-            grad_b = float(np.sum(pos - n_b * p)) - prior_strength * (theta[1] - anchor[1])
-            hess_b = float(np.sum(n_b * p * (1 - p))) + prior_strength
-            theta[1] += grad_b / hess_b
-            if abs(grad_b / hess_b) < 1e-10:
-                break
-    return float(theta[0]), float(theta[1])
+    ridge = np.sqrt(prior_strength)
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        fit = n_b * expit(theta[0] * f + theta[1])
+        return np.concatenate([pos - fit, ridge * (theta - np.array([1.0, 0.0]))])
+
+    result = least_squares(
+        residuals, x0=np.array([1.0, 0.0]), bounds=([_MIN_SLOPE, -np.inf], [np.inf, np.inf])
+    )
+    return float(result.x[0]), float(result.x[1])

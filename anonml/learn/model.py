@@ -145,7 +145,7 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         Questions (fresh peer partitions) per private quantile search.
     median_confidence : float, default=0.5
         Confidence of each search's stopping margin (thesis algorithm 1).
-    calibration_fraction : float, default=0.05
+    calibration_fraction : float, default=0.1
         Binary problems: share of the peers set apart to report
         (score bin, label) once the model is built; their histogram fits the
         Platt map of ``predict_proba`` (:mod:`anonml.learn.calibration`). 0
@@ -243,7 +243,7 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         median_fraction: float = 0.15,
         median_steps: int = 3,
         median_confidence: float = 0.5,
-        calibration_fraction: float = 0.05,
+        calibration_fraction: float = 0.1,
         consistency: str | None = "norm_sub",
         smoothing: float = 1.0,
         combine: Literal["linear", "logit"] = "linear",
@@ -357,12 +357,10 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
             rows = result.calibration_rows
             ensemble = calibrate_ensemble(
                 ensemble,
-                result.histograms,
                 result.binning.transform(X[rows]),
                 y_index[rows].astype(np.int64),
                 epsilon=float(self.epsilon),
                 rng=rng,
-                consistency=self.consistency,
             )
         self.classes_ = classes
         self.features_ = list(features)

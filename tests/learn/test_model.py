@@ -67,8 +67,8 @@ def test_privacy_accounting_is_each_peers_total():
     assert acct.epsilon_total == pytest.approx(1.0)  # sequential composition, ledger headline
     assert acct.report_epsilon == pytest.approx(1.0) and acct.reports_per_peer == 1
     assert acct.median_epsilon == pytest.approx(1.0) and 0 < acct.median_peers <= 900
-    # median_fraction 0.15 and calibration_fraction 0.05 of 6000 are two more separate pools
-    assert acct.report_peers == 6000 - 900 - 300 and acct.calibration_peers == 300
+    # median_fraction 0.15 and calibration_fraction 0.1 of 6000 are two more separate pools
+    assert acct.report_peers == 6000 - 900 - 600 and acct.calibration_peers == 600
     paper = AnonMLClassifier(
         mode="paper",
         epsilon=1.0,

@@ -63,9 +63,7 @@ def test_simulated_reports_estimate_the_true_histograms_without_bias():
     hists, sizes, mechs = simulate_reports(codes, y, plan, (2, 3), epsilon=1.0, consistency=None, rng=rng)
     assert sizes == (3000,) * 4 and len(mechs) == 4
     for pooled in pool_histograms(hists):
-        members = np.concatenate(
-            [plan.members(p) for p in range(4) if plan.subsets[p][0] == pooled.features]
-        )
+        members = np.concatenate([plan.members(p) for p in range(4) if plan.subsets[p][0] == pooled.features])
         truth = exact_histogram(
             codes[members][:, list(pooled.features)], y[members], pooled.features, pooled.shape
         )
