@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from anonml.cli_support import err, expected_errors, out
+from anonml.errors import AnonMLError
 
 if TYPE_CHECKING:  # the harness pulls in scikit-learn: import it when a benchmark runs
     from anonml.learn.harness import ResultRow
@@ -105,7 +106,9 @@ def adult(
     data: Annotated[
         Path | None,
         typer.Option(
-            "--data", help="Folder with adult.data and adult.test (else $ANONML_ADULT_DIR, cache, UCI)."
+            "--data",
+            help="Folder with adult.data and adult.test (else $ANONML_ADULT_DIR, "
+            "$ANONML_SHARED_DIR/datasets/adult, ../shared/datasets/adult beside the checkout, cache, UCI).",
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of every simulated trial.")] = 0,
@@ -123,6 +126,7 @@ def adult(
         run_adult_benchmark,
         write_results,
     )
+    from anonml.learn.plotting import require_pyplot
 
     names = _split(methods, "--methods")
     epsilons = _epsilons(eps)
@@ -131,7 +135,12 @@ def adult(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--methods") from None
     with expected_errors():
-        dataset = adult_data.load(data)
+        if plot is not None:  # a missing plot extra fails now, not after the computation
+            require_pyplot()
+        try:
+            dataset = adult_data.load(data)
+        except adult_data.AdultNotFound as exc:
+            raise AnonMLError(exc.advice("pass the folder with --data DIR")) from None
         columns = (
             TextColumn("[progress.description]{task.description}"),
             BarColumn(),

@@ -45,9 +45,9 @@ from sklearn.metrics import brier_score_loss, f1_score, roc_auc_score
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from anonml.datasets import adult
-from anonml.errors import AnonMLError
 from anonml.learn.baselines import fit_ldp_naive_bayes
 from anonml.learn.model import AnonMLClassifier
+from anonml.learn.plotting import require_pyplot
 from anonml.model import FeatureKind, FeatureSpec
 
 __all__ = [
@@ -449,13 +449,7 @@ def write_results(rows: Sequence[ResultRow], path: str | Path) -> Path:
 
 def plot_results(rows: Sequence[ResultRow], path: str | Path) -> Path:
     """Plot mean test AUC (± sd) against ε_T per method; needs the ``plot`` extra."""
-    try:
-        import matplotlib  # noqa: PLC0415 - optional dependency
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ImportError:
-        raise AnonMLError("plotting needs matplotlib: pip install 'anonml[plot]'") from None
+    plt = require_pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     series: dict[str, list[ResultRow]] = {}
     for row in rows:
