@@ -232,14 +232,8 @@ def simulate_students(
         fine = random.Random(int(student_seeds[i]))
         username = f"learner{i:04d}"
         lines, n_unattributed = _student_lines(
-            course,
-            username,
-            1000 + i,
-            float(ability[i]),
-            rows[:active_weeks],
-            dropped=dropout is not None,
-            gen=gen,
-            fine=fine,
+            course, username, 1000 + i, float(ability[i]), rows[:active_weeks],
+            dropped=dropout is not None, gen=gen, fine=fine,
         )
         students.append(
             SimulatedStudent(
@@ -274,18 +268,9 @@ class _Writer:
         # Older edX logs wrote no offset; both spellings mean UTC.
         return stamp[:-6] if self.r.random() < 0.2 else stamp
 
-    def record(
-        self,
-        source: str,
-        event_type: str,
-        event: object,
-        *,
-        name: str | None = None,
-        path: str = "/event",
-        page: str | None = None,
-        session: bool = True,
-        user: str | None = None,
-    ) -> dict:
+    def record(self, source: str, event_type: str, event: object, *, name: str | None = None,
+               path: str = "/event", page: str | None = None, session: bool = True,
+               user: str | None = None) -> dict:
         rec: dict = {
             "username": self.username if user is None else user,
             "event_source": source,
@@ -363,13 +348,8 @@ class _Writer:
             self.t += watch / 2
             old = round(position + watch / 2, 1)
             new = round(self.r.uniform(0, length - 5), 1)
-            emit(
-                "seek_video",
-                "edx.video.position.changed",
-                old_time=old,
-                new_time=new,
-                type=self.r.choice(("onSlideSeek", "onCaptionSeek")),
-            )
+            emit("seek_video", "edx.video.position.changed", old_time=old, new_time=new,
+                 type=self.r.choice(("onSlideSeek", "onCaptionSeek")))
             self.gap(1, 3)
             position, watch = new, min(length - new, watch / 2)
             emit("play_video", "edx.video.played", currentTime=position)
@@ -394,8 +374,7 @@ class _Writer:
             grade = max_grade if correct else self.r.randrange(max_grade)
             self.t += self.r.uniform(0.2, 1.5)
             self.record(
-                "server",
-                "problem_check",
+                "server", "problem_check",
                 {
                     "problem_id": usage,
                     "attempts": attempt,
@@ -414,36 +393,19 @@ class _Writer:
 
     def forum(self, post: bool) -> None:
         thread = hashlib.blake2b(f"{self.username}{self.t}".encode(), digest_size=12).hexdigest()
-        common = {
-            "commentable_id": "course",
-            "id": thread,
-            "url": f"https://{_HOST}/courses/{self.course.course_id}/discussion/forum/course/threads/{thread}",
-        }
+        common = {"commentable_id": "course", "id": thread,
+                  "url": f"https://{_HOST}/courses/{self.course.course_id}/discussion/forum/course/threads/{thread}"}
         if not post:
-            self.record(
-                "server",
-                "edx.forum.thread.viewed",
-                {**common, "title": "Question about this week", "user_forums_roles": ["Student"]},
-                name="edx.forum.thread.viewed",
-                session=False,
-            )
+            self.record("server", "edx.forum.thread.viewed",
+                        {**common, "title": "Question about this week", "user_forums_roles": ["Student"]},
+                        name="edx.forum.thread.viewed", session=False)
         else:
             kind = self.r.choice(("thread", "response", "comment"))
-            event = {
-                **common,
-                "body": "I think the second step uses the chain rule.",
-                "truncated": False,
-                "options": {"followed": True},
-                "user_forums_roles": ["Student"],
-            }
+            event = {**common, "body": "I think the second step uses the chain rule.",
+                     "truncated": False, "options": {"followed": True}, "user_forums_roles": ["Student"]}
             if kind == "thread":
-                event.update(
-                    title="Week question",
-                    thread_type="discussion",
-                    anonymous=False,
-                    anonymous_to_peers=False,
-                    title_truncated=False,
-                )
+                event.update(title="Week question", thread_type="discussion", anonymous=False,
+                             anonymous_to_peers=False, title_truncated=False)
             else:
                 event["discussion"] = {"id": thread[::-1]}
                 if kind == "comment":
@@ -454,13 +416,8 @@ class _Writer:
 
     def enrollment(self, active: bool) -> None:
         name = "edx.course.enrollment.activated" if active else "edx.course.enrollment.deactivated"
-        self.record(
-            "server",
-            name,
-            {"course_id": self.course.course_id, "user_id": self.user_id, "mode": "audit"},
-            name=name,
-            path="/change_enrollment",
-        )
+        self.record("server", name, {"course_id": self.course.course_id, "user_id": self.user_id,
+                                     "mode": "audit"}, name=name, path="/change_enrollment")
         self.gap(5, 30)
 
     def logged_out(self) -> None:
@@ -506,14 +463,8 @@ def _student_lines(
                 unattributed += 1
             w.page_view(week)
             n_seq, n_video, n_problem, n_view, n_post, n_page = row
-            activities = (
-                ["seq"] * n_seq
-                + ["video"] * n_video
-                + ["problem"] * n_problem
-                + ["view"] * n_view
-                + ["post"] * n_post
-                + ["page"] * n_page
-            )
+            activities = (["seq"] * n_seq + ["video"] * n_video + ["problem"] * n_problem
+                          + ["view"] * n_view + ["post"] * n_post + ["page"] * n_page)
             fine.shuffle(activities)
             for activity in activities:
                 if w.t > week_end - 2 * 3600.0:
@@ -575,3 +526,4 @@ def write_edx_logs(students: Sequence[SimulatedStudent], folder: str | Path) -> 
             )
         )
     return logs
+

@@ -98,11 +98,8 @@ def test_sessions_per_week_are_one_plus_poisson_three_e(cohort: list[SimulatedSt
     # Var = 3e (Poisson), so the mean over N student-weeks is within 3 sqrt(sum 3e)/N.
     diffs, variance = [], 0.0
     for s in cohort:
-        closes = Counter(
-            _week(line["time"])
-            for line in s.lines
-            if line["event_type"] == "page_close" and line["username"] not in ("", "anonymous")
-        )
+        closes = Counter(_week(line["time"]) for line in s.lines if line["event_type"] == "page_close"
+                         and line["username"] not in ("", "anonymous"))
         for w in range(8 if s.dropout_week is None else s.dropout_week):
             diffs.append(closes[w] - 1 - 3 * s.engagement[w])
             variance += 3 * s.engagement[w]
@@ -163,20 +160,9 @@ def test_written_logs_mix_real_shapes_and_import_cleanly(tmp_path: Path) -> None
         types.update(e.type for e in events)
     assert sum(dropped.values()) == sum(s.n_unattributed for s in students) > 0
     assert set(types) >= {
-        "problem_check",
-        "play_video",
-        "pause_video",
-        "load_video",
-        "seek_video",
-        "seq_goto",
-        "seq_next",
-        "seq_prev",
-        "page_close",
-        "page_view",
-        "forum_thread_viewed",
-        "forum_thread_created",
-        "forum_response_created",
-        "forum_comment_created",
+        "problem_check", "play_video", "pause_video", "load_video", "seek_video", "seq_goto",
+        "seq_next", "seq_prev", "page_close", "page_view", "forum_thread_viewed",
+        "forum_thread_created", "forum_response_created", "forum_comment_created",
         "enrollment_activated",
     }
     assert types["enrollment_activated"] == 40
@@ -187,10 +173,7 @@ def test_ground_truth_matches_the_students(tmp_path: Path) -> None:
     logs = write_edx_logs(students, tmp_path)
     for s, log in zip(students, logs, strict=True):
         assert (log.username, log.dropout_week, log.engagement, log.ability) == (
-            s.username,
-            s.dropout_week,
-            s.engagement,
-            s.ability,
+            s.username, s.dropout_week, s.engagement, s.ability,
         )
         assert log.n_events == len(_attributable(s)) > 0
         assert log.n_unattributed == len(s.lines) - log.n_events
