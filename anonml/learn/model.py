@@ -150,6 +150,13 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         (score bin, label) once the model is built; their histogram fits the
         Platt map of ``predict_proba`` (:mod:`anonml.learn.calibration`). 0
         turns calibration off (then probabilities are the raw model's).
+    pilot_fraction : float, default=0.0
+        Default mode with single-feature partitions: share of the report
+        peers that report first, one group per feature; the model then keeps
+        only the features whose pilot histogram beats the noise and splits
+        the other report peers over them
+        (:func:`~anonml.learn.simulation.select_features`). No extra budget:
+        each peer still reports once. ``selected_features_`` lists the kept ones.
     consistency : {"norm_sub", "norm_mul", "base_cut", "ibu"} or None, default="norm_sub"
         Consistency step of the histogram estimates.
     smoothing : float, default=1.0
@@ -218,6 +225,7 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         "median_steps": (Interval(numbers.Integral, 1, None, closed="left"),),
         "median_confidence": (Interval(numbers.Real, 0, 1, closed="neither"),),
         "calibration_fraction": (Interval(numbers.Real, 0, 0.5, closed="both"),),
+        "pilot_fraction": (Interval(numbers.Real, 0, 1, closed="left"),),
         "consistency": (Options(frozenset({"norm_sub", "norm_mul", "base_cut", "ibu"})), None),
         "smoothing": (Interval(numbers.Real, 0, None, closed="left"),),
         "combine": (Options(frozenset({"linear", "logit"})),),
@@ -244,6 +252,7 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         median_steps: int = 3,
         median_confidence: float = 0.5,
         calibration_fraction: float = 0.1,
+        pilot_fraction: float = 0.0,
         consistency: str | None = "norm_sub",
         smoothing: float = 1.0,
         combine: Literal["linear", "logit"] = "linear",
@@ -266,6 +275,7 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         self.median_steps = median_steps
         self.median_confidence = median_confidence
         self.calibration_fraction = calibration_fraction
+        self.pilot_fraction = pilot_fraction
         self.consistency = consistency
         self.smoothing = smoothing
         self.combine = combine
@@ -368,6 +378,9 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         self.n_subsets_ = config.n_subsets
         self.subset_size_ = config.subset_size
         self.n_bins_ = result.n_bins
+        self.selected_features_ = (
+            list(range(X.shape[1])) if result.selected_features is None else list(result.selected_features)
+        )
         self.binning_ = result.binning
         self.ensemble_ = ensemble
         self.privacy_ = (
@@ -423,6 +436,7 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
             consistency=self.consistency,
             n_classes=int(n_classes),
             calibration_fraction=float(self.calibration_fraction) if n_classes == 2 else 0.0,
+            pilot_fraction=float(self.pilot_fraction),
         )
 
     @classmethod

@@ -44,7 +44,13 @@ import numpy as np
 
 from anonml.learn.binning import Binning, auto_n_bins, relative_cell_error
 from anonml.learn.calibration import CALIBRATION_BINS
-from anonml.learn.histograms import SubsetHistogram, domain_size, estimate_histogram, report_values
+from anonml.learn.histograms import (
+    SubsetHistogram,
+    domain_size,
+    estimate_histogram,
+    label_distribution,
+    report_values,
+)
 from anonml.learn.notices import SmallGroupWarning
 from anonml.learn.partition import SEED_BYTES, PartitionPlan, make_plan
 from anonml.model import FeatureKind, FeatureSpec
@@ -96,6 +102,14 @@ class SimulationConfig:
     calibration_fraction : float
         Share of peers set apart (a third disjoint pool) to report
         (score bin, label) for the calibration map once the model is built.
+    pilot_fraction : float
+        Single-feature plans only (k_s = k_h = 1, no given subsets): share of
+        the report peers that report first, one group per feature; features
+        whose pilot histogram shows no label dependence beyond the noise
+        (:func:`select_features`) get no further reports, and the remaining
+        report peers are split over the kept features. Every report peer still
+        sends one report: the pilot costs no budget, and its histograms are
+        pooled into the model.
     """
 
     epsilon: float
@@ -110,6 +124,7 @@ class SimulationConfig:
     consistency: str | None = "norm_sub"
     n_classes: int = 2
     calibration_fraction: float = 0.0
+    pilot_fraction: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -193,6 +208,7 @@ class SimulationResult:
     mechanisms: tuple[str, ...] = ()
     median_estimates: dict[int, Any] = field(default_factory=dict)
     calibration_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    selected_features: tuple[int, ...] | None = None
 
 
 @lru_cache(maxsize=4)
@@ -396,18 +412,19 @@ def simulate_training(
         confidence=config.median_confidence,
         rng=rng,
     )
-    histograms, sizes, mechanisms = simulate_reports(
-        binning.transform(X),
-        y,
-        plan,
-        binning.n_bins,
-        epsilon=report_epsilon,
-        consistency=config.consistency,
-        rng=rng,
-        n_classes=config.n_classes,
-    )
+    codes = binning.transform(X)
+    selected = None
+    if _pilot_applies(config, n_features):
+        stages, selected = _piloted_reports(codes, y, plan, binning, config, rng)
+    else:
+        stages = [(plan, *_reports(codes, y, plan, binning, config, rng))]
+    histograms = tuple(h for _, hs, _, _ in stages for h in hs)
+    sizes = tuple(n for _, _, ns, _ in stages for n in ns)
+    mechanisms = tuple(m for _, _, _, ms in stages for m in ms)
     warn_small_groups(histograms, mechanisms, config.epsilon)
-    accounting = _account(plan, features, config, mechanisms, answered, estimates, n_calibration)
+    accounting = _account(
+        [(p, ms) for p, _, _, ms in stages], plan, features, config, answered, estimates, n_calibration
+    )
     return SimulationResult(
         plan,
         binning,
@@ -418,7 +435,116 @@ def simulate_training(
         tuple(m.kind for m in mechanisms),
         estimates,
         calibration_rows,
+        selected,
     )
+
+
+def _reports(
+    codes: np.ndarray,
+    y: np.ndarray,
+    plan: PartitionPlan,
+    binning: Binning,
+    config: SimulationConfig,
+    rng: np.random.Generator,
+) -> tuple[tuple[SubsetHistogram, ...], tuple[int, ...], tuple[Mechanism, ...]]:
+    return simulate_reports(
+        codes,
+        y,
+        plan,
+        binning.n_bins,
+        epsilon=config.epsilon / config.n_subsets,
+        consistency=config.consistency,
+        rng=rng,
+        n_classes=config.n_classes,
+    )
+
+
+def _pilot_applies(config: SimulationConfig, n_features: int) -> bool:
+    return (
+        config.pilot_fraction > 0
+        and config.subset_size == 1
+        and config.n_subsets == 1
+        and config.subsets is None
+        and n_features > 1
+    )
+
+
+def _single_feature_plan(
+    rows: np.ndarray, features: Sequence[int], n_features: int, rng: np.random.Generator
+) -> PartitionPlan:
+    """One partition per listed feature over the peers ``rows`` (their simulated keys)."""
+    keys = simulated_peer_keys(int(rows.max()) + 1 if rows.size else 0)
+    return make_plan(
+        rng.bytes(SEED_BYTES),
+        [keys[i] for i in rows],
+        n_features,
+        n_partitions=len(features),
+        subsets=[[int(f)] for f in features],
+    )
+
+
+def _piloted_reports(
+    codes: np.ndarray,
+    y: np.ndarray,
+    plan: PartitionPlan,
+    binning: Binning,
+    config: SimulationConfig,
+    rng: np.random.Generator,
+) -> tuple[list[tuple[PartitionPlan, tuple, tuple, tuple]], tuple[int, ...]]:
+    """Pilot round over every feature, selection, then the rest of the report peers on the kept features."""
+    n_features = codes.shape[1]
+    report_rows = plan.order[plan.median_pool_size :]
+    n_pilot = max(n_features, int(round(config.pilot_fraction * report_rows.size)))
+    pilot_rows, main_rows = report_rows[:n_pilot], report_rows[n_pilot:]
+    pilot_plan = _single_feature_plan(pilot_rows, range(n_features), n_features, rng)
+    pilot = _reports(codes[pilot_rows], y[pilot_rows], pilot_plan, binning, config, rng)
+    selected = select_features(pilot[0])
+    stages = [(pilot_plan, *pilot)]
+    if main_rows.size >= len(selected):
+        main_plan = _single_feature_plan(main_rows, selected, n_features, rng)
+        stages.append((main_plan, *_reports(codes[main_rows], y[main_rows], main_plan, binning, config, rng)))
+    return stages, selected
+
+
+#: A feature is kept when its pilot dependence statistic exceeds df + this many sd of its null.
+SELECTION_SDS = 3.0
+
+
+def select_features(histograms: Sequence[SubsetHistogram]) -> tuple[int, ...]:
+    """Features whose single-feature histogram shows label dependence beyond the LDP noise.
+
+    For a histogram of cells ``v`` and classes ``c`` with estimated counts
+    ``ĉ_vc``, predicted noise variances ``σ²_vc``, cell totals ``ĉ_v`` and
+    pooled class shares ``π̂_c``,
+
+        T = Σ_vc (ĉ_vc − ĉ_v·π̂_c)² / (σ²_vc + ĉ_v·π̂_c(1 − π̂_c)),
+
+    a chi-square-like statistic with at most ``df = b·K`` degrees of freedom
+    when the feature is independent of the label (each cell carries its own
+    privacy noise; sampling noise alone would give ``(b − 1)(K − 1)``). A feature is kept when
+    ``T > df + SELECTION_SDS·√(2·df)``; the feature of largest ``T/df`` is
+    always kept. Returns the kept features in increasing order.
+    """
+    if not histograms:
+        raise ValueError("no pilot histograms")
+    prior = np.clip(label_distribution(histograms), 1e-6, 1.0)
+    scores: dict[int, float] = {}
+    kept: list[int] = []
+    for h in histograms:
+        if len(h.features) != 1:
+            raise ValueError(f"pilot histograms are single-feature, got features {h.features}")
+        counts = np.clip(h.flat_counts(), 0.0, None)
+        totals = counts.sum(axis=1, keepdims=True)
+        expected = totals * prior[None, :]
+        spread = h.flat_variance() + expected * (1 - prior[None, :])
+        stat = float(np.sum((counts - expected) ** 2 / np.maximum(spread, 1e-9)))
+        df = counts.size  # independent privacy noise in every cell (at most b·K; (b−1)(K−1) without it)
+        scores[h.features[0]] = stat / df
+        if stat > df + SELECTION_SDS * np.sqrt(2.0 * df):
+            kept.append(h.features[0])
+    if not kept:
+        kept.append(max(scores, key=scores.__getitem__))
+    return tuple(sorted(kept))
 
 
 #: A report partition is "too small" when the noise sd of a histogram cell exceeds this
@@ -454,10 +580,10 @@ def warn_small_groups(
 
 
 def _account(
+    stages: Sequence[tuple[PartitionPlan, Sequence[Mechanism]]],
     plan: PartitionPlan,
     features: Sequence[FeatureSpec],
     config: SimulationConfig,
-    mechanisms: Sequence[Mechanism],
     answered: int,
     estimates: dict[int, Any],
     calibration_peers: int = 0,
@@ -472,21 +598,22 @@ def _account(
     """
     names = [f.name for f in features]
     specs: list[ReleaseSpec] = []
-    reports = iter(mechanisms)
-    for p in range(plan.n_partitions):
-        for subset in plan.subsets[p]:
-            mechanism = next(reports)
-            specs.append(
-                ReleaseSpec(
-                    peer=f"report-partition-{p}",
-                    problem="simulation",
-                    round=1,
-                    attributes=(*(names[f] for f in subset), "label"),
-                    mechanism=mechanism.kind,
-                    epsilon=mechanism.epsilon,
-                    pool="report",
+    for stage, (stage_plan, mechanisms) in enumerate(stages):
+        reports = iter(mechanisms)
+        for p in range(stage_plan.n_partitions):
+            for subset in stage_plan.subsets[p]:
+                mechanism = next(reports)
+                specs.append(
+                    ReleaseSpec(
+                        peer=f"report-stage-{stage}-partition-{p}",
+                        problem="simulation",
+                        round=1,
+                        attributes=(*(names[f] for f in subset), "label"),
+                        mechanism=mechanism.kind,
+                        epsilon=mechanism.epsilon,
+                        pool="report",
+                    )
                 )
-            )
     median_epsilon = float(config.epsilon)
     for j, edges in estimates.items():
         for estimate in edges.estimates:
@@ -518,7 +645,8 @@ def _account(
     with PrivacyLedger("sqlite://", default_cap=config.epsilon) as ledger:
         ledger.record_many(specs)
         headline = ledger.problem_budget("simulation").headline
-    groups = [(float(config.epsilon / config.n_subsets), int(config.n_subsets), min(plan.partition_sizes()))]
+    smallest = min(size for stage_plan, _ in stages for size in stage_plan.partition_sizes())
+    groups = [(float(config.epsilon / config.n_subsets), int(config.n_subsets), smallest)]
     median_groups = [
         (float(estimate.epsilon), 1, int(step.n))
         for edges in estimates.values()
