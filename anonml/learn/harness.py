@@ -159,13 +159,22 @@ def raw_design(data: TabularSplit) -> tuple[np.ndarray, np.ndarray]:
     """Design matrices of the ``central_raw`` ceiling: numeric and bool standardised, categorical one-hot."""
     numeric = [j for j, f in enumerate(data.features) if f.kind is not FeatureKind.CATEGORICAL]
     categorical = [j for j, f in enumerate(data.features) if f.kind is FeatureKind.CATEGORICAL]
-    scaler = StandardScaler().fit(data.X_train[:, numeric])
-    encoder = OneHotEncoder(
-        categories=[np.arange(len(data.features[j].categories)) for j in categorical], sparse_output=False
-    ).fit(data.X_train[:, categorical])
+    scaler = StandardScaler().fit(data.X_train[:, numeric]) if numeric else None
+    encoder = (
+        OneHotEncoder(
+            categories=[np.arange(len(data.features[j].categories)) for j in categorical], sparse_output=False
+        ).fit(data.X_train[:, categorical])
+        if categorical
+        else None
+    )
 
     def design(X: np.ndarray) -> np.ndarray:
-        return np.hstack([scaler.transform(X[:, numeric]), encoder.transform(X[:, categorical])])
+        parts = []
+        if scaler is not None:
+            parts.append(scaler.transform(X[:, numeric]))
+        if encoder is not None:
+            parts.append(encoder.transform(X[:, categorical]))
+        return np.hstack(parts)
 
     return design(data.X_train), design(data.X_test)
 

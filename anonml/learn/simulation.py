@@ -34,6 +34,7 @@ search steps beat finer searches at every ε_T in {0.5, 1, 2, 4}, and a pool of
 from __future__ import annotations
 
 import hashlib
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -375,7 +376,7 @@ def simulate_training(
     n_all, n_features = X.shape
     if len(features) != n_features:
         raise ValueError(f"{len(features)} feature specs for {n_features} columns")
-    n_calibration = int(round(config.calibration_fraction * n_all))
+    n_calibration = calibration_pool_size(config.calibration_fraction, n_all, config.epsilon)
     calibration_rows = (
         np.sort(rng.permutation(n_all)[:n_calibration]) if n_calibration else np.empty(0, np.int64)
     )
@@ -391,8 +392,9 @@ def simulate_training(
         n_bins = auto_n_bins(report_epsilon, partition_size, subset_size=config.subset_size)
     else:
         n_bins = int(config.n_bins)
-    if n_bins < 2:
-        pool = 0
+    n_numeric = sum(f.kind is FeatureKind.NUMERIC for f in features)
+    if n_bins < 2 or pool < MIN_MEDIAN_GROUP * max(1, n_numeric):
+        pool = 0  # too few peers for one useful question per feature: equal-width bins, no pool
     plan = make_plan(
         rng.bytes(SEED_BYTES),
         simulated_peer_keys(n),
@@ -545,6 +547,27 @@ def select_features(histograms: Sequence[SubsetHistogram]) -> tuple[int, ...]:
     if not kept:
         kept.append(max(scores, key=scores.__getitem__))
     return tuple(sorted(kept))
+
+
+#: Fewest peers answering one median question: below, the answer is mostly noise and the
+#: pool's peers are worth more as reporters (a search then keeps equal-width cuts).
+MIN_MEDIAN_GROUP = 50
+#: Fewest "exact-equivalent" calibration reports: ``n·((e^ε − 1)/(e^ε + 1))²`` — the
+#: variance factor of randomised response — below which a Platt fit is mostly noise.
+MIN_CALIBRATION_INFORMATION = 200.0
+
+
+def calibration_pool_size(fraction: float, n_peers: int, epsilon: float) -> int:
+    """Peers of the calibration pool: ``round(fraction·n)``, or 0 when they cannot fit a map.
+
+    With ``n_c`` reports at ε the Platt fit sees about ``n_c·((e^ε − 1)/(e^ε + 1))²``
+    exact-equivalent reports; below :data:`MIN_CALIBRATION_INFORMATION` the map
+    would be noise, so the peers report features instead and the probabilities
+    stay the model's own.
+    """
+    n_c = int(round(fraction * n_peers))
+    factor = ((math.exp(epsilon) - 1.0) / (math.exp(epsilon) + 1.0)) ** 2
+    return n_c if n_c * factor >= MIN_CALIBRATION_INFORMATION else 0
 
 
 #: A report partition is "too small" when the noise sd of a histogram cell exceeds this

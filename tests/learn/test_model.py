@@ -14,6 +14,7 @@ from anonml.errors import ProtocolError
 from anonml.learn.binning import Binning
 from anonml.learn.ensemble import vote_ensemble
 from anonml.learn.model import MODEL_FORMAT, MODEL_VERSION, AnonMLClassifier
+from anonml.learn.simulation import calibration_pool_size
 from anonml.model import FeatureKind, FeatureSpec
 
 SPECS = [
@@ -67,8 +68,10 @@ def test_privacy_accounting_is_each_peers_total():
     assert acct.epsilon_total == pytest.approx(1.0)  # sequential composition, ledger headline
     assert acct.report_epsilon == pytest.approx(1.0) and acct.reports_per_peer == 1
     assert acct.median_epsilon == pytest.approx(1.0) and 0 < acct.median_peers <= 900
-    # median_fraction 0.15 and calibration_fraction 0.1 of 6000 are two more separate pools
-    assert acct.report_peers == 6000 - 900 - 600 and acct.calibration_peers == 600
+    # median_fraction 0.15 of 6000 is a separate pool; 600 calibration peers at ε = 1 would see
+    # 600·((e−1)/(e+1))² ≈ 128 < 200 exact-equivalent reports, too few for a map: they report.
+    assert acct.report_peers == 6000 - 900 and acct.calibration_peers == 0
+    assert calibration_pool_size(0.1, 6000, 1.0) == 0 and calibration_pool_size(0.1, 6000, 4.0) == 600
     paper = AnonMLClassifier(
         mode="paper",
         epsilon=1.0,
