@@ -29,7 +29,7 @@ from anonml.privacy import best_mechanism, estimate_counts
 __all__ = ["CALIBRATION_BINS", "score_range", "score_bins", "calibrate_ensemble"]
 
 #: Score bins of a calibration report (domain 2·bins with the label).
-CALIBRATION_BINS = 20
+CALIBRATION_BINS = 10
 
 
 def score_range(ensemble: Ensemble) -> tuple[float, float]:
@@ -90,4 +90,5 @@ def calibrate_ensemble(
     bits = mechanism.perturb(values, rng)
     estimate = estimate_counts(bits.sum(axis=0), mechanism, int(values.size), consistency=None)
     counts = np.asarray(estimate.raw, dtype=float).reshape(b, 2)
-    return ensemble.with_calibration(platt_from_histogram(centres, counts))
+    variance = np.asarray(estimate.variance, dtype=float).reshape(b, 2)
+    return ensemble.with_calibration(platt_from_histogram(centres, counts, variance))

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy.optimize import least_squares
+from scipy.optimize import minimize
 from scipy.special import expit, logit, softmax
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score, make_scorer, roc_auc_score
@@ -456,7 +456,7 @@ def default_ensemble(
 
 
 def platt_from_histogram(
-    scores: np.ndarray, counts: np.ndarray, *, prior_strength: float = 1.0
+    scores: np.ndarray, counts: np.ndarray, variance: np.ndarray | None = None, *, prior_strength: float = 1.0
 ) -> tuple[float, float]:
     """Platt scaling ``P(y=1|f) = σ(a·f + b)`` fitted to a noisy histogram of (score bin, label).
 
@@ -465,12 +465,16 @@ def platt_from_histogram(
     scores : ndarray of shape (B,)
         A representative decision value of each score bin.
     counts : ndarray of shape (B, 2)
-        Unbiased estimates of the counts of label 0 and 1 per bin; LDP
+        Unbiased estimates of the counts of label 0 and 1 per bin. LDP
         estimates may be negative, so they are not plugged into a
         log-likelihood (which a negative count makes unbounded) but into
-        least squares on the positives, ``Σ_B (ĉ_B1 − n̂_B·σ(a f_B + b))²``
-        with ``n̂_B = ĉ_B0 + ĉ_B1``: each residual has mean zero at the true
-        map, whatever the noise.
+        least squares on ``r_B = ĉ_B1(1 − s_B) − ĉ_B0 s_B`` with
+        ``s_B = σ(a f_B + b)``, which has mean zero at the true map.
+    variance : ndarray of shape (B, 2), optional
+        Predicted variances of the count estimates. ``E[r_B²]`` adds
+        ``v_B1(1 − s_B)² + v_B0 s_B²`` of pure noise, smallest at ``s = 1/2``:
+        left in, it flattens the slope; subtracting it makes the objective
+        unbiased (corrected least squares).
     prior_strength : float, default=1.0
         Weight, in reports², of a ridge towards the identity ``a = 1, b = 0``.
 
@@ -480,16 +484,32 @@ def platt_from_histogram(
     """
     f = np.asarray(scores, dtype=float)
     c = np.asarray(counts, dtype=float)
-    if f.ndim != 1 or c.shape != (f.size, 2) or not np.all(np.isfinite(f)) or not np.all(np.isfinite(c)):
-        raise ValueError(f"need finite scores (B,) and counts (B, 2), got {f.shape} and {c.shape}")
-    n_b, pos = c.sum(axis=1), c[:, 1]
-    ridge = np.sqrt(prior_strength)
+    v = np.zeros_like(c) if variance is None else np.asarray(variance, dtype=float)
+    if (
+        f.ndim != 1
+        or c.shape != (f.size, 2)
+        or v.shape != c.shape
+        or not np.all(np.isfinite(f))
+        or not np.all(np.isfinite(c))
+    ):
+        raise ValueError(
+            f"need finite scores (B,), counts and variances (B, 2), got {f.shape}, {c.shape}, {v.shape}"
+        )
+    anchor = np.array([1.0, 0.0])
 
-    def residuals(theta: np.ndarray) -> np.ndarray:
-        fit = n_b * expit(theta[0] * f + theta[1])
-        return np.concatenate([pos - fit, ridge * (theta - np.array([1.0, 0.0]))])
+    def objective(theta: np.ndarray) -> float:
+        s = expit(theta[0] * f + theta[1])
+        r = c[:, 1] * (1 - s) - c[:, 0] * s
+        noise = v[:, 1] * (1 - s) ** 2 + v[:, 0] * s**2
+        return float(np.sum(r**2 - noise) + prior_strength * np.sum((theta - anchor) ** 2))
 
-    result = least_squares(
-        residuals, x0=np.array([1.0, 0.0]), bounds=([_MIN_SLOPE, -np.inf], [np.inf, np.inf])
+    best = min(
+        (
+            minimize(
+                objective, x0=np.array(x0), method="L-BFGS-B", bounds=[(_MIN_SLOPE, 50.0), (-50.0, 50.0)]
+            )
+            for x0 in ((1.0, 0.0), (0.5, -1.0), (2.0, 0.0))
+        ),
+        key=lambda r: r.fun,
     )
-    return float(result.x[0]), float(result.x[1])
+    return float(best.x[0]), float(best.x[1])
