@@ -13,9 +13,12 @@ and exp((‖η'‖² - ‖η‖²)/(2σ²)) ≤ exp(ε̃) whenever ‖η‖ ≤ 
 Jacobian takes the rest of ε as in Chaudhuri et al. (2011). Since
 ‖η‖²/σ² ~ χ²_d, the condition holds with probability 1 - δ when
 σ√q = (σ²ε̃ - 2)/2, q the χ²_d quantile at 1 - δ, i.e.
-σ* = (√q + √(q + 2ε̃))/ε̃. (This is the supplement's condition; the condition
-printed in the main paper is a typo.) Neither σ* nor the slack depends on the
-number of parties or their sizes.
+σ* = (√q + √(q + 2ε̃))/ε̃, re-derived here from the Gaussian tail bound above.
+Since ε̃ ≤ ε, σ* ≥ 2√q/ε: at ε = 0.1, d = 30, δ = 0.05 (q ≈ 43.8) σ* ≥ 132,
+so the paper's figure 2 errors at small ε are out of reach under its
+Theorem 4.1 at any λ, N or feature normalisation. The condition as printed in
+the paper has a far smaller root; it is not the one the privacy proof needs.
+Neither σ* nor the slack depends on the number of parties or their sizes.
 
 * GOP (:class:`GaussianObjectivePerturbation`) computes the minimiser in one
   shot (a trusted curator, or the parties' sum of η_k).
@@ -56,7 +59,7 @@ def gaussian_sigma(epsilon_tilde: float, delta: float, dim: int) -> float:
     """σ* = (√q + √(q + 2ε̃))/ε̃ with q = χ²_d quantile at 1 - δ.
 
     The positive root of σ√q = (σ²ε̃ - 2)/2: with η ~ N(0, σ*² I_d),
-    P(‖η‖ ≤ (σ*²ε̃ - 2)/2) = 1 - δ (Rajkumar & Agarwal 2012, supplement).
+    P(‖η‖ ≤ (σ*²ε̃ - 2)/2) = 1 - δ (re-derived from Rajkumar & Agarwal 2012's proof).
     """
     if not (epsilon_tilde > 0 and math.isfinite(epsilon_tilde)):
         raise MultipartyError(f"epsilon_tilde must be positive and finite, got {epsilon_tilde}")
