@@ -156,3 +156,17 @@ def test_bad_input_is_named():
         AnonMLClassifier(mode="paper", features=SPECS).fit(X, np.arange(X.shape[0]) % 3)
     with pytest.raises(ValueError, match="at least 2 classes"):
         AnonMLClassifier(features=SPECS).fit(X, np.zeros(X.shape[0]))
+
+
+def test_version_1_documents_still_load():
+    rng = np.random.default_rng(9)
+    X, y = _world(3000, rng)
+    model = AnonMLClassifier(epsilon=2.0, features=SPECS, calibration_fraction=0.0, random_state=0).fit(X, y)
+    doc = json.loads(model.to_json())
+    doc["version"] = 1
+    del doc["feature_names"], doc["features"]
+    for key in ("calibration_peers", "private", "shuffle"):
+        doc["privacy"].pop(key)
+    old = AnonMLClassifier.from_json(json.dumps(doc))
+    assert np.array_equal(old.predict_proba(X), model.predict_proba(X))
+    assert old.privacy_.private and old.privacy_.shuffle is None
