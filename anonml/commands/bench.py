@@ -63,12 +63,13 @@ def results_table(rows: list[ResultRow]) -> Table:
     """The Rich table of benchmark rows.
 
     Columns: method, plan ``k_p/k_s/k_h``, ε_T, test AUC and F1 (mean ± sd over
-    trials), number of trials, mean fit seconds.
+    trials), Brier score and ECE of the probabilities, the conditional central ε
+    by shuffling (AnonML's modes), number of trials, mean fit seconds.
     """
     table = Table(title="AnonML on UCI Adult (test set: adult.test)")
     table.add_column("method", justify="left", min_width=7)
     table.add_column("plan", justify="center", no_wrap=True)
-    for name in ("ε_T", "AUC", "F1", "n", "fit s"):
+    for name in ("ε_T", "AUC", "F1", "Brier", "ECE", "shuffle ε", "n", "fit s"):
         table.add_column(name, justify="right", no_wrap=True)
     for r in rows:
         plan = "—" if r.kp is None else f"{r.kp}/{r.ks}/{r.kh}"
@@ -79,6 +80,9 @@ def results_table(rows: list[ResultRow]) -> Table:
             eps,
             f"{r.auc_mean:.3f} ± {r.auc_std:.3f}",
             f"{r.f1_mean:.3f} ± {r.f1_std:.3f}",
+            "—" if r.brier_mean is None else f"{r.brier_mean:.3f}",
+            "—" if r.ece_mean is None else f"{r.ece_mean:.3f}",
+            "—" if r.shuffle_epsilon is None else f"{r.shuffle_epsilon:.3g}",
             str(r.trials),
             f"{r.fit_seconds:.2f}",
         )
