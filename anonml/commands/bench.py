@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the harness pulls in scikit-learn: import it when a benchma
 
 _METHODS_HELP = "default, paper, central, majority, ldp_nb"
 
-__all__ = ["app", "adult", "results_table"]
+__all__ = ["app", "adult", "results_table", "calibration_table"]
 
 app = typer.Typer(
     help="Reproducible experiments: test AUC against the per-peer privacy budget ε_T.",
@@ -63,13 +63,12 @@ def results_table(rows: list[ResultRow]) -> Table:
     """The Rich table of benchmark rows.
 
     Columns: method, plan ``k_p/k_s/k_h``, ε_T, test AUC and F1 (mean ± sd over
-    trials), Brier score and ECE of the probabilities, the conditional central ε
-    by shuffling (AnonML's modes), number of trials, mean fit seconds.
+    trials), number of trials, mean fit seconds.
     """
     table = Table(title="AnonML on UCI Adult (test set: adult.test)")
     table.add_column("method", justify="left", min_width=7)
     table.add_column("plan", justify="center", no_wrap=True)
-    for name in ("ε_T", "AUC", "F1", "Brier", "ECE", "shuffle ε", "n", "fit s"):
+    for name in ("ε_T", "AUC", "F1", "n", "fit s"):
         table.add_column(name, justify="right", no_wrap=True)
     for r in rows:
         plan = "—" if r.kp is None else f"{r.kp}/{r.ks}/{r.kh}"
@@ -80,11 +79,26 @@ def results_table(rows: list[ResultRow]) -> Table:
             eps,
             f"{r.auc_mean:.3f} ± {r.auc_std:.3f}",
             f"{r.f1_mean:.3f} ± {r.f1_std:.3f}",
-            "—" if r.brier_mean is None else f"{r.brier_mean:.3f}",
-            "—" if r.ece_mean is None else f"{r.ece_mean:.3f}",
-            "—" if r.shuffle_epsilon is None else f"{r.shuffle_epsilon:.3g}",
             str(r.trials),
             f"{r.fit_seconds:.2f}",
+        )
+    return table
+
+
+def calibration_table(rows: list[ResultRow]) -> Table:
+    """Calibration and the shuffle bound per method × ε_T: Brier (and the base rate's), ECE, shuffle ε."""
+    table = Table(title="Probabilities and the conditional shuffle bound")
+    table.add_column("method", justify="left", min_width=7, no_wrap=True)
+    for name in ("ε_T", "Brier", "base", "ECE", "shuffle ε"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for r in rows:
+        table.add_row(
+            r.method,
+            "—" if r.epsilon is None else f"{r.epsilon:g}",
+            "—" if r.brier_mean is None else f"{r.brier_mean:.3f}",
+            "—" if r.brier_base is None else f"{r.brier_base:.3f}",
+            "—" if r.ece_mean is None else f"{r.ece_mean:.3f}",
+            "—" if r.shuffle_epsilon is None else f"{r.shuffle_epsilon:.3g}",
         )
     return table
 
@@ -172,6 +186,7 @@ def adult(
             typer.echo(json.dumps([r.model_dump() for r in rows], indent=2))
         else:
             out.print(results_table(rows))
+            out.print(calibration_table(rows))
             if json_out is not None:
                 err.print(f"wrote {write_results(rows, json_out)}")
         if plot is not None:

@@ -36,6 +36,7 @@ def test_adult_command_prints_a_table_and_writes_json(adult_dir: Path, tmp_path:
     )
     assert result.exit_code == 0, result.output
     assert "default" in result.stdout and "majority" in result.stdout and "AUC" in result.stdout
+    assert "ECE" in result.stdout and "shuffle ε" in result.stdout
     rows = json.loads(out.read_text())
     assert [r["method"] for r in rows] == ["majority", "default"]
     assert rows[1]["epsilon"] == 1.0 and rows[1]["auc_mean"] > 0.75
