@@ -392,9 +392,8 @@ def simulate_training(
         n_bins = auto_n_bins(report_epsilon, partition_size, subset_size=config.subset_size)
     else:
         n_bins = int(config.n_bins)
-    n_numeric = sum(f.kind is FeatureKind.NUMERIC for f in features)
-    if n_bins < 2 or pool < MIN_MEDIAN_GROUP * max(1, n_numeric):
-        pool = 0  # too few peers for one useful question per feature: equal-width bins, no pool
+    if n_bins < 2:
+        pool = 0
     plan = make_plan(
         rng.bytes(SEED_BYTES),
         simulated_peer_keys(n),
@@ -549,9 +548,6 @@ def select_features(histograms: Sequence[SubsetHistogram]) -> tuple[int, ...]:
     return tuple(sorted(kept))
 
 
-#: Fewest peers answering one median question: below, the answer is mostly noise and the
-#: pool's peers are worth more as reporters (a search then keeps equal-width cuts).
-MIN_MEDIAN_GROUP = 50
 #: Fewest "exact-equivalent" calibration reports: ``n·((e^ε − 1)/(e^ε + 1))²`` — the
 #: variance factor of randomised response — below which a Platt fit is mostly noise.
 MIN_CALIBRATION_INFORMATION = 200.0
