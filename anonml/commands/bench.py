@@ -22,6 +22,7 @@ from anonml.cli_support import err, expected_errors, out
 from anonml.errors import AnonMLError
 
 if TYPE_CHECKING:  # the harness pulls in scikit-learn: import it when a benchmark runs
+    from anonml.datasets import adult as adult_data
     from anonml.learn.harness import ResultRow
 
 _METHODS_HELP = "default, paper, central, majority, ldp_nb"
@@ -103,6 +104,19 @@ def calibration_table(rows: list[ResultRow]) -> Table:
     return table
 
 
+def _prepare(data: Path | None, plot: Path | None) -> adult_data.AdultDataset:
+    """Fail before any computation: a missing plot extra, then the data set (in CLI words)."""
+    from anonml.datasets import adult as adult_data
+    from anonml.learn.plotting import require_pyplot
+
+    if plot is not None:
+        require_pyplot()
+    try:
+        return adult_data.load(data)
+    except adult_data.AdultNotFound as exc:
+        raise AnonMLError(exc.advice("pass the folder with --data DIR")) from None
+
+
 @app.command("adult")
 def adult(
     methods: Annotated[
@@ -136,7 +150,6 @@ def adult(
     ε_T is every peer's total privacy loss under sequential composition (median
     queries are answered by a separate peer pool, each peer once with ε_T).
     """
-    from anonml.datasets import adult as adult_data
     from anonml.learn.harness import (
         count_trials,
         expand_methods,
@@ -144,7 +157,6 @@ def adult(
         run_adult_benchmark,
         write_results,
     )
-    from anonml.learn.plotting import require_pyplot
 
     names = _split(methods, "--methods")
     epsilons = _epsilons(eps)
@@ -153,12 +165,7 @@ def adult(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--methods") from None
     with expected_errors():
-        if plot is not None:  # a missing plot extra fails now, not after the computation
-            require_pyplot()
-        try:
-            dataset = adult_data.load(data)
-        except adult_data.AdultNotFound as exc:
-            raise AnonMLError(exc.advice("pass the folder with --data DIR")) from None
+        dataset = _prepare(data, plot)
         columns = (
             TextColumn("[progress.description]{task.description}"),
             BarColumn(),

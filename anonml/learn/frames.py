@@ -177,41 +177,12 @@ def infer_feature_specs(
     used_data = False
     lacking: list[str] = []
     for name in names:
-        values, dtype = columns[name], dtypes[name]
-        declared = getattr(getattr(dtype, "categories", None), "tolist", None)
-        if declared is not None:  # pandas category dtype: the categories are declared
-            specs.append(
-                FeatureSpec(
-                    name=name, kind=FeatureKind.CATEGORICAL, categories=tuple(str(c) for c in declared())
-                )
-            )
-        elif _is_bool(values):
-            specs.append(FeatureSpec(name=name, kind=FeatureKind.BOOL))
-        elif np.asarray(values).dtype.kind in "OUS" and not _all_numbers(values):
-            if name in categories:
-                cats = tuple(str(c) for c in categories[name])
-            elif from_data:
-                cats = tuple(sorted({str(v) for v in values}))
-                used_data = True
-            else:
-                raise ValueError(
-                    f"column {name!r} holds strings but no categories were declared: pass "
-                    f"categories={{{name!r}: [...]}}, give it a pandas 'category' dtype, "
-                    f"or ranges='from-data'"
-                )
-            specs.append(FeatureSpec(name=name, kind=FeatureKind.CATEGORICAL, categories=cats))
-        elif name in given:
-            low, high = given[name]
-            specs.append(FeatureSpec(name=name, kind=FeatureKind.NUMERIC, low=float(low), high=float(high)))
-        elif from_data:
-            numbers = np.asarray(values, dtype=np.float64)
-            low, high = float(np.min(numbers)), float(np.max(numbers))
-            if not high > low:
-                low, high = low - 0.5, high + 0.5
-            specs.append(FeatureSpec(name=name, kind=FeatureKind.NUMERIC, low=low, high=high))
-            used_data = True
-        else:
+        spec, read = _column_spec(name, columns[name], dtypes[name], given, categories, from_data)
+        if spec is None:
             lacking.append(name)
+        else:
+            specs.append(spec)
+            used_data = used_data or read
     if lacking:
         raise ValueError(
             f"numeric column(s) {lacking} have no public range: pass ranges={{name: (low, high)}} "
@@ -219,6 +190,45 @@ def infer_feature_specs(
             f"ranges='from-data' reads them from the rows and the model is then not private"
         )
     return specs, used_data
+
+
+def _column_spec(
+    name: str,
+    values: np.ndarray,
+    dtype: Any,
+    given: Mapping[str, tuple[float, float]],
+    categories: Mapping[str, Sequence[str]],
+    from_data: bool,
+) -> tuple[FeatureSpec | None, bool]:
+    """One column's spec (None: a numeric column without a range) and whether the rows were read."""
+    declared = getattr(getattr(dtype, "categories", None), "tolist", None)
+    if declared is not None:  # pandas category dtype: the categories are declared
+        cats = tuple(str(c) for c in declared())
+        return FeatureSpec(name=name, kind=FeatureKind.CATEGORICAL, categories=cats), False
+    if _is_bool(values):
+        return FeatureSpec(name=name, kind=FeatureKind.BOOL), False
+    if np.asarray(values).dtype.kind in "OUS" and not _all_numbers(values):
+        if name in categories:
+            cats, read = tuple(str(c) for c in categories[name]), False
+        elif from_data:
+            cats, read = tuple(sorted({str(v) for v in values})), True
+        else:
+            raise ValueError(
+                f"column {name!r} holds strings but no categories were declared: pass "
+                f"categories={{{name!r}: [...]}}, give it a pandas 'category' dtype, "
+                f"or ranges='from-data'"
+            )
+        return FeatureSpec(name=name, kind=FeatureKind.CATEGORICAL, categories=cats), read
+    if name in given:
+        low, high = given[name]
+        return FeatureSpec(name=name, kind=FeatureKind.NUMERIC, low=float(low), high=float(high)), False
+    if from_data:
+        numbers = np.asarray(values, dtype=np.float64)
+        low, high = float(np.min(numbers)), float(np.max(numbers))
+        if not high > low:
+            low, high = low - 0.5, high + 0.5
+        return FeatureSpec(name=name, kind=FeatureKind.NUMERIC, low=low, high=high), True
+    return None, False
 
 
 def _all_numbers(values: np.ndarray) -> bool:

@@ -308,6 +308,36 @@ def _private_trial(
     return measure, model
 
 
+def _trial(
+    plans: Sequence[MethodPlan],
+    reported: list[MethodPlan],
+    epsilon: float,
+    seqs: Sequence[np.random.SeedSequence],
+    data: TabularSplit,
+    plan_override: tuple[int | None, int | None, int | None],
+) -> dict[int, Measure]:
+    """Every ε-dependent plan once on one split; ``reported`` gets the plan default mode used."""
+    out: dict[int, Measure] = {}
+    default_model: AnonMLClassifier | None = None
+    for k, plan in enumerate(plans):
+        if plan.method not in ("default", "paper", "central_binned", "ldp_nb"):
+            continue
+        if plan.method == "central_binned":
+            if default_model is None:  # bins as the default mode would publish them
+                default_model = _private_model(MethodPlan("default", *plan_override), epsilon, seqs[k], data)
+                default_model.fit(data.X_train, data.y_train)
+            start = time.perf_counter()
+            scores, pred, proba = _binned_lr_scores(default_model, data)
+            out[k] = _measure(data.y_test, scores, pred, proba, time.perf_counter() - start)
+            continue
+        out[k], model = _private_trial(plan, epsilon, seqs[k], data)
+        if plan.method == "default" and model is not None:
+            default_model = default_model or model
+            # Report the plan actually used (the mode's default when not given).
+            reported[k] = MethodPlan("default", model.n_partitions_, model.subset_size_, model.n_subsets_)
+    return out
+
+
 def run_benchmark(
     data: TabularSplit | Callable[[int], TabularSplit],
     *,
@@ -366,33 +396,10 @@ def run_benchmark(
         per_plan: dict[int, list[Measure]] = {k: [] for k in range(len(plans))}
         for t in range(trials):
             data_t = splits[0 if fixed_split else t]
-            default_model: AnonMLClassifier | None = None
-            for k, plan in enumerate(plans):
-                if plan.method not in ("default", "paper", "central_binned", "ldp_nb"):
-                    continue
-                seq = np.random.SeedSequence(seed, spawn_key=(i, t, k))
-                if plan.method == "central_binned":
-                    if default_model is None:  # bins as the default mode would publish them
-                        default_model = _private_model(
-                            MethodPlan("default", kp, ks, kh), epsilon, seq, data_t
-                        )
-                        default_model.fit(data_t.X_train, data_t.y_train)
-                    start = time.perf_counter()
-                    scores, pred, proba = _binned_lr_scores(default_model, data_t)
-                    per_plan[k].append(
-                        _measure(data_t.y_test, scores, pred, proba, time.perf_counter() - start)
-                    )
-                else:
-                    measure, model = _private_trial(plan, epsilon, seq, data_t)
-                    per_plan[k].append(measure)
-                    if plan.method == "default" and model is not None:
-                        if default_model is None:
-                            default_model = model
-                        # Report the plan actually used (the mode's default when not given).
-                        reported[k] = MethodPlan(
-                            "default", model.n_partitions_, model.subset_size_, model.n_subsets_
-                        )
-                tick(f"{dataset} {plan.method} ε={epsilon:g} trial {t + 1}/{trials}")
+            seqs = [np.random.SeedSequence(seed, spawn_key=(i, t, k)) for k in range(len(plans))]
+            for k, measure in _trial(plans, reported, epsilon, seqs, data_t, (kp, ks, kh)).items():
+                per_plan[k].append(measure)
+                tick(f"{dataset} {plans[k].method} ε={epsilon:g} trial {t + 1}/{trials}")
         for k in range(len(plans)):
             if per_plan[k]:
                 results.append(_summarise(reported[k], float(epsilon), per_plan[k], base, dataset))

@@ -59,7 +59,7 @@ from anonml.learn.frames import (
 )
 from anonml.learn.notices import NotPrivateWarning
 from anonml.learn.params import RANDOM_STATE, Interval, Options, check_params
-from anonml.learn.simulation import PrivacyAccounting, SimulationConfig, simulate_training
+from anonml.learn.simulation import PrivacyAccounting, SimulationConfig, SimulationResult, simulate_training
 from anonml.model import FeatureSpec
 
 __all__ = ["AnonMLClassifier", "MODEL_FORMAT", "MODEL_VERSION", "generator_from"]
@@ -105,6 +105,25 @@ def _in_model_search() -> str | None:
             return type(owner).__name__
         frame = frame.f_back
     return None
+
+
+def _warn_not_private(from_data: bool) -> None:
+    """:class:`NotPrivateWarning` for a fit inside a search object or on data-derived ranges."""
+    search = _in_model_search()
+    if search is not None:
+        warnings.warn(
+            f"AnonMLClassifier fitted inside {search}: model selection scores candidates on raw "
+            f"rows and fits each row many times, so it is not private; privacy_ covers one fit only",
+            NotPrivateWarning,
+            stacklevel=3,
+        )
+    if from_data:
+        warnings.warn(
+            "feature ranges or categories were read from the rows (ranges='from-data'): "
+            "the model is not private (privacy_.private is False)",
+            NotPrivateWarning,
+            stacklevel=3,
+        )
 
 
 class AnonMLClassifier(ClassifierMixin, BaseEstimator):
@@ -333,36 +352,11 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
                 f"AnonMLClassifier in {self.mode} mode needs {need}, got {classes.size} "
                 f"class{'es' if classes.size != 1 else ''}: {classes[:5]}"
             )
-        search = _in_model_search()
-        if search is not None:
-            warnings.warn(
-                f"AnonMLClassifier fitted inside {search}: model selection scores candidates on raw "
-                f"rows and fits each row many times, so it is not private; privacy_ covers one fit only",
-                NotPrivateWarning,
-                stacklevel=2,
-            )
-        if from_data:
-            warnings.warn(
-                "feature ranges or categories were read from the rows (ranges='from-data'): "
-                "the model is not private (privacy_.private is False)",
-                NotPrivateWarning,
-                stacklevel=2,
-            )
+        _warn_not_private(from_data)
         rng = generator_from(self.random_state)
         config = self._config(X.shape[1], classes.size)
         result = simulate_training(X, y_index.astype(np.int64), features, config, rng)
-        if self.mode == "paper":
-            ensemble = paper_ensemble(
-                result.histograms,
-                result.sizes,
-                classifier=self.partition_classifier,
-                scoring=self.partition_scoring,
-                class_weight=self.partition_class_weight,
-                cv=self.partition_cv,
-                rng=rng,
-            )
-        else:
-            ensemble = default_ensemble(result.histograms, smoothing=self.smoothing, combine=self.combine)
+        ensemble = self._ensemble(result, rng)
         if result.calibration_rows.size:
             rows = result.calibration_rows
             ensemble = calibrate_ensemble(
@@ -387,6 +381,20 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
             result.accounting if not from_data else _replace_private(result.accounting, private=False)
         )
         return self
+
+    def _ensemble(self, result: SimulationResult, rng: np.random.Generator) -> Ensemble:
+        """The mode's ensemble from the simulated histograms."""
+        if self.mode == "paper":
+            return paper_ensemble(
+                result.histograms,
+                result.sizes,
+                classifier=self.partition_classifier,
+                scoring=self.partition_scoring,
+                class_weight=self.partition_class_weight,
+                cv=self.partition_cv,
+                rng=rng,
+            )
+        return default_ensemble(result.histograms, smoothing=self.smoothing, combine=self.combine)
 
     def _prepare_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, list[FeatureSpec], bool]:
         """Validate X and y, settle the specs (matched, given or inferred) and encode X to floats."""

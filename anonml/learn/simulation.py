@@ -376,24 +376,13 @@ def simulate_training(
     n_all, n_features = X.shape
     if len(features) != n_features:
         raise ValueError(f"{len(features)} feature specs for {n_features} columns")
-    n_calibration = calibration_pool_size(config.calibration_fraction, n_all, config.epsilon)
-    calibration_rows = (
-        np.sort(rng.permutation(n_all)[:n_calibration]) if n_calibration else np.empty(0, np.int64)
-    )
+    calibration_rows = _calibration_rows(config, n_all, rng)
+    n_calibration = int(calibration_rows.size)
     if n_calibration:
         rest = np.setdiff1d(np.arange(n_all), calibration_rows)
         X, y = X[rest], y[rest]
     n = X.shape[0]
-    numeric = any(f.kind is FeatureKind.NUMERIC for f in features)
-    pool = int(round(config.median_fraction * n_all)) if numeric else 0
-    report_epsilon = config.epsilon / config.n_subsets
-    partition_size = max(1, (n - pool) // config.n_partitions)
-    if config.n_bins == "auto":
-        n_bins = auto_n_bins(report_epsilon, partition_size, subset_size=config.subset_size)
-    else:
-        n_bins = int(config.n_bins)
-    if n_bins < 2:
-        pool = 0
+    n_bins, pool = _bins_and_pool(features, config, n, n_all)
     plan = make_plan(
         rng.bytes(SEED_BYTES),
         simulated_peer_keys(n),
@@ -598,6 +587,48 @@ def warn_small_groups(
         )
 
 
+def _bins_and_pool(
+    features: Sequence[FeatureSpec], config: SimulationConfig, n: int, n_all: int
+) -> tuple[int, int]:
+    """Bins per numeric feature and the median pool's size (``median_fraction`` of all peers)."""
+    numeric = any(f.kind is FeatureKind.NUMERIC for f in features)
+    pool = int(round(config.median_fraction * n_all)) if numeric else 0
+    partition_size = max(1, (n - pool) // config.n_partitions)
+    if config.n_bins == "auto":
+        n_bins = auto_n_bins(
+            config.epsilon / config.n_subsets, partition_size, subset_size=config.subset_size
+        )
+    else:
+        n_bins = int(config.n_bins)
+    return n_bins, pool if n_bins >= 2 else 0
+
+
+def _calibration_rows(config: SimulationConfig, n_all: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows of the calibration pool, drawn at random (empty when the pool would be too small)."""
+    n_calibration = calibration_pool_size(config.calibration_fraction, n_all, config.epsilon)
+    if not n_calibration:
+        return np.empty(0, dtype=np.int64)
+    return np.sort(rng.permutation(n_all)[:n_calibration])
+
+
+def _median_releases(names: Sequence[str], estimates: dict[int, Any]) -> list[ReleaseSpec]:
+    """One ledger release per median search step (its members all answer the same question)."""
+    return [
+        ReleaseSpec(
+            peer=f"median-{names[j]}-step-{step.step}",
+            problem="simulation",
+            round=0,
+            attributes=(names[j],),
+            mechanism="binary_rr",
+            epsilon=estimate.epsilon,
+            pool="median",
+        )
+        for j, edges in estimates.items()
+        for estimate in edges.estimates
+        for step in estimate.steps
+    ]
+
+
 def _account(
     stages: Sequence[tuple[PartitionPlan, Sequence[Mechanism]]],
     plan: PartitionPlan,
@@ -633,22 +664,9 @@ def _account(
                         pool="report",
                     )
                 )
-    median_epsilon = float(config.epsilon)
-    for j, edges in estimates.items():
-        for estimate in edges.estimates:
-            for step in estimate.steps:
-                median_epsilon = float(estimate.epsilon)
-                specs.append(
-                    ReleaseSpec(
-                        peer=f"median-{names[j]}-step-{step.step}",
-                        problem="simulation",
-                        round=0,
-                        attributes=(names[j],),
-                        mechanism="binary_rr",
-                        epsilon=estimate.epsilon,
-                        pool="median",
-                    )
-                )
+    median_specs = _median_releases(names, estimates)
+    specs.extend(median_specs)
+    median_epsilon = float(median_specs[-1].epsilon) if median_specs else float(config.epsilon)
     if calibration_peers:
         specs.append(
             ReleaseSpec(
