@@ -11,6 +11,7 @@ DESIGN §6. The public surface:
   calibrated probabilities, versioned JSON); specs from a table —
   :func:`infer_feature_specs`; warnings — :class:`NotPrivateWarning`,
   :class:`SmallGroupWarning`;
+* a numeric target as ordered bins — :class:`AnonMLRegressor`;
 * the LDP naive-Bayes reference — :func:`fit_ldp_naive_bayes`;
 * simulation and the Adult experiment — :func:`simulate_training`,
   :func:`run_adult_benchmark`.
@@ -48,6 +49,7 @@ from anonml.learn.partition import (
     roster_digest,
     verify_assignment,
 )
+from anonml.learn.regression import AnonMLRegressor
 from anonml.learn.simulation import (
     PrivacyAccounting,
     SimulationConfig,
@@ -58,6 +60,7 @@ from anonml.learn.simulation import (
 
 __all__ = [
     "AnonMLClassifier",
+    "AnonMLRegressor",
     "LdpNaiveBayes",
     "NotPrivateWarning",
     "SmallGroupWarning",
