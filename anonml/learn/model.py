@@ -164,11 +164,13 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         Questions (fresh peer partitions) per private quantile search.
     median_confidence : float, default=0.5
         Confidence of each search's stopping margin (thesis algorithm 1).
-    calibration_fraction : float, default=0.1
-        Binary problems: share of the peers set apart to report
+    calibration_fraction : float, default=0.2
+        Binary problems: the largest share of the peers set apart to report
         (score bin, label) once the model is built; their histogram fits the
-        Platt map of ``predict_proba`` (:mod:`anonml.learn.calibration`). 0
-        turns calibration off (then probabilities are the raw model's).
+        Platt map of ``predict_proba`` (:mod:`anonml.learn.calibration`). The
+        pool takes only as many peers as the map needs at this ε
+        (:func:`~anonml.learn.simulation.calibration_pool_size`), none when
+        even the cap is too few. 0 turns calibration off.
     pilot_fraction : float, default=0.0
         Default mode with single-feature partitions: share of the report
         peers that report first, one group per feature; the model then keeps
@@ -270,7 +272,7 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         median_fraction: float = 0.15,
         median_steps: int = 3,
         median_confidence: float = 0.5,
-        calibration_fraction: float = 0.1,
+        calibration_fraction: float = 0.2,
         pilot_fraction: float = 0.0,
         consistency: str | None = "norm_sub",
         smoothing: float = 1.0,

@@ -540,18 +540,22 @@ def select_features(histograms: Sequence[SubsetHistogram]) -> tuple[int, ...]:
 #: Fewest "exact-equivalent" calibration reports: ``n·((e^ε − 1)/(e^ε + 1))²`` — the
 #: variance factor of randomised response — below which a Platt fit is mostly noise.
 MIN_CALIBRATION_INFORMATION = 200.0
+#: The calibration pool is sized to carry this many exact-equivalent reports (within its cap).
+TARGET_CALIBRATION_INFORMATION = 1500.0
 
 
 def calibration_pool_size(fraction: float, n_peers: int, epsilon: float) -> int:
-    """Peers of the calibration pool: ``round(fraction·n)``, or 0 when they cannot fit a map.
+    """Peers of the calibration pool: enough for the target information, at most ``fraction·n``.
 
     With ``n_c`` reports at ε the Platt fit sees about ``n_c·((e^ε − 1)/(e^ε + 1))²``
-    exact-equivalent reports; below :data:`MIN_CALIBRATION_INFORMATION` the map
-    would be noise, so the peers report features instead and the probabilities
-    stay the model's own.
+    exact-equivalent reports. The pool takes as many peers as
+    :data:`TARGET_CALIBRATION_INFORMATION` needs, capped at ``round(fraction·n)``
+    (so fewer at high ε, the cap at low ε); below
+    :data:`MIN_CALIBRATION_INFORMATION` the map would be noise, so there is no
+    pool: the peers report features and the probabilities stay the model's own.
     """
-    n_c = int(round(fraction * n_peers))
     factor = ((math.exp(epsilon) - 1.0) / (math.exp(epsilon) + 1.0)) ** 2
+    n_c = min(int(round(fraction * n_peers)), int(math.ceil(TARGET_CALIBRATION_INFORMATION / factor)))
     return n_c if n_c * factor >= MIN_CALIBRATION_INFORMATION else 0
 
 
