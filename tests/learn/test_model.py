@@ -68,9 +68,10 @@ def test_privacy_accounting_is_each_peers_total():
     assert acct.epsilon_total == pytest.approx(1.0)  # sequential composition, ledger headline
     assert acct.report_epsilon == pytest.approx(1.0) and acct.reports_per_peer == 1
     assert acct.median_epsilon == pytest.approx(1.0) and 0 < acct.median_peers <= 900
-    # median_fraction 0.15 of 6000 is a separate pool, and so is the calibration pool: at ε = 1 it
-    # takes its cap, 20 % (1200 peers ≈ 256 exact-equivalent reports of the 1500 it would like).
-    assert acct.calibration_peers == 1200 and acct.report_peers == 6000 - 900 - 1200
+    # median_fraction 0.15 of 6000 is a separate pool; a calibration pool at its cap (1200 peers)
+    # would carry ≈ 256 exact-equivalent reports at ε = 1, below the 500 a map needs: no pool.
+    assert acct.calibration_peers == 0 and acct.report_peers == 6000 - 900
+    assert calibration_pool_size(0.2, 20_000, 1.0) == 4000  # the cap: 854 ≥ 500 exact-equivalent
     assert calibration_pool_size(0.2, 60_000, 4.0) == 1615  # ⌈1500 / ((e⁴−1)/(e⁴+1))²⌉: below the cap
     assert calibration_pool_size(0.2, 3000, 0.5) == 0  # 600 peers ≈ 36 exact-equivalent: no map
     paper = AnonMLClassifier(
