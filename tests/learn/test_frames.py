@@ -15,7 +15,12 @@ from anonml.learn.model import AnonMLClassifier
 from anonml.learn.notices import NotPrivateWarning, SmallGroupWarning
 from anonml.model import FeatureKind, FeatureSpec
 
-pd = pytest.importorskip("pandas")
+
+@pytest.fixture
+def pd():
+    """pandas, for the DataFrame tests (the rest of this file runs without it)."""
+    return pytest.importorskip("pandas")
+
 
 SPECS = [
     FeatureSpec(name="sex", kind=FeatureKind.CATEGORICAL, categories=("Female", "Male")),
@@ -25,7 +30,7 @@ SPECS = [
 ]
 
 
-def _world(n: int, rng: np.random.Generator) -> tuple[object, np.ndarray, np.ndarray]:
+def _world(pd, n: int, rng: np.random.Generator) -> tuple[object, np.ndarray, np.ndarray]:
     """A frame with a string, a category, a bool and a numeric column; its index-encoded array; labels."""
     y = (rng.random(n) < 0.4).astype(np.int64)
     sex = np.where(rng.random(n) < np.where(y == 1, 0.7, 0.35), 1, 0)
@@ -46,8 +51,8 @@ def _world(n: int, rng: np.random.Generator) -> tuple[object, np.ndarray, np.nda
     return frame, encoded, y
 
 
-def test_string_category_and_bool_columns_are_encoded_through_the_specs():
-    frame, encoded, y = _world(4000, np.random.default_rng(0))
+def test_string_category_and_bool_columns_are_encoded_through_the_specs(pd):
+    frame, encoded, y = _world(pd, 4000, np.random.default_rng(0))
     on_frame = AnonMLClassifier(epsilon=2.0, features=SPECS, random_state=3).fit(frame, y)
     on_array = AnonMLClassifier(epsilon=2.0, features=SPECS, random_state=3).fit(encoded, y)
     # Same seed, same encoded values: the same model, byte for byte in its tables.
@@ -58,8 +63,8 @@ def test_string_category_and_bool_columns_are_encoded_through_the_specs():
     assert np.array_equal(on_array.predict(as_objects), on_array.predict(encoded))
 
 
-def test_specs_are_matched_to_columns_by_name_and_mismatches_are_named():
-    frame, _, y = _world(3000, np.random.default_rng(1))
+def test_specs_are_matched_to_columns_by_name_and_mismatches_are_named(pd):
+    frame, _, y = _world(pd, 3000, np.random.default_rng(1))
     ordered = AnonMLClassifier(epsilon=2.0, features=SPECS, random_state=4).fit(frame, y)
     shuffled = AnonMLClassifier(epsilon=2.0, features=SPECS[::-1], random_state=4).fit(frame, y)
     assert np.array_equal(ordered.decision_function(frame), shuffled.decision_function(frame))
@@ -74,8 +79,8 @@ def test_specs_are_matched_to_columns_by_name_and_mismatches_are_named():
         AnonMLClassifier(features=SPECS).fit(bad, y)
 
 
-def test_json_keeps_the_column_names_and_specs():
-    frame, _, y = _world(3000, np.random.default_rng(2))
+def test_json_keeps_the_column_names_and_specs(pd):
+    frame, _, y = _world(pd, 3000, np.random.default_rng(2))
     model = AnonMLClassifier(epsilon=2.0, features=SPECS, random_state=5).fit(frame, y)
     loaded = AnonMLClassifier.from_json(model.to_json())
     assert list(loaded.feature_names_in_) == list(model.feature_names_in_)
@@ -88,8 +93,8 @@ def test_json_keeps_the_column_names_and_specs():
     assert loaded.to_json() == model.to_json()
 
 
-def test_specs_inferred_from_a_frame_need_public_ranges():
-    frame, _, y = _world(3000, np.random.default_rng(3))
+def test_specs_inferred_from_a_frame_need_public_ranges(pd):
+    frame, _, y = _world(pd, 3000, np.random.default_rng(3))
     specs, from_data = infer_feature_specs(
         frame, ranges={"age": (0, 100)}, categories={"sex": ["Female", "Male"]}
     )
@@ -184,7 +189,7 @@ def test_k_classes_learn_each_class_and_survive_json():
     assert np.array_equal(loaded.predict_proba(X[8000:]), proba)
 
 
-def test_encode_matrix_and_match_specs_name_what_is_wrong():
+def test_encode_matrix_and_match_specs_name_what_is_wrong(pd):
     with pytest.raises(ValueError, match=r"features name \['a'\] more than once"):
         match_specs(["a"], [FeatureSpec(name="a", low=0, high=1), FeatureSpec(name="a", low=0, high=1)])
     frame = pd.DataFrame({"a": ["x", None]})
