@@ -22,8 +22,8 @@ base_cut} at every ε_T, same seeds for every variant, to
 ``benchmarks/results/adult_ablation.json``.
 
 Run from the repository root: ``python benchmarks/adult.py [--trials 20] [--ablation]``.
-The data is read from ``../shared/datasets/adult`` beside the checkout unless
-``--data`` or ``$ANONML_ADULT_DIR`` says otherwise.
+The data is found as :func:`anonml.datasets.adult.load` finds it (``--data``,
+``$ANONML_ADULT_DIR``, ``$ANONML_SHARED_DIR``, ``../shared`` beside the checkout, the cache).
 """
 
 from __future__ import annotations
@@ -51,15 +51,6 @@ from anonml.learn.model import AnonMLClassifier  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-
-
-def _data_dir(arg: str | None) -> Path | None:
-    if arg:
-        return Path(arg)
-    if os.environ.get(adult.ENV_VAR):
-        return None
-    beside = ROOT.parent / "shared" / "datasets" / "adult"
-    return beside if beside.is_dir() else None
 
 
 def time_one_trial(data: adult.AdultDataset, repeats: int) -> dict[str, float]:
@@ -131,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--eps", default="0.5,1,2,4")
-    parser.add_argument("--methods", default="default,paper,central")
+    parser.add_argument("--methods", default="default,paper,central,ldp_nb")
     parser.add_argument("--repeats", type=int, default=5, help="timing pairs")
     parser.add_argument("--data", default=None)
     parser.add_argument("--seed", type=int, default=0)
@@ -140,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-ablation", action="store_true")
     args = parser.parse_args(argv)
 
-    data = adult.load(_data_dir(args.data))
+    data = adult.load(args.data)
     RESULTS.mkdir(parents=True, exist_ok=True)
     epsilons = [float(e) for e in args.eps.split(",")]
     if args.only_ablation:
@@ -181,13 +172,13 @@ def main(argv: list[str] | None = None) -> int:
         methods=methods, epsilons=epsilons, trials=args.trials, data=data, seed=args.seed, on_trial=tick
     )
     path = write_results(rows, RESULTS / "adult.json")
-    print(f"{'method':<16}{'kp/ks/kh':>10}{'eps':>6}{'AUC':>18}{'F1':>18}{'n':>4}")
+    print(f"{'method':<16}{'kp/ks/kh':>10}{'eps':>6}{'AUC':>18}{'F1':>18}{'Brier':>8}{'ECE':>7}{'n':>4}")
     for r in rows:
         plan = "-" if r.kp is None else f"{r.kp}/{r.ks}/{r.kh}"
         eps = "-" if r.epsilon is None else f"{r.epsilon:g}"
         print(
             f"{r.method:<16}{plan:>10}{eps:>6}{r.auc_mean:>10.4f} ± {r.auc_std:.4f}"
-            f"{r.f1_mean:>10.4f} ± {r.f1_std:.4f}{r.trials:>4}"
+            f"{r.f1_mean:>10.4f} ± {r.f1_std:.4f}{r.brier_mean:>8.4f}{r.ece_mean:>7.4f}{r.trials:>4}"
         )
     print(f"wrote {path} in {time.perf_counter() - start:.0f} s")
     if args.ablation:

@@ -19,13 +19,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from anonml.cli_support import err, expected_errors, out
+from anonml.errors import AnonMLError
 
 if TYPE_CHECKING:  # the harness pulls in scikit-learn: import it when a benchmark runs
+    from anonml.datasets import adult as adult_data
     from anonml.learn.harness import ResultRow
 
-_METHODS_HELP = "default, paper, central, majority"
+_METHODS_HELP = "default, paper, central, majority, ldp_nb"
 
-__all__ = ["app", "adult", "results_table"]
+__all__ = ["app", "adult", "results_table", "calibration_table"]
 
 app = typer.Typer(
     help="Reproducible experiments: test AUC against the per-peer privacy budget ε_T.",
@@ -84,11 +86,42 @@ def results_table(rows: list[ResultRow]) -> Table:
     return table
 
 
+def calibration_table(rows: list[ResultRow]) -> Table:
+    """Calibration and the shuffle bound per method × ε_T: Brier (and the base rate's), ECE, shuffle ε."""
+    table = Table(title="Probabilities and the conditional shuffle bound")
+    table.add_column("method", justify="left", min_width=7, no_wrap=True)
+    for name in ("ε_T", "Brier", "base", "ECE", "shuffle ε"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for r in rows:
+        table.add_row(
+            r.method,
+            "—" if r.epsilon is None else f"{r.epsilon:g}",
+            "—" if r.brier_mean is None else f"{r.brier_mean:.3f}",
+            "—" if r.brier_base is None else f"{r.brier_base:.3f}",
+            "—" if r.ece_mean is None else f"{r.ece_mean:.3f}",
+            "—" if r.shuffle_epsilon is None else f"{r.shuffle_epsilon:.3g}",
+        )
+    return table
+
+
+def _prepare(data: Path | None, plot: Path | None) -> adult_data.AdultDataset:
+    """Fail before any computation: a missing plot extra, then the data set (in CLI words)."""
+    from anonml.datasets import adult as adult_data
+    from anonml.learn.plotting import require_pyplot
+
+    if plot is not None:
+        require_pyplot()
+    try:
+        return adult_data.load(data)
+    except adult_data.AdultNotFound as exc:
+        raise AnonMLError(exc.advice("pass the folder with --data DIR")) from None
+
+
 @app.command("adult")
 def adult(
     methods: Annotated[
         str, typer.Option("--methods", help=f"Comma-separated methods: {_METHODS_HELP}.")
-    ] = "default,paper,central",
+    ] = "default,paper,central,ldp_nb",
     eps: Annotated[str, typer.Option("--eps", help="Comma-separated per-peer totals ε_T.")] = "0.5,1,2,4",
     trials: Annotated[int, typer.Option("--trials", min=1, help="Simulations per method and ε_T.")] = 20,
     kp: Annotated[
@@ -105,7 +138,9 @@ def adult(
     data: Annotated[
         Path | None,
         typer.Option(
-            "--data", help="Folder with adult.data and adult.test (else $ANONML_ADULT_DIR, cache, UCI)."
+            "--data",
+            help="Folder with adult.data and adult.test (else $ANONML_ADULT_DIR, "
+            "$ANONML_SHARED_DIR/datasets/adult, ../shared/datasets/adult beside the checkout, cache, UCI).",
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of every simulated trial.")] = 0,
@@ -115,7 +150,6 @@ def adult(
     ε_T is every peer's total privacy loss under sequential composition (median
     queries are answered by a separate peer pool, each peer once with ε_T).
     """
-    from anonml.datasets import adult as adult_data
     from anonml.learn.harness import (
         count_trials,
         expand_methods,
@@ -131,7 +165,7 @@ def adult(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--methods") from None
     with expected_errors():
-        dataset = adult_data.load(data)
+        dataset = _prepare(data, plot)
         columns = (
             TextColumn("[progress.description]{task.description}"),
             BarColumn(),
@@ -159,6 +193,7 @@ def adult(
             typer.echo(json.dumps([r.model_dump() for r in rows], indent=2))
         else:
             out.print(results_table(rows))
+            out.print(calibration_table(rows))
             if json_out is not None:
                 err.print(f"wrote {write_results(rows, json_out)}")
         if plot is not None:

@@ -1,6 +1,6 @@
 """``anonml bench multiparty``: the multiparty private-learning baselines on one data set.
 
-The lead mounts :func:`multiparty` on the ``bench`` Typer app::
+:mod:`anonml.commands.bench` mounts :func:`multiparty` on the ``bench`` Typer app::
 
     bench_app.command("multiparty")(multiparty)
 
@@ -138,6 +138,7 @@ def multiparty(
     like-for-like comparison.
     """
     from anonml.learn.multiparty.harness import run_multiparty_benchmark
+    from anonml.learn.plotting import require_pyplot
 
     with expected_errors():
         # Typer list options default to None; the defaults live here (no mutable defaults).
@@ -146,6 +147,8 @@ def multiparty(
         budgets = _numbers(eps or ["0.1,0.2,0.5,1"], "--eps", float)
         skews = _skews(skew or ["uniform"])
         to_stdout = json_out == "-"
+        if plot is not None:  # a missing plot extra fails now, not after the computation
+            require_pyplot()
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -178,7 +181,7 @@ def multiparty(
                 progress=step,
             )
         if plot is not None:
-            from anonml.learn.multiparty.plot import plot_results
+            from anonml.learn.multiparty.plot import plot_results  # noqa: PLC0415
 
             err.print(f"plot written to {plot_results(rows, plot)}", highlight=False)
     if to_stdout:

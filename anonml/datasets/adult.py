@@ -29,10 +29,14 @@ benchmarks/adult.py) the binary groups raised test AUC at ε_T = 0.5 from
 the "other"/"unknown" group of their feature; no row is dropped, so the
 training set has the thesis's n = 32,561.
 
-Where the files are looked for, in order: the ``path`` argument, ``$ANONML_ADULT_DIR``,
-the user cache ``anonml_home()/datasets/adult``, then a download from UCI into
-that cache. With none available, :class:`~anonml.errors.DatasetNotFound` says
-where to put the files.
+Where the files are looked for, in order: the ``path`` argument (then nowhere
+else), ``$ANONML_ADULT_DIR``, ``$ANONML_SHARED_DIR/datasets/adult``, the
+``../shared/datasets/adult`` folder beside the checkout (where the tests find
+it), the user cache ``anonml_home()/datasets/adult``, then a download from
+UCI into that cache. With none available, :class:`AdultNotFound` (a
+:class:`~anonml.errors.DatasetNotFound`) lists where it looked; its
+:meth:`~AdultNotFound.advice` words the fix for a library caller
+(``path=...``) or a command line (``--data DIR``).
 """
 
 from __future__ import annotations
@@ -48,9 +52,22 @@ from anonml.errors import DatasetNotFound, RecordError
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.paths import anonml_home
 
-__all__ = ["AdultDataset", "FEATURES", "FILES", "UCI_URL", "ENV_VAR", "load", "default_cache_dir"]
+__all__ = [
+    "AdultDataset",
+    "AdultNotFound",
+    "FEATURES",
+    "FILES",
+    "UCI_URL",
+    "ENV_VAR",
+    "SHARED_ENV_VAR",
+    "load",
+    "default_cache_dir",
+    "shared_adult_dir",
+]
 
 ENV_VAR = "ANONML_ADULT_DIR"
+#: Names the ``shared`` folder (data sets, real samples) that sits beside a checkout.
+SHARED_ENV_VAR = "ANONML_SHARED_DIR"
 FILES = ("adult.data", "adult.test")
 UCI_URL = "https://archive.ics.uci.edu/ml/machine-learning-databases/adult/"
 
@@ -178,11 +195,12 @@ def _locate(path: str | Path | None, *, download: bool) -> Path:
         folder = Path(path).expanduser()
         if _has_files(folder):
             return folder
-        raise DatasetNotFound(_missing_message([folder], download_error=None))
+        raise AdultNotFound([folder], download_error=None)
     tried: list[Path] = []
     env = os.environ.get(ENV_VAR)
     if env:
         tried.append(Path(env).expanduser())
+    tried.append(shared_adult_dir())
     cache = default_cache_dir()
     tried.append(cache)
     for folder in tried:
@@ -195,7 +213,7 @@ def _locate(path: str | Path | None, *, download: bool) -> Path:
             return cache
         except (OSError, _DownloadFailed) as exc:
             error = str(exc)
-    raise DatasetNotFound(_missing_message(tried, download_error=error))
+    raise AdultNotFound(tried, download_error=error)
 
 
 class _DownloadFailed(Exception):
@@ -226,16 +244,34 @@ def _http_get(url: str) -> bytes:
     return response.content
 
 
-def _missing_message(tried: list[Path], download_error: str | None) -> str:
-    places = ", ".join(str(p) for p in tried)
-    msg = (
-        f"UCI Adult not found (looked in: {places}). Put adult.data and adult.test "
-        f"(from {UCI_URL}) in one folder and pass it as path=..., set ${ENV_VAR} to it, "
-        f"or copy them to {default_cache_dir()}"
-    )
-    if download_error:
-        msg += f"; download: {download_error}"
-    return msg
+class AdultNotFound(DatasetNotFound):
+    """No folder holds both Adult files; ``tried`` lists the folders looked in."""
+
+    def __init__(self, tried: list[Path], download_error: str | None) -> None:
+        self.tried = list(tried)
+        self.download_error = download_error
+        super().__init__(self.advice("pass it as path=..."))
+
+    def advice(self, how_to_pass: str) -> str:
+        """The message, with ``how_to_pass`` saying how the caller names a folder."""
+        places = ", ".join(str(p) for p in self.tried)
+        msg = (
+            f"UCI Adult not found (looked in: {places}). Put adult.data and adult.test "
+            f"(from {UCI_URL}) in one folder and {how_to_pass}, set ${ENV_VAR} to it, "
+            f"or copy them to {default_cache_dir()}"
+        )
+        if self.download_error:
+            msg += f"; download: {self.download_error}"
+        return msg
+
+
+def shared_adult_dir() -> Path:
+    """``$ANONML_SHARED_DIR/datasets/adult``, else ``../shared/datasets/adult`` beside the checkout."""
+    shared = os.environ.get(SHARED_ENV_VAR)
+    if shared:
+        return Path(shared).expanduser() / "datasets" / "adult"
+    checkout = Path(__file__).resolve().parents[2]
+    return checkout.parent / "shared" / "datasets" / "adult"
 
 
 def _group_index(feature: str, raw: str) -> int:

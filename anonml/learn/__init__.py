@@ -7,13 +7,19 @@ DESIGN §6. The public surface:
 * bins — :class:`Binning`, :func:`auto_n_bins`;
 * subset histograms — :class:`SubsetHistogram`, :func:`estimate_histogram`;
 * ensembles — :func:`paper_ensemble` (thesis eq. 6.2), :func:`default_ensemble`;
-* the model — :class:`AnonMLClassifier` (scikit-learn API, versioned JSON);
+* the model — :class:`AnonMLClassifier` (scikit-learn API, DataFrames, K classes,
+  calibrated probabilities, versioned JSON); specs from a table —
+  :func:`infer_feature_specs`; warnings — :class:`NotPrivateWarning`,
+  :class:`SmallGroupWarning`;
+* a numeric target as ordered bins — :class:`AnonMLRegressor`;
+* the LDP naive-Bayes reference — :func:`fit_ldp_naive_bayes`;
 * simulation and the Adult experiment — :func:`simulate_training`,
   :func:`run_adult_benchmark`.
 
 The multiparty baselines live in :mod:`anonml.learn.multiparty`.
 """
 
+from anonml.learn.baselines import LdpNaiveBayes, fit_ldp_naive_bayes
 from anonml.learn.binning import Binning, FeatureBins, auto_n_bins, quantile_thresholds
 from anonml.learn.ensemble import (
     Component,
@@ -23,7 +29,8 @@ from anonml.learn.ensemble import (
     paper_ensemble,
     vote_ensemble,
 )
-from anonml.learn.harness import ResultRow, run_adult_benchmark
+from anonml.learn.frames import infer_feature_specs
+from anonml.learn.harness import ResultRow, run_adult_benchmark, run_benchmark
 from anonml.learn.histograms import (
     SubsetHistogram,
     estimate_histogram,
@@ -32,6 +39,7 @@ from anonml.learn.histograms import (
     report_values,
 )
 from anonml.learn.model import AnonMLClassifier
+from anonml.learn.notices import NotPrivateWarning, SmallGroupWarning
 from anonml.learn.partition import (
     PartitionPlan,
     PeerAssignment,
@@ -41,15 +49,25 @@ from anonml.learn.partition import (
     roster_digest,
     verify_assignment,
 )
+from anonml.learn.regression import AnonMLRegressor
 from anonml.learn.simulation import (
     PrivacyAccounting,
     SimulationConfig,
     SimulationResult,
+    select_features,
     simulate_training,
 )
 
 __all__ = [
     "AnonMLClassifier",
+    "AnonMLRegressor",
+    "LdpNaiveBayes",
+    "NotPrivateWarning",
+    "SmallGroupWarning",
+    "fit_ldp_naive_bayes",
+    "infer_feature_specs",
+    "run_benchmark",
+    "select_features",
     "Binning",
     "Component",
     "Ensemble",

@@ -18,9 +18,9 @@ from typing import Any, Literal
 import numpy as np
 
 from anonml.model import FeatureKind, FeatureSpec
-from anonml.privacy import best_mechanism
+from anonml.privacy import Mechanism, best_mechanism
 
-__all__ = ["FeatureBins", "Binning", "quantile_thresholds", "auto_n_bins"]
+__all__ = ["FeatureBins", "Binning", "quantile_thresholds", "auto_n_bins", "relative_cell_error"]
 
 
 @dataclass(frozen=True)
@@ -105,9 +105,7 @@ class Binning:
         """Bin a raw matrix of shape (n_samples, n_features) into int codes of the same shape."""
         X = np.asarray(X, dtype=float)
         if X.ndim != 2 or X.shape[1] != self.n_features:
-            raise ValueError(
-                f"expected raw feature vectors of width {self.n_features}, got shape {X.shape}"
-            )
+            raise ValueError(f"expected raw feature vectors of width {self.n_features}, got shape {X.shape}")
         out = np.empty(X.shape, dtype=np.int64)
         for j, spec in enumerate(self.features):
             out[:, j] = spec.transform(X[:, j])
@@ -141,9 +139,7 @@ class Binning:
         out = []
         for item in data["features"]:
             if item["kind"] == "numeric":
-                out.append(
-                    FeatureBins(item["name"], "numeric", tuple(float(t) for t in item["thresholds"]))
-                )
+                out.append(FeatureBins(item["name"], "numeric", tuple(float(t) for t in item["thresholds"])))
             else:
                 out.append(FeatureBins(item["name"], "categorical", n_categories=int(item["n_categories"])))
         return cls(tuple(out))
@@ -193,9 +189,14 @@ def auto_n_bins(
     best = 2
     for b in range(2, max_bins + 1):
         m = 2 * b**subset_size
-        error = best_mechanism(epsilon, m, n_reports).expected_l2_error(n_reports)
-        if error * np.sqrt(m) <= tolerance:
+        if relative_cell_error(best_mechanism(epsilon, m, n_reports), n_reports) <= tolerance:
             best = b
         else:
             break
     return best
+
+
+def relative_cell_error(mechanism: Mechanism, n_reports: int) -> float:
+    """``E(m)·√m``: expected L2 error of the estimated frequencies (thesis eq. 7.2) per cell,
+    relative to the average cell frequency ``1/m``, for ``n_reports`` reports of ``mechanism``."""
+    return float(mechanism.expected_l2_error(int(n_reports)) * np.sqrt(mechanism.m))

@@ -6,16 +6,21 @@ is validated before use. The encoding is canonical — sorted keys, no spaces,
 shortest round-trip float repr (Python's ``repr``), no NaN/∞ — so a document
 re-encoded after parsing is byte-for-byte the same and can be hashed or signed.
 
-Layout (version 1)::
+Layout (version 2)::
 
-    {"format": "anonml.model", "version": 1,
+    {"format": "anonml.model", "version": 2,
      "params": {...estimator hyperparameters...},
-     "classes": {"dtype": "int" | "str" | "bool" | "float", "values": [c0, c1]},
+     "classes": {"dtype": "int" | "str" | "bool" | "float", "values": [c0, c1, ...]},
      "n_features_in": F,
+     "feature_names": [column names the model was fitted on] | null,
+     "features": [{...FeatureSpec...}, ...] | null,
      "binning": {"features": [{"name", "kind", "thresholds" | "n_categories"}, ...]},
-     "ensemble": {"kind": "vote" | "logit", "intercept": b,
-                  "components": [{"features", "shape", "table", "weight"}, ...]},
-     "privacy": {...PrivacyAccounting...} | null}
+     "ensemble": {"kind": "vote" | "logit" | "softmax", "intercept": b | [b_c, ...],
+                  "components": [{"features", "shape", "table", "weight"}, ...],
+                  "calibration": [a, b] (optional)},
+     "privacy": {...PrivacyAccounting, "shuffle": {...} (optional)...} | null}
+
+Version 1 documents (two classes, no names, no calibration) are still read.
 """
 
 from __future__ import annotations
@@ -42,7 +47,9 @@ __all__ = [
 ]
 
 MODEL_FORMAT = "anonml.model"
-MODEL_VERSION = 1
+MODEL_VERSION = 2
+#: Versions this library reads.
+READABLE_VERSIONS = (1, 2)
 
 
 class ModelDocument(BaseModel):
@@ -55,6 +62,8 @@ class ModelDocument(BaseModel):
     params: dict[str, Any]
     classes: dict[str, Any]
     n_features_in: int = Field(ge=1)
+    feature_names: list[str] | None = None
+    features: list[dict[str, Any]] | None = None
     binning: dict[str, Any]
     ensemble: dict[str, Any]
     privacy: dict[str, Any] | None = None
@@ -77,16 +86,16 @@ def parse_document(text: str | bytes) -> ModelDocument:
         doc = ModelDocument.model_validate_json(text)
     except ValidationError as exc:
         raise ProtocolError(f"not a valid {MODEL_FORMAT} document: {exc}") from None
-    if doc.format != MODEL_FORMAT or doc.version != MODEL_VERSION:
+    if doc.format != MODEL_FORMAT or doc.version not in READABLE_VERSIONS:
         raise ProtocolError(
             f"model document is {doc.format!r} v{doc.version}; this library reads "
-            f"{MODEL_FORMAT!r} v{MODEL_VERSION}"
+            f"{MODEL_FORMAT!r} v{', v'.join(str(v) for v in READABLE_VERSIONS)}"
         )
     return doc
 
 
 def encode_classes(classes: np.ndarray) -> dict[str, Any]:
-    """The two class labels with their type, so they come back as the same numpy dtype kind."""
+    """The class labels with their type, so they come back as the same numpy dtype kind."""
     kind = classes.dtype.kind
     if kind == "b":
         return {"dtype": "bool", "values": [bool(c) for c in classes]}
@@ -114,9 +123,7 @@ def check_ensemble_fits_bins(binning: Binning, ensemble: Ensemble, n_features_in
         Naming the first component that does not fit.
     """
     if binning.n_features != n_features_in:
-        raise ProtocolError(
-            f"model document declares {n_features_in} features but bins {binning.n_features}"
-        )
+        raise ProtocolError(f"model document declares {n_features_in} features but bins {binning.n_features}")
     for c in ensemble.components:
         if (
             any(not 0 <= f < binning.n_features for f in c.features)

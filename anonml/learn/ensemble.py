@@ -39,6 +39,17 @@ pooled prior ``π̂``:
 A feature that appears in several distinct subsets would be counted several
 times; each subset's term is weighted by the mean over its features of
 ``1 / (number of subsets holding the feature)``.
+
+*K > 2 classes* (default mode only): every cell gets a posterior per class,
+``P̂(c | cell) = (ĉ_c + a·π̂_c)/(Σ_c' ĉ_c' + a)``, and the subsets combine in
+log space, ``log P̂(c|x) ∝ log π̂_c + Σ_S w_S·t_S(c, x_S)`` with
+``t = log P̂(c|x_S) − log π̂_c`` (``"logit"``) or its tangent at the prior
+``(P̂(c|x_S) − π̂_c)/π̂_c`` (``"linear"``); probabilities are the softmax.
+
+*Calibration*: the combined score is a ranking, not a probability (naive
+Bayes over correlated subsets is over-confident; votes are a share). An
+ensemble may carry a Platt map ``(a, b)``, ``P(y=1|x) = σ(a·f(x) + b)``,
+fitted on a separate calibration histogram (:func:`platt_from_histogram`).
 """
 
 from __future__ import annotations
@@ -50,7 +61,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy.special import expit, logit
+from scipy.optimize import minimize
+from scipy.special import expit, logit, softmax
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score, make_scorer, roc_auc_score
 from sklearn.model_selection import StratifiedKFold, cross_val_score
@@ -58,7 +70,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder
 from sklearn.tree import DecisionTreeClassifier
 
-from anonml.learn.histograms import SubsetHistogram, label_fraction, pool_histograms
+from anonml.learn.histograms import SubsetHistogram, label_distribution, label_fraction, pool_histograms
 
 __all__ = [
     "Component",
@@ -67,10 +79,13 @@ __all__ = [
     "paper_ensemble",
     "default_ensemble",
     "cell_posteriors",
+    "class_posteriors",
+    "platt_from_histogram",
 ]
 
 _PRIOR_CLIP = 1e-4
-_MIN_PSEUDO = 0.5  # Jeffreys-style floor so an empty cell of exact counts is not 0/0
+_MIN_PSEUDO = 0.5
+_MIN_SLOPE = 0.01  # Jeffreys-style floor so an empty cell of exact counts is not 0/0
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,13 +109,17 @@ class Component:
     weight: float
 
     def __post_init__(self) -> None:
-        if self.table.shape != (int(np.prod(self.shape, dtype=np.int64)),):
+        cells = int(np.prod(self.shape, dtype=np.int64))
+        if self.table.shape[:1] != (cells,) or self.table.ndim not in (1, 2):
             raise ValueError(f"component {self.features}: table {self.table.shape} vs shape {self.shape}")
         if not np.all(np.isfinite(self.table)) or not np.isfinite(self.weight):
             raise ValueError(f"component {self.features}: table and weight must be finite")
 
     def values(self, codes: np.ndarray) -> np.ndarray:
-        """Table value of each row of binned codes (all features, column order)."""
+        """Table value of each row of binned codes (all features, column order).
+
+        Shape (n,) for a binary table, (n, K) for a per-class table.
+        """
         sub = codes[:, list(self.features)]
         if np.any(sub >= np.asarray(self.shape)) or np.any(sub < 0):
             raise ValueError(f"codes outside the bins {self.shape} of features {self.features}")
@@ -110,7 +129,7 @@ class Component:
         return {
             "features": list(self.features),
             "shape": list(self.shape),
-            "table": [float(v) for v in self.table],
+            "table": self.table.tolist(),
             "weight": float(self.weight),
         }
 
@@ -119,7 +138,7 @@ class Component:
         return cls(
             tuple(int(f) for f in data["features"]),
             tuple(int(s) for s in data["shape"]),
-            np.asarray(data["table"], dtype=float),
+            np.asarray(data["table"], dtype=float),  # (cells,) or (cells, K)
             float(data["weight"]),
         )
 
@@ -129,46 +148,104 @@ class Ensemble:
     """A weighted sum of component tables.
 
     ``kind="vote"``: tables hold ±1 votes, weights sum to 1 (eq. 6.2); the
-    probability of the positive class is the weighted share of positive votes,
-    ``(1 + f)/2``. ``kind="logit"``: the decision function is a log-odds and the
-    probability is its logistic.
+    uncalibrated probability of the positive class is the weighted share of
+    positive votes, ``(1 + f)/2``. ``kind="logit"``: the decision function is a
+    log-odds and the probability is its logistic. ``kind="softmax"``: K > 2
+    classes, per-class tables and intercepts, probabilities by softmax.
+    ``calibration = (a, b)`` (binary kinds): ``P(y=1|x) = σ(a·f(x) + b)``.
     """
 
-    kind: Literal["vote", "logit"]
-    intercept: float
+    kind: Literal["vote", "logit", "softmax"]
+    intercept: float | np.ndarray
     components: tuple[Component, ...]
+    calibration: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in ("vote", "logit"):
+        if self.kind not in ("vote", "logit", "softmax"):
             raise ValueError(f"unknown ensemble kind {self.kind!r}")
         if not self.components:
             raise ValueError("an ensemble needs at least one component")
+        per_class = self.kind == "softmax"
+        k = np.asarray(self.intercept).size
+        if per_class != (np.ndim(self.intercept) == 1 and k >= 3):
+            raise ValueError(
+                f"a {self.kind} ensemble needs {'K >= 3 intercepts' if per_class else 'one intercept'}"
+            )
+        for c in self.components:
+            if (c.table.ndim == 2) != per_class or (per_class and c.table.shape[1] != k):
+                raise ValueError(
+                    f"component {c.features}: table {c.table.shape} does not fit a {self.kind} ensemble"
+                )
+        if self.calibration is not None and (
+            per_class or len(self.calibration) != 2 or not np.all(np.isfinite(self.calibration))
+        ):
+            raise ValueError(
+                f"calibration must be two finite numbers (a, b) of a binary ensemble: {self.calibration}"
+            )
+
+    @property
+    def n_classes(self) -> int:
+        return int(np.asarray(self.intercept).size) if self.kind == "softmax" else 2
 
     def decision_function(self, codes: np.ndarray) -> np.ndarray:
-        out = np.full(codes.shape[0], float(self.intercept))
+        """``intercept + Σ w_i·table_i[cell_i(x)]``: shape (n,), or (n, K) for softmax."""
+        if self.kind == "softmax":
+            out = np.tile(np.asarray(self.intercept, dtype=float), (codes.shape[0], 1))
+        else:
+            out = np.full(codes.shape[0], float(self.intercept))
         for c in self.components:
             out += c.weight * c.values(codes)
         return out
 
-    def positive_proba(self, codes: np.ndarray) -> np.ndarray:
+    def proba(self, codes: np.ndarray) -> np.ndarray:
+        """Class probabilities, shape (n, K), columns in class-index order."""
+        if self.kind == "softmax":
+            return softmax(self.decision_function(codes), axis=1)
+        p1 = self.positive_proba(codes)
+        return np.column_stack([1.0 - p1, p1])
+
+    def calibrated_decision(self, codes: np.ndarray) -> np.ndarray:
+        """The decision function through the calibration map: ``a·f + b`` (a log-odds) when calibrated."""
         f = self.decision_function(codes)
+        if self.calibration is None:
+            return f
+        a, b = self.calibration
+        return a * f + b
+
+    def positive_proba(self, codes: np.ndarray) -> np.ndarray:
+        """Binary kinds: P(y = 1 | x), through the calibration map when there is one."""
+        if self.kind == "softmax":
+            raise ValueError("a softmax ensemble has K > 2 classes: use proba()")
+        f = self.decision_function(codes)
+        if self.calibration is not None:
+            a, b = self.calibration
+            return expit(a * f + b)
         if self.kind == "vote":
             return np.clip((1.0 + f) / 2.0, 0.0, 1.0)
         return expit(f)
 
+    def with_calibration(self, calibration: tuple[float, float] | None) -> Ensemble:
+        return Ensemble(self.kind, self.intercept, self.components, calibration)
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kind": self.kind,
-            "intercept": float(self.intercept),
+            "intercept": np.asarray(self.intercept, dtype=float).tolist(),
             "components": [c.to_dict() for c in self.components],
         }
+        if self.calibration is not None:
+            out["calibration"] = [float(v) for v in self.calibration]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Ensemble:
+        intercept = data["intercept"]
+        calibration = data.get("calibration")
         return cls(
             data["kind"],
-            float(data["intercept"]),
+            np.asarray(intercept, dtype=float) if isinstance(intercept, list) else float(intercept),
             tuple(Component.from_dict(c) for c in data["components"]),
+            None if calibration is None else (float(calibration[0]), float(calibration[1])),
         )
 
 
@@ -217,7 +294,7 @@ def _synthetic_sample(
         return np.empty((0, len(h.shape)), dtype=np.int64), np.empty(0, dtype=np.int64)
     drawn = rng.multinomial(size, flat / total)
     values = np.repeat(np.arange(flat.size), drawn)
-    unravelled = np.unravel_index(values, (*h.shape, 2))
+    unravelled = np.unravel_index(values, (*h.shape, h.n_classes))
     return np.column_stack(unravelled[:-1]).astype(np.int64), unravelled[-1].astype(np.int64)
 
 
@@ -274,6 +351,8 @@ def paper_ensemble(
     or scored and gets no vote.
     """
     rng = rng if rng is not None else np.random.default_rng(secrets.randbits(128))
+    if any(h.n_classes != 2 for h in histograms):
+        raise ValueError("paper mode is binary: eq. 6.2 casts ±1 votes; use mode='default' for K > 2 classes")
     if len(histograms) != len(sizes):
         raise ValueError(f"{len(histograms)} histograms but {len(sizes)} partition sizes")
     scorer = _scorer(scoring)
@@ -311,6 +390,32 @@ def cell_posteriors(h: SubsetHistogram, prior: float, smoothing: float) -> np.nd
     return (counts[:, 1] + a * prior) / (counts.sum(axis=1) + a)
 
 
+def class_posteriors(h: SubsetHistogram, prior: np.ndarray, smoothing: float) -> np.ndarray:
+    """K classes: ``P̂(c | cell) = (ĉ_c + a·π̂_c)/(Σ ĉ + a)``, shape (cells, K).
+
+    ``a`` is the pseudo-count of :func:`cell_posteriors`.
+    """
+    counts = np.clip(h.flat_counts(), 0.0, None)
+    sigma = float(np.sqrt(np.mean(h.variance))) if h.variance.size else 0.0
+    a = max(smoothing * sigma, _MIN_PSEUDO)
+    return (counts + a * prior[None, :]) / (counts.sum(axis=1, keepdims=True) + a)
+
+
+def _softmax_ensemble(
+    pooled: Sequence[SubsetHistogram], smoothing: float, combine: str, coverage: Counter
+) -> Ensemble:
+    """Default mode with K > 2 classes (module docstring): log-space sum, softmax."""
+    prior = np.clip(label_distribution(pooled), _PRIOR_CLIP, 1.0)
+    prior = prior / prior.sum()
+    components = []
+    for h in pooled:
+        post = np.clip(class_posteriors(h, prior, smoothing), _PRIOR_CLIP, 1.0)
+        table = np.log(post) - np.log(prior) if combine == "logit" else (post - prior) / prior
+        weight = float(np.mean([1.0 / coverage[f] for f in h.features]))
+        components.append(Component(h.features, h.shape, table, weight))
+    return Ensemble("softmax", np.log(prior), tuple(components))
+
+
 def default_ensemble(
     histograms: Sequence[SubsetHistogram],
     *,
@@ -334,8 +439,10 @@ def default_ensemble(
     if combine not in ("linear", "logit"):
         raise ValueError(f"unknown combine {combine!r}; use 'linear' or 'logit'")
     pooled = pool_histograms(histograms)
-    prior = float(np.clip(label_fraction(pooled), _PRIOR_CLIP, 1 - _PRIOR_CLIP))
     coverage = Counter(f for h in pooled for f in h.features)
+    if pooled[0].n_classes > 2:
+        return _softmax_ensemble(pooled, smoothing, combine, coverage)
+    prior = float(np.clip(label_fraction(pooled), _PRIOR_CLIP, 1 - _PRIOR_CLIP))
     components = []
     for h in pooled:
         post = np.clip(cell_posteriors(h, prior, smoothing), _PRIOR_CLIP, 1 - _PRIOR_CLIP)
@@ -346,3 +453,63 @@ def default_ensemble(
         weight = float(np.mean([1.0 / coverage[f] for f in h.features]))
         components.append(Component(h.features, h.shape, table, weight))
     return Ensemble("logit", float(logit(prior)), tuple(components))
+
+
+def platt_from_histogram(
+    scores: np.ndarray, counts: np.ndarray, variance: np.ndarray | None = None, *, prior_strength: float = 1.0
+) -> tuple[float, float]:
+    """Platt scaling ``P(y=1|f) = σ(a·f + b)`` fitted to a noisy histogram of (score bin, label).
+
+    Parameters
+    ----------
+    scores : ndarray of shape (B,)
+        A representative decision value of each score bin.
+    counts : ndarray of shape (B, 2)
+        Unbiased estimates of the counts of label 0 and 1 per bin. LDP
+        estimates may be negative, so they are not plugged into a
+        log-likelihood (which a negative count makes unbounded) but into
+        least squares on ``r_B = ĉ_B1(1 − s_B) − ĉ_B0 s_B`` with
+        ``s_B = σ(a f_B + b)``, which has mean zero at the true map.
+    variance : ndarray of shape (B, 2), optional
+        Predicted variances of the count estimates. ``E[r_B²]`` adds
+        ``v_B1(1 − s_B)² + v_B0 s_B²`` of pure noise, smallest at ``s = 1/2``:
+        left in, it flattens the slope; subtracting it makes the objective
+        unbiased (corrected least squares).
+    prior_strength : float, default=1.0
+        Weight, in reports², of a ridge towards the identity ``a = 1, b = 0``.
+
+    Returns
+    -------
+    (a, b) : with ``a ≥ 0.01`` so that the map never reverses the model's ranking.
+    """
+    f = np.asarray(scores, dtype=float)
+    c = np.asarray(counts, dtype=float)
+    v = np.zeros_like(c) if variance is None else np.asarray(variance, dtype=float)
+    if (
+        f.ndim != 1
+        or c.shape != (f.size, 2)
+        or v.shape != c.shape
+        or not np.all(np.isfinite(f))
+        or not np.all(np.isfinite(c))
+    ):
+        raise ValueError(
+            f"need finite scores (B,), counts and variances (B, 2), got {f.shape}, {c.shape}, {v.shape}"
+        )
+    anchor = np.array([1.0, 0.0])
+
+    def objective(theta: np.ndarray) -> float:
+        s = expit(theta[0] * f + theta[1])
+        r = c[:, 1] * (1 - s) - c[:, 0] * s
+        noise = v[:, 1] * (1 - s) ** 2 + v[:, 0] * s**2
+        return float(np.sum(r**2 - noise) + prior_strength * np.sum((theta - anchor) ** 2))
+
+    best = min(
+        (
+            minimize(
+                objective, x0=np.array(x0), method="L-BFGS-B", bounds=[(_MIN_SLOPE, 50.0), (-50.0, 50.0)]
+            )
+            for x0 in ((1.0, 0.0), (0.5, -1.0), (2.0, 0.0))
+        ),
+        key=lambda r: r.fun,
+    )
+    return float(best.x[0]), float(best.x[1])

@@ -10,7 +10,19 @@ Methods (each trial trains on ``adult.data`` and scores on ``adult.test``):
   on the raw features (numeric standardised, categorical one-hot; one
   deterministic fit, ``epsilon = None``) and ``central_binned`` on the same
   private bins the default mode published in that trial;
-* ``majority`` — always predicts the training majority (AUC 0.5, F1 0).
+* ``majority`` — always predicts the training majority (AUC 0.5, F1 0);
+* ``ldp_nb`` — the plain LDP naive-Bayes baseline
+  (:mod:`anonml.learn.baselines`): one peer group per feature, k-RR or OUE at
+  the full ε_T, counts clipped and smoothed; same data, same ε_T.
+
+Every row also reports calibration of ``predict_proba`` on the test set: the
+Brier score (the base-rate predictor's is in ``brier_base``) and the expected
+calibration error over 10 equal-width probability bins,
+``ECE = Σ_b (n_b/n)·|ȳ_b − p̄_b|``; and, for AnonML's modes, the conditional
+central ε by shuffling (:mod:`anonml.privacy.amplification`) beside the local ε_T.
+
+The harness runs on any split with ``X_train, y_train, X_test, y_test`` and
+``features`` (:class:`TabularSplit`), not only Adult.
 
 ε_T is every peer's total privacy loss under sequential composition: report
 peers spend it over their k_h reports, median-pool peers on their one answer
@@ -24,17 +36,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import f1_score, roc_auc_score
+from sklearn.metrics import brier_score_loss, f1_score, roc_auc_score
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from anonml.datasets import adult
-from anonml.errors import AnonMLError
+from anonml.learn.baselines import fit_ldp_naive_bayes
 from anonml.learn.model import AnonMLClassifier
-from anonml.model import FeatureKind
+from anonml.learn.plotting import require_pyplot
+from anonml.model import FeatureKind, FeatureSpec
 
 __all__ = [
     "METHODS",
@@ -47,9 +61,12 @@ __all__ = [
     "raw_design",
     "write_results",
     "plot_results",
+    "run_benchmark",
+    "TabularSplit",
+    "expected_calibration_error",
 ]
 
-METHODS = ("default", "paper", "central", "majority")
+METHODS = ("default", "paper", "central", "majority", "ldp_nb")
 #: The thesis's census settings as (k_p, k_s, k_h).
 THESIS_PAPER_PLANS: tuple[tuple[int, int, int], ...] = ((5, 3, 2), (20, 1, 2))
 
@@ -70,6 +87,36 @@ class ResultRow(BaseModel):
     ks: int | None
     kh: int | None
     fit_seconds: float
+    auc_se: float = 0.0
+    brier_mean: float | None = None
+    brier_base: float | None = None
+    ece_mean: float | None = None
+    ece_se: float | None = None
+    shuffle_epsilon: float | None = None
+    dataset: str = "adult"
+
+
+class TabularSplit(Protocol):
+    """A train/test split with feature specs (an :class:`~anonml.datasets.adult.AdultDataset` is one)."""
+
+    X_train: np.ndarray
+    y_train: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    features: tuple[FeatureSpec, ...]
+
+
+def expected_calibration_error(y: np.ndarray, p: np.ndarray, n_bins: int = 10) -> float:
+    """``Σ_b (n_b/n)·|ȳ_b − p̄_b|`` over ``n_bins`` equal-width bins of the predicted probability."""
+    y = np.asarray(y, dtype=float)
+    p = np.asarray(p, dtype=float)
+    which = np.clip((p * n_bins).astype(np.int64), 0, n_bins - 1)
+    total = 0.0
+    for b in range(n_bins):
+        inside = which == b
+        if inside.any():
+            total += inside.mean() * abs(y[inside].mean() - p[inside].mean())
+    return float(total)
 
 
 @dataclass(frozen=True)
@@ -104,57 +151,103 @@ def expand_methods(
         elif name == "central":
             plans.extend([MethodPlan("central_raw"), MethodPlan("central_binned")])
         else:
-            plans.append(MethodPlan("majority"))
+            plans.append(MethodPlan(name))  # majority, ldp_nb: no plan
     return plans
 
 
-def raw_design(data: adult.AdultDataset) -> tuple[np.ndarray, np.ndarray]:
-    """Design matrices of the ``central_raw`` ceiling: numeric standardised, categorical one-hot."""
-    numeric = [j for j, f in enumerate(data.features) if f.kind is FeatureKind.NUMERIC]
+def raw_design(data: TabularSplit) -> tuple[np.ndarray, np.ndarray]:
+    """Design matrices of the ``central_raw`` ceiling: numeric and bool standardised, categorical one-hot."""
+    numeric = [j for j, f in enumerate(data.features) if f.kind is not FeatureKind.CATEGORICAL]
     categorical = [j for j, f in enumerate(data.features) if f.kind is FeatureKind.CATEGORICAL]
-    scaler = StandardScaler().fit(data.X_train[:, numeric])
-    encoder = OneHotEncoder(
-        categories=[np.arange(len(data.features[j].categories)) for j in categorical], sparse_output=False
-    ).fit(data.X_train[:, categorical])
+    scaler = StandardScaler().fit(data.X_train[:, numeric]) if numeric else None
+    encoder = (
+        OneHotEncoder(
+            categories=[np.arange(len(data.features[j].categories)) for j in categorical], sparse_output=False
+        ).fit(data.X_train[:, categorical])
+        if categorical
+        else None
+    )
 
     def design(X: np.ndarray) -> np.ndarray:
-        return np.hstack([scaler.transform(X[:, numeric]), encoder.transform(X[:, categorical])])
+        parts = []
+        if scaler is not None:
+            parts.append(scaler.transform(X[:, numeric]))
+        if encoder is not None:
+            parts.append(encoder.transform(X[:, categorical]))
+        return np.hstack(parts)
 
     return design(data.X_train), design(data.X_test)
 
 
-def _binned_lr_scores(model: AnonMLClassifier, data: adult.AdultDataset) -> tuple[np.ndarray, np.ndarray]:
-    """Non-private LR on the one-hot of the model's published bins: (test scores, test predictions)."""
+def _binned_lr_scores(
+    model: AnonMLClassifier, data: TabularSplit
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Non-private LR on the one-hot of the model's published bins: test scores, predictions, P(y=1)."""
     bins = model.binning_
     encoder = OneHotEncoder(categories=[np.arange(b) for b in bins.n_bins], sparse_output=False)
     train = encoder.fit_transform(bins.transform(data.X_train))
     test = encoder.transform(bins.transform(data.X_test))
     lr = LogisticRegression(max_iter=2000).fit(train, data.y_train)
-    return lr.decision_function(test), lr.predict(test)
+    return lr.decision_function(test), lr.predict(test), lr.predict_proba(test)[:, 1]
+
+
+Measure = tuple[float, float, float, float, float, float]  # auc, f1, seconds, brier, ece, shuffle ε
+
+
+def _measure(
+    y: np.ndarray,
+    scores: np.ndarray,
+    pred: np.ndarray,
+    proba: np.ndarray,
+    seconds: float,
+    shuffle: float = float("nan"),
+) -> Measure:
+    """One trial's test metrics: AUC of the scores, F1 of the predictions, Brier and ECE of P(y=1)."""
+    return (
+        float(roc_auc_score(y, scores)),
+        float(f1_score(y, pred, zero_division=0.0)),
+        float(seconds),
+        float(brier_score_loss(y, proba)),
+        expected_calibration_error(y, proba),
+        float(shuffle),
+    )
 
 
 def _summarise(
-    plan: MethodPlan, epsilon: float | None, rows: list[tuple[float, float, float]]
+    plan: MethodPlan, epsilon: float | None, rows: list[Measure], brier_base: float, dataset: str
 ) -> ResultRow:
-    """Mean and sample sd over trials of (AUC, F1, fit seconds)."""
+    """Mean, sample sd and standard error over trials."""
     arr = np.asarray(rows, dtype=float)
+    n = len(arr)
+
+    def sd(col: int) -> float:
+        return float(arr[:, col].std(ddof=1)) if n > 1 else 0.0
+
+    shuffle = arr[:, 5]
     return ResultRow(
         method=plan.method,
         epsilon=epsilon,
         auc_mean=float(arr[:, 0].mean()),
-        auc_std=float(arr[:, 0].std(ddof=1)) if len(arr) > 1 else 0.0,
+        auc_std=sd(0),
         f1_mean=float(arr[:, 1].mean()),
-        f1_std=float(arr[:, 1].std(ddof=1)) if len(arr) > 1 else 0.0,
-        trials=len(arr),
+        f1_std=sd(1),
+        trials=n,
         kp=plan.kp,
         ks=plan.ks,
         kh=plan.kh,
         fit_seconds=float(arr[:, 2].mean()),
+        auc_se=sd(0) / np.sqrt(n),
+        brier_mean=float(arr[:, 3].mean()),
+        brier_base=float(brier_base),
+        ece_mean=float(arr[:, 4].mean()),
+        ece_se=sd(4) / np.sqrt(n),
+        shuffle_epsilon=None if np.all(np.isnan(shuffle)) else float(np.nanmean(shuffle)),
+        dataset=dataset,
     )
 
 
 def _private_model(
-    plan: MethodPlan, epsilon: float, seed: np.random.SeedSequence, data: adult.AdultDataset
+    plan: MethodPlan, epsilon: float, seed: np.random.SeedSequence, data: TabularSplit
 ) -> AnonMLClassifier:
     mode = "paper" if plan.method == "paper" else "default"
     return AnonMLClassifier(
@@ -168,9 +261,154 @@ def _private_model(
     )
 
 
+def _fixed_methods(plan: MethodPlan, data: TabularSplit) -> Measure:
+    """The ε-free rows: the non-private raw-feature LR ceiling and the majority predictor."""
+    if plan.method == "central_raw":
+        start = time.perf_counter()
+        train, test = raw_design(data)
+        lr = LogisticRegression(max_iter=2000).fit(train, data.y_train)
+        seconds = time.perf_counter() - start
+        return _measure(
+            data.y_test, lr.decision_function(test), lr.predict(test), lr.predict_proba(test)[:, 1], seconds
+        )
+    majority = int(np.mean(data.y_train) >= 0.5)
+    pred = np.full(data.y_test.shape, majority)
+    return _measure(
+        data.y_test, pred.astype(float), pred, np.full(pred.shape, float(np.mean(data.y_train))), 0.0
+    )
+
+
+def _private_trial(
+    plan: MethodPlan, epsilon: float, seq: np.random.SeedSequence, data: TabularSplit
+) -> tuple[Measure, AnonMLClassifier | None]:
+    """One trial of a private method: its metrics and, for AnonML's modes, the fitted model."""
+    if plan.method == "ldp_nb":
+        start = time.perf_counter()
+        nb = fit_ldp_naive_bayes(
+            data.X_train, data.y_train, data.features, epsilon=epsilon, rng=np.random.default_rng(seq)
+        )
+        seconds = time.perf_counter() - start
+        scores = nb.decision_function(data.X_test)
+        return _measure(
+            data.y_test, scores, (scores > 0).astype(int), nb.predict_proba(data.X_test)[:, 1], seconds
+        ), None
+    model = _private_model(plan, epsilon, seq, data)
+    start = time.perf_counter()
+    model.fit(data.X_train, data.y_train)
+    seconds = time.perf_counter() - start
+    shuffle = model.privacy_.shuffle.epsilon if model.privacy_.shuffle is not None else float("nan")
+    measure = _measure(
+        data.y_test,
+        model.decision_function(data.X_test),
+        model.predict(data.X_test),
+        model.predict_proba(data.X_test)[:, 1],
+        seconds,
+        shuffle,
+    )
+    return measure, model
+
+
+def _trial(
+    plans: Sequence[MethodPlan],
+    reported: list[MethodPlan],
+    epsilon: float,
+    seqs: Sequence[np.random.SeedSequence],
+    data: TabularSplit,
+    plan_override: tuple[int | None, int | None, int | None],
+) -> dict[int, Measure]:
+    """Every ε-dependent plan once on one split; ``reported`` gets the plan default mode used."""
+    out: dict[int, Measure] = {}
+    default_model: AnonMLClassifier | None = None
+    for k, plan in enumerate(plans):
+        if plan.method not in ("default", "paper", "central_binned", "ldp_nb"):
+            continue
+        if plan.method == "central_binned":
+            if default_model is None:  # bins as the default mode would publish them
+                default_model = _private_model(MethodPlan("default", *plan_override), epsilon, seqs[k], data)
+                default_model.fit(data.X_train, data.y_train)
+            start = time.perf_counter()
+            scores, pred, proba = _binned_lr_scores(default_model, data)
+            out[k] = _measure(data.y_test, scores, pred, proba, time.perf_counter() - start)
+            continue
+        out[k], model = _private_trial(plan, epsilon, seqs[k], data)
+        if plan.method == "default" and model is not None:
+            default_model = default_model or model
+            # Report the plan actually used (the mode's default when not given).
+            reported[k] = MethodPlan("default", model.n_partitions_, model.subset_size_, model.n_subsets_)
+    return out
+
+
+def run_benchmark(
+    data: TabularSplit | Callable[[int], TabularSplit],
+    *,
+    dataset: str = "adult",
+    methods: Sequence[str] = ("default", "paper", "central", "ldp_nb"),
+    epsilons: Sequence[float] = (0.5, 1.0, 2.0, 4.0),
+    trials: int = 20,
+    kp: int | None = None,
+    ks: int | None = None,
+    kh: int | None = None,
+    seed: int = 0,
+    on_trial: Callable[[str], None] | None = None,
+) -> list[ResultRow]:
+    """Every method at every ε_T over ``trials`` trials of one data set.
+
+    Parameters
+    ----------
+    data : TabularSplit, or callable trial index → TabularSplit
+        A fixed train/test split (Adult's), or a fresh split per trial (data
+        sets without one); every method sees the same split in a trial.
+    dataset : str
+        Name written into every row.
+    methods : sequence of {"default", "paper", "central", "majority", "ldp_nb"}
+    epsilons : sequence of float
+        Per-peer totals ε_T.
+    trials : int, default=20
+        Trial ``t`` at ε index ``i`` draws from ``SeedSequence(seed, spawn_key=(i, t, k))``
+        for plan ``k``.
+    kp, ks, kh : int, optional
+        Override the partition plan (see :func:`expand_methods`).
+    seed : int, default=0
+    on_trial : callable, optional
+        Called with a description after every fitted trial (progress bars).
+    """
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
+    if not epsilons or any(not (e > 0) for e in epsilons):
+        raise ValueError(f"epsilons must be positive numbers, got {list(epsilons)}")
+    split = data if callable(data) else (lambda _t: data)
+    fixed_split = not callable(data)
+    plans = expand_methods(methods, kp=kp, ks=ks, kh=kh)
+    reported = list(plans)  # the plans as run (default mode fills in its own)
+    tick = on_trial or (lambda _description: None)
+    results: list[ResultRow] = []
+    splits = [split(t) for t in range(1 if fixed_split else trials)]
+    base = float(
+        np.mean([brier_score_loss(d.y_test, np.full(d.y_test.shape, np.mean(d.y_train))) for d in splits])
+    )
+
+    for plan in plans:
+        if plan.method in ("central_raw", "majority"):
+            results.append(_summarise(plan, None, [_fixed_methods(plan, d) for d in splits], base, dataset))
+            tick(plan.method)
+
+    for i, epsilon in enumerate(epsilons):
+        per_plan: dict[int, list[Measure]] = {k: [] for k in range(len(plans))}
+        for t in range(trials):
+            data_t = splits[0 if fixed_split else t]
+            seqs = [np.random.SeedSequence(seed, spawn_key=(i, t, k)) for k in range(len(plans))]
+            for k, measure in _trial(plans, reported, epsilon, seqs, data_t, (kp, ks, kh)).items():
+                per_plan[k].append(measure)
+                tick(f"{dataset} {plans[k].method} ε={epsilon:g} trial {t + 1}/{trials}")
+        for k in range(len(plans)):
+            if per_plan[k]:
+                results.append(_summarise(reported[k], float(epsilon), per_plan[k], base, dataset))
+    return results
+
+
 def run_adult_benchmark(
     *,
-    methods: Sequence[str] = ("default", "paper", "central"),
+    methods: Sequence[str] = ("default", "paper", "central", "ldp_nb"),
     epsilons: Sequence[float] = (0.5, 1.0, 2.0, 4.0),
     trials: int = 20,
     kp: int | None = None,
@@ -182,97 +420,29 @@ def run_adult_benchmark(
     json_path: str | Path | None = None,
     on_trial: Callable[[str], None] | None = None,
 ) -> list[ResultRow]:
-    """Run the Adult benchmark and return one :class:`ResultRow` per (method plan, ε_T).
+    """Run :func:`run_benchmark` on Adult's fixed split (``adult.data`` → ``adult.test``).
 
-    Parameters
-    ----------
-    methods : sequence of {"default", "paper", "central", "majority"}
-    epsilons : sequence of float
-        Per-peer totals ε_T.
-    trials : int, default=20
-        Independent simulations per (method, ε_T); trial ``t`` at ε index ``i``
-        draws from ``SeedSequence(seed, spawn_key=(i, t, k))`` for plan ``k``.
-    kp, ks, kh : int, optional
-        Override the partition plan (see :func:`expand_methods`).
-    data, data_dir : optional
-        A loaded dataset, or the folder to load it from (else
-        :func:`anonml.datasets.adult.load`'s search order).
-    seed : int, default=0
-    json_path : path, optional
-        Where to write the rows as a JSON list.
-    on_trial : callable, optional
-        Called with a description after every fitted trial (progress bars).
-
-    Returns
-    -------
-    list of ResultRow
+    ``data`` is a loaded dataset, else it is loaded from ``data_dir`` (else
+    :func:`anonml.datasets.adult.load`'s search order); ``json_path`` is where
+    to write the rows. The other parameters are :func:`run_benchmark`'s.
     """
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
     if not epsilons or any(not (e > 0) for e in epsilons):
         raise ValueError(f"epsilons must be positive numbers, got {list(epsilons)}")
     data = data if data is not None else adult.load(data_dir)
-    plans = expand_methods(methods, kp=kp, ks=ks, kh=kh)
-    reported = list(plans)  # the plans as run (default mode fills in its own)
-    tick = on_trial or (lambda _description: None)
-    results: list[ResultRow] = []
-
-    majority = int(np.mean(data.y_train) >= 0.5)
-    for plan in plans:
-        if plan.method == "central_raw":
-            start = time.perf_counter()
-            train, test = raw_design(data)
-            lr = LogisticRegression(max_iter=2000).fit(train, data.y_train)
-            seconds = time.perf_counter() - start
-            auc = roc_auc_score(data.y_test, lr.decision_function(test))
-            f1 = f1_score(data.y_test, lr.predict(test))
-            results.append(_summarise(plan, None, [(auc, f1, seconds)]))
-            tick("central_raw")
-        elif plan.method == "majority":
-            pred = np.full(data.y_test.shape, majority)
-            f1 = f1_score(data.y_test, pred, zero_division=0.0)
-            results.append(
-                _summarise(plan, None, [(roc_auc_score(data.y_test, pred.astype(float)), f1, 0.0)])
-            )
-            tick("majority")
-
-    for i, epsilon in enumerate(epsilons):
-        per_plan: dict[int, list[tuple[float, float, float]]] = {k: [] for k in range(len(plans))}
-        for t in range(trials):
-            default_model: AnonMLClassifier | None = None
-            for k, plan in enumerate(plans):
-                if plan.method not in ("default", "paper", "central_binned"):
-                    continue
-                seq = np.random.SeedSequence(seed, spawn_key=(i, t, k))
-                if plan.method == "central_binned":
-                    if default_model is None:  # bins as the default mode would publish them
-                        default_model = _private_model(
-                            MethodPlan("default", kp, ks, kh), epsilon, seq, data
-                        )
-                        default_model.fit(data.X_train, data.y_train)
-                    start = time.perf_counter()
-                    scores, pred = _binned_lr_scores(default_model, data)
-                    seconds = time.perf_counter() - start
-                else:
-                    model = _private_model(plan, epsilon, seq, data)
-                    start = time.perf_counter()
-                    model.fit(data.X_train, data.y_train)
-                    seconds = time.perf_counter() - start
-                    scores, pred = model.decision_function(data.X_test), model.predict(data.X_test)
-                    if plan.method == "default":
-                        if default_model is None:
-                            default_model = model
-                        # Report the plan actually used (the mode's default when not given).
-                        reported[k] = MethodPlan(
-                            "default", model.n_partitions_, model.subset_size_, model.n_subsets_
-                        )
-                auc = roc_auc_score(data.y_test, scores)
-                f1 = f1_score(data.y_test, pred, zero_division=0.0)
-                per_plan[k].append((auc, f1, seconds))
-                tick(f"{plan.method} ε={epsilon:g} trial {t + 1}/{trials}")
-        for k in range(len(plans)):
-            if per_plan[k]:
-                results.append(_summarise(reported[k], float(epsilon), per_plan[k]))
+    results = run_benchmark(
+        data,
+        dataset="adult",
+        methods=methods,
+        epsilons=epsilons,
+        trials=trials,
+        kp=kp,
+        ks=ks,
+        kh=kh,
+        seed=seed,
+        on_trial=on_trial,
+    )
     if json_path is not None:
         write_results(results, json_path)
     return results
@@ -281,7 +451,7 @@ def run_adult_benchmark(
 def count_trials(plans: Sequence[MethodPlan], n_epsilons: int, trials: int) -> int:
     """How many times :func:`run_adult_benchmark` calls ``on_trial`` (for a progress total)."""
     once = sum(p.method in ("central_raw", "majority") for p in plans)
-    repeated = sum(p.method in ("default", "paper", "central_binned") for p in plans)
+    repeated = sum(p.method in ("default", "paper", "central_binned", "ldp_nb") for p in plans)
     return once + repeated * n_epsilons * trials
 
 
@@ -295,13 +465,7 @@ def write_results(rows: Sequence[ResultRow], path: str | Path) -> Path:
 
 def plot_results(rows: Sequence[ResultRow], path: str | Path) -> Path:
     """Plot mean test AUC (± sd) against ε_T per method; needs the ``plot`` extra."""
-    try:
-        import matplotlib  # noqa: PLC0415 - optional dependency
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ImportError:
-        raise AnonMLError("plotting needs matplotlib: pip install 'anonml[plot]'") from None
+    plt = require_pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     series: dict[str, list[ResultRow]] = {}
     for row in rows:

@@ -1,12 +1,13 @@
 """Histograms over (binned feature subset × label): the aggregator's view of one partition.
 
-A report of subset ``S = (f_1, …, f_k)`` is one value of the domain
-``bins(f_1) × … × bins(f_k) × {0, 1}`` of size ``m = 2·Π b_i``, encoded in C
-order with the label last (:func:`report_values`). The aggregator sums the
+A report of subset ``S = (f_1, …, f_s)`` is one value of the domain
+``bins(f_1) × … × bins(f_s) × {0, …, K−1}`` of size ``m = K·Π b_i`` (K label
+classes, 2 for a binary problem), encoded in C order with the label last
+(:func:`report_values`). The aggregator sums the
 reported bit vectors of a partition and debiases them with the mechanism that
 produced them (thesis eq. 7.1, :func:`anonml.privacy.estimate_counts`); the
 consistent counts and their predicted variances are held in a
-:class:`SubsetHistogram`, shaped ``(*bins, 2)``.
+:class:`SubsetHistogram`, shaped ``(*bins, K)``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "estimate_histogram",
     "pool_histograms",
     "label_fraction",
+    "label_distribution",
 ]
 
 
@@ -39,10 +41,11 @@ class SubsetHistogram:
         Column indices of the subset's features.
     shape : tuple of int
         Bins of each feature.
-    counts : ndarray of shape (*shape, 2)
-        Consistent (non-negative) count estimates; ``counts[..., 1]`` are the
-        positives. Sums to ``n`` for a norm-preserving consistency step.
-    variance : ndarray of shape (*shape, 2)
+    counts : ndarray of shape (*shape, K)
+        Consistent (non-negative) count estimates; ``counts[..., c]`` are the
+        reports of label class ``c`` (``counts[..., 1]`` the positives of a
+        binary problem). Sums to ``n`` for a norm-preserving consistency step.
+    variance : ndarray of shape (*shape, K)
         Predicted variance of each raw (unbiased) count estimate; zeros for
         exact counts.
     n : int
@@ -56,14 +59,20 @@ class SubsetHistogram:
     n: int
 
     def __post_init__(self) -> None:
-        want = (*self.shape, 2)
-        if self.counts.shape != want or self.variance.shape != want:
+        k = self.counts.shape[-1] if self.counts.ndim else 0
+        want = (*self.shape, k)
+        if k < 2 or self.counts.shape != want or self.variance.shape != want:
             raise ValueError(
                 f"histogram of features {self.features}: counts {self.counts.shape} and "
-                f"variance {self.variance.shape} must both have shape {want}"
+                f"variance {self.variance.shape} must both have shape (*{self.shape}, K) with K >= 2"
             )
         if len(self.features) != len(self.shape):
             raise ValueError(f"features {self.features} and shape {self.shape} differ in length")
+
+    @property
+    def n_classes(self) -> int:
+        """K, the size of the label domain."""
+        return int(self.counts.shape[-1])
 
     @property
     def cells(self) -> np.ndarray:
@@ -72,43 +81,53 @@ class SubsetHistogram:
         return grids.T.astype(np.int64)
 
     def flat_counts(self) -> np.ndarray:
-        """Counts as (Π shape, 2): one row per cell, columns label 0 and 1."""
-        return self.counts.reshape(-1, 2)
+        """Counts as (Π shape, K): one row per cell, one column per label class."""
+        return self.counts.reshape(-1, self.n_classes)
 
     def flat_variance(self) -> np.ndarray:
-        return self.variance.reshape(-1, 2)
+        return self.variance.reshape(-1, self.n_classes)
 
 
-def domain_size(shape: Sequence[int]) -> int:
-    """Report domain size ``m = 2·Π shape``."""
-    return 2 * int(np.prod(shape, dtype=np.int64))
+def domain_size(shape: Sequence[int], n_classes: int = 2) -> int:
+    """Report domain size ``m = K·Π shape``."""
+    return int(n_classes) * int(np.prod(shape, dtype=np.int64))
 
 
-def report_values(codes: np.ndarray, y: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+def report_values(codes: np.ndarray, y: np.ndarray, shape: Sequence[int], n_classes: int = 2) -> np.ndarray:
     """Value indices of reports: the subset's codes and the label, raveled in C order.
 
     Parameters
     ----------
     codes : ndarray of shape (n, k), int
         Binned values of the subset's k features.
-    y : ndarray of shape (n,), int in {0, 1}
+    y : ndarray of shape (n,), int in {0, …, K−1}
     shape : sequence of int
         Bins of each of the k features.
+    n_classes : int, default=2
+        K, the size of the label domain.
     """
     codes = np.asarray(codes, dtype=np.int64)
     y = np.asarray(y, dtype=np.int64)
     if codes.ndim != 2 or codes.shape[1] != len(shape) or codes.shape[0] != y.shape[0]:
         raise ValueError(f"codes {codes.shape} and labels {y.shape} do not fit a subset of shape {shape}")
-    return np.ravel_multi_index((*codes.T, y), (*shape, 2))
+    if y.size and (y.min() < 0 or y.max() >= n_classes):
+        raise ValueError(
+            f"labels must be class indices 0..{n_classes - 1}, got values in [{y.min()}, {y.max()}]"
+        )
+    return np.ravel_multi_index((*codes.T, y), (*shape, int(n_classes)))
 
 
 def exact_histogram(
-    codes: np.ndarray, y: np.ndarray, features: Sequence[int], shape: Sequence[int]
+    codes: np.ndarray,
+    y: np.ndarray,
+    features: Sequence[int],
+    shape: Sequence[int],
+    n_classes: int = 2,
 ) -> SubsetHistogram:
     """The true (non-private) histogram of a subset: the zero-noise reference."""
-    values = report_values(codes, y, shape)
-    counts = np.bincount(values, minlength=domain_size(shape)).astype(float)
-    full = (*shape, 2)
+    values = report_values(codes, y, shape, n_classes)
+    counts = np.bincount(values, minlength=domain_size(shape, n_classes)).astype(float)
+    full = (*shape, int(n_classes))
     return SubsetHistogram(
         tuple(int(f) for f in features),
         tuple(int(s) for s in shape),
@@ -126,13 +145,15 @@ def estimate_histogram(
     shape: Sequence[int],
     *,
     consistency: str | None = "norm_sub",
+    n_classes: int = 2,
 ) -> SubsetHistogram:
     """Debias the summed bit vectors of ``n`` reports into a :class:`SubsetHistogram`.
 
     Uses :func:`anonml.privacy.estimate_counts`: ``n̂_i = (ñ_i − q·n)/(p − q)``
-    (thesis eq. 7.1) followed by the selected consistency step.
+    (thesis eq. 7.1) followed by the selected consistency step. ``n_classes``
+    is K, the label domain of the reports.
     """
-    full = (*shape, 2)
+    full = (*shape, int(n_classes))
     result = estimate_counts(np.asarray(bit_sums), mechanism, int(n), consistency=consistency)
     return SubsetHistogram(
         tuple(int(f) for f in features),
@@ -162,6 +183,24 @@ def pool_histograms(histograms: Sequence[SubsetHistogram]) -> list[SubsetHistogr
             h.features, h.shape, seen.counts + h.counts, seen.variance + h.variance, seen.n + h.n
         )
     return list(pooled.values())
+
+
+def label_distribution(histograms: Sequence[SubsetHistogram]) -> np.ndarray:
+    """Pooled estimate of ``P(y = c)`` for every class ``c``, over every report of every histogram.
+
+    Every report carries the label, so all partitions estimate the same
+    distribution; pooling their counts averages out their noise.
+    """
+    if not histograms:
+        raise ValueError("no histograms")
+    k = histograms[0].n_classes
+    if any(h.n_classes != k for h in histograms):
+        raise ValueError("histograms disagree on the number of label classes")
+    per_class = sum(h.counts.reshape(-1, k).sum(axis=0) for h in histograms)
+    total = float(np.sum(per_class))
+    if total <= 0:
+        raise ValueError("histograms hold no counts")
+    return np.asarray(per_class, dtype=float) / total
 
 
 def label_fraction(histograms: Sequence[SubsetHistogram]) -> float:

@@ -10,6 +10,10 @@ debiasing, consistency, and paper- or default-mode training. The aggregator
 service, which gets real reports, builds the same object with
 :meth:`AnonMLClassifier.from_ensemble`.
 
+Tables are first-class: a DataFrame's columns are matched to the feature
+specs by name and string, ``category`` and ``bool`` columns are encoded through
+the specs (:mod:`anonml.learn.frames`); the column names travel with the model.
+
 Models serialise to versioned JSON (:meth:`~AnonMLClassifier.to_json`), never
 to pickle: the document holds only numbers, strings and lists, is validated on
 load, and is byte-for-byte stable (sorted keys, fixed separators, shortest
@@ -18,19 +22,23 @@ round-trip float repr), so ``to_json(from_json(s)) == s``.
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import secrets
-from collections.abc import Sequence
+import sys
+import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils import check_array
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from anonml.errors import ProtocolError
 from anonml.learn.binning import Binning
+from anonml.learn.calibration import calibrate_ensemble
 from anonml.learn.document import (
     MODEL_FORMAT,
     MODEL_VERSION,
@@ -41,8 +49,18 @@ from anonml.learn.document import (
     parse_document,
 )
 from anonml.learn.ensemble import Ensemble, default_ensemble, paper_ensemble
-from anonml.learn.simulation import PrivacyAccounting, SimulationConfig, simulate_training
-from anonml.model import FeatureKind, FeatureSpec
+from anonml.learn.frames import (
+    Ranges,
+    column_names,
+    encode_matrix,
+    infer_feature_specs,
+    is_frame,
+    match_specs,
+)
+from anonml.learn.notices import NotPrivateWarning
+from anonml.learn.params import RANDOM_STATE, Interval, Options, check_params
+from anonml.learn.simulation import PrivacyAccounting, SimulationConfig, SimulationResult, simulate_training
+from anonml.model import FeatureSpec
 
 __all__ = ["AnonMLClassifier", "MODEL_FORMAT", "MODEL_VERSION", "generator_from"]
 
@@ -68,19 +86,59 @@ def generator_from(
     raise ValueError(f"random_state must be None, an int or a numpy generator, got {random_state!r}")
 
 
+def _in_model_search() -> str | None:
+    """The name of a scikit-learn search object (GridSearchCV, …) fitting us, if any is on the stack.
+
+    Only searches running in this thread are seen (``n_jobs=1`` or threads);
+    the documentation says the same for every other case.
+    """
+    search = sys.modules.get("sklearn.model_selection._search")
+    base = getattr(search, "BaseSearchCV", None)
+    if base is None:
+        return None
+    frame = sys._getframe(2)
+    for _ in range(60):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, base):
+            return type(owner).__name__
+        frame = frame.f_back
+    return None
+
+
+def _warn_not_private(from_data: bool) -> None:
+    """:class:`NotPrivateWarning` for a fit inside a search object or on data-derived ranges."""
+    search = _in_model_search()
+    if search is not None:
+        warnings.warn(
+            f"AnonMLClassifier fitted inside {search}: model selection scores candidates on raw "
+            f"rows and fits each row many times, so it is not private; privacy_ covers one fit only",
+            NotPrivateWarning,
+            stacklevel=3,
+        )
+    if from_data:
+        warnings.warn(
+            "feature ranges or categories were read from the rows (ranges='from-data'): "
+            "the model is not private (privacy_.private is False)",
+            NotPrivateWarning,
+            stacklevel=3,
+        )
+
+
 class AnonMLClassifier(ClassifierMixin, BaseEstimator):
-    """Binary classifier trained from locally private histograms (Cyphers 2017, ch. 6).
+    """Classifier trained from locally private histograms (Cyphers 2017, ch. 6).
 
     Parameters
     ----------
     mode : {"default", "paper"}, default="default"
         ``"paper"`` reproduces the thesis (synthetic samples, partition
-        classifiers, eq. 6.2 votes); ``"default"`` combines smoothed cell
-        posteriors (see :mod:`anonml.learn.ensemble`).
+        classifiers, eq. 6.2 votes; binary only); ``"default"`` combines
+        smoothed cell posteriors (see :mod:`anonml.learn.ensemble`), for K ≥ 2 classes.
     epsilon : float, default=1.0
         ε_T, every peer's total privacy loss under sequential composition. A
         report peer spends ε_T/k_h on each of its k_h reports; a median-pool
-        peer spends ε_T on its one answer.
+        or calibration-pool peer spends ε_T on its one answer.
     n_partitions, n_subsets, subset_size : int, optional
         k_p, k_h, k_s. Defaults: default mode one single-feature partition per
         feature (k_p = F, k_h = k_s = 1); paper mode k_p=5, k_h=2, k_s=3.
@@ -90,9 +148,15 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         Bins per numeric feature (private quantiles); ``"auto"`` picks them
         from ε and the partition size (:func:`~anonml.learn.binning.auto_n_bins`).
     features : list of FeatureSpec, optional
-        Feature kinds and public ranges. ``None`` treats every column as numeric
-        with its observed range — a simulation convenience that is *not*
-        private (the range bounds the median search).
+        Feature kinds, public ranges and categories. With a DataFrame they are
+        matched to the columns by name (any order; a missing or extra column is
+        an error). ``None``: inferred from the data
+        (:func:`~anonml.learn.frames.infer_feature_specs`) with ``ranges``.
+    ranges : dict name → (low, high), "from-data" or None, default=None
+        Public bounds of numeric columns when ``features`` is None (columns of
+        an array are named ``x0, x1, …``). ``"from-data"`` reads them from
+        the rows: the fit then warns :class:`~anonml.learn.notices.NotPrivateWarning`
+        and ``privacy_.private`` is False. A numeric column with no range is an error.
     median_fraction : float, default=0.15
         Share of the peers set apart to answer median queries (a separate
         pool, so report peers spend nothing on medians).
@@ -100,6 +164,20 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         Questions (fresh peer partitions) per private quantile search.
     median_confidence : float, default=0.5
         Confidence of each search's stopping margin (thesis algorithm 1).
+    calibration_fraction : float, default=0.2
+        Binary problems: the largest share of the peers set apart to report
+        (score bin, label) once the model is built; their histogram fits the
+        Platt map of ``predict_proba`` (:mod:`anonml.learn.calibration`). The
+        pool takes only as many peers as the map needs at this ε
+        (:func:`~anonml.learn.simulation.calibration_pool_size`), none when
+        even the cap is too few. 0 turns calibration off.
+    pilot_fraction : float, default=0.0
+        Default mode with single-feature partitions: share of the report
+        peers that report first, one group per feature; the model then keeps
+        only the features whose pilot histogram beats the noise and splits
+        the other report peers over them
+        (:func:`~anonml.learn.simulation.select_features`). No extra budget:
+        each peer still reports once. ``selected_features_`` lists the kept ones.
     consistency : {"norm_sub", "norm_mul", "base_cut", "ibu"} or None, default="norm_sub"
         Consistency step of the histogram estimates.
     smoothing : float, default=1.0
@@ -116,14 +194,19 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
 
     Attributes
     ----------
-    classes_ : ndarray of shape (2,)
+    classes_ : ndarray of shape (K,)
     n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Set when fitted on a DataFrame (kept through JSON).
+    features_ : list of FeatureSpec
+        The specs used, in column order.
     binning_ : Binning
         The published bins.
     ensemble_ : Ensemble
-        Component tables and weights.
+        Component tables, weights and the calibration map.
     privacy_ : PrivacyAccounting
-        What each peer spent (report pool, median pool), sound composition.
+        What each peer spent (report, median and calibration pools), sound
+        composition; ``privacy_.shuffle`` the conditional central bound.
     n_partitions_, n_subsets_, subset_size_ : int
         The plan used (k_p, k_h, k_s).
     n_bins_ : int
@@ -131,39 +214,47 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
 
     Notes
     -----
-    Binary labels only: every report carries one label bit.
+    Model selection with scikit-learn's search objects (``GridSearchCV`` …)
+    fits every row many times and scores candidates on raw rows: the selected
+    model's ``privacy_`` then covers one fit, not the selection. A fit inside
+    such a search (in the same process and thread) warns
+    :class:`~anonml.learn.notices.NotPrivateWarning`.
 
     Examples
     --------
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(4000, 3)); y = (X[:, 0] + X[:, 1] > 0).astype(int)
-    >>> clf = AnonMLClassifier(epsilon=2.0, random_state=0).fit(X, y)
+    >>> ranges = {f"x{j}": (-4.0, 4.0) for j in range(3)}
+    >>> clf = AnonMLClassifier(epsilon=2.0, ranges=ranges, random_state=0).fit(X, y)
     >>> clone = AnonMLClassifier.from_json(clf.to_json())
     >>> bool((clone.predict(X) == clf.predict(X)).all())
     True
     """
 
-    _parameter_constraints: dict = {
-        "mode": [StrOptions({"default", "paper"})],
-        "epsilon": [Interval(numbers.Real, 0, None, closed="neither")],
-        "n_partitions": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "n_subsets": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "subset_size": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "subsets": ["array-like", None],
-        "n_bins": [Interval(numbers.Integral, 1, None, closed="left"), StrOptions({"auto"})],
-        "features": [list, tuple, None],
-        "median_fraction": [Interval(numbers.Real, 0, 1, closed="left")],
-        "median_steps": [Interval(numbers.Integral, 1, None, closed="left")],
-        "median_confidence": [Interval(numbers.Real, 0, 1, closed="neither")],
-        "consistency": [StrOptions({"norm_sub", "norm_mul", "base_cut", "ibu"}), None],
-        "smoothing": [Interval(numbers.Real, 0, None, closed="left")],
-        "combine": [StrOptions({"linear", "logit"})],
-        "partition_classifier": [StrOptions({"tree", "logistic"})],
-        "partition_scoring": [StrOptions({"f1", "roc_auc"})],
-        "partition_class_weight": [StrOptions({"balanced"}), None],
-        "partition_cv": [Interval(numbers.Integral, 2, None, closed="left")],
-        "random_state": ["random_state", np.random.Generator],
+    param_checks: dict[str, tuple[Any, ...]] = {
+        "mode": (Options(frozenset({"default", "paper"})),),
+        "epsilon": (Interval(numbers.Real, 0, None, closed="neither"),),
+        "n_partitions": (Interval(numbers.Integral, 1, None, closed="left"), None),
+        "n_subsets": (Interval(numbers.Integral, 1, None, closed="left"), None),
+        "subset_size": (Interval(numbers.Integral, 1, None, closed="left"), None),
+        "subsets": (list, tuple, np.ndarray, None),
+        "n_bins": (Interval(numbers.Integral, 1, None, closed="left"), Options(frozenset({"auto"}))),
+        "features": (list, tuple, None),
+        "ranges": (Mapping, Options(frozenset({"from-data"})), None),
+        "median_fraction": (Interval(numbers.Real, 0, 1, closed="left"),),
+        "median_steps": (Interval(numbers.Integral, 1, None, closed="left"),),
+        "median_confidence": (Interval(numbers.Real, 0, 1, closed="neither"),),
+        "calibration_fraction": (Interval(numbers.Real, 0, 0.5, closed="both"),),
+        "pilot_fraction": (Interval(numbers.Real, 0, 1, closed="left"),),
+        "consistency": (Options(frozenset({"norm_sub", "norm_mul", "base_cut", "ibu"})), None),
+        "smoothing": (Interval(numbers.Real, 0, None, closed="left"),),
+        "combine": (Options(frozenset({"linear", "logit"})),),
+        "partition_classifier": (Options(frozenset({"tree", "logistic"})),),
+        "partition_scoring": (Options(frozenset({"f1", "roc_auc"})),),
+        "partition_class_weight": (Options(frozenset({"balanced"})), None),
+        "partition_cv": (Interval(numbers.Integral, 2, None, closed="left"),),
+        "random_state": RANDOM_STATE,
     }
 
     def __init__(
@@ -177,9 +268,12 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         subsets: Sequence[Sequence[int]] | None = None,
         n_bins: int | Literal["auto"] = "auto",
         features: Sequence[FeatureSpec] | None = None,
+        ranges: Ranges = None,
         median_fraction: float = 0.15,
         median_steps: int = 3,
         median_confidence: float = 0.5,
+        calibration_fraction: float = 0.2,
+        pilot_fraction: float = 0.0,
         consistency: str | None = "norm_sub",
         smoothing: float = 1.0,
         combine: Literal["linear", "logit"] = "linear",
@@ -197,9 +291,12 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         self.subsets = subsets
         self.n_bins = n_bins
         self.features = features
+        self.ranges = ranges
         self.median_fraction = median_fraction
         self.median_steps = median_steps
         self.median_confidence = median_confidence
+        self.calibration_fraction = calibration_fraction
+        self.pilot_fraction = pilot_fraction
         self.consistency = consistency
         self.smoothing = smoothing
         self.combine = combine
@@ -211,8 +308,10 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
 
     def __sklearn_tags__(self):  # noqa: D105 - scikit-learn protocol
         tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
+        tags.classifier_tags.multi_class = self.mode == "default"
         tags.non_deterministic = self.random_state is None
+        tags.input_tags.string = True
+        tags.input_tags.categorical = True
         return tags
 
     # ------------------------------------------------------------------ fitting
@@ -222,31 +321,73 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_peers, n_features)
-            Raw feature vectors (categorical columns hold category indices).
+        X : DataFrame or array-like of shape (n_peers, n_features)
+            Raw feature vectors. DataFrame columns are matched to ``features``
+            by name; string, ``category`` and ``bool`` columns are encoded
+            through the specs. An array's categorical columns hold category
+            indices (or the category strings, when ``features`` are given).
         y : array-like of shape (n_peers,)
-            Exactly two classes; ``classes_[1]`` is the reported label bit 1.
+            K ≥ 2 classes (paper mode: exactly 2); ``classes_[c]`` is label index ``c``.
 
         Returns
         -------
         self
+
+        Warns
+        -----
+        NotPrivateWarning
+            With ``ranges="from-data"``, or inside a scikit-learn search object.
+        SmallGroupWarning
+            When report partitions are too small for their histograms.
         """
-        self._validate_params()
-        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_params(self)
+        X, y, features, from_data = self._prepare_fit(X, y)
         check_classification_targets(y)
-        classes, y01 = np.unique(y, return_inverse=True)
-        if classes.size != 2:
+        classes, y_index = np.unique(y, return_inverse=True)
+        if classes.size < 2 or (self.mode == "paper" and classes.size != 2):
+            need = (
+                "exactly 2 classes (Only binary classification is supported: eq. 6.2 votes ±1)"
+                if self.mode == "paper"
+                else "at least 2 classes"
+            )
             raise ValueError(
-                f"Only binary classification is supported: AnonMLClassifier needs exactly 2 "
-                f"classes (one label bit per report), got {classes.size} "
+                f"AnonMLClassifier in {self.mode} mode needs {need}, got {classes.size} "
                 f"class{'es' if classes.size != 1 else ''}: {classes[:5]}"
             )
-        features = self._feature_specs(X)
+        _warn_not_private(from_data)
         rng = generator_from(self.random_state)
-        config = self._config(X.shape[1])
-        result = simulate_training(X, y01.astype(np.int64), features, config, rng)
+        config = self._config(X.shape[1], classes.size)
+        result = simulate_training(X, y_index.astype(np.int64), features, config, rng)
+        ensemble = self._ensemble(result, rng)
+        if result.calibration_rows.size:
+            rows = result.calibration_rows
+            ensemble = calibrate_ensemble(
+                ensemble,
+                result.binning.transform(X[rows]),
+                y_index[rows].astype(np.int64),
+                epsilon=float(self.epsilon),
+                rng=rng,
+            )
+        self.classes_ = classes
+        self.features_ = list(features)
+        self.n_partitions_ = config.n_partitions
+        self.n_subsets_ = config.n_subsets
+        self.subset_size_ = config.subset_size
+        self.n_bins_ = result.n_bins
+        self.selected_features_ = (
+            list(range(X.shape[1])) if result.selected_features is None else list(result.selected_features)
+        )
+        self.binning_ = result.binning
+        self.ensemble_ = ensemble
+        self.privacy_ = (
+            result.accounting if not from_data else _replace_private(result.accounting, private=False)
+        )
+        return self
+
+    def _ensemble(self, result: SimulationResult, rng: np.random.Generator) -> Ensemble:
+        """The mode's ensemble from the simulated histograms."""
         if self.mode == "paper":
-            ensemble = paper_ensemble(
+            return paper_ensemble(
                 result.histograms,
                 result.sizes,
                 classifier=self.partition_classifier,
@@ -255,19 +396,35 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
                 cv=self.partition_cv,
                 rng=rng,
             )
-        else:
-            ensemble = default_ensemble(result.histograms, smoothing=self.smoothing, combine=self.combine)
-        self.classes_ = classes
-        self.n_partitions_ = config.n_partitions
-        self.n_subsets_ = config.n_subsets
-        self.subset_size_ = config.subset_size
-        self.n_bins_ = result.n_bins
-        self.binning_ = result.binning
-        self.ensemble_ = ensemble
-        self.privacy_ = result.accounting
-        return self
+        return default_ensemble(result.histograms, smoothing=self.smoothing, combine=self.combine)
 
-    def _config(self, n_features: int) -> SimulationConfig:
+    def _prepare_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, list[FeatureSpec], bool]:
+        """Validate X and y, settle the specs (matched, given or inferred) and encode X to floats."""
+        specs = None if self.features is None else list(self.features)
+        for spec in specs or ():
+            if not isinstance(spec, FeatureSpec):
+                raise TypeError(f"features must hold FeatureSpec objects, got {type(spec).__name__}")
+        from_data = False
+        if is_frame(X):
+            names = column_names(X)
+            if specs is not None:
+                specs = match_specs(names, specs)
+            else:
+                specs, from_data = infer_feature_specs(X, ranges=self.ranges)
+            encoded = encode_matrix(X, specs)
+            Xn, y = validate_data(self, encoded, y, dtype=np.float64)
+            self.feature_names_in_ = np.asarray(names, dtype=object)
+            return Xn, y, specs, from_data
+        if specs is not None and np.asarray(X).dtype.kind in "OUS":
+            X = encode_matrix(X, specs)
+        Xn, y = validate_data(self, X, y, dtype=np.float64)
+        if specs is None:
+            specs, from_data = infer_feature_specs(Xn, ranges=self.ranges)
+        elif len(specs) != Xn.shape[1]:
+            raise ValueError(f"features lists {len(specs)} specs for {Xn.shape[1]} columns of X")
+        return Xn, y, specs, from_data
+
+    def _config(self, n_features: int, n_classes: int = 2) -> SimulationConfig:
         kp, kh, ks = _MODE_PLANS[self.mode]
         ks = self.subset_size if self.subset_size is not None else min(ks, n_features)
         kh = self.n_subsets if self.n_subsets is not None else max(1, min(kh, n_features // ks))
@@ -287,26 +444,9 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
             median_steps=int(self.median_steps),
             median_confidence=float(self.median_confidence),
             consistency=self.consistency,
-        )
-
-    def _feature_specs(self, X: np.ndarray) -> tuple[FeatureSpec, ...]:
-        if self.features is not None:
-            specs = tuple(self.features)
-            if len(specs) != X.shape[1]:
-                raise ValueError(f"features lists {len(specs)} specs for {X.shape[1]} columns of X")
-            for spec in specs:
-                if not isinstance(spec, FeatureSpec):
-                    raise TypeError(f"features must hold FeatureSpec objects, got {type(spec).__name__}")
-            return specs
-        low, high = X.min(axis=0), X.max(axis=0)
-        return tuple(
-            FeatureSpec(
-                name=f"x{j}",
-                kind=FeatureKind.NUMERIC,
-                low=float(low[j]) if high[j] > low[j] else float(low[j]) - 0.5,
-                high=float(high[j]) if high[j] > low[j] else float(high[j]) + 0.5,
-            )
-            for j in range(X.shape[1])
+            n_classes=int(n_classes),
+            calibration_fraction=float(self.calibration_fraction) if n_classes == 2 else 0.0,
+            pilot_fraction=float(self.pilot_fraction),
         )
 
     @classmethod
@@ -317,14 +457,30 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         *,
         classes: Sequence[Any] = (0, 1),
         privacy: PrivacyAccounting | None = None,
+        feature_names: Sequence[str] | None = None,
+        fitted_features: Sequence[FeatureSpec] | None = None,
         **params: Any,
     ) -> AnonMLClassifier:
-        """A fitted model from bins and an ensemble built elsewhere (e.g. the aggregator)."""
+        """A fitted model from bins and an ensemble built elsewhere (e.g. the aggregator).
+
+        ``feature_names`` are the DataFrame columns the model was fitted on (if
+        any); ``fitted_features`` the specs used (default: the ``features`` param).
+        """
         model = cls(**params)
         model.classes_ = np.asarray(classes)
-        if model.classes_.shape != (2,):
-            raise ValueError(f"classes must be two labels, got {classes!r}")
+        if model.classes_.ndim != 1 or model.classes_.size != ensemble.n_classes:
+            raise ValueError(
+                f"classes must be {ensemble.n_classes} labels for this ensemble, got {classes!r}"
+            )
         model.n_features_in_ = binning.n_features
+        if feature_names is not None:
+            if len(feature_names) != binning.n_features:
+                raise ValueError(f"{len(feature_names)} feature names for {binning.n_features} features")
+            model.feature_names_in_ = np.asarray([str(n) for n in feature_names], dtype=object)
+        specs = fitted_features if fitted_features is not None else model.features
+        model.features_ = None if specs is None else list(specs)
+        if model.features_ is not None and len(model.features_) != binning.n_features:
+            raise ValueError(f"{len(model.features_)} feature specs for {binning.n_features} binned features")
         model.binning_ = binning
         model.ensemble_ = ensemble
         model.privacy_ = privacy
@@ -334,25 +490,59 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
 
     def _codes(self, X: Any) -> np.ndarray:
         check_is_fitted(self, ("binning_", "ensemble_"))
+        specs = getattr(self, "features_", None)
+        if is_frame(X):
+            names = column_names(X)
+            fitted = getattr(self, "feature_names_in_", None)
+            expected = list(fitted) if fitted is not None else [s.name for s in specs] if specs else None
+            if expected is None:
+                raise ValueError(
+                    "this model knows no feature names (fitted on an array without feature specs): "
+                    "pass an array with the columns in training order"
+                )
+            if sorted(names) != sorted(expected):
+                missing = [n for n in expected if n not in names]
+                extra = [n for n in names if n not in expected]
+                raise ValueError(
+                    f"the DataFrame's columns differ from those the model was fitted with: "
+                    f"missing {missing}, unexpected {extra}"
+                )
+            if specs is not None:
+                by_name = {s.name: s for s in specs}
+                ordered = [by_name.get(n) for n in expected]
+                if any(s is None for s in ordered):
+                    raise ValueError("the model's feature specs do not name its fitted columns")
+                Xn = encode_matrix(X, ordered)  # picked by name: column order does not matter
+            else:
+                Xn = np.column_stack([np.asarray(X[n], dtype=np.float64) for n in expected])
+            Xn = check_array(Xn, dtype=np.float64)
+            if Xn.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {Xn.shape[1]} features, the model expects {self.n_features_in_}")
+            return self.binning_.transform(Xn)
+        if specs is not None and np.asarray(X).dtype.kind in "OUS":
+            X = encode_matrix(X, specs)
         X = validate_data(self, X, dtype=np.float64, reset=False)
         return self.binning_.transform(X)
 
     def decision_function(self, X: Any) -> np.ndarray:
-        """Ensemble score of each row; positive means ``classes_[1]``.
+        """Ensemble score of each row; for two classes positive means ``classes_[1]``.
 
-        Paper mode: ``Σ s_i h_i(x) / Σ s_i`` (eq. 6.2). Default mode: the log-odds.
+        Paper mode: ``Σ s_i h_i(x) / Σ s_i`` (eq. 6.2); default mode: the
+        log-odds; through the calibration map ``a·f + b`` when there is one
+        (``a > 0``: the ranking is the same). K > 2 classes: shape (n, K).
         """
         codes = self._codes(X)
-        return self.ensemble_.decision_function(codes)
+        return self.ensemble_.calibrated_decision(codes)
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """Columns follow ``classes_``."""
+        """Columns follow ``classes_`` (calibrated when the model has a calibration map)."""
         codes = self._codes(X)
-        p1 = self.ensemble_.positive_proba(codes)
-        return np.column_stack([1.0 - p1, p1])
+        return self.ensemble_.proba(codes)
 
     def predict(self, X: Any) -> np.ndarray:
         scores = self.decision_function(X)
+        if scores.ndim == 2:
+            return self.classes_[np.argmax(scores, axis=1)]
         return self.classes_[(scores > 0).astype(np.int64)]
 
     # ------------------------------------------------------------ serialisation
@@ -360,12 +550,16 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
     def to_json(self) -> str:
         """The versioned JSON document of the fitted model (byte-for-byte stable)."""
         check_is_fitted(self, ("binning_", "ensemble_"))
+        names = getattr(self, "feature_names_in_", None)
+        specs = getattr(self, "features_", None)
         doc = {
             "format": MODEL_FORMAT,
             "version": MODEL_VERSION,
             "params": self._json_params(),
             "classes": encode_classes(self.classes_),
             "n_features_in": int(self.n_features_in_),
+            "feature_names": None if names is None else [str(n) for n in names],
+            "features": None if specs is None else [f.model_dump(mode="json") for f in specs],
             "binning": self.binning_.to_dict(),
             "ensemble": self.ensemble_.to_dict(),
             "privacy": None if self.privacy_ is None else self.privacy_.to_dict(),
@@ -381,6 +575,8 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
             params["features"] = [f.model_dump(mode="json") for f in self.features]
         if self.subsets is not None:
             params["subsets"] = [[int(f) for f in s] for s in self.subsets]
+        if isinstance(self.ranges, Mapping):
+            params["ranges"] = {str(k): [float(v[0]), float(v[1])] for k, v in self.ranges.items()}
         return params
 
     @classmethod
@@ -397,13 +593,26 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         try:
             if params.get("features") is not None:
                 params["features"] = [FeatureSpec.model_validate(f) for f in params["features"]]
+            if isinstance(params.get("ranges"), dict):
+                params["ranges"] = {k: (float(v[0]), float(v[1])) for k, v in params["ranges"].items()}
+            fitted = None if doc.features is None else [FeatureSpec.model_validate(f) for f in doc.features]
             binning = Binning.from_dict(doc.binning)
             ensemble = Ensemble.from_dict(doc.ensemble)
             privacy = None if doc.privacy is None else PrivacyAccounting.from_dict(doc.privacy)
             model = cls.from_ensemble(
-                binning, ensemble, classes=decode_classes(doc.classes), privacy=privacy, **params
+                binning,
+                ensemble,
+                classes=decode_classes(doc.classes),
+                privacy=privacy,
+                feature_names=doc.feature_names,
+                fitted_features=fitted,
+                **params,
             )
         except (KeyError, TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
             raise ProtocolError(f"model document has bad contents: {exc}") from None
         check_ensemble_fits_bins(binning, ensemble, doc.n_features_in)
         return model
+
+
+def _replace_private(accounting: PrivacyAccounting, *, private: bool) -> PrivacyAccounting:
+    return dataclasses.replace(accounting, private=private)

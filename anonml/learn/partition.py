@@ -277,8 +277,7 @@ def make_plan(
         raise ValueError(f"median_pool_size must be >= 0, got {median_pool_size}")
     if n_peers - median_pool_size < n_partitions:
         raise ValueError(
-            f"{n_peers} peers minus a median pool of {median_pool_size} cannot fill "
-            f"{n_partitions} partitions"
+            f"{n_peers} peers minus a median pool of {median_pool_size} cannot fill {n_partitions} partitions"
         )
     if subsets is None:
         chosen = random_subsets(
@@ -321,8 +320,7 @@ def _given_subsets(
             raise ValueError(f"subsets[{i}] = {features} names a feature outside 0..{n_features - 1}")
         clean.append(tuple(sorted(features)))
     return tuple(
-        tuple(clean[(p * n_subsets + h) % len(clean)] for h in range(n_subsets))
-        for p in range(n_partitions)
+        tuple(clean[(p * n_subsets + h) % len(clean)] for h in range(n_subsets)) for p in range(n_partitions)
     )
 
 

@@ -34,6 +34,8 @@ search steps beat finer searches at every ε_T in {0.5, 1, 2, 4}, and a pool of
 from __future__ import annotations
 
 import hashlib
+import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -41,8 +43,16 @@ from typing import Any
 
 import numpy as np
 
-from anonml.learn.binning import Binning, auto_n_bins
-from anonml.learn.histograms import SubsetHistogram, domain_size, estimate_histogram, report_values
+from anonml.learn.binning import Binning, auto_n_bins, relative_cell_error
+from anonml.learn.calibration import CALIBRATION_BINS
+from anonml.learn.histograms import (
+    SubsetHistogram,
+    domain_size,
+    estimate_histogram,
+    label_distribution,
+    report_values,
+)
+from anonml.learn.notices import SmallGroupWarning
 from anonml.learn.partition import SEED_BYTES, PartitionPlan, make_plan
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.privacy import (
@@ -53,6 +63,7 @@ from anonml.privacy import (
     estimate_bin_edges,
     simulated_query,
 )
+from anonml.privacy.amplification import ShuffleBound
 
 __all__ = [
     "SimulationConfig",
@@ -87,6 +98,19 @@ class SimulationConfig:
         Confidence of the search's stopping margin (lower moves more readily).
     consistency : str or None
         Consistency step of the count estimates.
+    n_classes : int
+        K, the label domain of every report (2 for a binary problem).
+    calibration_fraction : float
+        Share of peers set apart (a third disjoint pool) to report
+        (score bin, label) for the calibration map once the model is built.
+    pilot_fraction : float
+        Single-feature plans only (k_s = k_h = 1, no given subsets): share of
+        the report peers that report first, one group per feature; features
+        whose pilot histogram shows no label dependence beyond the noise
+        (:func:`select_features`) get no further reports, and the remaining
+        report peers are split over the kept features. Every report peer still
+        sends one report: the pilot costs no budget, and its histograms are
+        pooled into the model.
     """
 
     epsilon: float
@@ -99,6 +123,9 @@ class SimulationConfig:
     median_steps: int = 3
     median_confidence: float = 0.5
     consistency: str | None = "norm_sub"
+    n_classes: int = 2
+    calibration_fraction: float = 0.0
+    pilot_fraction: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -117,6 +144,15 @@ class PrivacyAccounting:
         Peers in the report partitions and peers that answered a median question.
     median_epsilon : float
         ε of one median answer.
+    calibration_peers : int
+        Peers of the calibration pool (one (score bin, label) report each, at ε_T).
+    private : bool
+        False when the fit read the raw rows outside the mechanisms (feature
+        ranges taken from the data): then no ε here is a guarantee.
+    shuffle : ShuffleBound or None
+        The central (ε, δ) the aggregator's view also satisfies if reports are
+        unlinkable within each partition (:mod:`anonml.privacy.amplification`);
+        an extra, conditional statement — the local ε stays the headline.
     """
 
     epsilon_total: float
@@ -125,19 +161,28 @@ class PrivacyAccounting:
     report_peers: int
     median_peers: int
     median_epsilon: float
+    calibration_peers: int = 0
+    private: bool = True
+    shuffle: ShuffleBound | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "epsilon_total": float(self.epsilon_total),
             "report_epsilon": float(self.report_epsilon),
             "reports_per_peer": int(self.reports_per_peer),
             "report_peers": int(self.report_peers),
             "median_peers": int(self.median_peers),
             "median_epsilon": float(self.median_epsilon),
+            "calibration_peers": int(self.calibration_peers),
+            "private": bool(self.private),
         }
+        if self.shuffle is not None:
+            out["shuffle"] = self.shuffle.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PrivacyAccounting:
+        shuffle = data.get("shuffle")
         return cls(
             float(data["epsilon_total"]),
             float(data["report_epsilon"]),
@@ -145,6 +190,9 @@ class PrivacyAccounting:
             int(data["report_peers"]),
             int(data["median_peers"]),
             float(data["median_epsilon"]),
+            int(data.get("calibration_peers", 0)),
+            bool(data.get("private", True)),
+            None if shuffle is None else ShuffleBound.from_dict(shuffle),
         )
 
 
@@ -160,13 +208,13 @@ class SimulationResult:
     n_bins: int
     mechanisms: tuple[str, ...] = ()
     median_estimates: dict[int, Any] = field(default_factory=dict)
+    calibration_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    selected_features: tuple[int, ...] | None = None
 
 
 @lru_cache(maxsize=4)
 def _keys(n: int) -> tuple[bytes, ...]:
-    return tuple(
-        hashlib.sha256(b"anonml/simulated-peer/" + i.to_bytes(8, "big")).digest() for i in range(n)
-    )
+    return tuple(hashlib.sha256(b"anonml/simulated-peer/" + i.to_bytes(8, "big")).digest() for i in range(n))
 
 
 def simulated_peer_keys(n: int) -> list[bytes]:
@@ -241,6 +289,7 @@ def simulate_reports(
     epsilon: float,
     consistency: str | None,
     rng: np.random.Generator,
+    n_classes: int = 2,
 ) -> tuple[tuple[SubsetHistogram, ...], tuple[int, ...], tuple[Mechanism, ...]]:
     """Every report peer's reports, perturbed and then estimated per (partition, subset).
 
@@ -248,7 +297,7 @@ def simulate_reports(
     ----------
     codes : ndarray of shape (n_peers, n_features), int
         Binned rows (roster order).
-    y : ndarray of shape (n_peers,), int in {0, 1}
+    y : ndarray of shape (n_peers,), int in {0, …, K−1}
     plan : PartitionPlan
     n_bins : sequence of int
         Bins of each feature.
@@ -256,6 +305,8 @@ def simulate_reports(
         ε of one report (ε_T / k_h).
     consistency : str or None
     rng : numpy.random.Generator
+    n_classes : int, default=2
+        K, the label domain.
 
     Returns
     -------
@@ -271,12 +322,18 @@ def simulate_reports(
         rows, labels = codes[members], y[members]
         for subset in plan.subsets[p]:
             shape = tuple(int(n_bins[f]) for f in subset)
-            values = report_values(rows[:, list(subset)], labels, shape)
-            mechanism = best_mechanism(epsilon, domain_size(shape), members.size)
+            values = report_values(rows[:, list(subset)], labels, shape, n_classes)
+            mechanism = best_mechanism(epsilon, domain_size(shape, n_classes), members.size)
             bits = mechanism.perturb(values, rng)
             histograms.append(
                 estimate_histogram(
-                    bits.sum(axis=0), mechanism, members.size, subset, shape, consistency=consistency
+                    bits.sum(axis=0),
+                    mechanism,
+                    members.size,
+                    subset,
+                    shape,
+                    consistency=consistency,
+                    n_classes=n_classes,
                 )
             )
             sizes.append(int(members.size))
@@ -297,7 +354,7 @@ def simulate_training(
     ----------
     X : ndarray of shape (n_peers, n_features)
         Raw feature vectors.
-    y : ndarray of shape (n_peers,), int in {0, 1}
+    y : ndarray of shape (n_peers,), int in {0, …, K−1}
     features : sequence of FeatureSpec
         Kinds and public ranges (numeric ranges bound the median search).
     config : SimulationConfig
@@ -306,20 +363,26 @@ def simulate_training(
     Returns
     -------
     SimulationResult
+        ``calibration_rows`` holds the rows (indices into X) of the
+        calibration pool, drawn at random before the plan and kept out of it;
+        they report nothing here (they report once the model exists).
+
+    Warns
+    -----
+    SmallGroupWarning
+        When a report partition is so small that the noise per histogram cell
+        exceeds the average cell frequency (see :func:`warn_small_groups`).
     """
-    n, n_features = X.shape
+    n_all, n_features = X.shape
     if len(features) != n_features:
         raise ValueError(f"{len(features)} feature specs for {n_features} columns")
-    numeric = any(f.kind is FeatureKind.NUMERIC for f in features)
-    pool = int(round(config.median_fraction * n)) if numeric else 0
-    report_epsilon = config.epsilon / config.n_subsets
-    partition_size = max(1, (n - pool) // config.n_partitions)
-    if config.n_bins == "auto":
-        n_bins = auto_n_bins(report_epsilon, partition_size, subset_size=config.subset_size)
-    else:
-        n_bins = int(config.n_bins)
-    if n_bins < 2:
-        pool = 0
+    calibration_rows = _calibration_rows(config, n_all, rng)
+    n_calibration = int(calibration_rows.size)
+    if n_calibration:
+        rest = np.setdiff1d(np.arange(n_all), calibration_rows)
+        X, y = X[rest], y[rest]
+    n = X.shape[0]
+    n_bins, pool = _bins_and_pool(features, config, n, n_all)
     plan = make_plan(
         rng.bytes(SEED_BYTES),
         simulated_peer_keys(n),
@@ -339,28 +402,246 @@ def simulate_training(
         confidence=config.median_confidence,
         rng=rng,
     )
-    histograms, sizes, mechanisms = simulate_reports(
-        binning.transform(X),
+    codes = binning.transform(X)
+    selected = None
+    if _pilot_applies(config, n_features):
+        stages, selected = _piloted_reports(codes, y, plan, binning, config, rng)
+    else:
+        stages = [(plan, *_reports(codes, y, plan, binning, config, rng))]
+    histograms = tuple(h for _, hs, _, _ in stages for h in hs)
+    sizes = tuple(n for _, _, ns, _ in stages for n in ns)
+    mechanisms = tuple(m for _, _, _, ms in stages for m in ms)
+    warn_small_groups(histograms, mechanisms, config.epsilon)
+    accounting = _account(
+        [(p, ms) for p, _, _, ms in stages], plan, features, config, answered, estimates, n_calibration
+    )
+    return SimulationResult(
+        plan,
+        binning,
+        histograms,
+        sizes,
+        accounting,
+        n_bins,
+        tuple(m.kind for m in mechanisms),
+        estimates,
+        calibration_rows,
+        selected,
+    )
+
+
+def _reports(
+    codes: np.ndarray,
+    y: np.ndarray,
+    plan: PartitionPlan,
+    binning: Binning,
+    config: SimulationConfig,
+    rng: np.random.Generator,
+) -> tuple[tuple[SubsetHistogram, ...], tuple[int, ...], tuple[Mechanism, ...]]:
+    return simulate_reports(
+        codes,
         y,
         plan,
         binning.n_bins,
-        epsilon=report_epsilon,
+        epsilon=config.epsilon / config.n_subsets,
         consistency=config.consistency,
         rng=rng,
+        n_classes=config.n_classes,
     )
-    accounting = _account(plan, features, config, mechanisms, answered, estimates)
-    return SimulationResult(
-        plan, binning, histograms, sizes, accounting, n_bins, tuple(m.kind for m in mechanisms), estimates
+
+
+def _pilot_applies(config: SimulationConfig, n_features: int) -> bool:
+    return (
+        config.pilot_fraction > 0
+        and config.subset_size == 1
+        and config.n_subsets == 1
+        and config.subsets is None
+        and n_features > 1
     )
+
+
+def _single_feature_plan(
+    rows: np.ndarray, features: Sequence[int], n_features: int, rng: np.random.Generator
+) -> PartitionPlan:
+    """One partition per listed feature over the peers ``rows`` (their simulated keys)."""
+    keys = simulated_peer_keys(int(rows.max()) + 1 if rows.size else 0)
+    return make_plan(
+        rng.bytes(SEED_BYTES),
+        [keys[i] for i in rows],
+        n_features,
+        n_partitions=len(features),
+        subsets=[[int(f)] for f in features],
+    )
+
+
+def _piloted_reports(
+    codes: np.ndarray,
+    y: np.ndarray,
+    plan: PartitionPlan,
+    binning: Binning,
+    config: SimulationConfig,
+    rng: np.random.Generator,
+) -> tuple[list[tuple[PartitionPlan, tuple, tuple, tuple]], tuple[int, ...]]:
+    """Pilot round over every feature, selection, then the rest of the report peers on the kept features."""
+    n_features = codes.shape[1]
+    report_rows = plan.order[plan.median_pool_size :]
+    n_pilot = max(n_features, int(round(config.pilot_fraction * report_rows.size)))
+    pilot_rows, main_rows = report_rows[:n_pilot], report_rows[n_pilot:]
+    pilot_plan = _single_feature_plan(pilot_rows, range(n_features), n_features, rng)
+    pilot = _reports(codes[pilot_rows], y[pilot_rows], pilot_plan, binning, config, rng)
+    selected = select_features(pilot[0])
+    stages = [(pilot_plan, *pilot)]
+    if main_rows.size >= len(selected):
+        main_plan = _single_feature_plan(main_rows, selected, n_features, rng)
+        stages.append((main_plan, *_reports(codes[main_rows], y[main_rows], main_plan, binning, config, rng)))
+    return stages, selected
+
+
+#: A feature is kept when its pilot dependence statistic exceeds df + this many sd of its null.
+SELECTION_SDS = 3.0
+
+
+def select_features(histograms: Sequence[SubsetHistogram]) -> tuple[int, ...]:
+    """Features whose single-feature histogram shows label dependence beyond the LDP noise.
+
+    For a histogram of cells ``v`` and classes ``c`` with estimated counts
+    ``ĉ_vc``, predicted noise variances ``σ²_vc``, cell totals ``ĉ_v`` and
+    pooled class shares ``π̂_c``,
+
+        T = Σ_vc (ĉ_vc − ĉ_v·π̂_c)² / (σ²_vc + ĉ_v·π̂_c(1 − π̂_c)),
+
+    a chi-square-like statistic with at most ``df = b·K`` degrees of freedom
+    when the feature is independent of the label (each cell carries its own
+    privacy noise; sampling noise alone would give ``(b − 1)(K − 1)``). A feature is kept when
+    ``T > df + SELECTION_SDS·√(2·df)``; the feature of largest ``T/df`` is
+    always kept. Returns the kept features in increasing order.
+    """
+    if not histograms:
+        raise ValueError("no pilot histograms")
+    prior = np.clip(label_distribution(histograms), 1e-6, 1.0)
+    scores: dict[int, float] = {}
+    kept: list[int] = []
+    for h in histograms:
+        if len(h.features) != 1:
+            raise ValueError(f"pilot histograms are single-feature, got features {h.features}")
+        counts = np.clip(h.flat_counts(), 0.0, None)
+        totals = counts.sum(axis=1, keepdims=True)
+        expected = totals * prior[None, :]
+        spread = h.flat_variance() + expected * (1 - prior[None, :])
+        stat = float(np.sum((counts - expected) ** 2 / np.maximum(spread, 1e-9)))
+        df = counts.size  # independent privacy noise in every cell (at most b·K; (b−1)(K−1) without it)
+        scores[h.features[0]] = stat / df
+        if stat > df + SELECTION_SDS * np.sqrt(2.0 * df):
+            kept.append(h.features[0])
+    if not kept:
+        kept.append(max(scores, key=scores.__getitem__))
+    return tuple(sorted(kept))
+
+
+#: Fewest "exact-equivalent" calibration reports: ``n·((e^ε − 1)/(e^ε + 1))²`` — the
+#: variance factor of randomised response — below which a Platt fit does more harm than
+#: good (on Adult at ε = 0.5, ~390 of them made the ECE worse than no map and cost AUC).
+MIN_CALIBRATION_INFORMATION = 500.0
+#: The calibration pool is sized to carry this many exact-equivalent reports (within its cap).
+TARGET_CALIBRATION_INFORMATION = 1500.0
+
+
+def calibration_pool_size(fraction: float, n_peers: int, epsilon: float) -> int:
+    """Peers of the calibration pool: enough for the target information, at most ``fraction·n``.
+
+    With ``n_c`` reports at ε the Platt fit sees about ``n_c·((e^ε − 1)/(e^ε + 1))²``
+    exact-equivalent reports. The pool takes as many peers as
+    :data:`TARGET_CALIBRATION_INFORMATION` needs, capped at ``round(fraction·n)``
+    (so fewer at high ε, the cap at low ε); below
+    :data:`MIN_CALIBRATION_INFORMATION` the map would be noise, so there is no
+    pool: the peers report features and the probabilities stay the model's own.
+    """
+    factor = ((math.exp(epsilon) - 1.0) / (math.exp(epsilon) + 1.0)) ** 2
+    n_c = min(int(round(fraction * n_peers)), int(math.ceil(TARGET_CALIBRATION_INFORMATION / factor)))
+    return n_c if n_c * factor >= MIN_CALIBRATION_INFORMATION else 0
+
+
+#: A report partition is "too small" when the noise sd of a histogram cell exceeds this
+#: multiple of the average cell count (the relative error of :func:`auto_n_bins`).
+SMALL_GROUP_ERROR = 1.0
+
+
+def warn_small_groups(
+    histograms: Sequence[SubsetHistogram], mechanisms: Sequence[Mechanism], epsilon_total: float
+) -> None:
+    """Warn (:class:`SmallGroupWarning`) when the smallest report group cannot carry a signal.
+
+    For each histogram of ``n`` reports over ``m`` cells, the relative per-cell
+    error is ``E(m)·√m`` (thesis eq. 7.2 divided by the average cell frequency
+    ``1/m``, as in :func:`~anonml.learn.binning.auto_n_bins`). Above
+    :data:`SMALL_GROUP_ERROR` the estimated cells are mostly noise.
+    """
+    worst = None
+    for h, mechanism in zip(histograms, mechanisms, strict=True):
+        error = relative_cell_error(mechanism, h.n)
+        if error > SMALL_GROUP_ERROR and (worst is None or error > worst[0]):
+            worst = (error, h)
+    if worst is not None:
+        error, h = worst
+        warnings.warn(
+            f"report groups are too small to learn from: features {h.features} were reported by "
+            f"{h.n} peers over {h.counts.size} cells at ε_T={epsilon_total:g}, so the noise of a "
+            f"cell is {error:.1f}× its average count; use fewer partitions (k_p), fewer or coarser "
+            f"features, a larger ε or more peers",
+            SmallGroupWarning,
+            stacklevel=4,
+        )
+
+
+def _bins_and_pool(
+    features: Sequence[FeatureSpec], config: SimulationConfig, n: int, n_all: int
+) -> tuple[int, int]:
+    """Bins per numeric feature and the median pool's size (``median_fraction`` of all peers)."""
+    numeric = any(f.kind is FeatureKind.NUMERIC for f in features)
+    pool = int(round(config.median_fraction * n_all)) if numeric else 0
+    partition_size = max(1, (n - pool) // config.n_partitions)
+    if config.n_bins == "auto":
+        n_bins = auto_n_bins(
+            config.epsilon / config.n_subsets, partition_size, subset_size=config.subset_size
+        )
+    else:
+        n_bins = int(config.n_bins)
+    return n_bins, pool if n_bins >= 2 else 0
+
+
+def _calibration_rows(config: SimulationConfig, n_all: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows of the calibration pool, drawn at random (empty when the pool would be too small)."""
+    n_calibration = calibration_pool_size(config.calibration_fraction, n_all, config.epsilon)
+    if not n_calibration:
+        return np.empty(0, dtype=np.int64)
+    return np.sort(rng.permutation(n_all)[:n_calibration])
+
+
+def _median_releases(names: Sequence[str], estimates: dict[int, Any]) -> list[ReleaseSpec]:
+    """One ledger release per median search step (its members all answer the same question)."""
+    return [
+        ReleaseSpec(
+            peer=f"median-{names[j]}-step-{step.step}",
+            problem="simulation",
+            round=0,
+            attributes=(names[j],),
+            mechanism="binary_rr",
+            epsilon=estimate.epsilon,
+            pool="median",
+        )
+        for j, edges in estimates.items()
+        for estimate in edges.estimates
+        for step in estimate.steps
+    ]
 
 
 def _account(
+    stages: Sequence[tuple[PartitionPlan, Sequence[Mechanism]]],
     plan: PartitionPlan,
     features: Sequence[FeatureSpec],
     config: SimulationConfig,
-    mechanisms: Sequence[Mechanism],
     answered: int,
     estimates: dict[int, Any],
+    calibration_peers: int = 0,
 ) -> PrivacyAccounting:
     """Record the simulated releases in a ledger capped at ε_T and read back the totals.
 
@@ -372,40 +653,52 @@ def _account(
     """
     names = [f.name for f in features]
     specs: list[ReleaseSpec] = []
-    reports = iter(mechanisms)
-    for p in range(plan.n_partitions):
-        for subset in plan.subsets[p]:
-            mechanism = next(reports)
-            specs.append(
-                ReleaseSpec(
-                    peer=f"report-partition-{p}",
-                    problem="simulation",
-                    round=1,
-                    attributes=(*(names[f] for f in subset), "label"),
-                    mechanism=mechanism.kind,
-                    epsilon=mechanism.epsilon,
-                    pool="report",
-                )
-            )
-    median_epsilon = float(config.epsilon)
-    for j, edges in estimates.items():
-        for estimate in edges.estimates:
-            for step in estimate.steps:
-                median_epsilon = float(estimate.epsilon)
+    for stage, (stage_plan, mechanisms) in enumerate(stages):
+        reports = iter(mechanisms)
+        for p in range(stage_plan.n_partitions):
+            for subset in stage_plan.subsets[p]:
+                mechanism = next(reports)
                 specs.append(
                     ReleaseSpec(
-                        peer=f"median-{names[j]}-step-{step.step}",
+                        peer=f"report-stage-{stage}-partition-{p}",
                         problem="simulation",
-                        round=0,
-                        attributes=(names[j],),
-                        mechanism="binary_rr",
-                        epsilon=estimate.epsilon,
-                        pool="median",
+                        round=1,
+                        attributes=(*(names[f] for f in subset), "label"),
+                        mechanism=mechanism.kind,
+                        epsilon=mechanism.epsilon,
+                        pool="report",
                     )
                 )
+    median_specs = _median_releases(names, estimates)
+    specs.extend(median_specs)
+    median_epsilon = float(median_specs[-1].epsilon) if median_specs else float(config.epsilon)
+    if calibration_peers:
+        specs.append(
+            ReleaseSpec(
+                peer="calibration-pool",
+                problem="simulation",
+                round=2,
+                attributes=("score", "label"),
+                mechanism=best_mechanism(config.epsilon, 2 * CALIBRATION_BINS, calibration_peers).kind,
+                epsilon=float(config.epsilon),
+                pool="calibration",
+            )
+        )
     with PrivacyLedger("sqlite://", default_cap=config.epsilon) as ledger:
         ledger.record_many(specs)
         headline = ledger.problem_budget("simulation").headline
+    smallest = min(size for stage_plan, _ in stages for size in stage_plan.partition_sizes())
+    groups = [(float(config.epsilon / config.n_subsets), int(config.n_subsets), smallest)]
+    median_groups = [
+        (float(estimate.epsilon), 1, int(step.n))
+        for edges in estimates.values()
+        for estimate in edges.estimates
+        for step in estimate.steps
+        if step.n > 0
+    ]
+    groups.extend(median_groups)
+    if calibration_peers:
+        groups.append((float(config.epsilon), 1, int(calibration_peers)))
     return PrivacyAccounting(
         epsilon_total=float(headline),
         report_epsilon=float(config.epsilon / config.n_subsets),
@@ -413,4 +706,6 @@ def _account(
         report_peers=int(plan.order.size - plan.median_pool_size),
         median_peers=int(answered),
         median_epsilon=median_epsilon,
+        calibration_peers=int(calibration_peers),
+        shuffle=ShuffleBound.of_groups(groups),
     )

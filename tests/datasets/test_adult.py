@@ -56,7 +56,26 @@ def test_groups_are_low_cardinality_and_missing_values_join_other(data):
     assert all(len(f.categories) == 2 for f in data.features if f.kind is FeatureKind.CATEGORICAL)
 
 
-def test_environment_variable_and_user_cache_are_searched(adult_dir, monkeypatch, anonml_home):
+@pytest.fixture
+def no_shared(monkeypatch, tmp_path):
+    """A ``$ANONML_SHARED_DIR`` with no data sets, so the cache and download paths are reached."""
+    empty = tmp_path / "no-shared"
+    empty.mkdir()
+    monkeypatch.setenv(adult.SHARED_ENV_VAR, str(empty))
+    return empty
+
+
+def test_the_shared_folder_is_found_as_the_tests_find_it(adult_dir, monkeypatch, tmp_path):
+    monkeypatch.delenv(adult.ENV_VAR, raising=False)
+    monkeypatch.setenv(adult.SHARED_ENV_VAR, str(adult_dir.parent.parent))
+    assert adult.load(download=False).source == adult_dir
+    monkeypatch.delenv(adult.SHARED_ENV_VAR)
+    # Without the variable: ../shared/datasets/adult beside the checkout.
+    beside = Path(adult.__file__).resolve().parents[2].parent / "shared" / "datasets" / "adult"
+    assert adult.shared_adult_dir() == beside
+
+
+def test_environment_variable_and_user_cache_are_searched(no_shared, adult_dir, monkeypatch, anonml_home):
     monkeypatch.setenv(adult.ENV_VAR, str(adult_dir))
     assert adult.load(download=False).source == adult_dir
     monkeypatch.delenv(adult.ENV_VAR)
@@ -68,7 +87,7 @@ def test_environment_variable_and_user_cache_are_searched(adult_dir, monkeypatch
     assert str(cache).startswith(str(anonml_home))
 
 
-def test_missing_files_say_where_to_put_them(monkeypatch, tmp_path):
+def test_missing_files_say_where_to_put_them(no_shared, monkeypatch, tmp_path):
     monkeypatch.delenv(adult.ENV_VAR, raising=False)
     with pytest.raises(DatasetNotFound) as info:
         adult.load(download=False)
@@ -80,7 +99,7 @@ def test_missing_files_say_where_to_put_them(monkeypatch, tmp_path):
         adult.load(tmp_path)
 
 
-def test_failed_download_is_reported_and_leaves_no_files(monkeypatch):
+def test_failed_download_is_reported_and_leaves_no_files(no_shared, monkeypatch):
     monkeypatch.delenv(adult.ENV_VAR, raising=False)
 
     def offline(url: str) -> bytes:
@@ -92,11 +111,10 @@ def test_failed_download_is_reported_and_leaves_no_files(monkeypatch):
     assert not any(adult.default_cache_dir().glob("adult.*"))
 
 
-def test_download_fills_the_cache(adult_dir, monkeypatch):
+def test_download_fills_the_cache(no_shared, adult_dir, monkeypatch):
     monkeypatch.delenv(adult.ENV_VAR, raising=False)
     heads = {
-        name: b"".join((adult_dir / name).read_bytes().splitlines(keepends=True)[:60])
-        for name in adult.FILES
+        name: b"".join((adult_dir / name).read_bytes().splitlines(keepends=True)[:60]) for name in adult.FILES
     }
     fetched = []
 

@@ -36,6 +36,7 @@ def test_adult_command_prints_a_table_and_writes_json(adult_dir: Path, tmp_path:
     )
     assert result.exit_code == 0, result.output
     assert "default" in result.stdout and "majority" in result.stdout and "AUC" in result.stdout
+    assert "ECE" in result.stdout and "shuffle ε" in result.stdout
     rows = json.loads(out.read_text())
     assert [r["method"] for r in rows] == ["majority", "default"]
     assert rows[1]["epsilon"] == 1.0 and rows[1]["auc_mean"] > 0.75
@@ -75,3 +76,23 @@ def test_missing_data_is_an_expected_failure(tmp_path: Path):
     result = runner.invoke(app, ["adult", "--trials", "1", "--data", str(tmp_path)])
     assert result.exit_code == 1
     assert "UCI Adult not found" in result.output and "Traceback" not in result.output
+    assert "--data DIR" in result.output and "path=" not in result.output
+
+
+def test_a_missing_plot_extra_fails_before_any_computation(monkeypatch, tmp_path: Path):
+    import sys
+
+    import anonml.learn.harness as harness
+    import anonml.learn.multiparty.harness as mp_harness
+
+    calls: list[str] = []
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # "import matplotlib" now raises ImportError
+    monkeypatch.setattr(harness, "run_adult_benchmark", lambda **kw: calls.append("adult"))
+    monkeypatch.setattr(mp_harness, "run_multiparty_benchmark", lambda *a, **kw: calls.append("multiparty"))
+    result = runner.invoke(app, ["adult", "--trials", "1", "--plot", str(tmp_path / "a.png")])
+    assert result.exit_code == 1 and "plotting needs matplotlib" in result.output
+    result = runner.invoke(
+        app, ["multiparty", "--dataset", "breast_cancer", "--plot", str(tmp_path / "m.png")]
+    )
+    assert result.exit_code == 1 and "plotting needs matplotlib" in result.output
+    assert calls == []  # neither benchmark started

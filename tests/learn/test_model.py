@@ -14,6 +14,7 @@ from anonml.errors import ProtocolError
 from anonml.learn.binning import Binning
 from anonml.learn.ensemble import vote_ensemble
 from anonml.learn.model import MODEL_FORMAT, MODEL_VERSION, AnonMLClassifier
+from anonml.learn.simulation import calibration_pool_size
 from anonml.model import FeatureKind, FeatureSpec
 
 SPECS = [
@@ -32,9 +33,12 @@ def _world(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     return np.column_stack([a, b, np.clip(c, -4, 4)]).astype(float), y
 
 
-@parametrize_with_checks([AnonMLClassifier(epsilon=20.0, random_state=0)])
+@parametrize_with_checks([AnonMLClassifier(epsilon=20.0, ranges="from-data", random_state=0)])
+@pytest.mark.filterwarnings("ignore::anonml.learn.notices.NotPrivateWarning")
+@pytest.mark.filterwarnings("ignore::anonml.learn.notices.SmallGroupWarning")
 def test_sklearn_contract(estimator, check):
-    # High ε only so that the accuracy checks on 30-row toy data are not decided by LDP noise.
+    # High ε only so that the accuracy checks on 30-row toy data are not decided by LDP noise;
+    # the toy data carry no public ranges, so they are read from the rows (not private).
     check(estimator)
 
 
@@ -64,7 +68,12 @@ def test_privacy_accounting_is_each_peers_total():
     assert acct.epsilon_total == pytest.approx(1.0)  # sequential composition, ledger headline
     assert acct.report_epsilon == pytest.approx(1.0) and acct.reports_per_peer == 1
     assert acct.median_epsilon == pytest.approx(1.0) and 0 < acct.median_peers <= 900
-    assert acct.report_peers == 6000 - 900  # median_fraction 0.15 of 6000 is a separate pool
+    # median_fraction 0.15 of 6000 is a separate pool; a calibration pool at its cap (1200 peers)
+    # would carry ≈ 256 exact-equivalent reports at ε = 1, below the 500 a map needs: no pool.
+    assert acct.calibration_peers == 0 and acct.report_peers == 6000 - 900
+    assert calibration_pool_size(0.2, 20_000, 1.0) == 4000  # the cap: 854 ≥ 500 exact-equivalent
+    assert calibration_pool_size(0.2, 60_000, 4.0) == 1615  # ⌈1500 / ((e⁴−1)/(e⁴+1))²⌉: below the cap
+    assert calibration_pool_size(0.2, 3000, 0.5) == 0  # 600 peers ≈ 36 exact-equivalent: no map
     paper = AnonMLClassifier(
         mode="paper",
         epsilon=1.0,
@@ -145,5 +154,21 @@ def test_bad_input_is_named():
         clf.predict(X_bad)
     with pytest.raises(ValueError, match="3 specs for 2 columns"):
         AnonMLClassifier(features=SPECS).fit(X[:, :2], y)
-    with pytest.raises(ValueError, match="Only binary classification"):
-        AnonMLClassifier(features=SPECS).fit(X, np.arange(X.shape[0]) % 3)
+    with pytest.raises(ValueError, match="paper mode needs exactly 2 classes"):
+        AnonMLClassifier(mode="paper", features=SPECS).fit(X, np.arange(X.shape[0]) % 3)
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        AnonMLClassifier(features=SPECS).fit(X, np.zeros(X.shape[0]))
+
+
+def test_version_1_documents_still_load():
+    rng = np.random.default_rng(9)
+    X, y = _world(3000, rng)
+    model = AnonMLClassifier(epsilon=2.0, features=SPECS, calibration_fraction=0.0, random_state=0).fit(X, y)
+    doc = json.loads(model.to_json())
+    doc["version"] = 1
+    del doc["feature_names"], doc["features"]
+    for key in ("calibration_peers", "private", "shuffle"):
+        doc["privacy"].pop(key)
+    old = AnonMLClassifier.from_json(json.dumps(doc))
+    assert np.array_equal(old.predict_proba(X), model.predict_proba(X))
+    assert old.privacy_.private and old.privacy_.shuffle is None

@@ -63,9 +63,7 @@ def test_simulated_reports_estimate_the_true_histograms_without_bias():
     hists, sizes, mechs = simulate_reports(codes, y, plan, (2, 3), epsilon=1.0, consistency=None, rng=rng)
     assert sizes == (3000,) * 4 and len(mechs) == 4
     for pooled in pool_histograms(hists):
-        members = np.concatenate(
-            [plan.members(p) for p in range(4) if plan.subsets[p][0] == pooled.features]
-        )
+        members = np.concatenate([plan.members(p) for p in range(4) if plan.subsets[p][0] == pooled.features])
         truth = exact_histogram(
             codes[members][:, list(pooled.features)], y[members], pooled.features, pooled.shape
         )
@@ -90,3 +88,27 @@ def test_training_run_spends_exactly_epsilon_per_peer():
     assert all(
         np.array_equal(a.counts, b.counts) for a, b in zip(again.histograms, first.histograms, strict=True)
     )
+
+
+def test_the_pilot_keeps_informative_features_and_drops_pure_noise():
+    from anonml.learn.simulation import select_features
+
+    rng = np.random.default_rng(11)
+    n = 30_000
+    y = (rng.random(n) < 0.4).astype(np.int64)
+    signal = np.where(rng.random(n) < np.where(y == 1, 0.8, 0.3), 1, 0)
+    noise = rng.integers(0, 2, size=(n, 3))
+    X = np.column_stack([noise[:, 0], signal, noise[:, 1], noise[:, 2]]).astype(float)
+    specs = [FeatureSpec(name=f"f{j}", kind=FeatureKind.CATEGORICAL, categories=("a", "b")) for j in range(4)]
+    config = SimulationConfig(epsilon=2.0, n_partitions=4, pilot_fraction=0.3)
+    result = simulate_training(X, y, specs, config, np.random.default_rng(0))
+    assert result.selected_features == (1,)
+    # Every report peer still reports once: the pilot and the main round cover the report pool.
+    assert sum(result.sizes) == result.accounting.report_peers == n
+    assert result.accounting.epsilon_total == pytest.approx(2.0)
+    # Only the kept feature gets the second round: its reports outnumber any dropped one's.
+    by_feature: dict[tuple[int, ...], int] = {}
+    for h in result.histograms:
+        by_feature[h.features] = by_feature.get(h.features, 0) + h.n
+    assert by_feature[(1,)] > 3 * by_feature[(0,)]
+    assert select_features(result.histograms[:4]) == (1,)

@@ -14,24 +14,24 @@ from numbers import Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from anonml.learn.multiparty.common import PrivacyGuarantee
+from anonml.learn.params import RANDOM_STATE, Interval, Options
 
 __all__ = ["LinearMultipartyClassifier", "PRIVATE_ERM_CONSTRAINTS", "LOSS_CONSTRAINTS"]
 
 
-#: Hyperparameter constraints (scikit-learn's ``_parameter_constraints``) that
+#: Hyperparameter constraints (scikit-learn's ``param_checks``) that
 #: every multiparty estimator shares: ε > 0, the regulariser λ > 0, the random state.
 PRIVATE_ERM_CONSTRAINTS: dict = {
     "epsilon": [Interval(Real, 0, None, closed="neither")],
     "lam": [Interval(Real, 0, None, closed="neither")],
-    "random_state": ["random_state", np.random.Generator],
+    "random_state": RANDOM_STATE,
 }
 #: Those of estimators trained with a margin loss (logistic or Huber).
 LOSS_CONSTRAINTS: dict = {
-    "loss": [StrOptions({"logistic", "huber"})],
+    "loss": [Options(frozenset({"logistic", "huber"}))],
     "huber_h": [Interval(Real, 0, 1, closed="right")],
 }
 

@@ -20,7 +20,6 @@ intercept inside the norm.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from sklearn.preprocessing import StandardScaler
 from anonml.learn.multiparty.common import MultipartyError, NormBallScaler
 from anonml.model import FeatureKind, FeatureSpec
 
-__all__ = ["DATASETS", "RawDataset", "load_dataset", "default_adult_dir", "Preprocessor", "public_ranges"]
+__all__ = ["DATASETS", "RawDataset", "load_dataset", "Preprocessor", "public_ranges"]
 
 DATASETS = ("breast_cancer", "adult", "digits")
 
@@ -68,15 +67,6 @@ class RawDataset:
         return np.unique(self.y)
 
 
-def default_adult_dir() -> Path:
-    """``../shared/datasets/adult`` beside the checkout (``$ANONML_SHARED_DIR`` overrides)."""
-    shared = os.environ.get("ANONML_SHARED_DIR")
-    if shared:
-        return Path(shared) / "datasets" / "adult"
-    checkout = Path(__file__).resolve().parents[3]
-    return checkout.parent / "shared" / "datasets" / "adult"
-
-
 def load_dataset(name: str, data_path: str | Path | None = None) -> RawDataset:
     """Load one of :data:`DATASETS`.
 
@@ -85,8 +75,9 @@ def load_dataset(name: str, data_path: str | Path | None = None) -> RawDataset:
     name : {"breast_cancer", "adult", "digits"}
     data_path : str or Path, optional
         Adult only: the folder with ``adult.data`` and ``adult.test``. Default:
-        ``$ANONML_ADULT_DIR`` if set, else ``../shared/datasets/adult`` beside
-        the checkout; the loader itself never downloads here.
+        :func:`anonml.datasets.adult.load`'s search order (``$ANONML_ADULT_DIR``,
+        ``$ANONML_SHARED_DIR``, ``../shared`` beside the checkout, the user
+        cache); the loader itself never downloads here.
     """
     if name == "breast_cancer":
         X, y = load_breast_cancer(return_X_y=True)
@@ -95,10 +86,9 @@ def load_dataset(name: str, data_path: str | Path | None = None) -> RawDataset:
         X, y = load_digits(return_X_y=True)
         return RawDataset(name, X.astype(np.float64), y)
     if name == "adult":
-        from anonml.datasets.adult import ENV_VAR, load  # the adult module is optional here
+        from anonml.datasets.adult import load  # the adult module is optional here
 
-        folder = data_path or os.environ.get(ENV_VAR) or default_adult_dir()
-        adult = load(folder, download=False)
+        adult = load(data_path, download=False)
         return RawDataset(name, adult.X_train, adult.y_train, adult.X_test, adult.y_test, adult.features)
     raise MultipartyError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 

@@ -32,7 +32,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from sklearn.base import ClassifierMixin, _fit_context, clone
+from sklearn.base import ClassifierMixin, clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.utils.validation import check_array
 
@@ -47,6 +47,7 @@ from anonml.learn.multiparty.common import (
     sample_norm_noise,
 )
 from anonml.learn.multiparty.erm import fit_linear_erm, fit_soft_label_erm, fit_softmax_erm
+from anonml.learn.params import checked_fit
 
 __all__ = [
     "ConstantClassifier",
@@ -124,7 +125,7 @@ def collect_votes(models: Sequence[object], X_aux: np.ndarray, classes: np.ndarr
 
 
 class _HammBase(LinearMultipartyClassifier):
-    _parameter_constraints: dict = {
+    param_checks: dict = {
         **PRIVATE_ERM_CONSTRAINTS,
     }
 
@@ -194,7 +195,7 @@ class HammMajorityVote(_HammBase):
     sec. 3.1 and 3.4.
     """
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(
         self, X_aux: np.ndarray, votes: np.ndarray, classes: np.ndarray | None = None
     ) -> HammMajorityVote:
@@ -250,7 +251,7 @@ class HammSoftLabel(_HammBase):
     Hamm, Cao & Belkin, ICML 2016, sec. 3.2 (eq. 7) and 3.4.
     """
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(self, X_aux: np.ndarray, votes: np.ndarray, classes: np.ndarray | None = None) -> HammSoftLabel:
         """Train on the auxiliary points weighted by the fraction of votes per class."""
         X_aux, votes, classes, m = self._check_votes(X_aux, votes, classes)

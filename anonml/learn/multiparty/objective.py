@@ -21,7 +21,6 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from sklearn.base import _fit_context
 from sklearn.utils.validation import validate_data
 
 from anonml.learn.multiparty.base import LOSS_CONSTRAINTS, PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
@@ -36,6 +35,7 @@ from anonml.learn.multiparty.common import (
     to_pm1,
 )
 from anonml.learn.multiparty.erm import MarginLoss, fit_linear_erm, margin_loss
+from anonml.learn.params import checked_fit
 
 __all__ = ["Slack", "compute_slack", "objective_perturbation", "ObjectivePerturbationLR"]
 
@@ -143,7 +143,7 @@ class ObjectivePerturbationLR(LinearMultipartyClassifier):
     minimization", JMLR 12 (2011) 1069-1109.
     """
 
-    _parameter_constraints: dict = {
+    param_checks: dict = {
         **PRIVATE_ERM_CONSTRAINTS,
         **LOSS_CONSTRAINTS,
     }
@@ -162,7 +162,7 @@ class ObjectivePerturbationLR(LinearMultipartyClassifier):
         self.huber_h = huber_h
         self.random_state = random_state
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(self, X: np.ndarray, y: np.ndarray) -> ObjectivePerturbationLR:
         X, y = validate_data(self, X, y, dtype=np.float64)
         y_pm, classes = to_pm1(y)

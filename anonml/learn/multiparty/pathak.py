@@ -19,7 +19,6 @@ directly (the cryptographic layer changes who sees what, not the output).
 from __future__ import annotations
 
 import numpy as np
-from sklearn.base import _fit_context
 from sklearn.utils.validation import validate_data
 
 from anonml.learn.multiparty.base import PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
@@ -33,6 +32,7 @@ from anonml.learn.multiparty.common import (
     to_pm1,
 )
 from anonml.learn.multiparty.erm import fit_linear_erm
+from anonml.learn.params import checked_fit
 
 __all__ = ["ParameterAveraging"]
 
@@ -68,7 +68,7 @@ class ParameterAveraging(LinearMultipartyClassifier):
     locally trained classifiers", NIPS 2010, sec. 3-4.
     """
 
-    _parameter_constraints: dict = {
+    param_checks: dict = {
         **PRIVATE_ERM_CONSTRAINTS,
     }
 
@@ -82,7 +82,7 @@ class ParameterAveraging(LinearMultipartyClassifier):
         self.lam = lam
         self.random_state = random_state
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(self, X: np.ndarray, y: np.ndarray, parties: np.ndarray | None = None) -> ParameterAveraging:
         """Fit one model per party, average, perturb.
 

@@ -1,7 +1,7 @@
 """Plot of a multiparty benchmark: test error against ε, one panel per (K, skew).
 
-Needs matplotlib (the ``plot`` extra); :class:`MultipartyError` says so when it
-is missing. Non-private references (ε = ∞) are drawn as horizontal lines.
+Needs matplotlib (the ``plot`` extra); :func:`~anonml.learn.plotting.require_pyplot`
+says so when it is missing. Non-private references (ε = ∞) are drawn as horizontal lines.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from anonml.learn.multiparty.common import MultipartyError
 from anonml.learn.multiparty.harness import ResultRow
+from anonml.learn.plotting import require_pyplot
 
 __all__ = ["plot_results"]
 
@@ -24,13 +25,7 @@ def plot_results(rows: Sequence[ResultRow], path: str | Path, metric: str = "err
     path : output file (parents created)
     metric : {"error", "auc"}
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:  # the plot extra is optional
-        raise MultipartyError("plotting needs matplotlib: pip install 'anonml[plot]'") from exc
+    plt = require_pyplot()
     if metric not in ("error", "auc"):
         raise MultipartyError(f"metric must be 'error' or 'auc', got {metric!r}")
     attr, sem_attr = ("error_mean", "error_sem") if metric == "error" else ("auc_mean", "auc_sem")

@@ -20,9 +20,7 @@ from __future__ import annotations
 from numbers import Real
 
 import numpy as np
-from sklearn.base import _fit_context
 from sklearn.linear_model import LogisticRegression
-from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, validate_data
 
 from anonml.learn.multiparty.base import LOSS_CONSTRAINTS, PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
@@ -37,12 +35,13 @@ from anonml.learn.multiparty.common import (
 )
 from anonml.learn.multiparty.erm import margin_loss
 from anonml.learn.multiparty.objective import objective_perturbation
+from anonml.learn.params import Interval, checked_fit
 
 __all__ = ["FeatureMethod", "AverageMethod"]
 
 
 class _LocalObjectivePerturbation(LinearMultipartyClassifier):
-    _parameter_constraints: dict = {
+    param_checks: dict = {
         **PRIVATE_ERM_CONSTRAINTS,
         **LOSS_CONSTRAINTS,
     }
@@ -109,7 +108,7 @@ class AverageMethod(_LocalObjectivePerturbation):
     Xie, Plis & Sarwate, 2017 (average method, the baseline of the feature method).
     """
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(self, X: np.ndarray, y: np.ndarray, parties: np.ndarray | None = None) -> AverageMethod:
         """Each party perturbs its own objective; the aggregator averages the w_k."""
         local = self._fit_local(X, y, parties)
@@ -149,8 +148,8 @@ class FeatureMethod(_LocalObjectivePerturbation):
     Xie, Plis & Sarwate, 2017 (feature method).
     """
 
-    _parameter_constraints: dict = {
-        **_LocalObjectivePerturbation._parameter_constraints,
+    param_checks: dict = {
+        **_LocalObjectivePerturbation.param_checks,
         "public_C": [Interval(Real, 0, None, closed="neither")],
     }
 
@@ -166,7 +165,7 @@ class FeatureMethod(_LocalObjectivePerturbation):
         super().__init__(epsilon=epsilon, lam=lam, loss=loss, huber_h=huber_h, random_state=random_state)
         self.public_C = public_C
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(
         self,
         X: np.ndarray,

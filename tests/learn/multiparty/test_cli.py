@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from anonml.commands.bench_multiparty import multiparty
 
-# Mounted the way the lead mounts it on the bench group.
+# Mounted the way anonml.commands.bench mounts it on the bench group.
 app = typer.Typer()
 app.command("multiparty")(multiparty)
 app.command("noop")(lambda: None)  # a second command keeps "multiparty" a subcommand

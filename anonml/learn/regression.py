@@ -1,0 +1,100 @@
+"""A numeric target learned as ordered bins: a fare, a duration, a grade.
+
+Every AnonML report carries the label, so a numeric target is cut into K
+ordered bins over a *public* range ``[low, high]`` (fixed before any data is
+seen, like a feature's range) and each peer reports its bin index as a K-class
+label (:class:`~anonml.learn.model.AnonMLClassifier` in default mode, label
+domain K in every histogram). The prediction is the expected bin centre under
+the model's class probabilities,
+
+    ŷ(x) = Σ_k P̂(bin k | x) · c_k,   c_k the midpoint of bin k,
+
+so the estimate moves smoothly between bins and never leaves ``[low, high]``.
+Values outside the range are clipped into the end bins (one row at a time, no
+privacy cost). The privacy accounting is the classifier's: each peer still
+releases one report per assigned subset.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted
+
+from anonml.learn.model import AnonMLClassifier
+from anonml.learn.params import Interval, check_params
+
+__all__ = ["AnonMLRegressor"]
+
+
+class AnonMLRegressor(RegressorMixin, BaseEstimator):
+    """Regression from locally private histograms of (features, target bin).
+
+    Parameters
+    ----------
+    target_range : tuple (low, high)
+        Public bounds of the target.
+    n_target_bins : int, default=5
+        K, equal-width bins over ``target_range``.
+    classifier_params : dict, optional
+        Parameters of the underlying :class:`AnonMLClassifier` (``epsilon``,
+        ``features``, ``ranges``, ``random_state`` …; its mode is "default").
+
+    Attributes
+    ----------
+    classifier_ : AnonMLClassifier
+        Fitted on the bin indices.
+    centres_ : ndarray of shape (K,)
+        Midpoint of each target bin.
+    privacy_ : PrivacyAccounting
+        The classifier's.
+    """
+
+    param_checks: dict[str, tuple[Any, ...]] = {
+        "target_range": (tuple, list),
+        "n_target_bins": (Interval(numbers.Integral, 2, None, closed="left"),),
+        "classifier_params": (dict, None),
+    }
+
+    def __init__(
+        self,
+        target_range: tuple[float, float] = (0.0, 1.0),
+        n_target_bins: int = 5,
+        classifier_params: dict[str, Any] | None = None,
+    ) -> None:
+        self.target_range = target_range
+        self.n_target_bins = n_target_bins
+        self.classifier_params = classifier_params
+
+    def _edges(self) -> np.ndarray:
+        low, high = (float(v) for v in self.target_range)
+        if not (np.isfinite(low) and np.isfinite(high) and high > low):
+            raise ValueError(f"target_range must be two finite numbers low < high, got {self.target_range}")
+        return np.linspace(low, high, int(self.n_target_bins) + 1)
+
+    def fit(self, X: Any, y: Any) -> AnonMLRegressor:
+        """Bin ``y`` over the public range and fit the K-class classifier on the bin indices."""
+        check_params(self)
+        edges = self._edges()
+        target = np.asarray(y, dtype=np.float64)
+        if target.ndim != 1 or not np.all(np.isfinite(target)):
+            raise ValueError("y must be a 1-D array of finite numbers")
+        bins = np.clip(np.searchsorted(edges[1:-1], target, side="right"), 0, len(edges) - 2)
+        params = dict(self.classifier_params or {})
+        if params.get("mode", "default") != "default":
+            raise ValueError("a binned target needs the default mode (K classes); paper mode is binary")
+        self.classifier_ = AnonMLClassifier(**params).fit(X, bins)
+        self.centres_ = 0.5 * (edges[:-1] + edges[1:])
+        self.n_features_in_ = self.classifier_.n_features_in_
+        self.privacy_ = self.classifier_.privacy_
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        """``Σ_k P̂(bin k | x)·c_k`` (bins never seen in training have probability 0)."""
+        check_is_fitted(self, "classifier_")
+        proba = self.classifier_.predict_proba(X)
+        centres = self.centres_[np.asarray(self.classifier_.classes_, dtype=np.int64)]
+        return proba @ centres

@@ -1,0 +1,275 @@
+"""Privacy amplification by shuffling: the central (ε, δ) of unlinkable ε₀-LDP reports.
+
+AnonML's reports reach the aggregator over onion routes with one-time tokens,
+so among the members of one partition the aggregator sees a multiset of
+reports it cannot link to their senders. If that holds, the aggregator's view
+of ``n`` reports, each from an ε₀-LDP randomiser, is also (ε, δ)-DP in the
+central sense for an ε much smaller than ε₀. This module computes that ε.
+
+Bound (Feldman, McMillan & Talwar, "Hiding among the clones: a simple and
+nearly optimal analysis of privacy amplification by shuffling", FOCS 2021,
+Theorem 3.2): for any ε₀-LDP randomiser and ``n`` users, the shuffled output
+on neighbouring data sets is a post-processing of one of the pair
+
+    P = (A + Δ, C − A + 1 − Δ),   Q = (A + 1 − Δ, C − A + Δ),
+    C ~ Bin(n − 1, e^{−ε₀}),  A ~ Bin(C, 1/2),  Δ ~ Bern(e^{ε₀} / (e^{ε₀} + 1)):
+
+each other user is, with probability e^{−ε₀}, a "clone" that looks like the
+differing user's either input with probability 1/2 each. So the output is
+(ε, δ)-DP with ``δ(ε) = max(E_ε(P‖Q), E_ε(Q‖P))``, the hockey-stick divergence
+``E_ε(P‖Q) = Σ_o max(0, P(o) − e^ε Q(o))``. :func:`shuffle_delta` sums it
+over the support (binomial tails below ~1e-30 dropped);
+:func:`shuffle_epsilon` inverts it by bisection. ``P/Q ≤ e^{ε₀}`` pointwise,
+so the result never exceeds ε₀. The paper's closed form (its Theorem 3.1),
+
+    ε ≤ log(1 + (e^{ε₀} − 1)/(e^{ε₀} + 1) · (8·√(e^{ε₀}·log(4/δ))/√n + 8·e^{ε₀}/n)),
+    valid for ε₀ ≤ log(n / (16·log(2/δ))),
+
+is :func:`closed_form_epsilon`; the numerical bound is never above it.
+
+Assumptions, stated wherever the figure is shown: the reports of a group are
+unlinkable to their senders (the onion routes and tokens work, the aggregator
+does not see who sent what), and every member of the group is an honest peer
+whose report was randomised (a member colluding with the aggregator, or a
+dummy peer it controls, shrinks ``n``). The local ε stays the headline
+guarantee: it needs no such assumption.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from scipy.special import gammaln
+from scipy.stats import binom
+
+__all__ = [
+    "ASSUMPTIONS",
+    "ShuffleBound",
+    "shuffle_delta",
+    "shuffle_epsilon",
+    "closed_form_epsilon",
+    "local_epsilon_for",
+    "default_delta",
+]
+
+#: The label carried with every amplified figure.
+ASSUMPTIONS = (
+    "central (ε, δ) by shuffling (Feldman, McMillan & Talwar 2021, numerical clone bound): "
+    "holds only if each group's reports are unlinkable to their senders and every member "
+    "is an honest peer; the local ε needs neither"
+)
+_LOG_TAIL = -70.0
+
+
+def _check(epsilon0: float, n: int) -> None:
+    if not (epsilon0 > 0 and math.isfinite(epsilon0)):
+        raise ValueError(f"local epsilon must be a finite number > 0, got {epsilon0}")
+    if int(n) != n or n < 1:
+        raise ValueError(f"group size n must be an integer >= 1, got {n}")
+
+
+def default_delta(n: int) -> float:
+    """δ used when none is given: ``min(1e-6, 0.1/n)``, well below the 1/n of a single peer."""
+    return min(1e-6, 0.1 / max(int(n), 1))
+
+
+@lru_cache(maxsize=64)
+def _pair(epsilon0: float, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The masses of P and Q over every outcome (c, a) with non-negligible probability.
+
+    Outcome (c, a): ``c`` clones, first coordinate ``a``. ``P = w_c·(q₁·b(a−1) + (1−q₁)·b(a))``
+    and ``Q = w_c·((1−q₁)·b(a−1) + q₁·b(a))`` with ``w_c = Bin(c; n−1, e^{−ε₀})`` and
+    ``b = Bin(·; c, 1/2)``. Tails of either binomial below ``e^{−70}`` (~1e-30,
+    far below any δ used) are dropped, which only lowers both divergences by less.
+    """
+    p_clone = math.exp(-epsilon0)
+    q1 = 1.0 / (1.0 + math.exp(-epsilon0))  # e^{ε0}/(e^{ε0}+1), overflow-free
+    cs = np.arange(n)
+    log_w = binom.logpmf(cs, n - 1, p_clone)
+    cs = cs[log_w > _LOG_TAIL]
+    log_w = log_w[log_w > _LOG_TAIL]
+    half = int(math.ceil(6.0 * math.sqrt(max(int(cs.max()), 1)))) + 2  # > 11.8 sd of A (sd = √c/2)
+    offsets = np.arange(-half, half + 2)
+    a = np.floor(cs / 2.0).astype(np.int64)[:, None] + offsets[None, :]  # (C, W) candidate a values
+    c = cs[:, None]
+
+    def log_b(k: np.ndarray) -> np.ndarray:
+        inside = (k >= 0) & (k <= c)
+        kk = np.clip(k, 0, c)
+        out = gammaln(c + 1) - gammaln(kk + 1) - gammaln(c - kk + 1) - c * math.log(2.0)
+        return np.where(inside, out, -np.inf)
+
+    below = np.exp(log_b(a - 1) + log_w[:, None])
+    at = np.exp(log_b(a) + log_w[:, None])
+    valid = (a >= 0) & (a <= c + 1)
+    p = np.where(valid, q1 * below + (1.0 - q1) * at, 0.0)
+    q = np.where(valid, (1.0 - q1) * below + q1 * at, 0.0)
+    return p.ravel(), q.ravel()
+
+
+def shuffle_delta(epsilon: float, epsilon0: float, n: int) -> float:
+    """``δ(ε)`` of ``n`` shuffled ε₀-LDP reports (FMT 2021, Theorem 3.2).
+
+    Parameters
+    ----------
+    epsilon : float
+        The central ε (≥ 0) at which δ is evaluated.
+    epsilon0 : float
+        Each report's local ε₀.
+    n : int
+        Reports shuffled together (the differing user included).
+
+    Returns
+    -------
+    float
+        ``max(E_ε(P‖Q), E_ε(Q‖P))`` in [0, 1], summed over the whole support
+        but for binomial tails below ~1e-30.
+    """
+    _check(epsilon0, n)
+    if epsilon < 0:
+        raise ValueError(f"epsilon must be >= 0, got {epsilon}")
+    if epsilon >= epsilon0:
+        return 0.0
+    p, q = _pair(float(epsilon0), int(n))
+    e_eps = math.exp(epsilon)
+    forward = float(np.sum(np.clip(p - e_eps * q, 0.0, None)))
+    backward = float(np.sum(np.clip(q - e_eps * p, 0.0, None)))
+    return float(min(1.0, max(forward, backward)))
+
+
+def shuffle_epsilon(epsilon0: float, n: int, delta: float | None = None, *, tol: float = 1e-6) -> float:
+    """The smallest central ε with ``δ(ε) ≤ delta`` for ``n`` shuffled ε₀-LDP reports.
+
+    ``δ(ε)`` is non-increasing in ε and 0 at ε₀, so the answer lies in
+    ``[0, ε₀]`` and is found by bisection to ``tol`` (rounded up: the
+    returned ε always satisfies the bound).
+
+    Parameters
+    ----------
+    epsilon0 : float
+    n : int
+    delta : float, optional
+        Default :func:`default_delta` of ``n``.
+    """
+    _check(epsilon0, n)
+    delta = default_delta(n) if delta is None else float(delta)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if n == 1 or shuffle_delta(0.0, epsilon0, n) <= delta:
+        return epsilon0 if n == 1 else 0.0
+    low, high = 0.0, float(epsilon0)
+    while high - low > tol:
+        mid = 0.5 * (low + high)
+        if shuffle_delta(mid, epsilon0, n) <= delta:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+def closed_form_epsilon(epsilon0: float, n: int, delta: float) -> float | None:
+    """FMT 2021 Theorem 3.1's closed-form ε, or None outside its range ``ε₀ ≤ log(n/(16 log(2/δ)))``."""
+    _check(epsilon0, n)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    limit = n / (16.0 * math.log(2.0 / delta))
+    if limit <= 1.0 or epsilon0 > math.log(limit):
+        return None
+    e0 = math.exp(epsilon0)
+    inner = 8.0 * math.sqrt(e0 * math.log(4.0 / delta)) / math.sqrt(n) + 8.0 * e0 / n
+    return math.log1p((e0 - 1.0) / (e0 + 1.0) * inner)
+
+
+def local_epsilon_for(
+    target_epsilon: float,
+    n: int,
+    delta: float | None = None,
+    *,
+    max_epsilon0: float = 20.0,
+    tol: float = 1e-4,
+) -> float:
+    """The largest local ε₀ whose shuffled central ε (groups of ``n``) stays within ``target_epsilon``.
+
+    For an aggregator that states a central target: the central ε grows with
+    ε₀, so bisection finds the largest ε₀ ≤ ``max_epsilon0`` meeting it
+    (rounded down: the returned ε₀ always meets the target). At worst this is
+    the target itself (n = 1: no amplification).
+    """
+    if not (target_epsilon > 0 and math.isfinite(target_epsilon)):
+        raise ValueError(f"target epsilon must be a finite number > 0, got {target_epsilon}")
+    _check(target_epsilon, n)
+    delta = default_delta(n) if delta is None else float(delta)
+    if shuffle_epsilon(max_epsilon0, n, delta) <= target_epsilon:
+        return float(max_epsilon0)
+    low, high = float(min(target_epsilon, max_epsilon0)), float(max_epsilon0)
+    while high - low > tol:
+        mid = 0.5 * (low + high)
+        if shuffle_epsilon(mid, n, delta) <= target_epsilon:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+@dataclass(frozen=True)
+class ShuffleBound:
+    """A central (ε, δ) by shuffling, with what it rests on.
+
+    Attributes
+    ----------
+    epsilon : float
+        Largest central ε over the peer pools (each pool composed as its peers' releases are).
+    delta : float
+    smallest_group : int
+        The fewest reports shuffled together in any group (the weakest group decides).
+    assumptions : str
+        :data:`ASSUMPTIONS`.
+    """
+
+    epsilon: float
+    delta: float
+    smallest_group: int
+    assumptions: str = ASSUMPTIONS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "epsilon": float(self.epsilon),
+            "delta": float(self.delta),
+            "smallest_group": int(self.smallest_group),
+            "assumptions": self.assumptions,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ShuffleBound:
+        return cls(
+            float(data["epsilon"]),
+            float(data["delta"]),
+            int(data["smallest_group"]),
+            str(data["assumptions"]),
+        )
+
+    @classmethod
+    def of_groups(cls, groups: list[tuple[float, int, int]], delta: float | None = None) -> ShuffleBound:
+        """The bound of a problem whose peers fall in disjoint pools.
+
+        Parameters
+        ----------
+        groups : list of (ε₀, k, n)
+            One entry per pool: each peer of the pool releases ``k`` reports of
+            ε₀ each, every report shuffled among (at least) ``n`` reports of the
+            same kind. Within a pool, k shuffled releases compose to
+            ``(k·ε, k·δ_each)`` with ``δ_each = δ/k``; disjoint pools compose in
+            parallel, so the problem's ε is the largest pool's.
+        delta : float, optional
+            Total δ per peer; default :func:`default_delta` of the smallest group.
+        """
+        if not groups:
+            raise ValueError("no groups")
+        smallest = min(int(n) for _, _, n in groups)
+        delta = default_delta(smallest) if delta is None else float(delta)
+        worst = max(k * shuffle_epsilon(e0, int(n), delta / k) for e0, k, n in groups)
+        return cls(float(worst), float(delta), smallest)
