@@ -5,7 +5,9 @@
 per inner edge when ``bins > 2``) with a query callable that publishes a
 signed :class:`~anonml.protocol.MedianQuery` for a fresh group of the median
 pool and waits for that group's answers until ``median_step_seconds`` pass
-(or everyone answered). The pool is split by :func:`median_groups` exactly as
+or a quorum of the group answered (:func:`step_quorum`; with the default
+quorum 1, everyone), whichever comes first; answers after the close are
+refused. The pool is split by :func:`median_groups` exactly as
 :func:`anonml.learn.simulation.private_binning` splits it, so every pool peer
 is asked at most once (parallel composition with the report pool) and the
 network search computes what the simulation computes. A share too small for
@@ -19,6 +21,7 @@ roster and compare its fingerprint before the first question.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -32,7 +35,7 @@ from aggregator.state import ProblemContext
 from anonml.privacy import estimate_median, estimate_quantile
 from anonml.protocol import MedianQuery, sign_message
 
-__all__ = ["MedianRun", "median_groups"]
+__all__ = ["MedianRun", "median_groups", "step_quorum"]
 
 log = logging.getLogger("anonml.aggregator")
 
@@ -60,6 +63,11 @@ def median_groups(pool: Sequence[int], n_numeric: int, searches: int, steps: int
         per_edge = min(steps, share.size // searches)
         out.append(list(np.array_split(share, per_edge * searches)) if per_edge >= 1 else [])
     return out
+
+
+def step_quorum(group: int, quorum: float) -> int:
+    """Answers that end a step early: ``ceil(quorum · group)``, at least 1 (``MedianSettings.quorum``)."""
+    return max(1, math.ceil(quorum * group - 1e-9))
 
 
 class MedianRun:
@@ -140,6 +148,7 @@ class MedianRun:
         problem = self.ctx.problem
         draft = problem.draft
         wait = draft.schedule.median_step_seconds
+        quorum = draft.median.quorum
 
         def query(threshold: float, step: int) -> np.ndarray:
             members = tuple(int(i) for i in parts[step])
@@ -166,6 +175,7 @@ class MedianRun:
                     )
                 )
             deadline = time.monotonic() + wait
+            enough = step_quorum(len(members), quorum)
             count = (
                 select(func.count())
                 .select_from(MedianAnswerRow)
@@ -178,7 +188,7 @@ class MedianRun:
             with state.answers:
                 while not self.driver.stopping:
                     with state.sessions() as s:
-                        if (s.scalar(count) or 0) >= len(members):
+                        if (s.scalar(count) or 0) >= enough:
                             break
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:

@@ -55,6 +55,7 @@ from sqlalchemy import func, select, update
 
 from aggregator.db import MedianAnswerRow, ProblemRow, RegistrationRow, ReportRow, settle_reports, wipe_log
 from aggregator.medians import MedianRun
+from aggregator.routes.problems import problem_account
 from aggregator.state import AggregatorState
 from aggregator.training import train_problem
 from anonml.crypto import CryptoError, TokenKey
@@ -81,7 +82,9 @@ __all__ = ["RoundDriver"]
 
 log = logging.getLogger("anonml.aggregator")
 
-ACTIVE = ("registration", "witnessing", "medians", "reporting", "training", "done")
+ACTIVE = ("registration", "witnessing", "medians", "reporting", "training", "done", "degraded")
+#: Phases from which an admin ``train`` (re)trains on the stored reports.
+RETRAINABLE = ("reporting", "done", "degraded", "failed")
 
 #: Largest witness answer read (a cosignature is about 600 bytes).
 MAX_WITNESS_RESPONSE = 16 * 1024
@@ -134,12 +137,41 @@ class RoundDriver:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.state.settings.tick_seconds):
-            for pid in self.state.problem_ids(ACTIVE):
+            self.tick()
+
+    def tick(self) -> None:
+        """Advance every active problem once; no error escapes (the loop must outlive it).
+
+        A problem whose step raises is failed with the reason; when even that
+        or the listing fails (e.g. the database is unreachable or its pool
+        exhausted), the error is logged and the next tick tries again.
+        """
+        try:
+            pids = self._active()
+        except Exception:
+            log.exception("listing the active problems failed; retrying at the next tick")
+            return
+        for pid in pids:
+            try:
+                self.advance(pid)
+            except Exception as exc:  # one broken problem must not stop the others
+                log.exception("problem %s failed", pid)
                 try:
-                    self.advance(pid)
-                except Exception as exc:  # one broken problem must not stop the others
-                    log.exception("problem %s failed", pid)
                     self._fail(pid, f"internal error: {exc}")
+                except Exception:
+                    log.exception("recording the failure of %s failed; retrying at the next tick", pid)
+
+    def _active(self) -> list[str]:
+        """Problems the loop looks at: active phases, and failed ones an admin asked to retrain."""
+        with self.state.sessions() as s:
+            return list(
+                s.scalars(
+                    select(ProblemRow.id).where(
+                        ProblemRow.phase.in_(ACTIVE)
+                        | ((ProblemRow.phase == "failed") & ProblemRow.train_requested.is_(True))
+                    )
+                )
+            )
 
     def advance(self, pid: str) -> None:
         """Look at one problem and take the step its phase and the clock call for."""
@@ -173,7 +205,7 @@ class RoundDriver:
             grace = self.state.settings.intake_grace_seconds
             if train or (t_r is not None and now > t_r + grace):
                 self._start_training(pid)
-        elif phase == "done" and train:
+        elif phase in ("done", "degraded", "failed") and train:
             self._start_training(pid)
 
     # -- transitions --------------------------------------------------------------
@@ -414,7 +446,7 @@ class RoundDriver:
             # Write first: takes the lock, so intake transactions after it see "training".
             taken = s.execute(
                 update(ProblemRow)
-                .where(ProblemRow.id == pid, ProblemRow.phase.in_(("reporting", "done")))
+                .where(ProblemRow.id == pid, ProblemRow.phase.in_(RETRAINABLE))
                 .values(train_requested=False)
             ).rowcount
             if taken != 1:
@@ -441,6 +473,8 @@ class RoundDriver:
                     for r in s.scalars(select(ReportRow).where(ReportRow.problem_id == pid))
                 ]
                 answered = int(s.scalar(select(ProblemRow.median_answered).where(ProblemRow.id == pid)) or 0)
+                account = problem_account(s, pid, ctx)
+            assert account is not None
             model, metrics = train_problem(ctx.problem, ctx.roster, ctx.bins, ctx.plan, reports, answered)
             document = sign_message(
                 ModelDocument(
@@ -448,15 +482,25 @@ class RoundDriver:
                     created_at=datetime.now(UTC),
                     model=json.loads(model.to_json()),
                     metrics=metrics,
+                    reports=account,
                     signature=bytes(64),
                 ),
                 state.identity,
             )
+            limit = state.settings.max_loss_fraction
+            degraded = account.lost_fraction > limit
             with state.sessions() as s, s.begin():
                 row = s.get(ProblemRow, pid)
                 assert row is not None
                 row.model_json = document.model_dump_json()
-                self._enter(row, "done", "")
+                if degraded:
+                    self._enter(
+                        row, "degraded", f"{account.describe()}; more than {limit:.0%} lost, model published"
+                    )
+                elif account.lost:
+                    self._enter(row, "done", account.describe())
+                else:
+                    self._enter(row, "done", "")
         except AnonMLError as exc:  # expected (e.g. no report arrived): the reason is the status
             log.warning("training of %s failed: %s", pid, exc)
             self._fail(pid, f"training failed: {exc}")

@@ -126,11 +126,11 @@ def intake(body: IntakeDelivery, state: StateDep, session: SessionDep) -> Intake
             if phase != "reporting":
                 raise _Closed(f"problem {pid} is in phase {phase}; the report round is closed")
     except TokenSpent:
-        raise state.refuse(pid, "duplicate token", 409, "token already redeemed") from None
+        raise state.refuse(pid, "duplicate token", 409, "token already redeemed", intake=True) from None
     except InvalidToken as exc:
-        raise state.refuse(pid, "bad token", 403, str(exc)) from None
+        raise state.refuse(pid, "bad token", 403, str(exc), intake=True) from None
     except _Closed as exc:
-        raise state.refuse(pid, "wrong phase", 409, str(exc)) from None
+        raise state.refuse(pid, "wrong phase", 409, str(exc), intake=True) from None
     return IntakeReceipt(accepted=True)
 
 
@@ -173,15 +173,21 @@ def _checked(
         raise state.refuse("", "unknown problem", 404, f"no problem {report.problem_id!r}")
     pid = report.problem_id
     if ctx.bins is None or ctx.plan is None:
-        raise state.refuse(pid, "wrong phase", 409, f"problem {pid} has no open report round")
+        raise state.refuse(pid, "wrong phase", 409, f"problem {pid} has no open report round", intake=True)
     if time.time() > ctx.bins.t_r + state.settings.intake_grace_seconds:
-        raise state.refuse(pid, "late", 409, f"the report round of {pid} ended at t_r={ctx.bins.t_r:.3f}")
+        raise state.refuse(
+            pid, "late", 409, f"the report round of {pid} ended at t_r={ctx.bins.t_r:.3f}", intake=True
+        )
     try:
         check_report(ctx, report)
     except _OutOfSupport as exc:
-        raise state.refuse(pid, "out of support", 422, f"report is not a mechanism output: {exc}") from None
+        raise state.refuse(
+            pid, "out of support", 422, f"report is not a mechanism output: {exc}", intake=True
+        ) from None
     except ValueError as exc:
-        raise state.refuse(pid, "malformed", 422, f"report does not fit the plan: {exc}") from None
+        raise state.refuse(
+            pid, "malformed", 422, f"report does not fit the plan: {exc}", intake=True
+        ) from None
     _check_slot(state, ctx, redemption, report)
     return redemption, report, ctx
 
@@ -196,13 +202,23 @@ def _check_slot(
         return
     if any(slot == report_slot(pid, p, report.subset) for p in range(draft.kp)):
         raise state.refuse(
-            pid, "wrong partition", 403, f"the token was issued for another partition than {report.partition}"
+            pid,
+            "wrong partition",
+            403,
+            f"the token was issued for another partition than {report.partition}",
+            intake=True,
         )
     if any(slot == report_slot(pid, report.partition, k) for k in range(draft.kh)):
         raise state.refuse(
-            pid, "wrong slot", 403, f"the token was issued for another subset than {report.subset}"
+            pid,
+            "wrong slot",
+            403,
+            f"the token was issued for another subset than {report.subset}",
+            intake=True,
         )
-    raise state.refuse(pid, "foreign token", 403, "the token is for a slot of another problem or round")
+    raise state.refuse(
+        pid, "foreign token", 403, "the token is for a slot of another problem or round", intake=True
+    )
 
 
 class _OutOfSupport(ValueError):
