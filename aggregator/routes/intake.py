@@ -51,7 +51,14 @@ from anonml.crypto import (
 from anonml.crypto.spent import SpentTokenRow, insert_once
 from anonml.learn.histograms import domain_size
 from anonml.privacy import check_support
-from anonml.protocol import IntakeDelivery, IntakeReceipt, PrivateReport, ReportReceipts, report_slot
+from anonml.protocol import (
+    MODEL_PHASES,
+    IntakeDelivery,
+    IntakeReceipt,
+    PrivateReport,
+    ReportReceipts,
+    report_slot,
+)
 
 __all__ = ["router", "check_report", "receipts"]
 
@@ -145,7 +152,7 @@ def receipts(problem_id: str, state: StateDep, session: SessionDep) -> ReportRec
     if ctx is None:
         raise HTTPException(status_code=404, detail=f"no problem {problem_id!r}")
     phase = session.scalar(select(ProblemRow.phase).where(ProblemRow.id == problem_id))
-    if phase not in ("training", "done"):
+    if phase not in ("training", *MODEL_PHASES):
         raise HTTPException(
             status_code=409, detail=f"problem {problem_id} is in phase {phase}; no receipts yet"
         )
