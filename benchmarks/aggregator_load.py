@@ -40,9 +40,8 @@ import numpy as np
 import requests
 
 from aggregator.app import start_server_process
-from aggregator.settings import AggregatorSettings
 from anonml.protocol import Roster
-from tests.aggregator.helpers import ADMIN, TOKEN, WirePeer, draft, propose, slots
+from tests.aggregator.helpers import ADMIN, WirePeer, aggregator_settings, draft, propose, slots
 
 RESULTS = Path(__file__).resolve().parent / "results" / "aggregator_load.json"
 
@@ -113,13 +112,7 @@ def _healthy(url: str) -> None:
 def run(concurrency: int, timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="anonml-load-") as tmp:
         root = Path(tmp)
-        settings = AggregatorSettings(
-            db_url=f"sqlite:///{root / 'aggregator.db'}",
-            identity_file=root / "identity.json",
-            admin_token=TOKEN,
-            allow_loopback_http=True,
-            port=0,
-        )
+        settings = aggregator_settings(root, port=0, tick_seconds=0.1)
         server = start_server_process(settings)
         try:
             url = server.url

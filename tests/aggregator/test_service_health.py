@@ -13,19 +13,12 @@ from sqlalchemy.orm import sessionmaker
 
 from aggregator.app import ServerHandle, create_app, start_server
 from aggregator.rounds import RoundDriver
-from aggregator.settings import AggregatorSettings
-from tests.aggregator.helpers import ADMIN, TOKEN, WirePeer, draft, propose, wait_phase
+from tests.aggregator.helpers import ADMIN, WirePeer, aggregator_settings, draft, propose, wait_phase
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[ServerHandle]:
-    settings = AggregatorSettings(
-        db_url=f"sqlite:///{tmp_path / 'aggregator.db'}",
-        identity_file=tmp_path / "identity.json",
-        admin_token=TOKEN,
-        tick_seconds=0.05,
-        allow_loopback_http=True,
-    )
+    settings = aggregator_settings(tmp_path)
     handle = start_server(create_app(settings))
     try:
         yield handle

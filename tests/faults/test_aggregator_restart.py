@@ -26,8 +26,8 @@ from anonml.crypto import PublicIdentity
 from anonml.protocol import MedianQuery, ModelDocument, ProblemStatus, ReportAccount, verify_message
 from tests.aggregator.helpers import (
     ADMIN,
-    TOKEN,
     WirePeer,
+    aggregator_settings,
     assignment_of,
     bins_of,
     delivery,
@@ -79,15 +79,7 @@ class Killable:
 @pytest.fixture
 def agg(tmp_path: Path) -> Iterator[Killable]:
     db_path = tmp_path / "aggregator.db"
-    settings = AggregatorSettings(
-        db_url=f"sqlite:///{db_path}",
-        identity_file=tmp_path / "aggregator-identity.json",
-        admin_token=TOKEN,
-        tick_seconds=0.05,
-        intake_grace_seconds=0.5,
-        allow_loopback_http=True,
-        port=0,
-    )
+    settings = aggregator_settings(tmp_path, port=0)
     a = Killable(settings, db_path).start()
     try:
         yield a
