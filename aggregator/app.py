@@ -24,6 +24,7 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy import text
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aggregator.rounds import RoundDriver
@@ -127,9 +128,17 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
         return JSONResponse({"detail": str(exc)}, status_code=400)
 
     @app.get("/healthz", tags=["service"])
-    def healthz() -> dict[str, str]:
-        """Liveness, and the aggregator's public identity (hex) for pinning."""
-        return {"status": "ok", "identity": state.public_identity.hex()}
+    def healthz() -> JSONResponse:
+        """Readiness: one query on the database (503 when it fails), and the public identity (hex)."""
+        try:
+            with state.sessions() as s:
+                s.execute(text("SELECT 1")).scalar_one()
+        except Exception as exc:  # any database error: the aggregator cannot serve
+            return JSONResponse(
+                {"status": "unavailable", "detail": f"database: {exc.__class__.__name__}: {exc}"[:300]},
+                status_code=503,
+            )
+        return JSONResponse({"status": "ok", "identity": state.public_identity.hex()})
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app

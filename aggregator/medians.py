@@ -5,20 +5,32 @@
 per inner edge when ``bins > 2``) with a query callable that publishes a
 signed :class:`~anonml.protocol.MedianQuery` for a fresh group of the median
 pool and waits for that group's answers until ``median_step_seconds`` pass
-(or everyone answered). The pool is split by :func:`median_groups` exactly as
+or a quorum of the group answered (:func:`step_quorum`; with the default
+quorum 1, everyone), whichever comes first; answers after the close are
+refused. The pool is split by :func:`median_groups` exactly as
 :func:`anonml.learn.simulation.private_binning` splits it, so every pool peer
 is asked at most once (parallel composition with the report pool) and the
 network search computes what the simulation computes. A share too small for
 one step per edge leaves equal-width cuts of the declared range (no data
 used); a step nobody answers ends that search at its threshold.
 
-The search starts after ``roster_seconds``, giving peers time to check the
-roster and compare its fingerprint before the first question.
+The search starts ``roster_seconds`` after the median phase began, giving
+peers time to check the roster and compare its fingerprint before the first
+question.
+
+Every question is a row of ``median_queries`` (open until its step ends) and
+every answer a row of ``median_answers``, and the search is a deterministic
+function of the answers. So a search survives a restart: :class:`MedianRun`
+started again replays it, taking each closed step's stored answers instead of
+asking again, and waits on the step that was open (the same signed query,
+still served to its group, for a fresh ``median_step_seconds``). No peer is
+asked twice; a replay that would ask something else fails the problem.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -32,7 +44,7 @@ from aggregator.state import ProblemContext
 from anonml.privacy import estimate_median, estimate_quantile
 from anonml.protocol import MedianQuery, sign_message
 
-__all__ = ["MedianRun", "median_groups"]
+__all__ = ["MedianRun", "median_groups", "step_quorum"]
 
 log = logging.getLogger("anonml.aggregator")
 
@@ -62,12 +74,19 @@ def median_groups(pool: Sequence[int], n_numeric: int, searches: int, steps: int
     return out
 
 
+def step_quorum(group: int, quorum: float) -> int:
+    """Answers that end a step early: ``ceil(quorum · group)``, at least 1 (``MedianSettings.quorum``)."""
+    return max(1, math.ceil(quorum * group - 1e-9))
+
+
 class MedianRun:
     """The median searches of one problem, one thread per numeric feature."""
 
-    def __init__(self, driver: Any, ctx: ProblemContext) -> None:
+    def __init__(self, driver: Any, ctx: ProblemContext, since: float | None = None) -> None:
         self.driver = driver
         self.ctx = ctx
+        #: POSIX time the median phase began: the first question waits until ``since + roster_seconds``.
+        self.since = time.time() if since is None else since
         self.thresholds: dict[int, tuple[float, ...]] = {}
         self.errors: list[str] = []
         draft = ctx.problem.draft
@@ -98,7 +117,7 @@ class MedianRun:
 
     def _search(self, feature: int, parts: list[np.ndarray], low: float, high: float) -> None:
         draft = self.ctx.problem.draft
-        if self.driver.wait(draft.schedule.roster_seconds):
+        if self.driver.wait(max(0.0, self.since + draft.schedule.roster_seconds - time.time())):
             self.errors.append("the aggregator stopped")
             return
         per_edge = len(parts) // (draft.bins - 1)
@@ -140,32 +159,46 @@ class MedianRun:
         problem = self.ctx.problem
         draft = problem.draft
         wait = draft.schedule.median_step_seconds
+        quorum = draft.median.quorum
 
         def query(threshold: float, step: int) -> np.ndarray:
             members = tuple(int(i) for i in parts[step])
-            signed = sign_message(
-                MedianQuery(
-                    problem_id=problem.id,
-                    feature=feature,
-                    step=step,
-                    threshold=float(threshold),
-                    members=members,
-                    epsilon=draft.median_epsilon,
-                    signature=bytes(64),
-                ),
-                state.identity,
-            )
-            with state.sessions() as s, s.begin():
-                s.add(
-                    MedianQueryRow(
+            with state.sessions() as s:
+                asked = s.get(MedianQueryRow, (problem.id, feature, step))
+            if asked is not None:  # a resumed search: this step was asked before the restart
+                earlier = MedianQuery.model_validate_json(asked.query_json)
+                if earlier.members != members or not math.isclose(earlier.threshold, float(threshold)):
+                    raise RuntimeError(
+                        f"the resumed search diverged at step {step} (threshold {threshold} "
+                        f"vs {earlier.threshold} asked before the restart)"
+                    )
+                if not asked.open:
+                    return self._answers(feature, step, threshold)
+            else:
+                signed = sign_message(
+                    MedianQuery(
                         problem_id=problem.id,
                         feature=feature,
                         step=step,
-                        query_json=signed.model_dump_json(),
-                        open=True,
-                    )
+                        threshold=float(threshold),
+                        members=members,
+                        epsilon=draft.median_epsilon,
+                        signature=bytes(64),
+                    ),
+                    state.identity,
                 )
+                with state.sessions() as s, s.begin():
+                    s.add(
+                        MedianQueryRow(
+                            problem_id=problem.id,
+                            feature=feature,
+                            step=step,
+                            query_json=signed.model_dump_json(),
+                            open=True,
+                        )
+                    )
             deadline = time.monotonic() + wait
+            enough = step_quorum(len(members), quorum)
             count = (
                 select(func.count())
                 .select_from(MedianAnswerRow)
@@ -178,7 +211,7 @@ class MedianRun:
             with state.answers:
                 while not self.driver.stopping:
                     with state.sessions() as s:
-                        if (s.scalar(count) or 0) >= len(members):
+                        if (s.scalar(count) or 0) >= enough:
                             break
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
@@ -195,17 +228,25 @@ class MedianRun:
                     )
                     .values(open=False)
                 )
-                bits = list(
-                    s.scalars(
-                        select(MedianAnswerRow.bit).where(
-                            MedianAnswerRow.problem_id == problem.id,
-                            MedianAnswerRow.feature == feature,
-                            MedianAnswerRow.step == step,
-                        )
-                    )
-                )
-            if not bits:
-                raise _NoAnswers(threshold)
-            return np.asarray(bits, dtype=bool)
+            return self._answers(feature, step, threshold)
 
         return query
+
+    def _answers(self, feature: int, step: int, threshold: float) -> np.ndarray:
+        """The stored answers of a closed step (:class:`_NoAnswers` when there are none)."""
+        pid = self.ctx.problem.id
+        with self.driver.state.sessions() as s:
+            bits = list(
+                s.scalars(
+                    select(MedianAnswerRow.bit)
+                    .where(
+                        MedianAnswerRow.problem_id == pid,
+                        MedianAnswerRow.feature == feature,
+                        MedianAnswerRow.step == step,
+                    )
+                    .order_by(MedianAnswerRow.id)
+                )
+            )
+        if not bits:
+            raise _NoAnswers(threshold)
+        return np.asarray(bits, dtype=bool)

@@ -34,12 +34,21 @@ problem each ``tick_seconds`` and moves it on:
     :func:`aggregator.training.train_problem` on the stored reports; the
     signed :class:`~anonml.protocol.ModelDocument` is published.
 
-Cosignature collection is idempotent at the witnesses (the same transcript
-gets the same cosignature), so after a restart during ``witnessing`` it simply
-starts again. Median searches and training run in their own threads and keep their
-progress in memory; if the process restarts during either, the problem is
-marked ``failed`` (its peers' budgets were spent on a search nobody can finish,
-so silently restarting it would double their ε).
+Restarts. The phase, its start, the published documents and every step's
+inputs live in the database, so a restarted process resumes each problem in
+the phase it was in, within its schedule: registration and reporting simply
+continue (their deadlines are stored); cosignature collection is idempotent at
+the witnesses (the same transcript gets the same cosignature), so roster and
+bins witnessing start again; median searches replay from their stored
+questions and answers (:mod:`aggregator.medians`: no peer is asked twice, so
+no ε is spent twice); training starts again on the settled reports (the round
+was closed and its reports settled in the transaction that entered
+``training``), and an admin ``train`` retrains a problem that failed in
+training. Publication is the same transaction that leaves ``training``.
+
+Every tick is guarded (:meth:`RoundDriver.tick`): an error fails the one problem
+it came from, and an error outside any problem (the database unreachable) is
+logged and retried at the next tick; the loop never dies.
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ from sqlalchemy import func, select, update
 
 from aggregator.db import MedianAnswerRow, ProblemRow, RegistrationRow, ReportRow, settle_reports, wipe_log
 from aggregator.medians import MedianRun
+from aggregator.routes.problems import problem_account
 from aggregator.state import AggregatorState
 from aggregator.training import train_problem
 from anonml.crypto import CryptoError, TokenKey
@@ -81,7 +91,9 @@ __all__ = ["RoundDriver"]
 
 log = logging.getLogger("anonml.aggregator")
 
-ACTIVE = ("registration", "witnessing", "medians", "reporting", "training", "done")
+ACTIVE = ("registration", "witnessing", "medians", "reporting", "training", "done", "degraded")
+#: Phases from which an admin ``train`` (re)trains on the stored reports.
+RETRAINABLE = ("reporting", "done", "degraded", "failed")
 
 #: Largest witness answer read (a cosignature is about 600 bytes).
 MAX_WITNESS_RESPONSE = 16 * 1024
@@ -127,19 +139,47 @@ class RoundDriver:
 
     # -- loop ---------------------------------------------------------------------
     def _recover(self) -> None:
-        for pid in self.state.problem_ids(("medians", "training")):
-            self._fail(pid, "the aggregator restarted during this phase; its progress was in memory")
+        """Pick up every problem where the database says it is (the loop does the rest)."""
         for pid in self.state.problem_ids(("witnessing",)):
             self._start_roster_witnessing(pid)  # idempotent at the witnesses
 
     def _loop(self) -> None:
         while not self._stop.wait(self.state.settings.tick_seconds):
-            for pid in self.state.problem_ids(ACTIVE):
+            self.tick()
+
+    def tick(self) -> None:
+        """Advance every active problem once; no error escapes (the loop must outlive it).
+
+        A problem whose step raises is failed with the reason; when even that
+        or the listing fails (e.g. the database is unreachable or its pool
+        exhausted), the error is logged and the next tick tries again.
+        """
+        try:
+            pids = self._active()
+        except Exception:
+            log.exception("listing the active problems failed; retrying at the next tick")
+            return
+        for pid in pids:
+            try:
+                self.advance(pid)
+            except Exception as exc:  # one broken problem must not stop the others
+                log.exception("problem %s failed", pid)
                 try:
-                    self.advance(pid)
-                except Exception as exc:  # one broken problem must not stop the others
-                    log.exception("problem %s failed", pid)
                     self._fail(pid, f"internal error: {exc}")
+                except Exception:
+                    log.exception("recording the failure of %s failed; retrying at the next tick", pid)
+
+    def _active(self) -> list[str]:
+        """Problems the loop looks at: active phases, and failed ones an admin asked to retrain."""
+        with self.state.sessions() as s:
+            return list(
+                s.scalars(
+                    select(ProblemRow.id).where(
+                        ProblemRow.phase.in_(ACTIVE)
+                        | ((ProblemRow.phase == "failed") & ProblemRow.train_requested.is_(True))
+                    )
+                )
+            )
 
     def advance(self, pid: str) -> None:
         """Look at one problem and take the step its phase and the clock call for."""
@@ -148,6 +188,8 @@ class RoundDriver:
             if row is None:
                 return
             phase, close, train, t_r = row.phase, row.close_requested, row.train_requested, row.t_r
+            since = row.phase_started
+            bins_pending = row.bins_json is not None and row.bins_cosignatures_json is None
         ctx = self.state.context(pid)
         assert ctx is not None
         now = time.time()
@@ -161,8 +203,9 @@ class RoundDriver:
             run = self._medians.get(pid)
             if run is None and (pid, "roster") in self._witnessing:
                 return  # the witnessing thread committed the phase and is starting the search
-            if run is None:
-                self._fail(pid, "median search state lost")
+            if run is None:  # after a restart: replay the searches from the stored steps and answers
+                log.info("problem %s: resuming its median searches from the database", pid)
+                self._medians[pid] = MedianRun(self, ctx, since=since)
             elif run.done:
                 del self._medians[pid]
                 if run.errors:
@@ -173,7 +216,13 @@ class RoundDriver:
             grace = self.state.settings.intake_grace_seconds
             if train or (t_r is not None and now > t_r + grace):
                 self._start_training(pid)
-        elif phase == "done" and train:
+            elif bins_pending and (pid, "bins") not in self._witnessing and ctx.bins is not None:
+                self._start_bins_witnessing(pid, ctx.bins)  # after a restart; idempotent at the witnesses
+        elif phase == "training" and pid not in self._training:
+            # After a restart: the round's reports were settled when training began; train on them.
+            log.info("problem %s: resuming training from the stored reports", pid)
+            self._start_training_thread(pid)
+        elif phase in ("done", "degraded", "failed") and train:
             self._start_training(pid)
 
     # -- transitions --------------------------------------------------------------
@@ -403,18 +452,21 @@ class RoundDriver:
             )
             self._enter(row, "reporting")
         if witnessed:
-            thread = threading.Thread(
-                target=self._witness_bins, args=(pid, bins), name=f"witness-bins-{pid}", daemon=True
-            )
-            self._witnessing[(pid, "bins")] = thread
-            thread.start()
+            self._start_bins_witnessing(pid, bins)
+
+    def _start_bins_witnessing(self, pid: str, bins: Bins) -> None:
+        thread = threading.Thread(
+            target=self._witness_bins, args=(pid, bins), name=f"witness-bins-{pid}", daemon=True
+        )
+        self._witnessing[(pid, "bins")] = thread
+        thread.start()
 
     def _start_training(self, pid: str) -> None:
         with self.state.sessions() as s, s.begin():
             # Write first: takes the lock, so intake transactions after it see "training".
             taken = s.execute(
                 update(ProblemRow)
-                .where(ProblemRow.id == pid, ProblemRow.phase.in_(("reporting", "done")))
+                .where(ProblemRow.id == pid, ProblemRow.phase.in_(RETRAINABLE))
                 .values(train_requested=False)
             ).rowcount
             if taken != 1:
@@ -424,6 +476,9 @@ class RoundDriver:
             self._enter(row, "training")
             settle_reports(s, pid)  # the round is over: staged reports move in random order
         wipe_log(self.state.engine)
+        self._start_training_thread(pid)
+
+    def _start_training_thread(self, pid: str) -> None:
         thread = threading.Thread(target=self._train, args=(pid,), name=f"train-{pid}", daemon=True)
         self._training[pid] = thread
         thread.start()
@@ -441,6 +496,8 @@ class RoundDriver:
                     for r in s.scalars(select(ReportRow).where(ReportRow.problem_id == pid))
                 ]
                 answered = int(s.scalar(select(ProblemRow.median_answered).where(ProblemRow.id == pid)) or 0)
+                account = problem_account(s, pid, ctx)
+            assert account is not None
             model, metrics = train_problem(ctx.problem, ctx.roster, ctx.bins, ctx.plan, reports, answered)
             document = sign_message(
                 ModelDocument(
@@ -448,15 +505,25 @@ class RoundDriver:
                     created_at=datetime.now(UTC),
                     model=json.loads(model.to_json()),
                     metrics=metrics,
+                    reports=account,
                     signature=bytes(64),
                 ),
                 state.identity,
             )
+            limit = state.settings.max_loss_fraction
+            degraded = account.lost_fraction > limit
             with state.sessions() as s, s.begin():
                 row = s.get(ProblemRow, pid)
                 assert row is not None
                 row.model_json = document.model_dump_json()
-                self._enter(row, "done", "")
+                if degraded:
+                    self._enter(
+                        row, "degraded", f"{account.describe()}; more than {limit:.0%} lost, model published"
+                    )
+                elif account.lost:
+                    self._enter(row, "done", account.describe())
+                else:
+                    self._enter(row, "done", "")
         except AnonMLError as exc:  # expected (e.g. no report arrived): the reason is the status
             log.warning("training of %s failed: %s", pid, exc)
             self._fail(pid, f"training failed: {exc}")

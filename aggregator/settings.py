@@ -44,6 +44,9 @@ class AggregatorSettings(BaseModel):
         How often the phase machine looks at the clock.
     intake_grace_seconds : float
         How long after t_r final-hop deliveries are still accepted (network latency).
+    max_loss_fraction : float
+        A problem that lost more than this fraction of its expected reports
+        ends ``degraded`` (its model is still published) instead of ``done``.
     max_body_bytes : int
         Larger request bodies are refused with 413 before parsing.
     allow_loopback_http : bool
@@ -62,6 +65,7 @@ class AggregatorSettings(BaseModel):
     port: int = Field(default=8470, ge=0, le=65535)
     tick_seconds: float = Field(default=0.1, gt=0, le=60)
     intake_grace_seconds: float = Field(default=1.0, ge=0, le=3600)
+    max_loss_fraction: float = Field(default=0.1, ge=0, le=1)
     max_body_bytes: int = Field(default=1 << 20, ge=4096)
     allow_loopback_http: bool = False
 

@@ -30,7 +30,27 @@ from anonml.database import make_engine
 from anonml.learn import Binning, PartitionPlan, make_plan
 from anonml.protocol import Bins, CosignatureBundle, Problem, Roster, roster_beacon
 
-__all__ = ["AggregatorState", "ProblemContext", "load_or_create_identity"]
+__all__ = ["AggregatorState", "ProblemContext", "load_or_create_identity", "INTAKE_REFUSAL", "reject_counts"]
+
+#: Prefix of the refusal reasons counted by the intake (they account for lost reports).
+INTAKE_REFUSAL = "intake: "
+
+
+def reject_counts(rows: list[tuple[str, int]]) -> tuple[dict[str, int], dict[str, int]]:
+    """``(every refusal by reason, intake refusals by reason)`` from stored ``(reason, count)`` rows.
+
+    Intake refusals are stored under :data:`INTAKE_REFUSAL` + reason and appear
+    in the first dictionary without the prefix, merged with the same reason's
+    other counts.
+    """
+    merged: dict[str, int] = {}
+    intake: dict[str, int] = {}
+    for reason, count in rows:
+        bare = reason.removeprefix(INTAKE_REFUSAL)
+        merged[bare] = merged.get(bare, 0) + int(count)
+        if bare != reason:
+            intake[bare] = intake.get(bare, 0) + int(count)
+    return merged, intake
 
 
 def load_or_create_identity(settings: AggregatorSettings) -> Identity:
@@ -148,8 +168,14 @@ class AggregatorState:
             return list(s.scalars(select(ProblemRow.id).where(ProblemRow.phase.in_(phases))))
 
     # -- refusals -----------------------------------------------------------------
-    def refuse(self, problem_id: str, reason: str, status: int, detail: str) -> HTTPException:
-        """Count a refusal (own short transaction) and return the HTTP error to raise."""
+    def refuse(
+        self, problem_id: str, reason: str, status: int, detail: str, *, intake: bool = False
+    ) -> HTTPException:
+        """Count a refusal (own short transaction) and return the HTTP error to raise.
+
+        ``intake``: a refused report delivery, counted under :data:`INTAKE_REFUSAL`
+        so the problem's report account can attribute lost reports to it.
+        """
         with self.sessions() as s, s.begin():
-            count_reject(s, problem_id, reason)
+            count_reject(s, problem_id, INTAKE_REFUSAL + reason if intake else reason)
         return HTTPException(status_code=status, detail=detail)

@@ -33,9 +33,40 @@ from anonml.learn import (
     paper_ensemble,
 )
 from anonml.privacy import MechanismDescriptor
-from anonml.protocol import Bins, Problem, Roster, unpack_bits
+from anonml.protocol import Bins, Problem, ReportAccount, Roster, unpack_bits
 
-__all__ = ["ReportGroup", "group_reports", "train_problem", "binning_of"]
+__all__ = ["ReportGroup", "group_reports", "train_problem", "binning_of", "account_reports"]
+
+#: Intake refusals that are not losses (the report they repeat was stored).
+NOT_A_LOSS = frozenset({"duplicate token"})
+
+
+def account_reports(
+    report_peers: int, slots_per_peer: int, received: int, late: int, refused: dict[str, int]
+) -> ReportAccount:
+    """Reports expected / received / lost and why (:class:`~anonml.protocol.ReportAccount`).
+
+    ``expected = report_peers × slots_per_peer``; ``lost = max(0, expected −
+    received)``. The intake's refusal counts explain the loss up to its size:
+    ``late`` first, then the other reasons in order (a refused delivery may
+    also be a forgery or a repeat, so refusals beyond the loss explain
+    nothing); ``not_arrived`` is what no refusal explains. Repeats of a stored
+    report (:data:`NOT_A_LOSS`) are no loss.
+    """
+    expected = max(0, report_peers) * max(0, slots_per_peer)
+    lost = max(0, expected - received)
+    left = lost
+    late_lost = min(late, left)
+    left -= late_lost
+    why: dict[str, int] = {}
+    for reason, count in sorted(refused.items()):
+        if reason in NOT_A_LOSS or reason == "late" or count <= 0 or left <= 0:
+            continue
+        why[reason] = min(count, left)
+        left -= why[reason]
+    return ReportAccount(
+        expected=expected, received=received, lost=lost, late=late_lost, refused=why, not_arrived=left
+    )
 
 
 @dataclass

@@ -468,10 +468,14 @@ def demo(
             progress.update(tasks[phase], completed=done, total=total)
 
         result = run_demo(students, weeks=weeks, seed=seed, epsilon=epsilon, progress=report)
-    table = Table("what", "value", title="AnonML demo")
+    shortfall = result.explanation()
+    table = Table("what", "value", title="AnonML demo" + (" — FELL SHORT" if shortfall else ""))
     for what, value in result.rows():
         table.add_row(what, value)
     out.print(table)
+    if shortfall:
+        err.print(f"[bold red]{shortfall}[/bold red]")
+        raise typer.Exit(1)
 
 
 @datasets_app.command("mooc")

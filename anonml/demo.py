@@ -54,11 +54,13 @@ from anonml.model import FeatureSpec
 from anonml.plugins import PluginRef, create
 from anonml.privacy import PrivacyLedger
 from anonml.protocol import (
+    MODEL_PHASES,
     MedianSettings,
     ModelDocument,
     Problem,
     ProblemDraft,
     ProblemStatus,
+    ReportAccount,
     Schedule,
     WitnessRef,
 )
@@ -124,6 +126,52 @@ class DemoResult:
     problem_id: str
     witness_log: int = 0
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    median_pool: int = 0
+    reports: ReportAccount | None = None
+    phase: str = "done"
+    message: str = ""
+    max_loss_fraction: float = 0.1
+
+    def shortfalls(self) -> list[str]:
+        """Why the protocol's run fell short of what it should compute (empty: it did not).
+
+        Short when the median pool answered nothing (the bins fell back to
+        equal-width cuts), when more than ``max_loss_fraction`` of the expected
+        reports were lost, when the problem ended anything but ``done``, or when
+        the protocol's AUC is below the in-process simulation's lower range
+        (mean − 3 standard deviations, and at least 0.02 below the mean).
+        """
+        out: list[str] = []
+        if self.phase != "done":
+            out.append(f"the problem ended {self.phase!r}: {self.message or 'no message'}")
+        if self.median_pool > 0 and self.median_answers == 0:
+            out.append(
+                f"none of the {self.median_pool} median-pool peers answered a median query, so the bins "
+                "are equal-width cuts of the declared ranges, not private medians"
+            )
+        if self.reports is not None and self.reports.lost_fraction > self.max_loss_fraction:
+            out.append(f"{self.reports.describe()}, more than the {self.max_loss_fraction:.0%} allowed")
+        mean, sd = self.auc_simulation
+        floor = mean - max(3 * sd, 0.02)
+        if self.auc < floor:
+            out.append(
+                f"the protocol's held-out AUC {self.auc:.3f} is below the in-process simulation's range "
+                f"({mean:.3f} ± {sd:.3f}, floor {floor:.3f})"
+            )
+        return out
+
+    def explanation(self) -> str:
+        """One paragraph saying the run fell short, and why (empty when :meth:`shortfalls` is)."""
+        why = self.shortfalls()
+        if not why:
+            return ""
+        return (
+            f"THE PROTOCOL RUN FELL SHORT (problem {self.problem_id}): "
+            + "; ".join(why)
+            + ". The table above is what happened, not what AnonML computes on a healthy run; "
+            "this usually means the machine was too loaded for the protocol's schedule "
+            "(peers not ready in time, deliveries late). Rerun with fewer --students or on a quieter machine."
+        )
 
     def rows(self) -> list[tuple[str, str]]:
         """``(what, value)`` lines for a two-column table."""
@@ -135,11 +183,21 @@ class DemoResult:
             ("peers in the protocol / held out for scoring", f"{self.peers:,} / {self.held_out:,}"),
             ("dropout rate", f"{self.dropout_rate:.1%}"),
             ("features", ", ".join(self.features)),
-            ("median answers (binary randomised response)", f"{self.median_answers:,}"),
+            (
+                "median answers (binary randomised response)",
+                f"{self.median_answers:,} of pool {self.median_pool:,}",
+            ),
             ("tokens issued / verified at intake", f"{self.tokens_issued:,} / {self.tokens_verified:,}"),
             ("packets sent by peers (3-hop onions, cover included)", f"{self.packets_sent:,}"),
             ("packets relayed (hops processed)", f"{self.packets_relayed:,}"),
             ("transcripts co-signed by the witness (its log)", f"{self.witness_log:,}"),
+            (
+                "reports expected / received / lost",
+                "not counted"
+                if self.reports is None
+                else f"{self.reports.expected:,} / {self.reports.received:,} / {self.reports.describe()}",
+            ),
+            ("problem's final phase", self.phase + (f" ({self.message})" if self.message else "")),
             ("rejects at the aggregator", _counts(self.rejects)),
             ("rejects at the relays", _counts(self.relay_rejects)),
             (
@@ -325,6 +383,7 @@ def run_demo(
     simulation_runs: int = 20,
     window_seconds: float = 3.0,
     roster_seconds: float = 10.0,
+    median_step_seconds: float = 20.0,
     workdir: Path | None = None,
     progress: Progress | None = None,
 ) -> DemoResult:
@@ -333,7 +392,9 @@ def run_demo(
     ``window_seconds`` is the report delay, the send window and the release
     window (shorter for small runs); ``roster_seconds`` the peers' time to
     check the co-signed roster before the first median query
-    (:func:`dropout_draft`); ``progress`` is an optional callable
+    (:func:`dropout_draft`); ``median_step_seconds`` bounds one median step,
+    which ends as soon as its whole group answered (so a generous bound costs
+    nothing on a quiet machine and keeps answers coming under load); ``progress`` is an optional callable
     ``(phase: str, done: int, total: int)``.
     """
     from aggregator.app import start_server_process
@@ -415,6 +476,7 @@ def run_demo(
                 send_window_seconds=window_seconds,
                 release_window_seconds=window_seconds,
                 roster_seconds=roster_seconds,
+                median_step_seconds=median_step_seconds,
                 witnesses=[WitnessRef(identity=witness.identity, url=witness.url)],
                 witness_seconds=max(2.0, window_seconds),
             )
@@ -448,7 +510,7 @@ def run_demo(
                 aggregator.url,
                 pid,
                 lambda s: report("medians", s.median_answers, s.median_pool) or s.phase not in ("medians",),
-                timeout=120,
+                timeout=60 + roster_seconds + draft.median.steps * median_step_seconds,
             )
             timer["median rounds"] = time.perf_counter() - t
             t = time.perf_counter()
@@ -463,7 +525,7 @@ def run_demo(
             )
             timer["report round"] = time.perf_counter() - t
             t = time.perf_counter()
-            status = _wait(aggregator.url, pid, lambda s: s.phase == "done", timeout=120)
+            status = _wait(aggregator.url, pid, lambda s: s.phase in MODEL_PHASES, timeout=120)
             document = ModelDocument.model_validate_json(
                 requests.get(f"{aggregator.url}/problems/{pid}/model", timeout=60).content
             )
@@ -549,4 +611,9 @@ def run_demo(
         problem_id=pid,
         witness_log=witness_log,
         phase_seconds=timer,
+        median_pool=status.median_pool,
+        reports=status.reports,
+        phase=status.phase,
+        message=status.message,
+        max_loss_fraction=agg_settings.max_loss_fraction,
     )

@@ -70,6 +70,8 @@ __all__ = [
     "ProblemDraft",
     "Problem",
     "Phase",
+    "MODEL_PHASES",
+    "ReportAccount",
     "ProblemStatus",
     "Registration",
     "RegistrationReceipt",
@@ -229,7 +231,9 @@ class MedianSettings(_Message):
     a fresh group of that pool. ``epsilon`` is one answer's ε (at most the
     problem's ε, which is what it defaults to); ``confidence`` is the level of
     :func:`anonml.privacy.estimate_quantile`'s stopping margin (0.5 moves more
-    readily, as the learning library's simulation does).
+    readily, as the learning library's simulation does). A step ends as soon
+    as ``ceil(quorum · group size)`` of its group answered, or when
+    ``Schedule.median_step_seconds`` passed, whichever comes first.
     """
 
     epsilon: float | None = Field(
@@ -237,6 +241,12 @@ class MedianSettings(_Message):
     )
     pool_fraction: float = Field(default=0.2, ge=0, lt=1)
     steps: int = Field(default=6, ge=1, le=32)
+    quorum: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="A step ends once this fraction of its group answered (or at median_step_seconds).",
+    )
     confidence: float = Field(
         default=0.5, gt=0, lt=1, description="Confidence of each search's stopping margin."
     )
@@ -360,7 +370,49 @@ class Problem(_Message):
     signature: SignatureBytes
 
 
-Phase = Literal["registration", "witnessing", "medians", "reporting", "training", "done", "failed"]
+Phase = Literal[
+    "registration", "witnessing", "medians", "reporting", "training", "done", "degraded", "failed"
+]
+#: Phases in which the signed model is published (``degraded``: trained, but too many reports lost).
+MODEL_PHASES: tuple[str, ...] = ("done", "degraded")
+
+
+class ReportAccount(_Message):
+    """Reports expected, received and lost, and why, as far as the aggregator can know.
+
+    ``expected = report_peers × slots_per_peer`` (every report peer of the
+    roster fills each of its slots once); ``received`` counts stored reports
+    (staged while the round is open, settled after); ``lost = max(0, expected
+    − received)``, split into ``late`` (deliveries refused after ``t_r`` +
+    grace), ``refused`` (other intake refusals, by reason) and ``not_arrived``
+    (the rest: dropped on the route, never sent, or never redeemed). Refusal
+    counts are attributed to the loss up to its size, late first.
+    """
+
+    expected: int = Field(ge=0)
+    received: int = Field(ge=0)
+    lost: int = Field(ge=0)
+    late: int = Field(default=0, ge=0)
+    refused: dict[str, int] = {}
+    not_arrived: int = Field(default=0, ge=0)
+
+    @property
+    def lost_fraction(self) -> float:
+        return self.lost / self.expected if self.expected else 0.0
+
+    def describe(self) -> str:
+        """One line: ``"12 of 75 reports lost (16.0 %): 2 late, 1 refused (bad token: 1), 9 not arrived"``."""
+        parts = []
+        if self.late:
+            parts.append(f"{self.late} late")
+        refused = sum(self.refused.values())
+        if refused:
+            reasons = ", ".join(f"{k}: {v}" for k, v in sorted(self.refused.items()))
+            parts.append(f"{refused} refused at intake ({reasons})")
+        if self.not_arrived:
+            parts.append(f"{self.not_arrived} not arrived")
+        why = ": " + ", ".join(parts) if parts else ""
+        return f"{self.lost} of {self.expected} reports lost ({self.lost_fraction:.1%}){why}"
 
 
 class ProblemStatus(_Message):
@@ -381,6 +433,7 @@ class ProblemStatus(_Message):
     median_pool: int = 0
     report_peers: int = 0
     slots_per_peer: int = 0
+    reports: ReportAccount | None = None  # once the roster is out
 
 
 # --- registration and roster ---------------------------------------------------
@@ -733,6 +786,7 @@ class ModelDocument(_Message):
     created_at: AwareDatetime
     model: dict[str, Any]
     metrics: dict[str, float] = {}
+    reports: ReportAccount | None = None
     signature: SignatureBytes
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from anonml.errors import AnonMLError, ProtocolError
-from anonml.protocol import Bins, CosignatureBundle, Problem
+from anonml.protocol import MODEL_PHASES, Bins, CosignatureBundle, Problem
 from peer.client import AggregatorClient, HTTPRefusal
 from peer.participant import Aborted, Participant
 from peer.roster import RosterView
@@ -132,9 +132,9 @@ class ProblemSession:
             ]
             limit = len(todo) if status.phase == "reporting" else TOKENS_PER_POLL
             self._each(lambda p: (p.choose_paths(), p.fetch_tokens()), todo[:limit])
-        if status.phase in ("reporting", "training", "done"):
+        if status.phase in ("reporting", "training", *MODEL_PHASES):
             self._report_round(status.phase)
-        if status.phase == "done" and status.model_available:
+        if status.phase in MODEL_PHASES and status.model_available:  # degraded: published all the same
             document = self.client.model(self.problem.id)
             self._each(lambda p: p.receive_model(document))
             for p in self.participants:

@@ -51,7 +51,14 @@ from anonml.crypto import (
 from anonml.crypto.spent import SpentTokenRow, insert_once
 from anonml.learn.histograms import domain_size
 from anonml.privacy import check_support
-from anonml.protocol import IntakeDelivery, IntakeReceipt, PrivateReport, ReportReceipts, report_slot
+from anonml.protocol import (
+    MODEL_PHASES,
+    IntakeDelivery,
+    IntakeReceipt,
+    PrivateReport,
+    ReportReceipts,
+    report_slot,
+)
 
 __all__ = ["router", "check_report", "receipts"]
 
@@ -126,11 +133,11 @@ def intake(body: IntakeDelivery, state: StateDep, session: SessionDep) -> Intake
             if phase != "reporting":
                 raise _Closed(f"problem {pid} is in phase {phase}; the report round is closed")
     except TokenSpent:
-        raise state.refuse(pid, "duplicate token", 409, "token already redeemed") from None
+        raise state.refuse(pid, "duplicate token", 409, "token already redeemed", intake=True) from None
     except InvalidToken as exc:
-        raise state.refuse(pid, "bad token", 403, str(exc)) from None
+        raise state.refuse(pid, "bad token", 403, str(exc), intake=True) from None
     except _Closed as exc:
-        raise state.refuse(pid, "wrong phase", 409, str(exc)) from None
+        raise state.refuse(pid, "wrong phase", 409, str(exc), intake=True) from None
     return IntakeReceipt(accepted=True)
 
 
@@ -145,7 +152,7 @@ def receipts(problem_id: str, state: StateDep, session: SessionDep) -> ReportRec
     if ctx is None:
         raise HTTPException(status_code=404, detail=f"no problem {problem_id!r}")
     phase = session.scalar(select(ProblemRow.phase).where(ProblemRow.id == problem_id))
-    if phase not in ("training", "done"):
+    if phase not in ("training", *MODEL_PHASES):
         raise HTTPException(
             status_code=409, detail=f"problem {problem_id} is in phase {phase}; no receipts yet"
         )
@@ -173,15 +180,21 @@ def _checked(
         raise state.refuse("", "unknown problem", 404, f"no problem {report.problem_id!r}")
     pid = report.problem_id
     if ctx.bins is None or ctx.plan is None:
-        raise state.refuse(pid, "wrong phase", 409, f"problem {pid} has no open report round")
+        raise state.refuse(pid, "wrong phase", 409, f"problem {pid} has no open report round", intake=True)
     if time.time() > ctx.bins.t_r + state.settings.intake_grace_seconds:
-        raise state.refuse(pid, "late", 409, f"the report round of {pid} ended at t_r={ctx.bins.t_r:.3f}")
+        raise state.refuse(
+            pid, "late", 409, f"the report round of {pid} ended at t_r={ctx.bins.t_r:.3f}", intake=True
+        )
     try:
         check_report(ctx, report)
     except _OutOfSupport as exc:
-        raise state.refuse(pid, "out of support", 422, f"report is not a mechanism output: {exc}") from None
+        raise state.refuse(
+            pid, "out of support", 422, f"report is not a mechanism output: {exc}", intake=True
+        ) from None
     except ValueError as exc:
-        raise state.refuse(pid, "malformed", 422, f"report does not fit the plan: {exc}") from None
+        raise state.refuse(
+            pid, "malformed", 422, f"report does not fit the plan: {exc}", intake=True
+        ) from None
     _check_slot(state, ctx, redemption, report)
     return redemption, report, ctx
 
@@ -196,13 +209,23 @@ def _check_slot(
         return
     if any(slot == report_slot(pid, p, report.subset) for p in range(draft.kp)):
         raise state.refuse(
-            pid, "wrong partition", 403, f"the token was issued for another partition than {report.partition}"
+            pid,
+            "wrong partition",
+            403,
+            f"the token was issued for another partition than {report.partition}",
+            intake=True,
         )
     if any(slot == report_slot(pid, report.partition, k) for k in range(draft.kh)):
         raise state.refuse(
-            pid, "wrong slot", 403, f"the token was issued for another subset than {report.subset}"
+            pid,
+            "wrong slot",
+            403,
+            f"the token was issued for another subset than {report.subset}",
+            intake=True,
         )
-    raise state.refuse(pid, "foreign token", 403, "the token is for a slot of another problem or round")
+    raise state.refuse(
+        pid, "foreign token", 403, "the token is for a slot of another problem or round", intake=True
+    )
 
 
 class _OutOfSupport(ValueError):

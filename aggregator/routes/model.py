@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from fastapi import APIRouter, HTTPException
 
 from aggregator.deps import AdminDep, SessionDep, StateDep
@@ -24,10 +26,13 @@ def get_bins(problem_id: str, session: SessionDep) -> Bins:
 
 @router.post("/{problem_id}/train", response_model=ProblemStatus)
 def train(problem_id: str, state: StateDep, session: SessionDep, _: AdminDep) -> ProblemStatus:
-    """Close the report round now and train (admin); on a finished problem, train again."""
+    """Close the report round now and train (admin); on a finished problem, or one that failed
+    in training, train again on the stored reports."""
     with session.begin():
         row = get_row(session, problem_id)
-        if row.phase not in ("reporting", "done"):
+        # A problem that failed in training (or after it) retrains on its stored reports.
+        failed_in_training = row.phase == "failed" and "training" in json.loads(row.phase_seconds_json)
+        if row.phase not in ("reporting", "done", "degraded") and not failed_in_training:
             raise HTTPException(
                 status_code=409,
                 detail=f"problem {problem_id} is in phase {row.phase}; training needs the report round",

@@ -25,14 +25,15 @@ from aggregator.db import (
     count_reports,
 )
 from aggregator.deps import AdminDep, SessionDep, StateDep
-from aggregator.state import AggregatorState
+from aggregator.state import AggregatorState, ProblemContext, reject_counts
+from aggregator.training import account_reports
 from anonml.crypto import TokenKey
 from anonml.crypto.spent import IssuanceRow
 from anonml.learn import commit_seed
 from anonml.learn.partition import SEED_BYTES
-from anonml.protocol import Problem, ProblemDraft, ProblemStatus, sign_message
+from anonml.protocol import Problem, ProblemDraft, ProblemStatus, ReportAccount, sign_message
 
-__all__ = ["router", "problem_status", "get_row"]
+__all__ = ["router", "problem_status", "problem_account", "get_row"]
 
 router = APIRouter(prefix="/problems", tags=["problems"])
 
@@ -48,14 +49,32 @@ def _count(session: Session, stmt) -> int:
     return int(session.scalar(stmt) or 0)
 
 
+def problem_account(session: Session, problem_id: str, ctx: ProblemContext) -> ReportAccount | None:
+    """The problem's reports expected / received / lost and why (None before the roster)."""
+    if ctx.roster is None:
+        return None
+    _, intake = reject_counts(
+        list(
+            session.execute(
+                select(RejectRow.reason, RejectRow.count).where(RejectRow.problem_id == problem_id)
+            )
+        )
+    )
+    late = intake.pop("late", 0)
+    report_peers = len(ctx.roster.entries) - ctx.roster.median_pool_size
+    return account_reports(
+        report_peers, ctx.problem.draft.kh, count_reports(session, problem_id), late, intake
+    )
+
+
 def problem_status(state: AggregatorState, session: Session, row: ProblemRow) -> ProblemStatus:
-    """Counts per phase and refusals by reason, from the database."""
+    """Counts per phase, refusals by reason and the report account, from the database."""
     ctx = state.context(row.id, session)
     assert ctx is not None
     roster_size = len(ctx.roster.entries) if ctx.roster is not None else 0
     pool = ctx.roster.median_pool_size if ctx.roster is not None else 0
-    rejects = dict(
-        session.execute(select(RejectRow.reason, RejectRow.count).where(RejectRow.problem_id == row.id)).all()
+    rejects, _ = reject_counts(
+        list(session.execute(select(RejectRow.reason, RejectRow.count).where(RejectRow.problem_id == row.id)))
     )
     return ProblemStatus(
         id=row.id,
@@ -75,13 +94,14 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
             select(func.count()).select_from(IssuanceRow).where(IssuanceRow.key_id == ctx.token_key.key_id),
         ),
         reports_accepted=count_reports(session, row.id),
-        rejects={str(k): int(v) for k, v in rejects.items()},
+        rejects=rejects,
         model_available=row.model_json is not None,
         message=row.message,
         phase_seconds=json.loads(row.phase_seconds_json),
         median_pool=pool,
         report_peers=roster_size - pool,
         slots_per_peer=ctx.problem.draft.kh,
+        reports=problem_account(session, row.id, ctx),
     )
 
 

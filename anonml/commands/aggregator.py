@@ -197,6 +197,9 @@ def status(
     ):
         table.add_row(name.replace("_", " "), f"{getattr(st, name):,}")
     table.add_row("model available", "yes" if st.model_available else "no")
+    if st.reports is not None:
+        table.add_row("reports expected / received", f"{st.reports.expected:,} / {st.reports.received:,}")
+        table.add_row("reports lost", untrusted(st.reports.describe(), 300))
     for reason, count in sorted(st.rejects.items()):
         table.add_row(f"refused: {untrusted(reason, 200)}", f"{count:,}")
     for phase, seconds in st.phase_seconds.items():

@@ -46,7 +46,7 @@ def _run(adversary: MaliciousAggregator, peers: HonestPeers, draft: ProblemDraft
     peers.wait_decided(problem)
     wait_until(lambda: adversary.status(problem).registered == N, "every peer to register", timeout=60)
     adversary.close(problem)
-    adversary.wait_phase(problem, "done", "failed", timeout=120)
+    adversary.wait_phase(problem, "done", "degraded", "failed", timeout=120)
     wait_until(lambda: peers.host.sessions[problem.id].finished, "the peers to finish", timeout=60)
     return problem
 

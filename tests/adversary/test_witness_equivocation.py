@@ -157,8 +157,10 @@ def _released_nothing(host: PeerHost, node: PeerNode) -> None:
 
 
 def _honest_peers_finish(url: str, pid: str) -> None:
-    final = wait_phase(url, pid, ("done", "failed"), timeout=60)
-    assert final.phase == "done", final.message
+    final = wait_phase(url, pid, ("done", "degraded", "failed"), timeout=60)
+    # The target's missing reports may push the round past the loss threshold: still published.
+    assert final.phase in ("done", "degraded"), final.message
+    assert final.model_available and final.reports is not None and final.reports.received > 0
 
 
 def _three_cuts(b: Bins) -> Bins:

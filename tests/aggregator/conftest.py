@@ -11,7 +11,7 @@ import pytest
 from aggregator.app import create_app, start_server
 from aggregator.settings import AggregatorSettings
 from aggregator.state import AggregatorState
-from tests.aggregator.helpers import TOKEN
+from tests.aggregator.helpers import aggregator_settings
 
 
 @dataclass
@@ -24,15 +24,8 @@ class RunningAggregator:
 
 @pytest.fixture
 def aggregator(tmp_path: Path) -> Iterator[RunningAggregator]:
+    settings = aggregator_settings(tmp_path)
     db_path = tmp_path / "aggregator.db"
-    settings = AggregatorSettings(
-        db_url=f"sqlite:///{db_path}",
-        identity_file=tmp_path / "aggregator-identity.json",
-        admin_token=TOKEN,
-        tick_seconds=0.05,
-        intake_grace_seconds=0.5,
-        allow_loopback_http=True,
-    )
     handle = start_server(create_app(settings))
     try:
         yield RunningAggregator(handle.url, settings, handle.app.state.aggregator, db_path)

@@ -9,10 +9,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import requests
 
+from aggregator.settings import AggregatorSettings
 from anonml.crypto import Identity, RoundRelayKey, Token, TokenPublicKey, finalize_tokens, request_tokens
 from anonml.learn import Binning
 from anonml.learn.histograms import domain_size
@@ -41,6 +44,22 @@ from anonml.protocol import (
 )
 
 TOKEN = "test-admin-token"
+
+
+def aggregator_settings(root: Path, **overrides: Any) -> AggregatorSettings:
+    """Settings of a test aggregator: SQLite and identity under ``root``, the test admin token,
+    a fast tick, loopback relays allowed; ``overrides`` change any field."""
+    values: dict[str, Any] = {
+        "db_url": f"sqlite:///{root / 'aggregator.db'}",
+        "identity_file": root / "aggregator-identity.json",
+        "admin_token": TOKEN,
+        "tick_seconds": 0.05,
+        "intake_grace_seconds": 0.5,
+        "allow_loopback_http": True,
+    }
+    return AggregatorSettings(**{**values, **overrides})
+
+
 JSON = {"content-type": "application/json"}
 ADMIN = {"Authorization": f"Bearer {TOKEN}", **JSON}
 

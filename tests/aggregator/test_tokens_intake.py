@@ -57,7 +57,7 @@ class Round:
     def settle(self) -> None:
         """End the report round now (admin ``train``): staged reports move to ``reports``."""
         assert post(f"{self.url}/problems/{self.problem.id}/train", b"", ADMIN).status_code == 200
-        wait_phase(self.url, self.problem.id, ("training", "done", "failed"))
+        wait_phase(self.url, self.problem.id, ("training", "done", "degraded", "failed"))
 
     def rows(self, sql: str) -> list[tuple]:
         with sqlite3.connect(self.db_path) as con:

@@ -1,0 +1,56 @@
+"""A median step ends as soon as a quorum of its group answered, long before its deadline."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import requests
+
+from aggregator.medians import step_quorum
+from anonml.protocol import MedianQuery
+from tests.aggregator.helpers import ADMIN, WirePeer, draft, post, propose, roster_of, status, wait_phase
+
+
+def test_step_quorum_is_the_ceiling_of_the_fraction_and_at_least_one() -> None:
+    assert [step_quorum(5, q) for q in (1.0, 0.6, 0.5, 0.01)] == [5, 3, 3, 1]
+    assert step_quorum(10, 0.3) == 3 and step_quorum(1, 0.5) == 1
+
+
+@pytest.mark.parametrize("quorum", [0.6])
+def test_a_step_closes_on_its_quorum_and_refuses_the_rest(aggregator, quorum: float) -> None:
+    d = draft(n_numeric=1, kp=1, pool_fraction=0.5, min_peers=4, epsilon=4.0, steps=2, median_step=300.0)
+    d = d.model_copy(update={"median": d.median.model_copy(update={"quorum": quorum})})
+    problem = propose(aggregator.url, d)
+    peers = [WirePeer() for _ in range(20)]
+    for p in peers:
+        assert p.register(aggregator.url, problem).status_code == 201
+    requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+    wait_phase(aggregator.url, problem.id, ("medians",))
+    roster = roster_of(aggregator.url, problem.id)
+    member = {
+        i: next(p for p in peers if p.public == bytes(e.identity)) for i, e in enumerate(roster.entries)
+    }
+    answers = f"{aggregator.url}/problems/{problem.id}/medians/answers"
+    started = time.monotonic()
+    for step in (0, 1):
+        deadline = time.monotonic() + 60
+        while not (
+            open_ := [
+                MedianQuery.model_validate(q)
+                for q in requests.get(f"{aggregator.url}/problems/{problem.id}/medians", timeout=30).json()
+                if q["step"] == step
+            ]
+        ):
+            assert time.monotonic() < deadline, status(aggregator.url, problem.id)
+            time.sleep(0.05)
+        q = open_[0]
+        assert len(q.members) == 5
+        for i in q.members[:3]:  # 3 of 5 = the quorum of 0.6
+            assert post(answers, member[i].answer(problem, 0, step, True)).status_code == 201
+    wait_phase(aggregator.url, problem.id, ("reporting",), timeout=60)
+    assert time.monotonic() - started < 300  # closed on the quorum, not at the 300 s step deadline
+    # The two who did not answer in time are refused: the step is closed.
+    late = post(answers, member[q.members[4]].answer(problem, 0, 1, True))
+    assert late.status_code == 409
+    assert status(aggregator.url, problem.id).median_answers == 6

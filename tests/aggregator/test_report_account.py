@@ -1,0 +1,102 @@
+"""No silent loss: every problem's status and model say how many reports were expected, received and
+lost, and why; past the loss threshold a problem ends ``degraded``; the demo says when it fell short."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import requests
+
+from aggregator.training import account_reports
+from anonml.crypto import Redemption
+from anonml.protocol import IntakeDelivery, ModelDocument, ReportAccount
+from tests.aggregator.helpers import ADMIN, post, report_for, slots, status, wait_phase
+from tests.aggregator.test_tokens_intake import _open_round
+
+
+def test_the_account_attributes_losses_late_first_then_refusals_then_not_arrived() -> None:
+    a = account_reports(10, 3, 24, late=2, refused={"bad token": 1, "duplicate token": 5, "malformed": 9})
+    assert (a.expected, a.received, a.lost) == (30, 24, 6)
+    # Repeats of stored reports are no loss; refusals explain at most the loss.
+    assert a.late == 2 and a.refused == {"bad token": 1, "malformed": 3} and a.not_arrived == 0
+    assert a.lost_fraction == pytest.approx(0.2)
+    b = account_reports(10, 3, 30, late=4, refused={"bad token": 2})
+    assert (b.lost, b.late, b.refused, b.not_arrived) == (0, 0, {}, 0)
+    c = account_reports(4, 1, 1, late=0, refused={})
+    assert (c.lost, c.not_arrived) == (3, 3)
+    assert c.describe() == "3 of 4 reports lost (75.0%): 3 not arrived"
+
+
+def _send_all(round_, senders: int, rng: np.random.Generator) -> None:
+    for i in range(senders):
+        peer = round_.report_peer(i)
+        tokens = peer.tokens(
+            round_.url, round_.problem, round_.roster, slots(round_.problem, peer.assignment.index)
+        )
+        for subset, token in enumerate(tokens):
+            report = report_for(
+                round_.problem,
+                round_.bins,
+                peer.assignment,
+                np.array([*rng.uniform(0, 10, 2), i % 2]),
+                i % 2,
+                subset,
+                rng,
+            )
+            assert post(f"{round_.url}/intake", _delivery(token, report)).status_code == 201
+
+
+def _delivery(token, report) -> IntakeDelivery:
+    data = report.to_bytes()
+    return IntakeDelivery(redemption=bytes(token.redeem(data)), report=data)
+
+
+def _train(round_) -> None:
+    assert post(f"{round_.url}/problems/{round_.problem.id}/train", b"", ADMIN).status_code == 200
+
+
+def test_a_round_that_loses_past_the_threshold_ends_degraded_and_says_why(aggregator) -> None:
+    round_ = _open_round(aggregator, n=6, kh=2)
+    rng = np.random.default_rng(5)
+    _send_all(round_, 4, rng)  # peers 4 and 5 send nothing: 4 of 12 reports lost
+    # A forged delivery for peer 4's slot (its MAC does not verify): refused at intake, counted.
+    peer = round_.report_peer(4)
+    (token, _) = peer.tokens(round_.url, round_.problem, round_.roster, slots(round_.problem))
+    report = report_for(round_.problem, round_.bins, peer.assignment, np.array([1.0, 2.0, 0.0]), 0, 0, rng)
+    good = token.redeem(report.to_bytes())
+    forged = Redemption(good.slot, good.nonce, bytes(32))
+    assert (
+        post(
+            f"{round_.url}/intake", IntakeDelivery(redemption=bytes(forged), report=report.to_bytes())
+        ).status_code
+        == 403
+    )
+
+    live = status(round_.url, round_.problem.id).reports
+    assert live is not None and (live.expected, live.received, live.lost) == (12, 8, 4)
+    _train(round_)
+    st = wait_phase(round_.url, round_.problem.id, ("degraded", "done", "failed"))
+    assert st.phase == "degraded", st.message
+    assert st.reports == ReportAccount(
+        expected=12, received=8, lost=4, refused={"bad token": 1}, not_arrived=3
+    )
+    assert "4 of 12 reports lost" in st.message and "bad token: 1" in st.message and "10%" in st.message
+    assert st.rejects == {"bad token": 1}  # the status keeps naming refusals without their stage
+    # The model is still published, and carries the same account under the signature.
+    doc = ModelDocument.model_validate_json(
+        requests.get(f"{round_.url}/problems/{round_.problem.id}/model").content
+    )
+    assert doc.reports == st.reports
+
+
+def test_a_round_without_loss_ends_done_with_an_empty_account(aggregator) -> None:
+    round_ = _open_round(aggregator, n=6, kh=2)
+    _send_all(round_, 6, np.random.default_rng(6))
+    _train(round_)
+    st = wait_phase(round_.url, round_.problem.id, ("degraded", "done", "failed"))
+    assert st.phase == "done" and st.message == ""
+    assert st.reports == ReportAccount(expected=12, received=12, lost=0)
+    doc = ModelDocument.model_validate_json(
+        requests.get(f"{round_.url}/problems/{round_.problem.id}/model").content
+    )
+    assert doc.reports == st.reports

@@ -1,0 +1,284 @@
+"""The aggregator SIGKILLed in each phase and restarted on the same database.
+
+Each test runs a real aggregator process (:func:`aggregator.app.start_server_process`),
+plays peers over HTTP (:class:`tests.aggregator.helpers.WirePeer`), kills the
+process with SIGKILL at a point of the phase, starts a new process on the same
+SQLite file and identity, and asserts what survived, that the phase resumed
+within its schedule, and what the status reports.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from aggregator.app import ServerProcess, start_server_process
+from aggregator.settings import AggregatorSettings
+from anonml.crypto import PublicIdentity
+from anonml.protocol import MedianQuery, ModelDocument, ProblemStatus, ReportAccount, verify_message
+from tests.aggregator.helpers import (
+    ADMIN,
+    WirePeer,
+    aggregator_settings,
+    assignment_of,
+    bins_of,
+    delivery,
+    draft,
+    post,
+    propose,
+    report_for,
+    roster_of,
+    slots,
+    status,
+    wait_phase,
+)
+
+
+@dataclass
+class Killable:
+    """One aggregator at a time on ``settings``; :meth:`kill` is SIGKILL, :meth:`restart` a new process."""
+
+    settings: AggregatorSettings
+    db_path: Path
+    current: ServerProcess | None = None
+    killed: list[ServerProcess] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        assert self.current is not None
+        return self.current.url
+
+    def start(self) -> Killable:
+        self.current = start_server_process(self.settings)
+        return self
+
+    def kill(self) -> None:
+        assert self.current is not None
+        self.current.process.kill()  # SIGKILL: no shutdown handler runs
+        assert self.current.process.wait(timeout=30) == -9
+        self.killed.append(self.current)
+        self.current = None
+
+    def restart(self) -> Killable:
+        self.kill()
+        return self.start()
+
+    def rows(self, sql: str, *args: object) -> list[tuple]:
+        with sqlite3.connect(self.db_path) as con:
+            return list(con.execute(sql, args))
+
+
+@pytest.fixture
+def agg(tmp_path: Path) -> Iterator[Killable]:
+    db_path = tmp_path / "aggregator.db"
+    settings = aggregator_settings(tmp_path, port=0)
+    a = Killable(settings, db_path).start()
+    try:
+        yield a
+    finally:
+        if a.current is not None:
+            a.current.stop()
+
+
+def _close(agg: Killable, pid: str) -> None:
+    assert requests.post(f"{agg.url}/problems/{pid}/close", headers=ADMIN, timeout=30).status_code == 200
+
+
+def _send(agg: Killable, problem, peers: list[WirePeer], rng: np.random.Generator) -> int:
+    """Every slot's report of each of ``peers``; returns how many were accepted."""
+    roster, bins = roster_of(agg.url, problem.id), bins_of(agg.url, problem.id)
+    sent = 0
+    for i, peer in enumerate(peers):
+        peer.assignment = assignment_of(agg.url, problem.id, peer)
+        tokens = peer.tokens(agg.url, problem, roster, slots(problem, peer.assignment.index))
+        for subset, token in enumerate(tokens):
+            x = np.array([*rng.uniform(0, 10, 2), i % 2])
+            report = report_for(problem, bins, peer.assignment, x, i % 2, subset, rng)
+            assert post(f"{agg.url}/intake", delivery(token, report)).status_code == 201
+            sent += 1
+    return sent
+
+
+def _open_round(agg: Killable, n: int = 6, kh: int = 2):
+    problem = propose(agg.url, draft(kh=kh, kp=1, min_peers=4, n_numeric=2, send_window=120.0))
+    peers = [WirePeer() for _ in range(n)]
+    for p in peers:
+        assert p.register(agg.url, problem).status_code == 201
+    _close(agg, problem.id)
+    wait_phase(agg.url, problem.id, ("reporting",))
+    return problem, peers
+
+
+def test_killed_in_registration_it_keeps_every_registration_and_continues(agg: Killable) -> None:
+    problem = propose(agg.url, draft(min_peers=4))
+    first = [WirePeer() for _ in range(3)]
+    for p in first:
+        assert p.register(agg.url, problem).status_code == 201
+    agg.restart()
+    assert status(agg.url, problem.id).phase == "registration"
+    assert status(agg.url, problem.id).registered == 3
+    again = first[0].register(agg.url, problem)
+    assert again.status_code == 409  # the registration survived: a second one is a duplicate
+    later = [WirePeer() for _ in range(3)]
+    for p in later:
+        assert p.register(agg.url, problem).status_code == 201
+    _close(agg, problem.id)
+    wait_phase(agg.url, problem.id, ("medians", "reporting"))
+    roster = roster_of(agg.url, problem.id)
+    assert [bytes(e.identity) for e in roster.entries] == [p.public for p in first + later]  # in order
+
+
+def _open_queries(agg: Killable, pid: str) -> list[MedianQuery]:
+    return [MedianQuery.model_validate(q) for q in requests.get(f"{agg.url}/problems/{pid}/medians").json()]
+
+
+def _wait_query(agg: Killable, pid: str, step: int, timeout: float = 60.0) -> MedianQuery:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [q for q in _open_queries(agg, pid) if q.step == step]
+        if found:
+            return found[0]
+        assert time.monotonic() < deadline, f"no open query for step {step}: {status(agg.url, pid)}"
+        time.sleep(0.05)
+
+
+def test_killed_in_medians_it_resumes_the_search_at_its_step_and_asks_nobody_twice(agg: Killable) -> None:
+    # 20 peers, half in the median pool: one numeric feature, two steps of 5 peers each.
+    d = draft(n_numeric=1, kp=1, pool_fraction=0.5, min_peers=4, epsilon=4.0, steps=2, median_step=120.0)
+    problem = propose(agg.url, d)
+    peers = [WirePeer() for _ in range(20)]
+    for p in peers:
+        assert p.register(agg.url, problem).status_code == 201
+    _close(agg, problem.id)
+    wait_phase(agg.url, problem.id, ("medians",))
+    roster = roster_of(agg.url, problem.id)
+    by_index = {
+        i: next(p for p in peers if p.public == bytes(e.identity)) for i, e in enumerate(roster.entries)
+    }
+    answers = f"/problems/{problem.id}/medians/answers"
+    q0 = _wait_query(agg, problem.id, 0)
+    verify_message(q0, bytes(problem.aggregator))
+    assert len(q0.members) == 5
+    for i in q0.members[:3]:  # 3 of the group answer, then the aggregator dies
+        assert post(agg.url + answers, by_index[i].answer(problem, 0, 0, True)).status_code == 201
+    agg.restart()
+    st = status(agg.url, problem.id)
+    assert st.phase == "medians" and st.median_answers == 3, st
+    # The same signed question is still open to the same group: nobody is asked anew.
+    assert _open_queries(agg, problem.id) == [q0]
+    repeat = post(agg.url + answers, by_index[q0.members[0]].answer(problem, 0, 0, False))
+    assert repeat.status_code == 409  # answered before the kill: its one answer stands
+    for i in q0.members[3:]:
+        assert post(agg.url + answers, by_index[i].answer(problem, 0, 0, True)).status_code == 201
+    q1 = _wait_query(agg, problem.id, 1)  # the group answered: the search went on to step 1
+    assert not set(q1.members) & set(q0.members) and q1.threshold > q0.threshold  # 5 of 5 said "greater"
+    for i in q1.members:
+        assert post(agg.url + answers, by_index[i].answer(problem, 0, 1, False)).status_code == 201
+    st = wait_phase(agg.url, problem.id, ("reporting", "failed"))
+    assert st.phase == "reporting", st.message
+    assert st.median_answers == 10
+    edge = bins_of(agg.url, problem.id).edges[0]
+    assert len(edge) == 1 and q0.threshold < edge[0] <= q1.threshold
+    asked = agg.rows(
+        "SELECT step, query_json FROM median_queries WHERE problem_id = ? ORDER BY step", problem.id
+    )
+    assert [s for s, _ in asked] == [0, 1] and MedianQuery.model_validate_json(asked[0][1]) == q0
+
+
+def test_killed_in_reporting_it_keeps_staged_reports_and_the_round_continues(agg: Killable) -> None:
+    problem, peers = _open_round(agg)
+    rng = np.random.default_rng(1)
+    assert _send(agg, problem, peers[:3], rng) == 6
+    agg.restart()
+    st = status(agg.url, problem.id)
+    assert st.phase == "reporting" and st.reports == ReportAccount(
+        expected=12, received=6, lost=6, not_arrived=6
+    )
+    assert _send(agg, problem, peers[3:], rng) == 6
+    assert post(f"{agg.url}/problems/{problem.id}/train", b"", ADMIN).status_code == 200
+    st = wait_phase(agg.url, problem.id, ("done", "degraded", "failed"))
+    assert st.phase == "done" and st.reports == ReportAccount(expected=12, received=12, lost=0)
+
+
+def _as_left_in_training(agg: Killable, pid: str) -> None:
+    """Put the killed aggregator's database where the training transaction leaves it.
+
+    Entering ``training`` is one transaction (phase, then every staged report
+    settled); training itself is milliseconds for a problem this size, too short
+    to aim a SIGKILL at. So the test kills in ``reporting`` and commits that
+    transaction itself, with the aggregator's own :func:`settle_reports`.
+    """
+    from sqlalchemy import create_engine, update
+    from sqlalchemy.orm import Session
+
+    from aggregator.db import ProblemRow, settle_reports
+
+    engine = create_engine(agg.settings.db_url)
+    with Session(engine) as s, s.begin():
+        s.execute(
+            update(ProblemRow).where(ProblemRow.id == pid).values(phase="training", phase_started=time.time())
+        )
+        settle_reports(s, pid)
+    engine.dispose()
+
+
+def test_killed_in_training_it_trains_from_the_stored_reports_on_restart(agg: Killable) -> None:
+    problem, peers = _open_round(agg)
+    assert _send(agg, problem, peers, np.random.default_rng(2)) == 12
+    agg.kill()
+    _as_left_in_training(agg, problem.id)
+    assert agg.rows("SELECT COUNT(*) FROM reports") == [(12,)]
+    agg.start()
+    st = wait_phase(agg.url, problem.id, ("done", "degraded", "failed"))
+    assert st.phase == "done", st.message
+    doc = ModelDocument.model_validate_json(requests.get(f"{agg.url}/problems/{problem.id}/model").content)
+    verify_message(doc, bytes(problem.aggregator))
+    assert doc.reports == ReportAccount(expected=12, received=12, lost=0) and doc.metrics["reports"] == 12
+
+
+def test_a_problem_failed_in_training_retrains_on_admin_train_after_a_restart(agg: Killable) -> None:
+    problem, peers = _open_round(agg)
+    assert _send(agg, problem, peers, np.random.default_rng(3)) == 12
+    assert post(f"{agg.url}/problems/{problem.id}/train", b"", ADMIN).status_code == 200
+    wait_phase(agg.url, problem.id, ("done",))
+    agg.kill()
+    # As an older aggregator left it: failed in training, no model.
+    with sqlite3.connect(agg.db_path) as con:
+        seconds = json.dumps({"reporting": 1.0, "training": 0.1})
+        con.execute(
+            "UPDATE problems SET phase='failed', message='training failed: killed', model_json=NULL, "
+            "phase_seconds_json=? WHERE id=?",
+            (seconds, problem.id),
+        )
+    agg.start()
+    assert status(agg.url, problem.id).phase == "failed"
+    assert post(f"{agg.url}/problems/{problem.id}/train", b"", ADMIN).status_code == 200
+    st = wait_phase(agg.url, problem.id, ("done", "degraded"))
+    assert st.phase == "done" and st.model_available and st.reports.received == 12
+    # A problem that failed before training still cannot be trained.
+    other = propose(agg.url, draft(min_peers=50, registration_seconds=0.5))
+    wait_phase(agg.url, other.id, ("failed",))
+    refused = post(f"{agg.url}/problems/{other.id}/train", b"", ADMIN)
+    assert refused.status_code == 409 and "training needs the report round" in refused.json()["detail"]
+
+
+def test_killed_after_publication_it_serves_the_same_signed_model(agg: Killable) -> None:
+    problem, peers = _open_round(agg)
+    _send(agg, problem, peers, np.random.default_rng(4))
+    assert post(f"{agg.url}/problems/{problem.id}/train", b"", ADMIN).status_code == 200
+    wait_phase(agg.url, problem.id, ("done",))
+    before = requests.get(f"{agg.url}/problems/{problem.id}/model").content
+    identity = requests.get(f"{agg.url}/healthz").json()["identity"]
+    agg.restart()
+    assert requests.get(f"{agg.url}/healthz").json() == {"status": "ok", "identity": identity}
+    assert requests.get(f"{agg.url}/problems/{problem.id}/model").content == before
+    st = ProblemStatus.model_validate_json(requests.get(f"{agg.url}/problems/{problem.id}/status").content)
+    assert st.phase == "done" and PublicIdentity.from_bytes(bytes(problem.aggregator))
