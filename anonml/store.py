@@ -171,11 +171,16 @@ def _insert_ignoring_duplicates(session: Session, rows: list[tuple]) -> int:
         raise StoreError(f"unsupported database dialect {dialect!r} (use SQLite or PostgreSQL)")
     from sqlalchemy.dialects.postgresql import insert
 
-    before = session.scalar(select(func.count()).select_from(EventRow)) or 0
-    session.execute(
-        insert(EventRow).on_conflict_do_nothing(), [dict(zip(EVENT_COLUMNS, r, strict=True)) for r in rows]
+    # One statement per batch; RETURNING yields exactly the rows this
+    # transaction inserted (a concurrent import's rows are neither counted
+    # nor subtracted, as a before/after count(*) would).
+    stmt = (
+        insert(EventRow)
+        .values([dict(zip(EVENT_COLUMNS, r, strict=True)) for r in rows])
+        .on_conflict_do_nothing()
+        .returning(EventRow.id)
     )
-    return (session.scalar(select(func.count()).select_from(EventRow)) or 0) - before
+    return len(session.execute(stmt).all())
 
 
 def event_row(event: Event, user: str, import_id: int) -> tuple:

@@ -1,4 +1,4 @@
-"""The event store on real SQLite files: idempotence, rollback, provenance, queries."""
+"""The event store on real databases (``database_url``): idempotence, rollback, provenance, queries."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from anonml.database import sqlite_path
 from anonml.errors import RecordError, StoreError
 from anonml.model import Event, Text
 from anonml.plugins import Importer
 from anonml.store import DEFAULT_USER, EventStore
+from tests.databases import sqlite_only
 
 T0 = datetime(2021, 3, 1, tzinfo=UTC)
 
@@ -38,8 +40,9 @@ class LinesImporter(Importer):
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> EventStore:
-    return EventStore(f"sqlite:///{tmp_path / 'events.db'}")
+def store(database_url: str) -> Iterator[EventStore]:
+    with EventStore(database_url) as events:
+        yield events
 
 
 def _write(path: Path, lines: list[str]) -> Path:
@@ -62,9 +65,10 @@ def test_import_then_reimport_adds_nothing(store: EventStore, tmp_path: Path):
     assert store.count() == 3
 
 
+@sqlite_only
 def test_bad_line_rolls_back_and_leaves_store_byte_identical(store: EventStore, tmp_path: Path):
     store.import_file(_write(tmp_path / "ok.lines", ["0 a 1"]), LinesImporter())
-    db = tmp_path / "events.db"
+    db = sqlite_path(store.url)
     before_rows, before_imports = _table_rows(db), len(store.imports())
     bad = _write(tmp_path / "bad.lines", ["5 a 1", "6 a 2", "oops", "7 a 3"])
     with pytest.raises(RecordError) as info:
@@ -126,10 +130,11 @@ def test_queries_by_source_type_and_time(store: EventStore, tmp_path: Path):
     assert summary[("lines", "a")].last == T0 + timedelta(hours=9)
 
 
+@sqlite_only
 def test_stored_ids_equal_event_ids(store: EventStore, tmp_path: Path):
     store.import_file(_write(tmp_path / "a.lines", ["0 a 1"]), LinesImporter())
     (ev,) = store.events()
-    (row,) = _table_rows(tmp_path / "events.db")
+    (row,) = _table_rows(sqlite_path(store.url))
     assert row[1] == ev.id
 
 

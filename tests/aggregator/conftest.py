@@ -1,4 +1,4 @@
-"""A real aggregator under uvicorn on a free loopback port, with its own SQLite file."""
+"""A real aggregator under uvicorn on a free loopback port, with its own database (``database_url``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from aggregator.app import create_app, start_server
 from aggregator.settings import AggregatorSettings
 from aggregator.state import AggregatorState
+from anonml.database import sqlite_path
 from tests.aggregator.helpers import TOKEN
 
 
@@ -19,14 +20,13 @@ class RunningAggregator:
     url: str
     settings: AggregatorSettings
     state: AggregatorState
-    db_path: Path
+    db_path: Path | None  # the SQLite file; None on PostgreSQL
 
 
 @pytest.fixture
-def aggregator(tmp_path: Path) -> Iterator[RunningAggregator]:
-    db_path = tmp_path / "aggregator.db"
+def aggregator(tmp_path: Path, database_url: str) -> Iterator[RunningAggregator]:
     settings = AggregatorSettings(
-        db_url=f"sqlite:///{db_path}",
+        db_url=database_url,
         identity_file=tmp_path / "aggregator-identity.json",
         admin_token=TOKEN,
         tick_seconds=0.05,
@@ -35,6 +35,6 @@ def aggregator(tmp_path: Path) -> Iterator[RunningAggregator]:
     )
     handle = start_server(create_app(settings))
     try:
-        yield RunningAggregator(handle.url, settings, handle.app.state.aggregator, db_path)
+        yield RunningAggregator(handle.url, settings, handle.app.state.aggregator, sqlite_path(database_url))
     finally:
         handle.stop()

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import requests
+from sqlalchemy import create_engine
 
 from anonml.crypto import Identity
 from anonml.learn import commit_seed, make_plan
@@ -27,9 +26,14 @@ from tests.aggregator.helpers import (
 )
 
 
-def _registered(db_path) -> list[bytes]:
-    with sqlite3.connect(db_path) as con:
-        return [row[0] for row in con.execute("SELECT identity FROM registrations ORDER BY id")]
+def _registered(db_url: str) -> list[bytes]:
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as con:
+            rows = con.exec_driver_sql("SELECT identity FROM registrations ORDER BY id")
+            return [bytes(row[0]) for row in rows]
+    finally:
+        engine.dispose()
 
 
 def test_propose_needs_the_admin_token(aggregator):
@@ -88,7 +92,7 @@ def test_registration_refusals_each_have_a_reason_and_keep_what_was_stored(aggre
         == 404
     )
 
-    assert _registered(aggregator.db_path) == [good.public]
+    assert _registered(aggregator.settings.db_url) == [good.public]
     status = requests.get(f"{aggregator.url}/problems/{problem.id}/status").json()
     assert status["registered"] == 1
     assert status["rejects"] == {"duplicate registration": 1, "bad signature": 1, "bad relay certificate": 2}
@@ -139,7 +143,7 @@ def test_oversized_and_non_json_bodies_are_refused(aggregator):
     assert post(f"{aggregator.url}/problems/{problem.id}/registrations", huge).status_code == 413
     pickled = post(f"{aggregator.url}/problems/{problem.id}/registrations", b"\x80\x04pickle")
     assert pickled.status_code in (400, 422)  # parsed as JSON only, never unpickled
-    assert _registered(aggregator.db_path) == []
+    assert _registered(aggregator.settings.db_url) == []
 
 
 def test_openapi_lists_every_route(aggregator):
