@@ -220,13 +220,16 @@ def test_concurrent_first_refusals_are_all_counted(database_url: str):
     try:
         create_aggregator_tables(engine)
 
+        reasons = [f"reason {k}" for k in range(6)]
+
         def refuse(_: int) -> None:
-            with Session(engine) as session, session.begin():
-                count_reject(session, "p-1", "bad token")
+            for reason in reasons:  # six first refusals, each raced by every thread
+                with Session(engine) as session, session.begin():
+                    count_reject(session, "p-1", reason)
 
         assert _together(12, refuse) == []
         with Session(engine) as session:
-            assert session.get(RejectRow, ("p-1", "bad token")).count == 12
+            assert [session.get(RejectRow, ("p-1", r)).count for r in reasons] == [12] * 6
     finally:
         engine.dispose()
 
