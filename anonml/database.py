@@ -4,8 +4,9 @@ SQLite is the default everywhere and any SQLAlchemy URL works. A SQLite file
 gets write-ahead logging (readers never block the writer, so a daemon can read
 while an import writes), ``synchronous=NORMAL`` (durable at transaction
 boundaries under WAL), a 30 s busy timeout (concurrent writers queue instead of
-failing) and foreign keys; an in-memory database is one connection shared by
-every session, or each session would see an empty database.
+failing; the URL's ``?timeout=<seconds>`` sets another) and foreign keys; an
+in-memory database is one connection shared by every session, or each session
+would see an empty database.
 
 Files. A SQLite file is created mode 0600 before SQLite opens it (its folder,
 if missing, 0700: :mod:`anonml.paths`); SQLite gives the ``-wal``, ``-shm``
@@ -123,9 +124,10 @@ def make_engine(url: str, *, immediate: bool = False) -> Engine:
         return create_engine(url, pool_pre_ping=True)
     memory = is_sqlite_memory(url)
     path = sqlite_path(url)
+    busy_ms = _busy_timeout_ms(url)
     if path is not None:
         private_file(path)  # 0600 before SQLite first opens it
-    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": busy_ms / 1000}}
     if memory:
         kwargs["poolclass"] = StaticPool
     engine = create_engine(url, **kwargs)
@@ -137,7 +139,7 @@ def make_engine(url: str, *, immediate: bool = False) -> Engine:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA secure_delete=ON")
-        cursor.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
         if path is not None:
@@ -154,6 +156,20 @@ def make_engine(url: str, *, immediate: bool = False) -> Engine:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _busy_timeout_ms(url: str) -> int:
+    """The SQLite busy timeout: the URL's ``timeout`` query (seconds), else 30 s."""
+    raw = make_url(url).query.get("timeout")
+    if raw is None:
+        return _BUSY_TIMEOUT_MS
+    try:
+        seconds = float(raw if isinstance(raw, str) else raw[-1])
+    except ValueError:
+        raise ValueError(f"{url}: timeout={raw!r} is not a number of seconds") from None
+    if not 0 <= seconds <= 3600:
+        raise ValueError(f"{url}: timeout={seconds:g} must be between 0 and 3600 seconds")
+    return round(seconds * 1000)
 
 
 class UTCDateTime(TypeDecorator[datetime]):
