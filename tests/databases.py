@@ -59,3 +59,13 @@ def fresh_database(folder: Path, name: str = "test.db") -> Iterator[str]:
         return
     with postgresql_database(SERVER_URL) as url:
         yield url
+
+
+def table_rows(url: str, sql: str) -> list[tuple]:
+    """The rows ``sql`` selects from the database at ``url`` (a short-lived engine of its own)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return [tuple(row) for row in connection.exec_driver_sql(sql)]
+    finally:
+        engine.dispose()

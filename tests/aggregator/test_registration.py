@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import requests
-from sqlalchemy import create_engine
 
 from anonml.crypto import Identity
 from anonml.learn import commit_seed, make_plan
@@ -24,16 +23,11 @@ from tests.aggregator.helpers import (
     roster_of,
     wait_phase,
 )
+from tests.databases import table_rows
 
 
 def _registered(db_url: str) -> list[bytes]:
-    engine = create_engine(db_url)
-    try:
-        with engine.connect() as con:
-            rows = con.exec_driver_sql("SELECT identity FROM registrations ORDER BY id")
-            return [bytes(row[0]) for row in rows]
-    finally:
-        engine.dispose()
+    return [bytes(row[0]) for row in table_rows(db_url, "SELECT identity FROM registrations ORDER BY id")]
 
 
 def test_propose_needs_the_admin_token(aggregator):

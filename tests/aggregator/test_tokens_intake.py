@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import requests
-from sqlalchemy import create_engine
 from sqlalchemy.exc import OperationalError
 
 from anonml.crypto import Identity, Redemption, TokenKey, request_tokens
@@ -36,7 +35,7 @@ from tests.aggregator.helpers import (
     slots,
     wait_phase,
 )
-from tests.databases import sqlite_only
+from tests.databases import sqlite_only, table_rows
 
 
 @dataclass
@@ -62,12 +61,7 @@ class Round:
         wait_phase(self.url, self.problem.id, ("training", "done", "failed"))
 
     def rows(self, sql: str) -> list[tuple]:
-        engine = create_engine(self.db_url)
-        try:
-            with engine.connect() as con:
-                return [tuple(row) for row in con.exec_driver_sql(sql)]
-        finally:
-            engine.dispose()
+        return table_rows(self.db_url, sql)
 
 
 def _open_round(aggregator, n: int = 6, kh: int = 2, pool_fraction: float = 0.0) -> Round:
