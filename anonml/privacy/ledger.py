@@ -219,27 +219,20 @@ class PrivacyLedger:
         **columns: str,
     ) -> None:
         """Insert, update or (``cap=None``) delete the cap row of ``model`` at ``key``."""
-        retry_serializable(lambda: self._write_cap(model, key, cap, what, **columns))
+        value = None if cap is None else check_epsilon(cap, what)
 
-    def _write_cap(
-        self,
-        model: type[CapRow] | type[LifetimeCapRow],
-        key: object,
-        cap: float | None,
-        what: str,
-        **columns: str,
-    ) -> None:
-        with self._sessions() as session, session.begin():
-            row = session.get(model, key)
-            if cap is None:
-                if row is not None:
-                    session.delete(row)
-                return
-            value = check_epsilon(cap, what)
-            if row is None:
-                session.add(model(**columns, cap=value))
-            else:
-                row.cap = value
+        def write() -> None:  # one attempt; retried on serialization failures
+            with self._sessions() as session, session.begin():
+                row = session.get(model, key)
+                if value is None:
+                    if row is not None:
+                        session.delete(row)
+                elif row is None:
+                    session.add(model(**columns, cap=value))
+                else:
+                    row.cap = value
+
+        retry_serializable(write)
 
     def cap(self, peer: str, problem: str) -> float | None:
         """The cap in force: the peer's own, else the problem's, else ``default_cap``."""

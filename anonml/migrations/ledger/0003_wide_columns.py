@@ -10,7 +10,7 @@ Revision ID: ledger_0003
 Revises: ledger_0002
 """
 
-from alembic import op
+from anonml.migrations._postgresql import alter_on_postgresql, refuse_narrowing
 
 revision = "ledger_0003"
 down_revision = "ledger_0002"
@@ -29,11 +29,8 @@ _POSTGRESQL = (
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
-    for statement in _POSTGRESQL:
-        op.execute(statement)
+    alter_on_postgresql(_POSTGRESQL)
 
 
 def downgrade() -> None:
-    raise NotImplementedError("64-bit columns are not narrowed again: values past 2^31 would not fit")
+    refuse_narrowing()

@@ -12,7 +12,7 @@ Revision ID: store_0002
 Revises: store_0001
 """
 
-from alembic import op
+from anonml.migrations._postgresql import alter_on_postgresql, refuse_narrowing
 
 revision = "store_0002"
 down_revision = "store_0001"
@@ -33,11 +33,8 @@ _POSTGRESQL = (
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
-    for statement in _POSTGRESQL:
-        op.execute(statement)
+    alter_on_postgresql(_POSTGRESQL)
 
 
 def downgrade() -> None:
-    raise NotImplementedError("64-bit columns are not narrowed again: values past 2^31 would not fit")
+    refuse_narrowing()
