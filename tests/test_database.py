@@ -323,3 +323,26 @@ def test_serialization_failures_are_retried_and_other_errors_are_not():
     with pytest.raises(OperationalError):
         retry_serializable(always, attempts=4, base_delay=0.0)
     assert len(calls) == 4
+
+
+def test_a_store_and_ledger_made_by_the_first_revisions_are_widened_when_opened(
+    database_url: str, tmp_path: Path
+):
+    from alembic import command
+
+    from anonml.database import _config
+
+    engine = make_engine(database_url)
+    try:
+        with engine.begin() as connection:  # the schema as the first revisions made it (32-bit on PostgreSQL)
+            command.upgrade(_config("anonml.migrations.store", connection), "store_0001")
+            command.upgrade(_config("anonml.migrations.ledger", connection), "ledger_0002")
+    finally:
+        engine.dispose()
+    store, report = _store_with(database_url, tmp_path, ["1570000 a 2"])  # 2200: past 2^31 µs
+    with store:
+        assert report.inserted == 1 and store.events()[0].timestamp.year == 2200
+    with PrivacyLedger(database_url) as ledger:
+        assert ledger.record(
+            peer="a", problem="p", round=2**40, attributes=["x"], mechanism="oue", epsilon=0.1
+        ).round == 2**40
