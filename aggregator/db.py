@@ -58,13 +58,12 @@ from sqlalchemy import (
     insert,
     select,
 )
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from anonml.crypto import create_crypto_tables
 from anonml.crypto.spent import SpentTokenRow
-from anonml.database import UTCDateTime
+from anonml.database import BigInt, UTCDateTime
 
 __all__ = [
     "Base",
@@ -87,7 +86,9 @@ __all__ = [
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {datetime: UTCDateTime(), bytes: LargeBinary(), str: String(256)}
+    """Datetimes are aware UTC instants; integers are 64-bit on every backend (round ids are 63-bit)."""
+
+    type_annotation_map = {datetime: UTCDateTime(), bytes: LargeBinary(), str: String(256), int: BigInt}
 
 
 class ProblemRow(Base):
@@ -274,21 +275,21 @@ def create_tables(engine: Engine) -> None:
 
 
 def count_reject(session: Session, problem_id: str, reason: str) -> None:
-    """Add one to the refusal counter of (problem, reason) inside the caller's transaction."""
-    if session.get_bind().dialect.name == "sqlite":
-        stmt = sqlite_insert(RejectRow).values(problem_id=problem_id, reason=reason, count=1)
-        session.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["problem_id", "reason"], set_={"count": RejectRow.count + 1}
-            )
-        )
-        return
-    row = session.scalars(
-        select(RejectRow)
-        .where(RejectRow.problem_id == problem_id, RejectRow.reason == reason)
-        .with_for_update()
-    ).first()
-    if row is None:
-        session.add(RejectRow(problem_id=problem_id, reason=reason, count=1))
+    """Add one to the refusal counter of (problem, reason) inside the caller's transaction.
+
+    One upsert (``INSERT … ON CONFLICT DO UPDATE``) on SQLite and PostgreSQL:
+    two first refusals at once cannot both insert (no unique violation), and
+    the increment is atomic.
+    """
+    dialect = session.get_bind().dialect.name
+    if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    elif dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
     else:
-        row.count += 1
+        raise ValueError(f"unsupported database dialect {dialect!r} (use SQLite or PostgreSQL)")
+    stmt = dialect_insert(RejectRow).values(problem_id=problem_id, reason=reason, count=1)
+    upsert = stmt.on_conflict_do_update(
+        index_elements=["problem_id", "reason"], set_={"count": RejectRow.count + 1}
+    )
+    session.execute(upsert)

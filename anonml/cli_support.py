@@ -28,7 +28,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from anonml.errors import AnonMLError
+from anonml.errors import AnonMLError, StoreError
 
 __all__ = [
     "out",
@@ -122,14 +122,28 @@ def expected_errors() -> Iterator[None]:
 
     With ``--json`` the error is also printed on stdout as one JSON document
     (:func:`error_document`), so a script reading stdout always gets JSON.
+    A database failure the user can act on (locked, disk full, server
+    unreachable: :func:`anonml.database.describe_database_error`) is one too.
     """
     try:
         yield
     except AnonMLError as exc:
-        if _wants_json():
-            print_json(error_document(exc))
-        err.print(styled(("error:", "bold red"), f" {untrusted(exc, 2000)}"))
-        raise typer.Exit(code=1) from None
+        _fail(exc)
+    except Exception as exc:
+        from anonml.database import describe_database_error
+
+        advice = describe_database_error(exc)
+        if advice is None:
+            raise
+        _fail(StoreError(advice))
+
+
+def _fail(exc: AnonMLError) -> None:
+    """Print ``exc`` as one ``error:`` line (and a JSON document under ``--json``); exit code 1."""
+    if _wants_json():
+        print_json(error_document(exc))
+    err.print(styled(("error:", "bold red"), f" {untrusted(exc, 2000)}"))
+    raise typer.Exit(code=1) from None
 
 
 def ensure_port_free(host: str, port: int, *, what: str = "the service") -> None:

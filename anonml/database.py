@@ -4,8 +4,9 @@ SQLite is the default everywhere and any SQLAlchemy URL works. A SQLite file
 gets write-ahead logging (readers never block the writer, so a daemon can read
 while an import writes), ``synchronous=NORMAL`` (durable at transaction
 boundaries under WAL), a 30 s busy timeout (concurrent writers queue instead of
-failing) and foreign keys; an in-memory database is one connection shared by
-every session, or each session would see an empty database.
+failing; the URL's ``?timeout=<seconds>`` sets another) and foreign keys; an
+in-memory database is one connection shared by every session, or each session
+would see an empty database.
 
 Files. A SQLite file is created mode 0600 before SQLite opens it (its folder,
 if missing, 0700: :mod:`anonml.paths`); SQLite gives the ``-wal``, ``-shm``
@@ -17,7 +18,16 @@ zeros rather than left in free pages.
 
 Schema. Each database's tables hang off one declarative base whose
 ``type_annotation_map`` stores every ``datetime`` as :class:`UTCDateTime`
-(:class:`UTCDatetimes`). Its schema is versioned with Alembic:
+(``timestamp with time zone`` on PostgreSQL) and every ``int`` as
+:data:`BigInt` (64-bit on every backend: microsecond timestamps and 63-bit
+round ids overflow PostgreSQL's 32-bit ``INTEGER``) (:class:`UTCDatetimes`).
+
+PostgreSQL. Any ``postgresql+psycopg://`` URL works; transactions that must
+not interleave (a budget cap's check-then-insert) run at SERIALIZABLE and are
+retried on a serialization failure or deadlock by :func:`retry_serializable`.
+:func:`describe_database_error` turns the failures a user can act on (a
+locked or full SQLite file, a server that refuses connections) into one line
+of advice. Its schema is versioned with Alembic:
 :func:`migrate` brings a database to the newest revision of its migration
 package (:mod:`anonml.migrations`) when it is opened, so a file written by an
 earlier version of AnonML (a peer's privacy ledger must outlive every upgrade)
@@ -28,13 +38,17 @@ from __future__ import annotations
 
 import importlib
 import os
+import random
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from sqlalchemy import DateTime, create_engine, event, inspect
+from sqlalchemy import BigInteger, DateTime, Integer, create_engine, event, inspect
 from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
@@ -51,11 +65,21 @@ __all__ = [
     "sqlite_path",
     "UTCDateTime",
     "UTCDatetimes",
+    "BigInt",
+    "retry_serializable",
+    "is_retryable",
+    "describe_database_error",
     "migrate",
     "schema_revision",
 ]
 
 _BUSY_TIMEOUT_MS = 30_000
+_T = TypeVar("_T")
+
+#: A 64-bit integer column: ``BIGINT`` (``BIGSERIAL`` as a primary key) on
+#: PostgreSQL, ``INTEGER`` on SQLite, whose integers are already 64-bit and
+#: whose ``INTEGER PRIMARY KEY`` alone aliases the rowid (autoincrement).
+BigInt = BigInteger().with_variant(Integer(), "sqlite")
 _COMPANIONS = ("-wal", "-shm", "-journal")
 
 
@@ -100,9 +124,10 @@ def make_engine(url: str, *, immediate: bool = False) -> Engine:
         return create_engine(url, pool_pre_ping=True)
     memory = is_sqlite_memory(url)
     path = sqlite_path(url)
+    busy_ms = _busy_timeout_ms(url)
     if path is not None:
         private_file(path)  # 0600 before SQLite first opens it
-    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": busy_ms / 1000}}
     if memory:
         kwargs["poolclass"] = StaticPool
     engine = create_engine(url, **kwargs)
@@ -114,7 +139,7 @@ def make_engine(url: str, *, immediate: bool = False) -> Engine:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA secure_delete=ON")
-        cursor.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
         if path is not None:
@@ -133,14 +158,31 @@ def make_engine(url: str, *, immediate: bool = False) -> Engine:
     return engine
 
 
-class UTCDateTime(TypeDecorator[datetime]):
-    """Aware datetimes stored as naive UTC and read back as aware UTC.
+def _busy_timeout_ms(url: str) -> int:
+    """The SQLite busy timeout: the URL's ``timeout`` query (seconds), else 30 s."""
+    raw = make_url(url).query.get("timeout")
+    if raw is None:
+        return _BUSY_TIMEOUT_MS
+    try:
+        seconds = float(raw if isinstance(raw, str) else raw[-1])
+    except ValueError:
+        raise ValueError(f"{url}: timeout={raw!r} is not a number of seconds") from None
+    if not 0 <= seconds <= 3600:
+        raise ValueError(f"{url}: timeout={seconds:g} must be between 0 and 3600 seconds")
+    return round(seconds * 1000)
 
-    SQLite has no timezone type; storing UTC and re-attaching it on read keeps
-    every datetime that leaves a table aware. A naive datetime is refused.
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware datetimes in, aware UTC datetimes out, whatever the server's time zone.
+
+    PostgreSQL stores them as ``timestamp with time zone`` (an instant; the
+    session's ``TimeZone`` only changes how it is rendered, and the value is
+    converted back to UTC on read). SQLite has no timezone type: the value is
+    stored as naive UTC and UTC re-attached on read. A naive datetime is
+    refused.
     """
 
-    impl = DateTime
+    impl = DateTime(timezone=True)
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
@@ -148,10 +190,13 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         if value.tzinfo is None:
             raise ValueError(f"naive datetime {value.isoformat()} given to a database column")
-        return value.astimezone(UTC).replace(tzinfo=None)
+        utc = value.astimezone(UTC)
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
-        return None if value is None else value.replace(tzinfo=UTC)
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class UTCDatetimes:
@@ -159,11 +204,81 @@ class UTCDatetimes:
 
     Each database declares one base, ``class LedgerBase(UTCDatetimes,
     DeclarativeBase)``, so its tables keep their own metadata while every
-    datetime column is stored one way: naive UTC in the file, aware UTC in
-    Python, a naive datetime refused.
+    datetime column is stored one way (an instant, aware UTC in Python, a
+    naive datetime refused) and every ``Mapped[int]`` is 64-bit (:data:`BigInt`).
     """
 
-    type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UTCDateTime()}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UTCDateTime(), int: BigInt}
+
+
+#: SQLSTATEs after which PostgreSQL asks the client to run the transaction
+#: again: serialization_failure and deadlock_detected.
+_RETRY_SQLSTATES = frozenset({"40001", "40P01"})
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether ``exc`` is a serialization failure or deadlock the server asks to retry."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    return getattr(exc.orig, "sqlstate", None) in _RETRY_SQLSTATES
+
+
+def retry_serializable(
+    transaction: Callable[[], _T],
+    *,
+    attempts: int = 12,
+    base_delay: float = 0.005,
+    max_delay: float = 0.5,
+    rng: random.Random | None = None,
+) -> _T:
+    """Run ``transaction`` (which opens and commits its own), retrying serialization failures.
+
+    Under SERIALIZABLE isolation PostgreSQL aborts one of two transactions
+    whose reads and writes could not have happened one after the other
+    (SQLSTATE 40001; 40P01 for a deadlock) and the application must run it
+    again. Each retry waits a uniformly random time in [0, min(max_delay,
+    base_delay · 2^k)] ("full jitter" exponential backoff, Brooker 2015), so
+    contending writers spread out instead of colliding again. Any other
+    error, and the last failure after ``attempts`` tries, propagates.
+    """
+    gen = rng if rng is not None else random.SystemRandom()
+    for attempt in range(attempts):
+        try:
+            return transaction()
+        except DBAPIError as exc:
+            if not is_retryable(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(gen.uniform(0.0, min(max_delay, base_delay * 2**attempt)))
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def describe_database_error(exc: BaseException) -> str | None:
+    """One line naming a database failure the user can act on, with advice; None for others.
+
+    Covers a SQLite file locked by another process past the busy timeout,
+    a full disk, and a database server that cannot be reached.
+    """
+    if not isinstance(exc, OperationalError):
+        return None
+    text = str(exc.orig) if exc.orig is not None else str(exc)
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    lowered = text.lower()
+    if "database is locked" in lowered or "database table is locked" in lowered:
+        return (
+            "database is locked: another process (an import, a peer daemon) is writing to it; "
+            "retry later, when it has finished"
+        )
+    if "database or disk is full" in lowered or "no space left on device" in lowered:
+        return f"database or disk is full ({first}): free some space and retry; nothing was changed"
+    if "connection refused" in lowered or "could not connect" in lowered or "connection failed" in lowered:
+        return (
+            f"cannot connect to the database server ({first}): check the database URL "
+            "(host, port, user) and that the server is running"
+        )
+    return None
+
+
+
 
 
 def _version_table(package: str) -> str:

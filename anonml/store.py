@@ -28,11 +28,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import ForeignKey, Index, String, Text, delete, func, select
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from anonml.database import UTCDatetimes, make_engine, migrate
+from anonml.database import UTCDatetimes, describe_database_error, make_engine, migrate
 from anonml.errors import RecordError, StoreError
 from anonml.model import Dataset, Event, content_id, decode_fields, encode_fields, timestamp_us, to_utc
 from anonml.paths import default_store_url
@@ -171,11 +171,16 @@ def _insert_ignoring_duplicates(session: Session, rows: list[tuple]) -> int:
         raise StoreError(f"unsupported database dialect {dialect!r} (use SQLite or PostgreSQL)")
     from sqlalchemy.dialects.postgresql import insert
 
-    before = session.scalar(select(func.count()).select_from(EventRow)) or 0
-    session.execute(
-        insert(EventRow).on_conflict_do_nothing(), [dict(zip(EVENT_COLUMNS, r, strict=True)) for r in rows]
+    # One statement per batch; RETURNING yields exactly the rows this
+    # transaction inserted (a concurrent import's rows are neither counted
+    # nor subtracted, as a before/after count(*) would).
+    stmt = (
+        insert(EventRow)
+        .values([dict(zip(EVENT_COLUMNS, r, strict=True)) for r in rows])
+        .on_conflict_do_nothing()
+        .returning(EventRow.id)
     )
-    return (session.scalar(select(func.count()).select_from(EventRow)) or 0) - before
+    return len(session.execute(stmt).all())
 
 
 def event_row(event: Event, user: str, import_id: int) -> tuple:
@@ -301,8 +306,16 @@ class EventStore:
         try:
             migrate(self.engine, "anonml.migrations.store")
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot open event store {self.url!r}: {exc.orig or exc}") from exc
+            advice = describe_database_error(exc)
+            if advice is not None:
+                raise StoreError(f"cannot open event store {self._where}: {advice}") from exc
+            raise StoreError(f"cannot open event store {self._where}: {exc.orig or exc}") from exc
         self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
+
+    @property
+    def _where(self) -> str:
+        """The store's URL for messages, any password hidden."""
+        return make_url(self.url).render_as_string(hide_password=True)
 
     def session(self) -> Session:
         """A new session; use as ``with store.session() as s, s.begin(): ...``."""
@@ -371,11 +384,17 @@ class EventStore:
         rolls back every file of the batch. Each file still gets its own
         provenance row and report. ``replace``: see :meth:`import_file`.
         """
-        with self.session() as s, s.begin():
-            return [
-                _import_into(s, Path(path), importer, origin, user, skip_bad, on_event, replace)
-                for path, importer, origin in items
-            ]
+        try:
+            with self.session() as s, s.begin():
+                return [
+                    _import_into(s, Path(path), importer, origin, user, skip_bad, on_event, replace)
+                    for path, importer, origin in items
+                ]
+        except OperationalError as exc:  # locked past the busy timeout, disk full, server gone
+            advice = describe_database_error(exc)
+            if advice is None:
+                raise
+            raise StoreError(f"event store {self._where}: {advice}") from exc
 
     # --- reading -------------------------------------------------------------
 

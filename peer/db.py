@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from sqlalchemy import String, Text, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-from anonml.database import UTCDateTime, make_engine
+from anonml.database import BigInt, UTCDateTime, make_engine
 
 __all__ = ["PeerDB", "ProposalRow", "DecisionRow", "ParticipationRow", "ProposalView"]
 
@@ -21,7 +21,7 @@ __all__ = ["PeerDB", "ProposalRow", "DecisionRow", "ParticipationRow", "Proposal
 
 
 class _Base(DeclarativeBase):
-    type_annotation_map = {datetime: UTCDateTime(), str: String(256)}
+    type_annotation_map = {datetime: UTCDateTime(), str: String(256), int: BigInt}
 
 
 class ProposalRow(_Base):

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+from tests.databases import fresh_database
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ANONML_SHARED_DIR", REPO.parent / "shared"))
@@ -38,3 +41,14 @@ def anonml_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "anonml-home"
     monkeypatch.setenv("ANONML_HOME", str(home))
     return home
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database for this test (``tests/databases.py``).
+
+    A SQLite file in ``tmp_path`` by default; with ``ANONML_TEST_DATABASE_URL``
+    set, a new PostgreSQL database on that server, dropped after the test.
+    """
+    with fresh_database(tmp_path) as url:
+        yield url

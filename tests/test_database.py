@@ -1,12 +1,27 @@
-"""make_engine: the SQLite settings every AnonML database relies on."""
+"""make_engine: the SQLite settings every AnonML database relies on; every table on every backend."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
 
-from anonml.database import is_sqlite_memory, make_engine
+from aggregator.db import ProblemRow, RejectRow, count_reject
+from aggregator.db import create_tables as create_aggregator_tables
+from anonml.crypto.exceptions import AlreadyIssued, TokenSpent
+from anonml.crypto.spent import SqlIssuanceLedger, SqlSpentSet
+from anonml.database import is_sqlite_memory, make_engine, retry_serializable
+from anonml.privacy import PrivacyLedger
+from anonml.store import EventStore, ImportReport
+from peer.db import PeerDB
+from tests.test_store import LinesImporter
 
 
 def test_sqlite_file_gets_wal_busy_timeout_and_foreign_keys(tmp_path: Path):
@@ -114,3 +129,220 @@ def test_companion_files_of_an_open_database_are_owner_only(tmp_path: Path):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     finally:
         os.umask(old)
+
+
+# -- every backend: the tests below run on SQLite, and on PostgreSQL when
+# ANONML_TEST_DATABASE_URL is set (.ci/run does both) ---------------------------
+
+
+def _store_with(url: str, tmp_path: Path, lines: list[str]) -> tuple[EventStore, ImportReport]:
+    path = tmp_path / f"{len(lines)}-{lines[0].split()[0]}.lines"
+    path.write_text("\n".join(lines) + "\n")
+    store = EventStore(url)
+    return store, store.import_file(path, LinesImporter())
+
+
+def test_microsecond_timestamps_and_63_bit_ids_fit_every_column(database_url: str, tmp_path: Path):
+    # Hours from 2021-03-01: 1900 and 2200 are ~1.6e15..7.3e15 µs from the epoch, far past 2^31.
+    far = ["-1060000 a 1", "1570000 a 2", "0 a 3"]
+    store, report = _store_with(database_url, tmp_path, far)
+    with store:
+        assert report.inserted == 3
+        years = sorted(e.timestamp.year for e in store.events())
+        assert years == [1900, 2021, 2200]
+    with PrivacyLedger(database_url) as ledger:
+        released = ledger.record(
+            peer="alice", problem="p", round=2**62, attributes=["a"], mechanism="oue", epsilon=0.5
+        )
+        assert released.round == 2**62 and ledger.releases()[0].round == 2**62
+    engine = make_engine(database_url)
+    try:
+        create_aggregator_tables(engine)
+        with Session(engine) as session, session.begin():
+            session.add(
+                ProblemRow(
+                    id="p-1",
+                    problem_json="{}",
+                    seed=b"s",
+                    token_secret=b"k",
+                    round_id=2**63 - 1,
+                    phase="registration",
+                    created_at=datetime.now(UTC),
+                    phase_started=1.7e9,
+                )
+            )
+        with Session(engine) as session:
+            assert session.get(ProblemRow, "p-1").round_id == 2**63 - 1
+    finally:
+        engine.dispose()
+
+
+def test_a_token_is_issued_and_spent_once_and_refused_the_second_time(database_url: str):
+    engine = make_engine(database_url)
+    try:
+        issued, spent = SqlIssuanceLedger(engine), SqlSpentSet(engine)
+        key, peer, slot, nonce = b"k" * 32, b"p" * 64, b"s" * 16, b"n" * 32
+        issued.record(key, peer, slot)  # refused as "already issued" when the insert was misread
+        assert issued.has_issued(key, peer, slot)
+        with pytest.raises(AlreadyIssued):
+            issued.record(key, peer, slot)
+        issued.record(key, peer, b"t" * 16)
+        spent.spend(key, slot, nonce)
+        with pytest.raises(TokenSpent):
+            spent.spend(key, slot, nonce)
+        assert spent.is_spent(key, slot, nonce) and not spent.is_spent(key, slot, b"m" * 32)
+    finally:
+        engine.dispose()
+
+
+def _together(n: int, work: Callable[[int], None]) -> list[BaseException]:
+    """Run ``work(i)`` in ``n`` threads released at once; the exceptions they raised."""
+    barrier = threading.Barrier(n)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            work(i)
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted on
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
+def test_concurrent_first_refusals_are_all_counted(database_url: str):
+    engine = make_engine(database_url)
+    try:
+        create_aggregator_tables(engine)
+
+        reasons = [f"reason {k}" for k in range(6)]
+
+        def refuse(_: int) -> None:
+            for reason in reasons:  # six first refusals, each raced by every thread
+                with Session(engine) as session, session.begin():
+                    count_reject(session, "p-1", reason)
+
+        assert _together(12, refuse) == []
+        with Session(engine) as session:
+            assert [session.get(RejectRow, ("p-1", r)).count for r in reasons] == [12] * 6
+    finally:
+        engine.dispose()
+
+
+def test_concurrent_imports_count_their_own_new_and_duplicate_events(database_url: str, tmp_path: Path):
+    # Four imports of overlapping files at once: each counts only what it inserted,
+    # the counts are never negative, and together they inserted each event once.
+    files = []
+    for i in range(4):
+        path = tmp_path / f"part{i}.lines"
+        path.write_text("".join(f"{h} a {h}\n" for h in range(i * 300, i * 300 + 600)))
+        files.append(path)
+    reports: list[ImportReport] = []
+    with EventStore(database_url) as store:
+        errors = _together(4, lambda i: reports.append(store.import_file(files[i], LinesImporter())))
+        assert errors == []
+        assert all(r.inserted >= 0 and r.duplicate >= 0 and r.accepted == 600 for r in reports)
+        assert sum(r.inserted for r in reports) == store.count() == 1500
+        recorded = {r.id: r for r in store.imports()}
+        assert all(recorded[r.import_id].duplicate == r.duplicate for r in reports)
+
+
+def test_import_times_are_utc_instants_whatever_the_server_time_zone(database_url: str, tmp_path: Path):
+    url = make_url(database_url)
+    if url.get_backend_name() == "postgresql":  # every new session of this database: UTC+14
+        admin = make_engine(database_url)
+        with admin.connect() as connection:
+            zone = "SET timezone TO 'Pacific/Kiritimati'"
+            connection.exec_driver_sql(f'ALTER DATABASE "{url.database}" {zone}')
+            connection.commit()
+        admin.dispose()
+    before = datetime.now(UTC)
+    store, report = _store_with(database_url, tmp_path, ["0 a 1"])
+    after = datetime.now(UTC)
+    with store:
+        (record,) = store.imports()
+        assert record.started_at.tzinfo is not None and record.started_at.utcoffset() == timedelta(0)
+        assert before - timedelta(seconds=1) <= record.started_at <= after + timedelta(seconds=1)
+        if url.get_backend_name() == "postgresql":  # the server holds the same instant, not a shifted one
+            with store.engine.connect() as connection:
+                epoch = connection.exec_driver_sql(
+                    "SELECT EXTRACT(EPOCH FROM started_at::timestamptz) FROM imports"
+                ).scalar_one()
+            assert abs(float(epoch) - record.started_at.timestamp()) < 1e-3
+
+
+def test_peer_records_keep_their_types(database_url: str):
+    db = PeerDB(database_url)
+    try:
+        assert db.record_proposal("p-1", "http://127.0.0.1:1", "{}")
+        assert not db.record_proposal("p-1", "http://127.0.0.1:1", "{}")
+        db.decide("p-1", "n", "accept", "fits the policy", 0.75)
+        db.set_participation("p-1", "n", "reporting", fingerprint="f" * 64)
+        assert db.accepted_epsilon("n") == {"p-1": 0.75}
+        participation = db.participation("p-1", "n")
+        assert participation.status == "reporting" and participation.updated_at.tzinfo is not None
+    finally:
+        db.close()
+
+
+def test_serialization_failures_are_retried_and_other_errors_are_not():
+    class Failure(Exception):
+        def __init__(self, sqlstate: str) -> None:
+            super().__init__(sqlstate)
+            self.sqlstate = sqlstate
+
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise OperationalError("COMMIT", {}, Failure("40001"))
+        return "committed"
+
+    assert retry_serializable(flaky, base_delay=0.0) == "committed" and len(calls) == 3
+
+    def broken() -> None:
+        calls.append(1)
+        raise OperationalError("INSERT", {}, Failure("23505"))
+
+    calls.clear()
+    with pytest.raises(OperationalError):
+        retry_serializable(broken, base_delay=0.0)
+    assert len(calls) == 1
+
+    def always() -> None:
+        calls.append(1)
+        raise OperationalError("COMMIT", {}, Failure("40P01"))
+
+    calls.clear()
+    with pytest.raises(OperationalError):
+        retry_serializable(always, attempts=4, base_delay=0.0)
+    assert len(calls) == 4
+
+
+def test_a_store_and_ledger_made_by_the_first_revisions_are_widened_when_opened(
+    database_url: str, tmp_path: Path
+):
+    from alembic import command
+
+    from anonml.database import _config
+
+    engine = make_engine(database_url)
+    try:
+        with engine.begin() as connection:  # the schema as the first revisions made it (32-bit on PostgreSQL)
+            command.upgrade(_config("anonml.migrations.store", connection), "store_0001")
+            command.upgrade(_config("anonml.migrations.ledger", connection), "ledger_0002")
+    finally:
+        engine.dispose()
+    store, report = _store_with(database_url, tmp_path, ["1570000 a 2"])  # 2200: past 2^31 µs
+    with store:
+        assert report.inserted == 1 and store.events()[0].timestamp.year == 2200
+    with PrivacyLedger(database_url) as ledger:
+        assert ledger.record(
+            peer="a", problem="p", round=2**40, attributes=["x"], mechanism="oue", epsilon=0.1
+        ).round == 2**40

@@ -24,8 +24,8 @@ from anonml.errors import BudgetExceeded, SchemaError
 from anonml.privacy.ledger import LedgerBase, PrivacyLedger
 from anonml.store import Base, EventStore
 
-STORE_HEAD = "store_0001"
-LEDGER_HEAD = "ledger_0002"
+STORE_HEAD = "store_0002"
+LEDGER_HEAD = "ledger_0003"
 
 #: The event store's tables as the code before schema versions created them.
 OLD_STORE_DDL = """

@@ -1,20 +1,26 @@
-"""The event store on real SQLite files: idempotence, rollback, provenance, queries."""
+"""The event store on real databases (``database_url``): idempotence, rollback, provenance, queries."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from anonml.database import sqlite_path
 from anonml.errors import RecordError, StoreError
 from anonml.model import Event, Text
-from anonml.plugins import Importer
+from anonml.plugins import Importer, create
 from anonml.store import DEFAULT_USER, EventStore
+from tests.databases import sqlite_only
 
 T0 = datetime(2021, 3, 1, tzinfo=UTC)
+FIXTURES = Path(__file__).parent / "importers" / "fixtures"
 
 
 class LinesImporter(Importer):
@@ -38,8 +44,9 @@ class LinesImporter(Importer):
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> EventStore:
-    return EventStore(f"sqlite:///{tmp_path / 'events.db'}")
+def store(database_url: str) -> Iterator[EventStore]:
+    with EventStore(database_url) as events:
+        yield events
 
 
 def _write(path: Path, lines: list[str]) -> Path:
@@ -62,9 +69,10 @@ def test_import_then_reimport_adds_nothing(store: EventStore, tmp_path: Path):
     assert store.count() == 3
 
 
+@sqlite_only
 def test_bad_line_rolls_back_and_leaves_store_byte_identical(store: EventStore, tmp_path: Path):
     store.import_file(_write(tmp_path / "ok.lines", ["0 a 1"]), LinesImporter())
-    db = tmp_path / "events.db"
+    db = sqlite_path(store.url)
     before_rows, before_imports = _table_rows(db), len(store.imports())
     bad = _write(tmp_path / "bad.lines", ["5 a 1", "6 a 2", "oops", "7 a 3"])
     with pytest.raises(RecordError) as info:
@@ -126,10 +134,11 @@ def test_queries_by_source_type_and_time(store: EventStore, tmp_path: Path):
     assert summary[("lines", "a")].last == T0 + timedelta(hours=9)
 
 
+@sqlite_only
 def test_stored_ids_equal_event_ids(store: EventStore, tmp_path: Path):
     store.import_file(_write(tmp_path / "a.lines", ["0 a 1"]), LinesImporter())
     (ev,) = store.events()
-    (row,) = _table_rows(tmp_path / "events.db")
+    (row,) = _table_rows(sqlite_path(store.url))
     assert row[1] == ev.id
 
 
@@ -217,3 +226,91 @@ def test_an_import_of_many_users_says_so_in_its_provenance(store: EventStore, tm
     assert store.import_file(f, TwoUsers(), user="cy").user == "cy"  # --user attributes them all
     single = store.import_file(_write(tmp_path / "b.lines", ["4 a 1"]), TwoUsers())
     assert (single.user, single.users) == ("bob", 1)
+
+
+# -- database failures reach the command line as one line of advice ----------------
+
+
+def _edx_log(path: Path, events: int) -> Path:
+    """An edX tracking log of ``events`` page views by one learner, a second apart."""
+    template = json.loads((FIXTURES / "edx" / "tracking.log").read_text().splitlines()[0])
+    with path.open("w") as out:
+        for i in range(events):
+            when = datetime(2024, 1, 9, tzinfo=UTC) + timedelta(seconds=i)
+            out.write(json.dumps({**template, "time": when.isoformat()}) + "\n")
+    return path
+
+
+def _anonml(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "anonml", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _one_error_line(result: subprocess.CompletedProcess[str], *phrases: str) -> str:
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr and "sqlalchemy" not in result.stderr.lower()
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    assert all(phrase in errors[0] for phrase in phrases), errors[0]
+    return errors[0]
+
+
+@sqlite_only
+def test_an_import_into_a_locked_store_is_one_error_line_saying_retry(tmp_path: Path):
+    db = tmp_path / "events.db"
+    EventStore(f"sqlite:///{db}").close()  # created and migrated
+    export = _edx_log(tmp_path / "tracking.log", 5)
+    holder = sqlite3.connect(db, timeout=0)
+    holder.execute("BEGIN EXCLUSIVE")  # another writer holds the store
+    try:
+        result = _anonml("import", str(export), "-i", "edx", "--store", f"sqlite:///{db}?timeout=0.2")
+    finally:
+        holder.rollback()
+        holder.close()
+    _one_error_line(result, "database is locked", "retry later")
+    with EventStore(f"sqlite:///{db}") as after:
+        assert after.count() == 0
+        assert after.import_file(export, create("importer", "edx")).inserted == 5  # once the lock is gone
+
+
+def test_an_unreachable_database_server_is_one_error_line_saying_check_the_url(tmp_path: Path):
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    export = _edx_log(tmp_path / "tracking.log", 1)
+    url = f"postgresql+psycopg://anonml:secret@127.0.0.1:{port}/events?connect_timeout=5"
+    result = _anonml("import", str(export), "-i", "edx", "--store", url)
+    line = _one_error_line(result, "cannot connect to the database server", "check the database URL")
+    assert "secret" not in line  # the password is never printed
+
+
+@sqlite_only
+def test_a_full_database_is_one_error_line_saying_free_space(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from sqlalchemy import event
+    from typer.testing import CliRunner
+
+    import anonml.store
+    from anonml.cli import app
+
+    db = tmp_path / "events.db"
+    EventStore(f"sqlite:///{db}").close()
+    pages = db.stat().st_size // 4096 + 2  # a little room, not enough for 3,000 events
+
+    def small_engine(url: str, **kwargs: object):
+        engine = anonml.database.make_engine(url, **kwargs)
+        event.listen(engine, "connect", lambda con, _: con.execute(f"PRAGMA max_page_count={pages}"))
+        return engine
+
+    monkeypatch.setattr(anonml.store, "make_engine", small_engine)
+    export = _edx_log(tmp_path / "tracking.log", 3000)
+    runner = CliRunner()
+    result = runner.invoke(app, ["import", str(export), "-i", "edx", "--store", f"sqlite:///{db}"])
+    assert result.exit_code == 1, result.output
+    assert "database or disk is full" in result.output and "free some space" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert EventStore(f"sqlite:///{db}").count() == 0  # nothing half-written

@@ -24,13 +24,14 @@ import threading
 from abc import ABC, abstractmethod
 from datetime import UTC, datetime
 
-from sqlalchemy import DateTime, LargeBinary, UniqueConstraint, insert, select
+from sqlalchemy import LargeBinary, UniqueConstraint, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from anonml.crypto._util import _ensure_bytes
 from anonml.crypto.exceptions import AlreadyIssued, TokenSpent
+from anonml.database import UTCDatetimes
 
 __all__ = [
     "SpentSet",
@@ -136,8 +137,12 @@ class MemoryIssuanceLedger(IssuanceLedger):
         return len(self._seen)
 
 
-class CryptoBase(DeclarativeBase):
-    """Declarative base of the crypto ledgers (``create_crypto_tables`` creates them)."""
+class CryptoBase(UTCDatetimes, DeclarativeBase):
+    """Declarative base of the crypto ledgers (``create_crypto_tables`` creates them).
+
+    Datetimes are aware UTC instants and integers 64-bit on every backend
+    (:class:`anonml.database.UTCDatetimes`).
+    """
 
 
 class SpentTokenRow(CryptoBase):
@@ -167,7 +172,7 @@ class IssuanceRow(CryptoBase):
     key_id: Mapped[bytes] = mapped_column(LargeBinary(_KEY_ID_SIZE))
     peer_id: Mapped[bytes] = mapped_column(LargeBinary(_PEER_ID_MAX))
     slot: Mapped[bytes] = mapped_column(LargeBinary(_SLOT_MAX))
-    issued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    issued_at: Mapped[datetime]
 
 
 def create_crypto_tables(engine: Engine) -> None:
@@ -178,8 +183,11 @@ def create_crypto_tables(engine: Engine) -> None:
 def insert_once(session: Session, table: type[CryptoBase], values: dict) -> bool:
     """Insert ``values`` unless the unique constraint already holds them; True if inserted.
 
-    SQLite and PostgreSQL use ``ON CONFLICT DO NOTHING`` (no exception, the
-    session stays usable); other dialects use a SAVEPOINT around a plain insert.
+    SQLite and PostgreSQL use ``ON CONFLICT DO NOTHING … RETURNING`` the
+    primary key: a row comes back exactly when one was inserted (the driver's
+    row count is not used: it is −1 on PostgreSQL when the statement returns
+    rows). No exception, so the session stays usable; other dialects use a
+    SAVEPOINT around a plain insert.
     """
     dialect = session.get_bind().dialect.name
     if dialect in ("sqlite", "postgresql"):
@@ -187,8 +195,9 @@ def insert_once(session: Session, table: type[CryptoBase], values: dict) -> bool
             from sqlalchemy.dialects.sqlite import insert as dialect_insert
         else:
             from sqlalchemy.dialects.postgresql import insert as dialect_insert
-        result = session.execute(dialect_insert(table).values(**values).on_conflict_do_nothing())
-        return result.rowcount == 1
+        key = tuple(table.__table__.primary_key.columns)
+        stmt = dialect_insert(table).values(**values).on_conflict_do_nothing().returning(*key)
+        return session.execute(stmt).first() is not None
     try:
         with session.begin_nested():
             session.execute(insert(table).values(**values))

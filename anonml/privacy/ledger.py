@@ -19,7 +19,10 @@ SQLAlchemy 2 typed models on their own ``DeclarativeBase`` (tables prefixed
 file ``ledger.db`` in :func:`anonml.paths.anonml_home`, any SQLAlchemy URL
 accepted. On SQLite every transaction starts with ``BEGIN IMMEDIATE``, so the
 check against the cap and the insert are atomic even across processes; other
-backends run at SERIALIZABLE isolation. The schema is versioned (Alembic
+backends (PostgreSQL) run at SERIALIZABLE isolation, and a transaction the
+server aborts as a serialization failure is run again, up to a bound, after a
+jittered backoff (:func:`anonml.database.retry_serializable`); the cap check
+is part of what is retried, so a retry never records past the cap. The schema is versioned (Alembic
 revisions in :mod:`anonml.migrations.ledger`, version table
 ``anonml_schema_ledger``) and upgraded when the ledger is opened, so a ledger
 written by an earlier version keeps every release it recorded.
@@ -43,7 +46,7 @@ from sqlalchemy.orm import (
     sessionmaker,
 )
 
-from anonml.database import UTCDatetimes, make_engine, migrate
+from anonml.database import UTCDatetimes, make_engine, migrate, retry_serializable
 from anonml.errors import BudgetExceeded
 from anonml.paths import default_store_url
 from anonml.privacy._checks import check_epsilon
@@ -216,17 +219,20 @@ class PrivacyLedger:
         **columns: str,
     ) -> None:
         """Insert, update or (``cap=None``) delete the cap row of ``model`` at ``key``."""
-        with self._sessions() as session, session.begin():
-            row = session.get(model, key)
-            if cap is None:
-                if row is not None:
-                    session.delete(row)
-                return
-            value = check_epsilon(cap, what)
-            if row is None:
-                session.add(model(**columns, cap=value))
-            else:
-                row.cap = value
+        value = None if cap is None else check_epsilon(cap, what)
+
+        def write() -> None:  # one attempt; retried on serialization failures
+            with self._sessions() as session, session.begin():
+                row = session.get(model, key)
+                if value is None:
+                    if row is not None:
+                        session.delete(row)
+                elif row is None:
+                    session.add(model(**columns, cap=value))
+                else:
+                    row.cap = value
+
+        retry_serializable(write)
 
     def cap(self, peer: str, problem: str) -> float | None:
         """The cap in force: the peer's own, else the problem's, else ``default_cap``."""
@@ -285,6 +291,10 @@ class PrivacyLedger:
     def record_many(self, specs: Sequence[ReleaseSpec]) -> list[Release]:
         """Record several releases atomically: all fit their caps and are stored, or none is."""
         checked = [self._check_spec(spec) for spec in specs]
+        return retry_serializable(lambda: self._record_checked(checked))
+
+    def _record_checked(self, checked: list[ReleaseSpec]) -> list[Release]:
+        """One attempt at :meth:`record_many`'s transaction (retried on serialization failures)."""
         now = datetime.now(UTC)
         with self._sessions() as session, session.begin():
             pending: dict[tuple[str, str], list[float]] = defaultdict(list)

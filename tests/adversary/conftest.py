@@ -1,7 +1,7 @@
 """Fixtures of the adversary suite: a malicious aggregator and the students honest peers run.
 
 ``adversary`` is :class:`tests.adversary.malicious.MaliciousAggregator` (the real
-aggregator app under uvicorn on loopback, its own SQLite file, with hooks);
+aggregator app under uvicorn on loopback, its own database from ``database_url``, with hooks);
 ``cohort`` simulates students whose stores, identities and ledgers are files in
 the test's ``tmp_path`` (call it with the number wanted). Peers are started
 with :func:`tests.adversary.malicious.start_peers` and stopped by the test.
@@ -19,8 +19,8 @@ from tests.adversary.malicious import MaliciousAggregator, start_adversary, stud
 
 
 @pytest.fixture
-def adversary(tmp_path: Path) -> Iterator[MaliciousAggregator]:
-    agg = start_adversary(tmp_path)
+def adversary(tmp_path: Path, database_url: str) -> Iterator[MaliciousAggregator]:
+    agg = start_adversary(tmp_path, database_url)
     try:
         yield agg
     finally:

@@ -1,9 +1,9 @@
 """A malicious aggregator and honest peers, as real services on loopback, for adversary tests.
 
 The aggregator is the project's own app (:func:`aggregator.app.create_app`) on
-a real SQLite file under real uvicorn, with one ASGI layer in front of it that
-lets a test deviate from the protocol the way an aggregator that holds its own
-signing key can:
+its own database (``database_url``: a SQLite file, or PostgreSQL) under real
+uvicorn, with one ASGI layer in front of it that lets a test deviate from the
+protocol the way an aggregator that holds its own signing key can:
 
 * **Equivocation per peer.** Every route is also served under a per-victim
   prefix ``/v/<tag>/…`` (give that peer ``adversary.url_for(tag)`` as its
@@ -158,7 +158,7 @@ class MaliciousAggregator:
     url: str
     settings: AggregatorSettings
     state: AggregatorState
-    db_path: Path
+    db_url: str
     handle: ServerHandle | None = None
     _hooks: dict[tuple[str | None, str], Callable[[bytes], bytes]] = field(default_factory=dict)
     _seen: dict[str | None, list[tuple[str, str]]] = field(default_factory=dict)
@@ -298,11 +298,10 @@ class MaliciousAggregator:
         )
 
 
-def start_adversary(tmp_path: Path) -> MaliciousAggregator:
-    """Serve the aggregator (SQLite file in ``tmp_path``) with the hooks; stop with ``.handle.stop()``."""
-    db_path = tmp_path / "aggregator.db"
+def start_adversary(tmp_path: Path, db_url: str) -> MaliciousAggregator:
+    """Serve the aggregator on ``db_url`` (files in ``tmp_path``) with the hooks; stop: ``.handle.stop()``."""
     settings = AggregatorSettings(
-        db_url=f"sqlite:///{db_path}",
+        db_url=db_url,
         identity_file=tmp_path / "aggregator-identity.json",
         admin_token=ADMIN["Authorization"].removeprefix("Bearer "),
         tick_seconds=0.05,
@@ -310,7 +309,7 @@ def start_adversary(tmp_path: Path) -> MaliciousAggregator:
         allow_loopback_http=True,
     )
     app = create_app(settings)
-    adversary = MaliciousAggregator("", settings, app.state.aggregator, db_path)
+    adversary = MaliciousAggregator("", settings, app.state.aggregator, db_url)
     app.add_middleware(_Equivocator, adversary=adversary)
     adversary.handle = start_server(app)
     adversary.url = adversary.handle.url

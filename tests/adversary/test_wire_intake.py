@@ -1,6 +1,6 @@
 """Attacks on the intake (5: wrong-partition tokens, out-of-support reports) and on stored order (10).
 
-A real aggregator under uvicorn with its own SQLite file; the attacker is a
+A real aggregator under uvicorn with its own database (``database_url``); the attacker is a
 roster member speaking the wire protocol directly (tests/aggregator/helpers).
 Each attack must be refused with its own counted reason and store nothing.
 """
@@ -8,7 +8,6 @@ Each attack must be refused with its own counted reason and store nothing.
 from __future__ import annotations
 
 import random
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 import requests
 from sqlalchemy import event
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from aggregator.db import ReportRow, StagedReportRow, create_tables, settle_reports
@@ -38,6 +38,7 @@ from tests.aggregator.helpers import (
     status,
     wait_phase,
 )
+from tests.databases import sqlite_only, table_rows
 
 
 @dataclass
@@ -47,11 +48,10 @@ class OpenRound:
     roster: Roster
     bins: Bins
     peers: list[WirePeer]
-    db_path: Path
+    db_url: str
 
     def rows(self, sql: str) -> list[tuple]:
-        with sqlite3.connect(self.db_path) as con:
-            return list(con.execute(sql))
+        return table_rows(self.db_url, sql)
 
     def stored(self) -> int:
         return (
@@ -78,7 +78,7 @@ def _open(aggregator, *, n: int, kp: int, kh: int = 1) -> OpenRound:  # noqa: F8
         roster_of(aggregator.url, problem.id),
         bins_of(aggregator.url, problem.id),
         peers,
-        aggregator.db_path,
+        aggregator.settings.db_url,
     )
 
 
@@ -170,6 +170,7 @@ def test_every_honest_output_is_in_the_support(kind):
         check_support(mechanism.descriptor(), np.zeros(m + 1, dtype=bool))
 
 
+@sqlite_only  # PRAGMA table_info, rowid and the physical order are SQLite's
 def test_the_stored_reports_and_spent_tokens_keep_no_arrival_order(aggregator):  # noqa: F811
     r = _open(aggregator, n=12, kp=1)
     pid = r.problem.id
@@ -197,7 +198,7 @@ def test_the_stored_reports_and_spent_tokens_keep_no_arrival_order(aggregator): 
         "bits",
     ]
     for table in ("reports", "spent_tokens", "report_staging"):
-        with pytest.raises(sqlite3.OperationalError):  # WITHOUT ROWID: no hidden insertion counter
+        with pytest.raises(OperationalError):  # WITHOUT ROWID: no hidden insertion counter
             r.rows(f"SELECT rowid FROM {table}")
     # The physical order is the order of random keys (report ids drawn at settling; token nonces).
     ids = [row[0] for row in r.rows("SELECT id FROM reports")]

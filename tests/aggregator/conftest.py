@@ -1,4 +1,4 @@
-"""A real aggregator under uvicorn on a free loopback port, with its own SQLite file."""
+"""A real aggregator under uvicorn on a free loopback port, with its own database (``database_url``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from aggregator.app import create_app, start_server
 from aggregator.settings import AggregatorSettings
 from aggregator.state import AggregatorState
+from anonml.database import sqlite_path
 from tests.aggregator.helpers import aggregator_settings
 
 
@@ -19,15 +20,14 @@ class RunningAggregator:
     url: str
     settings: AggregatorSettings
     state: AggregatorState
-    db_path: Path
+    db_path: Path | None  # the SQLite file; None on PostgreSQL
 
 
 @pytest.fixture
-def aggregator(tmp_path: Path) -> Iterator[RunningAggregator]:
-    settings = aggregator_settings(tmp_path)
-    db_path = tmp_path / "aggregator.db"
+def aggregator(tmp_path: Path, database_url: str) -> Iterator[RunningAggregator]:
+    settings = aggregator_settings(tmp_path, db_url=database_url)
     handle = start_server(create_app(settings))
     try:
-        yield RunningAggregator(handle.url, settings, handle.app.state.aggregator, db_path)
+        yield RunningAggregator(handle.url, settings, handle.app.state.aggregator, sqlite_path(database_url))
     finally:
         handle.stop()

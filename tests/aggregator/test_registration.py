@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import requests
 
 from anonml.crypto import Identity
@@ -25,11 +23,11 @@ from tests.aggregator.helpers import (
     roster_of,
     wait_phase,
 )
+from tests.databases import table_rows
 
 
-def _registered(db_path) -> list[bytes]:
-    with sqlite3.connect(db_path) as con:
-        return [row[0] for row in con.execute("SELECT identity FROM registrations ORDER BY id")]
+def _registered(db_url: str) -> list[bytes]:
+    return [bytes(row[0]) for row in table_rows(db_url, "SELECT identity FROM registrations ORDER BY id")]
 
 
 def test_propose_needs_the_admin_token(aggregator):
@@ -88,7 +86,7 @@ def test_registration_refusals_each_have_a_reason_and_keep_what_was_stored(aggre
         == 404
     )
 
-    assert _registered(aggregator.db_path) == [good.public]
+    assert _registered(aggregator.settings.db_url) == [good.public]
     status = requests.get(f"{aggregator.url}/problems/{problem.id}/status").json()
     assert status["registered"] == 1
     assert status["rejects"] == {"duplicate registration": 1, "bad signature": 1, "bad relay certificate": 2}
@@ -139,7 +137,7 @@ def test_oversized_and_non_json_bodies_are_refused(aggregator):
     assert post(f"{aggregator.url}/problems/{problem.id}/registrations", huge).status_code == 413
     pickled = post(f"{aggregator.url}/problems/{problem.id}/registrations", b"\x80\x04pickle")
     assert pickled.status_code in (400, 422)  # parsed as JSON only, never unpickled
-    assert _registered(aggregator.db_path) == []
+    assert _registered(aggregator.settings.db_url) == []
 
 
 def test_openapi_lists_every_route(aggregator):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 import requests
+from sqlalchemy.exc import OperationalError
 
 from anonml.crypto import Identity, Redemption, TokenKey, request_tokens
 from anonml.protocol import (
@@ -35,6 +35,7 @@ from tests.aggregator.helpers import (
     slots,
     wait_phase,
 )
+from tests.databases import sqlite_only, table_rows
 
 
 @dataclass
@@ -44,7 +45,7 @@ class Round:
     roster: Roster
     bins: Bins
     peers: list[WirePeer]
-    db_path: object
+    db_url: str
 
     def tokens_url(self) -> str:
         return f"{self.url}/problems/{self.problem.id}/tokens"
@@ -60,8 +61,7 @@ class Round:
         wait_phase(self.url, self.problem.id, ("training", "done", "degraded", "failed"))
 
     def rows(self, sql: str) -> list[tuple]:
-        with sqlite3.connect(self.db_path) as con:
-            return list(con.execute(sql))
+        return table_rows(self.db_url, sql)
 
 
 def _open_round(aggregator, n: int = 6, kh: int = 2, pool_fraction: float = 0.0) -> Round:
@@ -91,7 +91,7 @@ def _open_round(aggregator, n: int = 6, kh: int = 2, pool_fraction: float = 0.0)
         roster_of(aggregator.url, problem.id),
         bins_of(aggregator.url, problem.id) if pool_fraction == 0 else None,
         peers,
-        aggregator.db_path,
+        aggregator.settings.db_url,
     )
 
 
@@ -241,6 +241,7 @@ def test_malformed_deliveries_are_refused_before_spending(round_):
     assert post(intake, delivery(token, honest)).status_code == 201
 
 
+@sqlite_only  # PRAGMA table_info and rowid are SQLite's
 def test_the_reports_table_holds_nothing_that_links_to_a_peer(round_):
     rng = np.random.default_rng(5)
     for i in range(3):
@@ -265,7 +266,7 @@ def test_the_reports_table_holds_nothing_that_links_to_a_peer(round_):
     assert (
         len(rows) == 6 and {len(r[0]) for r in rows} == {16} and {r[1] for r in rows} == {round_.problem.id}
     )
-    with pytest.raises(sqlite3.OperationalError):  # WITHOUT ROWID: no hidden insertion order
+    with pytest.raises(OperationalError):  # WITHOUT ROWID: no hidden insertion order
         round_.rows("SELECT rowid FROM reports")
     # Nothing else stored with a report mentions who sent it.
     identities = {p.public for p in round_.peers}

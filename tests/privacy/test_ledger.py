@@ -20,8 +20,8 @@ from anonml.privacy import (
 
 
 @pytest.fixture
-def ledger():
-    with PrivacyLedger("sqlite://") as book:
+def ledger(database_url):
+    with PrivacyLedger(database_url) as book:
         yield book
 
 
@@ -106,8 +106,8 @@ def test_refuses_a_release_past_the_cap_and_records_nothing(ledger):
     ledger.record(peer="bob", problem="p1", round=0, attributes=["age"], mechanism="binary_rr", epsilon=0.9)
 
 
-def test_cap_precedence_peer_then_problem_then_default():
-    with PrivacyLedger("sqlite://", default_cap=2.0) as book:
+def test_cap_precedence_peer_then_problem_then_default(database_url):
+    with PrivacyLedger(database_url, default_cap=2.0) as book:
         assert book.cap("alice", "p1") == 2.0
         book.set_cap("p1", 1.0)
         assert book.cap("alice", "p1") == 1.0
@@ -132,8 +132,8 @@ def test_batch_is_all_or_nothing(ledger):
     assert len(ledger.record_many(specs[:2])) == 2
 
 
-def test_survives_a_restart(tmp_path):
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+def test_survives_a_restart(database_url):
+    url = database_url
     with PrivacyLedger(url) as book:
         _thesis_problem(book)
         book.set_cap("p1", 1.5)
@@ -144,7 +144,9 @@ def test_survives_a_restart(tmp_path):
         assert book.cap("alice", "p1") == 1.5
         with pytest.raises(BudgetExceeded):
             book.record(peer="alice", problem="p1", round=9, attributes=["a"], mechanism="oue", epsilon=0.3)
-    tables = set(inspect(create_engine(url)).get_table_names())
+    engine = create_engine(url)
+    tables = set(inspect(engine).get_table_names())
+    engine.dispose()
     assert {"privacy_releases", "privacy_release_attributes", "privacy_caps"} <= tables
 
 
@@ -220,10 +222,11 @@ def _race(url: str, problem_of: Callable[[int], str]) -> list[str]:
     return sorted(outcomes)
 
 
-def test_concurrent_writers_cannot_overspend(tmp_path):
-    # Eight ledgers on one file race to spend 0.3 each under a cap of 1.0:
-    # exactly three may succeed (BEGIN IMMEDIATE makes check+insert atomic).
-    url = f"sqlite:///{tmp_path / 'race.db'}"
+def test_concurrent_writers_cannot_overspend(database_url):
+    # Eight ledgers on one database race to spend 0.3 each under a cap of 1.0:
+    # exactly three may succeed (BEGIN IMMEDIATE makes check+insert atomic on
+    # SQLite; SERIALIZABLE with retries on PostgreSQL).
+    url = database_url
     with PrivacyLedger(url) as setup:
         setup.set_cap("p1", 1.0)
     assert _race(url, lambda i: "p1") == ["ok"] * 3 + ["refused"] * 5
@@ -262,8 +265,8 @@ def _spend(book: PrivacyLedger, problem: str, epsilon: float, peer: str = "alice
     book.record(peer=peer, problem=problem, round=0, attributes=["a"], mechanism="oue", epsilon=epsilon)
 
 
-def test_lifetime_cap_holds_across_problems_and_restarts(tmp_path):
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+def test_lifetime_cap_holds_across_problems_and_restarts(database_url):
+    url = database_url
     with PrivacyLedger(url) as book:
         book.set_lifetime_cap("alice", 1.5)
         _spend(book, "p1", 1.0)
@@ -282,10 +285,10 @@ def test_lifetime_cap_holds_across_problems_and_restarts(tmp_path):
         assert book.lifetime_total("alice") == pytest.approx(2.5)
 
 
-def test_lifetime_cap_is_atomic_across_concurrent_writers(tmp_path):
-    # Eight ledgers on one file spend 0.3 each in eight different problems under a lifetime
+def test_lifetime_cap_is_atomic_across_concurrent_writers(database_url):
+    # Eight ledgers on one database spend 0.3 each in eight different problems under a lifetime
     # cap of 1.0: exactly three may succeed, whatever the interleaving.
-    url = f"sqlite:///{tmp_path / 'race.db'}"
+    url = database_url
     with PrivacyLedger(url) as setup:
         setup.set_lifetime_cap("alice", 1.0)
     assert _race(url, lambda i: f"p{i}") == ["ok"] * 3 + ["refused"] * 5
