@@ -15,14 +15,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-import requests
 import typer
-from pydantic import ValidationError
-from rich.table import Table
 
 from anonml.cli_support import ensure_port_free, err, expected_errors, out, print_json, untrusted
 from anonml.errors import AnonMLError, ProtocolError
-from anonml.protocol import ModelDocument, Problem, ProblemDraft, ProblemStatus, verify_message
+
+# pydantic, requests, Rich tables and anonml.protocol (with the crypto it loads) are imported inside
+# the commands that use them: `anonml aggregator --help` must not pay for them.
 
 app = typer.Typer(
     help="Run an aggregator, propose problems, follow them, fetch models.", no_args_is_help=True
@@ -59,6 +58,8 @@ def _token(token: str | None) -> str:
 
 
 def _request(method: str, url: str, *, token: str | None = None, body: str | None = None) -> Any:
+    import requests
+
     headers = {"content-type": "application/json"} if body is not None else {}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
@@ -128,6 +129,10 @@ def propose(
     as_json: JsonOption = False,
 ) -> None:
     """Publish a problem (plugins by name, version and params) and print its id."""
+    from pydantic import ValidationError
+
+    from anonml.protocol import Problem, ProblemDraft
+
     with expected_errors():
         try:
             raw = json.loads(file.read_text(encoding="utf-8"))
@@ -177,6 +182,10 @@ def status(
     as_json: JsonOption = False,
 ) -> None:
     """Phase, counts per phase, refusals by reason, phase times."""
+    from rich.table import Table
+
+    from anonml.protocol import ProblemStatus
+
     with expected_errors():
         response = _request("GET", f"{_url(url)}/problems/{problem_id}/status")
         st = ProblemStatus.model_validate_json(response.content)
@@ -228,6 +237,8 @@ def model(
     url: UrlOption = None,
 ) -> None:
     """Download the signed model document (checked against the problem's key) as JSON."""
+    from anonml.protocol import ModelDocument, Problem, verify_message
+
     with expected_errors():
         base = _url(url)
         problem = Problem.model_validate_json(_request("GET", f"{base}/problems/{problem_id}").content)
