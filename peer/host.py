@@ -127,6 +127,12 @@ class PeerHost:
         self._lock = threading.Lock()
         self.counters: Counter[str] = Counter()
 
+    def sole_node(self) -> PeerNode:
+        """The one identity of a person's own daemon (:func:`peer.app.create_daemon`); error if several."""
+        if len(self.nodes) != 1:
+            raise AnonMLError(f"this host runs {len(self.nodes)} identities, not one person's")
+        return next(iter(self.nodes.values()))
+
     def count(self, what: str, n: int = 1) -> None:
         with self._lock:
             self.counters[what] += n

@@ -16,19 +16,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from concurrent.futures import Executor
+from typing import Protocol
 
 from anonml.errors import AnonMLError, ProtocolError
-from anonml.protocol import Bins, CosignatureBundle, Problem
+from anonml.protocol import Bins, CosignatureBundle, Problem, RosterWitness
 from peer.client import AggregatorClient, HTTPRefusal
+from peer.db import PeerDB
+from peer.dispatch import Dispatcher
 from peer.participant import Aborted, Participant
 from peer.roster import RosterView
 from peer.transcript import check_roster_entries
 
-if TYPE_CHECKING:
-    from peer.host import PeerHost
-
-__all__ = ["ProblemSession", "Worker"]
+__all__ = ["ProblemSession", "SessionHost", "Worker"]
 
 log = logging.getLogger("anonml.peer")
 
@@ -36,11 +36,26 @@ log = logging.getLogger("anonml.peer")
 TOKENS_PER_POLL = 64
 
 
+class SessionHost(Protocol):
+    """What a session and the worker need from the process hosting them (:class:`peer.host.PeerHost`)."""
+
+    db: PeerDB
+    pool: Executor
+    dispatcher: Dispatcher
+    poll_seconds: float
+
+    def count(self, what: str, n: int = 1) -> None: ...
+
+    def publish_witness(self, node_id: bytes, witness: RosterWitness) -> None: ...
+
+    def poll_once(self) -> None: ...
+
+
 class ProblemSession:
     """Every hosted identity's participation in one problem."""
 
     def __init__(
-        self, host: PeerHost, problem: Problem, client: AggregatorClient, participants: list[Participant]
+        self, host: SessionHost, problem: Problem, client: AggregatorClient, participants: list[Participant]
     ) -> None:
         self.host = host
         self.problem = problem
@@ -203,7 +218,7 @@ class ProblemSession:
 class Worker:
     """The daemon's loop (module docstring); one thread."""
 
-    def __init__(self, host: PeerHost) -> None:
+    def __init__(self, host: SessionHost) -> None:
         self.host = host
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -33,7 +33,6 @@ from anonml.errors import AnonMLError
 if TYPE_CHECKING:
     from anonml.privacy import PrivacyLedger
     from peer.db import PeerDB
-    from peer.host import PeerHost
     from peer.settings import PeerSettings
 
 app = typer.Typer(help="Run the peer daemon; review proposals, budgets and models.", no_args_is_help=True)
@@ -177,11 +176,10 @@ def start(
             raise AnonMLError("no aggregator to poll: pass --aggregator URL or set ANONML_PEER_AGGREGATORS")
         saved = settings.save_policy()
         host_ = create_daemon(settings)
-        for node in host_.nodes.values():
-            node.ledger.set_lifetime_cap(node.fingerprint, settings.policy.lifetime_epsilon_cap)
+        node = host_.sole_node()
+        node.ledger.set_lifetime_cap(node.fingerprint, settings.policy.lifetime_epsilon_cap)
         if not quiet:
             host_.notify = lambda text: err.print(untrusted(text, 1000), highlight=False)
-        node = next(iter(host_.nodes.values()))
         err.print(f"peer {node.identity.public.fingerprint_text()}", highlight=False)
         err.print(
             f"relay at {settings.relay_base()}; polling {untrusted(', '.join(settings.aggregators))}",
@@ -202,14 +200,6 @@ def _policy_text(settings: PeerSettings) -> str:
         f"(need {policy.witness_threshold}{'' if policy.require_witnesses else ', not required'}); "
         f"{'credentials required' if policy.require_credentials else 'open registration accepted'}"
     )
-
-
-def _local() -> tuple[PeerSettings, PeerHost]:
-    """The settings (with the saved policy) and a host over the local state (created if missing)."""
-    from peer.app import create_daemon
-
-    settings = _settings()
-    return settings, create_daemon(settings)
 
 
 def _sqlite_path(url: str) -> Path | None:
@@ -345,22 +335,20 @@ def accept(
 ) -> None:
     """Accept a proposal (beyond the automatic policy, never past the lifetime cap)."""
     from anonml.protocol import Problem
+    from peer.app import load_or_create_identity
+    from peer.host import committed_epsilon
     from peer.policy import evaluate_problem
 
-    with expected_errors():
-        settings, host = _local()
-        try:
-            row = host.db.proposal(problem_id)
-            if row is None:
-                raise AnonMLError(f"no proposal {problem_id!r} seen yet; run 'anonml peer proposals -a URL'")
-            problem = Problem.model_validate_json(row.problem_json)
-            node = next(iter(host.nodes.values()))
-            decision = evaluate_problem(problem, settings.policy, host.committed(node), manual=True)
-            host.db.decide(
-                problem_id, node.fingerprint, decision.verdict, decision.reason, problem.draft.epsilon
-            )
-        finally:
-            host.close()
+    with expected_errors(), _read_only(create_db=True) as local:
+        settings, db = local.settings, local.db
+        row = db.proposal(problem_id) if db is not None else None
+        if db is None or row is None:
+            raise AnonMLError(f"no proposal {problem_id!r} seen yet; run 'anonml peer proposals -a URL'")
+        problem = Problem.model_validate_json(row.problem_json)
+        fingerprint = local.fingerprint or load_or_create_identity(settings).fingerprint.hex()
+        committed = committed_epsilon(db, local.ledger, fingerprint)  # no ledger yet: nothing spent
+        decision = evaluate_problem(problem, settings.policy, committed, manual=True)
+        db.decide(problem_id, fingerprint, decision.verdict, decision.reason, problem.draft.epsilon)
         if not decision.accept:
             raise AnonMLError(f"cannot accept {problem_id}: {decision.reason}")
     err.print(
