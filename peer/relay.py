@@ -33,8 +33,11 @@ Outbound. Only routes whose URL has the one relay form
 (:func:`anonml.protocol.check_relay_url`) are kept when a round opens, and
 each release is one :func:`peer.dispatch.post` with a total deadline and a
 size cap, so a next hop that answers slowly (or never) holds one pool thread
-for at most :data:`~peer.dispatch.PACKET_DEADLINE` seconds; failures and
-refusals are counted on this (sending) side.
+for at most :data:`~peer.dispatch.PACKET_DEADLINE` seconds. A release that
+fails in a way that may pass (unreachable, 5xx, 404 from a next hop that has
+not reloaded its round after a restart, 429) is retried with backoff
+(:func:`retry_delay`) until ``t_r``; what is finally not delivered is counted
+``"forwarded lost"`` / ``"delivered lost"`` on this (sending) side.
 
 Release times. Every packet of the round is inside the relays before any
 leaves (first hops hold until after ``t_s + δ``), so arrival order says nothing
@@ -84,7 +87,7 @@ from anonml.errors import ProtocolError
 from anonml.protocol import IntakeDelivery, check_relay_url
 from peer.dispatch import Dispatcher, OutboundError, post
 
-__all__ = ["RelayRound", "RelayService", "RelayOutcome", "default_guard", "packet_cap"]
+__all__ = ["RelayRound", "RelayService", "RelayOutcome", "default_guard", "packet_cap", "retry_delay"]
 
 #: The one refusal a previous hop sees for any packet that fails after peeling.
 REJECTED = "packet rejected"
@@ -115,6 +118,11 @@ def default_guard(schedule: WindowSchedule) -> float:
     """A third of the release window, at most 2 s: network time for the hops that follow."""
     start, end = schedule.release_window
     return min(2.0, (end - start) / 3.0)
+
+
+def retry_delay(attempt: int) -> float:
+    """Seconds before retry ``attempt + 1`` of a release: ``min(2, 0.25 · 2^attempt)``."""
+    return min(2.0, 0.25 * 2.0**attempt)
 
 
 def packet_cap(slots_per_peer: int, hops: int) -> int:
@@ -252,7 +260,10 @@ class RelayService:
             return self._reject("unknown hop", 400, REJECTED)
         when = self._release_at(round_, now)
         data = result.packet
-        self.dispatcher.at(when, lambda: self._send(url, data, "application/octet-stream", "forwarded"))
+        deadline = round_.schedule.t_r  # the next hop drops what arrives after t_r
+        self.dispatcher.at(
+            when, lambda: self._send(url, data, "application/octet-stream", "forwarded", deadline)
+        )
         self.count("held")
         return _ACCEPTED
 
@@ -269,7 +280,8 @@ class RelayService:
             .encode()
         )
         url = round_.intake_url
-        self.dispatcher.at(when, lambda: self._send(url, body, "application/json", "delivered"))
+        deadline = round_.schedule.t_r
+        self.dispatcher.at(when, lambda: self._send(url, body, "application/json", "delivered", deadline))
         self.count("held")
         return _ACCEPTED
 
@@ -294,13 +306,36 @@ class RelayService:
             return now
         return release_time(window, self.rng)
 
-    def _send(self, url: str, data: bytes, content_type: str, what: str) -> None:
+    def _send(
+        self, url: str, data: bytes, content_type: str, what: str, deadline: float, attempt: int = 0
+    ) -> None:
+        """POST one released packet; retry a failure that may pass with backoff until ``deadline``.
+
+        Unreachable, 5xx, 404 (a next hop that restarted and has not reloaded
+        its round yet) and 429 are retried after ``min(2, 0.25 · 2^attempt)``
+        seconds while that is before ``deadline``; any other refusal is final.
+        What is finally not delivered is counted ``"<what> lost"``.
+        """
         try:
             reply = post(url, data, content_type)
+            status: int | None = reply.status
         except OutboundError:
-            self.count(f"{what} failed")
+            status = None
+        if status is not None and status < 300:
+            self.count(what)
+            if attempt:
+                self.count(f"{what} after retry")
             return
-        self.count(what if reply.status < 300 else f"{what} refused ({reply.status})")
+        retriable = status is None or status >= 500 or status in (404, 429)
+        when = time.time() + retry_delay(attempt)
+        if retriable and when < deadline:
+            self.count(f"{what} retried")
+            self.dispatcher.at(
+                when, lambda: self._send(url, data, content_type, what, deadline, attempt + 1)
+            )
+            return
+        self.count(f"{what} failed" if status is None else f"{what} refused ({status})")
+        self.count(f"{what} lost")
 
     def _reject(self, reason: str, status: int, detail: str) -> RelayOutcome:
         self.count(f"rejected: {reason}")
