@@ -26,6 +26,7 @@ from peer.client import AggregatorClient
 from peer.db import PeerDB
 from peer.dispatch import Dispatcher
 from peer.participant import Participant, PeerNode
+from peer.phases import TERMINAL
 from peer.policy import Decision, PeerPolicy, evaluate_problem, load_plugins
 from peer.relay import RelayService
 from peer.worker import ProblemSession, Worker
@@ -119,7 +120,9 @@ class PeerHost:
         self.credentials = tuple(credentials)
         self.poll_seconds = poll_seconds
         self.dispatcher = Dispatcher(workers=max(4, workers * 2))
-        self.relay = RelayService(self.dispatcher, rng, allow_loopback_http=policy.allow_loopback_http)
+        self.relay = RelayService(
+            self.dispatcher, rng, allow_loopback_http=policy.allow_loopback_http, db=db
+        )
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="peer-step")
         self.sessions: dict[str, ProblemSession] = {}
         self.worker = Worker(self)
@@ -192,7 +195,7 @@ class PeerHost:
                 problem.id, node.fingerprint, decision.verdict, decision.reason, problem.draft.epsilon
             )
             if participant is not None:
-                self.db.set_participation(problem.id, node.fingerprint, "accepted")
+                participant.save()
             return node, decision, participant
 
         decisions: dict[str, Decision] = {}
@@ -219,6 +222,7 @@ class PeerHost:
             self.relay,
             self.relay_base or "",
             policy=self.policy,
+            db=self.db,
             **self._participant_settings(),
         )
 
@@ -252,10 +256,12 @@ class PeerHost:
     #: What each participation status means to the person running the peer.
     _STATUS_TEXT = {
         "registered": "registered for",
-        "checked": "checked the roster of",
+        "roster_checked": "checked the roster of",
+        "confirmed": "confirmed with other members the roster of",
         "answered": "answered a median query (randomised response) in",
         "reporting": "is sending its randomised reports (or cover packets) in",
         "done": "downloaded the signed model of",
+        "degraded": "downloaded the signed model (the aggregator lost too many reports) of",
         "aborted": "stopped taking part in",
         "failed": "saw the aggregator fail",
     }
@@ -301,20 +307,62 @@ class PeerHost:
                 client = AggregatorClient(row.aggregator_url)
                 participant = self._participant(node, problem, client)
                 participant.prepare()
-                self.db.set_participation(problem_id, node.fingerprint, "accepted")
+                participant.save()
                 self._join(problem, client, [participant])
 
     # -- status -------------------------------------------------------------------
     def status(self) -> PeerStatus:
         problems = {}
         for pid, session in self.sessions.items():
-            states = Counter(p.status for p in session.participants)
+            states = Counter(str(p.phase) for p in session.participants)
             problems[pid] = dict(states)
         with self._lock:
             relay = dict(self.relay.counters) | {f"host {k}": v for k, v in self.counters.items()}
         return PeerStatus(identities=len(self.nodes), problems=problems, relay=relay)
 
+    # -- restart ------------------------------------------------------------------------
+    def resume(self) -> int:
+        """Take up what an earlier run of this host left in its state DB; participations resumed.
+
+        For every hosted identity: its relay's held packets are scheduled at
+        their release times (:meth:`~peer.relay.RelayService.resume_held`);
+        every participation not ended is rebuilt from its phase and facts
+        (:meth:`~peer.participant.Participant.resume`), its unsent packets
+        scheduled while the send window is open, and its problem stepped again
+        by the worker (roster re-checked, round key back in the relay when the
+        bins are fetched, model downloaded). A participation that ended but
+        whose round key is still stored is taken up too: it relays for the
+        others until ``t_r``. Nothing already recorded in the ledger is
+        released again.
+        """
+        resumed = 0
+        for node in self.nodes.values():
+            self.relay.resume_held(node.node_id, node.vault)
+            for row in self.db.states(node.fingerprint):
+                proposal = self.db.proposal(row.problem_id)
+                if proposal is None or self._participates(node, row.problem_id):
+                    continue
+                problem = Problem.model_validate_json(proposal.problem_json)
+                live_key = self.db.round_key(node.fingerprint, problem.round_id) is not None
+                if row.phase in TERMINAL and not live_key:
+                    continue
+                client = AggregatorClient(proposal.aggregator_url)
+                participant = self._participant(node, problem, client)
+                if row.phase not in TERMINAL:
+                    participant.prepare()
+                pending = participant.resume(row)
+                self._join(problem, client, [participant])
+                self.sessions[problem.id].schedule(participant, pending)
+                resumed += 1
+        self.count("participations resumed", resumed)
+        return resumed
+
+    def _participates(self, node: PeerNode, problem_id: str) -> bool:
+        session = self.sessions.get(problem_id)
+        return session is not None and any(p.node is node for p in session.participants)
+
     def start(self) -> None:
+        self.resume()
         self.worker.start()
 
     def close(self) -> None:

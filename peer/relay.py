@@ -85,7 +85,9 @@ from anonml.crypto import (
 )
 from anonml.errors import ProtocolError
 from anonml.protocol import IntakeDelivery, check_relay_url
+from peer.db import PeerDB
 from peer.dispatch import Dispatcher, OutboundError, post
+from peer.vault import Vault
 
 __all__ = ["RelayRound", "RelayService", "RelayOutcome", "default_guard", "packet_cap", "retry_delay"]
 
@@ -107,6 +109,8 @@ class RelayRound:
     guard: float | None = None  # seconds kept free before t_r (None: default_guard)
     stages: int = 1  # hops of the problem's routes: one release stage each
     max_packets: int | None = None  # packets this node accepts in the round (None: no cap)
+    vault: Vault | None = None  # seals held packets in the state DB (None: held in memory only)
+    owner: str | None = None  # the node's identity fingerprint (its round key row in the state DB)
 
     def release_end(self) -> float:
         """End of the interval release times are drawn from: ``t_r − guard``."""
@@ -160,8 +164,10 @@ class RelayService:
         rng: np.random.Generator | None = None,
         *,
         allow_loopback_http: bool = False,
+        db: PeerDB | None = None,
     ) -> None:
         self.dispatcher = dispatcher
+        self.db = db
         self.rng = rng
         self.allow_loopback_http = allow_loopback_http
         self._rounds: dict[tuple[bytes, int], RelayRound] = {}
@@ -204,6 +210,8 @@ class RelayService:
             self._closed.add((node_id, round_id))
         if round_ is not None:
             round_.relay.close()
+            if self.db is not None and round_.owner is not None:
+                self.db.forget_round_key(round_.owner, round_id)
 
     def has_round(self, node_id: bytes, round_id: int) -> bool:
         with self._lock:
@@ -259,12 +267,7 @@ class RelayService:
         if url is None:
             return self._reject("unknown hop", 400, REJECTED)
         when = self._release_at(round_, now)
-        data = result.packet
-        deadline = round_.schedule.t_r  # the next hop drops what arrives after t_r
-        self.dispatcher.at(
-            when, lambda: self._send(url, data, "application/octet-stream", "forwarded", deadline)
-        )
-        self.count("held")
+        self._hold(round_, when, url, result.packet, "application/octet-stream", "forwarded")
         return _ACCEPTED
 
     def _deliver(self, round_: RelayRound, result: Deliver, now: float) -> RelayOutcome:
@@ -279,10 +282,7 @@ class RelayService:
             .model_dump_json()
             .encode()
         )
-        url = round_.intake_url
-        deadline = round_.schedule.t_r
-        self.dispatcher.at(when, lambda: self._send(url, body, "application/json", "delivered", deadline))
-        self.count("held")
+        self._hold(round_, when, round_.intake_url, body, "application/json", "delivered")
         return _ACCEPTED
 
     def _release_at(self, round_: RelayRound, now: float) -> float:
@@ -306,8 +306,53 @@ class RelayService:
             return now
         return release_time(window, self.rng)
 
+    def _hold(
+        self, round_: RelayRound, when: float, url: str, data: bytes, content_type: str, what: str
+    ) -> None:
+        """Schedule one release at ``when`` (persisted, sealed, when the round has a vault)."""
+        deadline = round_.schedule.t_r  # the next hop drops what arrives after t_r; the intake too
+        held = None
+        if self.db is not None and round_.vault is not None:
+            held = self.db.hold(
+                round_.node_id.hex(), round_.round_id, when, deadline, url, content_type, what,
+                round_.vault.seal(data),
+            )
+        self.dispatcher.at(when, lambda: self._send(url, data, content_type, what, deadline, held=held))
+        self.count("held")
+
+    def resume_held(self, node_id: bytes, vault: Vault) -> int:
+        """After a restart: schedule the packets ``node_id`` held at their release times; how many.
+
+        Those whose round ended meanwhile are counted ``"held lost at restart"``
+        and dropped.
+        """
+        if self.db is None:
+            return 0
+        resumed = 0
+        for row in self.db.held(node_id.hex()):
+            if row.deadline <= time.time():
+                self.db.unhold(row.id)
+                self.count("held lost at restart")
+                continue
+            data = vault.open(row.sealed)
+            self.dispatcher.at(
+                row.release_at,
+                lambda r=row, d=data: self._send(r.url, d, r.content_type, r.what, r.deadline, held=r.id),
+            )
+            resumed += 1
+        self.count("held resumed", resumed)
+        return resumed
+
     def _send(
-        self, url: str, data: bytes, content_type: str, what: str, deadline: float, attempt: int = 0
+        self,
+        url: str,
+        data: bytes,
+        content_type: str,
+        what: str,
+        deadline: float,
+        attempt: int = 0,
+        *,
+        held: int | None = None,
     ) -> None:
         """POST one released packet; retry a failure that may pass with backoff until ``deadline``.
 
@@ -325,17 +370,23 @@ class RelayService:
             self.count(what)
             if attempt:
                 self.count(f"{what} after retry")
+            self._unhold(held)
             return
         retriable = status is None or status >= 500 or status in (404, 429)
         when = time.time() + retry_delay(attempt)
         if retriable and when < deadline:
             self.count(f"{what} retried")
             self.dispatcher.at(
-                when, lambda: self._send(url, data, content_type, what, deadline, attempt + 1)
+                when, lambda: self._send(url, data, content_type, what, deadline, attempt + 1, held=held)
             )
             return
         self.count(f"{what} failed" if status is None else f"{what} refused ({status})")
         self.count(f"{what} lost")
+        self._unhold(held)
+
+    def _unhold(self, held: int | None) -> None:
+        if held is not None and self.db is not None:
+            self.db.unhold(held)
 
     def _reject(self, reason: str, status: int, detail: str) -> RelayOutcome:
         self.count(f"rejected: {reason}")

@@ -24,11 +24,14 @@ from anonml.protocol import Bins, CosignatureBundle, Problem, RosterWitness
 from peer.client import AggregatorClient, HTTPRefusal
 from peer.db import PeerDB
 from peer.dispatch import Dispatcher
-from peer.participant import Aborted, Participant
+from peer.participant import READY, Aborted, Participant
+from peer.phases import ParticipationPhase
 from peer.roster import RosterView
 from peer.transcript import check_roster_entries
 
 __all__ = ["ProblemSession", "SessionHost", "Worker"]
+
+P = ParticipationPhase
 
 log = logging.getLogger("anonml.peer")
 
@@ -76,88 +79,74 @@ class ProblemSession:
             try:
                 fn(p)
             except HTTPRefusal as exc:
-                self._abort(p, f"aggregator refused: {exc.detail} (HTTP {exc.status})")
+                p.abort(f"aggregator refused: {exc.detail} (HTTP {exc.status})")
             except (Aborted, AnonMLError) as exc:
-                self._abort(p, str(exc))
+                p.abort(str(exc))
 
         list(self.host.pool.map(guarded, targets))
 
-    def _abort(self, p: Participant, reason: str) -> None:
-        p.abort(reason)
-        self.host.db.set_participation(self.problem.id, p.node.fingerprint, "aborted", reason=reason)
-
-    def _record(self, p: Participant) -> None:
-        fingerprint = self.view.fingerprint if self.view is not None else None
-        self.host.db.set_participation(
-            self.problem.id, p.node.fingerprint, p.status, reason=p.reason, fingerprint=fingerprint
-        )
+    def _in(self, *phases: ParticipationPhase) -> list[Participant]:
+        return [p for p in self.participants if p.phase in phases]
 
     def step(self) -> None:
         """Advance every participant as far as the problem's phase allows."""
         status = self.client.status(self.problem.id)
         self.phase = status.phase
         if status.phase == "registration":
-            self._each(lambda p: p.register() if p.status == "accepted" else None)
+            self._each(lambda p: p.register(), self._in(P.ACCEPTED))
             return
         if status.phase == "failed":
             for p in self.participants:
-                if p.active:
-                    p.status, p.reason = "failed", f"the problem failed: {status.message}"
-                    self._record(p)
+                p.fail(f"the problem failed: {status.message}")
             self.finished = True
             return
-        for p in self.participants:  # registration closed before these got in
-            if p.status == "accepted":
-                self._abort(p, "registration closed before this identity registered")
-        if self.view is None:
-            if self._unwitnessed is None:
-                view = RosterView.verify(self.client.roster(self.problem.id), self.problem)
-                try:
-                    check_roster_entries(view.roster, self.problem)
-                except ProtocolError as exc:
-                    for p in self.participants:
-                        if p.active:
-                            self._abort(p, str(exc))
-                    self.finished = True
-                    return
-                self._unwitnessed = view
-            bundle = self._bundle("roster")
-            if bundle is None:
-                return  # the witnesses have not all co-signed yet: nothing is released meanwhile
-            self.view = view = self._unwitnessed
-            self._each(lambda p: p.check_roster(view, bundle) if p.status == "registered" else None)
-            for p in self.participants:
-                if p.witness is not None:
-                    self.host.publish_witness(p.node.node_id, p.witness)
-                if p.active:
-                    self._record(p)
+        for p in self._in(P.ACCEPTED):  # registration closed before these got in
+            p.abort("registration closed before this identity registered")
+        if self.view is None and not self._check_roster():
+            return
         # Every identity of this process has published its witness; members hosted
         # elsewhere that have not yet are asked again at the next poll.
-        pending = [p for p in self.participants if p.active and p.view is not None and not p.roster_confirmed]
-        self._each(lambda p: p.compare_fingerprints(), pending)
-        ready = [p for p in self.participants if p.active and p.roster_confirmed]
+        self._each(lambda p: p.compare_fingerprints(), self._in(P.ROSTER_CHECKED))
+        ready = self._in(*READY)
         if status.phase == "medians":
             queries = self.client.medians(self.problem.id)
             self._each(lambda p: [p.answer(q) for q in queries], ready)
         if status.phase in ("medians", "reporting"):
             # Ahead of the round: routes (certificates checked) and tokens (issuance is open);
             # a bounded number per poll, so polls stay short and median queries are answered.
-            todo = [
-                p for p in ready if p.paths is None or (p.tokens is None and p.assignment.role == "report")
-            ]
+            todo = [p for p in ready if p.preparation is None]
             limit = len(todo) if status.phase == "reporting" else TOKENS_PER_POLL
-            self._each(lambda p: (p.choose_paths(), p.fetch_tokens()), todo[:limit])
-        if status.phase in ("reporting", "training", "done"):
+            self._each(lambda p: p.prepare_round(), todo[:limit])
+        if status.phase in ("reporting", "training", "done", "degraded"):
             self._report_round(status.phase)
-        if status.phase == "done" and status.model_available:
+        if status.phase in ("done", "degraded") and status.model_available:
             document = self.client.model(self.problem.id)
-            self._each(lambda p: p.receive_model(document))
-            for p in self.participants:
-                if p.status == "done":
-                    self.host.db.set_participation(
-                        self.problem.id, p.node.fingerprint, "done", model_json=document.model_dump_json()
-                    )
+            degraded = status.phase == "degraded"
+            self._each(lambda p: p.receive_model(document, degraded=degraded))
             self.finished = True
+
+    def _check_roster(self) -> bool:
+        """Verify the roster once for the process, then each identity's own checks; False to wait."""
+        if self._unwitnessed is None:
+            view = RosterView.verify(self.client.roster(self.problem.id), self.problem)
+            try:
+                check_roster_entries(view.roster, self.problem)
+            except ProtocolError as exc:
+                for p in self.participants:
+                    p.abort(str(exc))
+                self.finished = True
+                return False
+            self._unwitnessed = view
+        bundle = self._bundle("roster")
+        if bundle is None:
+            return False  # the witnesses have not all co-signed yet: nothing is released meanwhile
+        self.view = view = self._unwitnessed
+        self._each(lambda p: p.check_roster(view, bundle), self._in(P.REGISTERED))
+        self._each(lambda p: p.restore_roster(view, bundle), [p for p in self.participants if p.needs_roster])
+        for p in self.participants:
+            if p.witness is not None:
+                self.host.publish_witness(p.node.node_id, p.witness)
+        return True
 
     def _report_round(self, phase: str) -> None:
         """Relay from the moment the bins are out; send once the roster is confirmed."""
@@ -167,12 +156,12 @@ class ProblemSession:
             # Every identity of this process relays before any of them sends — also
             # those that stopped taking part (relaying releases nothing of their own).
             for p in self.participants:
-                if p.relay_key is not None and not p.relaying:
+                if p.relay_key is not None and not p.relaying and time.time() < bins.t_r:
                     try:
                         p.open_round(bins, view)
                     except (Aborted, AnonMLError) as exc:
                         if p.active:
-                            self._abort(p, str(exc))
+                            p.abort(str(exc))
                         else:
                             log.warning("identity %s cannot relay: %s", p.node.fingerprint[:12], exc)
         bins = self.bins
@@ -181,16 +170,14 @@ class ProblemSession:
             if self._bins_bundle is not None:
                 bundle = self._bins_bundle
                 self._each(lambda p: p.check_bins(bins, bundle),
-                           [p for p in self.participants if p.active and p.view is not None])
+                           [p for p in self.participants if p.roster is not None and p.bins is None])
         if phase == "reporting" and self._bins_bundle is not None:
-            self._each(lambda p: self._start(p, bins),
-                       [p for p in self.participants
-                        if p.active and p.roster_confirmed and p.bins_checked and not p.built])
+            self._each(self._start, [p for p in self._in(P.RELAYING) if p.bins is not None])
         if time.time() >= bins.t_s + bins.delta:
             for p in self.participants:
                 if p.active and not p.built:
-                    self._abort(p, "the roster fingerprint could not be compared with another member, "
-                                   "or the bins were not co-signed, before the send window closed")
+                    p.abort("the roster fingerprint could not be compared with another member, "
+                            "or the bins were not co-signed, before the send window closed")
 
     def _bundle(self, stage: str) -> CosignatureBundle | None:
         """The stage's cosignature bundle, or None while the aggregator is still collecting it (404)."""
@@ -201,14 +188,23 @@ class ProblemSession:
                 return None
             raise
 
-    def _start(self, p: Participant, bins: Bins) -> None:
-        for when, url, packet in p.build_packets(bins):
-            self.host.dispatcher.at(when, lambda p=p, url=url, packet=packet: self._send(p, url, packet))
-        self._record(p)
+    def _start(self, p: Participant) -> None:
+        self.schedule(p, [(slot, *packet) for slot, packet in enumerate(p.build_packets())])
 
-    def _send(self, p: Participant, url: str, packet: bytes) -> None:
+    def schedule(self, p: Participant, packets: Iterable[tuple[int, float, str, bytes]]) -> None:
+        """Send each ``(slot, time, first hop, packet)`` at its time, while the send window is open."""
+        end = p.window_end if p.window_end is not None else 0.0
+        for slot, when, url, packet in packets:
+            if when >= end or time.time() >= end:
+                self.host.count("packets not sent: window closed")
+                continue
+            self.host.dispatcher.at(
+                when, lambda p=p, s=slot, url=url, packet=packet: self._send(p, s, url, packet)
+            )
+
+    def _send(self, p: Participant, slot: int, url: str, packet: bytes) -> None:
         try:
-            p.send(url, packet)
+            p.send(slot, url, packet)
             self.host.count("packets sent")
         except Exception as exc:  # the first hop is down or refused: counted, the round goes on
             self.host.count("packets not sent")
