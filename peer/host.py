@@ -11,6 +11,7 @@ its releases on its own.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -26,12 +27,12 @@ from peer.client import AggregatorClient
 from peer.db import PeerDB
 from peer.dispatch import Dispatcher
 from peer.participant import Participant, PeerNode
-from peer.phases import TERMINAL
+from peer.phases import TERMINAL, ParticipationPhase
 from peer.policy import Decision, PeerPolicy, evaluate_problem, load_plugins
 from peer.relay import RelayService
 from peer.worker import ProblemSession, Worker
 
-__all__ = ["PeerHost", "committed_epsilon", "discover"]
+__all__ = ["PeerHost", "committed_epsilon", "discover", "release_marks"]
 
 
 def committed_epsilon(db: PeerDB | None, ledger: PrivacyLedger | None, fingerprint: str) -> float:
@@ -47,6 +48,31 @@ def committed_epsilon(db: PeerDB | None, ledger: PrivacyLedger | None, fingerpri
         spent[release.problem] = spent.get(release.problem, 0.0) + release.epsilon
     problems = set(agreed) | set(spent)
     return sum(max(agreed.get(p, 0.0), spent.get(p, 0.0)) for p in problems)
+
+
+def release_marks(db: PeerDB | None, fingerprint: str) -> dict[str, str]:
+    """Per problem, what went wrong with the identity's releases there ('' when nothing did).
+
+    ``problem failed`` (the aggregator failed the problem: the ε was spent for
+    no model), ``stopped: <reason>`` (this peer aborted after releasing),
+    ``N of K reports lost`` (counted from the aggregator's receipts when the
+    model was downloaded), ``degraded`` (the problem ended degraded).
+    """
+    marks: dict[str, str] = {}
+    for row in db.states(fingerprint) if db is not None else []:
+        facts = json.loads(row.facts_json)
+        notes = []
+        if row.phase == ParticipationPhase.FAILED:
+            notes.append("problem failed")
+        elif row.phase == ParticipationPhase.ABORTED:
+            notes.append(f"stopped: {facts.get('reason', '')}")
+        elif row.phase == ParticipationPhase.DEGRADED:
+            notes.append("degraded")
+        lost, sent = facts.get("lost"), len(facts.get("token_nonces") or [])
+        if lost:
+            notes.append(f"{lost} of {sent} reports lost")
+        marks[row.problem_id] = "; ".join(notes)
+    return marks
 
 
 def discover(db: PeerDB, aggregators: list[str]) -> list[Problem]:

@@ -252,6 +252,14 @@ class Participant:
         return self.keys.key if self.keys is not None else None
 
     @property
+    def view(self) -> RosterView | None:
+        return self.roster.view if self.roster is not None else None
+
+    @property
+    def assignment(self) -> PeerAssignment | None:
+        return self.roster.assignment if self.roster is not None else None
+
+    @property
     def witness(self) -> RosterWitness | None:
         return self.roster.witness if self.roster is not None else None
 

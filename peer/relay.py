@@ -89,7 +89,7 @@ from peer.db import PeerDB
 from peer.dispatch import Dispatcher, OutboundError, post
 from peer.vault import Vault
 
-__all__ = ["RelayRound", "RelayService", "RelayOutcome", "default_guard", "packet_cap", "retry_delay"]
+__all__ = ["RelayRound", "RelayService", "RelayOutcome", "default_guard", "packet_cap", "retriable", "retry_delay"]
 
 #: The one refusal a previous hop sees for any packet that fails after peeling.
 REJECTED = "packet rejected"
@@ -127,6 +127,11 @@ def default_guard(schedule: WindowSchedule) -> float:
 def retry_delay(attempt: int) -> float:
     """Seconds before retry ``attempt + 1`` of a release: ``min(2, 0.25 · 2^attempt)``."""
     return min(2.0, 0.25 * 2.0**attempt)
+
+
+def retriable(status: int | None) -> bool:
+    """Whether a failed send may pass if tried again: unreachable (None), 5xx, 404 or 429."""
+    return status is None or status >= 500 or status in (404, 429)
 
 
 def packet_cap(slots_per_peer: int, hops: int) -> int:
@@ -372,9 +377,8 @@ class RelayService:
                 self.count(f"{what} after retry")
             self._unhold(held)
             return
-        retriable = status is None or status >= 500 or status in (404, 429)
         when = time.time() + retry_delay(attempt)
-        if retriable and when < deadline:
+        if retriable(status) and when < deadline:
             self.count(f"{what} retried")
             self.dispatcher.at(
                 when, lambda: self._send(url, data, content_type, what, deadline, attempt + 1, held=held)

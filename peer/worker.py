@@ -26,6 +26,7 @@ from peer.db import PeerDB
 from peer.dispatch import Dispatcher
 from peer.participant import READY, Aborted, Participant
 from peer.phases import ParticipationPhase
+from peer.relay import retriable, retry_delay
 from peer.roster import RosterView
 from peer.transcript import check_roster_entries
 
@@ -202,13 +203,21 @@ class ProblemSession:
                 when, lambda p=p, s=slot, url=url, packet=packet: self._send(p, s, url, packet)
             )
 
-    def _send(self, p: Participant, slot: int, url: str, packet: bytes) -> None:
+    def _send(self, p: Participant, slot: int, url: str, packet: bytes, attempt: int = 0) -> None:
+        """Send one packet to its first hop; retried with backoff while the send window is open."""
         try:
             p.send(slot, url, packet)
-            self.host.count("packets sent")
-        except Exception as exc:  # the first hop is down or refused: counted, the round goes on
+        except Exception as exc:  # the first hop is down or refused: retried, then counted
+            retry = time.time() + retry_delay(attempt)
+            status = exc.status if isinstance(exc, HTTPRefusal) else None
+            if retriable(status) and p.window_end is not None and retry < p.window_end:
+                self.host.count("packets retried")
+                self.host.dispatcher.at(retry, lambda: self._send(p, slot, url, packet, attempt + 1))
+                return
             self.host.count("packets not sent")
             log.warning("packet of %s to %s not sent: %s", p.node.fingerprint[:12], url, exc)
+            return
+        self.host.count("packets sent")
 
 
 class Worker:

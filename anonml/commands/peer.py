@@ -363,10 +363,17 @@ def ledger(
     problem: Annotated[str | None, typer.Option("--problem", help="Only this problem.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """What this peer released, and the ε it spent (per problem and in total). Creates nothing."""
+    """What this peer released, and the ε it spent (per problem and in total). Creates nothing.
+
+    Each release is marked when its problem failed, this peer stopped after
+    releasing, the problem ended degraded, or reports were lost on the way.
+    """
+    from peer.host import release_marks
+
     with expected_errors(), _read_only() as local:
-        releases, budgets, cap = [], {}, None
+        releases, budgets, cap, marks = [], {}, None, {}
         if local.ledger is not None and local.fingerprint is not None:
+            marks = release_marks(local.db, local.fingerprint)
             releases = local.ledger.releases(peer=local.fingerprint, problem=problem)
             problems = sorted({r.problem for r in releases})
             budgets = {p: local.ledger.budget(local.fingerprint, p) for p in problems}
@@ -389,6 +396,7 @@ def ledger(
                         "epsilon": r.epsilon,
                         "pool": r.pool,
                         "recorded_at": r.recorded_at.isoformat(),
+                        "mark": marks.get(r.problem, ""),
                     }
                     for r in releases
                 ],
@@ -406,7 +414,7 @@ def ledger(
             }
         )
         return
-    table = Table("problem", "round", "attributes", "mechanism", "ε", "when")
+    table = Table("problem", "round", "attributes", "mechanism", "ε", "when", "mark")
     for r in releases:
         table.add_row(
             untrusted(r.problem, 64),
@@ -415,6 +423,7 @@ def ledger(
             r.mechanism,
             f"{r.epsilon:.4g}",
             r.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
+            untrusted(marks.get(r.problem, ""), 300),
         )
     out.print(table)
     totals = Table("problem", "ε spent (sequential composition)", "cap", "releases")
