@@ -468,12 +468,12 @@ class Participant:
         self.roster = facts
 
     def _verified_roster(self, view: RosterView, bundle: CosignatureBundle) -> RosterFacts:
-        keys = self.facts(self.keys, "this identity's round relay key")
         self.check_relay_urls(view)
         try:
             check_roster_floors(self.problem, len(view.keys), view.roster.median_pool_size, self.policy)
         except AnonMLError as exc:
             raise Aborted(f"refused before releasing anything: {exc}") from None
+        keys = self.facts(self.keys, "this identity's round relay key")
         transcript = transcript_hash("roster", self.problem, view.roster)
         beacon = self._verify_bundle(bundle, "roster", transcript)
         me = bytes(self.node.identity.public)
