@@ -2,8 +2,9 @@
 
 Real processes: the aggregator (``python -m aggregator``) and two peer hosts
 (``python -m peer.simulate``), A with six identities and B with four. B is
-killed inside the send window — its packets built and recorded, some not yet
-sent, packets of A held in its relays — and started again on the same state
+killed at one of three points — its packets built and recorded but none sent;
+packets of A held in its relays; in the release window with packets still
+held — and started again on the same state
 DB, stores, ledgers and relay port. What must hold: B releases nothing twice
 (each ledger holds exactly its k_h releases), sends what it had not sent,
 releases the packets it held, relays again for the round (its round keys are
@@ -178,12 +179,17 @@ def _releases(ledger_url: str) -> list[tuple]:
 KILL_POINTS = {
     "built, nothing sent": "SELECT count(*) = 4 FROM peer_outbox WHERE sent = 0",
     "relays holding packets": "SELECT count(*) > 0 FROM peer_held_packets",
+    "in the release window": (  # the send window is over and the relays still hold packets
+        "SELECT count(*) > 0 FROM peer_held_packets, peer_participation_state "
+        "WHERE peer_participation_state.phase = 'reporting' "
+        "AND (julianday('now') - 2440587.5) * 86400.0 > json_extract(peer_participation_state.facts_json, '$.window_end')"
+    ),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_point", list(KILL_POINTS))
-def test_a_peer_host_killed_in_the_send_window_resumes_its_round(cluster: Cluster, kill_point: str):
+def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_point: str):
     featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
     d = dropout_draft(
         featurizer.features(), history_weeks=2, weeks=4, epsilon=2.0, min_peers=4, pool_fraction=0.0,
@@ -228,6 +234,8 @@ def test_a_peer_host_killed_in_the_send_window_resumes_its_round(cluster: Cluste
     assert lost == final.tokens_issued - final.reports_accepted
     if kill_point == "relays holding packets":
         assert held_at_kill > 0 and after["held resumed"] > 0
+    elif kill_point == "in the release window":
+        assert held_at_kill > 0 and left_unsent == 0
     else:
         assert left_unsent == 4 * d.kh
         assert after["host packets sent"] == 4 * d.kh  # B's own packets all went after the restart
