@@ -314,7 +314,9 @@ class Participant:
         }
         sealed = None
         if self.tokens is not None and self.phase not in TERMINAL:  # spent secrets go with the round
-            plain = json.dumps([[t.key_id.hex(), t.slot.hex(), t.nonce.hex(), t.output.hex()] for t in self.tokens])
+            plain = json.dumps(
+                [[t.key_id.hex(), t.slot.hex(), t.nonce.hex(), t.output.hex()] for t in self.tokens]
+            )
             sealed = self.node.vault.seal(plain.encode())
         elif self.tokens is not None:  # the digests of the nonces stay countable: keep only those
             facts["token_nonces"] = [t.nonce.hex() for t in self.tokens]
@@ -424,7 +426,9 @@ class Participant:
                 raise Aborted("this problem admits by credentials and this identity holds no valid one")
         sealed, key, cert = self.node.new_round_relay_key(self.problem.round_id)
         if self.db is not None:  # kept (sealed) before the aggregator may list it: a restart relays with it
-            self.db.save_round_key(self.node.fingerprint, self.problem.round_id, self.problem.id, sealed, bytes(cert))
+            self.db.save_round_key(
+                self.node.fingerprint, self.problem.round_id, self.problem.id, sealed, bytes(cert)
+            )
         self.keys = RelayKeys(key, cert)
         registration = sign_message(
             Registration(
@@ -564,7 +568,8 @@ class Participant:
                     continue
                 if witness.fingerprint != view.fingerprint:
                     raise Aborted(
-                        f"roster fingerprint differs from roster member {i}'s ({witness.fingerprint[:16]}… vs "
+                        f"roster fingerprint differs from roster member {i}'s "
+                        f"({witness.fingerprint[:16]}… vs "
                         f"{view.fingerprint[:16]}…): the aggregator shows peers different rosters"
                     )
                 done.confirmed.add(i)

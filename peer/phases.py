@@ -9,8 +9,8 @@ through :func:`check_transition`, which refuses any move the table
 ::
 
     accepted ─► registered ─► roster_checked ─► confirmed ─┬─► answered ─┐
-                                                            └────────────┴─► relaying ─► reporting ─┬─► done
-                                                                                                    └─► degraded
+                                                            └────────────┴─► relaying ─► reporting
+    reporting ─► done | degraded
     any phase before done ─► aborted (this peer stopped: a check failed) | failed (the problem failed)
 
 ``degraded``: the problem ended ``degraded`` at the aggregator (too many

@@ -89,7 +89,15 @@ from peer.db import PeerDB
 from peer.dispatch import Dispatcher, OutboundError, post
 from peer.vault import Vault
 
-__all__ = ["RelayRound", "RelayService", "RelayOutcome", "default_guard", "packet_cap", "retriable", "retry_delay"]
+__all__ = [
+    "RelayRound",
+    "RelayService",
+    "RelayOutcome",
+    "default_guard",
+    "packet_cap",
+    "retriable",
+    "retry_delay",
+]
 
 #: The one refusal a previous hop sees for any packet that fails after peeling.
 REJECTED = "packet rejected"

@@ -64,7 +64,9 @@ class SimulationManifest(BaseModel):
 def build_host(manifest: SimulationManifest) -> PeerHost:
     """The host of the manifest's identities (nothing started)."""
     nodes = [
-        PeerNode(load_identity(i.identity_file), EventStore(i.store_url), PrivacyLedger(i.ledger_url), user=i.user)
+        PeerNode(
+            load_identity(i.identity_file), EventStore(i.store_url), PrivacyLedger(i.ledger_url), user=i.user
+        )
         for i in manifest.identities
     ]
     return PeerHost(

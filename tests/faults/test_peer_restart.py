@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pytest
 import requests
 from sqlalchemy import create_engine, text
@@ -35,7 +34,6 @@ from aggregator.settings import AggregatorSettings
 from anonml.crypto import save_identity
 from anonml.demo import dropout_draft, simulate_peers
 from anonml.plugins import PluginRef, create
-from anonml.protocol import ProblemStatus
 from peer.simulate import SimulatedIdentity, SimulationManifest
 from tests.aggregator.helpers import ADMIN, TOKEN, propose, status, wait_phase
 
@@ -69,10 +67,16 @@ class PeerProcess:
     url: str = ""
 
     def start(self, timeout: float = 60.0) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        )
         self.process = subprocess.Popen(
             [sys.executable, "-m", "peer.simulate", str(self.manifest)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
         )
         assert self.process.stdout is not None
         self.url = self.process.stdout.readline().strip()
@@ -93,7 +97,9 @@ class PeerProcess:
                 self.process.kill()
 
     def status(self) -> dict:
-        reply = requests.get(f"{self.url}/local/status", headers={"Authorization": f"Bearer {LOCAL}"}, timeout=30)
+        reply = requests.get(
+            f"{self.url}/local/status", headers={"Authorization": f"Bearer {LOCAL}"}, timeout=30
+        )
         reply.raise_for_status()
         return reply.json()
 
@@ -146,8 +152,11 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             p.ledger.close()
         state = tmp_path / f"{name}-state.db"
         manifest = SimulationManifest(
-            identities=identities, state_url=f"sqlite:///{state}", aggregators=[aggregator.url],
-            port=_free_port(), local_token=LOCAL,
+            identities=identities,
+            state_url=f"sqlite:///{state}",
+            aggregators=[aggregator.url],
+            port=_free_port(),
+            local_token=LOCAL,
         )
         path = tmp_path / f"{name}.json"
         path.write_text(manifest.model_dump_json())
@@ -182,7 +191,8 @@ KILL_POINTS = {
     "in the release window": (  # the send window is over and the relays still hold packets
         "SELECT count(*) > 0 FROM peer_held_packets, peer_participation_state "
         "WHERE peer_participation_state.phase = 'reporting' "
-        "AND (julianday('now') - 2440587.5) * 86400.0 > json_extract(peer_participation_state.facts_json, '$.window_end')"
+        "AND (julianday('now') - 2440587.5) * 86400.0 "
+        "> json_extract(peer_participation_state.facts_json, '$.window_end')"
     ),
 }
 
@@ -192,8 +202,15 @@ KILL_POINTS = {
 def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_point: str):
     featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
     d = dropout_draft(
-        featurizer.features(), history_weeks=2, weeks=4, epsilon=2.0, min_peers=4, pool_fraction=0.0,
-        report_delay_seconds=6.0, send_window_seconds=12.0, release_window_seconds=10.0,
+        featurizer.features(),
+        history_weeks=2,
+        weeks=4,
+        epsilon=2.0,
+        min_peers=4,
+        pool_fraction=0.0,
+        report_delay_seconds=6.0,
+        send_window_seconds=12.0,
+        release_window_seconds=10.0,
     )
     problem = propose(cluster.aggregator.url, d)
     url, b = cluster.aggregator.url, cluster.b
@@ -242,8 +259,13 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
     print(
         json.dumps(
             {
-                "kill_point": kill_point, "unsent_at_kill": left_unsent, "held_at_kill": held_at_kill, "tokens": final.tokens_issued,
-                "accepted": final.reports_accepted, "lost": lost, "relay_b": after,
+                "kill_point": kill_point,
+                "unsent_at_kill": left_unsent,
+                "held_at_kill": held_at_kill,
+                "tokens": final.tokens_issued,
+                "accepted": final.reports_accepted,
+                "lost": lost,
+                "relay_b": after,
             }
         )
     )

@@ -68,7 +68,8 @@ def test_ledger_marks_releases_whose_problem_failed_or_whose_reports_were_lost(h
     me = load_or_create_identity(settings.identity_file, settings.identity_passphrase).fingerprint.hex()
     ledger, db = PrivacyLedger(settings.ledger_url), PeerDB(settings.state_url)
     for problem in ("p-failed", "p-lossy", "p-fine"):
-        ledger.record(peer=me, problem=problem, round=0, attributes=["x"], mechanism=BinaryRandomizedResponse(1.0))
+        rr = BinaryRandomizedResponse(1.0)
+        ledger.record(peer=me, problem=problem, round=0, attributes=["x"], mechanism=rr)
     db.save_state("p-failed", me, "failed", json.dumps({"reason": "the problem failed: boom"}), None)
     db.save_state("p-lossy", me, "done", json.dumps({"lost": 2, "token_nonces": ["00", "01", "02"]}), None)
     db.save_state("p-fine", me, "done", json.dumps({"lost": 0, "token_nonces": ["00"]}), None)

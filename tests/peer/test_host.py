@@ -56,7 +56,12 @@ def _host(nodes: list[PeerNode], db: Path, url: str) -> PeerHost:
 @pytest.fixture
 def nodes() -> list[PeerNode]:
     return [
-        PeerNode(Identity.generate(), EventStore("sqlite://"), PrivacyLedger("sqlite://"), rng=np.random.default_rng(i))
+        PeerNode(
+            Identity.generate(),
+            EventStore("sqlite://"),
+            PrivacyLedger("sqlite://"),
+            rng=np.random.default_rng(i),
+        )
         for i in range(N)
     ]
 
