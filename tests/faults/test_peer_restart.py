@@ -20,8 +20,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,18 +34,12 @@ from anonml.crypto import save_identity
 from anonml.demo import dropout_draft, simulate_peers
 from anonml.plugins import PluginRef, create
 from peer.simulate import SimulatedIdentity, SimulationManifest
+from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import ADMIN, TOKEN, propose, status, wait_phase
 
 ROOT = Path(__file__).resolve().parents[2]
 FEATURES = ["time_on_site_minutes", "video_seconds_watched", "seq_navigations", "distinct_problems"]
 LOCAL = "local-token-for-the-fault-test"
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _free_port() -> int:
@@ -215,11 +208,11 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
     problem = propose(cluster.aggregator.url, d)
     url, b = cluster.aggregator.url, cluster.b
     n = len(cluster.ledgers_b) + 6
-    wait_until("every identity to register", lambda: status(url, problem.id).registered == n, 120)
+    wait_until(lambda: status(url, problem.id).registered == n, "every identity to register", 120)
     requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
     # B has built (and recorded) its packets; some are still to be sent: kill it there.
     unsent = "SELECT count(*) FROM peer_outbox WHERE sent = 0"
-    wait_until(kill_point, lambda: bool(b.rows(KILL_POINTS[kill_point])[0][0]), 120)
+    wait_until(lambda: bool(b.rows(KILL_POINTS[kill_point])[0][0]), kill_point, 120)
     b.kill()
     left_unsent = b.rows(unsent)[0][0]
     held_at_kill = b.rows("SELECT count(*) FROM peer_held_packets")[0][0]
@@ -231,8 +224,8 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
     final = wait_phase(url, problem.id, ("done", "failed"), timeout=180)
     assert final.phase == "done", final.message
     wait_until(
-        "B's participations to download the model",
         lambda: {r[0] for r in b.rows("SELECT status FROM peer_participations")} == {"done"},
+        "B's participations to download the model",
         90,
     )
     # Nothing released twice: the ledgers hold what they held at the kill.

@@ -19,14 +19,13 @@ from anonml.plugins import PluginRef
 from anonml.privacy import PrivacyLedger
 from anonml.store import EventStore
 from peer.client import AggregatorClient
-from peer.db import PeerDB
 from peer.dispatch import Dispatcher
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.phases import IllegalTransition, ParticipationPhase
-from peer.policy import PeerPolicy
 from peer.roster import RosterView
 from tests.aggregator.helpers import ADMIN, draft, propose, roster_of, status, wait_phase
+from tests.peer.test_participant import _host as participant_host
 
 P = ParticipationPhase
 N = 4
@@ -42,15 +41,9 @@ def _draft():
 
 
 def _host(nodes: list[PeerNode], db: Path, url: str) -> PeerHost:
-    return PeerHost(
-        nodes,
-        PeerDB(f"sqlite:///{db}"),
-        PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=4.0),
-        [url],
-        relay_base="http://127.0.0.1:9",  # never contacted: these tests do not serve the relay
-        poll_seconds=0.1,
-        workers=2,
-    )
+    host = participant_host(nodes, db, url)
+    host.relay_base = "http://127.0.0.1:9"  # never contacted: these tests do not serve the relay
+    return host
 
 
 @pytest.fixture
