@@ -6,7 +6,8 @@ its :class:`~anonml.privacy.PrivacyLedger`, not here.
 What a restart needs (:meth:`peer.host.PeerHost.resume`) is here too, in
 tables of their own: each participation's phase and facts
 (``peer_participation_state``), the round relay keys (``peer_round_keys``,
-deleted when the round closes at ``t_r``), the packets an identity built and
+deleted when the round closes at ``t_r``, with the replay tags its relay saw,
+``peer_replay_tags``), the packets an identity built and
 whether each went (``peer_outbox``), and the packets its relay holds with
 their release times (``peer_held_packets``, deleted once released). Every
 secret among them — relay keys, tokens, packets — is stored sealed under
@@ -33,6 +34,7 @@ __all__ = [
     "RoundKeyRow",
     "OutboxRow",
     "HeldRow",
+    "ReplayTagRow",
 ]
 
 
@@ -131,6 +133,16 @@ class HeldRow(_Base):
     content_type: Mapped[str] = mapped_column(String(64))
     what: Mapped[str] = mapped_column(String(32))
     sealed: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class ReplayTagRow(_Base):
+    """One replay tag a relay saw in a round (a restarted relay must still refuse the replay)."""
+
+    __tablename__ = "peer_replay_tags"
+
+    node: Mapped[str] = mapped_column(String(64), primary_key=True)  # node id, hex
+    round_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    tag: Mapped[bytes] = mapped_column(LargeBinary(32), primary_key=True)
 
 
 @dataclass(frozen=True)
@@ -342,3 +354,18 @@ class PeerDB:
     def held(self, node: str) -> list[HeldRow]:
         with self.sessions() as s:
             return list(s.scalars(select(HeldRow).where(HeldRow.node == node).order_by(HeldRow.release_at)))
+
+    def add_replay_tag(self, node: str, round_id: int, tag: bytes) -> None:
+        with self.sessions() as s, s.begin():
+            s.merge(ReplayTagRow(node=node, round_id=round_id, tag=tag))
+
+    def replay_tags(self, node: str, round_id: int) -> list[bytes]:
+        with self.sessions() as s:
+            rows = s.scalars(
+                select(ReplayTagRow.tag).where(ReplayTagRow.node == node, ReplayTagRow.round_id == round_id)
+            )
+            return list(rows)
+
+    def forget_replay_tags(self, node: str, round_id: int) -> None:
+        with self.sessions() as s, s.begin():
+            s.execute(delete(ReplayTagRow).where(ReplayTagRow.node == node, ReplayTagRow.round_id == round_id))

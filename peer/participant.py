@@ -121,7 +121,7 @@ from peer.phases import (
     check_transition,
 )
 from peer.policy import PeerPolicy, check_roster_floors
-from peer.relay import RelayRound, RelayService, packet_cap
+from peer.relay import RelayRound, RelayService, StoredReplayCache, packet_cap
 from peer.reports import choose_path, fetch_tokens, make_reports
 from peer.roster import RosterView
 from peer.transcript import credential_for, verify_bundle
@@ -669,11 +669,14 @@ class Participant:
         if bins.slots_per_peer != draft.kh or len(bins.edges) != len(draft.features):
             raise Aborted("bins do not match the proposal (slot count or feature count)")
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
+        replays = (
+            None if self.db is None else StoredReplayCache(self.db, self.node.node_id, self.problem.round_id)
+        )
         self.relay.open_round(
             RelayRound(
                 node_id=self.node.node_id,
                 round_id=self.problem.round_id,
-                relay=SphinxRelay(self.keys.key),
+                relay=SphinxRelay(self.keys.key, replays),
                 schedule=schedule,
                 routes=view.routes,
                 destination=_node_id(bytes(self.problem.aggregator)),

@@ -60,7 +60,17 @@ at most 2 s) leaves the hops that follow network time before ``t_r``. Every
 release still falls inside ``(t_s + δ, t_r)``.
 
 At ``t_r`` the round is closed: its key is destroyed and its replay cache
-dropped (:meth:`~anonml.crypto.SphinxRelay.close`). Nothing received is
+dropped (:meth:`~anonml.crypto.SphinxRelay.close`), in memory and in the
+state DB.
+
+Restart. With a state DB (``db``) and a round with a vault, every held
+packet is stored sealed with its release time and last chance, and deleted
+once released or lost; the round key is stored sealed at registration and
+deleted at ``t_r``; replay tags are stored (:class:`StoredReplayCache`). A
+host killed and restarted schedules the held packets again
+(:meth:`RelayService.resume_held`) and reopens the round with the same key
+when its worker fetches the bins; meanwhile other relays retry (404 is
+retriable) until ``t_r``. Nothing received is
 unpickled or executed; packets are opaque bytes until the Sphinx MAC holds.
 """
 
@@ -78,6 +88,7 @@ from anonml.crypto import (
     PACKET_SIZE,
     Deliver,
     InvalidPacket,
+    ReplayCache,
     ReplayedPacket,
     SphinxRelay,
     WindowSchedule,
@@ -90,6 +101,7 @@ from peer.dispatch import Dispatcher, OutboundError, post
 from peer.vault import Vault
 
 __all__ = [
+    "StoredReplayCache",
     "RelayRound",
     "RelayService",
     "RelayOutcome",
@@ -101,6 +113,25 @@ __all__ = [
 
 #: The one refusal a previous hop sees for any packet that fails after peeling.
 REJECTED = "packet rejected"
+
+
+class StoredReplayCache(ReplayCache):
+    """A round's replay tags in memory and in the state DB: a restarted relay still refuses replays.
+
+    Without it, a relay killed and restarted mid-round would accept again a
+    packet it already forwarded — a replay the aggregator could use to trace
+    the packet's route by where its duplicate comes out.
+    """
+
+    def __init__(self, db: PeerDB, node_id: bytes, round_id: int) -> None:
+        super().__init__()
+        self._db, self._node, self._round = db, node_id.hex(), round_id
+        for tag in db.replay_tags(self._node, round_id):
+            super().add(tag)
+
+    def add(self, tag: bytes) -> None:
+        super().add(tag)  # ReplayedPacket if seen before, in this run or an earlier one
+        self._db.add_replay_tag(self._node, self._round, tag)
 
 
 @dataclass
@@ -225,6 +256,8 @@ class RelayService:
             round_.relay.close()
             if self.db is not None and round_.owner is not None:
                 self.db.forget_round_key(round_.owner, round_id)
+            if self.db is not None:
+                self.db.forget_replay_tags(node_id.hex(), round_id)
 
     def has_round(self, node_id: bytes, round_id: int) -> bool:
         with self._lock:

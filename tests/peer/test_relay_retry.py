@@ -20,7 +20,7 @@ from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
-from peer.relay import RelayRound, retry_delay
+from peer.relay import RelayRound, StoredReplayCache, retry_delay
 from tests.peer.test_relay import OCTETS, Capture
 
 ROUND = 77
@@ -119,3 +119,24 @@ def test_a_release_the_intake_never_takes_is_counted_lost_by_the_end_of_the_roun
     assert counters["delivered failed"] == 1  # the last attempt: unreachable
     assert counters["delivered retried"] >= 3  # 0.25 + 0.5 + 1 + 2 + ... s fit in the window
     assert counters.get("delivered", 0) == 0
+
+
+def test_a_relay_restarted_on_the_same_state_db_still_refuses_a_replay(tmp_path):
+    from anonml.crypto import ReplayedPacket
+
+    node, aggregator = Identity.generate(), Identity.generate()
+    key, cert = node.new_round_relay_key(ROUND)
+    packet = build_packet(
+        [Hop.from_certificate(cert, ROUND)],
+        Redemption(b"p-x/r/0", bytes(range(32)), bytes(32)),
+        b'{"problem_id": "p-x"}',
+        round_id=ROUND,
+        destination=aggregator.public.node_id,
+    )
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    SphinxRelay(key, StoredReplayCache(PeerDB(url), node.public.node_id, ROUND)).process(packet)
+    restarted = PeerDB(url)  # another process, the same file
+    with pytest.raises(ReplayedPacket):
+        SphinxRelay(key, StoredReplayCache(restarted, node.public.node_id, ROUND)).process(packet)
+    restarted.forget_replay_tags(node.public.node_id.hex(), ROUND)  # the round closed: tags go too
+    assert restarted.replay_tags(node.public.node_id.hex(), ROUND) == []
