@@ -167,3 +167,39 @@ def test_the_dispatcher_runs_work_in_time_order_and_refuses_work_once_closed():
         dispatcher.close()
     with pytest.raises(RuntimeError, match="closed"):
         dispatcher.at(time.time(), lambda: None)
+
+
+def test_an_app_built_from_settings_serves_the_relay_and_a_token_guarded_status(tmp_path: Path):
+    from aggregator.app import start_server
+    from peer.app import create_app
+    from peer.settings import PeerSettings
+
+    settings = PeerSettings(
+        store_url=f"sqlite:///{tmp_path / 'events.db'}",
+        ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}",
+        state_url=f"sqlite:///{tmp_path / 'peer.db'}",
+        identity_file=tmp_path / "identity.json",
+        credentials_dir=tmp_path / "credentials",
+        policy_file=tmp_path / "policy.json",
+        local_token="a-local-token-of-the-settings",
+        poll_seconds=30,
+    )
+    server = start_server(create_app(settings))
+    try:
+        host = server.app.state.host
+        node = host.sole_node()
+        status_url = f"{server.url}/local/status"
+        assert requests.get(status_url, timeout=30).status_code == 401
+        wrong = {"Authorization": "Bearer not-it"}
+        assert requests.get(status_url, headers=wrong, timeout=30).status_code == 401
+        right = {"Authorization": "Bearer a-local-token-of-the-settings"}
+        reply = requests.get(status_url, headers=right, timeout=30)
+        assert reply.status_code == 200 and reply.json()["identities"] == 1
+        unknown = requests.get(f"{server.url}/relay/{'00' * 16}/roster/p-x", timeout=30)
+        assert unknown.status_code == 404 and unknown.json()["detail"] == "no such node"
+        none_yet = requests.get(f"{server.url}/relay/{node.node_id.hex()}/roster/p-x", timeout=30)
+        assert none_yet.status_code == 404 and "no checked roster" in none_yet.json()["detail"]
+        too_big = requests.post(f"{server.url}/relay/{node.node_id.hex()}", data=b"x" * 5000, timeout=30)
+        assert too_big.status_code == 413
+    finally:
+        server.stop()
