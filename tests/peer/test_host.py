@@ -203,3 +203,38 @@ def test_an_app_built_from_settings_serves_the_relay_and_a_token_guarded_status(
         assert too_big.status_code == 413
     finally:
         server.stop()
+
+
+def test_routes_and_tokens_against_the_real_roster_and_issuer(registered):
+    from anonml.crypto import CryptoError, TokenKey
+    from peer.reports import choose_path, fetch_tokens
+
+    host, pid = registered
+    session = host.sessions[pid]
+    url = session.client.base_url
+    requests.post(f"{url}/problems/{pid}/close", headers=ADMIN, timeout=30)
+    wait_phase(url, pid, ("medians", "reporting"), timeout=60)
+    view = RosterView.verify(roster_of(url, pid), session.problem)
+    rng = np.random.default_rng(0)
+    for me in range(N):
+        for _ in range(20):
+            path = choose_path(view, me, 3, session.problem.round_id, rng)
+            members = [view.node_ids.index(h.node_id) for h in path]
+            assert len(set(members)) == 3 and me not in members  # distinct, never itself
+    with pytest.raises(ProtocolError, match="needs 4 other roster members"):
+        choose_path(view, 0, 4, session.problem.round_id, rng)
+    def partition(node: PeerNode) -> int:
+        notice = requests.get(f"{url}/problems/{pid}/assignments/{node.fingerprint}", timeout=30)
+        return notice.json()["index"]
+
+    # The issuer answers with proofs under the roster's key: a peer pinning another key refuses them
+    # (and its slots are spent: issuance is once per slot).
+    other = session.participants[1].node
+    forged_key = bytes(TokenKey.generate().public_key)
+    with pytest.raises(CryptoError):
+        fetch_tokens(session.problem, other.identity, forged_key, partition(other), session.client.tokens)
+    node = session.participants[0].node
+    key = bytes(view.roster.token_key)
+    tokens = fetch_tokens(session.problem, node.identity, key, partition(node), session.client.tokens)
+    assert len(tokens) == session.problem.draft.kh
+    assert len({t.nonce for t in tokens}) == len(tokens)
