@@ -368,4 +368,6 @@ class PeerDB:
 
     def forget_replay_tags(self, node: str, round_id: int) -> None:
         with self.sessions() as s, s.begin():
-            s.execute(delete(ReplayTagRow).where(ReplayTagRow.node == node, ReplayTagRow.round_id == round_id))
+            s.execute(
+                delete(ReplayTagRow).where(ReplayTagRow.node == node, ReplayTagRow.round_id == round_id)
+            )

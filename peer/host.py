@@ -12,6 +12,7 @@ its releases on its own.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -33,6 +34,8 @@ from peer.relay import RelayService
 from peer.worker import ProblemSession, Worker
 
 __all__ = ["PeerHost", "committed_epsilon", "discover", "release_marks"]
+
+log = logging.getLogger("anonml.peer")
 
 
 def committed_epsilon(db: PeerDB | None, ledger: PrivacyLedger | None, fingerprint: str) -> float:
@@ -78,11 +81,18 @@ def release_marks(db: PeerDB | None, fingerprint: str) -> dict[str, str]:
 def discover(db: PeerDB, aggregators: list[str]) -> list[Problem]:
     """Record in ``db`` the proposals open for registration at ``aggregators``; return the new ones.
 
-    A proposal not signed by the aggregator key it names is ignored.
+    A proposal not signed by the aggregator key it names is ignored; an
+    aggregator that cannot be reached (or answers nonsense) is skipped, so one
+    dead aggregator never keeps the peer from the others.
     """
     new = []
     for url in aggregators:
-        for problem in AggregatorClient(url).problems(phase="registration"):
+        try:
+            open_problems = AggregatorClient(url).problems(phase="registration")
+        except AnonMLError as exc:
+            log.warning("aggregator %s skipped this poll: %s", url, exc)
+            continue
+        for problem in open_problems:
             try:
                 verify_message(problem, bytes(problem.aggregator))
             except AnonMLError:

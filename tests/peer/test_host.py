@@ -19,6 +19,7 @@ from anonml.plugins import PluginRef
 from anonml.privacy import PrivacyLedger
 from anonml.store import EventStore
 from peer.client import AggregatorClient
+from peer.db import PeerDB
 from peer.dispatch import Dispatcher
 from peer.host import PeerHost
 from peer.participant import PeerNode
@@ -238,3 +239,13 @@ def test_routes_and_tokens_against_the_real_roster_and_issuer(registered):
     tokens = fetch_tokens(session.problem, node.identity, key, partition(node), session.client.tokens)
     assert len(tokens) == session.problem.draft.kh
     assert len({t.nonce for t in tokens}) == len(tokens)
+
+
+def test_a_dead_aggregator_does_not_keep_the_peer_from_a_live_one(aggregator, tmp_path):  # noqa: F811
+    from peer.host import discover
+
+    problem = propose(aggregator.url, _draft())
+    db = PeerDB(f"sqlite:///{tmp_path / 'peer.db'}")
+    dead = "http://127.0.0.1:9"  # nothing listens there
+    assert [p.id for p in discover(db, [dead, aggregator.url])] == [problem.id]
+    assert db.proposal(problem.id) is not None
