@@ -47,6 +47,12 @@ def _host(nodes: list[PeerNode], db: Path, url: str) -> PeerHost:
     return host
 
 
+def _close_registration(url: str, pid: str) -> None:
+    """Close registration and wait until the roster is out (medians, or reporting with no pool)."""
+    requests.post(f"{url}/problems/{pid}/close", headers=ADMIN, timeout=30)
+    wait_phase(url, pid, ("medians", "reporting"), timeout=60)
+
+
 @pytest.fixture
 def nodes() -> list[PeerNode]:
     return [
@@ -112,8 +118,7 @@ def test_the_worker_checks_the_roster_publishes_witnesses_and_keeps_the_fingerpr
     host, pid = registered
     session = host.sessions[pid]
     url = session.client.base_url
-    requests.post(f"{url}/problems/{pid}/close", headers=ADMIN, timeout=30)
-    wait_phase(url, pid, ("medians", "reporting"), timeout=60)
+    _close_registration(url, pid)
     deadline = time.monotonic() + 30
     while {p.phase for p in session.participants} != {P.ROSTER_CHECKED}:
         assert time.monotonic() < deadline, [p.phase for p in session.participants]
@@ -135,8 +140,7 @@ def test_a_roster_is_refused_when_altered_or_shown_for_another_problem(aggregato
         problem = propose(aggregator.url, _draft())
         other = propose(aggregator.url, _draft())
         host.poll_once()
-        requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
-        wait_phase(aggregator.url, problem.id, ("medians", "reporting"), timeout=60)
+        _close_registration(aggregator.url, problem.id)
         roster = roster_of(aggregator.url, problem.id)
         view = RosterView.verify(roster, problem)
         assert len(view.keys) == N and set(view.node_ids) == {n.node_id for n in nodes}
@@ -213,8 +217,7 @@ def test_routes_and_tokens_against_the_real_roster_and_issuer(registered):
     host, pid = registered
     session = host.sessions[pid]
     url = session.client.base_url
-    requests.post(f"{url}/problems/{pid}/close", headers=ADMIN, timeout=30)
-    wait_phase(url, pid, ("medians", "reporting"), timeout=60)
+    _close_registration(url, pid)
     view = RosterView.verify(roster_of(url, pid), session.problem)
     rng = np.random.default_rng(0)
     for me in range(N):
