@@ -30,7 +30,7 @@ from peer.relay import retriable, retry_delay
 from peer.roster import RosterView
 from peer.transcript import check_roster_entries
 
-__all__ = ["ProblemSession", "SessionHost", "Worker"]
+__all__ = ["ProblemSession", "SessionHost", "Worker", "poll_backoff"]
 
 P = ParticipationPhase
 
@@ -220,6 +220,14 @@ class ProblemSession:
         self.host.count("packets sent")
 
 
+def poll_backoff(poll_seconds: float, failures: int) -> float:
+    """Seconds to the next poll after ``failures`` failed polls in a row.
+
+    ``poll · 2^failures``, at most 30 s (or ``poll`` when that is longer).
+    """
+    return min(max(30.0, poll_seconds), poll_seconds * 2.0**failures)
+
+
 class Worker:
     """The daemon's loop (module docstring); one thread."""
 
@@ -238,9 +246,17 @@ class Worker:
             self._thread.join(timeout=30)
 
     def _loop(self) -> None:
+        """Poll every ``poll_seconds``; after failures, back off (doubling, at most 30 s)."""
+        failures = 0
         while not self._stop.is_set():
             try:
                 self.host.poll_once()
-            except Exception:  # an aggregator being down must not end the daemon
-                log.exception("poll failed")
-            self._stop.wait(self.host.poll_seconds)
+                failures = 0
+            except AnonMLError as exc:  # an aggregator being down must not end the daemon
+                failures += 1
+                log.warning("poll failed (%d in a row): %s", failures, exc)
+            except Exception:  # a bug: its traceback, once per failure streak
+                failures += 1
+                if failures == 1:
+                    log.exception("poll failed")
+            self._stop.wait(poll_backoff(self.host.poll_seconds, failures))
