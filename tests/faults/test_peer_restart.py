@@ -223,11 +223,12 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
     b.start()  # same files, same relay port
     final = wait_phase(url, problem.id, ("done", "failed"), timeout=180)
     assert final.phase == "done", final.message
-    wait_until(
-        lambda: {r[0] for r in b.rows("SELECT status FROM peer_participations")} == {"done"},
-        "B's participations to download the model",
-        90,
-    )
+    for host in (b, cluster.a):  # each counts its lost reports when it downloads the model
+        wait_until(
+            lambda host=host: {r[0] for r in host.rows("SELECT status FROM peer_participations")} == {"done"},
+            "every participation to download the model",
+            90,
+        )
     # Nothing released twice: the ledgers hold what they held at the kill.
     assert {u: len(_releases(u)) for u in cluster.ledgers_b} == releases_before
     # What the restart resumed, and what is left behind: no held packet, no round key, no outbox.
