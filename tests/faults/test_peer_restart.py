@@ -33,6 +33,8 @@ from aggregator.settings import AggregatorSettings
 from anonml.crypto import save_identity
 from anonml.demo import dropout_draft, simulate_peers
 from anonml.plugins import PluginRef, create
+from peer.db import PeerDB
+from peer.host import release_marks
 from peer.simulate import SimulatedIdentity, SimulationManifest
 from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import ADMIN, TOKEN, propose, status, wait_phase
@@ -263,3 +265,51 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
             }
         )
     )
+
+
+@pytest.mark.slow
+def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count_it(cluster: Cluster):
+    featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
+    d = dropout_draft(
+        featurizer.features(),
+        history_weeks=2,
+        weeks=4,
+        epsilon=2.0,
+        min_peers=4,
+        pool_fraction=0.0,
+        report_delay_seconds=6.0,
+        send_window_seconds=12.0,
+        release_window_seconds=10.0,
+    )
+    problem = propose(cluster.aggregator.url, d)
+    url, a, b = cluster.aggregator.url, cluster.a, cluster.b
+    wait_until(lambda: status(url, problem.id).registered == 10, "every identity to register", 120)
+    requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+    wait_until(lambda: bool(b.rows(KILL_POINTS["relays holding packets"])[0][0]), "B to hold packets", 120)
+    b.kill()  # and never started again
+    held_at_kill = b.rows("SELECT count(*) FROM peer_held_packets")[0][0]
+    final = wait_phase(url, problem.id, ("done", "failed"), timeout=180)
+    assert held_at_kill > 0
+    assert all(len(_releases(u)) == d.kh for u in cluster.ledgers_b)  # B's identities were charged
+    # With 4 of 10 members gone the aggregator may have too few reports to train on; either way
+    # the loss is said: in the receipts each sender of A checks, or in A's ledger marks.
+    wait_until(
+        lambda: {r[0] for r in a.rows("SELECT status FROM peer_participations")} == {final.phase},
+        f"A's participations to end {final.phase}",
+        90,
+    )
+    relay_a = a.status()["relay"]
+    lost, delivered = relay_a.get("reports lost in transit", 0), relay_a.get("reports delivered", 0)
+    if final.phase == "failed":
+        db = PeerDB(f"sqlite:///{a.state}")
+        for (node,) in a.rows("SELECT node FROM peer_participation_state"):
+            assert release_marks(db, node) == {problem.id: "problem failed"}
+        db.close()
+    else:
+        assert lost + delivered == 6 * d.kh  # every report of A's accounted for, from the receipts
+        assert delivered <= final.reports_accepted
+        # What B held died with it (its packets of A and of its own), and nothing else was invented.
+        assert final.tokens_issued - final.reports_accepted >= held_at_kill
+    print(json.dumps({"phase": final.phase, "message": final.message, "held_at_kill": held_at_kill,
+                      "tokens": final.tokens_issued, "accepted": final.reports_accepted,
+                      "lost_counted_by_a": lost, "relay_a": relay_a}))
