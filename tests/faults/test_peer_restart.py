@@ -33,6 +33,7 @@ from aggregator.settings import AggregatorSettings
 from anonml.crypto import save_identity
 from anonml.demo import dropout_draft, simulate_peers
 from anonml.plugins import PluginRef, create
+from anonml.protocol import ProblemDraft
 from peer.db import PeerDB
 from peer.host import release_marks
 from peer.simulate import SimulatedIdentity, SimulationManifest
@@ -167,6 +168,22 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         aggregator.stop()
 
 
+def _draft() -> ProblemDraft:
+    """The dropout problem without a median pool, with windows a restart fits in on a loaded machine."""
+    featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
+    return dropout_draft(
+        featurizer.features(),
+        history_weeks=2,
+        weeks=4,
+        epsilon=2.0,
+        min_peers=4,
+        pool_fraction=0.0,
+        report_delay_seconds=6.0,
+        send_window_seconds=12.0,
+        release_window_seconds=10.0,
+    )
+
+
 def _releases(ledger_url: str) -> list[tuple]:
     engine = create_engine(ledger_url)
     try:
@@ -195,18 +212,7 @@ KILL_POINTS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_point", list(KILL_POINTS))
 def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_point: str):
-    featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
-    d = dropout_draft(
-        featurizer.features(),
-        history_weeks=2,
-        weeks=4,
-        epsilon=2.0,
-        min_peers=4,
-        pool_fraction=0.0,
-        report_delay_seconds=6.0,
-        send_window_seconds=12.0,
-        release_window_seconds=10.0,
-    )
+    d = _draft()
     problem = propose(cluster.aggregator.url, d)
     url, b = cluster.aggregator.url, cluster.b
     n = len(cluster.ledgers_b) + 6
@@ -269,18 +275,7 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
 
 @pytest.mark.slow
 def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count_it(cluster: Cluster):
-    featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
-    d = dropout_draft(
-        featurizer.features(),
-        history_weeks=2,
-        weeks=4,
-        epsilon=2.0,
-        min_peers=4,
-        pool_fraction=0.0,
-        report_delay_seconds=6.0,
-        send_window_seconds=12.0,
-        release_window_seconds=10.0,
-    )
+    d = _draft()
     problem = propose(cluster.aggregator.url, d)
     url, a, b = cluster.aggregator.url, cluster.a, cluster.b
     wait_until(lambda: status(url, problem.id).registered == 10, "every identity to register", 120)
