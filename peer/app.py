@@ -1,18 +1,8 @@
-"""The peer's FastAPI app: the relay for other peers, and a small local status API.
+"""The peer's FastAPI app: :func:`create_app` assembles the host, its routers and its worker.
 
-Routes
-------
-``POST /relay/{node}``
-    One onion packet for the hosted identity ``node`` (hex node id), raw bytes
-    of exactly ``PACKET_SIZE``: a declared or streamed body over that size is
-    refused with 413 before it is read in full, a shorter one with 400 — both
-    before any cryptography (:mod:`peer.relay`). Every accepted packet gets
-    the same empty 202, whatever it was (held, delivered, cover).
-``GET /relay/{node}/roster/{problem}``
-    The identity's signed :class:`~anonml.protocol.RosterWitness` (404 until
-    it has checked that roster): how other members compare fingerprints.
-``GET /local/status``
-    This daemon's own counters, for its user only: bearer token required.
+Routers: :mod:`peer.routes.relay` (onion packets and roster witnesses, for
+other peers) and :mod:`peer.routes.local` (status for this peer's user,
+bearer local token; ``/healthz``); what they ask for is in :mod:`peer.deps`.
 
 Served by uvicorn with ``access_log=False`` (a relay must not keep a log of
 who sent it what, and when).
@@ -20,7 +10,6 @@ who sent it what, and when).
 
 from __future__ import annotations
 
-import hmac
 import secrets
 import socket
 import threading
@@ -28,96 +17,56 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated
 
 import uvicorn
-from fastapi import FastAPI, Header, HTTPException, Request, Response
+from fastapi import FastAPI
 
-from anonml.crypto import PACKET_SIZE, Identity
+from anonml.crypto import Identity
 from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.privacy import PrivacyLedger
-from anonml.protocol import PeerStatus, RosterWitness
 from anonml.store import EventStore
 from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
+from peer.routes import local, relay
 from peer.settings import PeerSettings
 from peer.transcript import load_credentials
 
 __all__ = ["create_app", "create_daemon", "start_peer_server", "PeerServer", "load_or_create_identity"]
 
 
-def create_app(host: PeerHost, local_token: str) -> FastAPI:
-    """The relay and local API of ``host``; the host's worker runs with the app's lifespan.
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The host's worker runs while the app serves; the host is closed after."""
+    host: PeerHost = app.state.host
+    host.start()
+    try:
+        yield
+    finally:
+        host.close()
 
-    An empty ``local_token`` is replaced by a random one nobody knows (the
+
+def create_app(source: PeerSettings | PeerHost | None = None, local_token: str | None = None) -> FastAPI:
+    """The relay and local API of a host: ``source`` is the host, or settings to build one from.
+
+    ``local_token`` defaults to the settings' token (when built from
+    settings); an empty one is replaced by a random one nobody knows (the
     status API is then closed), never accepted as "no token needed".
     """
-    local_token = local_token or secrets.token_urlsafe(32)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        host.start()
-        try:
-            yield
-        finally:
-            host.close()
-
+    if isinstance(source, PeerHost):
+        host = source
+    else:
+        settings = source or PeerSettings.from_env()
+        host = create_daemon(settings)
+        if local_token is None:
+            local_token = settings.resolved_local_token()
     app = FastAPI(
-        title="AnonML peer", version="1", summary="Onion relay and local status.", lifespan=lifespan
+        title="AnonML peer", version="1", summary="Onion relay and local status.", lifespan=_lifespan
     )
     app.state.host = host
-
-    def _node(node: str) -> bytes:
-        try:
-            node_id = bytes.fromhex(node)
-        except ValueError:
-            raise HTTPException(status_code=404, detail="no such node") from None
-        if node_id not in host.nodes:
-            raise HTTPException(status_code=404, detail="no such node")
-        return node_id
-
-    @app.post("/relay/{node}", status_code=202, tags=["relay"])
-    async def relay(node: str, request: Request) -> Response:
-        """Take one onion packet for ``node`` (raw bytes, exactly PACKET_SIZE)."""
-        declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > PACKET_SIZE):
-            host.relay.count("rejected: wrong size")
-            raise HTTPException(status_code=413, detail=f"a packet is exactly {PACKET_SIZE} bytes")
-        node_id = _node(node)
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > PACKET_SIZE:
-                host.relay.count("rejected: wrong size")
-                raise HTTPException(status_code=413, detail=f"a packet is exactly {PACKET_SIZE} bytes")
-        outcome = host.relay.handle(node_id, bytes(body))
-        if outcome.status >= 300:
-            raise HTTPException(status_code=outcome.status, detail=outcome.detail)
-        return Response(status_code=202)  # the same empty answer for every accepted packet
-
-    @app.get("/relay/{node}/roster/{problem_id}", response_model=RosterWitness, tags=["relay"])
-    def roster_witness(node: str, problem_id: str) -> RosterWitness:
-        """The signed fingerprint of the roster this identity holds for ``problem_id``."""
-        witness = host.witness(_node(node), problem_id)
-        if witness is None:
-            raise HTTPException(status_code=404, detail="this node holds no checked roster for that problem")
-        return witness
-
-    @app.get("/local/status", response_model=PeerStatus, tags=["local"])
-    def status(authorization: Annotated[str | None, Header()] = None) -> PeerStatus:
-        """Identities, participations by status, relay counters (bearer token required)."""
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), local_token.encode()):
-            raise HTTPException(
-                status_code=401, detail="local token required", headers={"WWW-Authenticate": "Bearer"}
-            )
-        return host.status()
-
-    @app.get("/healthz", tags=["service"])
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
+    app.state.local_token = local_token or secrets.token_urlsafe(32)
+    app.include_router(relay.router)
+    app.include_router(local.router)
     return app
 
 

@@ -1,8 +1,17 @@
 """The peer's own records: proposals seen, decisions with reasons, participations, models.
 
-SQLAlchemy 2 typed models (SQLite by default). Secrets never go here: round
-relay keys and tokens live in memory only and die with the round. What a
-peer released is in its :class:`~anonml.privacy.PrivacyLedger`, not here.
+SQLAlchemy 2 typed models (SQLite by default). What a peer released is in
+its :class:`~anonml.privacy.PrivacyLedger`, not here.
+
+What a restart needs (:meth:`peer.host.PeerHost.resume`) is here too, in
+tables of their own: each participation's phase and facts
+(``peer_participation_state``), the round relay keys (``peer_round_keys``,
+deleted when the round closes at ``t_r``, with the replay tags its relay saw,
+``peer_replay_tags``), the packets an identity built and
+whether each went (``peer_outbox``), and the packets its relay holds with
+their release times (``peer_held_packets``, deleted once released). Every
+secret among them — relay keys, tokens, packets — is stored sealed under
+the identity's at-rest key (:class:`peer.vault.Vault`), never in clear.
 """
 
 from __future__ import annotations
@@ -10,12 +19,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import String, Text, select
+from sqlalchemy import BigInteger, Boolean, Float, Integer, LargeBinary, String, Text, delete, select, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from anonml.database import BigInt, UTCDateTime, make_engine
 
-__all__ = ["PeerDB", "ProposalRow", "DecisionRow", "ParticipationRow", "ProposalView"]
+__all__ = [
+    "PeerDB",
+    "ProposalRow",
+    "DecisionRow",
+    "ParticipationRow",
+    "ProposalView",
+    "StateRow",
+    "RoundKeyRow",
+    "OutboxRow",
+    "HeldRow",
+    "ReplayTagRow",
+]
 
 
 
@@ -58,6 +78,71 @@ class ParticipationRow(_Base):
     roster_fingerprint: Mapped[str | None] = mapped_column(String(64))
     model_json: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime]
+
+
+class StateRow(_Base):
+    """A participation's phase and the facts a restart needs (secrets sealed: :mod:`peer.vault`)."""
+
+    __tablename__ = "peer_participation_state"
+
+    problem_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    node: Mapped[str] = mapped_column(String(64), primary_key=True)
+    phase: Mapped[str] = mapped_column(String(32))
+    facts_json: Mapped[str] = mapped_column(Text)
+    sealed_tokens: Mapped[bytes | None] = mapped_column(LargeBinary)
+    updated_at: Mapped[datetime]
+
+
+class RoundKeyRow(_Base):
+    """One identity's round relay key, sealed, until the round closes at ``t_r``."""
+
+    __tablename__ = "peer_round_keys"
+
+    node: Mapped[str] = mapped_column(String(64), primary_key=True)  # fingerprint, hex
+    round_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    problem_id: Mapped[str] = mapped_column(String(64))
+    sealed_key: Mapped[bytes] = mapped_column(LargeBinary)
+    certificate: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class OutboxRow(_Base):
+    """One packet an identity built for its round (sealed), its send time, and whether it went."""
+
+    __tablename__ = "peer_outbox"
+
+    problem_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    node: Mapped[str] = mapped_column(String(64), primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True)
+    send_at: Mapped[float] = mapped_column(Float)
+    url: Mapped[str] = mapped_column(Text)
+    sealed_packet: Mapped[bytes] = mapped_column(LargeBinary)
+    sent: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class HeldRow(_Base):
+    """One packet this peer's relay holds for release (sealed), with its time and last chance."""
+
+    __tablename__ = "peer_held_packets"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(64))  # node id, hex
+    round_id: Mapped[int] = mapped_column(BigInteger)
+    release_at: Mapped[float] = mapped_column(Float)
+    deadline: Mapped[float] = mapped_column(Float)
+    url: Mapped[str] = mapped_column(Text)
+    content_type: Mapped[str] = mapped_column(String(64))
+    what: Mapped[str] = mapped_column(String(32))
+    sealed: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class ReplayTagRow(_Base):
+    """One replay tag a relay saw in a round (a restarted relay must still refuse the replay)."""
+
+    __tablename__ = "peer_replay_tags"
+
+    node: Mapped[str] = mapped_column(String(64), primary_key=True)  # node id, hex
+    round_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    tag: Mapped[bytes] = mapped_column(LargeBinary(32), primary_key=True)
 
 
 @dataclass(frozen=True)
@@ -179,3 +264,110 @@ class PeerDB:
     def participation(self, problem_id: str, node: str) -> ParticipationRow | None:
         with self.sessions() as s:
             return s.get(ParticipationRow, (problem_id, node))
+
+    # -- what a restart needs ------------------------------------------------------------
+    def save_state(
+        self, problem_id: str, node: str, phase: str, facts_json: str, sealed_tokens: bytes | None
+    ) -> None:
+        """Write a participation's phase and facts (one transaction)."""
+        with self.sessions() as s, s.begin():
+            row = s.get(StateRow, (problem_id, node))
+            if row is None:
+                row = StateRow(problem_id=problem_id, node=node)
+                s.add(row)
+            row.phase, row.facts_json, row.updated_at = phase, facts_json, datetime.now(UTC)
+            row.sealed_tokens = sealed_tokens
+
+    def states(self, node: str) -> list[StateRow]:
+        with self.sessions() as s:
+            return list(s.scalars(select(StateRow).where(StateRow.node == node)))
+
+    def save_round_key(self, node: str, round_id: int, problem_id: str, sealed: bytes, cert: bytes) -> None:
+        with self.sessions() as s, s.begin():
+            s.merge(
+                RoundKeyRow(
+                    node=node, round_id=round_id, problem_id=problem_id, sealed_key=sealed, certificate=cert
+                )
+            )
+
+    def round_key(self, node: str, round_id: int) -> RoundKeyRow | None:
+        with self.sessions() as s:
+            return s.get(RoundKeyRow, (node, round_id))
+
+    def forget_round_key(self, node: str, round_id: int) -> None:
+        """Delete the sealed round key (the round closed, or the participation ended)."""
+        with self.sessions() as s, s.begin():
+            s.execute(delete(RoundKeyRow).where(RoundKeyRow.node == node, RoundKeyRow.round_id == round_id))
+
+    def save_outbox(self, problem_id: str, node: str, packets: list[tuple[float, str, bytes]]) -> None:
+        """The identity's built packets (send time, first hop, sealed packet), slot by slot."""
+        with self.sessions() as s, s.begin():
+            s.execute(delete(OutboxRow).where(OutboxRow.problem_id == problem_id, OutboxRow.node == node))
+            for slot, (when, url, sealed) in enumerate(packets):
+                s.add(
+                    OutboxRow(
+                        problem_id=problem_id, node=node, slot=slot, send_at=when, url=url,
+                        sealed_packet=sealed, sent=False,
+                    )
+                )
+
+    def outbox(self, problem_id: str, node: str) -> list[OutboxRow]:
+        with self.sessions() as s:
+            return list(
+                s.scalars(
+                    select(OutboxRow)
+                    .where(OutboxRow.problem_id == problem_id, OutboxRow.node == node)
+                    .order_by(OutboxRow.slot)
+                )
+            )
+
+    def mark_sent(self, problem_id: str, node: str, slot: int) -> None:
+        with self.sessions() as s, s.begin():
+            s.execute(
+                update(OutboxRow)
+                .where(OutboxRow.problem_id == problem_id, OutboxRow.node == node, OutboxRow.slot == slot)
+                .values(sent=True)
+            )
+
+    def clear_outbox(self, problem_id: str, node: str) -> None:
+        with self.sessions() as s, s.begin():
+            s.execute(delete(OutboxRow).where(OutboxRow.problem_id == problem_id, OutboxRow.node == node))
+
+    def hold(
+        self, node: str, round_id: int, release_at: float, deadline: float, url: str, content_type: str,
+        what: str, sealed: bytes,
+    ) -> int:
+        """Record a held packet; its row id (to :meth:`unhold` once it is released or lost)."""
+        with self.sessions() as s, s.begin():
+            row = HeldRow(
+                node=node, round_id=round_id, release_at=release_at, deadline=deadline, url=url,
+                content_type=content_type, what=what, sealed=sealed,
+            )
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def unhold(self, row_id: int) -> None:
+        with self.sessions() as s, s.begin():
+            s.execute(delete(HeldRow).where(HeldRow.id == row_id))
+
+    def held(self, node: str) -> list[HeldRow]:
+        with self.sessions() as s:
+            return list(s.scalars(select(HeldRow).where(HeldRow.node == node).order_by(HeldRow.release_at)))
+
+    def add_replay_tag(self, node: str, round_id: int, tag: bytes) -> None:
+        with self.sessions() as s, s.begin():
+            s.merge(ReplayTagRow(node=node, round_id=round_id, tag=tag))
+
+    def replay_tags(self, node: str, round_id: int) -> list[bytes]:
+        with self.sessions() as s:
+            rows = s.scalars(
+                select(ReplayTagRow.tag).where(ReplayTagRow.node == node, ReplayTagRow.round_id == round_id)
+            )
+            return list(rows)
+
+    def forget_replay_tags(self, node: str, round_id: int) -> None:
+        with self.sessions() as s, s.begin():
+            s.execute(
+                delete(ReplayTagRow).where(ReplayTagRow.node == node, ReplayTagRow.round_id == round_id)
+            )

@@ -11,6 +11,8 @@ its releases on its own.
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -26,11 +28,14 @@ from peer.client import AggregatorClient
 from peer.db import PeerDB
 from peer.dispatch import Dispatcher
 from peer.participant import Participant, PeerNode
+from peer.phases import TERMINAL, ParticipationPhase
 from peer.policy import Decision, PeerPolicy, evaluate_problem, load_plugins
 from peer.relay import RelayService
 from peer.worker import ProblemSession, Worker
 
-__all__ = ["PeerHost", "committed_epsilon", "discover"]
+__all__ = ["PeerHost", "committed_epsilon", "discover", "release_marks"]
+
+log = logging.getLogger("anonml.peer")
 
 
 def committed_epsilon(db: PeerDB | None, ledger: PrivacyLedger | None, fingerprint: str) -> float:
@@ -48,14 +53,46 @@ def committed_epsilon(db: PeerDB | None, ledger: PrivacyLedger | None, fingerpri
     return sum(max(agreed.get(p, 0.0), spent.get(p, 0.0)) for p in problems)
 
 
+def release_marks(db: PeerDB | None, fingerprint: str) -> dict[str, str]:
+    """Per problem, what went wrong with the identity's releases there ('' when nothing did).
+
+    ``problem failed`` (the aggregator failed the problem: the ε was spent for
+    no model), ``stopped: <reason>`` (this peer aborted after releasing),
+    ``N of K reports lost`` (counted from the aggregator's receipts when the
+    model was downloaded), ``degraded`` (the problem ended degraded).
+    """
+    marks: dict[str, str] = {}
+    for row in db.states(fingerprint) if db is not None else []:
+        facts = json.loads(row.facts_json)
+        notes = []
+        if row.phase == ParticipationPhase.FAILED:
+            notes.append("problem failed")
+        elif row.phase == ParticipationPhase.ABORTED:
+            notes.append(f"stopped: {facts.get('reason', '')}")
+        elif row.phase == ParticipationPhase.DEGRADED:
+            notes.append("degraded")
+        lost, sent = facts.get("lost"), len(facts.get("token_nonces") or [])
+        if lost:
+            notes.append(f"{lost} of {sent} reports lost")
+        marks[row.problem_id] = "; ".join(notes)
+    return marks
+
+
 def discover(db: PeerDB, aggregators: list[str]) -> list[Problem]:
     """Record in ``db`` the proposals open for registration at ``aggregators``; return the new ones.
 
-    A proposal not signed by the aggregator key it names is ignored.
+    A proposal not signed by the aggregator key it names is ignored; an
+    aggregator that cannot be reached (or answers nonsense) is skipped, so one
+    dead aggregator never keeps the peer from the others.
     """
     new = []
     for url in aggregators:
-        for problem in AggregatorClient(url).problems(phase="registration"):
+        try:
+            open_problems = AggregatorClient(url).problems(phase="registration")
+        except AnonMLError as exc:
+            log.warning("aggregator %s skipped this poll: %s", url, exc)
+            continue
+        for problem in open_problems:
             try:
                 verify_message(problem, bytes(problem.aggregator))
             except AnonMLError:
@@ -119,13 +156,21 @@ class PeerHost:
         self.credentials = tuple(credentials)
         self.poll_seconds = poll_seconds
         self.dispatcher = Dispatcher(workers=max(4, workers * 2))
-        self.relay = RelayService(self.dispatcher, rng, allow_loopback_http=policy.allow_loopback_http)
+        self.relay = RelayService(
+            self.dispatcher, rng, allow_loopback_http=policy.allow_loopback_http, db=db
+        )
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="peer-step")
         self.sessions: dict[str, ProblemSession] = {}
         self.worker = Worker(self)
         self._witnesses: dict[tuple[bytes, str], RosterWitness] = {}
         self._lock = threading.Lock()
         self.counters: Counter[str] = Counter()
+
+    def sole_node(self) -> PeerNode:
+        """The one identity of a person's own daemon (:func:`peer.app.create_daemon`); error if several."""
+        if len(self.nodes) != 1:
+            raise AnonMLError(f"this host runs {len(self.nodes)} identities, not one person's")
+        return next(iter(self.nodes.values()))
 
     def count(self, what: str, n: int = 1) -> None:
         with self._lock:
@@ -186,7 +231,7 @@ class PeerHost:
                 problem.id, node.fingerprint, decision.verdict, decision.reason, problem.draft.epsilon
             )
             if participant is not None:
-                self.db.set_participation(problem.id, node.fingerprint, "accepted")
+                participant.save()
             return node, decision, participant
 
         decisions: dict[str, Decision] = {}
@@ -213,6 +258,7 @@ class PeerHost:
             self.relay,
             self.relay_base or "",
             policy=self.policy,
+            db=self.db,
             **self._participant_settings(),
         )
 
@@ -246,10 +292,12 @@ class PeerHost:
     #: What each participation status means to the person running the peer.
     _STATUS_TEXT = {
         "registered": "registered for",
-        "checked": "checked the roster of",
+        "roster_checked": "checked the roster of",
+        "confirmed": "confirmed with other members the roster of",
         "answered": "answered a median query (randomised response) in",
         "reporting": "is sending its randomised reports (or cover packets) in",
         "done": "downloaded the signed model of",
+        "degraded": "downloaded the signed model (the aggregator lost too many reports) of",
         "aborted": "stopped taking part in",
         "failed": "saw the aggregator fail",
     }
@@ -295,20 +343,62 @@ class PeerHost:
                 client = AggregatorClient(row.aggregator_url)
                 participant = self._participant(node, problem, client)
                 participant.prepare()
-                self.db.set_participation(problem_id, node.fingerprint, "accepted")
+                participant.save()
                 self._join(problem, client, [participant])
 
     # -- status -------------------------------------------------------------------
     def status(self) -> PeerStatus:
         problems = {}
         for pid, session in self.sessions.items():
-            states = Counter(p.status for p in session.participants)
+            states = Counter(str(p.phase) for p in session.participants)
             problems[pid] = dict(states)
         with self._lock:
             relay = dict(self.relay.counters) | {f"host {k}": v for k, v in self.counters.items()}
         return PeerStatus(identities=len(self.nodes), problems=problems, relay=relay)
 
+    # -- restart ------------------------------------------------------------------------
+    def resume(self) -> int:
+        """Take up what an earlier run of this host left in its state DB; participations resumed.
+
+        For every hosted identity: its relay's held packets are scheduled at
+        their release times (:meth:`~peer.relay.RelayService.resume_held`);
+        every participation not ended is rebuilt from its phase and facts
+        (:meth:`~peer.participant.Participant.resume`), its unsent packets
+        scheduled while the send window is open, and its problem stepped again
+        by the worker (roster re-checked, round key back in the relay when the
+        bins are fetched, model downloaded). A participation that ended but
+        whose round key is still stored is taken up too: it relays for the
+        others until ``t_r``. Nothing already recorded in the ledger is
+        released again.
+        """
+        resumed = 0
+        for node in self.nodes.values():
+            self.relay.resume_held(node.node_id, node.vault)
+            for row in self.db.states(node.fingerprint):
+                proposal = self.db.proposal(row.problem_id)
+                if proposal is None or self._participates(node, row.problem_id):
+                    continue
+                problem = Problem.model_validate_json(proposal.problem_json)
+                live_key = self.db.round_key(node.fingerprint, problem.round_id) is not None
+                if row.phase in TERMINAL and not live_key:
+                    continue
+                client = AggregatorClient(proposal.aggregator_url)
+                participant = self._participant(node, problem, client)
+                if row.phase not in TERMINAL:
+                    participant.prepare()
+                pending = participant.resume(row)
+                self._join(problem, client, [participant])
+                self.sessions[problem.id].schedule(participant, pending)
+                resumed += 1
+        self.count("participations resumed", resumed)
+        return resumed
+
+    def _participates(self, node: PeerNode, problem_id: str) -> bool:
+        session = self.sessions.get(problem_id)
+        return session is not None and any(p.node is node for p in session.participants)
+
     def start(self) -> None:
+        self.resume()
         self.worker.start()
 
     def close(self) -> None:

@@ -40,6 +40,17 @@ aggregator is treated as an adversary):
 
 Failures of the aggregator's promises abort the participation with a
 reason (stored in :class:`~peer.db.PeerDB`); nothing is released after an abort.
+
+State. A participation is always in one :class:`~peer.phases.ParticipationPhase`
+and holds one record per phase it passed (:mod:`peer.phases`); every move goes
+through :meth:`Participant._move`, which refuses an illegal one and persists
+the phase and its facts (secrets sealed, :mod:`peer.vault`) before the new
+phase releases anything. A peer killed at any point and restarted
+(:meth:`Participant.resume`) therefore never releases twice: a median answer is
+marked ``answered`` before it is recorded and sent, and reports are recorded in
+the ledger before they are built (a rebuild after a crash is refused by the
+ledger's cap); the packets built are kept, and those not yet sent go when
+their time comes if the send window is still open.
 Failures on the peer's own data never do: a report or median answer that
 cannot be computed is replaced by a stand-in (a uniform value through the same
 mechanism, recorded like any release), so an identity that joined always
@@ -54,7 +65,10 @@ import math
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any, TypeVar
 
+import nacl.utils
 import numpy as np
 
 from anonml.crypto import (
@@ -93,15 +107,33 @@ from anonml.protocol import (
 )
 from anonml.store import EventStore
 from peer.client import AggregatorClient, HTTPRefusal, fetch_witness
+from peer.db import PeerDB, StateRow
 from peer.dispatch import post
 from peer.features import LocalExample, invalid_features, local_example
+from peer.phases import (
+    TERMINAL,
+    IllegalTransition,
+    Outcome,
+    ParticipationPhase,
+    Preparation,
+    RelayKeys,
+    RosterFacts,
+    check_transition,
+)
 from peer.policy import PeerPolicy, check_roster_floors
-from peer.relay import RelayRound, RelayService, packet_cap
+from peer.relay import RelayRound, RelayService, StoredReplayCache, packet_cap
 from peer.reports import choose_path, fetch_tokens, make_reports
 from peer.roster import RosterView
 from peer.transcript import credential_for, verify_bundle
+from peer.vault import Vault
 
 __all__ = ["PeerNode", "Participant", "Aborted"]
+
+P = ParticipationPhase
+T = TypeVar("T")
+
+#: Phases in which a confirmed roster lets the identity take part in the round.
+READY = frozenset({P.CONFIRMED, P.ANSWERED, P.RELAYING})
 
 log = logging.getLogger("anonml.peer")
 
@@ -128,10 +160,33 @@ class PeerNode:
     def node_id(self) -> bytes:
         return self.identity.public.node_id
 
+    @cached_property
+    def vault(self) -> Vault:
+        """This identity's secrets at rest (:mod:`peer.vault`)."""
+        return Vault(self.identity)
+
+    def new_round_relay_key(self, round_id: int) -> tuple[bytes, RoundRelayKey, RelayKeyCertificate]:
+        """A fresh round relay key, its certificate, and its secret sealed for the state DB."""
+        secret = self.rng.bytes(32) if self.rng is not None else nacl.utils.random(32)
+        key = RoundRelayKey(round_id, secret)
+        return self.vault.seal(secret), key, self.identity.certify_relay_key(round_id, key.public_key)
+
+
+@dataclass
+class Comparisons:
+    """Progress of the fingerprint comparison (roster_checked → confirmed): members asked, agreeing."""
+
+    confirmed: set[int] = field(default_factory=set)
+    asked: set[int] = field(default_factory=set)
+
 
 @dataclass
 class Participant:
-    """The state of one :class:`PeerNode` in one problem (module docstring)."""
+    """One :class:`PeerNode` in one problem: its phase and the records of the phases it passed.
+
+    See the module docstring for the steps and :mod:`peer.phases` for the
+    machine. ``example`` is None when this identity sends stand-ins.
+    """
 
     node: PeerNode
     problem: Problem
@@ -141,39 +196,192 @@ class Participant:
     roster_comparisons: int = 2
     policy: PeerPolicy = field(default_factory=PeerPolicy)
     credentials: tuple[AdmissionCredential, ...] = ()
-    status: str = "accepted"
+    db: PeerDB | None = None
+    phase: ParticipationPhase = P.ACCEPTED
     reason: str = ""
     example: LocalExample | None = None
-    relay_key: RoundRelayKey | None = None
-    certificate: RelayKeyCertificate | None = None
-    view: RosterView | None = None
-    assignment: PeerAssignment | None = None
-    witness: RosterWitness | None = None
-    confirmed: set[int] = field(default_factory=set)
-    asked: set[int] = field(default_factory=set)
-    roster_confirmed: bool = False
-    relaying: bool = False
-    built: bool = False
-    tokens: list[Token] | None = None
-    paths: list[list[Hop]] | None = None
-    answered: bool = False
-    sent: int = 0
-    lost: int | None = None
-    prediction: float | None = None
     standins: list[str] = field(default_factory=list)
-    beacon: bytes | None = None
-    bins_checked: bool = False
+    keys: RelayKeys | None = None
+    roster: RosterFacts | None = None
+    comparisons: Comparisons = field(default_factory=Comparisons)
+    preparation: Preparation | None = None
+    bins: Bins | None = None  # the round's bins, once the witnesses' cosignatures on them held
+    window_end: float | None = None  # t_s + δ of the round this identity built packets for
+    sent: int = 0
+    outcome: Outcome | None = None
+    _resumed_fingerprint: str | None = None  # a restart re-checks the roster against this one
+
+    # -- the machine -------------------------------------------------------------------
+    @property
+    def status(self) -> ParticipationPhase:
+        """The phase (a ``str``: ``"done"``, ``"aborted"``, …)."""
+        return self.phase
+
+    @property
+    def active(self) -> bool:
+        return self.phase not in TERMINAL
+
+    def _move(self, new: ParticipationPhase, reason: str | None = None) -> None:
+        """Go to ``new`` if :data:`~peer.phases.TRANSITIONS` allows it, and persist it."""
+        self.phase = check_transition(self.phase, new)
+        if reason is not None:
+            self.reason = reason
+        self.save()
+
+    def abort(self, reason: str) -> None:
+        """Stop taking part (nothing of this identity's own is released after this)."""
+        if self.active:
+            self._move(P.ABORTED, reason)
+
+    def fail(self, reason: str) -> None:
+        """The problem failed at the aggregator."""
+        if self.active:
+            self._move(P.FAILED, reason)
+            if self.db is not None and self.keys is not None and not self.relaying:
+                self.db.forget_round_key(self.node.fingerprint, self.problem.round_id)
+
+    def facts(self, record: T | None, what: str) -> T:
+        """``record`` if this participation holds it; :class:`IllegalTransition` naming the phase if not."""
+        if record is None:
+            raise IllegalTransition(f"{what} is not known in phase {self.phase}")
+        return record
+
+    # -- read-only views of the records -------------------------------------------------------
+    @property
+    def relay_key(self) -> RoundRelayKey | None:
+        return self.keys.key if self.keys is not None else None
+
+    @property
+    def view(self) -> RosterView | None:
+        return self.roster.view if self.roster is not None else None
+
+    @property
+    def assignment(self) -> PeerAssignment | None:
+        return self.roster.assignment if self.roster is not None else None
+
+    @property
+    def witness(self) -> RosterWitness | None:
+        return self.roster.witness if self.roster is not None else None
+
+    @property
+    def paths(self) -> tuple[tuple[Hop, ...], ...] | None:
+        return self.preparation.paths if self.preparation is not None else None
+
+    @property
+    def tokens(self) -> tuple[Token, ...] | None:
+        return self.preparation.tokens if self.preparation is not None else None
+
+    @property
+    def built(self) -> bool:
+        """This identity built (and recorded) its packets for the round."""
+        return self.window_end is not None
+
+    @property
+    def relaying(self) -> bool:
+        return self.relay.has_round(self.node.node_id, self.problem.round_id)
+
+    @property
+    def lost(self) -> int | None:
+        return self.outcome.lost if self.outcome is not None else None
+
+    @property
+    def prediction(self) -> float | None:
+        return self.outcome.prediction if self.outcome is not None else None
 
     @property
     def relay_url(self) -> str:
         return f"{self.relay_base}/relay/{self.node.node_id.hex()}"
 
-    @property
-    def active(self) -> bool:
-        return self.status not in ("aborted", "failed", "done")
+    # -- persistence ----------------------------------------------------------------------
+    def save(self, model_json: str | None = None) -> None:
+        """Write the phase and the facts a restart needs (no-op without a state DB)."""
+        if self.db is None:
+            return
+        fingerprint = self.roster.view.fingerprint if self.roster is not None else self._resumed_fingerprint
+        facts: dict[str, Any] = {
+            "reason": self.reason,
+            "standins": self.standins,
+            "confirmed": sorted(self.comparisons.confirmed),
+            "asked": sorted(self.comparisons.asked),
+            "roster_fingerprint": fingerprint,
+            "window_end": self.window_end,
+            "sent": self.sent,
+            "paths": None
+            if self.paths is None
+            else [[[h.node_id.hex(), h.public_key.hex(), h.delay_ms] for h in path] for path in self.paths],
+            "lost": self.lost,
+            "prediction": self.prediction,
+        }
+        sealed = None
+        if self.tokens is not None and self.phase not in TERMINAL:  # spent secrets go with the round
+            plain = json.dumps(
+                [[t.key_id.hex(), t.slot.hex(), t.nonce.hex(), t.output.hex()] for t in self.tokens]
+            )
+            sealed = self.node.vault.seal(plain.encode())
+        elif self.tokens is not None:  # the digests of the nonces stay countable: keep only those
+            facts["token_nonces"] = [t.nonce.hex() for t in self.tokens]
+        self.db.save_state(self.problem.id, self.node.fingerprint, self.phase, json.dumps(facts), sealed)
+        self.db.set_participation(
+            self.problem.id,
+            self.node.fingerprint,
+            self.phase,
+            reason=self.reason,
+            fingerprint=fingerprint,
+            model_json=model_json,
+        )
+        if self.phase in TERMINAL:
+            self.db.clear_outbox(self.problem.id, self.node.fingerprint)
 
-    def abort(self, reason: str) -> None:
-        self.status, self.reason = "aborted", reason
+    def resume(self, row: StateRow) -> list[tuple[int, float, str, bytes]]:
+        """Take up the persisted participation ``row`` after a restart; the packets still to send.
+
+        Restores the phase, the round relay key (if the round has not closed),
+        routes and tokens; the roster facts are re-derived from the roster the
+        aggregator serves and must have the persisted fingerprint
+        (:meth:`restore_roster`). Returns ``(slot, send time, first hop,
+        packet)`` of each built packet not sent yet.
+        """
+        facts = json.loads(row.facts_json)
+        self.phase = ParticipationPhase(row.phase)
+        self.reason = facts.get("reason", "")
+        self.standins = list(facts.get("standins", []))
+        self.comparisons = Comparisons(set(facts.get("confirmed", [])), set(facts.get("asked", [])))
+        self._resumed_fingerprint = facts.get("roster_fingerprint")
+        self.window_end = facts.get("window_end")
+        self.sent = int(facts.get("sent", 0))
+        vault = self.node.vault
+        if self.db is not None:
+            key_row = self.db.round_key(self.node.fingerprint, self.problem.round_id)
+            if key_row is not None:
+                key = RoundRelayKey(self.problem.round_id, vault.open(key_row.sealed_key))
+                self.keys = RelayKeys(key, RelayKeyCertificate.from_bytes(key_row.certificate))
+        tokens = None
+        if row.sealed_tokens is not None:
+            tokens = tuple(
+                Token(*(bytes.fromhex(x) for x in t)) for t in json.loads(vault.open(row.sealed_tokens))
+            )
+        if facts.get("paths") is not None:
+            paths = tuple(
+                tuple(Hop(bytes.fromhex(n), bytes.fromhex(k), int(d)) for n, k, d in path)
+                for path in facts["paths"]
+            )
+            self.preparation = Preparation(paths, tokens)
+        if self.phase in TERMINAL:
+            self.outcome = Outcome(facts.get("lost"), facts.get("prediction"))
+            return []
+        pending = []
+        if self.db is not None and self.window_end is not None:
+            for out in self.db.outbox(self.problem.id, self.node.fingerprint):
+                if not out.sent:
+                    pending.append((out.slot, out.send_at, out.url, vault.open(out.sealed_packet)))
+            if self.phase == P.RELAYING:  # killed between storing its packets and the move
+                self._move(P.REPORTING)
+        return pending
+
+    @property
+    def needs_roster(self) -> bool:
+        """Resumed past the roster check, whose facts a restart re-derives (:meth:`restore_roster`)."""
+        return self.roster is None and self._resumed_fingerprint is not None and self.active
 
     # -- 0. the local example ----------------------------------------------------------
     def prepare(self, plugins: tuple[Instancer, Featurizer, list[int]] | None = None) -> None:
@@ -216,8 +424,12 @@ class Participant:
             credential = credential_for(self.credentials, self.problem, me, now=datetime.now(UTC))
             if credential is None:
                 raise Aborted("this problem admits by credentials and this identity holds no valid one")
-        key, cert = self.node.identity.new_round_relay_key(self.problem.round_id, self.node.rng)
-        self.relay_key, self.certificate = key, cert
+        sealed, key, cert = self.node.new_round_relay_key(self.problem.round_id)
+        if self.db is not None:  # kept (sealed) before the aggregator may list it: a restart relays with it
+            self.db.save_round_key(
+                self.node.fingerprint, self.problem.round_id, self.problem.id, sealed, bytes(cert)
+            )
+        self.keys = RelayKeys(key, cert)
         registration = sign_message(
             Registration(
                 problem_id=self.problem.id,
@@ -230,7 +442,7 @@ class Participant:
             self.node.identity,
         )
         self.client.register(registration)
-        self.status = "registered"
+        self._move(P.REGISTERED)
 
     # -- 2. roster, assignment, witnesses ------------------------------------------------
     def _verify_bundle(self, bundle: CosignatureBundle, stage: str, transcript: bytes) -> bytes:
@@ -248,20 +460,32 @@ class Participant:
 
     def check_roster(self, view: RosterView, bundle: CosignatureBundle) -> None:
         """Relay URLs, floors, witness cosignatures, own entry, seed commitment, assignment; then
-        publish the signed witness."""
+        publish the signed witness (registered → roster_checked)."""
+        self.roster = self._verified_roster(view, bundle)
+        self._move(P.ROSTER_CHECKED)
+
+    def restore_roster(self, view: RosterView, bundle: CosignatureBundle) -> None:
+        """After a restart: the same checks, and the roster must be the one checked before."""
+        facts = self._verified_roster(view, bundle)
+        if facts.view.fingerprint != self._resumed_fingerprint:
+            raise Aborted("after a restart the aggregator serves a roster other than the one checked before")
+        self.roster = facts
+
+    def _verified_roster(self, view: RosterView, bundle: CosignatureBundle) -> RosterFacts:
         self.check_relay_urls(view)
         try:
             check_roster_floors(self.problem, len(view.keys), view.roster.median_pool_size, self.policy)
         except AnonMLError as exc:
             raise Aborted(f"refused before releasing anything: {exc}") from None
+        keys = self.facts(self.keys, "this identity's round relay key")
         transcript = transcript_hash("roster", self.problem, view.roster)
-        self.beacon = self._verify_bundle(bundle, "roster", transcript)
+        beacon = self._verify_bundle(bundle, "roster", transcript)
         me = bytes(self.node.identity.public)
         index = view.index_of.get(me)
         if index is None:
             raise Aborted("this identity is not on the roster it registered for")
         entry = view.roster.entries[index]
-        if entry.relay_url != self.relay_url or bytes(entry.relay_certificate) != bytes(self.certificate):
+        if entry.relay_url != self.relay_url or bytes(entry.relay_certificate) != bytes(keys.certificate):
             raise Aborted("the roster lists a different relay URL or key for this identity")
         draft = self.problem.draft
         notice = self.client.assignment(self.problem.id, self.node.fingerprint)
@@ -273,7 +497,7 @@ class Participant:
             raise Aborted("the assignment is for another identity or problem")
         claimed = PeerAssignment(notice.role, notice.index, tuple(tuple(s) for s in notice.subsets))
         try:
-            self.assignment = verify_assignment(
+            assignment = verify_assignment(
                 claimed,
                 commitment=bytes(self.problem.seed_commitment),
                 seed=bytes(view.roster.seed),
@@ -285,18 +509,17 @@ class Participant:
                 subset_size=draft.ks,
                 subsets=draft.subsets,
                 median_pool_size=view.roster.median_pool_size,
-                beacon=self.beacon,
+                beacon=beacon,
             )
         except ProtocolError as exc:
             raise Aborted(f"partition plan check failed: {exc}") from None
-        self.view = view
-        self.witness = sign_message(
+        witness = sign_message(
             RosterWitness(
                 problem_id=self.problem.id, identity=me, fingerprint=view.fingerprint, signature=bytes(64)
             ),
             self.node.identity,
         )
-        self.status = "checked"
+        return RosterFacts(view, assignment, beacon, witness)
 
     def check_relay_urls(self, view: RosterView) -> None:
         """Every member's relay URL has the one relay form and names its own node, or abort.
@@ -314,58 +537,63 @@ class Participant:
                 raise Aborted(f"roster member {i}'s relay URL does not name its own node")
 
     def compare_fingerprints(self) -> bool:
-        """Ask other members' relays for their fingerprint; True once enough agree.
+        """Ask other members' relays for their fingerprint; True once enough agree (→ confirmed).
 
         Raises :class:`Aborted` on any mismatch. Members that cannot answer yet
         (not processed the roster, unreachable) are asked again later.
         """
-        assert self.view is not None
-        n = len(self.view.keys)
-        me = self.view.index_of[bytes(self.node.identity.public)]
+        view = self.facts(self.roster, "the checked roster").view
+        n = len(view.keys)
+        me = view.index_of[bytes(self.node.identity.public)]
         need = min(self.roster_comparisons, n - 1)
-        if len(self.confirmed) >= need:
-            self.roster_confirmed = True
-            return True
-        gen = self.node.rng if self.node.rng is not None else np.random.default_rng()
-        candidates = [i for i in range(n) if i != me and i not in self.confirmed]
-        fresh = [i for i in candidates if i not in self.asked]
-        pool = fresh if fresh else candidates
-        for i in gen.permutation(pool)[: need - len(self.confirmed)]:
-            i = int(i)
-            self.asked.add(i)
-            entry = self.view.roster.entries[i]
-            try:
-                witness = fetch_witness(entry.relay_url, self.problem.id)
-            except ProtocolError:
-                continue  # not ready or unreachable: ask again next time
-            try:
-                verify_message(witness, bytes(entry.identity))
-            except CryptoError:
-                continue
-            if bytes(witness.identity) != bytes(entry.identity) or witness.problem_id != self.problem.id:
-                continue
-            if witness.fingerprint != self.view.fingerprint:
-                raise Aborted(
-                    f"roster fingerprint differs from roster member {i}'s ({witness.fingerprint[:16]}… vs "
-                    f"{self.view.fingerprint[:16]}…): the aggregator shows peers different rosters"
-                )
-            self.confirmed.add(i)
-        self.roster_confirmed = len(self.confirmed) >= need
-        return self.roster_confirmed
+        done = self.comparisons
+        if len(done.confirmed) < need:
+            gen = self.node.rng if self.node.rng is not None else np.random.default_rng()
+            candidates = [i for i in range(n) if i != me and i not in done.confirmed]
+            fresh = [i for i in candidates if i not in done.asked]
+            pool = fresh if fresh else candidates
+            for i in gen.permutation(pool)[: need - len(done.confirmed)]:
+                i = int(i)
+                done.asked.add(i)
+                entry = view.roster.entries[i]
+                try:
+                    witness = fetch_witness(entry.relay_url, self.problem.id)
+                except ProtocolError:
+                    continue  # not ready or unreachable: ask again next time
+                try:
+                    verify_message(witness, bytes(entry.identity))
+                except CryptoError:
+                    continue
+                if bytes(witness.identity) != bytes(entry.identity) or witness.problem_id != self.problem.id:
+                    continue
+                if witness.fingerprint != view.fingerprint:
+                    raise Aborted(
+                        f"roster fingerprint differs from roster member {i}'s "
+                        f"({witness.fingerprint[:16]}… vs "
+                        f"{view.fingerprint[:16]}…): the aggregator shows peers different rosters"
+                    )
+                done.confirmed.add(i)
+        if len(done.confirmed) < need:
+            return False
+        if self.phase == P.ROSTER_CHECKED:
+            self._move(P.CONFIRMED)
+            if self.relaying:  # the round opened while the comparisons went on
+                self._move(P.RELAYING)
+        return True
 
     # -- 3. median answer ---------------------------------------------------------------
     def answer(self, query: MedianQuery) -> bool:
         """Answer ``query`` if it names this identity (once per problem); True if answered."""
-        assert self.view is not None and self.assignment is not None
-        me = self.view.index_of[bytes(self.node.identity.public)]
-        if self.answered or me not in query.members:
-            return False
+        roster = self.facts(self.roster, "the checked roster")
+        me = roster.view.index_of[bytes(self.node.identity.public)]
+        if self.phase != P.CONFIRMED or me not in query.members:
+            return False  # answered already (or past the medians)
         draft = self.problem.draft
         try:
             verify_message(query, bytes(self.problem.aggregator))
         except CryptoError as exc:
             raise Aborted(f"median query is not signed by the aggregator: {exc}") from None
-        if self.assignment.role != "median":
+        if roster.assignment.role != "median":
             raise Aborted("asked a median query, but the plan puts this identity in a report partition")
         if query.feature not in draft.numeric_features:
             raise Aborted(f"median query names feature {query.feature}, which is not numeric")
@@ -373,6 +601,8 @@ class Participant:
             raise Aborted(
                 f"median query asks ε={query.epsilon}, the proposal promised {draft.median_epsilon}"
             )
+        # Persisted before the release is recorded and sent: a restart never answers twice.
+        self._move(P.ANSWERED)
         rr = BinaryRandomizedResponse(draft.median_epsilon)
         self.node.ledger.record(
             peer=self.node.fingerprint,
@@ -382,7 +612,6 @@ class Participant:
             mechanism=rr,
             pool="median",
         )
-        self.answered = True  # recorded: never answer twice, even if the POST fails
         gen = self.node.rng if self.node.rng is not None else np.random.default_rng()
         truth = self._median_truth(query, gen)
         bit = bool(rr.perturb(np.asarray([truth]), gen)[0])
@@ -397,7 +626,6 @@ class Participant:
             ),
             self.node.identity,
         )
-        self.status = "answered"
         try:
             self.client.answer(answer)
         except HTTPRefusal as exc:
@@ -406,6 +634,7 @@ class Participant:
             # The search moved on before this answer arrived: it is not counted, the
             # release stays recorded (conservative), and the peer goes on (cover packets).
             self.reason = f"median answer not counted: {exc.detail}"
+            self.save()
         return True
 
     def _median_truth(self, query: MedianQuery, gen: np.random.Generator) -> bool:
@@ -429,8 +658,8 @@ class Participant:
         releases nothing of its own by doing so — using ``view`` (the host's
         verified roster) if it never got to check one itself.
         """
-        view = self.view or view
-        if view is None or self.relay_key is None or self.relaying:
+        view = self.roster.view if self.roster is not None else view
+        if view is None or self.keys is None or self.relaying:
             return
         draft = self.problem.draft
         try:
@@ -440,108 +669,133 @@ class Participant:
         if bins.slots_per_peer != draft.kh or len(bins.edges) != len(draft.features):
             raise Aborted("bins do not match the proposal (slot count or feature count)")
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
+        replays = (
+            None if self.db is None else StoredReplayCache(self.db, self.node.node_id, self.problem.round_id)
+        )
         self.relay.open_round(
             RelayRound(
                 node_id=self.node.node_id,
                 round_id=self.problem.round_id,
-                relay=SphinxRelay(self.relay_key),
+                relay=SphinxRelay(self.keys.key, replays),
                 schedule=schedule,
                 routes=view.routes,
                 destination=_node_id(bytes(self.problem.aggregator)),
                 intake_url=self.client.intake_url,
                 stages=min(draft.hops, len(view.keys) - 1),
                 max_packets=packet_cap(draft.kh, min(draft.hops, len(view.keys) - 1)),
+                vault=self.node.vault,
+                owner=self.node.fingerprint,
             )
         )
-        self.relaying = True
-        if self.active:
-            self.status = "relaying"
+        if self.phase in (P.CONFIRMED, P.ANSWERED):
+            self._move(P.RELAYING)
 
     def check_bins(self, bins: Bins, bundle: CosignatureBundle) -> None:
         """The witnesses co-signed this peer's own bins transcript (Problem, Roster, Bins, schedule).
 
         Nothing of this identity's own is sent for the round before this passed.
         """
-        assert self.view is not None
+        roster = self.facts(self.roster, "the checked roster")
         try:
             verify_message(bins, bytes(self.problem.aggregator))
         except CryptoError as exc:
             raise Aborted(f"bins are not signed by the aggregator: {exc}") from None
-        self._verify_bundle(bundle, "bins", transcript_hash("bins", self.problem, self.view.roster, bins))
-        self.bins_checked = True
+        self._verify_bundle(bundle, "bins", transcript_hash("bins", self.problem, roster.view.roster, bins))
+        self.bins = bins
 
-    def build_packets(self, bins: Bins) -> list[tuple[float, str, bytes]]:
-        """This identity's packets for the round (after :meth:`open_round`).
+    def build_packets(self) -> list[tuple[float, str, bytes]]:
+        """This identity's packets for the round (relaying → reporting), kept sealed in the state DB.
 
         Returns ``(send time, first hop URL, packet)`` for exactly
         ``slots_per_peer`` packets; the caller schedules them.
         """
-        assert self.view is not None and self.assignment is not None
-        if not self.bins_checked:
+        roster = self.facts(self.roster, "the checked roster")
+        if self.bins is None:
             raise Aborted("the bins were not co-signed by the witnesses; nothing is sent")
+        bins = self.bins
+        if self.phase != P.RELAYING:
+            raise IllegalTransition(f"packets are built while relaying, not in phase {self.phase}")
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
         if time.time() >= bins.t_s + bins.delta:
             raise Aborted("the bins arrived after the send window closed")
-        if self.assignment.role == "report":
-            payloads = self._reports(bins)
+        if roster.assignment.role == "report":
+            payloads = self._reports(bins, roster)
         else:
             payloads = [None] * bins.slots_per_peer
         packets = []
-        paths = self.paths if self.paths is not None else self.choose_paths()
-        for payload, path in zip(payloads, paths, strict=True):
-            destination = _node_id(bytes(self.problem.aggregator))
+        preparation = self.prepare_round()
+        destination = _node_id(bytes(self.problem.aggregator))
+        for payload, path in zip(payloads, preparation.paths, strict=True):
             if payload is None:
                 packet = build_cover_packet(
-                    path, round_id=self.problem.round_id, destination=destination, rng=self.node.rng
+                    list(path), round_id=self.problem.round_id, destination=destination, rng=self.node.rng
                 )
             else:
                 redemption, report = payload
                 packet = build_packet(
-                    path,
+                    list(path),
                     redemption,
                     report,
                     round_id=self.problem.round_id,
                     destination=destination,
                     rng=self.node.rng,
                 )
-            first = self.view.routes[path[0].node_id]
+            first = roster.view.routes[path[0].node_id]
             packets.append((send_time(schedule, self.node.rng), first, packet))
-        self.status, self.built = "reporting", True
+        self.window_end = bins.t_s + bins.delta
+        if self.db is not None:
+            vault = self.node.vault
+            self.db.save_outbox(
+                self.problem.id, self.node.fingerprint, [(w, u, vault.seal(p)) for w, u, p in packets]
+            )
+        self._move(P.REPORTING)
         return packets
 
-    def fetch_tokens(self) -> None:
-        """This identity's tokens, one per report slot (:func:`peer.reports.fetch_tokens`).
+    def prepare_round(self) -> Preparation:
+        """Routes (one per slot, certificates checked) and, for a report peer, its tokens.
 
-        Issuance opens when the roster is published, so this runs while the
-        median rounds go on; median-pool identities take no tokens.
+        Ahead of the round, as soon as the roster is confirmed; issuance opens
+        when the roster is published, so this runs while the median rounds go
+        on. Tokens: one per report slot (:func:`peer.reports.fetch_tokens`);
+        median-pool identities take none.
         """
-        assert self.view is not None and self.assignment is not None
-        if self.tokens is not None or self.assignment.role != "report":
-            return
-        try:
-            self.tokens = fetch_tokens(
-                self.problem,
-                self.node.identity,
-                bytes(self.view.roster.token_key),
-                self.assignment.index,
-                self.client.tokens,
-                self.node.rng,
-            )
-        except CryptoError as exc:
-            raise Aborted(f"token proof does not verify against the pinned key: {exc}") from None
+        if self.preparation is not None:
+            return self.preparation
+        roster = self.facts(self.roster, "the checked roster")
+        me = roster.view.index_of[bytes(self.node.identity.public)]
+        paths = tuple(
+            tuple(choose_path(roster.view, me, self.problem.draft.hops, self.problem.round_id, self.node.rng))
+            for _ in range(self.problem.draft.kh)
+        )
+        tokens = None
+        if roster.assignment.role == "report":
+            try:
+                tokens = tuple(
+                    fetch_tokens(
+                        self.problem,
+                        self.node.identity,
+                        bytes(roster.view.roster.token_key),
+                        roster.assignment.index,
+                        self.client.tokens,
+                        self.node.rng,
+                    )
+                )
+            except CryptoError as exc:
+                raise Aborted(f"token proof does not verify against the pinned key: {exc}") from None
+        self.preparation = Preparation(paths, tokens)
+        self.save()
+        return self.preparation
 
-    def _reports(self, bins: Bins) -> list[tuple[object, bytes]]:
-        assert self.view is not None and self.assignment is not None
-        if bins.slots_per_peer != len(self.assignment.subsets):
+    def _reports(self, bins: Bins, roster: RosterFacts) -> list[tuple[object, bytes]]:
+        if bins.slots_per_peer != len(roster.assignment.subsets):
             raise Aborted(
-                f"bins announce {bins.slots_per_peer} slots for {len(self.assignment.subsets)} subsets"
+                f"bins announce {bins.slots_per_peer} slots for {len(roster.assignment.subsets)} subsets"
             )
-        n = len(self.view.keys) - self.view.roster.median_pool_size
-        self.fetch_tokens()
-        assert self.tokens is not None
+        n = len(roster.view.keys) - roster.view.roster.median_pool_size
+        tokens = self.facts(self.prepare_round().tokens, "this identity's tokens")
         reports, specs, standins = make_reports(
             self.problem,
-            self.assignment,
+            roster.assignment,
             self.example,
             bins,
             n // self.problem.draft.kp,
@@ -556,33 +810,25 @@ class Participant:
             if why:
                 self._standin(f"report {h}: {why}")
         out = []
-        for token, report in zip(self.tokens, reports, strict=True):
+        for token, report in zip(tokens, reports, strict=True):
             data = report.to_bytes()
             out.append((token.redeem(data), data))
         return out
 
-    def choose_paths(self) -> list[list[Hop]]:
-        """One route per slot, chosen (and its certificates checked) ahead of the round."""
-        assert self.view is not None
-        if self.paths is None:
-            me = self.view.index_of[bytes(self.node.identity.public)]
-            self.paths = [
-                choose_path(self.view, me, self.problem.draft.hops, self.problem.round_id, self.node.rng)
-                for _ in range(self.problem.draft.kh)
-            ]
-        return self.paths
-
-    def send(self, url: str, packet: bytes) -> None:
+    def send(self, slot: int, url: str, packet: bytes) -> None:
         """POST one packet to its first hop (called by the dispatcher at its send time)."""
         reply = post(url, packet, "application/octet-stream")
-        if reply.status < 300:
-            self.sent += 1
-        else:
+        if reply.status >= 300:
             raise HTTPRefusal(url, reply.status, reply.text[:200])
+        self.sent += 1
+        if self.db is not None:
+            self.db.mark_sent(self.problem.id, self.node.fingerprint, slot)
 
     # -- 5. model ------------------------------------------------------------------------
-    def receive_model(self, document: ModelDocument) -> AnonMLClassifier:
-        """Verify the signed model and predict for this identity's own example."""
+    def receive_model(self, document: ModelDocument, *, degraded: bool = False) -> AnonMLClassifier:
+        """Verify the signed model and predict for this identity's own example (→ done / degraded)."""
+        if self.phase != P.REPORTING:
+            raise IllegalTransition(f"a model is taken in phase reporting, not {self.phase}")
         try:
             verify_message(document, bytes(self.problem.aggregator))
         except CryptoError as exc:
@@ -590,16 +836,18 @@ class Participant:
         if document.problem_id != self.problem.id:
             raise Aborted("the model is for another problem")
         model = AnonMLClassifier.from_json(json.dumps(document.model))
-        self.count_lost_reports()
+        lost = self.count_lost_reports()
+        prediction = None
         if self.example is not None:
             bad = invalid_features(self.example.x, self.problem.draft.features)
             if bad:  # the model cannot bin this value either: no prediction, said locally
                 self.reason = f"no prediction: {'; '.join(bad.values())}"
             else:
-                self.prediction = float(model.predict_proba(self.example.x[None, :])[0, 1])
-        self.status = "done"
+                prediction = float(model.predict_proba(self.example.x[None, :])[0, 1])
+        self.outcome = Outcome(lost, prediction)
+        self.phase = check_transition(self.phase, P.DEGRADED if degraded else P.DONE)
+        self.save(model_json=document.model_dump_json())
         return model
-
 
     def count_lost_reports(self) -> int | None:
         """How many of this identity's reports never reached the intake (relay counters too).
@@ -617,10 +865,10 @@ class Participant:
             self.relay.count("receipts unavailable")
             return None
         held = set(map(bytes, receipts.digests))
-        self.lost = sum(ReportReceipts.digest(t.nonce) not in held for t in self.tokens)
-        self.relay.count("reports delivered", len(self.tokens) - self.lost)
-        self.relay.count("reports lost in transit", self.lost)
-        return self.lost
+        lost = sum(ReportReceipts.digest(t.nonce) not in held for t in self.tokens)
+        self.relay.count("reports delivered", len(self.tokens) - lost)
+        self.relay.count("reports lost in transit", lost)
+        return lost
 
 
 def _node_id(public_identity: bytes) -> bytes:

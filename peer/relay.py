@@ -33,8 +33,11 @@ Outbound. Only routes whose URL has the one relay form
 (:func:`anonml.protocol.check_relay_url`) are kept when a round opens, and
 each release is one :func:`peer.dispatch.post` with a total deadline and a
 size cap, so a next hop that answers slowly (or never) holds one pool thread
-for at most :data:`~peer.dispatch.PACKET_DEADLINE` seconds; failures and
-refusals are counted on this (sending) side.
+for at most :data:`~peer.dispatch.PACKET_DEADLINE` seconds. A release that
+fails in a way that may pass (unreachable, 5xx, 404 from a next hop that has
+not reloaded its round after a restart, 429) is retried with backoff
+(:func:`retry_delay`) until ``t_r``; what is finally not delivered is counted
+``"forwarded lost"`` / ``"delivered lost"`` on this (sending) side.
 
 Release times. Every packet of the round is inside the relays before any
 leaves (first hops hold until after ``t_s + δ``), so arrival order says nothing
@@ -57,7 +60,17 @@ at most 2 s) leaves the hops that follow network time before ``t_r``. Every
 release still falls inside ``(t_s + δ, t_r)``.
 
 At ``t_r`` the round is closed: its key is destroyed and its replay cache
-dropped (:meth:`~anonml.crypto.SphinxRelay.close`). Nothing received is
+dropped (:meth:`~anonml.crypto.SphinxRelay.close`), in memory and in the
+state DB.
+
+Restart. With a state DB (``db``) and a round with a vault, every held
+packet is stored sealed with its release time and last chance, and deleted
+once released or lost; the round key is stored sealed at registration and
+deleted at ``t_r``; replay tags are stored (:class:`StoredReplayCache`). A
+host killed and restarted schedules the held packets again
+(:meth:`RelayService.resume_held`) and reopens the round with the same key
+when its worker fetches the bins; meanwhile other relays retry (404 is
+retriable) until ``t_r``. Nothing received is
 unpickled or executed; packets are opaque bytes until the Sphinx MAC holds.
 """
 
@@ -75,6 +88,7 @@ from anonml.crypto import (
     PACKET_SIZE,
     Deliver,
     InvalidPacket,
+    ReplayCache,
     ReplayedPacket,
     SphinxRelay,
     WindowSchedule,
@@ -82,12 +96,42 @@ from anonml.crypto import (
 )
 from anonml.errors import ProtocolError
 from anonml.protocol import IntakeDelivery, check_relay_url
+from peer.db import PeerDB
 from peer.dispatch import Dispatcher, OutboundError, post
+from peer.vault import Vault
 
-__all__ = ["RelayRound", "RelayService", "RelayOutcome", "default_guard", "packet_cap"]
+__all__ = [
+    "StoredReplayCache",
+    "RelayRound",
+    "RelayService",
+    "RelayOutcome",
+    "default_guard",
+    "packet_cap",
+    "retriable",
+    "retry_delay",
+]
 
 #: The one refusal a previous hop sees for any packet that fails after peeling.
 REJECTED = "packet rejected"
+
+
+class StoredReplayCache(ReplayCache):
+    """A round's replay tags in memory and in the state DB: a restarted relay still refuses replays.
+
+    Without it, a relay killed and restarted mid-round would accept again a
+    packet it already forwarded — a replay the aggregator could use to trace
+    the packet's route by where its duplicate comes out.
+    """
+
+    def __init__(self, db: PeerDB, node_id: bytes, round_id: int) -> None:
+        super().__init__()
+        self._db, self._node, self._round = db, node_id.hex(), round_id
+        for tag in db.replay_tags(self._node, round_id):
+            super().add(tag)
+
+    def add(self, tag: bytes) -> None:
+        super().add(tag)  # ReplayedPacket if seen before, in this run or an earlier one
+        self._db.add_replay_tag(self._node, self._round, tag)
 
 
 @dataclass
@@ -104,6 +148,8 @@ class RelayRound:
     guard: float | None = None  # seconds kept free before t_r (None: default_guard)
     stages: int = 1  # hops of the problem's routes: one release stage each
     max_packets: int | None = None  # packets this node accepts in the round (None: no cap)
+    vault: Vault | None = None  # seals held packets in the state DB (None: held in memory only)
+    owner: str | None = None  # the node's identity fingerprint (its round key row in the state DB)
 
     def release_end(self) -> float:
         """End of the interval release times are drawn from: ``t_r − guard``."""
@@ -115,6 +161,16 @@ def default_guard(schedule: WindowSchedule) -> float:
     """A third of the release window, at most 2 s: network time for the hops that follow."""
     start, end = schedule.release_window
     return min(2.0, (end - start) / 3.0)
+
+
+def retry_delay(attempt: int) -> float:
+    """Seconds before retry ``attempt + 1`` of a release: ``min(2, 0.25 · 2^attempt)``."""
+    return min(2.0, 0.25 * 2.0**attempt)
+
+
+def retriable(status: int | None) -> bool:
+    """Whether a failed send may pass if tried again: unreachable (None), 5xx, 404 or 429."""
+    return status is None or status >= 500 or status in (404, 429)
 
 
 def packet_cap(slots_per_peer: int, hops: int) -> int:
@@ -152,8 +208,10 @@ class RelayService:
         rng: np.random.Generator | None = None,
         *,
         allow_loopback_http: bool = False,
+        db: PeerDB | None = None,
     ) -> None:
         self.dispatcher = dispatcher
+        self.db = db
         self.rng = rng
         self.allow_loopback_http = allow_loopback_http
         self._rounds: dict[tuple[bytes, int], RelayRound] = {}
@@ -196,6 +254,10 @@ class RelayService:
             self._closed.add((node_id, round_id))
         if round_ is not None:
             round_.relay.close()
+            if self.db is not None and round_.owner is not None:
+                self.db.forget_round_key(round_.owner, round_id)
+            if self.db is not None:
+                self.db.forget_replay_tags(node_id.hex(), round_id)
 
     def has_round(self, node_id: bytes, round_id: int) -> bool:
         with self._lock:
@@ -251,9 +313,7 @@ class RelayService:
         if url is None:
             return self._reject("unknown hop", 400, REJECTED)
         when = self._release_at(round_, now)
-        data = result.packet
-        self.dispatcher.at(when, lambda: self._send(url, data, "application/octet-stream", "forwarded"))
-        self.count("held")
+        self._hold(round_, when, url, result.packet, "application/octet-stream", "forwarded")
         return _ACCEPTED
 
     def _deliver(self, round_: RelayRound, result: Deliver, now: float) -> RelayOutcome:
@@ -268,9 +328,7 @@ class RelayService:
             .model_dump_json()
             .encode()
         )
-        url = round_.intake_url
-        self.dispatcher.at(when, lambda: self._send(url, body, "application/json", "delivered"))
-        self.count("held")
+        self._hold(round_, when, round_.intake_url, body, "application/json", "delivered")
         return _ACCEPTED
 
     def _release_at(self, round_: RelayRound, now: float) -> float:
@@ -294,13 +352,86 @@ class RelayService:
             return now
         return release_time(window, self.rng)
 
-    def _send(self, url: str, data: bytes, content_type: str, what: str) -> None:
+    def _hold(
+        self, round_: RelayRound, when: float, url: str, data: bytes, content_type: str, what: str
+    ) -> None:
+        """Schedule one release at ``when`` (persisted, sealed, when the round has a vault)."""
+        deadline = round_.schedule.t_r  # the next hop drops what arrives after t_r; the intake too
+        held = None
+        if self.db is not None and round_.vault is not None:
+            held = self.db.hold(
+                round_.node_id.hex(), round_.round_id, when, deadline, url, content_type, what,
+                round_.vault.seal(data),
+            )
+        self.dispatcher.at(when, lambda: self._send(url, data, content_type, what, deadline, held=held))
+        self.count("held")
+
+    def resume_held(self, node_id: bytes, vault: Vault) -> int:
+        """After a restart: schedule the packets ``node_id`` held at their release times; how many.
+
+        Those whose round ended meanwhile are counted ``"held lost at restart"``
+        and dropped.
+        """
+        if self.db is None:
+            return 0
+        resumed = 0
+        for row in self.db.held(node_id.hex()):
+            if row.deadline <= time.time():
+                self.db.unhold(row.id)
+                self.count("held lost at restart")
+                continue
+            data = vault.open(row.sealed)
+            self.dispatcher.at(
+                row.release_at,
+                lambda r=row, d=data: self._send(r.url, d, r.content_type, r.what, r.deadline, held=r.id),
+            )
+            resumed += 1
+        self.count("held resumed", resumed)
+        return resumed
+
+    def _send(
+        self,
+        url: str,
+        data: bytes,
+        content_type: str,
+        what: str,
+        deadline: float,
+        attempt: int = 0,
+        *,
+        held: int | None = None,
+    ) -> None:
+        """POST one released packet; retry a failure that may pass with backoff until ``deadline``.
+
+        Unreachable, 5xx, 404 (a next hop that restarted and has not reloaded
+        its round yet) and 429 are retried after ``min(2, 0.25 · 2^attempt)``
+        seconds while that is before ``deadline``; any other refusal is final.
+        What is finally not delivered is counted ``"<what> lost"``.
+        """
         try:
             reply = post(url, data, content_type)
+            status: int | None = reply.status
         except OutboundError:
-            self.count(f"{what} failed")
+            status = None
+        if status is not None and status < 300:
+            self.count(what)
+            if attempt:
+                self.count(f"{what} after retry")
+            self._unhold(held)
             return
-        self.count(what if reply.status < 300 else f"{what} refused ({reply.status})")
+        when = time.time() + retry_delay(attempt)
+        if retriable(status) and when < deadline:
+            self.count(f"{what} retried")
+            self.dispatcher.at(
+                when, lambda: self._send(url, data, content_type, what, deadline, attempt + 1, held=held)
+            )
+            return
+        self.count(f"{what} failed" if status is None else f"{what} refused ({status})")
+        self.count(f"{what} lost")
+        self._unhold(held)
+
+    def _unhold(self, held: int | None) -> None:
+        if held is not None and self.db is not None:
+            self.db.unhold(held)
 
     def _reject(self, reason: str, status: int, detail: str) -> RelayOutcome:
         self.count(f"rejected: {reason}")

@@ -16,19 +16,23 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from concurrent.futures import Executor
+from typing import Protocol
 
 from anonml.errors import AnonMLError, ProtocolError
-from anonml.protocol import MODEL_PHASES, Bins, CosignatureBundle, Problem
+from anonml.protocol import MODEL_PHASES, Bins, CosignatureBundle, Problem, RosterWitness
 from peer.client import AggregatorClient, HTTPRefusal
-from peer.participant import Aborted, Participant
+from peer.db import PeerDB
+from peer.dispatch import Dispatcher
+from peer.participant import READY, Aborted, Participant
+from peer.phases import ParticipationPhase
+from peer.relay import retriable, retry_delay
 from peer.roster import RosterView
 from peer.transcript import check_roster_entries
 
-if TYPE_CHECKING:
-    from peer.host import PeerHost
+__all__ = ["ProblemSession", "SessionHost", "Worker", "poll_backoff"]
 
-__all__ = ["ProblemSession", "Worker"]
+P = ParticipationPhase
 
 log = logging.getLogger("anonml.peer")
 
@@ -36,11 +40,26 @@ log = logging.getLogger("anonml.peer")
 TOKENS_PER_POLL = 64
 
 
+class SessionHost(Protocol):
+    """What a session and the worker need from the process hosting them (:class:`peer.host.PeerHost`)."""
+
+    db: PeerDB
+    pool: Executor
+    dispatcher: Dispatcher
+    poll_seconds: float
+
+    def count(self, what: str, n: int = 1) -> None: ...
+
+    def publish_witness(self, node_id: bytes, witness: RosterWitness) -> None: ...
+
+    def poll_once(self) -> None: ...
+
+
 class ProblemSession:
     """Every hosted identity's participation in one problem."""
 
     def __init__(
-        self, host: PeerHost, problem: Problem, client: AggregatorClient, participants: list[Participant]
+        self, host: SessionHost, problem: Problem, client: AggregatorClient, participants: list[Participant]
     ) -> None:
         self.host = host
         self.problem = problem
@@ -61,88 +80,74 @@ class ProblemSession:
             try:
                 fn(p)
             except HTTPRefusal as exc:
-                self._abort(p, f"aggregator refused: {exc.detail} (HTTP {exc.status})")
+                p.abort(f"aggregator refused: {exc.detail} (HTTP {exc.status})")
             except (Aborted, AnonMLError) as exc:
-                self._abort(p, str(exc))
+                p.abort(str(exc))
 
         list(self.host.pool.map(guarded, targets))
 
-    def _abort(self, p: Participant, reason: str) -> None:
-        p.abort(reason)
-        self.host.db.set_participation(self.problem.id, p.node.fingerprint, "aborted", reason=reason)
-
-    def _record(self, p: Participant) -> None:
-        fingerprint = self.view.fingerprint if self.view is not None else None
-        self.host.db.set_participation(
-            self.problem.id, p.node.fingerprint, p.status, reason=p.reason, fingerprint=fingerprint
-        )
+    def _in(self, *phases: ParticipationPhase) -> list[Participant]:
+        return [p for p in self.participants if p.phase in phases]
 
     def step(self) -> None:
         """Advance every participant as far as the problem's phase allows."""
         status = self.client.status(self.problem.id)
         self.phase = status.phase
         if status.phase == "registration":
-            self._each(lambda p: p.register() if p.status == "accepted" else None)
+            self._each(lambda p: p.register(), self._in(P.ACCEPTED))
             return
         if status.phase == "failed":
             for p in self.participants:
-                if p.active:
-                    p.status, p.reason = "failed", f"the problem failed: {status.message}"
-                    self._record(p)
+                p.fail(f"the problem failed: {status.message}")
             self.finished = True
             return
-        for p in self.participants:  # registration closed before these got in
-            if p.status == "accepted":
-                self._abort(p, "registration closed before this identity registered")
-        if self.view is None:
-            if self._unwitnessed is None:
-                view = RosterView.verify(self.client.roster(self.problem.id), self.problem)
-                try:
-                    check_roster_entries(view.roster, self.problem)
-                except ProtocolError as exc:
-                    for p in self.participants:
-                        if p.active:
-                            self._abort(p, str(exc))
-                    self.finished = True
-                    return
-                self._unwitnessed = view
-            bundle = self._bundle("roster")
-            if bundle is None:
-                return  # the witnesses have not all co-signed yet: nothing is released meanwhile
-            self.view = view = self._unwitnessed
-            self._each(lambda p: p.check_roster(view, bundle) if p.status == "registered" else None)
-            for p in self.participants:
-                if p.witness is not None:
-                    self.host.publish_witness(p.node.node_id, p.witness)
-                if p.active:
-                    self._record(p)
+        for p in self._in(P.ACCEPTED):  # registration closed before these got in
+            p.abort("registration closed before this identity registered")
+        if self.view is None and not self._check_roster():
+            return
         # Every identity of this process has published its witness; members hosted
         # elsewhere that have not yet are asked again at the next poll.
-        pending = [p for p in self.participants if p.active and p.view is not None and not p.roster_confirmed]
-        self._each(lambda p: p.compare_fingerprints(), pending)
-        ready = [p for p in self.participants if p.active and p.roster_confirmed]
+        self._each(lambda p: p.compare_fingerprints(), self._in(P.ROSTER_CHECKED))
+        ready = self._in(*READY)
         if status.phase == "medians":
             queries = self.client.medians(self.problem.id)
             self._each(lambda p: [p.answer(q) for q in queries], ready)
         if status.phase in ("medians", "reporting"):
             # Ahead of the round: routes (certificates checked) and tokens (issuance is open);
             # a bounded number per poll, so polls stay short and median queries are answered.
-            todo = [
-                p for p in ready if p.paths is None or (p.tokens is None and p.assignment.role == "report")
-            ]
+            todo = [p for p in ready if p.preparation is None]
             limit = len(todo) if status.phase == "reporting" else TOKENS_PER_POLL
-            self._each(lambda p: (p.choose_paths(), p.fetch_tokens()), todo[:limit])
+            self._each(lambda p: p.prepare_round(), todo[:limit])
         if status.phase in ("reporting", "training", *MODEL_PHASES):
             self._report_round(status.phase)
         if status.phase in MODEL_PHASES and status.model_available:  # degraded: published all the same
             document = self.client.model(self.problem.id)
-            self._each(lambda p: p.receive_model(document))
-            for p in self.participants:
-                if p.status == "done":
-                    self.host.db.set_participation(
-                        self.problem.id, p.node.fingerprint, "done", model_json=document.model_dump_json()
-                    )
+            degraded = status.phase == "degraded"
+            self._each(lambda p: p.receive_model(document, degraded=degraded))
             self.finished = True
+
+    def _check_roster(self) -> bool:
+        """Verify the roster once for the process, then each identity's own checks; False to wait."""
+        if self._unwitnessed is None:
+            view = RosterView.verify(self.client.roster(self.problem.id), self.problem)
+            try:
+                check_roster_entries(view.roster, self.problem)
+            except ProtocolError as exc:
+                for p in self.participants:
+                    p.abort(str(exc))
+                self.finished = True
+                return False
+            self._unwitnessed = view
+        bundle = self._bundle("roster")
+        if bundle is None:
+            return False  # the witnesses have not all co-signed yet: nothing is released meanwhile
+        self.view = view = self._unwitnessed
+        self._each(lambda p: p.check_roster(view, bundle), self._in(P.REGISTERED))
+        self._each(lambda p: p.restore_roster(view, bundle), [p for p in self.participants if p.needs_roster])
+        for p in self.participants:
+            if p.witness is not None:
+                self.host.publish_witness(p.node.node_id, p.witness)
+        return True
 
     def _report_round(self, phase: str) -> None:
         """Relay from the moment the bins are out; send once the roster is confirmed."""
@@ -152,12 +157,12 @@ class ProblemSession:
             # Every identity of this process relays before any of them sends — also
             # those that stopped taking part (relaying releases nothing of their own).
             for p in self.participants:
-                if p.relay_key is not None and not p.relaying:
+                if p.relay_key is not None and not p.relaying and time.time() < bins.t_r:
                     try:
                         p.open_round(bins, view)
                     except (Aborted, AnonMLError) as exc:
                         if p.active:
-                            self._abort(p, str(exc))
+                            p.abort(str(exc))
                         else:
                             log.warning("identity %s cannot relay: %s", p.node.fingerprint[:12], exc)
         bins = self.bins
@@ -166,16 +171,14 @@ class ProblemSession:
             if self._bins_bundle is not None:
                 bundle = self._bins_bundle
                 self._each(lambda p: p.check_bins(bins, bundle),
-                           [p for p in self.participants if p.active and p.view is not None])
+                           [p for p in self.participants if p.roster is not None and p.bins is None])
         if phase == "reporting" and self._bins_bundle is not None:
-            self._each(lambda p: self._start(p, bins),
-                       [p for p in self.participants
-                        if p.active and p.roster_confirmed and p.bins_checked and not p.built])
+            self._each(self._start, [p for p in self._in(P.RELAYING) if p.bins is not None])
         if time.time() >= bins.t_s + bins.delta:
             for p in self.participants:
                 if p.active and not p.built:
-                    self._abort(p, "the roster fingerprint could not be compared with another member, "
-                                   "or the bins were not co-signed, before the send window closed")
+                    p.abort("the roster fingerprint could not be compared with another member, "
+                            "or the bins were not co-signed, before the send window closed")
 
     def _bundle(self, stage: str) -> CosignatureBundle | None:
         """The stage's cosignature bundle, or None while the aggregator is still collecting it (404)."""
@@ -186,24 +189,49 @@ class ProblemSession:
                 return None
             raise
 
-    def _start(self, p: Participant, bins: Bins) -> None:
-        for when, url, packet in p.build_packets(bins):
-            self.host.dispatcher.at(when, lambda p=p, url=url, packet=packet: self._send(p, url, packet))
-        self._record(p)
+    def _start(self, p: Participant) -> None:
+        self.schedule(p, [(slot, *packet) for slot, packet in enumerate(p.build_packets())])
 
-    def _send(self, p: Participant, url: str, packet: bytes) -> None:
+    def schedule(self, p: Participant, packets: Iterable[tuple[int, float, str, bytes]]) -> None:
+        """Send each ``(slot, time, first hop, packet)`` at its time, while the send window is open."""
+        end = p.window_end if p.window_end is not None else 0.0
+        for slot, when, url, packet in packets:
+            if when >= end or time.time() >= end:
+                self.host.count("packets not sent: window closed")
+                continue
+            self.host.dispatcher.at(
+                when, lambda p=p, s=slot, url=url, packet=packet: self._send(p, s, url, packet)
+            )
+
+    def _send(self, p: Participant, slot: int, url: str, packet: bytes, attempt: int = 0) -> None:
+        """Send one packet to its first hop; retried with backoff while the send window is open."""
         try:
-            p.send(url, packet)
-            self.host.count("packets sent")
-        except Exception as exc:  # the first hop is down or refused: counted, the round goes on
+            p.send(slot, url, packet)
+        except Exception as exc:  # the first hop is down or refused: retried, then counted
+            retry = time.time() + retry_delay(attempt)
+            status = exc.status if isinstance(exc, HTTPRefusal) else None
+            if retriable(status) and p.window_end is not None and retry < p.window_end:
+                self.host.count("packets retried")
+                self.host.dispatcher.at(retry, lambda: self._send(p, slot, url, packet, attempt + 1))
+                return
             self.host.count("packets not sent")
             log.warning("packet of %s to %s not sent: %s", p.node.fingerprint[:12], url, exc)
+            return
+        self.host.count("packets sent")
+
+
+def poll_backoff(poll_seconds: float, failures: int) -> float:
+    """Seconds to the next poll after ``failures`` failed polls in a row.
+
+    ``poll · 2^failures``, at most 30 s (or ``poll`` when that is longer).
+    """
+    return min(max(30.0, poll_seconds), poll_seconds * 2.0**failures)
 
 
 class Worker:
     """The daemon's loop (module docstring); one thread."""
 
-    def __init__(self, host: PeerHost) -> None:
+    def __init__(self, host: SessionHost) -> None:
         self.host = host
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -218,9 +246,17 @@ class Worker:
             self._thread.join(timeout=30)
 
     def _loop(self) -> None:
+        """Poll every ``poll_seconds``; after failures, back off (doubling, at most 30 s)."""
+        failures = 0
         while not self._stop.is_set():
             try:
                 self.host.poll_once()
-            except Exception:  # an aggregator being down must not end the daemon
-                log.exception("poll failed")
-            self._stop.wait(self.host.poll_seconds)
+                failures = 0
+            except AnonMLError as exc:  # an aggregator being down must not end the daemon
+                failures += 1
+                log.warning("poll failed (%d in a row): %s", failures, exc)
+            except Exception:  # a bug: its traceback, once per failure streak
+                failures += 1
+                if failures == 1:
+                    log.exception("poll failed")
+            self._stop.wait(poll_backoff(self.host.poll_seconds, failures))

@@ -33,7 +33,6 @@ from anonml.errors import AnonMLError
 if TYPE_CHECKING:
     from anonml.privacy import PrivacyLedger
     from peer.db import PeerDB
-    from peer.host import PeerHost
     from peer.settings import PeerSettings
 
 app = typer.Typer(help="Run the peer daemon; review proposals, budgets and models.", no_args_is_help=True)
@@ -179,11 +178,10 @@ def start(
             raise AnonMLError("no aggregator to poll: pass --aggregator URL or set ANONML_PEER_AGGREGATORS")
         saved = settings.save_policy()
         host_ = create_daemon(settings)
-        for node in host_.nodes.values():
-            node.ledger.set_lifetime_cap(node.fingerprint, settings.policy.lifetime_epsilon_cap)
+        node = host_.sole_node()
+        node.ledger.set_lifetime_cap(node.fingerprint, settings.policy.lifetime_epsilon_cap)
         if not quiet:
             host_.notify = lambda text: err.print(untrusted(text, 1000), highlight=False)
-        node = next(iter(host_.nodes.values()))
         err.print(f"peer {node.identity.public.fingerprint_text()}", highlight=False)
         err.print(
             f"relay at {settings.relay_base()}; polling {untrusted(', '.join(settings.aggregators))}",
@@ -204,14 +202,6 @@ def _policy_text(settings: PeerSettings) -> str:
         f"(need {policy.witness_threshold}{'' if policy.require_witnesses else ', not required'}); "
         f"{'credentials required' if policy.require_credentials else 'open registration accepted'}"
     )
-
-
-def _local() -> tuple[PeerSettings, PeerHost]:
-    """The settings (with the saved policy) and a host over the local state (created if missing)."""
-    from peer.app import create_daemon
-
-    settings = _settings()
-    return settings, create_daemon(settings)
 
 
 def _sqlite_path(url: str) -> Path | None:
@@ -347,22 +337,20 @@ def accept(
 ) -> None:
     """Accept a proposal (beyond the automatic policy, never past the lifetime cap)."""
     from anonml.protocol import Problem
+    from peer.app import load_or_create_identity
+    from peer.host import committed_epsilon
     from peer.policy import evaluate_problem
 
-    with expected_errors():
-        settings, host = _local()
-        try:
-            row = host.db.proposal(problem_id)
-            if row is None:
-                raise AnonMLError(f"no proposal {problem_id!r} seen yet; run 'anonml peer proposals -a URL'")
-            problem = Problem.model_validate_json(row.problem_json)
-            node = next(iter(host.nodes.values()))
-            decision = evaluate_problem(problem, settings.policy, host.committed(node), manual=True)
-            host.db.decide(
-                problem_id, node.fingerprint, decision.verdict, decision.reason, problem.draft.epsilon
-            )
-        finally:
-            host.close()
+    with expected_errors(), _read_only(create_db=True) as local:
+        settings, db = local.settings, local.db
+        row = db.proposal(problem_id) if db is not None else None
+        if db is None or row is None:
+            raise AnonMLError(f"no proposal {problem_id!r} seen yet; run 'anonml peer proposals -a URL'")
+        problem = Problem.model_validate_json(row.problem_json)
+        fingerprint = local.fingerprint or load_or_create_identity(settings).fingerprint.hex()
+        committed = committed_epsilon(db, local.ledger, fingerprint)  # no ledger yet: nothing spent
+        decision = evaluate_problem(problem, settings.policy, committed, manual=True)
+        db.decide(problem_id, fingerprint, decision.verdict, decision.reason, problem.draft.epsilon)
         if not decision.accept:
             raise AnonMLError(f"cannot accept {problem_id}: {decision.reason}")
     err.print(
@@ -377,10 +365,17 @@ def ledger(
     problem: Annotated[str | None, typer.Option("--problem", help="Only this problem.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """What this peer released, and the ε it spent (per problem and in total). Creates nothing."""
+    """What this peer released, and the ε it spent (per problem and in total). Creates nothing.
+
+    Each release is marked when its problem failed, this peer stopped after
+    releasing, the problem ended degraded, or reports were lost on the way.
+    """
+    from peer.host import release_marks
+
     with expected_errors(), _read_only() as local:
-        releases, budgets, cap = [], {}, None
+        releases, budgets, cap, marks = [], {}, None, {}
         if local.ledger is not None and local.fingerprint is not None:
+            marks = release_marks(local.db, local.fingerprint)
             releases = local.ledger.releases(peer=local.fingerprint, problem=problem)
             problems = sorted({r.problem for r in releases})
             budgets = {p: local.ledger.budget(local.fingerprint, p) for p in problems}
@@ -403,6 +398,7 @@ def ledger(
                         "epsilon": r.epsilon,
                         "pool": r.pool,
                         "recorded_at": r.recorded_at.isoformat(),
+                        "mark": marks.get(r.problem, ""),
                     }
                     for r in releases
                 ],
@@ -420,7 +416,7 @@ def ledger(
             }
         )
         return
-    table = Table("problem", "round", "attributes", "mechanism", "ε", "when")
+    table = Table("problem", "round", "attributes", "mechanism", "ε", "when", "mark")
     for r in releases:
         table.add_row(
             untrusted(r.problem, 64),
@@ -429,6 +425,7 @@ def ledger(
             r.mechanism,
             f"{r.epsilon:.4g}",
             r.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
+            untrusted(marks.get(r.problem, ""), 300),
         )
     out.print(table)
     totals = Table("problem", "ε spent (sequential composition)", "cap", "releases")

@@ -56,3 +56,28 @@ def test_saved_policy_is_read_by_every_command(home: Path):
     saved.write_text("{not json", encoding="utf-8")
     broken = runner.invoke(peer_cli, ["proposals"])
     assert broken.exit_code == 1 and "policy.json: not a valid saved peer policy" in broken.output
+
+
+def test_ledger_marks_releases_whose_problem_failed_or_whose_reports_were_lost(home: Path):
+    from anonml.crypto import load_or_create_identity
+    from anonml.privacy import BinaryRandomizedResponse, PrivacyLedger
+    from peer.db import PeerDB
+    from peer.settings import PeerSettings
+
+    settings = PeerSettings.from_env()
+    me = load_or_create_identity(settings.identity_file, settings.identity_passphrase).fingerprint.hex()
+    ledger, db = PrivacyLedger(settings.ledger_url), PeerDB(settings.state_url)
+    for problem in ("p-failed", "p-lossy", "p-fine"):
+        rr = BinaryRandomizedResponse(1.0)
+        ledger.record(peer=me, problem=problem, round=0, attributes=["x"], mechanism=rr)
+    db.save_state("p-failed", me, "failed", json.dumps({"reason": "the problem failed: boom"}), None)
+    db.save_state("p-lossy", me, "done", json.dumps({"lost": 2, "token_nonces": ["00", "01", "02"]}), None)
+    db.save_state("p-fine", me, "done", json.dumps({"lost": 0, "token_nonces": ["00"]}), None)
+    ledger.close()
+    db.close()
+    result = runner.invoke(peer_cli, ["ledger", "--json"])
+    assert result.exit_code == 0, result.output
+    marks = {r["problem"]: r["mark"] for r in json.loads(result.stdout)["releases"]}
+    assert marks == {"p-failed": "problem failed", "p-lossy": "2 of 3 reports lost", "p-fine": ""}
+    table = runner.invoke(peer_cli, ["ledger"])
+    assert "problem failed" in table.output and "2 of 3 reports lost" in table.output

@@ -1,0 +1,42 @@
+"""What the peer's routes ask for: the host, a hosted node, the local-token check."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Header, HTTPException, Request
+
+from peer.host import PeerHost
+
+__all__ = ["get_host", "hosted_node", "require_local_token", "HostDep", "NodeDep", "LocalDep"]
+
+
+def get_host(request: Request) -> PeerHost:
+    return request.app.state.host
+
+
+def hosted_node(node: str, host: Annotated[PeerHost, Depends(get_host)]) -> bytes:
+    """The node id named by the path (hex) if this process hosts it, else 404 (one answer for both)."""
+    try:
+        node_id = bytes.fromhex(node)
+    except ValueError:
+        raise HTTPException(status_code=404, detail="no such node") from None
+    if node_id not in host.nodes:
+        raise HTTPException(status_code=404, detail="no such node")
+    return node_id
+
+
+def require_local_token(request: Request, authorization: Annotated[str | None, Header()] = None) -> None:
+    """The local API needs ``Authorization: Bearer <local token>`` (constant-time compare)."""
+    expected: str = request.app.state.local_token
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), expected.encode()):
+        raise HTTPException(
+            status_code=401, detail="local token required", headers={"WWW-Authenticate": "Bearer"}
+        )
+
+
+HostDep = Annotated[PeerHost, Depends(get_host)]
+NodeDep = Annotated[bytes, Depends(hosted_node)]
+LocalDep = Annotated[None, Depends(require_local_token)]

@@ -1,0 +1,102 @@
+"""``python -m peer.simulate MANIFEST``: host the identities a manifest names, in one process.
+
+For tests and benchmarks that need peers in processes of their own — above
+all, a peer host killed mid-round (SIGKILL) and started again on the same
+files, which must take up its participations and relay duties
+(:meth:`peer.host.PeerHost.resume`). The manifest (JSON,
+:class:`SimulationManifest`) names each identity's key file, event store and
+ledger, the host's state DB, the aggregators, the relay port (fixed, so a
+restarted host keeps the relay URLs its roster entries name) and the local
+token for ``GET /local/status``.
+
+The process prints its relay base URL on stdout once it serves, then runs
+until its stdin closes (or it is killed). Policy:
+:meth:`~peer.policy.PeerPolicy.for_simulation` with auto-accept; never for
+a real person's peer.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from anonml.crypto import load_identity
+from anonml.privacy import PrivacyLedger
+from anonml.store import EventStore
+from peer.app import start_peer_server
+from peer.db import PeerDB
+from peer.host import PeerHost
+from peer.participant import PeerNode
+from peer.policy import PeerPolicy
+
+__all__ = ["SimulatedIdentity", "SimulationManifest", "main"]
+
+
+class SimulatedIdentity(BaseModel):
+    """One hosted identity's files."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    identity_file: Path
+    store_url: str
+    ledger_url: str
+    user: str | None = None
+
+
+class SimulationManifest(BaseModel):
+    """What one simulated peer host runs (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    identities: list[SimulatedIdentity] = Field(min_length=1)
+    state_url: str
+    aggregators: list[str] = Field(min_length=1)
+    port: int = Field(ge=1, le=65535)
+    local_token: str = Field(min_length=16)
+    poll_seconds: float = Field(default=0.1, gt=0)
+    roster_comparisons: int = Field(default=2, ge=0)
+    max_epsilon_per_problem: float = Field(default=4.0, gt=0)
+    workers: int = Field(default=4, ge=1)
+
+
+def build_host(manifest: SimulationManifest) -> PeerHost:
+    """The host of the manifest's identities (nothing started)."""
+    nodes = [
+        PeerNode(
+            load_identity(i.identity_file), EventStore(i.store_url), PrivacyLedger(i.ledger_url), user=i.user
+        )
+        for i in manifest.identities
+    ]
+    return PeerHost(
+        nodes,
+        PeerDB(manifest.state_url),
+        PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=manifest.max_epsilon_per_problem),
+        manifest.aggregators,
+        poll_seconds=manifest.poll_seconds,
+        roster_comparisons=manifest.roster_comparisons,
+        workers=manifest.workers,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m peer.simulate MANIFEST.json", file=sys.stderr)
+        return 2
+    path = Path(args[0])
+    try:
+        manifest = SimulationManifest.model_validate_json(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"error: manifest {path}: {exc}", file=sys.stderr)
+        return 2
+    server = start_peer_server(build_host(manifest), manifest.local_token, port=manifest.port)
+    print(server.url, flush=True)
+    sys.stdin.read()  # returns at EOF: the parent closed our stdin
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,254 @@
+"""Host, worker, roster and dispatch, stepped by hand against the real aggregator (no relay served)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from anonml.crypto import Identity, RelayKeyCertificate
+from anonml.errors import ProtocolError
+from anonml.model import FeatureSpec
+from anonml.plugins import PluginRef
+from anonml.privacy import PrivacyLedger
+from anonml.store import EventStore
+from peer.client import AggregatorClient
+from peer.db import PeerDB
+from peer.dispatch import Dispatcher
+from peer.host import PeerHost
+from peer.participant import PeerNode
+from peer.phases import IllegalTransition, ParticipationPhase
+from peer.roster import RosterView
+from tests.aggregator.helpers import ADMIN, draft, propose, roster_of, status, wait_phase
+from tests.peer.test_participant import _host as participant_host
+
+P = ParticipationPhase
+N = 4
+
+
+def _draft():
+    """The helpers' small problem over features the MOOC featurizer computes (the policy checks)."""
+    d = draft(min_peers=N, kp=1)
+    features = (FeatureSpec(name="sessions", low=0, high=20), FeatureSpec(name="active_days", low=0, high=14))
+    return d.model_copy(
+        update={"features": features, "featurizer": PluginRef(name="mooc_engagement", params={"weeks": 2})}
+    )
+
+
+def _host(nodes: list[PeerNode], db: Path, url: str) -> PeerHost:
+    host = participant_host(nodes, db, url)
+    host.relay_base = "http://127.0.0.1:9"  # never contacted: these tests do not serve the relay
+    return host
+
+
+def _close_registration(url: str, pid: str) -> None:
+    """Close registration and wait until the roster is out (medians, or reporting with no pool)."""
+    requests.post(f"{url}/problems/{pid}/close", headers=ADMIN, timeout=30)
+    wait_phase(url, pid, ("medians", "reporting"), timeout=60)
+
+
+@pytest.fixture
+def nodes() -> list[PeerNode]:
+    return [
+        PeerNode(
+            Identity.generate(),
+            EventStore("sqlite://"),
+            PrivacyLedger("sqlite://"),
+            rng=np.random.default_rng(i),
+        )
+        for i in range(N)
+    ]
+
+
+@pytest.fixture
+def registered(aggregator, nodes, tmp_path: Path) -> Iterator[tuple[PeerHost, str]]:  # noqa: F811
+    problem = propose(aggregator.url, _draft())
+    host = _host(nodes, tmp_path / "peer.db", aggregator.url)
+    try:
+        host.poll_once()  # discover, decide (auto-accept), one session that registers at once
+        yield host, problem.id
+    finally:
+        host.close()
+
+
+def test_the_worker_registers_every_identity_once_and_persists_the_phase_and_sealed_key(registered):
+    host, pid = registered
+    session = host.sessions[pid]
+    assert {p.phase for p in session.participants} == {P.REGISTERED}
+    assert status(session.client.base_url, pid).registered == N
+    host.poll_once()  # still registration: nothing registers twice
+    assert status(session.client.base_url, pid).registered == N
+    for p in session.participants:
+        (row,) = host.db.states(p.node.fingerprint)
+        assert row.phase == "registered"
+        key = host.db.round_key(p.node.fingerprint, session.problem.round_id)
+        assert key is not None and p.relay_key is not None
+        assert p.relay_key.public_key not in key.sealed_key  # sealed: not even the public half shows
+        assert RelayKeyCertificate.from_bytes(key.certificate).relay_key == p.relay_key.public_key
+        assert host.db.participation(pid, p.node.fingerprint).status == "registered"
+
+
+def test_a_new_host_on_the_same_files_resumes_each_participation_with_its_round_key(
+    registered, nodes, tmp_path: Path
+):
+    host, pid = registered
+    before = {p.node.fingerprint: p.relay_key.public_key for p in host.sessions[pid].participants}
+    url = host.sessions[pid].client.base_url
+    host.close()
+    again = _host(nodes, tmp_path / "peer.db", url)
+    try:
+        assert again.resume() == N
+        resumed = again.sessions[pid].participants
+        assert {p.phase for p in resumed} == {P.REGISTERED}
+        assert {p.node.fingerprint: p.relay_key.public_key for p in resumed} == before
+        again.poll_once()
+        assert status(url, pid).registered == N  # taken up, not registered again
+        assert again.resume() == 0  # already running: nothing taken up twice
+    finally:
+        again.close()
+
+
+def test_the_worker_checks_the_roster_publishes_witnesses_and_keeps_the_fingerprint(registered):
+    host, pid = registered
+    session = host.sessions[pid]
+    url = session.client.base_url
+    _close_registration(url, pid)
+    deadline = time.monotonic() + 30
+    while {p.phase for p in session.participants} != {P.ROSTER_CHECKED}:
+        assert time.monotonic() < deadline, [p.phase for p in session.participants]
+        host.poll_once()
+    # No relay is served here, so no member can confirm a fingerprint: nobody goes further.
+    host.poll_once()
+    assert {p.phase for p in session.participants} == {P.ROSTER_CHECKED}
+    for p in session.participants:
+        assert host.witness(p.node.node_id, pid) == p.witness
+        facts = json.loads(host.db.states(p.node.fingerprint)[0].facts_json)
+        assert facts["roster_fingerprint"] == session.view.fingerprint
+        with pytest.raises(IllegalTransition, match="phase roster_checked"):
+            p.build_packets()  # packets are built while relaying, never before
+
+
+def test_a_roster_is_refused_when_altered_or_shown_for_another_problem(aggregator, nodes, tmp_path):  # noqa: F811
+    host = _host(nodes, tmp_path / "peer.db", aggregator.url)
+    try:
+        problem = propose(aggregator.url, _draft())
+        other = propose(aggregator.url, _draft())
+        host.poll_once()
+        _close_registration(aggregator.url, problem.id)
+        roster = roster_of(aggregator.url, problem.id)
+        view = RosterView.verify(roster, problem)
+        assert len(view.keys) == N and set(view.node_ids) == {n.node_id for n in nodes}
+        with pytest.raises(ProtocolError, match="not signed"):
+            RosterView.verify(roster.model_copy(update={"median_pool_size": 1}), problem)
+        with pytest.raises(ProtocolError):
+            RosterView.verify(roster, other)
+        assert AggregatorClient(aggregator.url).roster(problem.id) == roster
+    finally:
+        host.close()
+
+
+def test_the_dispatcher_runs_work_in_time_order_and_refuses_work_once_closed():
+    dispatcher = Dispatcher(workers=1)
+    ran: list[int] = []
+    done = threading.Event()
+    try:
+        now = time.time()
+        for i in (3, 1, 2):
+            dispatcher.at(now + 0.05 * i, lambda i=i: ran.append(i))
+        dispatcher.at(now + 0.2, done.set)
+        assert done.wait(30)
+        assert ran == [1, 2, 3]
+        deadline = time.monotonic() + 10
+        while not dispatcher.idle():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        dispatcher.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        dispatcher.at(time.time(), lambda: None)
+
+
+def test_an_app_built_from_settings_serves_the_relay_and_a_token_guarded_status(tmp_path: Path):
+    from aggregator.app import start_server
+    from peer.app import create_app
+    from peer.settings import PeerSettings
+
+    settings = PeerSettings(
+        store_url=f"sqlite:///{tmp_path / 'events.db'}",
+        ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}",
+        state_url=f"sqlite:///{tmp_path / 'peer.db'}",
+        identity_file=tmp_path / "identity.json",
+        credentials_dir=tmp_path / "credentials",
+        policy_file=tmp_path / "policy.json",
+        local_token="a-local-token-of-the-settings",
+        poll_seconds=30,
+    )
+    server = start_server(create_app(settings))
+    try:
+        host = server.app.state.host
+        node = host.sole_node()
+        status_url = f"{server.url}/local/status"
+        assert requests.get(status_url, timeout=30).status_code == 401
+        wrong = {"Authorization": "Bearer not-it"}
+        assert requests.get(status_url, headers=wrong, timeout=30).status_code == 401
+        right = {"Authorization": "Bearer a-local-token-of-the-settings"}
+        reply = requests.get(status_url, headers=right, timeout=30)
+        assert reply.status_code == 200 and reply.json()["identities"] == 1
+        unknown = requests.get(f"{server.url}/relay/{'00' * 16}/roster/p-x", timeout=30)
+        assert unknown.status_code == 404 and unknown.json()["detail"] == "no such node"
+        none_yet = requests.get(f"{server.url}/relay/{node.node_id.hex()}/roster/p-x", timeout=30)
+        assert none_yet.status_code == 404 and "no checked roster" in none_yet.json()["detail"]
+        too_big = requests.post(f"{server.url}/relay/{node.node_id.hex()}", data=b"x" * 5000, timeout=30)
+        assert too_big.status_code == 413
+    finally:
+        server.stop()
+
+
+def test_routes_and_tokens_against_the_real_roster_and_issuer(registered):
+    from anonml.crypto import CryptoError, TokenKey
+    from peer.reports import choose_path, fetch_tokens
+
+    host, pid = registered
+    session = host.sessions[pid]
+    url = session.client.base_url
+    _close_registration(url, pid)
+    view = RosterView.verify(roster_of(url, pid), session.problem)
+    rng = np.random.default_rng(0)
+    for me in range(N):
+        for _ in range(20):
+            path = choose_path(view, me, 3, session.problem.round_id, rng)
+            members = [view.node_ids.index(h.node_id) for h in path]
+            assert len(set(members)) == 3 and me not in members  # distinct, never itself
+    with pytest.raises(ProtocolError, match="needs 4 other roster members"):
+        choose_path(view, 0, 4, session.problem.round_id, rng)
+    def partition(node: PeerNode) -> int:
+        notice = requests.get(f"{url}/problems/{pid}/assignments/{node.fingerprint}", timeout=30)
+        return notice.json()["index"]
+
+    # The issuer answers with proofs under the roster's key: a peer pinning another key refuses them
+    # (and its slots are spent: issuance is once per slot).
+    other = session.participants[1].node
+    forged_key = bytes(TokenKey.generate().public_key)
+    with pytest.raises(CryptoError):
+        fetch_tokens(session.problem, other.identity, forged_key, partition(other), session.client.tokens)
+    node = session.participants[0].node
+    key = bytes(view.roster.token_key)
+    tokens = fetch_tokens(session.problem, node.identity, key, partition(node), session.client.tokens)
+    assert len(tokens) == session.problem.draft.kh
+    assert len({t.nonce for t in tokens}) == len(tokens)
+
+
+def test_a_dead_aggregator_does_not_keep_the_peer_from_a_live_one(aggregator, tmp_path):  # noqa: F811
+    from peer.host import discover
+
+    problem = propose(aggregator.url, _draft())
+    db = PeerDB(f"sqlite:///{tmp_path / 'peer.db'}")
+    dead = "http://127.0.0.1:9"  # nothing listens there
+    assert [p.id for p in discover(db, [dead, aggregator.url])] == [problem.id]
+    assert db.proposal(problem.id) is not None

@@ -1,0 +1,142 @@
+"""A relay retries a release the next hop or the intake could not take, until the round ends."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import requests
+
+from aggregator.app import start_server
+from anonml.crypto import Hop, Identity, Redemption, SphinxRelay, WindowSchedule, build_packet
+from anonml.privacy import PrivacyLedger
+from anonml.store import EventStore
+from peer.app import PeerServer, start_peer_server
+from peer.db import PeerDB
+from peer.host import PeerHost
+from peer.participant import PeerNode
+from peer.policy import PeerPolicy
+from peer.relay import RelayRound, StoredReplayCache, retry_delay
+from tests.peer.test_relay import OCTETS, Capture
+
+ROUND = 77
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class OneHop:
+    server: PeerServer
+    node: PeerNode
+    hop: Hop
+    aggregator: Identity
+    intake_port: int
+    schedule: WindowSchedule
+
+    def send(self) -> None:
+        packet = build_packet(
+            [self.hop],
+            Redemption(b"p-x/r/0", bytes(range(32)), bytes(32)),
+            b'{"problem_id": "p-x"}',
+            round_id=ROUND,
+            destination=self.aggregator.public.node_id,
+        )
+        url = f"{self.server.url}/relay/{self.node.node_id.hex()}"
+        assert requests.post(url, data=packet, headers=OCTETS, timeout=10).status_code == 202
+
+    def counters(self) -> dict[str, int]:
+        return dict(self.server.host.relay.counters)
+
+    def wait_for(self, what: str, n: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.counters().get(what, 0) < n:
+            assert time.monotonic() < deadline, f"{what} < {n}: {self.counters()}"
+            time.sleep(0.02)
+
+
+@pytest.fixture
+def one_hop() -> Iterator[OneHop]:
+    node = PeerNode(Identity.generate(), EventStore("sqlite://"), PrivacyLedger("sqlite://"))
+    host = PeerHost(
+        [node], PeerDB("sqlite://"), PeerPolicy(allow_loopback_http=True), [], rng=np.random.default_rng(3)
+    )
+    server = start_peer_server(host)
+    aggregator, port = Identity.generate(), _free_port()
+    key, cert = node.identity.new_round_relay_key(ROUND)
+    now = time.time()
+    schedule = WindowSchedule(now, 0.2, now + 12.0)  # room for retries on a loaded machine
+    host.relay.open_round(
+        RelayRound(
+            node.node_id,
+            ROUND,
+            SphinxRelay(key),
+            schedule,
+            {node.node_id: f"{server.url}/relay/{node.node_id.hex()}"},
+            aggregator.public.node_id,
+            f"http://127.0.0.1:{port}/intake",
+            guard=schedule.t_r - schedule.t_s - 1.0,  # release at once after the send window
+        )
+    )
+    try:
+        yield OneHop(server, node, Hop.from_certificate(cert, ROUND), aggregator, port, schedule)
+    finally:
+        server.stop()
+
+
+def test_backoff_doubles_from_a_quarter_second_and_stops_at_two():
+    assert [retry_delay(a) for a in range(6)] == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
+
+
+def test_a_release_reaches_an_intake_that_was_down_when_it_was_due(one_hop):
+    one_hop.send()
+    one_hop.wait_for("delivered retried", 2, timeout=10)  # the intake is down: refused twice at least
+    assert one_hop.counters().get("delivered", 0) == 0
+    capture = Capture()
+    intake = start_server(capture.app(), port=one_hop.intake_port)
+    try:
+        arrived = capture.wait(1, timeout=one_hop.schedule.t_r - time.time())
+    finally:
+        intake.stop()
+    assert arrived[0][1] == "intake"
+    assert arrived[0][0] < one_hop.schedule.t_r
+    counters = one_hop.counters()
+    assert counters["delivered"] == 1 and counters["delivered after retry"] == 1
+    assert "delivered lost" not in counters
+
+
+def test_a_release_the_intake_never_takes_is_counted_lost_by_the_end_of_the_round(one_hop):
+    one_hop.send()
+    one_hop.wait_for("delivered lost", 1, timeout=one_hop.schedule.t_r - time.time() + 10)
+    counters = one_hop.counters()
+    assert counters["delivered failed"] == 1  # the last attempt: unreachable
+    assert counters["delivered retried"] >= 3  # 0.25 + 0.5 + 1 + 2 + ... s fit in the window
+    assert counters.get("delivered", 0) == 0
+
+
+def test_a_relay_restarted_on_the_same_state_db_still_refuses_a_replay(tmp_path):
+    from anonml.crypto import ReplayedPacket
+
+    node, aggregator = Identity.generate(), Identity.generate()
+    key, cert = node.new_round_relay_key(ROUND)
+    packet = build_packet(
+        [Hop.from_certificate(cert, ROUND)],
+        Redemption(b"p-x/r/0", bytes(range(32)), bytes(32)),
+        b'{"problem_id": "p-x"}',
+        round_id=ROUND,
+        destination=aggregator.public.node_id,
+    )
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    SphinxRelay(key, StoredReplayCache(PeerDB(url), node.public.node_id, ROUND)).process(packet)
+    restarted = PeerDB(url)  # another process, the same file
+    with pytest.raises(ReplayedPacket):
+        SphinxRelay(key, StoredReplayCache(restarted, node.public.node_id, ROUND)).process(packet)
+    restarted.forget_replay_tags(node.public.node_id.hex(), ROUND)  # the round closed: tags go too
+    assert restarted.replay_tags(node.public.node_id.hex(), ROUND) == []
