@@ -474,7 +474,7 @@ def demo(
         table.add_row(what, value)
     out.print(table)
     if shortfall:
-        err.print(f"[bold red]{shortfall}[/bold red]")
+        err.print(styled((shortfall, "bold red")))
         raise typer.Exit(1)
 
 

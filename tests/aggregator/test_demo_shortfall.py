@@ -68,6 +68,7 @@ def test_the_cli_exits_non_zero_with_the_explanation(monkeypatch) -> None:
     result = CliRunner().invoke(cli.app, ["demo", "--students", "40"])
     assert result.exit_code == 1
     assert "FELL SHORT" in result.output and "median-pool peers answered" in result.output
+    assert "[bold" not in result.output  # styled, never printed as markup
     monkeypatch.setattr(anonml.demo, "run_demo", lambda *a, **k: _result())
     ok = CliRunner().invoke(cli.app, ["demo", "--students", "40"])
     assert ok.exit_code == 0 and "FELL SHORT" not in ok.output
