@@ -407,7 +407,8 @@ def test_a_round_completes_past_a_trickling_member_and_senders_count_what_a_drop
             assert time.monotonic() < deadline
             time.sleep(0.05)
         participants = host.sessions[problem.id].participants
-        assert {p.status for p in participants} == {"done"}
+        # Every participation ended with the model: done, or degraded when the problem was.
+        assert {str(p.status) for p in participants} == {"degraded" if final.phase == "degraded" else "done"}
         bad = {hostile["trickle"].identity.public.node_id, hostile["drop"].identity.public.node_id}
         # Every sender knows exactly which of its reports did not arrive: those routed through
         # the trickling member (the send gave up at its deadline) or the dropping one (it said 202).

@@ -107,7 +107,8 @@ def test_a_peer_shown_another_token_key_aborts_before_taking_tokens(aggregator, 
             assert time.monotonic() < deadline
             time.sleep(0.05)
         outcomes = {honest.host.db.participation(problem.id, n.fingerprint).status for n in nodes[:7]}
-        assert outcomes <= {"done", "aborted"} and "done" in outcomes
+        # The victim's reports never come: the problem may end degraded, and its members with it.
+        assert outcomes <= {"done", "degraded", "aborted"} and outcomes & {"done", "degraded"}
         assert st.tokens_issued == st.reports_accepted <= 7
     finally:
         honest.stop()
