@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from anonml.environment import settings_from_env
 from anonml.errors import AnonMLError
-from anonml.paths import anonml_home
+from anonml.paths import anonml_home, write_secret
 from peer.policy import PeerPolicy
 
 __all__ = ["PeerSettings", "ENV_PREFIX", "load_policy"]
@@ -114,12 +114,9 @@ class PeerSettings(BaseModel):
     def save_policy(self) -> Path:
         """Write ``policy`` to ``policy_file`` (mode 0600, replaced atomically); return the path."""
         path = self.policy_file
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.unlink(missing_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(self.policy.model_dump_json(indent=2) + "\n")
+        write_secret(tmp, self.policy.model_dump_json(indent=2) + "\n")
         os.replace(tmp, path)
         return path
 
@@ -136,9 +133,6 @@ class PeerSettings(BaseModel):
         path = self.identity_file.with_name("local-token")
         if path.exists():
             return path.read_text(encoding="utf-8").strip()
-        path.parent.mkdir(parents=True, exist_ok=True)
         token = secrets.token_urlsafe(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(token + "\n")
+        write_secret(path, token + "\n")  # its folder 0700 too
         return token

@@ -61,6 +61,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from anonml.crypto import CryptoError, Identity, PublicIdentity, load_or_create_identity
 from anonml.database import make_engine
+from anonml.paths import private_dir
 from anonml.protocol import (
     STAGES,
     Cosignature,
@@ -158,12 +159,9 @@ class WitnessRefusal(Exception):
 
 
 def _private_sqlite(path: Path) -> Engine:
-    """A SQLite engine on ``path``, the file created 0600 first (its -wal/-shm files take its mode)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    os.close(fd)
-    os.chmod(path, 0o600)
+    """A SQLite engine on ``path`` in a 0700 folder (:func:`~anonml.database.make_engine` makes the
+    file and its -wal/-shm 0600)."""
+    private_dir(path.parent, tighten=True)
     return make_engine(f"sqlite:///{path}", immediate=True)
 
 
@@ -178,8 +176,7 @@ class Witness:
 
     @classmethod
     def from_settings(cls, settings: WitnessSettings) -> Witness:
-        settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(settings.home, 0o700)
+        private_dir(settings.home, tighten=True)
         identity = load_or_create_identity(settings.identity_file, settings.identity_passphrase)
         return cls(identity, settings.db_path)
 

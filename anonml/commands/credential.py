@@ -10,7 +10,6 @@ it when it registers for a problem that admits by that issuer's credentials.
 from __future__ import annotations
 
 import hashlib
-import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
@@ -20,6 +19,7 @@ from pydantic import ValidationError
 
 from anonml.cli_support import expected_errors, out
 from anonml.errors import AnonMLError
+from anonml.paths import private_file
 
 app = typer.Typer(help="Issue and install admission credentials.", no_args_is_help=True)
 
@@ -29,10 +29,7 @@ KeyOption = Annotated[
 
 
 def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    private_file(path).write_text(text, encoding="utf-8")  # 0600 before any byte is written
 
 
 @app.command()

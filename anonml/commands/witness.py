@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from anonml.cli_support import expected_errors
+from anonml.paths import private_dir
 
 app = typer.Typer(help="Run an independent witness that co-signs transcripts.", no_args_is_help=True)
 
@@ -58,5 +59,5 @@ def identity(home: HomeOption = None) -> None:
 
     with expected_errors():
         settings = WitnessSettings(home=_home(home))
-        settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(settings.home, tighten=True)
         print(bytes(load_or_create_identity(settings.identity_file).public).hex())
