@@ -283,11 +283,11 @@ def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count
     wait_until(lambda: bool(b.rows(KILL_POINTS["relays holding packets"])[0][0]), "B to hold packets", 120)
     b.kill()  # and never started again
     held_at_kill = b.rows("SELECT count(*) FROM peer_held_packets")[0][0]
-    final = wait_phase(url, problem.id, ("done", "failed"), timeout=180)
+    final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=180)
     assert held_at_kill > 0
     assert all(len(_releases(u)) == d.kh for u in cluster.ledgers_b)  # B's identities were charged
-    # With 4 of 10 members gone the aggregator may have too few reports to train on; either way
-    # the loss is said: in the receipts each sender of A checks, or in A's ledger marks.
+    # With 4 of 10 members gone the problem ends degraded, or failed with too few reports to train on;
+    # either way the loss is said: in the receipts each sender of A checks, or in A's ledger marks.
     wait_until(
         lambda: {r[0] for r in a.rows("SELECT status FROM peer_participations")} == {final.phase},
         f"A's participations to end {final.phase}",
