@@ -162,9 +162,11 @@ def fetch(
         conn.close()
 
 
-def post(url: str, data: bytes, content_type: str, deadline: float = PACKET_DEADLINE) -> Reply:
-    """POST ``data`` (a packet or an intake delivery) with :func:`fetch`'s bounds; a small answer."""
-    return fetch("POST", url, data, content_type, deadline=deadline, max_bytes=4096)
+def post(
+    url: str, data: bytes, content_type: str, deadline: float = PACKET_DEADLINE, max_bytes: int = 4096
+) -> Reply:
+    """POST ``data`` (packets or intake deliveries) with :func:`fetch`'s bounds; a small answer."""
+    return fetch("POST", url, data, content_type, deadline=deadline, max_bytes=max_bytes)
 
 
 class Dispatcher:
