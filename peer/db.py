@@ -378,13 +378,16 @@ class PeerDB:
         restart; if it raises, none was stored.
         """
         fields = ("node", "round_id", "release_at", "deadline", "url", "content_type", "what", "sealed")
-        with self.sessions() as s, s.begin():
+        # Core statements on the tables (not ORM bulk inserts): one executemany each.
+        with self.engine.begin() as conn:
             if tags:  # each tag is new: the relay's replay cache refused any it had seen
-                s.execute(insert(ReplayTagRow), [{"node": n, "round_id": r, "tag": t} for n, r, t in tags])
+                conn.execute(
+                    insert(ReplayTagRow.__table__), [{"node": n, "round_id": r, "tag": t} for n, r, t in tags]
+                )
             if not held:
                 return []
-            stmt = insert(HeldRow).returning(HeldRow.id, sort_by_parameter_order=True)
-            return list(s.scalars(stmt, [dict(zip(fields, row, strict=True)) for row in held]))
+            stmt = insert(HeldRow.__table__).returning(HeldRow.__table__.c.id, sort_by_parameter_order=True)
+            return list(conn.execute(stmt, [dict(zip(fields, row, strict=True)) for row in held]).scalars())
 
     def unhold(self, row_id: int) -> None:
         self.unhold_many([row_id])

@@ -54,7 +54,7 @@ from collections import defaultdict
 
 from fastapi import APIRouter, HTTPException
 from pydantic import ValidationError
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, tuple_
 from sqlalchemy.orm import Session
 
 from aggregator.db import ProblemRow, StagedReportRow, new_report_id
@@ -66,7 +66,7 @@ from anonml.crypto import (
     Redemption,
     TokenSpent,
 )
-from anonml.crypto.spent import SpentTokenRow, insert_once
+from anonml.crypto.spent import SpentTokenRow, insert_many_once
 from anonml.learn.histograms import domain_size
 from anonml.privacy import check_support
 from anonml.protocol import (
@@ -86,28 +86,43 @@ __all__ = ["router", "check_report", "receipts", "intake_batch"]
 router = APIRouter(tags=["intake"])
 
 
-def _stage(session: Session, key_id: bytes, slot: bytes, nonce: bytes, report: PrivateReport) -> bytes:
-    """Insert the staged (token, report) row, its id; :class:`TokenSpent` if the token was used already."""
-    row_id = new_report_id()
-    values = {
-        "id": row_id,
-        "problem_id": report.problem_id,
-        "key_id": key_id,
-        "slot": slot,
-        "nonce": nonce,
-        "partition": report.partition,
-        "subset": report.subset,
-        "mechanism_json": report.mechanism.model_dump_json(),
-        "bits": bytes(report.bits),
+def _stage_many(session: Session, items: list[tuple[bytes, Redemption, PrivateReport]]) -> list[bytes | None]:
+    """Insert the staged (token, report) rows of ``(key id, redemption, report)`` items; per item its
+    row id, or None if its token was used already — before, or earlier among ``items``.
+
+    Staged tokens are refused by the staging table's unique (key, slot, nonce)
+    constraint (one multi-row ``INSERT … ON CONFLICT DO NOTHING``); settled ones
+    (after the round, which the phase check refuses anyway) by one read of
+    ``spent_tokens``; repeats within ``items`` here, the first one kept.
+    """
+    tokens = [(key_id, r.slot, r.nonce) for key_id, r, _ in items]
+    columns = (SpentTokenRow.key_id, SpentTokenRow.slot, SpentTokenRow.nonce)
+    settled = {
+        tuple(row) for row in session.execute(select(*columns).where(tuple_(*columns).in_(set(tokens))))
     }
-    settled = select(SpentTokenRow.nonce).where(
-        SpentTokenRow.key_id == key_id, SpentTokenRow.slot == slot, SpentTokenRow.nonce == nonce
-    )
-    # Staged tokens are refused by the staging table's unique (key, slot, nonce) constraint;
-    # settled ones (after the round, which the phase check refuses anyway) by this read.
-    if session.scalars(settled).first() is not None or not insert_once(session, StagedReportRow, values):
-        raise TokenSpent("token already redeemed")
-    return row_id
+    fresh: dict[tuple[bytes, bytes, bytes], int] = {}
+    for i, token in enumerate(tokens):
+        if token not in settled and token not in fresh:
+            fresh[token] = i
+    rows = [
+        {
+            "id": new_report_id(),
+            "problem_id": items[i][2].problem_id,
+            "key_id": key_id,
+            "slot": slot,
+            "nonce": nonce,
+            "partition": items[i][2].partition,
+            "subset": items[i][2].subset,
+            "mechanism_json": items[i][2].mechanism.model_dump_json(),
+            "bits": bytes(items[i][2].bits),
+        }
+        for (key_id, slot, nonce), i in fresh.items()
+    ]
+    ids: list[bytes | None] = [None] * len(items)
+    for row, stored in zip(rows, insert_many_once(session, StagedReportRow, rows), strict=True):
+        if stored:
+            ids[fresh[(row["key_id"], row["slot"], row["nonce"])]] = row["id"]
+    return ids
 
 
 def check_report(ctx: ProblemContext, report: PrivateReport) -> None:
@@ -152,7 +167,8 @@ def intake(body: IntakeDelivery, state: StateDep, session: SessionDep) -> Intake
             # is current and the end of the round (which flips the phase and settles the
             # staged rows in its own write) cannot miss a row committed here;
             # elsewhere FOR SHARE orders us against it.
-            _stage(session, ctx.token_key.key_id, redemption.slot, redemption.nonce, report)
+            if _stage_many(session, [(ctx.token_key.key_id, redemption, report)]) == [None]:
+                raise TokenSpent("token already redeemed")
             closed = _closed(session, pid)
             if closed is not None:
                 raise closed
@@ -190,13 +206,14 @@ def intake_batch(body: IntakeBatch, state: StateDep, session: SessionDep) -> Bat
             passed.append((i, redemption, report, ctx))
     with session.begin():
         staged: defaultdict[str, list[tuple[int, bytes]]] = defaultdict(list)
-        for i, redemption, report, ctx in passed:
-            try:
-                row_id = _stage(session, ctx.token_key.key_id, redemption.slot, redemption.nonce, report)
-            except TokenSpent:  # spent before, or earlier in this batch
+        row_ids = _stage_many(
+            session, [(ctx.token_key.key_id, red, report) for _, red, report, ctx in passed]
+        )
+        for (i, _, report, _), row_id in zip(passed, row_ids, strict=True):
+            if row_id is None:  # spent before, or earlier in this batch
                 refuse(i, _duplicate(report.problem_id))
-                continue
-            staged[report.problem_id].append((i, row_id))
+            else:
+                staged[report.problem_id].append((i, row_id))
         for pid, rows in staged.items():  # after the spends: see the single route for the order
             closed = _closed(session, pid)
             if closed is None:
