@@ -221,8 +221,10 @@ def insert_many_once(session: Session, table: type, rows: list[dict]) -> list[bo
     dialect_insert = _upsert_dialect(session)
     key = tuple(table.__table__.primary_key.columns)
     if dialect_insert is not None:
-        stmt = dialect_insert(table).values(rows).on_conflict_do_nothing().returning(*key)
-        inserted = {tuple(row) for row in session.execute(stmt)}
+        # Core (not the ORM's bulk path), executemany: SQLAlchemy sends it as multi-row
+        # VALUES ("insertmanyvalues") from one cached compiled statement.
+        stmt = dialect_insert(table.__table__).on_conflict_do_nothing().returning(*key)
+        inserted = {tuple(row) for row in session.execute(stmt, rows)}
         if len(rows) == 1:  # its key may be generated (an autoincrement id): any row back is it
             return [bool(inserted)]
         return [tuple(values[c.key] for c in key) in inserted for values in rows]
