@@ -119,6 +119,12 @@ def per_hop_rate(n: int) -> float:
     return _per_second(lambda i: relays[0].process(packets[i]), n)
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far, all its threads (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # --- profiles -------------------------------------------------------------------------------
 
 
@@ -243,6 +249,7 @@ def intake_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> di
     try:
         deliveries = _intake_deliveries(server.url, n)
         profile = Profile(server.process.pid, root / "profile.txt")
+        cpu = process_cpu_seconds(server.process.pid)
         if mode == "single":
             bodies = [d.model_dump_json() for d in deliveries]
 
@@ -263,6 +270,7 @@ def intake_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> di
                 return [r["status"] for r in answer.json()["results"]]
 
             seconds, codes = _burst(send, bodies, threads)
+        cpu = process_cpu_seconds(server.process.pid) - cpu
         top = profile.stop()
     finally:
         server.stop()
@@ -274,6 +282,8 @@ def intake_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> di
         "client_threads": threads,
         "seconds": round(seconds, 3),
         "reports_per_s": round(accepted / seconds, 1),
+        "server_cpu_seconds": round(cpu, 3),
+        "reports_per_server_cpu_s": round(accepted / cpu, 1),
         "status_codes": dict(codes),
         "profile": top,
     }
@@ -365,6 +375,7 @@ def relay_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> dic
         packets = [build_packet(hops, None, None, round_id=1, destination=bytes(16)) for _ in range(n)]
         first = f"{ready['url']}/relay/{ready['nodes'][0]}"
         profile = Profile(proc.pid, root / "profile.txt")
+        cpu = process_cpu_seconds(proc.pid)
         if mode == "single":
 
             def send(arg: tuple) -> list[int]:
@@ -391,6 +402,7 @@ def relay_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> dic
             time.sleep(0.05)
             counters = stats()
         seconds = time.perf_counter() - t
+        cpu = process_cpu_seconds(proc.pid) - cpu  # and the few stats requests it answered
         top = profile.stop()
     finally:
         if not proc.stdin.closed:
@@ -406,6 +418,8 @@ def relay_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> dic
         "seconds_until_last_hop": round(seconds, 3),
         "hops_processed": 2 * done,
         "hops_per_s": round(2 * done / seconds, 1),
+        "server_cpu_seconds": round(cpu, 3),
+        "hops_per_server_cpu_s": round(2 * done / cpu, 1),
         "status_codes": dict(codes),
         "relay_counters": dict(counters),
         "profile": top,
@@ -441,9 +455,15 @@ def main() -> None:
             print(f"intake, {mode} …", file=sys.stderr)
             intake[mode] = intake_run(args.reports, mode, args.batch, threads, scratch)
             intake[mode]["ratio_to_redemption_check"] = round(intake[mode]["reports_per_s"] / redeem, 4)
+            intake[mode]["cpu_ratio_to_redemption_check"] = round(
+                intake[mode]["reports_per_server_cpu_s"] / redeem, 4
+            )
             print(f"relay, {mode} …", file=sys.stderr)
             relay[mode] = relay_run(args.packets, mode, args.batch, threads, scratch)
             relay[mode]["ratio_to_per_hop_processing"] = round(relay[mode]["hops_per_s"] / hop, 4)
+            relay[mode]["cpu_ratio_to_per_hop_processing"] = round(
+                relay[mode]["hops_per_server_cpu_s"] / hop, 4
+            )
     doc = {
         "benchmark": "wire throughput: intake and relays over HTTP vs their primitives",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -464,7 +484,14 @@ def main() -> None:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     summary = {
-        m: (intake[m]["ratio_to_redemption_check"], relay[m]["ratio_to_per_hop_processing"]) for m in modes
+        m: {
+            "wall": (intake[m]["ratio_to_redemption_check"], relay[m]["ratio_to_per_hop_processing"]),
+            "server cpu": (
+                intake[m]["cpu_ratio_to_redemption_check"],
+                relay[m]["cpu_ratio_to_per_hop_processing"],
+            ),
+        }
+        for m in modes
     }
     print(json.dumps({"baseline": doc["baseline"], "ratios (intake, relay)": summary}, indent=2))
     print(f"wrote {args.output}", file=sys.stderr)
