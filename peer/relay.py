@@ -73,6 +73,13 @@ guard ``g`` (:attr:`RelayRound.guard`, default a third of the release window,
 at most 2 s) leaves the hops that follow network time before ``t_r``. Every
 release still falls inside ``(t_s + δ, t_r)``.
 
+Deliveries to the intake leave on a tick: a delivery's drawn release time
+is rounded up to the next multiple of :data:`INTAKE_TICK` seconds (never past
+``t_r − g``, nor earlier than drawn), so a last hop's deliveries due in the
+same tick reach the intake in one batch request. The aggregator then learns
+arrival times only to the tick, which is less than before; the order within
+a tick is the order of the drawn times, which is independent of arrival.
+
 At ``t_r`` the round is closed: its key is destroyed and its replay cache
 dropped (:meth:`~anonml.crypto.SphinxRelay.close`), in memory and in the
 state DB.
@@ -124,6 +131,7 @@ __all__ = [
     "RelayOutcome",
     "default_guard",
     "packet_cap",
+    "INTAKE_TICK",
     "retriable",
     "retry_delay",
 ]
@@ -232,6 +240,9 @@ class RelayOutcome:
 
 #: What every accepted packet gets (module docstring: uniform answers).
 _ACCEPTED = RelayOutcome(202, "")
+
+#: Seconds a last hop's deliveries to the intake are gathered over (module docstring, release times).
+INTAKE_TICK = 0.25
 
 #: Bytes of a batch answer a relay reads: one short result per item, and room for details.
 BATCH_REPLY_CAP = MAX_BATCH_ITEMS * 256 + 1024
@@ -430,7 +441,10 @@ class RelayService:
             if url is None:
                 return self._reject("unknown hop", 400, REJECTED)
             release = _Release(url, result.packet, "application/octet-stream", "forwarded", deadline)
-        accepted.append((round_, self._release_at(round_, now), release))
+        when = self._release_at(round_, now)
+        if release.what == "delivered":  # on the intake tick (module docstring)
+            when = max(when, min(math.ceil(when / INTAKE_TICK) * INTAKE_TICK, round_.release_end()))
+        accepted.append((round_, when, release))
         return _ACCEPTED
 
     def _release_at(self, round_: RelayRound, now: float) -> float:

@@ -26,7 +26,7 @@ from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
-from peer.relay import RelayRound, StoredReplayCache
+from peer.relay import INTAKE_TICK, RelayRound, StoredReplayCache
 from tests.peer.test_relay import OCTETS, Capture
 
 ROUND = 5151
@@ -227,7 +227,13 @@ def test_a_relay_killed_after_a_batch_resumes_its_held_packets_and_still_refuses
     assert _statuses(first.batch(packets)) == [202] * 6
     first.stop()
     assert capture.received == [] and time.time() < schedule.t_s + schedule.delta, "killed too late"
-    assert len(PeerDB(db_url).held(first.node.node_id.hex())) == 6
+    held = PeerDB(db_url).held(first.node.node_id.hex())
+    assert len(held) == 6
+    # Deliveries leave on the intake tick, inside the release window.
+    assert all(row.release_at % INTAKE_TICK == 0 for row in held)
+    assert all(
+        schedule.t_s + schedule.delta < row.release_at <= schedule.t_s + schedule.delta + 0.5 for row in held
+    )
     second = _serve(identity, key, cert, db_url, capture, schedule)  # the same identity and state DB
     try:
         assert second.counters()["held resumed"] == 6
