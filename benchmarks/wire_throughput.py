@@ -80,6 +80,7 @@ from tests.aggregator.helpers import (
 
 RESULTS = Path(__file__).resolve().parent / "results" / "wire_throughput.json"
 TARGET_RATIO = 0.25
+PROJECT = ("anonml/", "aggregator/", "peer/")  # this project's frames, as py-spy names their files
 JSON = {"content-type": "application/json"}
 OCTETS = {"content-type": "application/octet-stream"}
 
@@ -172,13 +173,15 @@ class Profile:
 def top_frames(lines: Iterable[str], top: int) -> dict:
     """From collapsed stacks (``frame;frame;… count``): the frames with most own / inclusive samples.
 
-    Idle threads (blocked in ``wait``/``select``/``accept``) are left out so the
-    shares are of the time the process was working.
+    Samples of threads parked in a condition wait or in the event loop's epoll
+    are left out, so the shares are of the time the process was working;
+    inclusive shares are listed for this project's own functions only.
     """
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
-    idle = ("wait (threading.py", "select (selectors.py", "_worker (concurrent", "run (")
+    # A thread parked in a condition wait or the event loop's epoll is waiting, not working.
+    idle = ("Condition.wait (threading.py", "EpollSelector.select (selectors.py")
     for line in lines:
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
@@ -186,13 +189,14 @@ def top_frames(lines: Iterable[str], top: int) -> dict:
         frames = [
             f for f in stack.split(";") if not f.startswith("thread (") and not f.startswith("process ")
         ]
-        if not frames or any(frames[-1].startswith(i) for i in idle[:2]):
+        if not frames or frames[-1].startswith(idle):
             continue
         n = int(count)
         total += n
         own[frames[-1]] += n
         for f in set(frames):
-            inclusive[f] += n
+            if f.partition("(")[2].startswith(PROJECT):
+                inclusive[f] += n
 
     def share(c: Counter[str]) -> list[list]:
         return [[f, round(100.0 * v / max(1, total), 1)] for f, v in c.most_common(top)]
@@ -242,6 +246,19 @@ def _burst(send: Callable[[object], list[int]], items: list, threads: int) -> tu
     return time.perf_counter() - t, codes
 
 
+def _batch_sender(url: str, headers: dict[str, str]) -> Callable[[tuple], list[int]]:
+    """POST a batch body to ``url``; the per-item statuses (the request's own if it was refused)."""
+
+    def send(arg: tuple) -> list[int]:
+        session, body = arg
+        answer = session.post(url, data=body, headers=headers, timeout=120)
+        if answer.status_code != 200:
+            return [answer.status_code]
+        return [r["status"] for r in answer.json()["results"]]
+
+    return send
+
+
 def intake_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> dict:
     root = scratch / f"intake-{mode}"
     root.mkdir()
@@ -261,15 +278,7 @@ def intake_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> di
         else:
             chunks = [deliveries[i : i + batch] for i in range(0, len(deliveries), batch)]
             bodies = [IntakeBatch(deliveries=tuple(c)).model_dump_json() for c in chunks]
-
-            def send(arg: tuple) -> list[int]:
-                session, body = arg
-                answer = session.post(f"{server.url}/intake/batch", data=body, headers=JSON, timeout=120)
-                if answer.status_code != 200:
-                    return [answer.status_code]
-                return [r["status"] for r in answer.json()["results"]]
-
-            seconds, codes = _burst(send, bodies, threads)
+            seconds, codes = _burst(_batch_sender(f"{server.url}/intake/batch", JSON), bodies, threads)
         cpu = process_cpu_seconds(server.process.pid) - cpu
         top = profile.stop()
     finally:
@@ -384,14 +393,7 @@ def relay_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> dic
 
             items: list = packets
         else:
-
-            def send(arg: tuple) -> list[int]:
-                session, body = arg
-                answer = session.post(f"{first}/batch", data=body, headers=OCTETS, timeout=120)
-                if answer.status_code != 200:
-                    return [answer.status_code]
-                return [r["status"] for r in answer.json()["results"]]
-
+            send = _batch_sender(f"{first}/batch", OCTETS)
             items = [b"".join(packets[i : i + batch]) for i in range(0, n, batch)]
         t = time.perf_counter()
         _, codes = _burst(send, items, threads)
@@ -424,6 +426,23 @@ def relay_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> dic
         "relay_counters": dict(counters),
         "profile": top,
     }
+
+
+def profiles_text(doc: dict) -> str:
+    """The runs' profiles as plain text, for quoting."""
+    lines = [f"{doc['benchmark']} — {doc['when']}, load {doc['machine']['load_average_1m_before_after']}"]
+    for server in ("intake", "relay"):
+        for mode, run in doc[server].items():
+            profile = run.get("profile")
+            lines.append(f"\n== {server}, {mode} ==")
+            if not profile:
+                lines.append("(no py-spy profile)")
+                continue
+            lines.append(f"busy samples: {profile['busy_samples']}")
+            for kind in ("own_percent", "inclusive_percent"):
+                lines.append(f"-- {kind.replace('_', ' ')} --")
+                lines.extend(f"{share:5.1f}%  {frame}" for frame, share in profile[kind])
+    return "\n".join(lines) + "\n"
 
 
 # --- main -------------------------------------------------------------------------------------
@@ -483,6 +502,7 @@ def main() -> None:
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    args.output.with_name(args.output.stem + "_profiles.txt").write_text(profiles_text(doc), encoding="utf-8")
     summary = {
         m: {
             "wall": (intake[m]["ratio_to_redemption_check"], relay[m]["ratio_to_per_hop_processing"]),
