@@ -156,9 +156,7 @@ class PeerHost:
         self.credentials = tuple(credentials)
         self.poll_seconds = poll_seconds
         self.dispatcher = Dispatcher(workers=max(4, workers * 2))
-        self.relay = RelayService(
-            self.dispatcher, rng, allow_loopback_http=policy.allow_loopback_http, db=db
-        )
+        self.relay = RelayService(self.dispatcher, rng, allow_loopback_http=policy.allow_loopback_http, db=db)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="peer-step")
         self.sessions: dict[str, ProblemSession] = {}
         self.worker = Worker(self)
@@ -242,8 +240,12 @@ class PeerHost:
             node, decision, participant = result
             decisions[node.fingerprint] = decision
             what = {"accept": "joined", "refuse": "refused", "ask": "asks you about"}[decision.verdict]
-            self._tell(node, problem, f"{what} “{problem.draft.title}” (ε = {problem.draft.epsilon:g})"
-                       + ("" if decision.accept else f": {decision.reason}"))
+            self._tell(
+                node,
+                problem,
+                f"{what} “{problem.draft.title}” (ε = {problem.draft.epsilon:g})"
+                + ("" if decision.accept else f": {decision.reason}"),
+            )
             if participant is not None:
                 accepted.append(participant)
         if accepted:
@@ -405,3 +407,4 @@ class PeerHost:
         self.worker.stop()
         self.dispatcher.close()
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.relay.keep_alive.close()

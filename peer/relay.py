@@ -44,7 +44,8 @@ one batch (``POST …/batch``: packets back to back to a next hop, an
 :class:`~anonml.protocol.IntakeBatch` to the intake) with a result per
 item. No release leaves before its time; under load many leave in one
 request. Every request is one :func:`peer.dispatch.post` with a total
-deadline and a size cap, so a next hop that answers slowly (or never) holds
+deadline and a size cap, on a kept-alive connection per destination
+(:class:`peer.dispatch.KeepAlive`), so a next hop that answers slowly (or never) holds
 one pool thread for at most :data:`~peer.dispatch.PACKET_DEADLINE` seconds.
 Batching tells the next hop nothing it would not learn from arrival times:
 the packets of one request were due at about the same moment. A release that
@@ -121,7 +122,7 @@ from anonml.crypto import (
 from anonml.errors import ProtocolError
 from anonml.protocol import MAX_BATCH_ITEMS, BatchResults, IntakeDelivery, check_relay_url
 from peer.db import PeerDB
-from peer.dispatch import Dispatcher, OutboundError, post
+from peer.dispatch import Dispatcher, KeepAlive, OutboundError, post
 from peer.vault import Vault
 
 __all__ = [
@@ -282,6 +283,7 @@ class RelayService:
         self._lock = threading.Lock()
         self._outbound: dict[tuple[str, str], list[_Release]] = {}  # due, per (URL, content type)
         self._sending: set[tuple[str, str]] = set()  # destinations with a send under way
+        self.keep_alive = KeepAlive()  # releases reuse their connections (peer.dispatch)
         self.counters: Counter[str] = Counter()
 
     def count(self, what: str, n: int = 1) -> None:
@@ -556,7 +558,7 @@ class RelayService:
         (None: no answer)."""
         if len(batch) == 1:
             try:
-                return [post(url, batch[0].data, content_type).status]
+                return [post(url, batch[0].data, content_type, keep_alive=self.keep_alive).status]
             except OutboundError:
                 return [None]
         if content_type == "application/json":  # intake deliveries: an IntakeBatch of the ready JSON
@@ -564,7 +566,9 @@ class RelayService:
         else:  # onion packets, back to back
             body = b"".join(r.data for r in batch)
         try:
-            reply = post(f"{url}/batch", body, content_type, max_bytes=BATCH_REPLY_CAP)
+            reply = post(
+                f"{url}/batch", body, content_type, max_bytes=BATCH_REPLY_CAP, keep_alive=self.keep_alive
+            )
         except OutboundError:
             return [None] * len(batch)
         if reply.status != 200:
