@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -194,7 +195,8 @@ def top_frames(lines: Iterable[str], top: int) -> dict:
         n = int(count)
         total += n
         own[frames[-1]] += n
-        for f in set(frames):
+        # Inclusive: per function (the line numbers dropped), counted once per sample.
+        for f in {re.sub(r":\d+\)$", ")", f) for f in frames}:
             if f.partition("(")[2].startswith(PROJECT):
                 inclusive[f] += n
 
