@@ -3,24 +3,9 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 
-import pytest
-
-from aggregator.app import start_server
 from peer.dispatch import KeepAlive, post
-from tests.peer.test_relay import Capture
-
-
-@pytest.fixture
-def capture() -> Iterator[Capture]:
-    capture = Capture()
-    server = start_server(capture.app())
-    capture.url = server.url
-    try:
-        yield capture
-    finally:
-        server.stop()
+from tests.peer.test_relay_batch import capture  # noqa: F401 - a fixture, registered by import
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
@@ -28,7 +13,7 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return ("http", host, int(port))
 
 
-def test_a_connection_whose_answer_was_read_in_full_carries_the_next_request(capture):
+def test_a_connection_whose_answer_was_read_in_full_carries_the_next_request(capture):  # noqa: F811
     keep = KeepAlive()
     assert post(f"{capture.url}/intake", b"{}", "application/json", keep_alive=keep).status == 201
     first = keep.take(_origin(capture.url))
@@ -40,7 +25,7 @@ def test_a_connection_whose_answer_was_read_in_full_carries_the_next_request(cap
     first.close()
 
 
-def test_a_kept_connection_closed_meanwhile_is_replaced_within_the_same_request(capture):
+def test_a_kept_connection_closed_meanwhile_is_replaced_within_the_same_request(capture):  # noqa: F811
     keep = KeepAlive()
     assert post(f"{capture.url}/intake", b"{}", "application/json", keep_alive=keep).status == 201
     stale = keep.take(_origin(capture.url))
