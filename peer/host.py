@@ -156,7 +156,9 @@ class PeerHost:
         self.credentials = tuple(credentials)
         self.poll_seconds = poll_seconds
         self.dispatcher = Dispatcher(workers=max(4, workers * 2))
-        self.relay = RelayService(self.dispatcher, rng, allow_loopback_http=policy.allow_loopback_http, db=db)
+        self.relay = RelayService(
+            self.dispatcher, rng, allow_loopback_http=policy.allow_loopback_http, db=db
+        )
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="peer-step")
         self.sessions: dict[str, ProblemSession] = {}
         self.worker = Worker(self)
@@ -240,12 +242,8 @@ class PeerHost:
             node, decision, participant = result
             decisions[node.fingerprint] = decision
             what = {"accept": "joined", "refuse": "refused", "ask": "asks you about"}[decision.verdict]
-            self._tell(
-                node,
-                problem,
-                f"{what} “{problem.draft.title}” (ε = {problem.draft.epsilon:g})"
-                + ("" if decision.accept else f": {decision.reason}"),
-            )
+            self._tell(node, problem, f"{what} “{problem.draft.title}” (ε = {problem.draft.epsilon:g})"
+                       + ("" if decision.accept else f": {decision.reason}"))
             if participant is not None:
                 accepted.append(participant)
         if accepted:
