@@ -177,5 +177,10 @@ class AggregatorState:
         so the problem's report account can attribute lost reports to it.
         """
         with self.sessions() as s, s.begin():
-            count_reject(s, problem_id, INTAKE_REFUSAL + reason if intake else reason)
+            self.count_refusal(s, problem_id, reason, intake=intake)
         return HTTPException(status_code=status, detail=detail)
+
+    @staticmethod
+    def count_refusal(session: Session, problem_id: str, reason: str, *, intake: bool = False) -> None:
+        """Count a refusal inside the caller's transaction (a batch counts all of its own in one)."""
+        count_reject(session, problem_id, INTAKE_REFUSAL + reason if intake else reason)

@@ -89,6 +89,10 @@ __all__ = [
     "PrivateReport",
     "IntakeDelivery",
     "IntakeReceipt",
+    "IntakeBatch",
+    "ItemResult",
+    "BatchResults",
+    "MAX_BATCH_ITEMS",
     "ReportReceipts",
     "ModelDocument",
     "ErrorBody",
@@ -758,6 +762,36 @@ class IntakeDelivery(_Message):
 
 class IntakeReceipt(_Message):
     accepted: bool
+
+
+#: Deliveries (or relay packets) one batch request may carry; more is refused with 422.
+MAX_BATCH_ITEMS = 256
+
+
+class IntakeBatch(_Message):
+    """Many final-hop deliveries in one request: what a last-hop relay releases together.
+
+    Each delivery is checked and its token spent independently of the others
+    (:class:`BatchResults`); the batch as a whole is refused only when it is
+    not a well-formed batch (422: not this shape, empty, or more than
+    :data:`MAX_BATCH_ITEMS` items) or its body is over the service's body cap
+    (413).
+    """
+
+    deliveries: tuple[IntakeDelivery, ...] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+
+
+class ItemResult(_Message):
+    """What one item of a batch got: the status and detail its own single request would have got."""
+
+    status: int = Field(ge=100, le=599)
+    detail: str = ""
+
+
+class BatchResults(_Message):
+    """Per-item answers of a batch request, in the items' order (one per item)."""
+
+    results: tuple[ItemResult, ...]
 
 
 class ReportReceipts(_Message):

@@ -19,7 +19,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import BigInteger, Boolean, Float, Integer, LargeBinary, String, Text, delete, select, update
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    delete,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from anonml.database import BigInt, UTCDateTime, make_engine
@@ -36,8 +48,6 @@ __all__ = [
     "HeldRow",
     "ReplayTagRow",
 ]
-
-
 
 
 class _Base(DeclarativeBase):
@@ -306,8 +316,13 @@ class PeerDB:
             for slot, (when, url, sealed) in enumerate(packets):
                 s.add(
                     OutboxRow(
-                        problem_id=problem_id, node=node, slot=slot, send_at=when, url=url,
-                        sealed_packet=sealed, sent=False,
+                        problem_id=problem_id,
+                        node=node,
+                        slot=slot,
+                        send_at=when,
+                        url=url,
+                        sealed_packet=sealed,
+                        sent=False,
                     )
                 )
 
@@ -334,22 +349,55 @@ class PeerDB:
             s.execute(delete(OutboxRow).where(OutboxRow.problem_id == problem_id, OutboxRow.node == node))
 
     def hold(
-        self, node: str, round_id: int, release_at: float, deadline: float, url: str, content_type: str,
-        what: str, sealed: bytes,
+        self,
+        node: str,
+        round_id: int,
+        release_at: float,
+        deadline: float,
+        url: str,
+        content_type: str,
+        what: str,
+        sealed: bytes,
     ) -> int:
         """Record a held packet; its row id (to :meth:`unhold` once it is released or lost)."""
-        with self.sessions() as s, s.begin():
-            row = HeldRow(
-                node=node, round_id=round_id, release_at=release_at, deadline=deadline, url=url,
-                content_type=content_type, what=what, sealed=sealed,
-            )
-            s.add(row)
-            s.flush()
-            return row.id
+        (row_id,) = self.hold_many(
+            [(node, round_id, release_at, deadline, url, content_type, what, sealed)], []
+        )
+        return row_id
+
+    def hold_many(
+        self,
+        held: list[tuple[str, int, float, float, str, str, str, bytes]],
+        tags: list[tuple[str, int, bytes]],
+    ) -> list[int]:
+        """One transaction: the replay tags ``(node, round, tag)`` and the held packets (``hold``'s
+        arguments, in order); the held rows' ids, in order.
+
+        What a relay does for a batch of packets before it answers for any of
+        them: once this returns, every tag and packet of the batch survives a
+        restart; if it raises, none was stored.
+        """
+        fields = ("node", "round_id", "release_at", "deadline", "url", "content_type", "what", "sealed")
+        # Core statements on the tables (not ORM bulk inserts): one executemany each.
+        with self.engine.begin() as conn:
+            if tags:  # each tag is new: the relay's replay cache refused any it had seen
+                conn.execute(
+                    insert(ReplayTagRow.__table__), [{"node": n, "round_id": r, "tag": t} for n, r, t in tags]
+                )
+            if not held:
+                return []
+            stmt = insert(HeldRow.__table__).returning(HeldRow.__table__.c.id, sort_by_parameter_order=True)
+            return list(conn.execute(stmt, [dict(zip(fields, row, strict=True)) for row in held]).scalars())
 
     def unhold(self, row_id: int) -> None:
+        self.unhold_many([row_id])
+
+    def unhold_many(self, row_ids: list[int]) -> None:
+        """Delete held packets (released or lost) in one transaction."""
+        if not row_ids:
+            return
         with self.sessions() as s, s.begin():
-            s.execute(delete(HeldRow).where(HeldRow.id == row_id))
+            s.execute(delete(HeldRow).where(HeldRow.id.in_(row_ids)))
 
     def held(self, node: str) -> list[HeldRow]:
         with self.sessions() as s:

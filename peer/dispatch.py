@@ -15,8 +15,13 @@ two seconds would never trip) and a **response-size cap** (a declared
 cap + 1 bytes are read). The deadline is kept by one watchdog thread that
 shuts the socket down when it passes, so the blocked read returns at once
 and the worker thread is free again. No member can hold a worker longer
-than the deadline of the request it answers. Connections are not reused
-(``Connection: close``): nothing a previous request did can delay the next.
+than the deadline of the request it answers. By default connections are not
+reused (``Connection: close``). A relay's releases pass a :class:`KeepAlive`:
+a connection whose answer was read in full and in time goes back to it and
+carries the next request to the same origin; a kept connection that turns
+out closed by the other side is replaced once, inside the same deadline, and
+any other failure closes it — so what a previous request did still cannot
+delay the next beyond its own deadline.
 """
 
 from __future__ import annotations
@@ -36,7 +41,16 @@ from urllib.parse import urlsplit
 
 from anonml.errors import ProtocolError
 
-__all__ = ["Dispatcher", "Reply", "OutboundError", "fetch", "post", "PACKET_DEADLINE", "REPLY_CAP"]
+__all__ = [
+    "Dispatcher",
+    "Reply",
+    "OutboundError",
+    "KeepAlive",
+    "fetch",
+    "post",
+    "PACKET_DEADLINE",
+    "REPLY_CAP",
+]
 
 log = logging.getLogger("anonml.peer")
 
@@ -108,6 +122,54 @@ class _Watchdog:
 _WATCHDOG = _Watchdog()
 _TLS = ssl.create_default_context()
 
+_Origin = tuple[str, str, int | None]
+
+
+class KeepAlive:
+    """Idle connections kept for reuse, per origin (scheme, host, port); see the module docstring.
+
+    At most ``per_origin`` idle connections are kept per origin, none idle for
+    longer than ``idle_seconds`` (servers close idle keep-alive connections:
+    uvicorn after 5 s).
+    """
+
+    def __init__(self, per_origin: int = 4, idle_seconds: float = 4.0) -> None:
+        self.per_origin, self.idle_seconds = per_origin, idle_seconds
+        self._idle: dict[_Origin, list[tuple[float, http.client.HTTPConnection]]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, origin: _Origin) -> http.client.HTTPConnection | None:
+        """A kept connection to ``origin`` (the most recently used), or None."""
+        stale = []
+        conn = None
+        with self._lock:
+            kept = self._idle.get(origin, [])
+            while kept:
+                since, candidate = kept.pop()
+                if time.monotonic() - since < self.idle_seconds:
+                    conn = candidate
+                    break
+                stale.append(candidate)
+        for old in stale:
+            old.close()
+        return conn
+
+    def give(self, origin: _Origin, conn: http.client.HTTPConnection) -> None:
+        """Keep ``conn`` for the next request to ``origin`` (closed instead if enough are kept)."""
+        with self._lock:
+            kept = self._idle.setdefault(origin, [])
+            if len(kept) < self.per_origin:
+                kept.append((time.monotonic(), conn))
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for kept in idle.values():
+            for _, conn in kept:
+                conn.close()
+
 
 def fetch(
     method: str,
@@ -117,54 +179,116 @@ def fetch(
     *,
     deadline: float = 15.0,
     max_bytes: int = REPLY_CAP,
+    keep_alive: KeepAlive | None = None,
 ) -> Reply:
     """One HTTP request, complete within ``deadline`` seconds, reading at most ``max_bytes``.
 
     Raises :class:`OutboundError` naming the URL and what went wrong (no
     answer in time, answer too large, connection failed, not http(s)).
-    Any status is returned: callers decide what a refusal means.
+    Any status is returned: callers decide what a refusal means. With
+    ``keep_alive``, the connection comes from and goes back to it (module
+    docstring).
     """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise OutboundError(f"{url[:100]}: not an http(s) URL")
     end = time.monotonic() + deadline
-    if parts.scheme == "https":
-        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-            parts.hostname, parts.port, timeout=deadline, context=_TLS
-        )
-    else:
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=deadline)
-    handle = _WATCHDOG.watch(end, conn)
-    headers = {"connection": "close", "accept-encoding": "identity"}
+    origin: _Origin = (parts.scheme, parts.hostname, parts.port)
+    headers = {"accept-encoding": "identity"}
+    if keep_alive is None:
+        headers["connection"] = "close"
     if content_type is not None:
         headers["content-type"] = content_type
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    req = _Request(method, url, path, body, headers, end, deadline, max_bytes, origin, keep_alive)
+    conn = keep_alive.take(origin) if keep_alive is not None else None
+    if conn is None:
+        return _exchange(_connect(origin, deadline), req)
     try:
-        conn.request(method, path, body=body, headers=headers)
+        return _exchange(conn, req)
+    except _Stale:  # the other side had closed the kept connection: once more on a new one
+        return _exchange(_connect(origin, max(0.001, end - time.monotonic())), req)
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One request of :func:`fetch` and its bounds."""
+
+    method: str
+    url: str
+    path: str
+    body: bytes | None
+    headers: dict[str, str]
+    end: float  # time.monotonic() by which the whole answer is in
+    deadline: float
+    max_bytes: int
+    origin: _Origin
+    keep_alive: KeepAlive | None
+
+
+class _Stale(Exception):
+    """A kept connection failed before any answer arrived (closed by the other side meanwhile)."""
+
+
+def _connect(origin: _Origin, timeout: float) -> http.client.HTTPConnection:
+    scheme, host, port = origin
+    if scheme == "https":
+        return http.client.HTTPSConnection(host, port, timeout=timeout, context=_TLS)
+    return http.client.HTTPConnection(host, port, timeout=timeout)
+
+
+def _exchange(conn: http.client.HTTPConnection, req: _Request) -> Reply:
+    """Send one request on ``conn`` and read its answer, all before ``req.end``; see :func:`fetch`."""
+    reused = conn.sock is not None
+    handle = _WATCHDOG.watch(req.end, conn)
+    kept = False
+    answered = False
+    try:
+        conn.request(req.method, req.path, body=req.body, headers=req.headers)
         response = conn.getresponse()
+        answered = True
         declared = response.getheader("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-            raise OutboundError(f"{url[:100]}: answer of {declared} bytes exceeds the cap of {max_bytes}")
-        data = response.read(max_bytes + 1)
-        if len(data) > max_bytes:
-            raise OutboundError(f"{url[:100]}: answer exceeds the cap of {max_bytes} bytes")
-        if time.monotonic() > end:
-            raise OutboundError(f"{url[:100]}: no complete answer within {deadline:g} s")
-        return Reply(response.status, data, url, response.getheader("content-type") or "")
+        if declared is not None and declared.isdigit() and int(declared) > req.max_bytes:
+            raise OutboundError(
+                f"{req.url[:100]}: answer of {declared} bytes exceeds the cap of {req.max_bytes}"
+            )
+        data = response.read(req.max_bytes + 1)
+        if len(data) > req.max_bytes:
+            raise OutboundError(f"{req.url[:100]}: answer exceeds the cap of {req.max_bytes} bytes")
+        if time.monotonic() > req.end:
+            raise OutboundError(f"{req.url[:100]}: no complete answer within {req.deadline:g} s")
+        reply = Reply(response.status, data, req.url, response.getheader("content-type") or "")
+        if req.keep_alive is not None and response.isclosed() and not response.will_close:
+            _WATCHDOG.cancel(handle)
+            req.keep_alive.give(req.origin, conn)
+            kept = True
+        return reply
     except OutboundError:
         raise
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        if time.monotonic() >= end:
-            raise OutboundError(f"{url[:100]}: no complete answer within {deadline:g} s") from None
-        raise OutboundError(f"{url[:100]}: {type(exc).__name__}: {exc}") from None
+        if reused and not answered and time.monotonic() < req.end:
+            raise _Stale() from None
+        if time.monotonic() >= req.end:
+            raise OutboundError(f"{req.url[:100]}: no complete answer within {req.deadline:g} s") from None
+        raise OutboundError(f"{req.url[:100]}: {type(exc).__name__}: {exc}") from None
     finally:
-        _WATCHDOG.cancel(handle)
-        conn.close()
+        if not kept:
+            _WATCHDOG.cancel(handle)
+            conn.close()
 
 
-def post(url: str, data: bytes, content_type: str, deadline: float = PACKET_DEADLINE) -> Reply:
-    """POST ``data`` (a packet or an intake delivery) with :func:`fetch`'s bounds; a small answer."""
-    return fetch("POST", url, data, content_type, deadline=deadline, max_bytes=4096)
+def post(
+    url: str,
+    data: bytes,
+    content_type: str,
+    deadline: float = PACKET_DEADLINE,
+    max_bytes: int = 4096,
+    keep_alive: KeepAlive | None = None,
+) -> Reply:
+    """POST ``data`` (packets or intake deliveries) with :func:`fetch`'s bounds; a small answer."""
+    return fetch(
+        "POST", url, data, content_type, deadline=deadline, max_bytes=max_bytes, keep_alive=keep_alive
+    )
 
 
 class Dispatcher:

@@ -405,3 +405,4 @@ class PeerHost:
         self.worker.stop()
         self.dispatcher.close()
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.relay.keep_alive.close()

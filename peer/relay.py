@@ -29,11 +29,26 @@ sender, or a relay colluding with the aggregator) learns nothing about the
 packet's position or kind from the answer. Counters kept for the node's own
 user (:meth:`RelayService.count`) still tell the cases apart.
 
+Batches. :meth:`RelayService.handle_many` takes the packets of one
+``POST /relay/{node}/batch`` (:mod:`peer.routes.relay`): each is checked and
+peeled on its own and gets the outcome it would have got alone, and the
+replay tags and held packets of the whole batch are stored in one state-DB
+transaction before any is answered.
+
 Outbound. Only routes whose URL has the one relay form
-(:func:`anonml.protocol.check_relay_url`) are kept when a round opens, and
-each release is one :func:`peer.dispatch.post` with a total deadline and a
-size cap, so a next hop that answers slowly (or never) holds one pool thread
-for at most :data:`~peer.dispatch.PACKET_DEADLINE` seconds. A release that
+(:func:`anonml.protocol.check_relay_url`) are kept when a round opens. A
+release that falls due joins its destination's queue; one request at a time
+per destination carries everything queued there (:meth:`RelayService._due`):
+one packet as before (``POST /relay/{node}``, ``POST /intake``), several as
+one batch (``POST …/batch``: packets back to back to a next hop, an
+:class:`~anonml.protocol.IntakeBatch` to the intake) with a result per
+item. No release leaves before its time; under load many leave in one
+request. Every request is one :func:`peer.dispatch.post` with a total
+deadline and a size cap, on a kept-alive connection per destination
+(:class:`peer.dispatch.KeepAlive`), so a next hop that answers slowly (or never) holds
+one pool thread for at most :data:`~peer.dispatch.PACKET_DEADLINE` seconds.
+Batching tells the next hop nothing it would not learn from arrival times:
+the packets of one request were due at about the same moment. A release that
 fails in a way that may pass (unreachable, 5xx, 404 from a next hop that has
 not reloaded its round after a restart, 429) is retried with backoff
 (:func:`retry_delay`) until ``t_r``; what is finally not delivered is counted
@@ -59,6 +74,13 @@ guard ``g`` (:attr:`RelayRound.guard`, default a third of the release window,
 at most 2 s) leaves the hops that follow network time before ``t_r``. Every
 release still falls inside ``(t_s + δ, t_r)``.
 
+Deliveries to the intake leave on a tick: a delivery's drawn release time
+is rounded up to the next multiple of :data:`INTAKE_TICK` seconds (never past
+``t_r − g``, nor earlier than drawn), so a last hop's deliveries due in the
+same tick reach the intake in one batch request. The aggregator then learns
+arrival times only to the tick, which is less than before; the order within
+a tick is the order of the drawn times, which is independent of arrival.
+
 At ``t_r`` the round is closed: its key is destroyed and its replay cache
 dropped (:meth:`~anonml.crypto.SphinxRelay.close`), in memory and in the
 state DB.
@@ -80,9 +102,12 @@ import math
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 
 import numpy as np
+from pydantic import ValidationError
 
 from anonml.crypto import (
     PACKET_SIZE,
@@ -95,9 +120,9 @@ from anonml.crypto import (
     release_time,
 )
 from anonml.errors import ProtocolError
-from anonml.protocol import IntakeDelivery, check_relay_url
+from anonml.protocol import MAX_BATCH_ITEMS, BatchResults, IntakeDelivery, check_relay_url
 from peer.db import PeerDB
-from peer.dispatch import Dispatcher, OutboundError, post
+from peer.dispatch import Dispatcher, KeepAlive, OutboundError, post
 from peer.vault import Vault
 
 __all__ = [
@@ -107,6 +132,7 @@ __all__ = [
     "RelayOutcome",
     "default_guard",
     "packet_cap",
+    "INTAKE_TICK",
     "retriable",
     "retry_delay",
 ]
@@ -126,12 +152,30 @@ class StoredReplayCache(ReplayCache):
     def __init__(self, db: PeerDB, node_id: bytes, round_id: int) -> None:
         super().__init__()
         self._db, self._node, self._round = db, node_id.hex(), round_id
+        self._local = threading.local()
         for tag in db.replay_tags(self._node, round_id):
             super().add(tag)
 
     def add(self, tag: bytes) -> None:
         super().add(tag)  # ReplayedPacket if seen before, in this run or an earlier one
-        self._db.add_replay_tag(self._node, self._round, tag)
+        pending = getattr(self._local, "pending", None)
+        if pending is None:
+            self._db.add_replay_tag(self._node, self._round, tag)
+        else:
+            pending.append((self._node, self._round, tag))
+
+    @contextmanager
+    def deferred(self, into: list[tuple[str, int, bytes]]) -> Iterator[None]:
+        """Within (this thread): new tags go to ``into`` as ``(node, round, tag)``, not to the DB.
+
+        The caller stores them in the transaction that holds the batch's packets
+        (:meth:`peer.db.PeerDB.hold_many`) before it answers for any packet.
+        """
+        self._local.pending = into
+        try:
+            yield
+        finally:
+            self._local.pending = None
 
 
 @dataclass
@@ -198,6 +242,25 @@ class RelayOutcome:
 #: What every accepted packet gets (module docstring: uniform answers).
 _ACCEPTED = RelayOutcome(202, "")
 
+#: Seconds a last hop's deliveries to the intake are gathered over (module docstring, release times).
+INTAKE_TICK = 0.25
+
+#: Bytes of a batch answer a relay reads: one short result per item, and room for details.
+BATCH_REPLY_CAP = MAX_BATCH_ITEMS * 256 + 1024
+
+
+@dataclass(frozen=True)
+class _Release:
+    """One packet due to leave: where to, what, until when, its held row, and the tries so far."""
+
+    url: str
+    data: bytes
+    content_type: str
+    what: str  # "forwarded" (to a next hop) or "delivered" (to the intake)
+    deadline: float
+    held: int | None = None
+    attempt: int = 0
+
 
 class RelayService:
     """Every relay round hosted by this process, and what they did (counters)."""
@@ -218,6 +281,9 @@ class RelayService:
         self._accepted: Counter[tuple[bytes, int]] = Counter()
         self._closed: set[tuple[bytes, int]] = set()
         self._lock = threading.Lock()
+        self._outbound: dict[tuple[str, str], list[_Release]] = {}  # due, per (URL, content type)
+        self._sending: set[tuple[str, str]] = set()  # destinations with a send under way
+        self.keep_alive = KeepAlive()  # releases reuse their connections (peer.dispatch)
         self.counters: Counter[str] = Counter()
 
     def count(self, what: str, n: int = 1) -> None:
@@ -266,6 +332,50 @@ class RelayService:
     # -- packets ------------------------------------------------------------------
     def handle(self, node_id: bytes, packet: bytes) -> RelayOutcome:
         """Process one packet addressed to ``node_id`` (see the module docstring)."""
+        return self.handle_many(node_id, [packet])[0]
+
+    def handle_many(self, node_id: bytes, packets: list[bytes]) -> list[RelayOutcome]:
+        """Process packets addressed to ``node_id``, each on its own; one outcome per packet, in order.
+
+        Each packet goes through the checks of the module docstring as if it
+        came alone. Then, in ONE state-DB transaction, the replay tags of the
+        accepted packets and the packets held for release are stored
+        (:meth:`peer.db.PeerDB.hold_many`), and only then are releases
+        scheduled and outcomes returned: a packet answered 202 survives a
+        restart, as with one packet per request.
+        """
+        outcomes: list[RelayOutcome] = []
+        accepted: list[tuple[RelayRound, float, _Release]] = []
+        tags: list[tuple[str, int, bytes]] = []
+        caches: dict[int, StoredReplayCache] = {}
+        with ExitStack() as deferring:
+            for packet in packets:
+                outcomes.append(self._admit(node_id, packet, accepted, tags, deferring, caches))
+        try:
+            self._keep(accepted, tags)
+        except Exception:
+            # Nothing of the batch was stored and no packet is answered: the sender may send it
+            # again (a 5xx is retried), so it must not meet its own tags or use up the cap.
+            for cache in caches.values():
+                for _, _, tag in tags:
+                    cache.discard(tag)
+            with self._lock:
+                for round_, _, _ in accepted:
+                    key = (round_.node_id, round_.round_id)
+                    if key in self._accepted:
+                        self._accepted[key] -= 1
+            raise
+        return outcomes
+
+    def _admit(
+        self,
+        node_id: bytes,
+        packet: bytes,
+        accepted: list[tuple[RelayRound, float, _Release]],
+        tags: list[tuple[str, int, bytes]],
+        deferring: ExitStack,
+        caches: dict[int, StoredReplayCache],
+    ) -> RelayOutcome:
         self.count("received")
         if len(packet) != PACKET_SIZE:
             return self._reject(
@@ -293,42 +403,50 @@ class RelayService:
                 self._accepted[key] += 1
         if full:
             return self._reject("over cap", 429, "this node's packet cap for the round is reached")
-        outcome = self._process(round_, packet, now)
+        cache = round_.relay.replay_cache
+        if isinstance(cache, StoredReplayCache) and id(cache) not in caches:
+            caches[id(cache)] = cache
+            deferring.enter_context(cache.deferred(tags))
+        outcome = self._process(round_, packet, now, accepted)
         if outcome.status >= 300:
             with self._lock:
                 if key in self._accepted:
                     self._accepted[key] -= 1
         return outcome
 
-    def _process(self, round_: RelayRound, packet: bytes, now: float) -> RelayOutcome:
+    def _process(
+        self,
+        round_: RelayRound,
+        packet: bytes,
+        now: float,
+        accepted: list[tuple[RelayRound, float, _Release]],
+    ) -> RelayOutcome:
         try:
             result = round_.relay.process(packet)
         except ReplayedPacket:
             return self._reject("replay", 409, "packet already processed in this round (replay)")
         except InvalidPacket:
             return self._reject("invalid", 400, REJECTED)
+        deadline = round_.schedule.t_r  # the next hop drops what arrives after t_r; the intake too
         if isinstance(result, Deliver):
-            return self._deliver(round_, result, now)
-        url = round_.routes.get(result.next_hop)
-        if url is None:
-            return self._reject("unknown hop", 400, REJECTED)
+            if result.destination != round_.destination:
+                return self._reject("unknown destination", 400, REJECTED)
+            if result.is_cover:
+                self.count("cover")
+                return _ACCEPTED
+            body = IntakeDelivery(redemption=bytes(result.redemption), report=result.report)
+            release = _Release(
+                round_.intake_url, body.model_dump_json().encode(), "application/json", "delivered", deadline
+            )
+        else:
+            url = round_.routes.get(result.next_hop)
+            if url is None:
+                return self._reject("unknown hop", 400, REJECTED)
+            release = _Release(url, result.packet, "application/octet-stream", "forwarded", deadline)
         when = self._release_at(round_, now)
-        self._hold(round_, when, url, result.packet, "application/octet-stream", "forwarded")
-        return _ACCEPTED
-
-    def _deliver(self, round_: RelayRound, result: Deliver, now: float) -> RelayOutcome:
-        if result.destination != round_.destination:
-            return self._reject("unknown destination", 400, REJECTED)
-        if result.is_cover:
-            self.count("cover")
-            return _ACCEPTED
-        when = self._release_at(round_, now)
-        body = (
-            IntakeDelivery(redemption=bytes(result.redemption), report=result.report)
-            .model_dump_json()
-            .encode()
-        )
-        self._hold(round_, when, round_.intake_url, body, "application/json", "delivered")
+        if release.what == "delivered":  # on the intake tick (module docstring)
+            when = max(when, min(math.ceil(when / INTAKE_TICK) * INTAKE_TICK, round_.release_end()))
+        accepted.append((round_, when, release))
         return _ACCEPTED
 
     def _release_at(self, round_: RelayRound, now: float) -> float:
@@ -352,19 +470,33 @@ class RelayService:
             return now
         return release_time(window, self.rng)
 
-    def _hold(
-        self, round_: RelayRound, when: float, url: str, data: bytes, content_type: str, what: str
+    def _keep(
+        self, accepted: list[tuple[RelayRound, float, _Release]], tags: list[tuple[str, int, bytes]]
     ) -> None:
-        """Schedule one release at ``when`` (persisted, sealed, when the round has a vault)."""
-        deadline = round_.schedule.t_r  # the next hop drops what arrives after t_r; the intake too
-        held = None
-        if self.db is not None and round_.vault is not None:
-            held = self.db.hold(
-                round_.node_id.hex(), round_.round_id, when, deadline, url, content_type, what,
-                round_.vault.seal(data),
-            )
-        self.dispatcher.at(when, lambda: self._send(url, data, content_type, what, deadline, held=held))
-        self.count("held")
+        """Store the batch's replay tags and held packets (sealed, when the round has a vault) in one
+        transaction, then schedule each release at its time."""
+        if self.db is not None and (accepted or tags):
+            sealed = [(r, when, rel) for r, when, rel in accepted if r.vault is not None]
+            rows = [
+                (
+                    r.node_id.hex(),
+                    r.round_id,
+                    when,
+                    rel.deadline,
+                    rel.url,
+                    rel.content_type,
+                    rel.what,
+                    r.vault.seal(rel.data),
+                )  # fmt: skip
+                for r, when, rel in sealed
+                if r.vault is not None
+            ]
+            ids = dict(zip((id(rel) for _, _, rel in sealed), self.db.hold_many(rows, tags), strict=True))
+            accepted = [(r, when, replace(rel, held=ids.get(id(rel)))) for r, when, rel in accepted]
+        for _, when, release in accepted:
+            self.dispatcher.at(when, lambda rel=release: self._due(rel))
+        if accepted:
+            self.count("held", len(accepted))
 
     def resume_held(self, node_id: bytes, vault: Vault) -> int:
         """After a restart: schedule the packets ``node_id`` held at their release times; how many.
@@ -374,64 +506,111 @@ class RelayService:
         """
         if self.db is None:
             return 0
-        resumed = 0
+        resumed, expired = 0, []
         for row in self.db.held(node_id.hex()):
             if row.deadline <= time.time():
-                self.db.unhold(row.id)
+                expired.append(row.id)
                 self.count("held lost at restart")
                 continue
-            data = vault.open(row.sealed)
-            self.dispatcher.at(
-                row.release_at,
-                lambda r=row, d=data: self._send(r.url, d, r.content_type, r.what, r.deadline, held=r.id),
+            release = _Release(
+                row.url, vault.open(row.sealed), row.content_type, row.what, row.deadline, row.id
             )
+            self.dispatcher.at(row.release_at, lambda rel=release: self._due(rel))
             resumed += 1
+        self.db.unhold_many(expired)
         self.count("held resumed", resumed)
         return resumed
 
-    def _send(
-        self,
-        url: str,
-        data: bytes,
-        content_type: str,
-        what: str,
-        deadline: float,
-        attempt: int = 0,
-        *,
-        held: int | None = None,
-    ) -> None:
-        """POST one released packet; retry a failure that may pass with backoff until ``deadline``.
+    # -- releases ---------------------------------------------------------------------
+    def _due(self, release: _Release) -> None:
+        """``release`` is due: queue it for its destination, and send that queue unless a send is under way.
+
+        One request at a time per destination: what falls due while one is in
+        flight leaves together in the next (at most
+        :data:`~anonml.protocol.MAX_BATCH_ITEMS` per request), so no packet
+        waits past its release time for more than the request before it, and
+        under load one request carries many packets.
+        """
+        target = (release.url, release.content_type)
+        with self._lock:
+            self._outbound.setdefault(target, []).append(release)
+            if target in self._sending:
+                return
+            self._sending.add(target)
+        try:
+            while True:
+                with self._lock:
+                    queue = self._outbound.get(target)
+                    if not queue:
+                        self._outbound.pop(target, None)
+                        self._sending.discard(target)
+                        return
+                    batch = queue[:MAX_BATCH_ITEMS]
+                    del queue[:MAX_BATCH_ITEMS]
+                self._settle(batch, self._post(release.url, release.content_type, batch))
+        except BaseException:
+            with self._lock:
+                self._sending.discard(target)
+            raise
+
+    def _post(self, url: str, content_type: str, batch: list[_Release]) -> list[int | None]:
+        """Send ``batch`` to ``url``: one packet as one request, more to the batch route; a status each
+        (None: no answer)."""
+        if len(batch) == 1:
+            try:
+                return [post(url, batch[0].data, content_type, keep_alive=self.keep_alive).status]
+            except OutboundError:
+                return [None]
+        if content_type == "application/json":  # intake deliveries: an IntakeBatch of the ready JSON
+            body = b'{"deliveries":[' + b",".join(r.data for r in batch) + b"]}"
+        else:  # onion packets, back to back
+            body = b"".join(r.data for r in batch)
+        try:
+            reply = post(
+                f"{url}/batch", body, content_type, max_bytes=BATCH_REPLY_CAP, keep_alive=self.keep_alive
+            )
+        except OutboundError:
+            return [None] * len(batch)
+        if reply.status != 200:
+            return [reply.status] * len(batch)
+        try:
+            results = BatchResults.model_validate_json(reply.body).results
+        except ValidationError:
+            results = ()
+        if len(results) != len(batch):  # not an answer for this batch: as if none came
+            self.count("batch answer malformed")
+            return [None] * len(batch)
+        return [r.status for r in results]
+
+    def _settle(self, batch: list[_Release], statuses: list[int | None]) -> None:
+        """Count what was taken; retry what may pass with backoff until its deadline; drop the rest.
 
         Unreachable, 5xx, 404 (a next hop that restarted and has not reloaded
         its round yet) and 429 are retried after ``min(2, 0.25 · 2^attempt)``
-        seconds while that is before ``deadline``; any other refusal is final.
-        What is finally not delivered is counted ``"<what> lost"``.
+        seconds while that is before the deadline; any other refusal is final.
+        What is finally not delivered is counted ``"<what> lost"``. The held
+        rows of everything taken or lost are deleted in one transaction.
         """
-        try:
-            reply = post(url, data, content_type)
-            status: int | None = reply.status
-        except OutboundError:
-            status = None
-        if status is not None and status < 300:
-            self.count(what)
-            if attempt:
-                self.count(f"{what} after retry")
-            self._unhold(held)
-            return
-        when = time.time() + retry_delay(attempt)
-        if retriable(status) and when < deadline:
-            self.count(f"{what} retried")
-            self.dispatcher.at(
-                when, lambda: self._send(url, data, content_type, what, deadline, attempt + 1, held=held)
-            )
-            return
-        self.count(f"{what} failed" if status is None else f"{what} refused ({status})")
-        self.count(f"{what} lost")
-        self._unhold(held)
-
-    def _unhold(self, held: int | None) -> None:
-        if held is not None and self.db is not None:
-            self.db.unhold(held)
+        done: list[int] = []
+        for release, status in zip(batch, statuses, strict=True):
+            what = release.what
+            if status is not None and status < 300:
+                self.count(what)
+                if release.attempt:
+                    self.count(f"{what} after retry")
+            else:
+                when = time.time() + retry_delay(release.attempt)
+                if retriable(status) and when < release.deadline:
+                    self.count(f"{what} retried")
+                    again = replace(release, attempt=release.attempt + 1)
+                    self.dispatcher.at(when, lambda rel=again: self._due(rel))
+                    continue
+                self.count(f"{what} failed" if status is None else f"{what} refused ({status})")
+                self.count(f"{what} lost")
+            if release.held is not None:
+                done.append(release.held)
+        if self.db is not None:
+            self.db.unhold_many(done)
 
     def _reject(self, reason: str, status: int, detail: str) -> RelayOutcome:
         self.count(f"rejected: {reason}")

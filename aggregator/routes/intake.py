@@ -23,6 +23,23 @@ relay of an onion route. Checks, in order, each with its own refusal:
    what :meth:`~anonml.crypto.TokenVerifier.redeem` does, with the spend
    inside the report's transaction. Either both are stored or neither.
 
+``POST /intake/batch`` takes an :class:`~anonml.protocol.IntakeBatch` (at most
+:data:`~anonml.protocol.MAX_BATCH_ITEMS` deliveries; a last-hop relay sends
+every delivery due at its release time in one): each delivery goes through
+the same checks 1–5 independently of the others, and the answer
+(:class:`~anonml.protocol.BatchResults`, 200) gives each the status and
+detail its own ``POST /intake`` would have got — 201 when stored, the same
+refusal otherwise, counted under the same reason — so one bad or replayed
+report never sinks the others and a batch says nothing a single request
+would not. A token used twice within one batch is stored once (the second
+is a 409 duplicate, like across batches). Every stored report and every
+refusal of the batch is written in ONE transaction: the staged rows (each
+one token + its report, so each is still all or nothing), then the phase of
+each problem read as above (a problem closed meanwhile has this batch's rows
+removed again and its items answered 409), then the refusal counters.
+Only a body that is no batch is refused as a whole: 413 over the body cap
+(the app's middleware), 422 for a wrong shape, no items or too many.
+
 The staged row has a random key and no time, address or token-issuance
 reference; when the round closes the staged rows move to ``reports`` and
 ``spent_tokens`` in random order (:func:`aggregator.db.settle_reports`).
@@ -33,10 +50,11 @@ from __future__ import annotations
 
 import math
 import time
+from collections import defaultdict
 
 from fastapi import APIRouter, HTTPException
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import delete, select, tuple_
 from sqlalchemy.orm import Session
 
 from aggregator.db import ProblemRow, StagedReportRow, new_report_id
@@ -48,43 +66,63 @@ from anonml.crypto import (
     Redemption,
     TokenSpent,
 )
-from anonml.crypto.spent import SpentTokenRow, insert_once
+from anonml.crypto.spent import SpentTokenRow, insert_many_once
 from anonml.learn.histograms import domain_size
 from anonml.privacy import check_support
 from anonml.protocol import (
     MODEL_PHASES,
+    BatchResults,
+    IntakeBatch,
     IntakeDelivery,
     IntakeReceipt,
+    ItemResult,
     PrivateReport,
     ReportReceipts,
     report_slot,
 )
 
-__all__ = ["router", "check_report", "receipts"]
+__all__ = ["router", "check_report", "receipts", "intake_batch"]
 
 router = APIRouter(tags=["intake"])
 
 
-def _stage(session: Session, key_id: bytes, slot: bytes, nonce: bytes, report: PrivateReport) -> None:
-    """Insert the staged (token, report) row; :class:`TokenSpent` if the token was used already."""
-    values = {
-        "id": new_report_id(),
-        "problem_id": report.problem_id,
-        "key_id": key_id,
-        "slot": slot,
-        "nonce": nonce,
-        "partition": report.partition,
-        "subset": report.subset,
-        "mechanism_json": report.mechanism.model_dump_json(),
-        "bits": bytes(report.bits),
+def _stage_many(session: Session, items: list[tuple[bytes, Redemption, PrivateReport]]) -> list[bytes | None]:
+    """Insert the staged (token, report) rows of ``(key id, redemption, report)`` items; per item its
+    row id, or None if its token was used already — before, or earlier among ``items``.
+
+    Staged tokens are refused by the staging table's unique (key, slot, nonce)
+    constraint (one multi-row ``INSERT … ON CONFLICT DO NOTHING``); settled ones
+    (after the round, which the phase check refuses anyway) by one read of
+    ``spent_tokens``; repeats within ``items`` here, the first one kept.
+    """
+    tokens = [(key_id, r.slot, r.nonce) for key_id, r, _ in items]
+    columns = (SpentTokenRow.key_id, SpentTokenRow.slot, SpentTokenRow.nonce)
+    settled = {
+        tuple(row) for row in session.execute(select(*columns).where(tuple_(*columns).in_(set(tokens))))
     }
-    settled = select(SpentTokenRow.nonce).where(
-        SpentTokenRow.key_id == key_id, SpentTokenRow.slot == slot, SpentTokenRow.nonce == nonce
-    )
-    # Staged tokens are refused by the staging table's unique (key, slot, nonce) constraint;
-    # settled ones (after the round, which the phase check refuses anyway) by this read.
-    if session.scalars(settled).first() is not None or not insert_once(session, StagedReportRow, values):
-        raise TokenSpent("token already redeemed")
+    fresh: dict[tuple[bytes, bytes, bytes], int] = {}
+    for i, token in enumerate(tokens):
+        if token not in settled and token not in fresh:
+            fresh[token] = i
+    rows = [
+        {
+            "id": new_report_id(),
+            "problem_id": items[i][2].problem_id,
+            "key_id": key_id,
+            "slot": slot,
+            "nonce": nonce,
+            "partition": items[i][2].partition,
+            "subset": items[i][2].subset,
+            "mechanism_json": items[i][2].mechanism.model_dump_json(),
+            "bits": bytes(items[i][2].bits),
+        }
+        for (key_id, slot, nonce), i in fresh.items()
+    ]
+    ids: list[bytes | None] = [None] * len(items)
+    for row, stored in zip(rows, insert_many_once(session, StagedReportRow, rows), strict=True):
+        if stored:
+            ids[fresh[(row["key_id"], row["slot"], row["nonce"])]] = row["id"]
+    return ids
 
 
 def check_report(ctx: ProblemContext, report: PrivateReport) -> None:
@@ -114,8 +152,11 @@ def check_report(ctx: ProblemContext, report: PrivateReport) -> None:
 @router.post("/intake", status_code=201, response_model=IntakeReceipt)
 def intake(body: IntakeDelivery, state: StateDep, session: SessionDep) -> IntakeReceipt:
     """Redeem the token and store the report, atomically."""
-    with session.begin():  # reads only: refusals here hold no write lock
-        redemption, report, ctx = _checked(body, state, session)
+    try:
+        with session.begin():  # reads only: refusals here hold no write lock
+            redemption, report, ctx = _checked(body, state, session)
+    except _Refusal as refusal:
+        raise refusal.counted(state) from None
     pid = report.problem_id
     try:
         # MAC first (403 if it fails), then the spend: the staged row's insert against
@@ -126,19 +167,64 @@ def intake(body: IntakeDelivery, state: StateDep, session: SessionDep) -> Intake
             # is current and the end of the round (which flips the phase and settles the
             # staged rows in its own write) cannot miss a row committed here;
             # elsewhere FOR SHARE orders us against it.
-            _stage(session, ctx.token_key.key_id, redemption.slot, redemption.nonce, report)
-            phase = session.scalar(
-                select(ProblemRow.phase).where(ProblemRow.id == pid).with_for_update(read=True)
-            )
-            if phase != "reporting":
-                raise _Closed(f"problem {pid} is in phase {phase}; the report round is closed")
+            if _stage_many(session, [(ctx.token_key.key_id, redemption, report)]) == [None]:
+                raise TokenSpent("token already redeemed")
+            closed = _closed(session, pid)
+            if closed is not None:
+                raise closed
     except TokenSpent:
-        raise state.refuse(pid, "duplicate token", 409, "token already redeemed", intake=True) from None
+        raise _duplicate(pid).counted(state) from None
     except InvalidToken as exc:
-        raise state.refuse(pid, "bad token", 403, str(exc), intake=True) from None
-    except _Closed as exc:
-        raise state.refuse(pid, "wrong phase", 409, str(exc), intake=True) from None
+        raise _bad_token(pid, exc).counted(state) from None
+    except _Refusal as refusal:
+        raise refusal.counted(state) from None
     return IntakeReceipt(accepted=True)
+
+
+@router.post("/intake/batch", response_model=BatchResults)
+def intake_batch(body: IntakeBatch, state: StateDep, session: SessionDep) -> BatchResults:
+    """Check and store many deliveries, each on its own; one transaction for all (module docstring)."""
+    results: list[ItemResult] = [_STORED] * len(body.deliveries)
+    refused: list[_Refusal] = []
+    passed: list[tuple[int, Redemption, PrivateReport, ProblemContext]] = []
+
+    def refuse(index: int, refusal: _Refusal) -> None:
+        results[index] = ItemResult(status=refusal.status, detail=refusal.detail)
+        refused.append(refusal)
+
+    with session.begin():  # reads and the MAC checks: no write lock held meanwhile
+        for i, delivery in enumerate(body.deliveries):
+            try:
+                redemption, report, ctx = _checked(delivery, state, session)
+                ctx.verifier.check(redemption, bytes(delivery.report))
+            except _Refusal as refusal:
+                refuse(i, refusal)
+                continue
+            except InvalidToken as exc:
+                refuse(i, _bad_token(report.problem_id, exc))
+                continue
+            passed.append((i, redemption, report, ctx))
+    with session.begin():
+        staged: defaultdict[str, list[tuple[int, bytes]]] = defaultdict(list)
+        row_ids = _stage_many(
+            session, [(ctx.token_key.key_id, red, report) for _, red, report, ctx in passed]
+        )
+        for (i, _, report, _), row_id in zip(passed, row_ids, strict=True):
+            if row_id is None:  # spent before, or earlier in this batch
+                refuse(i, _duplicate(report.problem_id))
+            else:
+                staged[report.problem_id].append((i, row_id))
+        for pid, rows in staged.items():  # after the spends: see the single route for the order
+            closed = _closed(session, pid)
+            if closed is None:
+                continue
+            ids = [row_id for _, row_id in rows]
+            session.execute(delete(StagedReportRow).where(StagedReportRow.id.in_(ids)))
+            for i, _ in rows:
+                refuse(i, closed)
+        for refusal in refused:
+            state.count_refusal(session, refusal.problem_id, refusal.reason, intake=refusal.intake)
+    return BatchResults(results=tuple(results))
 
 
 @router.get("/problems/{problem_id}/receipts", response_model=ReportReceipts)
@@ -168,33 +254,31 @@ def _checked(
     try:
         redemption = Redemption.from_bytes(bytes(body.redemption))
     except CryptoError as exc:
-        raise state.refuse("", "malformed", 400, f"redemption does not decode: {exc}") from None
+        raise _Refusal("", "malformed", 400, f"redemption does not decode: {exc}") from None
     try:
         report = PrivateReport.from_bytes(bytes(body.report))
     except ValidationError as exc:
-        raise state.refuse(
+        raise _Refusal(
             "", "malformed", 422, f"report is not a PrivateReport: {exc.errors()[0]['msg']}"
         ) from None
     ctx = state.context(report.problem_id, session)
     if ctx is None:
-        raise state.refuse("", "unknown problem", 404, f"no problem {report.problem_id!r}")
+        raise _Refusal("", "unknown problem", 404, f"no problem {report.problem_id!r}")
     pid = report.problem_id
     if ctx.bins is None or ctx.plan is None:
-        raise state.refuse(pid, "wrong phase", 409, f"problem {pid} has no open report round", intake=True)
+        raise _Refusal(pid, "wrong phase", 409, f"problem {pid} has no open report round", intake=True)
     if time.time() > ctx.bins.t_r + state.settings.intake_grace_seconds:
-        raise state.refuse(
+        raise _Refusal(
             pid, "late", 409, f"the report round of {pid} ended at t_r={ctx.bins.t_r:.3f}", intake=True
         )
     try:
         check_report(ctx, report)
     except _OutOfSupport as exc:
-        raise state.refuse(
+        raise _Refusal(
             pid, "out of support", 422, f"report is not a mechanism output: {exc}", intake=True
         ) from None
     except ValueError as exc:
-        raise state.refuse(
-            pid, "malformed", 422, f"report does not fit the plan: {exc}", intake=True
-        ) from None
+        raise _Refusal(pid, "malformed", 422, f"report does not fit the plan: {exc}", intake=True) from None
     _check_slot(state, ctx, redemption, report)
     return redemption, report, ctx
 
@@ -208,7 +292,7 @@ def _check_slot(
     if slot == report_slot(pid, report.partition, report.subset):
         return
     if any(slot == report_slot(pid, p, report.subset) for p in range(draft.kp)):
-        raise state.refuse(
+        raise _Refusal(
             pid,
             "wrong partition",
             403,
@@ -216,21 +300,59 @@ def _check_slot(
             intake=True,
         )
     if any(slot == report_slot(pid, report.partition, k) for k in range(draft.kh)):
-        raise state.refuse(
+        raise _Refusal(
             pid,
             "wrong slot",
             403,
             f"the token was issued for another subset than {report.subset}",
             intake=True,
         )
-    raise state.refuse(
+    raise _Refusal(
         pid, "foreign token", 403, "the token is for a slot of another problem or round", intake=True
     )
+
+
+def _closed(session: Session, pid: str) -> _Refusal | None:
+    """The refusal for a problem whose report round closed, read FOR SHARE (None while open)."""
+    phase = session.scalar(select(ProblemRow.phase).where(ProblemRow.id == pid).with_for_update(read=True))
+    if phase == "reporting":
+        return None
+    return _Refusal(
+        pid, "wrong phase", 409, f"problem {pid} is in phase {phase}; the report round is closed", intake=True
+    )
+
+
+def _duplicate(pid: str) -> _Refusal:
+    return _Refusal(pid, "duplicate token", 409, "token already redeemed", intake=True)
+
+
+def _bad_token(pid: str, exc: InvalidToken) -> _Refusal:
+    return _Refusal(pid, "bad token", 403, str(exc), intake=True)
 
 
 class _OutOfSupport(ValueError):
     """The bits are not an output of the declared mechanism."""
 
 
-class _Closed(Exception):
-    """The report round closed while this delivery was being stored (rolled back)."""
+class _Refusal(Exception):
+    """A delivery refused: its problem, counted reason, HTTP status and detail.
+
+    ``intake``: counted among the problem's intake refusals
+    (:data:`aggregator.state.INTAKE_REFUSAL`); without it (a delivery that
+    names no known problem) under its bare reason.
+    """
+
+    def __init__(
+        self, problem_id: str, reason: str, status: int, detail: str, *, intake: bool = False
+    ) -> None:
+        super().__init__(detail)
+        self.problem_id, self.reason, self.status, self.detail = problem_id, reason, status, detail
+        self.intake = intake
+
+    def counted(self, state: AggregatorState) -> HTTPException:
+        """Count it (own short transaction) and return the HTTP error a single delivery gets."""
+        return state.refuse(self.problem_id, self.reason, self.status, self.detail, intake=self.intake)
+
+
+#: What a stored delivery of a batch gets: the status of ``POST /intake``'s receipt.
+_STORED = ItemResult(status=201, detail="")

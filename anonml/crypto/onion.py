@@ -293,6 +293,11 @@ class ReplayCache:
                 raise ReplayedPacket("packet already processed in this round (replay)")
             self._tags.add(tag)
 
+    def discard(self, tag: bytes) -> None:
+        """Forget ``tag`` (a relay that could not keep the packet it came with: it may come again)."""
+        with self._lock:
+            self._tags.discard(tag)
+
     def clear(self) -> None:
         with self._lock:
             self._tags.clear()

@@ -47,6 +47,7 @@ __all__ = [
     "record_spent",
     "record_issuance",
     "insert_once",
+    "insert_many_once",
 ]
 
 _KEY_ID_SIZE = 32
@@ -180,6 +181,18 @@ def create_crypto_tables(engine: Engine) -> None:
     CryptoBase.metadata.create_all(engine)
 
 
+def _upsert_dialect(session: Session):  # noqa: ANN202 - the dialect's insert construct
+    """The dialect's ``insert`` with ``ON CONFLICT`` (SQLite, PostgreSQL), or None."""
+    dialect = session.get_bind().dialect.name
+    if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    elif dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        return None
+    return dialect_insert
+
+
 def insert_once(session: Session, table: type[CryptoBase], values: dict) -> bool:
     """Insert ``values`` unless the unique constraint already holds them; True if inserted.
 
@@ -189,21 +202,42 @@ def insert_once(session: Session, table: type[CryptoBase], values: dict) -> bool
     rows). No exception, so the session stays usable; other dialects use a
     SAVEPOINT around a plain insert.
     """
-    dialect = session.get_bind().dialect.name
-    if dialect in ("sqlite", "postgresql"):
-        if dialect == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    return insert_many_once(session, table, [values])[0]
+
+
+def insert_many_once(session: Session, table: type, rows: list[dict]) -> list[bool]:
+    """Insert each of ``rows`` unless a unique constraint already holds it; per row, whether it was.
+
+    One statement on SQLite and PostgreSQL: a multi-row ``INSERT … ON
+    CONFLICT DO NOTHING RETURNING`` the primary key, so each row is inserted
+    or skipped on its own, atomically against concurrent writers, and the
+    rows that come back are exactly those inserted (matched by primary key,
+    which must be given and distinct among several ``rows``). Elsewhere one
+    SAVEPOINT per row.
+    ``table`` is any declarative class (the intake stages reports with it).
+    """
+    if not rows:
+        return []
+    dialect_insert = _upsert_dialect(session)
+    key = tuple(table.__table__.primary_key.columns)
+    if dialect_insert is not None:
+        # Core (not the ORM's bulk path), executemany: SQLAlchemy sends it as multi-row
+        # VALUES ("insertmanyvalues") from one cached compiled statement.
+        stmt = dialect_insert(table.__table__).on_conflict_do_nothing().returning(*key)
+        inserted = {tuple(row) for row in session.execute(stmt, rows)}
+        if len(rows) == 1:  # its key may be generated (an autoincrement id): any row back is it
+            return [bool(inserted)]
+        return [tuple(values[c.key] for c in key) in inserted for values in rows]
+    done = []
+    for values in rows:
+        try:
+            with session.begin_nested():
+                session.execute(insert(table).values(**values))
+        except IntegrityError:
+            done.append(False)
         else:
-            from sqlalchemy.dialects.postgresql import insert as dialect_insert
-        key = tuple(table.__table__.primary_key.columns)
-        stmt = dialect_insert(table).values(**values).on_conflict_do_nothing().returning(*key)
-        return session.execute(stmt).first() is not None
-    try:
-        with session.begin_nested():
-            session.execute(insert(table).values(**values))
-    except IntegrityError:
-        return False
-    return True
+            done.append(True)
+    return done
 
 
 def record_spent(session: Session, key_id: bytes, slot: bytes, nonce: bytes) -> None:

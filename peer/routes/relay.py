@@ -6,6 +6,11 @@
     refused with 413 before it is read in full, a shorter one with 400 — both
     before any cryptography (:mod:`peer.relay`). Every accepted packet gets
     the same empty 202, whatever it was (held, delivered, cover).
+``POST /relay/{node}/batch``
+    Up to ``MAX_BATCH_ITEMS`` packets back to back (what a relay releases to
+    this node at once): a :class:`~anonml.protocol.BatchResults` with, per
+    packet, what its own request would have got; 413 over the cap, 422 if
+    the body is not a whole number of packets. One thread hop per batch.
 ``GET /relay/{node}/roster/{problem_id}``
     The identity's signed :class:`~anonml.protocol.RosterWitness` (404 until
     it has checked that roster): how other members compare fingerprints.
@@ -17,33 +22,64 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from anonml.crypto import PACKET_SIZE
-from anonml.protocol import RosterWitness
+from anonml.protocol import MAX_BATCH_ITEMS, BatchResults, ItemResult, RosterWitness
 from peer.deps import HostDep, NodeDep, hosted_node
+from peer.host import PeerHost
 
 router = APIRouter(prefix="/relay", tags=["relay"])
 
 _TOO_LARGE = f"a packet is exactly {PACKET_SIZE} bytes"
+_BATCH_CAP = MAX_BATCH_ITEMS * PACKET_SIZE
+_BATCH_TOO_LARGE = f"a batch is at most {MAX_BATCH_ITEMS} packets of {PACKET_SIZE} bytes ({_BATCH_CAP} bytes)"
+
+
+async def _body(node: str, request: Request, host: PeerHost, cap: int, too_large: str) -> tuple[bytes, bytes]:
+    """The hosted node's id and the request body, refused with 413 once over ``cap`` (declared or read)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > cap):
+        host.relay.count("rejected: wrong size")
+        raise HTTPException(status_code=413, detail=too_large)
+    node_id = hosted_node(node, host)  # after the size check: an oversized body is refused unread
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > cap:
+            host.relay.count("rejected: wrong size")
+            raise HTTPException(status_code=413, detail=too_large)
+    return node_id, bytes(body)
 
 
 @router.post("/{node}", status_code=202)
 async def relay(node: str, request: Request, host: HostDep) -> Response:
     """Take one onion packet for ``node`` (raw bytes, exactly PACKET_SIZE)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > PACKET_SIZE):
-        host.relay.count("rejected: wrong size")
-        raise HTTPException(status_code=413, detail=_TOO_LARGE)
-    node_id = hosted_node(node, host)  # after the size check: an oversized body is refused unread
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > PACKET_SIZE:
-            host.relay.count("rejected: wrong size")
-            raise HTTPException(status_code=413, detail=_TOO_LARGE)
+    node_id, body = await _body(node, request, host, PACKET_SIZE, _TOO_LARGE)
     # Peeling and the state DB writes (held packet, replay tag) run off the event loop.
-    outcome = await run_in_threadpool(host.relay.handle, node_id, bytes(body))
+    outcome = await run_in_threadpool(host.relay.handle, node_id, body)
     if outcome.status >= 300:
         raise HTTPException(status_code=outcome.status, detail=outcome.detail)
     return Response(status_code=202)  # the same empty answer for every accepted packet
+
+
+@router.post("/{node}/batch", response_model=BatchResults)
+async def relay_batch(node: str, request: Request, host: HostDep) -> BatchResults:
+    """Take 1 … MAX_BATCH_ITEMS onion packets for ``node``, back to back; a result per packet.
+
+    Each packet gets the status and detail its own ``POST /relay/{node}``
+    would have got (202 and no detail for every accepted one). Refused as a
+    whole: a body over the cap (413) or not a whole, non-zero number of
+    packets (422).
+    """
+    node_id, body = await _body(node, request, host, _BATCH_CAP, _BATCH_TOO_LARGE)
+    if not body or len(body) % PACKET_SIZE:
+        host.relay.count("rejected: wrong size")
+        raise HTTPException(
+            status_code=422,
+            detail=f"a batch is 1 to {MAX_BATCH_ITEMS} whole packets of {PACKET_SIZE} bytes, "
+            f"got {len(body)} bytes",
+        )
+    packets = [body[i : i + PACKET_SIZE] for i in range(0, len(body), PACKET_SIZE)]
+    outcomes = await run_in_threadpool(host.relay.handle_many, node_id, packets)  # one thread hop
+    return BatchResults(results=tuple(ItemResult(status=o.status, detail=o.detail) for o in outcomes))
 
 
 @router.get("/{node}/roster/{problem_id}", response_model=RosterWitness)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -25,6 +26,7 @@ from anonml.crypto import (
     build_packet,
 )
 from anonml.privacy import PrivacyLedger
+from anonml.protocol import BatchResults, IntakeBatch, ItemResult
 from anonml.store import EventStore
 from peer.app import start_peer_server
 from peer.db import PeerDB
@@ -44,6 +46,8 @@ class Capture:
     url: str = ""
     received: list[tuple[float, str, bytes]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    requests: list[str] = field(default_factory=list)  # the path of every request, in order
+    hold_first: threading.Event | None = None  # if set: the first request waits for it
 
     def app(self) -> FastAPI:
         app = FastAPI()
@@ -52,8 +56,27 @@ class Capture:
         async def take(path: str, request: Request) -> Response:
             body = await request.body()
             with self.lock:
-                self.received.append((time.time(), path, body))
-            return Response(status_code=201)
+                self.requests.append(path)
+                first = len(self.requests) == 1
+            while first and self.hold_first is not None and not self.hold_first.is_set():
+                await asyncio.sleep(0.01)
+            now = time.time()
+            if not path.endswith("/batch"):
+                with self.lock:
+                    self.received.append((now, path, body))
+                return Response(status_code=201)
+            # A batch: what each item would have been alone, and a result per item.
+            path = path.removesuffix("/batch")
+            if path.startswith("relay/"):
+                items = [body[i : i + PACKET_SIZE] for i in range(0, len(body), PACKET_SIZE)]
+            else:
+                items = [
+                    d.model_dump_json().encode() for d in IntakeBatch.model_validate_json(body).deliveries
+                ]
+            with self.lock:
+                self.received.extend((now, path, item) for item in items)
+            answer = BatchResults(results=tuple(ItemResult(status=201) for _ in items))
+            return Response(answer.model_dump_json(), media_type="application/json")
 
         return app
 
