@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import IO, Annotated, Any
@@ -27,6 +27,8 @@ __all__ = [
     "open_text",
     "head",
     "iter_json_lines",
+    "iter_line_chunks",
+    "json_values",
     "load_json",
     "parse_timestamp",
     "resolve_timezone",
@@ -89,24 +91,52 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
     Line numbers are 1-based. The caller yields the ``RecordError`` on so the
     import can abort or skip it.
     """
+    for first_line, lines in iter_line_chunks(path):
+        yield from json_values(path, lines, first_line)
+
+
+def json_values(path: Path, lines: Sequence[str], first_line: int) -> Iterator[tuple[int, Any]]:
+    """:func:`iter_json_lines` over a run of ``lines`` whose first is line ``first_line`` of ``path``."""
+    for lineno, line in enumerate(lines, first_line):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, parse_json(line)
+        except json.JSONDecodeError as exc:
+            yield lineno, RecordError(path, lineno, f"invalid JSON: {exc.msg}")
+
+
+def iter_line_chunks(path: Path, size: int = 2000) -> Iterator[tuple[int, list[str]]]:
+    """``(number of the first line, up to size lines)`` for the whole (possibly gzipped) file.
+
+    The unit parallel parsing hands to a worker process (:mod:`anonml.parallel_import`);
+    memory stays at one chunk per consumer. An unreadable file, a non-UTF-8 byte
+    or a truncated gzip stream raises :class:`RecordError` naming the line
+    where reading stopped.
+    """
     try:
         fh = open_text(path)
     except OSError as exc:
         raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
     with fh:
-        lineno = 0
+        first, lines = 1, []
         try:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    yield lineno, parse_json(line)
-                except json.JSONDecodeError as exc:
-                    yield lineno, RecordError(path, lineno, f"invalid JSON: {exc.msg}")
-        except UnicodeDecodeError as exc:
-            raise RecordError(path, lineno + 1, f"not UTF-8 text: {exc.reason}") from None
-        except (OSError, EOFError) as exc:
-            raise RecordError(path, lineno + 1, f"cannot read: {exc}") from None
+            for line in fh:
+                lines.append(line)
+                if len(lines) == size:
+                    yield first, lines
+                    first, lines = first + size, []
+            if lines:
+                yield first, lines
+        except (UnicodeDecodeError, OSError, EOFError) as exc:
+            # The lines read whole come first (their own bad records are reported as
+            # they would be line by line), then the error at the line after them.
+            if lines:
+                yield first, lines
+            lineno = first + len(lines)
+            if isinstance(exc, UnicodeDecodeError):
+                raise RecordError(path, lineno, f"not UTF-8 text: {exc.reason}") from None
+            raise RecordError(path, lineno, f"cannot read: {exc}") from None
 
 
 def load_json(path: Path) -> Any:
