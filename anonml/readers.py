@@ -106,26 +106,29 @@ def json_values(path: Path, lines: Sequence[str], first_line: int) -> Iterator[t
             yield lineno, RecordError(path, lineno, f"invalid JSON: {exc.msg}")
 
 
-def iter_line_chunks(path: Path, size: int = 2000) -> Iterator[tuple[int, list[str]]]:
+def iter_line_chunks(
+    path: Path, size: int = 2000, *, first_size: int | None = None
+) -> Iterator[tuple[int, list[str]]]:
     """``(number of the first line, up to size lines)`` for the whole (possibly gzipped) file.
 
     The unit parallel parsing hands to a worker process (:mod:`anonml.parallel_import`);
-    memory stays at one chunk per consumer. An unreadable file, a non-UTF-8 byte
-    or a truncated gzip stream raises :class:`RecordError` naming the line
-    where reading stopped.
+    memory stays at one chunk per consumer. ``first_size`` makes the first
+    chunk shorter (the one parsed before the workers start). An unreadable
+    file, a non-UTF-8 byte or a truncated gzip stream raises
+    :class:`RecordError` naming the line where reading stopped.
     """
     try:
         fh = open_text(path)
     except OSError as exc:
         raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
     with fh:
-        first, lines = 1, []
+        first, lines, want = 1, [], first_size or size
         try:
             for line in fh:
                 lines.append(line)
-                if len(lines) == size:
+                if len(lines) == want:
                     yield first, lines
-                    first, lines = first + size, []
+                    first, lines, want = first + want, [], size
             if lines:
                 yield first, lines
         except (UnicodeDecodeError, OSError, EOFError) as exc:
