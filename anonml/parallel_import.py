@@ -2,23 +2,29 @@
 
 A :class:`~anonml.plugins.ChunkedImporter` parses runs of lines independently,
 so for a large file (:data:`PARALLEL_MIN_BYTES`) the import reads the file in
-chunks, hands each to one of ``workers`` forked processes, and stores the
-results in file order from the one process that holds the transaction:
+blocks of whole lines, hands each to one of ``workers`` forked processes, and
+stores the results in file order from the one process that holds the
+transaction:
 
-    reader (this process) ──lines──▶ workers: parse_chunk → event rows
+    reader (this process) ──bytes──▶ workers: decode, split, parse_chunk → event rows
                                         │
     writer (this process) ◀──rows───────┘  executemany, in file order
 
-Workers return ready ``events`` rows (:func:`anonml.store.event_row` tuples:
-strings and integers, cheap to hand over) rather than :class:`Event` objects.
-At most ``2 × workers`` chunks are in flight, so memory stays bounded by a
-few chunks whatever the file's size. Everything the serial import promises
-holds: the import is still one transaction of the one writer (workers never
-touch the store), a bad record still names its file and line and aborts the
-whole import unless bad records are skipped, and duplicates are still counted
-by the database's ``INSERT OR IGNORE``. The chunks before the one that
-establishes the file's format (normally only the first) are parsed in this
-process, so a file of another format fails exactly as it does serially.
+The reader does no per-line work (undecoded blocks cut after their last
+newline, :func:`~anonml.readers.iter_line_blocks`), and workers return ready
+``events`` rows (:func:`anonml.store.event_row` tuples: strings and integers,
+cheap to hand over) rather than :class:`Event` objects, so the writer's time
+goes to the database. At most three blocks per worker are in flight, so
+memory stays bounded by a few megabytes of blocks whatever the file's size.
+Everything the serial import promises holds: the import is still one
+transaction of the one writer (workers never touch the store), a bad record
+still names its file and line and aborts the whole import unless bad records
+are skipped, and duplicates are still counted by the database's
+``INSERT OR IGNORE``. The first block (64 KiB), and any after it until the
+file's format is established, is parsed in this process, so a file of
+another format fails exactly as it does serially. One difference: a
+non-UTF-8 byte is reported at the line that holds it, where the serial
+reader, which decodes 8 KiB at a time, may name an earlier line.
 
 Workers are forked (they inherit the importer; nothing is pickled but lines
 in and rows out) and die with the importing process: on Linux they ask the
@@ -43,14 +49,16 @@ from typing import Any
 from anonml.errors import RecordError
 from anonml.model import Event
 from anonml.plugins import ChunkedImporter, Importer
-from anonml.readers import iter_line_chunks
+from anonml.readers import block_lines, iter_line_blocks
 
 __all__ = ["PARALLEL_MIN_BYTES", "ChunkRows", "default_workers", "use_parallel", "parallel_chunk_rows"]
 
 #: Files smaller than this are parsed in the importing process (a worker pool costs ~10 ms to start).
 PARALLEL_MIN_BYTES = 4 << 20
 _MAX_WORKERS = 8
-_FIRST_LINES = 100  # parsed here, for the format check, before the workers start
+_BLOCK_BYTES = 1 << 20  # about 2,500 edX lines per hand-over
+_FIRST_BYTES = 1 << 16  # parsed here, for the format check, before the workers start
+_IN_FLIGHT_PER_WORKER = 3
 _PR_SET_PDEATHSIG = 1
 
 
@@ -121,25 +129,26 @@ def _init_worker(
             os._exit(1)
 
 
-def _parse_in_worker(lines: list[str], first_line: int) -> ChunkRows:
+def _parse_in_worker(block: bytes, first_line: int) -> ChunkRows:
     assert _job is not None, "worker not initialised"
     importer, path, user, fallback, import_id = _job
-    return _chunk_rows(importer, path, lines, first_line, True, user, fallback, import_id)
+    return _chunk_rows(importer, path, block, first_line, True, user, fallback, import_id)
 
 
 def _chunk_rows(
     importer: ChunkedImporter,
     path: Path,
-    lines: list[str],
+    block: bytes,
     first_line: int,
     opened: bool,
     user: str | None,
     fallback: str,
     import_id: int,
 ) -> ChunkRows:
+    lines, unreadable = block_lines(path, block, first_line)
     chunk = importer.parse_chunk(path, lines, first_line, opened=opened)
     out = rows_of(chunk.items, user, fallback, import_id)
-    out.fatal, out.opened, out.state = chunk.fatal, chunk.opened, chunk.state
+    out.fatal, out.opened, out.state = chunk.fatal or unreadable, chunk.opened, chunk.state
     return out
 
 
@@ -160,10 +169,10 @@ def parallel_chunk_rows(
     the iterator early terminates the workers.
     """
     importer.start_chunks(path)
-    chunks = iter_line_chunks(path, importer.chunk_lines, first_size=_FIRST_LINES)
+    chunks = iter_line_blocks(path, _BLOCK_BYTES, first_size=_FIRST_BYTES)
     opened = False
-    for first_line, lines in chunks:  # until the format is established: here, as serially
-        result = _chunk_rows(importer, path, lines, first_line, opened, user, fallback, import_id)
+    for first_line, block in chunks:  # until the format is established: here, as serially
+        result = _chunk_rows(importer, path, block, first_line, opened, user, fallback, import_id)
         if result.fatal is None:
             importer.merge_chunk(path, result.state)
         yield result
@@ -176,9 +185,9 @@ def parallel_chunk_rows(
             workers, initializer=_init_worker, initargs=(importer, path, user, fallback, import_id)
         ) as pool:
             pending: deque = deque()
-            for first_line, lines in chunks:
-                pending.append(pool.apply_async(_parse_in_worker, (lines, first_line)))
-                if len(pending) >= 2 * workers:  # bounded: memory is a few chunks
+            for first_line, block in chunks:
+                pending.append(pool.apply_async(_parse_in_worker, (block, first_line)))
+                if len(pending) >= _IN_FLIGHT_PER_WORKER * workers:  # bounded: memory is a few blocks
                     yield _merged(importer, path, pending.popleft().get())
             while pending:
                 yield _merged(importer, path, pending.popleft().get())

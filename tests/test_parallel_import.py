@@ -3,6 +3,7 @@ one transaction, and no worker outliving a killed import."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ import pytest
 from anonml import parallel_import
 from anonml.datasets.mooc import simulate_students
 from anonml.errors import RecordError
+from anonml.readers import block_lines, iter_line_blocks, open_text
 from anonml.store import EventStore
 from importers.edx import EdxImporter
 
@@ -27,9 +29,10 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every file goes to the workers, in chunks of 50 lines: many chunks from a small log."""
+    """Every file goes to the workers, in blocks of about 4 KiB: many blocks from a small log."""
     monkeypatch.setattr(parallel_import, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(EdxImporter, "chunk_lines", 50)
+    monkeypatch.setattr(parallel_import, "_FIRST_BYTES", 2048)
+    monkeypatch.setattr(parallel_import, "_BLOCK_BYTES", 4096)
 
 
 def _course_log(path: Path, students: int = 12, seed: int = 3) -> Path:
@@ -142,7 +145,7 @@ from anonml import parallel_import
 from anonml.store import EventStore
 from importers.edx import EdxImporter
 parallel_import.PARALLEL_MIN_BYTES = 0
-EdxImporter.chunk_lines = 20
+parallel_import._BLOCK_BYTES = 8192
 store = EventStore("sqlite:///" + sys.argv[2])
 print("ready", flush=True)
 store.import_file(Path(sys.argv[1]), EdxImporter(), workers=2)
@@ -199,3 +202,31 @@ def test_a_killed_import_leaves_no_workers_and_no_events(tmp_path: Path) -> None
         assert con.execute("select count(*) from events").fetchone() == (0,)
         assert con.execute("pragma integrity_check").fetchone() == ("ok",)
     assert EventStore(f"sqlite:///{db}").count() == 0
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+@pytest.mark.parametrize("size", [1, 5, 64, 1 << 20])
+def test_line_blocks_split_and_number_lines_as_text_mode_does(
+    tmp_path: Path, gzipped: bool, size: int
+) -> None:
+    """\\n, \\r\\n and a lone \\r all end lines; a last line without an end still counts."""
+    raw = "a\nbé\r\nc\rd\n\n\r\ne ü\r\n\r\rf".encode()
+    path = tmp_path / ("x.gz" if gzipped else "x.txt")
+    path.write_bytes(gzip.compress(raw) if gzipped else raw)
+    with open_text(path) as fh:
+        expected = list(enumerate(fh, 1))
+    got = []
+    for first, block in iter_line_blocks(path, size, first_size=3):
+        lines, error = block_lines(path, block, first)
+        assert error is None
+        got.extend(enumerate(lines, first))
+    assert got == expected
+
+
+def test_a_non_utf8_byte_ends_its_block_at_the_line_that_holds_it(tmp_path: Path) -> None:
+    path = tmp_path / "x.log"
+    path.write_bytes(b'{"a": 1}\n{"b": 2}\r\n{"c": "\xff"}\n{"d": 4}\n')
+    ((first, block),) = iter_line_blocks(path)
+    lines, error = block_lines(path, block, first)
+    assert lines == ['{"a": 1}\n', '{"b": 2}\r\n']
+    assert str(error) == f"{path}:3: not UTF-8 text: invalid start byte"
