@@ -36,6 +36,7 @@ store as it was. Where ``fork`` is unavailable the import runs serially.
 from __future__ import annotations
 
 import ctypes
+import marshal
 import multiprocessing
 import os
 import signal
@@ -129,10 +130,14 @@ def _init_worker(
             os._exit(1)
 
 
-def _parse_in_worker(block: bytes, first_line: int) -> ChunkRows:
+def _parse_in_worker(block: bytes, first_line: int) -> tuple[bytes, ChunkRows]:
+    """The block's rows, marshalled (tuples of str, int and None: marshal writes and reads them
+    about twice as fast as pickle), and the rest of its :class:`ChunkRows`."""
     assert _job is not None, "worker not initialised"
     importer, path, user, fallback, import_id = _job
-    return _chunk_rows(importer, path, block, first_line, True, user, fallback, import_id)
+    result = _chunk_rows(importer, path, block, first_line, True, user, fallback, import_id)
+    packed, result.rows = marshal.dumps(result.rows), []
+    return packed, result
 
 
 def _chunk_rows(
@@ -194,6 +199,8 @@ def parallel_chunk_rows(
     yield rows_of(importer.finish_chunks(path), user, fallback, import_id)
 
 
-def _merged(importer: ChunkedImporter, path: Path, result: ChunkRows) -> ChunkRows:
+def _merged(importer: ChunkedImporter, path: Path, answer: tuple[bytes, ChunkRows]) -> ChunkRows:
+    packed, result = answer
+    result.rows = marshal.loads(packed)  # written by our own worker just now
     importer.merge_chunk(path, result.state)
     return result
