@@ -143,25 +143,33 @@ import resource, sys
 from pathlib import Path
 from anonml.store import EventStore
 from importers.edx import EdxImporter
+def status(key):  # /proc/self/status, kB; VmHWM restarts at exec, unlike ru_maxrss
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
 store = EventStore("sqlite:///" + sys.argv[2])
+before = status("VmRSS")
 report = store.import_file(Path(sys.argv[1]), EdxImporter(), workers=int(sys.argv[3]))
 store.close()
-own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(own, child, report.inserted, report.duplicate)
+print(before, status("VmHWM"), child, report.inserted, report.duplicate)
 """
 
 
 def _peak_memory(log: Path, db: Path, workers: int) -> dict:
-    """Maximum RSS (MiB) of a fresh process importing ``log``, and of its largest worker."""
+    """Peak RSS (MiB) of a fresh process importing ``log`` (and its RSS before the import, with
+    the code loaded and the store open), and the largest worker's (which counts the pages it
+    shares with the writer since the fork)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     out = subprocess.run(
         [sys.executable, "-c", _MEMORY_PROBE, str(log), str(db), str(workers)],
         check=True, capture_output=True, text=True, env=env,
     ).stdout.split()
-    own, child, inserted, duplicate = (int(v) for v in out)
+    before, peak, child, inserted, duplicate = (int(v) for v in out)
     return {"file_mib": round(log.stat().st_size / 2**20, 1), "workers": workers,
-            "writer_max_rss_mib": round(own / 1024, 1), "largest_worker_max_rss_mib": round(child / 1024, 1),
+            "writer_rss_before_import_mib": round(before / 1024, 1),
+            "writer_peak_rss_mib": round(peak / 1024, 1),
+            "largest_worker_peak_rss_mib": round(child / 1024, 1),
             "inserted": inserted, "duplicate": duplicate}
 
 
@@ -357,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
           f"target {t['insert_ratio']}: {t['insert_ratio_met']}")
     for name, m in result["peak_memory"].items():
         print(f"peak memory, {name} ({m['file_mib']} MiB, {m['workers']} workers): writer "
-              f"{m['writer_max_rss_mib']} MiB, largest worker {m['largest_worker_max_rss_mib']} MiB")
+              f"{m['writer_peak_rss_mib']} MiB (before {m['writer_rss_before_import_mib']}), "
+              f"largest worker {m['largest_worker_peak_rss_mib']} MiB")
     for row in result["profile_top"]:
         print(f"  {row['tottime_share']:6.1%}  {row['function']}")
     print(f"wrote {args.out}")
