@@ -389,6 +389,8 @@ class EventStore:
         rolls back every file of the batch. Each file still gets its own
         provenance row and report. ``replace``, ``workers``: see :meth:`import_file`.
         """
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers must be a whole number of processes, at least 1; got {workers!r}")
         try:
             with self.session() as s, s.begin():
                 return [

@@ -230,3 +230,11 @@ def test_a_non_utf8_byte_ends_its_block_at_the_line_that_holds_it(tmp_path: Path
     lines, error = block_lines(path, block, first)
     assert lines == ['{"a": 1}\n', '{"b": 2}\r\n']
     assert str(error) == f"{path}:3: not UTF-8 text: invalid start byte"
+
+
+def test_a_nonsense_worker_count_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    store = EventStore(f"sqlite:///{tmp_path / 'events.db'}")
+    for bad in (0, -2, True, 1.5):
+        with pytest.raises(ValueError, match="workers must be a whole number of processes, at least 1"):
+            store.import_file(tmp_path / "absent.log", EdxImporter(), workers=bad)
+    assert store.imports() == []
