@@ -602,14 +602,9 @@ class EdxImporter(ChunkedImporter):
         if user is not None and not isinstance(user, str):
             raise _BadRecord(f"field 'username': expected a string, got {user!r}")
         user = (user or "").strip()
-        deferred = self._enrollment_learner_id(obj) is not None
-        if not user:
-            if not deferred:
-                state.dropped["blank username"] += 1
-            return None
-        if user.lower() == "anonymous":
-            if not deferred:
-                state.dropped["anonymous username"] += 1
+        if not user or user.lower() == "anonymous":
+            if self._enrollment_learner_id(obj) is None:  # not deferred: dropped
+                state.dropped["blank username" if not user else "anonymous username"] += 1
             return None
         if len(user) > _MAX_USER:
             raise _BadRecord(f"field 'username': longer than {_MAX_USER} characters")
