@@ -233,7 +233,7 @@ def prove_evaluation(
     rng: np.random.Generator | None = None,
 ) -> Proof:
     """One DLEQ proof that every ``Z_i`` is ``C_i`` evaluated with the pinned key and ``info_i``'s tweak
-    (one more variable-base multiplication per element, one fixed-base per request)."""
+    (one X25519 ladder per element and one fixed-base multiplication per request)."""
     tweaks = [key.tweak(info)[0] for info in infos]
     return generate_proof(
         key._sk, key.public_key.element, tweaks, blinded, evaluated, context=CONTEXT_STRING, rng=rng
