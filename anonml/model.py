@@ -77,6 +77,8 @@ class Text(str):
 
 def to_utc(value: datetime) -> datetime:
     """Return ``value`` converted to UTC; naive datetimes are refused, never guessed."""
+    if value.tzinfo is UTC:  # already UTC (what importers hand over): nothing to convert
+        return value
     if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
         raise ValueError(f"datetime {value.isoformat()} has no timezone; attach one explicitly")
     return value.astimezone(UTC)

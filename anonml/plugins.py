@@ -31,11 +31,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from anonml.errors import PluginError, PluginNotFound, RecordError
 from anonml.model import Dataset, Event, FeatureSpec
+from anonml.readers import iter_line_chunks
 
 __all__ = [
     "Plugin",
     "PluginParams",
     "Importer",
+    "ChunkedImporter",
+    "ParsedChunk",
     "Instancer",
     "Featurizer",
     "Instance",
@@ -124,6 +127,73 @@ class Importer(Plugin):
     @abc.abstractmethod
     def parse(self, path: Path) -> Iterator[Event | RecordError]:
         """Events of ``path``, with unreadable records yielded as ``RecordError``."""
+
+
+@dataclass(slots=True)
+class ParsedChunk:
+    """What :meth:`ChunkedImporter.parse_chunk` made of a run of lines.
+
+    ``items`` are the events and bad records in line order; ``fatal`` is a
+    :class:`~anonml.errors.RecordError` that ends the whole file after them
+    (the file is not of this format); ``opened`` says whether this chunk or an
+    earlier one established the format; ``state`` is the importer's own
+    summary of the chunk (picklable), merged in file order by
+    :meth:`ChunkedImporter.merge_chunk`.
+    """
+
+    items: list[Event | RecordError]
+    fatal: RecordError | None = None
+    opened: bool = True
+    state: Any = None
+
+
+class ChunkedImporter(Importer):
+    """An importer whose records are lines read independently (JSON lines, CSV rows).
+
+    Subclasses implement :meth:`parse_chunk`, a function of the lines alone, so
+    runs of lines can be parsed in worker processes while one writer stores
+    them (:mod:`anonml.parallel_import`); whatever must cross chunks (a name
+    learned on one line and used for another) goes in :attr:`ParsedChunk.state`,
+    is merged in file order in the importing process by :meth:`merge_chunk`,
+    and is used by :meth:`finish_chunks` once every line has been read.
+    :meth:`parse` runs the same steps in one process, so both paths give the
+    same events and errors in the same order.
+    """
+
+    #: Lines per chunk: large enough to amortise a hand-over between processes.
+    chunk_lines: ClassVar[int] = 2000
+
+    def parse(self, path: Path) -> Iterator[Event | RecordError]:
+        """Every chunk through :meth:`parse_chunk` in order, then :meth:`finish_chunks`."""
+        path = Path(path)
+        self.start_chunks(path)
+        opened = False
+        for first_line, lines in iter_line_chunks(path, self.chunk_lines):
+            chunk = self.parse_chunk(path, lines, first_line, opened=opened)
+            yield from chunk.items
+            if chunk.fatal is not None:
+                raise chunk.fatal
+            self.merge_chunk(path, chunk.state)
+            opened = chunk.opened
+        yield from self.finish_chunks(path)
+
+    @abc.abstractmethod
+    def parse_chunk(self, path: Path, lines: list[str], first_line: int, *, opened: bool) -> ParsedChunk:
+        """Parse ``lines`` (line ``first_line`` onwards of ``path``) without side effects.
+
+        ``opened`` is true when an earlier chunk established the file's format,
+        so this chunk needs no format check.
+        """
+
+    def start_chunks(self, path: Path) -> None:
+        """Reset what :meth:`merge_chunk` accumulates, before a file's first chunk."""
+
+    def merge_chunk(self, path: Path, state: Any) -> None:
+        """Fold one chunk's :attr:`ParsedChunk.state` in, in file order."""
+
+    def finish_chunks(self, path: Path) -> Iterator[Event | RecordError]:
+        """Records that could only be resolved once the whole file was read (none by default)."""
+        return iter(())
 
 
 @dataclass(frozen=True, slots=True)

@@ -708,9 +708,15 @@ class TokenBatchRequest(_Message):
 
 
 class TokenBatchResponse(_Message):
-    """Per slot: evaluated element ‖ DLEQ proof (32 + 64 bytes)."""
+    """One evaluated element per requested slot, in request order, and one DLEQ proof
+    (``c ‖ s``, 64 bytes) covering all of them (:mod:`anonml.crypto.dleq`)."""
 
-    responses: tuple[B64(96), ...]
+    evaluated: tuple[B64(32), ...] = Field(min_length=1, max_length=64)
+    proof: B64(64)
+
+    def wire(self) -> bytes:
+        """``Z_1 ‖ … ‖ Z_n ‖ c ‖ s``: what :func:`anonml.crypto.finalize_tokens` decodes and checks."""
+        return b"".join(bytes(z) for z in self.evaluated) + bytes(self.proof)
 
 
 class PrivateReport(_Message):

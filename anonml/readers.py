@@ -10,8 +10,9 @@ built-in and third-party importers behave alike.
 from __future__ import annotations
 
 import gzip
+import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import IO, Annotated, Any
@@ -27,6 +28,11 @@ __all__ = [
     "open_text",
     "head",
     "iter_json_lines",
+    "iter_line_chunks",
+    "iter_line_blocks",
+    "block_lines",
+    "open_bytes",
+    "json_values",
     "load_json",
     "parse_timestamp",
     "resolve_timezone",
@@ -49,6 +55,13 @@ def open_text(path: Path, encoding: str = "utf-8") -> IO[str]:
     if _is_gzip(path):
         return gzip.open(path, "rt", encoding=encoding, newline="")
     return open(path, encoding=encoding, newline="")
+
+
+def open_bytes(path: Path) -> IO[bytes]:
+    """Open ``path`` for reading bytes, transparently gunzipping ``.gz`` content."""
+    if _is_gzip(path):
+        return gzip.open(path, "rb")
+    return open(path, "rb")
 
 
 def head(path: Path, size: int = 4096) -> str:
@@ -89,24 +102,115 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
     Line numbers are 1-based. The caller yields the ``RecordError`` on so the
     import can abort or skip it.
     """
+    for first_line, lines in iter_line_chunks(path):
+        yield from json_values(path, lines, first_line)
+
+
+def json_values(path: Path, lines: Sequence[str], first_line: int) -> Iterator[tuple[int, Any]]:
+    """:func:`iter_json_lines` over a run of ``lines`` whose first is line ``first_line`` of ``path``."""
+    for lineno, line in enumerate(lines, first_line):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, parse_json(line)
+        except json.JSONDecodeError as exc:
+            yield lineno, RecordError(path, lineno, f"invalid JSON: {exc.msg}")
+
+
+def iter_line_chunks(
+    path: Path, size: int = 2000, *, first_size: int | None = None
+) -> Iterator[tuple[int, list[str]]]:
+    """``(number of the first line, up to size lines)`` for the whole (possibly gzipped) file.
+
+    The unit parallel parsing hands to a worker process (:mod:`anonml.parallel_import`);
+    memory stays at one chunk per consumer. ``first_size`` makes the first
+    chunk shorter (the one parsed before the workers start). An unreadable
+    file, a non-UTF-8 byte or a truncated gzip stream raises
+    :class:`RecordError` naming the line where reading stopped.
+    """
     try:
         fh = open_text(path)
     except OSError as exc:
         raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
     with fh:
-        lineno = 0
+        first, lines, want = 1, [], first_size or size
         try:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
+            for line in fh:
+                lines.append(line)
+                if len(lines) == want:
+                    yield first, lines
+                    first, lines, want = first + want, [], size
+            if lines:
+                yield first, lines
+        except (UnicodeDecodeError, OSError, EOFError) as exc:
+            # The lines read whole come first (their own bad records are reported as
+            # they would be line by line), then the error at the line after them.
+            if lines:
+                yield first, lines
+            lineno = first + len(lines)
+            if isinstance(exc, UnicodeDecodeError):
+                raise RecordError(path, lineno, f"not UTF-8 text: {exc.reason}") from None
+            raise RecordError(path, lineno, f"cannot read: {exc}") from None
+
+
+def iter_line_blocks(
+    path: Path, size: int = 1 << 20, *, first_size: int | None = None
+) -> Iterator[tuple[int, bytes]]:
+    """``(number of the first line, bytes of whole lines)`` for the whole (possibly gzipped) file.
+
+    Blocks of about ``size`` bytes (``first_size`` for the first), each cut
+    after its last ``\n``, so no line is split; undecoded, so the reader does
+    no per-line work at all (:func:`block_lines` decodes and splits, in the
+    worker process that parses the block). Lines are counted as text mode
+    with universal newlines counts them (``\n``, ``\r\n`` or a lone ``\r``).
+    """
+    try:
+        fh = open_bytes(path)
+    except OSError as exc:
+        raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
+    with fh:
+        first, rest, want = 1, b"", first_size or size
+        try:
+            while data := fh.read(want):
+                data = rest + data
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:  # no line ends in it yet: read on
+                    rest = data
                     continue
-                try:
-                    yield lineno, parse_json(line)
-                except json.JSONDecodeError as exc:
-                    yield lineno, RecordError(path, lineno, f"invalid JSON: {exc.msg}")
-        except UnicodeDecodeError as exc:
-            raise RecordError(path, lineno + 1, f"not UTF-8 text: {exc.reason}") from None
+                block, rest = data[:cut], data[cut:]
+                yield first, block
+                first += _count_lines(block)
+                want = size
         except (OSError, EOFError) as exc:
-            raise RecordError(path, lineno + 1, f"cannot read: {exc}") from None
+            raise RecordError(path, first, f"cannot read: {exc}") from None
+        if rest:
+            yield first, rest
+
+
+def _count_lines(block: bytes) -> int:
+    """Lines in ``block`` as universal newlines split it.
+
+    UTF-8 never puts 0x0A or 0x0D inside a multi-byte character.
+    """
+    ends = block.count(b"\n")
+    if b"\r" in block:  # rare in JSON lines: one more pass to count lone \r
+        ends += block.count(b"\r") - block.count(b"\r\n")
+    return ends + (not block.endswith((b"\n", b"\r")))
+
+
+def block_lines(path: Path, block: bytes, first_line: int) -> tuple[list[str], RecordError | None]:
+    """The lines of a block of :func:`iter_line_blocks`, split as :func:`open_text` splits them.
+
+    A non-UTF-8 byte ends the block: the lines before the one holding it are
+    returned with a :class:`RecordError` naming that line.
+    """
+    try:
+        return io.StringIO(block.decode("utf-8"), newline="").readlines(), None
+    except UnicodeDecodeError as exc:
+        good = block[: exc.start]
+        cut = max(good.rfind(b"\n"), good.rfind(b"\r")) + 1
+        lines = io.StringIO(good[:cut].decode("utf-8"), newline="").readlines()
+        return lines, RecordError(path, first_line + len(lines), f"not UTF-8 text: {exc.reason}")
 
 
 def load_json(path: Path) -> Any:

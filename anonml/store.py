@@ -342,6 +342,7 @@ class EventStore:
         on_event: Callable[[int], None] | None = None,
         origin: str | None = None,
         replace: bool = False,
+        workers: int | None = None,
     ) -> ImportReport:
         """Import one file as one transaction.
 
@@ -353,6 +354,8 @@ class EventStore:
         earlier import of a file with the same content (its provenance and the
         events it added), in the same transaction: re-importing with corrected
         params (another timezone) then replaces instead of adding a second copy.
+        ``workers``: processes parsing a large file while this one stores it
+        (default one per CPU; 1 parses in this process).
 
         Raises
         ------
@@ -366,6 +369,7 @@ class EventStore:
             skip_bad=skip_bad,
             on_event=on_event,
             replace=replace,
+            workers=workers,
         )
         return report
 
@@ -377,17 +381,20 @@ class EventStore:
         skip_bad: bool = False,
         on_event: Callable[[int], None] | None = None,
         replace: bool = False,
+        workers: int | None = None,
     ) -> list[ImportReport]:
         """Import several ``(path, importer, origin)`` files in ONE transaction.
 
         All or nothing: without ``skip_bad``, the first bad record of any file
         rolls back every file of the batch. Each file still gets its own
-        provenance row and report. ``replace``: see :meth:`import_file`.
+        provenance row and report. ``replace``, ``workers``: see :meth:`import_file`.
         """
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers must be a whole number of processes, at least 1; got {workers!r}")
         try:
             with self.session() as s, s.begin():
                 return [
-                    _import_into(s, Path(path), importer, origin, user, skip_bad, on_event, replace)
+                    _import_into(s, Path(path), importer, origin, user, skip_bad, on_event, replace, workers)
                     for path, importer, origin in items
                 ]
         except OperationalError as exc:  # locked past the busy timeout, disk full, server gone
@@ -472,8 +479,15 @@ def _import_into(
     skip_bad: bool,
     on_event: Callable[[int], None] | None,
     replace: bool = False,
+    workers: int | None = None,
 ) -> ImportReport:
-    """One file's import inside the caller's transaction (provenance row, events, counts)."""
+    """One file's import inside the caller's transaction (provenance row, events, counts).
+
+    A large file of a :class:`~anonml.plugins.ChunkedImporter` is parsed by
+    ``workers`` processes (default: one per CPU) while this one stores the
+    rows in file order (:mod:`anonml.parallel_import`); ``workers=1`` parses
+    here. Both give the same rows, counts and errors.
+    """
     if not path.exists():
         raise RecordError(path, None, "no such file or folder")
     file_hash = sha256_file(path) if path.is_file() else _hash_tree(path)
@@ -508,7 +522,27 @@ def _import_into(
     )
     session.add(record)
     session.flush()
-    inserted = add_events(session, good_events(), user=fallback, import_id=record.id)
+    from anonml import parallel_import as par  # it imports event_row from here
+
+    workers = par.default_workers() if workers is None else workers
+    if par.use_parallel(path, importer, workers):
+        inserted = 0
+        for chunk in par.parallel_chunk_rows(
+            path, importer, workers=workers, user=user, fallback=fallback, import_id=record.id
+        ):
+            if chunk.errors and not skip_bad:
+                raise chunk.errors[0]
+            errors.extend(chunk.errors)
+            if chunk.rows:
+                inserted += _insert_ignoring_duplicates(session, chunk.rows)
+            accepted += len(chunk.rows)
+            users.update(chunk.users)
+            if chunk.fatal is not None:
+                raise chunk.fatal
+            if on_event is not None:
+                on_event(accepted)
+    else:
+        inserted = add_events(session, good_events(), user=fallback, import_id=record.id)
     who = _who(users, fallback)
     record.user_id = who
     record.accepted = accepted

@@ -427,7 +427,7 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
                         headers=json_h,
                     ).content
                 )
-                tok = finalize_tokens(req, bytes(answer.responses[0]))[0]
+                tok = finalize_tokens(req, answer.wire())[0]
                 report = PrivateReport(
                     problem_id=problem.id,
                     partition=0,

@@ -111,6 +111,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -120,8 +121,8 @@ from pydantic import ValidationError
 
 from anonml.errors import RecordError
 from anonml.model import Event, Text
-from anonml.plugins import Importer
-from anonml.readers import head, iter_json_lines, parse_json, parse_timestamp
+from anonml.plugins import ChunkedImporter, ParsedChunk
+from anonml.readers import head, json_values, parse_json, parse_timestamp
 
 __all__ = ["EdxImporter", "sanitize_type"]
 
@@ -426,7 +427,18 @@ def _common(obj: dict) -> dict:
     return fields
 
 
-class EdxImporter(Importer):
+@dataclass(slots=True)
+class _ChunkState:
+    """What one chunk carries to the next: learner names, deferred enrolments, counts."""
+
+    names: dict[int, str] = field(default_factory=dict)
+    unattributed: list[tuple[int, dict]] = field(default_factory=list)
+    dropped: Counter[str] = field(default_factory=Counter)
+    unreadable: bool = False
+    opened: bool = False
+
+
+class EdxImporter(ChunkedImporter):
     """edX tracking logs → typed engagement events (see the module docstring).
 
     Attributes
@@ -451,6 +463,9 @@ class EdxImporter(Importer):
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)
         self.dropped: Counter[str] = Counter()
+        self._names: dict[int, str] = {}
+        self._unattributed: list[tuple[int, dict]] = []
+        self._unreadable = self._opened = False
 
 
     # --- detection ---------------------------------------------------------
@@ -494,51 +509,74 @@ class EdxImporter(Importer):
         return 0.0
 
     # --- parsing -----------------------------------------------------------
+    # parse() comes from ChunkedImporter: parse_chunk over runs of lines (in
+    # worker processes for a large log, see anonml.parallel_import), the
+    # chunks' learner names merged in file order, then finish_chunks for the
+    # enrolment events logged without a username.
 
-    def parse(self, path: Path) -> Iterator[Event | RecordError]:
-        """Stream the log's attributable events; bad lines come out as RecordError values.
-
-        The first line that *is* JSON decides whether this is a tracking log:
-        unreadable lines before it (a ``#`` comment) are bad records like any
-        other. Enrolment events the server logged without a username come out
-        last, attributed through the learner id (see :meth:`_learner`).
-        """
-        path = Path(path)
+    def start_chunks(self, path: Path) -> None:
         self.dropped = Counter()
-        names: dict[int, str] = {}  # context.user_id -> username, from attributed lines
-        unattributed: list[tuple[int, dict]] = []
-        checked = unreadable = False
-        for lineno, obj in iter_json_lines(path):
+        self._names = {}  # context.user_id -> username, from attributed lines
+        self._unattributed = []
+        self._unreadable = self._opened = False
+
+    def parse_chunk(self, path: Path, lines: list[str], first_line: int, *, opened: bool) -> ParsedChunk:
+        """The chunk's attributable events, bad lines as RecordError values.
+
+        The first line of the file that *is* JSON decides whether this is a
+        tracking log (``opened`` says an earlier chunk held it): unreadable
+        lines before it (a ``#`` comment) are bad records like any other.
+        Enrolment events the server logged without a username are kept in the
+        chunk's state for :meth:`finish_chunks`.
+        """
+        state = _ChunkState()
+        items: list[Event | RecordError] = []
+        for lineno, obj in json_values(path, lines, first_line):
             if isinstance(obj, RecordError):
-                unreadable = True
-                yield obj
+                state.unreadable = True
+                items.append(obj)
                 continue
-            if not checked:
-                checked = True
+            if not opened:
+                opened = True
                 if not (isinstance(obj, dict) and ("event_type" in obj or "name" in obj)):
-                    raise RecordError(
+                    fatal = RecordError(
                         path,
                         lineno,
                         "not an edX tracking log: the first JSON record is not an object "
                         "with 'event_type' or 'name'",
                     )
+                    return ParsedChunk(items, fatal=fatal, opened=True, state=state)
             if not isinstance(obj, dict):
-                yield RecordError(path, lineno, f"expected a JSON object, got {type(obj).__name__}")
+                items.append(RecordError(path, lineno, f"expected a JSON object, got {type(obj).__name__}"))
                 continue
             try:
-                learner = self._learner(obj, names)
+                learner = self._learner(obj, state)
             except _BadRecord as exc:
-                yield RecordError(path, lineno, str(exc))
+                items.append(RecordError(path, lineno, str(exc)))
                 continue
             if learner is None:
                 if self._enrollment_learner_id(obj) is not None:
-                    unattributed.append((lineno, obj))
+                    state.unattributed.append((lineno, obj))
                 continue
-            yield self._event_or_error(path, lineno, obj, learner)
-        if unreadable and not checked:
+            items.append(self._event_or_error(path, lineno, obj, learner))
+        state.opened = opened
+        return ParsedChunk(items, opened=opened, state=state)
+
+    def merge_chunk(self, path: Path, state: _ChunkState) -> None:
+        for uid, name in state.names.items():
+            self._names.setdefault(uid, name)  # the first line naming the id wins, as in file order
+        self._unattributed.extend(state.unattributed)
+        self.dropped.update(state.dropped)
+        self._unreadable |= state.unreadable
+        self._opened |= state.opened
+
+    def finish_chunks(self, path: Path) -> Iterator[Event | RecordError]:
+        """Enrolment events logged without a username, attributed through the learner id
+        (see :meth:`_learner`), last."""
+        if self._unreadable and not self._opened:
             raise RecordError(path, None, "not an edX tracking log: no line is a JSON object")
-        for lineno, obj in unattributed:
-            learner = names.get(self._enrollment_learner_id(obj))  # type: ignore[arg-type]
+        for lineno, obj in self._unattributed:
+            learner = self._names.get(self._enrollment_learner_id(obj))  # type: ignore[arg-type]
             if learner is None:
                 self.dropped["anonymous enrollment of a learner not named in this log"] += 1
                 continue
@@ -553,7 +591,7 @@ class EdxImporter(Importer):
         except ValidationError as exc:
             return RecordError(path, lineno, f"invalid event: {_first_error(exc)}")
 
-    def _learner(self, obj: dict, names: dict[int, str]) -> str | None:
+    def _learner(self, obj: dict, state: _ChunkState) -> str | None:
         """Who the line is about, or None (counted in :attr:`dropped`, or deferred).
 
         A named user is remembered under the line's ``context.user_id`` so that
@@ -564,21 +602,16 @@ class EdxImporter(Importer):
         if user is not None and not isinstance(user, str):
             raise _BadRecord(f"field 'username': expected a string, got {user!r}")
         user = (user or "").strip()
-        deferred = self._enrollment_learner_id(obj) is not None
-        if not user:
-            if not deferred:
-                self.dropped["blank username"] += 1
-            return None
-        if user.lower() == "anonymous":
-            if not deferred:
-                self.dropped["anonymous username"] += 1
+        if not user or user.lower() == "anonymous":
+            if self._enrollment_learner_id(obj) is None:  # not deferred: dropped
+                state.dropped["blank username" if not user else "anonymous username"] += 1
             return None
         if len(user) > _MAX_USER:
             raise _BadRecord(f"field 'username': longer than {_MAX_USER} characters")
         context = obj.get("context")
         uid = context.get("user_id") if isinstance(context, dict) else None
         if isinstance(uid, int) and not isinstance(uid, bool):
-            names.setdefault(uid, user)
+            state.names.setdefault(uid, user)
         return user
 
     @staticmethod

@@ -32,7 +32,7 @@ from anonml.crypto import (
     Token,
     TokenPublicKey,
     finalize_tokens,
-    request_tokens,
+    request_token_batch,
 )
 from anonml.errors import ProtocolError
 from anonml.learn import Binning, PeerAssignment, report_values
@@ -69,28 +69,27 @@ def fetch_tokens(
     subset ``k`` of that partition, and nothing else (the intake checks it).
 
     Raises :class:`~anonml.errors.ProtocolError` if the answer has the wrong
-    length and :class:`~anonml.crypto.CryptoError` if a proof does not verify
+    length and :class:`~anonml.crypto.CryptoError` if the answer's one proof does not verify
     against ``token_key`` (the aggregator used another key: a tagging attempt).
     """
     slots = [report_slot(problem.id, partition, k) for k in range(problem.draft.kh)]
-    key = TokenPublicKey(bytes(token_key))
-    pending = [request_tokens(key, slot, 1, rng) for slot in slots]
+    pending = request_token_batch(TokenPublicKey(bytes(token_key)), slots, rng)
     batch = sign_message(
         TokenBatchRequest(
             problem_id=problem.id,
             identity=bytes(identity.public),
             requests=tuple(
-                TokenSlotRequest(slot=slot, blinded=r.message())
-                for slot, r in zip(slots, pending, strict=True)
+                TokenSlotRequest(slot=slot, blinded=bytes(b))
+                for slot, b in zip(slots, pending.blinded, strict=True)
             ),
             signature=bytes(64),
         ),
         identity,
     )
     answer: TokenBatchResponse = issue(batch)
-    if len(answer.responses) != len(pending):
-        raise ProtocolError(f"asked {len(pending)} tokens, got {len(answer.responses)}")
-    return [finalize_tokens(r, bytes(z))[0] for r, z in zip(pending, answer.responses, strict=True)]
+    if len(answer.evaluated) != len(slots):
+        raise ProtocolError(f"asked {len(slots)} tokens, got {len(answer.evaluated)}")
+    return finalize_tokens(pending, answer.wire())
 
 
 def make_reports(

@@ -10,7 +10,9 @@ requester's own partition (from the plan) for ``k < k_h`` (422, counted as
 "wrong partition" when it names another partition of the problem, else
 "unknown slot") or repeated in the batch (422), a bad blinded element (422),
 and a second evaluation for any slot (409, :class:`~anonml.crypto.AlreadyIssued`).
-The batch is one transaction: every slot is recorded and evaluated, or none.
+The batch is one transaction: every slot is recorded and evaluated, or none;
+the answer carries one DLEQ proof covering every slot's evaluation, which
+the peer checks against the pinned key before unblinding.
 
 Binding the slot to the partition means a member holds tokens only for
 reports of the partition the plan put it in: it cannot pour its reports
@@ -57,7 +59,7 @@ class SessionIssuanceLedger(IssuanceLedger):
 def issue_tokens(
     problem_id: str, body: TokenBatchRequest, state: StateDep, session: SessionDep
 ) -> TokenBatchResponse:
-    """Evaluate the peer's blinded elements, one per report slot, with a DLEQ proof each."""
+    """Evaluate the peer's blinded elements, one per report slot, with one DLEQ proof for all."""
     try:
         with session.begin():
             return _issue(problem_id, body, state, session)
@@ -132,7 +134,9 @@ def _issue(problem_id: str, body: TokenBatchRequest, state, session: Session) ->
     if len(set(slots)) != len(slots):
         raise state.refuse(problem_id, "malformed", 422, "a slot appears twice in one batch")
     issuer = TokenIssuer(ctx.token_key, SessionIssuanceLedger(session))
-    responses = [
-        bytes(issuer.issue(bytes(body.identity), bytes(r.slot), bytes(r.blinded))) for r in body.requests
-    ]
-    return TokenBatchResponse(responses=tuple(responses))
+    response = issuer.issue_batch(
+        bytes(body.identity), [(bytes(r.slot), bytes(r.blinded)) for r in body.requests]
+    )
+    return TokenBatchResponse(
+        evaluated=tuple(bytes(z) for z in response.evaluated), proof=bytes(response.proof)
+    )

@@ -70,6 +70,7 @@ from anonml.crypto.tokens import (
     TokenResponse,
     TokenVerifier,
     finalize_tokens,
+    request_token_batch,
     request_tokens,
 )
 from anonml.schedule import WindowSchedule, release_time, send_time
@@ -101,6 +102,7 @@ __all__ = [
     "Token",
     "Redemption",
     "request_tokens",
+    "request_token_batch",
     "finalize_tokens",
     "TokenIssuer",
     "TokenVerifier",

@@ -40,6 +40,8 @@ __all__ = [
     "hash_to_scalar",
     "random_scalar",
     "montgomery_mul",
+    "random_ladder_scalar",
+    "ladder_u",
 ]
 
 L = 2**252 + 27742317777372353535851937790883648493
@@ -168,6 +170,29 @@ class Element:
                 "(non-canonical, off-curve, small-order, identity or torsion component)"
             )
         return cls._trusted(data)
+
+    @classmethod
+    def from_bytes_times(cls, data: bytes, k: Scalar, *, name: str = "element") -> tuple[Element, Element]:
+        """Decode and validate an untrusted ``P`` and return ``(P, k·P)``, with one libsodium call.
+
+        ``crypto_scalarmult_ed25519_noclamp`` runs the checks of
+        ``crypto_core_ed25519_is_valid_point`` (canonical, not of small order, on
+        the curve, in the prime-order subgroup) on its input before multiplying,
+        so validating first with :meth:`from_bytes` would pay for the subgroup
+        check — a multiplication by L — twice. Raises :class:`InvalidPoint`
+        exactly when :meth:`from_bytes` would (``k`` must be non-zero).
+        """
+        data = _ensure_bytes(data, name, size=ELEMENT_SIZE)
+        if k.is_zero():
+            raise InvalidScalar(f"cannot validate {name} by a multiplication with zero")
+        try:
+            product = _b.crypto_scalarmult_ed25519_noclamp(bytes(k), data)
+        except nacl.exceptions.RuntimeError as exc:  # input rejected (k·P is never the identity)
+            raise InvalidPoint(
+                f"{name} is not a canonical element of the prime-order subgroup "
+                "(non-canonical, off-curve, small-order, identity or torsion component)"
+            ) from exc
+        return cls._trusted(data), cls._trusted(product)
 
     @classmethod
     def generator(cls) -> Element:
@@ -319,6 +344,40 @@ def montgomery_mul(k: Scalar, element: Element) -> bytes:
     scalar = _x25519_scalar(k)
     if scalar is None:
         return (element * k).to_montgomery()
+    return _b.crypto_scalarmult(scalar, element.to_montgomery())
+
+
+_MASK_252 = (1 << 252) - 1
+_HALF_L = (L + 1) // 2
+_EIGHT = (8).to_bytes(32, "little")
+
+
+def random_ladder_scalar(rng: np.random.Generator | None = None) -> tuple[Scalar, bytes]:
+    """A fresh secret scalar ``r`` and an X25519 scalar ``a`` with ``u(a·P) = u(r·P)`` for every element P.
+
+    For a secret nonce :func:`montgomery_mul`'s big-integer conversion would
+    run on the secret; here the ladder scalar is drawn first and ``r`` derived
+    from it with libsodium's constant-time scalar arithmetic: ``c`` uniform in
+    ``[⌈L/2⌉, 2^252)`` (rejection sampling on 252 random bits, accepted about
+    half the time; the number of draws is independent of the result), a
+    random sign ``σ``, then ``a = 8c`` — low three bits clear, bit 254 set,
+    bit 255 clear, so X25519's clamping leaves it unchanged — and
+    ``r = σ·8c mod L``. As c and L − c together cover [1, L) but for about
+    2^126 values, r is within statistical distance 2^-126 of uniform on
+    [1, L); ``a·P = ±r·P``, and ``u`` does not see the sign.
+    """
+    while True:
+        drawn = _random_bytes(33, rng)
+        c = int.from_bytes(drawn[:32], "little") & _MASK_252
+        if c >= _HALF_L:
+            break
+    r = Scalar._trusted(_b.crypto_core_ed25519_scalar_mul(c.to_bytes(32, "little"), _EIGHT))
+    r = (r, -r)[drawn[32] & 1]
+    return r, (c << 3).to_bytes(32, "little")
+
+
+def ladder_u(scalar: bytes, element: Element) -> bytes:
+    """``u(a·P)`` with one X25519 ladder, for a ladder scalar ``a`` of :func:`random_ladder_scalar`."""
     return _b.crypto_scalarmult(scalar, element.to_montgomery())
 
 

@@ -9,11 +9,11 @@ slot) the PRF is
 
 with u(N) the curve25519 u-coordinate of N.
 
-The client learns F without the server learning x; the server proves with a
-DLEQ proof that it used the ``t = sk + m`` matching the pinned ``pk`` (the
-client computes ``t·B = m·B + pk`` itself), so it cannot tag a client with a
-private key. Because t depends on the slot, an evaluation for one slot is
-useless for another.
+The client learns F without the server learning x; one DLEQ proof per request
+(:mod:`anonml.crypto.dleq`) shows that every evaluated element of the request
+was made with ``sk + m`` of its own slot, for the ``sk`` behind the pinned
+``pk``, so the server cannot tag a client with a private key. Because t depends
+on the slot, an evaluation for one slot is useless for another.
 
 Suite: ``edwards25519-SHA512-AnonMLv1`` (Ne = Ns = 32, Nh = 64), context string
 ``"OPRFV1-" ‖ 0x02 ‖ "-" ‖ suite id``; HashToGroup and HashToScalar as in
@@ -44,7 +44,7 @@ import numpy as np
 
 from anonml.crypto._util import _ensure_bytes, _i2osp, _length_prefixed
 from anonml.crypto.dleq import Proof, generate_proof, verify_proof
-from anonml.crypto.exceptions import CryptoError, InvalidEncoding, InvalidScalar
+from anonml.crypto.exceptions import CryptoError, InvalidEncoding
 from anonml.crypto.group import (
     SUITE_ID,
     Element,
@@ -63,6 +63,8 @@ __all__ = [
     "TokenPublicKey",
     "blind",
     "blind_evaluate",
+    "evaluate_blinded",
+    "prove_evaluation",
     "finalize",
     "evaluate",
 ]
@@ -125,11 +127,13 @@ class TokenKey:
     """The server's secret POPRF key ``sk`` (a non-zero scalar below L)."""
 
     SIZE = 32
-    __slots__ = ("_sk", "public_key")
+    TWEAK_CACHE_SIZE = 4096
+    __slots__ = ("_sk", "public_key", "_tweaks")
 
     def __init__(self, secret: bytes) -> None:
         self._sk = Scalar.from_bytes(secret, name="token secret key")
         self.public_key = TokenPublicKey(bytes(Element.base_mul(self._sk)))
+        self._tweaks: dict[bytes, tuple[Scalar, Scalar]] = {}
 
     @classmethod
     def generate(cls, rng: np.random.Generator | None = None) -> TokenKey:
@@ -151,16 +155,26 @@ class TokenKey:
     def key_id(self) -> bytes:
         return self.public_key.key_id
 
-    def tweaked_inverse(self, info: bytes) -> Scalar:
-        """``(sk + m(info))^-1``; :class:`InvalidScalar` if sk + m = 0 (RFC 9497 InverseError)."""
-        t = self._sk + _tweak(_check_input(info, "info"))
-        return t.invert()
+    def tweak(self, info: bytes) -> tuple[Scalar, Scalar]:
+        """``(m, (sk + m)^-1)`` with ``m = m(info)``.
 
-    def _tweaked(self, info: bytes) -> Scalar:
-        t = self._sk + _tweak(_check_input(info, "info"))
-        if t.is_zero():
-            raise InvalidScalar("sk + m(info) is zero (RFC 9497 InverseError)")
-        return t
+        Raises :class:`InvalidScalar` if sk + m = 0 (RFC 9497 InverseError).
+        Precomputed once per ``info`` and kept (up to :attr:`TWEAK_CACHE_SIZE`
+        slots; a round has few): every issuance and redemption of a slot
+        reuses them, saving a hash to scalar and a scalar inversion each.
+        """
+        info = _check_input(info, "info")
+        cached = self._tweaks.get(info)
+        if cached is None:
+            m = _tweak(info)
+            cached = (m, (self._sk + m).invert())
+            if len(self._tweaks) < self.TWEAK_CACHE_SIZE:
+                self._tweaks[info] = cached
+        return cached
+
+    def tweaked_inverse(self, info: bytes) -> Scalar:
+        """``(sk + m(info))^-1`` (see :meth:`tweak`)."""
+        return self.tweak(info)[1]
 
     def __bytes__(self) -> bytes:
         return bytes(self._sk)
@@ -169,42 +183,72 @@ class TokenKey:
         return f"TokenKey({self.public_key!r})"
 
 
-def blind(
-    x: bytes, info: bytes, public_key: TokenPublicKey, rng: np.random.Generator | None = None
-) -> tuple[Scalar, Element, Element]:
-    """Client Blind (RFC 9497 §3.3.3): returns ``(r, r·HashToGroup(x), m·B + pk)``.
+def blind(x: bytes, rng: np.random.Generator | None = None) -> tuple[Scalar, Element]:
+    """Client Blind (RFC 9497 §3.3.3): returns ``(r, r·HashToGroup(x))``.
 
-    The third value is the tweaked key against which the proof is checked; it is
-    computed from the pinned ``pk``, never taken from the server.
+    Unlike the RFC, the client needs no tweaked key ``m·B + pk``: the proof of
+    :mod:`anonml.crypto.dleq` is checked against the pinned ``pk`` itself.
     """
     x = _check_input(x, "input")
     r = random_scalar(rng)
-    blinded = _input_element(x) * r
-    tweaked_key = Element.base_mul(_tweak(_check_input(info, "info"))) + public_key.element
-    return r, blinded, tweaked_key
+    return r, _input_element(x) * r
+
+
+def _tweaks(infos: Sequence[bytes]) -> list[Scalar]:
+    """``m(info)`` per element, each distinct ``info`` hashed once."""
+    seen: dict[bytes, Scalar] = {}
+    for info in infos:
+        if info not in seen:
+            seen[info] = _tweak(_check_input(info, "info"))
+    return [seen[info] for info in infos]
+
+
+def evaluate_blinded(
+    key: TokenKey, blinded: Sequence[bytes | Element], infos: Sequence[bytes]
+) -> tuple[list[Element], list[Element]]:
+    """Server BlindEvaluate of each element: ``Z_i = (sk + m(info_i))^-1·C_i``.
+
+    ``blinded`` holds untrusted encodings (or elements); each is validated by
+    the multiplication that evaluates it (:meth:`Element.from_bytes_times`,
+    :class:`InvalidPoint` naming ``blinded element i``). The per-``info``
+    scalars are precomputed once per key (:meth:`TokenKey.tweak`), so an
+    element costs one validated multiplication. Returns the validated blinded
+    elements and the evaluated ones.
+    """
+    if len(blinded) != len(infos):
+        raise InvalidEncoding(f"{len(blinded)} blinded elements for {len(infos)} infos")
+    checked, evaluated = [], []
+    for i, (C, info) in enumerate(zip(blinded, infos, strict=True)):
+        C, Z = Element.from_bytes_times(bytes(C), key.tweaked_inverse(info), name=f"blinded element {i}")
+        checked.append(C)
+        evaluated.append(Z)
+    return checked, evaluated
+
+
+def prove_evaluation(
+    key: TokenKey,
+    blinded: Sequence[Element],
+    evaluated: Sequence[Element],
+    infos: Sequence[bytes],
+    rng: np.random.Generator | None = None,
+) -> Proof:
+    """One DLEQ proof that every ``Z_i`` is ``C_i`` evaluated with the pinned key and ``info_i``'s tweak
+    (one X25519 ladder per element and one fixed-base multiplication per request)."""
+    tweaks = [key.tweak(info)[0] for info in infos]
+    return generate_proof(
+        key._sk, key.public_key.element, tweaks, blinded, evaluated, context=CONTEXT_STRING, rng=rng
+    )
 
 
 def blind_evaluate(
     key: TokenKey,
-    blinded: Sequence[Element],
-    info: bytes,
+    blinded: Sequence[bytes | Element],
+    infos: Sequence[bytes],
     rng: np.random.Generator | None = None,
 ) -> tuple[list[Element], Proof]:
-    """Server BlindEvaluate, batched: ``Z_i = t^-1·C_i`` with ``t = sk + m(info)`` and one
-    DLEQ proof that ``t·B`` and every ``(Z_i, C_i)`` share t."""
-    t = key._tweaked(info)
-    t_inv = t.invert()
-    evaluated = [C * t_inv for C in blinded]
-    proof = generate_proof(
-        t,
-        Element.generator(),
-        Element.base_mul(t),
-        evaluated,
-        list(blinded),
-        context=CONTEXT_STRING,
-        rng=rng,
-    )
-    return evaluated, proof
+    """Server BlindEvaluate, batched over slots: :func:`evaluate_blinded`, then :func:`prove_evaluation`."""
+    checked, evaluated = evaluate_blinded(key, blinded, infos)
+    return evaluated, prove_evaluation(key, checked, evaluated, infos, rng)
 
 
 def finalize(
@@ -213,24 +257,21 @@ def finalize(
     evaluated: Sequence[Element],
     blinded: Sequence[Element],
     proof: Proof,
-    info: bytes,
-    tweaked_key: Element,
+    infos: Sequence[bytes],
+    public_key: TokenPublicKey,
 ) -> list[bytes]:
-    """Client Finalize: verify the batched proof against the tweaked pinned key, then
+    """Client Finalize: verify the request's one proof against the pinned key, then
     ``u(N_i) = u(r_i^-1 · Z_i)`` and hash. Raises :class:`InvalidProof` on a bad proof."""
-    if not len(inputs) == len(blinds) == len(evaluated) == len(blinded):
-        raise InvalidEncoding("finalize needs one blind, one blinded and one evaluated element per input")
+    if not len(inputs) == len(blinds) == len(evaluated) == len(blinded) == len(infos):
+        raise InvalidEncoding(
+            "finalize needs one blind, one blinded element, one evaluated element and one info per input"
+        )
     verify_proof(
-        Element.generator(),
-        tweaked_key,
-        list(evaluated),
-        list(blinded),
-        proof,
-        context=CONTEXT_STRING,
+        public_key.element, _tweaks(infos), list(blinded), list(evaluated), proof, context=CONTEXT_STRING
     )
     return [
         _finalize_hash(x, info, montgomery_mul(r.invert(), Z))
-        for x, r, Z in zip(inputs, blinds, evaluated, strict=True)
+        for x, r, Z, info in zip(inputs, blinds, evaluated, infos, strict=True)
     ]
 
 

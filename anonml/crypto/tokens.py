@@ -2,13 +2,16 @@
 
 Flow (DESIGN §7), on top of the POPRF of :mod:`anonml.crypto.poprf`:
 
-1. Peer: ``request = request_tokens(pinned_pk, slot)`` — random 32-byte nonce
-   x, blinded ``r·H(x)``; send ``request.message()`` in its signed request.
-2. Aggregator: ``TokenIssuer.issue(peer_id, slot, message)`` — records
-   (key, peer, slot) in an :class:`~anonml.crypto.spent.IssuanceLedger` (a
-   second request is refused), evaluates with the slot-tweaked key, proves it.
-3. Peer: ``token = finalize_tokens(request, response)[0]`` — verifies the proof
-   against the pinned key and unblinds: ``y = F(sk, x, slot)`` (64 bytes).
+1. Peer: ``request = request_token_batch(pinned_pk, slots)`` (or
+   ``request_tokens(pinned_pk, slot)`` for one slot) — per slot a random
+   32-byte nonce x and the blinded ``r·H(x)``; send the blinded elements in its
+   signed request.
+2. Aggregator: ``TokenIssuer.issue_batch(peer_id, [(slot, blinded), …])`` —
+   evaluates each element with its slot-tweaked key, records (key, peer, slot)
+   in an :class:`~anonml.crypto.spent.IssuanceLedger` (a second request is
+   refused), and proves the whole request with one DLEQ proof.
+3. Peer: ``tokens = finalize_tokens(request, response)`` — verifies the one
+   proof against the pinned key and unblinds: ``y = F(sk, x, slot)`` (64 bytes).
 4. Peer, anonymously through the onion route:
    ``token.redeem(report) = (slot, x, MAC_y(key id ‖ slot ‖ x ‖ report))``.
 5. Aggregator: ``TokenVerifier.redeem(redemption, report)`` re-derives y from
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,9 +39,10 @@ from anonml.crypto.poprf import (
     TokenKey,
     TokenPublicKey,
     blind,
-    blind_evaluate,
     evaluate,
+    evaluate_blinded,
     finalize,
+    prove_evaluation,
 )
 from anonml.crypto.spent import IssuanceLedger, SpentSet
 
@@ -50,6 +55,7 @@ __all__ = [
     "Token",
     "Redemption",
     "request_tokens",
+    "request_token_batch",
     "finalize_tokens",
     "redemption_mac",
     "TokenIssuer",
@@ -127,26 +133,29 @@ class Token:
 
 @dataclass(frozen=True, slots=True)
 class TokenRequest:
-    """Client state between blinding and finalizing (keep private; send :meth:`message`)."""
+    """Client state between blinding and finalizing (keep private; send :meth:`message`).
+
+    Element ``i`` is for ``slots[i]``; one request may cover several slots and
+    several elements of a slot.
+    """
 
     public_key: TokenPublicKey
-    slot: bytes
+    slots: tuple[bytes, ...]
     nonces: tuple[bytes, ...]
     blinds: tuple[Scalar, ...]
     blinded: tuple[Element, ...]
-    tweaked_key: Element
 
     def message(self) -> bytes:
-        """The blinded elements, concatenated (32 bytes each): the body of the issuance request."""
+        """The blinded elements, concatenated (32 bytes each): the body of a one-slot issuance request."""
         return b"".join(bytes(e) for e in self.blinded)
 
     def __repr__(self) -> str:
-        return f"TokenRequest(slot={self.slot!r}, count={len(self.nonces)})"
+        return f"TokenRequest(slots={sorted(set(self.slots))!r}, count={len(self.nonces)})"
 
 
 @dataclass(frozen=True, slots=True)
 class TokenResponse:
-    """The issuer's answer: evaluated elements and one batched DLEQ proof.
+    """The issuer's answer: evaluated elements and one DLEQ proof covering all of them.
 
     Wire form: ``Z_1 ‖ … ‖ Z_m ‖ c ‖ s`` (32·m + 64 bytes).
     """
@@ -174,24 +183,33 @@ def request_tokens(
     count: int = 1,
     rng: np.random.Generator | None = None,
 ) -> TokenRequest:
-    """Draw ``count`` fresh nonces for ``slot`` and blind them against the pinned key."""
-    slot = _check_slot(slot)
+    """Draw ``count`` fresh nonces for ``slot`` and blind them."""
     if not 1 <= count <= 0xFFFF:
         raise InvalidEncoding(f"count must be in [1, 65535], got {count}")
+    return request_token_batch(public_key, [slot] * count, rng)
+
+
+def request_token_batch(
+    public_key: TokenPublicKey,
+    slots: Sequence[bytes],
+    rng: np.random.Generator | None = None,
+) -> TokenRequest:
+    """Draw one fresh nonce per entry of ``slots`` and blind it: one request, one proof to come."""
+    slots = tuple(_check_slot(slot) for slot in slots)
+    if not 1 <= len(slots) <= 0xFFFF:
+        raise InvalidEncoding(f"a request covers 1 to 65535 elements, got {len(slots)}")
     nonces, blinds, blinded = [], [], []
-    tweaked = None
-    for _ in range(count):
+    for _ in slots:
         nonce = _random_bytes(NONCE_SIZE, rng)
-        r, b, tweaked = blind(nonce, slot, public_key, rng)
+        r, b = blind(nonce, rng)
         nonces.append(nonce)
         blinds.append(r)
         blinded.append(b)
-    assert tweaked is not None  # count >= 1
-    return TokenRequest(public_key, slot, tuple(nonces), tuple(blinds), tuple(blinded), tweaked)
+    return TokenRequest(public_key, slots, tuple(nonces), tuple(blinds), tuple(blinded))
 
 
 def finalize_tokens(request: TokenRequest, response: TokenResponse | bytes) -> list[Token]:
-    """Verify the issuer's proof against the pinned key and unblind; :class:`InvalidProof` if forged."""
+    """Verify the issuer's one proof against the pinned key and unblind; :class:`InvalidProof` if forged."""
     if isinstance(response, bytes | bytearray | memoryview):
         response = TokenResponse.from_bytes(bytes(response), len(request.nonces))
     if len(response.evaluated) != len(request.nonces):
@@ -204,11 +222,13 @@ def finalize_tokens(request: TokenRequest, response: TokenResponse | bytes) -> l
         response.evaluated,
         request.blinded,
         response.proof,
-        request.slot,
-        request.tweaked_key,
+        request.slots,
+        request.public_key,
     )
     key_id = request.public_key.key_id
-    return [Token(key_id, request.slot, x, y) for x, y in zip(request.nonces, outputs, strict=True)]
+    return [
+        Token(key_id, slot, x, y) for slot, x, y in zip(request.slots, request.nonces, outputs, strict=True)
+    ]
 
 
 class TokenIssuer:
@@ -236,57 +256,69 @@ class TokenIssuer:
         message: bytes,
         rng: np.random.Generator | None = None,
     ) -> TokenResponse:
-        """Validate the blinded elements, record the issuance, evaluate and prove.
+        """One slot's request (``message`` = its blinded elements concatenated); see :meth:`issue_batch`."""
+        return self.issue_batch(peer_id, [(slot, message)], rng)
 
-        ``peer_id`` must come from an authenticated (signed) request. Raises
-        :class:`InvalidPoint` for a bad element (nothing recorded) and
-        :class:`AlreadyIssued` for a second request for the slot.
+    def issue_batch(
+        self,
+        peer_id: bytes,
+        requests: Sequence[tuple[bytes, bytes]],
+        rng: np.random.Generator | None = None,
+    ) -> TokenResponse:
+        """Evaluate every ``(slot, blinded elements)`` of one request, record the slots, prove once.
+
+        ``peer_id`` must come from an authenticated (signed) request; each slot
+        appears once and carries 1..``max_tokens_per_slot`` elements of 32
+        bytes. The response holds the evaluated elements in request order and
+        one DLEQ proof covering all of them (:mod:`anonml.crypto.dleq`).
+
+        Raises :class:`InvalidEncoding` for a malformed request,
+        :class:`InvalidPoint` for a bad element, in both cases before anything
+        is recorded, and :class:`AlreadyIssued` for a slot already issued to
+        this peer (slots before it in the request stay recorded; a service
+        runs the whole batch in one transaction).
         """
-        slot = _check_slot(slot)
-        message = _ensure_bytes(message, "issuance request", min_size=32)
-        if len(message) % 32 or len(message) // 32 > self.max_tokens_per_slot:
-            raise InvalidEncoding(
-                f"issuance request must hold 1..{self.max_tokens_per_slot} elements of 32 bytes, "
-                f"got {len(message)} bytes"
-            )
-        blinded = [
-            Element.from_bytes(message[i : i + 32], name=f"blinded element {i // 32}")
-            for i in range(0, len(message), 32)
-        ]
-        self.ledger.record(self.key.key_id, peer_id, slot)
-        evaluated, proof = blind_evaluate(self.key, blinded, slot, rng)
-        return TokenResponse(tuple(evaluated), proof)
+        if not requests:
+            raise InvalidEncoding("an issuance request needs at least one slot")
+        slots, infos, elements = [], [], []
+        for slot, message in requests:
+            slot = _check_slot(slot)
+            message = _ensure_bytes(message, "issuance request", min_size=32)
+            if len(message) % 32 or len(message) // 32 > self.max_tokens_per_slot:
+                raise InvalidEncoding(
+                    f"issuance request must hold 1..{self.max_tokens_per_slot} elements of 32 bytes "
+                    f"per slot, got {len(message)} bytes for slot {slot!r}"
+                )
+            slots.append(slot)
+            for i in range(0, len(message), 32):
+                infos.append(slot)
+                elements.append(message[i : i + 32])
+        if len(set(slots)) != len(slots):
+            raise InvalidEncoding("a slot appears twice in one issuance request")
+        # Evaluation validates every element (before anything is recorded) ...
+        blinded, evaluated = evaluate_blinded(self.key, elements, infos)
+        for slot in slots:
+            self.ledger.record(self.key.key_id, peer_id, slot)
+        # ... and the proof is made only for a request the ledger accepted.
+        return TokenResponse(tuple(evaluated), prove_evaluation(self.key, blinded, evaluated, infos, rng))
 
 
 class TokenVerifier:
     """Server side of redemption: re-derive, check the MAC, spend atomically.
 
-    Caches ``(sk + m(slot))^-1`` per slot, so a check costs one hash-to-group,
-    one variable-base scalar multiplication and three hashes.
+    The key keeps ``(sk + m(slot))^-1`` per slot (:meth:`TokenKey.tweak`), so a
+    check costs one hash-to-group, one variable-base scalar multiplication and
+    three hashes.
     """
 
     def __init__(self, key: TokenKey, spent: SpentSet) -> None:
         self.key = key
         self.spent = spent
-        self._inverse: dict[bytes, Scalar] = {}
-
-    def _tweaked_inverse(self, slot: bytes) -> Scalar:
-        inv = self._inverse.get(slot)
-        if inv is None:
-            inv = self.key.tweaked_inverse(slot)
-            if len(self._inverse) < 4096:  # slots per round are few; bound memory anyway
-                self._inverse[slot] = inv
-        return inv
 
     def check(self, redemption: Redemption, report: bytes) -> None:
         """Check the MAC only (no spending); :class:`InvalidToken` if it does not match."""
         report = _ensure_bytes(report, "report")
-        y = evaluate(
-            self.key,
-            redemption.nonce,
-            redemption.slot,
-            tweaked_inverse=self._tweaked_inverse(redemption.slot),
-        )
+        y = evaluate(self.key, redemption.nonce, redemption.slot)
         expected = redemption_mac(y, self.key.key_id, redemption.slot, redemption.nonce, report)
         if not hmac.compare_digest(expected, redemption.mac):
             raise InvalidToken("token MAC does not verify (forged, other slot, other key, or altered report)")

@@ -16,7 +16,14 @@ import numpy as np
 import requests
 
 from aggregator.settings import AggregatorSettings
-from anonml.crypto import Identity, RoundRelayKey, Token, TokenPublicKey, finalize_tokens, request_tokens
+from anonml.crypto import (
+    Identity,
+    RoundRelayKey,
+    Token,
+    TokenPublicKey,
+    finalize_tokens,
+    request_token_batch,
+)
 from anonml.learn import Binning
 from anonml.learn.histograms import domain_size
 from anonml.model import FeatureKind, FeatureSpec
@@ -165,27 +172,27 @@ class WirePeer:
     def token_batch(
         self, problem: Problem, roster: Roster, slots: list[bytes], signer: Identity | None = None
     ):
-        key = TokenPublicKey(bytes(roster.token_key))
-        reqs = [request_tokens(key, slot) for slot in slots]
+        pending = request_token_batch(TokenPublicKey(bytes(roster.token_key)), slots)
         batch = sign_message(
             TokenBatchRequest(
                 problem_id=problem.id,
                 identity=self.public,
                 requests=tuple(
-                    TokenSlotRequest(slot=s, blinded=r.message()) for s, r in zip(slots, reqs, strict=True)
+                    TokenSlotRequest(slot=s, blinded=bytes(b))
+                    for s, b in zip(slots, pending.blinded, strict=True)
                 ),
                 signature=bytes(64),
             ),
             signer or self.identity,
         )
-        return batch, reqs
+        return batch, pending
 
     def tokens(self, url: str, problem: Problem, roster: Roster, slots: list[bytes]) -> list[Token]:
-        batch, reqs = self.token_batch(problem, roster, slots)
+        batch, pending = self.token_batch(problem, roster, slots)
         response = post(f"{url}/problems/{problem.id}/tokens", batch)
         assert response.status_code == 200, response.text
         answer = TokenBatchResponse.model_validate_json(response.content)
-        return [finalize_tokens(r, bytes(z))[0] for r, z in zip(reqs, answer.responses, strict=True)]
+        return finalize_tokens(pending, answer.wire())
 
     def answer(
         self, problem: Problem, feature: int, step: int, bit: bool, signer: Identity | None = None

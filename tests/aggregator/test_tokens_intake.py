@@ -153,7 +153,7 @@ def test_bad_blinded_element_is_refused_without_recording(round_):
         TokenBatchRequest(
             problem_id=round_.problem.id,
             identity=peer.public,
-            requests=(TokenSlotRequest(slot=good.slot, blinded=bytes(32)),),
+            requests=(TokenSlotRequest(slot=good.slots[0], blinded=bytes(32)),),
             signature=bytes(64),
         ),
         peer.identity,
@@ -191,7 +191,7 @@ def test_intake_stores_a_report_once_and_refuses_replays_and_forgeries(round_):
     from anonml.crypto import MemoryIssuanceLedger, TokenIssuer, finalize_tokens
 
     forged_token = finalize_tokens(
-        req, TokenIssuer(foreign_key, MemoryIssuanceLedger()).issue(b"x", req.slot, req.message())
+        req, TokenIssuer(foreign_key, MemoryIssuanceLedger()).issue(b"x", req.slots[0], req.message())
     )[0]
     assert post(intake, delivery(forged_token, other)).status_code == 403
 

@@ -276,3 +276,67 @@ def test_montgomery_mul_falls_back_when_no_clamping_proof_scalar_exists() -> Non
         s = _x25519_scalar(Scalar.from_int(8 * c))
         assert s is not None and int.from_bytes(s, "little") >> 254 == 1
         assert int.from_bytes(s, "little") % 8 == 0
+
+
+def _rejected_encodings() -> list[bytes]:
+    """Every kind of encoding :meth:`Element.from_bytes` must refuse."""
+    pt = ed.decode(bytes(hash_to_group(b"reject", b"test")))
+    bad = [ed.encode(p) for p in ed.small_order_points()]  # identity and small order
+    bad += [ed.encode(ed.add(pt, t)) for t in ed.small_order_points()[1:]]  # torsion, incl. CVE-2025-69277
+    bad += [((y + ed.P) | (sign << 255)).to_bytes(32, "little") for y in range(19) for sign in (0, 1)]
+    bad += [bytes(32), b"\xff" * 32]
+    return bad
+
+
+def test_from_bytes_times_rejects_exactly_what_from_bytes_rejects() -> None:
+    k = random_scalar(np.random.default_rng(40))
+    for enc in _rejected_encodings():
+        with pytest.raises(InvalidPoint):
+            Element.from_bytes(enc)
+        with pytest.raises(InvalidPoint, match="blinded element 3"):
+            Element.from_bytes_times(enc, k, name="blinded element 3")
+    with pytest.raises(InvalidScalar):
+        Element.from_bytes_times(bytes(Element.generator()), Scalar.from_int(0))
+
+
+@given(st.binary(min_size=32, max_size=32))
+def test_from_bytes_times_validates_and_multiplies_like_two_calls(data: bytes) -> None:
+    k = Scalar.from_int(0x1234567890ABCDEF)
+    try:
+        expected = Element.from_bytes(data)
+    except InvalidPoint:
+        with pytest.raises(InvalidPoint):
+            Element.from_bytes_times(data, k)
+        return
+    P, kP = Element.from_bytes_times(data, k)
+    assert P == expected and kP == expected * k
+
+
+def test_random_ladder_scalar_acts_as_its_scalar_on_u() -> None:
+    from anonml.crypto.group import ladder_u, random_ladder_scalar
+
+    rng = np.random.default_rng(41)
+    P = hash_to_group(b"ladder", b"test")
+    for _ in range(40):
+        r, a = random_ladder_scalar(rng)
+        value = int.from_bytes(a, "little")
+        assert value % 8 == 0 and value >> 254 == 1  # X25519 clamping leaves it as it is
+        r_int = int.from_bytes(bytes(r), "little")
+        assert (value - r_int) % L == 0 or (value + r_int) % L == 0  # a = ±r mod L
+        assert ladder_u(a, P) == (P * r).to_montgomery()
+
+
+def test_random_ladder_scalar_is_uniform_in_its_top_bits_and_sign() -> None:
+    """r = ±8c: both signs appear, and the top bit of r is set about half the time, as for a uniform
+    scalar below L (≈ 2^252): 4,000 draws, tolerance 4 standard errors (sd = sqrt(n/4) ≈ 32)."""
+    from anonml.crypto.group import random_ladder_scalar
+
+    rng = np.random.default_rng(42)
+    n, top, negated = 4000, 0, 0
+    for _ in range(n):
+        r, a = random_ladder_scalar(rng)
+        value = int.from_bytes(bytes(r), "little")
+        top += value >= 1 << 251
+        negated += value != int.from_bytes(a, "little") % L
+    assert abs(top - n / 2) < 4 * 32
+    assert abs(negated - n / 2) < 4 * 32

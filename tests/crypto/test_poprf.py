@@ -1,4 +1,5 @@
-"""POPRF (RFC 9497 shape) and batched DLEQ: correctness and every bit flip the client must catch."""
+"""POPRF (RFC 9497 shape) and the one DLEQ proof per request: correctness and every bit flip or
+forgery the client must catch."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from anonml.crypto.poprf import (
     blind,
     blind_evaluate,
     evaluate,
+    evaluate_blinded,
     finalize,
+    prove_evaluation,
 )
 
 SLOT = b"problem-1/round-2/slot-0"
@@ -37,9 +40,9 @@ def exchange(key: TokenKey):
     """One honest blind → evaluate exchange for a single input."""
     rng = np.random.default_rng(12)
     x = b"nonce-0"
-    r, blinded, tweaked = blind(x, SLOT, key.public_key, rng)
-    evaluated, proof = blind_evaluate(key, [blinded], SLOT, rng)
-    return x, r, blinded, tweaked, evaluated[0], proof
+    r, blinded = blind(x, rng)
+    evaluated, proof = blind_evaluate(key, [blinded], [SLOT], rng)
+    return x, r, blinded, key.public_key, evaluated[0], proof
 
 
 def test_context_string_carries_the_suite_id_and_poprf_mode() -> None:
@@ -47,8 +50,8 @@ def test_context_string_carries_the_suite_id_and_poprf_mode() -> None:
 
 
 def test_finalize_equals_direct_evaluation(key: TokenKey, exchange) -> None:
-    x, r, blinded, tweaked, z, proof = exchange
-    (y,) = finalize([x], [r], [z], [blinded], proof, SLOT, tweaked)
+    x, r, blinded, pinned, z, proof = exchange
+    (y,) = finalize([x], [r], [z], [blinded], proof, [SLOT], pinned)
     assert y == evaluate(key, x, SLOT)
     assert len(y) == 64
 
@@ -60,21 +63,52 @@ def test_output_depends_on_slot_and_key(key: TokenKey) -> None:
     assert evaluate(key, b"x", SLOT, tweaked_inverse=key.tweaked_inverse(SLOT)) == y
 
 
-def test_batched_evaluation_with_one_proof(key: TokenKey) -> None:
+def test_one_proof_covers_a_batch_of_several_slots(key: TokenKey) -> None:
     rng = np.random.default_rng(5)
     inputs = [f"in-{i}".encode() for i in range(4)]
-    blinds, blinded = [], []
-    for x in inputs:
-        r, c, tweaked = blind(x, SLOT, key.public_key, rng)
-        blinds.append(r)
-        blinded.append(c)
-    evaluated, proof = blind_evaluate(key, blinded, SLOT, rng)
-    outputs = finalize(inputs, blinds, evaluated, blinded, proof, SLOT, tweaked)
-    assert outputs == [evaluate(key, x, SLOT) for x in inputs]
-    # Swapping two evaluated elements breaks the batch proof.
+    infos = [SLOT, b"slot-b", b"slot-c", SLOT]  # different tweaks, one repeated
+    blinds, blinded = zip(*(blind(x, rng) for x in inputs), strict=True)
+    evaluated, proof = blind_evaluate(key, blinded, infos, rng)
+    outputs = finalize(inputs, blinds, evaluated, blinded, proof, infos, key.public_key)
+    assert outputs == [evaluate(key, x, info) for x, info in zip(inputs, infos, strict=True)]
+    # Swapping two evaluated elements, or two slots, breaks the proof.
     swapped = [evaluated[1], evaluated[0], *evaluated[2:]]
     with pytest.raises(InvalidProof):
-        finalize(inputs, blinds, swapped, blinded, proof, SLOT, tweaked)
+        finalize(inputs, blinds, swapped, blinded, proof, infos, key.public_key)
+    with pytest.raises(InvalidProof):
+        finalize(inputs, blinds, evaluated, blinded, proof, [infos[1], infos[0], *infos[2:]], key.public_key)
+    # The proof covers exactly this batch: not a part of it.
+    with pytest.raises(InvalidProof):
+        finalize(inputs[:3], blinds[:3], evaluated[:3], blinded[:3], proof, infos[:3], key.public_key)
+
+
+def test_a_forged_batched_proof_is_refused(key: TokenKey) -> None:
+    """An issuer that evaluates one element of a batch with another key (to tag that client) or with
+    another slot's tweak cannot make a proof the client accepts, whatever it proves with."""
+    rng = np.random.default_rng(6)
+    inputs = [b"a", b"b", b"c"]
+    infos = [SLOT, b"slot-b", b"slot-c"]
+    blinds, blinded = zip(*(blind(x, rng) for x in inputs), strict=True)
+    honest, _ = blind_evaluate(key, blinded, infos, rng)
+    tagging = TokenKey.generate(np.random.default_rng(7))
+    for forged in (
+        [honest[0], evaluate_blinded(tagging, [blinded[1]], [infos[1]])[1][0], honest[2]],
+        [honest[0], honest[1], evaluate_blinded(key, [blinded[2]], [SLOT])[1][0]],
+    ):
+        for prover in (key, tagging):  # proving with the real key or with the tagging one
+            proof = prove_evaluation(prover, blinded, forged, infos, rng)
+            with pytest.raises(InvalidProof):
+                finalize(inputs, blinds, forged, blinded, proof, infos, key.public_key)
+    # A proof honestly made for another batch does not transfer.
+    other_blinds, other_blinded = zip(*(blind(x, rng) for x in inputs), strict=True)
+    _, other_proof = blind_evaluate(key, other_blinded, infos, rng)
+    with pytest.raises(InvalidProof):
+        finalize(inputs, blinds, honest, blinded, other_proof, infos, key.public_key)
+    # Random (c, s) pairs never pass.
+    for _ in range(50):
+        fake = Proof(random_scalar(rng), random_scalar(rng))
+        with pytest.raises(InvalidProof):
+            finalize(inputs, blinds, honest, blinded, fake, infos, key.public_key)
 
 
 def test_derive_key_pair_is_deterministic_and_info_separated() -> None:
@@ -84,15 +118,15 @@ def test_derive_key_pair_is_deterministic_and_info_separated() -> None:
 
 
 def test_every_bit_flip_in_the_proof_is_rejected(exchange) -> None:
-    x, r, blinded, tweaked, z, proof = exchange
+    x, r, blinded, pinned, z, proof = exchange
     raw = bytes(proof)
     for bit in range(len(raw) * 8):
         with pytest.raises((InvalidProof, InvalidScalar)):
-            finalize([x], [r], [z], [blinded], Proof.from_bytes(_flip(raw, bit)), SLOT, tweaked)
+            finalize([x], [r], [z], [blinded], Proof.from_bytes(_flip(raw, bit)), [SLOT], pinned)
 
 
 def test_every_bit_flip_in_the_evaluated_element_is_rejected(exchange) -> None:
-    x, r, blinded, tweaked, z, proof = exchange
+    x, r, blinded, pinned, z, proof = exchange
     outcomes = {"invalid point": 0, "invalid proof": 0}
     for bit in range(256):
         try:
@@ -101,20 +135,20 @@ def test_every_bit_flip_in_the_evaluated_element_is_rejected(exchange) -> None:
             outcomes["invalid point"] += 1
             continue
         with pytest.raises(InvalidProof):
-            finalize([x], [r], [bad], [blinded], proof, SLOT, tweaked)
+            finalize([x], [r], [bad], [blinded], proof, [SLOT], pinned)
         outcomes["invalid proof"] += 1
     assert outcomes["invalid proof"] > 0  # some flips give valid points; the proof catches those
 
 
 def test_every_bit_flip_in_the_clients_blinded_element_is_rejected(exchange) -> None:
-    x, r, blinded, tweaked, z, proof = exchange
+    x, r, blinded, pinned, z, proof = exchange
     for bit in range(256):
         try:
             bad = Element.from_bytes(_flip(bytes(blinded), bit))
         except InvalidPoint:
             continue
         with pytest.raises(InvalidProof):
-            finalize([x], [r], [z], [bad], proof, SLOT, tweaked)
+            finalize([x], [r], [z], [bad], proof, [SLOT], pinned)
 
 
 def test_every_bit_flip_in_the_pinned_key_is_rejected(key: TokenKey) -> None:
@@ -127,40 +161,46 @@ def test_every_bit_flip_in_the_pinned_key_is_rejected(key: TokenKey) -> None:
             pinned = TokenPublicKey(_flip(pk, bit))
         except InvalidPoint:
             continue
-        r, blinded, tweaked = blind(b"x", SLOT, pinned, rng)
-        evaluated, proof = blind_evaluate(key, [blinded], SLOT, rng)
+        r, blinded = blind(b"x", rng)
+        evaluated, proof = blind_evaluate(key, [blinded], [SLOT], rng)
         with pytest.raises(InvalidProof):
-            finalize([b"x"], [r], evaluated, [blinded], proof, SLOT, tweaked)
+            finalize([b"x"], [r], evaluated, [blinded], proof, [SLOT], pinned)
         checked += 1
     assert checked > 0
 
 
 def test_evaluation_under_another_key_or_slot_fails_the_proof(key: TokenKey) -> None:
     rng = np.random.default_rng(8)
-    r, blinded, tweaked = blind(b"x", SLOT, key.public_key, rng)
+    r, blinded = blind(b"x", rng)
     other = TokenKey.generate(rng)
-    evaluated, proof = blind_evaluate(other, [blinded], SLOT, rng)
+    evaluated, proof = blind_evaluate(other, [blinded], [SLOT], rng)
     with pytest.raises(InvalidProof):
-        finalize([b"x"], [r], evaluated, [blinded], proof, SLOT, tweaked)
-    evaluated, proof = blind_evaluate(key, [blinded], b"another-slot", rng)
+        finalize([b"x"], [r], evaluated, [blinded], proof, [SLOT], key.public_key)
+    evaluated, proof = blind_evaluate(key, [blinded], [b"another-slot"], rng)
     with pytest.raises(InvalidProof):
-        finalize([b"x"], [r], evaluated, [blinded], proof, SLOT, tweaked)
+        finalize([b"x"], [r], evaluated, [blinded], proof, [SLOT], key.public_key)
 
 
 def test_dleq_proves_exactly_the_claimed_relation() -> None:
+    """C_i = (k + m_i)·Z_i for every i, against pk = k·B; nothing else verifies."""
     rng = np.random.default_rng(4)
     k = random_scalar(rng)
-    A = Element.generator()
-    Cs = [Element.base_mul(random_scalar(rng)) for _ in range(3)]
-    Ds = [C * k for C in Cs]
-    proof = generate_proof(k, A, Element.base_mul(k), Cs, Ds, context=b"ctx", rng=rng)
-    verify_proof(A, Element.base_mul(k), Cs, Ds, proof, context=b"ctx")
+    pk = Element.base_mul(k)
+    tweaks = [random_scalar(rng) for _ in range(3)]
+    Zs = [Element.base_mul(random_scalar(rng)) for _ in range(3)]
+    Cs = [Z * (k + m) for Z, m in zip(Zs, tweaks, strict=True)]
+    proof = generate_proof(k, pk, tweaks, Cs, Zs, context=b"ctx", rng=rng)
+    verify_proof(pk, tweaks, Cs, Zs, proof, context=b"ctx")
     with pytest.raises(InvalidProof):
-        verify_proof(A, Element.base_mul(k), Cs, Ds, proof, context=b"other ctx")
-    with pytest.raises(InvalidProof):  # one D_i made with another scalar
-        verify_proof(A, Element.base_mul(k), Cs, [*Ds[:2], Cs[2] * (k + k)], proof, context=b"ctx")
+        verify_proof(pk, tweaks, Cs, Zs, proof, context=b"other ctx")
+    with pytest.raises(InvalidProof):  # one C_i made with another scalar
+        verify_proof(pk, tweaks, [*Cs[:2], Zs[2] * (k + k)], Zs, proof, context=b"ctx")
+    with pytest.raises(InvalidProof):  # another tweak for one element
+        verify_proof(pk, [*tweaks[:2], tweaks[0]], Cs, Zs, proof, context=b"ctx")
+    with pytest.raises(InvalidProof):  # another public key
+        verify_proof(Element.base_mul(k + k), tweaks, Cs, Zs, proof, context=b"ctx")
     with pytest.raises(InvalidProof):
-        verify_proof(A, Element.base_mul(k), Cs, [], proof, context=b"ctx")
+        verify_proof(pk, [], [], [], proof, context=b"ctx")
 
 
 def test_blinded_identity_like_inputs_cannot_reach_the_server() -> None:

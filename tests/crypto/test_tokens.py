@@ -13,6 +13,7 @@ from anonml.crypto.exceptions import (
     InvalidEncoding,
     InvalidPoint,
     InvalidProof,
+    InvalidScalar,
     InvalidToken,
     TokenSpent,
 )
@@ -25,6 +26,7 @@ from anonml.crypto.tokens import (
     TokenResponse,
     TokenVerifier,
     finalize_tokens,
+    request_token_batch,
     request_tokens,
 )
 from tests.crypto import edwards_ref as ed
@@ -225,3 +227,54 @@ def test_random_blinded_elements_raise_only_invalid_point_or_are_evaluated(data:
     except InvalidPoint:
         return
     assert isinstance(response, TokenResponse) and len(bytes(response)) == 32 + 64
+
+
+def test_one_request_over_several_slots_gets_one_proof_and_redeemable_tokens(key: TokenKey) -> None:
+    rng = np.random.default_rng(13)
+    slots = [b"p1/r0/s0", b"p1/r0/s1", b"p1/r0/s2"]
+    ledger = MemoryIssuanceLedger()
+    request = request_token_batch(key.public_key, slots, rng=rng)
+    response = TokenIssuer(key, ledger).issue_batch(
+        b"peer", [(s, bytes(b)) for s, b in zip(slots, request.blinded, strict=True)], rng=rng
+    )
+    assert len(bytes(response)) == 3 * 32 + 64  # three elements, one proof
+    tokens = finalize_tokens(request, bytes(response))
+    verifier = TokenVerifier(key, MemorySpentSet())
+    for slot, token in zip(slots, tokens, strict=True):
+        assert token.slot == slot and token.output == evaluate(key, token.nonce, slot)
+        assert verifier.redeem(token.redeem(REPORT), REPORT) == REPORT
+        assert ledger.has_issued(key.key_id, b"peer", slot)
+
+
+def test_a_forged_proof_for_a_batch_is_refused_by_the_client(key: TokenKey) -> None:
+    """The issuer tags the second slot's element with another key; whatever proof it sends, the
+    client refuses the whole answer."""
+    rng = np.random.default_rng(14)
+    slots = [b"p1/r0/s0", b"p1/r0/s1"]
+    request = request_token_batch(key.public_key, slots, rng=rng)
+    items = [(s, bytes(b)) for s, b in zip(slots, request.blinded, strict=True)]
+    honest = TokenIssuer(key, MemoryIssuanceLedger()).issue_batch(b"peer", items, rng=rng)
+    tagged = TokenIssuer(TokenKey.generate(rng), MemoryIssuanceLedger()).issue_batch(b"peer", items, rng=rng)
+    mixed = TokenResponse((honest.evaluated[0], tagged.evaluated[1]), honest.proof)
+    for proof in (honest.proof, tagged.proof):
+        with pytest.raises(InvalidProof):
+            finalize_tokens(request, TokenResponse(mixed.evaluated, proof))
+    wire = bytes(honest)
+    for bit in range(len(wire) * 8 - 512, len(wire) * 8):  # every bit of the proof
+        with pytest.raises((InvalidProof, InvalidScalar)):
+            finalize_tokens(request, _flip(wire, bit))
+
+
+def test_a_bad_element_anywhere_in_a_batch_records_nothing(key: TokenKey) -> None:
+    rng = np.random.default_rng(15)
+    ledger = MemoryIssuanceLedger()
+    issuer = TokenIssuer(key, ledger)
+    slots = [b"p1/r0/s0", b"p1/r0/s1"]
+    request = request_token_batch(key.public_key, slots, rng=rng)
+    with pytest.raises(InvalidPoint, match="blinded element 1"):
+        issuer.issue_batch(b"peer", [(slots[0], bytes(request.blinded[0])), (slots[1], bytes(32))])
+    with pytest.raises(InvalidEncoding, match="twice"):
+        issuer.issue_batch(b"peer", [(slots[0], bytes(request.blinded[0]))] * 2)
+    assert not any(ledger.has_issued(key.key_id, b"peer", s) for s in slots)
+    with pytest.raises(InvalidEncoding):
+        issuer.issue_batch(b"peer", [])

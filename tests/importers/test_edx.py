@@ -382,3 +382,26 @@ def test_detect_passes_over_comments_but_not_pretty_printed_json(tmp_path: Path)
     banner = tmp_path / "banner.log"
     banner.write_text("# exported 2024-01-10\n# course X\n" + (FIXTURES / "tracking.log").read_text())
     assert EdxImporter().detect(banner) == pytest.approx(0.85)  # 0.95 less 0.05 per skipped line
+
+
+def _outcome(importer: EdxImporter, path: Path) -> tuple[list[str], str | None, dict]:
+    """Every item of a parse (events by content, errors by text), the error that ended it, the drops."""
+    items: list[str] = []
+    try:
+        for item in importer.parse(path):
+            items.append(str(item) if isinstance(item, RecordError) else item.model_dump_json())
+    except RecordError as exc:
+        return items, str(exc), dict(importer.dropped)
+    return items, None, dict(importer.dropped)
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.iterdir()), ids=lambda p: p.name)
+@pytest.mark.parametrize("chunk_lines", [1, 2, 3, 7])
+def test_parsing_by_chunks_of_any_size_gives_the_same_events_errors_and_drops(
+    path: Path, chunk_lines: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Names learned in one chunk attribute enrolments of another; the format check and bad lines
+    come out where they would line by line (the parallel import relies on it)."""
+    whole = _outcome(EdxImporter(), path)
+    monkeypatch.setattr(EdxImporter, "chunk_lines", chunk_lines)
+    assert _outcome(EdxImporter(), path) == whole

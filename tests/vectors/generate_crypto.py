@@ -23,7 +23,13 @@ from anonml.crypto.identity import Identity
 from anonml.crypto.onion import Deliver, Forward, Hop, SphinxRelay, build_cover_packet, build_packet
 from anonml.crypto.poprf import CONTEXT_STRING, TokenKey, evaluate
 from anonml.crypto.spent import MemoryIssuanceLedger
-from anonml.crypto.tokens import Redemption, TokenIssuer, finalize_tokens, request_tokens
+from anonml.crypto.tokens import (
+    Redemption,
+    TokenIssuer,
+    finalize_tokens,
+    request_token_batch,
+    request_tokens,
+)
 
 HERE = Path(__file__).resolve().parent
 FILES = {
@@ -89,6 +95,25 @@ def token_vectors(seed: int = 20250502) -> dict:
                 "redemptions": [bytes(t.redeem(b"report %d" % i)).hex() for i, t in enumerate(tokens)],
             }
         )
+    # One request over two slots: one proof covers both evaluations.
+    slots = (b"p1/r0/s2", b"p1/r0/s3")
+    request = request_token_batch(key.public_key, slots, rng=rng)
+    response = issuer.issue_batch(
+        b"peer-kat", [(s, bytes(b)) for s, b in zip(slots, request.blinded, strict=True)], rng=rng
+    )
+    tokens = finalize_tokens(request, bytes(response))
+    cases.append(
+        {
+            "slots": [s.hex() for s in slots],
+            "nonces": [n.hex() for n in request.nonces],
+            "blinds": [bytes(r).hex() for r in request.blinds],
+            "request": request.message().hex(),
+            "response": bytes(response).hex(),
+            "outputs": [t.output.hex() for t in tokens],
+            "direct_outputs": [evaluate(key, n, s).hex() for n, s in zip(request.nonces, slots, strict=True)],
+            "redemptions": [bytes(t.redeem(b"report %d" % i)).hex() for i, t in enumerate(tokens)],
+        }
+    )
     return {
         "seed": seed,
         "secret_key": bytes(key).hex(),

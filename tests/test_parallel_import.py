@@ -1,0 +1,240 @@
+"""Parsing in worker processes (anonml.parallel_import): the same rows, counts and errors as one process,
+one transaction, and no worker outliving a killed import."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from anonml import parallel_import
+from anonml.datasets.mooc import simulate_students
+from anonml.errors import RecordError
+from anonml.readers import block_lines, iter_line_blocks, open_text
+from anonml.store import EventStore
+from importers.edx import EdxImporter
+
+pytestmark = pytest.mark.skipif(
+    "fork" not in __import__("multiprocessing").get_all_start_methods(), reason="workers are forked"
+)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file goes to the workers, in blocks of about 4 KiB: many blocks from a small log."""
+    monkeypatch.setattr(parallel_import, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(parallel_import, "_FIRST_BYTES", 2048)
+    monkeypatch.setattr(parallel_import, "_BLOCK_BYTES", 4096)
+
+
+def _course_log(path: Path, students: int = 12, seed: int = 3) -> Path:
+    with open(path, "w", encoding="utf-8") as fh:
+        for student in simulate_students(students, weeks=3, seed=seed):
+            for line in student.lines:
+                fh.write(json.dumps(line) + "\n")
+    return path
+
+
+def _rows(db: Path) -> list[tuple]:
+    with sqlite3.connect(db) as con:
+        return con.execute(
+            "select user_id, id, source, type, ts_us, fields from events order by user_id, id"
+        ).fetchall()
+
+
+def _replace_line(path: Path, number: int, text: str) -> None:
+    lines = path.read_text(encoding="utf-8").split("\n")
+    lines[number - 1] = text
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def test_workers_store_exactly_what_one_process_stores(small_chunks, tmp_path: Path) -> None:
+    log = _course_log(tmp_path / "tracking.log")
+    assert parallel_import.use_parallel(log, EdxImporter(), 2)
+    reports, dropped = {}, {}
+    for workers in (1, 2, 3):
+        store = EventStore(f"sqlite:///{tmp_path / f'w{workers}.db'}")
+        importer = EdxImporter()
+        reports[workers] = store.import_file(log, importer, workers=workers)
+        dropped[workers] = dict(importer.dropped)
+        again = store.import_file(log, EdxImporter(), workers=workers)  # content-keyed: adds nothing
+        assert (again.inserted, again.duplicate) == (0, reports[workers].accepted)
+        store.close()
+    serial = reports[1]
+    assert serial.inserted > 500 and serial.users == 12
+    for workers in (2, 3):
+        r = reports[workers]
+        assert (r.accepted, r.inserted, r.duplicate, r.rejected, r.users, r.user) == (
+            serial.accepted,
+            serial.inserted,
+            serial.duplicate,
+            serial.rejected,
+            serial.users,
+            serial.user,
+        )
+        assert dropped[workers] == dropped[1]
+        assert _rows(tmp_path / f"w{workers}.db") == _rows(tmp_path / "w1.db")
+
+
+def test_a_bad_line_in_a_late_chunk_names_file_and_line_and_rolls_everything_back(
+    small_chunks, tmp_path: Path
+) -> None:
+    log = _course_log(tmp_path / "tracking.log")
+    _replace_line(log, 437, '{"username": "x", "time": ')
+    store = EventStore(f"sqlite:///{tmp_path / 'events.db'}")
+    messages = []
+    for workers in (1, 2):
+        with pytest.raises(RecordError) as info:
+            store.import_file(log, EdxImporter(), workers=workers)
+        messages.append(str(info.value))
+        assert store.count() == 0 and store.imports() == []
+    assert messages[0] == messages[1]
+    assert messages[1].startswith(f"{log}:437: invalid JSON")
+
+
+def test_skipped_bad_records_are_the_same_and_in_line_order(small_chunks, tmp_path: Path) -> None:
+    log = _course_log(tmp_path / "tracking.log")
+    for number in (120, 121, 640):
+        _replace_line(log, number, "[1, 2]" if number == 640 else "not json")
+    reports = {}
+    for workers in (1, 2):
+        store = EventStore(f"sqlite:///{tmp_path / f'w{workers}.db'}")
+        reports[workers] = store.import_file(log, EdxImporter(), workers=workers, skip_bad=True)
+        store.close()
+    assert [str(e) for e in reports[2].errors] == [str(e) for e in reports[1].errors]
+    assert [e.line for e in reports[2].errors] == [120, 121, 640]
+    assert reports[2].inserted == reports[1].inserted
+
+
+def test_a_file_of_another_format_fails_as_it_does_in_one_process(small_chunks, tmp_path: Path) -> None:
+    path = tmp_path / "tracking.log"
+    path.write_text("# a comment line\n" + "[1, 2, 3]\n" * 400, encoding="utf-8")
+    store = EventStore(f"sqlite:///{tmp_path / 'events.db'}")
+    messages = []
+    for workers in (1, 2):
+        with pytest.raises(RecordError) as info:
+            store.import_file(path, EdxImporter(), workers=workers, skip_bad=True)
+        messages.append(str(info.value))
+    expected = "not an edX tracking log: the first JSON record is not an object with 'event_type' or 'name'"
+    assert messages[0] == messages[1] == f"{path}:2: {expected}"
+    assert store.count() == 0
+
+
+def test_several_files_stay_one_transaction(small_chunks, tmp_path: Path) -> None:
+    good = _course_log(tmp_path / "a.log", seed=4)
+    bad = _course_log(tmp_path / "b.log", seed=5)
+    _replace_line(bad, 300, "{broken")
+    store = EventStore(f"sqlite:///{tmp_path / 'events.db'}")
+    with pytest.raises(RecordError, match=r"b\.log:300: invalid JSON"):
+        store.import_files([(good, EdxImporter(), None), (bad, EdxImporter(), None)], workers=2)
+    assert store.count() == 0 and store.imports() == []
+
+
+_KILLED_IMPORT = """
+import sys
+from pathlib import Path
+from anonml import parallel_import
+from anonml.store import EventStore
+from importers.edx import EdxImporter
+parallel_import.PARALLEL_MIN_BYTES = 0
+parallel_import._BLOCK_BYTES = 8192
+store = EventStore("sqlite:///" + sys.argv[2])
+print("ready", flush=True)
+store.import_file(Path(sys.argv[1]), EdxImporter(), workers=2)
+print("finished", flush=True)
+"""
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        children = task / "children"
+        if children.exists():
+            found |= {int(c) for c in children.read_text().split()}
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_import_leaves_no_workers_and_no_events(tmp_path: Path) -> None:
+    log = _course_log(tmp_path / "tracking.log", students=60)
+    db = tmp_path / "events.db"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_IMPORT, str(log), str(db)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 60
+        workers: set[int] = set()
+        while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            workers = _children(proc.pid)
+            time.sleep(0.01)
+        if proc.poll() is not None:
+            pytest.skip("the import finished before its workers could be seen (an unusually fast machine)")
+        assert len(workers) >= 2, "the workers never started"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(w) for w in workers), "a worker outlived the killed import"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with sqlite3.connect(db) as con:  # the uncommitted transaction is gone; the store opens clean
+        assert con.execute("select count(*) from events").fetchone() == (0,)
+        assert con.execute("pragma integrity_check").fetchone() == ("ok",)
+    assert EventStore(f"sqlite:///{db}").count() == 0
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+@pytest.mark.parametrize("size", [1, 5, 64, 1 << 20])
+def test_line_blocks_split_and_number_lines_as_text_mode_does(
+    tmp_path: Path, gzipped: bool, size: int
+) -> None:
+    """\\n, \\r\\n and a lone \\r all end lines; a last line without an end still counts."""
+    raw = "a\nbé\r\nc\rd\n\n\r\ne ü\r\n\r\rf".encode()
+    path = tmp_path / ("x.gz" if gzipped else "x.txt")
+    path.write_bytes(gzip.compress(raw) if gzipped else raw)
+    with open_text(path) as fh:
+        expected = list(enumerate(fh, 1))
+    got = []
+    for first, block in iter_line_blocks(path, size, first_size=3):
+        lines, error = block_lines(path, block, first)
+        assert error is None
+        got.extend(enumerate(lines, first))
+    assert got == expected
+
+
+def test_a_non_utf8_byte_ends_its_block_at_the_line_that_holds_it(tmp_path: Path) -> None:
+    path = tmp_path / "x.log"
+    path.write_bytes(b'{"a": 1}\n{"b": 2}\r\n{"c": "\xff"}\n{"d": 4}\n')
+    ((first, block),) = iter_line_blocks(path)
+    lines, error = block_lines(path, block, first)
+    assert lines == ['{"a": 1}\n', '{"b": 2}\r\n']
+    assert str(error) == f"{path}:3: not UTF-8 text: invalid start byte"
+
+
+def test_a_nonsense_worker_count_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    store = EventStore(f"sqlite:///{tmp_path / 'events.db'}")
+    for bad in (0, -2, True, 1.5):
+        with pytest.raises(ValueError, match="workers must be a whole number of processes, at least 1"):
+            store.import_file(tmp_path / "absent.log", EdxImporter(), workers=bad)
+    assert store.imports() == []
