@@ -9,9 +9,15 @@ tables of their own: each participation's phase and facts
 deleted when the round closes at ``t_r``, with the replay tags its relay saw,
 ``peer_replay_tags``), the packets an identity built and
 whether each went (``peer_outbox``), and the packets its relay holds with
-their release times (``peer_held_packets``, deleted once released). Every
+their release times (``peer_held_packets``, deleted once released) with how
+many packets each node's relay accepted in the round (``peer_relay_counts``,
+its per-round cap must not start again at a restart). Every
 secret among them — relay keys, tokens, packets — is stored sealed under
 the identity's at-rest key (:class:`peer.vault.Vault`), never in clear.
+
+Schema. :class:`PeerDB` brings the file to the newest revision of
+:mod:`peer.migrations.state` when it opens it (:func:`anonml.database.migrate`),
+so a state DB written by an earlier version keeps its rows.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from datetime import UTC, datetime
 from sqlalchemy import BigInteger, Boolean, Float, Integer, LargeBinary, String, Text, delete, select, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-from anonml.database import BigInt, UTCDateTime, make_engine
+from anonml.database import BigInt, UTCDateTime, increment, make_engine, migrate
 
 __all__ = [
     "PeerDB",
@@ -35,6 +41,7 @@ __all__ = [
     "OutboxRow",
     "HeldRow",
     "ReplayTagRow",
+    "RelayCountRow",
 ]
 
 
@@ -145,6 +152,16 @@ class ReplayTagRow(_Base):
     tag: Mapped[bytes] = mapped_column(LargeBinary(32), primary_key=True)
 
 
+class RelayCountRow(_Base):
+    """How many packets a node's relay accepted in a round (its cap, :func:`peer.relay.packet_cap`)."""
+
+    __tablename__ = "peer_relay_counts"
+
+    node: Mapped[str] = mapped_column(String(64), primary_key=True)  # node id, hex
+    round_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    accepted: Mapped[int] = mapped_column(Integer)
+
+
 @dataclass(frozen=True)
 class ProposalView:
     problem_id: str
@@ -160,7 +177,7 @@ class PeerDB:
 
     def __init__(self, url: str) -> None:
         self.engine = make_engine(url)
-        _Base.metadata.create_all(self.engine)
+        migrate(self.engine, "peer.migrations.state")
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     def close(self) -> None:
@@ -337,7 +354,11 @@ class PeerDB:
         self, node: str, round_id: int, release_at: float, deadline: float, url: str, content_type: str,
         what: str, sealed: bytes,
     ) -> int:
-        """Record a held packet; its row id (to :meth:`unhold` once it is released or lost)."""
+        """Record a held packet and count it under the node's cap; its row id (to :meth:`unhold`).
+
+        The packet and the count are one transaction: a restarted relay finds
+        every packet it held counted (:meth:`relay_count`).
+        """
         with self.sessions() as s, s.begin():
             row = HeldRow(
                 node=node, round_id=round_id, release_at=release_at, deadline=deadline, url=url,
@@ -345,7 +366,19 @@ class PeerDB:
             )
             s.add(row)
             s.flush()
+            increment(s, RelayCountRow, {"node": node, "round_id": round_id}, "accepted")
             return row.id
+
+    def count_relayed(self, node: str, round_id: int) -> None:
+        """Count one packet the node's relay accepted without holding it (a cover packet that ended here)."""
+        with self.sessions() as s, s.begin():
+            increment(s, RelayCountRow, {"node": node, "round_id": round_id}, "accepted")
+
+    def relay_count(self, node: str, round_id: int) -> int:
+        """Packets the node's relay accepted in the round, over every run of this host."""
+        with self.sessions() as s:
+            row = s.get(RelayCountRow, (node, round_id))
+            return 0 if row is None else row.accepted
 
     def unhold(self, row_id: int) -> None:
         with self.sessions() as s, s.begin():
@@ -367,7 +400,11 @@ class PeerDB:
             return list(rows)
 
     def forget_replay_tags(self, node: str, round_id: int) -> None:
+        """Delete the round's replay tags and its relay count (the round closed)."""
         with self.sessions() as s, s.begin():
             s.execute(
                 delete(ReplayTagRow).where(ReplayTagRow.node == node, ReplayTagRow.round_id == round_id)
+            )
+            s.execute(
+                delete(RelayCountRow).where(RelayCountRow.node == node, RelayCountRow.round_id == round_id)
             )

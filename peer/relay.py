@@ -13,7 +13,10 @@ URL. :meth:`RelayService.handle` then, for one packet:
 4. refuses it with 429 once the node has accepted :attr:`RelayRound.max_packets`
    packets this round (:func:`packet_cap`) — before any crypto, so an outsider
    who builds valid packets from the public round keys in the roster can
-   flood no relay past what an honest round could bring it;
+   flood no relay past what an honest round could bring it. The count is kept
+   in the state DB with the held packets (:meth:`peer.db.PeerDB.hold`), and a
+   round reopened after a restart starts from it: killing the host does not
+   grant a fresh cap;
 5. peels it (MAC, then the replay tag: 409 for a replay; 400 for anything
    else wrong) and schedules the release with :func:`~anonml.crypto.release_time`
    — to the next hop's relay, or, at the last hop, to the aggregator's intake
@@ -240,10 +243,12 @@ class RelayService:
             except ValueError:
                 self.count("route refused: relay URL form")
         round_.routes = routes
+        accepted = 0 if self.db is None else self.db.relay_count(round_.node_id.hex(), round_.round_id)
         with self._lock:
             if key in self._rounds:
                 raise ValueError(f"node {round_.node_id.hex()} already relays round {round_.round_id}")
             self._rounds[key] = round_
+            self._accepted[key] = accepted  # what earlier runs of this host accepted counts too
         self.dispatcher.at(round_.schedule.t_r, lambda: self.close_round(round_.node_id, round_.round_id))
 
     def close_round(self, node_id: bytes, round_id: int) -> None:
@@ -321,6 +326,8 @@ class RelayService:
             return self._reject("unknown destination", 400, REJECTED)
         if result.is_cover:
             self.count("cover")
+            if self.db is not None:
+                self.db.count_relayed(round_.node_id.hex(), round_.round_id)
             return _ACCEPTED
         when = self._release_at(round_, now)
         body = (
@@ -358,11 +365,13 @@ class RelayService:
         """Schedule one release at ``when`` (persisted, sealed, when the round has a vault)."""
         deadline = round_.schedule.t_r  # the next hop drops what arrives after t_r; the intake too
         held = None
-        if self.db is not None and round_.vault is not None:
+        if self.db is not None and round_.vault is not None:  # held and counted in one transaction
             held = self.db.hold(
                 round_.node_id.hex(), round_.round_id, when, deadline, url, content_type, what,
                 round_.vault.seal(data),
             )
+        elif self.db is not None:
+            self.db.count_relayed(round_.node_id.hex(), round_.round_id)
         self.dispatcher.at(when, lambda: self._send(url, data, content_type, what, deadline, held=held))
         self.count("held")
 
