@@ -1,7 +1,8 @@
 """What the fault tests share: peer hosts in processes of their own, their files, the problem they run.
 
 A :class:`PeerProcess` is one ``python -m peer.simulate`` host (killed with
-SIGKILL, or stopped by closing its stdin); :func:`write_hosts` writes the
+SIGKILL, or stopped by closing its stdin), a :class:`Killable` one aggregator
+process at a time on one database; :func:`write_hosts` writes the
 manifests of simulated identities split over several hosts; :func:`fault_draft`
 is the dropout problem with windows a fault fits in on a loaded machine.
 """
@@ -11,14 +12,17 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
 from sqlalchemy import create_engine, text
 
+from aggregator.app import ServerProcess, start_server_process
+from aggregator.settings import AggregatorSettings
 from anonml.crypto import save_identity
 from anonml.demo import dropout_draft, simulate_peers
 from anonml.plugins import PluginRef, create
@@ -34,6 +38,7 @@ __all__ = [
     "write_hosts",
     "fault_draft",
     "releases",
+    "Killable",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,7 +165,7 @@ def write_hosts(
     return hosts
 
 
-def fault_draft(*, release_window_seconds: float = 10.0) -> ProblemDraft:
+def fault_draft(*, send_window_seconds: float = 12.0, release_window_seconds: float = 10.0) -> ProblemDraft:
     """The dropout problem without a median pool, with windows a fault fits in on a loaded machine."""
     featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
     return dropout_draft(
@@ -171,7 +176,7 @@ def fault_draft(*, release_window_seconds: float = 10.0) -> ProblemDraft:
         min_peers=4,
         pool_fraction=0.0,
         report_delay_seconds=6.0,
-        send_window_seconds=12.0,
+        send_window_seconds=send_window_seconds,
         release_window_seconds=release_window_seconds,
     )
 
@@ -186,3 +191,37 @@ def releases(ledger_url: str) -> list[tuple]:
             return [tuple(r) for r in c.execute(text(f"SELECT * FROM {table}"))]
     finally:
         engine.dispose()
+
+
+@dataclass
+class Killable:
+    """One aggregator at a time on ``settings``; :meth:`kill` is SIGKILL, :meth:`restart` a new process."""
+
+    settings: AggregatorSettings
+    db_path: Path
+    current: ServerProcess | None = None
+    killed: list[ServerProcess] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        assert self.current is not None
+        return self.current.url
+
+    def start(self) -> Killable:
+        self.current = start_server_process(self.settings)
+        return self
+
+    def kill(self) -> None:
+        assert self.current is not None
+        self.current.process.kill()  # SIGKILL: no shutdown handler runs
+        assert self.current.process.wait(timeout=30) == -9
+        self.killed.append(self.current)
+        self.current = None
+
+    def restart(self) -> Killable:
+        self.kill()
+        return self.start()
+
+    def rows(self, sql: str, *args: object) -> list[tuple]:
+        with sqlite3.connect(self.db_path) as con:
+            return list(con.execute(sql, args))

@@ -36,7 +36,9 @@ def test_a_dead_aggregator_beside_a_live_one_is_backed_off_and_the_live_problem_
     try:
         d = fault_draft()
         problem = propose(live.url, d)
-        wait_until(lambda: status(live.url, problem.id).registered == IDENTITIES, "every identity to register", 120)
+        wait_until(
+            lambda: status(live.url, problem.id).registered == IDENTITIES, "every identity to register", 120
+        )
         assert requests.post(f"{live.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30).ok
         final = wait_phase(live.url, problem.id, ("done", "degraded", "failed"), timeout=180)
         assert final.phase == "done", final.message
