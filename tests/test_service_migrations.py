@@ -23,13 +23,14 @@ from aggregator.db import Base as AggregatorBase
 from aggregator.db import ProblemRow, RegistrationRow, RejectRow, count_reject, count_reports, create_tables
 from anonml.crypto import Identity
 from anonml.crypto.spent import CryptoBase
-from anonml.database import make_engine, migrate, schema_revision
+from anonml.database import make_engine, migrate
 from anonml.errors import SchemaError
 from anonml.protocol import CosignRequest, TranscriptStatement, sign_message
 from peer import witness as witness_module
 from peer.db import PeerDB
 from peer.db import _Base as PeerBase
 from peer.witness import Witness, WitnessRefusal
+from tests.test_migrations import _old_database, _revision
 
 PEER, AGGREGATOR, WITNESS = "peer.migrations.state", "aggregator.migrations", "peer.migrations.witness"
 HEADS = {PEER: "peer_0002", AGGREGATOR: "aggregator_0001", WITNESS: "witness_0001"}
@@ -137,22 +138,6 @@ CREATE TABLE cosignatures (id INTEGER NOT NULL, aggregator BLOB NOT NULL, proble
     PRIMARY KEY (id), CONSTRAINT uq_one_transcript_per_stage UNIQUE (aggregator, problem_id, stage))
     ;
 """
-
-
-def _old_database(path: Path, ddl: str) -> str:
-    with sqlite3.connect(path) as con:
-        con.executescript(ddl)
-    con.close()
-    return f"sqlite:///{path}"
-
-
-def _revision(url: str, package: str) -> str | None:
-    engine = make_engine(url)
-    try:
-        with engine.connect() as connection:
-            return schema_revision(connection, package)
-    finally:
-        engine.dispose()
 
 
 def test_a_peer_state_db_written_before_schema_versions_keeps_its_round_and_gains_relay_counts(tmp_path):

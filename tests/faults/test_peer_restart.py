@@ -16,6 +16,7 @@ sender from the aggregator's receipts.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +26,15 @@ import requests
 
 from aggregator.app import ServerProcess, start_server_process
 from aggregator.settings import AggregatorSettings
+from anonml.crypto import Hop, PublicIdentity, build_cover_packet
+from anonml.protocol import Problem
 from peer.db import PeerDB
 from peer.host import release_marks
+from peer.relay import packet_cap
 from tests.adversary.malicious import wait_until
-from tests.aggregator.helpers import ADMIN, TOKEN, propose, status, wait_phase
+from tests.aggregator.helpers import ADMIN, TOKEN, bins_of, propose, roster_of, status, wait_phase
 from tests.faults.helpers import PeerProcess, fault_draft, releases, write_hosts
+from tests.peer.test_relay import OCTETS
 
 
 @dataclass
@@ -177,3 +182,50 @@ def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count
     print(json.dumps({"phase": final.phase, "message": final.message, "held_at_kill": held_at_kill,
                       "tokens": final.tokens_issued, "accepted": final.reports_accepted,
                       "lost_counted_by_a": lost, "relay_a": relay_a}))
+
+
+def _flood(relay_url: str, hop: Hop, problem: Problem, n: int) -> list[int]:
+    """Post up to ``n`` fresh cover packets (valid, built from the public round key) to one relay."""
+    destination = PublicIdentity.from_bytes(bytes(problem.aggregator)).node_id
+    codes: list[int] = []
+    with requests.Session() as s:
+        for _ in range(n):
+            packet = build_cover_packet([hop], round_id=problem.round_id, destination=destination)
+            codes.append(s.post(relay_url, data=packet, headers=OCTETS, timeout=30).status_code)
+            if codes[-1] == 429:
+                break
+    return codes
+
+
+@pytest.mark.slow
+def test_a_peer_host_killed_and_restarted_keeps_its_relay_packet_cap(cluster: Cluster):
+    """An outsider floods one of B's relays, kills B (or waits for it to crash), and floods again."""
+    d = fault_draft(send_window_seconds=20.0, release_window_seconds=12.0)
+    url, b = cluster.aggregator.url, cluster.b
+    problem = propose(url, d)
+    wait_until(lambda: status(url, problem.id).registered == 10, "every identity to register", 120)
+    requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+    wait_phase(url, problem.id, ("reporting",), timeout=120)
+    roster = roster_of(url, problem.id)
+    target = next(e for e in roster.entries if e.relay_url.startswith(b.url))
+    hop = Hop.from_certificate(bytes(target.relay_certificate), problem.round_id)
+    cap = packet_cap(d.kh, min(d.hops, len(roster.entries) - 1))
+    wait_until(  # B checked the bins and holds its round key: its relay takes packets
+        lambda: _flood(target.relay_url, hop, problem, 1) == [202], "B's relay to open the round", 60
+    )
+    before = 1 + _flood(target.relay_url, hop, problem, cap - 9).count(202)
+    t_r = bins_of(url, problem.id).t_r
+    b.kill()
+    b.start()  # same state DB: the relay count is there with the held packets
+    reopened: list[int] = []
+    wait_until(  # the restarted B reloaded its round key (404 until then), or refuses: over cap
+        lambda: reopened.extend(_flood(target.relay_url, hop, problem, 1)) or reopened[-1] in (202, 429),
+        "B's relay to reopen the round",
+        60,
+    )
+    after = [reopened[-1], *_flood(target.relay_url, hop, problem, cap)] if reopened[-1] == 202 else [429]
+    assert time.time() < t_r, "the round ended before the second flood: the machine is too slow"
+    assert after[-1] == 429, after  # the cap was reached again
+    # Honest traffic counts under the same cap, so the flood's share over both runs is at most the cap:
+    # without the stored count the restarted relay would have taken nearly a whole cap again.
+    assert before > cap // 2 and before + after.count(202) <= cap, (before, after.count(202), cap)
