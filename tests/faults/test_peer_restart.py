@@ -26,7 +26,7 @@ import requests
 
 from aggregator.app import ServerProcess, start_server_process
 from aggregator.settings import AggregatorSettings
-from anonml.crypto import Hop, PublicIdentity, build_cover_packet
+from anonml.crypto import Hop, PublicIdentity, RelayKeyCertificate, build_cover_packet
 from anonml.protocol import Problem
 from peer.db import PeerDB
 from peer.host import release_marks
@@ -208,7 +208,8 @@ def test_a_peer_host_killed_and_restarted_keeps_its_relay_packet_cap(cluster: Cl
     wait_phase(url, problem.id, ("reporting",), timeout=120)
     roster = roster_of(url, problem.id)
     target = next(e for e in roster.entries if e.relay_url.startswith(b.url))
-    hop = Hop.from_certificate(bytes(target.relay_certificate), problem.round_id)
+    certificate = RelayKeyCertificate.from_bytes(bytes(target.relay_certificate))
+    hop = Hop.from_certificate(certificate, problem.round_id)
     cap = packet_cap(d.kh, min(d.hops, len(roster.entries) - 1))
     wait_until(  # B checked the bins and holds its round key: its relay takes packets
         lambda: _flood(target.relay_url, hop, problem, 1) == [202], "B's relay to open the round", 60
