@@ -82,6 +82,9 @@ def test_the_aggregator_down_in_the_release_window_loses_only_what_missed_t_r_an
                 seen = f"{p.rows(statuses)}, {p.status()}"
                 raise AssertionError(f"{final.phase} ({final.message}) but the peers: {seen}") from None
         relays = [p.status()["relay"] for p in peers]
+        model = ModelDocument.model_validate_json(
+            requests.get(f"{agg.url}/problems/{problem.id}/model", timeout=30).content
+        )
     finally:
         for p in peers:
             p.stop()
@@ -101,7 +104,6 @@ def test_the_aggregator_down_in_the_release_window_loses_only_what_missed_t_r_an
     assert final.phase == ("degraded" if account.lost_fraction > limit else "done"), (final.phase, account)
     if account.lost:
         assert final.message.startswith(account.describe()), final.message
-    model = ModelDocument.model_validate_json(requests.get(f"{agg.url}/problems/{problem.id}/model").content)
     verify_message(model, bytes(problem.aggregator))
     assert model.reports == account  # the published model says what was lost, as the status does
     # The relays felt the outage and retried; what they finally could not deliver is counted lost.
