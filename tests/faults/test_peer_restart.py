@@ -10,7 +10,9 @@ DB, stores, ledgers and relay port. What must hold: B releases nothing twice
 releases the packets it held, relays again for the round (its round keys are
 reloaded from the state DB, sealed), downloads the model, and destroys its
 round keys after ``t_r``; every report lost on the way is counted by its
-sender from the aggregator's receipts.
+sender from the aggregator's receipts. And an outsider who floods one of B's
+relays with valid cover packets, kills B and floods again gets no more than
+one packet cap over both runs: the count is in B's state DB.
 """
 
 from __future__ import annotations
