@@ -18,7 +18,7 @@ Tables
                         issuance id, and on SQLite the table is ``WITHOUT ROWID``
                         so not even the physical row order records arrival order.
 ``reject_counts``       how many requests were refused, per problem and reason.
-``spent_tokens`` /      from :func:`anonml.crypto.create_crypto_tables`: redeemed tokens
+``spent_tokens`` /      the crypto ledgers (:mod:`anonml.crypto.spent`): redeemed tokens
 ``token_issuance``      (key id, slot, nonce) and evaluations (key id, peer, slot).
 
 Arrival order. A report and its spent token are stored together, in the
@@ -61,9 +61,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from anonml.crypto import create_crypto_tables
 from anonml.crypto.spent import SpentTokenRow
-from anonml.database import BigInt, UTCDateTime
+from anonml.database import BigInt, UTCDateTime, increment, migrate
 
 __all__ = [
     "Base",
@@ -269,27 +268,20 @@ def wipe_log(engine: Engine) -> None:
 
 
 def create_tables(engine: Engine) -> None:
-    """Create the aggregator's tables and the crypto ledgers if missing."""
-    Base.metadata.create_all(engine)
-    create_crypto_tables(engine)
+    """Bring the database to the newest schema: the aggregator's tables and the crypto ledgers.
+
+    A new database is created by the revisions of :mod:`aggregator.migrations`;
+    one written before schema versions existed is stamped at the baseline and
+    upgraded (:func:`anonml.database.migrate`).
+    """
+    migrate(engine, "aggregator.migrations")
 
 
 def count_reject(session: Session, problem_id: str, reason: str) -> None:
     """Add one to the refusal counter of (problem, reason) inside the caller's transaction.
 
-    One upsert (``INSERT … ON CONFLICT DO UPDATE``) on SQLite and PostgreSQL:
+    One upsert on SQLite and PostgreSQL (:func:`anonml.database.increment`):
     two first refusals at once cannot both insert (no unique violation), and
     the increment is atomic.
     """
-    dialect = session.get_bind().dialect.name
-    if dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert
-    elif dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert
-    else:
-        raise ValueError(f"unsupported database dialect {dialect!r} (use SQLite or PostgreSQL)")
-    stmt = dialect_insert(RejectRow).values(problem_id=problem_id, reason=reason, count=1)
-    upsert = stmt.on_conflict_do_update(
-        index_elements=["problem_id", "reason"], set_={"count": RejectRow.count + 1}
-    )
-    session.execute(upsert)
+    increment(session, RejectRow, {"problem_id": problem_id, "reason": reason}, "count")

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from sqlalchemy import BigInteger, DateTime, Integer, create_engine, event, inspect
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
@@ -69,6 +70,7 @@ __all__ = [
     "retry_serializable",
     "is_retryable",
     "describe_database_error",
+    "increment",
     "migrate",
     "schema_revision",
 ]
@@ -250,6 +252,32 @@ def retry_serializable(
                 raise
             time.sleep(gen.uniform(0.0, min(max_delay, base_delay * 2**attempt)))
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def increment(session: Session, table: type[Any], key: dict[str, Any], column: str, by: int = 1) -> None:
+    """Add ``by`` to ``column`` of ``table``'s row ``key`` (made at ``by`` if missing), in one statement.
+
+    One upsert (``INSERT … ON CONFLICT (key) DO UPDATE SET column = column +
+    by``) on SQLite and PostgreSQL: two first increments at once cannot both
+    insert (no unique violation), and the addition is atomic, unlike a read
+    then a write. ``key`` names every primary-key column of the row.
+
+    Raises
+    ------
+    ValueError
+        The session's database is neither SQLite nor PostgreSQL.
+    """
+    dialect = session.get_bind().dialect.name
+    if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    elif dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        raise ValueError(f"unsupported database dialect {dialect!r} (use SQLite or PostgreSQL)")
+    stmt = dialect_insert(table).values(**key, **{column: by})
+    session.execute(
+        stmt.on_conflict_do_update(index_elements=list(key), set_={column: getattr(table, column) + by})
+    )
 
 
 def describe_database_error(exc: BaseException) -> str | None:

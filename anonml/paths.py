@@ -58,11 +58,21 @@ def private_dir(path: Path, *, tighten: bool = False) -> Path:
 
 
 def private_file(path: Path) -> Path:
-    """Create ``path`` empty if missing, and make it mode 0600 (its folder is created 0700)."""
+    """Create ``path`` empty if missing, and make it mode 0600 (its folder is created 0700).
+
+    An existing file is never opened, only its mode set: closing any
+    descriptor of a file drops every POSIX lock the process holds on it, so
+    opening and closing a SQLite database this process already has open
+    (a second engine on it, as a migration makes) would release its
+    connections' locks, and another process closing its own connection would
+    then take itself for the last one and delete the write-ahead log under
+    them — their later commits would be invisible to every other process.
+    """
     path = Path(path)
     private_dir(path.parent)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
-    os.close(fd)
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
+        os.close(fd)
     if stat.S_IMODE(path.stat().st_mode) != FILE_MODE:
         os.chmod(path, FILE_MODE)
     return path

@@ -9,9 +9,15 @@ tables of their own: each participation's phase and facts
 deleted when the round closes at ``t_r``, with the replay tags its relay saw,
 ``peer_replay_tags``), the packets an identity built and
 whether each went (``peer_outbox``), and the packets its relay holds with
-their release times (``peer_held_packets``, deleted once released). Every
+their release times (``peer_held_packets``, deleted once released) with how
+many packets each node's relay accepted in the round (``peer_relay_counts``,
+its per-round cap must not start again at a restart). Every
 secret among them — relay keys, tokens, packets — is stored sealed under
 the identity's at-rest key (:class:`peer.vault.Vault`), never in clear.
+
+Schema. :class:`PeerDB` brings the file to the newest revision of
+:mod:`peer.migrations.state` when it opens it (:func:`anonml.database.migrate`),
+so a state DB written by an earlier version keeps its rows.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-from anonml.database import BigInt, UTCDateTime, make_engine
+from anonml.database import BigInt, UTCDateTime, increment, make_engine, migrate
 
 __all__ = [
     "PeerDB",
@@ -47,6 +53,7 @@ __all__ = [
     "OutboxRow",
     "HeldRow",
     "ReplayTagRow",
+    "RelayCountRow",
 ]
 
 
@@ -155,6 +162,16 @@ class ReplayTagRow(_Base):
     tag: Mapped[bytes] = mapped_column(LargeBinary(32), primary_key=True)
 
 
+class RelayCountRow(_Base):
+    """How many packets a node's relay accepted in a round (its cap, :func:`peer.relay.packet_cap`)."""
+
+    __tablename__ = "peer_relay_counts"
+
+    node: Mapped[str] = mapped_column(String(64), primary_key=True)  # node id, hex
+    round_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    accepted: Mapped[int] = mapped_column(Integer)
+
+
 @dataclass(frozen=True)
 class ProposalView:
     problem_id: str
@@ -170,7 +187,7 @@ class PeerDB:
 
     def __init__(self, url: str) -> None:
         self.engine = make_engine(url)
-        _Base.metadata.create_all(self.engine)
+        migrate(self.engine, "peer.migrations.state")
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     def close(self) -> None:
@@ -359,9 +376,11 @@ class PeerDB:
         what: str,
         sealed: bytes,
     ) -> int:
-        """Record a held packet; its row id (to :meth:`unhold` once it is released or lost)."""
+        """Record a held packet and count it under the node's cap; its row id (to :meth:`unhold`)."""
         (row_id,) = self.hold_many(
-            [(node, round_id, release_at, deadline, url, content_type, what, sealed)], []
+            [(node, round_id, release_at, deadline, url, content_type, what, sealed)],
+            [],
+            {(node, round_id): 1},
         )
         return row_id
 
@@ -369,25 +388,37 @@ class PeerDB:
         self,
         held: list[tuple[str, int, float, float, str, str, str, bytes]],
         tags: list[tuple[str, int, bytes]],
+        accepted: dict[tuple[str, int], int] | None = None,
     ) -> list[int]:
-        """One transaction: the replay tags ``(node, round, tag)`` and the held packets (``hold``'s
-        arguments, in order); the held rows' ids, in order.
+        """One transaction: the replay tags ``(node, round, tag)``, the held packets (``hold``'s
+        arguments, in order) and ``accepted`` packets counted per ``(node, round)`` under the
+        relay's cap (:meth:`relay_count`); the held rows' ids, in order.
 
         What a relay does for a batch of packets before it answers for any of
-        them: once this returns, every tag and packet of the batch survives a
-        restart; if it raises, none was stored.
+        them: once this returns, every tag, packet and count of the batch
+        survives a restart (a restarted relay grants no fresh cap); if it
+        raises, none was stored.
         """
         fields = ("node", "round_id", "release_at", "deadline", "url", "content_type", "what", "sealed")
-        # Core statements on the tables (not ORM bulk inserts): one executemany each.
-        with self.engine.begin() as conn:
+        with self.sessions() as s, s.begin():
+            # Core statements on the tables (not ORM bulk inserts): one executemany each.
+            conn = s.connection()
             if tags:  # each tag is new: the relay's replay cache refused any it had seen
                 conn.execute(
                     insert(ReplayTagRow.__table__), [{"node": n, "round_id": r, "tag": t} for n, r, t in tags]
                 )
+            for (node, round_id), count in (accepted or {}).items():
+                increment(s, RelayCountRow, {"node": node, "round_id": round_id}, "accepted", by=count)
             if not held:
                 return []
             stmt = insert(HeldRow.__table__).returning(HeldRow.__table__.c.id, sort_by_parameter_order=True)
             return list(conn.execute(stmt, [dict(zip(fields, row, strict=True)) for row in held]).scalars())
+
+    def relay_count(self, node: str, round_id: int) -> int:
+        """Packets the node's relay accepted in the round, over every run of this host."""
+        with self.sessions() as s:
+            row = s.get(RelayCountRow, (node, round_id))
+            return 0 if row is None else row.accepted
 
     def unhold(self, row_id: int) -> None:
         self.unhold_many([row_id])
@@ -415,7 +446,11 @@ class PeerDB:
             return list(rows)
 
     def forget_replay_tags(self, node: str, round_id: int) -> None:
+        """Delete the round's replay tags and its relay count (the round closed)."""
         with self.sessions() as s, s.begin():
             s.execute(
                 delete(ReplayTagRow).where(ReplayTagRow.node == node, ReplayTagRow.round_id == round_id)
+            )
+            s.execute(
+                delete(RelayCountRow).where(RelayCountRow.node == node, RelayCountRow.round_id == round_id)
             )

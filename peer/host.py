@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,9 +32,9 @@ from peer.participant import Participant, PeerNode
 from peer.phases import TERMINAL, ParticipationPhase
 from peer.policy import Decision, PeerPolicy, evaluate_problem, load_plugins
 from peer.relay import RelayService
-from peer.worker import ProblemSession, Worker
+from peer.worker import ProblemSession, Worker, poll_backoff
 
-__all__ = ["PeerHost", "committed_epsilon", "discover", "release_marks"]
+__all__ = ["PeerHost", "AggregatorBackoff", "committed_epsilon", "discover", "release_marks"]
 
 log = logging.getLogger("anonml.peer")
 
@@ -78,20 +79,73 @@ def release_marks(db: PeerDB | None, fingerprint: str) -> dict[str, str]:
     return marks
 
 
-def discover(db: PeerDB, aggregators: list[str]) -> list[Problem]:
+class AggregatorBackoff:
+    """Which aggregators failed to answer a discovery poll, and when each is asked again.
+
+    An aggregator that fails is skipped for :func:`~peer.worker.poll_backoff`
+    ``(poll_seconds, failures)`` seconds (doubling from one poll, at most
+    30 s), so a dead one costs neither a connection attempt per poll nor a
+    log line per poll: the first failure of a streak is logged (a warning,
+    one line), the retries are not, and the answer that ends the streak is
+    logged once more (info). ``now`` is a monotonic clock.
+    """
+
+    def __init__(self, poll_seconds: float, now: Callable[[], float] = time.monotonic) -> None:
+        self.poll_seconds = poll_seconds
+        self._now = now
+        self._failures: dict[str, int] = {}
+        self._retry_at: dict[str, float] = {}
+
+    def due(self, url: str) -> bool:
+        """Whether ``url`` is asked in this poll."""
+        return self._now() >= self._retry_at.get(url, float("-inf"))
+
+    def failed(self, url: str, exc: BaseException) -> None:
+        failures = self._failures.get(url, 0) + 1
+        self._failures[url] = failures
+        wait = poll_backoff(self.poll_seconds, failures)
+        self._retry_at[url] = self._now() + wait
+        if failures == 1:
+            log.warning("aggregator %s unreachable, asked again with backoff (at most 30 s): %s", url, exc)
+
+    def answered(self, url: str) -> None:
+        failures = self._failures.pop(url, 0)
+        self._retry_at.pop(url, None)
+        if failures:
+            log.info("aggregator %s answers again after %d failed polls", url, failures)
+
+
+def discover(
+    db: PeerDB,
+    aggregators: list[str],
+    backoff: AggregatorBackoff | None = None,
+    count: Callable[[str], None] | None = None,
+) -> list[Problem]:
     """Record in ``db`` the proposals open for registration at ``aggregators``; return the new ones.
 
     A proposal not signed by the aggregator key it names is ignored; an
     aggregator that cannot be reached (or answers nonsense) is skipped, so one
-    dead aggregator never keeps the peer from the others.
+    dead aggregator never keeps the peer from the others. With ``backoff`` it
+    is also left alone for a while, and said once (:class:`AggregatorBackoff`);
+    without, each failure is one warning. ``count`` is told
+    ``"aggregator unreachable"`` per failed attempt.
     """
     new = []
     for url in aggregators:
+        if backoff is not None and not backoff.due(url):
+            continue
         try:
             open_problems = AggregatorClient(url).problems(phase="registration")
         except AnonMLError as exc:
-            log.warning("aggregator %s skipped this poll: %s", url, exc)
+            if count is not None:
+                count("aggregator unreachable")
+            if backoff is not None:
+                backoff.failed(url, exc)
+            else:
+                log.warning("aggregator %s skipped this poll: %s", url, exc)
             continue
+        if backoff is not None:
+            backoff.answered(url)
         for problem in open_problems:
             try:
                 verify_message(problem, bytes(problem.aggregator))
@@ -165,6 +219,7 @@ class PeerHost:
         self._witnesses: dict[tuple[bytes, str], RosterWitness] = {}
         self._lock = threading.Lock()
         self.counters: Counter[str] = Counter()
+        self._backoff = AggregatorBackoff(poll_seconds)
 
     def sole_node(self) -> PeerNode:
         """The one identity of a person's own daemon (:func:`peer.app.create_daemon`); error if several."""
@@ -272,7 +327,7 @@ class PeerHost:
 
     def discover(self) -> list[Problem]:
         """Record proposals open for registration at every aggregator; return the new ones."""
-        return discover(self.db, self.aggregators)
+        return discover(self.db, self.aggregators, self._backoff, self.count)
 
     def poll_once(self) -> None:
         """One worker iteration: discover, decide (policy or user), step every session."""

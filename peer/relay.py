@@ -13,7 +13,10 @@ URL. :meth:`RelayService.handle` then, for one packet:
 4. refuses it with 429 once the node has accepted :attr:`RelayRound.max_packets`
    packets this round (:func:`packet_cap`) — before any crypto, so an outsider
    who builds valid packets from the public round keys in the roster can
-   flood no relay past what an honest round could bring it;
+   flood no relay past what an honest round could bring it. The count is kept
+   in the state DB with the held packets (:meth:`peer.db.PeerDB.hold_many`), and a
+   round reopened after a restart starts from it: killing the host does not
+   grant a fresh cap;
 5. peels it (MAC, then the replay tag: 409 for a replay; 400 for anything
    else wrong) and schedules the release with :func:`~anonml.crypto.release_time`
    — to the next hop's relay, or, at the last hop, to the aggregator's intake
@@ -306,10 +309,12 @@ class RelayService:
             except ValueError:
                 self.count("route refused: relay URL form")
         round_.routes = routes
+        accepted = 0 if self.db is None else self.db.relay_count(round_.node_id.hex(), round_.round_id)
         with self._lock:
             if key in self._rounds:
                 raise ValueError(f"node {round_.node_id.hex()} already relays round {round_.round_id}")
             self._rounds[key] = round_
+            self._accepted[key] = accepted  # what earlier runs of this host accepted counts too
         self.dispatcher.at(round_.schedule.t_r, lambda: self.close_round(round_.node_id, round_.round_id))
 
     def close_round(self, node_id: bytes, round_id: int) -> None:
@@ -348,11 +353,15 @@ class RelayService:
         accepted: list[tuple[RelayRound, float, _Release]] = []
         tags: list[tuple[str, int, bytes]] = []
         caches: dict[int, StoredReplayCache] = {}
+        admitted: Counter[tuple[bytes, int]] = Counter()  # packets answered 202, per (node, round)
         with ExitStack() as deferring:
             for packet in packets:
-                outcomes.append(self._admit(node_id, packet, accepted, tags, deferring, caches))
+                outcome = self._admit(node_id, packet, accepted, tags, deferring, caches)
+                if outcome.status < 300:
+                    admitted[(node_id, int.from_bytes(packet[1:9], "big"))] += 1
+                outcomes.append(outcome)
         try:
-            self._keep(accepted, tags)
+            self._keep(accepted, tags, admitted)
         except Exception:
             # Nothing of the batch was stored and no packet is answered: the sender may send it
             # again (a 5xx is retried), so it must not meet its own tags or use up the cap.
@@ -360,10 +369,9 @@ class RelayService:
                 for _, _, tag in tags:
                     cache.discard(tag)
             with self._lock:
-                for round_, _, _ in accepted:
-                    key = (round_.node_id, round_.round_id)
+                for key, count in admitted.items():
                     if key in self._accepted:
-                        self._accepted[key] -= 1
+                        self._accepted[key] -= count
             raise
         return outcomes
 
@@ -471,11 +479,14 @@ class RelayService:
         return release_time(window, self.rng)
 
     def _keep(
-        self, accepted: list[tuple[RelayRound, float, _Release]], tags: list[tuple[str, int, bytes]]
+        self,
+        accepted: list[tuple[RelayRound, float, _Release]],
+        tags: list[tuple[str, int, bytes]],
+        admitted: Counter[tuple[bytes, int]],
     ) -> None:
-        """Store the batch's replay tags and held packets (sealed, when the round has a vault) in one
-        transaction, then schedule each release at its time."""
-        if self.db is not None and (accepted or tags):
+        """Store the batch's replay tags, held packets (sealed, when the round has a vault) and its
+        count under each node's cap in one transaction, then schedule each release at its time."""
+        if self.db is not None and (accepted or tags or admitted):
             sealed = [(r, when, rel) for r, when, rel in accepted if r.vault is not None]
             rows = [
                 (
@@ -491,7 +502,9 @@ class RelayService:
                 for r, when, rel in sealed
                 if r.vault is not None
             ]
-            ids = dict(zip((id(rel) for _, _, rel in sealed), self.db.hold_many(rows, tags), strict=True))
+            counts = {(node.hex(), round_id): n for (node, round_id), n in admitted.items()}
+            held = self.db.hold_many(rows, tags, counts)
+            ids = dict(zip((id(rel) for _, _, rel in sealed), held, strict=True))
             accepted = [(r, when, replace(rel, held=ids.get(id(rel)))) for r, when, rel in accepted]
         for _, when, release in accepted:
             self.dispatcher.at(when, lambda rel=release: self._due(rel))

@@ -60,7 +60,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from anonml.crypto import CryptoError, Identity, PublicIdentity, load_or_create_identity
-from anonml.database import make_engine
+from anonml.database import make_engine, migrate
 from anonml.paths import private_dir
 from anonml.protocol import (
     STAGES,
@@ -171,7 +171,7 @@ class Witness:
     def __init__(self, identity: Identity, db_path: Path) -> None:
         self.identity = identity
         self.engine = _private_sqlite(Path(db_path))
-        _Base.metadata.create_all(self.engine)
+        migrate(self.engine, "peer.migrations.witness")
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @classmethod

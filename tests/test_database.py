@@ -346,3 +346,49 @@ def test_a_store_and_ledger_made_by_the_first_revisions_are_widened_when_opened(
         assert ledger.record(
             peer="a", problem="p", round=2**40, attributes=["x"], mechanism="oue", epsilon=0.1
         ).round == 2**40
+
+
+def test_another_process_sees_every_commit_of_a_database_opened_twice_in_one_process(tmp_path: Path):
+    """A second engine on an open file (a migration makes one) must not drop the first one's locks.
+
+    Closing any descriptor of a file drops the process's POSIX locks on it; if
+    opening an engine opened and closed the database file, another process
+    closing its connection would delete the write-ahead log under the first
+    engine, and what it commits afterwards would be invisible elsewhere.
+    """
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    code = (
+        "import sys\nfrom sqlalchemy import text\nfrom anonml.database import make_engine\n"
+        "e = make_engine(sys.argv[1])\n"
+        "with e.begin() as c:\n    c.execute(text('CREATE TABLE t (x INTEGER)'))\n"
+        "    c.execute(text('INSERT INTO t VALUES (1)'))\n"
+        "make_engine(sys.argv[1]).dispose()  # a second engine, opened and closed\n"
+        "print('ready', flush=True)\nsys.stdin.readline()\n"
+        "with e.begin() as c:\n    c.execute(text('INSERT INTO t VALUES (2)'))\n"
+        "print('written', flush=True)\nsys.stdin.readline()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    assert child.stdin is not None and child.stdout is not None
+
+    def rows() -> list[int]:
+        engine = make_engine(url)
+        try:
+            with engine.connect() as c:
+                return [r[0] for r in c.execute(text("SELECT x FROM t ORDER BY x"))]
+        finally:
+            engine.dispose()  # this process's last connection: it checkpoints if it may
+
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        assert rows() == [1]
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "written"
+        assert rows() == [1, 2]  # the child's commit, seen while it still runs
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)

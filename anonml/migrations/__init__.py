@@ -6,8 +6,10 @@ newest schema, ``"anonml.migrations.ledger"`` a privacy ledger. Each package
 names its own version table in ``VERSION_TABLE`` (``anonml_schema_store``,
 ``anonml_schema_ledger``), so databases that share a file (the ledger's
 ``privacy_`` tables beside the event store) are versioned independently. The
-peer's and the aggregator's databases can follow with their own packages
-(``migrate(engine, "peer.migrations")``), each naming its table.
+services' databases have packages of their own, each naming its table:
+``peer.migrations.state`` (a peer host's state DB), ``peer.migrations.witness``
+(a witness's log) and ``aggregator.migrations``; this package never imports
+them, :func:`~anonml.database.migrate` is given their names.
 
 Writing a revision: add ``NNNN_what.py`` to the package with ``revision``,
 ``down_revision`` (the previous file's revision), and ``upgrade()`` using

@@ -1,9 +1,10 @@
-"""What revisions that change only PostgreSQL's column types share."""
+"""What revisions share about PostgreSQL: 64-bit integer columns, and changes to its column types only."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
 from alembic import op
 
 
@@ -22,3 +23,9 @@ def alter_on_postgresql(statements: Sequence[str]) -> None:
 def refuse_narrowing() -> None:
     """The downgrade of a widening: refused, as values past 2^31 would not fit back."""
     raise NotImplementedError("64-bit columns are not narrowed again: values past 2^31 would not fit")
+
+
+#: A 64-bit integer column as the models declare it (:data:`anonml.database.BigInt`), spelled out
+#: for revisions: ``BIGINT`` on PostgreSQL, ``INTEGER`` (already 64-bit, and the rowid alias as a
+#: primary key) on SQLite.
+BIG_INTEGER = sa.BigInteger().with_variant(sa.Integer(), "sqlite")

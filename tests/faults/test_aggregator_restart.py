@@ -13,15 +13,12 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 
-from aggregator.app import ServerProcess, start_server_process
-from aggregator.settings import AggregatorSettings
 from anonml.crypto import PublicIdentity
 from anonml.protocol import MedianQuery, ModelDocument, ProblemStatus, ReportAccount, verify_message
 from tests.aggregator.helpers import (
@@ -40,40 +37,7 @@ from tests.aggregator.helpers import (
     status,
     wait_phase,
 )
-
-
-@dataclass
-class Killable:
-    """One aggregator at a time on ``settings``; :meth:`kill` is SIGKILL, :meth:`restart` a new process."""
-
-    settings: AggregatorSettings
-    db_path: Path
-    current: ServerProcess | None = None
-    killed: list[ServerProcess] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        assert self.current is not None
-        return self.current.url
-
-    def start(self) -> Killable:
-        self.current = start_server_process(self.settings)
-        return self
-
-    def kill(self) -> None:
-        assert self.current is not None
-        self.current.process.kill()  # SIGKILL: no shutdown handler runs
-        assert self.current.process.wait(timeout=30) == -9
-        self.killed.append(self.current)
-        self.current = None
-
-    def restart(self) -> Killable:
-        self.kill()
-        return self.start()
-
-    def rows(self, sql: str, *args: object) -> list[tuple]:
-        with sqlite3.connect(self.db_path) as con:
-            return list(con.execute(sql, args))
+from tests.faults.helpers import Killable
 
 
 @pytest.fixture

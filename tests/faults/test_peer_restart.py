@@ -10,102 +10,33 @@ DB, stores, ledgers and relay port. What must hold: B releases nothing twice
 releases the packets it held, relays again for the round (its round keys are
 reloaded from the state DB, sealed), downloads the model, and destroys its
 round keys after ``t_r``; every report lost on the way is counted by its
-sender from the aggregator's receipts.
+sender from the aggregator's receipts. And an outsider who floods one of B's
+relays with valid cover packets, kills B and floods again gets no more than
+one packet cap over both runs: the count is in B's state DB.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import requests
-from sqlalchemy import create_engine, text
 
 from aggregator.app import ServerProcess, start_server_process
 from aggregator.settings import AggregatorSettings
-from anonml.crypto import save_identity
-from anonml.demo import dropout_draft, simulate_peers
-from anonml.plugins import PluginRef, create
-from anonml.protocol import ProblemDraft
+from anonml.crypto import Hop, PublicIdentity, RelayKeyCertificate, build_cover_packet
+from anonml.protocol import Problem
 from peer.db import PeerDB
 from peer.host import release_marks
-from peer.simulate import SimulatedIdentity, SimulationManifest
+from peer.relay import packet_cap
 from tests.adversary.malicious import wait_until
-from tests.aggregator.helpers import ADMIN, TOKEN, propose, status, wait_phase
-
-ROOT = Path(__file__).resolve().parents[2]
-FEATURES = ["time_on_site_minutes", "video_seconds_watched", "seq_navigations", "distinct_problems"]
-LOCAL = "local-token-for-the-fault-test"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class PeerProcess:
-    """One ``python -m peer.simulate`` host; killed with SIGKILL or stopped by closing stdin."""
-
-    manifest: Path
-    state: Path
-    process: subprocess.Popen | None = None
-    url: str = ""
-
-    def start(self, timeout: float = 60.0) -> None:
-        env = dict(
-            os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-        )
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "peer.simulate", str(self.manifest)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=ROOT,
-        )
-        assert self.process.stdout is not None
-        self.url = self.process.stdout.readline().strip()
-        assert self.url.startswith("http://"), "the peer host did not start"
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            assert self.process.stdin is not None
-            self.process.stdin.close()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-
-    def status(self) -> dict:
-        reply = requests.get(
-            f"{self.url}/local/status", headers={"Authorization": f"Bearer {LOCAL}"}, timeout=30
-        )
-        reply.raise_for_status()
-        return reply.json()
-
-    def rows(self, sql: str) -> list[tuple]:
-        engine = create_engine(f"sqlite:///{self.state}")
-        try:
-            with engine.connect() as c:
-                return [tuple(r) for r in c.execute(text(sql))]
-        finally:
-            engine.dispose()
+from tests.aggregator.helpers import ADMIN, TOKEN, bins_of, propose, roster_of, status, wait_phase
+from tests.faults.helpers import PeerProcess, fault_draft, releases, write_hosts
+from tests.peer.test_relay import OCTETS
 
 
 @dataclass
@@ -128,36 +59,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         allow_loopback_http=True,
     )
     aggregator = start_server_process(settings)
-    simulated, _ = simulate_peers(10, tmp_path / "sim", weeks=4, history_weeks=2, seed=5, features=FEATURES)
-    assert len(simulated) >= 8
-    hosts = []
-    for name, members in (("a", simulated[:6]), ("b", simulated[6:])):
-        identities = []
-        for i, p in enumerate(members):
-            key = tmp_path / f"{name}-{i}.key"
-            save_identity(p.identity, key, None)
-            identities.append(
-                SimulatedIdentity(
-                    identity_file=key,
-                    store_url=p.store.url,
-                    ledger_url=p.ledger.url,
-                    user=p.username,
-                )
-            )
-            p.store.close()
-            p.ledger.close()
-        state = tmp_path / f"{name}-state.db"
-        manifest = SimulationManifest(
-            identities=identities,
-            state_url=f"sqlite:///{state}",
-            aggregators=[aggregator.url],
-            port=_free_port(),
-            local_token=LOCAL,
-        )
-        path = tmp_path / f"{name}.json"
-        path.write_text(manifest.model_dump_json())
-        hosts.append((PeerProcess(path, state), [i.ledger_url for i in identities]))
-    (a, _), (b, ledgers_b) = hosts
+    hosts = write_hosts(tmp_path, {"a": 6, "b": 4}, [aggregator.url])
+    (a, _), (b, ledgers_b) = hosts["a"], hosts["b"]
     a.start()
     b.start()
     try:
@@ -166,33 +69,6 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         a.stop()
         b.stop()
         aggregator.stop()
-
-
-def _draft() -> ProblemDraft:
-    """The dropout problem without a median pool, with windows a restart fits in on a loaded machine."""
-    featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
-    return dropout_draft(
-        featurizer.features(),
-        history_weeks=2,
-        weeks=4,
-        epsilon=2.0,
-        min_peers=4,
-        pool_fraction=0.0,
-        report_delay_seconds=6.0,
-        send_window_seconds=12.0,
-        release_window_seconds=10.0,
-    )
-
-
-def _releases(ledger_url: str) -> list[tuple]:
-    engine = create_engine(ledger_url)
-    try:
-        with engine.connect() as c:
-            names = [r[0] for r in c.execute(text("SELECT name FROM sqlite_master WHERE type='table'"))]
-            table = next(n for n in names if "release" in n)
-            return [tuple(r) for r in c.execute(text(f"SELECT * FROM {table}"))]
-    finally:
-        engine.dispose()
 
 
 #: When B is killed: right after building its packets (none sent yet), or once its relays hold
@@ -212,7 +88,7 @@ KILL_POINTS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_point", list(KILL_POINTS))
 def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_point: str):
-    d = _draft()
+    d = fault_draft()
     problem = propose(cluster.aggregator.url, d)
     url, b = cluster.aggregator.url, cluster.b
     n = len(cluster.ledgers_b) + 6
@@ -225,7 +101,7 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
     left_unsent = b.rows(unsent)[0][0]
     held_at_kill = b.rows("SELECT count(*) FROM peer_held_packets")[0][0]
     keys_at_kill = b.rows("SELECT count(*) FROM peer_round_keys")[0][0]
-    releases_before = {u: len(_releases(u)) for u in cluster.ledgers_b}
+    releases_before = {u: len(releases(u)) for u in cluster.ledgers_b}
     assert keys_at_kill == 4  # every identity's round key, sealed, survived the kill
     assert all(r == d.kh for r in releases_before.values())  # recorded before anything was built
     b.start()  # same files, same relay port
@@ -238,7 +114,7 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
             90,
         )
     # Nothing released twice: the ledgers hold what they held at the kill.
-    assert {u: len(_releases(u)) for u in cluster.ledgers_b} == releases_before
+    assert {u: len(releases(u)) for u in cluster.ledgers_b} == releases_before
     # What the restart resumed, and what is left behind: no held packet, no round key, no outbox.
     after = b.status()["relay"]
     assert after.get("host participations resumed") == 4
@@ -275,7 +151,7 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
 
 @pytest.mark.slow
 def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count_it(cluster: Cluster):
-    d = _draft()
+    d = fault_draft()
     problem = propose(cluster.aggregator.url, d)
     url, a, b = cluster.aggregator.url, cluster.a, cluster.b
     wait_until(lambda: status(url, problem.id).registered == 10, "every identity to register", 120)
@@ -285,7 +161,7 @@ def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count
     held_at_kill = b.rows("SELECT count(*) FROM peer_held_packets")[0][0]
     final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=180)
     assert held_at_kill > 0
-    assert all(len(_releases(u)) == d.kh for u in cluster.ledgers_b)  # B's identities were charged
+    assert all(len(releases(u)) == d.kh for u in cluster.ledgers_b)  # B's identities were charged
     # With 4 of 10 members gone the problem ends degraded, or failed with too few reports to train on;
     # either way the loss is said: in the receipts each sender of A checks, or in A's ledger marks.
     wait_until(
@@ -308,3 +184,51 @@ def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count
     print(json.dumps({"phase": final.phase, "message": final.message, "held_at_kill": held_at_kill,
                       "tokens": final.tokens_issued, "accepted": final.reports_accepted,
                       "lost_counted_by_a": lost, "relay_a": relay_a}))
+
+
+def _flood(relay_url: str, hop: Hop, problem: Problem, n: int) -> list[int]:
+    """Post up to ``n`` fresh cover packets (valid, built from the public round key) to one relay."""
+    destination = PublicIdentity.from_bytes(bytes(problem.aggregator)).node_id
+    codes: list[int] = []
+    with requests.Session() as s:
+        for _ in range(n):
+            packet = build_cover_packet([hop], round_id=problem.round_id, destination=destination)
+            codes.append(s.post(relay_url, data=packet, headers=OCTETS, timeout=30).status_code)
+            if codes[-1] == 429:
+                break
+    return codes
+
+
+@pytest.mark.slow
+def test_a_peer_host_killed_and_restarted_keeps_its_relay_packet_cap(cluster: Cluster):
+    """An outsider floods one of B's relays, kills B (or waits for it to crash), and floods again."""
+    d = fault_draft(send_window_seconds=20.0, release_window_seconds=12.0)
+    url, b = cluster.aggregator.url, cluster.b
+    problem = propose(url, d)
+    wait_until(lambda: status(url, problem.id).registered == 10, "every identity to register", 120)
+    requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+    wait_phase(url, problem.id, ("reporting",), timeout=120)
+    roster = roster_of(url, problem.id)
+    target = next(e for e in roster.entries if e.relay_url.startswith(b.url))
+    certificate = RelayKeyCertificate.from_bytes(bytes(target.relay_certificate))
+    hop = Hop.from_certificate(certificate, problem.round_id)
+    cap = packet_cap(d.kh, min(d.hops, len(roster.entries) - 1))
+    wait_until(  # B checked the bins and holds its round key: its relay takes packets
+        lambda: _flood(target.relay_url, hop, problem, 1) == [202], "B's relay to open the round", 60
+    )
+    before = 1 + _flood(target.relay_url, hop, problem, cap - 9).count(202)
+    t_r = bins_of(url, problem.id).t_r
+    b.kill()
+    b.start()  # same state DB: the relay count is there with the held packets
+    reopened: list[int] = []
+    wait_until(  # the restarted B reloaded its round key (404 until then), or refuses: over cap
+        lambda: reopened.extend(_flood(target.relay_url, hop, problem, 1)) or reopened[-1] in (202, 429),
+        "B's relay to reopen the round",
+        60,
+    )
+    after = [reopened[-1], *_flood(target.relay_url, hop, problem, cap)] if reopened[-1] == 202 else [429]
+    assert time.time() < t_r, "the round ended before the second flood: the machine is too slow"
+    assert after[-1] == 429, after  # the cap was reached again
+    # Honest traffic counts under the same cap, so the flood's share over both runs is at most the cap:
+    # without the stored count the restarted relay would have taken nearly a whole cap again.
+    assert before > cap // 2 and before + after.count(202) <= cap, (before, after.count(202), cap)

@@ -252,3 +252,28 @@ def test_a_dead_aggregator_does_not_keep_the_peer_from_a_live_one(aggregator, tm
     dead = "http://127.0.0.1:9"  # nothing listens there
     assert [p.id for p in discover(db, [dead, aggregator.url])] == [problem.id]
     assert db.proposal(problem.id) is not None
+
+
+def test_a_dead_aggregator_is_asked_with_backoff_and_said_once(aggregator, tmp_path, caplog):  # noqa: F811
+    import logging
+
+    from peer.host import AggregatorBackoff, discover
+    from peer.worker import poll_backoff
+
+    clock = [0.0]
+    backoff = AggregatorBackoff(0.5, now=lambda: clock[0])
+    db = PeerDB(f"sqlite:///{tmp_path / 'peer.db'}")
+    dead = "http://127.0.0.1:9"
+    tries: list[str] = []
+    with caplog.at_level(logging.INFO, logger="anonml.peer"):
+        for _ in range(40):  # 40 polls 0.5 s apart: 20 s
+            discover(db, [dead, aggregator.url], backoff, tries.append)
+            clock[0] += 0.5
+    # Asked at 0, then after 1, 2, 4, 8 s (poll · 2^failures): 5 times in 20 s, not 40.
+    waits = [poll_backoff(0.5, k) for k in range(1, 5)]
+    assert waits == [1.0, 2.0, 4.0, 8.0] and len(tries) == 5
+    lines = [r.getMessage() for r in caplog.records if dead in r.getMessage()]
+    assert len(lines) == 1 and "unreachable" in lines[0] and caplog.records[0].exc_info is None
+    with caplog.at_level(logging.INFO, logger="anonml.peer"):
+        backoff.answered(dead)  # it came back: said once, and asked at every poll again
+    assert backoff.due(dead) and "answers again after 5 failed polls" in caplog.records[-1].getMessage()

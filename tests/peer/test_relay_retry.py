@@ -140,3 +140,52 @@ def test_a_relay_restarted_on_the_same_state_db_still_refuses_a_replay(tmp_path)
         SphinxRelay(key, StoredReplayCache(restarted, node.public.node_id, ROUND)).process(packet)
     restarted.forget_replay_tags(node.public.node_id.hex(), ROUND)  # the round closed: tags go too
     assert restarted.replay_tags(node.public.node_id.hex(), ROUND) == []
+
+
+def test_a_relay_restarted_on_the_same_state_db_keeps_its_packet_cap(tmp_path):
+    """The cap counts what the node accepted over every run of its host: a restart grants no fresh cap."""
+    from anonml.crypto import build_cover_packet
+
+    node = PeerNode(Identity.generate(), EventStore("sqlite://"), PrivacyLedger("sqlite://"))
+    url, cap = f"sqlite:///{tmp_path / 'state.db'}", 10
+    aggregator = Identity.generate()
+    key, cert = node.identity.new_round_relay_key(ROUND)
+    hop = Hop.from_certificate(cert, ROUND)
+    now = time.time()
+    schedule = WindowSchedule(now, 30.0, now + 60.0)
+
+    def serve() -> PeerServer:
+        db = PeerDB(url)
+        host = PeerHost([node], db, PeerPolicy(allow_loopback_http=True), [], rng=np.random.default_rng(4))
+        server = start_peer_server(host)
+        host.relay.open_round(
+            RelayRound(
+                node.node_id, ROUND, SphinxRelay(key, StoredReplayCache(db, node.node_id, ROUND)), schedule,
+                {}, aggregator.public.node_id, "http://127.0.0.1:9/intake", max_packets=cap,
+            )
+        )
+        return server
+
+    def flood(server: PeerServer, n: int) -> list[int]:
+        relay, to = f"{server.url}/relay/{node.node_id.hex()}", aggregator.public.node_id
+        with requests.Session() as s:
+            return [
+                s.post(relay, data=build_cover_packet([hop], round_id=ROUND, destination=to),
+                       headers=OCTETS, timeout=10).status_code
+                for _ in range(n)
+            ]
+
+    first = serve()
+    try:
+        assert flood(first, 6) == [202] * 6
+    finally:
+        first.stop()
+        first.host.close()  # the process ends: nothing closes the round or forgets its count
+    assert PeerDB(url).relay_count(node.node_id.hex(), ROUND) == 6
+    second = serve()
+    try:
+        assert flood(second, 10) == [202] * 4 + [429] * 6  # 6 + 4 = the cap, whatever the restart
+        assert second.host.relay.counters["rejected: over cap"] == 6
+    finally:
+        second.stop()
+        second.host.close()

@@ -1,0 +1,227 @@
+"""What the fault tests share: peer hosts in processes of their own, their files, the problem they run.
+
+A :class:`PeerProcess` is one ``python -m peer.simulate`` host (killed with
+SIGKILL, or stopped by closing its stdin), a :class:`Killable` one aggregator
+process at a time on one database; :func:`write_hosts` writes the
+manifests of simulated identities split over several hosts; :func:`fault_draft`
+is the dropout problem with windows a fault fits in on a loaded machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+from sqlalchemy import create_engine, text
+
+from aggregator.app import ServerProcess, start_server_process
+from aggregator.settings import AggregatorSettings
+from anonml.crypto import save_identity
+from anonml.demo import dropout_draft, simulate_peers
+from anonml.plugins import PluginRef, create
+from anonml.protocol import ProblemDraft
+from peer.simulate import SimulatedIdentity, SimulationManifest
+
+__all__ = [
+    "ROOT",
+    "FEATURES",
+    "LOCAL",
+    "free_port",
+    "PeerProcess",
+    "write_hosts",
+    "fault_draft",
+    "releases",
+    "Killable",
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+FEATURES = ["time_on_site_minutes", "video_seconds_watched", "seq_navigations", "distinct_problems"]
+LOCAL = "local-token-for-the-fault-test"
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (at the time of the call)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class PeerProcess:
+    """One ``python -m peer.simulate`` host; killed with SIGKILL or stopped by closing stdin.
+
+    ``stderr``, when given, is the file its log goes to (appended across restarts).
+    """
+
+    manifest: Path
+    state: Path
+    process: subprocess.Popen | None = None
+    url: str = ""
+    stderr: Path | None = None
+
+    def start(self) -> None:
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        )
+        log = None if self.stderr is None else self.stderr.open("a")
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "peer.simulate", str(self.manifest)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=env,
+                cwd=ROOT,
+            )
+        finally:
+            if log is not None:
+                log.close()  # the child has its own descriptor
+        assert self.process.stdout is not None
+        self.url = self.process.stdout.readline().strip()
+        assert self.url.startswith("http://"), "the peer host did not start"
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+    def status(self) -> dict:
+        reply = requests.get(
+            f"{self.url}/local/status", headers={"Authorization": f"Bearer {LOCAL}"}, timeout=30
+        )
+        reply.raise_for_status()
+        return reply.json()
+
+    def rows(self, sql: str) -> list[tuple]:
+        engine = create_engine(f"sqlite:///{self.state}")
+        try:
+            with engine.connect() as c:
+                return [tuple(r) for r in c.execute(text(sql))]
+        finally:
+            engine.dispose()
+
+    def log(self) -> str:
+        """What the host wrote to its log so far ("" without a log file)."""
+        return "" if self.stderr is None or not self.stderr.exists() else self.stderr.read_text()
+
+
+def write_hosts(
+    root: Path, sizes: dict[str, int], aggregators: list[str], *, seed: int = 5, log: bool = False
+) -> dict[str, tuple[PeerProcess, list[str]]]:
+    """Simulated identities split over hosts (``name → identities``); each host and its ledgers' URLs.
+
+    Each host gets a manifest naming its identities' key files, stores and
+    ledgers, a state DB, ``aggregators`` and a fixed relay port (so a restart
+    keeps the relay URLs its roster entries name); nothing is started.
+    """
+    total = sum(sizes.values())
+    simulated, _ = simulate_peers(total, root / "sim", weeks=4, history_weeks=2, seed=seed, features=FEATURES)
+    assert len(simulated) >= total, f"the simulation made {len(simulated)} peers, {total} needed"
+    hosts: dict[str, tuple[PeerProcess, list[str]]] = {}
+    first = 0
+    for name, size in sizes.items():
+        identities = []
+        for i, p in enumerate(simulated[first : first + size]):
+            key = root / f"{name}-{i}.key"
+            save_identity(p.identity, key, None)
+            identities.append(
+                SimulatedIdentity(
+                    identity_file=key, store_url=p.store.url, ledger_url=p.ledger.url, user=p.username
+                )
+            )
+        first += size
+        state = root / f"{name}-state.db"
+        manifest = SimulationManifest(
+            identities=identities,
+            state_url=f"sqlite:///{state}",
+            aggregators=aggregators,
+            port=free_port(),
+            local_token=LOCAL,
+        )
+        path = root / f"{name}.json"
+        path.write_text(manifest.model_dump_json())
+        stderr = root / f"{name}.log" if log else None
+        hosts[name] = (PeerProcess(path, state, stderr=stderr), [i.ledger_url for i in identities])
+    for p in simulated:
+        p.store.close()
+        p.ledger.close()
+    return hosts
+
+
+def fault_draft(*, send_window_seconds: float = 12.0, release_window_seconds: float = 10.0) -> ProblemDraft:
+    """The dropout problem without a median pool, with windows a fault fits in on a loaded machine."""
+    featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
+    return dropout_draft(
+        featurizer.features(),
+        history_weeks=2,
+        weeks=4,
+        epsilon=2.0,
+        min_peers=4,
+        pool_fraction=0.0,
+        report_delay_seconds=6.0,
+        send_window_seconds=send_window_seconds,
+        release_window_seconds=release_window_seconds,
+    )
+
+
+def releases(ledger_url: str) -> list[tuple]:
+    """Every release row of a peer's privacy ledger (read with SQL, as another process would)."""
+    engine = create_engine(ledger_url)
+    try:
+        with engine.connect() as c:
+            names = [r[0] for r in c.execute(text("SELECT name FROM sqlite_master WHERE type='table'"))]
+            table = next(n for n in names if "release" in n and "attribute" not in n)
+            return [tuple(r) for r in c.execute(text(f"SELECT * FROM {table}"))]
+    finally:
+        engine.dispose()
+
+
+@dataclass
+class Killable:
+    """One aggregator at a time on ``settings``; :meth:`kill` is SIGKILL, :meth:`restart` a new process."""
+
+    settings: AggregatorSettings
+    db_path: Path
+    current: ServerProcess | None = None
+    killed: list[ServerProcess] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        assert self.current is not None
+        return self.current.url
+
+    def start(self) -> Killable:
+        self.current = start_server_process(self.settings)
+        return self
+
+    def kill(self) -> None:
+        assert self.current is not None
+        self.current.process.kill()  # SIGKILL: no shutdown handler runs
+        assert self.current.process.wait(timeout=30) == -9
+        self.killed.append(self.current)
+        self.current = None
+
+    def restart(self) -> Killable:
+        self.kill()
+        return self.start()
+
+    def rows(self, sql: str, *args: object) -> list[tuple]:
+        with sqlite3.connect(self.db_path) as con:
+            return list(con.execute(sql, args))
