@@ -5,19 +5,42 @@ holds each packet and releases it at an independent uniform time in
 ``(t_s + δ, t_r)``. Because all packets of a round are inside the relays
 before any leaves, arrival order says nothing about send order (the timing
 side of Cyphers 2017, ch. 5). Times are POSIX seconds (floats).
+
+How long the windows are is a function of the roster, not a constant:
+:func:`schedule_floors` sizes every wait of a round from the number of
+members, the routes' hops, the slots per member and a measured cost of one
+request (:class:`ServiceMeter`), and the aggregator raises a proposal's
+schedule to those floors when it fixes the round's schedule. Fixed seconds
+that suit 100 peers on a quiet machine drop packets at 1,000 peers or under
+load; floors that grow with the work keep the round whole.
 """
 
 from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass
+import threading
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from anonml.errors import ProtocolError
 
-__all__ = ["WindowSchedule", "send_time", "release_time"]
+__all__ = [
+    "WindowSchedule",
+    "send_time",
+    "release_time",
+    "ScheduleFloors",
+    "schedule_floors",
+    "ServiceMeter",
+    "DEFAULT_REQUEST_SECONDS",
+    "DEFAULT_REACTION_SECONDS",
+]
+
+#: Seconds one request is assumed to cost before any was measured (a restarted aggregator).
+DEFAULT_REQUEST_SECONDS = 0.005
+#: Seconds a peer takes to notice a phase change: the peer daemon's default poll interval.
+DEFAULT_REACTION_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +102,139 @@ def send_time(schedule: WindowSchedule, rng: np.random.Generator | None = None) 
 def release_time(schedule: WindowSchedule, rng: np.random.Generator | None = None) -> float:
     """When a relay releases a packet: uniform in ``(t_s + δ, t_r)``, independent per packet."""
     return _uniform_open(*schedule.release_window, rng)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleFloors:
+    """The least each wait of a round may last, in seconds (:func:`schedule_floors`)."""
+
+    roster_seconds: float
+    median_step_seconds: float
+    report_delay_seconds: float
+    send_window_seconds: float
+    release_window_seconds: float
+
+    def raised(self, current: dict[str, float]) -> dict[str, float]:
+        """``current`` (field name → seconds) with every field below its floor raised to it.
+
+        Values above the floor are kept: a proposal may always ask for more time.
+        Fields of ``current`` this class does not name are left out.
+        """
+        return {name: max(float(current[name]), floor) for name, floor in asdict(self).items()}
+
+
+def schedule_floors(
+    n_peers: int,
+    *,
+    hops: int,
+    slots_per_peer: int,
+    median_pool: int,
+    median_steps: int,
+    request_seconds: float = DEFAULT_REQUEST_SECONDS,
+    reaction_seconds: float = DEFAULT_REACTION_SECONDS,
+) -> ScheduleFloors:
+    """The floors of a round's waits for ``n_peers`` members, from the work each wait must hold.
+
+    Parameters
+    ----------
+    n_peers : int
+        Roster size ``n`` (≥ 1).
+    hops : int
+        Relays on every route ``h`` (each packet is one request at each of them).
+    slots_per_peer : int
+        Packets every member sends, ``k_h``: ``m = n · k_h`` packets in the round.
+    median_pool : int
+        Members of the median pool ``p``.
+    median_steps : int
+        Binary-search steps per numeric feature ``s``: the pool is spread over them.
+    request_seconds : float
+        ``L``: seconds one request costs at the busiest party, measured
+        (:class:`ServiceMeter` over the problem's registrations: busy wall time
+        per request, so it grows with load and does not grow with concurrency).
+    reaction_seconds : float
+        ``r``: how long a peer takes to notice a new phase (its poll interval).
+
+    Returns
+    -------
+    ScheduleFloors
+
+    Notes
+    -----
+    Every wait is the time peers need to notice it began plus the requests it
+    must carry, one after another at ``L`` each (the aggregator's intake and
+    its registration endpoint are one server, so the serial sum is what they
+    face; relays spread over many hosts only do better):
+
+    * roster: ``2r + 3 n L`` — every member fetches and checks the roster and
+      compares its fingerprint with two others through their relays before the
+      first median query;
+    * median step: ``2r + ⌈p / s⌉ L`` — a step's questions reach their group
+      (one poll), the answers come back (at most the pool's share of one step);
+    * report delay: ``2r + m L`` — every member sees the bins and builds and
+      records its ``k_h`` packets before ``t_s``;
+    * send window ``δ``: ``r + m L`` — the first hops take in all ``m`` packets;
+    * release window: ``r + (3/2) h m L`` — ``h`` release stages (one per hop,
+      :mod:`peer.relay`), each carrying all ``m`` packets, inside the two
+      thirds of the window the relays leave before their guard.
+
+    With ``L`` = 2 ms, ``r`` = 1 s, ``h = 3``, ``k_h = 1``: 100 peers get
+    δ = 1.2 s and a 1.9 s release window; 1,000 peers δ = 3 s and 10 s;
+    10,000 peers δ = 21 s and 91 s. Cyphers 2017 (ch. 5) fixes the windows by
+    hand; this sizing is ours.
+    """
+    if n_peers < 1 or hops < 1 or slots_per_peer < 1 or median_steps < 1 or median_pool < 0:
+        raise ProtocolError(
+            f"schedule floors need n_peers, hops, slots and steps ≥ 1 and a pool ≥ 0, got "
+            f"n={n_peers}, hops={hops}, slots={slots_per_peer}, steps={median_steps}, pool={median_pool}"
+        )
+    for name, value in (("request_seconds", request_seconds), ("reaction_seconds", reaction_seconds)):
+        if not (math.isfinite(value) and value >= 0):
+            raise ProtocolError(f"schedule floors need a finite {name} ≥ 0, got {value!r}")
+    n, L, r = n_peers, request_seconds, reaction_seconds
+    m = n * slots_per_peer
+    return ScheduleFloors(
+        roster_seconds=2 * r + 3 * n * L,
+        median_step_seconds=2 * r + math.ceil(median_pool / median_steps) * L,
+        report_delay_seconds=2 * r + m * L,
+        send_window_seconds=r + m * L,
+        release_window_seconds=r + 1.5 * hops * m * L,
+    )
+
+
+class ServiceMeter:
+    """Busy wall time per request of one kind at a server: ``L`` of :func:`schedule_floors`.
+
+    Each finished request reports its ``(start, end)`` (monotonic seconds);
+    the meter adds the part of it not already covered by the requests seen
+    before, so ``busy`` is the length of the union of the intervals (exactly,
+    when requests are recorded in order of their ends, which is how they
+    finish; a request recorded out of that order adds only what lies past the
+    others). Then ``busy / count`` is the server's time per request: one
+    request alone costs its latency; ``c`` concurrent ones that contend for
+    the same lock or core cost ``1/c`` of their (inflated) latency each, i.e.
+    the inverse of the throughput actually achieved. A loaded machine shows
+    up as a larger value; many clients at once do not.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._busy = 0.0
+        self._until = -math.inf
+        self.count = 0
+
+    def record(self, start: float, end: float) -> None:
+        """One request that ran from ``start`` to ``end`` (seconds, one clock)."""
+        if not end >= start:
+            raise ValueError(f"a request cannot end ({end}) before it starts ({start})")
+        with self._lock:
+            if start >= self._until:
+                self._busy += end - start
+            elif end > self._until:
+                self._busy += end - self._until
+            self._until = max(self._until, end)
+            self.count += 1
+
+    def seconds_per_request(self, default: float = DEFAULT_REQUEST_SECONDS) -> float:
+        """``busy / count``; ``default`` before any request was recorded."""
+        with self._lock:
+            return self._busy / self.count if self.count else default
