@@ -201,8 +201,6 @@ class AggregatorState:
                 max(1, n_peers),
                 hops=draft.hops,
                 slots_per_peer=draft.kh,
-                median_pool=draft.median_pool_size(n_peers),
-                median_steps=draft.median.steps,
                 request_seconds=self.meter(pid).seconds_per_request(),
                 reaction_seconds=self.settings.peer_poll_seconds,
             )

@@ -128,8 +128,6 @@ def schedule_floors(
     *,
     hops: int,
     slots_per_peer: int,
-    median_pool: int,
-    median_steps: int,
     request_seconds: float = DEFAULT_REQUEST_SECONDS,
     reaction_seconds: float = DEFAULT_REACTION_SECONDS,
 ) -> ScheduleFloors:
@@ -143,10 +141,6 @@ def schedule_floors(
         Relays on every route ``h`` (each packet is one request at each of them).
     slots_per_peer : int
         Packets every member sends, ``k_h``: ``m = n · k_h`` packets in the round.
-    median_pool : int
-        Members of the median pool ``p``.
-    median_steps : int
-        Binary-search steps per numeric feature ``s``: the pool is spread over them.
     request_seconds : float
         ``L``: seconds one request costs at the busiest party, measured
         (:class:`ServiceMeter` over the problem's registrations: busy wall time
@@ -168,10 +162,14 @@ def schedule_floors(
     * roster: ``2r + 3 n L`` — every member fetches and checks the roster and
       compares its fingerprint with two others through their relays before the
       first median query;
-    * median step: ``2r + ⌈p / s⌉ L`` — a step's questions reach their group
-      (one poll), the answers come back (at most the pool's share of one step);
-    * report delay: ``2r + m L`` — every member sees the bins and builds and
-      records its ``k_h`` packets before ``t_s``;
+    * median step: ``2r + n L`` — a step's question reaches its group at the
+      next poll, and one poll of a host steps each of its members (at worst
+      all ``n`` on one host, as in a simulation); a step still ends as soon as
+      its quorum answered (:class:`~anonml.protocol.MedianSettings`), so the
+      floor costs time only when peers are missing;
+    * report delay: ``2r + 2 m L`` — every member sees the bins, checks them
+      and builds, records and stores its ``k_h`` packets (a ledger write and a
+      state write each: two requests' worth) before ``t_s``;
     * send window ``δ``: ``r + m L`` — the first hops take in all ``m`` packets;
     * release window: ``r + (3/2) h m L`` — ``h`` release stages (one per hop,
       :mod:`peer.relay`), each carrying all ``m`` packets, inside the two
@@ -182,10 +180,10 @@ def schedule_floors(
     10,000 peers δ = 21 s and 91 s. Cyphers 2017 (ch. 5) fixes the windows by
     hand; this sizing is ours.
     """
-    if n_peers < 1 or hops < 1 or slots_per_peer < 1 or median_steps < 1 or median_pool < 0:
+    if n_peers < 1 or hops < 1 or slots_per_peer < 1:
         raise ProtocolError(
-            f"schedule floors need n_peers, hops, slots and steps ≥ 1 and a pool ≥ 0, got "
-            f"n={n_peers}, hops={hops}, slots={slots_per_peer}, steps={median_steps}, pool={median_pool}"
+            f"schedule floors need n_peers, hops and slots ≥ 1, got "
+            f"n={n_peers}, hops={hops}, slots={slots_per_peer}"
         )
     for name, value in (("request_seconds", request_seconds), ("reaction_seconds", reaction_seconds)):
         if not (math.isfinite(value) and value >= 0):
@@ -194,8 +192,8 @@ def schedule_floors(
     m = n * slots_per_peer
     return ScheduleFloors(
         roster_seconds=2 * r + 3 * n * L,
-        median_step_seconds=2 * r + math.ceil(median_pool / median_steps) * L,
-        report_delay_seconds=2 * r + m * L,
+        median_step_seconds=2 * r + n * L,
+        report_delay_seconds=2 * r + 2 * m * L,
         send_window_seconds=r + m * L,
         release_window_seconds=r + 1.5 * hops * m * L,
     )

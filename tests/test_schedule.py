@@ -90,19 +90,17 @@ def test_invalid_schedules_are_rejected(t_s, delta, t_r) -> None:
 
 
 def test_floors_follow_the_documented_formula() -> None:
-    """n = 1,000, k_h = 1, h = 3, pool 250 over 6 steps, L = 2 ms, r = 1 s (schedule_floors Notes)."""
+    """n = 1,000, k_h = 1, h = 3, L = 2 ms, r = 1 s (schedule_floors Notes)."""
     f = schedule_floors(
         1000,
         hops=3,
         slots_per_peer=1,
-        median_pool=250,
-        median_steps=6,
         request_seconds=0.002,
         reaction_seconds=1.0,
     )
     assert f.roster_seconds == pytest.approx(2 + 3 * 1000 * 0.002)  # 8 s
-    assert f.median_step_seconds == pytest.approx(2 + 42 * 0.002)  # ⌈250 / 6⌉ = 42 answers
-    assert f.report_delay_seconds == pytest.approx(2 + 1000 * 0.002)
+    assert f.median_step_seconds == pytest.approx(2 + 1000 * 0.002)
+    assert f.report_delay_seconds == pytest.approx(2 + 2 * 1000 * 0.002)
     assert f.send_window_seconds == pytest.approx(1 + 1000 * 0.002)  # 3 s
     assert f.release_window_seconds == pytest.approx(1 + 1.5 * 3 * 1000 * 0.002)  # 10 s
     # k_h slots per member multiply the packets m = n · k_h, not the roster term.
@@ -110,8 +108,6 @@ def test_floors_follow_the_documented_formula() -> None:
         1000,
         hops=3,
         slots_per_peer=4,
-        median_pool=250,
-        median_steps=6,
         request_seconds=0.002,
         reaction_seconds=1.0,
     )
@@ -122,9 +118,7 @@ def test_floors_follow_the_documented_formula() -> None:
 @pytest.mark.parametrize("field", list(ScheduleFloors.__dataclass_fields__))
 def test_a_bigger_roster_gets_longer_waits_and_a_costlier_request_too(field: str) -> None:
     def floor(n: int, cost: float) -> float:
-        f = schedule_floors(
-            n, hops=3, slots_per_peer=1, median_pool=n // 4, median_steps=6, request_seconds=cost
-        )
+        f = schedule_floors(n, hops=3, slots_per_peer=1, request_seconds=cost)
         return getattr(f, field)
 
     sizes = [10, 100, 1_000, 10_000]
@@ -133,9 +127,7 @@ def test_a_bigger_roster_gets_longer_waits_and_a_costlier_request_too(field: str
         assert all(a < b for a, b in pairwise(values)), (field, values)
     assert floor(1_000, 0.001) < floor(1_000, 0.005)
     # Nothing but the peers' reaction time is left when a request costs nothing.
-    smallest = schedule_floors(
-        1, hops=1, slots_per_peer=1, median_pool=0, median_steps=1, request_seconds=0.0
-    )
+    smallest = schedule_floors(1, hops=1, slots_per_peer=1, request_seconds=0.0)
     assert floor(10_000, 0.0) == getattr(smallest, field)
 
 
@@ -163,13 +155,13 @@ def test_raised_keeps_longer_draft_values_and_lifts_shorter_ones() -> None:
     [
         ({"n_peers": 0}, "n=0"),
         ({"hops": 0}, "hops=0"),
-        ({"median_pool": -1}, "pool=-1"),
+        ({"slots_per_peer": 0}, "slots=0"),
         ({"request_seconds": float("nan")}, "request_seconds"),
         ({"reaction_seconds": -1.0}, "reaction_seconds"),
     ],
 )
 def test_floors_refuse_impossible_inputs_naming_them(kwargs: dict, needle: str) -> None:
-    args = {"n_peers": 10, "hops": 3, "slots_per_peer": 1, "median_pool": 2, "median_steps": 6} | kwargs
+    args = {"n_peers": 10, "hops": 3, "slots_per_peer": 1} | kwargs
     with pytest.raises(ProtocolError, match=needle):
         schedule_floors(**args)
 
