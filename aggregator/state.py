@@ -182,8 +182,9 @@ class AggregatorState:
 
         The proposal's schedule with each wait raised to
         :func:`anonml.schedule.schedule_floors` for the roster size, the
-        routes' hops, ``k_h`` slots, the median pool, the registrations'
-        measured time per request and ``peer_poll_seconds``; longer values the
+        routes' hops, ``k_h`` slots, the registrations' measured time per
+        request (``L``) and per member while they kept coming (``M``) and
+        ``peer_poll_seconds``; longer values the
         proposal asks for are kept (``scale_schedule`` off: the proposal's as
         they are). Taken when registration closes, so ``L`` measures that
         problem's registrations; an aggregator restarted later has measured
@@ -197,11 +198,13 @@ class AggregatorState:
         pid, draft = ctx.problem.id, ctx.problem.draft
         schedule = draft.schedule
         if self.settings.scale_schedule:
+            meter = self.meter(pid)
             floors = schedule_floors(
                 max(1, n_peers),
                 hops=draft.hops,
                 slots_per_peer=draft.kh,
-                request_seconds=self.meter(pid).seconds_per_request(),
+                request_seconds=meter.seconds_per_request(),
+                member_seconds=meter.flow_seconds_per_request(),
                 reaction_seconds=self.settings.peer_poll_seconds,
             )
             schedule = schedule.model_copy(update=floors.raised(schedule.model_dump()))

@@ -129,6 +129,7 @@ def schedule_floors(
     hops: int,
     slots_per_peer: int,
     request_seconds: float = DEFAULT_REQUEST_SECONDS,
+    member_seconds: float | None = None,
     reaction_seconds: float = DEFAULT_REACTION_SECONDS,
 ) -> ScheduleFloors:
     """The floors of a round's waits for ``n_peers`` members, from the work each wait must hold.
@@ -142,9 +143,15 @@ def schedule_floors(
     slots_per_peer : int
         Packets every member sends, ``k_h``: ``m = n · k_h`` packets in the round.
     request_seconds : float
-        ``L``: seconds one request costs at the busiest party, measured
-        (:class:`ServiceMeter` over the problem's registrations: busy wall time
-        per request, so it grows with load and does not grow with concurrency).
+        ``L``: seconds one request costs the server, measured
+        (:meth:`ServiceMeter.seconds_per_request` over the problem's
+        registrations: busy wall time per request, so it grows with load and
+        not with concurrency).
+    member_seconds : float, optional
+        ``M``: seconds per member while the members are at work, measured
+        (:meth:`ServiceMeter.flow_seconds_per_request`: registrations that
+        follow each other closely, gaps included — what the peers' own side
+        costs per member, e.g. many identities stepped by one host). None: ``L``.
     reaction_seconds : float
         ``r``: how long a peer takes to notice a new phase (its poll interval).
 
@@ -154,28 +161,28 @@ def schedule_floors(
 
     Notes
     -----
-    Every wait is the time peers need to notice it began plus the requests it
-    must carry, one after another at ``L`` each (the aggregator's intake and
-    its registration endpoint are one server, so the serial sum is what they
-    face; relays spread over many hosts only do better):
+    Every wait is the time peers need to notice it began plus the work it must
+    hold. Waits the members' own steps fill grow with ``n M``; windows the
+    packets' requests fill grow with ``m L`` (one server takes every delivery,
+    so the serial sum is what the intake faces; relays spread over many hosts
+    only do better):
 
-    * roster: ``2r + 3 n L`` — every member fetches and checks the roster and
-      compares its fingerprint with two others through their relays before the
-      first median query;
-    * median step: ``2r + n L`` — a step's question reaches its group at the
+    * roster: ``2r + n M`` — every member fetches and checks the roster and
+      compares its fingerprint through other members' relays (as much work
+      per member as registering) before the first median query;
+    * median step: ``2r + n M`` — a step's question reaches its group at the
       next poll, and one poll of a host steps each of its members (at worst
       all ``n`` on one host, as in a simulation); a step still ends as soon as
       its quorum answered (:class:`~anonml.protocol.MedianSettings`), so the
       floor costs time only when peers are missing;
-    * report delay: ``2r + 2 m L`` — every member sees the bins, checks them
-      and builds, records and stores its ``k_h`` packets (a ledger write and a
-      state write each: two requests' worth) before ``t_s``;
+    * report delay: ``2r + m M`` — every member sees the bins, checks them and
+      builds, records and stores its ``k_h`` packets before ``t_s``;
     * send window ``δ``: ``r + m L`` — the first hops take in all ``m`` packets;
     * release window: ``r + (3/2) h m L`` — ``h`` release stages (one per hop,
       :mod:`peer.relay`), each carrying all ``m`` packets, inside the two
       thirds of the window the relays leave before their guard.
 
-    With ``L`` = 2 ms, ``r`` = 1 s, ``h = 3``, ``k_h = 1``: 100 peers get
+    With ``L = M`` = 2 ms, ``r`` = 1 s, ``h = 3``, ``k_h = 1``: 100 peers get
     δ = 1.2 s and a 1.9 s release window; 1,000 peers δ = 3 s and 10 s;
     10,000 peers δ = 21 s and 91 s. Cyphers 2017 (ch. 5) fixes the windows by
     hand; this sizing is ours.
@@ -185,38 +192,55 @@ def schedule_floors(
             f"schedule floors need n_peers, hops and slots ≥ 1, got "
             f"n={n_peers}, hops={hops}, slots={slots_per_peer}"
         )
-    for name, value in (("request_seconds", request_seconds), ("reaction_seconds", reaction_seconds)):
+    M = request_seconds if member_seconds is None else member_seconds
+    for name, value in (
+        ("request_seconds", request_seconds),
+        ("member_seconds", M),
+        ("reaction_seconds", reaction_seconds),
+    ):
         if not (math.isfinite(value) and value >= 0):
             raise ProtocolError(f"schedule floors need a finite {name} ≥ 0, got {value!r}")
     n, L, r = n_peers, request_seconds, reaction_seconds
     m = n * slots_per_peer
     return ScheduleFloors(
-        roster_seconds=2 * r + 3 * n * L,
-        median_step_seconds=2 * r + n * L,
-        report_delay_seconds=2 * r + 2 * m * L,
+        roster_seconds=2 * r + n * M,
+        median_step_seconds=2 * r + n * M,
+        report_delay_seconds=2 * r + m * M,
         send_window_seconds=r + m * L,
         release_window_seconds=r + 1.5 * hops * m * L,
     )
 
 
-class ServiceMeter:
-    """Busy wall time per request of one kind at a server: ``L`` of :func:`schedule_floors`.
+#: Requests closer together than this are one flow of work (:meth:`ServiceMeter.flow_seconds_per_request`).
+FLOW_GAP_SECONDS = 1.0
 
-    Each finished request reports its ``(start, end)`` (monotonic seconds);
-    the meter adds the part of it not already covered by the requests seen
-    before, so ``busy`` is the length of the union of the intervals (exactly,
-    when requests are recorded in order of their ends, which is how they
-    finish; a request recorded out of that order adds only what lies past the
-    others). Then ``busy / count`` is the server's time per request: one
-    request alone costs its latency; ``c`` concurrent ones that contend for
-    the same lock or core cost ``1/c`` of their (inflated) latency each, i.e.
-    the inverse of the throughput actually achieved. A loaded machine shows
-    up as a larger value; many clients at once do not.
+
+class ServiceMeter:
+    """Wall time per request of one kind at a server: ``L`` and ``M`` of :func:`schedule_floors`.
+
+    Each finished request reports its ``(start, end)`` (monotonic seconds).
+
+    * ``busy``: the meter adds the part of each request not already covered
+      by the requests seen before — the length of the union of the intervals
+      (exactly, when requests are recorded in order of their ends, which is
+      how they finish; one recorded out of that order adds only what lies
+      past the others). ``busy / count`` is the server's time per request:
+      one request alone costs its latency; ``c`` concurrent ones contending
+      for one lock or core cost ``1/c`` of their (inflated) latency each, the
+      inverse of the throughput achieved. A loaded machine shows up as a
+      larger value; many clients at once do not.
+    * ``flow``: the same union with the gaps shorter than ``gap`` seconds
+      counted too — the time the clients took between requests while they
+      kept coming. ``flow / count`` is what one more member costs the whole
+      system (peers and server) when members register as fast as they can; a
+      trickle (gaps longer than ``gap``) adds only its requests' own time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, gap: float = FLOW_GAP_SECONDS) -> None:
         self._lock = threading.Lock()
+        self.gap = gap
         self._busy = 0.0
+        self._flow = 0.0
         self._until = -math.inf
         self.count = 0
 
@@ -227,8 +251,11 @@ class ServiceMeter:
         with self._lock:
             if start >= self._until:
                 self._busy += end - start
+                near = start - self._until <= self.gap
+                self._flow += end - (self._until if near else start)
             elif end > self._until:
                 self._busy += end - self._until
+                self._flow += end - self._until
             self._until = max(self._until, end)
             self.count += 1
 
@@ -236,3 +263,8 @@ class ServiceMeter:
         """``busy / count``; ``default`` before any request was recorded."""
         with self._lock:
             return self._busy / self.count if self.count else default
+
+    def flow_seconds_per_request(self, default: float = DEFAULT_REQUEST_SECONDS) -> float:
+        """``flow / count`` (at least ``busy / count``); ``default`` before any request was recorded."""
+        with self._lock:
+            return self._flow / self.count if self.count else default

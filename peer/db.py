@@ -234,6 +234,16 @@ class PeerDB:
             )
             return {r.problem_id: r.epsilon for r in rows}
 
+    def accepted_problems(self) -> dict[str, set[str]]:
+        """Per identity fingerprint, the problems it accepted (one query for every hosted identity)."""
+        out: dict[str, set[str]] = {}
+        with self.sessions() as s:
+            for node, problem_id in s.execute(
+                select(DecisionRow.node, DecisionRow.problem_id).where(DecisionRow.verdict == "accept")
+            ):
+                out.setdefault(node, set()).add(problem_id)
+        return out
+
     def set_participation(
         self,
         problem_id: str,

@@ -90,29 +90,25 @@ def test_invalid_schedules_are_rejected(t_s, delta, t_r) -> None:
 
 
 def test_floors_follow_the_documented_formula() -> None:
-    """n = 1,000, k_h = 1, h = 3, L = 2 ms, r = 1 s (schedule_floors Notes)."""
+    """n = 1,000, k_h = 1, h = 3, L = 2 ms, M = 10 ms, r = 1 s (schedule_floors Notes)."""
     f = schedule_floors(
-        1000,
-        hops=3,
-        slots_per_peer=1,
-        request_seconds=0.002,
-        reaction_seconds=1.0,
+        1000, hops=3, slots_per_peer=1, request_seconds=0.002, member_seconds=0.010, reaction_seconds=1.0
     )
-    assert f.roster_seconds == pytest.approx(2 + 3 * 1000 * 0.002)  # 8 s
-    assert f.median_step_seconds == pytest.approx(2 + 1000 * 0.002)
-    assert f.report_delay_seconds == pytest.approx(2 + 2 * 1000 * 0.002)
-    assert f.send_window_seconds == pytest.approx(1 + 1000 * 0.002)  # 3 s
+    assert f.roster_seconds == pytest.approx(2 + 1000 * 0.010)  # the members' own work: n M
+    assert f.median_step_seconds == pytest.approx(2 + 1000 * 0.010)
+    assert f.report_delay_seconds == pytest.approx(2 + 1000 * 0.010)
+    assert f.send_window_seconds == pytest.approx(1 + 1000 * 0.002)  # the packets' requests: m L
     assert f.release_window_seconds == pytest.approx(1 + 1.5 * 3 * 1000 * 0.002)  # 10 s
     # k_h slots per member multiply the packets m = n · k_h, not the roster term.
     g = schedule_floors(
-        1000,
-        hops=3,
-        slots_per_peer=4,
-        request_seconds=0.002,
-        reaction_seconds=1.0,
+        1000, hops=3, slots_per_peer=4, request_seconds=0.002, member_seconds=0.010, reaction_seconds=1.0
     )
     assert g.send_window_seconds == pytest.approx(1 + 4000 * 0.002)
+    assert g.report_delay_seconds == pytest.approx(2 + 4000 * 0.010)
     assert g.roster_seconds == f.roster_seconds
+    # Without a member cost, the request cost stands in for it.
+    h = schedule_floors(1000, hops=3, slots_per_peer=1, request_seconds=0.002, reaction_seconds=1.0)
+    assert h.roster_seconds == pytest.approx(2 + 1000 * 0.002)
 
 
 @pytest.mark.parametrize("field", list(ScheduleFloors.__dataclass_fields__))
@@ -158,6 +154,7 @@ def test_raised_keeps_longer_draft_values_and_lifts_shorter_ones() -> None:
         ({"slots_per_peer": 0}, "slots=0"),
         ({"request_seconds": float("nan")}, "request_seconds"),
         ({"reaction_seconds": -1.0}, "reaction_seconds"),
+        ({"member_seconds": float("inf")}, "member_seconds"),
     ],
 )
 def test_floors_refuse_impossible_inputs_naming_them(kwargs: dict, needle: str) -> None:
@@ -185,3 +182,17 @@ def test_meter_is_latency_for_one_client_and_inverse_throughput_for_many() -> No
 def test_meter_refuses_a_request_that_ends_before_it_starts() -> None:
     with pytest.raises(ValueError, match="before it starts"):
         ServiceMeter().record(2.0, 1.0)
+
+
+def test_meter_flow_counts_the_short_gaps_of_a_burst_and_not_a_trickle() -> None:
+    """A burst: 10 ms requests every 30 ms → flow 30 ms per request, busy 10 ms.
+    A trickle: the same requests 5 s apart (more than the 1 s gap) → flow = busy = 10 ms."""
+    burst, trickle = ServiceMeter(), ServiceMeter()
+    for k in range(20):
+        burst.record(k * 0.030, k * 0.030 + 0.010)
+        trickle.record(k * 5.0, k * 5.0 + 0.010)
+    assert burst.seconds_per_request() == pytest.approx(0.010)
+    # the first request has no predecessor: (10 + 19 × 30) ms over 20 requests
+    assert burst.flow_seconds_per_request() == pytest.approx((0.010 + 19 * 0.030) / 20)
+    assert trickle.flow_seconds_per_request() == pytest.approx(0.010)
+    assert ServiceMeter().flow_seconds_per_request() == DEFAULT_REQUEST_SECONDS
