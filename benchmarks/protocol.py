@@ -116,7 +116,7 @@ def host_worker() -> None:
     peers, events = simulate_peers(
         cfg["students"],
         root,
-        weeks=WEEKS,
+        weeks=cfg["weeks"],
         history_weeks=HISTORY,
         seed=cfg["seed"],
         features=list(DEMO_FEATURES),
@@ -190,7 +190,9 @@ def _status(url: str, pid: str) -> ProblemStatus:
     return ProblemStatus.model_validate_json(requests.get(f"{url}/problems/{pid}/status", timeout=30).content)
 
 
-def run_round(n_peers: int, n_hosts: int, epsilon: float, grace: float, scratch: Path) -> dict:
+def run_round(
+    n_peers: int, n_hosts: int, epsilon: float, grace: float, scratch: Path, weeks: int = WEEKS
+) -> dict:
     token = os.urandom(12).hex()
     agg = start_server_process(
         AggregatorSettings(
@@ -220,6 +222,7 @@ def run_round(n_peers: int, n_hosts: int, epsilon: float, grace: float, scratch:
                         "aggregator": agg.url,
                         "epsilon": epsilon,
                         "finish_seconds": patience,
+                        "weeks": weeks,
                     }
                 )
             )
@@ -232,7 +235,7 @@ def run_round(n_peers: int, n_hosts: int, epsilon: float, grace: float, scratch:
         draft = dropout_draft(
             featurizer.features(),
             history_weeks=HISTORY,
-            weeks=WEEKS,
+            weeks=weeks,
             epsilon=epsilon,
             min_peers=peers // 2,
             registration_seconds=patience * 2,
@@ -301,6 +304,7 @@ def run_round(n_peers: int, n_hosts: int, epsilon: float, grace: float, scratch:
         "peers": peers,
         "hosts": n_hosts,
         "events_imported": sum(r["events"] for r in readies),
+        "weeks_simulated": weeks,
         "prep_seconds": round(prep, 2),
         "epsilon": epsilon,
         "protocol_seconds": round(total, 2),
@@ -518,6 +522,9 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=3)
     parser.add_argument("--epsilon", type=float, default=3.0)
     parser.add_argument("--grace", type=float, default=2.0, help="intake grace after t_r (s)")
+    parser.add_argument(
+        "--weeks", type=int, default=WEEKS, help="course weeks simulated (fewer: fewer events per peer)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="result file (default: by peer count)")
     parser.add_argument("--host-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -531,7 +538,7 @@ def main() -> None:
     ) as scratch:
         root = Path(scratch)
         print(f"round with {args.peers} peers in {args.hosts} host processes …", file=sys.stderr)
-        result = run_round(args.peers, args.hosts, args.epsilon, args.grace, root)
+        result = run_round(args.peers, args.hosts, args.epsilon, args.grace, root, args.weeks)
         round_wall = time.perf_counter() - started
         load_after_round = os.getloadavg()
         X, y, draft = result.pop("_X"), result.pop("_y"), result.pop("_draft")
