@@ -77,6 +77,9 @@ __all__ = [
 
 Progress = Callable[[str, int, int], None]
 
+#: How often the demo's peer hosts poll; the aggregator sizes the round's waits for it.
+DEMO_POLL_SECONDS = 0.2
+
 #: The proposal's features: name → public range for the first two weeks. Narrower
 #: than the featurizer's generous declared ranges (a proposer may know its course);
 #: peers clip into them, and they bound the median search.
@@ -462,6 +465,7 @@ def run_demo(
             intake_grace_seconds=max(1.0, window_seconds / 2),
             port=0,
             allow_loopback_http=True,  # every service of the demo is on this machine
+            peer_poll_seconds=DEMO_POLL_SECONDS,  # the round's waits are sized for the hosts' polling
         )
         witness = start_witness_process(root / "witness")  # independent of the aggregator
         try:
@@ -480,7 +484,7 @@ def run_demo(
                 witness_threshold=1,
             ),
             [aggregator.url],
-            poll_seconds=0.2,
+            poll_seconds=DEMO_POLL_SECONDS,
             roster_comparisons=2,
             workers=8,
         )

@@ -133,7 +133,7 @@ def host_worker() -> None:
         roster_comparisons=2,
         workers=8,
     )
-    server = start_peer_server(host)
+    server = start_peer_server(host, timeout=60 + 0.05 * len(nodes))
     print(
         json.dumps({"ready": server.url, "peers": len(nodes), "events": events, "prep_s": prep}), flush=True
     )

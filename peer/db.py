@@ -361,6 +361,13 @@ class PeerDB:
         with self.sessions() as s, s.begin():
             s.execute(delete(HeldRow).where(HeldRow.id == row_id))
 
+    def resumable(self) -> tuple[set[str], set[str]]:
+        """``(identities with a participation state, relay nodes holding packets)``, in two queries."""
+        with self.sessions() as s:
+            stated = set(s.scalars(select(StateRow.node).distinct()))
+            holding = set(s.scalars(select(HeldRow.node).distinct()))
+        return stated, holding
+
     def held(self, node: str) -> list[HeldRow]:
         with self.sessions() as s:
             return list(s.scalars(select(HeldRow).where(HeldRow.node == node).order_by(HeldRow.release_at)))

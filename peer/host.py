@@ -379,8 +379,12 @@ class PeerHost:
         released again.
         """
         resumed = 0
+        stated, holding = self.db.resumable()  # a fresh host of 10,000 identities: two queries, no more
         for node in self.nodes.values():
-            self.relay.resume_held(node.node_id, node.vault)
+            if node.node_id.hex() in holding:
+                self.relay.resume_held(node.node_id, node.vault)
+            if node.fingerprint not in stated:
+                continue
             for row in self.db.states(node.fingerprint):
                 proposal = self.db.proposal(row.problem_id)
                 if proposal is None or self._participates(node, row.problem_id):
