@@ -190,6 +190,10 @@ def _status(url: str, pid: str) -> ProblemStatus:
     return ProblemStatus.model_validate_json(requests.get(f"{url}/problems/{pid}/status", timeout=30).content)
 
 
+class RoundFailed(RuntimeError):
+    """The problem failed; ``args[0]`` is what the round did up to then (written as the result)."""
+
+
 def run_round(
     n_peers: int, n_hosts: int, epsilon: float, grace: float, scratch: Path, weeks: int = WEEKS
 ) -> dict:
@@ -274,8 +278,28 @@ def run_round(
             proc.stdin.flush()
         reports = [json.loads(proc.stdout.readline()) for proc in hosts]
         if phase == "failed":
-            details = {k: v for r in reports for k, v in (("relay", r["relay"]), ("reasons", r["reasons"]))}
-            raise RuntimeError(f"problem failed: {st.message}; peers: {details}")
+            raise RoundFailed(
+                {
+                    "peers": peers,
+                    "hosts": n_hosts,
+                    "failed": st.message,
+                    "prep_seconds": round(prep, 2),
+                    "protocol_seconds": round(time.perf_counter() - t0, 2),
+                    "phase_seconds": {
+                        "proposal → all registered": round(marks["all registered"], 2),
+                        **{k: round(v, 2) for k, v in st.phase_seconds.items()},
+                    },
+                    "round_schedule_seconds": None
+                    if st.schedule is None
+                    else st.schedule.model_dump(mode="json"),
+                    "tokens_issued": st.tokens_issued,
+                    "median_answers": st.median_answers,
+                    "report_account": None if st.reports is None else st.reports.model_dump(),
+                    "peer_states": dict(sum((Counter(r["states"]) for r in reports), Counter())),
+                    "peer_reasons": dict(sum((Counter(r["reasons"]) for r in reports), Counter())),
+                    "relay_counters": dict(sum((Counter(r["relay"]) for r in reports), Counter())),
+                }
+            )
     finally:
         for proc in hosts:
             if proc.stdin and not proc.stdin.closed:
@@ -538,7 +562,23 @@ def main() -> None:
     ) as scratch:
         root = Path(scratch)
         print(f"round with {args.peers} peers in {args.hosts} host processes …", file=sys.stderr)
-        result = run_round(args.peers, args.hosts, args.epsilon, args.grace, root, args.weeks)
+        try:
+            result = run_round(args.peers, args.hosts, args.epsilon, args.grace, root, args.weeks)
+        except RoundFailed as failure:
+            out = args.out or RESULTS / f"protocol_{args.peers}.json"
+            doc = {
+                "benchmark": "protocol",
+                "when": datetime.now(UTC).isoformat(timespec="seconds"),
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "load_average_1_5_15m_before": list(load_before),
+                    "load_average_1_5_15m_after_round": list(os.getloadavg()),
+                },
+                "wall_seconds_preparation_and_round": round(time.perf_counter() - started, 1),
+                "round": failure.args[0],
+            }
+            out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+            raise SystemExit(f"the round failed: {failure.args[0]['failed']} (written to {out})") from None
         round_wall = time.perf_counter() - started
         load_after_round = os.getloadavg()
         X, y, draft = result.pop("_X"), result.pop("_y"), result.pop("_draft")
