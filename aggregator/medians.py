@@ -16,7 +16,9 @@ used); a step nobody answers ends that search at its threshold.
 
 The search starts ``roster_seconds`` after the median phase began, giving
 peers time to check the roster and compare its fingerprint before the first
-question.
+question. Both waits are the round's (:meth:`aggregator.state.AggregatorState.round_schedule`:
+the proposal's, raised to floors that grow with the roster and the measured
+cost of a request).
 
 Every question is a row of ``median_queries`` (open until its step ends) and
 every answer a row of ``median_answers``, and the search is a deterministic
@@ -90,7 +92,9 @@ class MedianRun:
         self.thresholds: dict[int, tuple[float, ...]] = {}
         self.errors: list[str] = []
         draft = ctx.problem.draft
-        assert ctx.plan is not None
+        assert ctx.plan is not None and ctx.roster is not None
+        #: The round's schedule (the proposal's raised to the floors for this roster).
+        self.schedule = driver.state.round_schedule(ctx, len(ctx.roster.entries))
         numeric = draft.numeric_features
         searches = draft.bins - 1
         groups = median_groups(ctx.plan.median_pool(), len(numeric), searches, draft.median.steps)
@@ -117,7 +121,7 @@ class MedianRun:
 
     def _search(self, feature: int, parts: list[np.ndarray], low: float, high: float) -> None:
         draft = self.ctx.problem.draft
-        if self.driver.wait(max(0.0, self.since + draft.schedule.roster_seconds - time.time())):
+        if self.driver.wait(max(0.0, self.since + self.schedule.roster_seconds - time.time())):
             self.errors.append("the aggregator stopped")
             return
         per_edge = len(parts) // (draft.bins - 1)
@@ -158,7 +162,7 @@ class MedianRun:
         state = self.driver.state
         problem = self.ctx.problem
         draft = problem.draft
-        wait = draft.schedule.median_step_seconds
+        wait = self.schedule.median_step_seconds
         quorum = draft.median.quorum
 
         def query(threshold: float, step: int) -> np.ndarray:

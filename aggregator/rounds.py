@@ -9,6 +9,11 @@ problem each ``tick_seconds`` and moves it on:
     entries in registration order, each with its member's registration
     signature and credential, the POPRF public key pinned, the seed revealed,
     ``median_pool_size = floor(pool_fraction · n)``. Otherwise the problem fails.
+    The round's schedule is fixed here (:meth:`~aggregator.state.AggregatorState.round_schedule`):
+    the proposal's waits raised to :func:`anonml.schedule.schedule_floors` for
+    the ``n`` members and the measured cost of their registrations; every
+    later wait (roster, median steps, report delay, send and release windows)
+    is that schedule's.
 ``witnessing``
     Every witness the proposal declares is asked (signed
     :class:`~anonml.protocol.CosignRequest`, retried with backoff for at most
@@ -296,6 +301,7 @@ class RoundDriver:
             except ValueError as exc:
                 self._enter(row, "failed", f"cannot build the partition plan: {exc}")
                 return
+            state.round_schedule(ctx, n)  # the waits of this round, sized for n members
             row.roster_json = roster.model_dump_json()
             self._enter(row, "witnessing")
         self._start_roster_witnessing(pid)
@@ -415,7 +421,8 @@ class RoundDriver:
         ctx = state.context(pid)
         assert ctx is not None
         draft = ctx.problem.draft
-        sched = draft.schedule
+        assert ctx.roster is not None
+        sched = state.round_schedule(ctx, len(ctx.roster.entries))
         edges = tuple(
             tuple(thresholds.get(j, ())) if f.kind is FeatureKind.NUMERIC else ()
             for j, f in enumerate(draft.features)

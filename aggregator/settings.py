@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from anonml.environment import settings_from_env
 from anonml.paths import anonml_home, write_secret
+from anonml.schedule import DEFAULT_REACTION_SECONDS
 
 __all__ = ["AggregatorSettings", "ENV_PREFIX"]
 
@@ -53,6 +54,14 @@ class AggregatorSettings(BaseModel):
         Accept registrations whose relay URL is plain ``http`` on a loopback
         host (test and demo deployments on one machine); otherwise relay URLs
         must be ``https`` (:func:`anonml.protocol.check_relay_url`).
+    scale_schedule : bool
+        Raise every round's waits (roster, median steps, report delay, send
+        and release windows) to the floors :func:`anonml.schedule.schedule_floors`
+        gives for its roster size and the measured cost of a registration;
+        a proposal's longer values are kept. Off: the proposal's values as they are.
+    peer_poll_seconds : float
+        How often peers are taken to poll (the reaction term ``r`` of the
+        floors); the peer daemon's default is 1 s.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -68,6 +77,8 @@ class AggregatorSettings(BaseModel):
     max_loss_fraction: float = Field(default=0.1, ge=0, le=1)
     max_body_bytes: int = Field(default=1 << 20, ge=4096)
     allow_loopback_http: bool = False
+    scale_schedule: bool = True
+    peer_poll_seconds: float = Field(default=DEFAULT_REACTION_SECONDS, ge=0, le=3600)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> AggregatorSettings:

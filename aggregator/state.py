@@ -8,6 +8,7 @@ they are parsed once and cached; everything that changes lives in the database.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -28,9 +29,12 @@ from anonml.crypto import (
 from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.database import make_engine
 from anonml.learn import Binning, PartitionPlan, make_plan
-from anonml.protocol import Bins, CosignatureBundle, Problem, Roster, roster_beacon
+from anonml.protocol import Bins, CosignatureBundle, Problem, Roster, Schedule, roster_beacon
+from anonml.schedule import ServiceMeter, schedule_floors
 
 __all__ = ["AggregatorState", "ProblemContext", "load_or_create_identity", "INTAKE_REFUSAL", "reject_counts"]
+
+log = logging.getLogger("anonml.aggregator")
 
 #: Prefix of the refusal reasons counted by the intake (they account for lost reports).
 INTAKE_REFUSAL = "intake: "
@@ -69,6 +73,8 @@ class ProblemContext:
     index: dict[bytes, int] = field(default_factory=dict)
     by_fingerprint: dict[str, int] = field(default_factory=dict)
     plan: PartitionPlan | None = None
+    #: The schedule the round keeps (:meth:`AggregatorState.round_schedule`), fixed at the roster.
+    schedule: Schedule | None = None
 
     @cached_property
     def verifier(self) -> TokenVerifier:
@@ -121,6 +127,7 @@ class AggregatorState:
         self.admin_token = settings.resolved_admin_token()
         self.answers = threading.Condition()
         self._contexts: dict[str, ProblemContext] = {}
+        self._meters: dict[str, ServiceMeter] = {}
         self._lock = threading.Lock()
 
     @property
@@ -162,6 +169,50 @@ class AggregatorState:
     def forget(self, problem_id: str) -> None:
         with self._lock:
             self._contexts.pop(problem_id, None)
+            self._meters.pop(problem_id, None)
+
+    # -- the round's schedule -------------------------------------------------------
+    def meter(self, problem_id: str) -> ServiceMeter:
+        """The problem's registration meter: busy wall time per registration (``L`` of the floors)."""
+        with self._lock:
+            return self._meters.setdefault(problem_id, ServiceMeter())
+
+    def round_schedule(self, ctx: ProblemContext, n_peers: int) -> Schedule:
+        """The schedule the round of ``ctx`` keeps with ``n_peers`` members; fixed on the first call.
+
+        The proposal's schedule with each wait raised to
+        :func:`anonml.schedule.schedule_floors` for the roster size, the
+        routes' hops, ``k_h`` slots, the registrations' measured time per
+        request (``L``) and per member while they kept coming (``M``) and
+        ``peer_poll_seconds``; longer values the
+        proposal asks for are kept (``scale_schedule`` off: the proposal's as
+        they are). Taken when registration closes, so ``L`` measures that
+        problem's registrations; an aggregator restarted later has measured
+        none and takes :data:`anonml.schedule.DEFAULT_REQUEST_SECONDS`. The
+        bins carry the windows (signed), so a restart never changes a
+        published round.
+        """
+        with self._lock:
+            if ctx.schedule is not None:
+                return ctx.schedule
+        pid, draft = ctx.problem.id, ctx.problem.draft
+        schedule = draft.schedule
+        if self.settings.scale_schedule:
+            meter = self.meter(pid)
+            floors = schedule_floors(
+                max(1, n_peers),
+                hops=draft.hops,
+                slots_per_peer=draft.kh,
+                request_seconds=meter.seconds_per_request(),
+                member_seconds=meter.flow_seconds_per_request(),
+                reaction_seconds=self.settings.peer_poll_seconds,
+            )
+            schedule = schedule.model_copy(update=floors.raised(schedule.model_dump()))
+            log.info("problem %s: round schedule for %d peers: %s", pid, n_peers, floors)
+        with self._lock:
+            if ctx.schedule is None:
+                ctx.schedule = schedule
+            return ctx.schedule
 
     def problem_ids(self, phases: tuple[str, ...]) -> list[str]:
         with self.sessions() as s:

@@ -438,6 +438,9 @@ class ProblemStatus(_Message):
     report_peers: int = 0
     slots_per_peer: int = 0
     reports: ReportAccount | None = None  # once the roster is out
+    #: The schedule the round keeps — the proposal's, raised to floors sized for the roster — once
+    #: the roster is out (the bins carry its absolute report windows).
+    schedule: Schedule | None = None
 
 
 # --- registration and roster ---------------------------------------------------

@@ -5,19 +5,42 @@ holds each packet and releases it at an independent uniform time in
 ``(t_s + δ, t_r)``. Because all packets of a round are inside the relays
 before any leaves, arrival order says nothing about send order (the timing
 side of Cyphers 2017, ch. 5). Times are POSIX seconds (floats).
+
+How long the windows are is a function of the roster, not a constant:
+:func:`schedule_floors` sizes every wait of a round from the number of
+members, the routes' hops, the slots per member and a measured cost of one
+request (:class:`ServiceMeter`), and the aggregator raises a proposal's
+schedule to those floors when it fixes the round's schedule. Fixed seconds
+that suit 100 peers on a quiet machine drop packets at 1,000 peers or under
+load; floors that grow with the work keep the round whole.
 """
 
 from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass
+import threading
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from anonml.errors import ProtocolError
 
-__all__ = ["WindowSchedule", "send_time", "release_time"]
+__all__ = [
+    "WindowSchedule",
+    "send_time",
+    "release_time",
+    "ScheduleFloors",
+    "schedule_floors",
+    "ServiceMeter",
+    "DEFAULT_REQUEST_SECONDS",
+    "DEFAULT_REACTION_SECONDS",
+]
+
+#: Seconds one request is assumed to cost before any was measured (a restarted aggregator).
+DEFAULT_REQUEST_SECONDS = 0.005
+#: Seconds a peer takes to notice a phase change: the peer daemon's default poll interval.
+DEFAULT_REACTION_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +102,169 @@ def send_time(schedule: WindowSchedule, rng: np.random.Generator | None = None) 
 def release_time(schedule: WindowSchedule, rng: np.random.Generator | None = None) -> float:
     """When a relay releases a packet: uniform in ``(t_s + δ, t_r)``, independent per packet."""
     return _uniform_open(*schedule.release_window, rng)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleFloors:
+    """The least each wait of a round may last, in seconds (:func:`schedule_floors`)."""
+
+    roster_seconds: float
+    median_step_seconds: float
+    report_delay_seconds: float
+    send_window_seconds: float
+    release_window_seconds: float
+
+    def raised(self, current: dict[str, float]) -> dict[str, float]:
+        """``current`` (field name → seconds) with every field below its floor raised to it.
+
+        Values above the floor are kept: a proposal may always ask for more time.
+        Fields of ``current`` this class does not name are left out.
+        """
+        return {name: max(float(current[name]), floor) for name, floor in asdict(self).items()}
+
+
+def schedule_floors(
+    n_peers: int,
+    *,
+    hops: int,
+    slots_per_peer: int,
+    request_seconds: float = DEFAULT_REQUEST_SECONDS,
+    member_seconds: float | None = None,
+    reaction_seconds: float = DEFAULT_REACTION_SECONDS,
+) -> ScheduleFloors:
+    """The floors of a round's waits for ``n_peers`` members, from the work each wait must hold.
+
+    Parameters
+    ----------
+    n_peers : int
+        Roster size ``n`` (≥ 1).
+    hops : int
+        Relays on every route ``h`` (each packet is one request at each of them).
+    slots_per_peer : int
+        Packets every member sends, ``k_h``: ``m = n · k_h`` packets in the round.
+    request_seconds : float
+        ``L``: seconds one request costs the server, measured
+        (:meth:`ServiceMeter.seconds_per_request` over the problem's
+        registrations: busy wall time per request, so it grows with load and
+        not with concurrency).
+    member_seconds : float, optional
+        ``M``: seconds per member while the members are at work, measured
+        (:meth:`ServiceMeter.flow_seconds_per_request`: registrations that
+        follow each other closely, gaps included — what the peers' own side
+        costs per member, e.g. many identities stepped by one host). None: ``L``.
+    reaction_seconds : float
+        ``r``: how long a peer takes to notice a new phase (its poll interval).
+
+    Returns
+    -------
+    ScheduleFloors
+
+    Notes
+    -----
+    Every wait is the time peers need to notice it began plus the work it must
+    hold. Waits the members' own steps fill grow with ``n M``; windows the
+    packets' requests fill grow with ``m L`` (one server takes every delivery,
+    so the serial sum is what the intake faces; relays spread over many hosts
+    only do better):
+
+    * roster: ``2r + n M`` — every member fetches and checks the roster and
+      compares its fingerprint through other members' relays (as much work
+      per member as registering) before the first median query;
+    * median step: ``2r + n M`` — a step's question reaches its group at the
+      next poll, and one poll of a host steps each of its members (at worst
+      all ``n`` on one host, as in a simulation); a step still ends as soon as
+      its quorum answered (:class:`~anonml.protocol.MedianSettings`), so the
+      floor costs time only when peers are missing;
+    * report delay: ``2r + m M`` — every member sees the bins, checks them and
+      builds, records and stores its ``k_h`` packets before ``t_s``;
+    * send window ``δ``: ``r + m L`` — the first hops take in all ``m`` packets;
+    * release window: ``r + (3/2) h m L`` — ``h`` release stages (one per hop,
+      :mod:`peer.relay`), each carrying all ``m`` packets, inside the two
+      thirds of the window the relays leave before their guard.
+
+    With ``L = M`` = 2 ms, ``r`` = 1 s, ``h = 3``, ``k_h = 1``: 100 peers get
+    δ = 1.2 s and a 1.9 s release window; 1,000 peers δ = 3 s and 10 s;
+    10,000 peers δ = 21 s and 91 s. Cyphers 2017 (ch. 5) fixes the windows by
+    hand; this sizing is ours.
+    """
+    if n_peers < 1 or hops < 1 or slots_per_peer < 1:
+        raise ProtocolError(
+            f"schedule floors need n_peers, hops and slots ≥ 1, got "
+            f"n={n_peers}, hops={hops}, slots={slots_per_peer}"
+        )
+    M = request_seconds if member_seconds is None else member_seconds
+    for name, value in (
+        ("request_seconds", request_seconds),
+        ("member_seconds", M),
+        ("reaction_seconds", reaction_seconds),
+    ):
+        if not (math.isfinite(value) and value >= 0):
+            raise ProtocolError(f"schedule floors need a finite {name} ≥ 0, got {value!r}")
+    n, L, r = n_peers, request_seconds, reaction_seconds
+    m = n * slots_per_peer
+    return ScheduleFloors(
+        roster_seconds=2 * r + n * M,
+        median_step_seconds=2 * r + n * M,
+        report_delay_seconds=2 * r + m * M,
+        send_window_seconds=r + m * L,
+        release_window_seconds=r + 1.5 * hops * m * L,
+    )
+
+
+#: Requests closer together than this are one flow of work (:meth:`ServiceMeter.flow_seconds_per_request`).
+FLOW_GAP_SECONDS = 1.0
+
+
+class ServiceMeter:
+    """Wall time per request of one kind at a server: ``L`` and ``M`` of :func:`schedule_floors`.
+
+    Each finished request reports its ``(start, end)`` (monotonic seconds).
+
+    * ``busy``: the meter adds the part of each request not already covered
+      by the requests seen before — the length of the union of the intervals
+      (exactly, when requests are recorded in order of their ends, which is
+      how they finish; one recorded out of that order adds only what lies
+      past the others). ``busy / count`` is the server's time per request:
+      one request alone costs its latency; ``c`` concurrent ones contending
+      for one lock or core cost ``1/c`` of their (inflated) latency each, the
+      inverse of the throughput achieved. A loaded machine shows up as a
+      larger value; many clients at once do not.
+    * ``flow``: the same union with the gaps shorter than ``gap`` seconds
+      counted too — the time the clients took between requests while they
+      kept coming. ``flow / count`` is what one more member costs the whole
+      system (peers and server) when members register as fast as they can; a
+      trickle (gaps longer than ``gap``) adds only its requests' own time.
+    """
+
+    def __init__(self, gap: float = FLOW_GAP_SECONDS) -> None:
+        self._lock = threading.Lock()
+        self.gap = gap
+        self._busy = 0.0
+        self._flow = 0.0
+        self._until = -math.inf
+        self.count = 0
+
+    def record(self, start: float, end: float) -> None:
+        """One request that ran from ``start`` to ``end`` (seconds, one clock)."""
+        if not end >= start:
+            raise ValueError(f"a request cannot end ({end}) before it starts ({start})")
+        with self._lock:
+            if start >= self._until:
+                self._busy += end - start
+                near = start - self._until <= self.gap
+                self._flow += end - (self._until if near else start)
+            elif end > self._until:
+                self._busy += end - self._until
+                self._flow += end - self._until
+            self._until = max(self._until, end)
+            self.count += 1
+
+    def seconds_per_request(self, default: float = DEFAULT_REQUEST_SECONDS) -> float:
+        """``busy / count``; ``default`` before any request was recorded."""
+        with self._lock:
+            return self._busy / self.count if self.count else default
+
+    def flow_seconds_per_request(self, default: float = DEFAULT_REQUEST_SECONDS) -> float:
+        """``flow / count`` (at least ``busy / count``); ``default`` before any request was recorded."""
+        with self._lock:
+            return self._flow / self.count if self.count else default

@@ -8,6 +8,14 @@ protocol). Then the dropout problem of ``anonml demo`` runs end to end:
 registration, median rounds, the report round over 3-hop onion routes with
 one-time tokens, training, publication, model download.
 
+The round's waits are the aggregator's: the proposal asks for 1 s each and
+the aggregator raises them to :func:`anonml.schedule.schedule_floors` for the
+roster size and the measured cost of a registration (the round's schedule is
+read back from the problem's status). Each host keeps its students' events
+in one event store and their releases in one ledger (``simulate_peers(...,
+shared=True)``): every identity still computes its own example and keeps its
+own budget, without 20,000 SQLite files to create at 10,000 peers.
+
 Measured, in one run:
 
 * **wall time per phase** (proposal → registration closed → medians → report
@@ -21,9 +29,15 @@ Measured, in one run:
 * the **ratio** of protocol time (proposal to published model) to the time of
   :meth:`anonml.learn.AnonMLClassifier.fit` — the learning library's
   in-process simulation of the same computation (same plan shape, ε, bins,
-  median pool) on the same peers' data — in the same run.
+  median pool) on the same peers' data — in the same run; and of the
+  non-fixed time (protocol time minus the schedule's fixed waits: roster,
+  report delay, send and release windows, intake grace) to it;
+* the **report account**: expected = received + lost, and every loss with its
+  reason (late, refused at the intake by reason, not arrived — with the
+  relays' and senders' own loss counters beside it).
 
-Writes ``benchmarks/results/protocol.json``.
+Writes ``benchmarks/results/protocol.json`` (1,000 peers) or
+``benchmarks/results/protocol_<peers>.json``.
 Run: ``python -m benchmarks.protocol [--peers 1000] [--hosts 3]`` from the repository root.
 """
 
@@ -85,8 +99,10 @@ from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from peer.relay import RelayRound
 
-RESULTS = Path(__file__).resolve().parent / "results" / "protocol.json"
+RESULTS = Path(__file__).resolve().parent / "results"
 WEEKS, HISTORY = 8, 2
+#: How often each host polls the aggregator; the aggregator is told (``peer_poll_seconds``).
+POLL_SECONDS = 0.25
 
 
 # --- the peer host processes ------------------------------------------------------------
@@ -100,28 +116,32 @@ def host_worker() -> None:
     peers, events = simulate_peers(
         cfg["students"],
         root,
-        weeks=WEEKS,
+        weeks=cfg["weeks"],
         history_weeks=HISTORY,
         seed=cfg["seed"],
         features=list(DEMO_FEATURES),
+        shared=True,
     )
     prep = time.perf_counter() - t
     nodes = [PeerNode(p.identity, p.store, p.ledger, user=p.username) for p in peers]
     host = PeerHost(
         nodes,
         PeerDB(f"sqlite:///{root / 'peers.db'}"),
-        PeerPolicy(auto_accept=True, max_epsilon_per_problem=cfg["epsilon"], allow_loopback_http=True),
+        PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=cfg["epsilon"]),
         [cfg["aggregator"]],
-        poll_seconds=0.25,
+        poll_seconds=POLL_SECONDS,
         roster_comparisons=2,
         workers=8,
     )
-    server = start_peer_server(host)
+    server = start_peer_server(host, timeout=60 + 0.05 * len(nodes))
     print(
         json.dumps({"ready": server.url, "peers": len(nodes), "events": events, "prep_s": prep}), flush=True
     )
     pid = sys.stdin.readline().strip()
-    deadline = time.monotonic() + 120
+    if not pid:  # the round was abandoned: stop at once
+        server.stop()
+        return
+    deadline = time.monotonic() + cfg["finish_seconds"]
     while time.monotonic() < deadline and not (pid in host.sessions and host.sessions[pid].finished):
         time.sleep(0.1)
     parts = host.sessions[pid].participants if pid in host.sessions else []
@@ -142,9 +162,8 @@ def host_worker() -> None:
         flush=True,
     )
     server.stop()
-    for p in peers:
-        p.store.close()
-        p.ledger.close()
+    for closable in {id(c): c for p in peers for c in (p.store, p.ledger)}.values():
+        closable.close()
 
 
 def _spawn_host(cfg: dict) -> subprocess.Popen:
@@ -171,7 +190,13 @@ def _status(url: str, pid: str) -> ProblemStatus:
     return ProblemStatus.model_validate_json(requests.get(f"{url}/problems/{pid}/status", timeout=30).content)
 
 
-def run_round(n_peers: int, n_hosts: int, epsilon: float, window: float, scratch: Path) -> dict:
+class RoundFailed(RuntimeError):
+    """The problem failed; ``args[0]`` is what the round did up to then (written as the result)."""
+
+
+def run_round(
+    n_peers: int, n_hosts: int, epsilon: float, grace: float, scratch: Path, weeks: int = WEEKS
+) -> dict:
     token = os.urandom(12).hex()
     agg = start_server_process(
         AggregatorSettings(
@@ -180,10 +205,13 @@ def run_round(n_peers: int, n_hosts: int, epsilon: float, window: float, scratch
             admin_token=token,
             allow_loopback_http=True,
             port=0,
-            intake_grace_seconds=window,
+            intake_grace_seconds=grace,
+            peer_poll_seconds=POLL_SECONDS,
         )
     )
-    hosts, readies = [], []
+    # Generous bounds for a loaded 2-core machine; the schedule itself is the aggregator's.
+    patience = 120 + 0.5 * n_peers
+    hosts, readies, reports = [], [], []
     try:
         t = time.perf_counter()
         shares = np.array_split(np.arange(n_peers), n_hosts)
@@ -197,6 +225,8 @@ def run_round(n_peers: int, n_hosts: int, epsilon: float, window: float, scratch
                         "seed": 1000 + i,
                         "aggregator": agg.url,
                         "epsilon": epsilon,
+                        "finish_seconds": patience,
+                        "weeks": weeks,
                     }
                 )
             )
@@ -205,20 +235,19 @@ def run_round(n_peers: int, n_hosts: int, epsilon: float, window: float, scratch
         prep = time.perf_counter() - t
         peers = sum(r["peers"] for r in readies)
         featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": HISTORY}))
+        # Every wait asks for 1 s: the aggregator raises each to its floor for this roster.
         draft = dropout_draft(
             featurizer.features(),
             history_weeks=HISTORY,
-            weeks=WEEKS,
+            weeks=weeks,
             epsilon=epsilon,
             min_peers=peers // 2,
-            registration_seconds=300,
-            report_delay_seconds=window,
-            send_window_seconds=window,
-            release_window_seconds=window,
-            median_step_seconds=4.0,
-        )
-        draft = draft.model_copy(
-            update={"schedule": draft.schedule.model_copy(update={"roster_seconds": 10.0})}
+            registration_seconds=patience * 2,
+            roster_seconds=1.0,
+            report_delay_seconds=1.0,
+            send_window_seconds=1.0,
+            release_window_seconds=1.0,
+            median_step_seconds=1.0,
         )
         admin = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
         marks: dict[str, float] = {}
@@ -228,10 +257,10 @@ def run_round(n_peers: int, n_hosts: int, epsilon: float, window: float, scratch
         )
         response.raise_for_status()
         pid = Problem.model_validate_json(response.content).id
-        while _status(agg.url, pid).registered < peers:
+        while (st := _status(agg.url, pid)).registered < peers:
             time.sleep(0.1)
-            if time.perf_counter() - t0 > 300:
-                raise RuntimeError("registration did not complete")
+            if time.perf_counter() - t0 > patience:
+                raise RuntimeError(f"registration did not complete: {st.registered} of {peers}")
         marks["all registered"] = time.perf_counter() - t0
         requests.post(f"{agg.url}/problems/{pid}/close", headers=admin, timeout=60).raise_for_status()
         phase = "registration"
@@ -241,7 +270,7 @@ def run_round(n_peers: int, n_hosts: int, epsilon: float, window: float, scratch
                 marks[st.phase] = time.perf_counter() - t0
                 phase = st.phase
             time.sleep(0.05)
-            if time.perf_counter() - t0 > 600:
+            if time.perf_counter() - t0 > 4 * patience:
                 raise RuntimeError(f"stuck in {phase}")
         total = time.perf_counter() - t0
         for proc in hosts:
@@ -249,27 +278,57 @@ def run_round(n_peers: int, n_hosts: int, epsilon: float, window: float, scratch
             proc.stdin.flush()
         reports = [json.loads(proc.stdout.readline()) for proc in hosts]
         if phase == "failed":
-            details = {k: v for r in reports for k, v in (("relay", r["relay"]), ("reasons", r["reasons"]))}
-            raise RuntimeError(f"problem failed: {st.message}; peers: {details}")
+            raise RoundFailed(
+                {
+                    "peers": peers,
+                    "hosts": n_hosts,
+                    "failed": st.message,
+                    "prep_seconds": round(prep, 2),
+                    "protocol_seconds": round(time.perf_counter() - t0, 2),
+                    "phase_seconds": {
+                        "proposal → all registered": round(marks["all registered"], 2),
+                        **{k: round(v, 2) for k, v in st.phase_seconds.items()},
+                    },
+                    "round_schedule_seconds": None
+                    if st.schedule is None
+                    else st.schedule.model_dump(mode="json"),
+                    "tokens_issued": st.tokens_issued,
+                    "median_answers": st.median_answers,
+                    "report_account": None if st.reports is None else st.reports.model_dump(),
+                    "peer_states": dict(sum((Counter(r["states"]) for r in reports), Counter())),
+                    "peer_reasons": dict(sum((Counter(r["reasons"]) for r in reports), Counter())),
+                    "relay_counters": dict(sum((Counter(r["relay"]) for r in reports), Counter())),
+                }
+            )
     finally:
         for proc in hosts:
             if proc.stdin and not proc.stdin.closed:
-                proc.stdin.close()
-            proc.wait(timeout=60)
+                proc.stdin.close()  # a host still waiting for the problem id stops at EOF
+        for proc in hosts:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         agg.stop()
-    relay = Counter()
+    relay, host = Counter(), Counter()
     for r in reports:
         relay.update(r["relay"])
-    sched = draft.schedule
+        host.update(r["host"])
+    sched = st.schedule
+    assert sched is not None and st.reports is not None
     report_round = st.phase_seconds.get("reporting", float("nan"))
     hops = relay["forwarded"] + relay["delivered"] + relay["cover"]
     X = np.asarray([x for r in reports for x in r["x"]])
     y = np.asarray([v for r in reports for v in r["y"]])
     eps = [e for r in reports for e in r["epsilon"]]
+    account = st.reports
+    accounted = account.received + account.late + sum(account.refused.values()) + account.not_arrived
     return {
         "peers": peers,
         "hosts": n_hosts,
         "events_imported": sum(r["events"] for r in readies),
+        "weeks_simulated": weeks,
         "prep_seconds": round(prep, 2),
         "epsilon": epsilon,
         "protocol_seconds": round(total, 2),
@@ -277,18 +336,36 @@ def run_round(n_peers: int, n_hosts: int, epsilon: float, window: float, scratch
             "proposal → all registered": round(marks["all registered"], 2),
             **{k: round(v, 2) for k, v in st.phase_seconds.items()},
         },
+        "round_schedule_seconds": {
+            k: round(v, 3)
+            for k, v in sched.model_dump().items()
+            if k.endswith("_seconds") and k != "witness_seconds"
+        },
         "fixed_waits_seconds": {
-            "roster_seconds": sched.roster_seconds,
-            "report_delay + send window + release window + grace": sched.report_delay_seconds
-            + sched.send_window_seconds
-            + sched.release_window_seconds
-            + window,
+            "roster_seconds": round(sched.roster_seconds, 3),
+            "report_delay + send window + release window + grace": round(
+                sched.report_delay_seconds + sched.send_window_seconds + sched.release_window_seconds + grace,
+                3,
+            ),
         },
         "tokens_issued": st.tokens_issued,
         "reports_accepted": st.reports_accepted,
         "median_answers": st.median_answers,
         "rejects": st.rejects,
+        "report_account": {
+            **account.model_dump(),
+            "received + lost with a reason": accounted,
+            "every report accounted for": accounted == account.expected
+            and account.lost == account.expected - account.received,
+            "senders' count of their reports lost in transit": relay["reports lost in transit"],
+            "relay and sender loss counters": {
+                k: v
+                for k, v in (relay + host).items()
+                if any(w in k for w in ("late", "lost", "not sent", "refused", "rejected"))
+            },
+        },
         "relay_counters": dict(relay),
+        "host_counters": dict(host),
         "hops_processed": hops,
         "packets_per_s_in_round": round(hops / report_round, 1),
         "peer_states": dict(sum((Counter(r["states"]) for r in reports), Counter())),
@@ -468,18 +545,42 @@ def main() -> None:
     parser.add_argument("--peers", type=int, default=1000)
     parser.add_argument("--hosts", type=int, default=3)
     parser.add_argument("--epsilon", type=float, default=3.0)
-    parser.add_argument("--window", type=float, default=5.0, help="report delay = send = release window (s)")
+    parser.add_argument("--grace", type=float, default=2.0, help="intake grace after t_r (s)")
+    parser.add_argument(
+        "--weeks", type=int, default=WEEKS, help="course weeks simulated (fewer: fewer events per peer)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="result file (default: by peer count)")
     parser.add_argument("--host-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.host_worker:
         host_worker()
         return
+    started = time.perf_counter()
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(
         prefix="anonml-bench-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None
     ) as scratch:
         root = Path(scratch)
         print(f"round with {args.peers} peers in {args.hosts} host processes …", file=sys.stderr)
-        result = run_round(args.peers, args.hosts, args.epsilon, args.window, root)
+        try:
+            result = run_round(args.peers, args.hosts, args.epsilon, args.grace, root, args.weeks)
+        except RoundFailed as failure:
+            out = args.out or RESULTS / f"protocol_{args.peers}.json"
+            doc = {
+                "benchmark": "protocol",
+                "when": datetime.now(UTC).isoformat(timespec="seconds"),
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "load_average_1_5_15m_before": list(load_before),
+                    "load_average_1_5_15m_after_round": list(os.getloadavg()),
+                },
+                "wall_seconds_preparation_and_round": round(time.perf_counter() - started, 1),
+                "round": failure.args[0],
+            }
+            out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+            raise SystemExit(f"the round failed: {failure.args[0]['failed']} (written to {out})") from None
+        round_wall = time.perf_counter() - started
+        load_after_round = os.getloadavg()
         X, y, draft = result.pop("_X"), result.pop("_y"), result.pop("_draft")
         specs = list(draft.features)
         Xc = np.clip(X, [s.low for s in specs], [s.high for s in specs])
@@ -511,7 +612,11 @@ def main() -> None:
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
             "load_average_1m": round(os.getloadavg()[0], 2),
+            "load_average_1_5_15m_before": [round(v, 2) for v in load_before],
+            "load_average_1_5_15m_after_round": [round(v, 2) for v in load_after_round],
         },
+        "wall_seconds_preparation_and_round": round(round_wall, 1),
+        "wall_seconds_total": round(time.perf_counter() - started, 1),
         "round": result,
         "relay_capacity": relay,
         "intake_capacity": intake,
@@ -521,8 +626,9 @@ def main() -> None:
             (result["protocol_seconds"] - waits) / simulation, 1
         ),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    out = args.out or RESULTS / ("protocol.json" if args.peers == 1000 else f"protocol_{args.peers}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(doc, indent=2))
 
 

@@ -261,6 +261,16 @@ class PeerDB:
             )
             return {r.problem_id: r.epsilon for r in rows}
 
+    def accepted_problems(self) -> dict[str, set[str]]:
+        """Per identity fingerprint, the problems it accepted (one query for every hosted identity)."""
+        out: dict[str, set[str]] = {}
+        with self.sessions() as s:
+            for node, problem_id in s.execute(
+                select(DecisionRow.node, DecisionRow.problem_id).where(DecisionRow.verdict == "accept")
+            ):
+                out.setdefault(node, set()).add(problem_id)
+        return out
+
     def set_participation(
         self,
         problem_id: str,
@@ -429,6 +439,13 @@ class PeerDB:
             return
         with self.sessions() as s, s.begin():
             s.execute(delete(HeldRow).where(HeldRow.id.in_(row_ids)))
+
+    def resumable(self) -> tuple[set[str], set[str]]:
+        """``(identities with a participation state, relay nodes holding packets)``, in two queries."""
+        with self.sessions() as s:
+            stated = set(s.scalars(select(StateRow.node).distinct()))
+            holding = set(s.scalars(select(HeldRow.node).distinct()))
+        return stated, holding
 
     def held(self, node: str) -> list[HeldRow]:
         with self.sessions() as s:

@@ -382,12 +382,19 @@ class PeerHost:
             self._tell(p.node, session.problem, text)
 
     def _pick_up_manual_accepts(self) -> None:
-        """Start participations the user accepted with ``anonml peer accept`` (same state DB)."""
+        """Start participations the user accepted with ``anonml peer accept`` (same state DB).
+
+        One query per poll for every hosted identity's accepts, and a set of
+        each session's members: a poll of a host with thousands of identities
+        costs no query per identity here.
+        """
+        accepted = self.db.accepted_problems()
+        members = {
+            pid: {id(p.node) for p in session.participants} for pid, session in list(self.sessions.items())
+        }
         for node in self.nodes.values():
-            for problem_id in self.db.accepted_epsilon(node.fingerprint):
-                if problem_id in self.sessions and any(
-                    p.node is node for p in self.sessions[problem_id].participants
-                ):
+            for problem_id in accepted.get(node.fingerprint, ()):
+                if id(node) in members.get(problem_id, ()):
                     continue
                 if self.db.participation(problem_id, node.fingerprint) is not None:
                     continue
@@ -427,8 +434,12 @@ class PeerHost:
         released again.
         """
         resumed = 0
+        stated, holding = self.db.resumable()  # a fresh host of 10,000 identities: two queries, no more
         for node in self.nodes.values():
-            self.relay.resume_held(node.node_id, node.vault)
+            if node.node_id.hex() in holding:
+                self.relay.resume_held(node.node_id, node.vault)
+            if node.fingerprint not in stated:
+                continue
             for row in self.db.states(node.fingerprint):
                 proposal = self.db.proposal(row.problem_id)
                 if proposal is None or self._participates(node, row.problem_id):

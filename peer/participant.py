@@ -86,7 +86,7 @@ from anonml.crypto import (
     send_time,
 )
 from anonml.errors import AnonMLError, BudgetExceeded, ProtocolError
-from anonml.learn import AnonMLClassifier, PeerAssignment, verify_assignment
+from anonml.learn import AnonMLClassifier, PeerAssignment, make_plan, verify_assignment
 from anonml.plugins import Featurizer, Instancer
 from anonml.privacy import BinaryRandomizedResponse, PrivacyLedger
 from anonml.protocol import (
@@ -478,7 +478,10 @@ class Participant:
         except AnonMLError as exc:
             raise Aborted(f"refused before releasing anything: {exc}") from None
         keys = self.facts(self.keys, "this identity's round relay key")
-        transcript = transcript_hash("roster", self.problem, view.roster)
+        transcript = view.memo(
+            ("transcript", "roster", self.problem.id),
+            lambda: transcript_hash("roster", self.problem, view.roster),
+        )
         beacon = self._verify_bundle(bundle, "roster", transcript)
         me = bytes(self.node.identity.public)
         index = view.index_of.get(me)
@@ -496,22 +499,28 @@ class Participant:
         if bytes(notice.identity) != me or notice.problem_id != self.problem.id:
             raise Aborted("the assignment is for another identity or problem")
         claimed = PeerAssignment(notice.role, notice.index, tuple(tuple(s) for s in notice.subsets))
+        inputs: dict[str, Any] = {
+            "n_partitions": draft.kp,
+            "n_subsets": draft.kh,
+            "subset_size": draft.ks,
+            "subsets": draft.subsets,
+            "median_pool_size": view.roster.median_pool_size,
+            "beacon": beacon,
+        }
+        seed, n_features = bytes(view.roster.seed), len(draft.features)
         try:
+            plan = view.memo(("plan", beacon), lambda: make_plan(seed, view.keys, n_features, **inputs))
             assignment = verify_assignment(
                 claimed,
                 commitment=bytes(self.problem.seed_commitment),
-                seed=bytes(view.roster.seed),
-                peer_keys=list(view.keys),
+                seed=seed,
+                peer_keys=view.keys,
                 my_key=me,
-                n_features=len(draft.features),
-                n_partitions=draft.kp,
-                n_subsets=draft.kh,
-                subset_size=draft.ks,
-                subsets=draft.subsets,
-                median_pool_size=view.roster.median_pool_size,
-                beacon=beacon,
+                n_features=n_features,
+                plan=plan,
+                **inputs,
             )
-        except ProtocolError as exc:
+        except (ProtocolError, ValueError) as exc:
             raise Aborted(f"partition plan check failed: {exc}") from None
         witness = sign_message(
             RosterWitness(
@@ -527,14 +536,12 @@ class Participant:
         Runs before this identity fetches anything from any member (witnesses,
         packets): a roster that makes peers request other URLs is the
         aggregator's doing (it checks the form at registration).
+        The same for every identity of this process: checked once per roster.
         """
-        for i, (entry, node_id) in enumerate(zip(view.roster.entries, view.node_ids, strict=True)):
-            try:
-                check_relay_url(entry.relay_url, allow_loopback_http=self.relay.allow_loopback_http)
-            except ValueError as exc:
-                raise Aborted(f"roster member {i}'s relay URL is refused: {exc}") from None
-            if not entry.relay_url.endswith("/relay/" + node_id.hex()):
-                raise Aborted(f"roster member {i}'s relay URL does not name its own node")
+        loopback = self.relay.allow_loopback_http
+        refusal = view.memo(("relay urls", loopback), lambda: _relay_url_refusal(view, loopback))
+        if refusal is not None:
+            raise Aborted(refusal)
 
     def compare_fingerprints(self) -> bool:
         """Ask other members' relays for their fingerprint; True once enough agree (→ confirmed).
@@ -549,11 +556,7 @@ class Participant:
         done = self.comparisons
         if len(done.confirmed) < need:
             gen = self.node.rng if self.node.rng is not None else np.random.default_rng()
-            candidates = [i for i in range(n) if i != me and i not in done.confirmed]
-            fresh = [i for i in candidates if i not in done.asked]
-            pool = fresh if fresh else candidates
-            for i in gen.permutation(pool)[: need - len(done.confirmed)]:
-                i = int(i)
+            for i in _pick_members(gen, n, need - len(done.confirmed), me, done):
                 done.asked.add(i)
                 entry = view.roster.entries[i]
                 try:
@@ -700,7 +703,12 @@ class Participant:
             verify_message(bins, bytes(self.problem.aggregator))
         except CryptoError as exc:
             raise Aborted(f"bins are not signed by the aggregator: {exc}") from None
-        self._verify_bundle(bundle, "bins", transcript_hash("bins", self.problem, roster.view.roster, bins))
+        view = roster.view
+        transcript = view.memo(
+            ("transcript", "bins", self.problem.id, bytes(bins.signature)),
+            lambda: transcript_hash("bins", self.problem, view.roster, bins),
+        )
+        self._verify_bundle(bundle, "bins", transcript)
         self.bins = bins
 
     def build_packets(self) -> list[tuple[float, str, bytes]]:
@@ -869,6 +877,38 @@ class Participant:
         self.relay.count("reports delivered", len(self.tokens) - lost)
         self.relay.count("reports lost in transit", lost)
         return lost
+
+
+def _pick_members(gen: np.random.Generator, n: int, k: int, me: int, done: Comparisons) -> list[int]:
+    """Up to ``k`` distinct members to compare with, uniformly among those not asked yet
+    (among all but ``me`` and the confirmed ones when every other was asked).
+
+    A large roster (few members asked yet) draws by rejection in O(k), not
+    O(n) per identity per poll; the result has the same distribution.
+    """
+    taken = len(done.asked) + len(done.confirmed) + 1
+    if n >= 64 and 4 * taken <= n:
+        chosen: list[int] = []
+        while len(chosen) < k:
+            i = int(gen.integers(n))
+            if i != me and i not in done.asked and i not in done.confirmed and i not in chosen:
+                chosen.append(i)
+        return chosen
+    candidates = [i for i in range(n) if i != me and i not in done.confirmed]
+    fresh = [i for i in candidates if i not in done.asked]
+    return [int(i) for i in gen.permutation(fresh if fresh else candidates)[:k]]
+
+
+def _relay_url_refusal(view: RosterView, allow_loopback_http: bool) -> str | None:
+    """Why the first roster member's relay URL is refused (form, or not naming its node); None if none is."""
+    for i, (entry, node_id) in enumerate(zip(view.roster.entries, view.node_ids, strict=True)):
+        try:
+            check_relay_url(entry.relay_url, allow_loopback_http=allow_loopback_http)
+        except ValueError as exc:
+            return f"roster member {i}'s relay URL is refused: {exc}"
+        if not entry.relay_url.endswith("/relay/" + node_id.hex()):
+            return f"roster member {i}'s relay URL does not name its own node"
+    return None
 
 
 def _node_id(public_identity: bytes) -> bytes:

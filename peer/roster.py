@@ -11,7 +11,10 @@ own entry and assignment itself (:mod:`peer.participant`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
 
 from anonml.crypto import CryptoError, RelayKeyCertificate
 from anonml.errors import ProtocolError
@@ -30,6 +33,21 @@ class RosterView:
     node_ids: tuple[bytes, ...]
     routes: dict[bytes, str]
     index_of: dict[bytes, int]
+    _memo: dict[Hashable, Any] = field(default_factory=dict, repr=False)
+    _memo_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per ``key`` for this roster, shared by the identities of the process.
+
+        For what every member derives identically from the same verified
+        roster — the transcript hash, the partition plan, the relay URL check
+        — each O(n) in the roster size: computed once per process instead of
+        once per hosted identity (O(n²) per host at 10,000 members).
+        """
+        with self._memo_lock:
+            if key not in self._memo:
+                self._memo[key] = compute()
+            return self._memo[key]
 
     @classmethod
     def verify(cls, roster: Roster, problem: Problem) -> RosterView:

@@ -1,8 +1,10 @@
-"""Timing model: release times strictly inside (t_s + δ, t_r), send times inside (t_s, t_s + δ)."""
+"""Timing model: release times strictly inside (t_s + δ, t_r), send times inside (t_s, t_s + δ);
+the floors of a round's waits, sized from its roster and the measured cost of a request."""
 
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -10,7 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from anonml.errors import ProtocolError
-from anonml.schedule import WindowSchedule, release_time, send_time
+from anonml.schedule import (
+    DEFAULT_REQUEST_SECONDS,
+    ScheduleFloors,
+    ServiceMeter,
+    WindowSchedule,
+    release_time,
+    schedule_floors,
+    send_time,
+)
 
 
 @given(
@@ -74,3 +84,115 @@ def test_seeded_draws_repeat() -> None:
 def test_invalid_schedules_are_rejected(t_s, delta, t_r) -> None:
     with pytest.raises(ProtocolError):
         WindowSchedule(t_s, delta, t_r)
+
+
+# --- floors sized from the roster and the measured cost of a request -----------------------
+
+
+def test_floors_follow_the_documented_formula() -> None:
+    """n = 1,000, k_h = 1, h = 3, L = 2 ms, M = 10 ms, r = 1 s (schedule_floors Notes)."""
+    f = schedule_floors(
+        1000, hops=3, slots_per_peer=1, request_seconds=0.002, member_seconds=0.010, reaction_seconds=1.0
+    )
+    assert f.roster_seconds == pytest.approx(2 + 1000 * 0.010)  # the members' own work: n M
+    assert f.median_step_seconds == pytest.approx(2 + 1000 * 0.010)
+    assert f.report_delay_seconds == pytest.approx(2 + 1000 * 0.010)
+    assert f.send_window_seconds == pytest.approx(1 + 1000 * 0.002)  # the packets' requests: m L
+    assert f.release_window_seconds == pytest.approx(1 + 1.5 * 3 * 1000 * 0.002)  # 10 s
+    # k_h slots per member multiply the packets m = n · k_h, not the roster term.
+    g = schedule_floors(
+        1000, hops=3, slots_per_peer=4, request_seconds=0.002, member_seconds=0.010, reaction_seconds=1.0
+    )
+    assert g.send_window_seconds == pytest.approx(1 + 4000 * 0.002)
+    assert g.report_delay_seconds == pytest.approx(2 + 4000 * 0.010)
+    assert g.roster_seconds == f.roster_seconds
+    # Without a member cost, the request cost stands in for it.
+    h = schedule_floors(1000, hops=3, slots_per_peer=1, request_seconds=0.002, reaction_seconds=1.0)
+    assert h.roster_seconds == pytest.approx(2 + 1000 * 0.002)
+
+
+@pytest.mark.parametrize("field", list(ScheduleFloors.__dataclass_fields__))
+def test_a_bigger_roster_gets_longer_waits_and_a_costlier_request_too(field: str) -> None:
+    def floor(n: int, cost: float) -> float:
+        f = schedule_floors(n, hops=3, slots_per_peer=1, request_seconds=cost)
+        return getattr(f, field)
+
+    sizes = [10, 100, 1_000, 10_000]
+    for cost in (0.001, 0.005):
+        values = [floor(n, cost) for n in sizes]
+        assert all(a < b for a, b in pairwise(values)), (field, values)
+    assert floor(1_000, 0.001) < floor(1_000, 0.005)
+    # Nothing but the peers' reaction time is left when a request costs nothing.
+    smallest = schedule_floors(1, hops=1, slots_per_peer=1, request_seconds=0.0)
+    assert floor(10_000, 0.0) == getattr(smallest, field)
+
+
+def test_raised_keeps_longer_draft_values_and_lifts_shorter_ones() -> None:
+    f = ScheduleFloors(3.0, 2.0, 4.0, 5.0, 6.0)
+    draft = {
+        "roster_seconds": 10.0,
+        "median_step_seconds": 1.0,
+        "report_delay_seconds": 4.0,
+        "send_window_seconds": 0.5,
+        "release_window_seconds": 60.0,
+        "witness_seconds": 1.0,  # not a floor: left out
+    }
+    assert f.raised(draft) == {
+        "roster_seconds": 10.0,
+        "median_step_seconds": 2.0,
+        "report_delay_seconds": 4.0,
+        "send_window_seconds": 5.0,
+        "release_window_seconds": 60.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"n_peers": 0}, "n=0"),
+        ({"hops": 0}, "hops=0"),
+        ({"slots_per_peer": 0}, "slots=0"),
+        ({"request_seconds": float("nan")}, "request_seconds"),
+        ({"reaction_seconds": -1.0}, "reaction_seconds"),
+        ({"member_seconds": float("inf")}, "member_seconds"),
+    ],
+)
+def test_floors_refuse_impossible_inputs_naming_them(kwargs: dict, needle: str) -> None:
+    args = {"n_peers": 10, "hops": 3, "slots_per_peer": 1} | kwargs
+    with pytest.raises(ProtocolError, match=needle):
+        schedule_floors(**args)
+
+
+def test_meter_is_latency_for_one_client_and_inverse_throughput_for_many() -> None:
+    one = ServiceMeter()
+    assert one.seconds_per_request() == DEFAULT_REQUEST_SECONDS  # nothing measured yet
+    for k in range(10):  # one client: 10 ms requests with 5 ms gaps
+        one.record(k * 0.015, k * 0.015 + 0.010)
+    assert one.seconds_per_request() == pytest.approx(0.010)
+    many = ServiceMeter()
+    # 8 clients at once, contending: each waits 80 ms for a server that finishes one every 10 ms.
+    for k in range(80):
+        batch, i = divmod(k, 8)
+        start = batch * 0.080
+        many.record(start, start + 0.010 * (i + 1))
+    assert many.seconds_per_request() == pytest.approx(0.010)  # 800 ms busy / 80 requests
+    assert many.count == 80
+
+
+def test_meter_refuses_a_request_that_ends_before_it_starts() -> None:
+    with pytest.raises(ValueError, match="before it starts"):
+        ServiceMeter().record(2.0, 1.0)
+
+
+def test_meter_flow_counts_the_short_gaps_of_a_burst_and_not_a_trickle() -> None:
+    """A burst: 10 ms requests every 30 ms → flow 30 ms per request, busy 10 ms.
+    A trickle: the same requests 5 s apart (more than the 1 s gap) → flow = busy = 10 ms."""
+    burst, trickle = ServiceMeter(), ServiceMeter()
+    for k in range(20):
+        burst.record(k * 0.030, k * 0.030 + 0.010)
+        trickle.record(k * 5.0, k * 5.0 + 0.010)
+    assert burst.seconds_per_request() == pytest.approx(0.010)
+    # the first request has no predecessor: (10 + 19 × 30) ms over 20 requests
+    assert burst.flow_seconds_per_request() == pytest.approx((0.010 + 19 * 0.030) / 20)
+    assert trickle.flow_seconds_per_request() == pytest.approx(0.010)
+    assert ServiceMeter().flow_seconds_per_request() == DEFAULT_REQUEST_SECONDS

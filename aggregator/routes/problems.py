@@ -102,6 +102,7 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
         report_peers=roster_size - pool,
         slots_per_peer=ctx.problem.draft.kh,
         reports=problem_account(session, row.id, ctx),
+        schedule=None if ctx.roster is None else state.round_schedule(ctx, roster_size),
     )
 
 

@@ -18,6 +18,9 @@ Rules (DESIGN §7; checked here, each with its own refusal):
   the token key pinned and the seed revealed (:mod:`aggregator.rounds`); each
   entry carries its member's registration signature and credential, so peers
   check every entry came from its identity;
+- every stored registration is timed (:meth:`~aggregator.state.AggregatorState.meter`):
+  the busy time per registration is the measured cost ``L`` from which the
+  round's waits are sized when registration closes;
 - ``GET /problems/{id}/cosignatures/{stage}`` serves the witnesses'
   :class:`~anonml.protocol.CosignatureBundle` for ``roster`` or ``bins`` once
   every declared witness has co-signed (404 until then).
@@ -25,6 +28,7 @@ Rules (DESIGN §7; checked here, each with its own refusal):
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, HTTPException
@@ -59,9 +63,11 @@ def register(
     problem_id: str, registration: Registration, state: StateDep, session: SessionDep
 ) -> RegistrationReceipt:
     """Join a problem before its deadline with a signed registration and relay certificate."""
+    start = time.monotonic()
     try:
         with session.begin():
             _check_and_store(problem_id, registration, state, session)
+        state.meter(problem_id).record(start, time.monotonic())  # L of the round's schedule floors
     except IntegrityError:
         raise state.refuse(
             problem_id, "duplicate registration", 409, "this identity is already registered for this problem"

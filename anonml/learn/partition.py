@@ -338,8 +338,13 @@ def verify_assignment(
     subsets: Sequence[Sequence[int]] | None = None,
     median_pool_size: int = 0,
     beacon: bytes = b"",
+    plan: PartitionPlan | None = None,
 ) -> PeerAssignment:
     """Peer-side check of the assignment the aggregator announced.
+
+    ``plan``: :func:`make_plan` of exactly these public inputs, when the caller
+    already recomputed it (a process checking many hosted identities against
+    one roster computes it once); None recomputes it here.
 
     Recomputes the plan from the public inputs (with the ``beacon`` the peer
     derived itself from the verified witness cosignatures) and returns the
@@ -359,17 +364,18 @@ def verify_assignment(
         roster_index = keys.index(bytes(my_key))
     except ValueError:
         raise ProtocolError("this peer's key is not on the closed roster") from None
-    plan = make_plan(
-        seed,
-        keys,
-        n_features,
-        n_partitions=n_partitions,
-        n_subsets=n_subsets,
-        subset_size=subset_size,
-        subsets=subsets,
-        median_pool_size=median_pool_size,
-        beacon=beacon,
-    )
+    if plan is None:
+        plan = make_plan(
+            seed,
+            keys,
+            n_features,
+            n_partitions=n_partitions,
+            n_subsets=n_subsets,
+            subset_size=subset_size,
+            subsets=subsets,
+            median_pool_size=median_pool_size,
+            beacon=beacon,
+        )
     actual = plan.assignment(roster_index)
     if actual != claimed:
         raise ProtocolError(f"announced assignment {claimed} differs from the one the seed gives: {actual}")

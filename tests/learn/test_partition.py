@@ -193,3 +193,17 @@ def test_membership_is_close_to_uniform_over_beacons():
         for s in range(400)
     )
     assert abs(hits - 80) <= 32
+
+
+def test_verify_assignment_with_a_plan_recomputed_once_agrees_with_recomputing_it() -> None:
+    """A host checks its identities against one plan; the verdicts are those of recomputing it."""
+    inputs = {"n_partitions": 3, "median_pool_size": 4}
+    plan = make_plan(SEED, KEYS, 5, **inputs)
+    for i in (0, 7, 49):
+        mine = plan.assignment(i)
+        args = {"commitment": commit_seed(SEED), "seed": SEED, "peer_keys": KEYS, "my_key": KEYS[i]}
+        assert verify_assignment(mine, n_features=5, plan=plan, **args, **inputs) == mine
+        assert verify_assignment(mine, n_features=5, **args, **inputs) == mine
+        wrong = PeerAssignment(mine.role, mine.index + 1, mine.subsets)
+        with pytest.raises(ProtocolError, match="differs"):
+            verify_assignment(wrong, n_features=5, plan=plan, **args, **inputs)
