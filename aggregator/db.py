@@ -18,6 +18,8 @@ Tables
                         issuance id, and on SQLite the table is ``WITHOUT ROWID``
                         so not even the physical row order records arrival order.
 ``reject_counts``       how many requests were refused, per problem and reason.
+``leases``              who drives the phase machine (:mod:`aggregator.lease`): one row
+                        per lease, its holder and its expiry on the database's clock.
 ``spent_tokens`` /      from :func:`anonml.crypto.create_crypto_tables`: redeemed tokens
 ``token_issuance``      (key id, slot, nonce) and evaluations (key id, peer, slot).
 
@@ -46,6 +48,7 @@ from __future__ import annotations
 import random
 import secrets
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     ForeignKey,
@@ -74,7 +77,9 @@ __all__ = [
     "ReportRow",
     "StagedReportRow",
     "RejectRow",
+    "LeaseRow",
     "create_tables",
+    "upsert_insert",
     "count_reject",
     "new_report_id",
     "settle_reports",
@@ -202,6 +207,21 @@ class RejectRow(Base):
     count: Mapped[int] = mapped_column(default=0)
 
 
+class LeaseRow(Base):
+    """A lease (:mod:`aggregator.lease`): ``holder`` may act until ``expires``.
+
+    ``expires`` is seconds since the epoch on the database server's clock (never a
+    worker's), and ``taken`` counts how many times the lease changed hands.
+    """
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(256), default="")
+    expires: Mapped[float] = mapped_column(default=0.0)
+    taken: Mapped[int] = mapped_column(default=0)
+
+
 def new_report_id() -> bytes:
     """A report's primary key: 16 bytes from the OS CSPRNG (carries no order)."""
     return secrets.token_bytes(16)
@@ -281,6 +301,15 @@ def count_reject(session: Session, problem_id: str, reason: str) -> None:
     two first refusals at once cannot both insert (no unique violation), and
     the increment is atomic.
     """
+    stmt = upsert_insert(session, RejectRow).values(problem_id=problem_id, reason=reason, count=1)
+    upsert = stmt.on_conflict_do_update(
+        index_elements=["problem_id", "reason"], set_={"count": RejectRow.count + 1}
+    )
+    session.execute(upsert)
+
+
+def upsert_insert(session: Session, table: type[Base]) -> Any:
+    """An ``INSERT`` into ``table`` that takes ``ON CONFLICT`` clauses (SQLite and PostgreSQL only)."""
     dialect = session.get_bind().dialect.name
     if dialect == "sqlite":
         from sqlalchemy.dialects.sqlite import insert as dialect_insert
@@ -288,8 +317,4 @@ def count_reject(session: Session, problem_id: str, reason: str) -> None:
         from sqlalchemy.dialects.postgresql import insert as dialect_insert
     else:
         raise ValueError(f"unsupported database dialect {dialect!r} (use SQLite or PostgreSQL)")
-    stmt = dialect_insert(RejectRow).values(problem_id=problem_id, reason=reason, count=1)
-    upsert = stmt.on_conflict_do_update(
-        index_elements=["problem_id", "reason"], set_={"count": RejectRow.count + 1}
-    )
-    session.execute(upsert)
+    return dialect_insert(table)

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from fastapi import HTTPException
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from aggregator.db import ProblemRow, count_reject, create_tables
@@ -162,10 +161,6 @@ class AggregatorState:
     def forget(self, problem_id: str) -> None:
         with self._lock:
             self._contexts.pop(problem_id, None)
-
-    def problem_ids(self, phases: tuple[str, ...]) -> list[str]:
-        with self.sessions() as s:
-            return list(s.scalars(select(ProblemRow.id).where(ProblemRow.phase.in_(phases))))
 
     # -- refusals -----------------------------------------------------------------
     def refuse(
