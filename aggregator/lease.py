@@ -38,6 +38,11 @@ transaction: a conditional write that succeeds only while this process holds
 an unexpired lease, after which nobody can take the lease until the
 transition commits (the write lock on SQLite, the row lock on PostgreSQL).
 A transition whose guard fails is rolled back (:class:`LeaseLost`).
+
+Limit: a process frozen *inside* a transaction keeps that transaction's locks
+(SQLite's write lock, PostgreSQL's row locks) until it wakes or its connection
+is closed; until then the others' attempts fail (a busy timeout on SQLite, a
+``lock_timeout`` of ``renew_every`` on PostgreSQL) and are retried.
 """
 
 from __future__ import annotations
@@ -48,11 +53,13 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import case, literal, or_, select, update
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -176,6 +183,15 @@ class PhaseLease:
         """True while the last successful :meth:`acquire` is younger than ``ttl`` (local clock)."""
         return time.monotonic() < self._valid_until
 
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        """A transaction of this lease's own statements; on PostgreSQL it waits for a row lock at most
+        ``renew_every`` (a holder frozen inside a transaction must not hang the others' attempts)."""
+        with self.engine.begin() as connection:
+            if self.engine.dialect.name == "postgresql":
+                connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{round(self.renew_every * 1000)}ms'")
+            yield connection
+
     def _ensure_row(self) -> None:
         if self._created:
             return
@@ -203,7 +219,7 @@ class PhaseLease:
                 taken=row.taken + case((row.holder == self.holder, 0), else_=1),
             )
         )
-        with self.engine.begin() as connection:
+        with self._transaction() as connection:
             got = connection.execute(stmt).rowcount == 1
         if not got:
             got = self._take_from_the_dead(sent)
@@ -227,7 +243,7 @@ class PhaseLease:
             .where(row.name == self.name, row.holder == holder)
             .values(holder=self.holder, expires=self._now + self.ttl, taken=row.taken + 1)
         )
-        with self.engine.begin() as connection:
+        with self._transaction() as connection:
             got = connection.execute(stmt).rowcount == 1
         if got:
             log.warning("lease %r taken over from process %d, which is gone", self.name, other.pid)
@@ -239,7 +255,7 @@ class PhaseLease:
             self._valid_until = 0.0
         row = LeaseRow.__table__.c
         stmt = update(LeaseRow).where(row.name == self.name, row.holder == self.holder).values(expires=0.0)
-        with self.engine.begin() as connection:
+        with self._transaction() as connection:
             connection.execute(stmt)
 
     def guard(self, session: Session) -> None:

@@ -145,11 +145,6 @@ class RoundDriver:
         """True when this process must not advance phases: it stops, or does not hold the lease."""
         return self._halt.is_set() or not self.lease.held
 
-    @property
-    def driving(self) -> bool:
-        """Whether this process is advancing phases now (holds the lease and took over)."""
-        return not self.stopping
-
     def wait(self, seconds: float) -> bool:
         """Sleep ``seconds`` unless the driver halts first; True if it must stop."""
         return self._halt.wait(seconds) or not self.lease.held
