@@ -73,8 +73,8 @@ async def _post_all(
 ) -> tuple[list[tuple[int, bytes]], float]:
     """POST every ``(url, body)`` with ``concurrency`` clients on keep-alive connections.
 
-    Returns each call's ``(status, body)`` in order (status 0: transport error or
-    timeout) and the wall time of the whole batch.
+    Returns each call's ``(status, body)`` in order (status 0: a transport error or
+    timeout, named in the body) and the wall time of the whole batch.
     """
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     results: list[tuple[int, bytes]] = [(0, b"")] * len(calls)
@@ -87,8 +87,8 @@ async def _post_all(
                 try:
                     response = await client.post(url, content=body)
                     results[i] = (response.status_code, response.content)
-                except httpx.HTTPError:
-                    results[i] = (0, b"")
+                except httpx.HTTPError as exc:  # status 0, the error's class as the body
+                    results[i] = (0, exc.__class__.__name__.encode())
 
         t0 = time.perf_counter()
         await asyncio.gather(*(client_loop() for _ in range(concurrency)))
