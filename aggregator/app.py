@@ -209,7 +209,11 @@ def serve(settings: AggregatorSettings, workers: int = 1) -> None:
     check_workers(settings.db_url, workers)
     if workers == 1:
         uvicorn.run(
-            create_app(settings), host=settings.host, port=settings.port, access_log=False, log_level="warning"
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            access_log=False,
+            log_level="warning",
         )
         return
     engine = make_engine(settings.db_url)
@@ -350,7 +354,9 @@ def start_server_process(settings: AggregatorSettings, timeout: float = 60.0) ->
     return ServerProcess(url, process)
 
 
-def start_workers_process(settings: AggregatorSettings, workers: int, timeout: float = 120.0) -> ServerProcess:
+def start_workers_process(
+    settings: AggregatorSettings, workers: int, timeout: float = 120.0
+) -> ServerProcess:
     """Run ``anonml aggregator serve --workers N`` as a child process; returns once ``/healthz`` answers.
 
     ``settings`` reach it as ``ANONML_AGGREGATOR_<FIELD>`` variables, as a
@@ -381,7 +387,9 @@ def start_workers_process(settings: AggregatorSettings, workers: int, timeout: f
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
-            raise RuntimeError(f"'anonml aggregator serve --workers {workers}' exited with {process.returncode}")
+            raise RuntimeError(
+                f"'anonml aggregator serve --workers {workers}' exited with {process.returncode}"
+            )
         try:
             if requests.get(f"{url}/healthz", timeout=5).status_code == 200:
                 return ServerProcess(url, process, stop_signal=signal.SIGINT)

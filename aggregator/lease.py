@@ -285,4 +285,3 @@ class PhaseLease:
         if found is None or not found[0]:
             return None
         return str(found[0]), float(found[1])
-

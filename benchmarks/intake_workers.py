@@ -103,7 +103,8 @@ def _prepared_deliveries(url: str, reports: int, concurrency: int, timeout: floa
     )
     peers = [WirePeer() for _ in range(max(4, reports // 2))]
     registrations = [
-        (f"{url}/problems/{problem.id}/registrations", p.registration(problem).model_dump_json()) for p in peers
+        (f"{url}/problems/{problem.id}/registrations", p.registration(problem).model_dump_json())
+        for p in peers
     ]
     answers, _ = asyncio.run(_post_all(registrations, concurrency, timeout))
     refused = [status for status, _ in answers if status != 201]
@@ -136,7 +137,9 @@ def _intake_run(server_url: str, workers: int, reports: int, concurrency: int, t
         server = start_workers_process(settings, workers)
         try:
             bodies = _prepared_deliveries(server.url, reports, concurrency, timeout)
-            results, wall = asyncio.run(_post_all([(f"{server.url}/intake", b) for b in bodies], concurrency, timeout))
+            results, wall = asyncio.run(
+                _post_all([(f"{server.url}/intake", b) for b in bodies], concurrency, timeout)
+            )
         finally:
             server.stop()
     statuses = Counter(str(status) for status, _ in results)
@@ -152,7 +155,7 @@ def _intake_run(server_url: str, workers: int, reports: int, concurrency: int, t
 
 
 def redemption_checks_per_second(n: int, repeats: int = 5) -> float:
-    """The redemption check alone (MAC + in-memory spend), one core: the median of ``repeats`` batches of ``n``."""
+    """The redemption check alone (MAC + in-memory spend) on one core: median of ``repeats`` runs of ``n``."""
     rng = np.random.default_rng(1)
     key = TokenKey.generate(rng)
     redemptions = _tokens(key, n * repeats, rng)

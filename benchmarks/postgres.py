@@ -71,7 +71,15 @@ def throwaway_postgresql(max_connections: int = 300) -> Iterator[str]:
     if os.geteuid() == 0:
         if subprocess.run(["id", "-u", "postgres"], capture_output=True).returncode != 0:
             subprocess.run(
-                ["useradd", "--system", "--home-dir", str(folder), "--shell", "/usr/sbin/nologin", "postgres"],
+                [
+                    "useradd",
+                    "--system",
+                    "--home-dir",
+                    str(folder),
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    "postgres",
+                ],
                 check=True,
             )
         shutil.chown(folder, user="postgres")
@@ -81,11 +89,23 @@ def throwaway_postgresql(max_connections: int = 300) -> Iterator[str]:
     def run(*args: str) -> None:
         done = subprocess.run([*as_pg, *args], capture_output=True, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"{Path(args[0]).name} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+            raise RuntimeError(
+                f"{Path(args[0]).name} failed ({done.returncode}): {done.stderr.strip()[-500:]}"
+            )
 
     started = False
     try:
-        run(str(binaries / "initdb"), "-D", str(data), "-U", "anonml", "--auth=trust", "-E", "UTF8", "--no-locale")
+        run(
+            str(binaries / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "anonml",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-locale",
+        )
         options = (
             f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections={max_connections} "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"

@@ -107,7 +107,9 @@ def test_a_released_lease_is_taken_at_once(engines) -> None:
 
 
 def test_a_holder_that_died_on_this_machine_is_replaced_without_waiting(engines) -> None:
-    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     dead_pid = int(child.stdout)
     mine = parse_holder(holder_id())
     assert mine is not None and mine.machine, "this test needs /proc (boot id and PID namespace)"
@@ -130,7 +132,7 @@ def test_of_many_concurrent_takers_exactly_one_gets_it(engines) -> None:
         got: list[PhaseLease] = []
         lock = threading.Lock()
 
-        def race(lease: PhaseLease) -> None:
+        def race(lease: PhaseLease, barrier=barrier, lock=lock, got=got) -> None:
             barrier.wait()
             if lease.acquire():
                 with lock:

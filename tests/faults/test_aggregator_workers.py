@@ -85,7 +85,9 @@ def _send(url: str, problem: Problem, peers: list[WirePeer], rng: np.random.Gene
     accepted = 0
     for i, peer in enumerate(peers):
         peer.assignment = assignment_of(url, problem.id, peer)
-        for subset, token in enumerate(peer.tokens(url, problem, roster, slots(problem, peer.assignment.index))):
+        for subset, token in enumerate(
+            peer.tokens(url, problem, roster, slots(problem, peer.assignment.index))
+        ):
             x = np.array([*rng.uniform(0, 10, 2), i % 2])
             report = report_for(problem, bins, peer.assignment, x, i % 2, subset, rng)
             accepted += post(f"{url}/intake", delivery(token, report)).status_code == 201
@@ -97,7 +99,9 @@ def _train_to_the_end(url: str, problem: Problem) -> ModelDocument:
     st = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=120)
     assert st.phase == "done", st.message
     assert st.reports == ReportAccount(expected=12, received=12, lost=0)
-    doc = ModelDocument.model_validate_json(requests.get(f"{url}/problems/{problem.id}/model", timeout=60).content)
+    doc = ModelDocument.model_validate_json(
+        requests.get(f"{url}/problems/{problem.id}/model", timeout=60).content
+    )
     verify_message(doc, bytes(problem.aggregator))
     assert doc.reports == st.reports and doc.metrics["reports"] == 12
     return doc
