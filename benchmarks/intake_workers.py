@@ -19,9 +19,9 @@ ratios are reports/s ÷ checks/s, overall and per worker.
 
 The client (httpx, asyncio) runs in this process (its CPU seconds during the
 timed part are recorded) and shares the machine with the workers and
-PostgreSQL, so on a 2-core machine the 2-worker figure is bounded by the
-cores left, not by the lease (the machine's
-core count and load average are recorded beside the figures).
+PostgreSQL: on a 2-core machine two workers, the server and the client share
+two cores, so a second worker cannot add a core's worth (the machine's core
+count and load average are recorded beside the figures).
 
 Prints a table and writes ``benchmarks/results/intake_workers.json``.
 Run: ``python -m benchmarks.intake_workers [--reports 2000] [--workers 1 2]`` from the repository root.
