@@ -5,6 +5,20 @@ last relays of onion routes, and their addresses must not be written down
 next to the reports (:mod:`aggregator.routes.intake`). Request bodies larger
 than ``max_body_bytes`` are refused with 413 before they are parsed.
 OpenAPI is at ``/openapi.json`` (``/docs`` for people).
+
+Several worker processes. :func:`serve` with ``workers > 1`` runs uvicorn's
+own multi-process mode on one listening socket: every worker builds its app
+with :func:`worker_app` from the settings the parent hands down in
+:data:`SETTINGS_VARIABLE` (JSON; the environment of a process is readable by
+its user only, like the 0600 admin-token file), serves every route, and runs
+a phase driver that advances phases only while it holds the database's phase
+lease (:mod:`aggregator.lease`). What routes keep in memory is correct per
+process: the parsed problem documents are immutable once published and
+re-read from the database until complete (:class:`~aggregator.state.ProblemContext`),
+the token verifier caches only per-slot MAC keys (spending is the intake's
+transaction), refusal counters are database upserts, and an answer posted to
+one worker wakes a median step driven by another within its 0.25 s database
+poll. The database must be PostgreSQL (:func:`check_workers`).
 """
 
 from __future__ import annotations
@@ -27,15 +41,21 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from aggregator.db import create_tables
 from aggregator.rounds import RoundDriver
 from aggregator.routes import intake, medians, model, problems, registration, tokens
-from aggregator.settings import AggregatorSettings
-from aggregator.state import AggregatorState
+from aggregator.settings import ENV_PREFIX, AggregatorSettings
+from aggregator.state import AggregatorState, load_or_create_identity
+from anonml.database import make_engine
 from anonml.errors import AnonMLError
 
 __all__ = [
     "create_app",
     "serve",
+    "check_workers",
+    "worker_app",
+    "SETTINGS_VARIABLE",
+    "start_workers_process",
     "ServerHandle",
     "start_server",
     "ServerProcess",
@@ -144,11 +164,79 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
     return app
 
 
-def serve(settings: AggregatorSettings) -> None:
-    """Run the aggregator in the foreground under uvicorn (no access log)."""
-    uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, access_log=False, log_level="warning"
-    )
+#: The variable through which ``serve(..., workers=N)`` hands its settings (JSON) to its workers.
+SETTINGS_VARIABLE = ENV_PREFIX + "SETTINGS_JSON"
+
+#: Seconds uvicorn's supervisor waits for a busy worker's health answer before replacing it
+#: (uvicorn's default, 5 s, is too short for a worker on a loaded machine).
+WORKER_HEALTHCHECK_SECONDS = 60
+
+
+def check_workers(db_url: str, workers: int) -> None:
+    """Refuse ``workers`` processes on ``db_url`` unless it can serve them (PostgreSQL for N > 1).
+
+    Raises
+    ------
+    AnonMLError
+        ``workers`` < 1, or N > 1 on SQLite, saying why and what to use.
+    """
+    if workers < 1:
+        raise AnonMLError(f"--workers {workers}: needs at least 1 worker process")
+    if workers > 1 and db_url.startswith("sqlite"):
+        raise AnonMLError(
+            f"--workers {workers} needs a PostgreSQL database (--db postgresql+psycopg://USER@HOST/DB): "
+            "SQLite lets one process write at a time, so more workers would wait on its lock instead of "
+            "adding throughput; run one worker on SQLite"
+        )
+
+
+def worker_app() -> FastAPI:
+    """The app of one worker process of :func:`serve` (uvicorn's factory; settings from the parent)."""
+    raw = os.environ.get(SETTINGS_VARIABLE)
+    if not raw:
+        raise RuntimeError(f"{SETTINGS_VARIABLE} is not set: start workers with 'anonml aggregator serve'")
+    return create_app(AggregatorSettings.model_validate_json(raw))
+
+
+def serve(settings: AggregatorSettings, workers: int = 1) -> None:
+    """Run the aggregator in the foreground under uvicorn (no access log), in ``workers`` processes.
+
+    With ``workers > 1`` the parent first creates the tables, the identity and
+    the admin token once (so workers never race to create them), then runs
+    uvicorn's supervisor, which starts the workers on one socket and replaces
+    any that dies; exactly one of them at a time advances phases (the lease).
+    """
+    check_workers(settings.db_url, workers)
+    if workers == 1:
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            access_log=False,
+            log_level="warning",
+        )
+        return
+    engine = make_engine(settings.db_url)
+    try:
+        create_tables(engine)
+    finally:
+        engine.dispose()
+    load_or_create_identity(settings)
+    settings = settings.model_copy(update={"admin_token": settings.resolved_admin_token()})
+    os.environ[SETTINGS_VARIABLE] = settings.model_dump_json()
+    try:
+        uvicorn.run(
+            "aggregator.app:worker_app",
+            factory=True,
+            workers=workers,
+            host=settings.host,
+            port=settings.port,
+            access_log=False,
+            log_level="warning",
+            timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
+        )
+    finally:
+        os.environ.pop(SETTINGS_VARIABLE, None)
 
 
 @dataclass
@@ -214,13 +302,21 @@ def serve_child() -> None:
 
 @dataclass
 class ServerProcess:
-    """An aggregator served from a child process (its own interpreter, its own core)."""
+    """An aggregator served from a child process (its own interpreter, its own core).
+
+    ``stop`` closes its stdin (:func:`start_server_process`) or, when
+    ``stop_signal`` is set, sends that signal (:func:`start_workers_process`).
+    """
 
     url: str
     process: subprocess.Popen
+    stop_signal: int | None = None
 
     def stop(self) -> None:
-        if self.process.stdin is not None and not self.process.stdin.closed:
+        if self.stop_signal is not None:
+            if self.process.poll() is None:
+                self.process.send_signal(self.stop_signal)
+        elif self.process.stdin is not None and not self.process.stdin.closed:
             self.process.stdin.close()
         try:
             self.process.wait(timeout=30)
@@ -229,10 +325,16 @@ class ServerProcess:
             self.process.wait(timeout=10)
 
 
-def start_server_process(settings: AggregatorSettings, timeout: float = 60.0) -> ServerProcess:
-    """Serve an aggregator from ``python -m aggregator`` (port from ``settings``; 0 = a free one)."""
+def _child_environment() -> tuple[str, dict[str, str]]:
+    """The repository root and an environment whose ``PYTHONPATH`` starts with it."""
     root = str(Path(__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    return root, env
+
+
+def start_server_process(settings: AggregatorSettings, timeout: float = 60.0) -> ServerProcess:
+    """Serve an aggregator from ``python -m aggregator`` (port from ``settings``; 0 = a free one)."""
+    root, env = _child_environment()
     process = subprocess.Popen(
         [sys.executable, "-m", "aggregator"],
         stdin=subprocess.PIPE,
@@ -250,3 +352,51 @@ def start_server_process(settings: AggregatorSettings, timeout: float = 60.0) ->
         process.kill()
         raise RuntimeError("the aggregator process did not start (see its stderr)")
     return ServerProcess(url, process)
+
+
+def start_workers_process(
+    settings: AggregatorSettings, workers: int, timeout: float = 120.0
+) -> ServerProcess:
+    """Run ``anonml aggregator serve --workers N`` as a child process; returns once ``/healthz`` answers.
+
+    ``settings`` reach it as ``ANONML_AGGREGATOR_<FIELD>`` variables, as a
+    deployment would set them (port 0: a free loopback port is chosen first).
+    Stopped with SIGINT, as Ctrl-C stops ``serve``.
+    """
+    import signal
+
+    import requests
+
+    check_workers(settings.db_url, workers)
+    port = settings.port
+    if port == 0:
+        with socket.socket() as probe:
+            probe.bind((settings.host, 0))
+            port = probe.getsockname()[1]
+    root, env = _child_environment()
+    for name, value in settings.model_copy(update={"port": port}).model_dump(mode="json").items():
+        if value is not None:
+            env[ENV_PREFIX + name.upper()] = str(value).lower() if isinstance(value, bool) else str(value)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "anonml", "aggregator", "serve", "--workers", str(workers)],
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=root,
+    )
+    url = f"http://{settings.host}:{port}"
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"'anonml aggregator serve --workers {workers}' exited with {process.returncode}"
+            )
+        try:
+            if requests.get(f"{url}/healthz", timeout=5).status_code == 200:
+                return ServerProcess(url, process, stop_signal=signal.SIGINT)
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            process.kill()
+            process.wait(timeout=30)
+            raise RuntimeError(f"the aggregator's {workers} workers did not answer /healthz in {timeout:g} s")
+        time.sleep(0.1)

@@ -18,6 +18,8 @@ Tables
                         issuance id, and on SQLite the table is ``WITHOUT ROWID``
                         so not even the physical row order records arrival order.
 ``reject_counts``       how many requests were refused, per problem and reason.
+``leases``              who drives the phase machine (:mod:`aggregator.lease`): one row
+                        per lease, its holder and its expiry on the database's clock.
 ``spent_tokens`` /      the crypto ledgers (:mod:`anonml.crypto.spent`): redeemed tokens
 ``token_issuance``      (key id, slot, nonce) and evaluations (key id, peer, slot).
 
@@ -73,6 +75,7 @@ __all__ = [
     "ReportRow",
     "StagedReportRow",
     "RejectRow",
+    "LeaseRow",
     "create_tables",
     "count_reject",
     "new_report_id",
@@ -199,6 +202,21 @@ class RejectRow(Base):
     problem_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     reason: Mapped[str] = mapped_column(String(64), primary_key=True)
     count: Mapped[int] = mapped_column(default=0)
+
+
+class LeaseRow(Base):
+    """A lease (:mod:`aggregator.lease`): ``holder`` may act until ``expires``.
+
+    ``expires`` is seconds since the epoch on the database server's clock (never a
+    worker's), and ``taken`` counts how many times the lease changed hands.
+    """
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(256), default="")
+    expires: Mapped[float] = mapped_column(default=0.0)
+    taken: Mapped[int] = mapped_column(default=0)
 
 
 def new_report_id() -> bytes:

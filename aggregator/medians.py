@@ -27,6 +27,11 @@ started again replays it, taking each closed step's stored answers instead of
 asking again, and waits on the step that was open (the same signed query,
 still served to its group, for a fresh ``median_step_seconds``). No peer is
 asked twice; a replay that would ask something else fails the problem.
+
+A search stops when its process stops or loses the phase lease
+(:mod:`aggregator.lease`): the open step stays open (it is not closed early
+on fewer answers), so the next lease holder waits on it as after a restart.
+Asking a question and closing a step are writes guarded by the lease.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import numpy as np
 from sqlalchemy import func, select, update
 
 from aggregator.db import MedianAnswerRow, MedianQueryRow
+from aggregator.lease import LeaseLost
 from aggregator.state import ProblemContext
 from anonml.privacy import estimate_median, estimate_quantile
 from anonml.protocol import MedianQuery, sign_message
@@ -49,6 +55,10 @@ from anonml.protocol import MedianQuery, sign_message
 __all__ = ["MedianRun", "median_groups", "step_quorum"]
 
 log = logging.getLogger("anonml.aggregator")
+
+
+class _Halted(Exception):
+    """This process stopped or lost the phase lease: the search ends without closing its step."""
 
 
 class _NoAnswers(Exception):
@@ -154,6 +164,8 @@ class MedianRun:
                 except _NoAnswers as stop:
                     values.append(float(stop.threshold))
             self.thresholds[feature] = tuple(sorted(set(values)))
+        except (_Halted, LeaseLost):
+            self.errors.append("the aggregator stopped")
         except Exception as exc:  # reported as the problem's failure reason
             log.exception("median search of feature %s failed", feature)
             self.errors.append(f"median search of feature {feature}: {exc}")
@@ -179,6 +191,8 @@ class MedianRun:
                 if not asked.open:
                     return self._answers(feature, step, threshold)
             else:
+                if self.driver.stopping:
+                    raise _Halted
                 signed = sign_message(
                     MedianQuery(
                         problem_id=problem.id,
@@ -192,6 +206,7 @@ class MedianRun:
                     state.identity,
                 )
                 with state.sessions() as s, s.begin():
+                    self.driver.lease.guard(s)
                     s.add(
                         MedianQueryRow(
                             problem_id=problem.id,
@@ -221,8 +236,11 @@ class MedianRun:
                     if remaining <= 0:
                         break
                     state.answers.wait(min(remaining, 0.25))
+            if self.driver.stopping:
+                raise _Halted  # the step stays open for the next lease holder
             with state.sessions() as s, s.begin():
                 # The close is a write: an answer committed before it is counted, one after is refused.
+                self.driver.lease.guard(s)
                 s.execute(
                     update(MedianQueryRow)
                     .where(

@@ -54,6 +54,21 @@ training. Publication is the same transaction that leaves ``training``.
 Every tick is guarded (:meth:`RoundDriver.tick`): an error fails the one problem
 it came from, and an error outside any problem (the database unreachable) is
 logged and retried at the next tick; the loop never dies.
+
+Several processes on one database (``anonml aggregator serve --workers N``).
+Every process runs a driver, but only the holder of the phase lease
+(:class:`aggregator.lease.PhaseLease`) ticks: a keeper thread takes or renews
+the lease every ``lease_seconds / 4`` (every second while another holds it),
+and the loop advances problems only while the lease is held. Every phase
+transition (:meth:`RoundDriver._enter`), median question and step close, and
+bins cosignature write first calls :meth:`~aggregator.lease.PhaseLease.guard`
+in its own transaction, so a process that lost the lease (frozen past its
+expiry) cannot commit a step after another process took over. A process
+that loses the lease stops its searches, witnessing and training threads
+(:attr:`RoundDriver.stopping`), leaves open median steps open, and takes
+the phases back only once every thread of its earlier tenure has ended;
+a process that takes over resumes every problem from the database exactly
+as after a restart.
 """
 
 from __future__ import annotations
@@ -66,8 +81,10 @@ from datetime import UTC, datetime
 
 import requests
 from sqlalchemy import func, select, update
+from sqlalchemy.orm import object_session
 
 from aggregator.db import MedianAnswerRow, ProblemRow, RegistrationRow, ReportRow, settle_reports, wipe_log
+from aggregator.lease import LeaseLost, PhaseLease
 from aggregator.medians import MedianRun
 from aggregator.routes.problems import problem_account
 from aggregator.state import AggregatorState
@@ -105,51 +122,107 @@ MAX_WITNESS_RESPONSE = 16 * 1024
 
 
 class RoundDriver:
-    """Moves every active problem through its phases (module docstring)."""
+    """Moves every active problem through its phases while this process holds the lease (module docstring).
 
-    def __init__(self, state: AggregatorState) -> None:
+    Parameters
+    ----------
+    state : AggregatorState
+        The process's state.
+    lease : PhaseLease or None
+        The phase lease (default: a new holder on ``state.engine`` with
+        ``settings.lease_seconds``).
+    """
+
+    def __init__(self, state: AggregatorState, lease: PhaseLease | None = None) -> None:
         self.state = state
-        self._stop = threading.Event()
+        self.lease = lease or PhaseLease(state.engine, state.settings.lease_seconds)
+        self._stop = threading.Event()  # the process is stopping
+        self._halt = threading.Event()  # set while this process must not advance phases
+        self._halt.set()
         self._thread: threading.Thread | None = None
+        self._keeper: threading.Thread | None = None
         self._medians: dict[str, MedianRun] = {}
         self._training: dict[str, threading.Thread] = {}
         self._witnessing: dict[tuple[str, str], threading.Thread] = {}
 
     @property
     def stopping(self) -> bool:
-        return self._stop.is_set()
+        """True when this process must not advance phases: it stops, or does not hold the lease."""
+        return self._halt.is_set() or not self.lease.held
 
     def wait(self, seconds: float) -> bool:
-        """Sleep ``seconds`` unless the driver stops first; True if it is stopping."""
-        return self._stop.wait(seconds)
+        """Sleep ``seconds`` unless the driver halts first; True if it must stop."""
+        return self._halt.wait(seconds) or not self.lease.held
 
     def start(self) -> None:
-        self._recover()
+        self._keeper = threading.Thread(target=self._keep_lease, name="aggregator-lease", daemon=True)
+        self._keeper.start()
         self._thread = threading.Thread(target=self._loop, name="aggregator-rounds", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._halt.set()
         with self.state.answers:
             self.state.answers.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        for run in self._medians.values():
+        for loop in (self._thread, self._keeper):
+            if loop is not None:
+                loop.join(timeout=10)
+        for run in list(self._medians.values()):
             for thread in run.threads:
                 thread.join(timeout=5)
-        for thread in self._training.values():
+        for thread in list(self._training.values()):
             thread.join(timeout=30)
         for thread in list(self._witnessing.values()):
             thread.join(timeout=15)
+        try:
+            self.lease.release()  # another worker takes over at once
+        except Exception:
+            log.exception("releasing the phase lease failed; another worker takes it at its expiry")
+
+    # -- lease --------------------------------------------------------------------
+    def _keep_lease(self) -> None:
+        """Take or renew the lease every ``renew_every`` (every second while another holds it)."""
+        while True:
+            try:
+                self.lease.acquire()
+            except Exception as exc:  # the database unreachable: held at most until the last renewal expires
+                log.warning("taking or renewing the phase lease failed (%s: %s)", exc.__class__.__name__, exc)
+            pause = self.lease.renew_every if self.lease.held else min(1.0, self.lease.renew_every)
+            if self._stop.wait(pause):
+                return
+
+    def _threads(self) -> list[threading.Thread]:
+        runs = [t for run in list(self._medians.values()) for t in run.threads]
+        return [*runs, *list(self._training.values()), *list(self._witnessing.values())]
+
+    def _take_over(self) -> bool:
+        """Start advancing phases once every thread of an earlier tenure has ended; True when started."""
+        if any(t.is_alive() for t in self._threads()):
+            return False
+        self._medians.clear()
+        self._training.clear()
+        self._witnessing.clear()
+        self._halt.clear()
+        log.info("this process drives the phases now (lease holder %s)", self.lease.holder)
+        return True
+
+    def _step_down(self) -> None:
+        self._halt.set()
+        with self.state.answers:
+            self.state.answers.notify_all()
+        log.warning("the phase lease is not held any more: this process stops advancing phases")
 
     # -- loop ---------------------------------------------------------------------
-    def _recover(self) -> None:
-        """Pick up every problem where the database says it is (the loop does the rest)."""
-        for pid in self.state.problem_ids(("witnessing",)):
-            self._start_roster_witnessing(pid)  # idempotent at the witnesses
-
     def _loop(self) -> None:
+        """Tick while the lease is held; every problem resumes from the database on take-over."""
         while not self._stop.wait(self.state.settings.tick_seconds):
+            if not self.lease.held:
+                if not self._halt.is_set():
+                    self._step_down()
+                continue
+            if self._halt.is_set() and not self._take_over():
+                continue
             self.tick()
 
     def tick(self) -> None:
@@ -165,12 +238,19 @@ class RoundDriver:
             log.exception("listing the active problems failed; retrying at the next tick")
             return
         for pid in pids:
+            if self.stopping:
+                return
             try:
                 self.advance(pid)
+            except LeaseLost as exc:
+                log.warning("problem %s not advanced: %s", pid, exc)
+                return
             except Exception as exc:  # one broken problem must not stop the others
                 log.exception("problem %s failed", pid)
                 try:
                     self._fail(pid, f"internal error: {exc}")
+                except LeaseLost:
+                    return
                 except Exception:
                     log.exception("recording the failure of %s failed; retrying at the next tick", pid)
 
@@ -232,6 +312,10 @@ class RoundDriver:
 
     # -- transitions --------------------------------------------------------------
     def _enter(self, row: ProblemRow, phase: str, message: str | None = None) -> None:
+        """Move ``row`` to ``phase`` inside its session's transaction, guarded by the lease."""
+        session = object_session(row)
+        assert session is not None, "a phase changes inside the transaction that read its row"
+        self.lease.guard(session)
         now = time.time()
         seconds = json.loads(row.phase_seconds_json)
         seconds[row.phase] = round(now - row.phase_started, 6)
@@ -245,6 +329,15 @@ class RoundDriver:
             row = s.get(ProblemRow, pid)
             if row is not None and row.phase != "failed":
                 self._enter(row, "failed", message)
+
+    def _fail_quietly(self, pid: str, message: str) -> None:
+        """:meth:`_fail` from a worker thread: a lost lease or a database error is logged, not raised."""
+        try:
+            self._fail(pid, message)
+        except LeaseLost as exc:
+            log.warning("problem %s not failed (%s): %s", pid, message, exc)
+        except Exception:
+            log.exception("recording the failure of %s failed; the next holder's tick retries it", pid)
 
     def _close_registration(self, pid: str) -> None:
         state = self.state
@@ -338,12 +431,14 @@ class RoundDriver:
                 if row.phase != "witnessing":
                     return
                 row.roster_cosignatures_json = bundle.model_dump_json()
-                ctx.set_roster(roster, roster_beacon(bundle.cosignatures))
                 self._enter(row, "medians")
+                ctx.set_roster(roster, roster_beacon(bundle.cosignatures))
             self._medians[pid] = MedianRun(self, ctx)
+        except LeaseLost as exc:
+            log.warning("roster cosignatures of %s not recorded: %s", pid, exc)
         except Exception as exc:  # a bug: keep the traceback, fail the problem with the reason
             log.exception("witnessing the roster of %s failed", pid)
-            self._fail(pid, f"witnessing the roster failed: {exc}")
+            self._fail_quietly(pid, f"witnessing the roster failed: {exc}")
         finally:
             self._witnessing.pop((pid, "roster"), None)
 
@@ -357,12 +452,15 @@ class RoundDriver:
             if bundle is None:
                 return
             with state.sessions() as s, s.begin():
+                self.lease.guard(s)
                 row = s.get(ProblemRow, pid)
                 if row is not None and row.phase == "reporting":
                     row.bins_cosignatures_json = bundle.model_dump_json()
+        except LeaseLost as exc:
+            log.warning("bins cosignatures of %s not recorded: %s", pid, exc)
         except Exception as exc:
             log.exception("witnessing the bins of %s failed", pid)
-            self._fail(pid, f"witnessing the bins failed: {exc}")
+            self._fail_quietly(pid, f"witnessing the bins failed: {exc}")
         finally:
             self._witnessing.pop((pid, "bins"), None)
 
@@ -522,6 +620,9 @@ class RoundDriver:
             with state.sessions() as s, s.begin():
                 row = s.get(ProblemRow, pid)
                 assert row is not None
+                if row.phase != "training":  # trained by another tenure meanwhile: its model stands
+                    log.warning("problem %s left training while this process trained it", pid)
+                    return
                 row.model_json = document.model_dump_json()
                 if degraded:
                     self._enter(
@@ -531,12 +632,14 @@ class RoundDriver:
                     self._enter(row, "done", account.describe())
                 else:
                     self._enter(row, "done", "")
+        except LeaseLost as exc:
+            log.warning("the model of %s was not published: %s", pid, exc)
         except AnonMLError as exc:  # expected (e.g. no report arrived): the reason is the status
             log.warning("training of %s failed: %s", pid, exc)
-            self._fail(pid, f"training failed: {exc}")
+            self._fail_quietly(pid, f"training failed: {exc}")
         except Exception as exc:  # a bug: keep the traceback in the log
             log.exception("training of %s failed", pid)
-            self._fail(pid, f"training failed: {exc}")
+            self._fail_quietly(pid, f"training failed: {exc}")
         finally:
             self._training.pop(pid, None)
 

@@ -48,6 +48,11 @@ class AggregatorSettings(BaseModel):
     max_loss_fraction : float
         A problem that lost more than this fraction of its expected reports
         ends ``degraded`` (its model is still published) instead of ``done``.
+    lease_seconds : float
+        How long the phase lease (:mod:`aggregator.lease`) stays valid after a
+        renewal; the holder renews every quarter of it. A worker that dies or
+        hangs hands the phase machine to another after at most this long
+        (at once when it stops cleanly or died on the same machine).
     max_body_bytes : int
         Larger request bodies are refused with 413 before parsing.
     allow_loopback_http : bool
@@ -75,6 +80,7 @@ class AggregatorSettings(BaseModel):
     tick_seconds: float = Field(default=0.1, gt=0, le=60)
     intake_grace_seconds: float = Field(default=1.0, ge=0, le=3600)
     max_loss_fraction: float = Field(default=0.1, ge=0, le=1)
+    lease_seconds: float = Field(default=20.0, ge=1, le=3600)
     max_body_bytes: int = Field(default=1 << 20, ge=4096)
     allow_loopback_http: bool = False
     scale_schedule: bool = True

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from fastapi import HTTPException
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from aggregator.db import ProblemRow, count_reject, create_tables
@@ -213,10 +212,6 @@ class AggregatorState:
             if ctx.schedule is None:
                 ctx.schedule = schedule
             return ctx.schedule
-
-    def problem_ids(self, phases: tuple[str, ...]) -> list[str]:
-        with self.sessions() as s:
-            return list(s.scalars(select(ProblemRow.id).where(ProblemRow.phase.in_(phases))))
 
     # -- refusals -----------------------------------------------------------------
     def refuse(

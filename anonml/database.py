@@ -71,6 +71,7 @@ __all__ = [
     "is_retryable",
     "describe_database_error",
     "increment",
+    "upsert_insert",
     "migrate",
     "schema_revision",
 ]
@@ -254,13 +255,8 @@ def retry_serializable(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def increment(session: Session, table: type[Any], key: dict[str, Any], column: str, by: int = 1) -> None:
-    """Add ``by`` to ``column`` of ``table``'s row ``key`` (made at ``by`` if missing), in one statement.
-
-    One upsert (``INSERT … ON CONFLICT (key) DO UPDATE SET column = column +
-    by``) on SQLite and PostgreSQL: two first increments at once cannot both
-    insert (no unique violation), and the addition is atomic, unlike a read
-    then a write. ``key`` names every primary-key column of the row.
+def upsert_insert(session: Session, table: type[Any]) -> Any:
+    """An ``INSERT`` into ``table`` that takes ``ON CONFLICT`` clauses, in the session's dialect.
 
     Raises
     ------
@@ -274,7 +270,23 @@ def increment(session: Session, table: type[Any], key: dict[str, Any], column: s
         from sqlalchemy.dialects.postgresql import insert as dialect_insert
     else:
         raise ValueError(f"unsupported database dialect {dialect!r} (use SQLite or PostgreSQL)")
-    stmt = dialect_insert(table).values(**key, **{column: by})
+    return dialect_insert(table)
+
+
+def increment(session: Session, table: type[Any], key: dict[str, Any], column: str, by: int = 1) -> None:
+    """Add ``by`` to ``column`` of ``table``'s row ``key`` (made at ``by`` if missing), in one statement.
+
+    One upsert (``INSERT … ON CONFLICT (key) DO UPDATE SET column = column +
+    by``) on SQLite and PostgreSQL: two first increments at once cannot both
+    insert (no unique violation), and the addition is atomic, unlike a read
+    then a write. ``key`` names every primary-key column of the row.
+
+    Raises
+    ------
+    ValueError
+        The session's database is neither SQLite nor PostgreSQL.
+    """
+    stmt = upsert_insert(session, table).values(**key, **{column: by})
     session.execute(
         stmt.on_conflict_do_update(index_elements=list(key), set_={column: getattr(table, column) + by})
     )

@@ -97,24 +97,37 @@ def serve(
             "--identity", help="Identity key file.", show_default="$ANONML_HOME/aggregator/identity.json"
         ),
     ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            min=1,
+            max=64,
+            help="Worker processes sharing the port and the database (more than 1 needs PostgreSQL); "
+            "one at a time advances phases.",
+        ),
+    ] = 1,
 ) -> None:
     """Run the aggregator service in the foreground (Ctrl-C stops it)."""
+    from aggregator.app import check_workers
     from aggregator.app import serve as run
     from aggregator.settings import AggregatorSettings
     from aggregator.state import load_or_create_identity
 
     with expected_errors():
         settings = AggregatorSettings.from_env(db_url=db, host=host, port=port, identity_file=identity)
+        check_workers(settings.db_url, workers)
         ensure_port_free(settings.host, settings.port, what="the aggregator")
         ident = load_or_create_identity(settings)
         settings.resolved_admin_token()
         err.print(f"aggregator {ident.public.fingerprint_text()}", highlight=False)
         err.print(
             f"listening on http://{settings.host}:{settings.port} (OpenAPI at /docs); "
-            f"admin token in {settings.identity_file.with_name('admin-token')}",
+            f"admin token in {settings.identity_file.with_name('admin-token')}"
+            + (f"; {workers} worker processes" if workers > 1 else ""),
             highlight=False,
         )
-        run(settings)
+        run(settings, workers)
 
 
 @app.command()
