@@ -33,7 +33,7 @@ from peer.witness import Witness, WitnessRefusal
 from tests.test_migrations import _old_database, _revision
 
 PEER, AGGREGATOR, WITNESS = "peer.migrations.state", "aggregator.migrations", "peer.migrations.witness"
-HEADS = {PEER: "peer_0002", AGGREGATOR: "aggregator_0001", WITNESS: "witness_0001"}
+HEADS = {PEER: "peer_0002", AGGREGATOR: "aggregator_0002", WITNESS: "witness_0001"}
 VERSION_TABLES = {PEER: "anonml_schema_peer", AGGREGATOR: "anonml_schema_aggregator",
                   WITNESS: "anonml_schema_witness"}
 NODE = "ab" * 32
