@@ -28,7 +28,7 @@ from sqlalchemy import text
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aggregator.rounds import RoundDriver
-from aggregator.routes import intake, medians, model, problems, registration, tokens
+from aggregator.routes import console, intake, medians, model, problems, registration, tokens
 from aggregator.settings import AggregatorSettings
 from aggregator.state import AggregatorState
 from anonml.errors import AnonMLError
@@ -120,6 +120,7 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
         tokens.router,
         intake.router,
         model.router,
+        console.router,
     ):
         app.include_router(router)
 
