@@ -22,7 +22,9 @@ def login(url: str, prefix: str, token: str) -> tuple[requests.Session, str]:
     form = http.get(f"{url}{prefix}/login", timeout=30)
     assert form.status_code == 200, form.text
     reply = http.post(
-        f"{url}{prefix}/login", data={"csrf": csrf_of(form.text), "token": token}, timeout=30,
+        f"{url}{prefix}/login",
+        data={"csrf": csrf_of(form.text), "token": token},
+        timeout=30,
         allow_redirects=False,
     )
     assert reply.status_code == 303, reply.text

@@ -18,13 +18,16 @@ def test_every_page_needs_the_admin_token_and_a_login_sets_a_strict_httponly_coo
         reply = requests.get(f"{url}{path}", allow_redirects=False, timeout=30)
         assert reply.status_code == 303 and reply.headers["location"] == "/console/login", path
     assert requests.get(f"{url}/console/api/problems/p-0000", timeout=30).status_code == 401
-    anonymous = requests.post(f"{url}/console/propose", data={"draft": "{}"}, allow_redirects=False, timeout=30)
+    anonymous = requests.post(
+        f"{url}/console/propose", data={"draft": "{}"}, allow_redirects=False, timeout=30
+    )
     assert anonymous.status_code == 303  # to the login page; nothing published
     http = requests.Session()
     form = http.get(f"{url}/console/login", timeout=30)
-    assert "Content-Security-Policy" in form.headers and "default-src 'self'" in form.headers[
-        "Content-Security-Policy"
-    ]
+    assert (
+        "Content-Security-Policy" in form.headers
+        and "default-src 'self'" in form.headers["Content-Security-Policy"]
+    )
     pair = csrf_of(form.text)
     wrong = http.post(f"{url}/console/login", data={"csrf": pair, "token": "not-it"}, timeout=30)
     assert wrong.status_code == 401 and "anonml_console" not in http.cookies
@@ -55,8 +58,10 @@ def test_a_post_without_the_sessions_csrf_token_is_refused_and_publishes_nothing
     reply = other.post(f"{url}/console/propose", data={"draft": body, "csrf": csrf}, timeout=30)
     assert reply.status_code == 403
     json_body = http.post(
-        f"{url}/console/propose", data=json.dumps({"draft": body, "csrf": csrf}),
-        headers={"content-type": "application/json"}, timeout=30,
+        f"{url}/console/propose",
+        data=json.dumps({"draft": body, "csrf": csrf}),
+        headers={"content-type": "application/json"},
+        timeout=30,
     )
     assert json_body.status_code == 415  # forms only
 
@@ -79,13 +84,18 @@ def test_the_propose_form_validates_against_the_schema_and_publishes_with_the_ap
     good = json.loads(draft().model_dump_json())
     good["title"] = HOSTILE
     reply = http.post(
-        f"{url}/console/propose", data={"draft": json.dumps(good), "csrf": csrf}, allow_redirects=False,
+        f"{url}/console/propose",
+        data={"draft": json.dumps(good), "csrf": csrf},
+        allow_redirects=False,
         timeout=30,
     )
     assert reply.status_code == 303
     pid = reply.headers["location"].split("/")[-1].split("?")[0]
     assert status(url, pid).title == HOSTILE  # published as written, through the API's own route
-    for page in (http.get(f"{url}{reply.headers['location']}", timeout=30), http.get(f"{url}/console/", timeout=30)):
+    for page in (
+        http.get(f"{url}{reply.headers['location']}", timeout=30),
+        http.get(f"{url}/console/", timeout=30),
+    ):
         assert page.status_code == 200
         assert HOSTILE not in page.text and "<script>alert" not in page.text
         assert "&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt;" in page.text
@@ -108,7 +118,10 @@ def test_close_and_train_buttons_call_the_admin_routes_and_show_their_refusals(a
     assert live["items"]["counts"]["phase"] != "registration" and live["reload"] is True
     page = http.get(f"{url}/console/problems/{problem.id}", timeout=30)
     assert "Timeline" in page.text and "registration" in page.text
-    assert http.post(f"{url}/console/problems/{problem.id}/explode", data={"csrf": csrf}, timeout=30).status_code == 404
+    assert (
+        http.post(f"{url}/console/problems/{problem.id}/explode", data={"csrf": csrf}, timeout=30).status_code
+        == 404
+    )
     missing = http.get(f"{url}/console/problems/p-doesnotexist", timeout=30)
     assert missing.status_code == 404
     assert requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=30).status_code == 409
@@ -119,7 +132,11 @@ def test_static_files_are_served_by_the_app_and_nothing_else_is(aggregator):
     js = requests.get(f"{url}/console/static/live.js", timeout=30)
     assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
     assert "textContent" in js.text and "innerHTML" not in js.text
-    assert requests.get(f"{url}/console/static/app.css", timeout=30).headers["content-type"].startswith("text/css")
+    assert (
+        requests.get(f"{url}/console/static/app.css", timeout=30)
+        .headers["content-type"]
+        .startswith("text/css")
+    )
     for name in ("..%2Fweb.py", "base.html", "nope.js"):
         assert requests.get(f"{url}/console/static/{name}", timeout=30).status_code == 404, name
 
@@ -129,4 +146,4 @@ def _textarea(html: str) -> str:
 
     start = html.index('<textarea name="draft"')
     start = html.index(">", start) + 1
-    return html_lib.unescape(html[start: html.index("</textarea>", start)])
+    return html_lib.unescape(html[start : html.index("</textarea>", start)])
