@@ -372,7 +372,7 @@ def svg_step_chart(
     points = [p for s in series for p in s.points]
     if not points:
         return Markup('<p class="muted">Nothing to chart yet.</p>')
-    left, right, top, bottom = 48, 150, 12, 34
+    left, right, top, bottom = 48, 150, 12, 38
     x_max = max(x for x, _ in points) or 1.0
     x_min = min(x for x, _ in points)
     y_max = max([y for _, y in points] + ([cap] if cap is not None else [])) * 1.1 or 1.0
@@ -395,6 +395,11 @@ def svg_step_chart(
             f'<text x="{left - 6}" y="{_fmt(py(tick) + 4)}" text-anchor="end" class="tick">{tick:g}</text>'
             f'<line x1="{left}" y1="{_fmt(py(tick))}" x2="{width - right}" y2="{_fmt(py(tick))}" '
             'stroke="#eee"/>'
+        )
+    for tick in _ticks(x_max - x_min) if x_max > x_min else [0.0]:
+        parts.append(
+            f'<text x="{_fmt(px(x_min + tick))}" y="{_fmt(py(0) + 14)}" text-anchor="middle" class="tick">'
+            f"{x_min + tick:g}</text>"
         )
     if cap is not None:
         parts.append(

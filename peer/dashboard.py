@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 
 from markupsafe import Markup
+from sqlalchemy import func, select
 
 from anonml.archive import ArchivePlan
 from anonml.errors import AnonMLError
@@ -32,7 +33,7 @@ from anonml.privacy import PrivacyLedger
 from anonml.privacy.amplification import ASSUMPTIONS, ShuffleBound
 from anonml.privacy.budget import Release
 from anonml.protocol import ModelDocument, Problem, ReportAccount
-from anonml.store import EventStore, ImportRecord, SourceSummary
+from anonml.store import EventRow, EventStore, ImportRecord, ImportRow, SourceSummary
 from anonml.web import Series, epsilon_sentence, svg_step_chart
 from peer.db import PeerDB
 from peer.features import LocalPrediction, predict_locally
@@ -41,6 +42,7 @@ from peer.participant import PeerNode
 from peer.policy import evaluate_problem
 
 __all__ = [
+    "SourceRow",
     "SourcesView",
     "sources_view",
     "ImportJob",
@@ -60,19 +62,59 @@ __all__ = [
 
 
 @dataclass(frozen=True)
+class SourceRow:
+    """One source of events: how many, of which types, over which dates, and when it was last imported."""
+
+    source: str
+    events: int
+    types: tuple[str, ...]
+    first: datetime | None
+    last: datetime | None
+    last_import: datetime | None
+
+
+@dataclass(frozen=True)
 class SourcesView:
-    """Events per (source, type) of this peer's user, and the latest imports."""
+    """This peer's user's sources and the latest imports."""
 
     user: str | None
-    sources: list[SourceSummary]
+    sources: list[SourceRow]
     imports: list[ImportRecord]
     total: int
 
 
+def _last_imports(store: EventStore, user: str | None) -> dict[str, datetime]:
+    """Per source, when the latest import that brought some of its events started."""
+    stmt = (
+        select(EventRow.source, func.max(ImportRow.started_at))
+        .join(ImportRow, ImportRow.id == EventRow.import_id)
+        .group_by(EventRow.source)
+    )
+    if user is not None:
+        stmt = stmt.where(EventRow.user_id == user)
+    with store.session() as s:
+        return {source: when for source, when in s.execute(stmt)}
+
+
 def sources_view(node: PeerNode, last: int = 8) -> SourcesView:
-    sources = node.store.summary(user=node.user)
+    """Per source: events, types, date range (:meth:`EventStore.summary`) and the last import."""
+    by_source: dict[str, list[SourceSummary]] = {}
+    for summary in node.store.summary(user=node.user):
+        by_source.setdefault(summary.source, []).append(summary)
+    latest = _last_imports(node.store, node.user)
+    rows = [
+        SourceRow(
+            source,
+            sum(p.count for p in parts),
+            tuple(p.type for p in parts),
+            min((p.first for p in parts if p.first is not None), default=None),
+            max((p.last for p in parts if p.last is not None), default=None),
+            latest.get(source),
+        )
+        for source, parts in by_source.items()
+    ]
     imports = [r for r in node.store.imports() if node.user is None or r.user == node.user]
-    return SourcesView(node.user, sources, imports[-last:][::-1], sum(s.count for s in sources))
+    return SourcesView(node.user, rows, imports[-last:][::-1], sum(r.events for r in rows))
 
 
 @dataclass
@@ -278,7 +320,9 @@ def participations(host: PeerHost, node: PeerNode) -> list[ParticipationView]:
                 view.problem_id,
                 title,
                 view.status,
-                PeerHost.STATUS_TEXT.get(view.status, view.status),
+                f"this peer {PeerHost.STATUS_TEXT[view.status]} this problem"
+                if view.status in PeerHost.STATUS_TEXT
+                else view.status,
                 part.reason if part is not None else "",
             )
         )

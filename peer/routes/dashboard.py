@@ -4,12 +4,15 @@ Pages: my data (sources, import a file or folder), proposals (what would leave
 the machine, the policy's verdict, accept / decline, live participation
 status), what I shared (the privacy ledger and its chart), models (metrics and
 a local prediction). Views come from :mod:`peer.dashboard`; login, CSRF and
-rendering from :mod:`anonml.web`. Served by the same app as the relay, so
-``anonml peer start`` binds it to 127.0.0.1 unless told otherwise.
+rendering from :mod:`anonml.web`. Served by the same app as the relay, which
+``anonml peer start`` binds to 127.0.0.1 unless told otherwise; whatever the
+relay listens on, the pages answer only clients on this machine (a loopback
+address), so the relay may face the network while the dashboard never does.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,7 +34,7 @@ from peer.dashboard import (
 from peer.host import PeerHost, decide_by_hand
 from peer.participant import PeerNode
 
-__all__ = ["router", "AUTH", "PAGES"]
+__all__ = ["router", "AUTH", "PAGES", "loopback_only"]
 
 AUTH = WebAuth(
     prefix="/ui",
@@ -46,7 +49,20 @@ PAGES = Pages(
     [("/", "My data"), ("/proposals", "Proposals"), ("/shared", "What I shared"), ("/models", "Models")],
 )
 
-router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+def loopback_only(request: Request) -> None:
+    """The dashboard answers only requests from this machine (the relay may listen on other interfaces)."""
+    client = request.client.host if request.client is not None else ""
+    try:
+        local = ipaddress.ip_address(client).is_loopback
+    except ValueError:
+        local = False
+    if not local:
+        raise HTTPException(status_code=403, detail="the dashboard answers only on this machine (127.0.0.1)")
+
+
+router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(loopback_only)])
 router.include_router(PAGES.router())
 
 

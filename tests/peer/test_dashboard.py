@@ -211,3 +211,22 @@ def _login_only(url: str) -> tuple[requests.Session, None]:
     )
     assert reply.status_code == 303
     return http, None
+
+
+def test_the_dashboard_refuses_clients_that_are_not_on_this_machine():
+    from fastapi import HTTPException
+    from starlette.requests import Request
+
+    from peer.routes.dashboard import loopback_only
+
+    def request(client: str) -> Request:
+        return Request(
+            {"type": "http", "method": "GET", "path": "/ui/", "headers": [], "client": (client, 5000)}
+        )
+
+    for local in ("127.0.0.1", "127.8.0.1", "::1"):
+        loopback_only(request(local))  # allowed
+    for remote in ("10.0.0.5", "192.168.1.20", "2001:db8::1", "testclient", ""):
+        with pytest.raises(HTTPException) as refused:
+            loopback_only(request(remote))
+        assert refused.value.status_code == 403 and "only on this machine" in refused.value.detail
