@@ -187,8 +187,23 @@ def start(
             highlight=False,
         )
         err.print(f"policy (saved in {untrusted(saved)}): {_policy_text(settings)}", highlight=False)
+        err.print(_dashboard_text(settings), highlight=False)
         app_ = create_app(host_, settings.resolved_local_token())
         uvicorn.run(app_, host=settings.host, port=settings.port, access_log=False, log_level="warning")
+
+
+def _dashboard_text(settings: PeerSettings) -> str:
+    """Where the person's pages are (``/ui``, answered on loopback only) and which token opens them."""
+    where = (
+        "ANONML_PEER_LOCAL_TOKEN"
+        if settings.local_token
+        else untrusted(settings.identity_file.with_name("local-token"))
+    )
+    if settings.host in ("127.0.0.1", "localhost", "0.0.0.0", "::", "::1"):
+        host = "[::1]" if settings.host == "::1" else "127.0.0.1"
+        url = f"http://{host}:{settings.port}/ui/"
+        return f"dashboard at {url} (this machine only; the local token is in {where})"
+    return f"no dashboard: it answers on loopback only, and the relay listens on {untrusted(settings.host)}"
 
 
 def _policy_text(settings: PeerSettings) -> str:

@@ -230,3 +230,69 @@ def test_the_dashboard_refuses_clients_that_are_not_on_this_machine():
         with pytest.raises(HTTPException) as refused:
             loopback_only(request(remote))
         assert refused.value.status_code == 403 and "only on this machine" in refused.value.detail
+
+
+@pytest.mark.slow
+def test_peer_start_prints_where_the_dashboard_is_and_its_token_file_opens_it(aggregator, tmp_path):
+    import os
+    import queue
+    import re
+    import subprocess
+    import sys
+    import threading
+
+    from tests.adversary.test_policy_cli import _env, _free_port
+
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    port = _free_port()
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "anonml",
+            "peer",
+            "start",
+            "-a",
+            aggregator.url,
+            "--port",
+            str(port),
+            "--quiet",
+        ],
+        env=_env(home),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in daemon.stderr], daemon=True).start()
+    try:
+        deadline = time.monotonic() + 60
+        said = ""
+        while "dashboard at" not in said:
+            assert time.monotonic() < deadline and daemon.poll() is None, said
+            try:
+                said = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+        found = re.search(
+            r"dashboard at (http://127\.0\.0\.1:(\d+)/ui/) .*the local token is in (\S+)\)", said
+        )
+        assert found is not None, said
+        assert int(found.group(2)) == port
+        token_file = Path(found.group(3))
+        assert token_file.parent == home / "peer" and os.stat(token_file).st_mode & 0o777 == 0o600
+        base = found.group(1).removesuffix("/ui/")
+        while True:  # the line is printed before uvicorn listens
+            try:
+                if requests.get(f"{base}/healthz", timeout=30).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline and daemon.poll() is None
+            time.sleep(0.1)
+        http, _ = login(base, "/ui", token_file.read_text().strip())
+        assert "No events yet" in http.get(f"{base}/ui/", timeout=30).text
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
