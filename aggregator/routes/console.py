@@ -12,7 +12,6 @@ Login, CSRF and rendering come from :mod:`anonml.web`.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -157,10 +156,7 @@ def live(problem_id: str, session: PageSession, state: StateDep, db: SessionDep,
 def _propose_page(
     request: Request, session: WebSession, text: str, errors: list[str], status_code: int = 200
 ) -> HTMLResponse:
-    schema = json.dumps(ProblemDraft.model_json_schema(), indent=1)
-    return PAGES.render(
-        request, "propose.html", session, status_code, text=text, errors=errors, schema_size=len(schema)
-    )
+    return PAGES.render(request, "propose.html", session, status_code, text=text, errors=errors)
 
 
 @router.get("/propose")
