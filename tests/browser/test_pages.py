@@ -19,8 +19,7 @@ import pytest
 import requests
 
 from anonml.crypto import Identity
-from anonml.demo import dropout_draft, simulate_peers
-from anonml.plugins import PluginRef, create
+from anonml.demo import simulate_peers
 from anonml.privacy import PrivacyLedger
 from anonml.protocol import ModelDocument, Problem
 from anonml.store import EventStore
@@ -30,8 +29,10 @@ from peer.features import predict_locally
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
+from tests.adversary.malicious import mooc_draft
 from tests.aggregator.helpers import TOKEN, propose, status
 from tests.peer.test_host import _draft as small_draft
+from tests.peer.test_participant import _host as crowd_host
 
 pytestmark = pytest.mark.slow
 
@@ -40,15 +41,14 @@ FEATURES = ["time_on_site_minutes", "video_seconds_watched", "seq_navigations", 
 HOSTILE = "<img src=x onerror=\"alert('pwned')\"><script>alert('pwned')</script>"
 
 
-def _host(nodes: list[PeerNode], db: Path, url: str, *, auto_accept: bool) -> PeerHost:
+def _my_host(node: PeerNode, db: Path, url: str) -> PeerHost:
+    """The person's daemon: one identity, asking before it joins anything."""
     return PeerHost(
-        nodes,
+        [node],
         PeerDB(f"sqlite:///{db}"),
-        PeerPolicy.for_simulation(auto_accept=auto_accept, max_epsilon_per_problem=4.0),
+        PeerPolicy.for_simulation(auto_accept=False, max_epsilon_per_problem=4.0),
         [url],
         poll_seconds=0.1,
-        roster_comparisons=2,
-        workers=4,
     )
 
 
@@ -86,10 +86,8 @@ def test_a_person_follows_a_problem_from_proposal_to_model_in_the_browser(
         rng=np.random.default_rng(99),
     )
     me.ledger.set_lifetime_cap(me.fingerprint, 10.0)
-    crowd = start_peer_server(_host(crowd_nodes, tmp_path / "crowd.db", aggregator.url, auto_accept=True))
-    mine = start_peer_server(
-        _host([me], tmp_path / "me" / "peer.db", aggregator.url, auto_accept=False), LOCAL
-    )
+    crowd = start_peer_server(crowd_host(crowd_nodes, tmp_path / "crowd.db", aggregator.url))
+    mine = start_peer_server(_my_host(me, tmp_path / "me" / "peer.db", aggregator.url), LOCAL)
     agg, ui = aggregator.url, mine.url
     try:
         # -- the operator proposes from the console --------------------------------------------
@@ -99,18 +97,7 @@ def test_a_person_follows_a_problem_from_proposal_to_model_in_the_browser(
         page.click("button:text('Validate and publish')")
         assert page.locator("#draft-errors").is_visible()  # refused by the schema, nothing published
         assert requests.get(f"{agg}/problems", timeout=30).json() == []
-        featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
-        draft = dropout_draft(
-            featurizer.features(),
-            history_weeks=2,
-            weeks=4,
-            epsilon=2.0,
-            min_peers=4,
-            pool_fraction=0.0,
-            report_delay_seconds=1.5,
-            send_window_seconds=1.0,
-            release_window_seconds=1.0,
-        ).model_copy(update={"title": "Who drops out of the course?"})
+        draft = mooc_draft(min_peers=4, title="Who drops out of the course?")
         page.fill("textarea[name=draft]", draft.model_dump_json(indent=2))
         page.screenshot(path=str(screenshots / "console-propose.png"), full_page=True)
         page.click("button:text('Validate and publish')")
