@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
@@ -220,7 +221,7 @@ async def act(problem_id: str, action: str, request: Request) -> Any:
             request, "problem.html", session, 409, page=refused.page,
             chart=svg_timeline(refused.page.timeline), notice="", error=refused.reason,
         )
-    return RedirectResponse(f"/console/problems/{problem_id}?done={action}", status_code=303)
+    return RedirectResponse(f"/console/problems/{quote(problem_id)}?done={action}", status_code=303)
 
 
 class _Refused(Exception):

@@ -187,8 +187,8 @@ def start(
             highlight=False,
         )
         err.print(f"policy (saved in {untrusted(saved)}): {_policy_text(settings)}", highlight=False)
+        app_ = create_app(host_, settings.resolved_local_token())  # the token file exists from here
         err.print(_dashboard_text(settings), highlight=False)
-        app_ = create_app(host_, settings.resolved_local_token())
         uvicorn.run(app_, host=settings.host, port=settings.port, access_log=False, log_level="warning")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -180,7 +181,7 @@ async def decide(problem_id: str, action: str, request: Request) -> Any:
             notice="", error=str(exc),
         )
     done = "accepted" if action == "accept" else "declined"
-    return RedirectResponse(f"/ui/proposals?done={done}&problem={problem_id}", status_code=303)
+    return RedirectResponse(f"/ui/proposals?done={done}&problem={quote(problem_id)}", status_code=303)
 
 
 @router.get("/api/participations")

@@ -144,7 +144,9 @@ def test_accepting_past_the_lifetime_cap_is_refused_on_the_page_with_the_reason(
     assert reply.status_code == 409
     assert "would bring the lifetime total to 11.5, past the cap of 10" in reply.text
     assert daemon.host.db.decision(problem.id, daemon.node.fingerprint).verdict == "refuse"
+    daemon.host.db.save_state("p-earlier", daemon.node.fingerprint, "failed", "{}", None)
     shared = http.get(f"{daemon.url}/ui/shared", timeout=30).text
+    assert shared.count("problem failed") == 2  # the problem's row and its release, marked
     assert "p-earlier" in shared and "ε = 9.5" in shared and "lifetime cap 10" in shared and "<svg" in shared
 
 
@@ -162,9 +164,12 @@ def test_a_file_imported_from_the_page_goes_through_the_import_path_with_its_err
     assert unknown.status_code == 400 and "nosuch" in unknown.text
     assert http.post(f"{daemon.url}/ui/import", data={"paths": str(tmp_path)}, timeout=30).status_code == 403
     (log,) = write_edx_logs(simulate_students(1, weeks=4, seed=5), tmp_path / "logs")
+    gz = ".gz" if log.path.suffix == ".gz" else ""
+    hostile = log.path.with_name(f"tracking.log-me<img src=x onerror=alert(1)>{gz}")
+    log.path.rename(hostile)  # a file name is shown on the page too
     reply = http.post(
         f"{daemon.url}/ui/import",
-        data={"csrf": csrf, "paths": str(log.path)},
+        data={"csrf": csrf, "paths": str(hostile)},
         allow_redirects=False,
         timeout=30,
     )
@@ -180,10 +185,11 @@ def test_a_file_imported_from_the_page_goes_through_the_import_path_with_its_err
     assert progress["items"][job]["state"] == "done", progress
     stored = daemon.node.store.count()
     with EventStore("sqlite://") as reference:  # what `anonml import --user me` stores from the same file
-        expected = reference.import_file(log.path, create("importer", "edx"), user="me").inserted
+        expected = reference.import_file(hostile, create("importer", "edx"), user="me").inserted
     assert stored == expected > 0
     page = http.get(f"{daemon.url}/ui/", timeout=30).text
-    assert "edx" in page and f"{stored:,}" in page and "done" in page
+    assert "edx" in page and f"{stored:,} in all" in page and "done" in page
+    assert "<img src=x" not in page and page.count("&lt;img src=x onerror=alert(1)&gt;") >= 3
     assert {s.source for s in daemon.node.store.summary(user="me")} and daemon.node.store.users() == ["me"]
 
 
