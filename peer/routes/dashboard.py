@@ -25,7 +25,6 @@ from anonml.importing import ImportOptions
 from anonml.plugins import iter_classes
 from anonml.web import Pages, WebAuth, WebSession
 from peer.dashboard import (
-    ImportJobs,
     ledger_view,
     model_views,
     participations,
@@ -33,6 +32,7 @@ from peer.dashboard import (
     sources_view,
 )
 from peer.host import PeerHost, decide_by_hand
+from peer.import_jobs import ImportJobs
 from peer.participant import PeerNode
 
 __all__ = ["router", "AUTH", "PAGES", "loopback_only"]
