@@ -43,7 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aggregator.db import create_tables
 from aggregator.rounds import RoundDriver
-from aggregator.routes import intake, medians, model, problems, registration, tokens
+from aggregator.routes import console, intake, medians, model, problems, registration, tokens
 from aggregator.settings import ENV_PREFIX, AggregatorSettings
 from aggregator.state import AggregatorState, load_or_create_identity
 from anonml.database import make_engine
@@ -140,6 +140,7 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
         tokens.router,
         intake.router,
         model.router,
+        console.router,
     ):
         app.include_router(router)
 

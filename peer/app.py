@@ -1,8 +1,10 @@
 """The peer's FastAPI app: :func:`create_app` assembles the host, its routers and its worker.
 
 Routers: :mod:`peer.routes.relay` (onion packets and roster witnesses, for
-other peers) and :mod:`peer.routes.local` (status for this peer's user,
-bearer local token; ``/healthz``); what they ask for is in :mod:`peer.deps`.
+other peers), :mod:`peer.routes.local` (status for this peer's user,
+bearer local token; ``/healthz``) and :mod:`peer.routes.dashboard` (the
+person's pages under ``/ui``, the local token to log in); what the API routes
+ask for is in :mod:`peer.deps`.
 
 Served by uvicorn with ``access_log=False`` (a relay must not keep a log of
 who sent it what, and when).
@@ -28,7 +30,7 @@ from anonml.store import EventStore
 from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
-from peer.routes import local, relay
+from peer.routes import dashboard, local, relay
 from peer.settings import PeerSettings
 from peer.transcript import load_credentials
 
@@ -67,6 +69,7 @@ def create_app(source: PeerSettings | PeerHost | None = None, local_token: str |
     app.state.local_token = local_token or secrets.token_urlsafe(32)
     app.include_router(relay.router)
     app.include_router(local.router)
+    app.include_router(dashboard.router)
     return app
 
 

@@ -17,6 +17,7 @@ Only events of the sources the person offers (``offered_sources``) are read.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,11 +26,13 @@ from anonml.errors import AnonMLError
 from anonml.featurize import featurize_dataset
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import Featurizer, Instancer
-from anonml.protocol import Problem
+from anonml.protocol import ModelDocument, Problem, verify_message
 from anonml.store import EventStore
 from peer.policy import load_plugins
 
-__all__ = ["LocalExample", "local_example", "store_user", "invalid_features"]
+__all__ = [
+    "LocalExample", "LocalPrediction", "local_example", "predict_locally", "store_user", "invalid_features"
+]
 
 
 @dataclass(frozen=True)
@@ -125,3 +128,43 @@ def invalid_features(x: np.ndarray, specs: tuple[FeatureSpec, ...]) -> dict[int,
         elif spec.kind is FeatureKind.NUMERIC and not spec.low <= value <= spec.high:  # type: ignore[operator]
             bad[j] = f"{spec.name} = {value:g} is outside [{spec.low:g}, {spec.high:g}]"
     return bad
+
+
+@dataclass(frozen=True)
+class LocalPrediction:
+    """The model's answer for this peer's own example: ``P(label = 1)``, the label, the feature values."""
+
+    probability: float
+    label: int
+    features: dict[str, float]
+
+
+def predict_locally(
+    problem: Problem,
+    document: ModelDocument,
+    store: EventStore,
+    user: str | None,
+    sources: list[str] | None = None,
+) -> LocalPrediction:
+    """Check the model's signature (the problem's aggregator) and predict for this peer's example.
+
+    The example is :func:`local_example`'s (offered ``sources`` only); nothing
+    leaves the machine. ``anonml peer predict`` and the dashboard both call this.
+
+    Raises
+    ------
+    AnonMLError
+        A bad signature (:class:`~anonml.errors.CryptoError`), a model for
+        another problem, or no example in the store.
+    """
+    from anonml.learn import AnonMLClassifier
+
+    verify_message(document, bytes(problem.aggregator))
+    if document.problem_id != problem.id:
+        raise AnonMLError(f"the model is for problem {document.problem_id}, not {problem.id}")
+    model = AnonMLClassifier.from_json(json.dumps(document.model))
+    example = local_example(problem, store, user, sources=sources)
+    proba = float(model.predict_proba(example.x[None, :])[0, 1])
+    label = int(model.predict(example.x[None, :])[0].item())
+    names = [f.name for f in problem.draft.features]
+    return LocalPrediction(proba, label, dict(zip(names, example.x.tolist(), strict=True)))

@@ -34,7 +34,7 @@ from peer.policy import Decision, PeerPolicy, evaluate_problem, load_plugins
 from peer.relay import RelayService
 from peer.worker import ProblemSession, Worker, poll_backoff
 
-__all__ = ["PeerHost", "AggregatorBackoff", "committed_epsilon", "discover", "release_marks"]
+__all__ = ["PeerHost", "AggregatorBackoff", "committed_epsilon", "decide_by_hand", "discover", "release_marks"]
 
 log = logging.getLogger("anonml.peer")
 
@@ -52,6 +52,47 @@ def committed_epsilon(db: PeerDB | None, ledger: PrivacyLedger | None, fingerpri
         spent[release.problem] = spent.get(release.problem, 0.0) + release.epsilon
     problems = set(agreed) | set(spent)
     return sum(max(agreed.get(p, 0.0), spent.get(p, 0.0)) for p in problems)
+
+
+def decide_by_hand(
+    db: PeerDB,
+    ledger: PrivacyLedger | None,
+    policy: PeerPolicy,
+    fingerprint: str,
+    problem_id: str,
+    *,
+    accept: bool,
+) -> Decision:
+    """Record the person's own answer to a proposal (``anonml peer accept``, the dashboard's buttons).
+
+    Accepting re-evaluates the proposal with ``manual=True`` (beyond the
+    automatic limits, never past the lifetime cap, the floors or the trust
+    rules) and records the verdict; a running daemon joins at its next poll.
+    Declining records a refusal the worker never overrides.
+
+    Raises
+    ------
+    AnonMLError
+        The proposal was never seen; accepting it breaks a rule that even the
+        person cannot waive (the reason); declining one already accepted.
+    """
+    row = db.proposal(problem_id)
+    if row is None:
+        raise AnonMLError(f"no proposal {problem_id!r} seen yet; run 'anonml peer proposals -a URL'")
+    problem = Problem.model_validate_json(row.problem_json)
+    previous = db.decision(problem_id, fingerprint)
+    if not accept:
+        if previous is not None and previous.verdict == "accept":
+            raise AnonMLError(f"{problem_id} is already accepted: this peer takes part in it")
+        decision = Decision("refuse", "declined by the user")
+    else:
+        decision = evaluate_problem(
+            problem, policy, committed_epsilon(db, ledger, fingerprint), manual=True
+        )
+    db.decide(problem_id, fingerprint, decision.verdict, decision.reason, problem.draft.epsilon)
+    if accept and not decision.accept:
+        raise AnonMLError(f"cannot accept {problem_id}: {decision.reason}")
+    return decision
 
 
 def release_marks(db: PeerDB | None, fingerprint: str) -> dict[str, str]:
@@ -345,7 +386,7 @@ class PeerHost:
 
     # -- telling the person -------------------------------------------------------
     #: What each participation status means to the person running the peer.
-    _STATUS_TEXT = {
+    STATUS_TEXT = {
         "registered": "registered for",
         "roster_checked": "checked the roster of",
         "confirmed": "confirmed with other members the roster of",
@@ -369,10 +410,10 @@ class PeerHost:
             return
         for p in session.participants:
             key = (session.problem.id, p.node.fingerprint)
-            if self._told.get(key) == p.status or p.status not in self._STATUS_TEXT:
+            if self._told.get(key) == p.status or p.status not in self.STATUS_TEXT:
                 continue
             self._told[key] = p.status
-            text = f"{self._STATUS_TEXT[p.status]} “{session.problem.draft.title}”"
+            text = f"{self.STATUS_TEXT[p.status]} “{session.problem.draft.title}”"
             if p.status == "done" and p.prediction is not None:
                 text += f"; your predicted probability: {p.prediction:.3f}"
             if p.status == "reporting" and p.standins:

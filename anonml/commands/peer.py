@@ -17,7 +17,6 @@ printed through :func:`anonml.cli_support.untrusted`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -188,8 +187,23 @@ def start(
             highlight=False,
         )
         err.print(f"policy (saved in {untrusted(saved)}): {_policy_text(settings)}", highlight=False)
-        app_ = create_app(host_, settings.resolved_local_token())
+        app_ = create_app(host_, settings.resolved_local_token())  # the token file exists from here
+        err.print(_dashboard_text(settings), highlight=False)
         uvicorn.run(app_, host=settings.host, port=settings.port, access_log=False, log_level="warning")
+
+
+def _dashboard_text(settings: PeerSettings) -> str:
+    """Where the person's pages are (``/ui``, answered on loopback only) and which token opens them."""
+    where = (
+        "ANONML_PEER_LOCAL_TOKEN"
+        if settings.local_token
+        else untrusted(settings.identity_file.with_name("local-token"))
+    )
+    if settings.host in ("127.0.0.1", "localhost", "0.0.0.0", "::", "::1"):
+        host = "[::1]" if settings.host == "::1" else "127.0.0.1"
+        url = f"http://{host}:{settings.port}/ui/"
+        return f"dashboard at {url} (this machine only; the local token is in {where})"
+    return f"no dashboard: it answers on loopback only, and the relay listens on {untrusted(settings.host)}"
 
 
 def _policy_text(settings: PeerSettings) -> str:
@@ -338,8 +352,7 @@ def accept(
     """Accept a proposal (beyond the automatic policy, never past the lifetime cap)."""
     from anonml.protocol import Problem
     from peer.app import load_or_create_identity
-    from peer.host import committed_epsilon
-    from peer.policy import evaluate_problem
+    from peer.host import decide_by_hand
 
     with expected_errors(), _read_only(create_db=True) as local:
         settings, db = local.settings, local.db
@@ -348,11 +361,7 @@ def accept(
             raise AnonMLError(f"no proposal {problem_id!r} seen yet; run 'anonml peer proposals -a URL'")
         problem = Problem.model_validate_json(row.problem_json)
         fingerprint = local.fingerprint or load_or_create_identity(settings).fingerprint.hex()
-        committed = committed_epsilon(db, local.ledger, fingerprint)  # no ledger yet: nothing spent
-        decision = evaluate_problem(problem, settings.policy, committed, manual=True)
-        db.decide(problem_id, fingerprint, decision.verdict, decision.reason, problem.draft.epsilon)
-        if not decision.accept:
-            raise AnonMLError(f"cannot accept {problem_id}: {decision.reason}")
+        decide_by_hand(db, local.ledger, settings.policy, fingerprint, problem_id, accept=True)
     err.print(
         f"accepted {untrusted(problem_id, 64)} (ε = {problem.draft.epsilon:g}); "
         "the running daemon joins at its next poll",
@@ -444,12 +453,11 @@ def predict(
     problem_id: Annotated[str, typer.Argument(help="Problem id.")], as_json: JsonOption = False
 ) -> None:
     """Predict for yourself with the problem's downloaded model (its signature checked). Creates nothing."""
-    from anonml.learn import AnonMLClassifier
     from anonml.paths import default_store_url
-    from anonml.protocol import ModelDocument, Problem, verify_message
+    from anonml.protocol import ModelDocument, Problem
     from anonml.store import EventStore
     from peer.client import AggregatorClient
-    from peer.features import local_example
+    from peer.features import predict_locally
 
     with expected_errors(), _read_only() as local:
         settings = local.settings
@@ -462,27 +470,25 @@ def predict(
             document = ModelDocument.model_validate_json(part.model_json)
         else:
             document = AggregatorClient(row.aggregator_url).model(problem_id)
-        verify_message(document, bytes(problem.aggregator))
-        model = AnonMLClassifier.from_json(json.dumps(document.model))
         store_url = settings.store_url or default_store_url("events.db")
         if not _exists(store_url):
             raise AnonMLError(f"no event store at {store_url}: import your data first ('anonml import …')")
         store = EventStore(store_url)
         try:
-            example = local_example(problem, store, settings.user, sources=settings.policy.offered_sources)
+            mine = predict_locally(
+                problem, document, store, settings.user, sources=settings.policy.offered_sources
+            )
         finally:
             store.close()
-        proba = float(model.predict_proba(example.x[None, :])[0, 1])
-        label = model.predict(example.x[None, :])[0].item()
     result = {
         "problem": problem_id,
-        "probability": proba,
-        "prediction": label,
-        "features": dict(zip([f.name for f in problem.draft.features], example.x.tolist(), strict=True)),
+        "probability": mine.probability,
+        "prediction": mine.label,
+        "features": mine.features,
     }
     if as_json:
         print_json(result)
         return
     out.print(
-        f"{untrusted(problem.draft.title, TITLE_LIMIT)}: P(label = 1) = {proba:.3f} → {result['prediction']}"
+        f"{untrusted(problem.draft.title, TITLE_LIMIT)}: P(label = 1) = {mine.probability:.3f} → {mine.label}"
     )

@@ -1,0 +1,231 @@
+"""``/console``: the aggregator operator's pages (the admin token to log in).
+
+Problems with their phase timeline, registrations, refusals by reason,
+reports expected / received / lost, the witnesses' cosignatures and the
+trained model's metrics; a propose form that validates the draft against
+:class:`~anonml.protocol.ProblemDraft` before publishing it; close and train
+buttons. Every figure is the JSON API's (:func:`~aggregator.routes.problems.problem_status`)
+and every action calls the admin route itself (``propose``,
+``close_registration``, ``train``), so the console and the API never disagree.
+Login, CSRF and rendering come from :mod:`anonml.web`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from aggregator.db import ProblemRow
+from aggregator.deps import SessionDep, StateDep
+from aggregator.routes import model as model_routes
+from aggregator.routes import problems as problem_routes
+from aggregator.routes import registration as registration_routes
+from aggregator.state import AggregatorState
+from anonml.model import FeatureSpec
+from anonml.plugins import PluginRef
+from anonml.protocol import CosignatureBundle, ModelDocument, Problem, ProblemDraft, ProblemStatus, Schedule
+from anonml.web import Pages, WebAuth, WebSession, svg_timeline
+
+__all__ = ["router", "AUTH", "PAGES", "sample_draft"]
+
+AUTH = WebAuth(
+    prefix="/console",
+    cookie="anonml_console",
+    token_of=lambda request: request.app.state.aggregator.admin_token,
+    what="admin token",
+)
+PAGES = Pages(
+    Path(__file__).resolve().parents[1] / "templates",
+    AUTH,
+    "AnonML aggregator",
+    [("/", "Problems"), ("/propose", "Propose")],
+)
+
+router = APIRouter(prefix="/console", include_in_schema=False)
+router.include_router(PAGES.router())
+PageSession = Annotated[WebSession, Depends(AUTH.require)]
+
+
+def sample_draft(now: datetime | None = None) -> ProblemDraft:
+    """The propose form's starting point: a small MOOC dropout problem, registration open 10 minutes."""
+    now = now or datetime.now(UTC)
+    return ProblemDraft(
+        title="Who drops out of the course?",
+        description="Activity in the first two weeks, and whether the student is still active by week four.",
+        instancer=PluginRef(
+            name="user_window", params={"history_periods": 2, "label_start": 2, "label_end": 4}
+        ),
+        featurizer=PluginRef(name="mooc_engagement", params={"weeks": 2}),
+        features=(
+            FeatureSpec(name="sessions", low=0, high=20),
+            FeatureSpec(name="active_days", low=0, high=14),
+        ),
+        epsilon=1.0,
+        kp=2,
+        schedule=Schedule(registration_deadline=now + timedelta(minutes=10)),
+        min_peers=20,
+    )
+
+
+@dataclass(frozen=True)
+class ProblemPage:
+    """Everything the problem page shows, read in one session."""
+
+    problem: Problem
+    status: ProblemStatus
+    timeline: list[tuple[str, float]]
+    cosignatures: list[CosignatureBundle]
+    model: ModelDocument | None
+
+
+def _problem_page(state: AggregatorState, session: Session, problem_id: str) -> ProblemPage:
+    row = problem_routes.get_row(session, problem_id)
+    status = problem_routes.problem_status(state, session, row)
+    timeline = list(status.phase_seconds.items())
+    if row.phase not in ("done", "degraded", "failed"):
+        timeline.append((f"{row.phase} (now)", max(0.0, time.time() - row.phase_started)))
+    bundles = [
+        CosignatureBundle.model_validate_json(text)
+        for text in (row.roster_cosignatures_json, row.bins_cosignatures_json)
+        if text is not None
+    ]
+    document = ModelDocument.model_validate_json(row.model_json) if row.model_json is not None else None
+    return ProblemPage(
+        Problem.model_validate_json(row.problem_json), status, timeline, bundles, document
+    )
+
+
+@router.get("/")
+def problems(request: Request, session: PageSession, state: StateDep, db: SessionDep) -> HTMLResponse:
+    """Every problem, newest first, with its phase and counts."""
+    rows = db.scalars(select(ProblemRow).order_by(ProblemRow.created_at.desc())).all()
+    statuses = [problem_routes.problem_status(state, db, row) for row in rows]
+    return PAGES.render(request, "problems.html", session, statuses=statuses)
+
+
+@router.get("/problems/{problem_id}")
+def problem(
+    problem_id: str, request: Request, session: PageSession, state: StateDep, db: SessionDep
+) -> HTMLResponse:
+    """One problem: timeline, registrations, refusals, report account, witnesses, model."""
+    page = _problem_page(state, db, problem_id)
+    return PAGES.render(
+        request, "problem.html", session, page=page, chart=svg_timeline(page.timeline),
+        notice=_notice(request), error="",
+    )
+
+
+def _notice(request: Request) -> str:
+    return {
+        "proposed": "Published: peers see it at their next poll.",
+        "close": "Registration closes: the roster is published at the next tick.",
+        "train": "Training requested: the report round closes now and the model is trained.",
+    }.get(request.query_params.get("done", ""), "")
+
+
+@router.get("/api/problems/{problem_id}")
+def live(problem_id: str, session: PageSession, state: StateDep, db: SessionDep, phase: str = "") -> dict:
+    """The problem's counts for the page's poller; reload when the phase is not the one shown."""
+    status = problem_routes.problem_status(state, db, problem_routes.get_row(db, problem_id))
+    account = status.reports
+    return {
+        "items": {
+            "counts": {
+                "phase": status.phase,
+                "registered": status.registered,
+                "tokens": status.tokens_issued,
+                "received": status.reports_accepted,
+                "expected": account.expected if account is not None else "—",
+                "lost": account.lost if account is not None else "—",
+            }
+        },
+        "reload": status.phase != phase,
+    }
+
+
+def _propose_page(
+    request: Request, session: WebSession, text: str, errors: list[str], status_code: int = 200
+) -> HTMLResponse:
+    return PAGES.render(request, "propose.html", session, status_code, text=text, errors=errors)
+
+
+@router.get("/propose")
+def propose_form(request: Request, session: PageSession) -> HTMLResponse:
+    """The draft as JSON, starting from :func:`sample_draft`."""
+    return _propose_page(request, session, sample_draft().model_dump_json(indent=2), [])
+
+
+def _validation_errors(exc: ValidationError) -> list[str]:
+    return [
+        f"{'.'.join(map(str, e['loc'])) or '(draft)'}: {e['msg']}" for e in exc.errors(include_url=False)
+    ][:20]
+
+
+@router.post("/propose")
+async def propose(request: Request) -> Any:
+    """Validate the draft against the schema; publish it with the API's own ``POST /problems``."""
+    session, form = await AUTH.posted(request)
+    text = form.get("draft", "")
+    try:
+        draft = ProblemDraft.model_validate_json(text)
+    except ValidationError as exc:
+        return _propose_page(request, session, text, _validation_errors(exc), 422)
+    state: AggregatorState = request.app.state.aggregator
+
+    def publish() -> Problem:
+        with state.sessions() as db:
+            return problem_routes.propose(draft, state, db, None)
+
+    try:
+        published = await run_in_threadpool(publish)
+    except HTTPException as exc:
+        return _propose_page(request, session, text, [str(exc.detail)], exc.status_code)
+    return RedirectResponse(f"/console/problems/{published.id}?done=proposed", status_code=303)
+
+
+@router.post("/problems/{problem_id}/{action}")
+async def act(problem_id: str, action: str, request: Request) -> Any:
+    """Close registration or train now (the admin routes themselves; CSRF checked first)."""
+    session, _ = await AUTH.posted(request)
+    actions = {"close": registration_routes.close_registration, "train": model_routes.train}
+    if action not in actions:
+        raise HTTPException(status_code=404, detail=f"no action {action[:20]!r} (close or train)")
+    state: AggregatorState = request.app.state.aggregator
+
+    def run() -> ProblemPage | None:
+        with state.sessions() as db:
+            try:
+                actions[action](problem_id, state, db, None)
+            except HTTPException as exc:
+                if exc.status_code == 404:
+                    raise
+                db.rollback()
+                raise _Refused(str(exc.detail), _problem_page(state, db, problem_id)) from None
+        return None
+
+    try:
+        await run_in_threadpool(run)
+    except _Refused as refused:
+        return PAGES.render(
+            request, "problem.html", session, 409, page=refused.page,
+            chart=svg_timeline(refused.page.timeline), notice="", error=refused.reason,
+        )
+    return RedirectResponse(f"/console/problems/{quote(problem_id)}?done={action}", status_code=303)
+
+
+class _Refused(Exception):
+    def __init__(self, reason: str, page: ProblemPage) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.page = page

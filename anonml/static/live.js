@@ -1,0 +1,34 @@
+// Live updates without reloading: every element with data-poll="URL" is refreshed from
+// that URL's JSON, {"items": {key: {field: text}}, "reload": bool}, once a second.
+// Only text is written (textContent), never markup. A key the page does not show yet,
+// or "reload": true, reloads the page once.
+"use strict";
+(function () {
+  function apply(root, doc) {
+    if (doc.reload) { window.location.reload(); return false; }
+    var items = doc.items || {};
+    for (var key in items) {
+      var row = root.querySelector('[data-key="' + CSS.escape(key) + '"]');
+      if (!row) { window.location.reload(); return false; }
+      var fields = items[key];
+      for (var name in fields) {
+        var cell = row.querySelector('[data-field="' + CSS.escape(name) + '"]');
+        if (cell && cell.textContent !== String(fields[name])) {
+          cell.textContent = String(fields[name]);
+          cell.setAttribute("data-value", String(fields[name]));
+        }
+      }
+    }
+    return true;
+  }
+  function poll(root) {
+    var url = root.getAttribute("data-poll");
+    fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } })
+      .then(function (r) { if (r.status === 401) { window.location.reload(); return null; } return r.json(); })
+      .then(function (doc) { if (doc && apply(root, doc)) { setTimeout(function () { poll(root); }, 1000); } })
+      .catch(function () { setTimeout(function () { poll(root); }, 3000); });
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("[data-poll]").forEach(poll);
+  });
+})();

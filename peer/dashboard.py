@@ -1,0 +1,347 @@
+"""What the peer's dashboard shows, computed from the same state the CLI reads.
+
+Each function here turns the host's records (its :class:`~peer.db.PeerDB`,
+the identity's event store and privacy ledger) into a small view for one page
+of :mod:`peer.routes.dashboard`; the decisions and figures come from the
+functions ``anonml peer …`` uses (:func:`~peer.policy.evaluate_problem`,
+:func:`~peer.host.committed_epsilon`, :func:`~peer.host.release_marks`,
+:func:`~peer.features.predict_locally`, :func:`anonml.importing.import_paths`),
+so the page and the CLI never disagree.
+
+Imports started from the page run in a thread of the daemon
+(:class:`peer.import_jobs.ImportJobs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from markupsafe import Markup
+from sqlalchemy import func, select
+
+from anonml.errors import AnonMLError
+from anonml.privacy import PrivacyLedger
+from anonml.privacy.amplification import ASSUMPTIONS, ShuffleBound
+from anonml.privacy.budget import Release
+from anonml.protocol import ModelDocument, Problem, ReportAccount
+from anonml.store import EventRow, EventStore, ImportRecord, ImportRow, SourceSummary
+from anonml.web import Series, epsilon_sentence, svg_step_chart
+from peer.db import PeerDB
+from peer.features import LocalPrediction, predict_locally
+from peer.host import PeerHost, committed_epsilon, release_marks
+from peer.participant import PeerNode
+from peer.policy import evaluate_problem
+
+__all__ = [
+    "SourceRow",
+    "SourcesView",
+    "sources_view",
+    "ProposalCard",
+    "proposal_cards",
+    "ParticipationView",
+    "participations",
+    "LedgerView",
+    "ledger_view",
+    "ModelView",
+    "model_views",
+]
+
+
+# -- my data ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    """One source of events: how many, of which types, over which dates, and when it was last imported."""
+
+    source: str
+    events: int
+    types: tuple[str, ...]
+    first: datetime | None
+    last: datetime | None
+    last_import: datetime | None
+
+
+@dataclass(frozen=True)
+class SourcesView:
+    """This peer's user's sources and the latest imports."""
+
+    user: str | None
+    sources: list[SourceRow]
+    imports: list[ImportRecord]
+    total: int
+
+
+def _last_imports(store: EventStore, user: str | None) -> dict[str, datetime]:
+    """Per source, when the latest import that brought some of its events started."""
+    stmt = (
+        select(EventRow.source, func.max(ImportRow.started_at))
+        .join(ImportRow, ImportRow.id == EventRow.import_id)
+        .group_by(EventRow.source)
+    )
+    if user is not None:
+        stmt = stmt.where(EventRow.user_id == user)
+    with store.session() as s:
+        return {source: when for source, when in s.execute(stmt)}
+
+
+def sources_view(node: PeerNode, last: int = 8) -> SourcesView:
+    """Per source: events, types, date range (:meth:`EventStore.summary`) and the last import."""
+    by_source: dict[str, list[SourceSummary]] = {}
+    for summary in node.store.summary(user=node.user):
+        by_source.setdefault(summary.source, []).append(summary)
+    latest = _last_imports(node.store, node.user)
+    rows = [
+        SourceRow(
+            source,
+            sum(p.count for p in parts),
+            tuple(p.type for p in parts),
+            min((p.first for p in parts if p.first is not None), default=None),
+            max((p.last for p in parts if p.last is not None), default=None),
+            latest.get(source),
+        )
+        for source, parts in by_source.items()
+    ]
+    imports = [r for r in node.store.imports() if node.user is None or r.user == node.user]
+    return SourcesView(node.user, rows, imports[-last:][::-1], sum(r.events for r in rows))
+
+
+# -- proposals ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProposalCard:
+    """A proposal with what exactly would leave the machine, the verdict and why."""
+
+    problem: Problem
+    aggregator_url: str
+    verdict: str
+    reason: str
+    decided: bool
+    status: str | None
+    features: list[tuple[str, str, str]]  # name, kind, public range or categories
+    median_epsilon: float | None
+    anonymity_set: int
+    epsilon_text: str
+    witnesses: list[str]
+    admission: str
+
+
+def proposal_cards(host: PeerHost, node: PeerNode) -> list[ProposalCard]:
+    """Every proposal seen, newest first, as ``anonml peer proposals`` evaluates it."""
+    committed = committed_epsilon(host.db, node.ledger, node.fingerprint)
+    cards = []
+    for view in host.db.proposals(node.fingerprint):
+        problem = Problem.model_validate_json(view.problem_json)
+        d = problem.draft
+        verdict, reason, decided = view.verdict, view.reason or "", view.verdict is not None
+        if verdict is None:
+            decision = evaluate_problem(problem, host.policy, committed)
+            verdict, reason = decision.verdict, decision.reason
+        features = []
+        for spec in d.features:
+            if spec.kind.value == "numeric":
+                shown = f"[{spec.low:g}, {spec.high:g}], {d.bins} bins"
+            elif spec.kind.value == "categorical":
+                shown = ", ".join(spec.categories)
+            else:
+                shown = "0 / 1"
+            features.append((spec.name, spec.kind.value, shown))
+        median = d.median_epsilon if d.median.pool_fraction > 0 and d.numeric_features else None
+        pool = d.median_pool_size(d.min_peers)
+        if d.admission.mode == "open":
+            admission = "open: anyone may register"
+        else:
+            issuer = bytes(d.admission.issuer or b"").hex()[:16]
+            admission = f"credentials of issuer {issuer}… for scope {d.admission.scope}"
+        cards.append(
+            ProposalCard(
+                problem=problem,
+                aggregator_url=view.aggregator_url,
+                verdict=verdict,
+                reason=reason,
+                decided=decided,
+                status=view.status,
+                features=features,
+                median_epsilon=median,
+                anonymity_set=(d.min_peers - pool) // d.kp,
+                epsilon_text=epsilon_sentence(d.epsilon),
+                witnesses=[bytes(w.identity).hex()[:16] + "…" for w in d.witnesses],
+                admission=admission,
+            )
+        )
+    return cards
+
+
+@dataclass(frozen=True)
+class ParticipationView:
+    """One participation's status for the live table."""
+
+    problem_id: str
+    title: str
+    status: str
+    meaning: str
+    reason: str
+
+
+def participations(host: PeerHost, node: PeerNode) -> list[ParticipationView]:
+    out = []
+    for view in host.db.proposals(node.fingerprint):
+        if view.status is None:
+            continue
+        title = Problem.model_validate_json(view.problem_json).draft.title
+        part = host.db.participation(view.problem_id, node.fingerprint)
+        out.append(
+            ParticipationView(
+                view.problem_id,
+                title,
+                view.status,
+                f"this peer {PeerHost.STATUS_TEXT[view.status]} this problem"
+                if view.status in PeerHost.STATUS_TEXT
+                else view.status,
+                part.reason if part is not None else "",
+            )
+        )
+    return out
+
+
+# -- what I shared ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProblemSpend:
+    """ε this peer spent in one problem, locally, and (when its roster is known) amplified by shuffling."""
+
+    problem: str
+    title: str
+    local: float
+    releases: int
+    mark: str
+    shuffle: ShuffleBound | None
+    shuffle_note: str
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    releases: list[tuple[Release, str]]  # each release with its problem's mark
+    problems: list[ProblemSpend]
+    lifetime_total: float
+    lifetime_cap: float | None
+    chart: Markup
+    assumptions: str = ASSUMPTIONS
+
+
+def _titles(db: PeerDB) -> Callable[[str], str]:
+    def title(problem_id: str) -> str:
+        row = db.proposal(problem_id)
+        return Problem.model_validate_json(row.problem_json).draft.title if row is not None else ""
+
+    return title
+
+
+def _shuffle(host: PeerHost, node: PeerNode, problem_id: str, releases: list[Release]) -> tuple[
+    ShuffleBound | None, str
+]:
+    """The shuffle bound of this peer's reports in ``problem_id``: each of its ``k`` reports is
+    shuffled among its partition's peers, ``n = ⌊(members − median pool) / k_p⌋``
+    (:meth:`ShuffleBound.of_groups`); median answers keep their local ε."""
+    reports = [r for r in releases if (r.pool or "").startswith("partition-")]
+    if not reports:
+        return None, "no reports (median answers are not shuffled)"
+    session = host.sessions.get(problem_id)
+    mine = [p for p in session.participants if p.node is node] if session is not None else []
+    facts = mine[0].roster if mine else None
+    if facts is None:
+        return None, "the roster is not in memory (after a restart): local ε only"
+    roster = facts.view.roster
+    n = (len(roster.entries) - roster.median_pool_size) // session.problem.draft.kp
+    if n < 2:
+        return None, f"a partition of {n} peer: nothing to hide among"
+    return ShuffleBound.of_groups([(reports[0].epsilon, len(reports), n)]), f"partitions of ≥ {n} peers"
+
+
+def ledger_view(host: PeerHost, node: PeerNode, ledger: PrivacyLedger | None = None) -> LedgerView:
+    """Releases, per-problem spend and the cumulative-ε chart against the lifetime cap."""
+    ledger = ledger or node.ledger
+    releases = sorted(ledger.releases(peer=node.fingerprint), key=lambda r: (r.recorded_at, r.id))
+    marks = release_marks(host.db, node.fingerprint)
+    title = _titles(host.db)
+    by_problem: dict[str, list[Release]] = {}
+    for r in releases:
+        by_problem.setdefault(r.problem, []).append(r)
+    spends = []
+    for pid, rs in by_problem.items():
+        bound, note = _shuffle(host, node, pid, rs)
+        spends.append(
+            ProblemSpend(pid, title(pid), ledger.budget(node.fingerprint, pid).total, len(rs),
+                         marks.get(pid, ""), bound, note)
+        )
+    cap = ledger.lifetime_cap(node.fingerprint)
+    chart = svg_step_chart(
+        _cumulative(releases), cap=cap, cap_label=f"lifetime cap {cap:g}" if cap is not None else "",
+        x_label="minutes since the first release", y_label="cumulative ε (local)",
+    )
+    return LedgerView(
+        [(r, marks.get(r.problem, "")) for r in releases],
+        spends,
+        sum(s.local for s in spends),
+        cap,
+        chart,
+    )
+
+
+def _cumulative(releases: list[Release]) -> list[Series]:
+    """The lifetime total and each problem's running total, over minutes since the first release."""
+    if not releases:
+        return []
+    start: datetime = releases[0].recorded_at
+    total, per = 0.0, {}
+    lines: dict[str, list[tuple[float, float]]] = {"all problems": []}
+    for r in releases:
+        minutes = (r.recorded_at - start).total_seconds() / 60
+        total += r.epsilon
+        per[r.problem] = per.get(r.problem, 0.0) + r.epsilon
+        lines["all problems"].append((minutes, total))
+        lines.setdefault(r.problem, []).append((minutes, per[r.problem]))
+    if len(lines) == 2:  # one problem: its line is the total's
+        lines.popitem()
+    return [Series(name, tuple(points)) for name, points in lines.items()]
+
+
+# -- models ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """A downloaded model: its metrics and report account, and my prediction (or why there is none)."""
+
+    problem: Problem
+    status: str
+    created_at: datetime
+    metrics: dict[str, float]
+    reports: ReportAccount | None
+    prediction: LocalPrediction | None
+    why_not: str
+
+
+def model_views(host: PeerHost, node: PeerNode, sources: list[str] | None) -> list[ModelView]:
+    """Every model this identity downloaded (signature checked), with a fresh local prediction."""
+    out = []
+    for view in host.db.proposals(node.fingerprint):
+        part = host.db.participation(view.problem_id, node.fingerprint)
+        if part is None or part.model_json is None:
+            continue
+        problem = Problem.model_validate_json(view.problem_json)
+        document = ModelDocument.model_validate_json(part.model_json)
+        prediction, why = None, ""
+        try:
+            prediction = predict_locally(problem, document, node.store, node.user, sources=sources)
+        except AnonMLError as exc:
+            why = str(exc)
+        out.append(
+            ModelView(problem, part.status, document.created_at, dict(document.metrics), document.reports,
+                      prediction, why)
+        )
+    return out

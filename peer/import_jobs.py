@@ -1,0 +1,136 @@
+"""Imports started from the dashboard: one at a time, in a thread of the daemon, with progress.
+
+The same code path and errors as ``anonml import``
+(:func:`anonml.importing.import_paths`): paths and the importer are checked
+before the thread starts, each file or archive is one transaction, and a
+failure says what was committed before it and what was not tried.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from anonml.archive import ArchivePlan
+from anonml.errors import AnonMLError
+from anonml.importing import ImportOptions, check_paths, import_paths, resolve_candidates
+from anonml.store import EventStore
+
+__all__ = ["ImportJob", "ImportJobs"]
+
+
+@dataclass
+class ImportJob:
+    """One import started from the page: what it said, how far it got, how it ended."""
+
+    id: str
+    paths: tuple[str, ...]
+    state: str = "running"  # running | done | failed
+    current: str = ""
+    events: int = 0
+    messages: list[str] = field(default_factory=list)
+    #: Per committed import: path, importer, new, duplicate and rejected events.
+    imported: list[tuple[str, str, int, int, int]] = field(default_factory=list)
+    error: str = ""
+
+    def progress_text(self) -> str:
+        where = f" — {self.current}" if self.current else ""
+        return f"{self.events:,} events read{where}"
+
+
+class _JobListener:
+    """An :class:`~anonml.importing.ImportListener` writing into an :class:`ImportJob`."""
+
+    def __init__(self, job: ImportJob, lock: threading.Lock) -> None:
+        self.job = job
+        self.lock = lock
+
+    def message(self, text: str) -> None:
+        with self.lock:
+            self.job.messages.append(text)
+
+    def planned(self, plan: ArchivePlan) -> None:
+        with self.lock:
+            self.job.messages.append(
+                f"{plan.source}: {len(plan.files)} file(s) to import, {len(plan.skipped)} skipped"
+            )
+            self.job.messages.extend(f"skipped {s.member}: {s.detail}" for s in plan.skipped)
+
+    @contextmanager
+    def progress(self, path: Path) -> Iterator[Callable[[int], None]]:
+        base = self.job.events
+        with self.lock:
+            self.job.current = str(path)
+
+        def seen(count: int) -> None:
+            with self.lock:
+                self.job.events = base + count
+
+        yield seen
+
+
+class ImportJobs:
+    """Imports into one store, one at a time, each in its own thread; their state for the page."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[str, ImportJob] = {}
+        self._running: threading.Thread | None = None
+
+    def start(self, store: EventStore, paths: list[Path], options: ImportOptions) -> ImportJob:
+        """Check the paths and the importer now (errors as ``anonml import``'s), then import in a thread.
+
+        Raises
+        ------
+        AnonMLError
+            Another import is still running; a path does not exist; the named importer is not installed.
+        """
+        with self._lock:
+            if self._running is not None and self._running.is_alive():
+                raise AnonMLError("an import is already running: wait for it to finish")
+        if not paths:
+            raise AnonMLError("name a file or folder to import")
+        candidates = resolve_candidates(options.importer, {})
+        check_paths(paths)
+        job = ImportJob(secrets.token_hex(8), tuple(str(p) for p in paths))
+        listener = _JobListener(job, self._lock)
+
+        def run() -> None:
+            try:
+                result = import_paths(paths, store, candidates, options, listener)
+            except AnonMLError as exc:
+                with self._lock:
+                    job.state, job.error = "failed", str(exc)
+                return
+            with self._lock:
+                job.imported = [
+                    (r.path, r.importer, r.inserted, r.duplicate, r.rejected) for r in result.reports
+                ]
+                if result.error is not None:
+                    not_tried = ", ".join(map(str, result.not_tried))
+                    job.state = "failed"
+                    job.error = f"{result.failed}: {result.error}" + (
+                        f" (not tried: {not_tried})" if not_tried else ""
+                    )
+                else:
+                    job.state = "done"
+                job.current = ""
+
+        thread = threading.Thread(target=run, daemon=True, name=f"import-{job.id}")
+        with self._lock:
+            self._jobs[job.id] = job
+            self._running = thread
+        thread.start()
+        return job
+
+    def get(self, job_id: str) -> ImportJob | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def latest(self) -> ImportJob | None:
+        with self._lock:
+            return next(reversed(self._jobs.values()), None)
