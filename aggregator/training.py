@@ -15,7 +15,6 @@ serialises to versioned JSON.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -34,6 +33,7 @@ from anonml.learn import (
 )
 from anonml.privacy import MechanismDescriptor
 from anonml.protocol import Bins, Problem, ReportAccount, Roster, unpack_bits
+from anonml.randomness import resolve_rng
 
 __all__ = ["ReportGroup", "group_reports", "train_problem", "binning_of", "account_reports"]
 
@@ -124,7 +124,7 @@ def train_problem(
         When no report arrived.
     """
     draft = problem.draft
-    rng = rng if rng is not None else np.random.default_rng(secrets.randbits(128))
+    rng = resolve_rng(rng)
     binning = binning_of(problem, bins)
     groups = group_reports(reports)
     if not groups:

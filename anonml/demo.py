@@ -64,6 +64,7 @@ from anonml.protocol import (
     Schedule,
     WitnessRef,
 )
+from anonml.randomness import generator_from
 from anonml.store import EventStore
 
 __all__ = [
@@ -331,7 +332,7 @@ def simulate_peers(
     featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": history_weeks}))
     names = [spec.name for spec in featurizer.features()]
     columns = [names.index(f) for f in features]
-    rng = np.random.default_rng(seed)
+    rng = generator_from(seed, name="seed")
     (root / "stores").mkdir(parents=True, exist_ok=True)
     peers, events = [], 0
     for i, log in enumerate(logs):
@@ -423,7 +424,7 @@ def run_demo(
             progress=report,
         )
         timer["simulate + import"] = time.perf_counter() - t
-        rng = np.random.default_rng(seed)
+        rng = generator_from(seed, name="seed")
         order = rng.permutation(len(everyone))
         n_held = int(round(held_out_fraction * len(everyone)))
         held = [everyone[i] for i in sorted(order[:n_held])]

@@ -10,12 +10,12 @@ side of Cyphers 2017, ch. 5). Times are POSIX seconds (floats).
 from __future__ import annotations
 
 import math
-import secrets
 from dataclasses import dataclass
 
 import numpy as np
 
 from anonml.errors import ProtocolError
+from anonml.randomness import resolve_rng
 
 __all__ = ["WindowSchedule", "send_time", "release_time"]
 
@@ -63,8 +63,7 @@ class WindowSchedule:
 def _uniform_open(lo: float, hi: float, rng: np.random.Generator | None) -> float:
     """Uniform on the open interval (lo, hi): draws from [lo, hi) and redraws the endpoints,
     which float rounding of ``lo + (hi - lo)·U`` can produce."""
-    if rng is None:
-        rng = np.random.default_rng(secrets.randbits(128))
+    rng = resolve_rng(rng)
     while True:
         t = float(rng.uniform(lo, hi))
         if lo < t < hi:

@@ -105,6 +105,7 @@ from anonml.protocol import (
     transcript_hash,
     verify_message,
 )
+from anonml.randomness import resolve_rng
 from anonml.store import EventStore
 from peer.client import AggregatorClient, HTTPRefusal, fetch_witness
 from peer.db import PeerDB, StateRow
@@ -548,7 +549,7 @@ class Participant:
         need = min(self.roster_comparisons, n - 1)
         done = self.comparisons
         if len(done.confirmed) < need:
-            gen = self.node.rng if self.node.rng is not None else np.random.default_rng()
+            gen = resolve_rng(self.node.rng)
             candidates = [i for i in range(n) if i != me and i not in done.confirmed]
             fresh = [i for i in candidates if i not in done.asked]
             pool = fresh if fresh else candidates
@@ -612,7 +613,7 @@ class Participant:
             mechanism=rr,
             pool="median",
         )
-        gen = self.node.rng if self.node.rng is not None else np.random.default_rng()
+        gen = resolve_rng(self.node.rng)
         truth = self._median_truth(query, gen)
         bit = bool(rr.perturb(np.asarray([truth]), gen)[0])
         answer = sign_message(

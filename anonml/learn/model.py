@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import secrets
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -61,29 +60,15 @@ from anonml.learn.notices import NotPrivateWarning
 from anonml.learn.params import RANDOM_STATE, Interval, Options, check_params
 from anonml.learn.simulation import PrivacyAccounting, SimulationConfig, SimulationResult, simulate_training
 from anonml.model import FeatureSpec
+from anonml.randomness import generator_from
 
-__all__ = ["AnonMLClassifier", "MODEL_FORMAT", "MODEL_VERSION", "generator_from"]
+__all__ = ["AnonMLClassifier", "MODEL_FORMAT", "MODEL_VERSION"]
 
 #: Plan defaults per mode: (k_p, k_h, k_s); None = one partition per feature.
 _MODE_PLANS: dict[str, tuple[int | None, int, int]] = {
     "default": (None, 1, 1),
     "paper": (5, 2, 3),  # the thesis's census setting
 }
-
-
-def generator_from(
-    random_state: None | int | np.random.Generator | np.random.RandomState,
-) -> np.random.Generator:
-    """A numpy Generator from a ``random_state`` (None = seeded from the OS CSPRNG)."""
-    if random_state is None:
-        return np.random.default_rng(secrets.randbits(128))
-    if isinstance(random_state, np.random.Generator):
-        return random_state
-    if isinstance(random_state, np.random.RandomState):
-        return np.random.default_rng(random_state.randint(0, 2**31 - 1, size=4))
-    if isinstance(random_state, numbers.Integral):
-        return np.random.default_rng(int(random_state))
-    raise ValueError(f"random_state must be None, an int or a numpy generator, got {random_state!r}")
 
 
 def _in_model_search() -> str | None:

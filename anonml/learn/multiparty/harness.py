@@ -28,10 +28,11 @@ import numpy as np
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import StratifiedKFold
 
-from anonml.learn.multiparty.common import MultipartyError, PrivacyGuarantee, resolve_rng
+from anonml.learn.multiparty.common import MultipartyError, PrivacyGuarantee
 from anonml.learn.multiparty.data import Preprocessor, RawDataset, load_dataset, public_ranges
 from anonml.learn.multiparty.methods import METHODS, Fitted, SplitContext
 from anonml.learn.multiparty.splits import assign_parties, split_public
+from anonml.randomness import generator_from
 
 __all__ = ["ResultRow", "BenchmarkConfig", "run_multiparty_benchmark", "write_results"]
 
@@ -201,7 +202,7 @@ def run_multiparty_benchmark(
             f"{raw.name} has {raw.classes.size} classes"
         )
     combos = _combos(parties, skew)
-    master = np.random.default_rng(seed) if seed is not None else resolve_rng(None)
+    master = generator_from(seed, name="seed")
     n_splits = 1 if raw.X_test is not None else folds
     budgets = {name: tuple(eps) if METHODS[name].private else (math.inf,) for name in methods}
     total = trials * n_splits * len(combos) * sum(len(b) for b in budgets.values())

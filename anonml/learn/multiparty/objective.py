@@ -28,14 +28,13 @@ from anonml.learn.multiparty.common import (
     MultipartyError,
     PrivacyGuarantee,
     PrivacyUnit,
-    as_generator,
     check_unit_ball,
-    resolve_rng,
     sample_norm_noise,
     to_pm1,
 )
 from anonml.learn.multiparty.erm import MarginLoss, fit_linear_erm, margin_loss
 from anonml.learn.params import checked_fit
+from anonml.randomness import generator_from, resolve_rng
 
 __all__ = ["Slack", "compute_slack", "objective_perturbation", "ObjectivePerturbationLR"]
 
@@ -166,7 +165,7 @@ class ObjectivePerturbationLR(LinearMultipartyClassifier):
     def fit(self, X: np.ndarray, y: np.ndarray) -> ObjectivePerturbationLR:
         X, y = validate_data(self, X, y, dtype=np.float64)
         y_pm, classes = to_pm1(y)
-        rng = as_generator(self.random_state)
+        rng = generator_from(self.random_state)
         w = objective_perturbation(X, y_pm, self.epsilon, self.lam, margin_loss(self.loss, self.huber_h), rng)
         self._set_binary(
             w,

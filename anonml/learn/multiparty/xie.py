@@ -28,7 +28,6 @@ from anonml.learn.multiparty.common import (
     MultipartyError,
     PrivacyGuarantee,
     PrivacyUnit,
-    as_generator,
     check_parties,
     check_unit_ball,
     to_pm1,
@@ -36,6 +35,7 @@ from anonml.learn.multiparty.common import (
 from anonml.learn.multiparty.erm import margin_loss
 from anonml.learn.multiparty.objective import objective_perturbation
 from anonml.learn.params import Interval, checked_fit
+from anonml.randomness import generator_from
 
 __all__ = ["FeatureMethod", "AverageMethod"]
 
@@ -65,7 +65,7 @@ class _LocalObjectivePerturbation(LinearMultipartyClassifier):
         X = check_unit_ball(X)
         y_pm, classes = to_pm1(y)
         parties, ids = check_parties(parties, X.shape[0])
-        rng = as_generator(self.random_state)
+        rng = generator_from(self.random_state)
         loss = margin_loss(self.loss, self.huber_h)
         self.local_coefs_ = np.vstack(
             [
