@@ -49,7 +49,7 @@ from anonml.crypto import Identity
 from anonml.datasets.mooc import simulate_students, write_edx_logs
 from anonml.errors import AnonMLError
 from anonml.featurize import featurize_dataset
-from anonml.learn import AnonMLClassifier, SimulationConfig
+from anonml.learn import AnonMLClassifier, SimulationConfig, simulated_learner
 from anonml.model import FeatureSpec
 from anonml.plugins import PluginRef, create
 from anonml.privacy import PrivacyLedger
@@ -564,16 +564,7 @@ def run_demo(
         simulated = [
             roc_auc_score(
                 y_test,
-                AnonMLClassifier(
-                    epsilon=epsilon,
-                    features=specs,
-                    n_partitions=draft.kp,
-                    n_subsets=draft.kh,
-                    subset_size=draft.ks,
-                    n_bins=draft.bins,
-                    median_fraction=draft.median.pool_fraction,
-                    random_state=seed + r,
-                )
+                simulated_learner(draft, random_state=seed + r)
                 .fit(X_train, y_train)
                 .predict_proba(X_test)[:, 1],
             )

@@ -56,9 +56,10 @@ from anonml.learn.frames import (
     is_frame,
     match_specs,
 )
+from anonml.learn.histograms import SubsetHistogram
 from anonml.learn.notices import NotPrivateWarning
 from anonml.learn.params import RANDOM_STATE, Interval, Options, check_params
-from anonml.learn.simulation import PrivacyAccounting, SimulationConfig, SimulationResult, simulate_training
+from anonml.learn.simulation import PrivacyAccounting, SimulationConfig, simulate_training
 from anonml.model import FeatureSpec
 from anonml.randomness import generator_from
 
@@ -343,7 +344,7 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         rng = generator_from(self.random_state)
         config = self._config(X.shape[1], classes.size)
         result = simulate_training(X, y_index.astype(np.int64), features, config, rng)
-        ensemble = self._ensemble(result, rng)
+        ensemble = self.ensemble_from(result.histograms, result.sizes, rng)
         if result.calibration_rows.size:
             rows = result.calibration_rows
             ensemble = calibrate_ensemble(
@@ -369,19 +370,38 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         )
         return self
 
-    def _ensemble(self, result: SimulationResult, rng: np.random.Generator) -> Ensemble:
-        """The mode's ensemble from the simulated histograms."""
+    def ensemble_from(
+        self, histograms: Sequence[SubsetHistogram], sizes: Sequence[int], rng: np.random.Generator
+    ) -> Ensemble:
+        """This learner's ensemble from debiased histograms: what ``fit`` and the aggregator both train.
+
+        Parameters
+        ----------
+        histograms : list of SubsetHistogram
+            One consistent histogram per (partition, subset).
+        sizes : list of int
+            The partition size behind each histogram (paper mode samples a synthetic set of that size).
+        rng : numpy.random.Generator
+            Paper mode's sampling and folds.
+
+        Returns
+        -------
+        Ensemble
+            Paper mode: thesis eq. 6.2 votes of partition classifiers
+            (:func:`~anonml.learn.ensemble.paper_ensemble`); default mode: smoothed
+            cell posteriors (:func:`~anonml.learn.ensemble.default_ensemble`).
+        """
         if self.mode == "paper":
             return paper_ensemble(
-                result.histograms,
-                result.sizes,
+                histograms,
+                sizes,
                 classifier=self.partition_classifier,
                 scoring=self.partition_scoring,
                 class_weight=self.partition_class_weight,
                 cv=self.partition_cv,
                 rng=rng,
             )
-        return default_ensemble(result.histograms, smoothing=self.smoothing, combine=self.combine)
+        return default_ensemble(histograms, smoothing=self.smoothing, combine=self.combine)
 
     def _prepare_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, list[FeatureSpec], bool]:
         """Validate X and y, settle the specs (matched, given or inferred) and encode X to floats."""
