@@ -53,6 +53,15 @@ class LinearMultipartyClassifier(ClassifierMixin, BaseEstimator):
     classes_: np.ndarray
     privacy_: PrivacyGuarantee
 
+    #: Whether the method learns more than two classes natively (Hamm et al.'s softmax ERM does).
+    _multiclass: bool = False
+
+    def __sklearn_tags__(self):  # noqa: D105 - scikit-learn protocol
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = self._multiclass
+        tags.non_deterministic = getattr(self, "random_state", None) is None
+        return tags
+
     def _set_binary(self, w: np.ndarray, classes: np.ndarray, privacy: PrivacyGuarantee) -> None:
         self.coef_ = np.asarray(w, dtype=np.float64).reshape(1, -1)
         self.intercept_ = np.zeros(1)

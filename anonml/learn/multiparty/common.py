@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from anonml.errors import AnonMLError
@@ -161,11 +162,13 @@ def to_pm1(y: np.ndarray, where: str = "y") -> tuple[np.ndarray, np.ndarray]:
     y = np.asarray(y)
     if y.ndim != 1:
         raise MultipartyError(f"{where} must be one-dimensional, got shape {y.shape}")
+    check_classification_targets(y)  # a continuous target is refused as scikit-learn refuses it
     classes = np.unique(y)
     if classes.size != 2:
         raise MultipartyError(
-            f"{where} must hold exactly two classes for a binary method, got {classes.size}: "
-            f"{classes[:10].tolist()}"
+            ("Only binary classification is supported. " if classes.size > 2 else "")
+            + f"{where} must hold exactly two classes for a binary method, got {classes.size} "
+            f"class{'es' if classes.size != 1 else ''}: {classes[:10].tolist()}"
         )
     return np.where(y == classes[1], 1.0, -1.0), classes
 

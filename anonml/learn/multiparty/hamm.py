@@ -128,6 +128,7 @@ class _HammBase(LinearMultipartyClassifier):
     param_checks: dict = {
         **PRIVATE_ERM_CONSTRAINTS,
     }
+    _multiclass = True
 
     def __init__(
         self,

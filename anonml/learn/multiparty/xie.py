@@ -181,9 +181,9 @@ class FeatureMethod(_LocalObjectivePerturbation):
         X, y, parties : the parties' private rows, labels and party ids
         X_public, y_public : the aggregator's public labelled rows
         """
+        local = self._fit_local(X, y, parties)
         if X_public is None or y_public is None:
             raise MultipartyError("the feature method needs public labelled data: X_public and y_public")
-        local = self._fit_local(X, y, parties)
         X_public = check_array(X_public, dtype=np.float64)
         if X_public.shape[1] != local.shape[1]:
             raise MultipartyError(
