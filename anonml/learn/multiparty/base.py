@@ -19,7 +19,12 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from anonml.learn.multiparty.common import PrivacyGuarantee
 from anonml.learn.params import RANDOM_STATE, Interval, Options
 
-__all__ = ["LinearMultipartyClassifier", "PRIVATE_ERM_CONSTRAINTS", "LOSS_CONSTRAINTS"]
+__all__ = [
+    "LinearMultipartyClassifier",
+    "MarginLossClassifier",
+    "PRIVATE_ERM_CONSTRAINTS",
+    "LOSS_CONSTRAINTS",
+]
 
 
 #: Hyperparameter constraints (scikit-learn's ``param_checks``) that
@@ -80,3 +85,37 @@ class LinearMultipartyClassifier(ClassifierMixin, BaseEstimator):
         if scores.ndim == 1:
             return self.classes_[(scores > 0).astype(int)]
         return self.classes_[np.argmax(scores, axis=1)]
+
+
+class MarginLossClassifier(LinearMultipartyClassifier):
+    """Base class of the ε-DP estimators trained with a margin loss (objective perturbation).
+
+    Parameters
+    ----------
+    epsilon : float, default=1.0
+    lam : float, default=1e-3
+        λ of the (λ/2)‖w‖² regulariser.
+    loss : {"logistic", "huber"}, default="logistic"
+    huber_h : float, default=0.5
+    random_state : int, Generator or None, default=None
+        ``None`` seeds from the OS CSPRNG.
+    """
+
+    param_checks: dict = {
+        **PRIVATE_ERM_CONSTRAINTS,
+        **LOSS_CONSTRAINTS,
+    }
+
+    def __init__(
+        self,
+        epsilon: float = 1.0,
+        lam: float = 1e-3,
+        loss: str = "logistic",
+        huber_h: float = 0.5,
+        random_state: int | np.random.Generator | None = None,
+    ) -> None:
+        self.epsilon = epsilon
+        self.lam = lam
+        self.loss = loss
+        self.huber_h = huber_h
+        self.random_state = random_state

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 from sklearn.utils.validation import validate_data
 
-from anonml.learn.multiparty.base import LOSS_CONSTRAINTS, PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
+from anonml.learn.multiparty.base import MarginLossClassifier
 from anonml.learn.multiparty.common import (
     MultipartyError,
     PrivacyGuarantee,
@@ -113,7 +113,7 @@ def objective_perturbation(
     return fit_linear_erm(X, y, lam + slack.extra_reg, loss=loss, linear=b / n)
 
 
-class ObjectivePerturbationLR(LinearMultipartyClassifier):
+class ObjectivePerturbationLR(MarginLossClassifier):
     """Pooled central-DP reference: objective-perturbed regularised logistic regression.
 
     A trusted curator pools every party's records and runs
@@ -141,25 +141,6 @@ class ObjectivePerturbationLR(LinearMultipartyClassifier):
     Chaudhuri, Monteleoni & Sarwate, "Differentially private empirical risk
     minimization", JMLR 12 (2011) 1069-1109.
     """
-
-    param_checks: dict = {
-        **PRIVATE_ERM_CONSTRAINTS,
-        **LOSS_CONSTRAINTS,
-    }
-
-    def __init__(
-        self,
-        epsilon: float = 1.0,
-        lam: float = 1e-3,
-        loss: str = "logistic",
-        huber_h: float = 0.5,
-        random_state: int | np.random.Generator | None = None,
-    ) -> None:
-        self.epsilon = epsilon
-        self.lam = lam
-        self.loss = loss
-        self.huber_h = huber_h
-        self.random_state = random_state
 
     @checked_fit
     def fit(self, X: np.ndarray, y: np.ndarray) -> ObjectivePerturbationLR:

@@ -23,7 +23,7 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.utils.validation import check_array, validate_data
 
-from anonml.learn.multiparty.base import LOSS_CONSTRAINTS, PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
+from anonml.learn.multiparty.base import MarginLossClassifier
 from anonml.learn.multiparty.common import (
     MultipartyError,
     PrivacyGuarantee,
@@ -40,26 +40,7 @@ from anonml.randomness import generator_from
 __all__ = ["FeatureMethod", "AverageMethod"]
 
 
-class _LocalObjectivePerturbation(LinearMultipartyClassifier):
-    param_checks: dict = {
-        **PRIVATE_ERM_CONSTRAINTS,
-        **LOSS_CONSTRAINTS,
-    }
-
-    def __init__(
-        self,
-        epsilon: float = 1.0,
-        lam: float = 1e-3,
-        loss: str = "logistic",
-        huber_h: float = 0.5,
-        random_state: int | np.random.Generator | None = None,
-    ) -> None:
-        self.epsilon = epsilon
-        self.lam = lam
-        self.loss = loss
-        self.huber_h = huber_h
-        self.random_state = random_state
-
+class _LocalObjectivePerturbation(MarginLossClassifier):
     def _fit_local(self, X: np.ndarray, y: np.ndarray, parties: np.ndarray | None) -> np.ndarray:
         X, y = validate_data(self, X, y, dtype=np.float64)
         X = check_unit_ball(X)
