@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pytest
 import requests
 
@@ -40,6 +39,7 @@ from peer.roster import RosterView
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import ADMIN, WirePeer, draft, propose, roster_of, status, wait_phase
 from tests.aggregator.helpers import post as post_json
+from tests.peer.helpers import mooc_dropout_draft, simulated_nodes
 from tests.peer.test_relay import OCTETS, ROUND, relays  # noqa: F401 - the relay fixture
 
 if TYPE_CHECKING:
@@ -342,24 +342,12 @@ def test_an_outsider_flooding_a_relay_is_capped_per_round(relays):  # noqa: F811
 
 def _simulated_host(aggregator_url: str, tmp_path: Path) -> tuple[list, PeerHost, Any]:
     """Eight simulated students as honest peers in one host (seeded routes), served on loopback."""
-    from anonml.demo import simulate_peers
     from peer.app import start_peer_server
     from peer.db import PeerDB
     from peer.host import PeerHost
     from peer.policy import PeerPolicy
 
-    simulated, _ = simulate_peers(
-        8,
-        tmp_path,
-        weeks=4,
-        history_weeks=2,
-        seed=4,
-        features=["time_on_site_minutes", "video_seconds_watched", "seq_navigations", "distinct_problems"],
-    )
-    nodes = [
-        PeerNode(p.identity, p.store, p.ledger, user=p.username, rng=np.random.default_rng(10 + i))
-        for i, p in enumerate(simulated)
-    ]
+    simulated, nodes = simulated_nodes(tmp_path, 8, seed=4, rng_base=10)
     host = PeerHost(
         nodes,
         PeerDB(f"sqlite:///{tmp_path / 'peers.db'}"),
@@ -374,21 +362,7 @@ def _simulated_host(aggregator_url: str, tmp_path: Path) -> tuple[list, PeerHost
 
 def _propose_with_hostile_members(aggregator_url: str, members: dict[str, tuple[Any, WirePeer]]) -> Any:
     """Propose the dropout problem and register each hostile member with its relay URL."""
-    from anonml.demo import dropout_draft
-    from anonml.plugins import PluginRef, create
-
-    featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
-    d = dropout_draft(
-        featurizer.features(),
-        history_weeks=2,
-        weeks=4,
-        epsilon=2.0,
-        min_peers=4,
-        pool_fraction=0.0,
-        report_delay_seconds=8.0,
-        send_window_seconds=3.0,
-        release_window_seconds=3.0,
-    )
+    d = mooc_dropout_draft(report_delay_seconds=8.0, send_window_seconds=3.0, release_window_seconds=3.0)
     problem = propose(aggregator_url, d)
     for relay, member in members.values():
         url = f"{relay.base}/relay/{member.identity.public.node_id.hex()}"
