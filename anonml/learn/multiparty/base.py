@@ -90,15 +90,9 @@ class LinearMultipartyClassifier(ClassifierMixin, BaseEstimator):
 class MarginLossClassifier(LinearMultipartyClassifier):
     """Base class of the ε-DP estimators trained with a margin loss (objective perturbation).
 
-    Parameters
-    ----------
-    epsilon : float, default=1.0
-    lam : float, default=1e-3
-        λ of the (λ/2)‖w‖² regulariser.
-    loss : {"logistic", "huber"}, default="logistic"
-    huber_h : float, default=0.5
-    random_state : int, Generator or None, default=None
-        ``None`` seeds from the OS CSPRNG.
+    Holds their shared hyperparameters, stored as given: ``epsilon``, the regulariser
+    ``lam`` (λ of (λ/2)‖w‖²), ``loss`` ("logistic" or "huber"), ``huber_h`` and
+    ``random_state``; each subclass documents them with its method.
     """
 
     param_checks: dict = {
