@@ -39,7 +39,7 @@ from peer.roster import RosterView
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import ADMIN, WirePeer, draft, propose, roster_of, status, wait_phase
 from tests.aggregator.helpers import post as post_json
-from tests.peer.helpers import mooc_dropout_draft, simulated_nodes
+from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
 from tests.peer.test_relay import OCTETS, ROUND, relays  # noqa: F401 - the relay fixture
 
 if TYPE_CHECKING:
@@ -343,20 +343,9 @@ def test_an_outsider_flooding_a_relay_is_capped_per_round(relays):  # noqa: F811
 def _simulated_host(aggregator_url: str, tmp_path: Path) -> tuple[list, PeerHost, Any]:
     """Eight simulated students as honest peers in one host (seeded routes), served on loopback."""
     from peer.app import start_peer_server
-    from peer.db import PeerDB
-    from peer.host import PeerHost
-    from peer.policy import PeerPolicy
 
     simulated, nodes = simulated_nodes(tmp_path, 8, seed=4, rng_base=10)
-    host = PeerHost(
-        nodes,
-        PeerDB(f"sqlite:///{tmp_path / 'peers.db'}"),
-        PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=4.0),
-        [aggregator_url],
-        poll_seconds=0.1,
-        roster_comparisons=2,
-        workers=8,
-    )
+    host = simulation_host(nodes, tmp_path / "peers.db", aggregator_url, workers=8)
     return simulated, host, start_peer_server(host)
 
 

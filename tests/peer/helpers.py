@@ -10,7 +10,10 @@ import numpy as np
 from anonml.demo import DEMO_FEATURES, SimulatedPeer, dropout_draft, simulate_peers
 from anonml.plugins import PluginRef, create
 from anonml.protocol import ProblemDraft
+from peer.db import PeerDB
+from peer.host import PeerHost
 from peer.participant import PeerNode
+from peer.policy import PeerPolicy
 
 
 def mooc_dropout_draft(
@@ -55,3 +58,16 @@ def simulated_nodes(
         for i, p in enumerate(simulated)
     ]
     return simulated, nodes
+
+
+def simulation_host(nodes: list[PeerNode], db: Path, aggregator_url: str, *, workers: int = 4) -> PeerHost:
+    """A host running ``nodes`` that accepts every problem up to ε = 4, polling every 0.1 s."""
+    return PeerHost(
+        nodes,
+        PeerDB(f"sqlite:///{db}"),
+        PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=4.0),
+        [aggregator_url],
+        poll_seconds=0.1,
+        roster_comparisons=2,
+        workers=workers,
+    )

@@ -12,12 +12,8 @@ from anonml.crypto import TokenKey
 from anonml.protocol import Roster, sign_message
 from peer.app import start_peer_server
 from peer.client import AggregatorClient
-from peer.db import PeerDB
-from peer.host import PeerHost
-from peer.participant import PeerNode
-from peer.policy import PeerPolicy
 from tests.aggregator.helpers import ADMIN, propose, status, wait_phase
-from tests.peer.helpers import mooc_dropout_draft, simulated_nodes
+from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
 
 
 class SplitViewClient(AggregatorClient):
@@ -33,24 +29,12 @@ class SplitViewClient(AggregatorClient):
         return sign_message(forged, self.signer)
 
 
-def _host(nodes: list[PeerNode], db: Path, url: str) -> PeerHost:
-    return PeerHost(
-        nodes,
-        PeerDB(f"sqlite:///{db}"),
-        PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=4.0),
-        [url],
-        poll_seconds=0.1,
-        roster_comparisons=2,
-        workers=4,
-    )
-
-
 @pytest.mark.slow
 def test_a_peer_shown_another_token_key_aborts_before_taking_tokens(aggregator, tmp_path: Path):
     # Seeded node generators: witness choices, paths and noise are reproducible.
     simulated, nodes = simulated_nodes(tmp_path, 8, seed=3)
-    honest = start_peer_server(_host(nodes[:7], tmp_path / "a.db", aggregator.url))
-    victim_host = _host(nodes[7:], tmp_path / "b.db", aggregator.url)
+    honest = start_peer_server(simulation_host(nodes[:7], tmp_path / "a.db", aggregator.url))
+    victim_host = simulation_host(nodes[7:], tmp_path / "b.db", aggregator.url)
     victim = start_peer_server(victim_host)
     try:
         d = mooc_dropout_draft(send_window_seconds=1.0)
