@@ -17,7 +17,7 @@ import requests
 
 from aggregator.settings import AggregatorSettings
 from anonml.crypto import Identity, RoundRelayKey, Token, TokenPublicKey, finalize_tokens, request_tokens
-from anonml.learn import Binning
+from anonml.learn import Binning, commit_seed
 from anonml.learn.histograms import domain_size
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import PluginRef
@@ -101,6 +101,30 @@ def draft(
             release_window_seconds=release_window,
         ),
         min_peers=min_peers,
+    )
+
+
+def signed_problem(
+    d: ProblemDraft,
+    aggregator: Identity,
+    *,
+    pid: str,
+    seed: bytes = bytes(32),
+    round_id: int = 1,
+    created_at: datetime | None = None,
+) -> Problem:
+    """``d`` as problem ``pid`` of ``aggregator``, committing to ``seed``, signed (no server involved)."""
+    return sign_message(
+        Problem(
+            id=pid,
+            draft=d,
+            created_at=created_at if created_at is not None else datetime.now(UTC),
+            seed_commitment=commit_seed(seed),
+            aggregator=bytes(aggregator.public),
+            round_id=round_id,
+            signature=bytes(64),
+        ),
+        aggregator,
     )
 
 

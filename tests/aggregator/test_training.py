@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import get_args
 
 import numpy as np
@@ -11,28 +10,17 @@ import pytest
 from aggregator.training import binning_of, group_reports, train_problem
 from anonml.crypto import Identity
 from anonml.errors import ProtocolError
-from anonml.learn import commit_seed, estimate_histogram, make_plan, simulated_learner
+from anonml.learn import estimate_histogram, make_plan, simulated_learner
 from anonml.privacy import RandomizedResponse, estimate_counts
-from anonml.protocol import Bins, Problem, ProblemDraft, Roster, RosterEntry, pack_bits, sign_message
-from tests.aggregator.helpers import draft
+from anonml.protocol import Bins, Problem, ProblemDraft, Roster, RosterEntry, pack_bits
+from tests.aggregator.helpers import draft, signed_problem
 
 
 def _problem(kp: int, mode: str = "default") -> tuple[Problem, Roster, Bins]:
     aggregator = Identity.generate()
     seed = bytes(range(32))
     d = draft(n_numeric=2, kp=kp, kh=1, epsilon=2.0).model_copy(update={"mode": mode})
-    problem = sign_message(
-        Problem(
-            id="p-train",
-            draft=d,
-            created_at=datetime.now(UTC),
-            seed_commitment=commit_seed(seed),
-            aggregator=bytes(aggregator.public),
-            round_id=1,
-            signature=bytes(64),
-        ),
-        aggregator,
-    )
+    problem = signed_problem(d, aggregator, pid="p-train", seed=seed)
     peers = [Identity.generate() for _ in range(kp * 2)]
     entries = tuple(
         RosterEntry(

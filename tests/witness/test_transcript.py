@@ -8,7 +8,6 @@ import pytest
 
 from anonml.crypto import Identity
 from anonml.errors import ProtocolError
-from anonml.learn import commit_seed
 from anonml.protocol import (
     Bins,
     Cosignature,
@@ -23,7 +22,7 @@ from anonml.protocol import (
     transcript_hash,
 )
 from peer.transcript import verify_bundle
-from tests.aggregator.helpers import draft
+from tests.aggregator.helpers import draft, signed_problem
 
 AGG = Identity.generate()
 WITNESSES = [Identity.generate() for _ in range(3)]
@@ -40,18 +39,8 @@ def problem(witnesses=WITNESSES, **changes) -> Problem:
             **changes,
         }
     )
-    return sign_message(
-        Problem(
-            id="p-transcript",
-            draft=d,
-            created_at=datetime(2026, 1, 1, tzinfo=UTC),
-            seed_commitment=commit_seed(SEED),
-            aggregator=bytes(AGG.public),
-            round_id=7,
-            signature=bytes(64),
-        ),
-        AGG,
-    )
+    created = datetime(2026, 1, 1, tzinfo=UTC)
+    return signed_problem(d, AGG, pid="p-transcript", seed=SEED, round_id=7, created_at=created)
 
 
 def roster(**changes) -> Roster:
