@@ -26,14 +26,13 @@ from anonml.protocol import (
     Cosignature,
     Problem,
     Roster,
-    RosterEntry,
     WitnessRef,
     roster_beacon,
     sign_message,
     transcript_hash,
 )
 from peer.witness import WitnessSettings, start_witness_server
-from tests.aggregator.helpers import draft, signed_problem
+from tests.aggregator.helpers import draft, signed_problem, unsigned_roster_entries
 from tests.witness.helpers import ask_witness
 
 HONEST = 4  # besides the victim
@@ -53,15 +52,7 @@ def _problem(pid: str, seed: bytes, witness: bytes) -> Problem:
 
 
 def _roster(pid: str, seed: bytes, members: list[Identity]) -> Roster:
-    entries = tuple(
-        RosterEntry(
-            identity=bytes(m.public),
-            relay_url="http://127.0.0.1:1/relay/x",
-            relay_certificate=bytes(m.new_round_relay_key(1)[1]),
-            registration_signature=bytes(64),
-        )
-        for m in members
-    )
+    entries = unsigned_roster_entries(members, 1)
     return sign_message(
         Roster(
             problem_id=pid,

@@ -34,6 +34,7 @@ from anonml.protocol import (
     ProblemStatus,
     Registration,
     Roster,
+    RosterEntry,
     Schedule,
     TokenBatchRequest,
     TokenBatchResponse,
@@ -125,6 +126,22 @@ def signed_problem(
             signature=bytes(64),
         ),
         aggregator,
+    )
+
+
+def unsigned_roster_entries(
+    members: list[Identity], round_id: int, relay_url: str = "http://127.0.0.1:1/relay/x"
+) -> tuple[RosterEntry, ...]:
+    """Roster entries of ``members`` with real relay certificates for ``round_id`` and zero
+    registration signatures (for code that reads no registration)."""
+    return tuple(
+        RosterEntry(
+            identity=bytes(m.public),
+            relay_url=relay_url,
+            relay_certificate=bytes(m.new_round_relay_key(round_id)[1]),
+            registration_signature=bytes(64),
+        )
+        for m in members
     )
 
 

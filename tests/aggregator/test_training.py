@@ -12,8 +12,8 @@ from anonml.crypto import Identity
 from anonml.errors import ProtocolError
 from anonml.learn import estimate_histogram, make_plan, simulated_learner
 from anonml.privacy import RandomizedResponse, estimate_counts
-from anonml.protocol import Bins, Problem, ProblemDraft, Roster, RosterEntry, pack_bits
-from tests.aggregator.helpers import draft, signed_problem
+from anonml.protocol import Bins, Problem, ProblemDraft, Roster, pack_bits
+from tests.aggregator.helpers import draft, signed_problem, unsigned_roster_entries
 
 
 def _problem(kp: int, mode: str = "default") -> tuple[Problem, Roster, Bins]:
@@ -22,15 +22,7 @@ def _problem(kp: int, mode: str = "default") -> tuple[Problem, Roster, Bins]:
     d = draft(n_numeric=2, kp=kp, kh=1, epsilon=2.0).model_copy(update={"mode": mode})
     problem = signed_problem(d, aggregator, pid="p-train", seed=seed)
     peers = [Identity.generate() for _ in range(kp * 2)]
-    entries = tuple(
-        RosterEntry(
-            identity=bytes(p.public),
-            relay_url="http://127.0.0.1:1/r",
-            relay_certificate=bytes(p.new_round_relay_key(1)[1]),
-            registration_signature=bytes(64),  # training reads no signature
-        )
-        for p in peers
-    )
+    entries = unsigned_roster_entries(peers, 1)  # training reads no signature
     roster = Roster(
         problem_id="p-train",
         round_id=1,

@@ -14,7 +14,6 @@ from anonml.protocol import (
     CosignatureBundle,
     Problem,
     Roster,
-    RosterEntry,
     TranscriptStatement,
     WitnessRef,
     roster_beacon,
@@ -22,7 +21,7 @@ from anonml.protocol import (
     transcript_hash,
 )
 from peer.transcript import verify_bundle
-from tests.aggregator.helpers import draft, signed_problem
+from tests.aggregator.helpers import draft, signed_problem, unsigned_roster_entries
 
 AGG = Identity.generate()
 WITNESSES = [Identity.generate() for _ in range(3)]
@@ -45,15 +44,7 @@ def problem(witnesses=WITNESSES, **changes) -> Problem:
 
 def roster(**changes) -> Roster:
     peers = [Identity.generate() for _ in range(2)]
-    entries = tuple(
-        RosterEntry(
-            identity=bytes(p.public),
-            relay_url="http://127.0.0.1:1/relay/x",
-            relay_certificate=bytes(p.new_round_relay_key(7)[1]),
-            registration_signature=bytes(64),
-        )
-        for p in peers
-    )
+    entries = unsigned_roster_entries(peers, 7)
     fields = (
         dict(
             problem_id="p-transcript",
