@@ -8,14 +8,15 @@ peers of one partition all choose the same least-error mechanism, so there is
 one group per (partition, subset); a report made otherwise gets its own
 histogram rather than being debiased with the wrong ``p, q``. The histograms
 train the ensemble of the problem's ``mode`` (default: smoothed cell
-posteriors; paper: thesis eq. 6.2 votes) and become an
+posteriors; paper: thesis eq. 6.2 votes) with the settings
+:func:`~anonml.learn.settings.learner_settings` reads from the draft (the ones
+the demo's simulation uses too) and become an
 :class:`~anonml.learn.model.AnonMLClassifier` with the published bins, which
 serialises to versioned JSON.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -28,12 +29,12 @@ from anonml.learn import (
     PartitionPlan,
     PrivacyAccounting,
     SubsetHistogram,
-    default_ensemble,
     estimate_histogram,
-    paper_ensemble,
+    learner_settings,
 )
 from anonml.privacy import MechanismDescriptor
 from anonml.protocol import Bins, Problem, ReportAccount, Roster, unpack_bits
+from anonml.randomness import resolve_rng
 
 __all__ = ["ReportGroup", "group_reports", "train_problem", "binning_of", "account_reports"]
 
@@ -124,22 +125,21 @@ def train_problem(
         When no report arrived.
     """
     draft = problem.draft
-    rng = rng if rng is not None else np.random.default_rng(secrets.randbits(128))
+    rng = resolve_rng(rng)
     binning = binning_of(problem, bins)
     groups = group_reports(reports)
     if not groups:
         raise ProtocolError(f"problem {problem.id}: no report arrived, nothing to train on")
+    settings = learner_settings(draft)
+    learner = AnonMLClassifier(**settings)
     histograms: list[SubsetHistogram] = []
     for g in groups:
         features = plan.subsets[g.partition][g.subset]
         shape = tuple(binning.n_bins[f] for f in features)
         histograms.append(
-            estimate_histogram(g.bit_sums, g.mechanism, g.n, features, shape, consistency="norm_sub")
+            estimate_histogram(g.bit_sums, g.mechanism, g.n, features, shape, consistency=learner.consistency)
         )
-    if draft.mode == "paper":
-        ensemble = paper_ensemble(histograms, [g.n for g in groups], rng=rng)
-    else:
-        ensemble = default_ensemble(histograms)
+    ensemble = learner.ensemble_from(histograms, [g.n for g in groups], rng)
     report_peers = len(roster.entries) - roster.median_pool_size
     accounting = PrivacyAccounting(
         epsilon_total=max(draft.epsilon, draft.median_epsilon if median_answered else 0.0),
@@ -149,19 +149,7 @@ def train_problem(
         median_peers=median_answered,
         median_epsilon=draft.median_epsilon,
     )
-    model = AnonMLClassifier.from_ensemble(
-        binning,
-        ensemble,
-        privacy=accounting,
-        mode=draft.mode,
-        epsilon=draft.epsilon,
-        n_partitions=draft.kp,
-        n_subsets=draft.kh,
-        subset_size=draft.ks,
-        subsets=None if draft.subsets is None else [list(s) for s in draft.subsets],
-        features=list(draft.features),
-        median_fraction=draft.median.pool_fraction,
-    )
+    model = AnonMLClassifier.from_ensemble(binning, ensemble, privacy=accounting, **settings)
     n_reports = sum(g.n for g in groups)
     metrics = {
         "reports": float(n_reports),

@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import requests
@@ -49,7 +50,7 @@ from anonml.crypto import Identity
 from anonml.datasets.mooc import simulate_students, write_edx_logs
 from anonml.errors import AnonMLError
 from anonml.featurize import featurize_dataset
-from anonml.learn import AnonMLClassifier, SimulationConfig
+from anonml.learn import AnonMLClassifier, SimulationConfig, simulated_learner
 from anonml.model import FeatureSpec
 from anonml.plugins import PluginRef, create
 from anonml.privacy import PrivacyLedger
@@ -64,6 +65,7 @@ from anonml.protocol import (
     Schedule,
     WitnessRef,
 )
+from anonml.randomness import generator_from
 from anonml.store import EventStore
 
 __all__ = [
@@ -341,7 +343,7 @@ def simulate_peers(
     featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": history_weeks}))
     names = [spec.name for spec in featurizer.features()]
     columns = [names.index(f) for f in features]
-    rng = np.random.default_rng(seed)
+    rng = generator_from(seed, name="seed")
     stores = root / "stores"
     stores.mkdir(parents=True, exist_ok=True)
     peers, events = [], 0
@@ -397,6 +399,283 @@ def _clip(x: np.ndarray, specs: Sequence[FeatureSpec]) -> np.ndarray:
     return np.clip(x, lows, highs)
 
 
+@dataclass
+class _Services:
+    """The demo's running services: witness and aggregator processes, the peer host and its server."""
+
+    witness: Any
+    aggregator: Any
+    host: Any
+    peer_server: Any
+    admin_token: str
+    max_loss_fraction: float
+
+    def stop(self) -> None:
+        self.peer_server.stop()
+        self.aggregator.stop()
+        self.witness.stop()
+
+
+@dataclass
+class _ProtocolRun:
+    """What the protocol's run left: the problem's last status, the published model and the counters."""
+
+    problem_id: str
+    draft: ProblemDraft
+    status: ProblemStatus
+    document: ModelDocument
+    relay: dict[str, int]
+    packets_sent: int
+    witness_log: int
+
+
+def _split_held_out(
+    everyone: list[SimulatedPeer], fraction: float, seed: int
+) -> tuple[list[SimulatedPeer], list[SimulatedPeer]]:
+    """(peers, held out): a seeded ``fraction`` of the students scores the models; their stores close."""
+    order = generator_from(seed, name="seed").permutation(len(everyone))
+    n_held = int(round(fraction * len(everyone)))
+    held = [everyone[i] for i in sorted(order[:n_held])]
+    peers = [everyone[i] for i in sorted(order[n_held:])]
+    for p in held:
+        p.store.close()
+    return peers, held
+
+
+def _start_services(
+    root: Path, peers: list[SimulatedPeer], epsilon: float, window_seconds: float
+) -> _Services:
+    """Start the witness and the aggregator (own processes) and one host serving every peer."""
+    from aggregator.app import start_server_process
+    from aggregator.settings import AggregatorSettings
+    from peer.app import start_peer_server
+    from peer.db import PeerDB
+    from peer.host import PeerHost
+    from peer.participant import PeerNode
+    from peer.policy import PeerPolicy
+    from peer.witness import start_witness_process
+
+    token = "demo-" + os.urandom(8).hex()
+    agg_settings = AggregatorSettings(
+        db_url=f"sqlite:///{root / 'aggregator.db'}",
+        identity_file=root / "aggregator-identity.json",
+        admin_token=token,
+        intake_grace_seconds=max(1.0, window_seconds / 2),
+        port=0,
+        allow_loopback_http=True,  # every service of the demo is on this machine
+        peer_poll_seconds=DEMO_POLL_SECONDS,  # the round's waits are sized for the hosts' polling
+    )
+    witness = start_witness_process(root / "witness")  # independent of the aggregator
+    try:
+        aggregator = start_server_process(agg_settings)  # its own process: the second core
+    except BaseException:
+        witness.stop()
+        raise
+    nodes = [PeerNode(p.identity, p.store, p.ledger, user=p.username) for p in peers]
+    host = PeerHost(
+        nodes,
+        PeerDB(f"sqlite:///{root / 'peers.db'}"),
+        PeerPolicy.for_simulation(
+            auto_accept=True,
+            max_epsilon_per_problem=max(epsilon, 1.0),
+            witnesses=[witness.identity.hex()],
+            witness_threshold=1,
+        ),
+        [aggregator.url],
+        poll_seconds=DEMO_POLL_SECONDS,
+        roster_comparisons=2,
+        workers=8,
+    )
+    peer_server = start_peer_server(host)
+    return _Services(witness, aggregator, host, peer_server, token, agg_settings.max_loss_fraction)
+
+
+def _demo_draft(
+    services: _Services,
+    n_peers: int,
+    history_weeks: int,
+    weeks: int,
+    epsilon: float,
+    windows: tuple[float, float, float],
+) -> ProblemDraft:
+    """The dropout problem the demo proposes, declaring its witness.
+
+    ``windows`` = (report delay = send = release window, roster seconds, median step seconds).
+    """
+    window_seconds, roster_seconds, median_step_seconds = windows
+    featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": history_weeks}))
+    return dropout_draft(
+        featurizer.features(),
+        history_weeks=history_weeks,
+        weeks=weeks,
+        epsilon=epsilon,
+        min_peers=max(10, n_peers // 2),
+        report_delay_seconds=window_seconds,
+        send_window_seconds=window_seconds,
+        release_window_seconds=window_seconds,
+        roster_seconds=roster_seconds,
+        median_step_seconds=median_step_seconds,
+        witnesses=[WitnessRef(identity=services.witness.identity, url=services.witness.url)],
+        witness_seconds=max(2.0, window_seconds),
+    )
+
+
+def _register(services: _Services, draft: ProblemDraft, n_peers: int, report: Progress) -> str:
+    """Propose ``draft``, wait until every peer that joined registered, close registration."""
+    url = services.aggregator.url
+    admin = {"Authorization": f"Bearer {services.admin_token}", "content-type": "application/json"}
+    response = requests.post(f"{url}/problems", data=draft.model_dump_json(), headers=admin, timeout=30)
+    response.raise_for_status()
+    pid = Problem.model_validate_json(response.content).id
+
+    def everyone_registered(s: ProblemStatus) -> bool:
+        report("register", s.registered, n_peers)
+        session = services.host.sessions.get(pid)
+        if session is None:  # peers are still deciding and computing their examples
+            return False
+        return s.registered >= sum(1 for p in session.participants if p.status != "aborted")
+
+    _wait(url, pid, everyone_registered, timeout=120)
+    requests.post(f"{url}/problems/{pid}/close", headers=admin, timeout=30).raise_for_status()
+    _wait(url, pid, lambda s: s.phase != "registration", timeout=60)
+    return pid
+
+
+def _run_protocol(
+    services: _Services, draft: ProblemDraft, n_peers: int, timer: dict[str, float], report: Progress
+) -> _ProtocolRun:
+    """Every phase of the problem, timed, through to the peers holding the published model."""
+    url = services.aggregator.url
+    t = time.perf_counter()
+    pid = _register(services, draft, n_peers, report)
+    timer["registration"] = time.perf_counter() - t
+    t = time.perf_counter()
+    _wait(url, pid, lambda s: s.phase != "witnessing", timeout=60)
+    timer["roster co-signed"] = time.perf_counter() - t
+    t = time.perf_counter()
+    _wait(
+        url,
+        pid,
+        lambda s: report("medians", s.median_answers, s.median_pool) or s.phase not in ("medians",),
+        timeout=60 + draft.schedule.roster_seconds + draft.median.steps * draft.schedule.median_step_seconds,
+    )
+    timer["median rounds"] = time.perf_counter() - t
+    t = time.perf_counter()
+    _wait(
+        url,
+        pid,
+        lambda s: (
+            report("report round", s.reports_accepted, s.report_peers * s.slots_per_peer)
+            or s.phase not in ("reporting",)
+        ),
+        timeout=180,
+    )
+    timer["report round"] = time.perf_counter() - t
+    t = time.perf_counter()
+    status = _wait(url, pid, lambda s: s.phase in MODEL_PHASES, timeout=120)
+    model = requests.get(f"{url}/problems/{pid}/model", timeout=60)
+    document = ModelDocument.model_validate_json(model.content)
+    timer["training + publication"] = time.perf_counter() - t
+    t = time.perf_counter()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        session = services.host.sessions.get(pid)
+        if session is not None and session.finished:
+            break
+        time.sleep(0.1)
+    timer["peers download model"] = time.perf_counter() - t
+    witness_log = len(requests.get(f"{services.witness.url}/log", params={"limit": 1000}, timeout=30).json())
+    return _ProtocolRun(
+        pid,
+        draft,
+        status,
+        document,
+        dict(services.host.relay.counters),
+        int(services.host.counters["packets sent"]),
+        witness_log,
+    )
+
+
+def _score(
+    document: ModelDocument,
+    draft: ProblemDraft,
+    peers: list[SimulatedPeer],
+    held: list[SimulatedPeer],
+    seed: int,
+    simulation_runs: int,
+) -> tuple[float, float, list[float]]:
+    """Held-out AUC of the published model, of a non-private model and of ``simulation_runs`` simulations.
+
+    The simulations are the learning library's in-process run of the same computation
+    (:func:`~anonml.learn.settings.simulated_learner`: same plan, ε, bins, median pool)
+    on the same peers: the range the protocol should hit.
+    """
+    specs = list(draft.features)
+    X_train = _clip(np.asarray([p.x for p in peers]), specs)
+    y_train = np.asarray([p.y for p in peers])
+    X_test = _clip(np.asarray([p.x for p in held]), specs)
+    y_test = np.asarray([p.y for p in held])
+    model = AnonMLClassifier.from_json(json.dumps(document.model))
+    auc = float(roc_auc_score(y_test, model.predict_proba(X_test)[:, 1]))
+    simulated = []
+    for r in range(simulation_runs):
+        learner = simulated_learner(draft, random_state=seed + r).fit(X_train, y_train)
+        simulated.append(float(roc_auc_score(y_test, learner.predict_proba(X_test)[:, 1])))
+    central = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(X_train, y_train)
+    auc_central = float(roc_auc_score(y_test, central.predict_proba(X_test)[:, 1]))
+    return auc, auc_central, simulated
+
+
+def _demo_result(
+    students: int,
+    epsilon: float,
+    people: tuple[list[SimulatedPeer], list[SimulatedPeer], list[SimulatedPeer]],
+    events: int,
+    run: _ProtocolRun,
+    scores: tuple[float, float, list[float]],
+    totals: list[float],
+    timer: dict[str, float],
+    max_loss_fraction: float,
+) -> DemoResult:
+    """Gather the run's figures: ``people`` = (everyone, peers, held out), ``scores`` as :func:`_score`."""
+    everyone, peers, held = people
+    auc, auc_central, simulated = scores
+    status, relay = run.status, run.relay
+    return DemoResult(
+        students=students,
+        peers=len(peers),
+        held_out=len(held),
+        events_imported=events,
+        examples=len(everyone),
+        dropout_rate=float(np.mean([p.y for p in everyone])),
+        features=[f.name for f in run.draft.features],
+        epsilon=epsilon,
+        auc=auc,
+        auc_central=auc_central,
+        auc_simulation=(float(np.mean(simulated)), float(np.std(simulated))),
+        epsilon_per_peer={
+            "min": float(min(totals)),
+            "max": float(max(totals)),
+            "mean": float(math.fsum(totals) / len(totals)),
+        },
+        packets_sent=run.packets_sent,
+        packets_relayed=int(relay.get("forwarded", 0) + relay.get("delivered", 0) + relay.get("cover", 0)),
+        tokens_issued=status.tokens_issued,
+        tokens_verified=status.reports_accepted,
+        median_answers=status.median_answers,
+        rejects=dict(status.rejects),
+        relay_rejects={k.removeprefix("rejected: "): v for k, v in relay.items() if k.startswith("rejected")},
+        problem_id=run.problem_id,
+        witness_log=run.witness_log,
+        phase_seconds=timer,
+        median_pool=status.median_pool,
+        reports=status.reports,
+        phase=status.phase,
+        message=status.message,
+        max_loss_fraction=max_loss_fraction,
+    )
+
+
 def run_demo(
     students: int = 400,
     *,
@@ -424,15 +703,6 @@ def run_demo(
     nothing on a quiet machine and keeps answers coming under load); ``progress`` is an optional callable
     ``(phase: str, done: int, total: int)``.
     """
-    from aggregator.app import start_server_process
-    from aggregator.settings import AggregatorSettings
-    from peer.app import start_peer_server
-    from peer.db import PeerDB
-    from peer.host import PeerHost
-    from peer.participant import PeerNode
-    from peer.policy import PeerPolicy
-    from peer.witness import start_witness_process
-
     timer: dict[str, float] = {}
     report = progress or (lambda phase, done, total: None)
     with tempfile.TemporaryDirectory(prefix="anonml-demo-", dir=_scratch_parent()) as scratch:
@@ -448,200 +718,27 @@ def run_demo(
             progress=report,
         )
         timer["simulate + import"] = time.perf_counter() - t
-        rng = np.random.default_rng(seed)
-        order = rng.permutation(len(everyone))
-        n_held = int(round(held_out_fraction * len(everyone)))
-        held = [everyone[i] for i in sorted(order[:n_held])]
-        peers = [everyone[i] for i in sorted(order[n_held:])]
-        for p in held:
-            p.store.close()
+        peers, held = _split_held_out(everyone, held_out_fraction, seed)
 
         t = time.perf_counter()
-        token = "demo-" + os.urandom(8).hex()
-        agg_settings = AggregatorSettings(
-            db_url=f"sqlite:///{root / 'aggregator.db'}",
-            identity_file=root / "aggregator-identity.json",
-            admin_token=token,
-            intake_grace_seconds=max(1.0, window_seconds / 2),
-            port=0,
-            allow_loopback_http=True,  # every service of the demo is on this machine
-            peer_poll_seconds=DEMO_POLL_SECONDS,  # the round's waits are sized for the hosts' polling
-        )
-        witness = start_witness_process(root / "witness")  # independent of the aggregator
-        try:
-            aggregator = start_server_process(agg_settings)  # its own process: the second core
-        except BaseException:
-            witness.stop()
-            raise
-        nodes = [PeerNode(p.identity, p.store, p.ledger, user=p.username) for p in peers]
-        host = PeerHost(
-            nodes,
-            PeerDB(f"sqlite:///{root / 'peers.db'}"),
-            PeerPolicy.for_simulation(
-                auto_accept=True,
-                max_epsilon_per_problem=max(epsilon, 1.0),
-                witnesses=[witness.identity.hex()],
-                witness_threshold=1,
-            ),
-            [aggregator.url],
-            poll_seconds=DEMO_POLL_SECONDS,
-            roster_comparisons=2,
-            workers=8,
-        )
-        peer_server = start_peer_server(host)
+        services = _start_services(root, peers, epsilon, window_seconds)
         timer["start services"] = time.perf_counter() - t
         try:
-            featurizer = create(
-                "featurizer", PluginRef(name="mooc_engagement", params={"weeks": history_weeks})
-            )
-            draft = dropout_draft(
-                featurizer.features(),
-                history_weeks=history_weeks,
-                weeks=weeks,
-                epsilon=epsilon,
-                min_peers=max(10, len(peers) // 2),
-                report_delay_seconds=window_seconds,
-                send_window_seconds=window_seconds,
-                release_window_seconds=window_seconds,
-                roster_seconds=roster_seconds,
-                median_step_seconds=median_step_seconds,
-                witnesses=[WitnessRef(identity=witness.identity, url=witness.url)],
-                witness_seconds=max(2.0, window_seconds),
-            )
-            admin = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
-            t = time.perf_counter()
-            response = requests.post(
-                f"{aggregator.url}/problems", data=draft.model_dump_json(), headers=admin, timeout=30
-            )
-            response.raise_for_status()
-            problem = Problem.model_validate_json(response.content)
-            pid = problem.id
-
-            def everyone_registered(s: ProblemStatus) -> bool:
-                report("register", s.registered, len(peers))
-                session = host.sessions.get(pid)
-                if session is None:  # peers are still deciding and computing their examples
-                    return False
-                return s.registered >= sum(1 for p in session.participants if p.status != "aborted")
-
-            _wait(aggregator.url, pid, everyone_registered, timeout=120)
-            requests.post(
-                f"{aggregator.url}/problems/{pid}/close", headers=admin, timeout=30
-            ).raise_for_status()
-            status = _wait(aggregator.url, pid, lambda s: s.phase != "registration", timeout=60)
-            timer["registration"] = time.perf_counter() - t
-            t = time.perf_counter()
-            _wait(aggregator.url, pid, lambda s: s.phase != "witnessing", timeout=60)
-            timer["roster co-signed"] = time.perf_counter() - t
-            t = time.perf_counter()
-            _wait(
-                aggregator.url,
-                pid,
-                lambda s: report("medians", s.median_answers, s.median_pool) or s.phase not in ("medians",),
-                timeout=60 + roster_seconds + draft.median.steps * median_step_seconds,
-            )
-            timer["median rounds"] = time.perf_counter() - t
-            t = time.perf_counter()
-            _wait(
-                aggregator.url,
-                pid,
-                lambda s: (
-                    report("report round", s.reports_accepted, s.report_peers * s.slots_per_peer)
-                    or s.phase not in ("reporting",)
-                ),
-                timeout=180,
-            )
-            timer["report round"] = time.perf_counter() - t
-            t = time.perf_counter()
-            status = _wait(aggregator.url, pid, lambda s: s.phase in MODEL_PHASES, timeout=120)
-            document = ModelDocument.model_validate_json(
-                requests.get(f"{aggregator.url}/problems/{pid}/model", timeout=60).content
-            )
-            timer["training + publication"] = time.perf_counter() - t
-            t = time.perf_counter()
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                session = host.sessions.get(pid)
-                if session is not None and session.finished:
-                    break
-                time.sleep(0.1)
-            timer["peers download model"] = time.perf_counter() - t
-            relay = dict(host.relay.counters)
-            sent = host.counters["packets sent"]
-            witness_log = len(requests.get(f"{witness.url}/log", params={"limit": 1000}, timeout=30).json())
+            windows = (window_seconds, roster_seconds, median_step_seconds)
+            draft = _demo_draft(services, len(peers), history_weeks, weeks, epsilon, windows)
+            run = _run_protocol(services, draft, len(peers), timer, report)
         finally:
-            peer_server.stop()
-            aggregator.stop()
-            witness.stop()
+            services.stop()
             for p in peers:
                 p.store.close()
 
         t = time.perf_counter()
-        specs = list(draft.features)
-        X_train = _clip(np.asarray([p.x for p in peers]), specs)
-        y_train = np.asarray([p.y for p in peers])
-        X_test = _clip(np.asarray([p.x for p in held]), specs)
-        y_test = np.asarray([p.y for p in held])
-        model = AnonMLClassifier.from_json(json.dumps(document.model))
-        auc = float(roc_auc_score(y_test, model.predict_proba(X_test)[:, 1]))
-        # The learning library's in-process simulation of the same computation (same plan
-        # shape, ε, bins, median pool) on the same peers: the range the protocol should hit.
-        simulated = [
-            roc_auc_score(
-                y_test,
-                AnonMLClassifier(
-                    epsilon=epsilon,
-                    features=specs,
-                    n_partitions=draft.kp,
-                    n_subsets=draft.kh,
-                    subset_size=draft.ks,
-                    n_bins=draft.bins,
-                    median_fraction=draft.median.pool_fraction,
-                    random_state=seed + r,
-                )
-                .fit(X_train, y_train)
-                .predict_proba(X_test)[:, 1],
-            )
-            for r in range(simulation_runs)
-        ]
-        central = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(X_train, y_train)
-        auc_central = float(roc_auc_score(y_test, central.predict_proba(X_test)[:, 1]))
-        totals = [p.ledger.budget(p.identity.fingerprint.hex(), pid).total for p in peers]
+        scores = _score(run.document, draft, peers, held, seed, simulation_runs)
+        totals = [p.ledger.budget(p.identity.fingerprint.hex(), run.problem_id).total for p in peers]
         for p in everyone:
             p.ledger.close()
         timer["score models"] = time.perf_counter() - t
-
-    rejects_relay = {k.removeprefix("rejected: "): v for k, v in relay.items() if k.startswith("rejected")}
-    return DemoResult(
-        students=students,
-        peers=len(peers),
-        held_out=len(held),
-        events_imported=events,
-        examples=len(everyone),
-        dropout_rate=float(np.mean([p.y for p in everyone])),
-        features=[f.name for f in specs],
-        epsilon=epsilon,
-        auc=auc,
-        auc_central=auc_central,
-        auc_simulation=(float(np.mean(simulated)), float(np.std(simulated))),
-        epsilon_per_peer={
-            "min": float(min(totals)),
-            "max": float(max(totals)),
-            "mean": float(math.fsum(totals) / len(totals)),
-        },
-        packets_sent=int(sent),
-        packets_relayed=int(relay.get("forwarded", 0) + relay.get("delivered", 0) + relay.get("cover", 0)),
-        tokens_issued=status.tokens_issued,
-        tokens_verified=status.reports_accepted,
-        median_answers=status.median_answers,
-        rejects=dict(status.rejects),
-        relay_rejects=rejects_relay,
-        problem_id=pid,
-        witness_log=witness_log,
-        phase_seconds=timer,
-        median_pool=status.median_pool,
-        reports=status.reports,
-        phase=status.phase,
-        message=status.message,
-        max_loss_fraction=agg_settings.max_loss_fraction,
+    people = (everyone, peers, held)
+    return _demo_result(
+        students, epsilon, people, events, run, scores, totals, timer, services.max_loss_fraction
     )

@@ -18,13 +18,13 @@ load; floors that grow with the work keep the round whole.
 from __future__ import annotations
 
 import math
-import secrets
 import threading
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from anonml.errors import ProtocolError
+from anonml.randomness import resolve_rng
 
 __all__ = [
     "WindowSchedule",
@@ -86,8 +86,7 @@ class WindowSchedule:
 def _uniform_open(lo: float, hi: float, rng: np.random.Generator | None) -> float:
     """Uniform on the open interval (lo, hi): draws from [lo, hi) and redraws the endpoints,
     which float rounding of ``lo + (hi - lo)·U`` can produce."""
-    if rng is None:
-        rng = np.random.default_rng(secrets.randbits(128))
+    rng = resolve_rng(rng)
     while True:
         t = float(rng.uniform(lo, hi))
         if lo < t < hi:

@@ -105,7 +105,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1, help="demo runs under load (seeds 0, 1, …)")
     parser.add_argument("--students", type=int, default=400)
-    parser.add_argument("--cpu", type=int, default=os.cpu_count() or 2, help="CPU-bound stressors beside the demo")
+    parser.add_argument(
+        "--cpu", type=int, default=os.cpu_count() or 2, help="CPU-bound stressors beside the demo"
+    )
     args = parser.parse_args()
 
     runs = []
@@ -122,7 +124,11 @@ def main() -> None:
     result = {
         "benchmark": "demo_under_load",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
         "stressor": stressor,
         "students": args.students,
         "target_auc_gap": TARGET_AUC_GAP,
@@ -131,7 +137,9 @@ def main() -> None:
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{result['within_target']} of {len(runs)} runs within {TARGET_AUC_GAP} of the simulation; wrote {RESULTS}")
+    print(
+        f"{result['within_target']} of {len(runs)} runs within {TARGET_AUC_GAP} of the simulation; wrote {RESULTS}"
+    )
 
 
 if __name__ == "__main__":

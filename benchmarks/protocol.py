@@ -73,7 +73,7 @@ from anonml.crypto import (
     request_tokens,
 )
 from anonml.demo import DEMO_FEATURES, dropout_draft, simulate_peers
-from anonml.learn import AnonMLClassifier
+from anonml.learn import simulated_learner
 from anonml.plugins import PluginRef, create
 from anonml.privacy import PrivacyLedger, RandomizedResponse
 from anonml.protocol import (
@@ -587,16 +587,7 @@ def main() -> None:
         times = []
         for r in range(3):  # best of 3: the in-process simulation of the same computation
             t = time.perf_counter()
-            AnonMLClassifier(
-                epsilon=args.epsilon,
-                features=specs,
-                n_partitions=draft.kp,
-                n_subsets=draft.kh,
-                subset_size=draft.ks,
-                n_bins=draft.bins,
-                median_fraction=draft.median.pool_fraction,
-                random_state=r,
-            ).fit(Xc, y)
+            simulated_learner(draft, random_state=r).fit(Xc, y)
             times.append(time.perf_counter() - t)
         simulation = min(times)
         waits = sum(result["fixed_waits_seconds"].values())

@@ -27,6 +27,7 @@ from anonml.featurize import featurize_dataset
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import Featurizer, Instancer
 from anonml.protocol import ModelDocument, Problem, verify_message
+from anonml.randomness import resolve_rng
 from anonml.store import EventStore
 from peer.policy import load_plugins
 
@@ -97,7 +98,7 @@ def local_example(
     if not rows:
         raise AnonMLError(f"the instancer {instancer.name!r} finds no example in {who!r}'s events")
     if len(rows) > 1:
-        gen = rng if rng is not None else np.random.default_rng()
+        gen = resolve_rng(rng)
         row = rows[int(gen.integers(len(rows)))]
     else:
         row = rows[0]

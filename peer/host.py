@@ -34,7 +34,14 @@ from peer.policy import Decision, PeerPolicy, evaluate_problem, load_plugins
 from peer.relay import RelayService
 from peer.worker import ProblemSession, Worker, poll_backoff
 
-__all__ = ["PeerHost", "AggregatorBackoff", "committed_epsilon", "decide_by_hand", "discover", "release_marks"]
+__all__ = [
+    "PeerHost",
+    "AggregatorBackoff",
+    "committed_epsilon",
+    "decide_by_hand",
+    "discover",
+    "release_marks",
+]
 
 log = logging.getLogger("anonml.peer")
 

@@ -105,6 +105,7 @@ from anonml.protocol import (
     transcript_hash,
     verify_message,
 )
+from anonml.randomness import resolve_rng
 from anonml.store import EventStore
 from peer.client import AggregatorClient, HTTPRefusal, fetch_witness
 from peer.db import PeerDB, StateRow
@@ -555,7 +556,7 @@ class Participant:
         need = min(self.roster_comparisons, n - 1)
         done = self.comparisons
         if len(done.confirmed) < need:
-            gen = self.node.rng if self.node.rng is not None else np.random.default_rng()
+            gen = resolve_rng(self.node.rng)
             for i in _pick_members(gen, n, need - len(done.confirmed), me, done):
                 done.asked.add(i)
                 entry = view.roster.entries[i]
@@ -615,7 +616,7 @@ class Participant:
             mechanism=rr,
             pool="median",
         )
-        gen = self.node.rng if self.node.rng is not None else np.random.default_rng()
+        gen = resolve_rng(self.node.rng)
         truth = self._median_truth(query, gen)
         bit = bool(rr.perturb(np.asarray([truth]), gen)[0])
         answer = sign_message(

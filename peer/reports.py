@@ -49,6 +49,7 @@ from anonml.protocol import (
     report_slot,
     sign_message,
 )
+from anonml.randomness import resolve_rng
 from peer.features import LocalExample, invalid_features
 from peer.roster import RosterView
 
@@ -113,7 +114,7 @@ def make_reports(
     peer's own log only.
     """
     draft = problem.draft
-    gen = rng if rng is not None else np.random.default_rng()
+    gen = resolve_rng(rng)
     binning = Binning.from_thresholds(draft.features, dict(enumerate(bins.edges)))
     if example is None:
         bad: dict[int, str] = {}
@@ -186,7 +187,7 @@ def choose_path(
         raise ProtocolError(
             f"a route of {hops} distinct relays needs {hops} other roster members; there are {len(others)}"
         )
-    gen = rng if rng is not None else np.random.default_rng()
+    gen = resolve_rng(rng)
     path = []
     for c in gen.choice(len(others), size=hops, replace=False):
         member = others[int(c)]

@@ -37,6 +37,7 @@ from anonml.crypto import CryptoError
 from anonml.errors import AnonMLError, ProtocolError
 from anonml.protocol import (
     AdmissionCredential,
+    Cosignature,
     CosignatureBundle,
     Problem,
     Roster,
@@ -63,6 +64,32 @@ def _hex_set(values: Sequence[str]) -> set[bytes]:
         except ValueError:
             raise AnonMLError(f"policy names a key that is not hex: {value[:20]!r}") from None
     return out
+
+
+def _check_cosignature(
+    cosignature: Cosignature, witness: bytes, *, problem: Problem, stage: str, transcript: bytes
+) -> None:
+    """One declared witness's cosignature: about this problem and stage, on ``transcript``, verifying."""
+    statement = cosignature.statement
+    if (
+        bytes(statement.aggregator) != bytes(problem.aggregator)
+        or statement.problem_id != problem.id
+        or statement.stage != stage
+    ):
+        raise ProtocolError(
+            f"witness {witness.hex()[:16]}… co-signed a statement about another problem or stage"
+        )
+    if bytes(statement.transcript) != bytes(transcript):
+        raise ProtocolError(
+            f"witness {witness.hex()[:16]}… co-signed transcript "
+            f"{bytes(statement.transcript).hex()[:16]}…, "
+            f"this peer computed {bytes(transcript).hex()[:16]}…: the aggregator shows peers different "
+            f"{stage} documents"
+        )
+    try:
+        verify_message(cosignature, witness)
+    except CryptoError as exc:
+        raise ProtocolError(f"cosignature of witness {witness.hex()[:16]}… does not verify: {exc}") from None
 
 
 def verify_bundle(
@@ -112,28 +139,7 @@ def verify_bundle(
             )
         if witness in seen:
             raise ProtocolError(f"witness {witness.hex()[:16]}… appears twice in the bundle")
-        statement = cosignature.statement
-        if (
-            bytes(statement.aggregator) != bytes(problem.aggregator)
-            or statement.problem_id != problem.id
-            or statement.stage != stage
-        ):
-            raise ProtocolError(
-                f"witness {witness.hex()[:16]}… co-signed a statement about another problem or stage"
-            )
-        if bytes(statement.transcript) != bytes(transcript):
-            raise ProtocolError(
-                f"witness {witness.hex()[:16]}… co-signed transcript "
-                f"{bytes(statement.transcript).hex()[:16]}…, "
-                f"this peer computed {bytes(transcript).hex()[:16]}…: the aggregator shows peers different "
-                f"{stage} documents"
-            )
-        try:
-            verify_message(cosignature, witness)
-        except CryptoError as exc:
-            raise ProtocolError(
-                f"cosignature of witness {witness.hex()[:16]}… does not verify: {exc}"
-            ) from None
+        _check_cosignature(cosignature, witness, problem=problem, stage=stage, transcript=transcript)
         seen[witness] = cosignature
     missing = declared - set(seen)
     if missing:

@@ -15,7 +15,7 @@ import enum
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -74,62 +74,98 @@ def _skews(values: list[str]) -> tuple[tuple[float, ...] | None, ...]:
         raise typer.BadParameter(str(exc), param_hint="--skew") from None
 
 
+_DatasetOption = Annotated[DatasetName, typer.Option("--dataset", help="Data set to run on.")]
+_MethodsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--methods",
+        help=f"Comma-separated methods or 'all': {DEFAULT_METHODS},anonml. [default: all but anonml]",
+    ),
+]
+_PartiesOption = Annotated[
+    list[str] | None, typer.Option("--parties", help="Numbers of parties K, e.g. 5,10,15. [default: 5]")
+]
+_SkewOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--skew",
+        help="'uniform' or K fractions summing to 1, e.g. 0.01,0.29,0.2,0.25,0.25; repeatable. "
+        "[default: uniform]",
+    ),
+]
+_EpsOption = Annotated[
+    list[str] | None,
+    typer.Option("--eps", help="Privacy budgets ε, e.g. 0.1,0.2,1. [default: 0.1,0.2,0.5,1]"),
+]
+_TrialsOption = Annotated[
+    int, typer.Option("--trials", min=1, help="Repetitions with fresh splits and noise.")
+]
+_FoldsOption = Annotated[int, typer.Option("--folds", min=2, help="Train/test folds per trial (not Adult).")]
+_DeltaOption = Annotated[float, typer.Option("--delta", min=0.0, max=1.0, help="δ of psgd and gop.")]
+_LamOption = Annotated[float, typer.Option("--lam", min=0.0, help="λ of the ERM-based methods.")]
+_HammLamOption = Annotated[float, typer.Option("--hamm-lam", min=0.0, help="λ of Hamm et al.'s ERM.")]
+_PublicFractionOption = Annotated[
+    float,
+    typer.Option(
+        "--public-fraction", min=0.0, max=0.9, help="Share of training rows held by the aggregator."
+    ),
+]
+_NormQuantileOption = Annotated[
+    float,
+    typer.Option(
+        "--norm-quantile",
+        min=0.01,
+        max=1.0,
+        help="Quantile of the public rows' norms used as the norm bound.",
+    ),
+]
+_SeedOption = Annotated[int, typer.Option("--seed", help="Master seed (runs are reproducible).")]
+_DataOption = Annotated[
+    Path | None, typer.Option("--data", help="Adult folder (default ../shared/datasets/adult).")
+]
+_JsonOutOption = Annotated[
+    str | None, typer.Option("--json", help="Write results JSON to this file ('-' = stdout).")
+]
+_PlotOption = Annotated[Path | None, typer.Option("--plot", help="Write a PNG of error vs ε.")]
+
+
+def _run_with_progress(*args: Any, **options: Any) -> list[ResultRow]:
+    """:func:`~anonml.learn.multiparty.harness.run_multiparty_benchmark` under a progress bar on stderr."""
+    from anonml.learn.multiparty.harness import run_multiparty_benchmark
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("multiparty", total=None)
+
+        def step(done: int, total: int, what: str) -> None:
+            progress.update(task, completed=done, total=total, description=what)
+
+        return run_multiparty_benchmark(*args, progress=step, **options)
+
+
 def multiparty(
-    dataset: Annotated[
-        DatasetName, typer.Option("--dataset", help="Data set to run on.")
-    ] = DatasetName.breast_cancer,
-    methods: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--methods",
-            help=f"Comma-separated methods or 'all': {DEFAULT_METHODS},anonml. [default: all but anonml]",
-        ),
-    ] = None,
-    parties: Annotated[
-        list[str] | None, typer.Option("--parties", help="Numbers of parties K, e.g. 5,10,15. [default: 5]")
-    ] = None,
-    skew: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--skew",
-            help="'uniform' or K fractions summing to 1, e.g. 0.01,0.29,0.2,0.25,0.25; repeatable. "
-            "[default: uniform]",
-        ),
-    ] = None,
-    eps: Annotated[
-        list[str] | None,
-        typer.Option("--eps", help="Privacy budgets ε, e.g. 0.1,0.2,1. [default: 0.1,0.2,0.5,1]"),
-    ] = None,
-    trials: Annotated[
-        int, typer.Option("--trials", min=1, help="Repetitions with fresh splits and noise.")
-    ] = 1,
-    folds: Annotated[int, typer.Option("--folds", min=2, help="Train/test folds per trial (not Adult).")] = 5,
-    delta: Annotated[float, typer.Option("--delta", min=0.0, max=1.0, help="δ of psgd and gop.")] = 0.05,
-    lam: Annotated[float, typer.Option("--lam", min=0.0, help="λ of the ERM-based methods.")] = 1e-2,
-    hamm_lam: Annotated[float, typer.Option("--hamm-lam", min=0.0, help="λ of Hamm et al.'s ERM.")] = 1e-4,
-    public_fraction: Annotated[
-        float,
-        typer.Option(
-            "--public-fraction", min=0.0, max=0.9, help="Share of training rows held by the aggregator."
-        ),
-    ] = 0.1,
-    norm_quantile: Annotated[
-        float,
-        typer.Option(
-            "--norm-quantile",
-            min=0.01,
-            max=1.0,
-            help="Quantile of the public rows' norms used as the norm bound.",
-        ),
-    ] = 0.5,
-    seed: Annotated[int, typer.Option("--seed", help="Master seed (runs are reproducible).")] = 0,
-    data: Annotated[
-        Path | None, typer.Option("--data", help="Adult folder (default ../shared/datasets/adult).")
-    ] = None,
-    json_out: Annotated[
-        str | None, typer.Option("--json", help="Write results JSON to this file ('-' = stdout).")
-    ] = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of error vs ε.")] = None,
+    dataset: _DatasetOption = DatasetName.breast_cancer,
+    methods: _MethodsOption = None,
+    parties: _PartiesOption = None,
+    skew: _SkewOption = None,
+    eps: _EpsOption = None,
+    trials: _TrialsOption = 1,
+    folds: _FoldsOption = 5,
+    delta: _DeltaOption = 0.05,
+    lam: _LamOption = 1e-2,
+    hamm_lam: _HammLamOption = 1e-4,
+    public_fraction: _PublicFractionOption = 0.1,
+    norm_quantile: _NormQuantileOption = 0.5,
+    seed: _SeedOption = 0,
+    data: _DataOption = None,
+    json_out: _JsonOutOption = None,
+    plot: _PlotOption = None,
 ) -> None:
     """Compare multiparty private-learning baselines (Pathak, Hamm, Xie, Rajkumar) on one data set.
 
@@ -137,7 +173,6 @@ def multiparty(
     privacy unit its ε refers to: equal ε across different units is not a
     like-for-like comparison.
     """
-    from anonml.learn.multiparty.harness import run_multiparty_benchmark
     from anonml.learn.plotting import require_pyplot
 
     with expected_errors():
@@ -149,37 +184,23 @@ def multiparty(
         to_stdout = json_out == "-"
         if plot is not None:  # a missing plot extra fails now, not after the computation
             require_pyplot()
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("multiparty", total=None)
-
-            def step(done: int, total: int, what: str) -> None:
-                progress.update(task, completed=done, total=total, description=what)
-
-            rows = run_multiparty_benchmark(
-                dataset.value,
-                names,
-                ks,
-                skews,
-                budgets,
-                trials,
-                folds=folds,
-                delta=delta,
-                lam=lam,
-                hamm_lam=hamm_lam,
-                public_fraction=public_fraction,
-                norm_quantile=norm_quantile,
-                seed=seed,
-                data_path=data,
-                json_path=None if json_out in (None, "-") else Path(json_out),
-                progress=step,
-            )
+        rows = _run_with_progress(
+            dataset.value,
+            names,
+            ks,
+            skews,
+            budgets,
+            trials,
+            folds=folds,
+            delta=delta,
+            lam=lam,
+            hamm_lam=hamm_lam,
+            public_fraction=public_fraction,
+            norm_quantile=norm_quantile,
+            seed=seed,
+            data_path=data,
+            json_path=None if json_out in (None, "-") else Path(json_out),
+        )
         if plot is not None:
             from anonml.learn.multiparty.plot import plot_results  # noqa: PLC0415
 

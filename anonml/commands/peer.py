@@ -51,79 +51,97 @@ def _settings(**overrides: object) -> PeerSettings:
     return PeerSettings.from_env(**overrides)
 
 
+_HostOption = Annotated[
+    str | None, typer.Option("--host", help="Interface for the relay.", show_default="127.0.0.1")
+]
+_PortOption = Annotated[
+    int | None, typer.Option("--port", help="Relay port.", show_default="8471 or $ANONML_PEER_PORT")
+]
+_PublicUrlOption = Annotated[
+    str | None, typer.Option("--public-url", help="How other peers reach this relay.")
+]
+_StoreOption = Annotated[
+    str | None, typer.Option("--store", help="Event store URL.", show_default="$ANONML_HOME/events.db")
+]
+_UserOption = Annotated[str | None, typer.Option("--user", help="Which user of the store you are.")]
+_AutoAcceptOption = Annotated[
+    bool | None,
+    typer.Option("--auto-accept/--ask", help="Accept proposals within the policy.", show_default="ask"),
+]
+_MaxEpsilonOption = Annotated[
+    float | None, typer.Option("--max-epsilon", help="Largest ε per problem.", show_default="1.0")
+]
+_LifetimeCapOption = Annotated[
+    float | None, typer.Option("--lifetime-cap", help="Largest total ε ever.", show_default="10.0")
+]
+_PollOption = Annotated[
+    float | None, typer.Option("--poll", help="Seconds between polls.", show_default="1.0")
+]
+_MinRosterSizeOption = Annotated[
+    int | None, typer.Option("--min-roster-size", help="Fewest roster members to report among.")
+]
+_MinAnonymitySetOption = Annotated[
+    int | None,
+    typer.Option("--min-anonymity-set", help="Fewest peers in the smallest report partition."),
+]
+_MinHopsOption = Annotated[int | None, typer.Option("--min-hops", help="Fewest relays on a route.")]
+_MaxPoolFractionOption = Annotated[
+    float | None, typer.Option("--max-pool-fraction", help="Largest median-pool fraction.")
+]
+_OfferSourceOption = Annotated[
+    list[str] | None,
+    typer.Option("--offer-source", help="An event source you offer (repeatable; default: all)."),
+]
+_WitnessOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--witness",
+        help="Hex identity of a witness you trust (repeatable; `anonml witness identity` prints it).",
+    ),
+]
+_WitnessThresholdOption = Annotated[
+    int | None,
+    typer.Option("--witness-threshold", help="Cosignatures needed from trusted witnesses.", show_default="1"),
+]
+_RequireCredentialsOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--require-credentials/--allow-open",
+        help="Refuse problems anyone may register for.",
+        show_default="allow-open",
+    ),
+]
+_TrustedIssuerOption = Annotated[
+    list[str] | None,
+    typer.Option("--trusted-issuer", help="Hex identity of a credential issuer you accept (repeatable)."),
+]
+_QuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="Print only the start-up lines, not what the peer does.")
+]
+
+
 @app.command()
 def start(
     aggregator: AggregatorOption = None,
-    host: Annotated[
-        str | None, typer.Option("--host", help="Interface for the relay.", show_default="127.0.0.1")
-    ] = None,
-    port: Annotated[
-        int | None, typer.Option("--port", help="Relay port.", show_default="8471 or $ANONML_PEER_PORT")
-    ] = None,
-    public_url: Annotated[
-        str | None, typer.Option("--public-url", help="How other peers reach this relay.")
-    ] = None,
-    store: Annotated[
-        str | None, typer.Option("--store", help="Event store URL.", show_default="$ANONML_HOME/events.db")
-    ] = None,
-    user: Annotated[str | None, typer.Option("--user", help="Which user of the store you are.")] = None,
-    auto_accept: Annotated[
-        bool | None, typer.Option(
-            "--auto-accept/--ask", help="Accept proposals within the policy.", show_default="ask"
-        )
-    ] = None,
-    max_epsilon: Annotated[
-        float | None, typer.Option("--max-epsilon", help="Largest ε per problem.", show_default="1.0")
-    ] = None,
-    lifetime_cap: Annotated[
-        float | None, typer.Option("--lifetime-cap", help="Largest total ε ever.", show_default="10.0")
-    ] = None,
-    poll: Annotated[
-        float | None, typer.Option("--poll", help="Seconds between polls.", show_default="1.0")
-    ] = None,
-    min_roster_size: Annotated[
-        int | None, typer.Option("--min-roster-size", help="Fewest roster members to report among.")
-    ] = None,
-    min_anonymity_set: Annotated[
-        int | None,
-        typer.Option("--min-anonymity-set", help="Fewest peers in the smallest report partition."),
-    ] = None,
-    min_hops: Annotated[int | None, typer.Option("--min-hops", help="Fewest relays on a route.")] = None,
-    max_pool_fraction: Annotated[
-        float | None, typer.Option("--max-pool-fraction", help="Largest median-pool fraction.")
-    ] = None,
-    offer_source: Annotated[
-        list[str] | None,
-        typer.Option("--offer-source", help="An event source you offer (repeatable; default: all)."),
-    ] = None,
-    witness: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--witness",
-            help="Hex identity of a witness you trust (repeatable; `anonml witness identity` prints it).",
-        ),
-    ] = None,
-    witness_threshold: Annotated[
-        int | None,
-        typer.Option(
-            "--witness-threshold", help="Cosignatures needed from trusted witnesses.", show_default="1"
-        ),
-    ] = None,
-    require_credentials: Annotated[
-        bool | None,
-        typer.Option(
-            "--require-credentials/--allow-open",
-            help="Refuse problems anyone may register for.",
-            show_default="allow-open",
-        ),
-    ] = None,
-    trusted_issuer: Annotated[
-        list[str] | None,
-        typer.Option("--trusted-issuer", help="Hex identity of a credential issuer you accept (repeatable)."),
-    ] = None,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="Print only the start-up lines, not what the peer does.")
-    ] = False,
+    host: _HostOption = None,
+    port: _PortOption = None,
+    public_url: _PublicUrlOption = None,
+    store: _StoreOption = None,
+    user: _UserOption = None,
+    auto_accept: _AutoAcceptOption = None,
+    max_epsilon: _MaxEpsilonOption = None,
+    lifetime_cap: _LifetimeCapOption = None,
+    poll: _PollOption = None,
+    min_roster_size: _MinRosterSizeOption = None,
+    min_anonymity_set: _MinAnonymitySetOption = None,
+    min_hops: _MinHopsOption = None,
+    max_pool_fraction: _MaxPoolFractionOption = None,
+    offer_source: _OfferSourceOption = None,
+    witness: _WitnessOption = None,
+    witness_threshold: _WitnessThresholdOption = None,
+    require_credentials: _RequireCredentialsOption = None,
+    trusted_issuer: _TrustedIssuerOption = None,
+    quiet: _QuietOption = False,
 ) -> None:
     """Run the peer daemon: relay for other peers and take part in accepted problems.
 
@@ -132,10 +150,8 @@ def start(
     the ledger, which refuses any release past it.
     """
     import uvicorn
-    from pydantic import ValidationError
 
     from peer.app import create_app, create_daemon
-    from peer.policy import PeerPolicy
 
     with expected_errors():
         settings = _settings(
@@ -147,32 +163,21 @@ def start(
             user=user,
             poll_seconds=poll,
         )
-        changes = {
-            k: v
-            for k, v in {
-                "auto_accept": auto_accept,
-                "max_epsilon_per_problem": max_epsilon,
-                "lifetime_epsilon_cap": lifetime_cap,
-                "min_roster_size": min_roster_size,
-                "min_anonymity_set": min_anonymity_set,
-                "min_hops": min_hops,
-                "max_pool_fraction": max_pool_fraction,
-                "offered_sources": offer_source or None,
-                "witnesses": witness or None,
-                "witness_threshold": witness_threshold,
-                "require_credentials": require_credentials,
-                "trusted_issuers": trusted_issuer or None,
-            }.items()
-            if v is not None
-        }
-        if changes:  # validated like any policy: a bad value is an error naming the field
-            try:
-                policy = PeerPolicy.model_validate(settings.policy.model_dump() | changes)
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(map(str, first["loc"]))
-                raise AnonMLError(f"invalid policy: {where}: {first['msg']}") from None
-            settings = settings.model_copy(update={"policy": policy})
+        settings = _with_policy_changes(
+            settings,
+            auto_accept=auto_accept,
+            max_epsilon_per_problem=max_epsilon,
+            lifetime_epsilon_cap=lifetime_cap,
+            min_roster_size=min_roster_size,
+            min_anonymity_set=min_anonymity_set,
+            min_hops=min_hops,
+            max_pool_fraction=max_pool_fraction,
+            offered_sources=offer_source or None,
+            witnesses=witness or None,
+            witness_threshold=witness_threshold,
+            require_credentials=require_credentials,
+            trusted_issuers=trusted_issuer or None,
+        )
         if not settings.aggregators:
             raise AnonMLError("no aggregator to poll: pass --aggregator URL or set ANONML_PEER_AGGREGATORS")
         saved = settings.save_policy()
@@ -204,6 +209,30 @@ def _dashboard_text(settings: PeerSettings) -> str:
         url = f"http://{host}:{settings.port}/ui/"
         return f"dashboard at {url} (this machine only; the local token is in {where})"
     return f"no dashboard: it answers on loopback only, and the relay listens on {untrusted(settings.host)}"
+
+
+def _with_policy_changes(settings: PeerSettings, **changes: object) -> PeerSettings:
+    """``settings`` with the policy fields given (not None) changed, validated like any policy.
+
+    Raises
+    ------
+    AnonMLError
+        Naming the first invalid field.
+    """
+    from pydantic import ValidationError
+
+    from peer.policy import PeerPolicy
+
+    given = {k: v for k, v in changes.items() if v is not None}
+    if not given:
+        return settings
+    try:
+        policy = PeerPolicy.model_validate(settings.policy.model_dump() | given)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise AnonMLError(f"invalid policy: {where}: {first['msg']}") from None
+    return settings.model_copy(update={"policy": policy})
 
 
 def _policy_text(settings: PeerSettings) -> str:

@@ -41,7 +41,6 @@ import json
 import math
 import random
 import re
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,6 +48,8 @@ from pathlib import Path
 
 import numpy as np
 from scipy.special import expit
+
+from anonml.randomness import generator_from
 
 __all__ = [
     "COURSE_ID",
@@ -159,14 +160,6 @@ class _Course:
         )
 
 
-def _generator(seed: int | np.random.Generator | None) -> np.random.Generator:
-    if isinstance(seed, np.random.Generator):
-        return seed
-    if seed is None:
-        return np.random.default_rng(secrets.randbits(128))
-    return np.random.default_rng(seed)
-
-
 def _check_simulation(n: int, weeks: int, course_id: str, start: datetime) -> None:
     """Refuse arguments :func:`simulate_students` cannot simulate, naming the argument."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -237,7 +230,7 @@ def simulate_students(
     True
     """
     _check_simulation(n, weeks, course_id, start)
-    rng = _generator(seed)
+    rng = generator_from(seed, name="seed")
     course = _Course.build(course_id, start, weeks)
     ability, decay, engagement, first_below = _engagement_paths(rng, n, weeks)
     student_seeds = rng.integers(0, 2**63 - 1, size=n)

@@ -31,6 +31,7 @@ from datetime import datetime
 import numpy as np
 
 from anonml.model import FeatureKind, FeatureSpec
+from anonml.randomness import generator_from
 
 __all__ = ["TabularData", "TabularSplit", "synthetic", "mooc_dropout", "breast_cancer", "random_split"]
 
@@ -58,7 +59,7 @@ class TabularSplit:
 
 def random_split(data: TabularData, seed: int, test_fraction: float = 0.3) -> TabularSplit:
     """A stratified split: ``test_fraction`` of each class to the test set, drawn from ``seed``."""
-    rng = np.random.default_rng(seed)
+    rng = generator_from(seed, name="seed")
     test = np.zeros(data.y.size, dtype=bool)
     for c in np.unique(data.y):
         members = np.flatnonzero(data.y == c)
@@ -68,7 +69,7 @@ def random_split(data: TabularData, seed: int, test_fraction: float = 0.3) -> Ta
 
 def synthetic(n: int = 20_000, seed: int = 0) -> TabularData:
     """The known-structure generator (module docstring)."""
-    rng = np.random.default_rng(seed)
+    rng = generator_from(seed, name="seed")
     y = (rng.random(n) < 0.3).astype(np.int64)
     cat_p = [
         ([0.5, 0.3, 0.2], [0.2, 0.3, 0.5]),

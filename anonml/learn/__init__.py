@@ -50,6 +50,7 @@ from anonml.learn.partition import (
     verify_assignment,
 )
 from anonml.learn.regression import AnonMLRegressor
+from anonml.learn.settings import learner_settings, simulated_learner
 from anonml.learn.simulation import (
     PrivacyAccounting,
     SimulationConfig,
@@ -94,6 +95,8 @@ __all__ = [
     "roster_digest",
     "run_adult_benchmark",
     "simulate_training",
+    "learner_settings",
+    "simulated_learner",
     "verify_assignment",
     "vote_ensemble",
 ]

@@ -54,7 +54,6 @@ fitted on a separate calibration histogram (:func:`platt_from_histogram`).
 
 from __future__ import annotations
 
-import secrets
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -71,6 +70,7 @@ from sklearn.preprocessing import OneHotEncoder
 from sklearn.tree import DecisionTreeClassifier
 
 from anonml.learn.histograms import SubsetHistogram, label_distribution, label_fraction, pool_histograms
+from anonml.randomness import resolve_rng
 
 __all__ = [
     "Component",
@@ -350,7 +350,7 @@ def paper_ensemble(
     A classifier whose synthetic sample holds a single class cannot be fitted
     or scored and gets no vote.
     """
-    rng = rng if rng is not None else np.random.default_rng(secrets.randbits(128))
+    rng = resolve_rng(rng)
     if any(h.n_classes != 2 for h in histograms):
         raise ValueError("paper mode is binary: eq. 6.2 casts ±1 votes; use mode='default' for K > 2 classes")
     if len(histograms) != len(sizes):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import secrets
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -57,33 +56,20 @@ from anonml.learn.frames import (
     is_frame,
     match_specs,
 )
+from anonml.learn.histograms import SubsetHistogram
 from anonml.learn.notices import NotPrivateWarning
 from anonml.learn.params import RANDOM_STATE, Interval, Options, check_params
-from anonml.learn.simulation import PrivacyAccounting, SimulationConfig, SimulationResult, simulate_training
+from anonml.learn.simulation import PrivacyAccounting, SimulationConfig, simulate_training
 from anonml.model import FeatureSpec
+from anonml.randomness import generator_from
 
-__all__ = ["AnonMLClassifier", "MODEL_FORMAT", "MODEL_VERSION", "generator_from"]
+__all__ = ["AnonMLClassifier", "MODEL_FORMAT", "MODEL_VERSION"]
 
 #: Plan defaults per mode: (k_p, k_h, k_s); None = one partition per feature.
 _MODE_PLANS: dict[str, tuple[int | None, int, int]] = {
     "default": (None, 1, 1),
     "paper": (5, 2, 3),  # the thesis's census setting
 }
-
-
-def generator_from(
-    random_state: None | int | np.random.Generator | np.random.RandomState,
-) -> np.random.Generator:
-    """A numpy Generator from a ``random_state`` (None = seeded from the OS CSPRNG)."""
-    if random_state is None:
-        return np.random.default_rng(secrets.randbits(128))
-    if isinstance(random_state, np.random.Generator):
-        return random_state
-    if isinstance(random_state, np.random.RandomState):
-        return np.random.default_rng(random_state.randint(0, 2**31 - 1, size=4))
-    if isinstance(random_state, numbers.Integral):
-        return np.random.default_rng(int(random_state))
-    raise ValueError(f"random_state must be None, an int or a numpy generator, got {random_state!r}")
 
 
 def _in_model_search() -> str | None:
@@ -358,7 +344,7 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         rng = generator_from(self.random_state)
         config = self._config(X.shape[1], classes.size)
         result = simulate_training(X, y_index.astype(np.int64), features, config, rng)
-        ensemble = self._ensemble(result, rng)
+        ensemble = self.ensemble_from(result.histograms, result.sizes, rng)
         if result.calibration_rows.size:
             rows = result.calibration_rows
             ensemble = calibrate_ensemble(
@@ -384,19 +370,38 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         )
         return self
 
-    def _ensemble(self, result: SimulationResult, rng: np.random.Generator) -> Ensemble:
-        """The mode's ensemble from the simulated histograms."""
+    def ensemble_from(
+        self, histograms: Sequence[SubsetHistogram], sizes: Sequence[int], rng: np.random.Generator
+    ) -> Ensemble:
+        """This learner's ensemble from debiased histograms: what ``fit`` and the aggregator both train.
+
+        Parameters
+        ----------
+        histograms : list of SubsetHistogram
+            One consistent histogram per (partition, subset).
+        sizes : list of int
+            The partition size behind each histogram (paper mode samples a synthetic set of that size).
+        rng : numpy.random.Generator
+            Paper mode's sampling and folds.
+
+        Returns
+        -------
+        Ensemble
+            Paper mode: thesis eq. 6.2 votes of partition classifiers
+            (:func:`~anonml.learn.ensemble.paper_ensemble`); default mode: smoothed
+            cell posteriors (:func:`~anonml.learn.ensemble.default_ensemble`).
+        """
         if self.mode == "paper":
             return paper_ensemble(
-                result.histograms,
-                result.sizes,
+                histograms,
+                sizes,
                 classifier=self.partition_classifier,
                 scoring=self.partition_scoring,
                 class_weight=self.partition_class_weight,
                 cv=self.partition_cv,
                 rng=rng,
             )
-        return default_ensemble(result.histograms, smoothing=self.smoothing, combine=self.combine)
+        return default_ensemble(histograms, smoothing=self.smoothing, combine=self.combine)
 
     def _prepare_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, list[FeatureSpec], bool]:
         """Validate X and y, settle the specs (matched, given or inferred) and encode X to floats."""

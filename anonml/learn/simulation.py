@@ -341,6 +341,43 @@ def simulate_reports(
     return tuple(histograms), tuple(sizes), tuple(mechanisms)
 
 
+def _set_aside_calibration(
+    X: np.ndarray, y: np.ndarray, config: SimulationConfig, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows left for medians and reports, and the calibration pool's rows (indices into X)."""
+    calibration_rows = _calibration_rows(config, X.shape[0], rng)
+    if calibration_rows.size:
+        rest = np.setdiff1d(np.arange(X.shape[0]), calibration_rows)
+        X, y = X[rest], y[rest]
+    return X, y, calibration_rows
+
+
+def _pooled(
+    stages: Sequence[tuple[PartitionPlan, Sequence[SubsetHistogram], Sequence[int], Sequence[Mechanism]]],
+) -> tuple[tuple[SubsetHistogram, ...], tuple[int, ...], tuple[Mechanism, ...]]:
+    """Every stage's histograms, partition sizes and mechanisms, in stage order."""
+    histograms = tuple(h for _, hs, _, _ in stages for h in hs)
+    sizes = tuple(n for _, _, ns, _ in stages for n in ns)
+    mechanisms = tuple(m for _, _, _, ms in stages for m in ms)
+    return histograms, sizes, mechanisms
+
+
+def _simulated_plan(
+    n: int, n_features: int, pool: int, config: SimulationConfig, rng: np.random.Generator
+) -> PartitionPlan:
+    """The partition plan of ``n`` simulated peers (a median pool of ``pool``), seeded from ``rng``."""
+    return make_plan(
+        rng.bytes(SEED_BYTES),
+        simulated_peer_keys(n),
+        n_features,
+        n_partitions=config.n_partitions,
+        n_subsets=config.n_subsets,
+        subset_size=config.subset_size,
+        subsets=config.subsets,
+        median_pool_size=pool,
+    )
+
+
 def simulate_training(
     X: np.ndarray,
     y: np.ndarray,
@@ -376,23 +413,10 @@ def simulate_training(
     n_all, n_features = X.shape
     if len(features) != n_features:
         raise ValueError(f"{len(features)} feature specs for {n_features} columns")
-    calibration_rows = _calibration_rows(config, n_all, rng)
-    n_calibration = int(calibration_rows.size)
-    if n_calibration:
-        rest = np.setdiff1d(np.arange(n_all), calibration_rows)
-        X, y = X[rest], y[rest]
+    X, y, calibration_rows = _set_aside_calibration(X, y, config, rng)
     n = X.shape[0]
     n_bins, pool = _bins_and_pool(features, config, n, n_all)
-    plan = make_plan(
-        rng.bytes(SEED_BYTES),
-        simulated_peer_keys(n),
-        n_features,
-        n_partitions=config.n_partitions,
-        n_subsets=config.n_subsets,
-        subset_size=config.subset_size,
-        subsets=config.subsets,
-        median_pool_size=pool,
-    )
+    plan = _simulated_plan(n, n_features, pool, config, rng)
     binning, answered, estimates = private_binning(
         X[plan.median_pool()],
         features,
@@ -408,12 +432,16 @@ def simulate_training(
         stages, selected = _piloted_reports(codes, y, plan, binning, config, rng)
     else:
         stages = [(plan, *_reports(codes, y, plan, binning, config, rng))]
-    histograms = tuple(h for _, hs, _, _ in stages for h in hs)
-    sizes = tuple(n for _, _, ns, _ in stages for n in ns)
-    mechanisms = tuple(m for _, _, _, ms in stages for m in ms)
+    histograms, sizes, mechanisms = _pooled(stages)
     warn_small_groups(histograms, mechanisms, config.epsilon)
     accounting = _account(
-        [(p, ms) for p, _, _, ms in stages], plan, features, config, answered, estimates, n_calibration
+        [(p, ms) for p, _, _, ms in stages],
+        plan,
+        features,
+        config,
+        answered,
+        estimates,
+        calibration_rows.size,
     )
     return SimulationResult(
         plan,

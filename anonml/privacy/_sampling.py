@@ -30,21 +30,20 @@ probability itself is given):
   membership when that table is small; else Floyd's algorithm run on all rows
   at once (each step draws one integer per row).
 
-All functions take a ready :class:`numpy.random.Generator`; :func:`resolve_rng`
-turns the public ``rng=None`` convention into an OS-CSPRNG-seeded generator.
+All functions take a ready :class:`numpy.random.Generator`;
+:func:`anonml.randomness.resolve_rng` turns the public ``rng=None`` convention
+into an OS-CSPRNG-seeded generator.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import secrets
 from functools import lru_cache
 
 import numpy as np
 
 __all__ = [
-    "resolve_rng",
     "bernoulli_bits",
     "uniform_below",
     "uniform_subsets",
@@ -66,19 +65,6 @@ _TABLE_BYTES = 1 << 20
 #: Largest shared bound lcm(C_in, C_out) for the one-draw subset lookup.
 _JOINT_MAX = 1 << 16
 _U64_MAX = np.iinfo(np.uint64).max
-
-
-def resolve_rng(rng: np.random.Generator | None) -> np.random.Generator:
-    """Return ``rng``, or a generator seeded with 128 bits from the OS CSPRNG if ``None``.
-
-    Real reports use ``None`` (:func:`secrets.randbits` reads ``os.urandom``);
-    simulations and tests pass ``np.random.default_rng(seed)``.
-    """
-    if rng is None:
-        return np.random.default_rng(secrets.randbits(128))
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
-    return rng
 
 
 def _random_words(rng: np.random.Generator, count: int) -> np.ndarray:

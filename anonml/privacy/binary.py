@@ -24,7 +24,8 @@ from numpy.typing import ArrayLike
 from scipy.special import ndtri
 
 from anonml.privacy._checks import check_epsilon
-from anonml.privacy._sampling import bernoulli_bits, resolve_rng
+from anonml.privacy._sampling import bernoulli_bits
+from anonml.randomness import resolve_rng
 
 __all__ = ["BinaryRandomizedResponse", "FractionEstimate"]
 

@@ -40,12 +40,12 @@ from anonml.privacy._sampling import (
     bernoulli_bits,
     has_membership_table,
     one_hot_table,
-    resolve_rng,
     subsets_by_membership,
     uniform_below,
     uniform_subsets,
 )
 from anonml.privacy.descriptor import MechanismDescriptor, register_mechanism
+from anonml.randomness import resolve_rng
 
 __all__ = [
     "Mechanism",

@@ -44,8 +44,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import ndtri
 
-from anonml.privacy._sampling import resolve_rng
 from anonml.privacy.binary import BinaryRandomizedResponse
+from anonml.randomness import resolve_rng
 
 __all__ = [
     "IsGreaterQuery",

@@ -55,9 +55,8 @@ from aggregator.app import ServerHandle, create_app, start_server
 from aggregator.settings import AggregatorSettings
 from aggregator.state import AggregatorState
 from anonml.crypto import Identity
-from anonml.demo import DEMO_FEATURES, SimulatedPeer, dropout_draft, simulate_peers
+from anonml.demo import DEMO_FEATURES, SimulatedPeer, simulate_peers
 from anonml.learn import make_plan
-from anonml.plugins import PluginRef, create
 from anonml.privacy import Release
 from anonml.protocol import (
     Assignment,
@@ -75,6 +74,7 @@ from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from tests.aggregator.helpers import ADMIN, WirePeer, post, propose, status, wait_phase
+from tests.peer.helpers import mooc_dropout_draft
 
 __all__ = [
     "KINDS",
@@ -321,19 +321,7 @@ def start_adversary(tmp_path: Path, db_url: str) -> MaliciousAggregator:
 
 def mooc_draft(*, min_peers: int, epsilon: float = 2.0, **changes: Any) -> ProblemDraft:
     """The demo's dropout problem with short windows, then ``changes`` (see :func:`hostile`)."""
-    featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
-    d = dropout_draft(
-        featurizer.features(),
-        history_weeks=2,
-        weeks=4,
-        epsilon=epsilon,
-        min_peers=min_peers,
-        pool_fraction=0.0,
-        median_step_seconds=1.5,
-        report_delay_seconds=1.5,
-        send_window_seconds=1.5,
-        release_window_seconds=1.0,
-    )
+    d = mooc_dropout_draft(epsilon=epsilon, min_peers=min_peers, median_step_seconds=1.5)
     return hostile(d, **changes) if changes else d
 
 

@@ -13,8 +13,9 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pytest
 import requests
 
@@ -38,7 +39,11 @@ from peer.roster import RosterView
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import ADMIN, WirePeer, draft, propose, roster_of, status, wait_phase
 from tests.aggregator.helpers import post as post_json
+from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
 from tests.peer.test_relay import OCTETS, ROUND, relays  # noqa: F401 - the relay fixture
+
+if TYPE_CHECKING:
+    from peer.host import PeerHost
 
 HEX = "ab" * 16
 
@@ -335,65 +340,42 @@ def test_an_outsider_flooding_a_relay_is_capped_per_round(relays):  # noqa: F811
 # --- a whole round with a trickling and a dropping member -----------------------------------------
 
 
+def _simulated_host(aggregator_url: str, tmp_path: Path) -> tuple[list, PeerHost, Any]:
+    """Eight simulated students as honest peers in one host (seeded routes), served on loopback."""
+    from peer.app import start_peer_server
+
+    simulated, nodes = simulated_nodes(tmp_path, 8, seed=4, rng_base=10)
+    host = simulation_host(nodes, tmp_path / "peers.db", aggregator_url, workers=8)
+    return simulated, host, start_peer_server(host)
+
+
+def _propose_with_hostile_members(aggregator_url: str, members: dict[str, tuple[Any, WirePeer]]) -> Any:
+    """Propose the dropout problem and register each hostile member with its relay URL."""
+    d = mooc_dropout_draft(report_delay_seconds=8.0, send_window_seconds=3.0, release_window_seconds=3.0)
+    problem = propose(aggregator_url, d)
+    for relay, member in members.values():
+        url = f"{relay.base}/relay/{member.identity.public.node_id.hex()}"
+        registered = post_json(
+            f"{aggregator_url}/problems/{problem.id}/registrations",
+            member.registration(problem, relay_url=url),
+        )
+        assert registered.status_code == 201, registered.text
+    return problem
+
+
 @pytest.mark.slow
 def test_a_round_completes_past_a_trickling_member_and_senders_count_what_a_dropper_lost(
     aggregator,  # noqa: F811
     raw,
     tmp_path,
 ):
-    from anonml.demo import dropout_draft, simulate_peers
-    from anonml.plugins import PluginRef, create
-    from peer.app import start_peer_server
-    from peer.db import PeerDB
-    from peer.host import PeerHost
-    from peer.policy import PeerPolicy
-
     trickler, dropper = raw("trickle"), raw("drop")
-    simulated, _ = simulate_peers(
-        8,
-        tmp_path,
-        weeks=4,
-        history_weeks=2,
-        seed=4,
-        features=["time_on_site_minutes", "video_seconds_watched", "seq_navigations", "distinct_problems"],
-    )
-    nodes = [
-        PeerNode(p.identity, p.store, p.ledger, user=p.username, rng=np.random.default_rng(10 + i))
-        for i, p in enumerate(simulated)
-    ]
-    host = PeerHost(
-        nodes,
-        PeerDB(f"sqlite:///{tmp_path / 'peers.db'}"),
-        PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=4.0),
-        [aggregator.url],
-        poll_seconds=0.1,
-        roster_comparisons=2,
-        workers=8,
-    )
-    server = start_peer_server(host)
+    simulated, host, server = _simulated_host(aggregator.url, tmp_path)
     hostile = {"trickle": WirePeer(), "drop": WirePeer()}
     try:
-        featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
-        d = dropout_draft(
-            featurizer.features(),
-            history_weeks=2,
-            weeks=4,
-            epsilon=2.0,
-            min_peers=4,
-            pool_fraction=0.0,
-            report_delay_seconds=8.0,
-            send_window_seconds=3.0,
-            release_window_seconds=3.0,
+        problem = _propose_with_hostile_members(
+            aggregator.url, {"trickle": (trickler, hostile["trickle"]), "drop": (dropper, hostile["drop"])}
         )
-        problem = propose(aggregator.url, d)
-        for mode, member in hostile.items():
-            base = trickler.base if mode == "trickle" else dropper.base
-            url = f"{base}/relay/{member.identity.public.node_id.hex()}"
-            registered = post_json(
-                f"{aggregator.url}/problems/{problem.id}/registrations",
-                member.registration(problem, relay_url=url),
-            )
-            assert registered.status_code == 201, registered.text
         deadline = time.monotonic() + 60
         while status(aggregator.url, problem.id).registered < 10:
             assert time.monotonic() < deadline

@@ -16,13 +16,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import numpy as np
 import pytest
 import requests
 
 from anonml.crypto import Identity
-from anonml.demo import dropout_draft, simulate_peers
-from anonml.plugins import PluginRef, create
 from anonml.protocol import (
     Admission,
     AdmissionCredential,
@@ -43,9 +40,9 @@ from peer.policy import PeerPolicy
 from peer.witness import WitnessSettings, start_witness_server
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import ADMIN, propose, status, wait_phase
+from tests.peer.helpers import mooc_dropout_draft, simulated_nodes
 from tests.witness.helpers import ask_witness
 
-FEATURES = ["time_on_site_minutes", "video_seconds_watched", "seq_navigations", "distinct_problems"]
 ISSUER = Identity.generate()
 SCOPE = "course:adversary"
 
@@ -101,12 +98,8 @@ def _credential(subject: Identity) -> AdmissionCredential:
 @pytest.fixture
 def world(request: pytest.FixtureRequest, tmp_path: Path):
     agg = request.getfixturevalue("aggregator")
-    simulated, _ = simulate_peers(8, tmp_path, weeks=4, history_weeks=2, seed=3, features=FEATURES)
+    simulated, nodes = simulated_nodes(tmp_path, 8, seed=3)
     witness = start_witness_server(WitnessSettings(home=tmp_path / "witness", port=0))
-    nodes = [
-        PeerNode(p.identity, p.store, p.ledger, user=p.username, rng=np.random.default_rng(i))
-        for i, p in enumerate(simulated)
-    ]
     try:
         yield agg, witness, nodes, tmp_path
     finally:
@@ -117,20 +110,8 @@ def world(request: pytest.FixtureRequest, tmp_path: Path):
 
 
 def _draft(witness, *, admission: Admission | None = None):
-    featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
-    d = dropout_draft(
-        featurizer.features(),
-        history_weeks=2,
-        weeks=4,
-        epsilon=2.0,
-        min_peers=4,
-        pool_fraction=0.0,
-        report_delay_seconds=1.5,
-        send_window_seconds=1.5,
-        release_window_seconds=1.0,
-        witnesses=[WitnessRef(identity=witness.identity, url=witness.url)],
-        witness_seconds=3.0,
-    )
+    witnesses = [WitnessRef(identity=witness.identity, url=witness.url)]
+    d = mooc_dropout_draft(witnesses=witnesses, witness_seconds=3.0)
     return d if admission is None else d.model_copy(update={"admission": admission})
 
 

@@ -15,7 +15,6 @@ isolated only as often as chance says.
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 
 import pytest
 import requests
@@ -27,14 +26,13 @@ from anonml.protocol import (
     Cosignature,
     Problem,
     Roster,
-    RosterEntry,
     WitnessRef,
     roster_beacon,
     sign_message,
     transcript_hash,
 )
 from peer.witness import WitnessSettings, start_witness_server
-from tests.aggregator.helpers import draft
+from tests.aggregator.helpers import draft, signed_problem, unsigned_roster_entries
 from tests.witness.helpers import ask_witness
 
 HONEST = 4  # besides the victim
@@ -50,30 +48,11 @@ def _problem(pid: str, seed: bytes, witness: bytes) -> Problem:
     d = draft(kp=KP, min_peers=4).model_copy(
         update={"witnesses": (WitnessRef(identity=witness, url="http://127.0.0.1:1"),)}
     )
-    return sign_message(
-        Problem(
-            id=pid,
-            draft=d,
-            created_at=datetime.now(UTC),
-            seed_commitment=commit_seed(seed),
-            aggregator=bytes(AGG.public),
-            round_id=1,
-            signature=bytes(64),
-        ),
-        AGG,
-    )
+    return signed_problem(d, AGG, pid=pid, seed=seed)
 
 
 def _roster(pid: str, seed: bytes, members: list[Identity]) -> Roster:
-    entries = tuple(
-        RosterEntry(
-            identity=bytes(m.public),
-            relay_url="http://127.0.0.1:1/relay/x",
-            relay_certificate=bytes(m.new_round_relay_key(1)[1]),
-            registration_signature=bytes(64),
-        )
-        for m in members
-    )
+    entries = unsigned_roster_entries(members, 1)
     return sign_message(
         Roster(
             problem_id=pid,

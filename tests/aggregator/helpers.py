@@ -24,7 +24,7 @@ from anonml.crypto import (
     finalize_tokens,
     request_token_batch,
 )
-from anonml.learn import Binning
+from anonml.learn import Binning, commit_seed
 from anonml.learn.histograms import domain_size
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import PluginRef
@@ -41,6 +41,7 @@ from anonml.protocol import (
     ProblemStatus,
     Registration,
     Roster,
+    RosterEntry,
     Schedule,
     TokenBatchRequest,
     TokenBatchResponse,
@@ -108,6 +109,46 @@ def draft(
             release_window_seconds=release_window,
         ),
         min_peers=min_peers,
+    )
+
+
+def signed_problem(
+    d: ProblemDraft,
+    aggregator: Identity,
+    *,
+    pid: str,
+    seed: bytes = bytes(32),
+    round_id: int = 1,
+    created_at: datetime | None = None,
+) -> Problem:
+    """``d`` as problem ``pid`` of ``aggregator``, committing to ``seed``, signed (no server involved)."""
+    return sign_message(
+        Problem(
+            id=pid,
+            draft=d,
+            created_at=created_at if created_at is not None else datetime.now(UTC),
+            seed_commitment=commit_seed(seed),
+            aggregator=bytes(aggregator.public),
+            round_id=round_id,
+            signature=bytes(64),
+        ),
+        aggregator,
+    )
+
+
+def unsigned_roster_entries(
+    members: list[Identity], round_id: int, relay_url: str = "http://127.0.0.1:1/relay/x"
+) -> tuple[RosterEntry, ...]:
+    """Roster entries of ``members`` with real relay certificates for ``round_id`` and zero
+    registration signatures (for code that reads no registration)."""
+    return tuple(
+        RosterEntry(
+            identity=bytes(m.public),
+            relay_url=relay_url,
+            relay_certificate=bytes(m.new_round_relay_key(round_id)[1]),
+            registration_signature=bytes(64),
+        )
+        for m in members
     )
 
 

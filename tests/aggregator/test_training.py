@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from typing import get_args
 
 import numpy as np
 import pytest
@@ -10,38 +10,19 @@ import pytest
 from aggregator.training import binning_of, group_reports, train_problem
 from anonml.crypto import Identity
 from anonml.errors import ProtocolError
-from anonml.learn import commit_seed, make_plan
+from anonml.learn import estimate_histogram, make_plan, simulated_learner
 from anonml.privacy import RandomizedResponse, estimate_counts
-from anonml.protocol import Bins, Problem, Roster, RosterEntry, pack_bits, sign_message
-from tests.aggregator.helpers import draft
+from anonml.protocol import Bins, Problem, ProblemDraft, Roster, pack_bits
+from tests.aggregator.helpers import draft, signed_problem, unsigned_roster_entries
 
 
-def _problem(kp: int) -> tuple[Problem, Roster, Bins]:
+def _problem(kp: int, mode: str = "default") -> tuple[Problem, Roster, Bins]:
     aggregator = Identity.generate()
     seed = bytes(range(32))
-    d = draft(n_numeric=2, kp=kp, kh=1, epsilon=2.0)
-    problem = sign_message(
-        Problem(
-            id="p-train",
-            draft=d,
-            created_at=datetime.now(UTC),
-            seed_commitment=commit_seed(seed),
-            aggregator=bytes(aggregator.public),
-            round_id=1,
-            signature=bytes(64),
-        ),
-        aggregator,
-    )
+    d = draft(n_numeric=2, kp=kp, kh=1, epsilon=2.0).model_copy(update={"mode": mode})
+    problem = signed_problem(d, aggregator, pid="p-train", seed=seed)
     peers = [Identity.generate() for _ in range(kp * 2)]
-    entries = tuple(
-        RosterEntry(
-            identity=bytes(p.public),
-            relay_url="http://127.0.0.1:1/r",
-            relay_certificate=bytes(p.new_round_relay_key(1)[1]),
-            registration_signature=bytes(64),  # training reads no signature
-        )
-        for p in peers
-    )
+    entries = unsigned_roster_entries(peers, 1)  # training reads no signature
     roster = Roster(
         problem_id="p-train",
         round_id=1,
@@ -78,14 +59,16 @@ def test_group_reports_sums_bits_per_partition_subset_and_mechanism():
     assert first.bit_sums.tolist() == [2, 1, 0, 1]
 
 
-def test_trained_model_follows_the_reported_signal_and_uses_the_published_bins():
-    # Every partition reports one feature with the label; feature value above the cut ⇔ label 1 w.p. 0.9.
-    problem, roster, bins = _problem(kp=3)
-    plan = make_plan(bytes(roster.seed), [bytes(e.identity) for e in roster.entries], 3, n_partitions=3)
-    rng = np.random.default_rng(0)
+def _signal_reports(
+    kp: int, rng: np.random.Generator
+) -> tuple[list[tuple[int, int, str, bytes]], dict[int, np.ndarray]]:
+    """Every partition reports one feature with the label; feature value above the cut ⇔ label 1 w.p. 0.9.
+
+    Returns the ``(partition, subset, mechanism JSON, packed bits)`` rows and each partition's true counts.
+    """
     mech = RandomizedResponse.from_epsilon(2.0, 4)
     rows, truth = [], {}
-    for p in range(3):
+    for p in range(kp):
         n = 3000
         high = rng.random(n) < 0.5
         label = np.where(rng.random(n) < 0.9, high, ~high).astype(int)
@@ -93,6 +76,14 @@ def test_trained_model_follows_the_reported_signal_and_uses_the_published_bins()
         truth[p] = np.bincount(values, minlength=4)
         for b in mech.perturb(values, rng):
             rows.append((p, 0, mech.descriptor().model_dump_json(), pack_bits(b)))
+    return rows, truth
+
+
+def test_trained_model_follows_the_reported_signal_and_uses_the_published_bins():
+    problem, roster, bins = _problem(kp=3)
+    plan = make_plan(bytes(roster.seed), [bytes(e.identity) for e in roster.entries], 3, n_partitions=3)
+    rng = np.random.default_rng(0)
+    rows, truth = _signal_reports(3, rng)
     groups = group_reports(rows)
     for g in groups:
         est = estimate_counts(g.bit_sums, g.mechanism, g.n)
@@ -104,6 +95,48 @@ def test_trained_model_follows_the_reported_signal_and_uses_the_published_bins()
     X = np.array([[9.0, 9.0, 1.0], [1.0, 1.0, 0.0]])
     p_high, p_low = model.predict_proba(X)[:, 1]
     assert p_high > 0.7 > 0.3 > p_low
+
+
+@pytest.mark.parametrize("mode", get_args(ProblemDraft.model_fields["mode"].annotation))
+def test_the_demos_simulation_is_the_aggregators_computation(mode):
+    # The demo and the protocol benchmark simulate a draft with simulated_learner; the aggregator
+    # trains it from reports. Same draft ⇒ same learner settings, same consistency step and the same
+    # ensemble from the same histograms (paper mode: the same sampling and folds for the same rng).
+    problem, roster, bins = _problem(kp=3, mode=mode)
+    plan = make_plan(bytes(roster.seed), [bytes(e.identity) for e in roster.entries], 3, n_partitions=3)
+    rows, _ = _signal_reports(3, np.random.default_rng(4))
+    rng = np.random.default_rng(9)
+    model, _ = train_problem(problem, roster, bins, plan, rows, median_answered=0, rng=rng)
+
+    simulated = simulated_learner(problem.draft, random_state=0)
+    published = {k: v for k, v in model.get_params().items() if k != "random_state"}
+    assert published == {k: v for k, v in simulated.get_params().items() if k != "random_state"}
+    assert published["mode"] == mode and published["n_bins"] == problem.draft.bins
+    assert published["n_partitions"] == problem.draft.kp and published["consistency"] == "norm_sub"
+
+    binning = binning_of(problem, bins)
+    groups = group_reports(rows)
+    histograms = [
+        estimate_histogram(
+            g.bit_sums,
+            g.mechanism,
+            g.n,
+            plan.subsets[g.partition][g.subset],
+            tuple(binning.n_bins[f] for f in plan.subsets[g.partition][g.subset]),
+            consistency=simulated.consistency,
+        )
+        for g in groups
+    ]
+    expected = simulated.ensemble_from(histograms, [g.n for g in groups], np.random.default_rng(9))
+    assert model.ensemble_.to_dict() == expected.to_dict()
+
+    # The simulation fitted on one row per peer follows the draft's plan, as the protocol does.
+    rng = np.random.default_rng(2)
+    X = np.column_stack([rng.uniform(0, 10, 600), rng.uniform(0, 10, 600), rng.integers(0, 2, 600)])
+    y = (X[:, 0] > 5).astype(int)
+    fitted = simulated_learner(problem.draft, random_state=0).fit(X, y)
+    assert (fitted.n_partitions_, fitted.n_subsets_, fitted.subset_size_) == (3, 1, 1)
+    assert fitted.privacy_.calibration_peers == 0  # the protocol has no calibration pool
 
 
 def test_no_reports_is_a_clear_error():

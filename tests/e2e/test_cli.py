@@ -14,12 +14,12 @@ from anonml.commands.aggregator import app as aggregator_cli
 from anonml.commands.peer import app as peer_cli
 from anonml.crypto import Identity
 from anonml.demo import DEMO_FEATURES, simulate_peers
-from anonml.learn import AnonMLClassifier, commit_seed
+from anonml.learn import AnonMLClassifier
 from anonml.model import FeatureSpec
 from anonml.plugins import PluginRef
 from anonml.protocol import ModelDocument, Problem, ProblemDraft, Schedule, sign_message
 from peer.db import PeerDB
-from tests.aggregator.helpers import TOKEN, draft
+from tests.aggregator.helpers import TOKEN, draft, signed_problem
 
 runner = CliRunner()
 
@@ -104,18 +104,7 @@ def _mooc_problem(aggregator: Identity) -> Problem:
         kp=4,
         schedule=Schedule(registration_deadline=datetime(2030, 1, 1, tzinfo=UTC)),
     )
-    return sign_message(
-        Problem(
-            id="p-cli-predict",
-            draft=d,
-            created_at=datetime.now(UTC),
-            seed_commitment=commit_seed(bytes(32)),
-            aggregator=bytes(aggregator.public),
-            round_id=3,
-            signature=bytes(64),
-        ),
-        aggregator,
-    )
+    return signed_problem(d, aggregator, pid="p-cli-predict", seed=bytes(32), round_id=3)
 
 
 def test_peer_accepts_within_policy_and_predicts_with_a_verified_model(

@@ -14,6 +14,7 @@ from anonml.errors import RecordError
 from anonml.model import Event, Text
 from anonml.store import EventStore
 from importers.browser import BrowserHistoryImporter
+from tests.importers.helpers import check_store_round_trip
 
 FIX = Path(__file__).parent / "fixtures" / "browser"
 WEBKIT = datetime(1601, 1, 1, tzinfo=UTC)
@@ -201,12 +202,8 @@ def test_detect(samples_dir: Path, tmp_path: Path) -> None:
 def test_store_round_trip_reimport_rollback_and_skip_bad(tmp_path: Path, samples_dir: Path) -> None:
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
     imp = BrowserHistoryImporter()
-    assert store.import_file(samples_dir / "browser" / "chrome.sqlite", imp).inserted == 6
-    assert store.import_file(samples_dir / "browser" / "chrome.sqlite", imp).inserted == 0
     bad = _build(tmp_path, "chrome_awkward.sql", "History")
-    with pytest.raises(RecordError, match=r"\[visits.id=4\]"):
-        store.import_file(bad, imp)
-    assert store.count() == 6
-    report = store.import_file(bad, imp, skip_bad=True)
-    assert (report.inserted, report.rejected) == (4, 2)
+    good = samples_dir / "browser" / "chrome.sqlite"
+    _, _, report = check_store_round_trip(store, imp, good, 6, bad, r"\[visits.id=4\]", (4, 2))
+    assert store.count() == 10
     assert [e.record for e in report.errors] == ["visits.id=4", "visits.id=5"]

@@ -12,6 +12,7 @@ from anonml.errors import PluginError, RecordError
 from anonml.model import Event
 from anonml.store import EventStore
 from importers.fitbit import FitbitImporter, fitbit_metric
+from tests.importers.helpers import check_store_round_trip
 
 FIX = Path(__file__).parent / "fixtures" / "fitbit"
 
@@ -254,13 +255,8 @@ def test_unknown_timezone_is_a_params_error() -> None:
 def test_store_round_trip_reimport_rollback_and_skip_bad(tmp_path: Path, samples_dir: Path) -> None:
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
     imp = FitbitImporter({"timezone": "Europe/London"})
-    assert store.import_file(samples_dir / "fitbit" / "sleep.json", imp).inserted == 2
-    assert store.import_file(samples_dir / "fitbit" / "sleep.json", imp).inserted == 0
-    with pytest.raises(RecordError, match=r"\[\$\[1\]\]: dateTime"):
-        store.import_file(FIX / "steps-2018-01-02.json", imp)
-    assert store.count() == 2
-    report = store.import_file(FIX / "steps-2018-01-02.json", imp, skip_bad=True)
-    assert (report.inserted, report.rejected) == (2, 4)
+    good, bad = samples_dir / "fitbit" / "sleep.json", FIX / "steps-2018-01-02.json"
+    _, _, report = check_store_round_trip(store, imp, good, 2, bad, r"\[\$\[1\]\]: dateTime", (2, 4))
     assert [e.record for e in report.errors] == ["$[1]", "$[2]", "$[3]", "$[4]"]
 
 

@@ -15,6 +15,7 @@ from importers.google_activity import (
     GoogleActivityImporter,
     parse_activity_time,
 )
+from tests.importers.helpers import check_store_round_trip
 
 FIX = Path(__file__).parent / "fixtures" / "google_activity"
 
@@ -160,13 +161,10 @@ def test_detect_scores(activity: Path, samples_dir: Path, tmp_path: Path) -> Non
 def test_store_import_reimport_rollback_and_skip_bad(activity: Path, tmp_path: Path) -> None:
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
     importer = GoogleActivityImporter()
-    assert store.import_file(activity / "Search" / "My Activity.json", importer).inserted == 2
-    again = store.import_file(activity / "Search" / "My Activity.json", importer)
-    assert (again.inserted, again.duplicate) == (0, 2)
-    with pytest.raises(RecordError, match=r"youtube_gb.html:7 \[outer-cell\[1\]\]"):
-        store.import_file(FIX / "youtube_gb.html", importer)
-    assert store.count() == 2
-    report = store.import_file(FIX / "youtube_gb.html", importer, skip_bad=True)
-    assert (report.inserted, report.rejected) == (1, 3)
+    good, bad = activity / "Search" / "My Activity.json", FIX / "youtube_gb.html"
+    _, again, _ = check_store_round_trip(
+        store, importer, good, 2, bad, r"youtube_gb.html:7 \[outer-cell\[1\]\]", (1, 3)
+    )
+    assert again.duplicate == 2
     assert store.count(type="youtube") == 1
     store.close()

@@ -11,6 +11,7 @@ from anonml.errors import RecordError
 from anonml.model import Event, Text
 from anonml.store import EventStore
 from importers.google_location import GoogleLocationImporter
+from tests.importers.helpers import check_store_round_trip
 
 FIX = Path(__file__).parent / "fixtures" / "google_location"
 
@@ -225,15 +226,16 @@ def test_detect_scores(samples_dir: Path, legacy: Path, tmp_path: Path) -> None:
 def test_store_import_reimport_rollback_and_skip_bad(legacy: Path, tmp_path: Path) -> None:
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
     importer = GoogleLocationImporter()
-    first = store.import_file(legacy, importer)
-    assert (first.accepted, first.inserted, first.rejected) == (3, 3, 0)
-    again = store.import_file(legacy, importer)
-    assert (again.inserted, again.duplicate) == (0, 3)
-    with pytest.raises(RecordError, match=r"records_bad.json:8 \[locations\[1\]\]: missing field"):
-        store.import_file(FIX / "records_bad.json", importer)
-    assert store.count() == 3  # rolled back: unchanged
-    skipped = store.import_file(FIX / "records_bad.json", importer, skip_bad=True)
-    assert (skipped.inserted, skipped.rejected) == (2, 2)
+    first, again, skipped = check_store_round_trip(  # the bad file rolls back: the store unchanged
+        store,
+        importer,
+        legacy,
+        3,
+        FIX / "records_bad.json",
+        r"records_bad.json:8 \[locations\[1\]\]: missing field",
+        (2, 2),
+    )
+    assert (first.accepted, first.rejected) == (3, 0) and again.duplicate == 3
     assert [e.record for e in skipped.errors] == ["locations[1]", "locations[2]"]
     assert store.count(source="google_location") == 5
     store.close()

@@ -11,6 +11,7 @@ from anonml.errors import PluginError, RecordError
 from anonml.model import Event, Text
 from anonml.store import EventStore
 from importers.ical import IcalImporter
+from tests.importers.helpers import check_store_round_trip
 
 FIX = Path(__file__).parent / "fixtures" / "ical"
 
@@ -174,13 +175,16 @@ def test_detect_scores(ical: Path, samples_dir: Path, tmp_path: Path) -> None:
 def test_store_broken_sample_rolls_back_or_skips(ical: Path, tmp_path: Path) -> None:
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
     importer = IcalImporter()
-    assert store.import_file(ical / "issue_165_missing_event.ics", importer).inserted == 14
-    assert store.import_file(ical / "issue_165_missing_event.ics", importer).inserted == 0
-    with pytest.raises(RecordError, match=r"parsing_error.ics:19 \[VEVENT #2\]: property EXDATE"):
-        store.import_file(ical / "parsing_error.ics", importer)
-    assert store.count() == 14
-    report = store.import_file(ical / "parsing_error.ics", importer, skip_bad=True)
-    assert (report.inserted, report.rejected) == (20, 1)
+    _, _, report = check_store_round_trip(
+        store,
+        importer,
+        ical / "issue_165_missing_event.ics",
+        14,
+        ical / "parsing_error.ics",
+        r"parsing_error.ics:19 \[VEVENT #2\]: property EXDATE",
+        (20, 1),
+    )
+    assert store.count() == 34
     assert report.errors[0].record == "VEVENT #2"
     first = min(e.timestamp for e in store.events(source="ical") if e.fields["all_day"])
     assert first == datetime(2008, 3, 3, tzinfo=UTC)

@@ -12,6 +12,7 @@ from anonml.errors import PluginError, RecordError
 from anonml.model import Event
 from anonml.store import EventStore
 from importers.mbox import MboxImporter, keyed_hash
+from tests.importers.helpers import check_store_round_trip
 
 FIX = Path(__file__).parent / "fixtures" / "mbox"
 
@@ -184,14 +185,10 @@ def test_hash_key_longer_than_blake2b_key_is_refused() -> None:
 def test_store_round_trip_reimport_rollback_and_skip_bad(tmp_path: Path) -> None:
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
     imp = MboxImporter()
-    first = store.import_file(FIX / "basic.mbox", imp)
-    assert (first.accepted, first.inserted) == (3, 3)
-    again = store.import_file(FIX / "basic.mbox", imp)
-    assert (again.inserted, again.duplicate) == (0, 3)
-    with pytest.raises(RecordError, match="message has no Date header"):
-        store.import_file(FIX / "missing_date.mbox", imp)
-    assert store.count() == 3  # the good first message was rolled back with the bad ones
-    report = store.import_file(FIX / "missing_date.mbox", imp, skip_bad=True)
-    assert (report.inserted, report.rejected) == (1, 2)
+    # The bad file's good first message is rolled back with the bad ones, then kept by skip_bad.
+    first, again, report = check_store_round_trip(
+        store, imp, FIX / "basic.mbox", 3, FIX / "missing_date.mbox", "message has no Date header", (1, 2)
+    )
+    assert first.accepted == 3 and again.duplicate == 3
     assert [e.line for e in report.errors] == [10, 18]
     assert store.count(source="mbox") == 4

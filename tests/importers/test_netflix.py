@@ -11,6 +11,7 @@ from anonml.errors import PluginError, RecordError
 from anonml.model import Event, Text
 from anonml.store import EventStore
 from importers.netflix import NetflixImporter, parse_elapsed
+from tests.importers.helpers import check_store_round_trip
 
 FIX = Path(__file__).parent / "fixtures" / "netflix"
 
@@ -117,11 +118,6 @@ def test_profiles_param_is_bounded() -> None:
 def test_store_round_trip_reimport_rollback_and_skip_bad(tmp_path: Path) -> None:
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
     imp = NetflixImporter()
-    assert store.import_file(FIX / "ViewingActivity.csv", imp).inserted == 4
-    assert store.import_file(FIX / "ViewingActivity.csv", imp).inserted == 0
-    with pytest.raises(RecordError, match=r":3: Start Time"):
-        store.import_file(FIX / "bad" / "ViewingActivity.csv", imp)
-    assert store.count() == 4
-    report = store.import_file(FIX / "bad" / "ViewingActivity.csv", imp, skip_bad=True)
-    assert (report.inserted, report.rejected) == (2, 5)
+    good, bad = FIX / "ViewingActivity.csv", FIX / "bad" / "ViewingActivity.csv"
+    _, _, report = check_store_round_trip(store, imp, good, 4, bad, r":3: Start Time", (2, 5))
     assert [e.line for e in report.errors] == [3, 4, 5, 6, 8]

@@ -11,6 +11,7 @@ from anonml.errors import RecordError
 from anonml.model import Event, Text
 from anonml.store import EventStore
 from importers.spotify import SpotifyImporter, platform_family
+from tests.importers.helpers import check_store_round_trip
 
 FIX = Path(__file__).parent / "fixtures" / "spotify"
 
@@ -156,11 +157,6 @@ def test_detect(samples_dir: Path, tmp_path: Path) -> None:
 def test_store_round_trip_reimport_rollback_and_skip_bad(tmp_path: Path) -> None:
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
     imp = SpotifyImporter()
-    assert store.import_file(FIX / "endsong_0.json", imp).inserted == 3
-    assert store.import_file(FIX / "endsong_0.json", imp).inserted == 0
-    with pytest.raises(RecordError, match=r"\[\$\[1\]\]: endTime"):
-        store.import_file(FIX / "StreamingHistory9.json", imp)
-    assert store.count() == 3
-    report = store.import_file(FIX / "StreamingHistory9.json", imp, skip_bad=True)
-    assert (report.inserted, report.rejected) == (2, 6)
+    good, bad = FIX / "endsong_0.json", FIX / "StreamingHistory9.json"
+    check_store_round_trip(store, imp, good, 3, bad, r"\[\$\[1\]\]: endTime", (2, 6))
     assert store.count(type="track_play") == 3

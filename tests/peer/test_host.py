@@ -26,7 +26,7 @@ from peer.participant import PeerNode
 from peer.phases import IllegalTransition, ParticipationPhase
 from peer.roster import RosterView
 from tests.aggregator.helpers import ADMIN, draft, propose, roster_of, status, wait_phase
-from tests.peer.test_participant import _host as participant_host
+from tests.peer.helpers import simulation_host
 
 P = ParticipationPhase
 N = 4
@@ -42,7 +42,7 @@ def _draft():
 
 
 def _host(nodes: list[PeerNode], db: Path, url: str) -> PeerHost:
-    host = participant_host(nodes, db, url)
+    host = simulation_host(nodes, db, url)
     host.relay_base = "http://127.0.0.1:9"  # never contacted: these tests do not serve the relay
     return host
 

@@ -5,21 +5,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import requests
 
 from anonml.crypto import TokenKey
-from anonml.demo import dropout_draft, simulate_peers
-from anonml.plugins import PluginRef, create
 from anonml.protocol import Roster, sign_message
 from peer.app import start_peer_server
 from peer.client import AggregatorClient
-from peer.db import PeerDB
-from peer.host import PeerHost
-from peer.participant import PeerNode
-from peer.policy import PeerPolicy
 from tests.aggregator.helpers import ADMIN, propose, status, wait_phase
+from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
 
 
 class SplitViewClient(AggregatorClient):
@@ -35,49 +29,15 @@ class SplitViewClient(AggregatorClient):
         return sign_message(forged, self.signer)
 
 
-def _host(nodes: list[PeerNode], db: Path, url: str) -> PeerHost:
-    return PeerHost(
-        nodes,
-        PeerDB(f"sqlite:///{db}"),
-        PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=4.0),
-        [url],
-        poll_seconds=0.1,
-        roster_comparisons=2,
-        workers=4,
-    )
-
-
 @pytest.mark.slow
 def test_a_peer_shown_another_token_key_aborts_before_taking_tokens(aggregator, tmp_path: Path):
-    simulated, _ = simulate_peers(
-        8,
-        tmp_path,
-        weeks=4,
-        history_weeks=2,
-        seed=3,
-        features=["time_on_site_minutes", "video_seconds_watched", "seq_navigations", "distinct_problems"],
-    )
     # Seeded node generators: witness choices, paths and noise are reproducible.
-    nodes = [
-        PeerNode(p.identity, p.store, p.ledger, user=p.username, rng=np.random.default_rng(i))
-        for i, p in enumerate(simulated)
-    ]
-    honest = start_peer_server(_host(nodes[:7], tmp_path / "a.db", aggregator.url))
-    victim_host = _host(nodes[7:], tmp_path / "b.db", aggregator.url)
+    simulated, nodes = simulated_nodes(tmp_path, 8, seed=3)
+    honest = start_peer_server(simulation_host(nodes[:7], tmp_path / "a.db", aggregator.url))
+    victim_host = simulation_host(nodes[7:], tmp_path / "b.db", aggregator.url)
     victim = start_peer_server(victim_host)
     try:
-        featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
-        d = dropout_draft(
-            featurizer.features(),
-            history_weeks=2,
-            weeks=4,
-            epsilon=2.0,
-            min_peers=4,
-            pool_fraction=0.0,
-            report_delay_seconds=1.5,
-            send_window_seconds=1.0,
-            release_window_seconds=1.0,
-        )
+        d = mooc_dropout_draft(send_window_seconds=1.0)
         # roster_seconds (2 s by default) gives every peer time to publish its witness first.
         problem = propose(aggregator.url, d)
         deadline = time.monotonic() + 30

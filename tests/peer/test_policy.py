@@ -9,11 +9,11 @@ import pytest
 
 from anonml.crypto import Identity
 from anonml.errors import AnonMLError
-from anonml.learn import commit_seed
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import PluginRef
-from anonml.protocol import MedianSettings, Problem, ProblemDraft, Schedule, sign_message
+from anonml.protocol import MedianSettings, Problem, ProblemDraft, Schedule
 from peer.policy import PeerPolicy, check_roster_floors, evaluate_problem, load_plugins
+from tests.aggregator.helpers import signed_problem
 
 
 def problem(**changes) -> Problem:
@@ -30,18 +30,7 @@ def problem(**changes) -> Problem:
     )
     values.update(changes)
     aggregator = Identity.generate()
-    return sign_message(
-        Problem(
-            id="p-policy",
-            draft=ProblemDraft(**values),
-            created_at=datetime.now(UTC),
-            seed_commitment=commit_seed(bytes(32)),
-            aggregator=bytes(aggregator.public),
-            round_id=7,
-            signature=bytes(64),
-        ),
-        aggregator,
-    )
+    return signed_problem(ProblemDraft(**values), aggregator, pid="p-policy", seed=bytes(32), round_id=7)
 
 
 AUTO = PeerPolicy(

@@ -9,7 +9,8 @@ import pytest
 from scipy.stats import chisquare
 
 from anonml.privacy import _sampling
-from anonml.privacy._sampling import bernoulli_bits, resolve_rng, uniform_subsets
+from anonml.privacy._sampling import bernoulli_bits, uniform_subsets
+from anonml.randomness import resolve_rng
 from tests.privacy.exact import subsets_onehot
 
 # Probabilities exercising each plan (asserted below): sparse layer alone,

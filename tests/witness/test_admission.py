@@ -127,22 +127,10 @@ def _entry(member: Identity, problem, cred, relay="http://127.0.0.1:9/relay/a") 
 
 
 def _problem(d):
-    from anonml.learn import commit_seed
-    from anonml.protocol import Problem
+    from tests.aggregator.helpers import signed_problem
     from tests.witness.test_transcript import AGG  # one signing aggregator for these unit checks
 
-    return sign_message(
-        Problem(
-            id="p-admission",
-            draft=d,
-            created_at=datetime.now(UTC),
-            seed_commitment=commit_seed(b"\x00" * 32),
-            aggregator=bytes(AGG.public),
-            round_id=3,
-            signature=bytes(64),
-        ),
-        AGG,
-    )
+    return signed_problem(d, AGG, pid="p-admission", seed=b"\x00" * 32, round_id=3)
 
 
 def _roster(problem, entries):

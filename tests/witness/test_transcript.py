@@ -8,14 +8,12 @@ import pytest
 
 from anonml.crypto import Identity
 from anonml.errors import ProtocolError
-from anonml.learn import commit_seed
 from anonml.protocol import (
     Bins,
     Cosignature,
     CosignatureBundle,
     Problem,
     Roster,
-    RosterEntry,
     TranscriptStatement,
     WitnessRef,
     roster_beacon,
@@ -23,7 +21,7 @@ from anonml.protocol import (
     transcript_hash,
 )
 from peer.transcript import verify_bundle
-from tests.aggregator.helpers import draft
+from tests.aggregator.helpers import draft, signed_problem, unsigned_roster_entries
 
 AGG = Identity.generate()
 WITNESSES = [Identity.generate() for _ in range(3)]
@@ -40,31 +38,13 @@ def problem(witnesses=WITNESSES, **changes) -> Problem:
             **changes,
         }
     )
-    return sign_message(
-        Problem(
-            id="p-transcript",
-            draft=d,
-            created_at=datetime(2026, 1, 1, tzinfo=UTC),
-            seed_commitment=commit_seed(SEED),
-            aggregator=bytes(AGG.public),
-            round_id=7,
-            signature=bytes(64),
-        ),
-        AGG,
-    )
+    created = datetime(2026, 1, 1, tzinfo=UTC)
+    return signed_problem(d, AGG, pid="p-transcript", seed=SEED, round_id=7, created_at=created)
 
 
 def roster(**changes) -> Roster:
     peers = [Identity.generate() for _ in range(2)]
-    entries = tuple(
-        RosterEntry(
-            identity=bytes(p.public),
-            relay_url="http://127.0.0.1:1/relay/x",
-            relay_certificate=bytes(p.new_round_relay_key(7)[1]),
-            registration_signature=bytes(64),
-        )
-        for p in peers
-    )
+    entries = unsigned_roster_entries(peers, 7)
     fields = (
         dict(
             problem_id="p-transcript",

@@ -19,7 +19,12 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from anonml.learn.multiparty.common import PrivacyGuarantee
 from anonml.learn.params import RANDOM_STATE, Interval, Options
 
-__all__ = ["LinearMultipartyClassifier", "PRIVATE_ERM_CONSTRAINTS", "LOSS_CONSTRAINTS"]
+__all__ = [
+    "LinearMultipartyClassifier",
+    "MarginLossClassifier",
+    "PRIVATE_ERM_CONSTRAINTS",
+    "LOSS_CONSTRAINTS",
+]
 
 
 #: Hyperparameter constraints (scikit-learn's ``param_checks``) that
@@ -53,6 +58,15 @@ class LinearMultipartyClassifier(ClassifierMixin, BaseEstimator):
     classes_: np.ndarray
     privacy_: PrivacyGuarantee
 
+    #: Whether the method learns more than two classes natively (Hamm et al.'s softmax ERM does).
+    _multiclass: bool = False
+
+    def __sklearn_tags__(self):  # noqa: D105 - scikit-learn protocol
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = self._multiclass
+        tags.non_deterministic = getattr(self, "random_state", None) is None
+        return tags
+
     def _set_binary(self, w: np.ndarray, classes: np.ndarray, privacy: PrivacyGuarantee) -> None:
         self.coef_ = np.asarray(w, dtype=np.float64).reshape(1, -1)
         self.intercept_ = np.zeros(1)
@@ -71,3 +85,31 @@ class LinearMultipartyClassifier(ClassifierMixin, BaseEstimator):
         if scores.ndim == 1:
             return self.classes_[(scores > 0).astype(int)]
         return self.classes_[np.argmax(scores, axis=1)]
+
+
+class MarginLossClassifier(LinearMultipartyClassifier):
+    """Base class of the ε-DP estimators trained with a margin loss (objective perturbation).
+
+    Holds their shared hyperparameters, stored as given: ``epsilon``, the regulariser
+    ``lam`` (λ of (λ/2)‖w‖²), ``loss`` ("logistic" or "huber"), ``huber_h`` and
+    ``random_state``; each subclass documents them with its method.
+    """
+
+    param_checks: dict = {
+        **PRIVATE_ERM_CONSTRAINTS,
+        **LOSS_CONSTRAINTS,
+    }
+
+    def __init__(
+        self,
+        epsilon: float = 1.0,
+        lam: float = 1e-3,
+        loss: str = "logistic",
+        huber_h: float = 0.5,
+        random_state: int | np.random.Generator | None = None,
+    ) -> None:
+        self.epsilon = epsilon
+        self.lam = lam
+        self.loss = loss
+        self.huber_h = huber_h
+        self.random_state = random_state

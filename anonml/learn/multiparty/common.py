@@ -21,14 +21,15 @@ from __future__ import annotations
 import enum
 import math
 import numbers
-import secrets
 from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from anonml.errors import AnonMLError
+from anonml.randomness import resolve_rng
 
 __all__ = [
     "MultipartyError",
@@ -39,8 +40,6 @@ __all__ = [
     "sample_norm_noise",
     "check_unit_ball",
     "check_parties",
-    "resolve_rng",
-    "as_generator",
 ]
 
 # Slack for floating-point round-off when checking ‖x‖ ≤ 1.
@@ -111,26 +110,6 @@ class PrivacyGuarantee:
 NON_PRIVATE = PrivacyGuarantee(PrivacyUnit.NONE, math.inf, 0.0, "no noise")
 
 
-def resolve_rng(rng: np.random.Generator | None) -> np.random.Generator:
-    """``rng`` itself, or a generator seeded from the OS CSPRNG when ``None``."""
-    if rng is None:
-        return np.random.default_rng(secrets.randbits(128))
-    if not isinstance(rng, np.random.Generator):
-        raise MultipartyError(f"rng must be a numpy Generator or None, got {type(rng).__name__}")
-    return rng
-
-
-def as_generator(
-    random_state: int | np.random.Generator | np.random.RandomState | None,
-) -> np.random.Generator:
-    """A Generator from an estimator's ``random_state`` (``None``: OS CSPRNG)."""
-    if random_state is None or isinstance(random_state, np.random.Generator):
-        return resolve_rng(random_state)
-    if isinstance(random_state, np.random.RandomState):
-        return np.random.default_rng(random_state.randint(0, 2**63 - 1, dtype=np.int64))
-    return np.random.default_rng(random_state)
-
-
 def sample_norm_noise(
     dim: int, beta: float, size: int | None = None, rng: np.random.Generator | None = None
 ) -> np.ndarray:
@@ -183,11 +162,13 @@ def to_pm1(y: np.ndarray, where: str = "y") -> tuple[np.ndarray, np.ndarray]:
     y = np.asarray(y)
     if y.ndim != 1:
         raise MultipartyError(f"{where} must be one-dimensional, got shape {y.shape}")
+    check_classification_targets(y)  # a continuous target is refused as scikit-learn refuses it
     classes = np.unique(y)
     if classes.size != 2:
         raise MultipartyError(
-            f"{where} must hold exactly two classes for a binary method, got {classes.size}: "
-            f"{classes[:10].tolist()}"
+            ("Only binary classification is supported. " if classes.size > 2 else "")
+            + f"{where} must hold exactly two classes for a binary method, got {classes.size} "
+            f"class{'es' if classes.size != 1 else ''}: {classes[:10].tolist()}"
         )
     return np.where(y == classes[1], 1.0, -1.0), classes
 

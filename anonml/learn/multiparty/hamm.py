@@ -41,13 +41,13 @@ from anonml.learn.multiparty.common import (
     MultipartyError,
     PrivacyGuarantee,
     PrivacyUnit,
-    as_generator,
     check_parties,
     check_unit_ball,
     sample_norm_noise,
 )
 from anonml.learn.multiparty.erm import fit_linear_erm, fit_soft_label_erm, fit_softmax_erm
 from anonml.learn.params import checked_fit
+from anonml.randomness import generator_from
 
 __all__ = [
     "ConstantClassifier",
@@ -128,6 +128,7 @@ class _HammBase(LinearMultipartyClassifier):
     param_checks: dict = {
         **PRIVATE_ERM_CONSTRAINTS,
     }
+    _multiclass = True
 
     def __init__(
         self,
@@ -160,7 +161,7 @@ class _HammBase(LinearMultipartyClassifier):
         return X_aux, votes, classes, int(totals[0])
 
     def _release(self, coef: np.ndarray, sensitivity: float, classes: np.ndarray, mechanism: str) -> None:
-        rng = as_generator(self.random_state)
+        rng = generator_from(self.random_state)
         eta = sample_norm_noise(coef.size, self.epsilon / sensitivity, rng=rng).reshape(coef.shape)
         self.nonprivate_coef_ = coef
         self.sensitivity_ = sensitivity

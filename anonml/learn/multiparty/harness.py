@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,10 +28,11 @@ import numpy as np
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import StratifiedKFold
 
-from anonml.learn.multiparty.common import MultipartyError, PrivacyGuarantee, resolve_rng
+from anonml.learn.multiparty.common import MultipartyError, PrivacyGuarantee
 from anonml.learn.multiparty.data import Preprocessor, RawDataset, load_dataset, public_ranges
 from anonml.learn.multiparty.methods import METHODS, Fitted, SplitContext
 from anonml.learn.multiparty.splits import assign_parties, split_public
+from anonml.randomness import generator_from
 
 __all__ = ["ResultRow", "BenchmarkConfig", "run_multiparty_benchmark", "write_results"]
 
@@ -120,6 +121,102 @@ def _combos(
     return combos
 
 
+#: A party-share skew: K fractions summing to 1, or None for even shares.
+_Skew = tuple[float, ...] | None
+#: A split's test rows: raw (AnonML bins them itself), scaled into the unit ball, and the labels.
+_TestData = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _check_request(methods: Sequence[str], trials: int, eps: Sequence[float]) -> None:
+    """Known methods, at least one trial, every ε positive and finite (else a MultipartyError)."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise MultipartyError(
+            f"unknown method(s) {unknown or list(methods)}; choose from {', '.join(METHODS)}"
+        )
+    if trials < 1:
+        raise MultipartyError(f"trials must be >= 1, got {trials}")
+    if any(not (e > 0 and math.isfinite(e)) for e in eps) or not eps:
+        raise MultipartyError(f"every eps must be positive and finite, got {list(eps)}")
+
+
+def _check_classes(methods: Sequence[str], raw: RawDataset) -> None:
+    """Two-class-only methods need two-class data."""
+    binary_only = [m for m in methods if METHODS[m].binary_only]
+    if binary_only and raw.classes.size != 2:
+        raise MultipartyError(
+            f"{', '.join(binary_only)} applies to two-class data only; "
+            f"{raw.name} has {raw.classes.size} classes"
+        )
+
+
+def _contexts(
+    raw: RawDataset,
+    config: BenchmarkConfig,
+    combos: list[tuple[int, _Skew]],
+    master: np.random.Generator,
+) -> Iterator[
+    tuple[
+        int,
+        tuple[float, ...] | None,
+        SplitContext,
+        tuple[np.ndarray, np.ndarray, np.ndarray],
+        np.random.Generator,
+    ]
+]:
+    """Every (trial, split, K, skew): its :class:`SplitContext`, test data and generator.
+
+    Yields ``(K, skew, context, (X_test raw, X_test scaled, y_test), rng)``. Per trial a
+    seed from ``master`` fixes the splits; per split a generator from ``master`` draws the
+    public set, then per (K, skew) the party shares — after the methods fitted on the
+    previous (K, skew) drew from the same generator, so the order of draws is the run's.
+    """
+    for _trial in range(config.trials):
+        trial_seed = int(master.integers(2**31))
+        for X_train, y_train, X_test, y_test in _splits(raw, config.folds, trial_seed):
+            rng = np.random.default_rng(master.integers(2**63))
+            public, private = split_public(y_train, config.public_fraction, rng)
+            prep = Preprocessor(raw.features, config.norm_quantile).fit(X_train[public])
+            X_priv, X_pub, X_te = (
+                prep.transform(X_train[private]),
+                prep.transform(X_train[public]),
+                prep.transform(X_test),
+            )
+            for k, s in combos:
+                ctx = SplitContext(
+                    X=X_priv,
+                    y=y_train[private],
+                    parties=assign_parties(private.size, k, s, rng),
+                    X_public=X_pub,
+                    y_public=y_train[public],
+                    classes=raw.classes,
+                    lam=config.lam,
+                    hamm_lam=config.hamm_lam,
+                    delta=config.delta,
+                    max_indiv=config.max_indiv,
+                    X_raw=X_train[private],
+                    raw_features=raw.features or public_ranges(X_train[public]),
+                )
+                yield k, s, ctx, (X_test, X_te, y_test), rng
+
+
+def _fit_methods(
+    ctx: SplitContext,
+    methods: Sequence[str],
+    budgets: dict[str, tuple[float, ...]],
+    test: _TestData,
+    rng: np.random.Generator,
+) -> Iterator[tuple[str, float, _Run]]:
+    """Fit every method at each of its budgets on ``ctx`` and score it on ``test``, timing the fit."""
+    X_test, X_te, y_test = test
+    for name in methods:
+        for e in budgets[name]:
+            start = time.perf_counter()
+            fitted = METHODS[name].fit(ctx, e, rng)
+            seconds = time.perf_counter() - start
+            yield name, e, _score(fitted, X_test if fitted.raw_input else X_te, y_test, ctx.classes, seconds)
+
+
 def run_multiparty_benchmark(
     dataset: str,
     methods: Sequence[str],
@@ -155,8 +252,7 @@ def run_multiparty_benchmark(
     delta : δ of the (ε, δ) methods (``psgd``, ``gop``)
     lam : λ of the ERM-based methods; hamm_lam : λ of Hamm et al.'s ERM
     public_fraction : share of training rows that is the aggregator's public set
-    norm_quantile : quantile of the public rows' norms used as the norm bound
-        (``None``: Adult's a-priori bound), see :class:`Preprocessor`
+    norm_quantile : public rows' norm quantile taken as the bound (``None``: Adult's); :class:`Preprocessor`
     max_indiv : parties averaged by ``indiv``
     seed : master seed (``None``: OS CSPRNG, not reproducible)
     data_path : Adult's folder (default ``../shared/datasets/adult``)
@@ -168,15 +264,7 @@ def run_multiparty_benchmark(
     -------
     list of ResultRow
     """
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise MultipartyError(
-            f"unknown method(s) {unknown or list(methods)}; choose from {', '.join(METHODS)}"
-        )
-    if trials < 1:
-        raise MultipartyError(f"trials must be >= 1, got {trials}")
-    if any(not (e > 0 and math.isfinite(e)) for e in eps) or not eps:
-        raise MultipartyError(f"every eps must be positive and finite, got {list(eps)}")
+    _check_request(methods, trials, eps)
     config = BenchmarkConfig(
         dataset,
         tuple(methods),
@@ -194,56 +282,17 @@ def run_multiparty_benchmark(
         max_indiv,
     )
     raw = data if data is not None else load_dataset(dataset, data_path)
-    binary_only = [m for m in methods if METHODS[m].binary_only]
-    if binary_only and raw.classes.size != 2:
-        raise MultipartyError(
-            f"{', '.join(binary_only)} applies to two-class data only; "
-            f"{raw.name} has {raw.classes.size} classes"
-        )
+    _check_classes(methods, raw)
     combos = _combos(parties, skew)
-    master = np.random.default_rng(seed) if seed is not None else resolve_rng(None)
-    n_splits = 1 if raw.X_test is not None else folds
     budgets = {name: tuple(eps) if METHODS[name].private else (math.inf,) for name in methods}
-    total = trials * n_splits * len(combos) * sum(len(b) for b in budgets.values())
+    n_splits = 1 if raw.X_test is not None else folds
     runs: dict[tuple[str, int, str, float], list[_Run]] = {}
-    done = 0
-    for _trial in range(trials):
-        trial_seed = int(master.integers(2**31))
-        for X_train, y_train, X_test, y_test in _splits(raw, folds, trial_seed):
-            rng = np.random.default_rng(master.integers(2**63))
-            public, private = split_public(y_train, public_fraction, rng)
-            prep = Preprocessor(raw.features, norm_quantile).fit(X_train[public])
-            X_priv, X_pub, X_te = (
-                prep.transform(X_train[private]),
-                prep.transform(X_train[public]),
-                prep.transform(X_test),
-            )
-            for k, s in combos:
-                ctx = SplitContext(
-                    X=X_priv,
-                    y=y_train[private],
-                    parties=assign_parties(private.size, k, s, rng),
-                    X_public=X_pub,
-                    y_public=y_train[public],
-                    classes=raw.classes,
-                    lam=lam,
-                    hamm_lam=hamm_lam,
-                    delta=delta,
-                    max_indiv=max_indiv,
-                    X_raw=X_train[private],
-                    raw_features=raw.features or public_ranges(X_train[public]),
-                )
-                for name in methods:
-                    for e in budgets[name]:
-                        start = time.perf_counter()
-                        fitted = METHODS[name].fit(ctx, e, rng)
-                        seconds = time.perf_counter() - start
-                        runs.setdefault((name, k, _skew_label(s), e), []).append(
-                            _score(fitted, X_test if fitted.raw_input else X_te, y_test, raw.classes, seconds)
-                        )
-                        done += 1
-                        if progress is not None:
-                            progress(done, total, f"{name} K={k} {_skew_label(s)} eps={e:g}")
+    for k, s, ctx, test, rng in _contexts(raw, config, combos, generator_from(seed, name="seed")):
+        for name, e, run in _fit_methods(ctx, methods, budgets, test, rng):
+            runs.setdefault((name, k, _skew_label(s), e), []).append(run)
+            if progress is not None:
+                total = trials * n_splits * len(combos) * sum(len(budgets[m]) for m in methods)
+                progress(sum(map(len, runs.values())), total, f"{name} K={k} {_skew_label(s)} eps={e:g}")
     rows = _aggregate(dataset, runs)
     if json_path is not None:
         write_results(rows, config, json_path)

@@ -23,19 +23,18 @@ from typing import NamedTuple
 import numpy as np
 from sklearn.utils.validation import validate_data
 
-from anonml.learn.multiparty.base import LOSS_CONSTRAINTS, PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
+from anonml.learn.multiparty.base import MarginLossClassifier
 from anonml.learn.multiparty.common import (
     MultipartyError,
     PrivacyGuarantee,
     PrivacyUnit,
-    as_generator,
     check_unit_ball,
-    resolve_rng,
     sample_norm_noise,
     to_pm1,
 )
 from anonml.learn.multiparty.erm import MarginLoss, fit_linear_erm, margin_loss
 from anonml.learn.params import checked_fit
+from anonml.randomness import generator_from, resolve_rng
 
 __all__ = ["Slack", "compute_slack", "objective_perturbation", "ObjectivePerturbationLR"]
 
@@ -114,7 +113,7 @@ def objective_perturbation(
     return fit_linear_erm(X, y, lam + slack.extra_reg, loss=loss, linear=b / n)
 
 
-class ObjectivePerturbationLR(LinearMultipartyClassifier):
+class ObjectivePerturbationLR(MarginLossClassifier):
     """Pooled central-DP reference: objective-perturbed regularised logistic regression.
 
     A trusted curator pools every party's records and runs
@@ -143,30 +142,11 @@ class ObjectivePerturbationLR(LinearMultipartyClassifier):
     minimization", JMLR 12 (2011) 1069-1109.
     """
 
-    param_checks: dict = {
-        **PRIVATE_ERM_CONSTRAINTS,
-        **LOSS_CONSTRAINTS,
-    }
-
-    def __init__(
-        self,
-        epsilon: float = 1.0,
-        lam: float = 1e-3,
-        loss: str = "logistic",
-        huber_h: float = 0.5,
-        random_state: int | np.random.Generator | None = None,
-    ) -> None:
-        self.epsilon = epsilon
-        self.lam = lam
-        self.loss = loss
-        self.huber_h = huber_h
-        self.random_state = random_state
-
     @checked_fit
     def fit(self, X: np.ndarray, y: np.ndarray) -> ObjectivePerturbationLR:
         X, y = validate_data(self, X, y, dtype=np.float64)
         y_pm, classes = to_pm1(y)
-        rng = as_generator(self.random_state)
+        rng = generator_from(self.random_state)
         w = objective_perturbation(X, y_pm, self.epsilon, self.lam, margin_loss(self.loss, self.huber_h), rng)
         self._set_binary(
             w,

@@ -25,7 +25,6 @@ from anonml.learn.multiparty.base import PRIVATE_ERM_CONSTRAINTS, LinearMultipar
 from anonml.learn.multiparty.common import (
     PrivacyGuarantee,
     PrivacyUnit,
-    as_generator,
     check_parties,
     check_unit_ball,
     sample_norm_noise,
@@ -33,6 +32,7 @@ from anonml.learn.multiparty.common import (
 )
 from anonml.learn.multiparty.erm import fit_linear_erm
 from anonml.learn.params import checked_fit
+from anonml.randomness import generator_from
 
 __all__ = ["ParameterAveraging"]
 
@@ -101,7 +101,7 @@ class ParameterAveraging(LinearMultipartyClassifier):
         sizes = np.array([np.count_nonzero(parties == k) for k in ids])
         n_min = int(sizes.min())
         beta = len(ids) * n_min * self.lam * self.epsilon / 2.0
-        eta = sample_norm_noise(X.shape[1], beta, rng=as_generator(self.random_state))
+        eta = sample_norm_noise(X.shape[1], beta, rng=generator_from(self.random_state))
         self.local_coefs_ = local
         self.smallest_party_ = n_min
         self.noise_norm_ = float(np.linalg.norm(eta))

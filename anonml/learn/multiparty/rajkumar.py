@@ -43,7 +43,6 @@ from anonml.learn.multiparty.common import (
     MultipartyError,
     PrivacyGuarantee,
     PrivacyUnit,
-    as_generator,
     check_parties,
     check_unit_ball,
     to_pm1,
@@ -51,6 +50,7 @@ from anonml.learn.multiparty.common import (
 from anonml.learn.multiparty.erm import LOGISTIC, fit_linear_erm
 from anonml.learn.multiparty.objective import Slack, compute_slack
 from anonml.learn.params import Interval, checked_fit
+from anonml.randomness import generator_from
 
 __all__ = ["gaussian_sigma", "GaussianObjectivePerturbation", "PrivateSGD"]
 
@@ -144,7 +144,7 @@ class GaussianObjectivePerturbation(_GaussianBase):
         the sum of the parties' η_k has the same law)."""
         X, y_pm, classes, slack, sigma = self._prepare(X, y)
         n, d = X.shape
-        eta = as_generator(self.random_state).normal(0.0, sigma, size=d)
+        eta = generator_from(self.random_state).normal(0.0, sigma, size=d)
         w = fit_linear_erm(X, y_pm, self.lam + slack.extra_reg, linear=eta / n)
         self._set_binary(w, classes, self._privacy("single-shot minimiser"))
         return self
@@ -219,7 +219,7 @@ class PrivateSGD(_GaussianBase):
         parties, ids = check_parties(parties, X.shape[0])
         n, d = X.shape
         k = ids.size
-        rng = as_generator(self.random_state)
+        rng = generator_from(self.random_state)
         party_of_row = np.searchsorted(ids, parties)
         sizes = np.bincount(party_of_row, minlength=k).astype(np.float64)
         # Each party's fixed term η_k/n_k, η_k ~ N(0, σ*²/K I).

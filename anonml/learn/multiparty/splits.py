@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from anonml.learn.multiparty.common import MultipartyError, resolve_rng
+from anonml.learn.multiparty.common import MultipartyError
+from anonml.randomness import resolve_rng
 
 __all__ = ["parse_skew", "assign_parties", "split_public"]
 

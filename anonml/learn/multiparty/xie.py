@@ -23,12 +23,11 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.utils.validation import check_array, validate_data
 
-from anonml.learn.multiparty.base import LOSS_CONSTRAINTS, PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
+from anonml.learn.multiparty.base import MarginLossClassifier
 from anonml.learn.multiparty.common import (
     MultipartyError,
     PrivacyGuarantee,
     PrivacyUnit,
-    as_generator,
     check_parties,
     check_unit_ball,
     to_pm1,
@@ -36,36 +35,18 @@ from anonml.learn.multiparty.common import (
 from anonml.learn.multiparty.erm import margin_loss
 from anonml.learn.multiparty.objective import objective_perturbation
 from anonml.learn.params import Interval, checked_fit
+from anonml.randomness import generator_from
 
 __all__ = ["FeatureMethod", "AverageMethod"]
 
 
-class _LocalObjectivePerturbation(LinearMultipartyClassifier):
-    param_checks: dict = {
-        **PRIVATE_ERM_CONSTRAINTS,
-        **LOSS_CONSTRAINTS,
-    }
-
-    def __init__(
-        self,
-        epsilon: float = 1.0,
-        lam: float = 1e-3,
-        loss: str = "logistic",
-        huber_h: float = 0.5,
-        random_state: int | np.random.Generator | None = None,
-    ) -> None:
-        self.epsilon = epsilon
-        self.lam = lam
-        self.loss = loss
-        self.huber_h = huber_h
-        self.random_state = random_state
-
+class _LocalObjectivePerturbation(MarginLossClassifier):
     def _fit_local(self, X: np.ndarray, y: np.ndarray, parties: np.ndarray | None) -> np.ndarray:
         X, y = validate_data(self, X, y, dtype=np.float64)
         X = check_unit_ball(X)
         y_pm, classes = to_pm1(y)
         parties, ids = check_parties(parties, X.shape[0])
-        rng = as_generator(self.random_state)
+        rng = generator_from(self.random_state)
         loss = margin_loss(self.loss, self.huber_h)
         self.local_coefs_ = np.vstack(
             [
@@ -181,9 +162,9 @@ class FeatureMethod(_LocalObjectivePerturbation):
         X, y, parties : the parties' private rows, labels and party ids
         X_public, y_public : the aggregator's public labelled rows
         """
+        local = self._fit_local(X, y, parties)
         if X_public is None or y_public is None:
             raise MultipartyError("the feature method needs public labelled data: X_public and y_public")
-        local = self._fit_local(X, y, parties)
         X_public = check_array(X_public, dtype=np.float64)
         if X_public.shape[1] != local.shape[1]:
             raise MultipartyError(

@@ -1,0 +1,73 @@
+"""Simulated MOOC students as peers, and the short-window dropout problem the peer tests propose."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anonml.demo import DEMO_FEATURES, SimulatedPeer, dropout_draft, simulate_peers
+from anonml.plugins import PluginRef, create
+from anonml.protocol import ProblemDraft
+from peer.db import PeerDB
+from peer.host import PeerHost
+from peer.participant import PeerNode
+from peer.policy import PeerPolicy
+
+
+def mooc_dropout_draft(
+    *,
+    epsilon: float = 2.0,
+    min_peers: int = 4,
+    report_delay_seconds: float = 1.5,
+    send_window_seconds: float = 1.5,
+    release_window_seconds: float = 1.0,
+    **options: Any,
+) -> ProblemDraft:
+    """The demo's dropout problem (2 history weeks of 4, no median pool) with short windows.
+
+    ``options`` go to :func:`anonml.demo.dropout_draft` (witnesses, median step, …).
+    """
+    featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
+    return dropout_draft(
+        featurizer.features(),
+        history_weeks=2,
+        weeks=4,
+        epsilon=epsilon,
+        min_peers=min_peers,
+        pool_fraction=0.0,
+        report_delay_seconds=report_delay_seconds,
+        send_window_seconds=send_window_seconds,
+        release_window_seconds=release_window_seconds,
+        **options,
+    )
+
+
+def simulated_nodes(
+    root: Path, n: int, *, seed: int, rng_base: int = 0
+) -> tuple[list[SimulatedPeer], list[PeerNode]]:
+    """``n`` simulated students (own store, identity, ledger under ``root``) and their peer nodes.
+
+    Node ``i`` draws witness choices, paths and noise from ``default_rng(rng_base + i)``,
+    so a test's routes are reproducible.
+    """
+    simulated, _ = simulate_peers(n, root, weeks=4, history_weeks=2, seed=seed, features=list(DEMO_FEATURES))
+    nodes = [
+        PeerNode(p.identity, p.store, p.ledger, user=p.username, rng=np.random.default_rng(rng_base + i))
+        for i, p in enumerate(simulated)
+    ]
+    return simulated, nodes
+
+
+def simulation_host(nodes: list[PeerNode], db: Path, aggregator_url: str, *, workers: int = 4) -> PeerHost:
+    """A host running ``nodes`` that accepts every problem up to ε = 4, polling every 0.1 s."""
+    return PeerHost(
+        nodes,
+        PeerDB(f"sqlite:///{db}"),
+        PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=4.0),
+        [aggregator_url],
+        poll_seconds=0.1,
+        roster_comparisons=2,
+        workers=workers,
+    )
