@@ -118,7 +118,8 @@ def main() -> None:
             print(
                 f"seed {seed}: AUC {run['auc_protocol']:.3f} vs simulated "
                 f"{run['auc_simulation_mean_sd'][0]:.3f} ± {run['auc_simulation_mean_sd'][1]:.3f} "
-                f"(gap {run['auc_gap']:+.3f}, target ≤ {TARGET_AUC_GAP}), reports {run['reports_expected_received']}, "
+                f"(gap {run['auc_gap']:+.3f}, target ≤ {TARGET_AUC_GAP}), "
+                f"reports {run['reports_expected_received']}, "
                 f"{run['phase']}, {run['wall_seconds']} s, load {run['load_average_1m_before_after']}"
             )
     result = {
@@ -138,7 +139,8 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(
-        f"{result['within_target']} of {len(runs)} runs within {TARGET_AUC_GAP} of the simulation; wrote {RESULTS}"
+        f"{result['within_target']} of {len(runs)} runs within {TARGET_AUC_GAP} of the simulation; "
+        f"wrote {RESULTS}"
     )
 
 
