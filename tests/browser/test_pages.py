@@ -32,7 +32,7 @@ from peer.policy import PeerPolicy
 from tests.adversary.malicious import mooc_draft
 from tests.aggregator.helpers import TOKEN, propose, status
 from tests.peer.test_host import _draft as small_draft
-from tests.peer.test_participant import _host as crowd_host
+from tests.peer.helpers import simulation_host as crowd_host
 
 pytestmark = pytest.mark.slow
 
