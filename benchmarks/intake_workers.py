@@ -8,9 +8,11 @@ throwaway PostgreSQL server (:mod:`benchmarks.postgres`; or ``--database-url``):
 2. one problem (k_p = 1, k_h = 2) is proposed, ``--reports / 2`` peers
    register and take their two tokens each (concurrent requests), and honest
    reports are built — none of this is timed;
-3. **timed**: every delivery is POSTed to ``/intake`` by ``--concurrency``
-   concurrent clients over keep-alive connections (what last-hop relays
-   do); reports/s = accepted deliveries / wall time of the whole batch.
+3. **timed**: the deliveries are POSTed to ``/intake/batch`` in batches of
+   ``--batch`` (100 by default, as last-hop relays release what falls due
+   together; ``--batch 1``: one ``POST /intake`` each) by ``--concurrency``
+   concurrent clients over keep-alive connections; reports/s = accepted
+   deliveries / wall time of the whole run.
 
 Baseline, in the same run and process: the redemption check alone
 (:meth:`anonml.crypto.TokenVerifier.redeem` with an in-memory spent set, one
@@ -24,7 +26,8 @@ two cores, so a second worker cannot add a core's worth (the machine's core
 count and load average are recorded beside the figures).
 
 Prints a table and writes ``benchmarks/results/intake_workers.json``.
-Run: ``python -m benchmarks.intake_workers [--reports 2000] [--workers 1 2]`` from the repository root.
+Run from the repository root:
+``python -m benchmarks.intake_workers [--reports 2000] [--workers 1 2] [--batch 100]``.
 """
 
 from __future__ import annotations
@@ -46,7 +49,13 @@ import numpy as np
 
 from aggregator.app import start_workers_process
 from anonml.crypto import MemorySpentSet, TokenKey, TokenVerifier, finalize_tokens
-from anonml.protocol import TokenBatchResponse
+from anonml.protocol import (
+    MAX_BATCH_ITEMS,
+    BatchResults,
+    IntakeBatch,
+    IntakeDelivery,
+    TokenBatchResponse,
+)
 from benchmarks.crypto import _tokens
 from benchmarks.postgres import PostgresUnavailable, throwaway_postgresql
 from tests.aggregator.helpers import (
@@ -120,35 +129,60 @@ def _prepared_deliveries(url: str, reports: int, concurrency: int, timeout: floa
     answers, _ = asyncio.run(_post_all(token_calls, concurrency, timeout))
     rng = np.random.default_rng(0)
     bodies = []
-    for i, ((status, content), (_, requests_)) in enumerate(zip(answers, batches, strict=True)):
+    for i, ((status, content), (_, pending)) in enumerate(zip(answers, batches, strict=True)):
         if status != 200:
             raise SystemExit(f"error: a token request answered HTTP {status}: {content[:200]!r}")
         response = TokenBatchResponse.model_validate_json(content)
-        for subset, (request, element) in enumerate(zip(requests_, response.responses, strict=True)):
-            token = finalize_tokens(request, bytes(element))[0]
+        for subset, token in enumerate(finalize_tokens(pending, response.wire())):
             x = np.array([*rng.uniform(0, 10, 2), i % 2])
             report = report_for(problem, bins, assignment, x, i % 2, subset, rng)
             bodies.append(delivery(token, report).model_dump_json())
     return bodies[:reports]
 
 
-def _intake_run(server_url: str, workers: int, reports: int, concurrency: int, timeout: float) -> dict:
+def _intake_calls(url: str, bodies: list[str], batch: int) -> list[tuple[str, str]]:
+    """One ``POST /intake`` per delivery (``batch`` 1), or ``POST /intake/batch`` of ``batch`` each."""
+    if batch == 1:
+        return [(f"{url}/intake", b) for b in bodies]
+    deliveries = [IntakeDelivery.model_validate_json(b) for b in bodies]
+    return [
+        (f"{url}/intake/batch", IntakeBatch(deliveries=tuple(deliveries[i : i + batch])).model_dump_json())
+        for i in range(0, len(deliveries), batch)
+    ]
+
+
+def _item_statuses(results: list[tuple[int, bytes]], batch: int) -> Counter[str]:
+    """Each delivery's status: its own answer, or its item of its batch's answer."""
+    statuses: Counter[str] = Counter()
+    for status, body in results:
+        if not status:
+            statuses[f"error: {body.decode()}"] += 1
+        elif batch > 1 and status == 200:
+            statuses.update(str(item.status) for item in BatchResults.model_validate_json(body).results)
+        else:
+            statuses[str(status)] += 1
+    return statuses
+
+
+def _intake_run(
+    server_url: str, workers: int, reports: int, concurrency: int, timeout: float, batch: int
+) -> dict:
     with postgresql_database(server_url) as db_url, tempfile.TemporaryDirectory(prefix="anonml-iw-") as tmp:
         settings = aggregator_settings(Path(tmp), db_url=db_url, port=0, tick_seconds=0.1)
         server = start_workers_process(settings, workers)
         try:
             bodies = _prepared_deliveries(server.url, reports, concurrency, timeout)
+            calls = _intake_calls(server.url, bodies, batch)
             cpu = time.process_time()
-            results, wall = asyncio.run(
-                _post_all([(f"{server.url}/intake", b) for b in bodies], concurrency, timeout)
-            )
+            results, wall = asyncio.run(_post_all(calls, concurrency, timeout))
             client_cpu = time.process_time() - cpu
         finally:
             server.stop()
-    statuses = Counter(str(status) if status else f"error: {body.decode()}" for status, body in results)
+    statuses = _item_statuses(results, batch)
     accepted = statuses.get("201", 0)
     return {
         "workers": workers,
+        "batch": batch,
         "deliveries": len(bodies),
         "accepted": accepted,
         "statuses": dict(sorted(statuses.items())),
@@ -174,10 +208,12 @@ def redemption_checks_per_second(n: int, repeats: int = 5) -> float:
     return statistics.median(rates)
 
 
-def run(server_url: str, worker_counts: list[int], reports: int, concurrency: int, timeout: float) -> dict:
+def run(
+    server_url: str, worker_counts: list[int], reports: int, concurrency: int, timeout: float, batch: int
+) -> dict:
     load_before = round(os.getloadavg()[0], 2)
     check = redemption_checks_per_second(max(200, reports // 4))
-    runs = [_intake_run(server_url, w, reports, concurrency, timeout) for w in worker_counts]
+    runs = [_intake_run(server_url, w, reports, concurrency, timeout, batch) for w in worker_counts]
     check_after = redemption_checks_per_second(max(200, reports // 4))
     baseline = statistics.mean([check, check_after])
     for r in runs:
@@ -191,6 +227,7 @@ def run(server_url: str, worker_counts: list[int], reports: int, concurrency: in
         "load_after": round(os.getloadavg()[0], 2),
         "reports": reports,
         "concurrency": concurrency,
+        "batch": batch,
         "redemption_checks_per_s": {"before": round(check, 1), "after": round(check_after, 1)},
         "runs": runs,
         "speedup_over_first": {str(r["workers"]): round(r["reports_per_s"] / first, 3) for r in runs},
@@ -202,6 +239,9 @@ def main() -> None:
     parser.add_argument("--reports", type=int, default=2000, help="Deliveries timed per worker count.")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="Worker counts to measure.")
     parser.add_argument("--concurrency", type=int, default=32, help="Concurrent intake clients.")
+    parser.add_argument(
+        "--batch", type=int, default=100, help="Deliveries per POST /intake/batch (1: one POST /intake each)."
+    )
     parser.add_argument("--timeout", type=float, default=120.0, help="Client deadline per request (s).")
     parser.add_argument(
         "--database-url", help="A PostgreSQL server to use (default: a throwaway one, as .ci/run starts)."
@@ -210,12 +250,16 @@ def main() -> None:
     args = parser.parse_args()
     if not 10 <= args.reports <= 100_000 or not all(1 <= w <= 16 for w in args.workers):
         raise SystemExit("error: --reports must be in [10, 100000] and each --workers in [1, 16]")
+    if not 1 <= args.batch <= MAX_BATCH_ITEMS:
+        raise SystemExit(f"error: --batch must be in [1, {MAX_BATCH_ITEMS}]")
     if args.database_url:
-        result = run(args.database_url, args.workers, args.reports, args.concurrency, args.timeout)
+        result = run(
+            args.database_url, args.workers, args.reports, args.concurrency, args.timeout, args.batch
+        )
     else:
         try:
             with throwaway_postgresql() as url:
-                result = run(url, args.workers, args.reports, args.concurrency, args.timeout)
+                result = run(url, args.workers, args.reports, args.concurrency, args.timeout, args.batch)
         except PostgresUnavailable as exc:
             print(f"skipped: the intake-workers benchmark needs PostgreSQL: {exc}")
             return

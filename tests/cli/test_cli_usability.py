@@ -208,8 +208,13 @@ def test_version(tmp_path: Path) -> None:
 
 
 def test_shell_completion_script_and_completions(tmp_path: Path) -> None:
-    script = run("--show-completion", "bash", home=tmp_path)
-    assert script.returncode == 0 and "_ANONML_COMPLETE=complete_bash" in script.stdout
+    # Typer names the shell from the process tree: run it under bash, as a user's shell would
+    # (a test runner started in the background has no shell among its ancestors).
+    script = subprocess.run(
+        ["bash", "-c", '"$0" -m anonml --show-completion', sys.executable],
+        capture_output=True, text=True, env={**os.environ, "ANONML_HOME": str(tmp_path)}, timeout=60,
+    )
+    assert script.returncode == 0 and "_ANONML_COMPLETE=complete_bash" in script.stdout, script.stderr
     env = {**os.environ, "ANONML_HOME": str(tmp_path), "_ANONML_COMPLETE": "complete_bash",
            "COMP_WORDS": "anonml imp", "COMP_CWORD": "1"}
     words = subprocess.run([sys.executable, "-m", "anonml"], capture_output=True, text=True, env=env,
