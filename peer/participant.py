@@ -719,11 +719,11 @@ class Participant:
         ``slots_per_peer`` packets; the caller schedules them.
         """
         roster = self.facts(self.roster, "the checked roster")
+        if self.phase != P.RELAYING:
+            raise IllegalTransition(f"packets are built while relaying, not in phase {self.phase}")
         if self.bins is None:
             raise Aborted("the bins were not co-signed by the witnesses; nothing is sent")
         bins = self.bins
-        if self.phase != P.RELAYING:
-            raise IllegalTransition(f"packets are built while relaying, not in phase {self.phase}")
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
         if time.time() >= bins.t_s + bins.delta:
             raise Aborted("the bins arrived after the send window closed")
