@@ -21,6 +21,7 @@ from peer.app import PeerServer, start_peer_server
 from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
+from peer.phases import ParticipationPhase
 from peer.policy import PeerPolicy
 from tests.aggregator.helpers import propose
 from tests.peer.test_host import _draft as draft
@@ -302,3 +303,20 @@ def test_peer_start_prints_where_the_dashboard_is_and_its_token_file_opens_it(ag
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)
+
+
+def test_an_accepted_problem_is_in_the_live_table_from_the_page_the_accept_redirects_to(daemon, aggregator):
+    """The live rows change only when the person decides, so the page's poller never has to reload."""
+    accepted, asked = propose(aggregator.url, draft()), propose(aggregator.url, draft())
+    for problem in (accepted, asked):
+        _seen(daemon, problem.id)
+    http, csrf = login(daemon.url, "/ui", LOCAL)
+    page = http.post(f"{daemon.url}/ui/proposals/{accepted.id}/accept", data={"csrf": csrf}, timeout=30)
+    assert page.status_code == 200 and f"Accepted {accepted.id}" in page.text
+    assert f'<tr data-key="{accepted.id}">' in page.text and f'data-key="{asked.id}"' not in page.text
+    live = http.get(f"{daemon.url}/ui/api/participations", timeout=30).json()
+    assert live["reload"] is False and list(live["items"]) == [accepted.id]
+    row = live["items"][accepted.id]
+    assert row["status"] in {phase.value for phase in ParticipationPhase}, row
+    if row["status"] == "accepted":  # the daemon has not polled since: nothing registered yet
+        assert row["meaning"] == "this peer accepted this problem and registers for it at its next poll"
