@@ -32,6 +32,7 @@ from peer.db import PeerDB
 from peer.features import LocalPrediction, predict_locally
 from peer.host import PeerHost, committed_epsilon, release_marks
 from peer.participant import PeerNode
+from peer.phases import ParticipationPhase
 from peer.policy import evaluate_problem
 
 __all__ = [
@@ -186,21 +187,35 @@ class ParticipationView:
     reason: str
 
 
+#: What the live table says of a problem accepted here whose round has not started yet.
+ACCEPTED_TEXT = "this peer accepted this problem and registers for it at its next poll"
+
+
 def participations(host: PeerHost, node: PeerNode) -> list[ParticipationView]:
+    """The live table: every problem this peer accepted, one row each, from the moment it is accepted.
+
+    A problem accepted on the page has no participation yet until the daemon's next poll
+    joins it; it is listed as ``accepted`` (the first phase of :mod:`peer.phases`) all the
+    same, so the table's rows change only when the person decides, never while a round
+    runs, and the page's poller updates each row in place instead of reloading the page
+    for a row that appeared between two polls.
+    """
     out = []
     for view in host.db.proposals(node.fingerprint):
-        if view.status is None:
+        if view.status is None and view.verdict != "accept":
             continue
-        title = Problem.model_validate_json(view.problem_json).draft.title
-        part = host.db.participation(view.problem_id, node.fingerprint)
+        status = view.status or ParticipationPhase.ACCEPTED.value
+        part = host.db.participation(view.problem_id, node.fingerprint) if view.status else None
+        if status in PeerHost.STATUS_TEXT:
+            meaning = f"this peer {PeerHost.STATUS_TEXT[status]} this problem"
+        else:
+            meaning = ACCEPTED_TEXT if status == ParticipationPhase.ACCEPTED else status
         out.append(
             ParticipationView(
                 view.problem_id,
-                title,
-                view.status,
-                f"this peer {PeerHost.STATUS_TEXT[view.status]} this problem"
-                if view.status in PeerHost.STATUS_TEXT
-                else view.status,
+                Problem.model_validate_json(view.problem_json).draft.title,
+                status,
+                meaning,
                 part.reason if part is not None else "",
             )
         )

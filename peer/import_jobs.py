@@ -12,7 +12,7 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from anonml.archive import ArchivePlan
@@ -128,9 +128,24 @@ class ImportJobs:
         return job
 
     def get(self, job_id: str) -> ImportJob | None:
+        """A copy of the job as it stands now (see :meth:`_snapshot`), or None."""
         with self._lock:
-            return self._jobs.get(job_id)
+            job = self._jobs.get(job_id)
+            return None if job is None else self._snapshot(job)
 
     def latest(self) -> ImportJob | None:
+        """A copy of the most recent job as it stands now, or None."""
         with self._lock:
-            return next(reversed(self._jobs.values()), None)
+            job = next(reversed(self._jobs.values()), None)
+            return None if job is None else self._snapshot(job)
+
+    @staticmethod
+    def _snapshot(job: ImportJob) -> ImportJob:
+        """A copy the import thread no longer writes into (call with the lock held).
+
+        A page reads the job, then the store: a copy taken first that says ``done``
+        means the import was committed before the store is read, so the page never
+        shows an ended import beside the sources as they were before it (the live
+        object could end while the page renders, leaving it with no poller to catch up).
+        """
+        return replace(job, messages=list(job.messages), imported=list(job.imported))

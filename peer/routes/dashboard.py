@@ -100,7 +100,7 @@ def _data_page(
 ) -> HTMLResponse:
     jobs = _jobs(request)
     wanted = request.query_params.get("job")
-    job = jobs.get(wanted) if wanted else jobs.latest()
+    job = jobs.get(wanted) if wanted else jobs.latest()  # a copy, read before the store below
     context: dict[str, Any] = {"error": "", "form_paths": "", "form_importer": "", "form_skip_bad": False}
     context.update(extra)
     return PAGES.render(

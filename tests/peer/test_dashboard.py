@@ -3,6 +3,7 @@ accept / decline, import from the page, the ledger and the models."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from peer.app import PeerServer, start_peer_server
 from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
+from peer.phases import ParticipationPhase
 from peer.policy import PeerPolicy
 from tests.aggregator.helpers import propose
 from tests.peer.test_host import _draft as draft
@@ -175,6 +177,9 @@ def test_a_file_imported_from_the_page_goes_through_the_import_path_with_its_err
     )
     assert reply.status_code == 303
     job = reply.headers["location"].split("job=")[1]
+    first = http.get(f"{daemon.url}{reply.headers['location']}", timeout=30).text
+    # still running: the page polls until it ends; already ended: the page shows what it stored
+    assert f"/ui/api/imports/{job}" in first or not re.search(r"[^\d,]0 in all", first), first
     deadline = time.monotonic() + 60
     while True:
         progress = http.get(f"{daemon.url}/ui/api/imports/{job}", timeout=30).json()
@@ -302,3 +307,20 @@ def test_peer_start_prints_where_the_dashboard_is_and_its_token_file_opens_it(ag
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)
+
+
+def test_an_accepted_problem_is_in_the_live_table_from_the_page_the_accept_redirects_to(daemon, aggregator):
+    """The live rows change only when the person decides, so the page's poller never has to reload."""
+    accepted, asked = propose(aggregator.url, draft()), propose(aggregator.url, draft())
+    for problem in (accepted, asked):
+        _seen(daemon, problem.id)
+    http, csrf = login(daemon.url, "/ui", LOCAL)
+    page = http.post(f"{daemon.url}/ui/proposals/{accepted.id}/accept", data={"csrf": csrf}, timeout=30)
+    assert page.status_code == 200 and f"Accepted {accepted.id}" in page.text
+    assert f'<tr data-key="{accepted.id}">' in page.text and f'data-key="{asked.id}"' not in page.text
+    live = http.get(f"{daemon.url}/ui/api/participations", timeout=30).json()
+    assert live["reload"] is False and list(live["items"]) == [accepted.id]
+    row = live["items"][accepted.id]
+    assert row["status"] in {phase.value for phase in ParticipationPhase}, row
+    if row["status"] == "accepted":  # the daemon has not polled since: nothing registered yet
+        assert row["meaning"] == "this peer accepted this problem and registers for it at its next poll"
