@@ -380,10 +380,13 @@ def run_round(
 # --- capacities ---------------------------------------------------------------------------
 
 
-def relay_capacity(n_packets: int, threads: int = 8) -> dict:
+def relay_capacity(n_packets: int, scratch: Path, threads: int = 8) -> dict:
     """1-hop packets at one relay process over HTTP, as fast as ``threads`` clients send."""
     node = PeerNode(Identity.generate(), EventStore("sqlite://"), PrivacyLedger("sqlite://"))
-    host = PeerHost([node], PeerDB("sqlite://"), PeerPolicy(allow_loopback_http=True), [])
+    # A state DB file, as a host has: an in-memory SQLite database is one connection, which
+    # concurrent requests would share.
+    state = PeerDB(f"sqlite:///{scratch / 'relay-capacity.db'}")
+    host = PeerHost([node], state, PeerPolicy(allow_loopback_http=True), [])
     server = start_peer_server(host)
     try:
         key, cert = node.identity.new_round_relay_key(1)
@@ -592,7 +595,7 @@ def main() -> None:
         simulation = min(times)
         waits = sum(result["fixed_waits_seconds"].values())
         print("relay capacity …", file=sys.stderr)
-        relay = relay_capacity(2000)
+        relay = relay_capacity(2000, root)
         print("intake capacity …", file=sys.stderr)
         intake = intake_capacity(500, root)
     doc = {
