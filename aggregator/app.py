@@ -395,7 +395,7 @@ def start_workers_process(
             if requests.get(f"{url}/healthz", timeout=5).status_code == 200:
                 return ServerProcess(url, process, stop_signal=signal.SIGINT)
         except requests.RequestException:
-            pass
+            pass  # not listening yet: the deadline below decides
         if time.monotonic() > deadline:
             process.kill()
             process.wait(timeout=30)
