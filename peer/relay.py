@@ -356,10 +356,7 @@ class RelayService:
         admitted: Counter[tuple[bytes, int]] = Counter()  # packets answered 202, per (node, round)
         with ExitStack() as deferring:
             for packet in packets:
-                outcome = self._admit(node_id, packet, accepted, tags, deferring, caches)
-                if outcome.status < 300:
-                    admitted[(node_id, int.from_bytes(packet[1:9], "big"))] += 1
-                outcomes.append(outcome)
+                outcomes.append(self._admit(node_id, packet, accepted, tags, admitted, deferring, caches))
         try:
             self._keep(accepted, tags, admitted)
         except Exception:
@@ -381,6 +378,7 @@ class RelayService:
         packet: bytes,
         accepted: list[tuple[RelayRound, float, _Release]],
         tags: list[tuple[str, int, bytes]],
+        admitted: Counter[tuple[bytes, int]],
         deferring: ExitStack,
         caches: dict[int, StoredReplayCache],
     ) -> RelayOutcome:
@@ -420,6 +418,8 @@ class RelayService:
             with self._lock:
                 if key in self._accepted:
                     self._accepted[key] -= 1
+        else:
+            admitted[key] += 1
         return outcome
 
     def _process(
