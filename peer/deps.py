@@ -1,15 +1,24 @@
-"""What the peer's routes ask for: the host, a hosted node, the local-token check."""
+"""What the peer's routes ask for: the host, a hosted node, a client on this machine, the local-token check."""
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
 
 from peer.host import PeerHost
 
-__all__ = ["get_host", "hosted_node", "require_local_token", "HostDep", "NodeDep", "LocalDep"]
+__all__ = [
+    "get_host",
+    "hosted_node",
+    "loopback_only",
+    "require_local_token",
+    "HostDep",
+    "NodeDep",
+    "LocalDep",
+]
 
 
 def get_host(request: Request) -> PeerHost:
@@ -27,8 +36,21 @@ def hosted_node(node: str, host: Annotated[PeerHost, Depends(get_host)]) -> byte
     return node_id
 
 
-def require_local_token(request: Request, authorization: Annotated[str | None, Header()] = None) -> None:
-    """The local API needs ``Authorization: Bearer <local token>`` (constant-time compare)."""
+def loopback_only(request: Request) -> None:
+    """Answer only clients on this machine: the relay may listen on other interfaces, the person's own pages not."""
+    client = request.client.host if request.client is not None else ""
+    try:
+        local = ipaddress.ip_address(client).is_loopback
+    except ValueError:
+        local = False
+    if not local:
+        raise HTTPException(status_code=403, detail="this page answers only on this machine (127.0.0.1)")
+
+
+def require_local_token(
+    request: Request, _: Annotated[None, Depends(loopback_only)], authorization: Annotated[str | None, Header()] = None
+) -> None:
+    """The local API answers this machine only and needs ``Authorization: Bearer <local token>`` (constant-time compare)."""
     expected: str = request.app.state.local_token
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), expected.encode()):

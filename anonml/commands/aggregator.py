@@ -123,6 +123,7 @@ def serve(
         err.print(f"aggregator {ident.public.fingerprint_text()}", highlight=False)
         err.print(
             f"listening on http://{settings.host}:{settings.port} (OpenAPI at /docs); "
+            f"console at http://{settings.host}:{settings.port}/console; "
             f"admin token in {settings.identity_file.with_name('admin-token')}"
             + (f"; {workers} worker processes" if workers > 1 else ""),
             highlight=False,

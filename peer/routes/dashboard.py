@@ -12,7 +12,6 @@ address), so the relay may face the network while the dashboard never does.
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -31,11 +30,12 @@ from peer.dashboard import (
     proposal_cards,
     sources_view,
 )
+from peer.deps import loopback_only
 from peer.host import PeerHost, decide_by_hand
 from peer.import_jobs import ImportJobs
 from peer.participant import PeerNode
 
-__all__ = ["router", "AUTH", "PAGES", "loopback_only"]
+__all__ = ["router", "AUTH", "PAGES"]
 
 AUTH = WebAuth(
     prefix="/ui",
@@ -51,16 +51,6 @@ PAGES = Pages(
 )
 
 
-
-def loopback_only(request: Request) -> None:
-    """The dashboard answers only requests from this machine (the relay may listen on other interfaces)."""
-    client = request.client.host if request.client is not None else ""
-    try:
-        local = ipaddress.ip_address(client).is_loopback
-    except ValueError:
-        local = False
-    if not local:
-        raise HTTPException(status_code=403, detail="the dashboard answers only on this machine (127.0.0.1)")
 
 
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(loopback_only)])

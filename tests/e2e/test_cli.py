@@ -164,8 +164,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(args: list[str], module: str, health: str, home: Path) -> dict:
-    """Run ``anonml <group> …`` as a real process until its health endpoint answers; then stop it."""
+def _serve(args: list[str], module: str, health: str, home: Path) -> tuple[dict, str]:
+    """Run ``anonml <group> …`` as a real process until its health endpoint answers; stop it; (health, stderr)."""
     import os
     import subprocess
     import sys
@@ -177,28 +177,31 @@ def _serve(args: list[str], module: str, health: str, home: Path) -> dict:
     code = f"from anonml.commands.{module} import app; app()"
     proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    answer: dict = {}
     try:
-        deadline = time.monotonic() + 30
-        while True:
+        deadline = time.monotonic() + 60
+        while not answer:
             try:
-                return requests.get(health, timeout=1).json()
+                answer = requests.get(health, timeout=5).json()
             except requests.ConnectionError:
                 assert proc.poll() is None, proc.communicate()[1]
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        _, stderr = proc.communicate(timeout=30)
+    return answer, stderr
 
 
 def test_serve_and_start_run_the_services(tmp_path: Path, anonml_home: Path):
     port = _free_port()
-    health = _serve(["serve", "--port", str(port), "--db", f"sqlite:///{tmp_path / 'a.db'}"], "aggregator",
-                    f"http://127.0.0.1:{port}/healthz", anonml_home)
+    health, said = _serve(["serve", "--port", str(port), "--db", f"sqlite:///{tmp_path / 'a.db'}"], "aggregator",
+                          f"http://127.0.0.1:{port}/healthz", anonml_home)
     assert health["status"] == "ok" and len(bytes.fromhex(health["identity"])) == 64
+    assert f"console at http://127.0.0.1:{port}/console" in " ".join(said.split())
     assert (anonml_home / "aggregator" / "admin-token").stat().st_mode & 0o077 == 0
     peer_port = _free_port()
-    health = _serve(["start", "--port", str(peer_port), "-a", f"http://127.0.0.1:{port}"], "peer",
-                    f"http://127.0.0.1:{peer_port}/healthz", anonml_home)
+    health, _ = _serve(["start", "--port", str(peer_port), "-a", f"http://127.0.0.1:{port}"], "peer",
+                       f"http://127.0.0.1:{peer_port}/healthz", anonml_home)
     assert health == {"status": "ok"}
     assert (anonml_home / "peer" / "identity.json").stat().st_mode & 0o077 == 0

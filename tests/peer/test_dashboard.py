@@ -228,7 +228,7 @@ def test_the_dashboard_refuses_clients_that_are_not_on_this_machine():
     from fastapi import HTTPException
     from starlette.requests import Request
 
-    from peer.routes.dashboard import loopback_only
+    from peer.deps import loopback_only
 
     def request(client: str) -> Request:
         return Request(

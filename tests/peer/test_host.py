@@ -210,6 +210,53 @@ def test_an_app_built_from_settings_serves_the_relay_and_a_token_guarded_status(
         server.stop()
 
 
+def _non_loopback_address() -> str | None:
+    """This machine's address on its outward interface (a UDP connect sends nothing), or None."""
+    import ipaddress
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if ipaddress.ip_address(address).is_loopback else address
+
+
+def test_the_local_api_and_the_pages_refuse_clients_on_other_machines_even_with_the_token(tmp_path: Path):
+    from aggregator.app import start_server
+    from peer.app import create_app
+    from peer.settings import PeerSettings
+
+    address = _non_loopback_address()
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to connect from")
+    settings = PeerSettings(
+        store_url=f"sqlite:///{tmp_path / 'events.db'}",
+        ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}",
+        state_url=f"sqlite:///{tmp_path / 'peer.db'}",
+        identity_file=tmp_path / "identity.json",
+        credentials_dir=tmp_path / "credentials",
+        policy_file=tmp_path / "policy.json",
+        local_token="a-local-token",
+        poll_seconds=30,
+    )
+    # The relay listens on every interface, as a peer reachable by others does.
+    server = start_server(create_app(settings), host="0.0.0.0")
+    try:
+        port = server.url.rsplit(":", 1)[1]
+        right = {"Authorization": "Bearer a-local-token"}
+        remote = requests.get(f"http://{address}:{port}/local/status", headers=right, timeout=30)
+        assert remote.status_code == 403 and "only on this machine" in remote.json()["detail"]
+        assert requests.get(f"http://{address}:{port}/ui/login", timeout=30).status_code == 403
+        assert requests.get(f"http://{address}:{port}/healthz", timeout=30).status_code == 200
+        local = requests.get(f"http://127.0.0.1:{port}/local/status", headers=right, timeout=30)
+        assert local.status_code == 200 and local.json()["identities"] == 1
+    finally:
+        server.stop()
+
+
 def test_routes_and_tokens_against_the_real_roster_and_issuer(registered):
     from anonml.crypto import CryptoError, TokenKey
     from peer.reports import choose_path, fetch_tokens
