@@ -1,4 +1,4 @@
-"""What the peer's routes ask for: the host, a hosted node, a client on this machine, the local-token check."""
+"""What the peer's routes ask for: the host, a hosted node, a client on this machine, the local token."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def hosted_node(node: str, host: Annotated[PeerHost, Depends(get_host)]) -> byte
 
 
 def loopback_only(request: Request) -> None:
-    """Answer only clients on this machine: the relay may listen on other interfaces, the person's own pages not."""
+    """Answer only clients on this machine: the relay may listen elsewhere, the person's own pages may not."""
     client = request.client.host if request.client is not None else ""
     try:
         local = ipaddress.ip_address(client).is_loopback
@@ -48,9 +48,11 @@ def loopback_only(request: Request) -> None:
 
 
 def require_local_token(
-    request: Request, _: Annotated[None, Depends(loopback_only)], authorization: Annotated[str | None, Header()] = None
+    request: Request,
+    _: Annotated[None, Depends(loopback_only)],
+    authorization: Annotated[str | None, Header()] = None,
 ) -> None:
-    """The local API answers this machine only and needs ``Authorization: Bearer <local token>`` (constant-time compare)."""
+    """The local API: this machine only, ``Authorization: Bearer <local token>`` (constant-time compare)."""
     expected: str = request.app.state.local_token
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), expected.encode()):

@@ -16,6 +16,11 @@ protocol the way an aggregator that holds its own signing key can:
   Tag ``None`` rewrites the un-prefixed (everyone's) answers. A host fetches
   the roster and bins once for all the identities it runs, so give each victim
   its own host (:func:`start_peers`) to show it its own view.
+* **Tagged tokens.** :meth:`MaliciousAggregator.issue_tokens_with` answers the
+  token requests of peer ``tag`` itself, evaluated under another key (a
+  per-victim tagging key) with a DLEQ proof that is valid *for that key*: the
+  attack the one-proof token response must stop (the peer checks the proof
+  against the key the roster pins, before unblinding).
 * **Hostile parameters.** :func:`hostile` revalidates a draft with any
   changes (``kp``, ``hops``, ``pool_fraction``, ``min_peers``, …) through the
   aggregator's own admin API (:meth:`MaliciousAggregator.propose`).
@@ -54,7 +59,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from aggregator.app import ServerHandle, create_app, start_server
 from aggregator.settings import AggregatorSettings
 from aggregator.state import AggregatorState
-from anonml.crypto import Identity
+from anonml.crypto import Identity, TokenIssuer, TokenKey
+from anonml.crypto.spent import MemoryIssuanceLedger
 from anonml.demo import DEMO_FEATURES, SimulatedPeer, simulate_peers
 from anonml.learn import make_plan
 from anonml.privacy import Release
@@ -66,6 +72,8 @@ from anonml.protocol import (
     ProblemDraft,
     ProblemStatus,
     Roster,
+    TokenBatchRequest,
+    TokenBatchResponse,
     sign_message,
 )
 from peer.app import PeerServer, start_peer_server
@@ -99,6 +107,7 @@ KINDS: dict[str, tuple[str, re.Pattern[str], Any]] = {
     "medians": ("GET", re.compile(r"^/problems/[^/]+/medians$"), list[MedianQuery]),
 }
 _PREFIX = re.compile(r"^/v/([A-Za-z0-9_-]{1,64})(/.*)$")
+_TOKENS = re.compile(r"^/problems/[^/]+/tokens$")
 
 Rewrite = Callable[[Any], Any]
 
@@ -128,6 +137,10 @@ class _Equivocator:
             tag, path = match.group(1), match.group(2)
             scope = dict(scope, path=path, raw_path=path.encode())
         self.adversary._note(tag, scope["method"], path)
+        tagging = self.adversary._tagging_key(tag)
+        if tagging is not None and scope["method"] == "POST" and _TOKENS.match(path):
+            await self._answer_tokens(tagging, receive, send)
+            return
         hook = self.adversary._hook(tag, scope["method"], path)
         if hook is None:
             await self.app(scope, receive, send)
@@ -151,6 +164,26 @@ class _Equivocator:
         await send({"type": "http.response.body", "body": body})
 
 
+    @staticmethod
+    async def _answer_tokens(key: TokenKey, receive: Receive, send: Send) -> None:
+        """Evaluate the request under ``key``, with a proof valid for ``key``, shaped as the real answer."""
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        request = TokenBatchRequest.model_validate_json(b"".join(chunks))
+        items = [(bytes(r.slot), bytes(r.blinded)) for r in request.requests]
+        answer = TokenIssuer(key, MemoryIssuanceLedger()).issue_batch(bytes(request.identity), items)
+        body = TokenBatchResponse(
+            evaluated=tuple(bytes(z) for z in answer.evaluated), proof=bytes(answer.proof)
+        ).model_dump_json().encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
 @dataclass
 class MaliciousAggregator:
     """The real aggregator with hooks (module docstring)."""
@@ -162,6 +195,7 @@ class MaliciousAggregator:
     handle: ServerHandle | None = None
     _hooks: dict[tuple[str | None, str], Callable[[bytes], bytes]] = field(default_factory=dict)
     _seen: dict[str | None, list[tuple[str, str]]] = field(default_factory=dict)
+    _tagging: dict[str | None, TokenKey] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -195,6 +229,15 @@ class MaliciousAggregator:
 
         with self._lock:
             self._hooks[(tag, kind)] = hook
+
+    def issue_tokens_with(self, tag: str | None, key: TokenKey) -> None:
+        """Answer peer ``tag``'s token requests under ``key`` (a tagging key), proof valid for ``key``."""
+        with self._lock:
+            self._tagging[tag] = key
+
+    def _tagging_key(self, tag: str | None) -> TokenKey | None:
+        with self._lock:
+            return self._tagging.get(tag)
 
     def honest(self, tag: str | None, kind: str) -> None:
         """Remove the rewrite of ``kind`` for ``tag``."""

@@ -165,7 +165,7 @@ def _free_port() -> int:
 
 
 def _serve(args: list[str], module: str, health: str, home: Path) -> tuple[dict, str]:
-    """Run ``anonml <group> …`` as a real process until its health endpoint answers; stop it; (health, stderr)."""
+    """Run ``anonml <group> …`` until its health endpoint answers, stop it: (health, what it printed)."""
     import os
     import subprocess
     import sys
@@ -195,7 +195,8 @@ def _serve(args: list[str], module: str, health: str, home: Path) -> tuple[dict,
 
 def test_serve_and_start_run_the_services(tmp_path: Path, anonml_home: Path):
     port = _free_port()
-    health, said = _serve(["serve", "--port", str(port), "--db", f"sqlite:///{tmp_path / 'a.db'}"], "aggregator",
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    health, said = _serve(["serve", "--port", str(port), "--db", db], "aggregator",
                           f"http://127.0.0.1:{port}/healthz", anonml_home)
     assert health["status"] == "ok" and len(bytes.fromhex(health["identity"])) == 64
     assert f"console at http://127.0.0.1:{port}/console" in " ".join(said.split())
