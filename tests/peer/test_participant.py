@@ -66,10 +66,21 @@ def test_a_peer_shown_another_token_key_aborts_before_taking_tokens(aggregator, 
         while not honest.host.sessions[problem.id].finished:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        outcomes = {honest.host.db.participation(problem.id, n.fingerprint).status for n in nodes[:7]}
-        # The victim's reports never come: the problem may end degraded, and its members with it.
-        assert outcomes <= {"done", "degraded", "aborted"} and outcomes & {"done", "degraded"}
-        assert st.tokens_issued == st.reports_accepted <= 7
+        rows = [honest.host.db.participation(problem.id, n.fingerprint) for n in nodes[:7]]
+        for row, node in zip(rows, nodes[:7], strict=True):
+            if row.status == "aborted":  # it compared with the victim: it saw the split and released nothing
+                assert "roster fingerprint differs" in row.reason
+                assert node.ledger.releases(peer=node.fingerprint) == []
+        # The others went on. The victim's reports never come, and packets routed through a member
+        # that stopped are lost too (which members stop depends on whom each compared with): the
+        # problem ends degraded or, if nothing arrived, failed — its account says what was lost.
+        assert {row.status for row in rows} <= {"done", "degraded", "aborted", "failed"}
+        assert st.phase in ("done", "degraded", "failed")
+        assert st.reports is not None and st.reports.expected == 8 * d.kh
+        assert st.reports.received == st.reports_accepted <= st.tokens_issued <= 7 * d.kh
+        assert st.reports.lost == st.reports.expected - st.reports.received >= d.kh
+        if st.phase == "failed":
+            assert "no report arrived" in st.message or "lost" in st.message, st.message
     finally:
         honest.stop()
         victim.stop()
