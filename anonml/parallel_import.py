@@ -104,8 +104,8 @@ def fewer_collections() -> Iterator[None]:
     An import keeps a chunk's events alive while it turns them into rows, so
     with CPython's default threshold (700 new container objects) the collector
     runs every few hundred lines and, each time enough of them have survived,
-    walks every object of the process — about a fifth of the parse of an edX
-    line (benchmarks/import_throughput.py). Raised to
+    walks every object of the process — about a quarter of the parse of an
+    edX line (benchmarks/import_throughput.py). Raised to
     :data:`IMPORT_GC_THRESHOLD`, it still collects cycles, with at most that
     many new objects between passes. Nested and concurrent imports share one
     change, undone when the last of them ends.

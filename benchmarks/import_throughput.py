@@ -268,6 +268,7 @@ def run(n_students: int, weeks: int, seed: int, repeats: int, profile: bool, wor
             },
             repeats,
         )
+        gc.unfreeze()
 
         thrice = root / "tracking-x3.log"
         with open(thrice, "wb") as out:
