@@ -36,13 +36,16 @@ store as it was. Where ``fork`` is unavailable the import runs serially.
 from __future__ import annotations
 
 import ctypes
+import gc
 import marshal
 import multiprocessing
 import os
 import signal
 import sys
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,7 +55,14 @@ from anonml.model import Event
 from anonml.plugins import ChunkedImporter, Importer
 from anonml.readers import block_lines, iter_line_blocks
 
-__all__ = ["PARALLEL_MIN_BYTES", "ChunkRows", "default_workers", "use_parallel", "parallel_chunk_rows"]
+__all__ = [
+    "PARALLEL_MIN_BYTES",
+    "ChunkRows",
+    "default_workers",
+    "use_parallel",
+    "parallel_chunk_rows",
+    "fewer_collections",
+]
 
 #: Files smaller than this are parsed in the importing process (a worker pool costs ~10 ms to start).
 PARALLEL_MIN_BYTES = 4 << 20
@@ -61,6 +71,8 @@ _BLOCK_BYTES = 1 << 20  # about 2,500 edX lines per hand-over
 _FIRST_BYTES = 1 << 16  # parsed here, for the format check, before the workers start
 _IN_FLIGHT_PER_WORKER = 3
 _PR_SET_PDEATHSIG = 1
+#: Young-generation threshold of the cycle collector while an import runs (CPython's default is 700).
+IMPORT_GC_THRESHOLD = 20_000
 
 
 def default_workers() -> int:
@@ -78,6 +90,39 @@ def use_parallel(path: Path, importer: Importer, workers: int) -> bool:
         and path.is_file()
         and path.stat().st_size >= PARALLEL_MIN_BYTES
     )
+
+
+_gc_lock = threading.Lock()
+_gc_users = 0
+_gc_saved: tuple[int, ...] = ()
+
+
+@contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Run the block with the cycle collector's young-generation threshold raised, then restore it.
+
+    An import keeps a chunk's events alive while it turns them into rows, so
+    with CPython's default threshold (700 new container objects) the collector
+    runs every few hundred lines and, each time enough of them have survived,
+    walks every object of the process — about a quarter of the parse of an
+    edX line (benchmarks/import_throughput.py). Raised to
+    :data:`IMPORT_GC_THRESHOLD`, it still collects cycles, with at most that
+    many new objects between passes. Nested and concurrent imports share one
+    change, undone when the last of them ends.
+    """
+    global _gc_users, _gc_saved
+    with _gc_lock:
+        if _gc_users == 0:
+            _gc_saved = gc.get_threshold()
+            gc.set_threshold(max(_gc_saved[0], IMPORT_GC_THRESHOLD), *_gc_saved[1:])
+        _gc_users += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_users -= 1
+            if _gc_users == 0:
+                gc.set_threshold(*_gc_saved)
 
 
 @dataclass(slots=True)
@@ -122,6 +167,10 @@ def _init_worker(
     global _job
     _job = (importer, path, user, fallback, import_id)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the importing process's to handle
+    # What the worker inherited is never garbage here: the collector need not walk it (nor copy
+    # the pages it would touch), and passes are as rare as during the import itself.
+    gc.freeze()
+    gc.set_threshold(IMPORT_GC_THRESHOLD, *gc.get_threshold()[1:])
     if sys.platform.startswith("linux"):
         parent = os.getppid()
         libc = ctypes.CDLL(None, use_errno=True)

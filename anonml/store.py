@@ -525,24 +525,25 @@ def _import_into(
     from anonml import parallel_import as par  # it imports event_row from here
 
     workers = par.default_workers() if workers is None else workers
-    if par.use_parallel(path, importer, workers):
-        inserted = 0
-        for chunk in par.parallel_chunk_rows(
-            path, importer, workers=workers, user=user, fallback=fallback, import_id=record.id
-        ):
-            if chunk.errors and not skip_bad:
-                raise chunk.errors[0]
-            errors.extend(chunk.errors)
-            if chunk.rows:
-                inserted += _insert_ignoring_duplicates(session, chunk.rows)
-            accepted += len(chunk.rows)
-            users.update(chunk.users)
-            if chunk.fatal is not None:
-                raise chunk.fatal
-            if on_event is not None:
-                on_event(accepted)
-    else:
-        inserted = add_events(session, good_events(), user=fallback, import_id=record.id)
+    with par.fewer_collections():  # the parse keeps a chunk of events alive: see there
+        if par.use_parallel(path, importer, workers):
+            inserted = 0
+            for chunk in par.parallel_chunk_rows(
+                path, importer, workers=workers, user=user, fallback=fallback, import_id=record.id
+            ):
+                if chunk.errors and not skip_bad:
+                    raise chunk.errors[0]
+                errors.extend(chunk.errors)
+                if chunk.rows:
+                    inserted += _insert_ignoring_duplicates(session, chunk.rows)
+                accepted += len(chunk.rows)
+                users.update(chunk.users)
+                if chunk.fatal is not None:
+                    raise chunk.fatal
+                if on_event is not None:
+                    on_event(accepted)
+        else:
+            inserted = add_events(session, good_events(), user=fallback, import_id=record.id)
     who = _who(users, fallback)
     record.user_id = who
     record.accepted = accepted

@@ -136,6 +136,7 @@ _INPUT_NAME = re.compile(r"^input_(.+)_\d+_\d+(?:\[\])?$")
 # Where a decoded URL-encoded form is kept among the event members; the NUL
 # prefix cannot collide with a JSON member name edX writes.
 _FORM_KEY = "\x00form"
+_fromisoformat = datetime.fromisoformat
 # `success` of a graded check; partial credit counts as not a success.
 _SUCCESS = {"correct": True, "incorrect": False, "partially-correct": False}
 
@@ -387,8 +388,27 @@ def _clip(text: str, size: int = 60) -> str:
     return text if len(text) <= size else text[: size - 1] + "…"
 
 
+def _event_type(obj: dict) -> str:
+    """The line's ``name`` when it is a non-blank string, else its ``event_type``; stripped."""
+    name = obj.get("name")
+    if isinstance(name, str) and (stripped := name.strip()):
+        return stripped
+    raw_type = obj.get("event_type")
+    if isinstance(raw_type, str) and (stripped := raw_type.strip()):
+        return stripped
+    raise _BadRecord("missing field 'event_type' (and no 'name')")
+
+
 def _timestamp(obj: dict) -> datetime:
     value = obj.get("time")
+    if type(value) is str:
+        try:
+            parsed = _fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            if parsed.tzinfo is UTC:  # what the general path below would return for it too
+                return parsed
     if value is None:
         raise _BadRecord("missing field 'time'")
     if not isinstance(value, str):
@@ -531,34 +551,36 @@ class EdxImporter(ChunkedImporter):
         """
         state = _ChunkState()
         items: list[Event | RecordError] = []
+        append, learner_of, event_or_error = items.append, self._learner, self._event_or_error
         for lineno, obj in json_values(path, lines, first_line):
-            if isinstance(obj, RecordError):
-                state.unreadable = True
-                items.append(obj)
-                continue
-            if not opened:
-                opened = True
-                if not (isinstance(obj, dict) and ("event_type" in obj or "name" in obj)):
-                    fatal = RecordError(
-                        path,
-                        lineno,
-                        "not an edX tracking log: the first JSON record is not an object "
-                        "with 'event_type' or 'name'",
-                    )
-                    return ParsedChunk(items, fatal=fatal, opened=True, state=state)
-            if not isinstance(obj, dict):
-                items.append(RecordError(path, lineno, f"expected a JSON object, got {type(obj).__name__}"))
-                continue
+            if not opened or type(obj) is not dict:  # the uncommon cases, one check for the common one
+                if isinstance(obj, RecordError):
+                    state.unreadable = True
+                    append(obj)
+                    continue
+                if not opened:
+                    opened = True
+                    if not (isinstance(obj, dict) and ("event_type" in obj or "name" in obj)):
+                        fatal = RecordError(
+                            path,
+                            lineno,
+                            "not an edX tracking log: the first JSON record is not an object "
+                            "with 'event_type' or 'name'",
+                        )
+                        return ParsedChunk(items, fatal=fatal, opened=True, state=state)
+                if not isinstance(obj, dict):
+                    append(RecordError(path, lineno, f"expected a JSON object, got {type(obj).__name__}"))
+                    continue
             try:
-                learner = self._learner(obj, state)
+                learner = learner_of(obj, state)
             except _BadRecord as exc:
-                items.append(RecordError(path, lineno, str(exc)))
+                append(RecordError(path, lineno, str(exc)))
                 continue
             if learner is None:
                 if self._enrollment_learner_id(obj) is not None:
                     state.unattributed.append((lineno, obj))
                 continue
-            items.append(self._event_or_error(path, lineno, obj, learner))
+            append(event_or_error(path, lineno, obj, learner))
         state.opened = opened
         return ParsedChunk(items, opened=opened, state=state)
 
@@ -599,19 +621,23 @@ class EdxImporter(ChunkedImporter):
         later in the same file.
         """
         user = obj.get("username")
-        if user is not None and not isinstance(user, str):
-            raise _BadRecord(f"field 'username': expected a string, got {user!r}")
-        user = (user or "").strip()
-        if not user or user.lower() == "anonymous":
+        if type(user) is not str:
+            if user is not None:
+                raise _BadRecord(f"field 'username': expected a string, got {user!r}")
+            user = ""
+        user = user.strip()
+        # A string whose lower case is "anonymous" has nine characters.
+        if not user or (len(user) == 9 and user.lower() == "anonymous"):
             if self._enrollment_learner_id(obj) is None:  # not deferred: dropped
                 state.dropped["blank username" if not user else "anonymous username"] += 1
             return None
         if len(user) > _MAX_USER:
             raise _BadRecord(f"field 'username': longer than {_MAX_USER} characters")
         context = obj.get("context")
-        uid = context.get("user_id") if isinstance(context, dict) else None
-        if isinstance(uid, int) and not isinstance(uid, bool):
-            state.names.setdefault(uid, user)
+        if type(context) is dict:
+            uid = context.get("user_id")
+            if type(uid) is int:  # not a bool
+                state.names.setdefault(uid, user)
         return user
 
     @staticmethod
@@ -638,11 +664,7 @@ class EdxImporter(ChunkedImporter):
         return uid if who in (None, "", uid) else None
 
     def _to_event(self, obj: dict, user: str) -> Event:
-        name = obj.get("name")
-        raw_type = name if isinstance(name, str) and name.strip() else obj.get("event_type")
-        if not isinstance(raw_type, str) or not raw_type.strip():
-            raise _BadRecord("missing field 'event_type' (and no 'name')")
-        raw_type = raw_type.strip()
+        raw_type = _event_type(obj)
         timestamp = _timestamp(obj)
         fields = _common(obj)
 
@@ -655,7 +677,8 @@ class EdxImporter(ChunkedImporter):
             fields["path"] = Text(raw_type)
         else:
             type_ = sanitize_type(raw_type)
-        return Event(source=_SOURCE, type=type_, timestamp=timestamp, fields=fields, user=user)
+        # The readers above give every field its exact type, so this is Event(...) without re-validating.
+        return Event.make(_SOURCE, type_, timestamp, fields, user)
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from datetime import UTC, datetime, timedelta, timezone
 
 import numpy as np
@@ -155,3 +156,72 @@ def test_canonical_encoding_is_sorted_compact_and_tagged():
 def test_canonical_encoding_refuses_what_is_not_a_field_value(bad):
     with pytest.raises((TypeError, ValueError)):
         encode_fields({"x": bad})
+
+
+def _same_event(made: Event, built: Event) -> None:
+    assert made == built
+    assert made.__dict__ == built.__dict__
+    assert made.model_fields_set == built.model_fields_set
+    assert made.id == built.id
+    assert made.model_dump_json() == built.model_dump_json()
+    assert type(made.fields) is dict and made.fields is not built.fields
+
+
+_UTC_TIME = datetime(2024, 1, 8, 9, 15, 2, 123456, tzinfo=UTC)
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+@given(fields=st.dictionaries(
+    st.text(max_size=8),
+    st.one_of(st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
+              st.text(max_size=20), st.text(max_size=20).map(Text)),
+    max_size=6,
+))
+def test_make_builds_what_the_constructor_builds(fields):
+    args = ("edx", "play_video", _UTC_TIME, fields, "learner7")
+    _same_event(Event.make(*args), Event(source="edx", type="play_video", timestamp=_UTC_TIME,
+                                          fields=fields, user="learner7"))
+    static = Event.make("s", "t", None, fields, None)
+    _same_event(static, Event(source="s", type="t", timestamp=None, fields=fields, user=None))
+
+
+def test_make_copies_the_field_mapping_and_stays_frozen():
+    fields = {"a": 1}
+    ev = Event.make("s", "t", _UTC_TIME, fields, "u")
+    fields["a"] = 2
+    assert ev.fields == {"a": 1}
+    with pytest.raises(ValidationError):
+        ev.source = "x"  # type: ignore[misc]
+    moved = ev.with_user("v")
+    assert moved.user == "v" and moved.id != ev.id and moved.model_fields_set == ev.model_fields_set
+
+
+@pytest.mark.parametrize("change", [
+    {"source": ""}, {"source": "s" * 65}, {"type": ""}, {"type": "t" * 257}, {"user": ""},
+    {"user": "u" * 257}, {"user": "\ud800"}, {"type": "caf\ud800"}, {"timestamp": datetime(2024, 1, 8)},
+    {"fields": {"x": float("nan")}}, {"fields": {"x": None}}, {"fields": {1: "x"}}, {"fields": [("x", 1)]},
+    {"user": 7},
+])
+def test_make_refuses_what_the_constructor_refuses_with_the_same_error(change):
+    args = dict(source="s", type="t", timestamp=_UTC_TIME, fields={}, user="u") | change
+    with pytest.raises(ValidationError) as built:
+        Event(**args)
+    with pytest.raises(ValidationError) as made:
+        Event.make(**args)
+    assert made.value.errors(include_context=False) == built.value.errors(include_context=False)
+    assert str(made.value) == str(built.value)
+
+
+@pytest.mark.parametrize("change", [
+    {"timestamp": datetime(2024, 1, 8, 10, tzinfo=PARIS)},  # converted to UTC
+    {"fields": {"when": datetime(2024, 1, 8, 10, tzinfo=PARIS)}},  # converted to UTC
+    {"user": "léa"}, {"type": "vidéo"},  # non-ASCII: the full check
+    {"fields": {"level": _Level.HIGH}},  # an int subclass: kept as given, by the full check
+    {"fields": {"b": True, "t": Text("$t:x"), "c": "$x", "x": -0.0}},  # already canonical
+])
+def test_make_hands_values_validation_would_change_to_the_constructor(change):
+    args = dict(source="s", type="t", timestamp=_UTC_TIME, fields={}, user="u") | change
+    _same_event(Event.make(**args), Event(**args))

@@ -238,3 +238,23 @@ def test_a_nonsense_worker_count_is_refused_before_anything_is_read(tmp_path: Pa
         with pytest.raises(ValueError, match="workers must be a whole number of processes, at least 1"):
             store.import_file(tmp_path / "absent.log", EdxImporter(), workers=bad)
     assert store.imports() == []
+
+
+def test_fewer_collections_raises_the_gc_threshold_and_restores_it_after_the_last_user():
+    import gc
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        with parallel_import.fewer_collections():
+            assert gc.get_threshold() == (parallel_import.IMPORT_GC_THRESHOLD, 10, 10)
+            with pytest.raises(ValueError), parallel_import.fewer_collections():
+                raise ValueError("an import failing inside another")
+            assert gc.get_threshold()[0] == parallel_import.IMPORT_GC_THRESHOLD  # the outer one still runs
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(50_000, 5, 5)  # a higher threshold set by the application is kept
+        with parallel_import.fewer_collections():
+            assert gc.get_threshold() == (50_000, 5, 5)
+        assert gc.get_threshold() == (50_000, 5, 5)
+    finally:
+        gc.set_threshold(*before)

@@ -405,3 +405,39 @@ def test_parsing_by_chunks_of_any_size_gives_the_same_events_errors_and_drops(
     whole = _outcome(EdxImporter(), path)
     monkeypatch.setattr(EdxImporter, "chunk_lines", chunk_lines)
     assert _outcome(EdxImporter(), path) == whole
+
+
+def _awkward_log(path: Path) -> Path:
+    base = {"username": "a", "event_type": "play_video", "time": "2024-01-08T00:00:00+00:00",
+            "event_source": "browser", "event": {"id": "v", "currentTime": 1}}
+    lines = [json.dumps(base)]
+    lines.append(json.dumps(base).replace('"username": "a"', '"username": "b\\ud800"'))  # lone surrogate
+    for change in (
+        {"time": "2024-01-08T01:00:00+02:00"}, {"time": "2024-01-08T00:00:00"},
+        {"time": " 2024-01-08T00:00:00Z "}, {"time": "2024-01-08T00:00:00z"}, {"time": "yesterday"},
+        {"time": 5}, {"username": "Léa"},
+        {"username": "ANONYMOUS"}, {"username": " anonymous "}, {"event_type": "x" * 300},
+        {"event_type": "/courses/x/ünï/"}, {"name": "  ", "event_type": " seq_goto "},
+        {"event": {"id": "v", "currentTime": "NaN"}}, {"event": {"id": "v", "currentTime": 1e400}},
+        {"page": "$t:not a tag"}, {"context": {"course_id": "$c", "user_id": 2**70}},
+    ):
+        lines.append(json.dumps({**base, **change}))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("fixture", ["tracking.log", "anonymous_enrollment.log", None])
+def test_make_gives_what_the_validating_constructor_gives(fixture, tmp_path, monkeypatch):
+    path = FIXTURES / fixture if fixture else _awkward_log(tmp_path / "tracking.log")
+
+    def outcome() -> list[str]:
+        return [f"{item!r} {item.id}" if isinstance(item, Event) else str(item)
+                for item in EdxImporter().parse(path)]
+
+    fast = outcome()
+    monkeypatch.setattr(Event, "make", classmethod(
+        lambda cls, source, type, timestamp, fields, user: cls(
+            source=source, type=type, timestamp=timestamp, fields=fields, user=user)))
+    assert outcome() == fast
+    if fixture is None:  # the surrogate reaches the full check, which names it
+        assert any(":2: invalid event: user:" in line for line in fast)
