@@ -186,6 +186,23 @@ def decode_fields(payload: str) -> dict[str, object]:
     return {k: _decode_value(v) for k, v in raw.items()}
 
 
+def _is_storable_text(text: str) -> bool:
+    """Whether ``text`` can be stored: no lone surrogate (JSON's ``"\\ud800"``), which UTF-8 cannot encode."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unicode_text(text: str, what: str) -> str:
+    if not _is_storable_text(text):
+        raise ValueError(f"{what} holds a lone surrogate: not valid Unicode text, cannot be stored")
+    return text
+
+
 def _validate_field_value(value: object, info: ValidationInfo) -> object:
     if isinstance(value, str) and info.mode == "json":
         return _decode_value(value)
@@ -209,10 +226,14 @@ def _validate_fields(value: object, info: ValidationInfo) -> dict[str, object]:
     for name, item in value.items():
         if type(name) is not str:
             raise ValueError(f"field name {name!r} is not a string")
+        _unicode_text(name, "a field name")
         kind = type(item)
         if kind is str:
+            _unicode_text(item, f"field {name!r}")
             fields[name] = _decode_value(item) if from_json and item.startswith("$") else item
-        elif kind is int or kind is bool or kind is Text:
+        elif kind is Text:
+            fields[name] = _unicode_text(item, f"field {name!r}")
+        elif kind is int or kind is bool:
             fields[name] = item
         else:
             try:
@@ -243,7 +264,9 @@ def _canonical(source: object, type_: object, timestamp: object, fields: object,
         return False
     plain = _PLAIN_VALUE_TYPES
     for name, value in fields.items():  # type: ignore[attr-defined]
-        if type(name) is not str:
+        if type(name) is not str or not _is_storable_text(name):
+            return False
+        if (type(value) is str or type(value) is Text) and not _is_storable_text(value):  # type: ignore[arg-type]
             return False
         if type(value) not in plain and not (type(value) is float and math.isfinite(value)):  # type: ignore[arg-type]
             return False

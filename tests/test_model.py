@@ -203,7 +203,8 @@ def test_make_copies_the_field_mapping_and_stays_frozen():
     {"source": ""}, {"source": "s" * 65}, {"type": ""}, {"type": "t" * 257}, {"user": ""},
     {"user": "u" * 257}, {"user": "\ud800"}, {"type": "caf\ud800"}, {"timestamp": datetime(2024, 1, 8)},
     {"fields": {"x": float("nan")}}, {"fields": {"x": None}}, {"fields": {1: "x"}}, {"fields": [("x", 1)]},
-    {"user": 7},
+    {"user": 7}, {"fields": {"page": "x\ud800"}}, {"fields": {"x\udfff": 1}},
+    {"fields": {"t": Text("\ud800")}},
 ])
 def test_make_refuses_what_the_constructor_refuses_with_the_same_error(change):
     args = dict(source="s", type="t", timestamp=_UTC_TIME, fields={}, user="u") | change

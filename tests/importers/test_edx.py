@@ -420,6 +420,7 @@ def _awkward_log(path: Path) -> Path:
         {"event_type": "/courses/x/ünï/"}, {"name": "  ", "event_type": " seq_goto "},
         {"event": {"id": "v", "currentTime": "NaN"}}, {"event": {"id": "v", "currentTime": 1e400}},
         {"page": "$t:not a tag"}, {"context": {"course_id": "$c", "user_id": 2**70}},
+        {"page": "x\ud800"},  # a lone surrogate in a field: UTF-8 cannot store it
     ):
         lines.append(json.dumps({**base, **change}))
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -439,5 +440,8 @@ def test_make_gives_what_the_validating_constructor_gives(fixture, tmp_path, mon
         lambda cls, source, type, timestamp, fields, user: cls(
             source=source, type=type, timestamp=timestamp, fields=fields, user=user)))
     assert outcome() == fast
-    if fixture is None:  # the surrogate reaches the full check, which names it
+    if fixture is None:  # the surrogates reach the full check, which names them and the line
         assert any(":2: invalid event: user:" in line for line in fast)
+        last = len(path.read_text(encoding="utf-8").splitlines())
+        assert fast[-1].endswith(f":{last}: invalid event: fields: Value error, field 'page' holds a lone "
+                                 "surrogate: not valid Unicode text, cannot be stored"), fast[-1]
