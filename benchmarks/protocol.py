@@ -46,15 +46,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +89,7 @@ from anonml.protocol import (
     sign_message,
 )
 from anonml.store import EventStore
+from benchmarks.reporting import RESULTS, machine, now, timed_map, write_json
 from peer.app import start_peer_server
 from peer.db import PeerDB
 from peer.host import PeerHost
@@ -99,7 +97,6 @@ from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from peer.relay import RelayRound
 
-RESULTS = Path(__file__).resolve().parent / "results"
 WEEKS, HISTORY = 8, 2
 #: How often each host polls the aggregator; the aggregator is told (``peer_poll_seconds``).
 POLL_SECONDS = 0.25
@@ -418,10 +415,7 @@ def relay_capacity(n_packets: int, scratch: Path, threads: int = 8) -> dict:
                 url, data=packet, headers={"content-type": "application/octet-stream"}
             ).status_code
 
-        t = time.perf_counter()
-        with ThreadPoolExecutor(threads) as pool:
-            codes = Counter(pool.map(send, packets))
-        seconds = time.perf_counter() - t
+        codes, seconds = timed_map(send, packets, threads)
     finally:
         server.stop()
     return {
@@ -526,10 +520,7 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
             local.s = session
             return session.post(f"{server.url}/intake", data=body, headers=json_h).status_code
 
-        t = time.perf_counter()
-        with ThreadPoolExecutor(threads) as pool:
-            codes = Counter(pool.map(send, deliveries))
-        seconds = time.perf_counter() - t
+        codes, seconds = timed_map(send, deliveries, threads)
     finally:
         server.stop()
     return {
@@ -571,7 +562,7 @@ def main() -> None:
             out = args.out or RESULTS / f"protocol_{args.peers}.json"
             doc = {
                 "benchmark": "protocol",
-                "when": datetime.now(UTC).isoformat(timespec="seconds"),
+                "when": now(),
                 "machine": {
                     "cpus": os.cpu_count(),
                     "load_average_1_5_15m_before": list(load_before),
@@ -600,15 +591,12 @@ def main() -> None:
         intake = intake_capacity(500, root)
     doc = {
         "benchmark": "protocol",
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average_1m": round(os.getloadavg()[0], 2),
-            "load_average_1_5_15m_before": [round(v, 2) for v in load_before],
-            "load_average_1_5_15m_after_round": [round(v, 2) for v in load_after_round],
-        },
+        "when": now(),
+        "machine": machine(
+            load_average_1m=round(os.getloadavg()[0], 2),
+            load_average_1_5_15m_before=[round(v, 2) for v in load_before],
+            load_average_1_5_15m_after_round=[round(v, 2) for v in load_after_round],
+        ),
         "wall_seconds_preparation_and_round": round(round_wall, 1),
         "wall_seconds_total": round(time.perf_counter() - started, 1),
         "round": result,
@@ -621,8 +609,7 @@ def main() -> None:
         ),
     }
     out = args.out or RESULTS / ("protocol.json" if args.peers == 1000 else f"protocol_{args.peers}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    write_json(out, doc)
     print(json.dumps(doc, indent=2))
 
 

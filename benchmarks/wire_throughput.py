@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -47,7 +46,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +64,7 @@ from anonml.crypto import (
 )
 from anonml.protocol import IntakeBatch, IntakeDelivery, Roster
 from benchmarks.crypto import _tokens
+from benchmarks.reporting import machine, now, write_json
 from tests.aggregator.helpers import (
     ADMIN,
     WirePeer,
@@ -487,13 +486,8 @@ def main() -> None:
             )
     doc = {
         "benchmark": "wire throughput: intake and relays over HTTP vs their primitives",
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average_1m_before_after": [load_before, round(os.getloadavg()[0], 2)],
-        },
+        "when": now(),
+        "machine": machine(load_average_1m_before_after=[load_before, round(os.getloadavg()[0], 2)]),
         "target_ratio": TARGET_RATIO,
         "baseline": {
             "redemption_checks_per_s_one_core": round(redeem, 1),
@@ -502,8 +496,7 @@ def main() -> None:
         "intake": intake,
         "relay": relay,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    write_json(args.output, doc)
     args.output.with_name(args.output.stem + "_profiles.txt").write_text(profiles_text(doc), encoding="utf-8")
     summary = {
         m: {
