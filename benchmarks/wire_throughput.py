@@ -66,16 +66,14 @@ from anonml.protocol import IntakeBatch, IntakeDelivery, Roster
 from benchmarks.crypto import _tokens
 from benchmarks.reporting import machine, now, write_json
 from tests.aggregator.helpers import (
-    ADMIN,
-    WirePeer,
     aggregator_settings,
     assignment_of,
     bins_of,
     draft,
     propose,
+    register_and_close,
     report_for,
     slots,
-    wait_phase,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results" / "wire_throughput.json"
@@ -212,11 +210,7 @@ def _intake_deliveries(url: str, n: int) -> list[IntakeDelivery]:
     """An open report round on the aggregator at ``url`` and ``n`` valid deliveries for it."""
     kh = 4
     problem = propose(url, draft(kp=1, kh=kh, n_numeric=kh, min_peers=4, send_window=3600.0))
-    peers = [WirePeer() for _ in range(max(4, -(-n // kh)))]
-    for p in peers:
-        assert p.register(url, problem).status_code == 201
-    requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=60).raise_for_status()
-    wait_phase(url, problem.id, ("reporting",), timeout=120)
+    peers = register_and_close(url, problem, max(4, -(-n // kh)), ("reporting",), timeout=120)
     roster = Roster.model_validate_json(
         requests.get(f"{url}/problems/{problem.id}/roster", timeout=60).content
     )

@@ -16,12 +16,11 @@ from anonml.protocol import (
 )
 from peer.transcript import check_roster_entries, verify_bundle
 from tests.aggregator.helpers import (
-    ADMIN,
-    WirePeer,
     assignment_of,
     bins_of,
     draft,
     propose,
+    register_and_close,
     roster_of,
     wait_phase,
 )
@@ -43,14 +42,6 @@ def bundle_of(url: str, pid: str, stage: str, timeout: float = 30.0) -> Cosignat
         assert response.status_code == 404, response.text
         assert time.monotonic() < deadline, f"no {stage} bundle: {response.text}"
         time.sleep(0.05)
-
-
-def register_and_close(url: str, problem, n: int = 4) -> list[WirePeer]:
-    peers = [WirePeer() for _ in range(n)]
-    for p in peers:
-        assert p.register(url, problem).status_code == 201
-    assert requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=30).status_code == 200
-    return peers
 
 
 def test_the_plan_follows_the_witness_beacon_and_both_stages_are_cosigned(aggregator, witness):
