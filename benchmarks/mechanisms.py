@@ -40,7 +40,7 @@ from anonml.privacy import (
     best_mechanism,
     estimate_counts,
 )
-from benchmarks.reporting import RESULTS, machine, now, write_json
+from benchmarks.reporting import RESULTS, machine, now, pyplot, save_figure, write_json
 
 #: The mechanisms both privacy benchmarks measure, in the order their tables list them.
 KINDS = (PQPerturbation, RAPPOR, OUE, RandomizedResponse, SubsetSelection)
@@ -165,12 +165,8 @@ def table(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     domains = sorted({c["m"] for c in result["cells"]})
     fig, axes = plt.subplots(1, len(domains), figsize=(4.2 * len(domains), 4), sharey=False)
@@ -195,10 +191,7 @@ def plot(result: dict, path: Path) -> bool:
     first.set_ylabel("L2 error of the distribution")
     first.legend(fontsize=7, title="line: theory, o: raw, x: norm_sub", title_fontsize=7)
     fig.suptitle(f"n = {result['n']:,}, Zipf(1), {result['repeats']} repeats")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return save_figure(plt, fig, path)
 
 
 def main(argv: list[str] | None = None) -> dict:

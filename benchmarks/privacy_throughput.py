@@ -33,7 +33,7 @@ import numpy as np
 
 from anonml.privacy import Mechanism, best_mechanism
 from benchmarks.mechanisms import KINDS
-from benchmarks.reporting import RESULTS, machine, now, write_json
+from benchmarks.reporting import RESULTS, machine, now, pyplot, save_figure, write_json
 
 TARGET = 3.0
 
@@ -135,12 +135,8 @@ def run(n: int, m: int, epsilons: list[float], repeats: int, seed: int) -> dict:
 
 
 def plot(result: dict, path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     rows = result["mechanisms"]
     labels = [f"{r['mechanism']}\neps={r['epsilon']:g}" for r in rows]
@@ -155,10 +151,7 @@ def plot(result: dict, path: Path) -> bool:
     ax.set_ylabel("time / time of n*m uniform bits")
     ax.set_title(f"perturbing {result['n']:,} reports, m={result['m']}")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return save_figure(plt, fig, path)
 
 
 def main(argv: list[str] | None = None) -> dict:

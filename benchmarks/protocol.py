@@ -89,7 +89,7 @@ from anonml.protocol import (
     sign_message,
 )
 from anonml.store import EventStore
-from benchmarks.reporting import RESULTS, machine, now, timed_map, write_json
+from benchmarks.reporting import RESULTS, machine, now, rate, timed_map, write_json
 from peer.app import start_peer_server
 from peer.db import PeerDB
 from peer.host import PeerHost
@@ -418,12 +418,7 @@ def relay_capacity(n_packets: int, scratch: Path, threads: int = 8) -> dict:
         codes, seconds = timed_map(send, packets, threads)
     finally:
         server.stop()
-    return {
-        "packets": n_packets,
-        "seconds": round(seconds, 3),
-        "packets_per_s": round(n_packets / seconds, 1),
-        "status_codes": {str(k): v for k, v in codes.items()},
-    }
+    return rate("packets", n_packets, codes, seconds)
 
 
 def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
@@ -523,12 +518,7 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
         codes, seconds = timed_map(send, deliveries, threads)
     finally:
         server.stop()
-    return {
-        "redemptions": n_reports,
-        "seconds": round(seconds, 3),
-        "redemptions_per_s": round(n_reports / seconds, 1),
-        "status_codes": {str(k): v for k, v in codes.items()},
-    }
+    return rate("redemptions", n_reports, codes, seconds)
 
 
 # --- main -------------------------------------------------------------------------------

@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
-__all__ = ["RESULTS", "now", "machine", "write_json", "timed_map"]
+__all__ = ["RESULTS", "now", "machine", "write_json", "timed_map", "rate", "pyplot", "save_figure"]
 
 #: The folder every benchmark writes its JSON into (``benchmarks/results``).
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -54,3 +55,33 @@ def timed_map(call: Callable[[_T], Any], items: Iterable[_T], threads: int) -> t
     with ThreadPoolExecutor(threads) as pool:
         results = Counter(pool.map(call, items))
     return results, time.perf_counter() - started
+
+
+def rate(unit: str, n: int, statuses: Counter[Any], seconds: float) -> dict[str, Any]:
+    """``n`` ``unit`` (requests of one kind) in ``seconds``: count, time, rate per second, HTTP statuses."""
+    return {
+        unit: n,
+        "seconds": round(seconds, 3),
+        f"{unit}_per_s": round(n / seconds, 1),
+        "status_codes": {str(k): v for k, v in statuses.items()},
+    }
+
+
+def pyplot() -> ModuleType | None:
+    """``matplotlib.pyplot`` on the file-only Agg backend, or None without matplotlib (no plot then)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def save_figure(plt: ModuleType, fig: Any, path: Path) -> bool:
+    """Lay out ``fig``, save it to ``path`` (120 dpi) and close it; True (a plot was written)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
