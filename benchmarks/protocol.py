@@ -88,6 +88,7 @@ from anonml.protocol import (
     report_slot,
     sign_message,
 )
+from anonml.serving import child_environment
 from anonml.store import EventStore
 from benchmarks.reporting import RESULTS, machine, now, rate, timed_map, write_json
 from peer.app import start_peer_server
@@ -164,8 +165,7 @@ def host_worker() -> None:
 
 
 def _spawn_host(cfg: dict) -> subprocess.Popen:
-    root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    root, env = child_environment()
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), "--host-worker"],
         stdin=subprocess.PIPE,

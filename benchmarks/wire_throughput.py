@@ -63,6 +63,7 @@ from anonml.crypto import (
     build_packet,
 )
 from anonml.protocol import IntakeBatch, IntakeDelivery, Roster
+from anonml.serving import child_environment
 from benchmarks.crypto import _tokens
 from benchmarks.reporting import machine, now, write_json
 from tests.aggregator.helpers import (
@@ -352,8 +353,7 @@ def relay_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> dic
 
     root = scratch / f"relay-{mode}"
     root.mkdir()
-    repo = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
+    repo, env = child_environment()
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.wire_throughput", "--relay-worker"],
         stdin=subprocess.PIPE,
