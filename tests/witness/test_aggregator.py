@@ -7,7 +7,7 @@ import time
 import requests
 
 from anonml.crypto import Identity
-from anonml.learn import make_plan
+from anonml.learn import roster_plan
 from anonml.protocol import (
     CosignatureBundle,
     WitnessRef,
@@ -65,17 +65,7 @@ def test_the_plan_follows_the_witness_beacon_and_both_stages_are_cosigned(aggreg
         threshold=1,
     )
     assert beacon == roster_beacon(bundle.cosignatures) and len(beacon) == 32
-    d = problem.draft
-    plan = make_plan(
-        roster.seed,
-        [bytes(e.identity) for e in roster.entries],
-        len(d.features),
-        n_partitions=d.kp,
-        n_subsets=d.kh,
-        subset_size=d.ks,
-        median_pool_size=roster.median_pool_size,
-        beacon=beacon,
-    )
+    plan = roster_plan(problem.draft, roster, beacon)
     index = {bytes(e.identity): i for i, e in enumerate(roster.entries)}
     for p in peers:
         told = assignment_of(aggregator.url, problem.id, p)
