@@ -45,16 +45,9 @@ from aggregator.rounds import RoundDriver
 from aggregator.routes import console, intake, medians, model, problems, registration, tokens
 from aggregator.settings import ENV_PREFIX, AggregatorSettings
 from aggregator.state import AggregatorState, load_or_create_identity
+from anonml import serving
 from anonml.database import make_engine
 from anonml.errors import AnonMLError
-from anonml.serving import (
-    ThreadedServer,
-    bind,
-    child_environment,
-    start_in_thread,
-    uvicorn_server,
-    wait_started,
-)
 
 __all__ = [
     "create_app",
@@ -248,7 +241,7 @@ def serve(settings: AggregatorSettings, workers: int = 1) -> None:
 
 
 @dataclass
-class ServerHandle(ThreadedServer):
+class ServerHandle(serving.ThreadedServer):
     """An aggregator served by uvicorn from a thread of this process."""
 
     app: FastAPI
@@ -256,10 +249,10 @@ class ServerHandle(ThreadedServer):
 
 def start_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0) -> ServerHandle:
     """Serve ``app`` from a thread on ``host:port`` (0 = a free port) and wait until it is up."""
-    sock = bind(host, port)
+    sock = serving.bind(host, port)
     bound = sock.getsockname()[1]
-    server = uvicorn_server(app)
-    thread = start_in_thread(server, sock, name="aggregator", timeout=timeout)
+    server = serving.uvicorn_server(app)
+    thread = serving.start_in_thread(server, sock, name="aggregator", timeout=timeout)
     return ServerHandle(f"http://{host}:{bound}", server, thread, app)
 
 
@@ -272,11 +265,11 @@ def serve_child() -> None:
     import sys
 
     settings = AggregatorSettings.model_validate_json(sys.stdin.readline())
-    sock = bind(settings.host, settings.port)
-    server = uvicorn_server(create_app(settings))
+    sock = serving.bind(settings.host, settings.port)
+    server = serving.uvicorn_server(create_app(settings))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    wait_started(server, thread, timeout=float("inf"))
+    serving.wait_started(server, thread, timeout=float("inf"))
     print(f"http://{settings.host}:{sock.getsockname()[1]}" if server.started else "", flush=True)
     sys.stdin.read()  # returns at EOF: the parent closed our stdin
     server.should_exit = True
@@ -310,7 +303,7 @@ class ServerProcess:
 
 def start_server_process(settings: AggregatorSettings, timeout: float = 60.0) -> ServerProcess:
     """Serve an aggregator from ``python -m aggregator`` (port from ``settings``; 0 = a free one)."""
-    root, env = child_environment()
+    root, env = serving.child_environment()
     process = subprocess.Popen(
         [sys.executable, "-m", "aggregator"],
         stdin=subprocess.PIPE,
@@ -349,7 +342,7 @@ def start_workers_process(
         with socket.socket() as probe:
             probe.bind((settings.host, 0))
             port = probe.getsockname()[1]
-    root, env = child_environment()
+    root, env = serving.child_environment()
     for name, value in settings.model_copy(update={"port": port}).model_dump(mode="json").items():
         if value is not None:
             env[ENV_PREFIX + name.upper()] = str(value).lower() if isinstance(value, bool) else str(value)

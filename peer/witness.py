@@ -55,6 +55,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
+from anonml import serving
 from anonml.crypto import CryptoError, Identity, PublicIdentity, load_or_create_identity
 from anonml.database import make_engine, migrate
 from anonml.paths import private_dir
@@ -66,14 +67,6 @@ from anonml.protocol import (
     WitnessLogEntry,
     sign_message,
     verify_message,
-)
-from anonml.serving import (
-    ThreadedServer,
-    bind,
-    child_environment,
-    start_in_thread,
-    uvicorn_server,
-    wait_started,
 )
 
 __all__ = [
@@ -355,12 +348,12 @@ def create_witness_app(witness: Witness, max_body_bytes: int = 8192) -> FastAPI:
 def serve_witness(settings: WitnessSettings, ready: Callable[[str, Witness], None] | None = None) -> None:
     """Serve a witness in the foreground until interrupted; ``ready(url, witness)`` once listening."""
     witness = Witness.from_settings(settings)
-    sock = bind(settings.host, settings.port)
-    server = uvicorn_server(create_witness_app(witness, settings.max_body_bytes), lifespan="off")
+    sock = serving.bind(settings.host, settings.port)
+    server = serving.uvicorn_server(create_witness_app(witness, settings.max_body_bytes), lifespan="off")
     url = f"http://{settings.host}:{sock.getsockname()[1]}"
     if ready is not None:
         thread = threading.Thread(
-            target=lambda: (wait_started(server), server.started and ready(url, witness)), daemon=True
+            target=lambda: (serving.wait_started(server), server.started and ready(url, witness)), daemon=True
         )
         thread.start()
     try:
@@ -370,7 +363,7 @@ def serve_witness(settings: WitnessSettings, ready: Callable[[str, Witness], Non
 
 
 @dataclass
-class WitnessServer(ThreadedServer):
+class WitnessServer(serving.ThreadedServer):
     """A witness served by uvicorn from a thread of this process (tests)."""
 
     witness: Witness
@@ -387,9 +380,9 @@ class WitnessServer(ThreadedServer):
 def start_witness_server(settings: WitnessSettings, timeout: float = 30.0) -> WitnessServer:
     """Serve a witness from a thread on ``settings.host:port`` and wait until it is up."""
     witness = Witness.from_settings(settings)
-    sock = bind(settings.host, settings.port)
-    server = uvicorn_server(create_witness_app(witness, settings.max_body_bytes), lifespan="off")
-    thread = start_in_thread(server, sock, name="witness", timeout=timeout)
+    sock = serving.bind(settings.host, settings.port)
+    server = serving.uvicorn_server(create_witness_app(witness, settings.max_body_bytes), lifespan="off")
+    thread = serving.start_in_thread(server, sock, name="witness", timeout=timeout)
     return WitnessServer(f"http://{settings.host}:{sock.getsockname()[1]}", server, thread, witness)
 
 
@@ -417,7 +410,7 @@ def start_witness_process(
     home: Path, *, host: str = "127.0.0.1", port: int = 0, timeout: float = 60.0
 ) -> WitnessProcess:
     """Run ``python -m anonml witness serve --home HOME --port PORT`` and wait for its ready line."""
-    root, env = child_environment()
+    root, env = serving.child_environment()
     process = subprocess.Popen(
         [
             sys.executable,
