@@ -63,11 +63,9 @@ from anonml.crypto import (
     Hop,
     Identity,
     SphinxRelay,
-    TokenPublicKey,
     WindowSchedule,
     build_packet,
     finalize_tokens,
-    request_tokens,
 )
 from anonml.demo import DEMO_FEATURES, dropout_draft, simulate_peers
 from anonml.learn import simulated_learner
@@ -81,12 +79,11 @@ from anonml.protocol import (
     ProblemStatus,
     Registration,
     Roster,
-    TokenBatchRequest,
     TokenBatchResponse,
-    TokenSlotRequest,
     pack_bits,
     report_slot,
     sign_message,
+    token_batch_request,
 )
 from anonml.serving import child_environment
 from anonml.store import EventStore
@@ -473,22 +470,12 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
             while s.get(f"{server.url}/problems/{problem.id}/status").json()["phase"] != "reporting":
                 time.sleep(0.05)
             roster = Roster.model_validate_json(s.get(f"{server.url}/problems/{problem.id}/roster").content)
-            key = TokenPublicKey(bytes(roster.token_key))
             mech = RandomizedResponse.from_epsilon(2.0, 4)
             rng = np.random.default_rng(0)
             deliveries = []
             for ident in peers:
                 slot = report_slot(problem.id, 0, 0)  # k_p = 1: everyone reports in partition 0
-                req = request_tokens(key, slot)
-                batch = sign_message(
-                    TokenBatchRequest(
-                        problem_id=problem.id,
-                        identity=bytes(ident.public),
-                        requests=(TokenSlotRequest(slot=slot, blinded=req.message()),),
-                        signature=bytes(64),
-                    ),
-                    ident,
-                )
+                batch, req = token_batch_request(problem.id, ident, bytes(roster.token_key), [slot])
                 answer = TokenBatchResponse.model_validate_json(
                     s.post(
                         f"{server.url}/problems/{problem.id}/tokens",

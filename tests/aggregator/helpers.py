@@ -20,9 +20,7 @@ from anonml.crypto import (
     Identity,
     RoundRelayKey,
     Token,
-    TokenPublicKey,
     finalize_tokens,
-    request_token_batch,
 )
 from anonml.learn import Binning, commit_seed
 from anonml.learn.histograms import domain_size
@@ -43,12 +41,11 @@ from anonml.protocol import (
     Roster,
     RosterEntry,
     Schedule,
-    TokenBatchRequest,
     TokenBatchResponse,
-    TokenSlotRequest,
     pack_bits,
     report_slot,
     sign_message,
+    token_batch_request,
 )
 from tests.databases import table_rows
 
@@ -230,20 +227,7 @@ class WirePeer:
     def token_batch(
         self, problem: Problem, roster: Roster, slots: list[bytes], signer: Identity | None = None
     ):
-        pending = request_token_batch(TokenPublicKey(bytes(roster.token_key)), slots)
-        batch = sign_message(
-            TokenBatchRequest(
-                problem_id=problem.id,
-                identity=self.public,
-                requests=tuple(
-                    TokenSlotRequest(slot=s, blinded=bytes(b))
-                    for s, b in zip(slots, pending.blinded, strict=True)
-                ),
-                signature=bytes(64),
-            ),
-            signer or self.identity,
-        )
-        return batch, pending
+        return token_batch_request(problem.id, self.identity, bytes(roster.token_key), slots, signer=signer)
 
     def tokens(self, url: str, problem: Problem, roster: Roster, slots: list[bytes]) -> list[Token]:
         batch, pending = self.token_batch(problem, roster, slots)
