@@ -40,7 +40,9 @@ def uvicorn_server(app: Any, *, lifespan: Literal["on", "off"] = "on") -> uvicor
     return uvicorn.Server(uvicorn.Config(app, access_log=False, log_level="warning", lifespan=lifespan))
 
 
-def wait_started(server: uvicorn.Server, thread: threading.Thread | None = None, timeout: float = 30.0) -> bool:
+def wait_started(
+    server: uvicorn.Server, thread: threading.Thread | None = None, timeout: float = 30.0
+) -> bool:
     """Poll until ``server`` has started, ``thread`` (its runner) died, or ``timeout`` seconds passed."""
     deadline = time.monotonic() + timeout
     while not server.started:
