@@ -12,10 +12,10 @@ from __future__ import annotations
 import gzip
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
@@ -23,9 +23,12 @@ from pydantic import AfterValidator, StringConstraints
 
 from anonml.errors import RecordError
 
+_F = TypeVar("_F")
+
 __all__ = [
     "parse_json",
     "open_text",
+    "open_checked",
     "head",
     "iter_json_lines",
     "iter_line_chunks",
@@ -55,6 +58,20 @@ def open_text(path: Path, encoding: str = "utf-8") -> IO[str]:
     if _is_gzip(path):
         return gzip.open(path, "rt", encoding=encoding, newline="")
     return open(path, encoding=encoding, newline="")
+
+
+def open_checked(path: Path, opener: Callable[..., _F] = open_text, **options: Any) -> _F:
+    """``opener(path, **options)`` (default :func:`open_text`), refusing an unopenable file.
+
+    Raises
+    ------
+    RecordError
+        ``cannot open: <reason>`` naming ``path`` (no line) when the opener raises :class:`OSError`.
+    """
+    try:
+        return opener(path, **options)
+    except OSError as exc:
+        raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
 
 
 def open_bytes(path: Path) -> IO[bytes]:
@@ -128,11 +145,7 @@ def iter_line_chunks(
     file, a non-UTF-8 byte or a truncated gzip stream raises
     :class:`RecordError` naming the line where reading stopped.
     """
-    try:
-        fh = open_text(path)
-    except OSError as exc:
-        raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
-    with fh:
+    with open_checked(path) as fh:
         first, lines, want = 1, [], first_size or size
         try:
             for line in fh:
@@ -164,11 +177,7 @@ def iter_line_blocks(
     worker process that parses the block). Lines are counted as text mode
     with universal newlines counts them (``\n``, ``\r\n`` or a lone ``\r``).
     """
-    try:
-        fh = open_bytes(path)
-    except OSError as exc:
-        raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
-    with fh:
+    with open_checked(path, open_bytes) as fh:
         first, rest, want = 1, b"", first_size or size
         try:
             while data := fh.read(want):

@@ -64,7 +64,7 @@ from pydantic import Field, field_validator, model_validator
 from anonml.errors import RecordError
 from anonml.model import Event, Text
 from anonml.plugins import Importer, PluginParams
-from anonml.readers import TimeZoneName, head, open_text, parse_timestamp, resolve_timezone
+from anonml.readers import TimeZoneName, head, open_checked, parse_timestamp, resolve_timezone
 
 __all__ = ["CsvImporter", "CsvMapping", "FieldType", "snake_case"]
 
@@ -199,11 +199,7 @@ class CsvImporter(Importer):
         converters = {col: (to_time if kind == "datetime" else _CONVERT[kind])
                       for col, kind in p.fields.items()}
         names = {col: snake_case(col) for col in p.fields}
-        try:
-            fh = open_text(path)
-        except OSError as exc:
-            raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
-        with fh:
+        with open_checked(path) as fh:
             reader = csv.reader(fh, delimiter=p.delimiter, quotechar=p.quotechar, strict=True)
             try:
                 header = next(reader, None)

@@ -68,7 +68,7 @@ from bs4 import BeautifulSoup, Tag
 from anonml.errors import RecordError
 from anonml.model import Event, Text
 from anonml.plugins import Importer, PluginParams
-from anonml.readers import TimeZoneName, head, open_text, resolve_timezone
+from anonml.readers import TimeZoneName, head, open_checked, open_text, resolve_timezone
 
 __all__ = ["UberImporter"]
 
@@ -227,11 +227,7 @@ class UberImporter(Importer):
 
     def _parse_csv(self, path: Path) -> Iterator[Event | RecordError]:
         zone = self._zone()
-        try:
-            fh = open_text(path)
-        except OSError as exc:
-            raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
-        with fh:
+        with open_checked(path) as fh:
             reader = csv.reader(fh, strict=True)
             try:
                 header = [h.lstrip("\ufeff").strip() for h in next(reader, [])]
