@@ -16,6 +16,7 @@ from anonml.protocol import (
 )
 from peer.transcript import check_roster_entries, verify_bundle
 from tests.aggregator.helpers import (
+    aggregator_settings,
     assignment_of,
     bins_of,
     draft,
@@ -127,23 +128,14 @@ def test_a_problem_without_witnesses_keeps_working_with_empty_bundles(aggregator
 
 def test_a_restart_during_witnessing_resumes_the_collection(tmp_path):
     from aggregator.app import create_app, start_server
-    from aggregator.settings import AggregatorSettings
     from peer.witness import WitnessSettings, start_witness_server
-    from tests.aggregator.helpers import TOKEN
 
     # Learn a free port for the witness, then take it down: the aggregator will find nobody there.
     witness_settings = WitnessSettings(home=tmp_path / "w", port=0)
     probe = start_witness_server(witness_settings)
     identity, port = probe.identity, int(probe.url.rsplit(":", 1)[1])
     probe.stop()
-    settings = AggregatorSettings(
-        db_url=f"sqlite:///{tmp_path / 'aggregator.db'}",
-        identity_file=tmp_path / "aggregator-identity.json",
-        admin_token=TOKEN,
-        tick_seconds=0.05,
-        intake_grace_seconds=0.5,
-        allow_loopback_http=True,
-    )
+    settings = aggregator_settings(tmp_path)
 
     class Later:
         pass
