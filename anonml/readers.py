@@ -9,6 +9,7 @@ built-in and third-party importers behave alike.
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
@@ -29,6 +30,7 @@ __all__ = [
     "parse_json",
     "open_text",
     "open_checked",
+    "csv_rows",
     "head",
     "iter_json_lines",
     "iter_line_chunks",
@@ -72,6 +74,34 @@ def open_checked(path: Path, opener: Callable[..., _F] = open_text, **options: A
         return opener(path, **options)
     except OSError as exc:
         raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
+
+
+def csv_rows(reader: Any, path: Path, width: int) -> Iterator[tuple[int, list[str]] | RecordError]:
+    """The data rows left in ``reader`` (a :func:`csv.reader` past its header), each with its first line.
+
+    Blank rows carry no record and are skipped; a row of another number of cells than
+    ``width`` (the header's) is yielded as a :class:`RecordError` naming its line. A
+    malformed row or a non-UTF-8 byte raises :class:`RecordError` at its line: what
+    follows it cannot be split into rows with confidence.
+    """
+    last = reader.line_num
+    while True:
+        start = last + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise RecordError(path, start, f"malformed CSV: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise RecordError(path, start, f"not UTF-8 text: {exc.reason}") from None
+        last = reader.line_num
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != width:
+            yield RecordError(path, start, f"row has {len(row)} cells, header has {width}")
+            continue
+        yield start, row
 
 
 def open_bytes(path: Path) -> IO[bytes]:
