@@ -33,7 +33,6 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -46,6 +45,7 @@ from aggregator.rounds import RoundDriver
 from aggregator.routes import console, intake, medians, model, problems, registration, tokens
 from aggregator.settings import ENV_PREFIX, AggregatorSettings
 from aggregator.state import AggregatorState, load_or_create_identity
+from anonml import serving
 from anonml.database import make_engine
 from anonml.errors import AnonMLError
 
@@ -241,36 +241,18 @@ def serve(settings: AggregatorSettings, workers: int = 1) -> None:
 
 
 @dataclass
-class ServerHandle:
-    """A uvicorn server running in a thread of this process."""
+class ServerHandle(serving.ThreadedServer):
+    """An aggregator served by uvicorn from a thread of this process."""
 
-    url: str
-    server: uvicorn.Server
-    thread: threading.Thread
     app: FastAPI
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 def start_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0) -> ServerHandle:
     """Serve ``app`` from a thread on ``host:port`` (0 = a free port) and wait until it is up."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    sock = serving.bind(host, port)
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(app, access_log=False, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"uvicorn-{bound}"
-    )
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"server on {host}:{bound} did not start")
-        time.sleep(0.01)
+    server = serving.uvicorn_server(app)
+    thread = serving.start_in_thread(server, sock, name="aggregator", timeout=timeout)
     return ServerHandle(f"http://{host}:{bound}", server, thread, app)
 
 
@@ -283,18 +265,11 @@ def serve_child() -> None:
     import sys
 
     settings = AggregatorSettings.model_validate_json(sys.stdin.readline())
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.host, settings.port))
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(settings), access_log=False, log_level="warning", lifespan="on", backlog=2048
-        )
-    )
+    sock = serving.bind(settings.host, settings.port)
+    server = serving.uvicorn_server(create_app(settings))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    while not server.started and thread.is_alive():
-        time.sleep(0.01)
+    serving.wait_started(server, thread, timeout=float("inf"))
     print(f"http://{settings.host}:{sock.getsockname()[1]}" if server.started else "", flush=True)
     sys.stdin.read()  # returns at EOF: the parent closed our stdin
     server.should_exit = True
@@ -326,16 +301,9 @@ class ServerProcess:
             self.process.wait(timeout=10)
 
 
-def _child_environment() -> tuple[str, dict[str, str]]:
-    """The repository root and an environment whose ``PYTHONPATH`` starts with it."""
-    root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    return root, env
-
-
 def start_server_process(settings: AggregatorSettings, timeout: float = 60.0) -> ServerProcess:
     """Serve an aggregator from ``python -m aggregator`` (port from ``settings``; 0 = a free one)."""
-    root, env = _child_environment()
+    root, env = serving.child_environment()
     process = subprocess.Popen(
         [sys.executable, "-m", "aggregator"],
         stdin=subprocess.PIPE,
@@ -374,7 +342,7 @@ def start_workers_process(
         with socket.socket() as probe:
             probe.bind((settings.host, 0))
             port = probe.getsockname()[1]
-    root, env = _child_environment()
+    root, env = serving.child_environment()
     for name, value in settings.model_copy(update={"port": port}).model_dump(mode="json").items():
         if value is not None:
             env[ENV_PREFIX + name.upper()] = str(value).lower() if isinstance(value, bool) else str(value)

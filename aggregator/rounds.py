@@ -78,10 +78,11 @@ import logging
 import threading
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import requests
-from sqlalchemy import func, select, update
-from sqlalchemy.orm import object_session
+from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy.orm import Session, object_session
 
 from aggregator.db import MedianAnswerRow, ProblemRow, RegistrationRow, ReportRow, settle_reports, wipe_log
 from aggregator.lease import LeaseLost, PhaseLease
@@ -343,15 +344,9 @@ class RoundDriver:
         state = self.state
         with state.sessions() as s, s.begin():
             # Write first: registrations committing after this point see the phase change.
-            taken = s.execute(
-                update(ProblemRow)
-                .where(ProblemRow.id == pid, ProblemRow.phase == "registration")
-                .values(close_requested=True)
-            ).rowcount
-            if taken != 1:
+            row = _take(s, pid, ProblemRow.phase == "registration", close_requested=True)
+            if row is None:
                 return
-            row = s.get(ProblemRow, pid)
-            assert row is not None
             ctx = state.context(pid, s)
             assert ctx is not None
             draft = ctx.problem.draft
@@ -569,15 +564,9 @@ class RoundDriver:
     def _start_training(self, pid: str) -> None:
         with self.state.sessions() as s, s.begin():
             # Write first: takes the lock, so intake transactions after it see "training".
-            taken = s.execute(
-                update(ProblemRow)
-                .where(ProblemRow.id == pid, ProblemRow.phase.in_(RETRAINABLE))
-                .values(train_requested=False)
-            ).rowcount
-            if taken != 1:
+            row = _take(s, pid, ProblemRow.phase.in_(RETRAINABLE), train_requested=False)
+            if row is None:
                 return
-            row = s.get(ProblemRow, pid)
-            assert row is not None
             self._enter(row, "training")
             settle_reports(s, pid)  # the round is over: staged reports move in random order
         wipe_log(self.state.engine)
@@ -642,6 +631,15 @@ class RoundDriver:
             self._fail_quietly(pid, f"training failed: {exc}")
         finally:
             self._training.pop(pid, None)
+
+
+def _take(session: Session, pid: str, when: ColumnElement[bool], **values: Any) -> ProblemRow | None:
+    """Write ``values`` to the problem if ``when`` holds, first (the row lock orders concurrent writers).
+
+    Returns the row when this transaction took it, None when the condition did not hold.
+    """
+    taken = session.execute(update(ProblemRow).where(ProblemRow.id == pid, when).values(**values)).rowcount
+    return session.get(ProblemRow, pid) if taken == 1 else None
 
 
 def _ask_witness(

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from anonml.errors import RecordError
-from anonml.readers import open_text
+from anonml.readers import open_checked
 
 __all__ = ["iter_json_items"]
 
@@ -111,11 +111,7 @@ def iter_json_items(path: Path) -> Iterator[tuple[str | None, int | None, int, A
     RecordError
         Invalid JSON (with its line), a scalar top level, undecodable text.
     """
-    try:
-        fh = open_text(path)
-    except OSError as exc:
-        raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
-    with fh:
+    with open_checked(path) as fh:
         scanner = _Scanner(fh, path)
         try:
             first = scanner.peek()

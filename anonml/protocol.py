@@ -53,7 +53,7 @@ from pydantic import (
     model_validator,
 )
 
-from anonml.crypto import Identity, PublicIdentity
+from anonml.crypto import Identity, PublicIdentity, TokenPublicKey, TokenRequest, request_token_batch
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import PluginRef
 from anonml.privacy.descriptor import MechanismDescriptor
@@ -85,6 +85,7 @@ __all__ = [
     "Bins",
     "TokenSlotRequest",
     "TokenBatchRequest",
+    "token_batch_request",
     "TokenBatchResponse",
     "PrivateReport",
     "IntakeDelivery",
@@ -708,6 +709,34 @@ class TokenBatchRequest(_Message):
     identity: IdentityBytes
     requests: tuple[TokenSlotRequest, ...] = Field(min_length=1, max_length=64)
     signature: SignatureBytes
+
+
+def token_batch_request(
+    problem_id: str,
+    identity: Identity,
+    token_key: bytes,
+    slots: Sequence[bytes],
+    rng: np.random.Generator | None = None,
+    *,
+    signer: Identity | None = None,
+) -> tuple[TokenBatchRequest, TokenRequest]:
+    """Blind one fresh nonce per slot under ``token_key`` and sign the batch (RFC 9497 blinding).
+
+    Returns the batch, signed by ``signer`` (default ``identity``, the requester it names), and
+    the pending request that turns the aggregator's :class:`TokenBatchResponse` into tokens
+    (:func:`anonml.crypto.finalize_tokens`).
+    """
+    pending = request_token_batch(TokenPublicKey(bytes(token_key)), slots, rng)
+    unsigned = TokenBatchRequest(
+        problem_id=problem_id,
+        identity=bytes(identity.public),
+        requests=tuple(
+            TokenSlotRequest(slot=slot, blinded=bytes(b))
+            for slot, b in zip(slots, pending.blinded, strict=True)
+        ),
+        signature=bytes(64),
+    )
+    return sign_message(unsigned, signer or identity), pending
 
 
 class TokenBatchResponse(_Message):

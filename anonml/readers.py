@@ -9,13 +9,14 @@ built-in and third-party importers behave alike.
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
@@ -23,9 +24,13 @@ from pydantic import AfterValidator, StringConstraints
 
 from anonml.errors import RecordError
 
+_F = TypeVar("_F")
+
 __all__ = [
     "parse_json",
     "open_text",
+    "open_checked",
+    "csv_rows",
     "head",
     "iter_json_lines",
     "iter_line_chunks",
@@ -55,6 +60,48 @@ def open_text(path: Path, encoding: str = "utf-8") -> IO[str]:
     if _is_gzip(path):
         return gzip.open(path, "rt", encoding=encoding, newline="")
     return open(path, encoding=encoding, newline="")
+
+
+def open_checked(path: Path, opener: Callable[..., _F] = open_text, **options: Any) -> _F:
+    """``opener(path, **options)`` (default :func:`open_text`), refusing an unopenable file.
+
+    Raises
+    ------
+    RecordError
+        ``cannot open: <reason>`` naming ``path`` (no line) when the opener raises :class:`OSError`.
+    """
+    try:
+        return opener(path, **options)
+    except OSError as exc:
+        raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
+
+
+def csv_rows(reader: Any, path: Path, width: int) -> Iterator[tuple[int, list[str]] | RecordError]:
+    """The data rows left in ``reader`` (a :func:`csv.reader` past its header), each with its first line.
+
+    Blank rows carry no record and are skipped; a row of another number of cells than
+    ``width`` (the header's) is yielded as a :class:`RecordError` naming its line. A
+    malformed row or a non-UTF-8 byte raises :class:`RecordError` at its line: what
+    follows it cannot be split into rows with confidence.
+    """
+    last = reader.line_num
+    while True:
+        start = last + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise RecordError(path, start, f"malformed CSV: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise RecordError(path, start, f"not UTF-8 text: {exc.reason}") from None
+        last = reader.line_num
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != width:
+            yield RecordError(path, start, f"row has {len(row)} cells, header has {width}")
+            continue
+        yield start, row
 
 
 def open_bytes(path: Path) -> IO[bytes]:
@@ -136,11 +183,7 @@ def iter_line_chunks(
     file, a non-UTF-8 byte or a truncated gzip stream raises
     :class:`RecordError` naming the line where reading stopped.
     """
-    try:
-        fh = open_text(path)
-    except OSError as exc:
-        raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
-    with fh:
+    with open_checked(path) as fh:
         first, lines, want = 1, [], first_size or size
         try:
             for line in fh:
@@ -172,11 +215,7 @@ def iter_line_blocks(
     worker process that parses the block). Lines are counted as text mode
     with universal newlines counts them (``\n``, ``\r\n`` or a lone ``\r``).
     """
-    try:
-        fh = open_bytes(path)
-    except OSError as exc:
-        raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
-    with fh:
+    with open_checked(path, open_bytes) as fh:
         first, rest, want = 1, b"", first_size or size
         try:
             while data := fh.read(want):

@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import platform
 import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -41,6 +39,7 @@ import requests
 
 from aggregator.app import start_server_process
 from anonml.protocol import Roster
+from benchmarks.reporting import now, write_json
 from tests.aggregator.helpers import ADMIN, WirePeer, aggregator_settings, draft, propose, slots
 
 RESULTS = Path(__file__).resolve().parent / "results" / "aggregator_load.json"
@@ -158,7 +157,7 @@ def run(concurrency: int, timeout: float) -> dict:
         finally:
             server.stop()
     return {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "when": now(),
         "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
         "concurrency": concurrency,
         "client_timeout_s": timeout,
@@ -189,9 +188,7 @@ def main() -> None:
             f"{b['p50_ms']:>8} {b['p99_ms']:>8} {b['wall_s']:>7}  {b['statuses']}"
         )
     print(f"registered {result['registered']}, tokens issued {result['tokens_issued']}")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {args.output}")
+    write_json(args.output, result)
 
 
 if __name__ == "__main__":

@@ -29,14 +29,11 @@ Run: ``python -m benchmarks.crypto`` from the repository root.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import nacl
@@ -58,6 +55,7 @@ from anonml.crypto.tokens import (
     request_token_batch,
     request_tokens,
 )
+from benchmarks.reporting import machine, now, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "crypto.json"
 TARGETS_UNITS = {
@@ -193,13 +191,9 @@ def run(n: int, repeats: int) -> dict:
         operations[name] = entry
     return {
         "benchmark": "anonml.crypto per-operation cost",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "date": now(),
         "load_average_1min_before_after": [load_before, round(os.getloadavg()[0], 2)],
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "pynacl": nacl.__version__,
-        },
+        "machine": machine(pynacl=nacl.__version__),
         "method": (
             f"median over {repeats} pairs of (operation batch of {n} calls, baseline batch of "
             "similar duration); unit = one X25519 scalar multiplication"
@@ -229,8 +223,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="batches per operation")
     args = parser.parse_args(argv)
     result = run(args.n, args.repeats)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_json(RESULTS, result)
     print(f"X25519 baseline: {result['baseline_x25519_microseconds']} us")
     for name, entry in result["operations"].items():
         flag = "" if "meets_target" not in entry else (" ok" if entry["meets_target"] else " MISSED")

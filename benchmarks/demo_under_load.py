@@ -20,20 +20,18 @@ Run: ``python -m benchmarks.demo_under_load [--runs 1] [--students 400]`` from t
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
-import platform
 import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 
 from anonml.demo import run_demo
+from benchmarks.reporting import machine, now, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "demo_under_load.json"
 TARGET_AUC_GAP = 0.03
@@ -124,20 +122,15 @@ def main() -> None:
             )
     result = {
         "benchmark": "demo_under_load",
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-        },
+        "when": now(),
+        "machine": machine(),
         "stressor": stressor,
         "students": args.students,
         "target_auc_gap": TARGET_AUC_GAP,
         "runs": runs,
         "within_target": sum(run["within_target"] for run in runs),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(RESULTS, result)
     print(
         f"{result['within_target']} of {len(runs)} runs within {TARGET_AUC_GAP} of the simulation; "
         f"wrote {RESULTS}"

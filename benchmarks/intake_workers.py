@@ -34,14 +34,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import statistics
 import tempfile
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -58,6 +56,7 @@ from anonml.protocol import (
 )
 from benchmarks.crypto import _tokens
 from benchmarks.postgres import PostgresUnavailable, throwaway_postgresql
+from benchmarks.reporting import now, write_json
 from tests.aggregator.helpers import (
     ADMIN,
     JSON,
@@ -221,7 +220,7 @@ def run(
         r["ratio_per_worker"] = round(r["reports_per_s"] / baseline / r["workers"], 4)
     first = runs[0]["reports_per_s"]
     return {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "when": now(),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "load_before": load_before,
         "load_after": round(os.getloadavg()[0], 2),
@@ -272,9 +271,7 @@ def main() -> None:
             f"{r['ratio_to_redemption_check']:>8.1%} {r['ratio_per_worker']:>10.1%}  {r['statuses']}"
         )
     print(f"speedup over {result['runs'][0]['workers']} worker(s): {result['speedup_over_first']}")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {args.output}")
+    write_json(args.output, result)
 
 
 if __name__ == "__main__":

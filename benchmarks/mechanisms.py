@@ -23,11 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import sys
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +40,9 @@ from anonml.privacy import (
     best_mechanism,
     estimate_counts,
 )
+from benchmarks.reporting import RESULTS, machine, now, pyplot, save_figure, write_json
 
-RESULTS = Path(__file__).resolve().parent / "results"
+#: The mechanisms both privacy benchmarks measure, in the order their tables list them.
 KINDS = (PQPerturbation, RAPPOR, OUE, RandomizedResponse, SubsetSelection)
 METHODS: tuple[str | None, ...] = (None, *CONSISTENCY_METHODS)
 
@@ -126,12 +125,8 @@ def run(domains: list[int], epsilons: list[float], n: int, repeats: int, seed: i
     raw_ratio = [c["measured"]["raw"] / c["theory_raw_eq_7_2"] for c in cells]
     return {
         "benchmark": "anonml.privacy mechanisms x consistency, L2 error of the distribution",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "numpy": np.__version__,
-        },
+        "date": now(),
+        "machine": machine(numpy=np.__version__),
         "n": n,
         "repeats": repeats,
         "seed": seed,
@@ -170,12 +165,8 @@ def table(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     domains = sorted({c["m"] for c in result["cells"]})
     fig, axes = plt.subplots(1, len(domains), figsize=(4.2 * len(domains), 4), sharey=False)
@@ -200,10 +191,7 @@ def plot(result: dict, path: Path) -> bool:
     first.set_ylabel("L2 error of the distribution")
     first.legend(fontsize=7, title="line: theory, o: raw, x: norm_sub", title_fontsize=7)
     fig.suptitle(f"n = {result['n']:,}, Zipf(1), {result['repeats']} repeats")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return save_figure(plt, fig, path)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -216,8 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--output", type=Path, default=RESULTS / "mechanisms.json")
     args = parser.parse_args(argv)
     result = run(args.domains, args.epsilons, args.n, args.repeats, args.seed)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.output, result)
     print(table(result))
     print(json.dumps(result["summary"]))
     if plot(result, args.output.with_suffix(".png")):

@@ -23,28 +23,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
-from anonml.privacy import (
-    OUE,
-    RAPPOR,
-    Mechanism,
-    PQPerturbation,
-    RandomizedResponse,
-    SubsetSelection,
-    best_mechanism,
-)
+from anonml.privacy import Mechanism, best_mechanism
+from benchmarks.mechanisms import KINDS
+from benchmarks.reporting import RESULTS, machine, now, pyplot, save_figure, write_json
 
-RESULTS = Path(__file__).resolve().parent / "results"
-KINDS = (PQPerturbation, RAPPOR, OUE, RandomizedResponse, SubsetSelection)
 TARGET = 3.0
 
 
@@ -127,12 +117,8 @@ def run(n: int, m: int, epsilons: list[float], repeats: int, seed: int) -> dict:
         )
     return {
         "benchmark": "anonml.privacy perturbation throughput",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "numpy": np.__version__,
-        },
+        "date": now(),
+        "machine": machine(numpy=np.__version__),
         "method": (
             f"median over {repeats} alternating pairs of thread CPU time; n={n} "
             f"reports, m={m}; baselines draw n*m uniform random bits"
@@ -149,12 +135,8 @@ def run(n: int, m: int, epsilons: list[float], repeats: int, seed: int) -> dict:
 
 
 def plot(result: dict, path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     rows = result["mechanisms"]
     labels = [f"{r['mechanism']}\neps={r['epsilon']:g}" for r in rows]
@@ -169,10 +151,7 @@ def plot(result: dict, path: Path) -> bool:
     ax.set_ylabel("time / time of n*m uniform bits")
     ax.set_title(f"perturbing {result['n']:,} reports, m={result['m']}")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return save_figure(plt, fig, path)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -185,8 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--output", type=Path, default=RESULTS / "privacy_throughput.json")
     args = parser.parse_args(argv)
     result = run(args.n, args.m, args.epsilons, args.repeats, args.seed)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.output, result)
     if plot(result, args.output.with_suffix(".png")):
         print(f"plot: {args.output.with_suffix('.png')}", file=sys.stderr)
     print(

@@ -46,15 +46,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -66,11 +63,9 @@ from anonml.crypto import (
     Hop,
     Identity,
     SphinxRelay,
-    TokenPublicKey,
     WindowSchedule,
     build_packet,
     finalize_tokens,
-    request_tokens,
 )
 from anonml.demo import DEMO_FEATURES, dropout_draft, simulate_peers
 from anonml.learn import simulated_learner
@@ -84,14 +79,15 @@ from anonml.protocol import (
     ProblemStatus,
     Registration,
     Roster,
-    TokenBatchRequest,
     TokenBatchResponse,
-    TokenSlotRequest,
     pack_bits,
     report_slot,
     sign_message,
+    token_batch_request,
 )
+from anonml.serving import child_environment
 from anonml.store import EventStore
+from benchmarks.reporting import RESULTS, machine, now, rate, timed_map, write_json
 from peer.app import start_peer_server
 from peer.db import PeerDB
 from peer.host import PeerHost
@@ -99,7 +95,6 @@ from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from peer.relay import RelayRound
 
-RESULTS = Path(__file__).resolve().parent / "results"
 WEEKS, HISTORY = 8, 2
 #: How often each host polls the aggregator; the aggregator is told (``peer_poll_seconds``).
 POLL_SECONDS = 0.25
@@ -167,8 +162,7 @@ def host_worker() -> None:
 
 
 def _spawn_host(cfg: dict) -> subprocess.Popen:
-    root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    root, env = child_environment()
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), "--host-worker"],
         stdin=subprocess.PIPE,
@@ -418,18 +412,10 @@ def relay_capacity(n_packets: int, scratch: Path, threads: int = 8) -> dict:
                 url, data=packet, headers={"content-type": "application/octet-stream"}
             ).status_code
 
-        t = time.perf_counter()
-        with ThreadPoolExecutor(threads) as pool:
-            codes = Counter(pool.map(send, packets))
-        seconds = time.perf_counter() - t
+        codes, seconds = timed_map(send, packets, threads)
     finally:
         server.stop()
-    return {
-        "packets": n_packets,
-        "seconds": round(seconds, 3),
-        "packets_per_s": round(n_packets / seconds, 1),
-        "status_codes": {str(k): v for k, v in codes.items()},
-    }
+    return rate("packets", n_packets, codes, seconds)
 
 
 def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
@@ -484,22 +470,12 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
             while s.get(f"{server.url}/problems/{problem.id}/status").json()["phase"] != "reporting":
                 time.sleep(0.05)
             roster = Roster.model_validate_json(s.get(f"{server.url}/problems/{problem.id}/roster").content)
-            key = TokenPublicKey(bytes(roster.token_key))
             mech = RandomizedResponse.from_epsilon(2.0, 4)
             rng = np.random.default_rng(0)
             deliveries = []
             for ident in peers:
                 slot = report_slot(problem.id, 0, 0)  # k_p = 1: everyone reports in partition 0
-                req = request_tokens(key, slot)
-                batch = sign_message(
-                    TokenBatchRequest(
-                        problem_id=problem.id,
-                        identity=bytes(ident.public),
-                        requests=(TokenSlotRequest(slot=slot, blinded=req.message()),),
-                        signature=bytes(64),
-                    ),
-                    ident,
-                )
+                batch, req = token_batch_request(problem.id, ident, bytes(roster.token_key), [slot])
                 answer = TokenBatchResponse.model_validate_json(
                     s.post(
                         f"{server.url}/problems/{problem.id}/tokens",
@@ -526,18 +502,10 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
             local.s = session
             return session.post(f"{server.url}/intake", data=body, headers=json_h).status_code
 
-        t = time.perf_counter()
-        with ThreadPoolExecutor(threads) as pool:
-            codes = Counter(pool.map(send, deliveries))
-        seconds = time.perf_counter() - t
+        codes, seconds = timed_map(send, deliveries, threads)
     finally:
         server.stop()
-    return {
-        "redemptions": n_reports,
-        "seconds": round(seconds, 3),
-        "redemptions_per_s": round(n_reports / seconds, 1),
-        "status_codes": {str(k): v for k, v in codes.items()},
-    }
+    return rate("redemptions", n_reports, codes, seconds)
 
 
 # --- main -------------------------------------------------------------------------------
@@ -571,7 +539,7 @@ def main() -> None:
             out = args.out or RESULTS / f"protocol_{args.peers}.json"
             doc = {
                 "benchmark": "protocol",
-                "when": datetime.now(UTC).isoformat(timespec="seconds"),
+                "when": now(),
                 "machine": {
                     "cpus": os.cpu_count(),
                     "load_average_1_5_15m_before": list(load_before),
@@ -600,15 +568,12 @@ def main() -> None:
         intake = intake_capacity(500, root)
     doc = {
         "benchmark": "protocol",
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average_1m": round(os.getloadavg()[0], 2),
-            "load_average_1_5_15m_before": [round(v, 2) for v in load_before],
-            "load_average_1_5_15m_after_round": [round(v, 2) for v in load_after_round],
-        },
+        "when": now(),
+        "machine": machine(
+            load_average_1m=round(os.getloadavg()[0], 2),
+            load_average_1_5_15m_before=[round(v, 2) for v in load_before],
+            load_average_1_5_15m_after_round=[round(v, 2) for v in load_after_round],
+        ),
         "wall_seconds_preparation_and_round": round(round_wall, 1),
         "wall_seconds_total": round(time.perf_counter() - started, 1),
         "round": result,
@@ -621,8 +586,7 @@ def main() -> None:
         ),
     }
     out = args.out or RESULTS / ("protocol.json" if args.peers == 1000 else f"protocol_{args.peers}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    write_json(out, doc)
     print(json.dumps(doc, indent=2))
 
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -47,7 +46,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -65,18 +63,18 @@ from anonml.crypto import (
     build_packet,
 )
 from anonml.protocol import IntakeBatch, IntakeDelivery, Roster
+from anonml.serving import child_environment
 from benchmarks.crypto import _tokens
+from benchmarks.reporting import machine, now, write_json
 from tests.aggregator.helpers import (
-    ADMIN,
-    WirePeer,
     aggregator_settings,
     assignment_of,
     bins_of,
     draft,
     propose,
+    register_and_close,
     report_for,
     slots,
-    wait_phase,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results" / "wire_throughput.json"
@@ -213,11 +211,7 @@ def _intake_deliveries(url: str, n: int) -> list[IntakeDelivery]:
     """An open report round on the aggregator at ``url`` and ``n`` valid deliveries for it."""
     kh = 4
     problem = propose(url, draft(kp=1, kh=kh, n_numeric=kh, min_peers=4, send_window=3600.0))
-    peers = [WirePeer() for _ in range(max(4, -(-n // kh)))]
-    for p in peers:
-        assert p.register(url, problem).status_code == 201
-    requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=60).raise_for_status()
-    wait_phase(url, problem.id, ("reporting",), timeout=120)
+    peers = register_and_close(url, problem, max(4, -(-n // kh)), ("reporting",), timeout=120)
     roster = Roster.model_validate_json(
         requests.get(f"{url}/problems/{problem.id}/roster", timeout=60).content
     )
@@ -359,8 +353,7 @@ def relay_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> dic
 
     root = scratch / f"relay-{mode}"
     root.mkdir()
-    repo = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
+    repo, env = child_environment()
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.wire_throughput", "--relay-worker"],
         stdin=subprocess.PIPE,
@@ -487,13 +480,8 @@ def main() -> None:
             )
     doc = {
         "benchmark": "wire throughput: intake and relays over HTTP vs their primitives",
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average_1m_before_after": [load_before, round(os.getloadavg()[0], 2)],
-        },
+        "when": now(),
+        "machine": machine(load_average_1m_before_after=[load_before, round(os.getloadavg()[0], 2)]),
         "target_ratio": TARGET_RATIO,
         "baseline": {
             "redemption_checks_per_s_one_core": round(redeem, 1),
@@ -502,8 +490,7 @@ def main() -> None:
         "intake": intake,
         "relay": relay,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    write_json(args.output, doc)
     args.output.with_name(args.output.stem + "_profiles.txt").write_text(profiles_text(doc), encoding="utf-8")
     summary = {
         m: {

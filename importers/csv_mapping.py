@@ -64,7 +64,7 @@ from pydantic import Field, field_validator, model_validator
 from anonml.errors import RecordError
 from anonml.model import Event, Text
 from anonml.plugins import Importer, PluginParams
-from anonml.readers import TimeZoneName, head, open_text, parse_timestamp, resolve_timezone
+from anonml.readers import TimeZoneName, csv_rows, head, open_checked, parse_timestamp, resolve_timezone
 
 __all__ = ["CsvImporter", "CsvMapping", "FieldType", "snake_case"]
 
@@ -199,11 +199,7 @@ class CsvImporter(Importer):
         converters = {col: (to_time if kind == "datetime" else _CONVERT[kind])
                       for col, kind in p.fields.items()}
         names = {col: snake_case(col) for col in p.fields}
-        try:
-            fh = open_text(path)
-        except OSError as exc:
-            raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
-        with fh:
+        with open_checked(path) as fh:
             reader = csv.reader(fh, delimiter=p.delimiter, quotechar=p.quotechar, strict=True)
             try:
                 header = next(reader, None)
@@ -219,24 +215,11 @@ class CsvImporter(Importer):
             index = {name: i for i, name in enumerate(header)}
             required = set(p.required) | {c for c in (p.timestamp_column, p.event_type_column,
                                                      p.user_column) if c}
-            last_line = reader.line_num
-            while True:
-                start = last_line + 1
-                try:
-                    row = next(reader)
-                except StopIteration:
-                    return
-                except csv.Error as exc:
-                    raise RecordError(path, start, f"malformed CSV: {exc}") from None
-                except UnicodeDecodeError as exc:
-                    raise RecordError(path, start, f"not UTF-8 text: {exc.reason}") from None
-                last_line = reader.line_num
-                if not row or all(not cell.strip() for cell in row):
-                    continue  # blank lines carry no record
-                if len(row) != len(header):
-                    yield RecordError(path, start, f"row has {len(row)} cells, header has "
-                                      f"{len(header)}")
+            for item in csv_rows(reader, path, len(header)):
+                if isinstance(item, RecordError):
+                    yield item
                     continue
+                start, row = item
                 yield self._event(path, start, row, index, required, converters, names, to_time)
 
     def _event(

@@ -104,6 +104,7 @@ from anonml.readers import (
     TimeZoneName,
     head,
     load_json,
+    open_checked,
     open_text,
     parse_timestamp,
     resolve_timezone,
@@ -449,11 +450,7 @@ class FitbitImporter(Importer):
                 zone = (resolve_timezone(name), name)
             return zone
 
-        try:
-            fh = open_text(path, encoding="utf-8-sig")
-        except OSError as exc:
-            raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
-        with fh:
+        with open_checked(path, encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
             missing = {"timestamp", *_SCORE_COLUMNS} - set(reader.fieldnames or ())
             if missing:

@@ -95,7 +95,7 @@ from pydantic import Field, field_validator
 from anonml.errors import RecordError
 from anonml.model import Event
 from anonml.plugins import Importer, PluginParams
-from anonml.readers import head
+from anonml.readers import head, open_checked
 
 __all__ = ["MboxImporter", "keyed_hash"]
 
@@ -178,11 +178,7 @@ class MboxImporter(Importer):
         return 0.95 if path.name.lower().endswith((".mbox", ".mbox.gz")) else 0.85
 
     def parse(self, path: Path) -> Iterator[Event | RecordError]:
-        try:
-            fh = _open_binary(path)
-        except OSError as exc:
-            raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
-        with fh:
+        with open_checked(path, _open_binary) as fh:
             try:
                 for start_line, size, message in self._messages(path, fh):
                     if message is None:

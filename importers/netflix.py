@@ -61,7 +61,7 @@ from pydantic import Field
 from anonml.errors import RecordError
 from anonml.model import Event, Text
 from anonml.plugins import Importer, PluginParams
-from anonml.readers import head, open_text
+from anonml.readers import head, open_checked
 
 __all__ = ["NetflixImporter", "parse_elapsed"]
 
@@ -113,11 +113,7 @@ class NetflixImporter(Importer):
 
     def parse(self, path: Path) -> Iterator[Event | RecordError]:
         keep = set(self.params.profiles)
-        try:
-            fh = open_text(path, encoding="utf-8-sig")
-        except OSError as exc:
-            raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
-        with fh:
+        with open_checked(path, encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
             try:
                 columns = [c.strip() for c in next(reader, [])]

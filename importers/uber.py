@@ -68,7 +68,7 @@ from bs4 import BeautifulSoup, Tag
 from anonml.errors import RecordError
 from anonml.model import Event, Text
 from anonml.plugins import Importer, PluginParams
-from anonml.readers import TimeZoneName, head, open_text, resolve_timezone
+from anonml.readers import TimeZoneName, csv_rows, head, open_checked, open_text, resolve_timezone
 
 __all__ = ["UberImporter"]
 
@@ -227,11 +227,7 @@ class UberImporter(Importer):
 
     def _parse_csv(self, path: Path) -> Iterator[Event | RecordError]:
         zone = self._zone()
-        try:
-            fh = open_text(path)
-        except OSError as exc:
-            raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
-        with fh:
+        with open_checked(path) as fh:
             reader = csv.reader(fh, strict=True)
             try:
                 header = [h.lstrip("\ufeff").strip() for h in next(reader, [])]
@@ -250,21 +246,11 @@ class UberImporter(Importer):
                                   f"'request_time' column in header {header}")
             index = {h: i for i, h in enumerate(header)}
             present = {key: index[col] for key, col in cols.items() if col in index}
-            last = reader.line_num
-            while True:
-                line = last + 1
-                try:
-                    row = next(reader)
-                except StopIteration:
-                    return
-                except (csv.Error, UnicodeDecodeError) as exc:
-                    raise RecordError(path, line, f"malformed CSV: {exc}") from None
-                last = reader.line_num
-                if not any(cell.strip() for cell in row):
+            for item in csv_rows(reader, path, len(header)):
+                if isinstance(item, RecordError):
+                    yield item
                     continue
-                if len(row) != len(header):
-                    yield RecordError(path, line, f"row has {len(row)} cells, header has {len(header)}")
-                    continue
+                line, row = item
                 cells = {key: row[i].strip() for key, i in present.items()}
                 try:
                     when, fields = _trip_fields(cells, zone, cols)

@@ -13,19 +13,17 @@ who sent it what, and when).
 from __future__ import annotations
 
 import secrets
-import socket
-import threading
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-import uvicorn
 from fastapi import FastAPI
 
 from anonml.crypto import Identity
 from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.privacy import PrivacyLedger
+from anonml.serving import ThreadedServer, start_in_thread, uvicorn_server
+from anonml.serving import bind as bind_socket
 from anonml.store import EventStore
 from peer.db import PeerDB
 from peer.host import PeerHost
@@ -99,40 +97,20 @@ def create_daemon(settings: PeerSettings) -> PeerHost:
 
 
 @dataclass
-class PeerServer:
+class PeerServer(ThreadedServer):
     """A peer host served by uvicorn from a thread of this process."""
 
-    url: str
     host: PeerHost
-    server: uvicorn.Server
-    thread: threading.Thread
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 def start_peer_server(
     host: PeerHost, local_token: str = "", bind: str = "127.0.0.1", port: int = 0, timeout: float = 30.0
 ) -> PeerServer:
     """Bind ``bind:port`` (0 = free), set the host's relay URL, serve, and start its worker."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((bind, port))
+    sock = bind_socket(bind, port)
     url = f"http://{bind}:{sock.getsockname()[1]}"
     if host.relay_base is None:
         host.relay_base = url
-    app = create_app(host, local_token or "")
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, access_log=False, log_level="warning", lifespan="on", backlog=2048, limit_concurrency=None
-        )
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="peer-uvicorn")
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"peer server on {url} did not start")
-        time.sleep(0.01)
-    return PeerServer(url, host, server, thread)
+    server = uvicorn_server(create_app(host, local_token or ""))
+    thread = start_in_thread(server, sock, name="peer server", timeout=timeout)
+    return PeerServer(url, server, thread, host)

@@ -86,7 +86,7 @@ from anonml.crypto import (
     send_time,
 )
 from anonml.errors import AnonMLError, BudgetExceeded, ProtocolError
-from anonml.learn import AnonMLClassifier, PeerAssignment, make_plan, verify_assignment
+from anonml.learn import AnonMLClassifier, PeerAssignment, make_plan, plan_inputs, verify_assignment
 from anonml.plugins import Featurizer, Instancer
 from anonml.privacy import BinaryRandomizedResponse, PrivacyLedger
 from anonml.protocol import (
@@ -500,14 +500,7 @@ class Participant:
         if bytes(notice.identity) != me or notice.problem_id != self.problem.id:
             raise Aborted("the assignment is for another identity or problem")
         claimed = PeerAssignment(notice.role, notice.index, tuple(tuple(s) for s in notice.subsets))
-        inputs: dict[str, Any] = {
-            "n_partitions": draft.kp,
-            "n_subsets": draft.kh,
-            "subset_size": draft.ks,
-            "subsets": draft.subsets,
-            "median_pool_size": view.roster.median_pool_size,
-            "beacon": beacon,
-        }
+        inputs = plan_inputs(draft, view.roster, beacon)
         seed, n_features = bytes(view.roster.seed), len(draft.features)
         try:
             plan = view.memo(("plan", beacon), lambda: make_plan(seed, view.keys, n_features, **inputs))

@@ -30,9 +30,7 @@ from anonml.crypto import (
     Identity,
     RelayKeyCertificate,
     Token,
-    TokenPublicKey,
     finalize_tokens,
-    request_token_batch,
 )
 from anonml.errors import ProtocolError
 from anonml.learn import Binning, PeerAssignment, report_values
@@ -44,10 +42,9 @@ from anonml.protocol import (
     Problem,
     TokenBatchRequest,
     TokenBatchResponse,
-    TokenSlotRequest,
     pack_bits,
     report_slot,
-    sign_message,
+    token_batch_request,
 )
 from anonml.randomness import resolve_rng
 from peer.features import LocalExample, invalid_features
@@ -74,19 +71,7 @@ def fetch_tokens(
     against ``token_key`` (the aggregator used another key: a tagging attempt).
     """
     slots = [report_slot(problem.id, partition, k) for k in range(problem.draft.kh)]
-    pending = request_token_batch(TokenPublicKey(bytes(token_key)), slots, rng)
-    batch = sign_message(
-        TokenBatchRequest(
-            problem_id=problem.id,
-            identity=bytes(identity.public),
-            requests=tuple(
-                TokenSlotRequest(slot=slot, blinded=bytes(b))
-                for slot, b in zip(slots, pending.blinded, strict=True)
-            ),
-            signature=bytes(64),
-        ),
-        identity,
-    )
+    batch, pending = token_batch_request(problem.id, identity, token_key, slots, rng)
     answer: TokenBatchResponse = issue(batch)
     if len(answer.evaluated) != len(slots):
         raise ProtocolError(f"asked {len(slots)} tokens, got {len(answer.evaluated)}")

@@ -38,19 +38,15 @@ state is one SQLite file (mode 0600 in a 0700 home) and its identity a key file
 
 from __future__ import annotations
 
-import os
 import select as io_select
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import uvicorn
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -59,6 +55,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
+from anonml import serving
 from anonml.crypto import CryptoError, Identity, PublicIdentity, load_or_create_identity
 from anonml.database import make_engine, migrate
 from anonml.paths import private_dir
@@ -348,26 +345,15 @@ def create_witness_app(witness: Witness, max_body_bytes: int = 8192) -> FastAPI:
     return app
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    return sock
-
-
-def _server(app: FastAPI) -> uvicorn.Server:
-    return uvicorn.Server(uvicorn.Config(app, access_log=False, log_level="warning", lifespan="off"))
-
-
 def serve_witness(settings: WitnessSettings, ready: Callable[[str, Witness], None] | None = None) -> None:
     """Serve a witness in the foreground until interrupted; ``ready(url, witness)`` once listening."""
     witness = Witness.from_settings(settings)
-    sock = _bind(settings.host, settings.port)
-    server = _server(create_witness_app(witness, settings.max_body_bytes))
+    sock = serving.bind(settings.host, settings.port)
+    server = serving.uvicorn_server(create_witness_app(witness, settings.max_body_bytes), lifespan="off")
     url = f"http://{settings.host}:{sock.getsockname()[1]}"
     if ready is not None:
         thread = threading.Thread(
-            target=lambda: (_wait_started(server), server.started and ready(url, witness)), daemon=True
+            target=lambda: (serving.wait_started(server), server.started and ready(url, witness)), daemon=True
         )
         thread.start()
     try:
@@ -376,42 +362,28 @@ def serve_witness(settings: WitnessSettings, ready: Callable[[str, Witness], Non
         witness.close()
 
 
-def _wait_started(server: uvicorn.Server, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
 @dataclass
-class WitnessServer:
+class WitnessServer(serving.ThreadedServer):
     """A witness served by uvicorn from a thread of this process (tests)."""
 
-    url: str
     witness: Witness
-    server: uvicorn.Server
-    thread: threading.Thread
 
     @property
     def identity(self) -> bytes:
         return self.witness.public_identity
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
+        super().stop()
         self.witness.close()
 
 
 def start_witness_server(settings: WitnessSettings, timeout: float = 30.0) -> WitnessServer:
     """Serve a witness from a thread on ``settings.host:port`` and wait until it is up."""
     witness = Witness.from_settings(settings)
-    sock = _bind(settings.host, settings.port)
-    server = _server(create_witness_app(witness, settings.max_body_bytes))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="witness")
-    thread.start()
-    _wait_started(server, timeout)
-    if not server.started:
-        raise RuntimeError(f"witness on {settings.host}:{sock.getsockname()[1]} did not start")
-    return WitnessServer(f"http://{settings.host}:{sock.getsockname()[1]}", witness, server, thread)
+    sock = serving.bind(settings.host, settings.port)
+    server = serving.uvicorn_server(create_witness_app(witness, settings.max_body_bytes), lifespan="off")
+    thread = serving.start_in_thread(server, sock, name="witness", timeout=timeout)
+    return WitnessServer(f"http://{settings.host}:{sock.getsockname()[1]}", server, thread, witness)
 
 
 @dataclass
@@ -438,8 +410,7 @@ def start_witness_process(
     home: Path, *, host: str = "127.0.0.1", port: int = 0, timeout: float = 60.0
 ) -> WitnessProcess:
     """Run ``python -m anonml witness serve --home HOME --port PORT`` and wait for its ready line."""
-    root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    root, env = serving.child_environment()
     process = subprocess.Popen(
         [
             sys.executable,

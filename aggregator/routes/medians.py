@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 
 from aggregator.db import MedianAnswerRow, MedianQueryRow
 from aggregator.deps import SessionDep, StateDep
-from aggregator.routes.problems import get_row
+from aggregator.routes.problems import check_named_problem, get_row
 from anonml.crypto import CryptoError
 from anonml.protocol import Ack, MedianAnswer, MedianQuery, verify_message
 
@@ -56,13 +56,7 @@ def answer(problem_id: str, body: MedianAnswer, state: StateDep, session: Sessio
 
 def _check_and_store(problem_id: str, body: MedianAnswer, state, session) -> None:
     row = get_row(session, problem_id)
-    if body.problem_id != problem_id:
-        raise state.refuse(
-            problem_id,
-            "malformed",
-            422,
-            f"answer names problem {body.problem_id!r}, posted to {problem_id!r}",
-        )
+    check_named_problem(state, problem_id, body.problem_id, "answer")
     if row.phase != "medians":
         raise state.refuse(problem_id, "wrong phase", 409, f"problem {problem_id} is in phase {row.phase}")
     ctx = state.context(problem_id, session)

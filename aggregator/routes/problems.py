@@ -45,6 +45,14 @@ def get_row(session: Session, problem_id: str) -> ProblemRow:
     return row
 
 
+def check_named_problem(state: AggregatorState, problem_id: str, named: str, what: str) -> None:
+    """Refuse (422, counted as ``malformed``) a signed ``what`` that names another problem than its URL."""
+    if named != problem_id:
+        raise state.refuse(
+            problem_id, "malformed", 422, f"{what} names problem {named!r}, posted to {problem_id!r}"
+        )
+
+
 def _count(session: Session, stmt) -> int:
     return int(session.scalar(stmt) or 0)
 

@@ -37,7 +37,7 @@ from sqlalchemy.exc import IntegrityError
 
 from aggregator.db import ProblemRow, RegistrationRow
 from aggregator.deps import AdminDep, SessionDep, StateDep
-from aggregator.routes.problems import get_row, problem_status
+from aggregator.routes.problems import check_named_problem, get_row, problem_status
 from anonml.crypto import CryptoError, PublicIdentity, RelayKeyCertificate
 from anonml.protocol import (
     STAGES,
@@ -86,13 +86,7 @@ def _check_and_store(problem_id: str, registration: Registration, state, session
     ctx = state.context(problem_id, session)
     if ctx is None:
         raise state.refuse("", "unknown problem", 404, f"no problem {problem_id!r}")
-    if registration.problem_id != problem_id:
-        raise state.refuse(
-            problem_id,
-            "malformed",
-            422,
-            f"registration names problem {registration.problem_id!r}, posted to {problem_id!r}",
-        )
+    check_named_problem(state, problem_id, registration.problem_id, "registration")
     row = get_row(session, problem_id)
     deadline = ctx.problem.draft.schedule.registration_deadline
     if row.phase != "registration" or row.close_requested or datetime.now(UTC) >= deadline:

@@ -29,7 +29,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from aggregator.deps import SessionDep, StateDep
-from aggregator.routes.problems import get_row
+from aggregator.routes.problems import check_named_problem, get_row
 from anonml.crypto import AlreadyIssued, CryptoError, IssuanceLedger, TokenIssuer, record_issuance
 from anonml.crypto.spent import IssuanceRow
 from anonml.protocol import TokenBatchRequest, TokenBatchResponse, report_slot, verify_message
@@ -78,13 +78,7 @@ def issue_tokens(
 
 def _issue(problem_id: str, body: TokenBatchRequest, state, session: Session) -> TokenBatchResponse:
     row = get_row(session, problem_id)
-    if body.problem_id != problem_id:
-        raise state.refuse(
-            problem_id,
-            "malformed",
-            422,
-            f"request names problem {body.problem_id!r}, posted to {problem_id!r}",
-        )
+    check_named_problem(state, problem_id, body.problem_id, "request")
     if row.phase not in ("medians", "reporting"):
         raise state.refuse(
             problem_id,

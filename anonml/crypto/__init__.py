@@ -11,23 +11,9 @@
   for the relay's callers; it holds no cryptography and lives in :mod:`anonml.schedule`.
 """
 
+from anonml.crypto import exceptions, onion, spent, tokens
 from anonml.crypto.dleq import Proof
-from anonml.crypto.exceptions import (
-    AlreadyIssued,
-    CryptoError,
-    CryptoTypeError,
-    InvalidEncoding,
-    InvalidPacket,
-    InvalidPoint,
-    InvalidProof,
-    InvalidScalar,
-    InvalidSignature,
-    InvalidToken,
-    KeyFileError,
-    ReplayedPacket,
-    TokenSpent,
-    WrongPassphrase,
-)
+from anonml.crypto.exceptions import *  # noqa: F403 - the module's __all__, listed once there
 from anonml.crypto.group import SUITE_ID, Element, Scalar, expand_message_xmd, hash_to_group, hash_to_scalar
 from anonml.crypto.identity import (
     FINGERPRINT_SIZE,
@@ -38,41 +24,10 @@ from anonml.crypto.identity import (
     RoundRelayKey,
 )
 from anonml.crypto.keystore import load_identity, load_or_create_identity, save_identity
-from anonml.crypto.onion import (
-    MAX_HOPS,
-    MAX_REPORT_SIZE,
-    PACKET_SIZE,
-    Deliver,
-    Forward,
-    Hop,
-    ReplayCache,
-    SphinxRelay,
-    build_cover_packet,
-    build_packet,
-)
+from anonml.crypto.onion import *  # noqa: F403 - the module's __all__, listed once there
 from anonml.crypto.poprf import TokenKey, TokenPublicKey
-from anonml.crypto.spent import (
-    IssuanceLedger,
-    MemoryIssuanceLedger,
-    MemorySpentSet,
-    SpentSet,
-    SqlIssuanceLedger,
-    SqlSpentSet,
-    create_crypto_tables,
-    record_issuance,
-    record_spent,
-)
-from anonml.crypto.tokens import (
-    Redemption,
-    Token,
-    TokenIssuer,
-    TokenRequest,
-    TokenResponse,
-    TokenVerifier,
-    finalize_tokens,
-    request_token_batch,
-    request_tokens,
-)
+from anonml.crypto.spent import *  # noqa: F403 - the module's __all__, listed once there
+from anonml.crypto.tokens import *  # noqa: F403 - the module's __all__, listed once there
 from anonml.schedule import WindowSchedule, release_time, send_time
 
 __all__ = [
@@ -97,52 +52,14 @@ __all__ = [
     "TokenKey",
     "TokenPublicKey",
     # tokens and ledgers
-    "TokenRequest",
-    "TokenResponse",
-    "Token",
-    "Redemption",
-    "request_tokens",
-    "request_token_batch",
-    "finalize_tokens",
-    "TokenIssuer",
-    "TokenVerifier",
-    "SpentSet",
-    "MemorySpentSet",
-    "SqlSpentSet",
-    "IssuanceLedger",
-    "MemoryIssuanceLedger",
-    "SqlIssuanceLedger",
-    "create_crypto_tables",
-    "record_spent",
-    "record_issuance",
+    *tokens.__all__,
+    *spent.__all__,
     # onion packets
-    "PACKET_SIZE",
-    "MAX_HOPS",
-    "MAX_REPORT_SIZE",
-    "Hop",
-    "Forward",
-    "Deliver",
-    "ReplayCache",
-    "SphinxRelay",
-    "build_packet",
-    "build_cover_packet",
+    *onion.__all__,
     # round schedule (from anonml.schedule)
     "WindowSchedule",
     "send_time",
     "release_time",
     # errors
-    "CryptoError",
-    "InvalidToken",
-    "CryptoTypeError",
-    "InvalidEncoding",
-    "InvalidPoint",
-    "InvalidScalar",
-    "InvalidProof",
-    "InvalidSignature",
-    "TokenSpent",
-    "AlreadyIssued",
-    "InvalidPacket",
-    "ReplayedPacket",
-    "KeyFileError",
-    "WrongPassphrase",
+    *exceptions.__all__,
 ]

@@ -50,7 +50,7 @@ from anonml.learn.partition import (
     verify_assignment,
 )
 from anonml.learn.regression import AnonMLRegressor
-from anonml.learn.settings import learner_settings, simulated_learner
+from anonml.learn.settings import learner_settings, plan_inputs, roster_plan, simulated_learner
 from anonml.learn.simulation import (
     PrivacyAccounting,
     SimulationConfig,
@@ -96,6 +96,8 @@ __all__ = [
     "run_adult_benchmark",
     "simulate_training",
     "learner_settings",
+    "plan_inputs",
+    "roster_plan",
     "simulated_learner",
     "verify_assignment",
     "vote_ensemble",

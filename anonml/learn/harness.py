@@ -338,12 +338,25 @@ def _trial(
     return out
 
 
+#: The methods and per-peer totals ε_T a benchmark runs unless told otherwise.
+DEFAULT_METHODS: tuple[str, ...] = ("default", "paper", "central", "ldp_nb")
+DEFAULT_EPSILONS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+
+
+def _check_runs(trials: int, epsilons: Sequence[float]) -> None:
+    """Refuse fewer than one trial and an empty or non-positive list of ε_T."""
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
+    if not epsilons or any(not (e > 0) for e in epsilons):
+        raise ValueError(f"epsilons must be positive numbers, got {list(epsilons)}")
+
+
 def run_benchmark(
     data: TabularSplit | Callable[[int], TabularSplit],
     *,
     dataset: str = "adult",
-    methods: Sequence[str] = ("default", "paper", "central", "ldp_nb"),
-    epsilons: Sequence[float] = (0.5, 1.0, 2.0, 4.0),
+    methods: Sequence[str] = DEFAULT_METHODS,
+    epsilons: Sequence[float] = DEFAULT_EPSILONS,
     trials: int = 20,
     kp: int | None = None,
     ks: int | None = None,
@@ -372,10 +385,7 @@ def run_benchmark(
     on_trial : callable, optional
         Called with a description after every fitted trial (progress bars).
     """
-    if trials < 1:
-        raise ValueError(f"trials must be >= 1, got {trials}")
-    if not epsilons or any(not (e > 0) for e in epsilons):
-        raise ValueError(f"epsilons must be positive numbers, got {list(epsilons)}")
+    _check_runs(trials, epsilons)
     split = data if callable(data) else (lambda _t: data)
     fixed_split = not callable(data)
     plans = expand_methods(methods, kp=kp, ks=ks, kh=kh)
@@ -408,8 +418,8 @@ def run_benchmark(
 
 def run_adult_benchmark(
     *,
-    methods: Sequence[str] = ("default", "paper", "central", "ldp_nb"),
-    epsilons: Sequence[float] = (0.5, 1.0, 2.0, 4.0),
+    methods: Sequence[str] = DEFAULT_METHODS,
+    epsilons: Sequence[float] = DEFAULT_EPSILONS,
     trials: int = 20,
     kp: int | None = None,
     ks: int | None = None,
@@ -426,10 +436,7 @@ def run_adult_benchmark(
     :func:`anonml.datasets.adult.load`'s search order); ``json_path`` is where
     to write the rows. The other parameters are :func:`run_benchmark`'s.
     """
-    if trials < 1:
-        raise ValueError(f"trials must be >= 1, got {trials}")
-    if not epsilons or any(not (e > 0) for e in epsilons):
-        raise ValueError(f"epsilons must be positive numbers, got {list(epsilons)}")
+    _check_runs(trials, epsilons)
     data = data if data is not None else adult.load(data_dir)
     results = run_benchmark(
         data,

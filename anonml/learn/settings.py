@@ -26,12 +26,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from anonml.learn.model import AnonMLClassifier
+from anonml.learn.partition import PartitionPlan, make_plan
 from anonml.randomness import SeedLike
 
 if TYPE_CHECKING:
-    from anonml.protocol import ProblemDraft
+    from anonml.protocol import ProblemDraft, Roster
 
-__all__ = ["PROTOCOL_CONSISTENCY", "learner_settings", "simulated_learner"]
+__all__ = ["PROTOCOL_CONSISTENCY", "learner_settings", "simulated_learner", "plan_inputs", "roster_plan"]
 
 #: The consistency step the aggregator applies to every debiased histogram.
 PROTOCOL_CONSISTENCY = "norm_sub"
@@ -81,3 +82,29 @@ def simulated_learner(draft: ProblemDraft, random_state: SeedLike = None) -> Ano
     :func:`anonml.randomness.generator_from`.
     """
     return AnonMLClassifier(**learner_settings(draft), random_state=random_state)
+
+
+def plan_inputs(draft: ProblemDraft, roster: Roster, beacon: bytes = b"") -> dict[str, Any]:
+    """The keyword inputs of :func:`~anonml.learn.partition.make_plan` (and of
+    :func:`~anonml.learn.partition.verify_assignment`) that a draft and its closed roster fix.
+
+    ``n_partitions`` = k_p, ``n_subsets`` = k_h, ``subset_size`` = k_s, ``subsets``, the
+    roster's ``median_pool_size`` and the witnesses' ``beacon`` (DESIGN §6–7).
+    """
+    return {
+        "n_partitions": draft.kp,
+        "n_subsets": draft.kh,
+        "subset_size": draft.ks,
+        "subsets": draft.subsets,
+        "median_pool_size": roster.median_pool_size,
+        "beacon": beacon,
+    }
+
+
+def roster_plan(draft: ProblemDraft, roster: Roster, beacon: bytes = b"") -> PartitionPlan:
+    """The partition plan of ``roster`` (its seed, its members in order) under ``draft`` and ``beacon``.
+
+    Raises ValueError when the roster's size does not fit the draft's plan (the beacon never changes that).
+    """
+    keys = [bytes(e.identity) for e in roster.entries]
+    return make_plan(bytes(roster.seed), keys, len(draft.features), **plan_inputs(draft, roster, beacon))

@@ -12,6 +12,7 @@ DESIGN §5. Everything other packages need is re-exported here:
 * :class:`PrivacyLedger`, the per-peer budget record.
 """
 
+from anonml.privacy import mechanisms
 from anonml.privacy.binary import BinaryRandomizedResponse, FractionEstimate
 from anonml.privacy.budget import (
     PER_ATTRIBUTE_LABEL,
@@ -30,15 +31,7 @@ from anonml.privacy.estimation import (
     project_to_simplex,
 )
 from anonml.privacy.ledger import PrivacyLedger
-from anonml.privacy.mechanisms import (
-    OUE,
-    RAPPOR,
-    Mechanism,
-    PQPerturbation,
-    RandomizedResponse,
-    SubsetSelection,
-    optimal_pq_p,
-)
+from anonml.privacy.mechanisms import *  # noqa: F403 - the module's __all__, listed once there
 from anonml.privacy.median import (
     BinEdges,
     IsGreaterQuery,
@@ -53,13 +46,7 @@ from anonml.privacy.selection import CANDIDATES, best_mechanism
 from anonml.privacy.support import check_support
 
 __all__ = [
-    "Mechanism",
-    "PQPerturbation",
-    "RAPPOR",
-    "OUE",
-    "RandomizedResponse",
-    "SubsetSelection",
-    "optimal_pq_p",
+    *mechanisms.__all__,
     "best_mechanism",
     "check_support",
     "CANDIDATES",

@@ -62,7 +62,7 @@ from aggregator.state import AggregatorState
 from anonml.crypto import Identity, TokenIssuer, TokenKey
 from anonml.crypto.spent import MemoryIssuanceLedger
 from anonml.demo import DEMO_FEATURES, SimulatedPeer, simulate_peers
-from anonml.learn import make_plan
+from anonml.learn import roster_plan
 from anonml.privacy import Release
 from anonml.protocol import (
     Assignment,
@@ -316,18 +316,8 @@ class MaliciousAggregator:
 
     def assignment_for(self, problem: Problem, roster: Roster, identity: bytes) -> Assignment:
         """The signed assignment the plan derived from ``roster`` gives ``identity``."""
-        d = problem.draft
         keys = [bytes(e.identity) for e in roster.entries]
-        plan = make_plan(
-            bytes(roster.seed),
-            keys,
-            len(d.features),
-            n_partitions=d.kp,
-            n_subsets=d.kh,
-            subset_size=d.ks,
-            subsets=d.subsets,
-            median_pool_size=roster.median_pool_size,
-        )
+        plan = roster_plan(problem.draft, roster)
         mine = plan.assignment(keys.index(bytes(identity)))
         return self.sign(
             Assignment(

@@ -8,7 +8,6 @@ Each attack must be refused with its own counted reason and store nothing.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,37 +21,22 @@ from aggregator.db import ReportRow, StagedReportRow, create_tables, settle_repo
 from anonml.crypto.spent import SpentTokenRow
 from anonml.database import make_engine
 from anonml.privacy import RandomizedResponse, SubsetSelection, check_support
-from anonml.protocol import Bins, PrivateReport, Problem, ReportReceipts, Roster, pack_bits, report_slot
+from anonml.protocol import PrivateReport, ReportReceipts, pack_bits, report_slot
+from tests.aggregator import helpers
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import (
     ADMIN,
-    WirePeer,
-    assignment_of,
-    bins_of,
     delivery,
     draft,
     post,
-    propose,
     report_for,
-    roster_of,
     status,
     wait_phase,
 )
-from tests.databases import sqlite_only, table_rows
+from tests.databases import sqlite_only
 
 
-@dataclass
-class OpenRound:
-    url: str
-    problem: Problem
-    roster: Roster
-    bins: Bins
-    peers: list[WirePeer]
-    db_url: str
-
-    def rows(self, sql: str) -> list[tuple]:
-        return table_rows(self.db_url, sql)
-
+class OpenRound(helpers.OpenRound):
     def stored(self) -> int:
         return (
             self.rows("SELECT COUNT(*) FROM report_staging")[0][0]
@@ -64,22 +48,7 @@ class OpenRound:
 
 
 def _open(aggregator, *, n: int, kp: int, kh: int = 1) -> OpenRound:  # noqa: F811 - the fixture's value
-    problem = propose(aggregator.url, draft(kp=kp, kh=kh, min_peers=4, n_numeric=2, send_window=30.0))
-    peers = [WirePeer() for _ in range(n)]
-    for p in peers:
-        assert p.register(aggregator.url, problem).status_code == 201
-    requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
-    wait_phase(aggregator.url, problem.id, ("reporting",))
-    for p in peers:
-        p.assignment = assignment_of(aggregator.url, problem.id, p)
-    return OpenRound(
-        aggregator.url,
-        problem,
-        roster_of(aggregator.url, problem.id),
-        bins_of(aggregator.url, problem.id),
-        peers,
-        aggregator.settings.db_url,
-    )
+    return OpenRound.open(aggregator, draft(kp=kp, kh=kh, min_peers=4, n_numeric=2, send_window=30.0), n)
 
 
 def test_a_partition_0_token_on_a_partition_1_report_is_refused_and_nothing_is_stored(aggregator):  # noqa: F811

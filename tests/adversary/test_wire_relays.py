@@ -37,7 +37,16 @@ from peer.participant import Aborted, Participant, PeerNode
 from peer.relay import RelayRound, RelayService, packet_cap
 from peer.roster import RosterView
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
-from tests.aggregator.helpers import ADMIN, WirePeer, draft, propose, roster_of, status, wait_phase
+from tests.aggregator.helpers import (
+    ADMIN,
+    WirePeer,
+    draft,
+    propose,
+    register_and_close,
+    roster_of,
+    status,
+    wait_phase,
+)
 from tests.aggregator.helpers import post as post_json
 from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
 from tests.peer.test_relay import OCTETS, ROUND, relays  # noqa: F401 - the relay fixture
@@ -181,11 +190,7 @@ def test_a_peer_fetches_nothing_from_a_roster_with_a_query_string_url(aggregator
     """The aggregator signs a roster whose member URL carries a query: the peer aborts before any fetch."""
     listener = raw("drop")
     problem = propose(aggregator.url, draft(kp=1, min_peers=4, pool_fraction=0.0))
-    peers = [WirePeer() for _ in range(4)]
-    for p in peers:
-        assert p.register(aggregator.url, problem).status_code == 201
-    requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
-    wait_phase(aggregator.url, problem.id, ("reporting",))
+    peers = register_and_close(aggregator.url, problem, 4, ("reporting",))
     honest = roster_of(aggregator.url, problem.id)
     entries = list(honest.entries)
     victim_target = peers[1].identity.public.node_id.hex()

@@ -122,6 +122,15 @@ def _wait_registered(url: str, pid: str, target: PeerHost, timeout: float = 30.0
         time.sleep(0.05)
 
 
+def _lie_to(host: PeerHost, pid: str, liar: EquivocatingClient) -> EquivocatingClient:
+    """Make every participant of ``host`` in ``pid`` (and its session) talk to ``liar``."""
+    session = host.sessions[pid]
+    session.client = liar
+    for p in session.participants:
+        p.client = liar
+    return liar
+
+
 def _wait_aborted(host: PeerHost, pid: str, fingerprint: str, timeout: float = 40.0) -> str:
     deadline = time.monotonic() + timeout
     while True:
@@ -162,17 +171,13 @@ def test_a_target_shown_other_bins_refuses_before_sending_anything(world, forge)
     try:
         problem = propose(agg.url, _draft(witness))
         _wait_registered(agg.url, problem.id, target_host)
-        liar = EquivocatingClient(agg.url, agg.state.identity, bins=forge)
-        session = target_host.sessions[problem.id]
-        session.client = liar
-        for p in session.participants:
-            p.client = liar
+        liar = _lie_to(target_host, problem.id, EquivocatingClient(agg.url, agg.state.identity, bins=forge))
         requests.post(f"{agg.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
         reason = _wait_aborted(target_host, problem.id, nodes[7].fingerprint)
         assert "bins not witnessed" in reason and "different bins documents" in reason
         _released_nothing(target_host, nodes[7])
         # The aggregator cannot have the target's bins co-signed: the witness holds the honest ones.
-        view = session.view
+        view = target_host.sessions[problem.id].view
         forged = transcript_hash("bins", problem, view.roster, liar.bins(problem.id))
         refused = ask_witness(witness.url, agg.state.identity, problem.id, forged, stage="bins")
         assert refused.status_code == 409
@@ -266,11 +271,7 @@ def test_sybils_stuffed_into_a_credentials_roster_are_refused_by_the_victim(worl
             mine = [e for e in honest_roster.entries if bytes(e.identity) == bytes(nodes[7].identity.public)]
             return honest_roster.model_copy(update={"entries": tuple(mine + [entry(s) for s in sybils])})
 
-        liar = EquivocatingClient(agg.url, agg.state.identity, roster=isolate)
-        session = victim_host.sessions[problem.id]
-        session.client = liar
-        for p in session.participants:
-            p.client = liar
+        _lie_to(victim_host, problem.id, EquivocatingClient(agg.url, agg.state.identity, roster=isolate))
         requests.post(f"{agg.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
         reason = _wait_aborted(victim_host, problem.id, nodes[7].fingerprint)
         assert "credential not valid" in reason

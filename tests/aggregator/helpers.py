@@ -20,9 +20,7 @@ from anonml.crypto import (
     Identity,
     RoundRelayKey,
     Token,
-    TokenPublicKey,
     finalize_tokens,
-    request_token_batch,
 )
 from anonml.learn import Binning, commit_seed
 from anonml.learn.histograms import domain_size
@@ -43,13 +41,13 @@ from anonml.protocol import (
     Roster,
     RosterEntry,
     Schedule,
-    TokenBatchRequest,
     TokenBatchResponse,
-    TokenSlotRequest,
     pack_bits,
     report_slot,
     sign_message,
+    token_batch_request,
 )
+from tests.databases import table_rows
 
 TOKEN = "test-admin-token"
 
@@ -172,6 +170,22 @@ def wait_phase(url: str, pid: str, phases: tuple[str, ...], timeout: float = 30.
         time.sleep(0.05)
 
 
+def register_and_close(
+    url: str, problem: Problem, n: int = 4, phases: tuple[str, ...] = (), timeout: float = 30.0
+) -> list[WirePeer]:
+    """``n`` fresh peers registered for ``problem`` (each 201), registration closed (200).
+
+    With ``phases``, waits until the problem reaches one of them (:func:`wait_phase`).
+    """
+    peers = [WirePeer() for _ in range(n)]
+    for p in peers:
+        assert p.register(url, problem).status_code == 201
+    assert requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=30).status_code == 200
+    if phases:
+        wait_phase(url, problem.id, phases, timeout)
+    return peers
+
+
 def post(url: str, body, headers: dict | None = None) -> requests.Response:
     data = body if isinstance(body, bytes | str) else body.model_dump_json()
     return requests.post(url, data=data, headers=headers or JSON, timeout=30)
@@ -213,20 +227,7 @@ class WirePeer:
     def token_batch(
         self, problem: Problem, roster: Roster, slots: list[bytes], signer: Identity | None = None
     ):
-        pending = request_token_batch(TokenPublicKey(bytes(roster.token_key)), slots)
-        batch = sign_message(
-            TokenBatchRequest(
-                problem_id=problem.id,
-                identity=self.public,
-                requests=tuple(
-                    TokenSlotRequest(slot=s, blinded=bytes(b))
-                    for s, b in zip(slots, pending.blinded, strict=True)
-                ),
-                signature=bytes(64),
-            ),
-            signer or self.identity,
-        )
-        return batch, pending
+        return token_batch_request(problem.id, self.identity, bytes(roster.token_key), slots, signer=signer)
 
     def tokens(self, url: str, problem: Problem, roster: Roster, slots: list[bytes]) -> list[Token]:
         batch, pending = self.token_batch(problem, roster, slots)
@@ -305,3 +306,34 @@ def delivery(token: Token, report: PrivateReport) -> IntakeDelivery:
 
 def slots(problem: Problem, partition: int = 0) -> list[bytes]:
     return [report_slot(problem.id, partition, k) for k in range(problem.draft.kh)]
+
+
+@dataclass
+class OpenRound:
+    """A problem whose registration a test closed, with its roster, bins and test-side peers."""
+
+    url: str
+    problem: Problem
+    roster: Roster
+    bins: Bins | None  # None while the medians still run
+    peers: list[WirePeer]
+    db_url: str
+
+    @classmethod
+    def open(cls, aggregator: Any, d: ProblemDraft, n: int, phase: str = "reporting") -> OpenRound:
+        """Propose ``d`` on the running ``aggregator``, register ``n`` peers, close, wait for ``phase``.
+
+        In ``reporting`` every peer's assignment is fetched and the bins are read.
+        """
+        url = aggregator.url
+        problem = propose(url, d)
+        peers = register_and_close(url, problem, n, (phase,))
+        bins = None
+        if phase == "reporting":
+            for p in peers:
+                p.assignment = assignment_of(url, problem.id, p)
+            bins = bins_of(url, problem.id)
+        return cls(url, problem, roster_of(url, problem.id), bins, peers, aggregator.settings.db_url)
+
+    def rows(self, sql: str) -> list[tuple]:
+        return table_rows(self.db_url, sql)

@@ -9,7 +9,7 @@ import requests
 
 from aggregator.medians import step_quorum
 from anonml.protocol import MedianQuery
-from tests.aggregator.helpers import ADMIN, WirePeer, draft, post, propose, roster_of, status, wait_phase
+from tests.aggregator.helpers import draft, post, propose, register_and_close, roster_of, status, wait_phase
 
 
 def test_step_quorum_is_the_ceiling_of_the_fraction_and_at_least_one() -> None:
@@ -22,11 +22,7 @@ def test_a_step_closes_on_its_quorum_and_refuses_the_rest(aggregator, quorum: fl
     d = draft(n_numeric=1, kp=1, pool_fraction=0.5, min_peers=4, epsilon=4.0, steps=2, median_step=300.0)
     d = d.model_copy(update={"median": d.median.model_copy(update={"quorum": quorum})})
     problem = propose(aggregator.url, d)
-    peers = [WirePeer() for _ in range(20)]
-    for p in peers:
-        assert p.register(aggregator.url, problem).status_code == 201
-    requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
-    wait_phase(aggregator.url, problem.id, ("medians",))
+    peers = register_and_close(aggregator.url, problem, 20, ("medians",))
     roster = roster_of(aggregator.url, problem.id)
     member = {
         i: next(p for p in peers if p.public == bytes(e.identity)) for i, e in enumerate(roster.entries)

@@ -11,7 +11,16 @@ from aggregator.medians import median_groups
 from anonml.crypto import Identity
 from anonml.privacy import BinaryRandomizedResponse
 from anonml.protocol import MedianQuery, verify_message
-from tests.aggregator.helpers import ADMIN, WirePeer, bins_of, draft, post, propose, roster_of, wait_phase
+from tests.aggregator.helpers import (
+    WirePeer,
+    bins_of,
+    draft,
+    post,
+    propose,
+    register_and_close,
+    roster_of,
+    wait_phase,
+)
 
 
 def test_median_groups_split_the_pool_disjointly():
@@ -27,11 +36,7 @@ def test_median_search_asks_fresh_groups_and_refuses_bad_answers(aggregator):
     # 40 peers, all in the median pool's share: feature 0 holds 2.0 everywhere, feature 1 holds 8.0.
     d = draft(n_numeric=2, pool_fraction=0.5, kp=2, min_peers=4, epsilon=4.0, steps=2, median_step=5.0)
     problem = propose(aggregator.url, d)
-    peers = [WirePeer() for _ in range(40)]
-    for p in peers:
-        assert p.register(aggregator.url, problem).status_code == 201
-    requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN)
-    wait_phase(aggregator.url, problem.id, ("medians",))
+    peers = register_and_close(aggregator.url, problem, 40, ("medians",))
     roster = roster_of(aggregator.url, problem.id)
     by_key = {p.public: p for p in peers}
     members = [by_key[bytes(e.identity)] for e in roster.entries]

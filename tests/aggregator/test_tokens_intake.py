@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 import requests
@@ -11,10 +9,8 @@ from sqlalchemy.exc import OperationalError
 
 from anonml.crypto import Identity, Redemption, TokenKey, request_tokens
 from anonml.protocol import (
-    Bins,
     IntakeDelivery,
     PrivateReport,
-    Problem,
     Roster,
     TokenBatchRequest,
     TokenSlotRequest,
@@ -23,30 +19,21 @@ from anonml.protocol import (
 )
 from tests.aggregator.helpers import (
     ADMIN,
+    OpenRound,
     WirePeer,
     assignment_of,
-    bins_of,
     delivery,
     draft,
     post,
     propose,
     report_for,
-    roster_of,
     slots,
     wait_phase,
 )
-from tests.databases import sqlite_only, table_rows
+from tests.databases import sqlite_only
 
 
-@dataclass
-class Round:
-    url: str
-    problem: Problem
-    roster: Roster
-    bins: Bins
-    peers: list[WirePeer]
-    db_url: str
-
+class Round(OpenRound):
     def tokens_url(self) -> str:
         return f"{self.url}/problems/{self.problem.id}/tokens"
 
@@ -60,39 +47,18 @@ class Round:
         assert post(f"{self.url}/problems/{self.problem.id}/train", b"", ADMIN).status_code == 200
         wait_phase(self.url, self.problem.id, ("training", "done", "degraded", "failed"))
 
-    def rows(self, sql: str) -> list[tuple]:
-        return table_rows(self.db_url, sql)
-
 
 def _open_round(aggregator, n: int = 6, kh: int = 2, pool_fraction: float = 0.0) -> Round:
-    problem = propose(
-        aggregator.url,
-        draft(
-            kh=kh,
-            kp=1,
-            min_peers=4,
-            pool_fraction=pool_fraction,
-            n_numeric=2,
-            send_window=20.0,
-            release_window=1.0,
-        ),
+    d = draft(
+        kh=kh,
+        kp=1,
+        min_peers=4,
+        pool_fraction=pool_fraction,
+        n_numeric=2,
+        send_window=20.0,
+        release_window=1.0,
     )
-    peers = [WirePeer() for _ in range(n)]
-    for p in peers:
-        assert p.register(aggregator.url, problem).status_code == 201
-    requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN)
-    if pool_fraction == 0:
-        wait_phase(aggregator.url, problem.id, ("reporting",))
-    else:
-        wait_phase(aggregator.url, problem.id, ("medians",))
-    return Round(
-        aggregator.url,
-        problem,
-        roster_of(aggregator.url, problem.id),
-        bins_of(aggregator.url, problem.id) if pool_fraction == 0 else None,
-        peers,
-        aggregator.settings.db_url,
-    )
+    return Round.open(aggregator, d, n, "reporting" if pool_fraction == 0 else "medians")
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ is the dropout problem with windows a fault fits in on a loaded machine.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import sqlite3
@@ -27,6 +26,7 @@ from anonml.crypto import save_identity
 from anonml.demo import dropout_draft, simulate_peers
 from anonml.plugins import PluginRef, create
 from anonml.protocol import ProblemDraft
+from anonml.serving import child_environment
 from peer.simulate import SimulatedIdentity, SimulationManifest
 
 __all__ = [
@@ -67,9 +67,7 @@ class PeerProcess:
     stderr: Path | None = None
 
     def start(self) -> None:
-        env = dict(
-            os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-        )
+        _, env = child_environment()
         log = None if self.stderr is None else self.stderr.open("a")
         try:
             self.process = subprocess.Popen(

@@ -31,6 +31,7 @@ from tests.aggregator.helpers import (
     draft,
     post,
     propose,
+    register_and_close,
     report_for,
     roster_of,
     slots,
@@ -73,12 +74,7 @@ def _send(agg: Killable, problem, peers: list[WirePeer], rng: np.random.Generato
 
 def _open_round(agg: Killable, n: int = 6, kh: int = 2):
     problem = propose(agg.url, draft(kh=kh, kp=1, min_peers=4, n_numeric=2, send_window=120.0))
-    peers = [WirePeer() for _ in range(n)]
-    for p in peers:
-        assert p.register(agg.url, problem).status_code == 201
-    _close(agg, problem.id)
-    wait_phase(agg.url, problem.id, ("reporting",))
-    return problem, peers
+    return problem, register_and_close(agg.url, problem, n, ("reporting",))
 
 
 def test_killed_in_registration_it_keeps_every_registration_and_continues(agg: Killable) -> None:
@@ -118,11 +114,7 @@ def test_killed_in_medians_it_resumes_the_search_at_its_step_and_asks_nobody_twi
     # 20 peers, half in the median pool: one numeric feature, two steps of 5 peers each.
     d = draft(n_numeric=1, kp=1, pool_fraction=0.5, min_peers=4, epsilon=4.0, steps=2, median_step=120.0)
     problem = propose(agg.url, d)
-    peers = [WirePeer() for _ in range(20)]
-    for p in peers:
-        assert p.register(agg.url, problem).status_code == 201
-    _close(agg, problem.id)
-    wait_phase(agg.url, problem.id, ("medians",))
+    peers = register_and_close(agg.url, problem, 20, ("medians",))
     roster = roster_of(agg.url, problem.id)
     by_index = {
         i: next(p for p in peers if p.public == bytes(e.identity)) for i, e in enumerate(roster.entries)

@@ -27,14 +27,21 @@ import pytest
 import requests
 
 from aggregator.app import ServerProcess, start_server_process
-from aggregator.settings import AggregatorSettings
 from anonml.crypto import Hop, PublicIdentity, RelayKeyCertificate, build_cover_packet
 from anonml.protocol import Problem
 from peer.db import PeerDB
 from peer.host import release_marks
 from peer.relay import packet_cap
 from tests.adversary.malicious import wait_until
-from tests.aggregator.helpers import ADMIN, TOKEN, bins_of, propose, roster_of, status, wait_phase
+from tests.aggregator.helpers import (
+    ADMIN,
+    aggregator_settings,
+    bins_of,
+    propose,
+    roster_of,
+    status,
+    wait_phase,
+)
 from tests.faults.helpers import PeerProcess, fault_draft, releases, write_hosts
 from tests.peer.test_relay import OCTETS
 
@@ -49,15 +56,7 @@ class Cluster:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    settings = AggregatorSettings(
-        db_url=f"sqlite:///{tmp_path / 'aggregator.db'}",
-        identity_file=tmp_path / "aggregator-identity.json",
-        admin_token=TOKEN,
-        port=0,
-        tick_seconds=0.05,
-        intake_grace_seconds=0.5,
-        allow_loopback_http=True,
-    )
+    settings = aggregator_settings(tmp_path, port=0)
     aggregator = start_server_process(settings)
     hosts = write_hosts(tmp_path, {"a": 6, "b": 4}, [aggregator.url])
     (a, _), (b, ledgers_b) = hosts["a"], hosts["b"]

@@ -7,7 +7,7 @@ import time
 import requests
 
 from anonml.crypto import Identity
-from anonml.learn import make_plan
+from anonml.learn import roster_plan
 from anonml.protocol import (
     CosignatureBundle,
     WitnessRef,
@@ -16,12 +16,12 @@ from anonml.protocol import (
 )
 from peer.transcript import check_roster_entries, verify_bundle
 from tests.aggregator.helpers import (
-    ADMIN,
-    WirePeer,
+    aggregator_settings,
     assignment_of,
     bins_of,
     draft,
     propose,
+    register_and_close,
     roster_of,
     wait_phase,
 )
@@ -45,14 +45,6 @@ def bundle_of(url: str, pid: str, stage: str, timeout: float = 30.0) -> Cosignat
         time.sleep(0.05)
 
 
-def register_and_close(url: str, problem, n: int = 4) -> list[WirePeer]:
-    peers = [WirePeer() for _ in range(n)]
-    for p in peers:
-        assert p.register(url, problem).status_code == 201
-    assert requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=30).status_code == 200
-    return peers
-
-
 def test_the_plan_follows_the_witness_beacon_and_both_stages_are_cosigned(aggregator, witness):
     problem = propose(aggregator.url, witnessed_draft([witness], n_numeric=1, send_window=2.0))
     # Nothing to show before the roster exists.
@@ -74,17 +66,7 @@ def test_the_plan_follows_the_witness_beacon_and_both_stages_are_cosigned(aggreg
         threshold=1,
     )
     assert beacon == roster_beacon(bundle.cosignatures) and len(beacon) == 32
-    d = problem.draft
-    plan = make_plan(
-        roster.seed,
-        [bytes(e.identity) for e in roster.entries],
-        len(d.features),
-        n_partitions=d.kp,
-        n_subsets=d.kh,
-        subset_size=d.ks,
-        median_pool_size=roster.median_pool_size,
-        beacon=beacon,
-    )
+    plan = roster_plan(problem.draft, roster, beacon)
     index = {bytes(e.identity): i for i, e in enumerate(roster.entries)}
     for p in peers:
         told = assignment_of(aggregator.url, problem.id, p)
@@ -146,23 +128,14 @@ def test_a_problem_without_witnesses_keeps_working_with_empty_bundles(aggregator
 
 def test_a_restart_during_witnessing_resumes_the_collection(tmp_path):
     from aggregator.app import create_app, start_server
-    from aggregator.settings import AggregatorSettings
     from peer.witness import WitnessSettings, start_witness_server
-    from tests.aggregator.helpers import TOKEN
 
     # Learn a free port for the witness, then take it down: the aggregator will find nobody there.
     witness_settings = WitnessSettings(home=tmp_path / "w", port=0)
     probe = start_witness_server(witness_settings)
     identity, port = probe.identity, int(probe.url.rsplit(":", 1)[1])
     probe.stop()
-    settings = AggregatorSettings(
-        db_url=f"sqlite:///{tmp_path / 'aggregator.db'}",
-        identity_file=tmp_path / "aggregator-identity.json",
-        admin_token=TOKEN,
-        tick_seconds=0.05,
-        intake_grace_seconds=0.5,
-        allow_loopback_http=True,
-    )
+    settings = aggregator_settings(tmp_path)
 
     class Later:
         pass

@@ -1,0 +1,90 @@
+"""What the aggregator, the peer host and the witness share to serve HTTP: sockets, uvicorn, children.
+
+- :func:`bind`: the listening socket (``SO_REUSEADDR``, as uvicorn binds), so port 0
+  yields a free port that is known before the server starts.
+- :func:`uvicorn_server`: uvicorn with the roles' settings (no access log, warnings only).
+- :func:`start_in_thread` / :class:`ThreadedServer`: serve from a daemon thread of this
+  process and wait until uvicorn reports it started (tests, the demo, benchmarks).
+- :func:`child_environment`: the folder and environment of a child interpreter that must
+  import this repository (``python -m aggregator``, ``anonml witness serve``, benchmark workers).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import uvicorn
+
+__all__ = ["bind", "uvicorn_server", "start_in_thread", "wait_started", "ThreadedServer", "child_environment"]
+
+#: The repository root: the folder holding the ``anonml`` package and the role packages.
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (0 = a free port) with ``SO_REUSEADDR``, not yet listening."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def uvicorn_server(app: Any, *, lifespan: Literal["on", "off"] = "on") -> uvicorn.Server:
+    """A uvicorn server for ``app``: no access log, warnings and worse only."""
+    return uvicorn.Server(uvicorn.Config(app, access_log=False, log_level="warning", lifespan=lifespan))
+
+
+def wait_started(
+    server: uvicorn.Server, thread: threading.Thread | None = None, timeout: float = 30.0
+) -> bool:
+    """Poll until ``server`` has started, ``thread`` (its runner) died, or ``timeout`` seconds passed."""
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if (thread is not None and not thread.is_alive()) or time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def start_in_thread(
+    server: uvicorn.Server, sock: socket.socket, *, name: str, timeout: float = 30.0
+) -> threading.Thread:
+    """Run ``server`` on ``sock`` in a daemon thread; return it once started.
+
+    Raises
+    ------
+    RuntimeError
+        When the server did not start within ``timeout`` seconds (naming ``name`` and the address).
+    """
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=name)
+    thread.start()
+    if not wait_started(server, thread, timeout):
+        host, port = sock.getsockname()[:2]
+        raise RuntimeError(f"{name} on {host}:{port} did not start")
+    return thread
+
+
+@dataclass
+class ThreadedServer:
+    """A uvicorn server running in a thread of this process; ``stop`` asks it to exit and joins."""
+
+    url: str
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def child_environment() -> tuple[str, dict[str, str]]:
+    """The repository root and this environment with ``PYTHONPATH`` starting at that root."""
+    root = str(ROOT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    return root, env
