@@ -219,9 +219,12 @@ def _sqlite_wal(dbapi_connection, _record) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=300, help="calls per batch")
+    parser.add_argument("--n", type=int, default=300, help="calls per batch (at least 40)")
     parser.add_argument("--repeats", type=int, default=5, help="batches per operation")
     args = parser.parse_args(argv)
+    if args.n < 40 or args.repeats < 1:
+        # The SQLite check runs max(n / 4, 10) calls per batch out of n per batch: n >= 40 keeps it inside.
+        parser.error(f"--n must be at least 40 and --repeats at least 1 (got {args.n}, {args.repeats})")
     result = run(args.n, args.repeats)
     write_json(RESULTS, result)
     print(f"X25519 baseline: {result['baseline_x25519_microseconds']} us")
