@@ -110,7 +110,7 @@ from anonml.store import EventStore
 from peer.client import AggregatorClient, HTTPRefusal, fetch_witness
 from peer.db import PeerDB, StateRow
 from peer.dispatch import post
-from peer.features import LocalExample, invalid_features, local_example
+from peer.features import LocalExample, invalid_features, local_example, predict_example
 from peer.phases import (
     TERMINAL,
     IllegalTransition,
@@ -852,7 +852,10 @@ class Participant:
             if bad:  # the model cannot bin this value either: no prediction, said locally
                 self.reason = f"no prediction: {'; '.join(bad.values())}"
             else:
-                prediction = float(model.predict_proba(self.example.x[None, :])[0, 1])
+                try:  # P(label = 1), or the predicted class's probability (LocalPrediction)
+                    prediction = predict_example(model, self.example.x, self.problem.draft.label)[0]
+                except AnonMLError as exc:  # a model outside the label domain: said locally
+                    self.reason = f"no prediction: {exc}"
         self.outcome = Outcome(lost, prediction)
         self.phase = check_transition(self.phase, P.DEGRADED if degraded else P.DONE)
         self.save(model_json=document.model_dump_json())
