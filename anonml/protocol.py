@@ -326,7 +326,8 @@ class LabelSpec(_Message):
     def _check(self) -> LabelSpec:
         if self.kind != "classes" and self.classes:
             raise ValueError(f"a {self.kind} label names no classes")
-        if self.kind != "numeric" and (self.low is not None or self.high is not None or self.bins is not None):
+        ranged = self.low is not None or self.high is not None or self.bins is not None
+        if self.kind != "numeric" and ranged:
             raise ValueError(f"a {self.kind} label has no range and no bins")
         if self.kind == "classes":
             if not 2 <= len(self.classes) <= MAX_LABEL_CLASSES:
@@ -347,7 +348,8 @@ class LabelSpec(_Message):
             for name, value in (("low", self.low), ("high", self.high)):
                 if not (math.isfinite(value) and abs(value) <= LABEL_RANGE_LIMIT):
                     raise ValueError(
-                        f"the numeric label's {name} = {value} must be finite and within ±{LABEL_RANGE_LIMIT:g}"
+                        f"the numeric label's {name} = {value} must be finite "
+                        f"and within ±{LABEL_RANGE_LIMIT:g}"
                     )
             if not self.high > self.low:
                 raise ValueError(f"the numeric label's range needs low < high, got [{self.low}, {self.high}]")
@@ -412,7 +414,9 @@ class ProblemDraft(_Message):
     @model_validator(mode="after")
     def _check(self) -> ProblemDraft:
         if self.mode == "paper" and self.label.kind != "binary":
-            raise ValueError(f"paper mode learns a binary label (eq. 6.2 votes ±1), not {self.label.describe()}")
+            raise ValueError(
+                f"paper mode learns a binary label (eq. 6.2 votes ±1), not {self.label.describe()}"
+            )
         names = [f.name for f in self.features]
         if len(set(names)) != len(names):
             raise ValueError("feature names must be distinct")

@@ -86,7 +86,9 @@ def problem_shuffle(ctx: ProblemContext, model_json: str | None) -> ShuffleState
     if model_json is not None:
         privacy = json.loads(model_json)["model"].get("privacy") or {}
         shuffle = privacy.get("shuffle")
-        return None if shuffle is None else shuffle_statement(draft, ShuffleBound.from_dict(shuffle), planned=False)
+        if shuffle is None:
+            return None
+        return shuffle_statement(draft, ShuffleBound.from_dict(shuffle), planned=False)
     if ctx.plan is None:
         return None
     smallest = min(ctx.plan.partition_sizes(), default=0)

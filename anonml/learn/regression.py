@@ -30,11 +30,11 @@ from anonml.learn.params import Interval, check_params
 __all__ = ["AnonMLRegressor", "target_edges", "target_bins"]
 
 
-def target_edges(low: float, high: float, n_bins: int) -> np.ndarray:
+def target_edges(low: float, high: float, n_bins: int, *, name: str = "target_range") -> np.ndarray:
     """The K + 1 edges of ``n_bins`` equal-width bins over the public range ``[low, high]``."""
     low, high = float(low), float(high)
     if not (np.isfinite(low) and np.isfinite(high) and high > low):
-        raise ValueError(f"a target range must be two finite numbers low < high, got ({low}, {high})")
+        raise ValueError(f"{name} must be two finite numbers low < high, got ({low}, {high})")
     return np.linspace(low, high, int(n_bins) + 1)
 
 
@@ -109,7 +109,9 @@ class AnonMLRegressor(RegressorMixin, BaseEstimator):
         check_is_fitted(classifier, ("binning_", "ensemble_"))
         classes = np.asarray(classifier.classes_)
         if classes.dtype.kind not in "iu" or not set(classes.tolist()) <= set(range(int(n_target_bins))):
-            raise ValueError(f"the classifier's classes {classes.tolist()} are not bins 0..{n_target_bins - 1}")
+            raise ValueError(
+                f"the classifier's classes {classes.tolist()} are not bins 0..{n_target_bins - 1}"
+            )
         model = cls(target_range=tuple(target_range), n_target_bins=int(n_target_bins))
         edges = model._edges()
         model.classifier_ = classifier
