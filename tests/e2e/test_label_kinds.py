@@ -25,6 +25,7 @@ from anonml.learn import AnonMLClassifier
 from anonml.protocol import LabelSpec, ModelDocument, ProblemDraft
 from peer.app import start_peer_server
 from peer.features import predict_locally
+from peer.host import shuffle_bounds
 from tests.aggregator.helpers import ADMIN, propose, status, wait_phase
 from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
 
@@ -57,7 +58,17 @@ def _run(aggregator_url: str, tmp_path: Path, d: ProblemDraft):
             requests.get(f"{aggregator_url}/problems/{problem.id}/model", timeout=30).content
         )
         predictions = [predict_locally(problem, document, p.store, p.username) for p in simulated]
-        return problem, final, document, predictions
+        # What `anonml peer ledger` and the dashboard show each identity (peer.host.shuffle_bounds).
+        deadline = time.monotonic() + 30
+        while not host.sessions[problem.id].finished:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        bounds = [
+            shuffle_bounds(host.db, n.fingerprint, n.ledger.releases(peer=n.fingerprint))[problem.id]
+            for n in nodes
+        ]
+        return problem, final, document, predictions, bounds
+
     finally:
         server.stop()
         for p in simulated:
@@ -69,7 +80,7 @@ def _stored_domains(db: Path) -> set[int]:
         return {json.loads(m)["m"] for (m,) in con.execute("SELECT mechanism_json FROM reports")}
 
 
-def _check_shuffle(final, document: ModelDocument) -> None:
+def _check_shuffle(final, document: ModelDocument, bounds) -> None:
     # The conditional central bound sits beside the local ε, smaller than it, with its assumptions.
     shuffle = final.shuffle
     assert shuffle is not None and not shuffle.planned
@@ -79,13 +90,18 @@ def _check_shuffle(final, document: ModelDocument) -> None:
     privacy = document.model["privacy"]
     assert privacy["shuffle"]["epsilon"] == pytest.approx(shuffle.epsilon)
     assert privacy["shuffle"]["smallest_group"] == shuffle.smallest_group <= N_PEERS // 4
+    # Each peer computes its own bound from the roster it checked: the same figure when no report
+    # was lost (the aggregator's rests on the fewest reports received per slot).
+    assert all(bound is not None and note.startswith("partitions of ≥") for bound, note in bounds)
+    if final.reports is not None and final.reports.lost == 0:
+        assert {round(b.epsilon, 9) for b, _ in bounds} == {round(shuffle.epsilon, 9)}
 
 
 @pytest.mark.slow
 def test_a_three_class_problem_runs_end_to_end_and_predicts_class_names(aggregator, tmp_path):
     names = ("silent", "some", "busy")
     d = _draft(LabelSpec(kind="classes", classes=names), {"label": "level", "level_cuts": [1, 40]})
-    problem, final, document, predictions = _run(aggregator.url, tmp_path, d)
+    problem, final, document, predictions, bounds = _run(aggregator.url, tmp_path, d)
     # Every report's domain is (2 bins) × K = 3 labels.
     assert _stored_domains(aggregator.db_path) == {6}
     model = AnonMLClassifier.from_json(json.dumps(document.model))
@@ -95,14 +111,14 @@ def test_a_three_class_problem_runs_end_to_end_and_predicts_class_names(aggregat
     assert {p.answer for p in predictions} <= set(names)
     for p in predictions:
         assert p.answer == names[p.label] and 1 / 3 <= p.probability <= 1
-    _check_shuffle(final, document)
+    _check_shuffle(final, document, bounds)
 
 
 @pytest.mark.slow
 def test_a_numeric_label_runs_end_to_end_and_predicts_values_in_its_range(aggregator, tmp_path):
     spec = LabelSpec(kind="numeric", low=0.0, high=120.0, bins=4)
     d = _draft(spec, {"label": "events"})
-    problem, final, document, predictions = _run(aggregator.url, tmp_path, d)
+    problem, final, document, predictions, bounds = _run(aggregator.url, tmp_path, d)
     assert _stored_domains(aggregator.db_path) == {8}  # (2 bins) × K = 4 target bins
     model = AnonMLClassifier.from_json(json.dumps(document.model))
     assert model.classes_.tolist() == [0, 1, 2, 3]
@@ -110,4 +126,4 @@ def test_a_numeric_label_runs_end_to_end_and_predicts_values_in_its_range(aggreg
     # Σ_k P(bin k)·c_k lies between the first and last bin midpoints (15 and 105).
     assert np.all((values >= 15.0 - 1e-9) & (values <= 105.0 + 1e-9))
     assert {p.kind for p in predictions} == {"numeric"} and all(0 <= p.label < 4 for p in predictions)
-    _check_shuffle(final, document)
+    _check_shuffle(final, document, bounds)
