@@ -523,13 +523,21 @@ def predict(
             store.close()
     result = {
         "problem": problem_id,
+        "label": problem.draft.label.kind,
         "probability": mine.probability,
         "prediction": mine.label,
+        "answer": mine.answer,
         "features": mine.features,
     }
     if as_json:
         print_json(result)
         return
-    out.print(
-        f"{untrusted(problem.draft.title, TITLE_LIMIT)}: P(label = 1) = {mine.probability:.3f} → {mine.label}"
-    )
+    title = untrusted(problem.draft.title, TITLE_LIMIT)
+    if mine.kind == "binary":
+        out.print(f"{title}: P(label = 1) = {mine.probability:.3f} → {mine.label}")
+    elif mine.kind == "classes":
+        out.print(f"{title}: {untrusted(str(mine.answer), 64)} (P = {mine.probability:.3f})")
+    else:
+        spec = problem.draft.label
+        where = f"{spec.bins} bins of [{spec.low:g}, {spec.high:g}]"
+        out.print(f"{title}: {float(mine.answer):.4g} (expected value over {where})")
