@@ -120,7 +120,8 @@ def test_ledger_shows_the_local_epsilon_and_beside_it_the_labelled_shuffle_bound
     assert report["shuffle_note"] == "partitions of ≥ 200 peers"
     assert problems["p-median"]["shuffle"] is None
     assert "median answers are signed" in problems["p-median"]["shuffle_note"]
-    assert problems["p-unknown"]["shuffle"] is None and "local ε only" in problems["p-unknown"]["shuffle_note"]
+    unknown = problems["p-unknown"]
+    assert unknown["shuffle"] is None and "local ε only" in unknown["shuffle_note"]
     table = runner.invoke(peer_cli, ["ledger"], terminal_width=250)
     assert table.exit_code == 0, table.output
     assert "local ε (the guarantee)" in table.output and "central (ε, δ) if shuffled*" in table.output
