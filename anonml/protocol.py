@@ -378,6 +378,9 @@ class LabelSpec(_Message):
         return "binary"
 
 
+_BINARY = LabelSpec()
+
+
 class ProblemDraft(_Message):
     """What an aggregator proposes: plugins by (name, version, params), never code.
 
@@ -409,7 +412,9 @@ class ProblemDraft(_Message):
     mode: Literal["default", "paper"] = "default"
     witnesses: tuple[WitnessRef, ...] = Field(default=(), max_length=16)
     admission: Admission = Admission()
-    label: LabelSpec = LabelSpec()
+    #: Left out of the wire form when binary, so a binary problem's canonical bytes (and every
+    #: signature and transcript over them) are those it had before drafts named a label.
+    label: LabelSpec = Field(default=_BINARY, exclude_if=lambda spec: spec == _BINARY)
 
     @model_validator(mode="after")
     def _check(self) -> ProblemDraft:

@@ -139,3 +139,18 @@ def test_reports_carry_the_label_domain_and_an_out_of_domain_label_sends_a_stand
     reports, _, why = make_reports(p, assignment, bad, bins, 50, "peer", np.random.default_rng(0))
     assert reports[0].mechanism.m == 6 and why == ["label 3 is not a class index 0..2"]
 
+
+
+def test_a_binary_problem_keeps_the_wire_form_and_signature_it_had_before_labels():
+    from anonml.protocol import signing_bytes, verify_message
+
+    binary = problem()
+    assert "label" not in json.loads(binary.model_dump_json())["draft"]
+    # A problem signed over the old form (no label key) verifies and parses as binary.
+    old_form = json.loads(binary.model_dump_json())
+    parsed = type(binary).model_validate(old_form)
+    assert parsed.draft.label.kind == "binary" and signing_bytes(parsed) == signing_bytes(binary)
+    verify_message(parsed, bytes(parsed.aggregator))
+    named = problem(label=LabelSpec(**CLASSES))
+    assert json.loads(named.model_dump_json())["draft"]["label"]["classes"] == ["low", "mid", "high"]
+    verify_message(type(named).model_validate_json(named.model_dump_json()), bytes(named.aggregator))
