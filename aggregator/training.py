@@ -13,6 +13,14 @@ posteriors; paper: thesis eq. 6.2 votes) with the settings
 the demo's simulation uses too) and become an
 :class:`~anonml.learn.model.AnonMLClassifier` with the published bins, which
 serialises to versioned JSON.
+
+The label is the draft's :class:`~anonml.protocol.LabelSpec`: every
+histogram's label domain is its K, and the model's ``classes_`` are 0/1, the
+class names, or the target bins 0..K−1 (a numeric label: the peer turns the
+class probabilities into a value with the public bin midpoints). The model's
+``privacy_`` carries the conditional shuffle bound of the report pool
+(:func:`shuffle_statement`), computed from the reports that arrived in each
+(partition, subset).
 """
 
 from __future__ import annotations
@@ -33,10 +41,26 @@ from anonml.learn import (
     learner_settings,
 )
 from anonml.privacy import MechanismDescriptor
-from anonml.protocol import Bins, Problem, ReportAccount, Roster, unpack_bits
+from anonml.privacy.amplification import ShuffleBound, report_pool_bound
+from anonml.protocol import (
+    Bins,
+    Problem,
+    ProblemDraft,
+    ReportAccount,
+    Roster,
+    ShuffleStatement,
+    unpack_bits,
+)
 from anonml.randomness import resolve_rng
 
-__all__ = ["ReportGroup", "group_reports", "train_problem", "binning_of", "account_reports"]
+__all__ = [
+    "ReportGroup",
+    "group_reports",
+    "train_problem",
+    "binning_of",
+    "account_reports",
+    "shuffle_statement",
+]
 
 #: Intake refusals that are not losses (the report they repeat was stored).
 NOT_A_LOSS = frozenset({"duplicate token"})
@@ -86,6 +110,28 @@ def binning_of(problem: Problem, bins: Bins) -> Binning:
     return Binning.from_thresholds(problem.draft.features, dict(enumerate(bins.edges)))
 
 
+def shuffle_statement(
+    draft: ProblemDraft, bound: ShuffleBound | None, *, planned: bool
+) -> ShuffleStatement | None:
+    """``bound`` (the report pool's conditional shuffle (ε, δ)) on the wire, beside the local ε.
+
+    The bound is :func:`~anonml.privacy.amplification.report_pool_bound`'s
+    (FMT 2021 with k_h reports of ε/k_h per peer) for the fewest reports of one
+    (partition, subset): the roster's smallest partition before the round
+    (``planned``), the fewest received after it (the model's ``privacy_.shuffle``).
+    """
+    if bound is None:
+        return None
+    return ShuffleStatement(
+        local_epsilon=draft.epsilon,
+        epsilon=bound.epsilon,
+        delta=bound.delta,
+        smallest_group=bound.smallest_group,
+        assumptions=bound.assumptions,
+        planned=planned,
+    )
+
+
 def group_reports(reports: Iterable[tuple[int, int, str, bytes]]) -> list[ReportGroup]:
     """Sum ``(partition, subset, mechanism JSON, packed bits)`` rows per group, in a stable order."""
     groups: dict[tuple[int, int, str], ReportGroup] = {}
@@ -117,7 +163,8 @@ def train_problem(
     model : AnonMLClassifier
         Fitted from the debiased histograms with the published bins.
     metrics : dict
-        ``reports``, ``histograms``, ``report_peers``, ``median_answers``.
+        ``reports``, ``histograms``, ``report_peers``, ``median_answers``, and
+        ``label_classes`` (K).
 
     Raises
     ------
@@ -132,15 +179,22 @@ def train_problem(
         raise ProtocolError(f"problem {problem.id}: no report arrived, nothing to train on")
     settings = learner_settings(draft)
     learner = AnonMLClassifier(**settings)
+    k = draft.label.k
     histograms: list[SubsetHistogram] = []
+    received: dict[tuple[int, int], int] = {}
     for g in groups:
         features = plan.subsets[g.partition][g.subset]
         shape = tuple(binning.n_bins[f] for f in features)
         histograms.append(
-            estimate_histogram(g.bit_sums, g.mechanism, g.n, features, shape, consistency=learner.consistency)
+            estimate_histogram(
+                g.bit_sums, g.mechanism, g.n, features, shape, consistency=learner.consistency, n_classes=k
+            )
         )
+        received[(g.partition, g.subset)] = received.get((g.partition, g.subset), 0) + g.n
     ensemble = learner.ensemble_from(histograms, [g.n for g in groups], rng)
     report_peers = len(roster.entries) - roster.median_pool_size
+    # A slot nobody's report reached shuffles nothing; the fewest reports that did arrive decide.
+    bound = report_pool_bound(float(draft.report_epsilon), int(draft.kh), min(received.values()))
     accounting = PrivacyAccounting(
         epsilon_total=max(draft.epsilon, draft.median_epsilon if median_answered else 0.0),
         report_epsilon=draft.report_epsilon,
@@ -148,13 +202,17 @@ def train_problem(
         report_peers=report_peers,
         median_peers=median_answered,
         median_epsilon=draft.median_epsilon,
+        shuffle=bound,
     )
-    model = AnonMLClassifier.from_ensemble(binning, ensemble, privacy=accounting, **settings)
+    model = AnonMLClassifier.from_ensemble(
+        binning, ensemble, classes=draft.label.model_classes(), privacy=accounting, **settings
+    )
     n_reports = sum(g.n for g in groups)
     metrics = {
         "reports": float(n_reports),
         "histograms": float(len(histograms)),
         "report_peers": float(report_peers),
         "median_answers": float(median_answered),
+        "label_classes": float(k),
     }
     return model, metrics

@@ -67,11 +67,15 @@ __all__ = [
     "verify_message",
     "Schedule",
     "MedianSettings",
+    "MAX_LABEL_CLASSES",
+    "LABEL_RANGE_LIMIT",
+    "LabelSpec",
     "ProblemDraft",
     "Problem",
     "Phase",
     "MODEL_PHASES",
     "ReportAccount",
+    "ShuffleStatement",
     "ProblemStatus",
     "Registration",
     "RegistrationReceipt",
@@ -286,6 +290,97 @@ class Admission(_Message):
             raise ValueError("open admission names no issuer and no scope")
         return self
 
+#: Most classes (or target bins) a label may have: every report's domain is K × its cells.
+MAX_LABEL_CLASSES = 16
+#: A numeric label's public range must lie within ±this bound (finite, and no float-precision games).
+LABEL_RANGE_LIMIT = 1e12
+_CLASS_NAME = r"^[\x21-\x7e][\x20-\x7e]{0,62}[\x21-\x7e]$|^[\x21-\x7e]$"
+
+
+class LabelSpec(_Message):
+    """The label a problem learns, and so the label domain K of every report.
+
+    * ``binary`` (the default): the instancer's label is a bit; K = 2.
+    * ``classes``: K = len(``classes``) named classes (2 ≤ K ≤ :data:`MAX_LABEL_CLASSES`,
+      distinct printable-ASCII names); the instancer's label is a class name or
+      its index.
+    * ``numeric``: a number learned as ``bins`` ordered bins (K = ``bins``) of
+      equal width over the public range ``[low, high]`` (finite, within
+      ±:data:`LABEL_RANGE_LIMIT`); a value outside the range is clipped into an
+      end bin, so no value changes what a peer sends. The model predicts
+      ``Σ_k P̂(bin k | x)·c_k`` with ``c_k`` the bin midpoints
+      (:class:`anonml.learn.AnonMLRegressor`).
+
+    Like the features' ranges, everything here is public and fixed before any
+    data is seen; the peer checks it as it checks every parameter: K is
+    bounded (a label spec cannot make a report's domain large enough to tell
+    peers apart by a value only one of them has) and a numeric range is finite.
+    """
+
+    kind: Literal["binary", "classes", "numeric"] = "binary"
+    classes: tuple[str, ...] = Field(default=(), max_length=MAX_LABEL_CLASSES)
+    low: float | None = None
+    high: float | None = None
+    bins: int | None = Field(default=None, ge=2, le=MAX_LABEL_CLASSES)
+
+    @model_validator(mode="after")
+    def _check(self) -> LabelSpec:
+        if self.kind != "classes" and self.classes:
+            raise ValueError(f"a {self.kind} label names no classes")
+        ranged = self.low is not None or self.high is not None or self.bins is not None
+        if self.kind != "numeric" and ranged:
+            raise ValueError(f"a {self.kind} label has no range and no bins")
+        if self.kind == "classes":
+            if not 2 <= len(self.classes) <= MAX_LABEL_CLASSES:
+                raise ValueError(
+                    f"a classes label names 2 to {MAX_LABEL_CLASSES} classes, got {len(self.classes)}"
+                )
+            for name in self.classes:
+                if not re.fullmatch(_CLASS_NAME, name):
+                    raise ValueError(
+                        f"class name {name[:40]!r} must be 1-64 printable ASCII characters, "
+                        "not starting or ending with a space"
+                    )
+            if len(set(self.classes)) != len(self.classes):
+                raise ValueError("class names must be distinct")
+        if self.kind == "numeric":
+            if self.low is None or self.high is None or self.bins is None:
+                raise ValueError("a numeric label needs its public range (low, high) and its bins")
+            for name, value in (("low", self.low), ("high", self.high)):
+                if not (math.isfinite(value) and abs(value) <= LABEL_RANGE_LIMIT):
+                    raise ValueError(
+                        f"the numeric label's {name} = {value} must be finite "
+                        f"and within ±{LABEL_RANGE_LIMIT:g}"
+                    )
+            if not self.high > self.low:
+                raise ValueError(f"the numeric label's range needs low < high, got [{self.low}, {self.high}]")
+        return self
+
+    @property
+    def k(self) -> int:
+        """K, the label domain of every report."""
+        if self.kind == "classes":
+            return len(self.classes)
+        if self.kind == "numeric":
+            assert self.bins is not None
+            return int(self.bins)
+        return 2
+
+    def model_classes(self) -> tuple[int | str, ...]:
+        """The published model's ``classes_``: 0/1, the class names, or the bin indices 0..K−1."""
+        return self.classes if self.kind == "classes" else tuple(range(self.k))
+
+    def describe(self) -> str:
+        """One line: ``"binary"``, ``"3 classes: a, b, c"``, ``"numeric in [0, 60], 4 bins"``."""
+        if self.kind == "classes":
+            return f"{self.k} classes: {', '.join(self.classes)}"
+        if self.kind == "numeric":
+            return f"numeric in [{self.low:g}, {self.high:g}], {self.bins} bins"
+        return "binary"
+
+
+_BINARY = LabelSpec()
+
 
 class ProblemDraft(_Message):
     """What an aggregator proposes: plugins by (name, version, params), never code.
@@ -293,7 +388,11 @@ class ProblemDraft(_Message):
     ``features`` names features of the featurizer (by name, with the kind the
     featurizer declares); a peer computes all of the featurizer's features
     locally and keeps these, in this order. Their declared ranges are public
-    and bound the median search and the bins. The label is the instancer's.
+    and bound the median search and the bins. The label is the instancer's,
+    read as ``label`` says (:class:`LabelSpec`: binary, K named classes, or a
+    numeric target in K ordered bins); every report carries it, so each
+    report's domain is K × its subset's cells. Paper mode is binary only
+    (thesis eq. 6.2 votes ±1).
     """
 
     title: str = Field(min_length=1, max_length=200)
@@ -314,9 +413,16 @@ class ProblemDraft(_Message):
     mode: Literal["default", "paper"] = "default"
     witnesses: tuple[WitnessRef, ...] = Field(default=(), max_length=16)
     admission: Admission = Admission()
+    #: Left out of the wire form when binary, so a binary problem's canonical bytes (and every
+    #: signature and transcript over them) are those it had before drafts named a label.
+    label: LabelSpec = Field(default=_BINARY, exclude_if=lambda spec: spec == _BINARY)
 
     @model_validator(mode="after")
     def _check(self) -> ProblemDraft:
+        if self.mode == "paper" and self.label.kind != "binary":
+            raise ValueError(
+                f"paper mode learns a binary label (eq. 6.2 votes ±1), not {self.label.describe()}"
+            )
         names = [f.name for f in self.features]
         if len(set(names)) != len(names):
             raise ValueError("feature names must be distinct")
@@ -420,6 +526,26 @@ class ReportAccount(_Message):
         return f"{self.lost} of {self.expected} reports lost ({self.lost_fraction:.1%}){why}"
 
 
+class ShuffleStatement(_Message):
+    """The conditional central (ε, δ) of the aggregator's view by shuffling, beside the local ε.
+
+    Feldman, McMillan & Talwar (FOCS 2021), numerical clone bound
+    (:class:`anonml.privacy.amplification.ShuffleBound`): each report pool's
+    reports are unlinkable among at least ``smallest_group`` of them. It holds
+    only under ``assumptions`` (unlinkability, honest members); the local ε
+    (``local_epsilon``, each peer's total) is the guarantee that needs neither.
+    ``planned`` is True while the figure rests on the roster's partition sizes
+    (before the reports arrived), False once it rests on the reports received.
+    """
+
+    local_epsilon: float = Field(gt=0)
+    epsilon: float = Field(ge=0)
+    delta: float = Field(gt=0, lt=1)
+    smallest_group: int = Field(ge=1)
+    assumptions: str = Field(max_length=2000)
+    planned: bool = False
+
+
 class ProblemStatus(_Message):
     """What anyone may know about a problem's progress."""
 
@@ -442,6 +568,8 @@ class ProblemStatus(_Message):
     #: The schedule the round keeps — the proposal's, raised to floors sized for the roster — once
     #: the roster is out (the bins carry its absolute report windows).
     schedule: Schedule | None = None
+    #: The conditional shuffle bound beside the local ε, once the roster fixes the partitions.
+    shuffle: ShuffleStatement | None = None
 
 
 # --- registration and roster ---------------------------------------------------

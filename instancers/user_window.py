@@ -10,6 +10,13 @@ The thesis's MOOC dropout problem (ch. 4) is the default: a student active in
 the first ``history_periods`` weeks is labelled a dropout (1) if they do
 nothing between week ``label_start`` and week ``label_end``; a student with no
 activity in the history window is not an example at all.
+
+Besides that bit, the label window gives two other targets: ``label="events"``
+is the number of matching events in it (a numeric label, for a problem whose
+label spec is numeric with a public range and bins), and ``label="level"`` the
+activity level, the number of ``level_cuts`` the count reaches (class 0 below
+the first cut, …, class ``len(level_cuts)`` from the last): K classes for a
+problem whose label spec names K = ``len(level_cuts) + 1`` classes.
 """
 
 from __future__ import annotations
@@ -48,7 +55,9 @@ class UserWindowInstancer(Instancer):
         """Windows are in periods of ``period_days`` counted from the origin.
 
         ``label="inactive"`` gives 1 when the label window has fewer than
-        ``min_events`` matching events (dropout); ``"active"`` gives the opposite.
+        ``min_events`` matching events (dropout); ``"active"`` gives the opposite;
+        ``"events"`` the count itself; ``"level"`` the number of ``level_cuts``
+        (increasing counts) the count reaches.
         """
 
         period_days: float = Field(default=7.0, gt=0, le=366)
@@ -56,8 +65,9 @@ class UserWindowInstancer(Instancer):
         history_periods: int = Field(default=2, ge=1, le=520)
         label_start: int = Field(default=2, ge=0, le=520)
         label_end: int = Field(default=6, ge=1, le=1040)
-        label: Literal["inactive", "active"] = "inactive"
+        label: Literal["inactive", "active", "events", "level"] = "inactive"
         min_events: int = Field(default=1, ge=1, le=1_000_000)
+        level_cuts: tuple[int, ...] = Field(default=(1, 50), min_length=1, max_length=15)
         activity: EventMatch = EventMatch()
         require_history_activity: bool = True
 
@@ -72,6 +82,8 @@ class UserWindowInstancer(Instancer):
                 )
             if isinstance(self.origin, datetime) and self.origin.tzinfo is None:
                 raise ValueError("origin must carry a timezone")
+            if any(b <= a for a, b in zip(self.level_cuts, self.level_cuts[1:], strict=False)):
+                raise ValueError("level_cuts must be increasing")
             return self
 
     def make_instances(self, dataset: Dataset) -> list[Instance]:
@@ -89,5 +101,10 @@ class UserWindowInstancer(Instancer):
             1 for e in label_window.events if e.timestamp is not None and p.activity.matches(e)
         )
         active = n_active >= p.min_events
-        label = int(not active) if p.label == "inactive" else int(active)
+        if p.label == "events":
+            label = n_active
+        elif p.label == "level":
+            label = sum(n_active >= cut for cut in p.level_cuts)
+        else:
+            label = int(not active) if p.label == "inactive" else int(active)
         return [Instance(entity=dataset.user, dataset=history, label=label)]

@@ -30,7 +30,7 @@ from anonml.store import EventRow, EventStore, ImportRecord, ImportRow, SourceSu
 from anonml.web import Series, epsilon_sentence, svg_step_chart
 from peer.db import PeerDB
 from peer.features import LocalPrediction, predict_locally
-from peer.host import PeerHost, committed_epsilon, release_marks
+from peer.host import PeerHost, committed_epsilon, release_marks, shuffle_bounds
 from peer.participant import PeerNode
 from peer.phases import ParticipationPhase
 from peer.policy import evaluate_problem
@@ -256,27 +256,6 @@ def _titles(db: PeerDB) -> Callable[[str], str]:
     return title
 
 
-def _shuffle(host: PeerHost, node: PeerNode, problem_id: str, releases: list[Release]) -> tuple[
-    ShuffleBound | None, str
-]:
-    """The shuffle bound of this peer's reports in ``problem_id``: each of its ``k`` reports is
-    shuffled among its partition's peers, ``n = ⌊(members − median pool) / k_p⌋``
-    (:meth:`ShuffleBound.of_groups`); median answers keep their local ε."""
-    reports = [r for r in releases if (r.pool or "").startswith("partition-")]
-    if not reports:
-        return None, "no reports (median answers are not shuffled)"
-    session = host.sessions.get(problem_id)
-    mine = [p for p in session.participants if p.node is node] if session is not None else []
-    facts = mine[0].roster if mine else None
-    if facts is None:
-        return None, "the roster is not in memory (after a restart): local ε only"
-    roster = facts.view.roster
-    n = (len(roster.entries) - roster.median_pool_size) // session.problem.draft.kp
-    if n < 2:
-        return None, f"a partition of {n} peer: nothing to hide among"
-    return ShuffleBound.of_groups([(reports[0].epsilon, len(reports), n)]), f"partitions of ≥ {n} peers"
-
-
 def ledger_view(host: PeerHost, node: PeerNode, ledger: PrivacyLedger | None = None) -> LedgerView:
     """Releases, per-problem spend and the cumulative-ε chart against the lifetime cap."""
     ledger = ledger or node.ledger
@@ -287,8 +266,9 @@ def ledger_view(host: PeerHost, node: PeerNode, ledger: PrivacyLedger | None = N
     for r in releases:
         by_problem.setdefault(r.problem, []).append(r)
     spends = []
+    bounds = shuffle_bounds(host.db, node.fingerprint, releases)
     for pid, rs in by_problem.items():
-        bound, note = _shuffle(host, node, pid, rs)
+        bound, note = bounds[pid]
         spends.append(
             ProblemSpend(pid, title(pid), ledger.budget(node.fingerprint, pid).total, len(rs),
                          marks.get(pid, ""), bound, note)

@@ -3,8 +3,11 @@
 The problem names an installed instancer and featurizer (by name, version and
 params); the peer runs them over its own events only, keeps the proposed
 features by name, clips each numeric value into its declared range (the range
-the bins and the median search assume) and takes the instancer's label as a
-bit. Nothing leaves this module but the numbers the caller then perturbs.
+the bins and the median search assume) and reads the instancer's label as the
+proposal's :class:`~anonml.protocol.LabelSpec` says: a bit, the index of a
+named class, or the ordered bin of a numeric target over its public range
+(clipped into the end bins, like a feature). Nothing leaves this module but
+the numbers the caller then perturbs.
 
 Whether a peer takes part never depends on this computation (DESIGN §7, the
 aggregator chooses the plugins and their params, so any condition they
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -26,19 +30,26 @@ from anonml.errors import AnonMLError
 from anonml.featurize import featurize_dataset
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import Featurizer, Instancer
-from anonml.protocol import ModelDocument, Problem, verify_message
+from anonml.protocol import LabelSpec, ModelDocument, Problem, verify_message
 from anonml.randomness import resolve_rng
 from anonml.store import EventStore
 from peer.policy import load_plugins
 
 __all__ = [
-    "LocalExample", "LocalPrediction", "local_example", "predict_locally", "store_user", "invalid_features"
+    "LocalExample",
+    "LocalPrediction",
+    "label_index",
+    "local_example",
+    "predict_example",
+    "predict_locally",
+    "store_user",
+    "invalid_features",
 ]
 
 
 @dataclass(frozen=True)
 class LocalExample:
-    """The peer's feature vector (proposal order) and label bit."""
+    """The peer's feature vector (proposal order) and label index in 0..K−1 (:func:`label_index`)."""
 
     x: np.ndarray
     y: int
@@ -56,12 +67,38 @@ def store_user(store: EventStore, user: str | None) -> str:
     return users[0]
 
 
-def _label_bit(label: object) -> int:
+def label_index(label: object, spec: LabelSpec) -> int:
+    """The instancer's ``label`` as an index into the label domain 0..K−1 of ``spec``.
+
+    * binary: 0 or 1 (bool, int or float);
+    * classes: a class name, or its index;
+    * numeric: a finite number, binned over the public range with
+      :func:`anonml.learn.regression.target_bins` (out-of-range values go to an end bin).
+
+    Raises :class:`~anonml.errors.AnonMLError` naming the label and the spec
+    otherwise (the caller then sends stand-ins: what is sent never depends on it).
+    """
+    from anonml.learn.regression import target_bins, target_edges
+
+    if spec.kind == "classes":
+        if isinstance(label, str) and label in spec.classes:
+            return spec.classes.index(label)
+        if isinstance(label, int | np.integer) and not isinstance(label, bool) and 0 <= int(label) < spec.k:
+            return int(label)
+        raise AnonMLError(f"the instancer's label {label!r} is none of the {spec.describe()}")
+    if spec.kind == "numeric":
+        if isinstance(label, bool) or not isinstance(label, int | float | np.integer | np.floating):
+            raise AnonMLError(f"the instancer's label {label!r} is not a number ({spec.describe()})")
+        value = float(label)
+        if not np.isfinite(value):
+            raise AnonMLError(f"the instancer's label {value} is not finite ({spec.describe()})")
+        assert spec.low is not None and spec.high is not None and spec.bins is not None
+        return int(target_bins(np.asarray([value]), target_edges(spec.low, spec.high, spec.bins))[0])
     if isinstance(label, bool | int | np.integer) and int(label) in (0, 1):
         return int(label)
     if isinstance(label, float) and label in (0.0, 1.0):
         return int(label)
-    raise AnonMLError(f"the instancer's label {label!r} is not a bit (0/1); AnonML reports one label bit")
+    raise AnonMLError(f"the instancer's label {label!r} is not a bit (0/1), as this binary problem needs")
 
 
 def local_example(
@@ -85,7 +122,7 @@ def local_example(
     ------
     AnonMLError
         When a plugin is missing, the store holds no example for the user, or
-        the label is not a bit.
+        the label does not fit the problem's label spec (:func:`label_index`).
     """
     instancer, featurizer, columns = plugins if plugins is not None else load_plugins(problem)
     who = store_user(store, user)
@@ -106,7 +143,7 @@ def local_example(
     for j, spec in enumerate(problem.draft.features):
         if spec.kind is FeatureKind.NUMERIC:
             values[j] = float(np.clip(values[j], spec.low, spec.high))
-    return LocalExample(values, _label_bit(row.label))
+    return LocalExample(values, label_index(row.label, problem.draft.label))
 
 
 def invalid_features(x: np.ndarray, specs: tuple[FeatureSpec, ...]) -> dict[int, str]:
@@ -133,11 +170,45 @@ def invalid_features(x: np.ndarray, specs: tuple[FeatureSpec, ...]) -> dict[int,
 
 @dataclass(frozen=True)
 class LocalPrediction:
-    """The model's answer for this peer's own example: ``P(label = 1)``, the label, the feature values."""
+    """The model's answer for this peer's own example.
+
+    ``label`` is the predicted class index (0/1 for a binary problem, the
+    class's index, or the most likely target bin); ``probability`` is
+    ``P(label = 1)`` for a binary problem and the predicted class's
+    probability otherwise; ``answer`` is what to show: the 0/1 label, the
+    class name, or (numeric label) the predicted value
+    ``Σ_k P̂(bin k | x)·c_k`` (:class:`anonml.learn.AnonMLRegressor`).
+    """
 
     probability: float
     label: int
     features: dict[str, float]
+    answer: int | str | float = 0
+    kind: str = "binary"
+
+
+def predict_example(model: Any, x: np.ndarray, spec: LabelSpec) -> tuple[float, int, int | str | float]:
+    """``(probability, label index, answer)`` of the published ``model`` for one raw vector ``x``
+    (:class:`LocalPrediction` says what each is for each label kind)."""
+    from anonml.learn import AnonMLRegressor
+
+    row = np.asarray(x, dtype=float)[None, :]
+    proba = model.predict_proba(row)[0]
+    classes = [c.item() if isinstance(c, np.generic) else c for c in model.classes_]
+    if [str(c) for c in classes] != [str(c) for c in spec.model_classes()]:
+        raise AnonMLError(
+            f"the model's classes {classes[:20]} are not the problem's label domain ({spec.describe()})"
+        )
+    if spec.kind == "binary":
+        label = int(model.predict(row)[0].item())
+        return float(proba[1]), label, label
+    best = int(np.argmax(proba))
+    index = int(classes[best]) if spec.kind == "numeric" else spec.classes.index(str(classes[best]))
+    if spec.kind == "classes":
+        return float(proba[best]), index, spec.classes[index]
+    assert spec.low is not None and spec.high is not None and spec.bins is not None
+    regressor = AnonMLRegressor.from_classifier(model, (spec.low, spec.high), spec.bins)
+    return float(proba[best]), index, float(regressor.predict(row)[0])
 
 
 def predict_locally(
@@ -151,6 +222,7 @@ def predict_locally(
 
     The example is :func:`local_example`'s (offered ``sources`` only); nothing
     leaves the machine. ``anonml peer predict`` and the dashboard both call this.
+    The answer is in the problem's label domain (:func:`predict_example`).
 
     Raises
     ------
@@ -165,7 +237,9 @@ def predict_locally(
         raise AnonMLError(f"the model is for problem {document.problem_id}, not {problem.id}")
     model = AnonMLClassifier.from_json(json.dumps(document.model))
     example = local_example(problem, store, user, sources=sources)
-    proba = float(model.predict_proba(example.x[None, :])[0, 1])
-    label = int(model.predict(example.x[None, :])[0].item())
+    spec = problem.draft.label
+    probability, label, answer = predict_example(model, example.x, spec)
     names = [f.name for f in problem.draft.features]
-    return LocalPrediction(proba, label, dict(zip(names, example.x.tolist(), strict=True)))
+    return LocalPrediction(
+        probability, label, dict(zip(names, example.x.tolist(), strict=True)), answer, spec.kind
+    )

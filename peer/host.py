@@ -24,6 +24,8 @@ import numpy as np
 
 from anonml.errors import AnonMLError
 from anonml.privacy import PrivacyLedger
+from anonml.privacy.amplification import ShuffleBound, report_pool_bound
+from anonml.privacy.budget import Release
 from anonml.protocol import AdmissionCredential, PeerStatus, Problem, RosterWitness, verify_message
 from peer.client import AggregatorClient
 from peer.db import PeerDB
@@ -125,6 +127,47 @@ def release_marks(db: PeerDB | None, fingerprint: str) -> dict[str, str]:
             notes.append(f"{lost} of {sent} reports lost")
         marks[row.problem_id] = "; ".join(notes)
     return marks
+
+
+def shuffle_bounds(
+    db: PeerDB | None, fingerprint: str, releases: Sequence[Release]
+) -> dict[str, tuple[ShuffleBound | None, str]]:
+    """Per problem of ``releases``, the conditional shuffle bound of the identity's reports, and its basis.
+
+    Each of its k reports (pool ``partition-…``) of ε₀ is shuffled among the
+    ``n`` reports of its (partition, subset), ``n = ⌊(members − median pool) /
+    k_p⌋`` from the signed roster it checked (saved in its state, so this
+    works after a restart and without the daemon):
+    :func:`~anonml.privacy.amplification.report_pool_bound` (FMT 2021), the
+    same figure the aggregator publishes. A median answer is signed and keeps
+    its local ε. ``anonml peer ledger`` and the dashboard both call this.
+
+    Returns
+    -------
+    dict
+        problem → ``(bound or None, note)``: the note says what the bound rests
+        on, or why there is none.
+    """
+    groups: dict[str, int | None] = {}
+    for row in db.states(fingerprint) if db is not None else []:
+        groups[row.problem_id] = json.loads(row.facts_json).get("report_group")
+    by_problem: dict[str, list[Release]] = {}
+    for r in releases:
+        by_problem.setdefault(r.problem, []).append(r)
+    out: dict[str, tuple[ShuffleBound | None, str]] = {}
+    for pid, rs in by_problem.items():
+        reports = [r for r in rs if (r.pool or "").startswith("partition-")]
+        n = groups.get(pid)
+        if not reports:
+            out[pid] = (None, "no reports (median answers are signed, not shuffled)")
+        elif n is None:
+            out[pid] = (None, "no checked roster on record: local ε only")
+        elif n < 2:
+            out[pid] = (None, f"a partition of {n} peer: nothing to hide among")
+        else:
+            bound = report_pool_bound(float(reports[0].epsilon), len(reports), int(n))
+            out[pid] = (bound, f"partitions of ≥ {n} peers")
+    return out
 
 
 class AggregatorBackoff:

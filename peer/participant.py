@@ -110,7 +110,7 @@ from anonml.store import EventStore
 from peer.client import AggregatorClient, HTTPRefusal, fetch_witness
 from peer.db import PeerDB, StateRow
 from peer.dispatch import post
-from peer.features import LocalExample, invalid_features, local_example
+from peer.features import LocalExample, invalid_features, local_example, predict_example
 from peer.phases import (
     TERMINAL,
     IllegalTransition,
@@ -211,6 +211,7 @@ class Participant:
     sent: int = 0
     outcome: Outcome | None = None
     _resumed_fingerprint: str | None = None  # a restart re-checks the roster against this one
+    _resumed_group: int | None = None  # report_group as saved before a restart
 
     # -- the machine -------------------------------------------------------------------
     @property
@@ -290,6 +291,19 @@ class Participant:
         return self.outcome.prediction if self.outcome is not None else None
 
     @property
+    def report_group(self) -> int | None:
+        """Reports each of this identity's reports is shuffled among, from the roster it checked.
+
+        ``⌊(members − median pool) / k_p⌋``, the smallest report partition of
+        the signed roster (what :func:`peer.host.shuffle_bounds` reads from the
+        saved facts); None before the roster.
+        """
+        if self.roster is None:
+            return self._resumed_group
+        roster = self.roster.view.roster
+        return (len(roster.entries) - roster.median_pool_size) // self.problem.draft.kp
+
+    @property
     def relay_url(self) -> str:
         return f"{self.relay_base}/relay/{self.node.node_id.hex()}"
 
@@ -305,6 +319,7 @@ class Participant:
             "confirmed": sorted(self.comparisons.confirmed),
             "asked": sorted(self.comparisons.asked),
             "roster_fingerprint": fingerprint,
+            "report_group": self.report_group,
             "window_end": self.window_end,
             "sent": self.sent,
             "paths": None
@@ -348,6 +363,7 @@ class Participant:
         self.standins = list(facts.get("standins", []))
         self.comparisons = Comparisons(set(facts.get("confirmed", [])), set(facts.get("asked", [])))
         self._resumed_fingerprint = facts.get("roster_fingerprint")
+        self._resumed_group = facts.get("report_group")
         self.window_end = facts.get("window_end")
         self.sent = int(facts.get("sent", 0))
         vault = self.node.vault
@@ -845,7 +861,10 @@ class Participant:
             if bad:  # the model cannot bin this value either: no prediction, said locally
                 self.reason = f"no prediction: {'; '.join(bad.values())}"
             else:
-                prediction = float(model.predict_proba(self.example.x[None, :])[0, 1])
+                try:  # P(label = 1), or the predicted class's probability (LocalPrediction)
+                    prediction = predict_example(model, self.example.x, self.problem.draft.label)[0]
+                except AnonMLError as exc:  # a model outside the label domain: said locally
+                    self.reason = f"no prediction: {exc}"
         self.outcome = Outcome(lost, prediction)
         self.phase = check_transition(self.phase, P.DEGRADED if degraded else P.DONE)
         self.save(model_json=document.model_dump_json())

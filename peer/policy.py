@@ -24,6 +24,11 @@ anything, a problem whose
   partitions shrink as the pool grows);
 * median answer costs more than ``max_median_epsilon`` (default: the per-problem
   maximum);
+* label domain has more than ``max_label_classes`` classes or target bins (the
+  wire format already refuses a label spec beyond
+  :data:`~anonml.protocol.MAX_LABEL_CLASSES`, with a duplicate class name or
+  a numeric range that is not finite: such a proposal is never parsed, so never
+  joined);
 
 which :func:`evaluate_problem` checks on the proposal; and, once the signed
 roster is out (:func:`check_roster_floors`, before any token request or
@@ -49,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from anonml.errors import AnonMLError
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import Featurizer, Instancer, PluginRef, create
-from anonml.protocol import Problem
+from anonml.protocol import MAX_LABEL_CLASSES, Problem
 from peer.transcript import trust_refusal
 
 __all__ = ["PeerPolicy", "Decision", "evaluate_problem", "load_plugins", "check_roster_floors"]
@@ -80,6 +85,10 @@ class PeerPolicy(BaseModel):
         Largest median-pool fraction accepted.
     max_median_epsilon : float or None
         Largest ε of one median answer (None: ``max_epsilon_per_problem``).
+    max_label_classes : int
+        Most label classes (or numeric target bins) accepted: each report's
+        domain is K times its cells, so a fine label cuts a partition into
+        cells of few peers each.
     offered_sources : list of str or None
         The event sources this person offers to problems (None: all); events of
         other sources are never read. Set by the person, never by a proposal.
@@ -118,6 +127,7 @@ class PeerPolicy(BaseModel):
     min_hops: int = Field(default=3, ge=1, le=4)
     max_pool_fraction: float = Field(default=0.5, ge=0, lt=1)
     max_median_epsilon: float | None = Field(default=None, gt=0, le=20)
+    max_label_classes: int = Field(default=MAX_LABEL_CLASSES, ge=2, le=MAX_LABEL_CLASSES)
     offered_sources: list[str] | None = None
     allow_loopback_http: bool = False
     # Trust: witnesses and admission.
@@ -299,6 +309,11 @@ def proposal_floors(problem: Problem, policy: PeerPolicy) -> str | None:
         return (
             f"median pool fraction {draft.median.pool_fraction:g} exceeds this peer's maximum of "
             f"{policy.max_pool_fraction:g}"
+        )
+    if draft.label.k > policy.max_label_classes:
+        return (
+            f"the label ({draft.label.describe()}) has {draft.label.k} classes, more than this peer's "
+            f"maximum of {policy.max_label_classes}"
         )
     return None
 

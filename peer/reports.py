@@ -7,7 +7,8 @@ Pure functions of the peer's state (used by :class:`peer.participant.Participant
   DLEQ proofs are checked against the token key pinned in the signed roster
   (:func:`anonml.crypto.finalize_tokens`).
 - :func:`make_reports`: the example binned with the published edges; per
-  subset ``h`` the value ``(codes of the subset, label)`` in C order
+  subset ``h`` the value ``(codes of the subset, label index)`` in C order over
+  the problem's label domain K (:class:`~anonml.protocol.LabelSpec`)
   (:func:`anonml.learn.report_values`) perturbed by the mechanism of least
   expected error at ε/k_h (:func:`anonml.privacy.best_mechanism`, thesis
   eq. 7.2), with the :class:`~anonml.privacy.ReleaseSpec` to record for it;
@@ -112,19 +113,21 @@ def make_reports(
             codes = binning.transform(x[None, :])
         except Exception as exc:  # whatever fails, stand-ins go instead: never silence
             codes, bad = None, {**bad, -1: f"binning failed: {exc}"}
+    k = draft.label.k
     reports, specs, standins = [], [], []
     for h, subset in enumerate(assignment.subsets):
         shape = tuple(binning.n_bins[f] for f in subset)
-        mechanism = best_mechanism(draft.report_epsilon, domain_size(shape), max(1, partition_size))
-        why = _standin_reason(example, codes, bad, subset)
+        m = domain_size(shape, k)
+        mechanism = best_mechanism(draft.report_epsilon, m, max(1, partition_size))
+        why = _standin_reason(example, codes, bad, subset, k)
         if not why:
             assert example is not None and codes is not None
             try:
-                value = report_values(codes[:, list(subset)], np.asarray([example.y]), shape)
+                value = report_values(codes[:, list(subset)], np.asarray([example.y]), shape, k)
             except Exception as exc:  # whatever fails, a stand-in goes instead
                 why = f"report value failed: {exc}"
         if why:
-            value = gen.integers(domain_size(shape), size=1)
+            value = gen.integers(m, size=1)
         bits = mechanism.perturb(value, gen)[0]
         reports.append(
             PrivateReport(
@@ -151,15 +154,19 @@ def make_reports(
 
 
 def _standin_reason(
-    example: LocalExample | None, codes: np.ndarray | None, bad: dict[int, str], subset: tuple[int, ...]
+    example: LocalExample | None,
+    codes: np.ndarray | None,
+    bad: dict[int, str],
+    subset: tuple[int, ...],
+    k: int,
 ) -> str:
     if example is None:
         return "no example"
     if codes is None:
         return bad.get(-1, "binning failed")
     reasons = [bad[f] for f in subset if f in bad]
-    if example.y not in (0, 1):
-        reasons.append(f"label {example.y!r} is not a bit")
+    if not (isinstance(example.y, int) and 0 <= example.y < k):
+        reasons.append(f"label {example.y!r} is not a class index 0..{k - 1}")
     return "; ".join(reasons)
 
 

@@ -135,7 +135,7 @@ def check_report(ctx: ProblemContext, report: PrivateReport) -> None:
         raise ValueError(f"subset {report.subset} out of range 0..{draft.kh - 1}")
     binning = ctx.binning
     features = ctx.plan.subsets[report.partition][report.subset]
-    m = domain_size([binning.n_bins[f] for f in features])
+    m = domain_size([binning.n_bins[f] for f in features], draft.label.k)
     if report.mechanism.m != m:
         raise ValueError(f"mechanism domain {report.mechanism.m} differs from the subset's {m} cells")
     if not math.isclose(report.mechanism.epsilon, draft.report_epsilon, rel_tol=1e-9):

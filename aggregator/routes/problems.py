@@ -26,12 +26,20 @@ from aggregator.db import (
 )
 from aggregator.deps import AdminDep, SessionDep, StateDep
 from aggregator.state import AggregatorState, ProblemContext, reject_counts
-from aggregator.training import account_reports
+from aggregator.training import account_reports, shuffle_statement
 from anonml.crypto import TokenKey
 from anonml.crypto.spent import IssuanceRow
 from anonml.learn import commit_seed
 from anonml.learn.partition import SEED_BYTES
-from anonml.protocol import Problem, ProblemDraft, ProblemStatus, ReportAccount, sign_message
+from anonml.privacy.amplification import ShuffleBound, report_pool_bound
+from anonml.protocol import (
+    Problem,
+    ProblemDraft,
+    ProblemStatus,
+    ReportAccount,
+    ShuffleStatement,
+    sign_message,
+)
 
 __all__ = ["router", "problem_status", "problem_account", "get_row"]
 
@@ -75,6 +83,28 @@ def problem_account(session: Session, problem_id: str, ctx: ProblemContext) -> R
     )
 
 
+def problem_shuffle(ctx: ProblemContext, model_json: str | None) -> ShuffleStatement | None:
+    """The conditional shuffle bound beside the local ε: the published model's, else the plan's.
+
+    Before the model it rests on the roster's smallest report partition
+    (``planned``); once published, on the reports received
+    (:func:`aggregator.training.train_problem`). None before the roster.
+    """
+    draft = ctx.problem.draft
+    if model_json is not None:
+        privacy = json.loads(model_json)["model"].get("privacy") or {}
+        shuffle = privacy.get("shuffle")
+        if shuffle is None:
+            return None
+        return shuffle_statement(draft, ShuffleBound.from_dict(shuffle), planned=False)
+    if ctx.plan is None:
+        return None
+    smallest = min(ctx.plan.partition_sizes(), default=0)
+    return shuffle_statement(
+        draft, report_pool_bound(float(draft.report_epsilon), int(draft.kh), int(smallest)), planned=True
+    )
+
+
 def problem_status(state: AggregatorState, session: Session, row: ProblemRow) -> ProblemStatus:
     """Counts per phase, refusals by reason and the report account, from the database."""
     ctx = state.context(row.id, session)
@@ -111,6 +141,7 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
         slots_per_peer=ctx.problem.draft.kh,
         reports=problem_account(session, row.id, ctx),
         schedule=None if ctx.roster is None else state.round_schedule(ctx, roster_size),
+        shuffle=problem_shuffle(ctx, row.model_json),
     )
 
 

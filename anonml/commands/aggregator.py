@@ -223,6 +223,14 @@ def status(
     if st.reports is not None:
         table.add_row("reports expected / received", f"{st.reports.expected:,} / {st.reports.received:,}")
         table.add_row("reports lost", untrusted(st.reports.describe(), 300))
+    if st.shuffle is not None:
+        sh = st.shuffle
+        table.add_row("local ε per peer (the guarantee)", f"{sh.local_epsilon:g}")
+        table.add_row(
+            "central (ε, δ) if shuffled" + (" (planned)" if sh.planned else ""),
+            f"({sh.epsilon:.3g}, {sh.delta:.1e}) over groups of ≥ {sh.smallest_group:,} reports; "
+            + untrusted(sh.assumptions, 600),
+        )
     for reason, count in sorted(st.rejects.items()):
         table.add_row(f"refused: {untrusted(reason, 200)}", f"{count:,}")
     for phase, seconds in st.phase_seconds.items():

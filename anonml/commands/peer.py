@@ -407,17 +407,22 @@ def ledger(
 
     Each release is marked when its problem failed, this peer stopped after
     releasing, the problem ended degraded, or reports were lost on the way.
+    Beside each problem's local ε (the guarantee) stands the central (ε, δ)
+    its reports also satisfy if they stay unlinkable among their partition's
+    honest members (shuffle amplification, labelled with those assumptions).
     """
-    from peer.host import release_marks
+    from anonml.privacy.amplification import ASSUMPTIONS, MEDIAN_NOT_SHUFFLED
+    from peer.host import release_marks, shuffle_bounds
 
     with expected_errors(), _read_only() as local:
-        releases, budgets, cap, marks = [], {}, None, {}
+        releases, budgets, cap, marks, bounds = [], {}, None, {}, {}
         if local.ledger is not None and local.fingerprint is not None:
             marks = release_marks(local.db, local.fingerprint)
             releases = local.ledger.releases(peer=local.fingerprint, problem=problem)
             problems = sorted({r.problem for r in releases})
             budgets = {p: local.ledger.budget(local.fingerprint, p) for p in problems}
             cap = local.ledger.lifetime_cap(local.fingerprint)
+            bounds = shuffle_bounds(local.db, local.fingerprint, releases)
         elif not as_json:
             err.print(
                 f"nothing released: no ledger at {untrusted(local.settings.ledger_url)} "
@@ -446,6 +451,8 @@ def ledger(
                         "cap": b.cap,
                         "releases": b.n_releases,
                         "per_attribute": dict(b.per_attribute),
+                        "shuffle": None if bounds[p][0] is None else bounds[p][0].to_dict(),
+                        "shuffle_note": bounds[p][1],
                     }
                     for p, b in budgets.items()
                 },
@@ -466,11 +473,16 @@ def ledger(
             untrusted(marks.get(r.problem, ""), 300),
         )
     out.print(table)
-    totals = Table("problem", "ε spent (sequential composition)", "cap", "releases")
+    totals = Table(
+        "problem", "local ε (the guarantee)", "cap", "releases", "central (ε, δ) if shuffled*", "on"
+    )
     for p, b in budgets.items():
         cap_text = "—" if b.cap is None else f"{b.cap:g}"
-        totals.add_row(untrusted(p, 64), f"{b.total:.4g}", cap_text, str(b.n_releases))
+        bound, note = bounds[p]
+        central = "—" if bound is None else f"({bound.epsilon:.3g}, {bound.delta:.1e})"
+        totals.add_row(untrusted(p, 64), f"{b.total:.4g}", cap_text, str(b.n_releases), central, note)
     out.print(totals)
+    out.print(f"* {ASSUMPTIONS}{MEDIAN_NOT_SHUFFLED}.", highlight=False)
     out.print(
         f"lifetime total: ε = {sum(b.total for b in budgets.values()):.4g}"
         + ("" if cap is None else f" (cap {cap:g}, enforced by the ledger)")
@@ -511,13 +523,21 @@ def predict(
             store.close()
     result = {
         "problem": problem_id,
+        "label": problem.draft.label.kind,
         "probability": mine.probability,
         "prediction": mine.label,
+        "answer": mine.answer,
         "features": mine.features,
     }
     if as_json:
         print_json(result)
         return
-    out.print(
-        f"{untrusted(problem.draft.title, TITLE_LIMIT)}: P(label = 1) = {mine.probability:.3f} → {mine.label}"
-    )
+    title = untrusted(problem.draft.title, TITLE_LIMIT)
+    if mine.kind == "binary":
+        out.print(f"{title}: P(label = 1) = {mine.probability:.3f} → {mine.label}")
+    elif mine.kind == "classes":
+        out.print(f"{title}: {untrusted(str(mine.answer), 64)} (P = {mine.probability:.3f})")
+    else:
+        spec = problem.draft.label
+        where = f"{spec.bins} bins of [{spec.low:g}, {spec.high:g}]"
+        out.print(f"{title}: {float(mine.answer):.4g} (expected value over {where})")

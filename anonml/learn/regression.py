@@ -27,7 +27,20 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 from anonml.learn.model import AnonMLClassifier
 from anonml.learn.params import Interval, check_params
 
-__all__ = ["AnonMLRegressor"]
+__all__ = ["AnonMLRegressor", "target_edges", "target_bins"]
+
+
+def target_edges(low: float, high: float, n_bins: int, *, name: str = "target_range") -> np.ndarray:
+    """The K + 1 edges of ``n_bins`` equal-width bins over the public range ``[low, high]``."""
+    low, high = float(low), float(high)
+    if not (np.isfinite(low) and np.isfinite(high) and high > low):
+        raise ValueError(f"{name} must be two finite numbers low < high, got ({low}, {high})")
+    return np.linspace(low, high, int(n_bins) + 1)
+
+
+def target_bins(y: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Bin index of each target value; values outside the range are clipped into the end bins."""
+    return np.clip(np.searchsorted(edges[1:-1], y, side="right"), 0, len(edges) - 2)
 
 
 class AnonMLRegressor(RegressorMixin, BaseEstimator):
@@ -80,10 +93,32 @@ class AnonMLRegressor(RegressorMixin, BaseEstimator):
         return tags
 
     def _edges(self) -> np.ndarray:
-        low, high = (float(v) for v in self.target_range)
-        if not (np.isfinite(low) and np.isfinite(high) and high > low):
-            raise ValueError(f"target_range must be two finite numbers low < high, got {self.target_range}")
-        return np.linspace(low, high, int(self.n_target_bins) + 1)
+        low, high = self.target_range
+        return target_edges(low, high, int(self.n_target_bins))
+
+    @classmethod
+    def from_classifier(
+        cls, classifier: AnonMLClassifier, target_range: tuple[float, float], n_target_bins: int
+    ) -> AnonMLRegressor:
+        """A fitted regressor around a K-class classifier of the target bins built elsewhere.
+
+        The aggregator trains the bin classifier from protocol reports (classes
+        ``0..K−1``, K = ``n_target_bins``); this wraps it so that ``predict``
+        gives ``Σ_k P̂(bin k | x)·c_k`` as a fitted regressor does.
+        """
+        check_is_fitted(classifier, ("binning_", "ensemble_"))
+        classes = np.asarray(classifier.classes_)
+        if classes.dtype.kind not in "iu" or not set(classes.tolist()) <= set(range(int(n_target_bins))):
+            raise ValueError(
+                f"the classifier's classes {classes.tolist()} are not bins 0..{n_target_bins - 1}"
+            )
+        model = cls(target_range=tuple(target_range), n_target_bins=int(n_target_bins))
+        edges = model._edges()
+        model.classifier_ = classifier
+        model.centres_ = 0.5 * (edges[:-1] + edges[1:])
+        model.n_features_in_ = classifier.n_features_in_
+        model.privacy_ = classifier.privacy_
+        return model
 
     def fit(self, X: Any, y: Any) -> AnonMLRegressor:
         """Bin ``y`` over the public range and fit the K-class classifier on the bin indices."""
@@ -94,7 +129,7 @@ class AnonMLRegressor(RegressorMixin, BaseEstimator):
         target = column_or_1d(np.asarray(y, dtype=np.float64), warn=True)
         if not np.all(np.isfinite(target)):
             raise ValueError("y must be a 1-D array of finite numbers")
-        bins = np.clip(np.searchsorted(edges[1:-1], target, side="right"), 0, len(edges) - 2)
+        bins = target_bins(target, edges)
         params = dict(self.classifier_params or {})
         if params.get("mode", "default") != "default":
             raise ValueError("a binned target needs the default mode (K classes); paper mode is binary")

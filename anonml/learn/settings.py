@@ -12,7 +12,13 @@ What the protocol fixes and the draft does not say:
 * the consistency step is Norm-Sub (:data:`PROTOCOL_CONSISTENCY`, applied by
   :func:`~anonml.learn.histograms.estimate_histogram` after debiasing);
 * there is no calibration pool and no pilot round (every report peer sends its
-  k_h reports once, and the median pool answers median queries only);
+  k_h reports once, and the median pool answers median queries only), so a
+  protocol-built model's probabilities are the ensemble's own;
+* the label domain K is the draft's label spec's (``draft.label.k``): the
+  aggregator passes it to every histogram and the spec's classes to the model
+  (a numeric label's classes are its bins 0..K−1); the simulation takes K from
+  the labels it is given, so a simulated K-class or binned-target run reads the
+  same settings;
 * the ensemble's own knobs (smoothing, combine, the paper mode's partition
   classifier and its cross-validation) keep :class:`AnonMLClassifier`'s defaults.
 

@@ -54,6 +54,8 @@ __all__ = [
     "closed_form_epsilon",
     "local_epsilon_for",
     "default_delta",
+    "report_pool_bound",
+    "MEDIAN_NOT_SHUFFLED",
 ]
 
 #: The label carried with every amplified figure.
@@ -273,3 +275,27 @@ class ShuffleBound:
         delta = default_delta(smallest) if delta is None else float(delta)
         worst = max(k * shuffle_epsilon(e0, int(n), delta / k) for e0, k, n in groups)
         return cls(float(worst), float(delta), smallest)
+
+
+#: What a protocol problem's bound adds to :data:`ASSUMPTIONS`: the median pool is outside it.
+MEDIAN_NOT_SHUFFLED = (
+    "; it covers the report pool only: median answers are signed by their peers, "
+    "so a median-pool peer keeps its local ε"
+)
+
+
+@lru_cache(maxsize=256)
+def report_pool_bound(epsilon0: float, reports_per_peer: int, group: int) -> ShuffleBound | None:
+    """The shuffle bound of a protocol report pool, or None when a group holds fewer than 2 reports.
+
+    Each report peer sends ``reports_per_peer`` (k_h) reports of ε₀ = ε/k_h,
+    each shuffled among the ``group`` reports of its (partition, subset)
+    (:meth:`ShuffleBound.of_groups` with one pool; δ by :func:`default_delta`
+    of the group). The assumptions add :data:`MEDIAN_NOT_SHUFFLED`. The
+    aggregator's status and model document, the peer's dashboard and
+    ``anonml peer ledger`` all compute the figure here, so they agree.
+    """
+    if group < 2:
+        return None
+    bound = ShuffleBound.of_groups([(float(epsilon0), int(reports_per_peer), int(group))])
+    return ShuffleBound(bound.epsilon, bound.delta, bound.smallest_group, ASSUMPTIONS + MEDIAN_NOT_SHUFFLED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import get_args
 
 import numpy as np
@@ -144,3 +145,54 @@ def test_no_reports_is_a_clear_error():
     plan = make_plan(bytes(roster.seed), [bytes(e.identity) for e in roster.entries], 3, n_partitions=1)
     with pytest.raises(ProtocolError, match="no report arrived"):
         train_problem(problem, roster, bins, plan, [], median_answered=0)
+
+
+def test_a_three_class_label_trains_three_classes_with_the_spec_names_and_the_shuffle_bound():
+    from anonml.privacy.amplification import report_pool_bound
+    from anonml.protocol import LabelSpec
+
+    names = ("low", "mid", "high")
+    problem, roster, bins = _problem(kp=2)
+    d = problem.draft.model_copy(update={"label": LabelSpec(kind="classes", classes=names)})
+    problem = problem.model_copy(update={"draft": d})
+    plan = make_plan(bytes(roster.seed), [bytes(e.identity) for e in roster.entries], 3, n_partitions=2)
+    # Feature 0 of partition 0 and feature 1 of partition 1, each (2 bins) × 3 classes: the class
+    # follows the bin (low bin → "low", high bin → "high") w.p. 0.8, else "mid".
+    rng = np.random.default_rng(3)
+    mech = RandomizedResponse.from_epsilon(2.0, 6)
+    rows, sizes = [], {0: 2500, 1: 1800}
+    for p in (0, 1):
+        high = rng.random(sizes[p]) < 0.5
+        label = np.where(rng.random(sizes[p]) < 0.8, np.where(high, 2, 0), 1)
+        for b in mech.perturb(high.astype(int) * 3 + label, rng):
+            rows.append((p, 0, mech.descriptor().model_dump_json(), pack_bits(b)))
+    model, metrics = train_problem(problem, roster, bins, plan, rows, median_answered=0, rng=rng)
+    assert list(model.classes_) == list(names) and metrics["label_classes"] == 3
+    x_high, x_low = np.array([[9.0, 9.0, 1.0]]), np.array([[1.0, 1.0, 0.0]])  # high / low bin of each
+    assert model.predict(x_high)[0] == "high" and model.predict(x_low)[0] == "low"
+    # The bound rests on the fewest reports of a slot: 1,800 reports of ε = 2 (k_h = 1).
+    shuffle = model.privacy_.shuffle
+    assert shuffle.smallest_group == 1800 and shuffle == report_pool_bound(2.0, 1, 1800)
+    assert 0 < shuffle.epsilon < 0.5 and "median answers are signed" in shuffle.assumptions
+
+
+def test_the_status_shows_the_planned_bound_then_the_published_models():
+    from aggregator.routes.problems import problem_shuffle
+    from aggregator.state import ProblemContext
+    from anonml.crypto import TokenKey
+    from anonml.privacy.amplification import ShuffleBound, report_pool_bound
+
+    problem, roster, _ = _problem(kp=2)
+    ctx = ProblemContext(problem, TokenKey.generate())
+    assert problem_shuffle(ctx, None) is None  # no roster, no partitions yet
+    ctx.set_roster(roster, b"")
+    planned = problem_shuffle(ctx, None)
+    smallest = min(ctx.plan.partition_sizes())
+    assert planned.planned and planned.smallest_group == smallest == 2
+    assert planned.epsilon == report_pool_bound(2.0, 1, 2).epsilon < planned.local_epsilon == 2.0
+    published = ShuffleBound(0.25, 1e-7, 400, "as published")
+    document = json.dumps({"model": {"privacy": {"shuffle": published.to_dict()}}})
+    shown = problem_shuffle(ctx, document)
+    assert not shown.planned and (shown.epsilon, shown.smallest_group, shown.assumptions) == (
+        0.25, 400, "as published"
+    )

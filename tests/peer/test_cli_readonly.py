@@ -81,3 +81,49 @@ def test_ledger_marks_releases_whose_problem_failed_or_whose_reports_were_lost(h
     assert marks == {"p-failed": "problem failed", "p-lossy": "2 of 3 reports lost", "p-fine": ""}
     table = runner.invoke(peer_cli, ["ledger"])
     assert "problem failed" in table.output and "2 of 3 reports lost" in table.output
+
+
+def test_ledger_shows_the_local_epsilon_and_beside_it_the_labelled_shuffle_bound(home: Path):
+    from anonml.crypto import load_or_create_identity
+    from anonml.privacy import PrivacyLedger
+    from anonml.privacy.amplification import report_pool_bound, shuffle_epsilon
+    from peer.db import PeerDB
+    from peer.settings import PeerSettings
+
+    settings = PeerSettings.from_env()
+    me = load_or_create_identity(settings.identity_file, settings.identity_passphrase).fingerprint.hex()
+    ledger, db = PrivacyLedger(settings.ledger_url), PeerDB(settings.state_url)
+    # Two reports of ε = 1 each in partitions of 200; one median answer of ε = 2; a report whose
+    # roster was never checked here.
+    for h in range(2):
+        ledger.record(peer=me, problem="p-report", round=1, attributes=[f"x{h}", "label"],
+                      mechanism="k_rr", epsilon=1.0, pool="partition-3")
+    ledger.record(peer=me, problem="p-median", round=0, attributes=["x0"], mechanism="binary_rr",
+                  epsilon=2.0, pool="median")
+    ledger.record(peer=me, problem="p-unknown", round=1, attributes=["x0", "label"], mechanism="k_rr",
+                  epsilon=1.0, pool="partition-0")
+    db.save_state("p-report", me, "done", json.dumps({"report_group": 200}), None)
+    db.save_state("p-median", me, "done", json.dumps({"report_group": 200}), None)
+    ledger.close()
+    db.close()
+    result = runner.invoke(peer_cli, ["ledger", "--json"])
+    assert result.exit_code == 0, result.output
+    problems = json.loads(result.stdout)["problems"]
+    report = problems["p-report"]
+    assert report["total"] == pytest.approx(2.0)  # the local ε, sequential composition
+    expected = report_pool_bound(1.0, 2, 200)
+    assert report["shuffle"]["epsilon"] == pytest.approx(expected.epsilon)
+    # Two shuffled reports compose to 2·ε_c(1.0, n = 200, δ/2): well below the local 2.0.
+    assert expected.epsilon == pytest.approx(2 * shuffle_epsilon(1.0, 200, expected.delta / 2))
+    assert 0 < report["shuffle"]["epsilon"] < 1.0
+    assert "unlinkable" in report["shuffle"]["assumptions"] and "honest" in report["shuffle"]["assumptions"]
+    assert report["shuffle_note"] == "partitions of ≥ 200 peers"
+    assert problems["p-median"]["shuffle"] is None
+    assert "median answers are signed" in problems["p-median"]["shuffle_note"]
+    unknown = problems["p-unknown"]
+    assert unknown["shuffle"] is None and "local ε only" in unknown["shuffle_note"]
+    table = runner.invoke(peer_cli, ["ledger"], terminal_width=250)
+    assert table.exit_code == 0, table.output
+    assert "local ε (the guarantee)" in table.output and "central (ε, δ) if shuffled*" in table.output
+    assert f"({expected.epsilon:.3g}, {expected.delta:.1e})" in table.output
+    assert "unlinkable to their senders and every member is an honest peer" in " ".join(table.output.split())

@@ -49,7 +49,7 @@ def _within(rates: np.ndarray, expected: np.ndarray) -> None:
         (LocalExample(np.array([math.nan, 3.0]), 1), "sessions is nan"),
         (LocalExample(np.array([math.inf, 3.0]), 0), "sessions is inf"),
         (LocalExample(np.array([25.0, 3.0]), 0), "outside [0, 20]"),
-        (LocalExample(np.array([2.0, 3.0]), 7), "label 7 is not a bit"),
+        (LocalExample(np.array([2.0, 3.0]), 7), "label 7 is not a class index 0..1"),
     ],
 )
 def test_stand_ins_are_uniform_values_through_the_same_mechanism(example, reason):

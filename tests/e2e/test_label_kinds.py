@@ -1,0 +1,136 @@
+"""A 3-class and a numeric (binned-ordinal) label through the whole protocol, over real HTTP.
+
+A real aggregator (uvicorn on loopback) and one peer host of simulated MOOC
+students (its relay served on loopback) run the dropout problem's plan with
+the ``user_window`` instancer's activity level (3 classes) or event count (a
+numeric label in [0, 120], 4 bins) as the label. Checked: every stored report
+has the label domain K in its mechanism, the published model's classes are
+the label domain, every peer's local prediction is a class name or a value
+inside the public range, and the status and the model carry the shuffle bound
+beside the local ε.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from anonml.learn import AnonMLClassifier
+from anonml.privacy.amplification import report_pool_bound
+from anonml.protocol import LabelSpec, ModelDocument, ProblemDraft
+from peer.app import start_peer_server
+from peer.features import predict_locally
+from peer.host import shuffle_bounds
+from tests.aggregator.helpers import ADMIN, propose, status, wait_phase
+from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
+
+N_PEERS = 40
+EPSILON = 2.0
+
+
+def _draft(label: LabelSpec, instancer_label: dict) -> ProblemDraft:
+    base = mooc_dropout_draft(epsilon=EPSILON, report_delay_seconds=3.0, send_window_seconds=3.0)
+    body = base.model_dump(mode="json")
+    body["instancer"]["params"] = {**body["instancer"]["params"], **instancer_label}
+    body["label"] = label.model_dump(mode="json")
+    return ProblemDraft.model_validate(body)
+
+
+def _run(aggregator_url: str, tmp_path: Path, d: ProblemDraft):
+    simulated, nodes = simulated_nodes(tmp_path, N_PEERS, seed=11, rng_base=100)
+    host = simulation_host(nodes, tmp_path / "peers.db", aggregator_url, workers=4)
+    server = start_peer_server(host)
+    try:
+        problem = propose(aggregator_url, d)
+        deadline = time.monotonic() + 120
+        while status(aggregator_url, problem.id).registered < N_PEERS:
+            assert time.monotonic() < deadline, "the peers did not all register"
+            time.sleep(0.1)
+        requests.post(f"{aggregator_url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+        final = wait_phase(aggregator_url, problem.id, ("done", "degraded", "failed"), timeout=180)
+        assert final.phase in ("done", "degraded"), final.message
+        document = ModelDocument.model_validate_json(
+            requests.get(f"{aggregator_url}/problems/{problem.id}/model", timeout=30).content
+        )
+        predictions = [predict_locally(problem, document, p.store, p.username) for p in simulated]
+        # What `anonml peer ledger` and the dashboard show each identity (peer.host.shuffle_bounds).
+        deadline = time.monotonic() + 30
+        while not host.sessions[problem.id].finished:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        per_node = [
+            shuffle_bounds(host.db, n.fingerprint, n.ledger.releases(peer=n.fingerprint)).get(problem.id)
+            for n in nodes
+        ]
+        bounds = [b for b in per_node if b is not None]  # an identity that stopped released nothing
+        assert len(bounds) >= N_PEERS // 2
+        return problem, final, document, predictions, bounds
+
+    finally:
+        server.stop()
+        for p in simulated:
+            p.store.close()
+
+
+def _stored_domains(db: Path) -> set[int]:
+    with sqlite3.connect(db) as con:
+        return {json.loads(m)["m"] for (m,) in con.execute("SELECT mechanism_json FROM reports")}
+
+
+def _check_shuffle(final, document: ModelDocument, bounds) -> None:
+    # The conditional central bound sits beside the local ε, smaller than it, with its assumptions.
+    shuffle = final.shuffle
+    assert shuffle is not None and not shuffle.planned
+    assert shuffle.local_epsilon == EPSILON
+    # Groups of ~10 reports hide little at δ = 1e-6 (ε_c ≈ 1.999998 here): the figure is the
+    # FMT bound of the smallest group, never above the local ε.
+    expected = report_pool_bound(EPSILON, 1, shuffle.smallest_group)
+    assert shuffle.epsilon == pytest.approx(expected.epsilon) and shuffle.epsilon <= EPSILON
+    assert shuffle.delta == expected.delta == 1e-6
+    assert "unlinkable" in shuffle.assumptions and "median answers are signed" in shuffle.assumptions
+    privacy = document.model["privacy"]
+    assert privacy["shuffle"]["epsilon"] == pytest.approx(shuffle.epsilon)
+    assert privacy["shuffle"]["smallest_group"] == shuffle.smallest_group <= N_PEERS // 4
+    # Each peer computes its own bound from the roster it checked: the same figure when no report
+    # was lost (the aggregator's rests on the fewest reports received per slot).
+    assert all(bound is not None and note.startswith("partitions of ≥") for bound, note in bounds)
+    if final.reports is not None and final.reports.lost == 0:
+        assert {round(b.epsilon, 9) for b, _ in bounds} == {round(shuffle.epsilon, 9)}
+
+
+@pytest.mark.slow
+def test_a_three_class_problem_runs_end_to_end_and_predicts_class_names(aggregator, tmp_path):
+    names = ("silent", "some", "busy")
+    d = _draft(LabelSpec(kind="classes", classes=names), {"label": "level", "level_cuts": [1, 40]})
+    problem, final, document, predictions, bounds = _run(aggregator.url, tmp_path, d)
+    # Every report's domain is (2 bins) × K = 3 labels.
+    assert _stored_domains(aggregator.db_path) == {6}
+    model = AnonMLClassifier.from_json(json.dumps(document.model))
+    assert list(model.classes_) == list(names)
+    assert document.metrics["label_classes"] == 3
+    assert {p.kind for p in predictions} == {"classes"}
+    assert {p.answer for p in predictions} <= set(names)
+    for p in predictions:
+        assert p.answer == names[p.label] and 1 / 3 <= p.probability <= 1
+    _check_shuffle(final, document, bounds)
+
+
+@pytest.mark.slow
+def test_a_numeric_label_runs_end_to_end_and_predicts_values_in_its_range(aggregator, tmp_path):
+    spec = LabelSpec(kind="numeric", low=0.0, high=120.0, bins=4)
+    d = _draft(spec, {"label": "events"})
+    problem, final, document, predictions, bounds = _run(aggregator.url, tmp_path, d)
+    assert _stored_domains(aggregator.db_path) == {8}  # (2 bins) × K = 4 target bins
+    model = AnonMLClassifier.from_json(json.dumps(document.model))
+    assert model.classes_.tolist() == [0, 1, 2, 3]
+    values = np.array([p.answer for p in predictions], dtype=float)
+    # Σ_k P(bin k)·c_k lies between the first and last bin midpoints (15 and 105).
+    assert np.all((values >= 15.0 - 1e-9) & (values <= 105.0 + 1e-9))
+    assert {p.kind for p in predictions} == {"numeric"} and all(0 <= p.label < 4 for p in predictions)
+    _check_shuffle(final, document, bounds)
