@@ -41,7 +41,7 @@ from anonml.learn.multiparty.hamm import (
 )
 from anonml.learn.multiparty.objective import ObjectivePerturbationLR
 from anonml.learn.multiparty.pathak import ParameterAveraging
-from anonml.learn.multiparty.rajkumar import GaussianObjectivePerturbation, PrivateSGD
+from anonml.learn.multiparty.rajkumar import NON_PRIVATE_LABEL, GaussianObjectivePerturbation, PrivateSGD
 from anonml.learn.multiparty.xie import AverageMethod, FeatureMethod
 from anonml.model import FeatureSpec
 
@@ -123,6 +123,12 @@ class Method:
     private: bool = True
     #: True when the method needs two classes and has no multiclass lift.
     binary_only: bool = False
+    #: True when the method uses the aggregator's public rows (then public_fraction must be > 0).
+    needs_public: bool = False
+    #: True when the parties' shares do not enter the fit (its runs may be pooled across K).
+    party_free: bool = False
+    #: True for a non-private method that still runs at each ε (the printed-condition reproduction).
+    nominal_epsilon: bool = False
 
 
 # --- binary methods, lifted to multiclass by one-vs-rest --------------------------------
@@ -191,20 +197,26 @@ def _xie_average(
     return AverageMethod(epsilon=eps, lam=ctx.lam, random_state=_seed(rng)).fit(ctx.X, y, ctx.parties)
 
 
-def _psgd(
-    ctx: SplitContext, y: np.ndarray, y_pub: np.ndarray, eps: float, delta: float, rng: np.random.Generator
-) -> LinearMultipartyClassifier:
-    return PrivateSGD(epsilon=eps, delta=delta, lam=ctx.lam, random_state=_seed(rng)).fit(
-        ctx.X, y, ctx.parties
-    )
+def _psgd(condition: str) -> BinaryFit:
+    def fit(
+        ctx: SplitContext, y: np.ndarray, y_pub: np.ndarray, eps: float, delta: float, rng: np.random.Generator
+    ) -> LinearMultipartyClassifier:
+        return PrivateSGD(
+            epsilon=eps, delta=delta, lam=ctx.lam, condition=condition, random_state=_seed(rng)
+        ).fit(ctx.X, y, ctx.parties)
+
+    return fit
 
 
-def _gop(
-    ctx: SplitContext, y: np.ndarray, y_pub: np.ndarray, eps: float, delta: float, rng: np.random.Generator
-) -> LinearMultipartyClassifier:
-    return GaussianObjectivePerturbation(epsilon=eps, delta=delta, lam=ctx.lam, random_state=_seed(rng)).fit(
-        ctx.X, y, ctx.parties
-    )
+def _gop(condition: str) -> BinaryFit:
+    def fit(
+        ctx: SplitContext, y: np.ndarray, y_pub: np.ndarray, eps: float, delta: float, rng: np.random.Generator
+    ) -> LinearMultipartyClassifier:
+        return GaussianObjectivePerturbation(
+            epsilon=eps, delta=delta, lam=ctx.lam, condition=condition, random_state=_seed(rng)
+        ).fit(ctx.X, y, ctx.parties)
+
+    return fit
 
 
 # --- non-private references ------------------------------------------------------------
@@ -309,31 +321,46 @@ def _anonml(ctx: SplitContext, eps: float, rng: np.random.Generator) -> Fitted:
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        Method("batch", "non-private logistic regression on all parties' rows pooled", _batch, False),
+        Method(
+            "batch", "non-private logistic regression on all parties' rows pooled", _batch, False, party_free=True
+        ),
         Method(
             "indiv", "non-private logistic regression by one party alone (mean over parties)", _indiv, False
         ),
         Method(
-            "public", "non-private logistic regression on the aggregator's public rows alone", _public, False
+            "public",
+            "non-private logistic regression on the aggregator's public rows alone",
+            _public,
+            False,
+            needs_public=True,
+            party_free=True,
         ),
         Method(
             "central",
             "pooled central-DP objective perturbation (Chaudhuri et al. 2011)",
             _one_vs_rest(_central),
+            party_free=True,
         ),
         Method(
             "pathak", "parameter averaging + output perturbation (Pathak et al. 2010)", _one_vs_rest(_pathak)
         ),
         Method(
-            "hamm_vote", "majority-vote ERM on auxiliary data (Hamm et al. 2016)", _hamm(HammMajorityVote)
+            "hamm_vote",
+            "majority-vote ERM on auxiliary data (Hamm et al. 2016)",
+            _hamm(HammMajorityVote),
+            needs_public=True,
         ),
         Method(
-            "hamm_soft", "soft-label weighted ERM on auxiliary data (Hamm et al. 2016)", _hamm(HammSoftLabel)
+            "hamm_soft",
+            "soft-label weighted ERM on auxiliary data (Hamm et al. 2016)",
+            _hamm(HammSoftLabel),
+            needs_public=True,
         ),
         Method(
             "xie_feature",
             "feature method over objective-perturbed local models (Xie et al. 2017)",
             _one_vs_rest(_xie_feature),
+            needs_public=True,
         ),
         Method(
             "xie_average",
@@ -342,11 +369,29 @@ METHODS: dict[str, Method] = {
         ),
         Method(
             "psgd",
-            "private SGD with Gaussian objective perturbation (Rajkumar & Agarwal 2012)",
-            _one_vs_rest(_psgd),
+            "private SGD, Algorithm 1 of Rajkumar & Agarwal 2012 (Gaussian objective perturbation)",
+            _one_vs_rest(_psgd("derived")),
         ),
         Method(
-            "gop", "single-shot Gaussian objective perturbation (Rajkumar & Agarwal 2012)", _one_vs_rest(_gop)
+            "gop",
+            "single-shot Gaussian objective perturbation (Rajkumar & Agarwal 2012)",
+            _one_vs_rest(_gop("derived")),
+            party_free=True,
+        ),
+        Method(
+            "psgd_printed",
+            f"{NON_PRIVATE_LABEL}: psgd with sigma from the condition as printed (no guarantee)",
+            _one_vs_rest(_psgd("printed")),
+            False,
+            nominal_epsilon=True,
+        ),
+        Method(
+            "gop_printed",
+            f"{NON_PRIVATE_LABEL}: gop with sigma from the condition as printed (no guarantee)",
+            _one_vs_rest(_gop("printed")),
+            False,
+            party_free=True,
+            nominal_epsilon=True,
         ),
         Method("anonml", "AnonML default mode, one peer per record (local DP)", _anonml, binary_only=True),
     )
