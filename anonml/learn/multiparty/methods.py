@@ -12,6 +12,11 @@ labelled rows alone — what the feature method and Hamm et al.'s auxiliary set
 could learn with no party at all) and ``central`` (objective perturbation on the pooled
 rows, a trusted curator's central-DP result).
 
+``gop_printed`` and ``psgd_printed`` are Rajkumar & Agarwal's methods with σ
+from the condition as printed in the paper (:func:`~anonml.learn.multiparty.
+rajkumar.printed_condition_sigma`): NON-PRIVATE reproductions, run at a nominal
+ε, whose rows carry privacy unit "none".
+
 Binary methods on a multiclass data set run one-vs-rest, one binary model per
 class, each with ε/C and δ/C: every record enters all C models, so sequential
 composition gives (ε, δ) in total. Hamm et al.'s methods are natively
@@ -199,7 +204,12 @@ def _xie_average(
 
 def _psgd(condition: str) -> BinaryFit:
     def fit(
-        ctx: SplitContext, y: np.ndarray, y_pub: np.ndarray, eps: float, delta: float, rng: np.random.Generator
+        ctx: SplitContext,
+        y: np.ndarray,
+        y_pub: np.ndarray,
+        eps: float,
+        delta: float,
+        rng: np.random.Generator,
     ) -> LinearMultipartyClassifier:
         return PrivateSGD(
             epsilon=eps, delta=delta, lam=ctx.lam, condition=condition, random_state=_seed(rng)
@@ -210,7 +220,12 @@ def _psgd(condition: str) -> BinaryFit:
 
 def _gop(condition: str) -> BinaryFit:
     def fit(
-        ctx: SplitContext, y: np.ndarray, y_pub: np.ndarray, eps: float, delta: float, rng: np.random.Generator
+        ctx: SplitContext,
+        y: np.ndarray,
+        y_pub: np.ndarray,
+        eps: float,
+        delta: float,
+        rng: np.random.Generator,
     ) -> LinearMultipartyClassifier:
         return GaussianObjectivePerturbation(
             epsilon=eps, delta=delta, lam=ctx.lam, condition=condition, random_state=_seed(rng)
@@ -322,7 +337,11 @@ METHODS: dict[str, Method] = {
     m.name: m
     for m in (
         Method(
-            "batch", "non-private logistic regression on all parties' rows pooled", _batch, False, party_free=True
+            "batch",
+            "non-private logistic regression on all parties' rows pooled",
+            _batch,
+            False,
+            party_free=True,
         ),
         Method(
             "indiv", "non-private logistic regression by one party alone (mean over parties)", _indiv, False
