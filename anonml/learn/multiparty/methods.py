@@ -202,7 +202,9 @@ def _xie_average(
     return AverageMethod(epsilon=eps, lam=ctx.lam, random_state=_seed(rng)).fit(ctx.X, y, ctx.parties)
 
 
-def _psgd(condition: str) -> BinaryFit:
+def _gaussian(cls: type[PrivateSGD] | type[GaussianObjectivePerturbation], condition: str) -> BinaryFit:
+    """Rajkumar & Agarwal's PSGD or GOP with σ from the derived or the printed condition."""
+
     def fit(
         ctx: SplitContext,
         y: np.ndarray,
@@ -211,25 +213,8 @@ def _psgd(condition: str) -> BinaryFit:
         delta: float,
         rng: np.random.Generator,
     ) -> LinearMultipartyClassifier:
-        return PrivateSGD(
-            epsilon=eps, delta=delta, lam=ctx.lam, condition=condition, random_state=_seed(rng)
-        ).fit(ctx.X, y, ctx.parties)
-
-    return fit
-
-
-def _gop(condition: str) -> BinaryFit:
-    def fit(
-        ctx: SplitContext,
-        y: np.ndarray,
-        y_pub: np.ndarray,
-        eps: float,
-        delta: float,
-        rng: np.random.Generator,
-    ) -> LinearMultipartyClassifier:
-        return GaussianObjectivePerturbation(
-            epsilon=eps, delta=delta, lam=ctx.lam, condition=condition, random_state=_seed(rng)
-        ).fit(ctx.X, y, ctx.parties)
+        model = cls(epsilon=eps, delta=delta, lam=ctx.lam, condition=condition, random_state=_seed(rng))
+        return model.fit(ctx.X, y, ctx.parties)
 
     return fit
 
@@ -389,25 +374,25 @@ METHODS: dict[str, Method] = {
         Method(
             "psgd",
             "private SGD, Algorithm 1 of Rajkumar & Agarwal 2012 (Gaussian objective perturbation)",
-            _one_vs_rest(_psgd("derived")),
+            _one_vs_rest(_gaussian(PrivateSGD, "derived")),
         ),
         Method(
             "gop",
             "single-shot Gaussian objective perturbation (Rajkumar & Agarwal 2012)",
-            _one_vs_rest(_gop("derived")),
+            _one_vs_rest(_gaussian(GaussianObjectivePerturbation, "derived")),
             party_free=True,
         ),
         Method(
             "psgd_printed",
             f"{NON_PRIVATE_LABEL}: psgd with sigma from the condition as printed (no guarantee)",
-            _one_vs_rest(_psgd("printed")),
+            _one_vs_rest(_gaussian(PrivateSGD, "printed")),
             False,
             nominal_epsilon=True,
         ),
         Method(
             "gop_printed",
             f"{NON_PRIVATE_LABEL}: gop with sigma from the condition as printed (no guarantee)",
-            _one_vs_rest(_gop("printed")),
+            _one_vs_rest(_gaussian(GaussianObjectivePerturbation, "printed")),
             False,
             party_free=True,
             nominal_epsilon=True,
