@@ -453,7 +453,8 @@ def markdown(result: dict) -> str:
         "full training folds (no public share; scaling fitted on the fold). GOP, `central` and `batch` "
         "never see the parties' shares and are pooled over K = 5, 10, 15 and the skewed split "
         "(4 runs per split). PSGD is Algorithm 1 with T = 2,000 steps. The `_printed` columns use σ "
-        "from the condition as printed in the paper: **NON-PRIVATE reproductions**, no (ε, δ) guarantee holds for them.",
+        "from the condition as printed in the paper: **NON-PRIVATE reproductions**, no (ε, δ) "
+        "guarantee holds for them.",
         "",
         f"`batch` (non-private pooled logistic regression): {_cell(batch)}.",
         "",
