@@ -62,7 +62,6 @@ from anonml.learn.multiparty import (  # noqa: E402
 from anonml.learn.multiparty.harness import POOLED  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "multiparty.json"
-MARKDOWN = RESULTS.with_suffix(".md")
 SKEW = (0.01, 0.29, 0.2, 0.25, 0.25)
 READING_ERROR = 0.02
 MIN_TRIALS = 4
@@ -514,6 +513,30 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_reports(result: dict, out: Path) -> list[Path]:
+    """The markdown tables (``out`` with .md) and, when matplotlib is there, the figure-2 plot (.png)."""
+    from dataclasses import fields
+
+    written = [out.with_suffix(".md")]
+    written[0].write_text(markdown(result), encoding="utf-8")
+    from anonml.errors import AnonMLError
+    from anonml.learn.multiparty.plot import plot_results
+    from anonml.learn.plotting import require_pyplot
+
+    try:
+        require_pyplot()
+    except AnonMLError as exc:
+        print(f"no plot: {exc}")
+        return written
+    names = {f.name for f in fields(ResultRow)}
+    rows = [
+        ResultRow(**{k: v for k, v in r.items() if k in names})
+        for r in result["rajkumar_breast_cancer"]["rows"]
+    ]
+    written.append(plot_results(rows, out.with_suffix(".png")))
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -529,13 +552,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--markdown-only",
         action="store_true",
-        help="rewrite the markdown tables (--out with .md) from an existing --out JSON, run nothing",
+        help="rewrite the markdown tables and the plot (--out with .md, .png) from an existing --out JSON, "
+        "run nothing",
     )
     args = parser.parse_args(argv)
     if args.markdown_only:
-        target = args.out.with_suffix(".md")
-        target.write_text(markdown(json.loads(args.out.read_text(encoding="utf-8"))), encoding="utf-8")
-        print(f"wrote {target}")
+        for target in write_reports(json.loads(args.out.read_text(encoding="utf-8")), args.out):
+            print(f"wrote {target}")
         return 0
     if args.trials < MIN_TRIALS and not args.quick:
         parser.error(f"--trials must be at least {MIN_TRIALS} (got {args.trials}); --quick for a smoke run")
@@ -575,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     result["seconds"] = time.perf_counter() - start
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    args.out.with_suffix(".md").write_text(markdown(result), encoding="utf-8")
+    write_reports(result, args.out)
     print(f"\nwrote {args.out} in {result['seconds']:.0f} s")
     return 0
 

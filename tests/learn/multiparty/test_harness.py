@@ -208,6 +208,12 @@ def test_full_training_folds_pooled_gop_and_a_labelled_printed_run(tmp_path: Pat
     labelled = [r for r in document["rows"] if r["method"] == "gop_printed"]
     assert labelled and all("NON-PRIVATE" in r["mechanism"] for r in labelled)
     assert document["config"]["scale_on"] == "train" and document["config"]["public_fraction"] == 0.0
+    # the plot takes pooled rows and the nominal-ε series of the reproduction
+    pytest.importorskip("matplotlib")
+    from anonml.learn.multiparty.plot import plot_results
+
+    png = plot_results(rows, tmp_path / "mp.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_full_training_folds_refuse_methods_that_need_public_rows() -> None:
