@@ -7,7 +7,7 @@ Three experiments, all through :func:`anonml.learn.multiparty.run_multiparty_ben
    train/validation splits") × ``--trials`` (≥ 4), δ = 0.05, K = 5, 10, 15
    equal parties and the skewed split [0.01, 0.29, 0.2, 0.25, 0.25]. The
    parties hold the full training folds (no public share; the scaling is
-   fitted on the fold, as the paper's preprocessing was). GOP (pooled across
+   fitted on the training fold, outside the privacy accounting). GOP (pooled across
    K: it never sees the shares), PSGD (Algorithm 1) and parameter averaging
    (Pathak et al. 2010) beside the batch / indiv / central references, Xie et
    al.'s average method and AnonML's default mode; and, labelled NON-PRIVATE,

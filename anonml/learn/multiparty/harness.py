@@ -6,7 +6,7 @@ the training rows becomes the aggregator's public/auxiliary set, the
 preprocessing is fitted on it alone (``scale_on="public"``) or on the whole
 training fold (``scale_on="train"``, needed when ``public_fraction`` is 0 and
 the parties hold every training row: the scaling then reads private rows
-outside the privacy accounting, as a paper's own preprocessing does), and the
+outside the privacy accounting), and the
 remaining rows are shared out among K parties (evenly or by the given
 fractions). Every method then fits
 for every ε and is scored by its test error (1 - accuracy). The ε-independent
