@@ -13,7 +13,8 @@ without pooling their data, on the same harness as AnonML:
   public labelled data or averaged.
 * :class:`PrivateSGD`, :class:`GaussianObjectivePerturbation` — Rajkumar &
   Agarwal (2012): (ε, δ) Gaussian objective perturbation, by SGD across the
-  parties or in one shot.
+  parties (their Algorithm 1) or in one shot; ``condition="printed"`` is the
+  NON-PRIVATE reproduction with σ from the condition as printed.
 
 References: :class:`ObjectivePerturbationLR` (pooled central DP), and in the
 harness ``batch`` (non-private pooled), ``indiv`` (one party alone), ``public``
@@ -51,7 +52,12 @@ from anonml.learn.multiparty.harness import (
 from anonml.learn.multiparty.methods import METHODS
 from anonml.learn.multiparty.objective import ObjectivePerturbationLR, compute_slack, objective_perturbation
 from anonml.learn.multiparty.pathak import ParameterAveraging
-from anonml.learn.multiparty.rajkumar import GaussianObjectivePerturbation, PrivateSGD, gaussian_sigma
+from anonml.learn.multiparty.rajkumar import (
+    GaussianObjectivePerturbation,
+    PrivateSGD,
+    gaussian_sigma,
+    printed_condition_sigma,
+)
 from anonml.learn.multiparty.splits import assign_parties, parse_skew, split_public
 from anonml.learn.multiparty.xie import AverageMethod, FeatureMethod
 
@@ -85,6 +91,7 @@ __all__ = [
     "margin_loss",
     "objective_perturbation",
     "parse_skew",
+    "printed_condition_sigma",
     "run_multiparty_benchmark",
     "sample_norm_noise",
     "split_public",

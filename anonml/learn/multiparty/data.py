@@ -9,10 +9,12 @@ Three data sets, none downloaded at run time:
 * ``adult``: UCI Adult through :func:`anonml.datasets.adult.load` (32,561
   training and 16,281 test rows, the thesis's eleven features).
 
-Preprocessing never looks at private rows: a share of each training split is
-the aggregator's *public* (auxiliary) set — Hamm et al.'s unlabeled data, Xie
-et al.'s public labelled data — and the scaling is fitted on it alone (or on
-the declared feature ranges for Adult). Then :class:`NormBallScaler` maps rows
+By default preprocessing never looks at private rows: a share of each training
+split is the aggregator's *public* (auxiliary) set — Hamm et al.'s unlabeled
+data, Xie et al.'s public labelled data — and the scaling is fitted on it alone
+(or on the declared feature ranges for Adult). A paper reproduction whose
+parties hold the whole training fold fits it on that fold instead (the
+harness's ``scale_on="train"``), outside the privacy accounting. Then :class:`NormBallScaler` maps rows
 into the unit ball with a bound fixed before any private row is seen, the
 intercept inside the norm.
 """

@@ -3,15 +3,24 @@
 For each trial and each train/test split (stratified K-fold for the bundled
 data sets, the fixed UCI split for Adult), a stratified ``public_fraction`` of
 the training rows becomes the aggregator's public/auxiliary set, the
-preprocessing is fitted on it alone, and the remaining rows are shared out
-among K parties (evenly or by the given fractions). Every method then fits
+preprocessing is fitted on it alone (``scale_on="public"``) or on the whole
+training fold (``scale_on="train"``, needed when ``public_fraction`` is 0 and
+the parties hold every training row: the scaling then reads private rows
+outside the privacy accounting), and the
+remaining rows are shared out among K parties (evenly or by the given
+fractions). Every method then fits
 for every ε and is scored by its test error (1 - accuracy). The ε-independent
 work (Hamm et al.'s local models and votes) is done once per split.
 
 Rows aggregate the runs of one (method, K, skew, ε) and carry the method's
 privacy unit and (ε, δ): equal ε across different units is not a
-like-for-like comparison. ``error_vs_batch`` and ``time_vs_batch`` are ratios
-against the non-private pooled reference measured in the same run.
+like-for-like comparison; ``run_epsilon`` is the ε a method was run at, which
+for the printed-condition reproductions (``privacy_unit`` "none") is a nominal
+value with no guarantee behind it. With ``pool_party_free`` the runs of a method
+that ignores the parties' shares (``gop``, ``central``, ``batch``...) over every
+(K, skew) are one row (``parties`` 0, ``skew`` "pooled"). ``error_vs_batch`` and
+``time_vs_batch`` are ratios against the non-private pooled reference measured
+in the same run.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -58,6 +67,8 @@ class BenchmarkConfig:
     norm_quantile: float | None
     seed: int | None
     max_indiv: int
+    scale_on: str = "public"
+    pool_party_free: bool = False
 
 
 @dataclass
@@ -66,7 +77,8 @@ class ResultRow:
 
     ``noise_free_*`` is the method's own model before its noise (Hamm et al.
     only), so the cost of privacy can be read apart from the cost of the
-    ensemble labels.
+    ensemble labels. ``error_sem`` and ``auc_sem`` are standard errors over the
+    ``n_splits`` train/test splits (runs on one split averaged first).
     """
 
     dataset: str
@@ -74,6 +86,7 @@ class ResultRow:
     parties: int
     skew: str
     epsilon: float | None
+    run_epsilon: float | None
     delta: float
     privacy_unit: str
     mechanism: str
@@ -81,6 +94,7 @@ class ResultRow:
     error_std: float
     error_sem: float
     n_runs: int
+    n_splits: int
     fit_seconds_mean: float
     auc_mean: float | None = None
     auc_sem: float | None = None
@@ -127,8 +141,17 @@ _Skew = tuple[float, ...] | None
 _TestData = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def _check_request(methods: Sequence[str], trials: int, eps: Sequence[float]) -> None:
-    """Known methods, at least one trial, every ε positive and finite (else a MultipartyError)."""
+#: Where the preprocessing is fitted: the public rows, or the whole training fold.
+SCALE_ON = ("public", "train")
+#: ``parties`` and ``skew`` of a row pooled over every (K, skew).
+POOLED = (0, "pooled")
+
+
+def _check_request(
+    methods: Sequence[str], trials: int, eps: Sequence[float], public_fraction: float, scale_on: str
+) -> None:
+    """Known methods, at least one trial, every ε positive and finite, public rows where
+    they are needed (else a MultipartyError)."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise MultipartyError(
@@ -138,6 +161,18 @@ def _check_request(methods: Sequence[str], trials: int, eps: Sequence[float]) ->
         raise MultipartyError(f"trials must be >= 1, got {trials}")
     if any(not (e > 0 and math.isfinite(e)) for e in eps) or not eps:
         raise MultipartyError(f"every eps must be positive and finite, got {list(eps)}")
+    if scale_on not in SCALE_ON:
+        raise MultipartyError(f"scale_on must be one of {', '.join(SCALE_ON)}, got {scale_on!r}")
+    if public_fraction == 0:
+        needing = [m for m in methods if METHODS[m].needs_public]
+        if needing:
+            raise MultipartyError(
+                f"{', '.join(needing)} need the aggregator's public rows: public_fraction must be > 0"
+            )
+        if scale_on == "public":
+            raise MultipartyError(
+                "public_fraction 0 leaves no public rows to fit the scaling on: use scale_on='train'"
+            )
 
 
 def _check_classes(methods: Sequence[str], raw: RawDataset) -> None:
@@ -158,6 +193,7 @@ def _contexts(
 ) -> Iterator[
     tuple[
         int,
+        int,
         tuple[float, ...] | None,
         SplitContext,
         tuple[np.ndarray, np.ndarray, np.ndarray],
@@ -166,22 +202,22 @@ def _contexts(
 ]:
     """Every (trial, split, K, skew): its :class:`SplitContext`, test data and generator.
 
-    Yields ``(K, skew, context, (X_test raw, X_test scaled, y_test), rng)``. Per trial a
+    Yields ``(split number, K, skew, context, (X_test raw, X_test scaled, y_test), rng)``. Per trial a
     seed from ``master`` fixes the splits; per split a generator from ``master`` draws the
     public set, then per (K, skew) the party shares — after the methods fitted on the
     previous (K, skew) drew from the same generator, so the order of draws is the run's.
     """
+    split = 0
     for _trial in range(config.trials):
         trial_seed = int(master.integers(2**31))
         for X_train, y_train, X_test, y_test in _splits(raw, config.folds, trial_seed):
+            split += 1
             rng = np.random.default_rng(master.integers(2**63))
             public, private = split_public(y_train, config.public_fraction, rng)
-            prep = Preprocessor(raw.features, config.norm_quantile).fit(X_train[public])
-            X_priv, X_pub, X_te = (
-                prep.transform(X_train[private]),
-                prep.transform(X_train[public]),
-                prep.transform(X_test),
-            )
+            scaling_rows = X_train[public] if config.scale_on == "public" else X_train
+            prep = Preprocessor(raw.features, config.norm_quantile).fit(scaling_rows)
+            X_priv, X_te = prep.transform(X_train[private]), prep.transform(X_test)
+            X_pub = prep.transform(X_train[public]) if public.size else np.empty((0, X_priv.shape[1]))
             for k, s in combos:
                 ctx = SplitContext(
                     X=X_priv,
@@ -195,9 +231,9 @@ def _contexts(
                     delta=config.delta,
                     max_indiv=config.max_indiv,
                     X_raw=X_train[private],
-                    raw_features=raw.features or public_ranges(X_train[public]),
+                    raw_features=raw.features or public_ranges(scaling_rows),
                 )
-                yield k, s, ctx, (X_test, X_te, y_test), rng
+                yield split, k, s, ctx, (X_test, X_te, y_test), rng
 
 
 def _fit_methods(
@@ -232,6 +268,8 @@ def run_multiparty_benchmark(
     public_fraction: float = 0.1,
     norm_quantile: float | None = 0.5,
     max_indiv: int = 10,
+    scale_on: str = "public",
+    pool_party_free: bool = False,
     seed: int | None = 0,
     data_path: str | Path | None = None,
     data: RawDataset | None = None,
@@ -251,9 +289,12 @@ def run_multiparty_benchmark(
     folds : K-fold splits per trial (ignored for Adult's fixed split)
     delta : δ of the (ε, δ) methods (``psgd``, ``gop``)
     lam : λ of the ERM-based methods; hamm_lam : λ of Hamm et al.'s ERM
-    public_fraction : share of training rows that is the aggregator's public set
+    public_fraction : share of training rows that is the aggregator's public set (0: the
+        parties hold every training row; needs ``scale_on="train"``)
     norm_quantile : public rows' norm quantile taken as the bound (``None``: Adult's); :class:`Preprocessor`
     max_indiv : parties averaged by ``indiv``
+    scale_on : {"public", "train"}, rows the preprocessing is fitted on (see the module docstring)
+    pool_party_free : one row per method that ignores the parties' shares, over every (K, skew)
     seed : master seed (``None``: OS CSPRNG, not reproducible)
     data_path : Adult's folder (default ``../shared/datasets/adult``)
     data : a :class:`RawDataset` to use instead of loading ``dataset`` (tests)
@@ -264,7 +305,7 @@ def run_multiparty_benchmark(
     -------
     list of ResultRow
     """
-    _check_request(methods, trials, eps)
+    _check_request(methods, trials, eps, public_fraction, scale_on)
     config = BenchmarkConfig(
         dataset,
         tuple(methods),
@@ -280,16 +321,24 @@ def run_multiparty_benchmark(
         norm_quantile,
         seed,
         max_indiv,
+        scale_on,
+        pool_party_free,
     )
     raw = data if data is not None else load_dataset(dataset, data_path)
     _check_classes(methods, raw)
     combos = _combos(parties, skew)
-    budgets = {name: tuple(eps) if METHODS[name].private else (math.inf,) for name in methods}
+    budgets = {
+        name: tuple(eps) if METHODS[name].private or METHODS[name].nominal_epsilon else (math.inf,)
+        for name in methods
+    }
     n_splits = 1 if raw.X_test is not None else folds
     runs: dict[tuple[str, int, str, float], list[_Run]] = {}
-    for k, s, ctx, test, rng in _contexts(raw, config, combos, generator_from(seed, name="seed")):
+    for split, k, s, ctx, test, rng in _contexts(raw, config, combos, generator_from(seed, name="seed")):
         for name, e, run in _fit_methods(ctx, methods, budgets, test, rng):
-            runs.setdefault((name, k, _skew_label(s), e), []).append(run)
+            run = replace(run, split=split)
+            pooled = pool_party_free and METHODS[name].party_free
+            key = (name, *POOLED, e) if pooled else (name, k, _skew_label(s), e)
+            runs.setdefault(key, []).append(run)
             if progress is not None:
                 total = trials * n_splits * len(combos) * sum(len(budgets[m]) for m in methods)
                 progress(sum(map(len, runs.values())), total, f"{name} K={k} {_skew_label(s)} eps={e:g}")
@@ -307,6 +356,8 @@ class _Run:
     noise_free_auc: float | None
     seconds: float
     privacy: PrivacyGuarantee
+    #: Which train/test split the run was on (runs pooled over K share their split).
+    split: int = 0
 
 
 def _auc(
@@ -328,21 +379,32 @@ def _score(fitted: Fitted, X: np.ndarray, y: np.ndarray, classes: np.ndarray, se
     return _Run(error, auc, nf_error, nf_auc, seconds, fitted.privacy)
 
 
-def _mean_sem(values: Sequence[float | None]) -> tuple[float | None, float | None]:
-    present = np.array([v for v in values if v is not None], dtype=np.float64)
-    if present.size == 0:
+def _mean_sem(values: Sequence[float | None], splits: Sequence[int]) -> tuple[float | None, float | None]:
+    """Mean, and its standard error over splits.
+
+    Runs on the same split (a method pooled over K) are not independent, so the
+    standard error is that of the per-split means: sd(split means)/√(#splits).
+    With one run per split this is the ordinary sd/√n.
+    """
+    pairs = [(v, g) for v, g in zip(values, splits, strict=True) if v is not None]
+    if not pairs:
         return None, None
-    sem = float(present.std(ddof=1) / math.sqrt(present.size)) if present.size > 1 else 0.0
+    present = np.array([v for v, _ in pairs], dtype=np.float64)
+    groups = np.array([g for _, g in pairs])
+    means = np.array([present[groups == g].mean() for g in np.unique(groups)])
+    sem = float(means.std(ddof=1) / math.sqrt(means.size)) if means.size > 1 else 0.0
     return float(present.mean()), sem
 
 
 def _aggregate(dataset: str, runs: dict[tuple[str, int, str, float], list[_Run]]) -> list[ResultRow]:
     rows: list[ResultRow] = []
-    for (name, k, skew, _), values in runs.items():
+    for (name, k, skew, e), values in runs.items():
         errors = np.array([v.error for v in values])
+        splits = [v.split for v in values]
         privacy = values[0].privacy
         std = float(errors.std(ddof=1)) if errors.size > 1 else 0.0
-        auc, auc_sem = _mean_sem([v.auc for v in values])
+        error_sem = _mean_sem(list(errors), splits)[1]
+        auc, auc_sem = _mean_sem([v.auc for v in values], splits)
         rows.append(
             ResultRow(
                 dataset=dataset,
@@ -350,24 +412,27 @@ def _aggregate(dataset: str, runs: dict[tuple[str, int, str, float], list[_Run]]
                 parties=k,
                 skew=skew,
                 epsilon=privacy.epsilon if privacy.is_private else None,
+                run_epsilon=e if math.isfinite(e) else None,
                 delta=privacy.delta,
                 privacy_unit=privacy.unit.value,
                 mechanism=privacy.mechanism,
                 error_mean=float(errors.mean()),
                 error_std=std,
-                error_sem=std / math.sqrt(errors.size),
+                error_sem=error_sem or 0.0,
                 n_runs=int(errors.size),
+                n_splits=len(set(splits)),
                 fit_seconds_mean=float(np.mean([v.seconds for v in values])),
                 auc_mean=auc,
                 auc_sem=auc_sem,
-                noise_free_error_mean=_mean_sem([v.noise_free_error for v in values])[0],
-                noise_free_auc_mean=_mean_sem([v.noise_free_auc for v in values])[0],
+                noise_free_error_mean=_mean_sem([v.noise_free_error for v in values], splits)[0],
+                noise_free_auc_mean=_mean_sem([v.noise_free_auc for v in values], splits)[0],
                 errors=[float(x) for x in errors],
             )
         )
     batch = {(r.parties, r.skew): r for r in rows if r.method == "batch"}
     for r in rows:
-        ref = batch.get((r.parties, r.skew))
+        # batch ignores the shares: any of its rows is the reference of a pooled row
+        ref = batch.get((r.parties, r.skew)) or (next(iter(batch.values())) if batch else None)
         if ref is not None:
             r.error_vs_batch = r.error_mean / ref.error_mean if ref.error_mean > 0 else None
             r.time_vs_batch = r.fit_seconds_mean / ref.fit_seconds_mean if ref.fit_seconds_mean > 0 else None

@@ -12,6 +12,11 @@ labelled rows alone — what the feature method and Hamm et al.'s auxiliary set
 could learn with no party at all) and ``central`` (objective perturbation on the pooled
 rows, a trusted curator's central-DP result).
 
+``gop_printed`` and ``psgd_printed`` are Rajkumar & Agarwal's methods with σ
+from the condition as printed in the paper (:func:`~anonml.learn.multiparty.
+rajkumar.printed_condition_sigma`): NON-PRIVATE reproductions, run at a nominal
+ε, whose rows carry privacy unit "none".
+
 Binary methods on a multiclass data set run one-vs-rest, one binary model per
 class, each with ε/C and δ/C: every record enters all C models, so sequential
 composition gives (ε, δ) in total. Hamm et al.'s methods are natively
@@ -41,7 +46,7 @@ from anonml.learn.multiparty.hamm import (
 )
 from anonml.learn.multiparty.objective import ObjectivePerturbationLR
 from anonml.learn.multiparty.pathak import ParameterAveraging
-from anonml.learn.multiparty.rajkumar import GaussianObjectivePerturbation, PrivateSGD
+from anonml.learn.multiparty.rajkumar import NON_PRIVATE_LABEL, GaussianObjectivePerturbation, PrivateSGD
 from anonml.learn.multiparty.xie import AverageMethod, FeatureMethod
 from anonml.model import FeatureSpec
 
@@ -123,6 +128,12 @@ class Method:
     private: bool = True
     #: True when the method needs two classes and has no multiclass lift.
     binary_only: bool = False
+    #: True when the method uses the aggregator's public rows (then public_fraction must be > 0).
+    needs_public: bool = False
+    #: True when the parties' shares do not enter the fit (its runs may be pooled across K).
+    party_free: bool = False
+    #: True for a non-private method that still runs at each ε (the printed-condition reproduction).
+    nominal_epsilon: bool = False
 
 
 # --- binary methods, lifted to multiclass by one-vs-rest --------------------------------
@@ -191,20 +202,21 @@ def _xie_average(
     return AverageMethod(epsilon=eps, lam=ctx.lam, random_state=_seed(rng)).fit(ctx.X, y, ctx.parties)
 
 
-def _psgd(
-    ctx: SplitContext, y: np.ndarray, y_pub: np.ndarray, eps: float, delta: float, rng: np.random.Generator
-) -> LinearMultipartyClassifier:
-    return PrivateSGD(epsilon=eps, delta=delta, lam=ctx.lam, random_state=_seed(rng)).fit(
-        ctx.X, y, ctx.parties
-    )
+def _gaussian(cls: type[PrivateSGD] | type[GaussianObjectivePerturbation], condition: str) -> BinaryFit:
+    """Rajkumar & Agarwal's PSGD or GOP with σ from the derived or the printed condition."""
 
+    def fit(
+        ctx: SplitContext,
+        y: np.ndarray,
+        y_pub: np.ndarray,
+        eps: float,
+        delta: float,
+        rng: np.random.Generator,
+    ) -> LinearMultipartyClassifier:
+        model = cls(epsilon=eps, delta=delta, lam=ctx.lam, condition=condition, random_state=_seed(rng))
+        return model.fit(ctx.X, y, ctx.parties)
 
-def _gop(
-    ctx: SplitContext, y: np.ndarray, y_pub: np.ndarray, eps: float, delta: float, rng: np.random.Generator
-) -> LinearMultipartyClassifier:
-    return GaussianObjectivePerturbation(epsilon=eps, delta=delta, lam=ctx.lam, random_state=_seed(rng)).fit(
-        ctx.X, y, ctx.parties
-    )
+    return fit
 
 
 # --- non-private references ------------------------------------------------------------
@@ -309,31 +321,50 @@ def _anonml(ctx: SplitContext, eps: float, rng: np.random.Generator) -> Fitted:
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        Method("batch", "non-private logistic regression on all parties' rows pooled", _batch, False),
+        Method(
+            "batch",
+            "non-private logistic regression on all parties' rows pooled",
+            _batch,
+            False,
+            party_free=True,
+        ),
         Method(
             "indiv", "non-private logistic regression by one party alone (mean over parties)", _indiv, False
         ),
         Method(
-            "public", "non-private logistic regression on the aggregator's public rows alone", _public, False
+            "public",
+            "non-private logistic regression on the aggregator's public rows alone",
+            _public,
+            False,
+            needs_public=True,
+            party_free=True,
         ),
         Method(
             "central",
             "pooled central-DP objective perturbation (Chaudhuri et al. 2011)",
             _one_vs_rest(_central),
+            party_free=True,
         ),
         Method(
             "pathak", "parameter averaging + output perturbation (Pathak et al. 2010)", _one_vs_rest(_pathak)
         ),
         Method(
-            "hamm_vote", "majority-vote ERM on auxiliary data (Hamm et al. 2016)", _hamm(HammMajorityVote)
+            "hamm_vote",
+            "majority-vote ERM on auxiliary data (Hamm et al. 2016)",
+            _hamm(HammMajorityVote),
+            needs_public=True,
         ),
         Method(
-            "hamm_soft", "soft-label weighted ERM on auxiliary data (Hamm et al. 2016)", _hamm(HammSoftLabel)
+            "hamm_soft",
+            "soft-label weighted ERM on auxiliary data (Hamm et al. 2016)",
+            _hamm(HammSoftLabel),
+            needs_public=True,
         ),
         Method(
             "xie_feature",
             "feature method over objective-perturbed local models (Xie et al. 2017)",
             _one_vs_rest(_xie_feature),
+            needs_public=True,
         ),
         Method(
             "xie_average",
@@ -342,11 +373,29 @@ METHODS: dict[str, Method] = {
         ),
         Method(
             "psgd",
-            "private SGD with Gaussian objective perturbation (Rajkumar & Agarwal 2012)",
-            _one_vs_rest(_psgd),
+            "private SGD, Algorithm 1 of Rajkumar & Agarwal 2012 (Gaussian objective perturbation)",
+            _one_vs_rest(_gaussian(PrivateSGD, "derived")),
         ),
         Method(
-            "gop", "single-shot Gaussian objective perturbation (Rajkumar & Agarwal 2012)", _one_vs_rest(_gop)
+            "gop",
+            "single-shot Gaussian objective perturbation (Rajkumar & Agarwal 2012)",
+            _one_vs_rest(_gaussian(GaussianObjectivePerturbation, "derived")),
+            party_free=True,
+        ),
+        Method(
+            "psgd_printed",
+            f"{NON_PRIVATE_LABEL}: psgd with sigma from the condition as printed (no guarantee)",
+            _one_vs_rest(_gaussian(PrivateSGD, "printed")),
+            False,
+            nominal_epsilon=True,
+        ),
+        Method(
+            "gop_printed",
+            f"{NON_PRIVATE_LABEL}: gop with sigma from the condition as printed (no guarantee)",
+            _one_vs_rest(_gaussian(GaussianObjectivePerturbation, "printed")),
+            False,
+            party_free=True,
+            nominal_epsilon=True,
         ),
         Method("anonml", "AnonML default mode, one peer per record (local DP)", _anonml, binary_only=True),
     )

@@ -1,7 +1,9 @@
 """Plot of a multiparty benchmark: test error against ε, one panel per (K, skew).
 
 Needs matplotlib (the ``plot`` extra); :func:`~anonml.learn.plotting.require_pyplot`
-says so when it is missing. Non-private references (ε = ∞) are drawn as horizontal lines.
+says so when it is missing. Non-private references (ε = ∞) are drawn as horizontal lines;
+the printed-condition reproductions, run at a nominal ε with no guarantee, as dashed
+series labelled NON-PRIVATE. Rows pooled over K have a panel of their own.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from anonml.learn.multiparty.common import MultipartyError
-from anonml.learn.multiparty.harness import ResultRow
+from anonml.learn.multiparty.harness import POOLED, ResultRow
 from anonml.learn.plotting import require_pyplot
 
 __all__ = ["plot_results"]
@@ -36,22 +38,27 @@ def plot_results(rows: Sequence[ResultRow], path: str | Path, metric: str = "err
     for ax, (k, skew) in zip(axes[0], panels, strict=True):
         mine = [r for r in rows if (r.parties, r.skew) == (k, skew) and getattr(r, attr) is not None]
         for method in dict.fromkeys(r.method for r in mine):
-            series = sorted((r for r in mine if r.method == method), key=lambda r: r.epsilon or 0.0)
-            if series[0].epsilon is None:
+            series = sorted((r for r in mine if r.method == method), key=lambda r: r.run_epsilon or 0.0)
+            if series[0].run_epsilon is None:
                 ax.axhline(
                     getattr(series[0], attr), linestyle="--", linewidth=1, label=f"{method} (non-private)"
                 )
                 continue
-            xs = [r.epsilon for r in series]
+            xs = [r.run_epsilon for r in series]
             ys = [getattr(r, attr) for r in series]
             errs = [getattr(r, sem_attr) or 0.0 for r in series]
+            if series[0].epsilon is None:  # a nominal ε: no guarantee behind it
+                ax.errorbar(
+                    xs, ys, yerr=errs, marker="x", linestyle=":", capsize=2, label=f"{method} (NON-PRIVATE)"
+                )
+                continue
             ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=2, label=method)
         ax.set_xscale("log")
         ax.set_xlabel("ε")
-        ax.set_title(f"K={k}, {skew}")
+        ax.set_title("pooled over K and skew" if (k, skew) == POOLED else f"K={k}, {skew}")
         ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="best")  # each panel has its own methods (pooled ones apart)
     axes[0][0].set_ylabel("test error" if metric == "error" else "ROC AUC")
-    axes[0][-1].legend(fontsize=7, loc="best")
     fig.suptitle(f"{rows[0].dataset}: {metric} vs ε (privacy units differ across methods)")
     fig.tight_layout()
     target = Path(path)

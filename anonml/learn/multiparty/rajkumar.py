@@ -1,32 +1,47 @@
 """Private SGD and Gaussian objective perturbation (Rajkumar & Agarwal 2012).
 
-Both minimise the Gaussian-perturbed multiparty objective over all n = Σ n_k
+Both work on the Gaussian-perturbed multiparty objective over all n = Σ n_k
 records,
 
     F(w) = (1/n) Σ_i l(y_i wᵀx_i) + ((λ+Δ)/2)‖w‖² + (1/n) ηᵀw,   η ~ N(0, σ*² I_d),
 
 with logistic loss (c = 1/4), (ε̃, Δ) from ``computeSlack``
 (:func:`~anonml.learn.multiparty.objective.compute_slack`) and σ* from
-:func:`gaussian_sigma`. The exact minimiser is (ε, δ)-DP per record: for
-neighbouring data the noise vectors mapping to the same w differ by at most 2,
-and exp((‖η'‖² - ‖η‖²)/(2σ²)) ≤ exp(ε̃) whenever ‖η‖ ≤ (σ²ε̃ - 2)/2; the
-Jacobian takes the rest of ε as in Chaudhuri et al. (2011). Since
-‖η‖²/σ² ~ χ²_d, the condition holds with probability 1 - δ when
-σ√q = (σ²ε̃ - 2)/2, q the χ²_d quantile at 1 - δ, i.e.
-σ* = (√q + √(q + 2ε̃))/ε̃, re-derived here from the Gaussian tail bound above.
-Since ε̃ ≤ ε, σ* ≥ 2√q/ε: at ε = 0.1, d = 30, δ = 0.05 (q ≈ 43.8) σ* ≥ 132,
-so the paper's figure 2 errors at small ε are out of reach under its
-Theorem 4.1 at any λ, N or feature normalisation. The condition as printed in
-the paper has a far smaller root; it is not the one the privacy proof needs.
-Neither σ* nor the slack depends on the number of parties or their sizes.
+:func:`gaussian_sigma`.
+
+Derivation of σ* (re-derived from the privacy proof; it confirms the
+mechanism). For neighbouring data sets D, D' (one record changed) the noise
+vectors η, η' that make the same w the minimiser satisfy
+η' - η = y x - y' x' (the first-order conditions differ by one record's
+gradient), so ‖η' - η‖ ≤ 2 (|l'| ≤ 1, ‖x‖ ≤ 1). The Gaussian density ratio is
+
+    p(η)/p(η') = exp((‖η'‖² - ‖η‖²)/(2σ²)) ≤ exp((4‖η‖ + 4)/(2σ²)) = exp((2‖η‖ + 2)/σ²),
+
+which is ≤ exp(ε̃) exactly when ‖η‖ ≤ (σ²ε̃ - 2)/2; the Jacobian of η ↦ w
+takes the rest of ε as in Chaudhuri et al. (2011, Theorem 9). ‖η‖²/σ² is
+χ²_d, so with q the χ²_d quantile at 1 - δ the bound holds with probability
+1 - δ when σ√q = (σ²ε̃ - 2)/2, i.e. ε̃σ² - 2√q σ - 2 = 0, whose positive root is
+
+    σ* = (√q + √(q + 2ε̃))/ε̃.
+
+Since ε̃ ≤ ε, σ* > 2√q/ε: at ε = 0.1, d = 30, δ = 0.05 (q = 43.77) σ* ≥ 132,
+whatever λ, n or the feature normalisation (none of them enters σ*). On
+breast cancer (n ≈ 455 training rows) the noise term's gradient ‖η‖/n ≈
+σ*√d/n is then several times the data term's (at most 1/2), so the paper's
+figure 2 errors at ε = 0.1 (0.11 GOP, 0.12–0.14 PSGD) are out of reach under
+its Theorem 4.1. The condition as printed in the
+paper's main text has a root near 1/√q (≈ 0.15 at d = 30, 31);
+:func:`printed_condition_sigma` computes it and ``condition="printed"`` fits
+with it, as a reproduction labelled NON-PRIVATE (no (ε, δ) holds).
 
 * GOP (:class:`GaussianObjectivePerturbation`) computes the minimiser in one
   shot (a trusted curator, or the parties' sum of η_k).
-* PSGD (:class:`PrivateSGD`) runs SGD across the parties: party k draws once
-  η_k ~ N(0, σ*²/K I) (so Σ η_k ~ N(0, σ*² I)) and, whenever one of its records
-  is sampled, adds η_k/n_k and a fresh zero-mean ρ_t to the record's gradient.
-  Records are sampled uniformly over all n, so party k steps with probability
-  n_k/n and E[η_k/n_k] summed that way is η/n: the expected step is ∇F.
+* PSGD (:class:`PrivateSGD`) is the paper's Algorithm 1: party k draws once
+  η_k ~ N(0, σ*²/K I) (so Σ η_k ~ N(0, σ*² I)); at step t a party j is picked
+  with probability n_j/n and takes a step along the *full* gradient of its part
+  of F, (1/n_j) Σ_{i∈j} ∇l_i(w) + (λ+Δ)w + η_j/n_j, plus a fresh ρ_t with
+  density ∝ exp(-ε‖ρ‖/(2L)); the last iterate is released. The expected step
+  is ∇F (Σ_j (n_j/n)(η_j/n_j) = η/n, E ρ_t = 0).
 """
 
 from __future__ import annotations
@@ -45,36 +60,80 @@ from anonml.learn.multiparty.common import (
     PrivacyUnit,
     check_parties,
     check_unit_ball,
+    sample_norm_noise,
     to_pm1,
 )
 from anonml.learn.multiparty.erm import LOGISTIC, fit_linear_erm
 from anonml.learn.multiparty.objective import Slack, compute_slack
-from anonml.learn.params import Interval, checked_fit
+from anonml.learn.params import Interval, Options, checked_fit
 from anonml.randomness import generator_from
 
-__all__ = ["gaussian_sigma", "GaussianObjectivePerturbation", "PrivateSGD"]
+__all__ = [
+    "CONDITIONS",
+    "gaussian_sigma",
+    "printed_condition_sigma",
+    "GaussianObjectivePerturbation",
+    "PrivateSGD",
+]
+
+#: How σ is chosen: "derived" (σ*, the (ε, δ) guarantee) or "printed" (the root of the
+#: condition as printed in the paper's main text: a NON-PRIVATE reproduction).
+CONDITIONS = ("derived", "printed")
+
+#: Label carried by every result of the printed-condition reproduction.
+NON_PRIVATE_LABEL = "NON-PRIVATE reproduction"
 
 
-def gaussian_sigma(epsilon_tilde: float, delta: float, dim: int) -> float:
-    """σ* = (√q + √(q + 2ε̃))/ε̃ with q = χ²_d quantile at 1 - δ.
-
-    The positive root of σ√q = (σ²ε̃ - 2)/2: with η ~ N(0, σ*² I_d),
-    P(‖η‖ ≤ (σ*²ε̃ - 2)/2) = 1 - δ (re-derived from Rajkumar & Agarwal 2012's proof).
-    """
+def _check_sigma_args(epsilon_tilde: float, delta: float, dim: int) -> float:
+    """Validate (ε̃, δ, d) and return q, the χ²_d quantile at 1 - δ."""
     if not (epsilon_tilde > 0 and math.isfinite(epsilon_tilde)):
         raise MultipartyError(f"epsilon_tilde must be positive and finite, got {epsilon_tilde}")
     if not 0.0 < delta < 1.0:
         raise MultipartyError(f"delta must be in (0, 1), got {delta}")
     if dim < 1:
         raise MultipartyError(f"dim must be >= 1, got {dim}")
-    q = float(chi2.ppf(1.0 - delta, dim))
+    return float(chi2.ppf(1.0 - delta, dim))
+
+
+def gaussian_sigma(epsilon_tilde: float, delta: float, dim: int) -> float:
+    """σ* = (√q + √(q + 2ε̃))/ε̃ with q = χ²_d quantile at 1 - δ.
+
+    The positive root of σ√q = (σ²ε̃ - 2)/2: with η ~ N(0, σ*² I_d),
+    P(‖η‖ ≤ (σ*²ε̃ - 2)/2) = 1 - δ, the condition of the privacy proof
+    (derivation in the module docstring). Always > 2√q/ε̃.
+    """
+    q = _check_sigma_args(epsilon_tilde, delta, dim)
     return (math.sqrt(q) + math.sqrt(q + 2.0 * epsilon_tilde)) / epsilon_tilde
+
+
+def printed_condition_sigma(epsilon_tilde: float, delta: float, dim: int) -> float:
+    """The root of the condition as printed in the main text: NOT a privacy calibration.
+
+    We read the printed condition as the derived one with the sign of its
+    constant flipped, σ√q = (σ²ε̃ + 2)/2, i.e. ε̃σ² - 2√q σ + 2 = 0, and take its
+    literal (smaller) root
+
+        σ = (√q - √(q - 2ε̃))/ε̃ = 2/(√q + √(q - 2ε̃)) ≈ 1/√q,
+
+    0.151 at d = 30 and 0.149 at d = 31 (δ = 0.05), nearly independent of ε̃.
+    With this σ the density ratio of the proof is not bounded by e^ε̃ on any
+    event of probability 1 - δ, so a model fitted with it has no (ε, δ)
+    guarantee; it only shows that the paper's figure 2 errors are what such a
+    small σ gives.
+    """
+    q = _check_sigma_args(epsilon_tilde, delta, dim)
+    if q < 2.0 * epsilon_tilde:
+        raise MultipartyError(
+            f"the printed condition has no real root when 2*epsilon_tilde ({2 * epsilon_tilde:g}) > q ({q:g})"
+        )
+    return 2.0 / (math.sqrt(q) + math.sqrt(q - 2.0 * epsilon_tilde))
 
 
 class _GaussianBase(LinearMultipartyClassifier):
     param_checks: dict = {
         **PRIVATE_ERM_CONSTRAINTS,
         "delta": [Interval(Real, 0, 1, closed="neither")],
+        "condition": [Options(frozenset(CONDITIONS))],
     }
 
     def _prepare(
@@ -85,12 +144,22 @@ class _GaussianBase(LinearMultipartyClassifier):
         y_pm, classes = to_pm1(y)
         n, d = X.shape
         slack = compute_slack(self.epsilon, self.lam, n, LOGISTIC.curvature)
-        sigma = gaussian_sigma(slack.epsilon, self.delta, d)
+        chooser = printed_condition_sigma if self.condition == "printed" else gaussian_sigma
+        sigma = chooser(slack.epsilon, self.delta, d)
         self.slack_ = slack
         self.sigma_ = sigma
         return X, y_pm, classes, slack, sigma
 
     def _privacy(self, how: str) -> PrivacyGuarantee:
+        if self.condition == "printed":
+            return PrivacyGuarantee(
+                PrivacyUnit.NONE,
+                math.inf,
+                0.0,
+                f"{NON_PRIVATE_LABEL}: sigma={self.sigma_:.4g} from the condition as printed in "
+                f"Rajkumar & Agarwal 2012 at nominal eps={self.epsilon:g}, delta={self.delta:g} "
+                f"({how}); no (eps, delta) guarantee holds",
+            )
         return PrivacyGuarantee(
             PrivacyUnit.RECORD,
             float(self.epsilon),
@@ -107,13 +176,17 @@ class GaussianObjectivePerturbation(_GaussianBase):
     epsilon : float, default=1.0
     delta : float, default=0.05
     lam : float, default=1e-3
+    condition : {"derived", "printed"}, default="derived"
+        "derived": σ = σ*, (ε, δ)-DP per record. "printed": σ from
+        :func:`printed_condition_sigma`, a NON-PRIVATE reproduction
+        (``privacy_.unit`` is ``none``).
     random_state : int, Generator or None, default=None
 
     Attributes
     ----------
     coef_ : ndarray of shape (1, d)
     sigma_ : float
-        σ*.
+        σ* (or the printed condition's root).
     slack_ : Slack
         (ε̃, Δ) from ``computeSlack``.
     classes_, privacy_
@@ -121,7 +194,8 @@ class GaussianObjectivePerturbation(_GaussianBase):
     References
     ----------
     Rajkumar & Agarwal, "A differentially private stochastic gradient descent
-    algorithm for multiparty classification", AISTATS 2012, and its supplement.
+    algorithm for multiparty classification", AISTATS 2012, Theorem 4.1; σ*
+    re-derived in this module's docstring.
     """
 
     def __init__(
@@ -129,18 +203,20 @@ class GaussianObjectivePerturbation(_GaussianBase):
         epsilon: float = 1.0,
         delta: float = 0.05,
         lam: float = 1e-3,
+        condition: str = "derived",
         random_state: int | np.random.Generator | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.delta = delta
         self.lam = lam
+        self.condition = condition
         self.random_state = random_state
 
     @checked_fit
     def fit(
         self, X: np.ndarray, y: np.ndarray, parties: np.ndarray | None = None
     ) -> GaussianObjectivePerturbation:
-        """Minimise F(w) with one draw η ~ N(0, σ*² I) (``parties`` is accepted and unused:
+        """Minimise F(w) with one draw η ~ N(0, σ² I) (``parties`` is accepted and unused:
         the sum of the parties' η_k has the same law)."""
         X, y_pm, classes, slack, sigma = self._prepare(X, y)
         n, d = X.shape
@@ -151,39 +227,46 @@ class GaussianObjectivePerturbation(_GaussianBase):
 
 
 class PrivateSGD(_GaussianBase):
-    """PSGD: SGD on F(w) with each party's once-drawn η_k and fresh ρ_t.
+    """PSGD (Algorithm 1): full-gradient steps of randomly picked parties, last iterate.
 
     Parameters
     ----------
     epsilon : float, default=1.0
     delta : float, default=0.05
     lam : float, default=1e-3
-    epochs : int, default=50
-        T = epochs · n single-record steps.
-    rho_scale : float, default=1.0
-        ρ_t ~ N(0, (rho_scale · σ*/(√K n_k))² I): fresh noise of the same
-        per-coordinate scale as the party's η_k/n_k term. ρ_t has mean zero, so
-        it leaves the optimum of F unchanged; it masks the difference of two
-        successive steps of one party (which would otherwise cancel η_k and
-        expose a gradient difference to whoever sees the iterates). The scale
-        is our choice: the paper leaves it a parameter.
+    n_iter : int, default=2000
+        T, the number of steps (each one party's full local gradient).
+    lipschitz : float, default=1.0
+        L, a bound on ‖∇_w l(y wᵀx)‖; 1 for the logistic loss on the unit ball.
+        The step noise ρ_t has density ∝ exp(-ε‖ρ‖/(2L)), so
+        ‖ρ_t‖ ~ Gamma(d, 2L/ε) and E‖ρ_t‖ = 2Ld/ε.
+    condition : {"derived", "printed"}, default="derived"
+        As for :class:`GaussianObjectivePerturbation` (σ of the η_k).
     random_state : int, Generator or None, default=None
 
     Attributes
     ----------
     coef_ : ndarray of shape (1, d)
-        The average of the iterates of the second half of the run
-        (suffix averaging, Rakhlin, Shamir & Sridharan 2012).
+        w_T, the last iterate.
+    eta_ : ndarray of shape (d,)
+        η = Σ_k η_k, the objective's Gaussian term (simulation only).
+    rho_norms_ : ndarray of shape (T,)
+        ‖ρ_t‖ of every step's noise.
+    n_iter_ : int
     sigma_, slack_, classes_, privacy_
 
     Notes
     -----
-    Step size α_t = 1/(1 + (λ+Δ)t), the 1/(λt) schedule for a strongly convex
-    objective started at a step of 1 (the logistic loss is 1/4-smooth on the
-    unit ball). Iterates are projected on the ball of radius
-    (1 + σ*√q/n)/(λ+Δ), public and containing argmin F whenever ‖η‖ ≤ σ*√q
-    (probability 1 - δ). The (ε, δ) statement is that of the exact minimiser
-    of F, which PSGD approaches.
+    Party j (picked with probability n_j/n) steps along
+    g_t = (1/n_j) Σ_{i∈j} ∇l_i(w_t) + (λ+Δ)w_t + η_j/n_j + ρ_t, so E g_t = ∇F(w_t).
+    Step size α_t = 1/(1 + (λ+Δ)t), t = 0, 1, …: the 1/(λt) schedule of a
+    strongly convex objective started at a step of 1 (the logistic loss is
+    1/4-smooth on the unit ball); the paper leaves the schedule open, this one
+    is ours. Iterates are projected on the ball of radius (1 + σ√q/n)/(λ+Δ),
+    public and containing argmin F whenever ‖η‖ ≤ σ√q (probability 1 - δ).
+    The (ε, δ) statement is the paper's (Theorem 4.1, for the minimiser of F);
+    the last iterate approaches that minimiser only as T grows and the ρ_t
+    average out.
 
     References
     ----------
@@ -192,8 +275,8 @@ class PrivateSGD(_GaussianBase):
 
     param_checks: dict = {
         **_GaussianBase.param_checks,
-        "epochs": [Interval(Integral, 1, None, closed="left")],
-        "rho_scale": [Interval(Real, 0, None, closed="left")],
+        "n_iter": [Interval(Integral, 1, None, closed="left")],
+        "lipschitz": [Interval(Real, 0, None, closed="neither")],
     }
 
     def __init__(
@@ -201,53 +284,50 @@ class PrivateSGD(_GaussianBase):
         epsilon: float = 1.0,
         delta: float = 0.05,
         lam: float = 1e-3,
-        epochs: int = 50,
-        rho_scale: float = 1.0,
+        n_iter: int = 2000,
+        lipschitz: float = 1.0,
+        condition: str = "derived",
         random_state: int | np.random.Generator | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.delta = delta
         self.lam = lam
-        self.epochs = epochs
-        self.rho_scale = rho_scale
+        self.n_iter = n_iter
+        self.lipschitz = lipschitz
+        self.condition = condition
         self.random_state = random_state
 
     @checked_fit
     def fit(self, X: np.ndarray, y: np.ndarray, parties: np.ndarray | None = None) -> PrivateSGD:
-        """Run T = epochs · n noisy SGD steps across the parties."""
+        """Run T steps of Algorithm 1 across the parties and keep the last iterate."""
         X, y_pm, classes, slack, sigma = self._prepare(X, y)
         parties, ids = check_parties(parties, X.shape[0])
         n, d = X.shape
         k = ids.size
         rng = generator_from(self.random_state)
         party_of_row = np.searchsorted(ids, parties)
-        sizes = np.bincount(party_of_row, minlength=k).astype(np.float64)
-        # Each party's fixed term η_k/n_k, η_k ~ N(0, σ*²/K I).
-        fixed = rng.normal(0.0, sigma / math.sqrt(k), size=(k, d)) / sizes[:, None]
-        rho_sd = self.rho_scale * sigma / (math.sqrt(k) * sizes)
+        blocks = [(X[party_of_row == j], y_pm[party_of_row == j]) for j in range(k)]
+        sizes = np.array([b[1].size for b in blocks], dtype=np.float64)
+        # Each party's once-drawn η_j ~ N(0, σ²/K I); the step uses η_j/n_j.
+        eta = rng.normal(0.0, sigma / math.sqrt(k), size=(k, d))
+        fixed = eta / sizes[:, None]
         lam = self.lam + slack.extra_reg
         q = float(chi2.ppf(1.0 - self.delta, d))
         radius = (1.0 + sigma * math.sqrt(q) / n) / lam
-        steps = int(self.epochs) * n
-        rows = rng.integers(0, n, size=steps)
-        rho = rng.standard_normal(size=(steps, d))
+        steps = int(self.n_iter)
+        picked = rng.choice(k, size=steps, p=sizes / n)
+        rho = sample_norm_noise(d, self.epsilon / (2.0 * self.lipschitz), size=steps, rng=rng)
         w = np.zeros(d)
-        total = np.zeros(d)
-        start = steps // 2
-        xs, ys, owner = X[rows], y_pm[rows], party_of_row[rows]
         for t in range(steps):
-            x = xs[t]
-            margin = ys[t] * float(x @ w)
-            # d/dw log(1 + e^{-m}) = -y x / (1 + e^{m})
-            grad = (-ys[t] / (1.0 + math.exp(margin)) if margin < 700 else 0.0) * x
-            p = owner[t]
-            grad = grad + lam * w + fixed[p] + rho_sd[p] * rho[t]
-            w = w - grad / (1.0 + lam * (t + 1))
+            j = picked[t]
+            Xj, yj = blocks[j]
+            grad = Xj.T @ (yj * LOGISTIC.derivative(yj * (Xj @ w))) / sizes[j]
+            w = w - (grad + lam * w + fixed[j] + rho[t]) / (1.0 + lam * t)
             norm = math.sqrt(float(w @ w))
             if norm > radius:
                 w *= radius / norm
-            if t >= start:
-                total += w
-        self.n_steps_ = steps
-        self._set_binary(total / (steps - start), classes, self._privacy("private SGD across parties"))
+        self.eta_ = eta.sum(axis=0)
+        self.rho_norms_ = np.linalg.norm(rho, axis=1)
+        self.n_iter_ = steps
+        self._set_binary(w, classes, self._privacy("Algorithm 1 across parties, last iterate"))
         return self

@@ -124,7 +124,7 @@ ESTIMATORS = [
     CheckedParameterAveraging(epsilon=1e4, lam=1e-3, random_state=0),
     CheckedAverageMethod(epsilon=1e4, lam=1e-3, random_state=0),
     CheckedFeatureMethod(epsilon=1e4, lam=1e-3, random_state=0),
-    CheckedPrivateSGD(epsilon=1e4, lam=1e-3, epochs=2, random_state=0),
+    CheckedPrivateSGD(epsilon=1e4, lam=1e-3, n_iter=300, random_state=0),
     CheckedGaussianObjectivePerturbation(epsilon=1e4, lam=1e-3, random_state=0),
     CheckedObjectivePerturbationLR(epsilon=1e4, lam=1e-3, random_state=0),
     CheckedHammMajorityVote(epsilon=1e4, lam=1e-3, random_state=0),

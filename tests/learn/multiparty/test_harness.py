@@ -92,7 +92,9 @@ def test_every_method_beats_indiv_and_loses_to_batch_at_large_epsilon() -> None:
     # sit near the pooled (batch) model and well below a single party's (indiv). Test errors
     # on the same 5,000 rows have sd ≈ √(0.1·0.9/5000) ≈ 0.004; the paired difference to
     # batch is allowed 4 sd (0.017) below, and each method must beat indiv by 0.02.
-    published = [m for m in METHODS if m != "anonml"]  # AnonML is tested below at its own ε scale
+    # AnonML is tested below at its own ε scale; the printed-condition reproductions are not
+    # private methods (and the printed condition has no root at ε = 1e5).
+    published = [m for m in METHODS if m != "anonml" and not METHODS[m].nominal_epsilon]
     rows = run_multiparty_benchmark(
         "synthetic",
         published,
@@ -167,6 +169,66 @@ def test_harness_rejects_bad_configuration() -> None:
     with pytest.raises(MultipartyError, match="positive and finite"):
         run_multiparty_benchmark("s", ["gop"], [2], eps=[0.0], data=data)
     assert method_names("all") == list(METHODS)
+
+
+def test_full_training_folds_pooled_gop_and_a_labelled_printed_run(tmp_path: Path) -> None:
+    # public_fraction 0: the parties hold every training row (scaling fitted on the fold).
+    # gop ignores the shares, so its runs over K = 2, 4 are one row with twice the runs on
+    # the same splits; psgd stays per K. The printed-condition run carries no guarantee.
+    data = RawDataset("bc", *_breast_like(6))
+    out = tmp_path / "mp.json"
+    rows = run_multiparty_benchmark(
+        "bc",
+        ["batch", "gop", "psgd", "gop_printed"],
+        [2, 4],
+        [None],
+        [0.5],
+        2,
+        folds=3,
+        public_fraction=0.0,
+        scale_on="train",
+        pool_party_free=True,
+        data=data,
+        seed=0,
+        json_path=out,
+    )
+    by = {(r.method, r.parties): r for r in rows}
+    gop = by[("gop", 0)]
+    assert gop.skew == "pooled" and gop.n_runs == 2 * 3 * 2 and gop.n_splits == 2 * 3
+    assert {k for m, k in by if m == "psgd"} == {2, 4} and by[("psgd", 2)].n_runs == 6
+    # standard error over the 6 splits' means, not over 12 runs treated as independent
+    means = np.array(gop.errors).reshape(6, 2).mean(axis=1)  # runs arrive split by split, K within
+    assert gop.error_sem == pytest.approx(means.std(ddof=1) / math.sqrt(6))
+    printed = by[("gop_printed", 0)]
+    assert printed.privacy_unit == "none" and printed.epsilon is None and printed.run_epsilon == 0.5
+    assert printed.mechanism.startswith("NON-PRIVATE reproduction")
+    # with σ ≈ 0.15 instead of σ* the reproduction is far more accurate than the private gop
+    assert printed.error_mean < gop.error_mean
+    document = json.loads(out.read_text())
+    labelled = [r for r in document["rows"] if r["method"] == "gop_printed"]
+    assert labelled and all("NON-PRIVATE" in r["mechanism"] for r in labelled)
+    assert document["config"]["scale_on"] == "train" and document["config"]["public_fraction"] == 0.0
+    # the plot takes pooled rows and the nominal-ε series of the reproduction
+    pytest.importorskip("matplotlib")
+    from anonml.learn.multiparty.plot import plot_results
+
+    png = plot_results(rows, tmp_path / "mp.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_full_training_folds_refuse_methods_that_need_public_rows() -> None:
+    data = RawDataset("bc", *_breast_like(7))
+    for method in ("hamm_soft", "xie_feature", "public"):
+        with pytest.raises(MultipartyError, match=f"{method} need the aggregator's public rows"):
+            run_multiparty_benchmark("bc", [method], [2], public_fraction=0.0, scale_on="train", data=data)
+    with pytest.raises(MultipartyError, match="scale_on='train'"):
+        run_multiparty_benchmark("bc", ["gop"], [2], public_fraction=0.0, data=data)
+
+
+def _breast_like(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, 300)
+    return rng.normal(size=(300, 5)) + np.where(y[:, None] == 1, 1.0, -1.0), y
 
 
 def test_anonml_default_mode_runs_on_the_same_splits_with_its_own_unit() -> None:
