@@ -411,7 +411,6 @@ def ledger(
     its reports also satisfy if they stay unlinkable among their partition's
     honest members (shuffle amplification, labelled with those assumptions).
     """
-    from anonml.privacy.amplification import ASSUMPTIONS, MEDIAN_NOT_SHUFFLED
     from peer.host import release_marks, shuffle_bounds
 
     with expected_errors(), _read_only() as local:
@@ -430,37 +429,47 @@ def ledger(
                 highlight=False,
             )
     if as_json:
-        print_json(
-            {
-                "releases": [
-                    {
-                        "problem": r.problem,
-                        "round": r.round,
-                        "attributes": list(r.attributes),
-                        "mechanism": r.mechanism,
-                        "epsilon": r.epsilon,
-                        "pool": r.pool,
-                        "recorded_at": r.recorded_at.isoformat(),
-                        "mark": marks.get(r.problem, ""),
-                    }
-                    for r in releases
-                ],
-                "problems": {
-                    p: {
-                        "total": b.total,
-                        "cap": b.cap,
-                        "releases": b.n_releases,
-                        "per_attribute": dict(b.per_attribute),
-                        "shuffle": None if bounds[p][0] is None else bounds[p][0].to_dict(),
-                        "shuffle_note": bounds[p][1],
-                    }
-                    for p, b in budgets.items()
-                },
-                "lifetime_total": sum(b.total for b in budgets.values()),
-                "lifetime_cap": cap,
-            }
-        )
+        print_json(_ledger_document(releases, budgets, cap, marks, bounds))
         return
+    _print_ledger(releases, budgets, cap, marks, bounds)
+
+
+def _ledger_document(releases: list, budgets: dict, cap: float | None, marks: dict, bounds: dict) -> dict:
+    """``anonml peer ledger --json``: every release with its mark, per problem the budget and bound."""
+    return {
+        "releases": [
+            {
+                "problem": r.problem,
+                "round": r.round,
+                "attributes": list(r.attributes),
+                "mechanism": r.mechanism,
+                "epsilon": r.epsilon,
+                "pool": r.pool,
+                "recorded_at": r.recorded_at.isoformat(),
+                "mark": marks.get(r.problem, ""),
+            }
+            for r in releases
+        ],
+        "problems": {
+            p: {
+                "total": b.total,
+                "cap": b.cap,
+                "releases": b.n_releases,
+                "per_attribute": dict(b.per_attribute),
+                "shuffle": None if bounds[p][0] is None else bounds[p][0].to_dict(),
+                "shuffle_note": bounds[p][1],
+            }
+            for p, b in budgets.items()
+        },
+        "lifetime_total": sum(b.total for b in budgets.values()),
+        "lifetime_cap": cap,
+    }
+
+
+def _print_ledger(releases: list, budgets: dict, cap: float | None, marks: dict, bounds: dict) -> None:
+    """The releases table, the per-problem totals (local ε beside the shuffle bound), the lifetime line."""
+    from anonml.privacy.amplification import ASSUMPTIONS, MEDIAN_NOT_SHUFFLED
+
     table = Table("problem", "round", "attributes", "mechanism", "ε", "when", "mark")
     for r in releases:
         table.add_row(

@@ -253,6 +253,29 @@ def _fit_methods(
             yield name, e, _score(fitted, X_test if fitted.raw_input else X_te, y_test, ctx.classes, seconds)
 
 
+def _collect_runs(
+    raw: RawDataset,
+    config: BenchmarkConfig,
+    combos: list[tuple[int, tuple[float, ...] | None]],
+    budgets: dict[str, tuple[float, ...]],
+    progress: ProgressCallback | None,
+) -> dict[tuple[str, int, str, float], list[_Run]]:
+    """Every method's runs on every split, keyed by (method, K, skew, ε) — or pooled over K and skew."""
+    methods = config.methods
+    n_splits = 1 if raw.X_test is not None else config.folds
+    total = config.trials * n_splits * len(combos) * sum(len(budgets[m]) for m in methods)
+    runs: dict[tuple[str, int, str, float], list[_Run]] = {}
+    seeds = generator_from(config.seed, name="seed")
+    for split, k, s, ctx, test, rng in _contexts(raw, config, combos, seeds):
+        for name, e, run in _fit_methods(ctx, methods, budgets, test, rng):
+            pooled = config.pool_party_free and METHODS[name].party_free
+            key = (name, *POOLED, e) if pooled else (name, k, _skew_label(s), e)
+            runs.setdefault(key, []).append(replace(run, split=split))
+            if progress is not None:
+                progress(sum(map(len, runs.values())), total, f"{name} K={k} {_skew_label(s)} eps={e:g}")
+    return runs
+
+
 def run_multiparty_benchmark(
     dataset: str,
     methods: Sequence[str],
@@ -307,23 +330,9 @@ def run_multiparty_benchmark(
     """
     _check_request(methods, trials, eps, public_fraction, scale_on)
     config = BenchmarkConfig(
-        dataset,
-        tuple(methods),
-        tuple(parties),
-        tuple(skew),
-        tuple(eps),
-        trials,
-        folds,
-        delta,
-        lam,
-        hamm_lam,
-        public_fraction,
-        norm_quantile,
-        seed,
-        max_indiv,
-        scale_on,
-        pool_party_free,
-    )
+        dataset, tuple(methods), tuple(parties), tuple(skew), tuple(eps), trials, folds, delta, lam,
+        hamm_lam, public_fraction, norm_quantile, seed, max_indiv, scale_on, pool_party_free,
+    )  # fmt: skip
     raw = data if data is not None else load_dataset(dataset, data_path)
     _check_classes(methods, raw)
     combos = _combos(parties, skew)
@@ -331,18 +340,7 @@ def run_multiparty_benchmark(
         name: tuple(eps) if METHODS[name].private or METHODS[name].nominal_epsilon else (math.inf,)
         for name in methods
     }
-    n_splits = 1 if raw.X_test is not None else folds
-    runs: dict[tuple[str, int, str, float], list[_Run]] = {}
-    for split, k, s, ctx, test, rng in _contexts(raw, config, combos, generator_from(seed, name="seed")):
-        for name, e, run in _fit_methods(ctx, methods, budgets, test, rng):
-            run = replace(run, split=split)
-            pooled = pool_party_free and METHODS[name].party_free
-            key = (name, *POOLED, e) if pooled else (name, k, _skew_label(s), e)
-            runs.setdefault(key, []).append(run)
-            if progress is not None:
-                total = trials * n_splits * len(combos) * sum(len(budgets[m]) for m in methods)
-                progress(sum(map(len, runs.values())), total, f"{name} K={k} {_skew_label(s)} eps={e:g}")
-    rows = _aggregate(dataset, runs)
+    rows = _aggregate(dataset, _collect_runs(raw, config, combos, budgets, progress))
     if json_path is not None:
         write_results(rows, config, json_path)
     return rows
