@@ -333,7 +333,14 @@ def _child_environment() -> tuple[str, dict[str, str]]:
     return root, env
 
 
-def start_server_process(settings: AggregatorSettings, timeout: float = 60.0) -> ServerProcess:
+#: Seconds a child service may take to say it is ready: returns as soon as it is (about 2 s on a
+#: quiet machine), but importing the stack took 40-60 s at load 25 on 2 cores.
+START_TIMEOUT_SECONDS = 300.0
+
+
+def start_server_process(
+    settings: AggregatorSettings, timeout: float = START_TIMEOUT_SECONDS
+) -> ServerProcess:
     """Serve an aggregator from ``python -m aggregator`` (port from ``settings``; 0 = a free one)."""
     root, env = _child_environment()
     process = subprocess.Popen(
@@ -356,7 +363,7 @@ def start_server_process(settings: AggregatorSettings, timeout: float = 60.0) ->
 
 
 def start_workers_process(
-    settings: AggregatorSettings, workers: int, timeout: float = 120.0
+    settings: AggregatorSettings, workers: int, timeout: float = START_TIMEOUT_SECONDS
 ) -> ServerProcess:
     """Run ``anonml aggregator serve --workers N`` as a child process; returns once ``/healthz`` answers.
 

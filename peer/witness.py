@@ -435,9 +435,13 @@ class WitnessProcess:
 
 
 def start_witness_process(
-    home: Path, *, host: str = "127.0.0.1", port: int = 0, timeout: float = 60.0
+    home: Path, *, host: str = "127.0.0.1", port: int = 0, timeout: float = 300.0
 ) -> WitnessProcess:
-    """Run ``python -m anonml witness serve --home HOME --port PORT`` and wait for its ready line."""
+    """Run ``python -m anonml witness serve --home HOME --port PORT`` and wait for its ready line.
+
+    ``timeout`` bounds the wait, which ends as soon as the line comes (about 2 s on a quiet
+    machine; 40 s and more at load 25 on 2 cores, most of it importing the stack).
+    """
     root = str(Path(__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     process = subprocess.Popen(
