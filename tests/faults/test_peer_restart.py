@@ -111,7 +111,10 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
     requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
     # B has built (and recorded) its packets; some are still to be sent: kill it there.
     unsent = "SELECT count(*) FROM peer_outbox WHERE sent = 0"
-    wait_until(lambda: bool(b.rows(KILL_POINTS[kill_point])[0][0]), kill_point, 120)
+    round_seconds = sum(
+        (d.schedule.report_delay_seconds, d.schedule.send_window_seconds, d.schedule.release_window_seconds)
+    )
+    wait_until(lambda: bool(b.rows(KILL_POINTS[kill_point])[0][0]), kill_point, 120 + round_seconds)
     b.kill()
     left_unsent = b.rows(unsent)[0][0]
     held_at_kill = b.rows("SELECT count(*) FROM peer_held_packets")[0][0]
@@ -120,7 +123,7 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
     assert keys_at_kill == 4  # every identity's round key, sealed, survived the kill
     assert all(r == d.kh for r in releases_before.values())  # recorded before anything was built
     b.start()  # same files, same relay port
-    final = wait_phase(url, problem.id, ("done", "failed"), timeout=180)
+    final = wait_phase(url, problem.id, ("done", "failed"), timeout=180 + round_seconds)
     assert final.phase == "done", final.message
     for host in (b, cluster.a):  # each counts its lost reports when it downloads the model
         wait_until(
