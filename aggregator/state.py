@@ -27,8 +27,8 @@ from anonml.crypto import (
 )
 from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.database import make_engine
-from anonml.learn import Binning, PartitionPlan, make_plan
-from anonml.protocol import Bins, CosignatureBundle, Problem, Roster, Schedule, roster_beacon
+from anonml.learn import Binning, PartitionPlan
+from anonml.protocol import Bins, CosignatureBundle, Problem, Roster, Schedule, roster_beacon, roster_plan
 from anonml.schedule import ServiceMeter, schedule_floors
 
 __all__ = ["AggregatorState", "ProblemContext", "load_or_create_identity", "INTAKE_REFUSAL", "reject_counts"]
@@ -90,18 +90,7 @@ class ProblemContext:
     def plan_for(self, roster: Roster, beacon: bytes = b"") -> PartitionPlan:
         """The plan of ``roster`` under the witnesses' ``beacon``; ValueError when the sizes do not fit
         (which the beacon never changes)."""
-        draft = self.problem.draft
-        return make_plan(
-            roster.seed,
-            [bytes(e.identity) for e in roster.entries],
-            len(draft.features),
-            n_partitions=draft.kp,
-            n_subsets=draft.kh,
-            subset_size=draft.ks,
-            subsets=draft.subsets,
-            median_pool_size=roster.median_pool_size,
-            beacon=beacon,
-        )
+        return roster_plan(self.problem.draft, roster, beacon)
 
     def set_roster(self, roster: Roster, beacon: bytes) -> None:
         """Fix the plan from the roster and the witnesses' ``beacon`` (:func:`roster_beacon`)."""

@@ -50,7 +50,7 @@ from anonml.crypto import Identity
 from anonml.datasets.mooc import simulate_students, write_edx_logs
 from anonml.errors import AnonMLError
 from anonml.featurize import featurize_dataset
-from anonml.learn import AnonMLClassifier, PartitionPlan, SimulationConfig, make_plan, simulated_learner
+from anonml.learn import AnonMLClassifier, PartitionPlan, SimulationConfig, simulated_learner
 from anonml.model import FeatureSpec
 from anonml.plugins import PluginRef, create
 from anonml.privacy import PrivacyLedger
@@ -67,6 +67,7 @@ from anonml.protocol import (
     Schedule,
     WitnessRef,
     roster_beacon,
+    roster_plan,
 )
 from anonml.randomness import generator_from
 from anonml.store import EventStore
@@ -456,17 +457,7 @@ def _roster_plan(url: str, pid: str, draft: ProblemDraft) -> tuple[list[bytes], 
         requests.get(f"{url}/problems/{pid}/cosignatures/roster", timeout=30).content
     )
     members = [bytes(e.identity) for e in roster.entries]
-    plan = make_plan(
-        bytes(roster.seed),
-        members,
-        len(draft.features),
-        n_partitions=draft.kp,
-        n_subsets=draft.kh,
-        subset_size=draft.ks,
-        subsets=draft.subsets,
-        median_pool_size=roster.median_pool_size,
-        beacon=roster_beacon(bundle.cosignatures),
-    )
+    plan = roster_plan(draft, roster, roster_beacon(bundle.cosignatures))
     return members, plan
 
 

@@ -40,7 +40,7 @@ import math
 import re
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import (
@@ -57,6 +57,9 @@ from anonml.crypto import Identity, PublicIdentity
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import PluginRef
 from anonml.privacy.descriptor import MechanismDescriptor
+
+if TYPE_CHECKING:
+    from anonml.learn.partition import PartitionPlan
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -108,6 +111,7 @@ __all__ = [
     "STAGES",
     "transcript_hash",
     "roster_beacon",
+    "roster_plan",
     "check_credential",
     "entry_registration",
     "PeerStatus",
@@ -934,6 +938,28 @@ def roster_beacon(cosignatures: Sequence[Cosignature]) -> bytes:
     for signature in sorted(bytes(c.signature) for c in cosignatures):
         _framed(h, signature)
     return h.digest()
+
+
+def roster_plan(draft: ProblemDraft, roster: Roster, beacon: bytes = b"") -> PartitionPlan:
+    """The partition plan of a closed ``roster`` under the witnesses' ``beacon`` (:func:`roster_beacon`).
+
+    :func:`anonml.learn.make_plan` with the draft's shape (k_p, k_h, k_s, subsets),
+    the roster's revealed seed, members in roster order and median pool size:
+    the plan every party recomputes. ValueError when the sizes do not fit.
+    """
+    from anonml.learn.partition import make_plan  # the learning library is heavy; only plans need it
+
+    return make_plan(
+        bytes(roster.seed),
+        [bytes(e.identity) for e in roster.entries],
+        len(draft.features),
+        n_partitions=draft.kp,
+        n_subsets=draft.kh,
+        subset_size=draft.ks,
+        subsets=draft.subsets,
+        median_pool_size=roster.median_pool_size,
+        beacon=beacon,
+    )
 
 
 class ErrorBody(_Message):
