@@ -97,12 +97,14 @@ def restart_seconds(host: PeerProcess) -> float:
 @pytest.mark.parametrize("kill_point", list(KILL_POINTS))
 def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_point: str):
     # The claim is that a restarted host takes up its round, so the round's windows must hold a
-    # restart: measured on this machine as it is loaded now (1-2 s quiet, 7-12 s beside
-    # stress-ng on 2 cores), twice over (resuming a round costs more than starting empty) plus
-    # the time the test takes to notice the kill point, never below the defaults.
+    # restart: measured on this machine as it is loaded now (1-2 s quiet, 7-13 s beside
+    # stress-ng on 2 cores), four times over (resuming a round costs more than starting empty:
+    # with twice over, at load 20, B was down past the send window and 5 of A's packets to it
+    # went unsent) plus the time the test takes to notice the kill point, never below the
+    # defaults.
     restart = restart_seconds(cluster.b)
     d = fault_draft(
-        send_window_seconds=max(12.0, 2 * restart + 6), release_window_seconds=max(10.0, 2 * restart + 6)
+        send_window_seconds=max(12.0, 4 * restart + 10), release_window_seconds=max(10.0, 4 * restart + 10)
     )
     problem = propose(cluster.aggregator.url, d)
     url, b = cluster.aggregator.url, cluster.b
@@ -123,7 +125,7 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
     assert keys_at_kill == 4  # every identity's round key, sealed, survived the kill
     assert all(r == d.kh for r in releases_before.values())  # recorded before anything was built
     b.start()  # same files, same relay port
-    final = wait_phase(url, problem.id, ("done", "failed"), timeout=180 + round_seconds)
+    final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=180 + round_seconds)
     assert final.phase == "done", final.message
     for host in (b, cluster.a):  # each counts its lost reports when it downloads the model
         wait_until(
