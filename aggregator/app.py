@@ -301,7 +301,9 @@ class ServerProcess:
             self.process.wait(timeout=10)
 
 
-def start_server_process(settings: AggregatorSettings, timeout: float = 60.0) -> ServerProcess:
+def start_server_process(
+    settings: AggregatorSettings, timeout: float = serving.CHILD_START_SECONDS
+) -> ServerProcess:
     """Serve an aggregator from ``python -m aggregator`` (port from ``settings``; 0 = a free one)."""
     root, env = serving.child_environment()
     process = subprocess.Popen(
@@ -324,7 +326,7 @@ def start_server_process(settings: AggregatorSettings, timeout: float = 60.0) ->
 
 
 def start_workers_process(
-    settings: AggregatorSettings, workers: int, timeout: float = 120.0
+    settings: AggregatorSettings, workers: int, timeout: float = serving.CHILD_START_SECONDS
 ) -> ServerProcess:
     """Run ``anonml aggregator serve --workers N`` as a child process; returns once ``/healthz`` answers.
 

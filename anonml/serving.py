@@ -21,10 +21,23 @@ from typing import Any, Literal
 
 import uvicorn
 
-__all__ = ["bind", "uvicorn_server", "start_in_thread", "wait_started", "ThreadedServer", "child_environment"]
+__all__ = [
+    "bind",
+    "uvicorn_server",
+    "start_in_thread",
+    "wait_started",
+    "ThreadedServer",
+    "child_environment",
+    "CHILD_START_SECONDS",
+]
 
 #: The repository root: the folder holding the ``anonml`` package and the role packages.
 ROOT = Path(__file__).resolve().parents[1]
+
+#: Seconds a child service (``python -m aggregator``, ``anonml witness serve``) may take to say it
+#: is ready. The wait ends as soon as it is (about 2 s on a quiet machine), but importing the stack
+#: took 40-60 s at load 25 on 2 cores.
+CHILD_START_SECONDS = 300.0
 
 
 def bind(host: str, port: int) -> socket.socket:

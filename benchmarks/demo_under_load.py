@@ -88,6 +88,9 @@ def one_run(students: int, seed: int) -> dict:
         "auc_protocol": round(result.auc, 4),
         "auc_simulation_mean_sd": [round(mean, 4), round(sd, 4)],
         "auc_gap": round(mean - result.auc, 4),
+        "auc_same_plan_and_bins_mean_sd": (
+            None if result.auc_same_run is None else [round(v, 4) for v in result.auc_same_run]
+        ),
         "within_target": abs(mean - result.auc) <= TARGET_AUC_GAP,
         "auc_non_private": round(result.auc_central, 4),
         "median_answers_of_pool": [result.median_answers, result.median_pool],

@@ -407,9 +407,12 @@ class WitnessProcess:
 
 
 def start_witness_process(
-    home: Path, *, host: str = "127.0.0.1", port: int = 0, timeout: float = 60.0
+    home: Path, *, host: str = "127.0.0.1", port: int = 0, timeout: float = serving.CHILD_START_SECONDS
 ) -> WitnessProcess:
-    """Run ``python -m anonml witness serve --home HOME --port PORT`` and wait for its ready line."""
+    """Run ``python -m anonml witness serve --home HOME --port PORT`` and wait for its ready line.
+
+    ``timeout`` bounds the wait, which ends as soon as the line comes.
+    """
     root, env = serving.child_environment()
     process = subprocess.Popen(
         [

@@ -59,6 +59,7 @@ from anonml.learn.frames import (
 from anonml.learn.histograms import SubsetHistogram
 from anonml.learn.notices import NotPrivateWarning
 from anonml.learn.params import RANDOM_STATE, Interval, Options, check_params
+from anonml.learn.partition import PartitionPlan
 from anonml.learn.simulation import PrivacyAccounting, SimulationConfig, simulate_training
 from anonml.model import FeatureSpec
 from anonml.randomness import generator_from
@@ -302,7 +303,9 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fitting
 
-    def fit(self, X: Any, y: Any) -> AnonMLClassifier:
+    def fit(
+        self, X: Any, y: Any, *, plan: PartitionPlan | None = None, binning: Binning | None = None
+    ) -> AnonMLClassifier:
         """Simulate the AnonML protocol with one peer per row and train the ensemble.
 
         Parameters
@@ -314,6 +317,13 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
             indices (or the category strings, when ``features`` are given).
         y : array-like of shape (n_peers,)
             K ≥ 2 classes (paper mode: exactly 2); ``classes_[c]`` is label index ``c``.
+        plan : PartitionPlan, optional
+            A real roster's plan (row ``i`` is member ``i``) instead of a drawn one.
+        binning : Binning, optional
+            Bins to train with instead of the median pool's simulated search.
+            With ``plan``, e.g. a protocol run's published plan and bins: what
+            its report round should give, only the peers' perturbation drawn
+            afresh (:func:`~anonml.learn.simulation.simulate_training`).
 
         Returns
         -------
@@ -343,7 +353,9 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         _warn_not_private(from_data)
         rng = generator_from(self.random_state)
         config = self._config(X.shape[1], classes.size)
-        result = simulate_training(X, y_index.astype(np.int64), features, config, rng)
+        result = simulate_training(
+            X, y_index.astype(np.int64), features, config, rng, plan=plan, binning=binning
+        )
         ensemble = self.ensemble_from(result.histograms, result.sizes, rng)
         if result.calibration_rows.size:
             rows = result.calibration_rows

@@ -384,6 +384,9 @@ def simulate_training(
     features: Sequence[FeatureSpec],
     config: SimulationConfig,
     rng: np.random.Generator,
+    *,
+    plan: PartitionPlan | None = None,
+    binning: Binning | None = None,
 ) -> SimulationResult:
     """Run the whole peer-side pipeline on ``(X, y)``, one peer per row.
 
@@ -396,6 +399,15 @@ def simulate_training(
         Kinds and public ranges (numeric ranges bound the median search).
     config : SimulationConfig
     rng : numpy.random.Generator
+    plan : PartitionPlan, optional
+        The plan of a real roster (row ``i`` of ``X`` is roster member ``i``)
+        instead of one drawn from ``rng``; needs no calibration pool.
+    binning : Binning, optional
+        Bins fixed elsewhere (e.g. those a protocol run published) instead of
+        the median pool's simulated search. The median pool is still drawn and
+        still sends no report, so the reports are what they would have been
+        with those bins; the pool answers nothing, and the accounting counts
+        no median answers.
 
     Returns
     -------
@@ -416,16 +428,29 @@ def simulate_training(
     X, y, calibration_rows = _set_aside_calibration(X, y, config, rng)
     n = X.shape[0]
     n_bins, pool = _bins_and_pool(features, config, n, n_all)
-    plan = _simulated_plan(n, n_features, pool, config, rng)
-    binning, answered, estimates = private_binning(
-        X[plan.median_pool()],
-        features,
-        n_bins,
-        epsilon=config.epsilon,
-        n_steps=config.median_steps,
-        confidence=config.median_confidence,
-        rng=rng,
-    )
+    if plan is None:
+        plan = _simulated_plan(n, n_features, pool, config, rng)
+    elif plan.order.size != n or calibration_rows.size:
+        raise ValueError(
+            f"a given plan must cover every one of the {n_all} rows with no calibration pool, "
+            f"it covers {plan.order.size} (calibration pool {calibration_rows.size})"
+        )
+    if binning is None:
+        binning, answered, estimates = private_binning(
+            X[plan.median_pool()],
+            features,
+            n_bins,
+            epsilon=config.epsilon,
+            n_steps=config.median_steps,
+            confidence=config.median_confidence,
+            rng=rng,
+        )
+    else:
+        if binning.names != [f.name for f in features]:
+            raise ValueError(
+                f"the given bins are for features {binning.names}, not {[f.name for f in features]}"
+            )
+        answered, estimates = 0, {}
     codes = binning.transform(X)
     selected = None
     if _pilot_applies(config, n_features):

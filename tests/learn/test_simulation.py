@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from anonml.learn.binning import Binning
 from anonml.learn.histograms import exact_histogram, pool_histograms
 from anonml.learn.partition import make_plan
 from anonml.learn.simulation import (
@@ -88,6 +89,31 @@ def test_training_run_spends_exactly_epsilon_per_peer():
     assert all(
         np.array_equal(a.counts, b.counts) for a, b in zip(again.histograms, first.histograms, strict=True)
     )
+
+
+def test_a_given_plan_and_bins_replace_the_drawn_ones():
+    # What a protocol run's comparison needs: the roster's own plan and the published bins, with
+    # only the reports' perturbation drawn.
+    rng = np.random.default_rng(4)
+    n = 2000
+    X = np.column_stack([rng.normal(50, 15, n).clip(0, 100), rng.integers(0, 3, n)])
+    y = (rng.random(n) < 0.3).astype(np.int64)
+    cfg = SimulationConfig(epsilon=1.5, n_partitions=2, median_fraction=0.1)
+    plan = make_plan(bytes(32), simulated_peer_keys(n), 2, n_partitions=2, median_pool_size=200)
+    bins = Binning.from_thresholds(SPECS, {0: (12.5,)})
+    result = simulate_training(X, y, SPECS, cfg, rng, plan=plan, binning=bins)
+    assert result.plan is plan and result.binning is bins
+    assert result.accounting.report_peers == 1800  # the given pool still sends no report
+    assert [h.n for h in result.histograms] == plan.partition_sizes()
+    # With the cut at 12.5, 99 % of N(50, 15) lies above it (a drawn median cut would split ~50/50);
+    # the estimate's noise at ε = 1.5 over ~900 reports is a few percent of them.
+    for h in result.histograms:
+        if h.features == (0,):
+            assert h.counts[1].sum() > 0.8 * h.n, h.counts
+    with pytest.raises(ValueError, match="every one of the 1999 rows"):
+        simulate_training(X[:-1], y[:-1], SPECS, cfg, rng, plan=plan)
+    with pytest.raises(ValueError, match="given bins are for features"):
+        simulate_training(X, y, SPECS, cfg, rng, binning=Binning.from_thresholds(SPECS[:1], {}))
 
 
 def test_the_pilot_keeps_informative_features_and_drops_pure_noise():

@@ -40,7 +40,7 @@ def test_a_peer_shown_another_token_key_aborts_before_taking_tokens(aggregator, 
         d = mooc_dropout_draft(send_window_seconds=1.0)
         # roster_seconds (2 s by default) gives every peer time to publish its witness first.
         problem = propose(aggregator.url, d)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while problem.id not in victim_host.sessions or status(aggregator.url, problem.id).registered < 8:
             assert time.monotonic() < deadline
             time.sleep(0.05)
@@ -50,9 +50,9 @@ def test_a_peer_shown_another_token_key_aborts_before_taking_tokens(aggregator, 
         for p in session.participants:
             p.client = split
         requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN)
-        wait_phase(aggregator.url, problem.id, ("done", "degraded", "failed"), timeout=40)
+        wait_phase(aggregator.url, problem.id, ("done", "degraded", "failed"), timeout=180)
         victim_node = nodes[7].fingerprint
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while victim_host.db.participation(problem.id, victim_node).status != "aborted":
             assert time.monotonic() < deadline
             time.sleep(0.05)
@@ -62,7 +62,7 @@ def test_a_peer_shown_another_token_key_aborts_before_taking_tokens(aggregator, 
         st = status(aggregator.url, problem.id)
         # Honest peers that compared with the victim saw the split too and stopped; none took a
         # token the victim could have been tagged with, and every token issued was redeemed.
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while not honest.host.sessions[problem.id].finished:
             assert time.monotonic() < deadline
             time.sleep(0.05)
