@@ -243,10 +243,16 @@ class ServiceMeter:
         self._until = -math.inf
         self.count = 0
 
-    def record(self, start: float, end: float) -> None:
-        """One request that ran from ``start`` to ``end`` (seconds, one clock)."""
+    def record(self, start: float, end: float, count: int = 1) -> None:
+        """One request that ran from ``start`` to ``end`` (seconds, one clock).
+
+        ``count``: how many items it served (a batch of registrations counts as
+        that many, so ``busy / count`` stays the time per item).
+        """
         if not end >= start:
             raise ValueError(f"a request cannot end ({end}) before it starts ({start})")
+        if count < 1:
+            raise ValueError(f"a request serves at least one item, got count={count}")
         with self._lock:
             if start >= self._until:
                 self._busy += end - start
@@ -256,7 +262,7 @@ class ServiceMeter:
                 self._busy += end - self._until
                 self._flow += end - self._until
             self._until = max(self._until, end)
-            self.count += 1
+            self.count += count
 
     def seconds_per_request(self, default: float = DEFAULT_REQUEST_SECONDS) -> float:
         """``busy / count``; ``default`` before any request was recorded."""

@@ -91,6 +91,7 @@ from anonml.plugins import Featurizer, Instancer
 from anonml.privacy import BinaryRandomizedResponse, PrivacyLedger
 from anonml.protocol import (
     AdmissionCredential,
+    Assignment,
     Bins,
     CosignatureBundle,
     MedianAnswer,
@@ -415,6 +416,20 @@ class Participant:
 
     # -- 1. registration ---------------------------------------------------------------
     def register(self) -> None:
+        """Register alone (``POST …/registrations``): :meth:`registration`, sent, then :meth:`registered`."""
+        self.client.register(self.registration())
+        self.registered()
+
+    def registered(self) -> None:
+        """The aggregator stored this identity's registration (accepted → registered)."""
+        self._move(P.REGISTERED)
+
+    def registration(self) -> Registration:
+        """This identity's signed registration with a fresh round relay key, kept (sealed) first.
+
+        What :meth:`register` sends alone and a host of many identities sends in
+        batches (:meth:`~peer.client.AggregatorClient.register_batch`).
+        """
         try:  # the form every member checks: refuse here rather than be refused by all of them
             check_relay_url(self.relay_url, allow_loopback_http=self.relay.allow_loopback_http)
         except ValueError as exc:
@@ -431,7 +446,7 @@ class Participant:
                 self.node.fingerprint, self.problem.round_id, self.problem.id, sealed, bytes(cert)
             )
         self.keys = RelayKeys(key, cert)
-        registration = sign_message(
+        return sign_message(
             Registration(
                 problem_id=self.problem.id,
                 identity=me,
@@ -442,8 +457,6 @@ class Participant:
             ),
             self.node.identity,
         )
-        self.client.register(registration)
-        self._move(P.REGISTERED)
 
     # -- 2. roster, assignment, witnesses ------------------------------------------------
     def _verify_bundle(self, bundle: CosignatureBundle, stage: str, transcript: bytes) -> bytes:
@@ -459,20 +472,31 @@ class Participant:
         except ProtocolError as exc:
             raise Aborted(f"{stage} not witnessed: {exc}") from None
 
-    def check_roster(self, view: RosterView, bundle: CosignatureBundle) -> None:
+    def check_roster(
+        self, view: RosterView, bundle: CosignatureBundle, notice: Assignment | None = None
+    ) -> None:
         """Relay URLs, floors, witness cosignatures, own entry, seed commitment, assignment; then
-        publish the signed witness (registered → roster_checked)."""
-        self.roster = self._verified_roster(view, bundle)
+        publish the signed witness (registered → roster_checked).
+
+        ``notice``: this identity's signed assignment when its host fetched many in one
+        request (:meth:`~peer.client.AggregatorClient.assignments`); None: fetched here.
+        It is checked the same either way.
+        """
+        self.roster = self._verified_roster(view, bundle, notice)
         self._move(P.ROSTER_CHECKED)
 
-    def restore_roster(self, view: RosterView, bundle: CosignatureBundle) -> None:
+    def restore_roster(
+        self, view: RosterView, bundle: CosignatureBundle, notice: Assignment | None = None
+    ) -> None:
         """After a restart: the same checks, and the roster must be the one checked before."""
-        facts = self._verified_roster(view, bundle)
+        facts = self._verified_roster(view, bundle, notice)
         if facts.view.fingerprint != self._resumed_fingerprint:
             raise Aborted("after a restart the aggregator serves a roster other than the one checked before")
         self.roster = facts
 
-    def _verified_roster(self, view: RosterView, bundle: CosignatureBundle) -> RosterFacts:
+    def _verified_roster(
+        self, view: RosterView, bundle: CosignatureBundle, notice: Assignment | None = None
+    ) -> RosterFacts:
         self.check_relay_urls(view)
         try:
             check_roster_floors(self.problem, len(view.keys), view.roster.median_pool_size, self.policy)
@@ -492,7 +516,8 @@ class Participant:
         if entry.relay_url != self.relay_url or bytes(entry.relay_certificate) != bytes(keys.certificate):
             raise Aborted("the roster lists a different relay URL or key for this identity")
         draft = self.problem.draft
-        notice = self.client.assignment(self.problem.id, self.node.fingerprint)
+        if notice is None:
+            notice = self.client.assignment(self.problem.id, self.node.fingerprint)
         try:
             verify_message(notice, bytes(self.problem.aggregator))
         except CryptoError as exc:
@@ -666,10 +691,11 @@ class Participant:
         if view is None or self.keys is None or self.relaying:
             return
         draft = self.problem.draft
-        try:
-            verify_message(bins, bytes(self.problem.aggregator))
-        except CryptoError as exc:
-            raise Aborted(f"bins are not signed by the aggregator: {exc}") from None
+        # The same check for every identity of this process: once per signed bins document
+        # (keyed by all of it, signature included, so other bins are checked anew).
+        refusal = view.memo(("bins signature", bins.model_dump_json()), lambda: _bins_refusal(bins, self.problem))
+        if refusal is not None:
+            raise Aborted(refusal)
         if bins.slots_per_peer != draft.kh or len(bins.edges) != len(draft.features):
             raise Aborted("bins do not match the proposal (slot count or feature count)")
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
@@ -898,6 +924,15 @@ def _pick_members(gen: np.random.Generator, n: int, k: int, me: int, done: Compa
     candidates = [i for i in range(n) if i != me and i not in done.confirmed]
     fresh = [i for i in candidates if i not in done.asked]
     return [int(i) for i in gen.permutation(fresh if fresh else candidates)[:k]]
+
+
+def _bins_refusal(bins: Bins, problem: Problem) -> str | None:
+    """Why ``bins`` are refused as not signed by the problem's aggregator; None if they are."""
+    try:
+        verify_message(bins, bytes(problem.aggregator))
+    except CryptoError as exc:
+        return f"bins are not signed by the aggregator: {exc}"
+    return None
 
 
 def _relay_url_refusal(view: RosterView, allow_loopback_http: bool) -> str | None:

@@ -20,7 +20,16 @@ from concurrent.futures import Executor
 from typing import Protocol
 
 from anonml.errors import AnonMLError, ProtocolError
-from anonml.protocol import MODEL_PHASES, Bins, CosignatureBundle, Problem, RosterWitness
+from anonml.protocol import (
+    MAX_BATCH_ITEMS,
+    MODEL_PHASES,
+    Assignment,
+    Bins,
+    CosignatureBundle,
+    Problem,
+    Registration,
+    RosterWitness,
+)
 from peer.client import AggregatorClient, HTTPRefusal
 from peer.db import PeerDB
 from peer.dispatch import Dispatcher
@@ -94,7 +103,7 @@ class ProblemSession:
         status = self.client.status(self.problem.id)
         self.phase = status.phase
         if status.phase == "registration":
-            self._each(lambda p: p.register(), self._in(P.ACCEPTED))
+            self._register(self._in(P.ACCEPTED))
             return
         if status.phase == "failed":
             for p in self.participants:
@@ -126,6 +135,38 @@ class ProblemSession:
             self._each(lambda p: p.receive_model(document, degraded=degraded))
             self.finished = True
 
+    def _register(self, who: list[Participant]) -> None:
+        """Register ``who``: each signs its own registration (in parallel), sent
+        :data:`~anonml.protocol.MAX_BATCH_ITEMS` to a request.
+
+        Each result is what the identity's own request would have got: stored
+        (→ registered) or refused (→ aborted with the reason). An aggregator
+        without the batch route (404/405) gets one request per identity; a
+        batch that gets no answer leaves its identities to register again at
+        the next poll, with fresh relay keys.
+        """
+        signed: dict[int, Registration] = {}
+
+        def sign(p: Participant) -> None:
+            signed[id(p)] = p.registration()
+
+        self._each(sign, who)
+        ready = [p for p in who if p.active and id(p) in signed]
+        for start in range(0, len(ready), MAX_BATCH_ITEMS):
+            chunk = ready[start : start + MAX_BATCH_ITEMS]
+            try:
+                answer = self.client.register_batch(self.problem.id, [signed[id(p)] for p in chunk])
+            except HTTPRefusal as exc:
+                if exc.status not in (404, 405):
+                    raise
+                self._each(lambda p: (self.client.register(signed[id(p)]), p.registered()), chunk)
+                continue
+            for p, result in zip(chunk, answer.results, strict=True):
+                if result.status == 201:
+                    p.registered()
+                else:
+                    p.abort(f"aggregator refused: {result.detail} (HTTP {result.status})")
+
     def _check_roster(self) -> bool:
         """Verify the roster once for the process, then each identity's own checks; False to wait."""
         if self._unwitnessed is None:
@@ -142,12 +183,37 @@ class ProblemSession:
         if bundle is None:
             return False  # the witnesses have not all co-signed yet: nothing is released meanwhile
         self.view = view = self._unwitnessed
-        self._each(lambda p: p.check_roster(view, bundle), self._in(P.REGISTERED))
-        self._each(lambda p: p.restore_roster(view, bundle), [p for p in self.participants if p.needs_roster])
+        fresh = self._in(P.REGISTERED)
+        restored = [p for p in self.participants if p.needs_roster]
+        notices = self._assignments([*fresh, *restored])
+        self._each(lambda p: p.check_roster(view, bundle, notices.get(p.node.fingerprint)), fresh)
+        self._each(lambda p: p.restore_roster(view, bundle, notices.get(p.node.fingerprint)), restored)
         for p in self.participants:
             if p.witness is not None:
                 self.host.publish_witness(p.node.node_id, p.witness)
         return True
+
+    def _assignments(self, who: list[Participant]) -> dict[str, Assignment]:
+        """The signed assignments of ``who``, fetched together (one request per
+        :data:`~anonml.protocol.MAX_BATCH_ITEMS` identities, not one each).
+
+        Only the identities on the roster are asked (one absent would fail the
+        batch; it finds out in its own check, which then asks alone). A batch
+        the aggregator refuses leaves each identity to ask for its own.
+        """
+        view = self._unwitnessed
+        assert view is not None
+        asked = [
+            p.node.fingerprint for p in who if bytes(p.node.identity.public) in view.index_of
+        ]
+        if not asked:
+            return {}
+        try:
+            return self.client.assignments(self.problem.id, asked)
+        except AnonMLError as exc:
+            self.host.count("assignment batches refused")
+            log.warning("assignments of %d identities not fetched together: %s", len(asked), exc)
+            return {}
 
     def _report_round(self, phase: str) -> None:
         """Relay from the moment the bins are out; send once the roster is confirmed."""
@@ -156,15 +222,21 @@ class ProblemSession:
             bins, view = self.bins, self.view
             # Every identity of this process relays before any of them sends — also
             # those that stopped taking part (relaying releases nothing of their own).
-            for p in self.participants:
-                if p.relay_key is not None and not p.relaying and time.time() < bins.t_r:
-                    try:
-                        p.open_round(bins, view)
-                    except (Aborted, AnonMLError) as exc:
-                        if p.active:
-                            p.abort(str(exc))
-                        else:
-                            log.warning("identity %s cannot relay: %s", p.node.fingerprint[:12], exc)
+            # In parallel: each opens its relay with its own key (its stored replay tags
+            # and relay count are read from the state DB), and all are open before any sends.
+
+            def open_one(p: Participant) -> None:
+                if p.relay_key is None or p.relaying or time.time() >= bins.t_r:
+                    return
+                try:
+                    p.open_round(bins, view)
+                except (Aborted, AnonMLError) as exc:
+                    if p.active:
+                        p.abort(str(exc))
+                    else:
+                        log.warning("identity %s cannot relay: %s", p.node.fingerprint[:12], exc)
+
+            list(self.host.pool.map(open_one, self.participants))
         bins = self.bins
         if self._bins_bundle is None:
             self._bins_bundle = self._bundle("bins")

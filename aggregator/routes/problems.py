@@ -23,6 +23,7 @@ from aggregator.db import (
     RegistrationRow,
     RejectRow,
     count_reports,
+    published,
 )
 from aggregator.deps import AdminDep, SessionDep, StateDep
 from aggregator.state import AggregatorState, ProblemContext, reject_counts
@@ -95,7 +96,7 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
         ),
         reports_accepted=count_reports(session, row.id),
         rejects=rejects,
-        model_available=row.model_json is not None,
+        model_available=published(session, row.id)["model"],
         message=row.message,
         phase_seconds=json.loads(row.phase_seconds_json),
         median_pool=pool,

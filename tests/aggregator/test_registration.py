@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import requests
 
 from anonml.crypto import Identity
 from anonml.learn import commit_seed, make_plan
 from anonml.protocol import (
+    MAX_BATCH_ITEMS,
+    AssignmentBatch,
+    AssignmentBatchRequest,
     Problem,
     Registration,
     roster_fingerprint,
@@ -17,6 +22,7 @@ from tests.aggregator.helpers import (
     ADMIN,
     JSON,
     WirePeer,
+    assignment_of,
     draft,
     post,
     propose,
@@ -119,6 +125,46 @@ def test_roster_is_published_at_close_in_registration_order_with_the_seed(aggreg
             f"{aggregator.url}/problems/{problem.id}/assignments/{p.identity.fingerprint.hex()}"
         ).json()
         assert (got["role"], got["index"]) == (plan.assignment(i).role, plan.assignment(i).index)
+
+
+def test_assignments_of_many_members_come_in_one_request_each_as_the_single_route_signs_it(aggregator):
+    problem = propose(aggregator.url, draft(min_peers=4, pool_fraction=0.25))
+    peers = [WirePeer() for _ in range(6)]
+    for p in peers:
+        assert p.register(aggregator.url, problem).status_code == 201
+    url = f"{aggregator.url}/problems/{problem.id}/assignments"
+
+    def ask(fingerprints, pid=problem.id):
+        return post(url, AssignmentBatchRequest(problem_id=pid, fingerprints=tuple(fingerprints)))
+
+    fps = [p.identity.fingerprint.hex() for p in peers]
+    early = ask(fps)
+    assert early.status_code == 409 and "not closed" in early.json()["detail"]
+    assert requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN).status_code == 200
+    wait_phase(aggregator.url, problem.id, ("medians", "reporting"))
+
+    order = [4, 0, 5, 2]  # any order, answered in the order asked
+    got = ask([fps[i] for i in order])
+    assert got.status_code == 200
+    batch = AssignmentBatch.model_validate_json(got.content)
+    assert len(batch.assignments) == len(order)
+    for i, notice in zip(order, batch.assignments, strict=True):
+        verify_message(notice, bytes(problem.aggregator))
+        single = assignment_of(aggregator.url, problem.id, peers[i])
+        assert bytes(notice.identity) == peers[i].public
+        assert (notice.role, notice.index, notice.subsets) == (single.role, single.index, single.subsets)
+
+    stranger = Identity.generate().fingerprint.hex()
+    unknown = ask([fps[0], stranger])
+    assert unknown.status_code == 404 and stranger in unknown.json()["detail"]
+    wrong_problem = ask(fps[:1], pid="p-other")
+    assert wrong_problem.status_code == 422 and "p-other" in wrong_problem.json()["detail"]
+    too_many = {"problem_id": problem.id, "fingerprints": [fps[0]] * (MAX_BATCH_ITEMS + 1)}
+    assert post(url, json.dumps(too_many)).status_code == 422
+    assert post(url, json.dumps({"problem_id": problem.id, "fingerprints": []})).status_code == 422
+    assert post(url, json.dumps({"problem_id": problem.id, "fingerprints": ["../../status"]})).status_code == 422
+    assert post(f"{aggregator.url}/problems/p-nope/assignments", AssignmentBatchRequest(
+        problem_id="p-nope", fingerprints=(fps[0],))).status_code == 404
 
 
 def test_too_few_registrations_fail_the_problem_with_a_reason(aggregator):
