@@ -233,6 +233,10 @@ class ServiceMeter:
       kept coming. ``flow / count`` is what one more member costs the whole
       system (peers and server) when members register as fast as they can; a
       trickle (gaps longer than ``gap``) adds only its requests' own time.
+      A request serving ``count`` items (a host's batch of registrations)
+      may follow a gap of up to ``count · gap``: the host prepared that many
+      members (keys, signatures, its own state) before it, which is the
+      members' own cost this measure is for.
     """
 
     def __init__(self, gap: float = FLOW_GAP_SECONDS) -> None:
@@ -247,7 +251,8 @@ class ServiceMeter:
         """One request that ran from ``start`` to ``end`` (seconds, one clock).
 
         ``count``: how many items it served (a batch of registrations counts as
-        that many, so ``busy / count`` stays the time per item).
+        that many, so ``busy / count`` stays the time per item; the gap before it
+        that still joins the flow is ``count · gap``).
         """
         if not end >= start:
             raise ValueError(f"a request cannot end ({end}) before it starts ({start})")
@@ -256,7 +261,7 @@ class ServiceMeter:
         with self._lock:
             if start >= self._until:
                 self._busy += end - start
-                near = start - self._until <= self.gap
+                near = start - self._until <= self.gap * count
                 self._flow += end - (self._until if near else start)
             elif end > self._until:
                 self._busy += end - self._until

@@ -161,6 +161,7 @@ class ProblemSession:
                     raise
                 self._each(lambda p: (self.client.register(signed[id(p)]), p.registered()), chunk)
                 continue
+            self.host.count("registrations sent in batches", len(chunk))
             for p, result in zip(chunk, answer.results, strict=True):
                 if result.status == 201:
                     p.registered()
@@ -209,7 +210,9 @@ class ProblemSession:
         if not asked:
             return {}
         try:
-            return self.client.assignments(self.problem.id, asked)
+            notices = self.client.assignments(self.problem.id, asked)
+            self.host.count("assignments fetched in batches", len(notices))
+            return notices
         except AnonMLError as exc:
             self.host.count("assignment batches refused")
             log.warning("assignments of %d identities not fetched together: %s", len(asked), exc)

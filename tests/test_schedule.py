@@ -196,3 +196,24 @@ def test_meter_flow_counts_the_short_gaps_of_a_burst_and_not_a_trickle() -> None
     assert burst.flow_seconds_per_request() == pytest.approx((0.010 + 19 * 0.030) / 20)
     assert trickle.flow_seconds_per_request() == pytest.approx(0.010)
     assert ServiceMeter().flow_seconds_per_request() == DEFAULT_REQUEST_SECONDS
+
+
+def test_meter_counts_a_batch_as_its_items_and_the_hosts_preparation_before_it() -> None:
+    """Batches of 256 registrations, each taking 0.5 s at the server after 3 s of the host's own
+    work (more than the 1 s gap, less than 256 × 1 s): busy = 0.5 s / 256 per registration, flow =
+    3.5 s / 256 (the host's preparation is the members' cost); a single request after the same 3 s
+    gap is a trickle."""
+    meter = ServiceMeter()
+    for k in range(4):
+        start = 3.0 + k * 3.5
+        meter.record(start, start + 0.5, count=256)
+    assert meter.count == 4 * 256
+    assert meter.seconds_per_request() == pytest.approx(0.5 / 256)
+    # the first batch has no predecessor: its 0.5 s, then 3 × (3 s gap + 0.5 s)
+    assert meter.flow_seconds_per_request() == pytest.approx((0.5 + 3 * 3.5) / (4 * 256))
+    single = ServiceMeter()
+    single.record(0.0, 0.5)
+    single.record(3.5, 4.0)  # 3 s after the first: not one flow for a request of one item
+    assert single.flow_seconds_per_request() == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="at least one item"):
+        ServiceMeter().record(0.0, 1.0, count=0)
