@@ -121,12 +121,13 @@ class ProblemSession:
         if status.phase == "medians":
             queries = self.client.medians(self.problem.id)
             self._each(lambda p: [p.answer(q) for q in queries], ready)
-        if status.phase in ("medians", "reporting"):
+        if status.phase == "medians":
             # Ahead of the round: routes (certificates checked) and tokens (issuance is open);
             # a bounded number per poll, so polls stay short and median queries are answered.
+            # Once reporting, whoever is left prepares as it builds its packets, after every
+            # relay of the host is open.
             todo = [p for p in ready if p.preparation is None]
-            limit = len(todo) if status.phase == "reporting" else TOKENS_PER_POLL
-            self._each(lambda p: p.prepare_round(), todo[:limit])
+            self._each(lambda p: p.prepare_round(), todo[:TOKENS_PER_POLL])
         if status.phase in ("reporting", "training", *MODEL_PHASES):
             self._report_round(status.phase)
         if status.phase in MODEL_PHASES and status.model_available:  # degraded: published all the same

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from anonml.errors import ProtocolError
 from anonml.schedule import (
     DEFAULT_REQUEST_SECONDS,
+    PACKET_WORK_FACTOR,
     ScheduleFloors,
     ServiceMeter,
     WindowSchedule,
@@ -96,7 +97,7 @@ def test_floors_follow_the_documented_formula() -> None:
     )
     assert f.roster_seconds == pytest.approx(2 + 1000 * 0.010)  # the members' own work: n M
     assert f.median_step_seconds == pytest.approx(2 + 1000 * 0.010)
-    assert f.report_delay_seconds == pytest.approx(2 + 1000 * 0.010)
+    assert f.report_delay_seconds == pytest.approx(2 + PACKET_WORK_FACTOR * 1000 * 0.010)
     assert f.send_window_seconds == pytest.approx(1 + 1000 * 0.002)  # the packets' requests: m L
     assert f.release_window_seconds == pytest.approx(1 + 1.5 * 3 * 1000 * 0.002)  # 10 s
     # k_h slots per member multiply the packets m = n · k_h, not the roster term.
@@ -104,7 +105,7 @@ def test_floors_follow_the_documented_formula() -> None:
         1000, hops=3, slots_per_peer=4, request_seconds=0.002, member_seconds=0.010, reaction_seconds=1.0
     )
     assert g.send_window_seconds == pytest.approx(1 + 4000 * 0.002)
-    assert g.report_delay_seconds == pytest.approx(2 + 4000 * 0.010)
+    assert g.report_delay_seconds == pytest.approx(2 + PACKET_WORK_FACTOR * 4000 * 0.010)
     assert g.roster_seconds == f.roster_seconds
     # Without a member cost, the request cost stands in for it.
     h = schedule_floors(1000, hops=3, slots_per_peer=1, request_seconds=0.002, reaction_seconds=1.0)
