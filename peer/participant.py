@@ -212,6 +212,7 @@ class Participant:
     sent: int = 0
     outcome: Outcome | None = None
     _resumed_fingerprint: str | None = None  # a restart re-checks the roster against this one
+    _registration: Registration | None = None  # signed once: a resend is the same document
 
     # -- the machine -------------------------------------------------------------------
     @property
@@ -424,12 +425,22 @@ class Participant:
         """The aggregator stored this identity's registration (accepted → registered)."""
         self._move(P.REGISTERED)
 
+    @property
+    def registration_sent(self) -> bool:
+        """Whether this identity signed its registration already (it may have reached the aggregator)."""
+        return self._registration is not None
+
     def registration(self) -> Registration:
         """This identity's signed registration with a fresh round relay key, kept (sealed) first.
 
         What :meth:`register` sends alone and a host of many identities sends in
-        batches (:meth:`~peer.client.AggregatorClient.register_batch`).
+        batches (:meth:`~peer.client.AggregatorClient.register_batch`). Made
+        once: asked again (a batch that got no answer is sent again) it is the
+        same document with the same relay key, so what the aggregator may have
+        stored from the first attempt is what the roster check expects.
         """
+        if self._registration is not None:
+            return self._registration
         try:  # the form every member checks: refuse here rather than be refused by all of them
             check_relay_url(self.relay_url, allow_loopback_http=self.relay.allow_loopback_http)
         except ValueError as exc:
@@ -446,7 +457,7 @@ class Participant:
                 self.node.fingerprint, self.problem.round_id, self.problem.id, sealed, bytes(cert)
             )
         self.keys = RelayKeys(key, cert)
-        return sign_message(
+        self._registration = sign_message(
             Registration(
                 problem_id=self.problem.id,
                 identity=me,
@@ -457,6 +468,7 @@ class Participant:
             ),
             self.node.identity,
         )
+        return self._registration
 
     # -- 2. roster, assignment, witnesses ------------------------------------------------
     def _verify_bundle(self, bundle: CosignatureBundle, stage: str, transcript: bytes) -> bytes:

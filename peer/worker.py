@@ -142,11 +142,16 @@ class ProblemSession:
 
         Each result is what the identity's own request would have got: stored
         (→ registered) or refused (→ aborted with the reason). An aggregator
-        without the batch route (404/405) gets one request per identity; a
-        batch that gets no answer leaves its identities to register again at
-        the next poll, with fresh relay keys.
+        without the batch route (404/405) gets one request per identity. A
+        batch that got no answer is sent again at the next poll, the same
+        signed documents (:meth:`~peer.participant.Participant.registration`):
+        an identity whose earlier copy was stored then gets 409 "already
+        registered" for its own registration and counts as registered — only
+        it signs registrations for itself, and its roster check still requires
+        the roster to list exactly the relay URL and key it sent.
         """
         signed: dict[int, Registration] = {}
+        resent: set[int] = {id(p) for p in who if p.registration_sent}
 
         def sign(p: Participant) -> None:
             signed[id(p)] = p.registration()
@@ -164,7 +169,8 @@ class ProblemSession:
                 continue
             self.host.count("registrations sent in batches", len(chunk))
             for p, result in zip(chunk, answer.results, strict=True):
-                if result.status == 201:
+                if result.status == 201 or (result.status == 409 and id(p) in resent
+                                            and "already registered" in result.detail):
                     p.registered()
                 else:
                     p.abort(f"aggregator refused: {result.detail} (HTTP {result.status})")
