@@ -257,6 +257,18 @@ class ServiceMeter:
         self._until = -math.inf
         self.count = 0
 
+    def mark(self, t: float) -> None:
+        """Work began at ``t`` (the problem opened), before any request was recorded.
+
+        The first request's gap is then measured from ``t``: a host that
+        prepared its members since the problem opened and registers them in
+        one batch shows that preparation in ``flow`` (within ``count · gap``).
+        No effect once a request was recorded.
+        """
+        with self._lock:
+            if self.count == 0:
+                self._until = t
+
     def record(self, start: float, end: float, count: int = 1) -> None:
         """One request that ran from ``start`` to ``end`` (seconds, one clock).
 

@@ -218,3 +218,23 @@ def test_meter_counts_a_batch_as_its_items_and_the_hosts_preparation_before_it()
     assert single.flow_seconds_per_request() == pytest.approx(0.5)
     with pytest.raises(ValueError, match="at least one item"):
         ServiceMeter().record(0.0, 1.0, count=0)
+
+
+def test_meter_marked_at_the_opening_counts_a_first_batch_preparation_and_not_a_late_single() -> None:
+    """One host registers 96 members in one 0.2 s batch 5 s after the problem opened: flow =
+    5.2 s / 96 (the preparation since the opening); one registration alone 5 s after the
+    opening is a trickle (5 s > 1 × the 1 s gap) and costs only its own 0.2 s."""
+    batch = ServiceMeter()
+    batch.mark(100.0)
+    batch.record(105.0, 105.2, count=96)
+    assert batch.flow_seconds_per_request() == pytest.approx(5.2 / 96)
+    assert batch.seconds_per_request() == pytest.approx(0.2 / 96)
+    single = ServiceMeter()
+    single.mark(100.0)
+    single.record(105.0, 105.2)
+    assert single.flow_seconds_per_request() == pytest.approx(0.2)
+    late = ServiceMeter()
+    late.record(0.0, 0.5)
+    late.mark(-100.0)  # after a request: no effect
+    late.record(1.0, 1.5)
+    assert late.flow_seconds_per_request() == pytest.approx(1.5 / 2)

@@ -146,6 +146,8 @@ def propose(draft: ProblemDraft, state: StateDep, session: SessionDep, _: AdminD
                 train_requested=False,
             )
         )
+    # The members' preparation (examples, keys) starts now: the first batch's gap counts from here.
+    state.meter(problem.id).mark(time.monotonic())
     return problem
 
 
