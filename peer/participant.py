@@ -872,8 +872,14 @@ class Participant:
             self.db.mark_sent(self.problem.id, self.node.fingerprint, slot)
 
     # -- 5. model ------------------------------------------------------------------------
-    def receive_model(self, document: ModelDocument, *, degraded: bool = False) -> AnonMLClassifier:
-        """Verify the signed model and predict for this identity's own example (→ done / degraded)."""
+    def receive_model(
+        self, document: ModelDocument, *, degraded: bool = False, receipts: frozenset[bytes] | None = None
+    ) -> AnonMLClassifier:
+        """Verify the signed model and predict for this identity's own example (→ done / degraded).
+
+        ``receipts``: the aggregator's receipt digests when the host fetched them once for
+        all its identities (:meth:`count_lost_reports`); None: fetched here.
+        """
         if self.phase != P.REPORTING:
             raise IllegalTransition(f"a model is taken in phase reporting, not {self.phase}")
         try:
@@ -883,7 +889,7 @@ class Participant:
         if document.problem_id != self.problem.id:
             raise Aborted("the model is for another problem")
         model = AnonMLClassifier.from_json(json.dumps(document.model))
-        lost = self.count_lost_reports()
+        lost = self.count_lost_reports(receipts)
         prediction = None
         if self.example is not None:
             bad = invalid_features(self.example.x, self.problem.draft.features)
@@ -896,22 +902,25 @@ class Participant:
         self.save(model_json=document.model_dump_json())
         return model
 
-    def count_lost_reports(self) -> int | None:
+    def count_lost_reports(self, receipts: frozenset[bytes] | None = None) -> int | None:
         """How many of this identity's reports never reached the intake (relay counters too).
 
         Compares its tokens' nonces with the aggregator's sorted receipts
         (:class:`~anonml.protocol.ReportReceipts`), locally: a relay that
         accepted a packet and dropped it is noticed by the sender. None when
         this identity sent no reports or the receipts are not available.
+        ``receipts``: the digests, when the host fetched them once for all its
+        identities (the same public list for each); None: fetched here.
         """
         if not self.tokens or not self.built:
             return None
-        try:
-            receipts = self.client.receipts(self.problem.id)
-        except ProtocolError:
-            self.relay.count("receipts unavailable")
-            return None
-        held = set(map(bytes, receipts.digests))
+        if receipts is None:
+            try:
+                receipts = frozenset(map(bytes, self.client.receipts(self.problem.id).digests))
+            except ProtocolError:
+                self.relay.count("receipts unavailable")
+                return None
+        held = receipts
         lost = sum(ReportReceipts.digest(t.nonce) not in held for t in self.tokens)
         self.relay.count("reports delivered", len(self.tokens) - lost)
         self.relay.count("reports lost in transit", lost)

@@ -133,7 +133,8 @@ class ProblemSession:
         if status.phase in MODEL_PHASES and status.model_available:  # degraded: published all the same
             document = self.client.model(self.problem.id)
             degraded = status.phase == "degraded"
-            self._each(lambda p: p.receive_model(document, degraded=degraded))
+            receipts = self._receipts()
+            self._each(lambda p: p.receive_model(document, degraded=degraded, receipts=receipts))
             self.finished = True
 
     def _register(self, who: list[Participant]) -> None:
@@ -261,6 +262,15 @@ class ProblemSession:
                 if p.active and not p.built:
                     p.abort("the roster fingerprint could not be compared with another member, "
                             "or the bins were not co-signed, before the send window closed")
+
+    def _receipts(self) -> frozenset[bytes] | None:
+        """The aggregator's receipt digests, fetched once for every identity of this host
+        (one list of ~``m`` digests instead of one download per identity); None when
+        unavailable, and each identity that sent reports then asks on its own."""
+        try:
+            return frozenset(map(bytes, self.client.receipts(self.problem.id).digests))
+        except ProtocolError:
+            return None
 
     def _bundle(self, stage: str) -> CosignatureBundle | None:
         """The stage's cosignature bundle, or None while the aggregator is still collecting it (404)."""
