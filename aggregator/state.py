@@ -31,7 +31,14 @@ from anonml.learn import Binning, PartitionPlan, make_plan
 from anonml.protocol import Bins, CosignatureBundle, Problem, Roster, Schedule, roster_beacon
 from anonml.schedule import ServiceMeter, schedule_floors
 
-__all__ = ["AggregatorState", "ProblemContext", "Refusal", "load_or_create_identity", "INTAKE_REFUSAL", "reject_counts"]
+__all__ = [
+    "AggregatorState",
+    "ProblemContext",
+    "Refusal",
+    "load_or_create_identity",
+    "INTAKE_REFUSAL",
+    "reject_counts",
+]
 
 log = logging.getLogger("anonml.aggregator")
 
@@ -179,7 +186,8 @@ class AggregatorState:
             if ctx.roster_text is None and have["roster"]:
                 ctx.roster_text = row.roster_json  # read from the database once per process
             # The plan exists once the witnesses co-signed the roster (their beacon is in it).
-            if ctx.roster is None and ctx.roster_text is not None and row.roster_cosignatures_json is not None:
+            witnessed = row.roster_cosignatures_json is not None
+            if ctx.roster is None and ctx.roster_text is not None and witnessed:
                 bundle = CosignatureBundle.model_validate_json(row.roster_cosignatures_json)
                 roster = Roster.model_validate_json(ctx.roster_text)
                 ctx.set_roster(roster, roster_beacon(bundle.cosignatures))

@@ -464,7 +464,8 @@ class AdmissionCredential(_Message):
     signature: SignatureBytes
 
 
-#: Items (registrations, assignments, deliveries, relay packets) one batch request may carry; more is refused with 422.
+#: Items (registrations, assignments, deliveries, relay packets) one batch request may carry;
+#: more is refused with 422.
 MAX_BATCH_ITEMS = 256
 
 

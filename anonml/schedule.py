@@ -193,7 +193,8 @@ def schedule_floors(
 
     With ``L = M`` = 2 ms, ``r`` = 1 s, ``h = 3``, ``k_h = 1``: 100 peers get
     δ = 1.2 s and a 1.9 s release window; 1,000 peers δ = 3 s and 10 s and an
-    8 s report delay; 10,000 peers δ = 21 s and 91 s and a 62 s report delay. Cyphers 2017 (ch. 5) fixes the windows by
+    8 s report delay; 10,000 peers δ = 21 s and 91 s and a 62 s report delay.
+    Cyphers 2017 (ch. 5) fixes the windows by
     hand; this sizing is ours.
     """
     if n_peers < 1 or hops < 1 or slots_per_peer < 1:

@@ -141,7 +141,8 @@ class AggregatorClient:
         )
         if len(results.results) != len(registrations):
             raise ProtocolError(
-                f"the aggregator answered {len(results.results)} results for {len(registrations)} registrations"
+                f"the aggregator answered {len(results.results)} results "
+                f"for {len(registrations)} registrations"
             )
         return results
 

@@ -705,7 +705,9 @@ class Participant:
         draft = self.problem.draft
         # The same check for every identity of this process: once per signed bins document
         # (keyed by all of it, signature included, so other bins are checked anew).
-        refusal = view.memo(("bins signature", bins.model_dump_json()), lambda: _bins_refusal(bins, self.problem))
+        refusal = view.memo(
+            ("bins signature", bins.model_dump_json()), lambda: _bins_refusal(bins, self.problem)
+        )
         if refusal is not None:
             raise Aborted(refusal)
         if bins.slots_per_peer != draft.kh or len(bins.edges) != len(draft.features):

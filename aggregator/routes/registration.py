@@ -89,7 +89,9 @@ def register(
         fingerprint=PublicIdentity.from_bytes(registration.identity).fingerprint.hex(),
         registered=int(
             session.scalar(
-                select(func.count()).select_from(RegistrationRow).where(RegistrationRow.problem_id == problem_id)
+                select(func.count())
+                .select_from(RegistrationRow)
+                .where(RegistrationRow.problem_id == problem_id)
             )
             or 0
         ),
@@ -113,51 +115,9 @@ def register_batch(
     one registration of the busy time (``L`` of the round's schedule floors).
     """
     start = time.monotonic()
-    n = len(body.registrations)
     for attempt in range(3):  # a concurrent insert of the same identity: the next pass sees it
-        results: list[ItemResult] = [_STORED] * n
-        refused: list[Refusal] = []
-
-        def refuse(index: int, refusal: Refusal) -> None:
-            results[index] = ItemResult(status=refusal.status, detail=refusal.detail)
-            refused.append(refusal)
-
-        passed: list[tuple[int, RegistrationRow]] = []
-        with session.begin():  # reads and signature checks: no write lock held meanwhile
-            for i, registration in enumerate(body.registrations):
-                try:
-                    passed.append((i, _checked(problem_id, registration, state, session)))
-                except Refusal as refusal:
-                    refuse(i, refusal)
         try:
-            with session.begin():
-                keys = [row.identity for _, row in passed]
-                known = set(
-                    session.scalars(
-                        select(RegistrationRow.identity).where(
-                            RegistrationRow.problem_id == problem_id, RegistrationRow.identity.in_(keys)
-                        )
-                    )
-                ) if keys else set()
-                fresh: list[RegistrationRow] = []
-                for i, row in passed:
-                    if row.identity in known:
-                        refuse(i, _duplicate(problem_id))
-                    else:
-                        known.add(row.identity)
-                        fresh.append(row)
-                if fresh:
-                    session.add_all(fresh)
-                    session.flush()
-                    closed = _closed_meanwhile(session, problem_id)
-                    if closed is not None:
-                        ids = [row.id for row in fresh]
-                        session.execute(delete(RegistrationRow).where(RegistrationRow.id.in_(ids)))
-                        for i, row in passed:
-                            if row in fresh:
-                                refuse(i, closed)
-                for refusal in refused:
-                    state.count_refusal(session, refusal.problem_id, refusal.reason)
+            results = _register_once(problem_id, body, state, session)
         except IntegrityError:
             session.rollback()
             if attempt == 2:
@@ -168,6 +128,59 @@ def register_batch(
             state.meter(problem_id).record(start, time.monotonic(), count=stored)
         return BatchResults(results=tuple(results))
     raise AssertionError("unreachable")
+
+
+def _register_once(
+    problem_id: str, body: RegistrationBatch, state, session: Session
+) -> list[ItemResult]:
+    """One pass of :func:`register_batch`: the checks, then one write transaction (IntegrityError
+    when an identity was stored concurrently after the duplicate check)."""
+    results: list[ItemResult] = [_STORED] * len(body.registrations)
+    refused: list[Refusal] = []
+
+    def refuse(index: int, refusal: Refusal) -> None:
+        results[index] = ItemResult(status=refusal.status, detail=refusal.detail)
+        refused.append(refusal)
+
+    passed: list[tuple[int, RegistrationRow]] = []
+    with session.begin():  # reads and signature checks: no write lock held meanwhile
+        for i, registration in enumerate(body.registrations):
+            try:
+                passed.append((i, _checked(problem_id, registration, state, session)))
+            except Refusal as refusal:
+                refuse(i, refusal)
+    with session.begin():
+        keys = [row.identity for _, row in passed]
+        known = (
+            set(
+                session.scalars(
+                    select(RegistrationRow.identity).where(
+                        RegistrationRow.problem_id == problem_id, RegistrationRow.identity.in_(keys)
+                    )
+                )
+            )
+            if keys
+            else set()
+        )
+        fresh: list[tuple[int, RegistrationRow]] = []
+        for i, row in passed:
+            if row.identity in known:
+                refuse(i, _duplicate(problem_id))
+            else:
+                known.add(row.identity)
+                fresh.append((i, row))
+        if fresh:
+            session.add_all([row for _, row in fresh])
+            session.flush()
+            closed = _closed_meanwhile(session, problem_id)
+            if closed is not None:
+                ids = [row.id for _, row in fresh]
+                session.execute(delete(RegistrationRow).where(RegistrationRow.id.in_(ids)))
+                for i, _ in fresh:
+                    refuse(i, closed)
+        for refusal in refused:
+            state.count_refusal(session, refusal.problem_id, refusal.reason)
+    return results
 
 
 #: What a stored registration of a batch gets: the status of the single route.

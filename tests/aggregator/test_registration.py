@@ -14,8 +14,8 @@ from anonml.protocol import (
     AssignmentBatchRequest,
     BatchResults,
     Problem,
-    RegistrationBatch,
     Registration,
+    RegistrationBatch,
     roster_fingerprint,
     sign_message,
     verify_message,
@@ -208,7 +208,8 @@ def test_assignments_of_many_members_come_in_one_request_each_as_the_single_rout
     too_many = {"problem_id": problem.id, "fingerprints": [fps[0]] * (MAX_BATCH_ITEMS + 1)}
     assert post(url, json.dumps(too_many)).status_code == 422
     assert post(url, json.dumps({"problem_id": problem.id, "fingerprints": []})).status_code == 422
-    assert post(url, json.dumps({"problem_id": problem.id, "fingerprints": ["../../status"]})).status_code == 422
+    traversal = {"problem_id": problem.id, "fingerprints": ["../../status"]}
+    assert post(url, json.dumps(traversal)).status_code == 422
     assert post(f"{aggregator.url}/problems/p-nope/assignments", AssignmentBatchRequest(
         problem_id="p-nope", fingerprints=(fps[0],))).status_code == 404
 
