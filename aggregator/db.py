@@ -82,6 +82,7 @@ __all__ = [
     "settle_reports",
     "count_reports",
     "wipe_log",
+    "published",
 ]
 
 
@@ -110,9 +111,13 @@ class ProblemRow(Base):
     phase_seconds_json: Mapped[str] = mapped_column(Text, default="{}")
     close_requested: Mapped[bool] = mapped_column(default=False)
     train_requested: Mapped[bool] = mapped_column(default=False)
-    roster_json: Mapped[str | None] = mapped_column(Text)
-    bins_json: Mapped[str | None] = mapped_column(Text)
-    model_json: Mapped[str | None] = mapped_column(Text)
+    # The published documents are loaded only when read (``deferred``): at 10,000 members the
+    # roster is ~7 MB, and every request that looks at the row's phase would otherwise carry it.
+    # Whether one exists is :func:`published` (one SQL test); their parsed copies live in
+    # :class:`aggregator.state.ProblemContext`.
+    roster_json: Mapped[str | None] = mapped_column(Text, deferred=True)
+    bins_json: Mapped[str | None] = mapped_column(Text, deferred=True)
+    model_json: Mapped[str | None] = mapped_column(Text, deferred=True)
     roster_cosignatures_json: Mapped[str | None] = mapped_column(Text)  # CosignatureBundle, once complete
     bins_cosignatures_json: Mapped[str | None] = mapped_column(Text)
     t_r: Mapped[float | None]
@@ -257,6 +262,24 @@ def settle_reports(session: Session, problem_id: str, rng: random.Random | None 
     session.execute(delete(StagedReportRow).where(StagedReportRow.problem_id == problem_id))
     session.expunge_all()
     return len(staged)
+
+
+def published(session: Session, problem_id: str) -> dict[str, bool]:
+    """Which of the problem's deferred documents exist (``roster``, ``bins``, ``model``), in one query.
+
+    Tested in SQL (``IS NOT NULL``), so no document crosses into Python: the
+    cheap way to ask "is the roster out?" of a row whose roster is megabytes.
+    All False for an unknown problem.
+    """
+    row = session.execute(
+        select(
+            ProblemRow.roster_json.is_not(None),
+            ProblemRow.bins_json.is_not(None),
+            ProblemRow.model_json.is_not(None),
+        ).where(ProblemRow.id == problem_id)
+    ).first()
+    flags = (False, False, False) if row is None else tuple(bool(v) for v in row)
+    return dict(zip(("roster", "bins", "model"), flags, strict=True))
 
 
 def count_reports(session: Session, problem_id: str) -> int:

@@ -84,7 +84,15 @@ import requests
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session, object_session
 
-from aggregator.db import MedianAnswerRow, ProblemRow, RegistrationRow, ReportRow, settle_reports, wipe_log
+from aggregator.db import (
+    MedianAnswerRow,
+    ProblemRow,
+    RegistrationRow,
+    ReportRow,
+    published,
+    settle_reports,
+    wipe_log,
+)
 from aggregator.lease import LeaseLost, PhaseLease
 from aggregator.medians import MedianRun
 from aggregator.routes.problems import problem_account
@@ -275,7 +283,7 @@ class RoundDriver:
                 return
             phase, close, train, t_r = row.phase, row.close_requested, row.train_requested, row.t_r
             since = row.phase_started
-            bins_pending = row.bins_json is not None and row.bins_cosignatures_json is None
+            bins_pending = row.bins_cosignatures_json is None and published(s, pid)["bins"]
         ctx = self.state.context(pid)
         assert ctx is not None
         now = time.time()

@@ -16,7 +16,7 @@ from functools import cached_property
 from fastapi import HTTPException
 from sqlalchemy.orm import Session, sessionmaker
 
-from aggregator.db import ProblemRow, count_reject, create_tables
+from aggregator.db import ProblemRow, count_reject, create_tables, published
 from aggregator.settings import AggregatorSettings
 from anonml.crypto import (
     Identity,
@@ -31,7 +31,14 @@ from anonml.learn import Binning, PartitionPlan, roster_plan
 from anonml.protocol import Bins, CosignatureBundle, Problem, Roster, Schedule, roster_beacon
 from anonml.schedule import ServiceMeter, schedule_floors
 
-__all__ = ["AggregatorState", "ProblemContext", "load_or_create_identity", "INTAKE_REFUSAL", "reject_counts"]
+__all__ = [
+    "AggregatorState",
+    "ProblemContext",
+    "Refusal",
+    "load_or_create_identity",
+    "INTAKE_REFUSAL",
+    "reject_counts",
+]
 
 log = logging.getLogger("anonml.aggregator")
 
@@ -67,6 +74,8 @@ class ProblemContext:
 
     problem: Problem
     token_key: TokenKey
+    #: The roster as published (JSON, as stored), from registration's close on: served as it is.
+    roster_text: str | None = None
     roster: Roster | None = None
     bins: Bins | None = None
     index: dict[bytes, int] = field(default_factory=dict)
@@ -103,6 +112,29 @@ class ProblemContext:
         self.roster = roster
 
 
+class Refusal(Exception):
+    """A request (or one item of a batch) refused: its problem, counted reason, HTTP status and detail.
+
+    A batch route collects them and counts them in its own transaction
+    (:meth:`AggregatorState.count_refusal`); a single request counts its one
+    with :meth:`counted` and raises the HTTP error it returns.
+
+    ``intake``: a refused report delivery, counted among the problem's intake
+    refusals (:data:`INTAKE_REFUSAL`); without it under its bare reason.
+    """
+
+    def __init__(
+        self, problem_id: str, reason: str, status: int, detail: str, *, intake: bool = False
+    ) -> None:
+        super().__init__(detail)
+        self.problem_id, self.reason, self.status, self.detail = problem_id, reason, status, detail
+        self.intake = intake
+
+    def counted(self, state: AggregatorState) -> HTTPException:
+        """Count it (own short transaction) and return the HTTP error a single request gets."""
+        return state.refuse(self.problem_id, self.reason, self.status, self.detail, intake=self.intake)
+
+
 class AggregatorState:
     """Engine, sessions, identity, admin token, caches and the answer notifier."""
 
@@ -132,20 +164,23 @@ class AggregatorState:
         own = session is None
         s = self.sessions() if own else session
         try:
-            row = s.get(ProblemRow, problem_id)
+            row = s.get(ProblemRow, problem_id)  # light: the published documents are deferred
             if row is None:
                 return None
             if ctx is None:
                 ctx = ProblemContext(
                     Problem.model_validate_json(row.problem_json), TokenKey(row.token_secret)
                 )
+            have = published(s, problem_id)
+            if ctx.roster_text is None and have["roster"]:
+                ctx.roster_text = row.roster_json  # read from the database once per process
             # The plan exists once the witnesses co-signed the roster (their beacon is in it).
-            witnessed = row.roster_json is not None and row.roster_cosignatures_json is not None
-            if ctx.roster is None and witnessed:
+            witnessed = row.roster_cosignatures_json is not None
+            if ctx.roster is None and ctx.roster_text is not None and witnessed:
                 bundle = CosignatureBundle.model_validate_json(row.roster_cosignatures_json)
-                roster = Roster.model_validate_json(row.roster_json)
+                roster = Roster.model_validate_json(ctx.roster_text)
                 ctx.set_roster(roster, roster_beacon(bundle.cosignatures))
-            if ctx.bins is None and row.bins_json is not None:
+            if ctx.bins is None and have["bins"]:
                 ctx.bins = Bins.model_validate_json(row.bins_json)
         finally:
             if own:

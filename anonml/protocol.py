@@ -78,10 +78,13 @@ __all__ = [
     "ShuffleStatement",
     "ProblemStatus",
     "Registration",
+    "RegistrationBatch",
     "RegistrationReceipt",
     "RosterEntry",
     "Roster",
     "Assignment",
+    "AssignmentBatchRequest",
+    "AssignmentBatch",
     "RosterWitness",
     "MedianQuery",
     "MedianAnswer",
@@ -590,6 +593,11 @@ class AdmissionCredential(_Message):
     signature: SignatureBytes
 
 
+#: Items (registrations, assignments, deliveries, relay packets) one batch request may carry;
+#: more is refused with 422.
+MAX_BATCH_ITEMS = 256
+
+
 class Registration(_Message):
     """A peer joins a problem: its identity, its relay, its signed round relay key (and credential)."""
 
@@ -599,6 +607,16 @@ class Registration(_Message):
     relay_certificate: CertificateBytes
     credential: AdmissionCredential | None = None
     signature: SignatureBytes
+
+
+class RegistrationBatch(_Message):
+    """Registrations of many identities in one request (a host of many peers), each signed by its own.
+
+    Answered with :class:`BatchResults`: each item gets the status and detail
+    its own ``POST …/registrations`` would have got.
+    """
+
+    registrations: tuple[Registration, ...] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
 
 
 class RegistrationReceipt(_Message):
@@ -696,6 +714,25 @@ class Assignment(_Message):
     index: int = Field(ge=0)
     subsets: tuple[tuple[int, ...], ...] = ()
     signature: SignatureBytes
+
+
+class AssignmentBatchRequest(_Message):
+    """The members (fingerprints, hex) whose signed assignments one request asks for.
+
+    A host of many identities asks once per :data:`MAX_BATCH_ITEMS` of them
+    instead of once per identity.
+    """
+
+    problem_id: str
+    fingerprints: tuple[Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")], ...] = Field(
+        min_length=1, max_length=MAX_BATCH_ITEMS
+    )
+
+
+class AssignmentBatch(_Message):
+    """One signed :class:`Assignment` per fingerprint asked, in the order asked."""
+
+    assignments: tuple[Assignment, ...] = Field(max_length=MAX_BATCH_ITEMS)
 
 
 class RosterWitness(_Message):
@@ -928,10 +965,6 @@ class IntakeDelivery(_Message):
 
 class IntakeReceipt(_Message):
     accepted: bool
-
-
-#: Deliveries (or relay packets) one batch request may carry; more is refused with 422.
-MAX_BATCH_ITEMS = 256
 
 
 class IntakeBatch(_Message):

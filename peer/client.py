@@ -12,14 +12,19 @@ worker by answering slowly or without end.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from anonml.errors import ProtocolError
 from anonml.protocol import (
+    MAX_BATCH_ITEMS,
     Ack,
     Assignment,
+    AssignmentBatch,
+    AssignmentBatchRequest,
+    BatchResults,
     Bins,
     CosignatureBundle,
     MedianAnswer,
@@ -28,6 +33,7 @@ from anonml.protocol import (
     Problem,
     ProblemStatus,
     Registration,
+    RegistrationBatch,
     RegistrationReceipt,
     ReportReceipts,
     Roster,
@@ -123,12 +129,50 @@ class AggregatorClient:
             registration,
         )
 
+    def register_batch(self, problem_id: str, registrations: Sequence[Registration]) -> BatchResults:
+        """Many identities' registrations in one request; one result per registration, in order."""
+        results = _call(
+            "POST",
+            self._url(f"/problems/{problem_id}/registrations/batch"),
+            BatchResults,
+            RegistrationBatch(registrations=tuple(registrations)),
+            timeout=60.0,
+            max_bytes=LARGE_REPLY_CAP,
+        )
+        if len(results.results) != len(registrations):
+            raise ProtocolError(
+                f"the aggregator answered {len(results.results)} results "
+                f"for {len(registrations)} registrations"
+            )
+        return results
+
     def roster(self, problem_id: str) -> Roster:
         url = self._url(f"/problems/{problem_id}/roster")
         return _call("GET", url, Roster, timeout=60.0, max_bytes=LARGE_REPLY_CAP)
 
     def assignment(self, problem_id: str, fingerprint: str) -> Assignment:
         return _call("GET", self._url(f"/problems/{problem_id}/assignments/{fingerprint}"), Assignment)
+
+    def assignments(self, problem_id: str, fingerprints: Sequence[str]) -> dict[str, Assignment]:
+        """The signed assignments of ``fingerprints`` (hex), by fingerprint: one request per
+        :data:`~anonml.protocol.MAX_BATCH_ITEMS`. Each is checked by its identity as it would
+        check the single route's answer (signature, identity, problem)."""
+        out: dict[str, Assignment] = {}
+        for start in range(0, len(fingerprints), MAX_BATCH_ITEMS):
+            chunk = tuple(fingerprints[start : start + MAX_BATCH_ITEMS])
+            batch = _call(
+                "POST",
+                self._url(f"/problems/{problem_id}/assignments"),
+                AssignmentBatch,
+                AssignmentBatchRequest(problem_id=problem_id, fingerprints=chunk),
+                max_bytes=LARGE_REPLY_CAP,
+            )
+            if len(batch.assignments) != len(chunk):
+                raise ProtocolError(
+                    f"the aggregator answered {len(batch.assignments)} assignments for {len(chunk)} asked"
+                )
+            out.update(zip(chunk, batch.assignments, strict=True))
+        return out
 
     def medians(self, problem_id: str) -> list[MedianQuery]:
         return _call("GET", self._url(f"/problems/{problem_id}/medians"), _QUERIES)

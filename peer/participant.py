@@ -91,6 +91,7 @@ from anonml.plugins import Featurizer, Instancer
 from anonml.privacy import BinaryRandomizedResponse, PrivacyLedger
 from anonml.protocol import (
     AdmissionCredential,
+    Assignment,
     Bins,
     CosignatureBundle,
     MedianAnswer,
@@ -212,6 +213,7 @@ class Participant:
     outcome: Outcome | None = None
     _resumed_fingerprint: str | None = None  # a restart re-checks the roster against this one
     _resumed_group: int | None = None  # report_group as saved before a restart
+    _registration: Registration | None = None  # signed once: a resend is the same document
 
     # -- the machine -------------------------------------------------------------------
     @property
@@ -431,6 +433,30 @@ class Participant:
 
     # -- 1. registration ---------------------------------------------------------------
     def register(self) -> None:
+        """Register alone (``POST …/registrations``): :meth:`registration`, sent, then :meth:`registered`."""
+        self.client.register(self.registration())
+        self.registered()
+
+    def registered(self) -> None:
+        """The aggregator stored this identity's registration (accepted → registered)."""
+        self._move(P.REGISTERED)
+
+    @property
+    def registration_sent(self) -> bool:
+        """Whether this identity signed its registration already (it may have reached the aggregator)."""
+        return self._registration is not None
+
+    def registration(self) -> Registration:
+        """This identity's signed registration with a fresh round relay key, kept (sealed) first.
+
+        What :meth:`register` sends alone and a host of many identities sends in
+        batches (:meth:`~peer.client.AggregatorClient.register_batch`). Made
+        once: asked again (a batch that got no answer is sent again) it is the
+        same document with the same relay key, so what the aggregator may have
+        stored from the first attempt is what the roster check expects.
+        """
+        if self._registration is not None:
+            return self._registration
         try:  # the form every member checks: refuse here rather than be refused by all of them
             check_relay_url(self.relay_url, allow_loopback_http=self.relay.allow_loopback_http)
         except ValueError as exc:
@@ -447,7 +473,7 @@ class Participant:
                 self.node.fingerprint, self.problem.round_id, self.problem.id, sealed, bytes(cert)
             )
         self.keys = RelayKeys(key, cert)
-        registration = sign_message(
+        self._registration = sign_message(
             Registration(
                 problem_id=self.problem.id,
                 identity=me,
@@ -458,8 +484,7 @@ class Participant:
             ),
             self.node.identity,
         )
-        self.client.register(registration)
-        self._move(P.REGISTERED)
+        return self._registration
 
     # -- 2. roster, assignment, witnesses ------------------------------------------------
     def _verify_bundle(self, bundle: CosignatureBundle, stage: str, transcript: bytes) -> bytes:
@@ -475,20 +500,31 @@ class Participant:
         except ProtocolError as exc:
             raise Aborted(f"{stage} not witnessed: {exc}") from None
 
-    def check_roster(self, view: RosterView, bundle: CosignatureBundle) -> None:
+    def check_roster(
+        self, view: RosterView, bundle: CosignatureBundle, notice: Assignment | None = None
+    ) -> None:
         """Relay URLs, floors, witness cosignatures, own entry, seed commitment, assignment; then
-        publish the signed witness (registered → roster_checked)."""
-        self.roster = self._verified_roster(view, bundle)
+        publish the signed witness (registered → roster_checked).
+
+        ``notice``: this identity's signed assignment when its host fetched many in one
+        request (:meth:`~peer.client.AggregatorClient.assignments`); None: fetched here.
+        It is checked the same either way.
+        """
+        self.roster = self._verified_roster(view, bundle, notice)
         self._move(P.ROSTER_CHECKED)
 
-    def restore_roster(self, view: RosterView, bundle: CosignatureBundle) -> None:
+    def restore_roster(
+        self, view: RosterView, bundle: CosignatureBundle, notice: Assignment | None = None
+    ) -> None:
         """After a restart: the same checks, and the roster must be the one checked before."""
-        facts = self._verified_roster(view, bundle)
+        facts = self._verified_roster(view, bundle, notice)
         if facts.view.fingerprint != self._resumed_fingerprint:
             raise Aborted("after a restart the aggregator serves a roster other than the one checked before")
         self.roster = facts
 
-    def _verified_roster(self, view: RosterView, bundle: CosignatureBundle) -> RosterFacts:
+    def _verified_roster(
+        self, view: RosterView, bundle: CosignatureBundle, notice: Assignment | None = None
+    ) -> RosterFacts:
         self.check_relay_urls(view)
         try:
             check_roster_floors(self.problem, len(view.keys), view.roster.median_pool_size, self.policy)
@@ -508,7 +544,8 @@ class Participant:
         if entry.relay_url != self.relay_url or bytes(entry.relay_certificate) != bytes(keys.certificate):
             raise Aborted("the roster lists a different relay URL or key for this identity")
         draft = self.problem.draft
-        notice = self.client.assignment(self.problem.id, self.node.fingerprint)
+        if notice is None:
+            notice = self.client.assignment(self.problem.id, self.node.fingerprint)
         try:
             verify_message(notice, bytes(self.problem.aggregator))
         except CryptoError as exc:
@@ -675,10 +712,13 @@ class Participant:
         if view is None or self.keys is None or self.relaying:
             return
         draft = self.problem.draft
-        try:
-            verify_message(bins, bytes(self.problem.aggregator))
-        except CryptoError as exc:
-            raise Aborted(f"bins are not signed by the aggregator: {exc}") from None
+        # The same check for every identity of this process: once per signed bins document
+        # (keyed by all of it, signature included, so other bins are checked anew).
+        refusal = view.memo(
+            ("bins signature", bins.model_dump_json()), lambda: _bins_refusal(bins, self.problem)
+        )
+        if refusal is not None:
+            raise Aborted(refusal)
         if bins.slots_per_peer != draft.kh or len(bins.edges) != len(draft.features):
             raise Aborted("bins do not match the proposal (slot count or feature count)")
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
@@ -843,8 +883,14 @@ class Participant:
             self.db.mark_sent(self.problem.id, self.node.fingerprint, slot)
 
     # -- 5. model ------------------------------------------------------------------------
-    def receive_model(self, document: ModelDocument, *, degraded: bool = False) -> AnonMLClassifier:
-        """Verify the signed model and predict for this identity's own example (→ done / degraded)."""
+    def receive_model(
+        self, document: ModelDocument, *, degraded: bool = False, receipts: frozenset[bytes] | None = None
+    ) -> AnonMLClassifier:
+        """Verify the signed model and predict for this identity's own example (→ done / degraded).
+
+        ``receipts``: the aggregator's receipt digests when the host fetched them once for
+        all its identities (:meth:`count_lost_reports`); None: fetched here.
+        """
         if self.phase != P.REPORTING:
             raise IllegalTransition(f"a model is taken in phase reporting, not {self.phase}")
         try:
@@ -854,7 +900,7 @@ class Participant:
         if document.problem_id != self.problem.id:
             raise Aborted("the model is for another problem")
         model = AnonMLClassifier.from_json(json.dumps(document.model))
-        lost = self.count_lost_reports()
+        lost = self.count_lost_reports(receipts)
         prediction = None
         if self.example is not None:
             bad = invalid_features(self.example.x, self.problem.draft.features)
@@ -870,22 +916,25 @@ class Participant:
         self.save(model_json=document.model_dump_json())
         return model
 
-    def count_lost_reports(self) -> int | None:
+    def count_lost_reports(self, receipts: frozenset[bytes] | None = None) -> int | None:
         """How many of this identity's reports never reached the intake (relay counters too).
 
         Compares its tokens' nonces with the aggregator's sorted receipts
         (:class:`~anonml.protocol.ReportReceipts`), locally: a relay that
         accepted a packet and dropped it is noticed by the sender. None when
         this identity sent no reports or the receipts are not available.
+        ``receipts``: the digests, when the host fetched them once for all its
+        identities (the same public list for each); None: fetched here.
         """
         if not self.tokens or not self.built:
             return None
-        try:
-            receipts = self.client.receipts(self.problem.id)
-        except ProtocolError:
-            self.relay.count("receipts unavailable")
-            return None
-        held = set(map(bytes, receipts.digests))
+        if receipts is None:
+            try:
+                receipts = frozenset(map(bytes, self.client.receipts(self.problem.id).digests))
+            except ProtocolError:
+                self.relay.count("receipts unavailable")
+                return None
+        held = receipts
         lost = sum(ReportReceipts.digest(t.nonce) not in held for t in self.tokens)
         self.relay.count("reports delivered", len(self.tokens) - lost)
         self.relay.count("reports lost in transit", lost)
@@ -910,6 +959,15 @@ def _pick_members(gen: np.random.Generator, n: int, k: int, me: int, done: Compa
     candidates = [i for i in range(n) if i != me and i not in done.confirmed]
     fresh = [i for i in candidates if i not in done.asked]
     return [int(i) for i in gen.permutation(fresh if fresh else candidates)[:k]]
+
+
+def _bins_refusal(bins: Bins, problem: Problem) -> str | None:
+    """Why ``bins`` are refused as not signed by the problem's aggregator; None if they are."""
+    try:
+        verify_message(bins, bytes(problem.aggregator))
+    except CryptoError as exc:
+        return f"bins are not signed by the aggregator: {exc}"
+    return None
 
 
 def _relay_url_refusal(view: RosterView, allow_loopback_http: bool) -> str | None:

@@ -20,7 +20,16 @@ from concurrent.futures import Executor
 from typing import Protocol
 
 from anonml.errors import AnonMLError, ProtocolError
-from anonml.protocol import MODEL_PHASES, Bins, CosignatureBundle, Problem, RosterWitness
+from anonml.protocol import (
+    MAX_BATCH_ITEMS,
+    MODEL_PHASES,
+    Assignment,
+    Bins,
+    CosignatureBundle,
+    Problem,
+    Registration,
+    RosterWitness,
+)
 from peer.client import AggregatorClient, HTTPRefusal
 from peer.db import PeerDB
 from peer.dispatch import Dispatcher
@@ -94,7 +103,7 @@ class ProblemSession:
         status = self.client.status(self.problem.id)
         self.phase = status.phase
         if status.phase == "registration":
-            self._each(lambda p: p.register(), self._in(P.ACCEPTED))
+            self._register(self._in(P.ACCEPTED))
             return
         if status.phase == "failed":
             for p in self.participants:
@@ -112,19 +121,60 @@ class ProblemSession:
         if status.phase == "medians":
             queries = self.client.medians(self.problem.id)
             self._each(lambda p: [p.answer(q) for q in queries], ready)
-        if status.phase in ("medians", "reporting"):
+        if status.phase == "medians":
             # Ahead of the round: routes (certificates checked) and tokens (issuance is open);
             # a bounded number per poll, so polls stay short and median queries are answered.
+            # Once reporting, whoever is left prepares as it builds its packets, after every
+            # relay of the host is open.
             todo = [p for p in ready if p.preparation is None]
-            limit = len(todo) if status.phase == "reporting" else TOKENS_PER_POLL
-            self._each(lambda p: p.prepare_round(), todo[:limit])
+            self._each(lambda p: p.prepare_round(), todo[:TOKENS_PER_POLL])
         if status.phase in ("reporting", "training", *MODEL_PHASES):
             self._report_round(status.phase)
         if status.phase in MODEL_PHASES and status.model_available:  # degraded: published all the same
             document = self.client.model(self.problem.id)
             degraded = status.phase == "degraded"
-            self._each(lambda p: p.receive_model(document, degraded=degraded))
+            receipts = self._receipts()
+            self._each(lambda p: p.receive_model(document, degraded=degraded, receipts=receipts))
             self.finished = True
+
+    def _register(self, who: list[Participant]) -> None:
+        """Register ``who``: each signs its own registration (in parallel), sent
+        :data:`~anonml.protocol.MAX_BATCH_ITEMS` to a request.
+
+        Each result is what the identity's own request would have got: stored
+        (→ registered) or refused (→ aborted with the reason). An aggregator
+        without the batch route (404/405) gets one request per identity. A
+        batch that got no answer is sent again at the next poll, the same
+        signed documents (:meth:`~peer.participant.Participant.registration`):
+        an identity whose earlier copy was stored then gets 409 "already
+        registered" for its own registration and counts as registered — only
+        it signs registrations for itself, and its roster check still requires
+        the roster to list exactly the relay URL and key it sent.
+        """
+        signed: dict[int, Registration] = {}
+        resent: set[int] = {id(p) for p in who if p.registration_sent}
+
+        def sign(p: Participant) -> None:
+            signed[id(p)] = p.registration()
+
+        self._each(sign, who)
+        ready = [p for p in who if p.active and id(p) in signed]
+        for start in range(0, len(ready), MAX_BATCH_ITEMS):
+            chunk = ready[start : start + MAX_BATCH_ITEMS]
+            try:
+                answer = self.client.register_batch(self.problem.id, [signed[id(p)] for p in chunk])
+            except HTTPRefusal as exc:
+                if exc.status not in (404, 405):
+                    raise
+                self._each(lambda p: (self.client.register(signed[id(p)]), p.registered()), chunk)
+                continue
+            self.host.count("registrations sent in batches", len(chunk))
+            for p, result in zip(chunk, answer.results, strict=True):
+                if result.status == 201 or (result.status == 409 and id(p) in resent
+                                            and "already registered" in result.detail):
+                    p.registered()
+                else:
+                    p.abort(f"aggregator refused: {result.detail} (HTTP {result.status})")
 
     def _check_roster(self) -> bool:
         """Verify the roster once for the process, then each identity's own checks; False to wait."""
@@ -142,12 +192,39 @@ class ProblemSession:
         if bundle is None:
             return False  # the witnesses have not all co-signed yet: nothing is released meanwhile
         self.view = view = self._unwitnessed
-        self._each(lambda p: p.check_roster(view, bundle), self._in(P.REGISTERED))
-        self._each(lambda p: p.restore_roster(view, bundle), [p for p in self.participants if p.needs_roster])
+        fresh = self._in(P.REGISTERED)
+        restored = [p for p in self.participants if p.needs_roster]
+        notices = self._assignments([*fresh, *restored])
+        self._each(lambda p: p.check_roster(view, bundle, notices.get(p.node.fingerprint)), fresh)
+        self._each(lambda p: p.restore_roster(view, bundle, notices.get(p.node.fingerprint)), restored)
         for p in self.participants:
             if p.witness is not None:
                 self.host.publish_witness(p.node.node_id, p.witness)
         return True
+
+    def _assignments(self, who: list[Participant]) -> dict[str, Assignment]:
+        """The signed assignments of ``who``, fetched together (one request per
+        :data:`~anonml.protocol.MAX_BATCH_ITEMS` identities, not one each).
+
+        Only the identities on the roster are asked (one absent would fail the
+        batch; it finds out in its own check, which then asks alone). A batch
+        the aggregator refuses leaves each identity to ask for its own.
+        """
+        view = self._unwitnessed
+        assert view is not None
+        asked = [
+            p.node.fingerprint for p in who if bytes(p.node.identity.public) in view.index_of
+        ]
+        if not asked:
+            return {}
+        try:
+            notices = self.client.assignments(self.problem.id, asked)
+            self.host.count("assignments fetched in batches", len(notices))
+            return notices
+        except AnonMLError as exc:
+            self.host.count("assignment batches refused")
+            log.warning("assignments of %d identities not fetched together: %s", len(asked), exc)
+            return {}
 
     def _report_round(self, phase: str) -> None:
         """Relay from the moment the bins are out; send once the roster is confirmed."""
@@ -156,15 +233,21 @@ class ProblemSession:
             bins, view = self.bins, self.view
             # Every identity of this process relays before any of them sends — also
             # those that stopped taking part (relaying releases nothing of their own).
-            for p in self.participants:
-                if p.relay_key is not None and not p.relaying and time.time() < bins.t_r:
-                    try:
-                        p.open_round(bins, view)
-                    except (Aborted, AnonMLError) as exc:
-                        if p.active:
-                            p.abort(str(exc))
-                        else:
-                            log.warning("identity %s cannot relay: %s", p.node.fingerprint[:12], exc)
+            # In parallel: each opens its relay with its own key (its stored replay tags
+            # and relay count are read from the state DB), and all are open before any sends.
+
+            def open_one(p: Participant) -> None:
+                if p.relay_key is None or p.relaying or time.time() >= bins.t_r:
+                    return
+                try:
+                    p.open_round(bins, view)
+                except (Aborted, AnonMLError) as exc:
+                    if p.active:
+                        p.abort(str(exc))
+                    else:
+                        log.warning("identity %s cannot relay: %s", p.node.fingerprint[:12], exc)
+
+            list(self.host.pool.map(open_one, self.participants))
         bins = self.bins
         if self._bins_bundle is None:
             self._bins_bundle = self._bundle("bins")
@@ -179,6 +262,15 @@ class ProblemSession:
                 if p.active and not p.built:
                     p.abort("the roster fingerprint could not be compared with another member, "
                             "or the bins were not co-signed, before the send window closed")
+
+    def _receipts(self) -> frozenset[bytes] | None:
+        """The aggregator's receipt digests, fetched once for every identity of this host
+        (one list of ~``m`` digests instead of one download per identity); None when
+        unavailable, and each identity that sent reports then asks on its own."""
+        try:
+            return frozenset(map(bytes, self.client.receipts(self.problem.id).digests))
+        except ProtocolError:
+            return None
 
     def _bundle(self, stage: str) -> CosignatureBundle | None:
         """The stage's cosignature bundle, or None while the aggregator is still collecting it (404)."""

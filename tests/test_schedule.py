@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from anonml.errors import ProtocolError
 from anonml.schedule import (
     DEFAULT_REQUEST_SECONDS,
+    PACKET_WORK_FACTOR,
     ScheduleFloors,
     ServiceMeter,
     WindowSchedule,
@@ -96,7 +97,7 @@ def test_floors_follow_the_documented_formula() -> None:
     )
     assert f.roster_seconds == pytest.approx(2 + 1000 * 0.010)  # the members' own work: n M
     assert f.median_step_seconds == pytest.approx(2 + 1000 * 0.010)
-    assert f.report_delay_seconds == pytest.approx(2 + 1000 * 0.010)
+    assert f.report_delay_seconds == pytest.approx(2 + PACKET_WORK_FACTOR * 1000 * 0.010)
     assert f.send_window_seconds == pytest.approx(1 + 1000 * 0.002)  # the packets' requests: m L
     assert f.release_window_seconds == pytest.approx(1 + 1.5 * 3 * 1000 * 0.002)  # 10 s
     # k_h slots per member multiply the packets m = n · k_h, not the roster term.
@@ -104,7 +105,7 @@ def test_floors_follow_the_documented_formula() -> None:
         1000, hops=3, slots_per_peer=4, request_seconds=0.002, member_seconds=0.010, reaction_seconds=1.0
     )
     assert g.send_window_seconds == pytest.approx(1 + 4000 * 0.002)
-    assert g.report_delay_seconds == pytest.approx(2 + 4000 * 0.010)
+    assert g.report_delay_seconds == pytest.approx(2 + PACKET_WORK_FACTOR * 4000 * 0.010)
     assert g.roster_seconds == f.roster_seconds
     # Without a member cost, the request cost stands in for it.
     h = schedule_floors(1000, hops=3, slots_per_peer=1, request_seconds=0.002, reaction_seconds=1.0)
@@ -196,3 +197,44 @@ def test_meter_flow_counts_the_short_gaps_of_a_burst_and_not_a_trickle() -> None
     assert burst.flow_seconds_per_request() == pytest.approx((0.010 + 19 * 0.030) / 20)
     assert trickle.flow_seconds_per_request() == pytest.approx(0.010)
     assert ServiceMeter().flow_seconds_per_request() == DEFAULT_REQUEST_SECONDS
+
+
+def test_meter_counts_a_batch_as_its_items_and_the_hosts_preparation_before_it() -> None:
+    """Batches of 256 registrations, each taking 0.5 s at the server after 3 s of the host's own
+    work (more than the 1 s gap, less than 256 × 1 s): busy = 0.5 s / 256 per registration, flow =
+    3.5 s / 256 (the host's preparation is the members' cost); a single request after the same 3 s
+    gap is a trickle."""
+    meter = ServiceMeter()
+    for k in range(4):
+        start = 3.0 + k * 3.5
+        meter.record(start, start + 0.5, count=256)
+    assert meter.count == 4 * 256
+    assert meter.seconds_per_request() == pytest.approx(0.5 / 256)
+    # the first batch has no predecessor: its 0.5 s, then 3 × (3 s gap + 0.5 s)
+    assert meter.flow_seconds_per_request() == pytest.approx((0.5 + 3 * 3.5) / (4 * 256))
+    single = ServiceMeter()
+    single.record(0.0, 0.5)
+    single.record(3.5, 4.0)  # 3 s after the first: not one flow for a request of one item
+    assert single.flow_seconds_per_request() == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="at least one item"):
+        ServiceMeter().record(0.0, 1.0, count=0)
+
+
+def test_meter_marked_at_the_opening_counts_a_first_batch_preparation_and_not_a_late_single() -> None:
+    """One host registers 96 members in one 0.2 s batch 5 s after the problem opened: flow =
+    5.2 s / 96 (the preparation since the opening); one registration alone 5 s after the
+    opening is a trickle (5 s > 1 × the 1 s gap) and costs only its own 0.2 s."""
+    batch = ServiceMeter()
+    batch.mark(100.0)
+    batch.record(105.0, 105.2, count=96)
+    assert batch.flow_seconds_per_request() == pytest.approx(5.2 / 96)
+    assert batch.seconds_per_request() == pytest.approx(0.2 / 96)
+    single = ServiceMeter()
+    single.mark(100.0)
+    single.record(105.0, 105.2)
+    assert single.flow_seconds_per_request() == pytest.approx(0.2)
+    late = ServiceMeter()
+    late.record(0.0, 0.5)
+    late.mark(-100.0)  # after a request: no effect
+    late.record(1.0, 1.5)
+    assert late.flow_seconds_per_request() == pytest.approx(1.5 / 2)

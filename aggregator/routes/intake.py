@@ -60,6 +60,7 @@ from sqlalchemy.orm import Session
 from aggregator.db import ProblemRow, StagedReportRow, new_report_id
 from aggregator.deps import SessionDep, StateDep
 from aggregator.state import AggregatorState, ProblemContext
+from aggregator.state import Refusal as _Refusal
 from anonml.crypto import (
     CryptoError,
     InvalidToken,
@@ -332,26 +333,6 @@ def _bad_token(pid: str, exc: InvalidToken) -> _Refusal:
 
 class _OutOfSupport(ValueError):
     """The bits are not an output of the declared mechanism."""
-
-
-class _Refusal(Exception):
-    """A delivery refused: its problem, counted reason, HTTP status and detail.
-
-    ``intake``: counted among the problem's intake refusals
-    (:data:`aggregator.state.INTAKE_REFUSAL`); without it (a delivery that
-    names no known problem) under its bare reason.
-    """
-
-    def __init__(
-        self, problem_id: str, reason: str, status: int, detail: str, *, intake: bool = False
-    ) -> None:
-        super().__init__(detail)
-        self.problem_id, self.reason, self.status, self.detail = problem_id, reason, status, detail
-        self.intake = intake
-
-    def counted(self, state: AggregatorState) -> HTTPException:
-        """Count it (own short transaction) and return the HTTP error a single delivery gets."""
-        return state.refuse(self.problem_id, self.reason, self.status, self.detail, intake=self.intake)
 
 
 #: What a stored delivery of a batch gets: the status of ``POST /intake``'s receipt.

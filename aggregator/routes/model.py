@@ -16,12 +16,14 @@ router = APIRouter(prefix="/problems", tags=["model"])
 
 
 @router.get("/{problem_id}/bins", response_model=Bins)
-def get_bins(problem_id: str, session: SessionDep) -> Bins:
-    """The signed bin edges and the report round's absolute schedule."""
-    row = get_row(session, problem_id)
-    if row.bins_json is None:
+def get_bins(problem_id: str, state: StateDep, session: SessionDep) -> Bins:
+    """The signed bin edges and the report round's absolute schedule (parsed once per process)."""
+    ctx = state.context(problem_id, session)
+    if ctx is None:
+        raise HTTPException(status_code=404, detail=f"no problem {problem_id!r}")
+    if ctx.bins is None:
         raise HTTPException(status_code=409, detail=f"problem {problem_id}: bins are not published yet")
-    return Bins.model_validate_json(row.bins_json)
+    return ctx.bins
 
 
 @router.post("/{problem_id}/train", response_model=ProblemStatus)

@@ -23,9 +23,10 @@ from aggregator.db import (
     RegistrationRow,
     RejectRow,
     count_reports,
+    published,
 )
 from aggregator.deps import AdminDep, SessionDep, StateDep
-from aggregator.state import AggregatorState, ProblemContext, reject_counts
+from aggregator.state import AggregatorState, ProblemContext, Refusal, reject_counts
 from aggregator.training import account_reports, shuffle_statement
 from anonml.crypto import TokenKey
 from anonml.crypto.spent import IssuanceRow
@@ -53,12 +54,18 @@ def get_row(session: Session, problem_id: str) -> ProblemRow:
     return row
 
 
+def named_problem_refusal(problem_id: str, named: str, what: str) -> Refusal | None:
+    """The refusal (422, ``malformed``) of a signed ``what`` that names another problem than its URL."""
+    if named == problem_id:
+        return None
+    return Refusal(problem_id, "malformed", 422, f"{what} names problem {named!r}, posted to {problem_id!r}")
+
+
 def check_named_problem(state: AggregatorState, problem_id: str, named: str, what: str) -> None:
-    """Refuse (422, counted as ``malformed``) a signed ``what`` that names another problem than its URL."""
-    if named != problem_id:
-        raise state.refuse(
-            problem_id, "malformed", 422, f"{what} names problem {named!r}, posted to {problem_id!r}"
-        )
+    """Refuse, counted at once, a signed ``what`` that names another problem than its URL."""
+    refusal = named_problem_refusal(problem_id, named, what)
+    if refusal is not None:
+        raise refusal.counted(state)
 
 
 def _count(session: Session, stmt) -> int:
@@ -133,7 +140,7 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
         ),
         reports_accepted=count_reports(session, row.id),
         rejects=rejects,
-        model_available=row.model_json is not None,
+        model_available=published(session, row.id)["model"],
         message=row.message,
         phase_seconds=json.loads(row.phase_seconds_json),
         median_pool=pool,
@@ -184,6 +191,8 @@ def propose(draft: ProblemDraft, state: StateDep, session: SessionDep, _: AdminD
                 train_requested=False,
             )
         )
+    # The members' preparation (examples, keys) starts now: the first batch's gap counts from here.
+    state.meter(problem.id).mark(time.monotonic())
     return problem
 
 

@@ -31,20 +31,27 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from fastapi import APIRouter, HTTPException
-from sqlalchemy import select
+from fastapi import APIRouter, HTTPException, Response
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from aggregator.db import ProblemRow, RegistrationRow
 from aggregator.deps import AdminDep, SessionDep, StateDep
-from aggregator.routes.problems import check_named_problem, get_row, problem_status
+from aggregator.routes.problems import get_row, named_problem_refusal, problem_status
+from aggregator.state import ProblemContext, Refusal
 from anonml.crypto import CryptoError, PublicIdentity, RelayKeyCertificate
 from anonml.protocol import (
     STAGES,
     Assignment,
+    AssignmentBatch,
+    AssignmentBatchRequest,
+    BatchResults,
     CosignatureBundle,
+    ItemResult,
     ProblemStatus,
     Registration,
+    RegistrationBatch,
     RegistrationReceipt,
     Roster,
     check_credential,
@@ -65,32 +72,156 @@ def register(
     """Join a problem before its deadline with a signed registration and relay certificate."""
     start = time.monotonic()
     try:
-        with session.begin():
-            _check_and_store(problem_id, registration, state, session)
+        with session.begin():  # the checks read only: a refusal holds no write lock
+            row = _checked(problem_id, registration, state, session)
+            session.add(row)
+            session.flush()
+            closed = _closed_meanwhile(session, problem_id)
+            if closed is not None:
+                raise closed
         state.meter(problem_id).record(start, time.monotonic())  # L of the round's schedule floors
     except IntegrityError:
-        raise state.refuse(
-            problem_id, "duplicate registration", 409, "this identity is already registered for this problem"
-        ) from None
-    except _Closed as exc:
-        raise state.refuse(problem_id, "registration closed", 409, str(exc)) from None
-    status = problem_status(state, session, get_row(session, problem_id))
+        raise _duplicate(problem_id).counted(state) from None
+    except Refusal as refusal:
+        raise refusal.counted(state) from None
     return RegistrationReceipt(
         problem_id=problem_id,
         fingerprint=PublicIdentity.from_bytes(registration.identity).fingerprint.hex(),
-        registered=status.registered,
+        registered=int(
+            session.scalar(
+                select(func.count())
+                .select_from(RegistrationRow)
+                .where(RegistrationRow.problem_id == problem_id)
+            )
+            or 0
+        ),
     )
 
 
-def _check_and_store(problem_id: str, registration: Registration, state, session) -> None:
+@router.post("/{problem_id}/registrations/batch", response_model=BatchResults)
+def register_batch(
+    problem_id: str, body: RegistrationBatch, state: StateDep, session: SessionDep
+) -> BatchResults:
+    """Many identities' registrations in one request (a host of many peers); a result per item.
+
+    Each registration goes through the single route's checks on its own and
+    gets the status and detail its own request would have got (201 stored;
+    403, 404, 409, 422 refused, counted under the same reason), so one bad
+    registration never sinks the others and a batch says nothing a single
+    request would not (the identities of one host already share its relay base
+    URL). The stored rows and the refusal counters are written in one
+    transaction; registration closing meanwhile refuses every item with 409
+    and stores none. The registrations are timed together, each counting as
+    one registration of the busy time (``L`` of the round's schedule floors).
+    """
+    start = time.monotonic()
+    for attempt in range(3):  # a concurrent insert of the same identity: the next pass sees it
+        try:
+            results = _register_once(problem_id, body, state, session)
+        except IntegrityError:
+            session.rollback()
+            if attempt == 2:
+                raise
+            continue
+        stored = sum(result.status == 201 for result in results)
+        if stored:
+            state.meter(problem_id).record(start, time.monotonic(), count=stored)
+        return BatchResults(results=tuple(results))
+    raise AssertionError("unreachable")
+
+
+def _register_once(
+    problem_id: str, body: RegistrationBatch, state, session: Session
+) -> list[ItemResult]:
+    """One pass of :func:`register_batch`: the checks, then one write transaction (IntegrityError
+    when an identity was stored concurrently after the duplicate check)."""
+    results: list[ItemResult] = [_STORED] * len(body.registrations)
+    refused: list[Refusal] = []
+
+    def refuse(index: int, refusal: Refusal) -> None:
+        results[index] = ItemResult(status=refusal.status, detail=refusal.detail)
+        refused.append(refusal)
+
+    passed: list[tuple[int, RegistrationRow]] = []
+    with session.begin():  # reads and signature checks: no write lock held meanwhile
+        for i, registration in enumerate(body.registrations):
+            try:
+                passed.append((i, _checked(problem_id, registration, state, session)))
+            except Refusal as refusal:
+                refuse(i, refusal)
+    with session.begin():
+        keys = [row.identity for _, row in passed]
+        known = (
+            set(
+                session.scalars(
+                    select(RegistrationRow.identity).where(
+                        RegistrationRow.problem_id == problem_id, RegistrationRow.identity.in_(keys)
+                    )
+                )
+            )
+            if keys
+            else set()
+        )
+        fresh: list[tuple[int, RegistrationRow]] = []
+        for i, row in passed:
+            if row.identity in known:
+                refuse(i, _duplicate(problem_id))
+            else:
+                known.add(row.identity)
+                fresh.append((i, row))
+        if fresh:
+            session.add_all([row for _, row in fresh])
+            session.flush()
+            closed = _closed_meanwhile(session, problem_id)
+            if closed is not None:
+                ids = [row.id for _, row in fresh]
+                session.execute(delete(RegistrationRow).where(RegistrationRow.id.in_(ids)))
+                for i, _ in fresh:
+                    refuse(i, closed)
+        for refusal in refused:
+            state.count_refusal(session, refusal.problem_id, refusal.reason)
+    return results
+
+
+#: What a stored registration of a batch gets: the status of the single route.
+_STORED = ItemResult(status=201, detail="")
+
+
+def _duplicate(problem_id: str) -> Refusal:
+    return Refusal(
+        problem_id, "duplicate registration", 409, "this identity is already registered for this problem"
+    )
+
+
+def _closed_meanwhile(session: Session, problem_id: str) -> Refusal | None:
+    """Re-read the phase under the write lock the insert took: a close that committed meanwhile wins."""
+    phase, closed = session.execute(
+        select(ProblemRow.phase, ProblemRow.close_requested)
+        .where(ProblemRow.id == problem_id)
+        .with_for_update(read=True)
+    ).one()
+    if phase != "registration" or closed:
+        return Refusal(
+            problem_id,
+            "registration closed",
+            409,
+            f"registration for {problem_id} closed while this registration was stored",
+        )
+    return None
+
+
+def _checked(problem_id: str, registration: Registration, state, session: Session) -> RegistrationRow:
+    """Every check of one registration (reads only); the row to store, or :class:`Refusal`."""
     ctx = state.context(problem_id, session)
     if ctx is None:
-        raise state.refuse("", "unknown problem", 404, f"no problem {problem_id!r}")
-    check_named_problem(state, problem_id, registration.problem_id, "registration")
+        raise Refusal("", "unknown problem", 404, f"no problem {problem_id!r}")
+    refusal = named_problem_refusal(problem_id, registration.problem_id, "registration")
+    if refusal is not None:
+        raise refusal
     row = get_row(session, problem_id)
     deadline = ctx.problem.draft.schedule.registration_deadline
     if row.phase != "registration" or row.close_requested or datetime.now(UTC) >= deadline:
-        raise state.refuse(
+        raise Refusal(
             problem_id,
             "registration closed",
             409,
@@ -100,15 +231,13 @@ def _check_and_store(problem_id: str, registration: Registration, state, session
         identity = PublicIdentity.from_bytes(registration.identity)
         verify_message(registration, identity)
     except CryptoError as exc:
-        raise state.refuse(
-            problem_id, "bad signature", 403, f"registration signature rejected: {exc}"
-        ) from None
+        raise Refusal(problem_id, "bad signature", 403, f"registration signature rejected: {exc}") from None
     try:
         RelayKeyCertificate.from_bytes(registration.relay_certificate).verify(
             identity, round_id=ctx.problem.round_id
         )
     except CryptoError as exc:
-        raise state.refuse(
+        raise Refusal(
             problem_id, "bad relay certificate", 403, f"relay key certificate rejected: {exc}"
         ) from None
     try:
@@ -116,46 +245,29 @@ def _check_and_store(problem_id: str, registration: Registration, state, session
         if not registration.relay_url.endswith("/relay/" + identity.node_id.hex()):
             raise ValueError("the relay URL must end in /relay/<the registrant's node id>")
     except ValueError as exc:
-        raise state.refuse(problem_id, "bad relay URL", 422, str(exc)) from None
+        raise Refusal(problem_id, "bad relay URL", 422, str(exc)) from None
     if bytes(identity) == state.public_identity:
-        raise state.refuse(problem_id, "malformed", 422, "the aggregator cannot register as a peer")
+        raise Refusal(problem_id, "malformed", 422, "the aggregator cannot register as a peer")
     admission = ctx.problem.draft.admission
     if admission.mode == "credentials":
         try:
             check_credential(registration.credential, admission, bytes(identity), valid_at=datetime.now(UTC))
         except (ValueError, CryptoError) as exc:
-            raise state.refuse(
+            raise Refusal(
                 problem_id, "no valid credential", 403, f"admission credential rejected: {exc}"
             ) from None
     elif registration.credential is not None:
-        raise state.refuse(
-            problem_id, "malformed", 422, "this problem's admission is open: send no credential"
-        )
-    session.add(
-        RegistrationRow(
-            problem_id=problem_id,
-            identity=bytes(registration.identity),
-            relay_url=registration.relay_url,
-            certificate=bytes(registration.relay_certificate),
-            signature=bytes(registration.signature),
-            credential_json=(
-                None if registration.credential is None else registration.credential.model_dump_json()
-            ),
-        )
+        raise Refusal(problem_id, "malformed", 422, "this problem's admission is open: send no credential")
+    return RegistrationRow(
+        problem_id=problem_id,
+        identity=bytes(registration.identity),
+        relay_url=registration.relay_url,
+        certificate=bytes(registration.relay_certificate),
+        signature=bytes(registration.signature),
+        credential_json=(
+            None if registration.credential is None else registration.credential.model_dump_json()
+        ),
     )
-    session.flush()
-    # Re-read under the write lock the insert took: a close that committed meanwhile wins.
-    phase, closed = session.execute(
-        select(ProblemRow.phase, ProblemRow.close_requested)
-        .where(ProblemRow.id == problem_id)
-        .with_for_update(read=True)
-    ).one()
-    if phase != "registration" or closed:
-        raise _Closed(f"registration for {problem_id} closed while this registration was stored")
-
-
-class _Closed(Exception):
-    """Registration closed between the first check and the insert (rolled back)."""
 
 
 @router.post("/{problem_id}/close", response_model=ProblemStatus)
@@ -169,17 +281,50 @@ def close_registration(problem_id: str, state: StateDep, session: SessionDep, _:
     return problem_status(state, session, row)
 
 
-def _closed(session, problem_id: str) -> ProblemRow:
-    row = get_row(session, problem_id)
-    if row.roster_json is None:
+def _published_roster(state, session, problem_id: str) -> ProblemContext:
+    """The problem's context once its roster is out (404 unknown problem, 409 before registration closed)."""
+    ctx = state.context(problem_id, session)
+    if ctx is None:
+        raise HTTPException(status_code=404, detail=f"no problem {problem_id!r}")
+    if ctx.roster_text is None:
         raise HTTPException(status_code=409, detail=f"problem {problem_id}: registration is not closed yet")
-    return row
+    return ctx
 
 
 @router.get("/{problem_id}/roster", response_model=Roster)
-def get_roster(problem_id: str, session: SessionDep) -> Roster:
-    """The signed roster: members in registration order, pinned token key, revealed seed."""
-    return Roster.model_validate_json(_closed(session, problem_id).roster_json)
+def get_roster(problem_id: str, state: StateDep, session: SessionDep) -> Response:
+    """The signed roster: members in registration order, pinned token key, revealed seed.
+
+    Served as stored (it is immutable once published): at 10,000 members it
+    is ~7 MB of JSON, which this neither reads from the database nor parses
+    again per request.
+    """
+    return Response(_published_roster(state, session, problem_id).roster_text, media_type="application/json")
+
+
+def _assignment(state, problem_id: str, ctx: ProblemContext, fingerprint: str) -> Assignment:
+    """The signed assignment of the member with ``fingerprint`` (hex); 409 before the plan, 404 if none."""
+    if ctx.plan is None or ctx.roster is None:
+        raise HTTPException(
+            status_code=409,
+            detail=f"problem {problem_id}: the plan is fixed once the witnesses co-signed the roster",
+        )
+    index = ctx.by_fingerprint.get(fingerprint.lower())
+    if index is None:
+        raise HTTPException(status_code=404, detail=f"no roster member with fingerprint {fingerprint[:64]}")
+    entry = ctx.roster.entries[index]
+    mine = ctx.plan.assignment(index)
+    return sign_message(
+        Assignment(
+            problem_id=problem_id,
+            identity=entry.identity,
+            role=mine.role,
+            index=mine.index,
+            subsets=mine.subsets,
+            signature=bytes(64),
+        ),
+        state.identity,
+    )
 
 
 @router.get("/{problem_id}/assignments/{fingerprint}", response_model=Assignment)
@@ -188,31 +333,31 @@ def get_assignment(problem_id: str, fingerprint: str, state: StateDep, session: 
 
     Peers re-derive it from the seed (:func:`anonml.learn.partition.verify_assignment`).
     """
-    row = _closed(session, problem_id)
-    ctx = state.context(problem_id, session)
-    assert ctx is not None
-    if ctx.plan is None or ctx.roster is None:
+    return _assignment(state, problem_id, _published_roster(state, session, problem_id), fingerprint)
+
+
+@router.post("/{problem_id}/assignments", response_model=AssignmentBatch)
+def get_assignments(
+    problem_id: str, body: AssignmentBatchRequest, state: StateDep, session: SessionDep
+) -> AssignmentBatch:
+    """The signed assignments of many members in one request, in the order asked.
+
+    What a host of many identities asks instead of one ``GET`` per identity.
+    Each answer is exactly the single route's (the same signed document), and
+    the batch fails as the single route would for its first failing
+    fingerprint (404 not a member, 409 before the plan): assignments are
+    public — anyone holding the roster and seed derives them — and the
+    members a host names together already share its relay base URL on the
+    roster, so a batch tells the aggregator nothing it did not know.
+    """
+    if body.problem_id != problem_id:
         raise HTTPException(
-            status_code=409,
-            detail=f"problem {problem_id}: the plan is fixed once the witnesses co-signed the roster "
-            f"(phase {row.phase})",
+            status_code=422, detail=f"request names problem {body.problem_id!r}, posted to {problem_id!r}"
         )
-    index = ctx.by_fingerprint.get(fingerprint.lower())
-    if index is not None:
-        entry = ctx.roster.entries[index]
-        mine = ctx.plan.assignment(index)
-        return sign_message(
-            Assignment(
-                problem_id=problem_id,
-                identity=entry.identity,
-                role=mine.role,
-                index=mine.index,
-                subsets=mine.subsets,
-                signature=bytes(64),
-            ),
-            state.identity,
-        )
-    raise HTTPException(status_code=404, detail=f"no roster member with fingerprint {fingerprint}")
+    ctx = _published_roster(state, session, problem_id)
+    return AssignmentBatch(
+        assignments=tuple(_assignment(state, problem_id, ctx, fp) for fp in body.fingerprints)
+    )
 
 
 @router.get("/{problem_id}/cosignatures/{stage}", response_model=CosignatureBundle)

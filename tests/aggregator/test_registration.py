@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
+
 import requests
 
 from anonml.crypto import Identity
 from anonml.learn import commit_seed, make_plan
 from anonml.protocol import (
+    MAX_BATCH_ITEMS,
+    AssignmentBatch,
+    AssignmentBatchRequest,
+    BatchResults,
     Problem,
     Registration,
+    RegistrationBatch,
     roster_fingerprint,
     sign_message,
     verify_message,
@@ -17,6 +24,7 @@ from tests.aggregator.helpers import (
     ADMIN,
     JSON,
     WirePeer,
+    assignment_of,
     draft,
     post,
     propose,
@@ -119,6 +127,91 @@ def test_roster_is_published_at_close_in_registration_order_with_the_seed(aggreg
             f"{aggregator.url}/problems/{problem.id}/assignments/{p.identity.fingerprint.hex()}"
         ).json()
         assert (got["role"], got["index"]) == (plan.assignment(i).role, plan.assignment(i).index)
+
+
+def test_a_batch_of_registrations_answers_each_as_its_own_request_would(aggregator):
+    problem = propose(aggregator.url, draft(min_peers=2))
+    url = f"{aggregator.url}/problems/{problem.id}/registrations/batch"
+    a, b, c, forger = WirePeer(), WirePeer(), WirePeer(), WirePeer()
+    items = (
+        a.registration(problem),
+        b.registration(problem),
+        c.registration(problem, signer=forger.identity),  # not signed by its identity
+        a.registration(problem),  # the same identity again within the batch
+        b.registration(problem).model_copy(update={"problem_id": "p-other"}),
+    )
+    reply = post(url, RegistrationBatch(registrations=items))
+    assert reply.status_code == 200
+    results = BatchResults.model_validate_json(reply.content).results
+    assert [r.status for r in results] == [201, 201, 403, 409, 422]
+    assert "signature" in results[2].detail and "already registered" in results[3].detail
+    assert "p-other" in results[4].detail
+    assert _registered(aggregator.settings.db_url) == [a.public, b.public]  # in the batch's order
+    # Two registrations timed in one request count as two for the round's schedule floors.
+    assert aggregator.state.meter(problem.id).count == 2
+
+    again = post(url, RegistrationBatch(registrations=(a.registration(problem), c.registration(problem))))
+    assert [r.status for r in BatchResults.model_validate_json(again.content).results] == [409, 201]
+    st = requests.get(f"{aggregator.url}/problems/{problem.id}/status").json()
+    assert st["registered"] == 3
+    assert st["rejects"] == {"bad signature": 1, "duplicate registration": 2, "malformed": 1}
+
+    # Only a body that is no batch is refused whole.
+    too_many = json.dumps({"registrations": [json.loads(a.registration(problem).model_dump_json())] * 257})
+    assert post(url, too_many).status_code == 422
+    assert post(url, json.dumps({"registrations": []})).status_code == 422
+    unknown = post(
+        f"{aggregator.url}/problems/p-nope/registrations/batch",
+        RegistrationBatch(registrations=(WirePeer().registration(problem),)),
+    )
+    assert [r.status for r in BatchResults.model_validate_json(unknown.content).results] == [404]
+
+    assert requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN).status_code == 200
+    late = post(url, RegistrationBatch(registrations=(WirePeer().registration(problem),)))
+    (closed,) = BatchResults.model_validate_json(late.content).results
+    assert closed.status == 409 and "closed" in closed.detail
+    assert _registered(aggregator.settings.db_url) == [a.public, b.public, c.public]
+
+
+def test_assignments_of_many_members_come_in_one_request_each_as_the_single_route_signs_it(aggregator):
+    problem = propose(aggregator.url, draft(min_peers=4, pool_fraction=0.25))
+    peers = [WirePeer() for _ in range(6)]
+    for p in peers:
+        assert p.register(aggregator.url, problem).status_code == 201
+    url = f"{aggregator.url}/problems/{problem.id}/assignments"
+
+    def ask(fingerprints, pid=problem.id):
+        return post(url, AssignmentBatchRequest(problem_id=pid, fingerprints=tuple(fingerprints)))
+
+    fps = [p.identity.fingerprint.hex() for p in peers]
+    early = ask(fps)
+    assert early.status_code == 409 and "not closed" in early.json()["detail"]
+    assert requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN).status_code == 200
+    wait_phase(aggregator.url, problem.id, ("medians", "reporting"))
+
+    order = [4, 0, 5, 2]  # any order, answered in the order asked
+    got = ask([fps[i] for i in order])
+    assert got.status_code == 200
+    batch = AssignmentBatch.model_validate_json(got.content)
+    assert len(batch.assignments) == len(order)
+    for i, notice in zip(order, batch.assignments, strict=True):
+        verify_message(notice, bytes(problem.aggregator))
+        single = assignment_of(aggregator.url, problem.id, peers[i])
+        assert bytes(notice.identity) == peers[i].public
+        assert (notice.role, notice.index, notice.subsets) == (single.role, single.index, single.subsets)
+
+    stranger = Identity.generate().fingerprint.hex()
+    unknown = ask([fps[0], stranger])
+    assert unknown.status_code == 404 and stranger in unknown.json()["detail"]
+    wrong_problem = ask(fps[:1], pid="p-other")
+    assert wrong_problem.status_code == 422 and "p-other" in wrong_problem.json()["detail"]
+    too_many = {"problem_id": problem.id, "fingerprints": [fps[0]] * (MAX_BATCH_ITEMS + 1)}
+    assert post(url, json.dumps(too_many)).status_code == 422
+    assert post(url, json.dumps({"problem_id": problem.id, "fingerprints": []})).status_code == 422
+    traversal = {"problem_id": problem.id, "fingerprints": ["../../status"]}
+    assert post(url, json.dumps(traversal)).status_code == 422
+    assert post(f"{aggregator.url}/problems/p-nope/assignments", AssignmentBatchRequest(
+        problem_id="p-nope", fingerprints=(fps[0],))).status_code == 404
 
 
 def test_too_few_registrations_fail_the_problem_with_a_reason(aggregator):

@@ -7,6 +7,9 @@ problem's registrations (:class:`anonml.schedule.ServiceMeter`).
 
 from __future__ import annotations
 
+import time
+
+import pytest
 import requests
 
 from anonml.schedule import schedule_floors
@@ -14,11 +17,13 @@ from tests.aggregator.helpers import ADMIN, WirePeer, bins_of, draft, propose, s
 
 
 def _metered(aggregator, n_registrations: int, seconds: float, **draft_args):
-    """A proposed problem whose meter saw ``n_registrations`` back-to-back requests of ``seconds`` each."""
+    """A proposed problem whose meter saw ``n_registrations`` back-to-back requests of ``seconds`` each,
+    from now (the meter was marked when the problem was proposed, a moment ago)."""
     problem = propose(aggregator.url, draft(**draft_args))
     meter = aggregator.state.meter(problem.id)
+    t0 = time.monotonic()
     for k in range(n_registrations):
-        meter.record(k * seconds, (k + 1) * seconds)
+        meter.record(t0 + k * seconds, t0 + (k + 1) * seconds)
     return problem, aggregator.state.context(problem.id)
 
 
@@ -39,8 +44,19 @@ def test_a_bigger_roster_gets_longer_waits(aggregator) -> None:
         "release_window_seconds",
     ):
         assert getattr(small, name) < getattr(big, name), name
-    # The floors of the formula, with L = M = 4 ms: n = 1,000, k_h = 1, h = 3.
-    expected = schedule_floors(1000, hops=3, slots_per_peer=1, request_seconds=0.004, reaction_seconds=r)
+    # The floors of the formula, with L = 4 ms and M = 4 ms plus the moment from the proposal to
+    # the first registration spread over the members: n = 1,000, k_h = 1, h = 3.
+    meter = state.meter(big_ctx.problem.id)
+    assert meter.seconds_per_request() == pytest.approx(0.004)
+    assert 0.004 <= meter.flow_seconds_per_request() < 0.004 + 1.0 / 1000
+    expected = schedule_floors(
+        1000,
+        hops=3,
+        slots_per_peer=1,
+        request_seconds=0.004,
+        member_seconds=meter.flow_seconds_per_request(),
+        reaction_seconds=r,
+    )
     assert big.send_window_seconds == expected.send_window_seconds == r + 4.0
     assert big.release_window_seconds == expected.release_window_seconds
     assert big.roster_seconds == expected.roster_seconds

@@ -82,6 +82,7 @@ def test_the_worker_registers_every_identity_once_and_persists_the_phase_and_sea
     session = host.sessions[pid]
     assert {p.phase for p in session.participants} == {P.REGISTERED}
     assert status(session.client.base_url, pid).registered == N
+    assert host.counters["registrations sent in batches"] == N  # one request for all of them
     host.poll_once()  # still registration: nothing registers twice
     assert status(session.client.base_url, pid).registered == N
     for p in session.participants:
@@ -126,6 +127,7 @@ def test_the_worker_checks_the_roster_publishes_witnesses_and_keeps_the_fingerpr
     # No relay is served here, so no member can confirm a fingerprint: nobody goes further.
     host.poll_once()
     assert {p.phase for p in session.participants} == {P.ROSTER_CHECKED}
+    assert host.counters["assignments fetched in batches"] == N  # one request, each checked by its own
     for p in session.participants:
         assert host.witness(p.node.node_id, pid) == p.witness
         facts = json.loads(host.db.states(p.node.fingerprint)[0].facts_json)
