@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from anonml.errors import ProtocolError
 from anonml.schedule import (
     DEFAULT_REQUEST_SECONDS,
+    PACKET_REQUEST_SECONDS,
     PACKET_WORK_FACTOR,
     ScheduleFloors,
     ServiceMeter,
@@ -91,25 +92,29 @@ def test_invalid_schedules_are_rejected(t_s, delta, t_r) -> None:
 
 
 def test_floors_follow_the_documented_formula() -> None:
-    """n = 1,000, k_h = 1, h = 3, L = 2 ms, M = 10 ms, r = 1 s (schedule_floors Notes)."""
+    """n = 1,000, k_h = 1, h = 3, L = 8 ms, M = 10 ms, r = 1 s (schedule_floors Notes)."""
     f = schedule_floors(
-        1000, hops=3, slots_per_peer=1, request_seconds=0.002, member_seconds=0.010, reaction_seconds=1.0
+        1000, hops=3, slots_per_peer=1, request_seconds=0.008, member_seconds=0.010, reaction_seconds=1.0
     )
     assert f.roster_seconds == pytest.approx(2 + 1000 * 0.010)  # the members' own work: n M
     assert f.median_step_seconds == pytest.approx(2 + 1000 * 0.010)
     assert f.report_delay_seconds == pytest.approx(2 + PACKET_WORK_FACTOR * 1000 * 0.010)
-    assert f.send_window_seconds == pytest.approx(1 + 1000 * 0.002)  # the packets' requests: m L
-    assert f.release_window_seconds == pytest.approx(1 + 1.5 * 3 * 1000 * 0.002)  # 10 s
+    assert f.send_window_seconds == pytest.approx(1 + 1000 * 0.008)  # the packets' requests: m L
+    assert f.release_window_seconds == pytest.approx(1 + 1.5 * 3 * 1000 * 0.008)
     # k_h slots per member multiply the packets m = n · k_h, not the roster term.
     g = schedule_floors(
-        1000, hops=3, slots_per_peer=4, request_seconds=0.002, member_seconds=0.010, reaction_seconds=1.0
+        1000, hops=3, slots_per_peer=4, request_seconds=0.008, member_seconds=0.010, reaction_seconds=1.0
     )
-    assert g.send_window_seconds == pytest.approx(1 + 4000 * 0.002)
+    assert g.send_window_seconds == pytest.approx(1 + 4000 * 0.008)
     assert g.report_delay_seconds == pytest.approx(2 + PACKET_WORK_FACTOR * 4000 * 0.010)
     assert g.roster_seconds == f.roster_seconds
     # Without a member cost, the request cost stands in for it.
     h = schedule_floors(1000, hops=3, slots_per_peer=1, request_seconds=0.002, reaction_seconds=1.0)
     assert h.roster_seconds == pytest.approx(2 + 1000 * 0.002)
+    # A request cheaper than a packet's (batched registrations) does not shrink the packet windows.
+    assert 0.002 < PACKET_REQUEST_SECONDS
+    assert h.send_window_seconds == pytest.approx(1 + 1000 * PACKET_REQUEST_SECONDS)
+    assert h.release_window_seconds == pytest.approx(1 + 1.5 * 3 * 1000 * PACKET_REQUEST_SECONDS)
 
 
 @pytest.mark.parametrize("field", list(ScheduleFloors.__dataclass_fields__))
@@ -119,13 +124,18 @@ def test_a_bigger_roster_gets_longer_waits_and_a_costlier_request_too(field: str
         return getattr(f, field)
 
     sizes = [10, 100, 1_000, 10_000]
-    for cost in (0.001, 0.005):
+    for cost in (0.006, 0.02):
         values = [floor(n, cost) for n in sizes]
         assert all(a < b for a, b in pairwise(values)), (field, values)
-    assert floor(1_000, 0.001) < floor(1_000, 0.005)
-    # Nothing but the peers' reaction time is left when a request costs nothing.
+    assert floor(1_000, 0.006) < floor(1_000, 0.02)
+    # When a request costs nothing, the peers' reaction time is left — and for the packet windows
+    # each packet's request at its floor.
     smallest = schedule_floors(1, hops=1, slots_per_peer=1, request_seconds=0.0)
-    assert floor(10_000, 0.0) == getattr(smallest, field)
+    packets = {"send_window_seconds": 10_000, "release_window_seconds": 1.5 * 3 * 10_000}
+    if field in packets:
+        assert floor(10_000, 0.0) == pytest.approx(1.0 + packets[field] * PACKET_REQUEST_SECONDS)
+    else:
+        assert floor(10_000, 0.0) == getattr(smallest, field)
 
 
 def test_raised_keeps_longer_draft_values_and_lifts_shorter_ones() -> None:

@@ -12,7 +12,7 @@ import time
 import pytest
 import requests
 
-from anonml.schedule import schedule_floors
+from anonml.schedule import PACKET_REQUEST_SECONDS, schedule_floors
 from tests.aggregator.helpers import ADMIN, WirePeer, bins_of, draft, propose, status, wait_phase
 
 
@@ -57,7 +57,9 @@ def test_a_bigger_roster_gets_longer_waits(aggregator) -> None:
         member_seconds=meter.flow_seconds_per_request(),
         reaction_seconds=r,
     )
-    assert big.send_window_seconds == expected.send_window_seconds == r + 4.0
+    # L = 4 ms is below a packet's request floor: the packet windows take the floor.
+    floor = max(0.004, PACKET_REQUEST_SECONDS)
+    assert big.send_window_seconds == expected.send_window_seconds == r + 1000 * floor
     assert big.release_window_seconds == expected.release_window_seconds
     assert big.roster_seconds == expected.roster_seconds
     # Fixed when first taken: later registrations do not move a round's schedule.
