@@ -31,8 +31,8 @@ from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from tests.adversary.malicious import mooc_draft
 from tests.aggregator.helpers import TOKEN, propose, status
-from tests.peer.test_host import _draft as small_draft
 from tests.peer.helpers import simulation_host as crowd_host
+from tests.peer.test_host import _draft as small_draft
 
 pytestmark = pytest.mark.slow
 

@@ -176,21 +176,26 @@ def test_the_dispatcher_runs_work_in_time_order_and_refuses_work_once_closed():
         dispatcher.at(time.time(), lambda: None)
 
 
-def test_an_app_built_from_settings_serves_the_relay_and_a_token_guarded_status(tmp_path: Path):
-    from aggregator.app import start_server
-    from peer.app import create_app
+def _settings(tmp_path: Path, local_token: str):
+    """A daemon's settings with every file in ``tmp_path`` (what ``anonml peer start`` builds)."""
     from peer.settings import PeerSettings
 
-    settings = PeerSettings(
+    return PeerSettings(
         store_url=f"sqlite:///{tmp_path / 'events.db'}",
         ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}",
         state_url=f"sqlite:///{tmp_path / 'peer.db'}",
         identity_file=tmp_path / "identity.json",
         credentials_dir=tmp_path / "credentials",
         policy_file=tmp_path / "policy.json",
-        local_token="a-local-token-of-the-settings",
+        local_token=local_token,
         poll_seconds=30,
     )
+
+
+def test_an_app_built_from_settings_serves_the_relay_and_a_token_guarded_status(tmp_path: Path):
+    from aggregator.app import start_server
+    from peer.app import create_app
+    settings = _settings(tmp_path, "a-local-token-of-the-settings")
     server = start_server(create_app(settings))
     try:
         host = server.app.state.host
@@ -229,21 +234,10 @@ def _non_loopback_address() -> str | None:
 def test_the_local_api_and_the_pages_refuse_clients_on_other_machines_even_with_the_token(tmp_path: Path):
     from aggregator.app import start_server
     from peer.app import create_app
-    from peer.settings import PeerSettings
-
     address = _non_loopback_address()
     if address is None:
         pytest.skip("this machine has no non-loopback IPv4 address to connect from")
-    settings = PeerSettings(
-        store_url=f"sqlite:///{tmp_path / 'events.db'}",
-        ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}",
-        state_url=f"sqlite:///{tmp_path / 'peer.db'}",
-        identity_file=tmp_path / "identity.json",
-        credentials_dir=tmp_path / "credentials",
-        policy_file=tmp_path / "policy.json",
-        local_token="a-local-token",
-        poll_seconds=30,
-    )
+    settings = _settings(tmp_path, "a-local-token")
     # The relay listens on every interface, as a peer reachable by others does.
     server = start_server(create_app(settings), host="0.0.0.0")
     try:
