@@ -12,8 +12,9 @@ worker by answering slowly or without end.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -94,7 +95,8 @@ def _call(
         raise ProtocolError(f"{url}: malformed answer: {exc.errors()[0]['msg']}") from None
 
 
-_PROBLEMS = TypeAdapter(list[Problem])
+_ENTRIES = TypeAdapter(list[Any])
+log = logging.getLogger("anonml.peer")
 _QUERIES = TypeAdapter(list[MedianQuery])
 
 
@@ -108,12 +110,22 @@ class AggregatorClient:
         return self.base_url + path
 
     def problems(self, phase: str | None = None) -> list[Problem]:
-        return _call(
-            "GET",
-            self._url("/problems" + (f"?phase={phase}" if phase else "")),
-            _PROBLEMS,
-            max_bytes=LARGE_REPLY_CAP,
-        )
+        """The aggregator's problems (``phase``: only those in it), each entry validated on its own.
+
+        A malformed entry is left out and logged: it never hides the well-formed
+        ones (whose signatures the caller still checks).
+        """
+        url = self._url("/problems" + (f"?phase={phase}" if phase else ""))
+        problems, malformed = [], []
+        for i, entry in enumerate(_call("GET", url, _ENTRIES, max_bytes=LARGE_REPLY_CAP)):
+            try:
+                problems.append(Problem.model_validate_json(json.dumps(entry)))
+            except ValidationError as exc:
+                malformed.append(f"entry {i}: {exc.errors()[0]['msg']}")
+        if malformed:
+            shown = "; ".join(malformed[:3])
+            log.warning("%s: %d malformed problem(s) left out: %s", url, len(malformed), shown)
+        return problems
 
     def problem(self, problem_id: str) -> Problem:
         return _call("GET", self._url(f"/problems/{problem_id}"), Problem)

@@ -320,3 +320,32 @@ def test_a_dead_aggregator_is_asked_with_backoff_and_said_once(aggregator, tmp_p
     with caplog.at_level(logging.INFO, logger="anonml.peer"):
         backoff.answered(dead)  # it came back: said once, and asked at every poll again
     assert backoff.due(dead) and "answers again after 5 failed polls" in caplog.records[-1].getMessage()
+
+
+def test_a_malformed_problem_in_the_listing_hides_none_of_the_others(aggregator, tmp_path: Path, caplog):
+    """One entry the peer cannot parse is left out (and logged); the signed ones are still found."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    from aggregator.app import start_server
+    from peer.host import discover
+
+    good = propose(aggregator.url, draft())
+    listing = requests.get(f"{aggregator.url}/problems?phase=registration", timeout=30).json()
+    assert [p["id"] for p in listing] == [good.id]
+    broken = {**listing[0], "id": "NOT AN ID", "draft": {"title": 7}}
+    shown = FastAPI()
+    shown.get("/problems")(lambda: JSONResponse([broken, listing[0], "not even an object"]))
+    server = start_server(shown)
+    try:
+        with caplog.at_level("WARNING", logger="anonml.peer"):
+            problems = AggregatorClient(server.url).problems(phase="registration")
+        assert [p.id for p in problems] == [good.id]
+        assert "2 malformed problem(s) left out" in caplog.text and "entry 0" in caplog.text
+        db = PeerDB(f"sqlite:///{tmp_path / 'peer.db'}")
+        try:
+            assert [p.id for p in discover(db, [server.url])] == [good.id]  # recorded, signature checked
+        finally:
+            db.close()
+    finally:
+        server.stop()
