@@ -37,6 +37,11 @@ class DatasetName(enum.StrEnum):
     digits = "digits"
 
 
+class ScaleOn(enum.StrEnum):
+    public = "public"
+    train = "train"
+
+
 def _split(values: list[str]) -> list[str]:
     return [p.strip() for v in values for p in v.split(",") if p.strip()]
 
@@ -119,6 +124,22 @@ _NormQuantileOption = Annotated[
         help="Quantile of the public rows' norms used as the norm bound.",
     ),
 ]
+_ScaleOnOption = Annotated[
+    ScaleOn,
+    typer.Option(
+        "--scale-on",
+        help="Rows the preprocessing is fitted on: the aggregator's public share, or the whole "
+        "training fold (with --public-fraction 0; read outside the privacy accounting).",
+    ),
+]
+_PoolOption = Annotated[
+    bool,
+    typer.Option(
+        "--pool-party-free",
+        help="One row per method that ignores the parties' shares (GOP, central, batch), "
+        "its runs pooled over every K and skew.",
+    ),
+]
 _SeedOption = Annotated[int, typer.Option("--seed", help="Master seed (runs are reproducible).")]
 _DataOption = Annotated[
     Path | None, typer.Option("--data", help="Adult folder (default ../shared/datasets/adult).")
@@ -162,6 +183,8 @@ def multiparty(
     hamm_lam: _HammLamOption = 1e-4,
     public_fraction: _PublicFractionOption = 0.1,
     norm_quantile: _NormQuantileOption = 0.5,
+    scale_on: _ScaleOnOption = ScaleOn.public,
+    pool_party_free: _PoolOption = False,
     seed: _SeedOption = 0,
     data: _DataOption = None,
     json_out: _JsonOutOption = None,
@@ -197,6 +220,8 @@ def multiparty(
             hamm_lam=hamm_lam,
             public_fraction=public_fraction,
             norm_quantile=norm_quantile,
+            scale_on=scale_on.value,
+            pool_party_free=pool_party_free,
             seed=seed,
             data_path=data,
             json_path=None if json_out in (None, "-") else Path(json_out),
@@ -213,16 +238,25 @@ def multiparty(
     out.print(_table(rows, dataset.value))
 
 
+def _epsilon_text(row: ResultRow) -> str:
+    """ε of a private row; a printed-condition reproduction's nominal ε says it is not private."""
+    if row.epsilon is not None:
+        return f"{row.epsilon:g}"
+    return "∞" if row.run_epsilon is None else f"{row.run_epsilon:g} (NON-PRIVATE)"
+
+
 def _table(rows: list[ResultRow], dataset: str) -> Table:
+    from anonml.learn.multiparty.harness import POOLED
+
     table = Table(title=f"multiparty baselines on {dataset} (error = 1 - accuracy, mean ± s.e.)")
     for column in ("method", "K", "skew", "ε", "δ", "unit", "error", "AUC", "× batch", "fit s"):
         table.add_column(column, justify="left" if column in ("method", "skew", "unit") else "right")
     for r in sorted(rows, key=lambda r: (r.parties, r.skew, r.method, r.epsilon or 0.0)):
         table.add_row(
             r.method,
-            str(r.parties),
+            "all" if (r.parties, r.skew) == POOLED else str(r.parties),
             r.skew,
-            "∞" if r.epsilon is None else f"{r.epsilon:g}",
+            _epsilon_text(r),
             f"{r.delta:g}",
             r.privacy_unit,
             f"{r.error_mean:.3f} ± {r.error_sem:.3f}",

@@ -96,3 +96,26 @@ def test_a_missing_plot_extra_fails_before_any_computation(monkeypatch, tmp_path
     )
     assert result.exit_code == 1 and "plotting needs matplotlib" in result.output
     assert calls == []  # neither benchmark started
+
+
+def test_multiparty_runs_on_full_folds_pooled_and_labels_the_printed_condition_non_private():
+    result = runner.invoke(
+        app,
+        [
+            "multiparty", "--dataset", "breast_cancer", "--methods", "gop_printed,gop,batch", "--eps", "0.1",
+            "--parties", "5,10", "--trials", "1", "--folds", "2", "--scale-on", "train",
+            "--public-fraction", "0", "--pool-party-free", "--json", "-",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    rows = {r["method"]: r for r in json.loads(result.stdout)["rows"]}
+    assert set(rows) == {"gop_printed", "gop", "batch"}  # one pooled row each, over K = 5 and 10
+    assert rows["gop_printed"]["privacy_unit"] == "none" and rows["gop_printed"]["epsilon"] is None
+    assert rows["gop"]["epsilon"] == 0.1 and rows["gop"]["privacy_unit"] == "record"
+    table = runner.invoke(
+        app,
+        ["multiparty", "--dataset", "breast_cancer", "--methods", "gop_printed", "--eps", "0.1",
+         "--trials", "1", "--folds", "2", "--scale-on", "train", "--public-fraction", "0", "--pool-party-free"],
+    )
+    assert table.exit_code == 0, table.output
+    assert "0.1 (NON-PRIVATE)" in " ".join(table.stdout.split()) and "│ all │" in table.stdout
