@@ -115,7 +115,8 @@ def test_multiparty_runs_on_full_folds_pooled_and_labels_the_printed_condition_n
     table = runner.invoke(
         app,
         ["multiparty", "--dataset", "breast_cancer", "--methods", "gop_printed", "--eps", "0.1",
-         "--trials", "1", "--folds", "2", "--scale-on", "train", "--public-fraction", "0", "--pool-party-free"],
+         "--trials", "1", "--folds", "2", "--scale-on", "train", "--public-fraction", "0",
+         "--pool-party-free"],
     )
     assert table.exit_code == 0, table.output
     assert "0.1 (NON-PRIVATE)" in " ".join(table.stdout.split()) and "│ all │" in table.stdout
