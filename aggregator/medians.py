@@ -171,88 +171,90 @@ class MedianRun:
             self.errors.append(f"median search of feature {feature}: {exc}")
 
     def _query(self, feature: int, parts: list[np.ndarray]):
-        state = self.driver.state
-        problem = self.ctx.problem
-        draft = problem.draft
-        wait = self.schedule.median_step_seconds
-        quorum = draft.median.quorum
+        """The median search's oracle for ``feature``: ask a step's group, wait, close, read the answers."""
 
         def query(threshold: float, step: int) -> np.ndarray:
             members = tuple(int(i) for i in parts[step])
-            with state.sessions() as s:
-                asked = s.get(MedianQueryRow, (problem.id, feature, step))
-            if asked is not None:  # a resumed search: this step was asked before the restart
-                earlier = MedianQuery.model_validate_json(asked.query_json)
-                if earlier.members != members or not math.isclose(earlier.threshold, float(threshold)):
-                    raise RuntimeError(
-                        f"the resumed search diverged at step {step} (threshold {threshold} "
-                        f"vs {earlier.threshold} asked before the restart)"
-                    )
-                if not asked.open:
-                    return self._answers(feature, step, threshold)
-            else:
-                if self.driver.stopping:
-                    raise _Halted
-                signed = sign_message(
-                    MedianQuery(
-                        problem_id=problem.id,
-                        feature=feature,
-                        step=step,
-                        threshold=float(threshold),
-                        members=members,
-                        epsilon=draft.median_epsilon,
-                        signature=bytes(64),
-                    ),
-                    state.identity,
-                )
-                with state.sessions() as s, s.begin():
-                    self.driver.lease.guard(s)
-                    s.add(
-                        MedianQueryRow(
-                            problem_id=problem.id,
-                            feature=feature,
-                            step=step,
-                            query_json=signed.model_dump_json(),
-                            open=True,
-                        )
-                    )
-            deadline = time.monotonic() + wait
-            enough = step_quorum(len(members), quorum)
-            count = (
-                select(func.count())
-                .select_from(MedianAnswerRow)
-                .where(
-                    MedianAnswerRow.problem_id == problem.id,
-                    MedianAnswerRow.feature == feature,
-                    MedianAnswerRow.step == step,
-                )
-            )
-            with state.answers:
-                while not self.driver.stopping:
-                    with state.sessions() as s:
-                        if (s.scalar(count) or 0) >= enough:
-                            break
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    state.answers.wait(min(remaining, 0.25))
+            if not self._ask(feature, step, float(threshold), members):  # closed before a restart
+                return self._answers(feature, step, threshold)
+            self._wait_for_quorum(feature, step, len(members))
             if self.driver.stopping:
                 raise _Halted  # the step stays open for the next lease holder
-            with state.sessions() as s, s.begin():
-                # The close is a write: an answer committed before it is counted, one after is refused.
-                self.driver.lease.guard(s)
-                s.execute(
-                    update(MedianQueryRow)
-                    .where(
-                        MedianQueryRow.problem_id == problem.id,
-                        MedianQueryRow.feature == feature,
-                        MedianQueryRow.step == step,
-                    )
-                    .values(open=False)
-                )
+            self._close_step(feature, step)
             return self._answers(feature, step, threshold)
 
         return query
+
+    def _ask(self, feature: int, step: int, threshold: float, members: tuple[int, ...]) -> bool:
+        """Store the signed question of a step (once); False when a resumed search finds it closed."""
+        state, problem = self.driver.state, self.ctx.problem
+        with state.sessions() as s:
+            asked = s.get(MedianQueryRow, (problem.id, feature, step))
+        if asked is not None:  # a resumed search: this step was asked before the restart
+            earlier = MedianQuery.model_validate_json(asked.query_json)
+            if earlier.members != members or not math.isclose(earlier.threshold, threshold):
+                raise RuntimeError(
+                    f"the resumed search diverged at step {step} (threshold {threshold} "
+                    f"vs {earlier.threshold} asked before the restart)"
+                )
+            return bool(asked.open)
+        if self.driver.stopping:
+            raise _Halted
+        signed = sign_message(
+            MedianQuery(
+                problem_id=problem.id,
+                feature=feature,
+                step=step,
+                threshold=threshold,
+                members=members,
+                epsilon=problem.draft.median_epsilon,
+                signature=bytes(64),
+            ),
+            state.identity,
+        )
+        with state.sessions() as s, s.begin():
+            self.driver.lease.guard(s)
+            key = {"problem_id": problem.id, "feature": feature, "step": step}
+            s.add(MedianQueryRow(**key, query_json=signed.model_dump_json(), open=True))
+        return True
+
+    def _wait_for_quorum(self, feature: int, step: int, n_members: int) -> None:
+        """Until the step's quorum answered, its deadline passed, or the driver stops."""
+        state, problem = self.driver.state, self.ctx.problem
+        deadline = time.monotonic() + self.schedule.median_step_seconds
+        enough = step_quorum(n_members, problem.draft.median.quorum)
+        count = (
+            select(func.count())
+            .select_from(MedianAnswerRow)
+            .where(
+                MedianAnswerRow.problem_id == problem.id,
+                MedianAnswerRow.feature == feature,
+                MedianAnswerRow.step == step,
+            )
+        )
+        with state.answers:
+            while not self.driver.stopping:
+                with state.sessions() as s:
+                    if (s.scalar(count) or 0) >= enough:
+                        return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                state.answers.wait(min(remaining, 0.25))
+
+    def _close_step(self, feature: int, step: int) -> None:
+        # The close is a write: an answer committed before it is counted, one after is refused.
+        with self.driver.state.sessions() as s, s.begin():
+            self.driver.lease.guard(s)
+            s.execute(
+                update(MedianQueryRow)
+                .where(
+                    MedianQueryRow.problem_id == self.ctx.problem.id,
+                    MedianQueryRow.feature == feature,
+                    MedianQueryRow.step == step,
+                )
+                .values(open=False)
+            )
 
     def _answers(self, feature: int, step: int, threshold: float) -> np.ndarray:
         """The stored answers of a closed step (:class:`_NoAnswers` when there are none)."""
