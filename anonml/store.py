@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import ForeignKey, Index, String, Text, delete, func, select
 from sqlalchemy.engine import Engine, make_url
@@ -37,6 +38,9 @@ from anonml.errors import RecordError, StoreError
 from anonml.model import Dataset, Event, content_id, decode_fields, encode_fields, timestamp_us, to_utc
 from anonml.paths import default_store_url
 from anonml.plugins import Importer
+
+if TYPE_CHECKING:  # parallel_import imports event_row from here
+    from anonml.parallel_import import ChunkRows
 
 __all__ = [
     "EventStore",
@@ -527,21 +531,10 @@ def _import_into(
     workers = par.default_workers() if workers is None else workers
     with par.fewer_collections():  # the parse keeps a chunk of events alive: see there
         if par.use_parallel(path, importer, workers):
-            inserted = 0
-            for chunk in par.parallel_chunk_rows(
+            chunks = par.parallel_chunk_rows(
                 path, importer, workers=workers, user=user, fallback=fallback, import_id=record.id
-            ):
-                if chunk.errors and not skip_bad:
-                    raise chunk.errors[0]
-                errors.extend(chunk.errors)
-                if chunk.rows:
-                    inserted += _insert_ignoring_duplicates(session, chunk.rows)
-                accepted += len(chunk.rows)
-                users.update(chunk.users)
-                if chunk.fatal is not None:
-                    raise chunk.fatal
-                if on_event is not None:
-                    on_event(accepted)
+            )
+            accepted, inserted = _store_chunks(session, chunks, skip_bad, errors, users, on_event)
         else:
             inserted = add_events(session, good_events(), user=fallback, import_id=record.id)
     who = _who(users, fallback)
@@ -565,6 +558,36 @@ def _import_into(
         users=max(len(users), 1),
         replaced=replaced,
     )
+
+
+def _store_chunks(
+    session: Session,
+    chunks: Iterable[ChunkRows],
+    skip_bad: bool,
+    errors: list[RecordError],
+    users: set[str],
+    on_event: Callable[[int], None] | None,
+) -> tuple[int, int]:
+    """Store parsed chunks (:func:`anonml.parallel_import.parallel_chunk_rows`) in file order.
+
+    Collects their errors and users into ``errors`` and ``users``; raises the
+    first error unless ``skip_bad``, and a worker's fatal error always.
+    Returns (events accepted, rows inserted).
+    """
+    accepted = inserted = 0
+    for chunk in chunks:
+        if chunk.errors and not skip_bad:
+            raise chunk.errors[0]
+        errors.extend(chunk.errors)
+        if chunk.rows:
+            inserted += _insert_ignoring_duplicates(session, chunk.rows)
+        accepted += len(chunk.rows)
+        users.update(chunk.users)
+        if chunk.fatal is not None:
+            raise chunk.fatal
+        if on_event is not None:
+            on_event(accepted)
+    return accepted, inserted
 
 
 def _who(users: set[str], fallback: str) -> str:
