@@ -156,19 +156,16 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
 def json_values(path: Path, lines: Sequence[str], first_line: int) -> Iterator[tuple[int, Any]]:
     """:func:`iter_json_lines` over a run of ``lines`` whose first is line ``first_line`` of ``path``.
 
-    Each line goes to orjson first, as :func:`parse_json` does; only a line it
-    refuses is checked for being blank (skipped) and handed to ``json.loads``.
+    Each line goes straight to :func:`parse_json`; only a line it refuses is
+    checked for being blank (skipped, not an error).
     """
     for lineno, line in enumerate(lines, first_line):
         try:
-            value = orjson.loads(line)
-        except orjson.JSONDecodeError:
+            value = parse_json(line)
+        except json.JSONDecodeError as exc:
             if not line.strip():
                 continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                value = RecordError(path, lineno, f"invalid JSON: {exc.msg}")
+            value = RecordError(path, lineno, f"invalid JSON: {exc.msg}")
         yield lineno, value
 
 
