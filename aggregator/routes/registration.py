@@ -144,9 +144,10 @@ def _register_once(
 
     passed: list[tuple[int, RegistrationRow]] = []
     with session.begin():  # reads and signature checks: no write lock held meanwhile
+        ctx = state.context(problem_id, session)  # once for the batch, not once per item
         for i, registration in enumerate(body.registrations):
             try:
-                passed.append((i, _checked(problem_id, registration, state, session)))
+                passed.append((i, _checked(problem_id, registration, state, session, ctx)))
             except Refusal as refusal:
                 refuse(i, refusal)
     with session.begin():
@@ -210,9 +211,18 @@ def _closed_meanwhile(session: Session, problem_id: str) -> Refusal | None:
     return None
 
 
-def _checked(problem_id: str, registration: Registration, state, session: Session) -> RegistrationRow:
-    """Every check of one registration (reads only); the row to store, or :class:`Refusal`."""
-    ctx = state.context(problem_id, session)
+def _checked(
+    problem_id: str,
+    registration: Registration,
+    state,
+    session: Session,
+    ctx: ProblemContext | None = None,
+) -> RegistrationRow:
+    """Every check of one registration (reads only); the row to store, or :class:`Refusal`.
+
+    ``ctx``: the problem's context when a batch read it once for all its items.
+    """
+    ctx = ctx if ctx is not None else state.context(problem_id, session)
     if ctx is None:
         raise Refusal("", "unknown problem", 404, f"no problem {problem_id!r}")
     refusal = named_problem_refusal(problem_id, registration.problem_id, "registration")
