@@ -209,9 +209,10 @@ def test_version(tmp_path: Path) -> None:
 
 def test_shell_completion_script_and_completions(tmp_path: Path) -> None:
     # Typer names the shell from the process tree: run it under bash, as a user's shell would
-    # (a test runner started in the background has no shell among its ancestors).
+    # (a test runner started in the background has no shell among its ancestors). The trailing
+    # `exit` keeps bash as the parent: given a single command, bash execs it in its own place.
     script = subprocess.run(
-        ["bash", "-c", '"$0" -m anonml --show-completion', sys.executable],
+        ["bash", "-c", '"$0" -m anonml --show-completion; exit $?', sys.executable],
         capture_output=True, text=True, env={**os.environ, "ANONML_HOME": str(tmp_path)}, timeout=60,
     )
     assert script.returncode == 0 and "_ANONML_COMPLETE=complete_bash" in script.stdout, script.stderr
