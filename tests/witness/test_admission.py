@@ -24,7 +24,7 @@ from anonml.protocol import (
 )
 from peer.policy import PeerPolicy, evaluate_problem
 from peer.transcript import check_roster_entries, credential_for, load_credentials, trust_refusal
-from tests.aggregator.helpers import ADMIN, draft, post, propose, roster_of, wait_phase
+from tests.aggregator.helpers import ADMIN, draft, post, propose, roster_document, roster_of, wait_phase
 
 ISSUER = Identity.generate()
 SCOPE = "course:6.867-2026"
@@ -134,20 +134,10 @@ def _problem(d):
 
 
 def _roster(problem, entries):
-    from anonml.protocol import Roster
     from tests.witness.test_transcript import AGG
 
-    return sign_message(
-        Roster(
-            problem_id=problem.id,
-            round_id=3,
-            entries=tuple(entries),
-            token_key=b"\x01" * 32,
-            seed=b"\x00" * 32,
-            median_pool_size=0,
-            signature=bytes(64),
-        ),
-        AGG,
+    return roster_document(
+        problem.id, tuple(entries), round_id=3, seed=b"\x00" * 32, token_key=b"\x01" * 32, signer=AGG
     )
 
 
