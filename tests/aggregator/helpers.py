@@ -67,6 +67,10 @@ def aggregator_settings(root: Path, **overrides: Any) -> AggregatorSettings:
     return AggregatorSettings(**{**values, **overrides})
 
 
+#: The columns of the aggregator's ``reports`` table: the report and a random id, nothing that
+#: joins a report to a peer, a token or the order of arrival.
+REPORT_COLUMNS = ["id", "problem_id", "partition", "subset", "mechanism_json", "bits"]
+
 JSON = {"content-type": "application/json"}
 ADMIN = {"Authorization": f"Bearer {TOKEN}", **JSON}
 
