@@ -156,25 +156,15 @@ def unsigned_roster_entries(
 
 
 def roster_document(
-    pid: str,
-    entries: tuple[RosterEntry, ...],
-    *,
-    round_id: int = 1,
-    seed: bytes = bytes(32),
-    token_key: bytes = bytes(32),
-    signer: Identity | None = None,
+    pid: str, entries: tuple[RosterEntry, ...], *, signer: Identity | None = None, **fields: Any
 ) -> Roster:
-    """The roster of problem ``pid`` listing ``entries`` (no median pool), signed by ``signer``,
-    or with a zero signature for code that reads none (no server involved)."""
-    roster = Roster(
-        problem_id=pid,
-        round_id=round_id,
-        entries=entries,
-        token_key=token_key,
-        seed=seed,
-        median_pool_size=0,
-        signature=bytes(64),
-    )
+    """The roster of problem ``pid`` listing ``entries``, signed by ``signer`` or with a zero
+    signature for code that reads none (no server involved).
+
+    ``fields`` set the others: round 1, zero seed and token key, no median pool unless given.
+    """
+    values = {"round_id": 1, "seed": bytes(32), "token_key": bytes(32), "median_pool_size": 0} | fields
+    roster = Roster(problem_id=pid, entries=entries, signature=bytes(64), **values)
     return roster if signer is None else sign_message(roster, signer)
 
 
