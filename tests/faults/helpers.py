@@ -33,7 +33,6 @@ __all__ = [
     "ROOT",
     "FEATURES",
     "LOCAL",
-    "free_port",
     "PeerProcess",
     "write_hosts",
     "fault_draft",

@@ -35,7 +35,8 @@ from tests.aggregator.helpers import (
     status,
     wait_phase,
 )
-from tests.faults.helpers import Killable, PeerProcess, fault_draft, free_port, write_hosts
+from tests.faults.helpers import Killable, PeerProcess, fault_draft, write_hosts
+from tests.ports import free_port
 
 OUTAGE = 3.0  # seconds at least between the kill and the restart
 #: The relay counters the test prints, summed over the hosts.

@@ -21,7 +21,8 @@ from aggregator.app import start_server_process
 from peer.worker import poll_backoff
 from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import ADMIN, aggregator_settings, propose, status, wait_phase
-from tests.faults.helpers import fault_draft, free_port, releases, write_hosts
+from tests.faults.helpers import fault_draft, releases, write_hosts
+from tests.ports import free_port
 
 IDENTITIES = 5
 
