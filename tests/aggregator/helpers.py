@@ -1,7 +1,9 @@
 """Test-side peers that speak the wire protocol directly (no peer daemon), and problem drafts.
 
 They let a test play honest and dishonest peers against a real aggregator:
-sign (or forge), register, answer, request tokens, and build intake deliveries.
+sign (or forge), register, answer, request tokens, and build intake deliveries;
+the steps of a round a test drives (close registration, the median search, send
+every report) and the signed documents unit tests build without a server.
 """
 
 from __future__ import annotations
