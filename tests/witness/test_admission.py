@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import requests
 
 from anonml.crypto import Identity, save_identity
 from anonml.demo import dropout_draft
@@ -24,7 +23,15 @@ from anonml.protocol import (
 )
 from peer.policy import PeerPolicy, evaluate_problem
 from peer.transcript import check_roster_entries, credential_for, load_credentials, trust_refusal
-from tests.aggregator.helpers import ADMIN, draft, post, propose, roster_document, roster_of, wait_phase
+from tests.aggregator.helpers import (
+    close_registration,
+    draft,
+    post,
+    propose,
+    roster_document,
+    roster_of,
+    wait_phase,
+)
 
 ISSUER = Identity.generate()
 SCOPE = "course:6.867-2026"
@@ -99,7 +106,7 @@ def test_the_aggregator_admits_only_credentialed_registrations(aggregator):
     members = [Identity.generate() for _ in range(4)]
     for me in members:
         assert post(url, registration(me, problem, credential(me))).status_code == 201
-    assert requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30).ok
+    close_registration(aggregator.url, problem.id)
     wait_phase(aggregator.url, problem.id, ("medians", "reporting"), timeout=30)
     roster = roster_of(aggregator.url, problem.id)
     assert {bytes(e.identity) for e in roster.entries} == {bytes(m.public) for m in members}
