@@ -64,10 +64,9 @@ from tests.aggregator.helpers import (
     aggregator_settings,
     assignment_of,
     bins_of,
-    delivery,
     draft,
     propose,
-    report_for,
+    random_deliveries,
     roster_of,
     slots,
     wait_phase,
@@ -131,11 +130,9 @@ def _prepared_deliveries(url: str, reports: int, concurrency: int, timeout: floa
     for i, ((status, content), (_, pending)) in enumerate(zip(answers, batches, strict=True)):
         if status != 200:
             raise SystemExit(f"error: a token request answered HTTP {status}: {content[:200]!r}")
-        response = TokenBatchResponse.model_validate_json(content)
-        for subset, token in enumerate(finalize_tokens(pending, response.wire())):
-            x = np.array([*rng.uniform(0, 10, 2), i % 2])
-            report = report_for(problem, bins, assignment, x, i % 2, subset, rng)
-            bodies.append(delivery(token, report).model_dump_json())
+        tokens = finalize_tokens(pending, TokenBatchResponse.model_validate_json(content).wire())
+        deliveries = random_deliveries(problem, bins, assignment, tokens, i, rng)
+        bodies.extend(d.model_dump_json() for d in deliveries)
     return bodies[:reports]
 
 

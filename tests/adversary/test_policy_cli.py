@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from anonml.privacy import PrivacyLedger
 from peer.app import load_or_create_identity
 from peer.settings import PeerSettings
 from tests.adversary.malicious import MaliciousAggregator, hostile, mooc_draft, wait_until
+from tests.ports import free_port
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -59,12 +59,6 @@ def test_markup_and_escape_sequences_in_titles_print_as_plain_text(
     assert sorted(r["title"] for r in listed) == sorted(titles)  # the data itself is kept as sent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_a_lifetime_cap_given_to_start_holds_for_accept_in_another_process(
     adversary: MaliciousAggregator, tmp_path
@@ -82,7 +76,7 @@ def test_a_lifetime_cap_given_to_start_holds_for_accept_in_another_process(
         ledger.record(
             peer=fingerprint, problem="p-earlier", round=1, attributes=["x"], mechanism="oue", epsilon=1.0
         )
-    start = ["peer", "start", "-a", adversary.url, "--port", str(_free_port()), "--poll", "0.2"]
+    start = ["peer", "start", "-a", adversary.url, "--port", str(free_port()), "--poll", "0.2"]
     policy = ["--lifetime-cap", "1.5", "--max-epsilon", "1", "--auto-accept"]
     daemon = subprocess.Popen(
         [sys.executable, "-m", "anonml", *start, *policy],

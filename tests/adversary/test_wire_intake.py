@@ -26,6 +26,7 @@ from tests.aggregator import helpers
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import (
     ADMIN,
+    REPORT_COLUMNS,
     delivery,
     draft,
     post,
@@ -158,14 +159,7 @@ def test_the_stored_reports_and_spent_tokens_keep_no_arrival_order(aggregator): 
     assert r.rows("SELECT COUNT(*) FROM report_staging") == [(0,)]
     # No time, no counter: the columns are the token or the report, nothing else.
     assert [c[1] for c in r.rows("PRAGMA table_info(spent_tokens)")] == ["key_id", "slot", "nonce"]
-    assert [c[1] for c in r.rows("PRAGMA table_info(reports)")] == [
-        "id",
-        "problem_id",
-        "partition",
-        "subset",
-        "mechanism_json",
-        "bits",
-    ]
+    assert [c[1] for c in r.rows("PRAGMA table_info(reports)")] == REPORT_COLUMNS
     for table in ("reports", "spent_tokens", "report_staging"):
         with pytest.raises(OperationalError):  # WITHOUT ROWID: no hidden insertion counter
             r.rows(f"SELECT rowid FROM {table}")

@@ -28,11 +28,10 @@ from anonml.protocol import (
     Roster,
     WitnessRef,
     roster_beacon,
-    sign_message,
     transcript_hash,
 )
 from peer.witness import WitnessSettings, start_witness_server
-from tests.aggregator.helpers import draft, signed_problem, unsigned_roster_entries
+from tests.aggregator.helpers import draft, roster_document, signed_problem, unsigned_roster_entries
 from tests.witness.helpers import ask_witness
 
 HONEST = 4  # besides the victim
@@ -53,18 +52,7 @@ def _problem(pid: str, seed: bytes, witness: bytes) -> Problem:
 
 def _roster(pid: str, seed: bytes, members: list[Identity]) -> Roster:
     entries = unsigned_roster_entries(members, 1)
-    return sign_message(
-        Roster(
-            problem_id=pid,
-            round_id=1,
-            entries=entries,
-            token_key=b"\x01" * 32,
-            seed=seed,
-            median_pool_size=0,
-            signature=bytes(64),
-        ),
-        AGG,
-    )
+    return roster_document(pid, entries, seed=seed, token_key=b"\x01" * 32, signer=AGG)
 
 
 def _isolated(keys: list[bytes], sybils: set[bytes], seed: bytes, beacon: bytes) -> bool:

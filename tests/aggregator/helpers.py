@@ -1,7 +1,9 @@
 """Test-side peers that speak the wire protocol directly (no peer daemon), and problem drafts.
 
 They let a test play honest and dishonest peers against a real aggregator:
-sign (or forge), register, answer, request tokens, and build intake deliveries.
+sign (or forge), register, answer, request tokens, and build intake deliveries;
+the steps of a round a test drives (close registration, the median search, send
+every report) and the signed documents unit tests build without a server.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from anonml.protocol import (
     Bins,
     IntakeDelivery,
     MedianAnswer,
+    MedianQuery,
     MedianSettings,
     PrivateReport,
     Problem,
@@ -65,6 +68,10 @@ def aggregator_settings(root: Path, **overrides: Any) -> AggregatorSettings:
     }
     return AggregatorSettings(**{**values, **overrides})
 
+
+#: The columns of the aggregator's ``reports`` table: the report and a random id, nothing that
+#: joins a report to a peer, a token or the order of arrival.
+REPORT_COLUMNS = ["id", "problem_id", "partition", "subset", "mechanism_json", "bits"]
 
 JSON = {"content-type": "application/json"}
 ADMIN = {"Authorization": f"Bearer {TOKEN}", **JSON}
@@ -150,6 +157,36 @@ def unsigned_roster_entries(
     )
 
 
+def roster_document(
+    pid: str, entries: tuple[RosterEntry, ...], *, signer: Identity | None = None, **fields: Any
+) -> Roster:
+    """The roster of problem ``pid`` listing ``entries``, signed by ``signer`` or with a zero
+    signature for code that reads none (no server involved).
+
+    ``fields`` set the others: round 1, zero seed and token key, no median pool unless given.
+    """
+    values = {"round_id": 1, "seed": bytes(32), "token_key": bytes(32), "median_pool_size": 0} | fields
+    roster = Roster(problem_id=pid, entries=entries, signature=bytes(64), **values)
+    return roster if signer is None else sign_message(roster, signer)
+
+
+def bins_document(
+    pid: str,
+    edges: tuple[tuple[float, ...], ...],
+    *,
+    t_s: float = 0.0,
+    delta: float = 1.0,
+    t_r: float = 2.0,
+    signer: Identity | None = None,
+) -> Bins:
+    """The bins of problem ``pid`` (one slot per peer, the report round at ``t_s``, ``t_s + delta``,
+    ``t_r``), signed by ``signer`` or with a zero signature (no server involved)."""
+    bins = Bins(
+        problem_id=pid, edges=edges, t_s=t_s, delta=delta, t_r=t_r, slots_per_peer=1, signature=bytes(64)
+    )
+    return bins if signer is None else sign_message(bins, signer)
+
+
 def propose(url: str, d: ProblemDraft) -> Problem:
     response = requests.post(f"{url}/problems", data=d.model_dump_json(), headers=ADMIN, timeout=30)
     assert response.status_code == 201, response.text
@@ -180,10 +217,58 @@ def register_and_close(
     peers = [WirePeer() for _ in range(n)]
     for p in peers:
         assert p.register(url, problem).status_code == 201
-    assert requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=30).status_code == 200
+    close_registration(url, problem.id)
     if phases:
         wait_phase(url, problem.id, phases, timeout)
     return peers
+
+
+def close_registration(url: str, pid: str, timeout: float = 30.0) -> None:
+    """Close ``pid``'s registration as the admin (200): the roster is formed from who registered."""
+    response = requests.post(f"{url}/problems/{pid}/close", headers=ADMIN, timeout=timeout)
+    assert response.status_code == 200, response.text
+
+
+def median_round(
+    url: str, *, median_step: float, quorum: float | None = None
+) -> tuple[Problem, list[WirePeer]]:
+    """A problem in ``medians`` and its 20 registered peers in roster order (:func:`in_roster_order`).
+
+    One numeric feature, half of the peers in the median pool: two search steps of 5 peers
+    each, a step lasting at most ``median_step`` seconds (or until ``quorum`` of its group answered).
+    """
+    d = draft(
+        n_numeric=1, kp=1, pool_fraction=0.5, min_peers=4, epsilon=4.0, steps=2, median_step=median_step
+    )
+    if quorum is not None:
+        d = d.model_copy(update={"median": d.median.model_copy(update={"quorum": quorum})})
+    problem = propose(url, d)
+    peers = register_and_close(url, problem, 20, ("medians",))
+    return problem, in_roster_order(url, problem.id, peers)
+
+
+def in_roster_order(url: str, pid: str, peers: list[WirePeer]) -> list[WirePeer]:
+    """``peers`` as the published roster orders them: item ``i`` is the member index ``i`` of a query."""
+    by_key = {p.public: p for p in peers}
+    return [by_key[bytes(e.identity)] for e in roster_of(url, pid).entries]
+
+
+def median_queries(url: str, pid: str) -> list[MedianQuery]:
+    """The median queries open now."""
+    response = requests.get(f"{url}/problems/{pid}/medians", timeout=30)
+    assert response.status_code == 200, response.text
+    return [MedianQuery.model_validate(q) for q in response.json()]
+
+
+def wait_median_query(url: str, pid: str, step: int, timeout: float = 60.0) -> MedianQuery:
+    """The open query of search ``step``, once the aggregator has asked it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [q for q in median_queries(url, pid) if q.step == step]
+        if found:
+            return found[0]
+        assert time.monotonic() < deadline, f"no open query for step {step}: {status(url, pid)}"
+        time.sleep(0.05)
 
 
 def post(url: str, body, headers: dict | None = None) -> requests.Response:
@@ -306,6 +391,38 @@ def delivery(token: Token, report: PrivateReport) -> IntakeDelivery:
 
 def slots(problem: Problem, partition: int = 0) -> list[bytes]:
     return [report_slot(problem.id, partition, k) for k in range(problem.draft.kh)]
+
+
+def random_deliveries(
+    problem: Problem,
+    bins: Bins,
+    assignment: Assignment,
+    tokens: list[Token],
+    i: int,
+    rng: np.random.Generator,
+) -> list[IntakeDelivery]:
+    """One delivery per token (its subset = its place): peer ``i``'s honest report of a random point.
+
+    The two numeric features are uniform on [0, 10]; the boolean feature and the label are ``i % 2``.
+    """
+    deliveries = []
+    for subset, token in enumerate(tokens):
+        x = np.array([*rng.uniform(0, 10, 2), i % 2])
+        deliveries.append(delivery(token, report_for(problem, bins, assignment, x, i % 2, subset, rng)))
+    return deliveries
+
+
+def send_reports(url: str, problem: Problem, peers: list[WirePeer], rng: np.random.Generator) -> int:
+    """Every slot's report of each of ``peers`` (:func:`random_deliveries`) through ``url``'s intake,
+    after fetching its assignment and tokens; how many the intake accepted (201)."""
+    roster, bins = roster_of(url, problem.id), bins_of(url, problem.id)
+    accepted = 0
+    for i, peer in enumerate(peers):
+        peer.assignment = assignment_of(url, problem.id, peer)
+        tokens = peer.tokens(url, problem, roster, slots(problem, peer.assignment.index))
+        for d in random_deliveries(problem, bins, peer.assignment, tokens, i, rng):
+            accepted += post(f"{url}/intake", d).status_code == 201
+    return accepted
 
 
 @dataclass

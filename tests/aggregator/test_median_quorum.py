@@ -5,11 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-import requests
 
 from aggregator.medians import step_quorum
-from anonml.protocol import MedianQuery
-from tests.aggregator.helpers import draft, post, propose, register_and_close, roster_of, status, wait_phase
+from tests.aggregator.helpers import median_round, post, status, wait_median_query, wait_phase
 
 
 def test_step_quorum_is_the_ceiling_of_the_fraction_and_at_least_one() -> None:
@@ -19,28 +17,11 @@ def test_step_quorum_is_the_ceiling_of_the_fraction_and_at_least_one() -> None:
 
 @pytest.mark.parametrize("quorum", [0.6])
 def test_a_step_closes_on_its_quorum_and_refuses_the_rest(aggregator, quorum: float) -> None:
-    d = draft(n_numeric=1, kp=1, pool_fraction=0.5, min_peers=4, epsilon=4.0, steps=2, median_step=300.0)
-    d = d.model_copy(update={"median": d.median.model_copy(update={"quorum": quorum})})
-    problem = propose(aggregator.url, d)
-    peers = register_and_close(aggregator.url, problem, 20, ("medians",))
-    roster = roster_of(aggregator.url, problem.id)
-    member = {
-        i: next(p for p in peers if p.public == bytes(e.identity)) for i, e in enumerate(roster.entries)
-    }
+    problem, member = median_round(aggregator.url, median_step=300.0, quorum=quorum)
     answers = f"{aggregator.url}/problems/{problem.id}/medians/answers"
     started = time.monotonic()
     for step in (0, 1):
-        deadline = time.monotonic() + 60
-        while not (
-            open_ := [
-                MedianQuery.model_validate(q)
-                for q in requests.get(f"{aggregator.url}/problems/{problem.id}/medians", timeout=30).json()
-                if q["step"] == step
-            ]
-        ):
-            assert time.monotonic() < deadline, status(aggregator.url, problem.id)
-            time.sleep(0.05)
-        q = open_[0]
+        q = wait_median_query(aggregator.url, problem.id, step)
         assert len(q.members) == 5
         for i in q.members[:3]:  # 3 of 5 = the quorum of 0.6
             assert post(answers, member[i].answer(problem, 0, step, True)).status_code == 201

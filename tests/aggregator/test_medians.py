@@ -15,10 +15,10 @@ from tests.aggregator.helpers import (
     WirePeer,
     bins_of,
     draft,
+    in_roster_order,
     post,
     propose,
     register_and_close,
-    roster_of,
     wait_phase,
 )
 
@@ -37,9 +37,7 @@ def test_median_search_asks_fresh_groups_and_refuses_bad_answers(aggregator):
     d = draft(n_numeric=2, pool_fraction=0.5, kp=2, min_peers=4, epsilon=4.0, steps=2, median_step=5.0)
     problem = propose(aggregator.url, d)
     peers = register_and_close(aggregator.url, problem, 40, ("medians",))
-    roster = roster_of(aggregator.url, problem.id)
-    by_key = {p.public: p for p in peers}
-    members = [by_key[bytes(e.identity)] for e in roster.entries]
+    members = in_roster_order(aggregator.url, problem.id, peers)
     values = {0: 2.0, 1: 8.0}
     rr = BinaryRandomizedResponse(4.0)
     rng = np.random.default_rng(11)

@@ -10,7 +10,7 @@ import requests
 from aggregator.training import account_reports
 from anonml.crypto import Redemption
 from anonml.protocol import IntakeDelivery, ModelDocument, ReportAccount
-from tests.aggregator.helpers import ADMIN, post, report_for, slots, status, wait_phase
+from tests.aggregator.helpers import ADMIN, post, random_deliveries, report_for, slots, status, wait_phase
 from tests.aggregator.test_tokens_intake import _open_round
 
 
@@ -33,22 +33,8 @@ def _send_all(round_, senders: int, rng: np.random.Generator) -> None:
         tokens = peer.tokens(
             round_.url, round_.problem, round_.roster, slots(round_.problem, peer.assignment.index)
         )
-        for subset, token in enumerate(tokens):
-            report = report_for(
-                round_.problem,
-                round_.bins,
-                peer.assignment,
-                np.array([*rng.uniform(0, 10, 2), i % 2]),
-                i % 2,
-                subset,
-                rng,
-            )
-            assert post(f"{round_.url}/intake", _delivery(token, report)).status_code == 201
-
-
-def _delivery(token, report) -> IntakeDelivery:
-    data = report.to_bytes()
-    return IntakeDelivery(redemption=bytes(token.redeem(data)), report=data)
+        for d in random_deliveries(round_.problem, round_.bins, peer.assignment, tokens, i, rng):
+            assert post(f"{round_.url}/intake", d).status_code == 201
 
 
 def _train(round_) -> None:

@@ -11,7 +11,6 @@ from anonml.crypto import Identity, Redemption, TokenKey, request_tokens
 from anonml.protocol import (
     IntakeDelivery,
     PrivateReport,
-    Roster,
     TokenBatchRequest,
     TokenSlotRequest,
     report_slot,
@@ -27,6 +26,7 @@ from tests.aggregator.helpers import (
     post,
     propose,
     report_for,
+    roster_document,
     slots,
     wait_phase,
 )
@@ -244,14 +244,8 @@ def test_tokens_open_with_the_roster_but_not_for_the_median_pool(aggregator):
     problem = propose(aggregator.url, draft(kh=1, kp=1, min_peers=4, pool_fraction=0.5))
     early_bird = WirePeer()
     early_bird.register(aggregator.url, problem)
-    fake_roster = Roster(
-        problem_id=problem.id,
-        round_id=problem.round_id,
-        entries=(),
-        token_key=bytes(TokenKey.generate().public_key),
-        seed=bytes(32),
-        median_pool_size=0,
-        signature=bytes(64),
+    fake_roster = roster_document(
+        problem.id, (), round_id=problem.round_id, token_key=bytes(TokenKey.generate().public_key)
     )
     batch, _ = early_bird.token_batch(problem, fake_roster, slots(problem))
     early = post(f"{aggregator.url}/problems/{problem.id}/tokens", batch)

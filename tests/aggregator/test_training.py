@@ -14,7 +14,13 @@ from anonml.errors import ProtocolError
 from anonml.learn import estimate_histogram, make_plan, simulated_learner
 from anonml.privacy import RandomizedResponse, estimate_counts
 from anonml.protocol import Bins, Problem, ProblemDraft, Roster, pack_bits
-from tests.aggregator.helpers import draft, signed_problem, unsigned_roster_entries
+from tests.aggregator.helpers import (
+    bins_document,
+    draft,
+    roster_document,
+    signed_problem,
+    unsigned_roster_entries,
+)
 
 
 def _problem(kp: int, mode: str = "default") -> tuple[Problem, Roster, Bins]:
@@ -24,24 +30,8 @@ def _problem(kp: int, mode: str = "default") -> tuple[Problem, Roster, Bins]:
     problem = signed_problem(d, aggregator, pid="p-train", seed=seed)
     peers = [Identity.generate() for _ in range(kp * 2)]
     entries = unsigned_roster_entries(peers, 1)  # training reads no signature
-    roster = Roster(
-        problem_id="p-train",
-        round_id=1,
-        entries=entries,
-        token_key=bytes(32),
-        seed=seed,
-        median_pool_size=0,
-        signature=bytes(64),
-    )
-    bins = Bins(
-        problem_id="p-train",
-        edges=((5.0,), (5.0,), ()),
-        t_s=0.0,
-        delta=1.0,
-        t_r=2.0,
-        slots_per_peer=1,
-        signature=bytes(64),
-    )
+    roster = roster_document("p-train", entries, seed=seed)
+    bins = bins_document("p-train", ((5.0,), (5.0,), ()))
     return problem, roster, bins
 
 

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 import requests
 
 from anonml.crypto import Identity
-from anonml.demo import simulate_peers
+from anonml.demo import SimulatedPeer, simulate_peers
 from anonml.privacy import PrivacyLedger
-from anonml.protocol import ModelDocument, Problem
+from anonml.protocol import ModelDocument, Problem, ProblemDraft
 from anonml.store import EventStore
 from peer.app import start_peer_server
 from peer.db import PeerDB
@@ -33,6 +34,9 @@ from tests.adversary.malicious import mooc_draft
 from tests.aggregator.helpers import TOKEN, propose, status
 from tests.peer.helpers import simulation_host as crowd_host
 from tests.peer.test_host import _draft as small_draft
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Locator, Page
 
 pytestmark = pytest.mark.slow
 
@@ -67,6 +71,125 @@ def _wait(what: str, until, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+def _me(sim: Path, me_sim: SimulatedPeer) -> tuple[PeerNode, Path]:
+    """The person: a fresh identity with an empty store (imported from the page), a ledger with a
+    lifetime cap of ε = 10, and the path of their own edX log among the simulated ones."""
+    home = sim.parent / "me"
+    home.mkdir()
+    me = PeerNode(
+        Identity.generate(np.random.default_rng(99)),
+        EventStore(f"sqlite:///{home / 'events.db'}"),  # empty: imported from the page
+        PrivacyLedger(f"sqlite:///{home / 'ledger.db'}"),
+        user=me_sim.username,
+        rng=np.random.default_rng(99),
+    )
+    me.ledger.set_lifetime_cap(me.fingerprint, 10.0)
+    return me, next((sim / "logs").glob(f"tracking.log-{me_sim.username}*"))
+
+
+def _operator_proposes(page: Page, agg: str, screenshots: Path) -> tuple[str, ProblemDraft, Problem]:
+    """From the console: a refused draft publishes nothing, the dropout draft is published; and a
+    hostile title is proposed beside it. Returns the published problem's id, its draft, the hostile one."""
+    _log_in(page, agg, "/console", TOKEN)
+    page.click("nav >> text=Propose")
+    page.fill("textarea[name=draft]", '{"title": ""}')
+    page.click("button:text('Validate and publish')")
+    assert page.locator("#draft-errors").is_visible()  # refused by the schema, nothing published
+    assert requests.get(f"{agg}/problems", timeout=30).json() == []
+    draft = mooc_draft(min_peers=4, title="Who drops out of the course?")
+    page.fill("textarea[name=draft]", draft.model_dump_json(indent=2))
+    page.screenshot(path=str(screenshots / "console-propose.png"), full_page=True)
+    page.click("button:text('Validate and publish')")
+    page.wait_for_url("**/console/problems/p-*")
+    pid = page.url.split("/problems/")[1].split("?")[0]
+    assert status(agg, pid).phase == "registration"
+    return pid, draft, propose(agg, small_draft().model_copy(update={"title": HOSTILE}))
+
+
+def _person_imports(page: Page, ui: str, me: PeerNode, my_log: Path, screenshots: Path) -> Page:
+    """The person logs in to their dashboard (a new tab) and imports their own log from the page."""
+    dash = page.context.new_page()
+    dash.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    _log_in(dash, ui, "/ui", LOCAL)
+    assert "No events yet" in dash.inner_text("main")
+    dash.fill("textarea[name=paths]", str(my_log))
+    dash.click("button:text('Import')")
+    dash.wait_for_selector("#import-job [data-field=state]:text('done')")
+    sources = dash.locator("#sources").inner_text()
+    assert "edx" in sources and me.store.count() > 0
+    assert f"{me.store.count():,} in all" in dash.inner_text("main")
+    dash.screenshot(path=str(screenshots / "peer-data.png"), full_page=True)
+    return dash
+
+
+def _person_accepts(dash: Page, pid: str, draft: ProblemDraft, hostile: Problem) -> Locator:
+    """The person reads the proposal (and the hostile title, as text) and accepts it; returns the
+    problem's row of the live participation table."""
+    dash.click("nav >> text=Proposals")
+    _wait("the proposal on the page", lambda: dash.reload() or dash.locator(f"section[id='{pid}']").count())
+    card = dash.locator(f"section[id='{pid}']")
+    text = card.inner_text()
+    for seen in (
+        "time_on_site_minutes",
+        "[0, 600], 2 bins",
+        f"{draft.hops} relays per report",
+        "open: anyone may register",
+        "waiting for 'anonml peer accept'",
+        f"at most {np.exp(2.0):.3g} times",
+    ):
+        assert seen in text, seen
+    hostile_card = dash.locator(f"section[id='{hostile.id}']")
+    assert HOSTILE in hostile_card.inner_text()  # shown as text, never run
+    card.locator("button:text('Accept')").click()
+    dash.wait_for_selector("p.notice:text('Accepted')")
+    # the page the accept redirects to already lists the problem, so its poller never reloads
+    # it; reloading here as well would race a navigation against the marker below
+    live = dash.locator(f"tr[data-key='{pid}']")
+    assert live.locator("[data-field=status]").inner_text() in ("accepted", "registered")
+    return live
+
+
+def _operator_closes(page: Page, dash: Page, live: Locator, pid: str, screenshots: Path) -> str:
+    """The operator closes registration; the round runs live and the person's row changes in place.
+    Returns the participation's final status."""
+    page.reload()
+    page.click("button:text('Close registration')")
+    page.wait_for_selector("p.notice:text('Registration closes')")
+    page.wait_for_selector("#counts [data-field=phase]:text-matches('^(done|degraded)$')", timeout=90_000)
+    live.locator("[data-field=status]:text-matches('^(done|degraded)$')").wait_for(timeout=90_000)
+    assert dash.evaluate("window.__noReload") == 42  # the status changed in place
+    final = live.locator("[data-field=status]").inner_text()
+    page.screenshot(path=str(screenshots / "console-problem.png"), full_page=True)
+    page.click("nav >> text=Problems")
+    assert pid in page.inner_text("#problems")
+    page.screenshot(path=str(screenshots / "console-problems.png"), full_page=True)
+    return final
+
+
+def _person_reads_shares_and_model(
+    dash: Page, host: PeerHost, me: PeerNode, pid: str, final: str, screenshots: Path
+) -> None:
+    """What I shared matches the ledger; the model's prediction is the one on my own data."""
+    dash.click("nav >> text=What I shared")
+    releases = me.ledger.releases(peer=me.fingerprint, problem=pid)
+    assert releases and dash.locator("#releases tbody tr").count() == len(releases)
+    spent = sum(r.epsilon for r in releases)
+    assert f"ε = {spent:.3g}" in dash.inner_text("#lifetime-total")
+    assert dash.locator("svg.chart path").count() >= 1
+    assert pid in dash.inner_text("#per-problem")
+    dash.screenshot(path=str(screenshots / "peer-shared.png"), full_page=True)
+    dash.click("nav >> text=Models")
+    model = dash.locator(f"#model-{pid}")
+    shown = model.locator("p.prediction").inner_text()
+    assert shown.startswith("P(label = 1) = ") and final in model.inner_text()
+    document = ModelDocument.model_validate_json(host.db.participation(pid, me.fingerprint).model_json)
+    expected = predict_locally(
+        Problem.model_validate_json(host.db.proposal(pid).problem_json), document, me.store, me.user
+    )
+    assert shown == f"P(label = 1) = {expected.probability:.3f} → predicted label {expected.label}"
+    dash.screenshot(path=str(screenshots / "peer-models.png"), full_page=True)
+
+
 def test_a_person_follows_a_problem_from_proposal_to_model_in_the_browser(
     aggregator, page, screenshots, tmp_path
 ):
@@ -75,113 +198,20 @@ def test_a_person_follows_a_problem_from_proposal_to_model_in_the_browser(
         PeerNode(p.identity, p.store, p.ledger, user=p.username, rng=np.random.default_rng(i))
         for i, p in enumerate(simulated[:7])
     ]
-    me_sim = simulated[7]
-    my_log = next((tmp_path / "sim" / "logs").glob(f"tracking.log-{me_sim.username}*"))
-    (tmp_path / "me").mkdir()
-    me = PeerNode(
-        Identity.generate(np.random.default_rng(99)),
-        EventStore(f"sqlite:///{tmp_path / 'me' / 'events.db'}"),  # empty: imported from the page
-        PrivacyLedger(f"sqlite:///{tmp_path / 'me' / 'ledger.db'}"),
-        user=me_sim.username,
-        rng=np.random.default_rng(99),
-    )
-    me.ledger.set_lifetime_cap(me.fingerprint, 10.0)
+    me, my_log = _me(tmp_path / "sim", simulated[7])
     crowd = start_peer_server(crowd_host(crowd_nodes, tmp_path / "crowd.db", aggregator.url))
     mine = start_peer_server(_my_host(me, tmp_path / "me" / "peer.db", aggregator.url), LOCAL)
     agg, ui = aggregator.url, mine.url
     try:
-        # -- the operator proposes from the console --------------------------------------------
-        _log_in(page, agg, "/console", TOKEN)
-        page.click("nav >> text=Propose")
-        page.fill("textarea[name=draft]", '{"title": ""}')
-        page.click("button:text('Validate and publish')")
-        assert page.locator("#draft-errors").is_visible()  # refused by the schema, nothing published
-        assert requests.get(f"{agg}/problems", timeout=30).json() == []
-        draft = mooc_draft(min_peers=4, title="Who drops out of the course?")
-        page.fill("textarea[name=draft]", draft.model_dump_json(indent=2))
-        page.screenshot(path=str(screenshots / "console-propose.png"), full_page=True)
-        page.click("button:text('Validate and publish')")
-        page.wait_for_url("**/console/problems/p-*")
-        pid = page.url.split("/problems/")[1].split("?")[0]
-        assert status(agg, pid).phase == "registration"
-        hostile = propose(agg, small_draft().model_copy(update={"title": HOSTILE}))
-
-        # -- the person logs in and imports their own data ------------------------------------
-        dash = page.context.new_page()
-        dash.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
-        _log_in(dash, ui, "/ui", LOCAL)
-        assert "No events yet" in dash.inner_text("main")
-        dash.fill("textarea[name=paths]", str(my_log))
-        dash.click("button:text('Import')")
-        dash.wait_for_selector("#import-job [data-field=state]:text('done')")
-        sources = dash.locator("#sources").inner_text()
-        assert "edx" in sources and me.store.count() > 0
-        assert f"{me.store.count():,} in all" in dash.inner_text("main")
-        dash.screenshot(path=str(screenshots / "peer-data.png"), full_page=True)
-
-        # -- reads the proposal and accepts it ------------------------------------------------
-        dash.click("nav >> text=Proposals")
-        _wait(
-            "the proposal on the page", lambda: dash.reload() or dash.locator(f"section[id='{pid}']").count()
-        )
-        card = dash.locator(f"section[id='{pid}']")
-        text = card.inner_text()
-        for seen in (
-            "time_on_site_minutes",
-            "[0, 600], 2 bins",
-            f"{draft.hops} relays per report",
-            "open: anyone may register",
-            "waiting for 'anonml peer accept'",
-            f"at most {np.exp(2.0):.3g} times",
-        ):
-            assert seen in text, seen
-        hostile_card = dash.locator(f"section[id='{hostile.id}']")
-        assert HOSTILE in hostile_card.inner_text()  # shown as text, never run
-        card.locator("button:text('Accept')").click()
-        dash.wait_for_selector("p.notice:text('Accepted')")
-        # the page the accept redirects to already lists the problem, so its poller never reloads
-        # it; reloading here as well would race a navigation against the marker below
-        live = dash.locator(f"tr[data-key='{pid}']")
-        assert live.locator("[data-field=status]").inner_text() in ("accepted", "registered")
+        pid, draft, hostile = _operator_proposes(page, agg, screenshots)
+        dash = _person_imports(page, ui, me, my_log, screenshots)
+        live = _person_accepts(dash, pid, draft, hostile)
         assert mine.host.db.accepted_epsilon(me.fingerprint) == {pid: 2.0}
         dash.evaluate("window.__noReload = 42")
         _wait("8 registrations", lambda: status(agg, pid).registered == 8)
         dash.screenshot(path=str(screenshots / "peer-proposals.png"), full_page=True)
-
-        # -- the operator closes registration; the round runs live ----------------------------
-        page.reload()
-        page.click("button:text('Close registration')")
-        page.wait_for_selector("p.notice:text('Registration closes')")
-        page.wait_for_selector("#counts [data-field=phase]:text-matches('^(done|degraded)$')", timeout=90_000)
-        live.locator("[data-field=status]:text-matches('^(done|degraded)$')").wait_for(timeout=90_000)
-        assert dash.evaluate("window.__noReload") == 42  # the status changed in place
-        final = live.locator("[data-field=status]").inner_text()
-        page.screenshot(path=str(screenshots / "console-problem.png"), full_page=True)
-        page.click("nav >> text=Problems")
-        assert pid in page.inner_text("#problems")
-        page.screenshot(path=str(screenshots / "console-problems.png"), full_page=True)
-
-        # -- what I shared, and the model -----------------------------------------------------
-        dash.click("nav >> text=What I shared")
-        releases = me.ledger.releases(peer=me.fingerprint, problem=pid)
-        assert releases and dash.locator("#releases tbody tr").count() == len(releases)
-        spent = sum(r.epsilon for r in releases)
-        assert f"ε = {spent:.3g}" in dash.inner_text("#lifetime-total")
-        assert dash.locator("svg.chart path").count() >= 1
-        assert pid in dash.inner_text("#per-problem")
-        dash.screenshot(path=str(screenshots / "peer-shared.png"), full_page=True)
-        dash.click("nav >> text=Models")
-        model = dash.locator(f"#model-{pid}")
-        shown = model.locator("p.prediction").inner_text()
-        assert shown.startswith("P(label = 1) = ") and final in model.inner_text()
-        document = ModelDocument.model_validate_json(
-            mine.host.db.participation(pid, me.fingerprint).model_json
-        )
-        expected = predict_locally(
-            Problem.model_validate_json(mine.host.db.proposal(pid).problem_json), document, me.store, me.user
-        )
-        assert shown == f"P(label = 1) = {expected.probability:.3f} → predicted label {expected.label}"
-        dash.screenshot(path=str(screenshots / "peer-models.png"), full_page=True)
+        final = _operator_closes(page, dash, live, pid, screenshots)
+        _person_reads_shares_and_model(dash, mine.host, me, pid, final, screenshots)
         assert page.dialogs == []  # the hostile title opened nothing
     finally:
         mine.stop()

@@ -10,12 +10,7 @@ from hypothesis import strategies as st
 from anonml.crypto.exceptions import CryptoError, InvalidEncoding, InvalidPoint, InvalidSignature
 from anonml.crypto.identity import Identity, PublicIdentity, RelayKeyCertificate, RoundRelayKey, x25519
 from tests.crypto import edwards_ref as ed
-
-
-def _flip(data: bytes, bit: int) -> bytes:
-    out = bytearray(data)
-    out[bit // 8] ^= 1 << (bit % 8)
-    return bytes(out)
+from tests.crypto.helpers import flip_bit
 
 
 @pytest.fixture()
@@ -54,7 +49,7 @@ def test_every_bit_flip_in_a_signature_is_rejected(alice: Identity) -> None:
     sig = alice.sign(b"m", context=b"c")
     for bit in range(512):
         with pytest.raises(InvalidSignature):
-            alice.public.verify(b"m", _flip(sig, bit), context=b"c")
+            alice.public.verify(b"m", flip_bit(sig, bit), context=b"c")
 
 
 def test_relay_key_certificate_round_trip_and_checks(alice: Identity) -> None:
@@ -74,7 +69,7 @@ def test_every_bit_flip_in_a_relay_certificate_is_rejected(alice: Identity) -> N
     raw = bytes(cert)
     for bit in range(len(raw) * 8):
         with pytest.raises((InvalidSignature, InvalidPoint)):
-            RelayKeyCertificate.from_bytes(_flip(raw, bit)).verify(round_id=None)
+            RelayKeyCertificate.from_bytes(flip_bit(raw, bit)).verify(round_id=None)
 
 
 def test_round_relay_key_destroy(alice: Identity) -> None:

@@ -23,6 +23,7 @@ from anonml.crypto.onion import (
 )
 from anonml.crypto.tokens import Redemption
 from tests.crypto import edwards_ref as ed
+from tests.crypto.helpers import flip_bit
 
 ROUND = 5
 AGGREGATOR = b"\xaa" * 16
@@ -31,12 +32,6 @@ REPORT = b"\x01\x00\x01\x01 perturbed bits"
 
 # Field offsets in the packet: AD 0..9, alpha 9..41, beta 41..189, gamma 189..205, delta 205..1280.
 FIELDS = {"AD": (0, 9), "alpha": (9, 41), "beta": (41, 189), "gamma": (189, 205), "delta": (205, 1280)}
-
-
-def _flip(data: bytes, bit: int) -> bytes:
-    out = bytearray(data)
-    out[bit // 8] ^= 1 << (bit % 8)
-    return bytes(out)
 
 
 class Network:
@@ -135,21 +130,14 @@ _SHARED_NET = Network(seed=3)
 
 
 def test_report_too_large_is_refused(net: Network) -> None:
-    build_packet(
-        net.hops[:1],
-        REDEMPTION,
-        bytes(PAYLOAD_SIZE - 68 - len(REDEMPTION.slot)),
-        round_id=ROUND,
-        destination=AGGREGATOR,
-    )
+    def build(report_size: int) -> bytes:
+        report = bytes(report_size)
+        return build_packet(net.hops[:1], REDEMPTION, report, round_id=ROUND, destination=AGGREGATOR)
+
+    largest = PAYLOAD_SIZE - 68 - len(REDEMPTION.slot)
+    build(largest)
     with pytest.raises(InvalidEncoding):
-        build_packet(
-            net.hops[:1],
-            REDEMPTION,
-            bytes(PAYLOAD_SIZE - 67 - len(REDEMPTION.slot)),
-            round_id=ROUND,
-            destination=AGGREGATOR,
-        )
+        build(largest + 1)
 
 
 def test_path_length_bounds(net: Network) -> None:
@@ -175,7 +163,7 @@ def test_every_bit_flip_in_every_field_is_rejected(net: Network, position: str) 
     for field, (lo, hi) in FIELDS.items():
         for bit in range(lo * 8, hi * 8):
             with pytest.raises(InvalidPacket) as info:
-                relay.process(_flip(packet, bit))
+                relay.process(flip_bit(packet, bit))
             assert not isinstance(info.value, ReplayedPacket)
             rejected[field] += 1
     assert rejected == {f: (hi - lo) * 8 for f, (lo, hi) in FIELDS.items()}
@@ -195,7 +183,7 @@ def test_replay_tag_is_checked_only_after_the_mac(net: Network) -> None:
     packet = build_packet(net.hops[:2], REDEMPTION, REPORT, round_id=ROUND, destination=AGGREGATOR)
     relay = net.relays[net.hops[0].node_id]
     relay.process(packet)
-    tampered = _flip(packet, 8 * 600)  # same α (same replay tag), altered β/δ
+    tampered = flip_bit(packet, 8 * 600)  # same α (same replay tag), altered β/δ
     with pytest.raises(InvalidPacket) as info:
         relay.process(tampered)
     assert not isinstance(info.value, ReplayedPacket)  # rejected by the MAC, not by the cache

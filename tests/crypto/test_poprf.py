@@ -20,14 +20,9 @@ from anonml.crypto.poprf import (
     finalize,
     prove_evaluation,
 )
+from tests.crypto.helpers import flip_bit
 
 SLOT = b"problem-1/round-2/slot-0"
-
-
-def _flip(data: bytes, bit: int) -> bytes:
-    out = bytearray(data)
-    out[bit // 8] ^= 1 << (bit % 8)
-    return bytes(out)
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +117,7 @@ def test_every_bit_flip_in_the_proof_is_rejected(exchange) -> None:
     raw = bytes(proof)
     for bit in range(len(raw) * 8):
         with pytest.raises((InvalidProof, InvalidScalar)):
-            finalize([x], [r], [z], [blinded], Proof.from_bytes(_flip(raw, bit)), [SLOT], pinned)
+            finalize([x], [r], [z], [blinded], Proof.from_bytes(flip_bit(raw, bit)), [SLOT], pinned)
 
 
 def test_every_bit_flip_in_the_evaluated_element_is_rejected(exchange) -> None:
@@ -130,7 +125,7 @@ def test_every_bit_flip_in_the_evaluated_element_is_rejected(exchange) -> None:
     outcomes = {"invalid point": 0, "invalid proof": 0}
     for bit in range(256):
         try:
-            bad = Element.from_bytes(_flip(bytes(z), bit))
+            bad = Element.from_bytes(flip_bit(bytes(z), bit))
         except InvalidPoint:
             outcomes["invalid point"] += 1
             continue
@@ -144,7 +139,7 @@ def test_every_bit_flip_in_the_clients_blinded_element_is_rejected(exchange) -> 
     x, r, blinded, pinned, z, proof = exchange
     for bit in range(256):
         try:
-            bad = Element.from_bytes(_flip(bytes(blinded), bit))
+            bad = Element.from_bytes(flip_bit(bytes(blinded), bit))
         except InvalidPoint:
             continue
         with pytest.raises(InvalidProof):
@@ -158,7 +153,7 @@ def test_every_bit_flip_in_the_pinned_key_is_rejected(key: TokenKey) -> None:
     checked = 0
     for bit in range(256):
         try:
-            pinned = TokenPublicKey(_flip(pk, bit))
+            pinned = TokenPublicKey(flip_bit(pk, bit))
         except InvalidPoint:
             continue
         r, blinded = blind(b"x", rng)

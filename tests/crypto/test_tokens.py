@@ -30,15 +30,10 @@ from anonml.crypto.tokens import (
     request_tokens,
 )
 from tests.crypto import edwards_ref as ed
+from tests.crypto.helpers import flip_bit
 
 SLOT = b"p1/r0/s3"
 REPORT = b'{"bits": [0, 1, 1, 0], "mechanism": "subset"}'
-
-
-def _flip(data: bytes, bit: int) -> bytes:
-    out = bytearray(data)
-    out[bit // 8] ^= 1 << (bit % 8)
-    return bytes(out)
 
 
 @pytest.fixture()
@@ -122,10 +117,10 @@ def test_every_bit_flip_in_redemption_or_report_is_rejected(key: TokenKey) -> No
     wire = bytes(token.redeem(REPORT))
     for bit in range(len(wire) * 8):
         with pytest.raises((InvalidToken, InvalidEncoding)):
-            verifier.redeem(Redemption.from_bytes(_flip(wire, bit)), REPORT)
+            verifier.redeem(Redemption.from_bytes(flip_bit(wire, bit)), REPORT)
     for bit in range(len(REPORT) * 8):
         with pytest.raises(InvalidToken):
-            verifier.redeem(Redemption.from_bytes(wire), _flip(REPORT, bit))
+            verifier.redeem(Redemption.from_bytes(wire), flip_bit(REPORT, bit))
     assert verifier.redeem(Redemption.from_bytes(wire), REPORT) == REPORT  # original still unspent
 
 
@@ -164,7 +159,7 @@ def test_every_bit_flip_in_the_sent_blinded_element_is_caught_by_the_client(key:
     for bit in range(256):
         issuer = TokenIssuer(key, MemoryIssuanceLedger())
         try:
-            response = issuer.issue(b"peer", SLOT, _flip(request.message(), bit), rng=rng)
+            response = issuer.issue(b"peer", SLOT, flip_bit(request.message(), bit), rng=rng)
         except InvalidPoint:
             continue
         with pytest.raises(InvalidProof):
@@ -262,7 +257,7 @@ def test_a_forged_proof_for_a_batch_is_refused_by_the_client(key: TokenKey) -> N
     wire = bytes(honest)
     for bit in range(len(wire) * 8 - 512, len(wire) * 8):  # every bit of the proof
         with pytest.raises((InvalidProof, InvalidScalar)):
-            finalize_tokens(request, _flip(wire, bit))
+            finalize_tokens(request, flip_bit(wire, bit))
 
 
 def test_a_bad_element_anywhere_in_a_batch_records_nothing(key: TokenKey) -> None:

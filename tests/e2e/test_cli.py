@@ -20,6 +20,7 @@ from anonml.plugins import PluginRef
 from anonml.protocol import ModelDocument, Problem, ProblemDraft, Schedule, sign_message
 from peer.db import PeerDB
 from tests.aggregator.helpers import TOKEN, draft, signed_problem
+from tests.ports import free_port
 
 runner = CliRunner()
 
@@ -156,14 +157,6 @@ def test_peer_accepts_within_policy_and_predicts_with_a_verified_model(
     me.ledger.close()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _serve(args: list[str], module: str, health: str, home: Path) -> tuple[dict, str]:
     """Run ``anonml <group> …`` until its health endpoint answers, stop it: (health, what it printed)."""
     import os
@@ -194,14 +187,14 @@ def _serve(args: list[str], module: str, health: str, home: Path) -> tuple[dict,
 
 
 def test_serve_and_start_run_the_services(tmp_path: Path, anonml_home: Path):
-    port = _free_port()
+    port = free_port()
     db = f"sqlite:///{tmp_path / 'a.db'}"
     health, said = _serve(["serve", "--port", str(port), "--db", db], "aggregator",
                           f"http://127.0.0.1:{port}/healthz", anonml_home)
     assert health["status"] == "ok" and len(bytes.fromhex(health["identity"])) == 64
     assert f"console at http://127.0.0.1:{port}/console" in " ".join(said.split())
     assert (anonml_home / "aggregator" / "admin-token").stat().st_mode & 0o077 == 0
-    peer_port = _free_port()
+    peer_port = free_port()
     health, _ = _serve(["start", "--port", str(peer_port), "-a", f"http://127.0.0.1:{port}"], "peer",
                        f"http://127.0.0.1:{peer_port}/healthz", anonml_home)
     assert health == {"status": "ok"}

@@ -25,6 +25,7 @@ from aggregator.medians import median_groups
 from anonml.demo import run_demo
 from anonml.privacy import estimate_median
 from anonml.protocol import Problem
+from tests.aggregator.helpers import REPORT_COLUMNS
 
 # A weak privacy level on purpose: with 96 peers the model is informative enough at ε = 6
 # for its AUC range to be narrow (the demo runs ε = 3 with 300 peers).
@@ -81,14 +82,7 @@ def test_every_honest_report_arrives_exactly_once(run):
 def test_stored_reports_cannot_be_joined_to_identities(run):
     result, workdir = run
     db = workdir / "aggregator.db"
-    assert [c[1] for c in _rows(db, "PRAGMA table_info(reports)")] == [
-        "id",
-        "problem_id",
-        "partition",
-        "subset",
-        "mechanism_json",
-        "bits",
-    ]
+    assert [c[1] for c in _rows(db, "PRAGMA table_info(reports)")] == REPORT_COLUMNS
     with pytest.raises(sqlite3.OperationalError):
         _rows(db, "SELECT rowid FROM reports")  # WITHOUT ROWID: arrival order is not kept
     ids = [r[0] for r in _rows(db, "SELECT id FROM reports")]

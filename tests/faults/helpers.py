@@ -10,7 +10,6 @@ is the dropout problem with windows a fault fits in on a loaded machine.
 from __future__ import annotations
 
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -23,17 +22,17 @@ from sqlalchemy import create_engine, text
 from aggregator.app import ServerProcess, start_server_process
 from aggregator.settings import AggregatorSettings
 from anonml.crypto import save_identity
-from anonml.demo import dropout_draft, simulate_peers
-from anonml.plugins import PluginRef, create
+from anonml.demo import simulate_peers
 from anonml.protocol import ProblemDraft
 from anonml.serving import child_environment
 from peer.simulate import SimulatedIdentity, SimulationManifest
+from tests.peer.helpers import mooc_dropout_draft
+from tests.ports import free_port
 
 __all__ = [
     "ROOT",
     "FEATURES",
     "LOCAL",
-    "free_port",
     "PeerProcess",
     "write_hosts",
     "fault_draft",
@@ -44,13 +43,6 @@ __all__ = [
 ROOT = Path(__file__).resolve().parents[2]
 FEATURES = ["time_on_site_minutes", "video_seconds_watched", "seq_navigations", "distinct_problems"]
 LOCAL = "local-token-for-the-fault-test"
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (at the time of the call)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -164,15 +156,8 @@ def write_hosts(
 
 
 def fault_draft(*, send_window_seconds: float = 12.0, release_window_seconds: float = 10.0) -> ProblemDraft:
-    """The dropout problem without a median pool, with windows a fault fits in on a loaded machine."""
-    featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
-    return dropout_draft(
-        featurizer.features(),
-        history_weeks=2,
-        weeks=4,
-        epsilon=2.0,
-        min_peers=4,
-        pool_fraction=0.0,
+    """The peer tests' dropout problem (no median pool) with windows a fault fits in on a loaded machine."""
+    return mooc_dropout_draft(
         report_delay_seconds=6.0,
         send_window_seconds=send_window_seconds,
         release_window_seconds=release_window_seconds,

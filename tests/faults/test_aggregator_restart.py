@@ -25,17 +25,18 @@ from tests.aggregator.helpers import (
     ADMIN,
     WirePeer,
     aggregator_settings,
-    assignment_of,
     bins_of,
-    delivery,
+    close_registration,
     draft,
+    median_queries,
+    median_round,
     post,
     propose,
     register_and_close,
-    report_for,
     roster_of,
-    slots,
+    send_reports,
     status,
+    wait_median_query,
     wait_phase,
 )
 from tests.faults.helpers import Killable
@@ -51,25 +52,6 @@ def agg(tmp_path: Path) -> Iterator[Killable]:
     finally:
         if a.current is not None:
             a.current.stop()
-
-
-def _close(agg: Killable, pid: str) -> None:
-    assert requests.post(f"{agg.url}/problems/{pid}/close", headers=ADMIN, timeout=30).status_code == 200
-
-
-def _send(agg: Killable, problem, peers: list[WirePeer], rng: np.random.Generator) -> int:
-    """Every slot's report of each of ``peers``; returns how many were accepted."""
-    roster, bins = roster_of(agg.url, problem.id), bins_of(agg.url, problem.id)
-    sent = 0
-    for i, peer in enumerate(peers):
-        peer.assignment = assignment_of(agg.url, problem.id, peer)
-        tokens = peer.tokens(agg.url, problem, roster, slots(problem, peer.assignment.index))
-        for subset, token in enumerate(tokens):
-            x = np.array([*rng.uniform(0, 10, 2), i % 2])
-            report = report_for(problem, bins, peer.assignment, x, i % 2, subset, rng)
-            assert post(f"{agg.url}/intake", delivery(token, report)).status_code == 201
-            sent += 1
-    return sent
 
 
 def _open_round(agg: Killable, n: int = 6, kh: int = 2):
@@ -90,37 +72,17 @@ def test_killed_in_registration_it_keeps_every_registration_and_continues(agg: K
     later = [WirePeer() for _ in range(3)]
     for p in later:
         assert p.register(agg.url, problem).status_code == 201
-    _close(agg, problem.id)
+    close_registration(agg.url, problem.id)
     wait_phase(agg.url, problem.id, ("medians", "reporting"))
     roster = roster_of(agg.url, problem.id)
     assert [bytes(e.identity) for e in roster.entries] == [p.public for p in first + later]  # in order
 
 
-def _open_queries(agg: Killable, pid: str) -> list[MedianQuery]:
-    return [MedianQuery.model_validate(q) for q in requests.get(f"{agg.url}/problems/{pid}/medians").json()]
-
-
-def _wait_query(agg: Killable, pid: str, step: int, timeout: float = 60.0) -> MedianQuery:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = [q for q in _open_queries(agg, pid) if q.step == step]
-        if found:
-            return found[0]
-        assert time.monotonic() < deadline, f"no open query for step {step}: {status(agg.url, pid)}"
-        time.sleep(0.05)
-
-
 def test_killed_in_medians_it_resumes_the_search_at_its_step_and_asks_nobody_twice(agg: Killable) -> None:
     # 20 peers, half in the median pool: one numeric feature, two steps of 5 peers each.
-    d = draft(n_numeric=1, kp=1, pool_fraction=0.5, min_peers=4, epsilon=4.0, steps=2, median_step=120.0)
-    problem = propose(agg.url, d)
-    peers = register_and_close(agg.url, problem, 20, ("medians",))
-    roster = roster_of(agg.url, problem.id)
-    by_index = {
-        i: next(p for p in peers if p.public == bytes(e.identity)) for i, e in enumerate(roster.entries)
-    }
+    problem, by_index = median_round(agg.url, median_step=120.0)
     answers = f"/problems/{problem.id}/medians/answers"
-    q0 = _wait_query(agg, problem.id, 0)
+    q0 = wait_median_query(agg.url, problem.id, 0)
     verify_message(q0, bytes(problem.aggregator))
     assert len(q0.members) == 5
     for i in q0.members[:3]:  # 3 of the group answer, then the aggregator dies
@@ -129,12 +91,12 @@ def test_killed_in_medians_it_resumes_the_search_at_its_step_and_asks_nobody_twi
     st = status(agg.url, problem.id)
     assert st.phase == "medians" and st.median_answers == 3, st
     # The same signed question is still open to the same group: nobody is asked anew.
-    assert _open_queries(agg, problem.id) == [q0]
+    assert median_queries(agg.url, problem.id) == [q0]
     repeat = post(agg.url + answers, by_index[q0.members[0]].answer(problem, 0, 0, False))
     assert repeat.status_code == 409  # answered before the kill: its one answer stands
     for i in q0.members[3:]:
         assert post(agg.url + answers, by_index[i].answer(problem, 0, 0, True)).status_code == 201
-    q1 = _wait_query(agg, problem.id, 1)  # the group answered: the search went on to step 1
+    q1 = wait_median_query(agg.url, problem.id, 1)  # the group answered: the search went on to step 1
     assert not set(q1.members) & set(q0.members) and q1.threshold > q0.threshold  # 5 of 5 said "greater"
     for i in q1.members:
         assert post(agg.url + answers, by_index[i].answer(problem, 0, 1, False)).status_code == 201
@@ -152,13 +114,13 @@ def test_killed_in_medians_it_resumes_the_search_at_its_step_and_asks_nobody_twi
 def test_killed_in_reporting_it_keeps_staged_reports_and_the_round_continues(agg: Killable) -> None:
     problem, peers = _open_round(agg)
     rng = np.random.default_rng(1)
-    assert _send(agg, problem, peers[:3], rng) == 6
+    assert send_reports(agg.url, problem, peers[:3], rng) == 6
     agg.restart()
     st = status(agg.url, problem.id)
     assert st.phase == "reporting" and st.reports == ReportAccount(
         expected=12, received=6, lost=6, not_arrived=6
     )
-    assert _send(agg, problem, peers[3:], rng) == 6
+    assert send_reports(agg.url, problem, peers[3:], rng) == 6
     assert post(f"{agg.url}/problems/{problem.id}/train", b"", ADMIN).status_code == 200
     st = wait_phase(agg.url, problem.id, ("done", "degraded", "failed"))
     assert st.phase == "done" and st.reports == ReportAccount(expected=12, received=12, lost=0)
@@ -188,7 +150,7 @@ def _as_left_in_training(agg: Killable, pid: str) -> None:
 
 def test_killed_in_training_it_trains_from_the_stored_reports_on_restart(agg: Killable) -> None:
     problem, peers = _open_round(agg)
-    assert _send(agg, problem, peers, np.random.default_rng(2)) == 12
+    assert send_reports(agg.url, problem, peers, np.random.default_rng(2)) == 12
     agg.kill()
     _as_left_in_training(agg, problem.id)
     assert agg.rows("SELECT COUNT(*) FROM reports") == [(12,)]
@@ -202,7 +164,7 @@ def test_killed_in_training_it_trains_from_the_stored_reports_on_restart(agg: Ki
 
 def test_a_problem_failed_in_training_retrains_on_admin_train_after_a_restart(agg: Killable) -> None:
     problem, peers = _open_round(agg)
-    assert _send(agg, problem, peers, np.random.default_rng(3)) == 12
+    assert send_reports(agg.url, problem, peers, np.random.default_rng(3)) == 12
     assert post(f"{agg.url}/problems/{problem.id}/train", b"", ADMIN).status_code == 200
     wait_phase(agg.url, problem.id, ("done",))
     agg.kill()
@@ -228,7 +190,7 @@ def test_a_problem_failed_in_training_retrains_on_admin_train_after_a_restart(ag
 
 def test_killed_after_publication_it_serves_the_same_signed_model(agg: Killable) -> None:
     problem, peers = _open_round(agg)
-    _send(agg, problem, peers, np.random.default_rng(4))
+    assert send_reports(agg.url, problem, peers, np.random.default_rng(4)) == 12
     assert post(f"{agg.url}/problems/{problem.id}/train", b"", ADMIN).status_code == 200
     wait_phase(agg.url, problem.id, ("done",))
     before = requests.get(f"{agg.url}/problems/{problem.id}/model").content

@@ -32,15 +32,11 @@ from tests.aggregator.helpers import (
     ADMIN,
     WirePeer,
     aggregator_settings,
-    assignment_of,
-    bins_of,
-    delivery,
+    close_registration,
     draft,
     post,
     propose,
-    report_for,
-    roster_of,
-    slots,
+    send_reports,
     wait_phase,
 )
 from tests.databases import ON_POSTGRESQL, SERVER_URL_VARIABLE, table_rows
@@ -73,25 +69,6 @@ def _open_problem(urls: list[str], n: int = 6) -> tuple[Problem, list[WirePeer]]
     for i, peer in enumerate(peers):
         assert peer.register(urls[i % len(urls)], problem).status_code == 201
     return problem, peers
-
-
-def _close(url: str, pid: str) -> None:
-    assert requests.post(f"{url}/problems/{pid}/close", headers=ADMIN, timeout=60).status_code == 200
-
-
-def _send(url: str, problem: Problem, peers: list[WirePeer], rng: np.random.Generator) -> int:
-    """Every slot's report of each of ``peers`` through ``url``; how many were accepted."""
-    roster, bins = roster_of(url, problem.id), bins_of(url, problem.id)
-    accepted = 0
-    for i, peer in enumerate(peers):
-        peer.assignment = assignment_of(url, problem.id, peer)
-        for subset, token in enumerate(
-            peer.tokens(url, problem, roster, slots(problem, peer.assignment.index))
-        ):
-            x = np.array([*rng.uniform(0, 10, 2), i % 2])
-            report = report_for(problem, bins, peer.assignment, x, i % 2, subset, rng)
-            accepted += post(f"{url}/intake", delivery(token, report)).status_code == 201
-    return accepted
 
 
 def _train_to_the_end(url: str, problem: Problem) -> ModelDocument:
@@ -156,15 +133,16 @@ def test_one_of_two_processes_holds_the_lease_and_its_death_hands_it_over_mid_ro
     identity = {requests.get(f"{s.url}/healthz", timeout=60).json()["identity"] for s in servers}
     assert len(identity) == 1  # one aggregator, two processes
     problem, peers = _open_problem([other.url, holder.url])
-    _close(other.url, problem.id)  # the flag is in the database; the holder acts on it
+    # The flag is in the database; the holder acts on it.
+    close_registration(other.url, problem.id, timeout=60)
     wait_phase(other.url, problem.id, ("reporting",), timeout=120)
     rng = np.random.default_rng(7)
-    assert _send(holder.url, problem, peers[:3], rng) == 6
+    assert send_reports(holder.url, problem, peers[:3], rng) == 6
     holder.process.kill()  # SIGKILL: no release, no shutdown handler
     assert holder.process.wait(timeout=60) == -9
     assert _wait_holder(db_url, {other.process.pid}) == other.process.pid  # at once: it died here
     assert table_rows(db_url, "SELECT taken FROM leases WHERE name = 'phases'") == [(2,)]
-    assert _send(other.url, problem, peers[3:], rng) == 6
+    assert send_reports(other.url, problem, peers[3:], rng) == 6
     _train_to_the_end(other.url, problem)
 
 
@@ -176,10 +154,10 @@ def test_a_frozen_holder_loses_the_lease_at_expiry_and_cannot_take_it_back(pair)
     problem, peers = _open_problem([other.url])
     _freeze(frozen.process.pid, db_url)
     try:
-        _close(other.url, problem.id)
+        close_registration(other.url, problem.id, timeout=60)
         assert _wait_holder(db_url, {other.process.pid}) == other.process.pid  # after the frozen one's expiry
         wait_phase(other.url, problem.id, ("reporting",), timeout=120)
-        assert _send(other.url, problem, peers, np.random.default_rng(8)) == 12
+        assert send_reports(other.url, problem, peers, np.random.default_rng(8)) == 12
         doc = _train_to_the_end(other.url, problem)
     finally:
         os.kill(frozen.process.pid, signal.SIGCONT)
@@ -221,14 +199,14 @@ def test_serve_with_two_workers_runs_a_round_and_survives_the_death_of_the_drivi
         driving = _wait_holder(database_url)
         assert driving in _children(parent)
         problem, peers = _open_problem([server.url])
-        _close(server.url, problem.id)
+        close_registration(server.url, problem.id, timeout=60)
         wait_phase(server.url, problem.id, ("reporting",), timeout=120)
         rng = np.random.default_rng(9)
-        assert _send(server.url, problem, peers[:3], rng) == 6
+        assert send_reports(server.url, problem, peers[:3], rng) == 6
         os.kill(driving, signal.SIGKILL)
         successor = _wait_holder(database_url, not_=driving)
         assert successor in _children(parent) and successor != driving
-        assert _send(server.url, problem, peers[3:], rng) == 6
+        assert send_reports(server.url, problem, peers[3:], rng) == 6
         _train_to_the_end(server.url, problem)
     finally:
         server.stop()

@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-import requests
 
 from aggregator.app import start_server_process
 from peer.worker import poll_backoff
 from tests.adversary.malicious import wait_until
-from tests.aggregator.helpers import ADMIN, aggregator_settings, propose, status, wait_phase
-from tests.faults.helpers import fault_draft, free_port, releases, write_hosts
+from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
+from tests.faults.helpers import fault_draft, releases, write_hosts
+from tests.ports import free_port
 
 IDENTITIES = 5
 
@@ -39,7 +39,7 @@ def test_a_dead_aggregator_beside_a_live_one_is_backed_off_and_the_live_problem_
         wait_until(
             lambda: status(live.url, problem.id).registered == IDENTITIES, "every identity to register", 120
         )
-        assert requests.post(f"{live.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30).ok
+        close_registration(live.url, problem.id)
         final = wait_phase(live.url, problem.id, ("done", "degraded", "failed"), timeout=180)
         assert final.phase == "done", final.message
         wait_until(

@@ -15,33 +15,25 @@ from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 
+#: What the peer tests' dropout problem sets beyond the demo's: ε, the peers it needs, no median
+#: pool, and short windows (seconds).
+SHORT_DROPOUT = {
+    "epsilon": 2.0,
+    "min_peers": 4,
+    "pool_fraction": 0.0,
+    "report_delay_seconds": 1.5,
+    "send_window_seconds": 1.5,
+    "release_window_seconds": 1.0,
+}
 
-def mooc_dropout_draft(
-    *,
-    epsilon: float = 2.0,
-    min_peers: int = 4,
-    report_delay_seconds: float = 1.5,
-    send_window_seconds: float = 1.5,
-    release_window_seconds: float = 1.0,
-    **options: Any,
-) -> ProblemDraft:
-    """The demo's dropout problem (2 history weeks of 4, no median pool) with short windows.
 
-    ``options`` go to :func:`anonml.demo.dropout_draft` (witnesses, median step, …).
+def mooc_dropout_draft(**options: Any) -> ProblemDraft:
+    """The demo's dropout problem (2 history weeks of 4) as :data:`SHORT_DROPOUT` sets it.
+
+    ``options`` override those or go on to :func:`anonml.demo.dropout_draft` (witnesses, median step, …).
     """
     featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
-    return dropout_draft(
-        featurizer.features(),
-        history_weeks=2,
-        weeks=4,
-        epsilon=epsilon,
-        min_peers=min_peers,
-        pool_fraction=0.0,
-        report_delay_seconds=report_delay_seconds,
-        send_window_seconds=send_window_seconds,
-        release_window_seconds=release_window_seconds,
-        **options,
-    )
+    return dropout_draft(featurizer.features(), history_weeks=2, weeks=4, **(SHORT_DROPOUT | options))
 
 
 def simulated_nodes(

@@ -252,11 +252,12 @@ def test_peer_start_prints_where_the_dashboard_is_and_its_token_file_opens_it(ag
     import sys
     import threading
 
-    from tests.adversary.test_policy_cli import _env, _free_port
+    from tests.adversary.test_policy_cli import _env
+    from tests.ports import free_port
 
     home = tmp_path / "home"
     home.mkdir(mode=0o700)
-    port = _free_port()
+    port = free_port()
     daemon = subprocess.Popen(
         [
             sys.executable,

@@ -25,7 +25,7 @@ from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.phases import IllegalTransition, ParticipationPhase
 from peer.roster import RosterView
-from tests.aggregator.helpers import ADMIN, draft, propose, roster_of, status, wait_phase
+from tests.aggregator.helpers import close_registration, draft, propose, roster_of, status, wait_phase
 from tests.peer.helpers import simulation_host
 
 P = ParticipationPhase
@@ -49,7 +49,7 @@ def _host(nodes: list[PeerNode], db: Path, url: str) -> PeerHost:
 
 def _close_registration(url: str, pid: str) -> None:
     """Close registration and wait until the roster is out (medians, or reporting with no pool)."""
-    requests.post(f"{url}/problems/{pid}/close", headers=ADMIN, timeout=30)
+    close_registration(url, pid)
     wait_phase(url, pid, ("medians", "reporting"), timeout=60)
 
 
@@ -75,6 +75,15 @@ def registered(aggregator, nodes, tmp_path: Path) -> Iterator[tuple[PeerHost, st
         yield host, problem.id
     finally:
         host.close()
+
+
+@pytest.fixture
+def closed(registered) -> tuple[PeerHost, str, str]:
+    """``registered`` once its registration closed and the roster is out: host, problem id, aggregator URL."""
+    host, pid = registered
+    url = host.sessions[pid].client.base_url
+    _close_registration(url, pid)
+    return host, pid, url
 
 
 def test_the_worker_registers_every_identity_once_and_persists_the_phase_and_sealed_key(registered):
@@ -115,11 +124,9 @@ def test_a_new_host_on_the_same_files_resumes_each_participation_with_its_round_
         again.close()
 
 
-def test_the_worker_checks_the_roster_publishes_witnesses_and_keeps_the_fingerprint(registered):
-    host, pid = registered
+def test_the_worker_checks_the_roster_publishes_witnesses_and_keeps_the_fingerprint(closed):
+    host, pid, _ = closed
     session = host.sessions[pid]
-    url = session.client.base_url
-    _close_registration(url, pid)
     deadline = time.monotonic() + 30
     while {p.phase for p in session.participants} != {P.ROSTER_CHECKED}:
         assert time.monotonic() < deadline, [p.phase for p in session.participants]
@@ -253,14 +260,12 @@ def test_the_local_api_and_the_pages_refuse_clients_on_other_machines_even_with_
         server.stop()
 
 
-def test_routes_and_tokens_against_the_real_roster_and_issuer(registered):
+def test_routes_and_tokens_against_the_real_roster_and_issuer(closed):
     from anonml.crypto import CryptoError, TokenKey
     from peer.reports import choose_path, fetch_tokens
 
-    host, pid = registered
+    host, pid, url = closed
     session = host.sessions[pid]
-    url = session.client.base_url
-    _close_registration(url, pid)
     view = RosterView.verify(roster_of(url, pid), session.problem)
     rng = np.random.default_rng(0)
     for me in range(N):

@@ -15,12 +15,12 @@ from pydantic import ValidationError
 from anonml.errors import AnonMLError, ProtocolError
 from anonml.learn import Binning, PeerAssignment
 from anonml.learn.histograms import domain_size
-from anonml.protocol import MAX_LABEL_CLASSES, Bins, LabelSpec
+from anonml.protocol import MAX_LABEL_CLASSES, LabelSpec
 from peer.client import AggregatorClient
 from peer.features import LocalExample, label_index
 from peer.policy import evaluate_problem
 from peer.reports import make_reports
-from tests.aggregator.helpers import ADMIN, draft
+from tests.aggregator.helpers import ADMIN, bins_document, draft
 from tests.peer.test_policy import AUTO, problem
 
 CLASSES = {"kind": "classes", "classes": ["low", "mid", "high"]}
@@ -127,9 +127,7 @@ def test_label_index_reads_each_kind_and_names_what_does_not_fit():
 def test_reports_carry_the_label_domain_and_an_out_of_domain_label_sends_a_stand_in():
     d = draft(n_numeric=1, kp=1).model_copy(update={"label": LabelSpec(**CLASSES)})
     p = problem(features=d.features, label=LabelSpec(**CLASSES))
-    bins = Bins(
-        problem_id=p.id, edges=((5.0,), ()), t_s=0, delta=1, t_r=2, slots_per_peer=1, signature=bytes(64)
-    )
+    bins = bins_document(p.id, ((5.0,), ()))
     assignment = PeerAssignment("report", 0, ((0,),))
     assert Binning.from_thresholds(p.draft.features, dict(enumerate(bins.edges))).n_bins[0] == 2
     good = LocalExample(np.array([7.0, 1.0]), 2)

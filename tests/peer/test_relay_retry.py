@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,14 +21,9 @@ from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from peer.relay import RelayRound, StoredReplayCache, retry_delay
 from tests.peer.test_relay import OCTETS, Capture
+from tests.ports import free_port
 
 ROUND = 77
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -69,7 +63,7 @@ def one_hop() -> Iterator[OneHop]:
         [node], PeerDB("sqlite://"), PeerPolicy(allow_loopback_http=True), [], rng=np.random.default_rng(3)
     )
     server = start_peer_server(host)
-    aggregator, port = Identity.generate(), _free_port()
+    aggregator, port = Identity.generate(), free_port()
     key, cert = node.identity.new_round_relay_key(ROUND)
     now = time.time()
     schedule = WindowSchedule(now, 0.2, now + 12.0)  # room for retries on a loaded machine

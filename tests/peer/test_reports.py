@@ -10,17 +10,15 @@ import pytest
 from anonml.learn import PeerAssignment
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.privacy import best_mechanism
-from anonml.protocol import Bins, unpack_bits
+from anonml.protocol import unpack_bits
 from peer.features import LocalExample, invalid_features
 from peer.reports import make_reports
+from tests.aggregator.helpers import bins_document
 from tests.peer.test_policy import problem
 
 N = 6000  # reports per estimate
 PROBLEM = problem()  # sessions on [0, 20], active_days on [0, 14]; ε = 1
-BINS = Bins(
-    problem_id=PROBLEM.id, edges=((5.0,), (7.0,)), t_s=0.0, delta=1.0, t_r=2.0, slots_per_peer=1,
-    signature=bytes(64),
-)
+BINS = bins_document(PROBLEM.id, ((5.0,), (7.0,)))
 MECHANISM = best_mechanism(PROBLEM.draft.report_epsilon, 4, 10)  # 2 bins × label
 
 

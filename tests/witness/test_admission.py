@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import requests
 
 from anonml.crypto import Identity, save_identity
 from anonml.demo import dropout_draft
@@ -24,7 +23,15 @@ from anonml.protocol import (
 )
 from peer.policy import PeerPolicy, evaluate_problem
 from peer.transcript import check_roster_entries, credential_for, load_credentials, trust_refusal
-from tests.aggregator.helpers import ADMIN, draft, post, propose, roster_of, wait_phase
+from tests.aggregator.helpers import (
+    close_registration,
+    draft,
+    post,
+    propose,
+    roster_document,
+    roster_of,
+    wait_phase,
+)
 
 ISSUER = Identity.generate()
 SCOPE = "course:6.867-2026"
@@ -99,7 +106,7 @@ def test_the_aggregator_admits_only_credentialed_registrations(aggregator):
     members = [Identity.generate() for _ in range(4)]
     for me in members:
         assert post(url, registration(me, problem, credential(me))).status_code == 201
-    assert requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30).ok
+    close_registration(aggregator.url, problem.id)
     wait_phase(aggregator.url, problem.id, ("medians", "reporting"), timeout=30)
     roster = roster_of(aggregator.url, problem.id)
     assert {bytes(e.identity) for e in roster.entries} == {bytes(m.public) for m in members}
@@ -134,20 +141,10 @@ def _problem(d):
 
 
 def _roster(problem, entries):
-    from anonml.protocol import Roster
     from tests.witness.test_transcript import AGG
 
-    return sign_message(
-        Roster(
-            problem_id=problem.id,
-            round_id=3,
-            entries=tuple(entries),
-            token_key=b"\x01" * 32,
-            seed=b"\x00" * 32,
-            median_pool_size=0,
-            signature=bytes(64),
-        ),
-        AGG,
+    return roster_document(
+        problem.id, tuple(entries), round_id=3, seed=b"\x00" * 32, token_key=b"\x01" * 32, signer=AGG
     )
 
 

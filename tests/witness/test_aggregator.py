@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import requests
 
@@ -15,6 +16,7 @@ from anonml.protocol import (
     transcript_hash,
 )
 from peer.transcript import check_roster_entries, verify_bundle
+from peer.witness import WitnessSettings
 from tests.aggregator.helpers import (
     aggregator_settings,
     assignment_of,
@@ -32,6 +34,19 @@ def witnessed_draft(witnesses, **kwargs):
     d = draft(**kwargs)
     refs = tuple(WitnessRef(identity=w.identity, url=w.url) for w in witnesses)
     return d.model_copy(update={"witnesses": refs})
+
+
+def _witness_not_yet_up(home: Path) -> tuple[WitnessRef, WitnessSettings]:
+    """A witness as a draft declares it while nobody listens at its URL, and the settings that start it
+    there later (started once on a free port to learn its identity and URL, then stopped)."""
+    from peer.witness import start_witness_server
+
+    settings = WitnessSettings(home=home, port=0)
+    probe = start_witness_server(settings)
+    identity, port = probe.identity, int(probe.url.rsplit(":", 1)[1])
+    probe.stop()
+    declared = WitnessRef(identity=identity, url=f"http://127.0.0.1:{port}")
+    return declared, settings.model_copy(update={"port": port})
 
 
 def bundle_of(url: str, pid: str, stage: str, timeout: float = 30.0) -> CosignatureBundle:
@@ -128,20 +143,12 @@ def test_a_problem_without_witnesses_keeps_working_with_empty_bundles(aggregator
 
 def test_a_restart_during_witnessing_resumes_the_collection(tmp_path):
     from aggregator.app import create_app, start_server
-    from peer.witness import WitnessSettings, start_witness_server
+    from peer.witness import start_witness_server
 
     # Learn a free port for the witness, then take it down: the aggregator will find nobody there.
-    witness_settings = WitnessSettings(home=tmp_path / "w", port=0)
-    probe = start_witness_server(witness_settings)
-    identity, port = probe.identity, int(probe.url.rsplit(":", 1)[1])
-    probe.stop()
+    later, witness_settings = _witness_not_yet_up(tmp_path / "w")
     settings = aggregator_settings(tmp_path)
-
-    class Later:
-        pass
-
-    Later.identity, Later.url = identity, f"http://127.0.0.1:{port}"
-    d = witnessed_draft([Later])
+    d = witnessed_draft([later])
     d = d.model_copy(update={"schedule": d.schedule.model_copy(update={"witness_seconds": 120.0})})
     first = start_server(create_app(settings))
     try:
@@ -150,7 +157,7 @@ def test_a_restart_during_witnessing_resumes_the_collection(tmp_path):
         assert wait_phase(first.url, problem.id, ("witnessing",), timeout=30).phase == "witnessing"
     finally:
         first.stop()
-    witness = start_witness_server(witness_settings.model_copy(update={"port": port}))
+    witness = start_witness_server(witness_settings)
     second = start_server(create_app(settings))
     try:
         status = wait_phase(second.url, problem.id, ("medians", "reporting", "failed"), timeout=60)
@@ -162,22 +169,14 @@ def test_a_restart_during_witnessing_resumes_the_collection(tmp_path):
 
 
 def test_the_aggregator_retries_a_witness_that_comes_up_late(aggregator, tmp_path):
-    from peer.witness import WitnessSettings, start_witness_server
+    from peer.witness import start_witness_server
 
-    settings = WitnessSettings(home=tmp_path / "late", port=0)
-    probe = start_witness_server(settings)
-    identity, port = probe.identity, int(probe.url.rsplit(":", 1)[1])
-    probe.stop()
-
-    class Late:
-        pass
-
-    Late.identity, Late.url = identity, f"http://127.0.0.1:{port}"
-    problem = propose(aggregator.url, witnessed_draft([Late]))
+    late, settings = _witness_not_yet_up(tmp_path / "late")
+    problem = propose(aggregator.url, witnessed_draft([late]))
     register_and_close(aggregator.url, problem)
     # Nobody answers yet: the problem waits in witnessing (retrying with backoff), it does not fail.
     assert wait_phase(aggregator.url, problem.id, ("witnessing",), timeout=30).phase == "witnessing"
-    witness = start_witness_server(settings.model_copy(update={"port": port}))
+    witness = start_witness_server(settings)
     try:
         status = wait_phase(aggregator.url, problem.id, ("medians", "reporting", "failed"), timeout=30)
         assert status.phase != "failed", status.message

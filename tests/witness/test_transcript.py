@@ -21,7 +21,13 @@ from anonml.protocol import (
     transcript_hash,
 )
 from peer.transcript import verify_bundle
-from tests.aggregator.helpers import draft, signed_problem, unsigned_roster_entries
+from tests.aggregator.helpers import (
+    bins_document,
+    draft,
+    roster_document,
+    signed_problem,
+    unsigned_roster_entries,
+)
 
 AGG = Identity.generate()
 WITNESSES = [Identity.generate() for _ in range(3)]
@@ -42,38 +48,15 @@ def problem(witnesses=WITNESSES, **changes) -> Problem:
     return signed_problem(d, AGG, pid="p-transcript", seed=SEED, round_id=7, created_at=created)
 
 
-def roster(**changes) -> Roster:
+def roster() -> Roster:
     peers = [Identity.generate() for _ in range(2)]
     entries = unsigned_roster_entries(peers, 7)
-    fields = (
-        dict(
-            problem_id="p-transcript",
-            round_id=7,
-            entries=entries,
-            token_key=b"\x05" * 32,
-            seed=SEED,
-            median_pool_size=0,
-            signature=bytes(64),
-        )
-        | changes
-    )
-    return sign_message(Roster(**fields), AGG)
+    return roster_document("p-transcript", entries, round_id=7, seed=SEED, token_key=b"\x05" * 32, signer=AGG)
 
 
 def bins(**changes) -> Bins:
-    fields = (
-        dict(
-            problem_id="p-transcript",
-            edges=((5.0,), (5.0,), ()),
-            t_s=100.0,
-            delta=4.0,
-            t_r=105.0,
-            slots_per_peer=1,
-            signature=bytes(64),
-        )
-        | changes
-    )
-    return sign_message(Bins(**fields), AGG)
+    fields = dict(edges=((5.0,), (5.0,), ()), t_s=100.0, delta=4.0, t_r=105.0) | changes
+    return bins_document("p-transcript", **fields, signer=AGG)
 
 
 P, R, B = problem(), roster(), bins()
