@@ -12,6 +12,7 @@ from anonml.errors import PluginError, RecordError
 from anonml.model import Event
 from anonml.store import EventStore
 from importers.apple_health import AppleHealthImporter, snake_case
+from tests.importers.helpers import reject_reasons
 
 FIX = Path(__file__).parent / "fixtures" / "apple_health"
 
@@ -173,13 +174,12 @@ def test_truncated_export_keeps_what_was_read_and_reports_the_break() -> None:
 def test_bad_elements_are_yielded_by_tag_and_index() -> None:
     items = _parse(FIX / "bad_records.xml", timezone="UTC")
     assert isinstance(items[0], Event)
-    path = FIX / "bad_records.xml"
-    assert [str(e) for e in items[1:]] == [
-        f"{path} [Record[1]]: startDate: '28/02/2023 08:11' is not 'YYYY-MM-DD HH:MM:SS ±HHMM'",
-        f"{path} [Record[2]]: value: 'NaN' is not finite",
-        f"{path} [Workout[0]]: totalDistanceUnit: unknown unit 'furlong' (known: m, cm, km, mi, ft, yd)",
-        f"{path} [Record[3]]: missing attribute type",
-        f"{path} [ActivitySummary[0]]: dateComponents: '2023-02-30' is not 'YYYY-MM-DD'",
+    assert reject_reasons(items[1:], FIX / "bad_records.xml") == [
+        " [Record[1]]: startDate: '28/02/2023 08:11' is not 'YYYY-MM-DD HH:MM:SS ±HHMM'",
+        " [Record[2]]: value: 'NaN' is not finite",
+        " [Workout[0]]: totalDistanceUnit: unknown unit 'furlong' (known: m, cm, km, mi, ft, yd)",
+        " [Record[3]]: missing attribute type",
+        " [ActivitySummary[0]]: dateComponents: '2023-02-30' is not 'YYYY-MM-DD'",
     ]
 
 

@@ -11,6 +11,7 @@ from anonml.errors import PluginError, RecordError
 from anonml.model import Event, Text
 from anonml.store import EventStore
 from importers.csv_mapping import CsvImporter, snake_case
+from tests.importers.helpers import reject_reasons
 
 FIX = Path(__file__).parent / "fixtures" / "csv"
 
@@ -62,15 +63,14 @@ def test_iana_zone_applies_to_naive_values_only() -> None:
 def test_bad_cells_name_line_and_column() -> None:
     items = _items(BAD, "bad_cells.csv")
     assert isinstance(items[0], Event)
-    path = FIX / "bad_cells.csv"
-    assert [str(i) for i in items[1:]] == [
-        f"{path}:3: column 'price': '1;5' is not a float",
-        f"{path}:4: column 'count': '2.0' is not an int",
-        f"{path}:5: column 'flag': 'maybe' is not a bool",
-        f"{path}:6: column 'when': 'not a date' is not an ISO 8601 time",
-        f"{path}:7: row has 4 cells, header has 5",
-        f"{path}:8: column 'price': 'nan' is not a float",
-        f"{path}:9: column 'label': empty cell in a required column",
+    assert reject_reasons(items[1:], FIX / "bad_cells.csv") == [
+        ":3: column 'price': '1;5' is not a float",
+        ":4: column 'count': '2.0' is not an int",
+        ":5: column 'flag': 'maybe' is not a bool",
+        ":6: column 'when': 'not a date' is not an ISO 8601 time",
+        ":7: row has 4 cells, header has 5",
+        ":8: column 'price': 'nan' is not a float",
+        ":9: column 'label': empty cell in a required column",
     ]
 
 
