@@ -57,6 +57,11 @@ def only_events(items: Sequence[Event | RecordError]) -> list[Event]:
     return list(items)  # type: ignore[arg-type]
 
 
+def rejects(items: Sequence[Event | RecordError]) -> list[RecordError]:
+    """The bad records among ``items``, in order."""
+    return [i for i in items if isinstance(i, RecordError)]
+
+
 def reject_reasons(items: Sequence[Event | RecordError], path: Path) -> list[str]:
     """What each of ``items`` says after naming ``path``: ``":3: column ..."`` or ``" [$[1]]: ..."``.
 
