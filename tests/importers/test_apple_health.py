@@ -12,7 +12,7 @@ from anonml.errors import PluginError, RecordError
 from anonml.model import Event
 from anonml.store import EventStore
 from importers.apple_health import AppleHealthImporter, snake_case
-from tests.importers.helpers import reject_reasons
+from tests.importers.helpers import parse_failure, reject_reasons
 
 FIX = Path(__file__).parent / "fixtures" / "apple_health"
 
@@ -97,9 +97,7 @@ def test_summaries_are_refused_when_the_export_states_no_single_zone(
 ) -> None:
     path = _without_time_zones(samples_dir / "apple_health" / "export.xml", tmp_path / "export.xml",
                                zones=zones)
-    with pytest.raises(RecordError) as info:
-        _parse(path)
-    assert str(info.value) == (
+    assert parse_failure(AppleHealthImporter(), path) == (
         f"{path}: ActivitySummary days are local dates and the export states no single zone ({said}); "
         "pass params timezone, an IANA name such as 'Europe/Paris'"
     )
@@ -142,17 +140,13 @@ def test_declaration_and_internal_dtd_are_read(tmp_path: Path) -> None:
 
 
 def test_external_entity_is_refused_before_parsing() -> None:
-    with pytest.raises(RecordError) as info:
-        _parse(FIX / "external_entity.xml")
-    assert str(info.value) == (
+    assert parse_failure(AppleHealthImporter(), FIX / "external_entity.xml") == (
         f"{FIX / 'external_entity.xml'}:4: external entity 'secret' (file:///etc/hostname) refused"
     )
 
 
 def test_external_dtd_is_refused() -> None:
-    with pytest.raises(RecordError) as info:
-        _parse(FIX / "external_dtd.xml")
-    assert str(info.value) == (
+    assert parse_failure(AppleHealthImporter(), FIX / "external_dtd.xml") == (
         f"{FIX / 'external_dtd.xml'}:2: external DTD 'http://example.invalid/healthdata.dtd' refused"
     )
 

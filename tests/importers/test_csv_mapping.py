@@ -11,7 +11,7 @@ from anonml.errors import PluginError, RecordError
 from anonml.model import Event, Text
 from anonml.store import EventStore
 from importers.csv_mapping import CsvImporter, snake_case
-from tests.importers.helpers import reject_reasons
+from tests.importers.helpers import parse_failure, reject_reasons
 
 FIX = Path(__file__).parent / "fixtures" / "csv"
 
@@ -86,10 +86,10 @@ def test_epoch_milliseconds_and_constant_type() -> None:
 def test_file_level_problems_raise() -> None:
     with pytest.raises(RecordError, match=r"unterminated.csv:2: malformed CSV: unexpected end of data"):
         _items({"timestamp_column": "a", "fields": {"b": "text"}}, "unterminated.csv")
-    with pytest.raises(RecordError) as info:
-        _items({"timestamp_column": "x", "fields": {"b": "text"}}, "epoch.csv")
-    assert str(info.value) == (f"{FIX / 'epoch.csv'}:1: header lacks mapped column(s) ['b', 'x']; "
-                               "it has ['ts_ms', 'steps']")
+    importer = CsvImporter({"timestamp_column": "x", "fields": {"b": "text"}})
+    assert parse_failure(importer, FIX / "epoch.csv") == (
+        f"{FIX / 'epoch.csv'}:1: header lacks mapped column(s) ['b', 'x']; it has ['ts_ms', 'steps']"
+    )
     with pytest.raises(RecordError, match="needs a mapping"):
         list(CsvImporter().parse(FIX / "epoch.csv"))
 
