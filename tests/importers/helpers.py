@@ -62,14 +62,16 @@ def rejects(items: Sequence[Event | RecordError]) -> list[RecordError]:
     return [i for i in items if isinstance(i, RecordError)]
 
 
-def reject_reasons(items: Sequence[Event | RecordError], path: Path) -> list[str]:
-    """What each of ``items`` says after naming ``path``: ``":3: column ..."`` or ``" [$[1]]: ..."``.
+def reject_reasons(items: Sequence[Event | RecordError], path: Path, *, events: int = 0) -> list[str]:
+    """What each bad record of ``items`` says after naming ``path``: ``":3: …"`` or ``" [$[1]]: …"``.
 
-    Every item must be a :class:`RecordError` whose message starts with ``path``;
-    the test fails on the first that is not.
+    The first ``events`` items must be events (the good records a file starts
+    with) and every later one a :class:`RecordError` whose message starts with
+    ``path``; the test fails on the first item that is not.
     """
+    assert all(isinstance(i, Event) for i in items[:events]), items[:events]
     reasons = []
-    for item in items:
+    for item in items[events:]:
         assert isinstance(item, RecordError), item
         message = str(item)
         assert message.startswith(str(path)), message

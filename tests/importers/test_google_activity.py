@@ -97,7 +97,7 @@ def test_html_gb_export_channel_and_bad_cells() -> None:
     assert watched.timestamp == datetime(2020, 1, 5, 14, 4, 5, tzinfo=UTC)  # CET = +1
     assert watched.fields["channel"] == Text("Bakery Channel")
     assert watched.fields["url"] == Text("https://www.youtube.com/watch?v=abc123")
-    assert reject_reasons(items[1:], FIX / "youtube_gb.html") == [
+    assert reject_reasons(items, FIX / "youtube_gb.html", events=1) == [
         ":7 [outer-cell[1]]: unknown timezone abbreviation 'XYZ' in '6 Jan 2020, 09:00:00 XYZ'; "
         'add it to params abbreviations (e.g. {"XYZ": "+01:00"})',
         ":11 [outer-cell[2]]: time '7 Jan 2020, 09:00:00' has no timezone abbreviation",

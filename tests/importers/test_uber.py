@@ -66,7 +66,7 @@ def test_request_time_style_offsets_sentinels_and_bad_rows() -> None:
     # 1970-01-01 begin/dropoff sentinels and empty cells are left out.
     assert canceled.fields == {"city": "Boston", "product_type": "uberx", "status": "canceled",
                                "distance_mi": 0.0, "fare_amount": 5.0, "fare_currency": "USD"}
-    assert reject_reasons(items[2:], FIX / "trips_data.csv") == [
+    assert reject_reasons(items, FIX / "trips_data.csv", events=2) == [
         ":4: Request Time: '2019-05-11 08:00:00' has no UTC offset; pass params timezone (IANA name)",
         ":5: Begin Trip Lat: '142.36' is not a coordinate within ±90",
         ":6: Fare Amount: 'free' is not a number",
