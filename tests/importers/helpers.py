@@ -1,13 +1,13 @@
 """What every importer test checks the same way.
 
 The store contract (import, re-import, roll back, skip bad records), and what
-an importer says of files: its detection scores, a parse's events, the reasons
-of its bad records, the message of the error that ends it.
+a parse says of a file: its events, the reasons of its bad records, the
+message of the error that ends it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -84,8 +84,3 @@ def parse_failure(importer: Importer, path: Path) -> str:
     with pytest.raises(RecordError) as info:
         list(importer.parse(path))
     return str(info.value)
-
-
-def detect_scores(importer: Importer, paths: Iterable[Path]) -> dict[Path, float]:
-    """``importer.detect`` of each of ``paths``, to compare with a table of expected scores."""
-    return {path: importer.detect(path) for path in paths}

@@ -188,7 +188,6 @@ def test_detect(samples_dir: Path) -> None:
     assert imp.detect(samples_dir / "apple_health" / "export.xml") == 0.95
     assert imp.detect(FIX / "with_dtd.xml") == 0.9
     assert imp.detect(FIX / "export_cda.xml") == 0.0
-    assert imp.detect(samples_dir / "ical" / "x_location.ics") == 0.0
     assert imp.detect(FIX) == 0.0
 
 

@@ -197,8 +197,6 @@ def test_detect(samples_dir: Path, tmp_path: Path) -> None:
     for sample in (samples_dir / "browser").iterdir():
         assert imp.detect(sample) == 0.95, sample
     assert imp.detect(_build(tmp_path, "cookies.sql", "Cookies")) == 0.0
-    assert imp.detect(samples_dir / "fitbit" / "sleep.json") == 0.0
-    assert imp.detect(samples_dir / "browser") == 0.0
 
 
 def test_store_round_trip_reimport_rollback_and_skip_bad(tmp_path: Path, samples_dir: Path) -> None:

@@ -241,8 +241,6 @@ def test_detect(samples_dir: Path) -> None:
     assert imp.detect(FIX / "distance-2018-01-03.json") == 0.0
     assert imp.detect(FIX / "weight-2018-01-01.json") == 0.0
     assert imp.detect(FIX / "wrong_header" / "sleep_score.csv") == 0.0
-    assert imp.detect(samples_dir / "google_location" / "records.json") == 0.0
-    assert imp.detect(samples_dir / "fitbit") == 0.0
 
 
 def test_unknown_timezone_is_a_params_error() -> None:

@@ -15,7 +15,7 @@ from importers.google_activity import (
     GoogleActivityImporter,
     parse_activity_time,
 )
-from tests.importers.helpers import check_store_round_trip, detect_scores, reject_reasons
+from tests.importers.helpers import check_store_round_trip, reject_reasons
 
 FIX = Path(__file__).parent / "fixtures" / "google_activity"
 
@@ -144,18 +144,13 @@ def test_unknown_abbreviation_is_an_error_and_table_documents_offsets() -> None:
     assert TZ_ABBREVIATIONS["PST"] == -480 and TZ_ABBREVIATIONS["CEST"] == 120
 
 
-def test_detect_scores(activity: Path, samples_dir: Path, tmp_path: Path) -> None:
-    expected = {
-        activity / "Search" / "My Activity.json": 0.95,
-        activity / "Maps" / "My Activity.json": 0.95,
-        FIX / "search_us.html": 0.95,
-        FIX / "youtube.json": 0.85,  # right shape, other name
-        FIX / "not_activity.html": 0.0,
-        samples_dir / "google_location" / "records.json": 0.0,
-        samples_dir / "fitbit" / "sleep.json": 0.0,
-        tmp_path: 0.0,
-    }
-    assert detect_scores(GoogleActivityImporter(), expected) == expected
+def test_detect_scores(activity: Path) -> None:
+    importer = GoogleActivityImporter()
+    assert importer.detect(activity / "Search" / "My Activity.json") == 0.95
+    assert importer.detect(activity / "Maps" / "My Activity.json") == 0.95
+    assert importer.detect(FIX / "search_us.html") == 0.95
+    assert importer.detect(FIX / "youtube.json") == 0.85  # right shape, other name
+    assert importer.detect(FIX / "not_activity.html") == 0.0
 
 
 def test_store_import_reimport_rollback_and_skip_bad(activity: Path, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from anonml.errors import PluginError, RecordError
 from anonml.model import Event, Text
 from anonml.store import EventStore
 from importers.uber import UberImporter
-from tests.importers.helpers import check_store_round_trip, detect_scores, parse_failure, reject_reasons
+from tests.importers.helpers import check_store_round_trip, parse_failure, reject_reasons
 
 FIX = Path(__file__).parent / "fixtures" / "uber"
 
@@ -123,16 +123,11 @@ def test_bad_timezone_param() -> None:
         UberImporter({"timezone": "Boston"})
 
 
-def test_detect_scores(snake: Path, samples_dir: Path, tmp_path: Path) -> None:
-    expected = {
-        snake: 0.95,
-        FIX / "trips_data.csv": 0.95,
-        FIX / "trips_page.html": 0.9,
-        samples_dir / "fitbit" / "sleep_score.csv": 0.0,
-        samples_dir / "google_location" / "records.json": 0.0,
-        tmp_path: 0.0,
-    }
-    assert detect_scores(UberImporter(), expected) == expected
+def test_detect_scores(snake: Path) -> None:
+    importer = UberImporter()
+    assert importer.detect(snake) == 0.95
+    assert importer.detect(FIX / "trips_data.csv") == 0.95
+    assert importer.detect(FIX / "trips_page.html") == 0.9
 
 
 def test_store_import_reimport_rollback_and_skip_bad(snake: Path, tmp_path: Path) -> None:
