@@ -320,7 +320,7 @@ def _enrollment(fields: dict, ev: dict) -> None:
 
 _Extractor = Callable[[dict, dict], None]
 
-# (our type, extractor, every name or event_type the logs use for it): legacy name first.
+# (our type, extractor, every name or event_type the logs use for it).
 _TYPES: tuple[tuple[str, _Extractor, str, str] | tuple[str, _Extractor, str], ...] = (
     ("problem_check", _problem_check, "problem_check", "save_problem_check"),
     ("load_video", _video, "load_video", "edx.video.loaded"),
