@@ -95,7 +95,6 @@ file and each finished top-level element is removed from the root.
 
 from __future__ import annotations
 
-import gzip
 import math
 import re
 import xml.etree.ElementTree as ET
@@ -103,7 +102,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, tzinfo
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import ClassVar
 from xml.parsers import expat
 
 from pydantic import Field
@@ -111,7 +110,7 @@ from pydantic import Field
 from anonml.errors import RecordError
 from anonml.model import Event
 from anonml.plugins import Importer, PluginParams
-from anonml.readers import TimeZoneName, head, resolve_timezone
+from anonml.readers import TimeZoneName, head, open_bytes, resolve_timezone
 
 __all__ = ["AppleHealthImporter", "snake_case"]
 
@@ -276,7 +275,7 @@ class AppleHealthImporter(Importer):
             "Me": self._me,
         }
         counts: dict[str, int] = {}
-        with _open_binary(path) as fh:
+        with open_bytes(path) as fh:
             depth = 0
             root: ET.Element | None = None
             try:
@@ -471,7 +470,7 @@ def _check_prolog(path: Path) -> None:
     parser.EntityDeclHandler = entity
     parser.StartElementHandler = start
     try:
-        with _open_binary(path) as fh:
+        with open_bytes(path) as fh:
             while True:
                 chunk = fh.read(_PROLOG_CHUNK)
                 parser.Parse(chunk, not chunk)
@@ -492,12 +491,3 @@ def _check_prolog(path: Path) -> None:
     except OSError as exc:
         raise RecordError(path, None, f"cannot read: {exc.strerror or exc}") from None
     raise RecordError(path, None, "not an Apple Health export: no root element")
-
-
-def _open_binary(path: Path) -> IO[bytes]:
-    fh = open(path, "rb")
-    if fh.read(2) == b"\x1f\x8b":
-        fh.close()
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    fh.seek(0)
-    return fh

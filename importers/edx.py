@@ -320,33 +320,28 @@ def _enrollment(fields: dict, ev: dict) -> None:
 
 _Extractor = Callable[[dict, dict], None]
 
+# (our type, extractor, every name or event_type the logs use for it).
+_TYPES: tuple[tuple[str, _Extractor, str, str] | tuple[str, _Extractor, str], ...] = (
+    ("problem_check", _problem_check, "problem_check", "save_problem_check"),
+    ("load_video", _video, "load_video", "edx.video.loaded"),
+    ("play_video", _video, "play_video", "edx.video.played"),
+    ("pause_video", _video, "pause_video", "edx.video.paused"),
+    ("stop_video", _video, "stop_video", "edx.video.stopped"),
+    ("seek_video", _seek, "seek_video", "edx.video.position.changed"),
+    ("seq_goto", _sequence, "seq_goto", "edx.ui.lms.sequence.tab_selected"),
+    ("seq_next", _sequence, "seq_next", "edx.ui.lms.sequence.next_selected"),
+    ("seq_prev", _sequence, "seq_prev", "edx.ui.lms.sequence.previous_selected"),
+    ("page_close", _nothing, "page_close"),
+    ("forum_thread_created", _forum_created, "edx.forum.thread.created"),
+    ("forum_response_created", _forum_created, "edx.forum.response.created"),
+    ("forum_comment_created", _forum_created, "edx.forum.comment.created"),
+    ("forum_thread_viewed", _forum_viewed, "edx.forum.thread.viewed"),
+    ("enrollment_activated", _enrollment, "edx.course.enrollment.activated"),
+    ("enrollment_deactivated", _enrollment, "edx.course.enrollment.deactivated"),
+)
 # name or event_type -> (our type, extractor)
 _KNOWN: dict[str, tuple[str, _Extractor]] = {
-    "problem_check": ("problem_check", _problem_check),
-    "save_problem_check": ("problem_check", _problem_check),
-    "load_video": ("load_video", _video),
-    "edx.video.loaded": ("load_video", _video),
-    "play_video": ("play_video", _video),
-    "edx.video.played": ("play_video", _video),
-    "pause_video": ("pause_video", _video),
-    "edx.video.paused": ("pause_video", _video),
-    "stop_video": ("stop_video", _video),
-    "edx.video.stopped": ("stop_video", _video),
-    "seek_video": ("seek_video", _seek),
-    "edx.video.position.changed": ("seek_video", _seek),
-    "seq_goto": ("seq_goto", _sequence),
-    "edx.ui.lms.sequence.tab_selected": ("seq_goto", _sequence),
-    "seq_next": ("seq_next", _sequence),
-    "edx.ui.lms.sequence.next_selected": ("seq_next", _sequence),
-    "seq_prev": ("seq_prev", _sequence),
-    "edx.ui.lms.sequence.previous_selected": ("seq_prev", _sequence),
-    "page_close": ("page_close", _nothing),
-    "edx.forum.thread.created": ("forum_thread_created", _forum_created),
-    "edx.forum.response.created": ("forum_response_created", _forum_created),
-    "edx.forum.comment.created": ("forum_comment_created", _forum_created),
-    "edx.forum.thread.viewed": ("forum_thread_viewed", _forum_viewed),
-    "edx.course.enrollment.activated": ("enrollment_activated", _enrollment),
-    "edx.course.enrollment.deactivated": ("enrollment_deactivated", _enrollment),
+    name: (ours, extract) for ours, extract, *names in _TYPES for name in names
 }
 
 

@@ -77,7 +77,6 @@ the standard library's :class:`email.parser.BytesParser`.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import re
 from collections.abc import Iterator
@@ -95,7 +94,7 @@ from pydantic import Field, field_validator
 from anonml.errors import RecordError
 from anonml.model import Event
 from anonml.plugins import Importer, PluginParams
-from anonml.readers import head, open_checked
+from anonml.readers import head, open_bytes, open_checked
 
 __all__ = ["MboxImporter", "keyed_hash"]
 
@@ -123,15 +122,6 @@ def keyed_hash(value: str, key: str, purpose: str) -> str:
         key=key.encode("utf-8"),
         person=purpose.encode("ascii")[:16],
     ).hexdigest()
-
-
-def _open_binary(path: Path) -> IO[bytes]:
-    fh = open(path, "rb")
-    if fh.read(2) == b"\x1f\x8b":
-        fh.close()
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    fh.seek(0)
-    return fh
 
 
 class MboxImporter(Importer):
@@ -178,7 +168,7 @@ class MboxImporter(Importer):
         return 0.95 if path.name.lower().endswith((".mbox", ".mbox.gz")) else 0.85
 
     def parse(self, path: Path) -> Iterator[Event | RecordError]:
-        with open_checked(path, _open_binary) as fh:
+        with open_checked(path, open_bytes) as fh:
             try:
                 for start_line, size, message in self._messages(path, fh):
                     if message is None:

@@ -73,23 +73,19 @@ from anonml.readers import TimeZoneName, csv_rows, head, open_checked, open_text
 __all__ = ["UberImporter"]
 
 _SOURCE = "uber"
-# Canonical key → header in each style.
-_REQUEST_STYLE = {
-    "city": "City", "product_type": "Product Type", "status": "Trip or Order Status",
-    "request": "Request Time", "begin": "Begin Trip Time", "begin_lat": "Begin Trip Lat",
-    "begin_lng": "Begin Trip Lng", "begin_address": "Begin Trip Address",
-    "dropoff": "Dropoff Time", "dropoff_lat": "Dropoff Lat", "dropoff_lng": "Dropoff Lng",
-    "dropoff_address": "Dropoff Address", "distance": "Distance (miles)",
-    "fare": "Fare Amount", "currency": "Fare Currency",
+# Canonical key → (header in the "Request Time" style, header in the snake_case style).
+_HEADERS = {
+    "city": ("City", "city"), "product_type": ("Product Type", "product_type"),
+    "status": ("Trip or Order Status", "status"), "request": ("Request Time", "request_time"),
+    "begin": ("Begin Trip Time", "begin_trip_time"), "begin_lat": ("Begin Trip Lat", "begintrip_lat"),
+    "begin_lng": ("Begin Trip Lng", "begintrip_lng"),
+    "begin_address": ("Begin Trip Address", "begintrip_address"), "dropoff": ("Dropoff Time", "dropoff_time"),
+    "dropoff_lat": ("Dropoff Lat", "dropoff_lat"), "dropoff_lng": ("Dropoff Lng", "dropoff_lng"),
+    "dropoff_address": ("Dropoff Address", "dropoff_address"), "distance": ("Distance (miles)", "distance"),
+    "fare": ("Fare Amount", "fare_amount"), "currency": ("Fare Currency", "fare_currency"),
 }
-_SNAKE_STYLE = {
-    "city": "city", "product_type": "product_type", "status": "status",
-    "request": "request_time", "begin": "begin_trip_time", "begin_lat": "begintrip_lat",
-    "begin_lng": "begintrip_lng", "begin_address": "begintrip_address",
-    "dropoff": "dropoff_time", "dropoff_lat": "dropoff_lat", "dropoff_lng": "dropoff_lng",
-    "dropoff_address": "dropoff_address", "distance": "distance",
-    "fare": "fare_amount", "currency": "fare_currency",
-}
+_REQUEST_STYLE = {key: request for key, (request, _) in _HEADERS.items()}
+_SNAKE_STYLE = {key: snake for key, (_, snake) in _HEADERS.items()}
 _SENTINEL = datetime(1970, 1, 1, tzinfo=UTC)
 _STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)(?:\s*([+-]\d{2}:?\d{2}|Z))?"
                     r"(?:\s+[A-Za-z_/]+)?$")

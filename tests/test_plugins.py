@@ -1,11 +1,11 @@
-"""The plugin registry: entry points, names, versions, params, third-party discovery."""
+"""The plugin registry: entry points, names, versions, params, third-party plugin modules.
+
+An installed third-party package, listed and used through the CLI, is tested with the
+importer kit that scaffolds it (tests/cli/test_importer_kit.py).
+"""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -48,62 +48,6 @@ def test_params_are_validated_and_frozen():
 def test_plugin_ref_refuses_non_names():
     with pytest.raises(ValueError):
         PluginRef(name="os.system")
-
-
-@pytest.mark.slow
-def test_third_party_plugin_package_is_discovered(tmp_path: Path):
-    """pip-install a tiny plugin distribution into a folder and see the CLI list and use it."""
-    pkg = tmp_path / "anonml-importer-tiny"
-    (pkg / "anonml_importer_tiny").mkdir(parents=True)
-    (pkg / "pyproject.toml").write_text(textwrap.dedent("""
-        [build-system]
-        requires = ["setuptools>=61"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "anonml-importer-tiny"
-        version = "0.3.0"
-        [project.entry-points."anonml.importers"]
-        tiny = "anonml_importer_tiny:TinyImporter"
-    """))
-    (pkg / "anonml_importer_tiny" / "__init__.py").write_text(textwrap.dedent("""
-        from anonml.model import Event
-        from anonml.plugins import Importer
-
-        class TinyImporter(Importer):
-            name = "tiny"
-            version = "0.3"
-            description = "one event per line"
-
-            def detect(self, path):
-                return 0.9 if path.suffix == ".tiny" else 0.0
-
-            def parse(self, path):
-                for line in path.read_text().splitlines():
-                    yield Event(source="tiny", type="line", fields={"text": line})
-    """))
-    target = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(pkg)],
-        check=True, capture_output=True, text=True,
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")])}
-    listed = subprocess.run([sys.executable, "-m", "anonml", "plugins", "--json"],
-                            env=env, capture_output=True, text=True, check=True)
-    tiny = [p for p in json.loads(listed.stdout) if p["name"] == "tiny"]
-    assert tiny == [{"kind": "importer", "name": "tiny", "version": "0.3",
-                     "description": "one event per line", "distribution": "anonml-importer-tiny",
-                     "target": "anonml_importer_tiny:TinyImporter"}]
-    data = tmp_path / "x.tiny"
-    data.write_text("a\nb\n")
-    imported = subprocess.run(
-        [sys.executable, "-m", "anonml", "import", str(data), "--store",
-         f"sqlite:///{tmp_path / 'e.db'}", "--json"],
-        env=env, capture_output=True, text=True,
-    )
-    assert imported.returncode == 0, imported.stderr
-    assert json.loads(imported.stdout)[0]["inserted"] == 2
-    assert "tiny (confidence 0.90)" in imported.stderr
 
 
 def _write_plugin_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, params: str) -> str:

@@ -1,4 +1,4 @@
-"""The importer author's kit: a scaffolded package installs, is discovered, passes its tests."""
+"""The importer author's kit: a scaffolded package installs, is listed and used, passes its tests."""
 
 from __future__ import annotations
 
@@ -32,6 +32,20 @@ def test_scaffold_installs_is_discovered_and_its_tests_pass(tmp_path: Path):
                       "--no-build-isolation", "--target", str(site), str(root)], env)
     assert installed.returncode == 0, installed.stderr
     env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+
+    listed = _run([sys.executable, "-m", "anonml", "plugins", "--json"], env)
+    assert listed.returncode == 0, listed.stderr
+    assert [p for p in json.loads(listed.stdout) if p["name"] == "garmin_daily"] == [{
+        "kind": "importer", "name": "garmin_daily", "version": "0.1",
+        "description": "garmin_daily exports (JSON lines of time, kind, value)",
+        "distribution": "anonml-importer-garmin-daily",
+        "target": "anonml_importer_garmin_daily:GarminDailyImporter",
+    }]
+    imported = _run([sys.executable, "-m", "anonml", "import", str(root / "tests" / "sample.jsonl"),
+                     "--store", f"sqlite:///{tmp_path / 'e.db'}", "--json"], env)
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout)[0]["inserted"] == 3
+    assert "garmin_daily (confidence 0.80)" in imported.stderr
 
     tests = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], env, cwd=root)
     assert tests.returncode == 0, tests.stdout + tests.stderr

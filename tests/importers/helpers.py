@@ -1,12 +1,19 @@
-"""The store contract every importer test checks: import, re-import, roll back, skip bad records."""
+"""What every importer test checks the same way.
+
+The store contract (import, re-import, roll back, skip bad records), and what
+a parse says of a file: its events, the reasons of its bad records, the
+message of the error that ends it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from anonml.errors import RecordError
+from anonml.model import Event
 from anonml.plugins import Importer
 from anonml.store import EventStore, ImportReport
 
@@ -42,3 +49,38 @@ def check_store_round_trip(
     report = store.import_file(bad, importer, skip_bad=True)
     assert (report.inserted, report.rejected) == skipped
     return first, again, report
+
+
+def only_events(items: Sequence[Event | RecordError]) -> list[Event]:
+    """``items`` as events; the test fails, showing every item, if any is a bad record."""
+    assert all(isinstance(i, Event) for i in items), items
+    return list(items)  # type: ignore[arg-type]
+
+
+def rejects(items: Sequence[Event | RecordError]) -> list[RecordError]:
+    """The bad records among ``items``, in order."""
+    return [i for i in items if isinstance(i, RecordError)]
+
+
+def reject_reasons(items: Sequence[Event | RecordError], path: Path, *, events: int = 0) -> list[str]:
+    """What each bad record of ``items`` says after naming ``path``: ``":3: …"`` or ``" [$[1]]: …"``.
+
+    The first ``events`` items must be events (the good records a file starts
+    with) and every later one a :class:`RecordError` whose message starts with
+    ``path``; the test fails on the first item that is not.
+    """
+    assert all(isinstance(i, Event) for i in items[:events]), items[:events]
+    reasons = []
+    for item in items[events:]:
+        assert isinstance(item, RecordError), item
+        message = str(item)
+        assert message.startswith(str(path)), message
+        reasons.append(message[len(str(path)) :])
+    return reasons
+
+
+def parse_failure(importer: Importer, path: Path) -> str:
+    """The message of the :class:`RecordError` that parsing ``path`` raises; the test fails if none is."""
+    with pytest.raises(RecordError) as info:
+        list(importer.parse(path))
+    return str(info.value)

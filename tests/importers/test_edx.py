@@ -13,6 +13,7 @@ from anonml.model import Event, Text
 from anonml.plugins import create
 from anonml.store import EventStore
 from importers.edx import EdxImporter, sanitize_type
+from tests.importers.helpers import parse_failure, reject_reasons
 
 FIXTURES = Path(__file__).parent / "fixtures" / "edx"
 COURSE = "course-v1:FixtureX+EDX1+2024"
@@ -196,15 +197,13 @@ def test_empty_file_has_no_events() -> None:
 def test_bad_record_is_yielded_with_file_line_and_reason(name: str, reason: str) -> None:
     path = FIXTURES / name
     events, errors, _ = parse(path)
-    assert [str(e) for e in errors] == [f"{path}:2: {reason}"]
+    assert reject_reasons(errors, path) == [f":2: {reason}"]
     assert events and events[0].type == "play_video"  # the good line before it still parses
 
 
 def test_a_json_file_that_is_not_a_tracking_log_raises() -> None:
     path = FIXTURES / "not_edx.jsonl"
-    with pytest.raises(RecordError) as info:
-        list(EdxImporter().parse(path))
-    assert str(info.value) == (
+    assert parse_failure(EdxImporter(), path) == (
         f"{path}:1: not an edX tracking log: the first JSON record is not an object "
         "with 'event_type' or 'name'"
     )
@@ -287,11 +286,11 @@ def test_non_finite_and_non_numeric_members_are_errors(tmp_path: Path) -> None:
         _rec(event_type="seq_goto", event=[1, 2]),
     )
     _, errors, _ = parse(path)
-    assert [str(e) for e in errors] == [
-        f"{path}:1: field 'event.currentTime': 'NaN' is not a finite number",
-        f"{path}:2: field 'context.user_id': expected a number, got 'abc'",
-        f"{path}:3: field 'event.old': expected an integer, got 1.5",
-        f"{path}:4: field 'event': expected an object for seq_goto, got [1, 2]",
+    assert reject_reasons(errors, path) == [
+        ":1: field 'event.currentTime': 'NaN' is not a finite number",
+        ":2: field 'context.user_id': expected a number, got 'abc'",
+        ":3: field 'event.old': expected an integer, got 1.5",
+        ":4: field 'event': expected an object for seq_goto, got [1, 2]",
     ]
 
 
@@ -325,13 +324,6 @@ def test_detect_judges_a_first_line_longer_than_the_head_by_its_keys(tmp_path: P
         _rec(event_type="problem_check", event={"state": "x" * 40000}),
     )
     assert 0.5 <= EdxImporter().detect(path) < 0.9
-
-
-def test_detect_scores_every_real_sample_export_low(samples_dir: Path) -> None:
-    files = [p for p in samples_dir.rglob("*") if p.is_file()]
-    assert len(files) > 20
-    scores = {str(p.relative_to(samples_dir)): EdxImporter().detect(p) for p in files}
-    assert {k: v for k, v in scores.items() if v >= 0.3} == {}
 
 
 def test_registered_as_an_entry_point() -> None:
@@ -369,8 +361,8 @@ def test_skip_bad_imports_the_rest_and_reports_each(tmp_path: Path) -> None:
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
     report = store.import_file(FIXTURES / "bad_json.log", EdxImporter(), skip_bad=True)
     assert (report.accepted, report.inserted, report.rejected) == (2, 2, 1)
-    assert [str(e) for e in report.errors] == [
-        f"{FIXTURES / 'bad_json.log'}:2: invalid JSON: Expecting ',' delimiter"
+    assert reject_reasons(report.errors, FIXTURES / "bad_json.log") == [
+        ":2: invalid JSON: Expecting ',' delimiter"
     ]
     assert [e.type for e in store.events()] == ["play_video", "stop_video"]
 

@@ -11,6 +11,7 @@ from anonml.errors import PluginError, RecordError
 from anonml.model import Event, Text
 from anonml.store import EventStore
 from importers.uber import UberImporter
+from tests.importers.helpers import check_store_round_trip, parse_failure, reject_reasons
 
 FIX = Path(__file__).parent / "fixtures" / "uber"
 
@@ -25,9 +26,7 @@ def snake(samples_dir: Path) -> Path:
 
 
 def test_snake_case_sample_needs_an_explicit_timezone(snake: Path) -> None:
-    with pytest.raises(RecordError) as info:
-        _items(snake)
-    assert str(info.value) == (
+    assert parse_failure(UberImporter(), snake) == (
         f"{snake}:1: this trips CSV (snake_case header) has times without a UTC offset; "
         "pass params timezone, an IANA name such as 'America/New_York' or 'UTC'")
 
@@ -67,13 +66,12 @@ def test_request_time_style_offsets_sentinels_and_bad_rows() -> None:
     # 1970-01-01 begin/dropoff sentinels and empty cells are left out.
     assert canceled.fields == {"city": "Boston", "product_type": "uberx", "status": "canceled",
                                "distance_mi": 0.0, "fare_amount": 5.0, "fare_currency": "USD"}
-    path = FIX / "trips_data.csv"
-    assert [str(i) for i in items[2:]] == [
-        f"{path}:4: Request Time: '2019-05-11 08:00:00' has no UTC offset; pass params timezone (IANA name)",
-        f"{path}:5: Begin Trip Lat: '142.36' is not a coordinate within ±90",
-        f"{path}:6: Fare Amount: 'free' is not a number",
-        f"{path}:7: Request Time: missing request time",
-        f"{path}:8: Request Time: 'yesterday' is not like '2019-05-09 06:26:38 +0000 UTC'",
+    assert reject_reasons(items, FIX / "trips_data.csv", events=2) == [
+        ":4: Request Time: '2019-05-11 08:00:00' has no UTC offset; pass params timezone (IANA name)",
+        ":5: Begin Trip Lat: '142.36' is not a coordinate within ±90",
+        ":6: Fare Amount: 'free' is not a number",
+        ":7: Request Time: missing request time",
+        ":8: Request Time: 'yesterday' is not like '2019-05-09 06:26:38 +0000 UTC'",
     ]
 
 
@@ -113,9 +111,7 @@ def test_saved_page_without_data_titles_uses_positions() -> None:
 
 
 def test_unrecognised_page_and_csv_raise(samples_dir: Path) -> None:
-    with pytest.raises(RecordError) as info:
-        _items(FIX / "not_trips.html", {"timezone": "UTC"})
-    assert str(info.value) == (
+    assert parse_failure(UberImporter({"timezone": "UTC"}), FIX / "not_trips.html") == (
         f"{FIX / 'not_trips.html'}: page structure not recognised: no tr.trip-expand__origin "
         "trip rows (expected a saved riders.uber.com/trips page)")
     with pytest.raises(RecordError, match="not an Uber trips CSV"):
@@ -127,27 +123,20 @@ def test_bad_timezone_param() -> None:
         UberImporter({"timezone": "Boston"})
 
 
-def test_detect_scores(snake: Path, samples_dir: Path, tmp_path: Path) -> None:
+def test_detect_scores(snake: Path) -> None:
     importer = UberImporter()
     assert importer.detect(snake) == 0.95
     assert importer.detect(FIX / "trips_data.csv") == 0.95
     assert importer.detect(FIX / "trips_page.html") == 0.9
-    assert importer.detect(samples_dir / "fitbit" / "sleep_score.csv") == 0.0
-    assert importer.detect(samples_dir / "google_location" / "records.json") == 0.0
-    assert importer.detect(tmp_path) == 0.0
 
 
 def test_store_import_reimport_rollback_and_skip_bad(snake: Path, tmp_path: Path) -> None:
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
-    importer = UberImporter({"timezone": "UTC"})
-    first = store.import_file(snake, importer)
-    assert (first.accepted, first.inserted) == (1234, 1234)
-    assert store.import_file(snake, importer).inserted == 0
-    with pytest.raises(RecordError, match=r"trips_data.csv:5: Begin Trip Lat"):
-        store.import_file(FIX / "trips_data.csv", importer)
-    assert store.count() == 1234
-    report = store.import_file(FIX / "trips_data.csv", importer, skip_bad=True)
-    assert (report.inserted, report.rejected) == (3, 4)
+    first, _, report = check_store_round_trip(
+        store, UberImporter({"timezone": "UTC"}), snake, 1234,
+        FIX / "trips_data.csv", r"trips_data.csv:5: Begin Trip Lat", (3, 4),
+    )
+    assert first.accepted == 1234
     assert [e.line for e in report.errors] == [5, 6, 7, 8]
     store.close()
 
