@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 from scipy import sparse
-from sklearn.utils.estimator_checks import parametrize_with_checks
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
@@ -39,6 +38,7 @@ from anonml.learn.multiparty import (
     ParameterAveraging,
     PrivateSGD,
 )
+from tests.learn.helpers import sklearn_contract
 
 
 def _in_unit_ball(X: Any) -> Any:
@@ -134,6 +134,4 @@ ESTIMATORS = [
 ]
 
 
-@parametrize_with_checks(ESTIMATORS)
-def test_sklearn_contract(estimator, check):
-    check(estimator)
+test_sklearn_contract = sklearn_contract(ESTIMATORS)
