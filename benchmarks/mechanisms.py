@@ -30,20 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from anonml.privacy import (
-    CONSISTENCY_METHODS,
-    OUE,
-    RAPPOR,
-    PQPerturbation,
-    RandomizedResponse,
-    SubsetSelection,
-    best_mechanism,
-    estimate_counts,
-)
+from anonml.privacy import CANDIDATES, CONSISTENCY_METHODS, best_mechanism, estimate_counts
 from benchmarks.reporting import RESULTS, machine, now, pyplot, save_figure, write_json_and_plot
 
-#: The mechanisms both privacy benchmarks measure, in the order their tables list them.
-KINDS = (PQPerturbation, RAPPOR, OUE, RandomizedResponse, SubsetSelection)
+#: The mechanisms both privacy benchmarks measure, in the order their tables list them: every
+#: candidate of :func:`anonml.privacy.best_mechanism`, in its tie-break order.
+KINDS = CANDIDATES
 METHODS: tuple[str | None, ...] = (None, *CONSISTENCY_METHODS)
 
 
