@@ -30,20 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from anonml.privacy import (
-    CONSISTENCY_METHODS,
-    OUE,
-    RAPPOR,
-    PQPerturbation,
-    RandomizedResponse,
-    SubsetSelection,
-    best_mechanism,
-    estimate_counts,
-)
-from benchmarks.reporting import RESULTS, machine, now, pyplot, save_figure, write_json
+from anonml.privacy import CANDIDATES, CONSISTENCY_METHODS, best_mechanism, estimate_counts
+from benchmarks.reporting import RESULTS, machine, now, pyplot, save_figure, write_json_and_plot
 
-#: The mechanisms both privacy benchmarks measure, in the order their tables list them.
-KINDS = (PQPerturbation, RAPPOR, OUE, RandomizedResponse, SubsetSelection)
+#: The mechanisms both privacy benchmarks measure, in the order their tables list them: every
+#: candidate of :func:`anonml.privacy.best_mechanism`, in its tie-break order.
+KINDS = CANDIDATES
 METHODS: tuple[str | None, ...] = (None, *CONSISTENCY_METHODS)
 
 
@@ -194,21 +186,27 @@ def plot(result: dict, path: Path) -> bool:
     return save_figure(plt, fig, path)
 
 
+def add_run_arguments(parser: argparse.ArgumentParser, *, repeats: int, output: str) -> None:
+    """The options both privacy benchmarks take: ``--epsilons``, ``--repeats``, ``--seed``, ``--output``.
+
+    ``repeats`` is the default number of repeats, ``output`` the default file name in ``RESULTS``.
+    """
+    parser.add_argument("--epsilons", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0])
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--seed", type=int, default=2017)
+    parser.add_argument("--output", type=Path, default=RESULTS / output)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", type=int, nargs="+", default=[4, 16, 64, 128])
-    parser.add_argument("--epsilons", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0])
     parser.add_argument("--n", type=int, default=32_561)
-    parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=2017)
-    parser.add_argument("--output", type=Path, default=RESULTS / "mechanisms.json")
+    add_run_arguments(parser, repeats=50, output="mechanisms.json")
     args = parser.parse_args(argv)
     result = run(args.domains, args.epsilons, args.n, args.repeats, args.seed)
-    write_json(args.output, result)
+    write_json_and_plot(args.output, result, plot)
     print(table(result))
     print(json.dumps(result["summary"]))
-    if plot(result, args.output.with_suffix(".png")):
-        print(f"plot: {args.output.with_suffix('.png')}", file=sys.stderr)
     return result
 
 

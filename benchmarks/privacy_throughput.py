@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from anonml.privacy import Mechanism, best_mechanism
-from benchmarks.mechanisms import KINDS
-from benchmarks.reporting import RESULTS, machine, now, pyplot, save_figure, write_json
+from benchmarks.mechanisms import KINDS, add_run_arguments
+from benchmarks.reporting import machine, now, pyplot, save_figure, write_json_and_plot
 
 TARGET = 3.0
 
@@ -158,15 +158,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--m", type=int, default=16)
-    parser.add_argument("--epsilons", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0])
-    parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--seed", type=int, default=2017)
-    parser.add_argument("--output", type=Path, default=RESULTS / "privacy_throughput.json")
+    add_run_arguments(parser, repeats=9, output="privacy_throughput.json")
     args = parser.parse_args(argv)
     result = run(args.n, args.m, args.epsilons, args.repeats, args.seed)
-    write_json(args.output, result)
-    if plot(result, args.output.with_suffix(".png")):
-        print(f"plot: {args.output.with_suffix('.png')}", file=sys.stderr)
+    write_json_and_plot(args.output, result, plot)
     print(
         json.dumps(
             {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -19,7 +20,17 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
-__all__ = ["RESULTS", "now", "machine", "write_json", "timed_map", "rate", "pyplot", "save_figure"]
+__all__ = [
+    "RESULTS",
+    "now",
+    "machine",
+    "write_json",
+    "write_json_and_plot",
+    "timed_map",
+    "rate",
+    "pyplot",
+    "save_figure",
+]
 
 #: The folder every benchmark writes its JSON into (``benchmarks/results``).
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -47,6 +58,17 @@ def write_json(path: Path, doc: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {path}")
+
+
+def write_json_and_plot(path: Path, doc: Any, plot: Callable[[Any, Path], bool]) -> None:
+    """:func:`write_json`, then ``plot(doc, figure)`` for the PNG beside it, saying where it went (stderr).
+
+    ``plot`` returns False when it drew nothing (no matplotlib); then nothing is said.
+    """
+    write_json(path, doc)
+    figure = path.with_suffix(".png")
+    if plot(doc, figure):
+        print(f"plot: {figure}", file=sys.stderr)
 
 
 def timed_map(call: Callable[[_T], Any], items: Iterable[_T], threads: int) -> tuple[Counter[Any], float]:

@@ -378,6 +378,15 @@ def _simulated_plan(
     )
 
 
+def _check_given_plan(plan: PartitionPlan, n_all: int, n_calibration: int) -> None:
+    """A given plan (a real roster's) must cover every row, and then there is no calibration pool."""
+    if plan.order.size != n_all or n_calibration:
+        raise ValueError(
+            f"a given plan must cover every one of the {n_all} rows with no calibration pool, "
+            f"it covers {plan.order.size} (calibration pool {n_calibration})"
+        )
+
+
 def simulate_training(
     X: np.ndarray,
     y: np.ndarray,
@@ -430,33 +439,10 @@ def simulate_training(
     n_bins, pool = _bins_and_pool(features, config, n, n_all)
     if plan is None:
         plan = _simulated_plan(n, n_features, pool, config, rng)
-    elif plan.order.size != n or calibration_rows.size:
-        raise ValueError(
-            f"a given plan must cover every one of the {n_all} rows with no calibration pool, "
-            f"it covers {plan.order.size} (calibration pool {calibration_rows.size})"
-        )
-    if binning is None:
-        binning, answered, estimates = private_binning(
-            X[plan.median_pool()],
-            features,
-            n_bins,
-            epsilon=config.epsilon,
-            n_steps=config.median_steps,
-            confidence=config.median_confidence,
-            rng=rng,
-        )
     else:
-        if binning.names != [f.name for f in features]:
-            raise ValueError(
-                f"the given bins are for features {binning.names}, not {[f.name for f in features]}"
-            )
-        answered, estimates = 0, {}
-    codes = binning.transform(X)
-    selected = None
-    if _pilot_applies(config, n_features):
-        stages, selected = _piloted_reports(codes, y, plan, binning, config, rng)
-    else:
-        stages = [(plan, *_reports(codes, y, plan, binning, config, rng))]
+        _check_given_plan(plan, n_all, calibration_rows.size)
+    binning, answered, estimates = _median_pool_bins(X, plan, features, n_bins, config, rng, binning)
+    stages, selected = _report_stages(binning.transform(X), y, plan, binning, config, rng)
     histograms, sizes, mechanisms = _pooled(stages)
     warn_small_groups(histograms, mechanisms, config.epsilon)
     accounting = _account(
@@ -482,24 +468,81 @@ def simulate_training(
     )
 
 
-def _reports(
+def _median_pool_bins(
+    X: np.ndarray,
+    plan: PartitionPlan,
+    features: Sequence[FeatureSpec],
+    n_bins: int,
+    config: SimulationConfig,
+    rng: np.random.Generator,
+    binning: Binning | None,
+) -> tuple[Binning, int, dict[int, Any]]:
+    """The private bins of ``plan``'s median pool (:func:`private_binning`), or ``binning`` when given.
+
+    Given bins must be for exactly ``features``; then the pool answers nothing
+    (0 answers, no search estimates) and ``rng`` is not drawn from.
+    """
+    if binning is None:
+        return private_binning(
+            X[plan.median_pool()],
+            features,
+            n_bins,
+            epsilon=config.epsilon,
+            n_steps=config.median_steps,
+            confidence=config.median_confidence,
+            rng=rng,
+        )
+    if binning.names != [f.name for f in features]:
+        raise ValueError(f"the given bins are for features {binning.names}, not {[f.name for f in features]}")
+    return binning, 0, {}
+
+
+_Stage = tuple[PartitionPlan, tuple[SubsetHistogram, ...], tuple[int, ...], tuple[Mechanism, ...]]
+
+
+def _report_stages(
     codes: np.ndarray,
     y: np.ndarray,
     plan: PartitionPlan,
     binning: Binning,
     config: SimulationConfig,
     rng: np.random.Generator,
-) -> tuple[tuple[SubsetHistogram, ...], tuple[int, ...], tuple[Mechanism, ...]]:
-    return simulate_reports(
-        codes,
-        y,
-        plan,
-        binning.n_bins,
-        epsilon=config.epsilon / config.n_subsets,
-        consistency=config.consistency,
-        rng=rng,
-        n_classes=config.n_classes,
-    )
+) -> tuple[list[_Stage], tuple[int, ...] | None]:
+    """Every report stage (its plan, histograms, partition sizes and mechanisms), and the kept features.
+
+    Without a pilot (:func:`_pilot_applies`) there is one stage, ``plan``
+    itself, and no selection (None). With one, a pilot round over every
+    feature comes first, :func:`select_features` keeps some, and the rest of
+    the report peers report only on those (one group per kept feature).
+    Each report carries ε_T/k_h (:func:`simulate_reports`).
+    """
+
+    def stage(rows: np.ndarray | slice, stage_plan: PartitionPlan) -> _Stage:
+        return (
+            stage_plan,
+            *simulate_reports(
+                codes[rows],
+                y[rows],
+                stage_plan,
+                binning.n_bins,
+                epsilon=config.epsilon / config.n_subsets,
+                consistency=config.consistency,
+                rng=rng,
+                n_classes=config.n_classes,
+            ),
+        )
+
+    n_features = codes.shape[1]
+    if not _pilot_applies(config, n_features):
+        return [stage(slice(None), plan)], None
+    report_rows = plan.order[plan.median_pool_size :]
+    n_pilot = max(n_features, int(round(config.pilot_fraction * report_rows.size)))
+    pilot_rows, main_rows = report_rows[:n_pilot], report_rows[n_pilot:]
+    stages = [stage(pilot_rows, _single_feature_plan(pilot_rows, range(n_features), n_features, rng))]
+    selected = select_features(stages[0][1])
+    if main_rows.size >= len(selected):
+        stages.append(stage(main_rows, _single_feature_plan(main_rows, selected, n_features, rng)))
+    return stages, selected
 
 
 def _pilot_applies(config: SimulationConfig, n_features: int) -> bool:
@@ -524,29 +567,6 @@ def _single_feature_plan(
         n_partitions=len(features),
         subsets=[[int(f)] for f in features],
     )
-
-
-def _piloted_reports(
-    codes: np.ndarray,
-    y: np.ndarray,
-    plan: PartitionPlan,
-    binning: Binning,
-    config: SimulationConfig,
-    rng: np.random.Generator,
-) -> tuple[list[tuple[PartitionPlan, tuple, tuple, tuple]], tuple[int, ...]]:
-    """Pilot round over every feature, selection, then the rest of the report peers on the kept features."""
-    n_features = codes.shape[1]
-    report_rows = plan.order[plan.median_pool_size :]
-    n_pilot = max(n_features, int(round(config.pilot_fraction * report_rows.size)))
-    pilot_rows, main_rows = report_rows[:n_pilot], report_rows[n_pilot:]
-    pilot_plan = _single_feature_plan(pilot_rows, range(n_features), n_features, rng)
-    pilot = _reports(codes[pilot_rows], y[pilot_rows], pilot_plan, binning, config, rng)
-    selected = select_features(pilot[0])
-    stages = [(pilot_plan, *pilot)]
-    if main_rows.size >= len(selected):
-        main_plan = _single_feature_plan(main_rows, selected, n_features, rng)
-        stages.append((main_plan, *_reports(codes[main_rows], y[main_rows], main_plan, binning, config, rng)))
-    return stages, selected
 
 
 #: A feature is kept when its pilot dependence statistic exceeds df + this many sd of its null.

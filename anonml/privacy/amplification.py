@@ -38,6 +38,7 @@ guarantee: it needs no such assumption.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -143,6 +144,23 @@ def shuffle_delta(epsilon: float, epsilon0: float, n: int) -> float:
     return float(min(1.0, max(forward, backward)))
 
 
+def _bisect(above: Callable[[float], bool], low: float, high: float, tol: float) -> tuple[float, float]:
+    """Halve ``[low, high]`` until it is at most ``tol`` wide, keeping ``above(high)`` and not ``above(low)``.
+
+    For a predicate that is false below some point and true from it on, the
+    returned ``(low, high)`` bracket that point; each caller keeps the end that
+    satisfies its own bound (``high`` for the smallest ε meeting a δ, ``low``
+    for the largest ε₀ within a target).
+    """
+    while high - low > tol:
+        mid = 0.5 * (low + high)
+        if above(mid):
+            high = mid
+        else:
+            low = mid
+    return low, high
+
+
 def shuffle_epsilon(epsilon0: float, n: int, delta: float | None = None, *, tol: float = 1e-6) -> float:
     """The smallest central ε with ``δ(ε) ≤ delta`` for ``n`` shuffled ε₀-LDP reports.
 
@@ -163,13 +181,7 @@ def shuffle_epsilon(epsilon0: float, n: int, delta: float | None = None, *, tol:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     if n == 1 or shuffle_delta(0.0, epsilon0, n) <= delta:
         return epsilon0 if n == 1 else 0.0
-    low, high = 0.0, float(epsilon0)
-    while high - low > tol:
-        mid = 0.5 * (low + high)
-        if shuffle_delta(mid, epsilon0, n) <= delta:
-            high = mid
-        else:
-            low = mid
+    _, high = _bisect(lambda e: shuffle_delta(e, epsilon0, n) <= delta, 0.0, float(epsilon0), tol)
     return high
 
 
@@ -207,13 +219,12 @@ def local_epsilon_for(
     delta = default_delta(n) if delta is None else float(delta)
     if shuffle_epsilon(max_epsilon0, n, delta) <= target_epsilon:
         return float(max_epsilon0)
-    low, high = float(min(target_epsilon, max_epsilon0)), float(max_epsilon0)
-    while high - low > tol:
-        mid = 0.5 * (low + high)
-        if shuffle_epsilon(mid, n, delta) <= target_epsilon:
-            low = mid
-        else:
-            high = mid
+    low, _ = _bisect(
+        lambda e: shuffle_epsilon(e, n, delta) > target_epsilon,
+        float(min(target_epsilon, max_epsilon0)),
+        float(max_epsilon0),
+        tol,
+    )
     return low
 
 

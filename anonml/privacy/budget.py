@@ -57,18 +57,11 @@ class ReleaseSpec:
     pool: str | None = None
 
 
-@dataclass(frozen=True)
-class Release:
+@dataclass(frozen=True, kw_only=True)
+class Release(ReleaseSpec):
     """A recorded release: a :class:`ReleaseSpec` with its row id and time (UTC)."""
 
     id: int
-    peer: str
-    problem: str
-    round: int
-    attributes: tuple[str, ...]
-    mechanism: str
-    epsilon: float
-    pool: str | None
     recorded_at: datetime
 
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 from sklearn.metrics import roc_auc_score
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from anonml.errors import ProtocolError
 from anonml.learn.binning import Binning
@@ -16,6 +15,7 @@ from anonml.learn.ensemble import vote_ensemble
 from anonml.learn.model import MODEL_FORMAT, MODEL_VERSION, AnonMLClassifier
 from anonml.learn.simulation import calibration_pool_size
 from anonml.model import FeatureKind, FeatureSpec
+from tests.learn.helpers import sklearn_contract
 
 SPECS = [
     FeatureSpec(name="a", kind=FeatureKind.CATEGORICAL, categories=("x", "y", "z")),
@@ -33,13 +33,9 @@ def _world(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     return np.column_stack([a, b, np.clip(c, -4, 4)]).astype(float), y
 
 
-@parametrize_with_checks([AnonMLClassifier(epsilon=20.0, ranges="from-data", random_state=0)])
-@pytest.mark.filterwarnings("ignore::anonml.learn.notices.NotPrivateWarning")
-@pytest.mark.filterwarnings("ignore::anonml.learn.notices.SmallGroupWarning")
-def test_sklearn_contract(estimator, check):
-    # High ε only so that the accuracy checks on 30-row toy data are not decided by LDP noise;
-    # the toy data carry no public ranges, so they are read from the rows (not private).
-    check(estimator)
+# High ε only so that the accuracy checks on 30-row toy data are not decided by LDP noise;
+# the toy data carry no public ranges, so they are read from the rows (not private).
+test_sklearn_contract = sklearn_contract([AnonMLClassifier(epsilon=20.0, ranges="from-data", random_state=0)])
 
 
 def test_fit_learns_a_real_signal_under_privacy():

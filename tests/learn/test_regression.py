@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from anonml.learn.regression import AnonMLRegressor
 from anonml.model import FeatureKind, FeatureSpec
+from tests.learn.helpers import sklearn_contract
 
-
-@parametrize_with_checks(
+# Bins of width 0.5 over [-3, 3]: the checks' small integer targets land in different bins, so
+# the K-class classifier sees at least two; high ε and data-read ranges as in test_model.py.
+test_sklearn_contract = sklearn_contract(
     [
         AnonMLRegressor(
             target_range=(-3.0, 3.0),
@@ -19,12 +20,6 @@ from anonml.model import FeatureKind, FeatureSpec
         )
     ]
 )
-@pytest.mark.filterwarnings("ignore::anonml.learn.notices.NotPrivateWarning")
-@pytest.mark.filterwarnings("ignore::anonml.learn.notices.SmallGroupWarning")
-def test_sklearn_contract(estimator, check):
-    # Bins of width 0.5 over [-3, 3]: the checks' small integer targets land in different bins, so
-    # the K-class classifier sees at least two; high ε and data-read ranges as in test_model.py.
-    check(estimator)
 
 
 def test_binned_regression_tracks_the_target_under_privacy():

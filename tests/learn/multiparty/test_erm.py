@@ -15,17 +15,13 @@ from anonml.learn.multiparty.erm import (
     soft_label_objective,
     softmax_objective,
 )
-
-
-def _unit_rows(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
-    X = rng.normal(size=(n, d))
-    return X / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
+from tests.learn.multiparty.helpers import ball_rows
 
 
 @pytest.mark.parametrize("loss_name", ["logistic", "huber"])
 def test_soft_label_gradient_matches_finite_differences(loss_name: str) -> None:
     rng = np.random.default_rng(3)
-    X = _unit_rows(rng, 40, 5)
+    X = ball_rows(rng, 40, 5)
     alpha = rng.uniform(size=40)
     loss = margin_loss(loss_name, huber_h=0.5)
     for _ in range(5):
@@ -38,7 +34,7 @@ def test_soft_label_gradient_matches_finite_differences(loss_name: str) -> None:
 
 def test_softmax_gradient_matches_finite_differences() -> None:
     rng = np.random.default_rng(4)
-    X = _unit_rows(rng, 30, 4)
+    X = ball_rows(rng, 30, 4)
     targets = rng.dirichlet(np.ones(3), size=30)
     W = rng.normal(size=(3, 4))
     analytic = softmax_objective(W, X, targets, 0.05)[1].ravel()
@@ -50,7 +46,7 @@ def test_softmax_gradient_matches_finite_differences() -> None:
 
 def test_soft_labels_of_zero_and_one_equal_hard_label_erm() -> None:
     rng = np.random.default_rng(5)
-    X = _unit_rows(rng, 60, 3)
+    X = ball_rows(rng, 60, 3)
     y = np.where(rng.uniform(size=60) < 0.5, 1.0, -1.0)
     hard = fit_linear_erm(X, y, 0.01)
     soft = fit_soft_label_erm(X, (y + 1) / 2, 0.01)
@@ -60,7 +56,7 @@ def test_soft_labels_of_zero_and_one_equal_hard_label_erm() -> None:
 def test_linear_erm_satisfies_first_order_condition_with_linear_term() -> None:
     # ∇J(w*) = (1/n) Σ l'(y wᵀx) y x + λw + b = 0 at the minimiser.
     rng = np.random.default_rng(6)
-    X = _unit_rows(rng, 80, 4)
+    X = ball_rows(rng, 80, 4)
     y = np.where(X[:, 0] + 0.3 * rng.normal(size=80) > 0, 1.0, -1.0)
     b = rng.normal(size=4)
     w = fit_linear_erm(X, y, 0.02, linear=b)

@@ -19,11 +19,11 @@ High ε and small λ keep the accuracy checks about the estimator, not the noise
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from scipy import sparse
-from sklearn.utils.estimator_checks import parametrize_with_checks
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
@@ -38,6 +38,7 @@ from anonml.learn.multiparty import (
     ParameterAveraging,
     PrivateSGD,
 )
+from tests.learn.helpers import sklearn_contract
 
 
 def _in_unit_ball(X: Any) -> Any:
@@ -67,35 +68,18 @@ def _two_parties(X: Any, y: Any) -> np.ndarray:
     return np.arange(np.asarray(y if y is not None else X).shape[0]) % 2
 
 
-class CheckedParameterAveraging(ParameterAveraging):
-    def fit(self, X: Any, y: Any) -> CheckedParameterAveraging:
-        return super().fit(_in_unit_ball(X), y, parties=_two_parties(X, y))
+def _two_party_fit(X: Any, y: Any) -> tuple[tuple, dict[str, Any]]:
+    return (_in_unit_ball(X), y), {"parties": _two_parties(X, y)}
 
 
-class CheckedAverageMethod(AverageMethod):
-    def fit(self, X: Any, y: Any) -> CheckedAverageMethod:
-        return super().fit(_in_unit_ball(X), y, parties=_two_parties(X, y))
+def _public_set_fit(X: Any, y: Any) -> tuple[tuple, dict[str, Any]]:
+    """Two parties, and the rows themselves as the public labelled set."""
+    X = _in_unit_ball(X)
+    return (X, y), {"parties": _two_parties(X, y), "X_public": X, "y_public": y}
 
 
-class CheckedFeatureMethod(FeatureMethod):
-    def fit(self, X: Any, y: Any) -> CheckedFeatureMethod:
-        X = _in_unit_ball(X)
-        return super().fit(X, y, parties=_two_parties(X, y), X_public=X, y_public=y)
-
-
-class CheckedPrivateSGD(PrivateSGD):
-    def fit(self, X: Any, y: Any) -> CheckedPrivateSGD:
-        return super().fit(_in_unit_ball(X), y, parties=_two_parties(X, y))
-
-
-class CheckedGaussianObjectivePerturbation(GaussianObjectivePerturbation):
-    def fit(self, X: Any, y: Any) -> CheckedGaussianObjectivePerturbation:
-        return super().fit(_in_unit_ball(X), y, parties=_two_parties(X, y))
-
-
-class CheckedObjectivePerturbationLR(ObjectivePerturbationLR):
-    def fit(self, X: Any, y: Any) -> CheckedObjectivePerturbationLR:
-        return super().fit(_in_unit_ball(X), y)
+def _pooled_fit(X: Any, y: Any) -> tuple[tuple, dict[str, Any]]:
+    return (_in_unit_ball(X), y), {}
 
 
 def _one_party_votes(y: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -108,16 +92,33 @@ def _one_party_votes(y: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.eye(max(classes.size, 2))[index.ravel()], classes
 
 
-class CheckedHammMajorityVote(HammMajorityVote):
-    def fit(self, X: Any, y: Any) -> CheckedHammMajorityVote:
-        votes, classes = _one_party_votes(y)
-        return super().fit(_in_unit_ball(X), votes, classes)
+def _votes_fit(X: Any, y: Any) -> tuple[tuple, dict[str, Any]]:
+    votes, classes = _one_party_votes(y)
+    return (_in_unit_ball(X), votes, classes), {}
 
 
-class CheckedHammSoftLabel(HammSoftLabel):
-    def fit(self, X: Any, y: Any) -> CheckedHammSoftLabel:
-        votes, classes = _one_party_votes(y)
-        return super().fit(_in_unit_ball(X), votes, classes)
+def _checked(estimator: type, supply: Callable[[Any, Any], tuple[tuple, dict[str, Any]]]) -> type:
+    """The subclass ``Checked<estimator>`` whose ``fit(X, y)`` is the estimator's fit on ``supply(X, y)``.
+
+    Bound at module level under its own name, so that the pickling checks find it.
+    """
+
+    def fit(self: Any, X: Any, y: Any) -> Any:
+        args, kwargs = supply(X, y)
+        return estimator.fit(self, *args, **kwargs)
+
+    name = f"Checked{estimator.__name__}"
+    return type(name, (estimator,), {"fit": fit, "__module__": __name__, "__qualname__": name})
+
+
+CheckedParameterAveraging = _checked(ParameterAveraging, _two_party_fit)
+CheckedAverageMethod = _checked(AverageMethod, _two_party_fit)
+CheckedFeatureMethod = _checked(FeatureMethod, _public_set_fit)
+CheckedPrivateSGD = _checked(PrivateSGD, _two_party_fit)
+CheckedGaussianObjectivePerturbation = _checked(GaussianObjectivePerturbation, _two_party_fit)
+CheckedObjectivePerturbationLR = _checked(ObjectivePerturbationLR, _pooled_fit)
+CheckedHammMajorityVote = _checked(HammMajorityVote, _votes_fit)
+CheckedHammSoftLabel = _checked(HammSoftLabel, _votes_fit)
 
 
 ESTIMATORS = [
@@ -133,6 +134,4 @@ ESTIMATORS = [
 ]
 
 
-@parametrize_with_checks(ESTIMATORS)
-def test_sklearn_contract(estimator, check):
-    check(estimator)
+test_sklearn_contract = sklearn_contract(ESTIMATORS)

@@ -17,14 +17,12 @@ from anonml.learn.multiparty.hamm import (
 )
 from anonml.learn.multiparty.pathak import ParameterAveraging
 from anonml.learn.multiparty.xie import AverageMethod, FeatureMethod
+from tests.learn.multiparty.helpers import labelled_ball
 
 
 def _data(seed: int, n: int = 120, d: int = 4) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    X = X / (1.2 * np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True)))
-    y = (X[:, 0] + 0.2 * rng.normal(size=n) > 0).astype(int)
-    return X, y
+    X, positive = labelled_ball(seed, n, d, shrink=1.2)
+    return X, positive.astype(int)
 
 
 def test_pathak_noise_is_calibrated_to_the_smallest_party() -> None:

@@ -17,14 +17,12 @@ from anonml.learn.multiparty.rajkumar import (
     gaussian_sigma,
     printed_condition_sigma,
 )
+from tests.learn.multiparty.helpers import labelled_ball
 
 
 def _data(seed: int, n: int = 60, d: int = 4) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    X = X / (1.5 * np.linalg.norm(X, axis=1, keepdims=True))
-    y = np.where(X[:, 0] + 0.2 * rng.normal(size=n) > 0, 1.0, -1.0)
-    return X, y
+    X, positive = labelled_ball(seed, n, d, shrink=1.5, on_sphere=True)
+    return X, np.where(positive, 1.0, -1.0)
 
 
 def _recovered_noise(X: np.ndarray, y: np.ndarray, w: np.ndarray, reg: float) -> np.ndarray:
