@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -218,11 +218,17 @@ def estimate_quantile(
     )
 
 
-def estimate_median(query: IsGreaterQuery, low: float, high: float, **search: Any) -> QuantileEstimate:
-    """Private median by thesis algorithm 1: :func:`estimate_quantile` at 0.5.
-
-    ``search`` holds :func:`estimate_quantile`'s keyword options (``epsilon``
-    and ``n_steps``, required; ``confidence``, ``first_step``), checked there.
+def estimate_median(
+    query: IsGreaterQuery,
+    low: float,
+    high: float,
+    *,
+    epsilon: float,
+    n_steps: int,
+    confidence: float = 0.95,
+    first_step: int = 0,
+) -> QuantileEstimate:
+    """Private median by thesis algorithm 1 (see :func:`estimate_quantile`).
 
     Examples
     --------
@@ -234,7 +240,16 @@ def estimate_median(query: IsGreaterQuery, low: float, high: float, **search: An
     >>> est.lower <= 40.0 <= est.upper
     True
     """
-    return estimate_quantile(query, low, high, 0.5, **search)
+    return estimate_quantile(
+        query,
+        low,
+        high,
+        0.5,
+        epsilon=epsilon,
+        n_steps=n_steps,
+        confidence=confidence,
+        first_step=first_step,
+    )
 
 
 def estimate_bin_edges(
