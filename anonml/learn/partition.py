@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -332,18 +332,19 @@ def verify_assignment(
     peer_keys: Sequence[bytes],
     my_key: bytes,
     n_features: int,
+    n_partitions: int,
+    n_subsets: int = 1,
+    subset_size: int = 1,
+    subsets: Sequence[Sequence[int]] | None = None,
+    median_pool_size: int = 0,
+    beacon: bytes = b"",
     plan: PartitionPlan | None = None,
-    **plan_inputs: Any,
 ) -> PeerAssignment:
     """Peer-side check of the assignment the aggregator announced.
 
-    ``plan_inputs`` are :func:`make_plan`'s keyword inputs (``n_partitions``,
-    ``n_subsets``, ``subset_size``, ``subsets``, ``median_pool_size``,
-    ``beacon``; :func:`anonml.learn.settings.plan_inputs` gives them for a
-    draft), checked by :func:`make_plan` itself. ``plan``: :func:`make_plan` of
-    exactly these public inputs, when the caller already recomputed it (a
-    process checking many hosted identities against one roster computes it
-    once); None recomputes it here.
+    ``plan``: :func:`make_plan` of exactly these public inputs, when the caller
+    already recomputed it (a process checking many hosted identities against
+    one roster computes it once); None recomputes it here.
 
     Recomputes the plan from the public inputs (with the ``beacon`` the peer
     derived itself from the verified witness cosignatures) and returns the
@@ -364,7 +365,17 @@ def verify_assignment(
     except ValueError:
         raise ProtocolError("this peer's key is not on the closed roster") from None
     if plan is None:
-        plan = make_plan(seed, keys, n_features, **plan_inputs)
+        plan = make_plan(
+            seed,
+            keys,
+            n_features,
+            n_partitions=n_partitions,
+            n_subsets=n_subsets,
+            subset_size=subset_size,
+            subsets=subsets,
+            median_pool_size=median_pool_size,
+            beacon=beacon,
+        )
     actual = plan.assignment(roster_index)
     if actual != claimed:
         raise ProtocolError(f"announced assignment {claimed} differs from the one the seed gives: {actual}")
