@@ -10,16 +10,27 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
-__all__ = ["RESULTS", "now", "machine", "write_json", "timed_map", "rate", "pyplot", "save_figure"]
+__all__ = [
+    "RESULTS",
+    "now",
+    "machine",
+    "write_json",
+    "print_table",
+    "timed_map",
+    "rate",
+    "pyplot",
+    "save_figure",
+]
 
 #: The folder every benchmark writes its JSON into (``benchmarks/results``).
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -47,6 +58,21 @@ def write_json(path: Path, doc: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {path}")
+
+
+def print_table(
+    columns: Sequence[tuple[str, str, str]], rows: Iterable[Mapping[str, Any]], *, tail: str = "statuses"
+) -> None:
+    """Print ``rows`` as a text table, a column per ``(heading, key, format spec)``.
+
+    A cell is ``format(row[key], spec)`` (``">8"``, ``">8.1%"``); the heading takes the
+    spec's alignment and width only. After the columns, two spaces and the row's
+    ``tail`` field as it is (the HTTP statuses a run met).
+    """
+    heads = [format(heading, re.match(r"[<>^]?\d*", spec).group()) for heading, _, spec in columns]
+    print(" ".join(heads))
+    for row in rows:
+        print(" ".join(format(row[key], spec) for _, key, spec in columns) + f"  {row[tail]}")
 
 
 def timed_map(call: Callable[[_T], Any], items: Iterable[_T], threads: int) -> tuple[Counter[Any], float]:
