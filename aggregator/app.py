@@ -63,17 +63,14 @@ __all__ = [
 ]
 
 
-class BodyLimit:
+class BodyLimit(serving.HttpMiddleware):
     """ASGI middleware: 413 for a body over ``max_bytes`` (declared or streamed)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
+        super().__init__(app)
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
                 await self._too_large(send)

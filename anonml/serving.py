@@ -5,6 +5,7 @@
 - :func:`uvicorn_server`: uvicorn with the roles' settings (no access log, warnings only).
 - :func:`start_in_thread` / :class:`ThreadedServer`: serve from a daemon thread of this
   process and wait until uvicorn reports it started (tests, the demo, benchmarks).
+- :class:`HttpMiddleware`: the base of an ASGI middleware that acts on HTTP requests only.
 - :func:`child_environment`: the folder and environment of a child interpreter that must
   import this repository (``python -m aggregator``, ``anonml witness serve``, benchmark workers);
   :func:`spawn_child` starts one there with text pipes, :func:`ready_line` waits for the line
@@ -20,12 +21,14 @@ import subprocess
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = [
     "bind",
@@ -33,6 +36,7 @@ __all__ = [
     "start_in_thread",
     "wait_started",
     "ThreadedServer",
+    "HttpMiddleware",
     "child_environment",
     "spawn_child",
     "ready_line",
@@ -102,6 +106,26 @@ class ThreadedServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
+
+
+class HttpMiddleware(ABC):
+    """An ASGI middleware around ``app`` that acts on HTTP requests (:meth:`http`) only.
+
+    Every other scope (``lifespan``, ``websocket``) goes to ``app`` untouched.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        await self.http(scope, receive, send)
+
+    @abstractmethod
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Handle one HTTP request (calling ``self.app`` to pass it on)."""
 
 
 def child_environment() -> tuple[str, dict[str, str]]:
