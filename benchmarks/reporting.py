@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from string import Formatter
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -61,18 +62,24 @@ def write_json(path: Path, doc: Any) -> None:
 
 
 def print_table(
-    columns: Sequence[tuple[str, str, str]], rows: Iterable[Mapping[str, Any]], *, tail: str = "statuses"
+    rows: Iterable[Mapping[str, Any]], template: str, headings: Sequence[str], *, tail: str = "statuses"
 ) -> None:
-    """Print ``rows`` as a text table, a column per ``(heading, key, format spec)``.
+    """Print ``rows`` under ``headings``: a row is ``template.format_map(row)``, then two spaces and
+    its ``tail`` field as it is (the HTTP statuses a run met).
 
-    A cell is ``format(row[key], spec)`` (``">8"``, ``">8.1%"``); the heading takes the
-    spec's alignment and width only. After the columns, two spaces and the row's
-    ``tail`` field as it is (the HTTP statuses a run met).
+    ``template`` names a row's fields with their format specs (``"{name:40} {requests:>8}"``);
+    a heading stands where its field does, with the spec's alignment and width only.
     """
-    heads = [format(heading, re.match(r"[<>^]?\d*", spec).group()) for heading, _, spec in columns]
-    print(" ".join(heads))
+    fields = [(text, spec) for text, name, spec, _ in Formatter().parse(template) if name is not None]
+    if len(fields) != len(headings):
+        raise ValueError(f"{len(headings)} headings for the {len(fields)} fields of {template!r}")
+    line = "".join(
+        text + format(heading, re.match(r"[<>^]?\d*", spec or "").group())
+        for (text, spec), heading in zip(fields, headings, strict=True)
+    )
+    print(line)
     for row in rows:
-        print(" ".join(format(row[key], spec) for _, key, spec in columns) + f"  {row[tail]}")
+        print(template.format_map(row) + f"  {row[tail]}")
 
 
 def timed_map(call: Callable[[_T], Any], items: Iterable[_T], threads: int) -> tuple[Counter[Any], float]:
