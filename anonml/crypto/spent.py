@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from sqlalchemy import LargeBinary, UniqueConstraint, insert, select
@@ -266,34 +267,38 @@ class _SqlOnce:
         if create_tables:
             create_crypto_tables(engine)
 
+    def _in_transaction(self, record: Callable[..., None], *key: bytes) -> None:
+        """``record(session, *key)`` (:func:`record_spent`, :func:`record_issuance`) in one transaction."""
+        with Session(self.engine) as session, session.begin():
+            record(session, *key)
+
+    def _holds(self, row: type[CryptoBase], **key: bytes) -> bool:
+        """Whether ``row``'s table has a row with these (already checked) column values."""
+        columns = row.__table__.c
+        query = select(*row.__table__.primary_key.columns).where(
+            *(columns[name] == value for name, value in key.items())
+        )
+        with Session(self.engine) as session:
+            return session.execute(query).first() is not None
+
 
 class SqlSpentSet(_SqlOnce, SpentSet):
     """A spent set in any SQLAlchemy database; each :meth:`spend` is one short transaction."""
 
     def spend(self, key_id: bytes, slot: bytes, nonce: bytes) -> None:
-        with Session(self.engine) as session, session.begin():
-            record_spent(session, key_id, slot, nonce)
+        self._in_transaction(record_spent, key_id, slot, nonce)
 
     def is_spent(self, key_id: bytes, slot: bytes, nonce: bytes) -> bool:
         key_id, slot, nonce = _spent_key(key_id, slot, nonce)
-        query = select(SpentTokenRow.nonce).where(
-            SpentTokenRow.key_id == key_id, SpentTokenRow.slot == slot, SpentTokenRow.nonce == nonce
-        )
-        with Session(self.engine) as session:
-            return session.scalars(query).first() is not None
+        return self._holds(SpentTokenRow, key_id=key_id, slot=slot, nonce=nonce)
 
 
 class SqlIssuanceLedger(_SqlOnce, IssuanceLedger):
     """An issuance ledger in any SQLAlchemy database; one short transaction per record."""
 
     def record(self, key_id: bytes, peer_id: bytes, slot: bytes) -> None:
-        with Session(self.engine) as session, session.begin():
-            record_issuance(session, key_id, peer_id, slot)
+        self._in_transaction(record_issuance, key_id, peer_id, slot)
 
     def has_issued(self, key_id: bytes, peer_id: bytes, slot: bytes) -> bool:
         key_id, peer_id, slot = _issue_key(key_id, peer_id, slot)
-        query = select(IssuanceRow.id).where(
-            IssuanceRow.key_id == key_id, IssuanceRow.peer_id == peer_id, IssuanceRow.slot == slot
-        )
-        with Session(self.engine) as session:
-            return session.scalars(query).first() is not None
+        return self._holds(IssuanceRow, key_id=key_id, peer_id=peer_id, slot=slot)
