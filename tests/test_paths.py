@@ -30,5 +30,6 @@ def test_services_keep_their_token_beside_the_identity(tmp_path: Path) -> None:
     assert aggregator.resolved_admin_token() == admin and peer.resolved_local_token() == local
     configured = aggregator.model_copy(update={"admin_token": "configured"})
     assert configured.resolved_admin_token() == "configured"
-    assert PeerSettings(identity_file=tmp_path / "p2" / "identity.json", local_token="set").resolved_local_token() == "set"
+    set_by_hand = PeerSettings(identity_file=tmp_path / "p2" / "identity.json", local_token="set")
+    assert set_by_hand.resolved_local_token() == "set"
     assert not (tmp_path / "p2" / "local-token").exists()
