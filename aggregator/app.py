@@ -24,7 +24,6 @@ poll. The database must be PostgreSQL (:func:`check_workers`).
 from __future__ import annotations
 
 import os
-import select
 import socket
 import subprocess
 import sys
@@ -64,17 +63,14 @@ __all__ = [
 ]
 
 
-class BodyLimit:
+class BodyLimit(serving.HttpMiddleware):
     """ASGI middleware: 413 for a body over ``max_bytes`` (declared or streamed)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
+        super().__init__(app)
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
                 await self._too_large(send)
@@ -305,20 +301,8 @@ def start_server_process(
     settings: AggregatorSettings, timeout: float = serving.CHILD_START_SECONDS
 ) -> ServerProcess:
     """Serve an aggregator from ``python -m aggregator`` (port from ``settings``; 0 = a free one)."""
-    root, env = serving.child_environment()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "aggregator"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=root,
-    )
-    assert process.stdin is not None and process.stdout is not None
-    process.stdin.write(settings.model_dump_json() + "\n")
-    process.stdin.flush()
-    ready, _, _ = select.select([process.stdout], [], [], timeout)
-    url = process.stdout.readline().strip() if ready else ""
+    process = serving.spawn_child(["-m", "aggregator"], first_line=settings.model_dump_json())
+    url = serving.ready_line(process, timeout).strip()
     if not url:
         process.kill()
         raise RuntimeError("the aggregator process did not start (see its stderr)")

@@ -6,14 +6,13 @@ variables (:meth:`AggregatorSettings.from_env`), validated by pydantic.
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from anonml.environment import settings_from_env
-from anonml.paths import anonml_home, write_secret
+from anonml.paths import anonml_home, stored_token
 from anonml.schedule import DEFAULT_REACTION_SECONDS
 
 __all__ = ["AggregatorSettings", "ENV_PREFIX"]
@@ -95,9 +94,4 @@ class AggregatorSettings(BaseModel):
         """The admin token: the configured one, else one stored beside the identity (0600)."""
         if self.admin_token:
             return self.admin_token
-        path = self.identity_file.with_name("admin-token")
-        if path.exists():
-            return path.read_text(encoding="utf-8").strip()
-        token = secrets.token_urlsafe(32)
-        write_secret(path, token + "\n")
-        return token
+        return stored_token(self.identity_file.with_name("admin-token"))

@@ -84,20 +84,23 @@ def to_utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
+#: Field value types and their kinds, in the order they are tried: a subclass before its base
+#: (``bool`` before ``int``, :class:`Text` before ``str``).
+_KIND_OF_TYPE: tuple[tuple[type, FieldKind], ...] = (
+    (bool, FieldKind.BOOL),
+    (int, FieldKind.INT),
+    (float, FieldKind.FLOAT),
+    (Text, FieldKind.TEXT),
+    (str, FieldKind.CATEGORICAL),
+    (datetime, FieldKind.DATETIME),
+)
+
+
 def field_kind(value: object) -> FieldKind:
     """The :class:`FieldKind` of a field value (``bool`` is checked before ``int``)."""
-    if isinstance(value, bool):
-        return FieldKind.BOOL
-    if isinstance(value, int):
-        return FieldKind.INT
-    if isinstance(value, float):
-        return FieldKind.FLOAT
-    if isinstance(value, Text):
-        return FieldKind.TEXT
-    if isinstance(value, str):
-        return FieldKind.CATEGORICAL
-    if isinstance(value, datetime):
-        return FieldKind.DATETIME
+    for kind_type, kind in _KIND_OF_TYPE:
+        if isinstance(value, kind_type):
+            return kind
     raise TypeError(f"unsupported field value {value!r} of type {type(value).__name__}")
 
 

@@ -10,6 +10,8 @@ secrets and personal data. Another local user must read none of it, so:
 - :func:`private_file` creates or tightens a file to 0600;
   :func:`write_secret` writes a new secret file that is 0600 from its first
   byte (``O_CREAT | O_EXCL`` with mode 0600, never a chmod after the fact);
+  :func:`stored_token` reads a random bearer token kept in such a file, or
+  creates it;
 - SQLite databases are created 0600 with their ``-wal`` / ``-shm`` /
   ``-journal`` companions by :func:`anonml.database.make_engine`, which uses
   these helpers.
@@ -18,10 +20,18 @@ secrets and personal data. Another local user must read none of it, so:
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 from pathlib import Path
 
-__all__ = ["anonml_home", "default_store_url", "private_dir", "private_file", "write_secret"]
+__all__ = [
+    "anonml_home",
+    "default_store_url",
+    "private_dir",
+    "private_file",
+    "stored_token",
+    "write_secret",
+]
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -86,6 +96,21 @@ def write_secret(path: Path, text: str) -> Path:
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
     return path
+
+
+def stored_token(path: Path) -> str:
+    """The bearer token kept in ``path``, or a new one (32 random bytes, URL-safe) written there 0600.
+
+    A service's admin or local API token when none is configured: it outlives a
+    restart, so clients holding it keep working; :func:`write_secret` creates the
+    file (and its folder 0700).
+    """
+    path = Path(path)
+    if path.exists():
+        return path.read_text(encoding="utf-8").strip()
+    token = secrets.token_urlsafe(32)
+    write_secret(path, token + "\n")
+    return token
 
 
 def anonml_home(*, create: bool = True) -> Path:

@@ -747,24 +747,26 @@ class RosterWitness(_Message):
 # --- private medians -----------------------------------------------------------
 
 
-class MedianQuery(_Message):
-    """IsGreater(threshold) for one numeric feature, asked of ``members`` (roster indices)."""
+class _MedianStep(_Message):
+    """What names one step of the private-median search: the problem, the feature, the step."""
 
     problem_id: str
     feature: int = Field(ge=0)
     step: int = Field(ge=0)
+
+
+class MedianQuery(_MedianStep):
+    """IsGreater(threshold) for one numeric feature, asked of ``members`` (roster indices)."""
+
     threshold: float
     members: tuple[int, ...]
     epsilon: float = Field(gt=0)
     signature: SignatureBytes
 
 
-class MedianAnswer(_Message):
+class MedianAnswer(_MedianStep):
     """One binary-randomised-response bit, signed by the answering peer."""
 
-    problem_id: str
-    feature: int = Field(ge=0)
-    step: int = Field(ge=0)
     identity: IdentityBytes
     bit: bool
     signature: SignatureBytes

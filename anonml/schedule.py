@@ -134,6 +134,42 @@ class ScheduleFloors:
         return {name: max(float(current[name]), floor) for name, floor in asdict(self).items()}
 
 
+def _round_costs(
+    n_peers: int,
+    hops: int,
+    slots_per_peer: int,
+    request_seconds: float,
+    member_seconds: float | None,
+    reaction_seconds: float,
+) -> tuple[float, float, float]:
+    """``(L, M, r)`` of :func:`schedule_floors` from its arguments, which it checks.
+
+    ``M`` is the measured ``request_seconds`` unless ``member_seconds`` is given;
+    ``L`` is ``request_seconds`` raised to :data:`PACKET_REQUEST_SECONDS`.
+
+    Raises
+    ------
+    ProtocolError
+        When a count is below 1 or a cost is negative or not finite (naming it).
+    """
+    if n_peers < 1 or hops < 1 or slots_per_peer < 1:
+        raise ProtocolError(
+            f"schedule floors need n_peers, hops and slots ≥ 1, got "
+            f"n={n_peers}, hops={hops}, slots={slots_per_peer}"
+        )
+    M = request_seconds if member_seconds is None else member_seconds
+    for name, value in (
+        ("request_seconds", request_seconds),
+        ("member_seconds", M),
+        ("reaction_seconds", reaction_seconds),
+    ):
+        if not (math.isfinite(value) and value >= 0):
+            raise ProtocolError(f"schedule floors need a finite {name} ≥ 0, got {value!r}")
+    # A packet is a request at every hop whatever the registrations cost: batched registrations
+    # amortise L far below it (2.1 ms at 1,000 peers sized windows that lost 289 of 750 reports).
+    return max(request_seconds, PACKET_REQUEST_SECONDS), M, reaction_seconds
+
+
 def schedule_floors(
     n_peers: int,
     *,
@@ -203,23 +239,8 @@ def schedule_floors(
     226 s and a 62 s report delay. Cyphers 2017 (ch. 5) fixes the windows by
     hand; this sizing is ours.
     """
-    if n_peers < 1 or hops < 1 or slots_per_peer < 1:
-        raise ProtocolError(
-            f"schedule floors need n_peers, hops and slots ≥ 1, got "
-            f"n={n_peers}, hops={hops}, slots={slots_per_peer}"
-        )
-    M = request_seconds if member_seconds is None else member_seconds
-    for name, value in (
-        ("request_seconds", request_seconds),
-        ("member_seconds", M),
-        ("reaction_seconds", reaction_seconds),
-    ):
-        if not (math.isfinite(value) and value >= 0):
-            raise ProtocolError(f"schedule floors need a finite {name} ≥ 0, got {value!r}")
-    # A packet is a request at every hop whatever the registrations cost: batched registrations
-    # amortise L far below it (2.1 ms at 1,000 peers sized windows that lost 289 of 750 reports).
-    n, L, r = n_peers, max(request_seconds, PACKET_REQUEST_SECONDS), reaction_seconds
-    m = n * slots_per_peer
+    L, M, r = _round_costs(n_peers, hops, slots_per_peer, request_seconds, member_seconds, reaction_seconds)
+    n, m = n_peers, n_peers * slots_per_peer
     return ScheduleFloors(
         roster_seconds=2 * r + n * M,
         median_step_seconds=2 * r + n * M,

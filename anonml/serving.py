@@ -5,21 +5,30 @@
 - :func:`uvicorn_server`: uvicorn with the roles' settings (no access log, warnings only).
 - :func:`start_in_thread` / :class:`ThreadedServer`: serve from a daemon thread of this
   process and wait until uvicorn reports it started (tests, the demo, benchmarks).
+- :class:`HttpMiddleware`: the base of an ASGI middleware that acts on HTTP requests only.
 - :func:`child_environment`: the folder and environment of a child interpreter that must
-  import this repository (``python -m aggregator``, ``anonml witness serve``, benchmark workers).
+  import this repository (``python -m aggregator``, ``anonml witness serve``, benchmark workers);
+  :func:`spawn_child` starts one there with text pipes, :func:`ready_line` waits for the line
+  it prints once it serves.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import socket
+import subprocess
+import sys
 import threading
 import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = [
     "bind",
@@ -27,7 +36,10 @@ __all__ = [
     "start_in_thread",
     "wait_started",
     "ThreadedServer",
+    "HttpMiddleware",
     "child_environment",
+    "spawn_child",
+    "ready_line",
     "CHILD_START_SECONDS",
 ]
 
@@ -96,8 +108,68 @@ class ThreadedServer:
         self.thread.join(timeout=30)
 
 
+class HttpMiddleware(ABC):
+    """An ASGI middleware around ``app`` that acts on HTTP requests (:meth:`http`) only.
+
+    Every other scope (``lifespan``, ``websocket``) goes to ``app`` untouched.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        await self.http(scope, receive, send)
+
+    @abstractmethod
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Handle one HTTP request (calling ``self.app`` to pass it on)."""
+
+
 def child_environment() -> tuple[str, dict[str, str]]:
     """The repository root and this environment with ``PYTHONPATH`` starting at that root."""
     root = str(ROOT)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     return root, env
+
+
+def spawn_child(args: Sequence[str], *, first_line: str | None = None) -> subprocess.Popen[str]:
+    """``python ARGS`` started from the repository root in :func:`child_environment`.
+
+    Its stdout is a text pipe. With ``first_line`` its stdin is a text pipe too, left
+    open after that line (a newline added) is written and flushed — the child's
+    settings or configuration, as JSON; without, its stdin is ``/dev/null``. A child
+    that cannot be handed its line is killed before the error propagates.
+    """
+    root, env = child_environment()
+    process = subprocess.Popen(
+        [sys.executable, *args],
+        stdin=subprocess.DEVNULL if first_line is None else subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=root,
+    )
+    if first_line is not None:
+        assert process.stdin is not None
+        try:
+            process.stdin.write(first_line + "\n")
+            process.stdin.flush()
+        except OSError:
+            process.kill()
+            process.wait(timeout=10)
+            raise
+    return process
+
+
+def ready_line(process: subprocess.Popen[str], timeout: float = CHILD_START_SECONDS) -> str:
+    """The first line ``process`` (from :func:`spawn_child`) prints within ``timeout`` seconds, else "".
+
+    The wait ends as soon as the line comes; "" also when the child closed its stdout
+    (it died): callers kill it and say it did not start.
+    """
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    return process.stdout.readline() if ready else ""

@@ -39,7 +39,7 @@ import requests
 
 from aggregator.app import start_server_process
 from anonml.protocol import Roster
-from benchmarks.reporting import now, write_json
+from benchmarks.reporting import now, print_table, write_json
 from tests.aggregator.helpers import ADMIN, WirePeer, aggregator_settings, draft, propose, slots
 
 RESULTS = Path(__file__).resolve().parent / "results" / "aggregator_load.json"
@@ -179,14 +179,11 @@ def main() -> None:
     if not 1 <= args.concurrency <= 5000:
         raise SystemExit("error: --concurrency must be in [1, 5000]")
     result = run(args.concurrency, args.timeout)
-    print(
-        f"{'burst':40} {'requests':>8} {'5xx':>5} {'timeouts':>8} {'p50 ms':>8} {'p99 ms':>8} {'wall s':>7}"
+    print_table(
+        result["bursts"],
+        "{name:40} {requests:>8} {server_errors:>5} {timeouts:>8} {p50_ms:>8} {p99_ms:>8} {wall_s:>7}",
+        ("burst", "requests", "5xx", "timeouts", "p50 ms", "p99 ms", "wall s"),
     )
-    for b in result["bursts"]:
-        print(
-            f"{b['name']:40} {b['requests']:>8} {b['server_errors']:>5} {b['timeouts']:>8} "
-            f"{b['p50_ms']:>8} {b['p99_ms']:>8} {b['wall_s']:>7}  {b['statuses']}"
-        )
     print(f"registered {result['registered']}, tokens issued {result['tokens_issued']}")
     write_json(args.output, result)
 

@@ -56,7 +56,7 @@ from anonml.protocol import (
 )
 from benchmarks.crypto import _tokens
 from benchmarks.postgres import PostgresUnavailable, throwaway_postgresql
-from benchmarks.reporting import now, write_json
+from benchmarks.reporting import now, print_table, write_json
 from tests.aggregator.helpers import (
     ADMIN,
     JSON,
@@ -261,12 +261,12 @@ def main() -> None:
             return
     checks = result["redemption_checks_per_s"]
     print(f"redemption check alone: {checks['before']:,} /s before, {checks['after']:,} /s after (one core)")
-    print(f"{'workers':>7} {'accepted':>9} {'wall s':>8} {'reports/s':>10} {'÷ check':>8} {'per worker':>10}")
-    for r in result["runs"]:
-        print(
-            f"{r['workers']:>7} {r['accepted']:>9} {r['wall_s']:>8} {r['reports_per_s']:>10} "
-            f"{r['ratio_to_redemption_check']:>8.1%} {r['ratio_per_worker']:>10.1%}  {r['statuses']}"
-        )
+    print_table(
+        result["runs"],
+        "{workers:>7} {accepted:>9} {wall_s:>8} {reports_per_s:>10} "
+        "{ratio_to_redemption_check:>8.1%} {ratio_per_worker:>10.1%}",
+        ("workers", "accepted", "wall s", "reports/s", "÷ check", "per worker"),
+    )
     print(f"speedup over {result['runs'][0]['workers']} worker(s): {result['speedup_over_first']}")
     write_json(args.output, result)
 

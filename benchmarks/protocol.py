@@ -85,7 +85,7 @@ from anonml.protocol import (
     sign_message,
     token_batch_request,
 )
-from anonml.serving import child_environment
+from anonml.serving import spawn_child
 from anonml.store import EventStore
 from benchmarks.reporting import RESULTS, machine, now, rate, timed_map, write_json
 from peer.app import start_peer_server
@@ -164,19 +164,7 @@ def host_worker() -> None:
 
 
 def _spawn_host(cfg: dict) -> subprocess.Popen:
-    root, env = child_environment()
-    proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--host-worker"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=root,
-    )
-    assert proc.stdin is not None
-    proc.stdin.write(json.dumps(cfg) + "\n")
-    proc.stdin.flush()
-    return proc
+    return spawn_child([str(Path(__file__).resolve()), "--host-worker"], first_line=json.dumps(cfg))
 
 
 # --- the round --------------------------------------------------------------------------

@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from string import Formatter
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -26,6 +28,7 @@ __all__ = [
     "machine",
     "write_json",
     "write_json_and_plot",
+    "print_table",
     "timed_map",
     "rate",
     "pyplot",
@@ -69,6 +72,25 @@ def write_json_and_plot(path: Path, doc: Any, plot: Callable[[Any, Path], bool])
     figure = path.with_suffix(".png")
     if plot(doc, figure):
         print(f"plot: {figure}", file=sys.stderr)
+def print_table(
+    rows: Iterable[Mapping[str, Any]], template: str, headings: Sequence[str], *, tail: str = "statuses"
+) -> None:
+    """Print ``rows`` under ``headings``: a row is ``template.format_map(row)``, then two spaces and
+    its ``tail`` field as it is (the HTTP statuses a run met).
+
+    ``template`` names a row's fields with their format specs (``"{name:40} {requests:>8}"``);
+    a heading stands where its field does, with the spec's alignment and width only.
+    """
+    fields = [(text, spec) for text, name, spec, _ in Formatter().parse(template) if name is not None]
+    if len(fields) != len(headings):
+        raise ValueError(f"{len(headings)} headings for the {len(fields)} fields of {template!r}")
+    line = "".join(
+        text + format(heading, re.match(r"[<>^]?\d*", spec or "").group())
+        for (text, spec), heading in zip(fields, headings, strict=True)
+    )
+    print(line)
+    for row in rows:
+        print(template.format_map(row) + f"  {row[tail]}")
 
 
 def timed_map(call: Callable[[_T], Any], items: Iterable[_T], threads: int) -> tuple[Counter[Any], float]:

@@ -63,7 +63,7 @@ from anonml.crypto import (
     build_packet,
 )
 from anonml.protocol import IntakeBatch, IntakeDelivery, Roster
-from anonml.serving import child_environment
+from anonml.serving import spawn_child
 from benchmarks.crypto import _tokens
 from benchmarks.reporting import machine, now, write_json
 from tests.aggregator.helpers import (
@@ -353,19 +353,10 @@ def relay_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> dic
 
     root = scratch / f"relay-{mode}"
     root.mkdir()
-    repo, env = child_environment()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.wire_throughput", "--relay-worker"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=repo,
-    )
+    config = json.dumps({"root": str(root)})
+    proc = spawn_child(["-m", "benchmarks.wire_throughput", "--relay-worker"], first_line=config)
     assert proc.stdin is not None and proc.stdout is not None
     try:
-        proc.stdin.write(json.dumps({"root": str(root)}) + "\n")
-        proc.stdin.flush()
         ready = json.loads(proc.stdout.readline())
 
         def stats() -> Counter[str]:

@@ -66,7 +66,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 import nacl.utils
 import numpy as np
@@ -182,6 +182,38 @@ class Comparisons:
     asked: set[int] = field(default_factory=set)
 
 
+class _RecordField(Generic[T]):
+    """A read-only attribute of a :class:`Participant`: one field of one of its phase records.
+
+    ``name = _RecordField[V]("record", "field")`` reads ``self.record.field`` — of
+    type ``V`` — or None while ``self.record`` is None (the phase that makes it has
+    not come); ``field`` defaults to the attribute's own name.
+    """
+
+    def __init__(self, record: str, field_name: str | None = None) -> None:
+        self.record = record
+        self.field_name = field_name
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        if self.field_name is None:
+            self.field_name = name
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> _RecordField[T]: ...
+
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> T | None: ...
+
+    def __get__(self, obj: object | None, objtype: type | None = None) -> _RecordField[T] | T | None:
+        if obj is None:
+            return self
+        record = getattr(obj, self.record)
+        return None if record is None else getattr(record, self.field_name)  # type: ignore[arg-type]
+
+    def __set__(self, obj: object, value: object) -> None:
+        raise AttributeError(f"{self.field_name} is read from the {self.record} record; set the record")
+
+
 @dataclass
 class Participant:
     """One :class:`PeerNode` in one problem: its phase and the records of the phases it passed.
@@ -250,30 +282,15 @@ class Participant:
             raise IllegalTransition(f"{what} is not known in phase {self.phase}")
         return record
 
-    # -- read-only views of the records -------------------------------------------------------
-    @property
-    def relay_key(self) -> RoundRelayKey | None:
-        return self.keys.key if self.keys is not None else None
-
-    @property
-    def view(self) -> RosterView | None:
-        return self.roster.view if self.roster is not None else None
-
-    @property
-    def assignment(self) -> PeerAssignment | None:
-        return self.roster.assignment if self.roster is not None else None
-
-    @property
-    def witness(self) -> RosterWitness | None:
-        return self.roster.witness if self.roster is not None else None
-
-    @property
-    def paths(self) -> tuple[tuple[Hop, ...], ...] | None:
-        return self.preparation.paths if self.preparation is not None else None
-
-    @property
-    def tokens(self) -> tuple[Token, ...] | None:
-        return self.preparation.tokens if self.preparation is not None else None
+    # -- read-only views of the records (None until the phase that makes the record) -----------
+    relay_key = _RecordField[RoundRelayKey]("keys", "key")
+    view = _RecordField[RosterView]("roster")
+    assignment = _RecordField[PeerAssignment]("roster")
+    witness = _RecordField[RosterWitness]("roster")
+    paths = _RecordField[tuple[tuple[Hop, ...], ...]]("preparation")
+    tokens = _RecordField[tuple[Token, ...]]("preparation")
+    lost = _RecordField[int]("outcome")
+    prediction = _RecordField[float]("outcome")
 
     @property
     def built(self) -> bool:
@@ -283,14 +300,6 @@ class Participant:
     @property
     def relaying(self) -> bool:
         return self.relay.has_round(self.node.node_id, self.problem.round_id)
-
-    @property
-    def lost(self) -> int | None:
-        return self.outcome.lost if self.outcome is not None else None
-
-    @property
-    def prediction(self) -> float | None:
-        return self.outcome.prediction if self.outcome is not None else None
 
     @property
     def report_group(self) -> int | None:

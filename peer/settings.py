@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from anonml.environment import settings_from_env
 from anonml.errors import AnonMLError
-from anonml.paths import anonml_home, write_secret
+from anonml.paths import anonml_home, stored_token, write_secret
 from peer.policy import PeerPolicy
 
 __all__ = ["PeerSettings", "ENV_PREFIX", "load_policy"]
@@ -130,9 +129,4 @@ class PeerSettings(BaseModel):
         """The local API token: the configured one, else one stored beside the identity (0600)."""
         if self.local_token:
             return self.local_token
-        path = self.identity_file.with_name("local-token")
-        if path.exists():
-            return path.read_text(encoding="utf-8").strip()
-        token = secrets.token_urlsafe(32)
-        write_secret(path, token + "\n")  # its folder 0700 too
-        return token
+        return stored_token(self.identity_file.with_name("local-token"))

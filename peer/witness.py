@@ -38,9 +38,7 @@ state is one SQLite file (mode 0600 in a 0700 home) and its identity a key file
 
 from __future__ import annotations
 
-import select as io_select
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -413,30 +411,10 @@ def start_witness_process(
 
     ``timeout`` bounds the wait, which ends as soon as the line comes.
     """
-    root, env = serving.child_environment()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "anonml",
-            "witness",
-            "serve",
-            "--home",
-            str(home),
-            "--host",
-            host,
-            "--port",
-            str(port),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=root,
+    process = serving.spawn_child(
+        ["-m", "anonml", "witness", "serve", "--home", str(home), "--host", host, "--port", str(port)]
     )
-    assert process.stdout is not None
-    ready, _, _ = io_select.select([process.stdout], [], [], timeout)
-    line = process.stdout.readline().split() if ready else []
+    line = serving.ready_line(process, timeout).split()
     if len(line) != 3 or line[0] != "witness":
         process.kill()
         process.wait(timeout=10)

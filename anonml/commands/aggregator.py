@@ -36,6 +36,7 @@ TokenOption = Annotated[
     str | None, typer.Option("--token", help="Admin token (default $ANONML_AGGREGATOR_ADMIN_TOKEN or file).")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+ProblemIdArgument = Annotated[str, typer.Argument(help="Problem id.")]
 
 
 def _url(url: str | None) -> str:
@@ -74,6 +75,12 @@ def _request(method: str, url: str, *, token: str | None = None, body: str | Non
             detail = response.text
         raise ProtocolError(f"{url}: HTTP {response.status_code}: {detail}")
     return response
+
+
+def _admin_post(problem_id: str, action: str, url: str | None, token: str | None) -> None:
+    """``POST /problems/{problem_id}/{action}`` with the admin token (``close``, ``train``)."""
+    with expected_errors():
+        _request("POST", f"{_url(url)}/problems/{problem_id}/{action}", token=_token(token))
 
 
 @app.command()
@@ -179,19 +186,18 @@ def propose(
 
 @app.command()
 def close(
-    problem_id: Annotated[str, typer.Argument(help="Problem id.")],
+    problem_id: ProblemIdArgument,
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
     """Close registration now (the roster is published on the next tick)."""
-    with expected_errors():
-        _request("POST", f"{_url(url)}/problems/{problem_id}/close", token=_token(token))
+    _admin_post(problem_id, "close", url, token)
     err.print(f"registration of {problem_id} closed", highlight=False)
 
 
 @app.command()
 def status(
-    problem_id: Annotated[str, typer.Argument(help="Problem id.")],
+    problem_id: ProblemIdArgument,
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -240,13 +246,12 @@ def status(
 
 @app.command()
 def train(
-    problem_id: Annotated[str, typer.Argument(help="Problem id.")],
+    problem_id: ProblemIdArgument,
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
     """Close the report round now and train (or train again)."""
-    with expected_errors():
-        _request("POST", f"{_url(url)}/problems/{problem_id}/train", token=_token(token))
+    _admin_post(problem_id, "train", url, token)
     err.print(
         f"training of {problem_id} requested; follow it with 'anonml aggregator status'", highlight=False
     )
@@ -254,7 +259,7 @@ def train(
 
 @app.command()
 def model(
-    problem_id: Annotated[str, typer.Argument(help="Problem id.")],
+    problem_id: ProblemIdArgument,
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the model document.")],
     url: UrlOption = None,
 ) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import Self
 
 import nacl.bindings as _b
 import nacl.exceptions
@@ -56,7 +57,39 @@ _IDENTITY = (1).to_bytes(32, "little")  # (0, 1)
 _INV8 = pow(8, -1, L)
 
 
-class Scalar:
+class _Encoded:
+    """A group value held as its 32-byte canonical encoding; equality is constant-time.
+
+    ``Type(encoded)`` decodes with the subclass's ``from_bytes`` and its checks;
+    :meth:`_trusted` skips them, for encodings libsodium produced from valid
+    values (scalars it reduced mod L; elements in the subgroup, not the identity).
+    """
+
+    __slots__ = ("_b",)
+
+    def __init__(self, encoded: bytes) -> None:
+        """Decode and validate (as the subclass's ``from_bytes`` with its defaults)."""
+        self._b = bytes(type(self).from_bytes(encoded))  # type: ignore[attr-defined]
+
+    @classmethod
+    def _trusted(cls, encoded: bytes) -> Self:
+        obj = object.__new__(cls)
+        obj._b = encoded
+        return obj
+
+    def __bytes__(self) -> bytes:
+        return self._b
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, type(self)):
+            return NotImplemented
+        return hmac.compare_digest(self._b, other._b)
+
+    def __hash__(self) -> int:
+        return hash(self._b)
+
+
+class Scalar(_Encoded):
     """An integer modulo L, stored as its 32-byte little-endian canonical encoding.
 
     Built from the wire with :meth:`from_bytes` (rejects values >= L and, unless
@@ -65,18 +98,7 @@ class Scalar:
     """
 
     SIZE = SCALAR_SIZE
-    __slots__ = ("_b",)
-
-    def __init__(self, encoded: bytes) -> None:
-        """Decode a canonical non-zero scalar (as :meth:`from_bytes` with defaults)."""
-        self._b = bytes(Scalar.from_bytes(encoded))
-
-    @classmethod
-    def _trusted(cls, encoded: bytes) -> Scalar:
-        # libsodium outputs are reduced mod L already; skip the decode checks.
-        obj = object.__new__(cls)
-        obj._b = encoded
-        return obj
+    __slots__ = ()
 
     @classmethod
     def from_bytes(cls, data: bytes, *, allow_zero: bool = False, name: str = "scalar") -> Scalar:
@@ -121,22 +143,11 @@ class Scalar:
             raise InvalidScalar("zero has no inverse modulo L")
         return Scalar._trusted(_b.crypto_core_ed25519_scalar_invert(self._b))
 
-    def __bytes__(self) -> bytes:
-        return self._b
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Scalar):
-            return NotImplemented
-        return hmac.compare_digest(self._b, other._b)
-
-    def __hash__(self) -> int:
-        return hash(self._b)
-
     def __repr__(self) -> str:  # never print secret scalars
         return "Scalar(<hidden>)"
 
 
-class Element:
+class Element(_Encoded):
     """A non-identity element of the prime-order subgroup of edwards25519.
 
     :meth:`from_bytes` validates untrusted encodings; results of group operations
@@ -146,18 +157,7 @@ class Element:
     """
 
     SIZE = ELEMENT_SIZE
-    __slots__ = ("_b",)
-
-    def __init__(self, encoded: bytes) -> None:
-        """Decode and validate (as :meth:`from_bytes`)."""
-        self._b = bytes(Element.from_bytes(encoded))
-
-    @classmethod
-    def _trusted(cls, encoded: bytes) -> Element:
-        # Encodings libsodium produced from valid elements: in the subgroup, not the identity.
-        obj = object.__new__(cls)
-        obj._b = encoded
-        return obj
+    __slots__ = ()
 
     @classmethod
     def from_bytes(cls, data: bytes, *, name: str = "element") -> Element:
@@ -236,17 +236,6 @@ class Element:
         """
         y = int.from_bytes(self._b, "little") & ((1 << 255) - 1)
         return ((1 + y) * pow(1 - y, -1, _P) % _P).to_bytes(32, "little")
-
-    def __bytes__(self) -> bytes:
-        return self._b
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Element):
-            return NotImplemented
-        return hmac.compare_digest(self._b, other._b)
-
-    def __hash__(self) -> int:
-        return hash(self._b)
 
     def __repr__(self) -> str:
         return f"Element({self._b.hex()})"

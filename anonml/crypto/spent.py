@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from sqlalchemy import LargeBinary, UniqueConstraint, insert, select
@@ -96,46 +97,43 @@ class IssuanceLedger(ABC):
         """Whether an evaluation was recorded for (key, peer, slot)."""
 
 
-class MemorySpentSet(SpentSet):
-    """A thread-safe in-process spent set (one process; lost on exit)."""
+class _MemoryOnce:
+    """A set of entries under a lock: each entry is added once, a second add raises."""
 
     def __init__(self) -> None:
         self._seen: set[tuple[bytes, bytes, bytes]] = set()
         self._lock = threading.Lock()
 
-    def spend(self, key_id: bytes, slot: bytes, nonce: bytes) -> None:
-        entry = _spent_key(key_id, slot, nonce)
+    def _add_once(self, entry: tuple[bytes, bytes, bytes], error: type[Exception], message: str) -> None:
+        """Add ``entry`` atomically; ``error(message)`` if it is already there."""
         with self._lock:
             if entry in self._seen:
-                raise TokenSpent("token already redeemed")
+                raise error(message)
             self._seen.add(entry)
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+class MemorySpentSet(_MemoryOnce, SpentSet):
+    """A thread-safe in-process spent set (one process; lost on exit)."""
+
+    def spend(self, key_id: bytes, slot: bytes, nonce: bytes) -> None:
+        self._add_once(_spent_key(key_id, slot, nonce), TokenSpent, "token already redeemed")
 
     def is_spent(self, key_id: bytes, slot: bytes, nonce: bytes) -> bool:
         return _spent_key(key_id, slot, nonce) in self._seen
 
-    def __len__(self) -> int:
-        return len(self._seen)
 
-
-class MemoryIssuanceLedger(IssuanceLedger):
+class MemoryIssuanceLedger(_MemoryOnce, IssuanceLedger):
     """A thread-safe in-process issuance ledger."""
-
-    def __init__(self) -> None:
-        self._seen: set[tuple[bytes, bytes, bytes]] = set()
-        self._lock = threading.Lock()
 
     def record(self, key_id: bytes, peer_id: bytes, slot: bytes) -> None:
         entry = _issue_key(key_id, peer_id, slot)
-        with self._lock:
-            if entry in self._seen:
-                raise AlreadyIssued("this peer already received an evaluation for this slot")
-            self._seen.add(entry)
+        self._add_once(entry, AlreadyIssued, "this peer already received an evaluation for this slot")
 
     def has_issued(self, key_id: bytes, peer_id: bytes, slot: bytes) -> bool:
         return _issue_key(key_id, peer_id, slot) in self._seen
-
-    def __len__(self) -> int:
-        return len(self._seen)
 
 
 class CryptoBase(UTCDatetimes, DeclarativeBase):
@@ -261,43 +259,46 @@ def record_issuance(session: Session, key_id: bytes, peer_id: bytes, slot: bytes
         raise AlreadyIssued("this peer already received an evaluation for this slot")
 
 
-class SqlSpentSet(SpentSet):
-    """A spent set in any SQLAlchemy database; each :meth:`spend` is one short transaction."""
+class _SqlOnce:
+    """A ledger kept in ``engine``'s crypto tables (created unless ``create_tables`` is False)."""
 
     def __init__(self, engine: Engine, *, create_tables: bool = True) -> None:
         self.engine = engine
         if create_tables:
             create_crypto_tables(engine)
 
-    def spend(self, key_id: bytes, slot: bytes, nonce: bytes) -> None:
+    def _in_transaction(self, record: Callable[..., None], *key: bytes) -> None:
+        """``record(session, *key)`` (:func:`record_spent`, :func:`record_issuance`) in one transaction."""
         with Session(self.engine) as session, session.begin():
-            record_spent(session, key_id, slot, nonce)
+            record(session, *key)
+
+    def _holds(self, row: type[CryptoBase], **key: bytes) -> bool:
+        """Whether ``row``'s table has a row with these (already checked) column values."""
+        columns = row.__table__.c
+        query = select(*row.__table__.primary_key.columns).where(
+            *(columns[name] == value for name, value in key.items())
+        )
+        with Session(self.engine) as session:
+            return session.execute(query).first() is not None
+
+
+class SqlSpentSet(_SqlOnce, SpentSet):
+    """A spent set in any SQLAlchemy database; each :meth:`spend` is one short transaction."""
+
+    def spend(self, key_id: bytes, slot: bytes, nonce: bytes) -> None:
+        self._in_transaction(record_spent, key_id, slot, nonce)
 
     def is_spent(self, key_id: bytes, slot: bytes, nonce: bytes) -> bool:
         key_id, slot, nonce = _spent_key(key_id, slot, nonce)
-        query = select(SpentTokenRow.nonce).where(
-            SpentTokenRow.key_id == key_id, SpentTokenRow.slot == slot, SpentTokenRow.nonce == nonce
-        )
-        with Session(self.engine) as session:
-            return session.scalars(query).first() is not None
+        return self._holds(SpentTokenRow, key_id=key_id, slot=slot, nonce=nonce)
 
 
-class SqlIssuanceLedger(IssuanceLedger):
+class SqlIssuanceLedger(_SqlOnce, IssuanceLedger):
     """An issuance ledger in any SQLAlchemy database; one short transaction per record."""
 
-    def __init__(self, engine: Engine, *, create_tables: bool = True) -> None:
-        self.engine = engine
-        if create_tables:
-            create_crypto_tables(engine)
-
     def record(self, key_id: bytes, peer_id: bytes, slot: bytes) -> None:
-        with Session(self.engine) as session, session.begin():
-            record_issuance(session, key_id, peer_id, slot)
+        self._in_transaction(record_issuance, key_id, peer_id, slot)
 
     def has_issued(self, key_id: bytes, peer_id: bytes, slot: bytes) -> bool:
         key_id, peer_id, slot = _issue_key(key_id, peer_id, slot)
-        query = select(IssuanceRow.id).where(
-            IssuanceRow.key_id == key_id, IssuanceRow.peer_id == peer_id, IssuanceRow.slot == slot
-        )
-        with Session(self.engine) as session:
-            return session.scalars(query).first() is not None
+        return self._holds(IssuanceRow, key_id=key_id, peer_id=peer_id, slot=slot)

@@ -42,7 +42,7 @@ import math
 import random
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -110,6 +110,12 @@ class StudentLog:
     ability: float
     n_events: int
     n_unattributed: int
+
+    @classmethod
+    def of(cls, student: SimulatedStudent, path: Path) -> StudentLog:
+        """The ground truth of ``student``'s log written at ``path``: every other field is the student's."""
+        facts = {f.name: getattr(student, f.name) for f in fields(cls) if f.name != "path"}
+        return cls(path=path, **facts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,17 +532,7 @@ def write_edx_logs(students: Sequence[SimulatedStudent], folder: str | Path) -> 
         else:
             path = folder / f"tracking.log-{student.username}"
             path.write_bytes(text)
-        logs.append(
-            StudentLog(
-                username=student.username,
-                path=path,
-                dropout_week=student.dropout_week,
-                engagement=student.engagement,
-                ability=student.ability,
-                n_events=student.n_events,
-                n_unattributed=student.n_unattributed,
-            )
-        )
+        logs.append(StudentLog.of(student, path))
     return logs
 
 

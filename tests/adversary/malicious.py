@@ -76,6 +76,7 @@ from anonml.protocol import (
     TokenBatchResponse,
     sign_message,
 )
+from anonml.serving import HttpMiddleware
 from peer.app import PeerServer, start_peer_server
 from peer.db import PeerDB
 from peer.host import PeerHost
@@ -120,17 +121,14 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60.0) 
         time.sleep(0.05)
 
 
-class _Equivocator:
+class _Equivocator(HttpMiddleware):
     """ASGI layer: strip ``/v/<tag>``, note the request, rewrite the answer if a hook is set."""
 
     def __init__(self, app: ASGIApp, adversary: MaliciousAggregator) -> None:
-        self.app = app
+        super().__init__(app)
         self.adversary = adversary
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         tag, path = None, scope["path"]
         match = _PREFIX.match(path)
         if match is not None:
