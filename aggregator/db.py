@@ -165,21 +165,25 @@ class MedianAnswerRow(Base):
     bit: Mapped[bool]
 
 
-class ReportRow(Base):
-    """An anonymous report: random key, no time, no address, no token (module notes)."""
+class _Report:
+    """What every report row holds: a random key, its problem, (partition, subset), mechanism and bits."""
 
-    __tablename__ = "reports"
-    __table_args__ = {"sqlite_with_rowid": False}
-
-    id: Mapped[bytes] = mapped_column(LargeBinary(16), primary_key=True)
-    problem_id: Mapped[str] = mapped_column(String(64), index=True)
+    id: Mapped[bytes] = mapped_column(LargeBinary(16), primary_key=True, sort_order=-2)
+    problem_id: Mapped[str] = mapped_column(String(64), index=True, sort_order=-2)
     partition: Mapped[int]
     subset: Mapped[int]
     mechanism_json: Mapped[str] = mapped_column(Text)
     bits: Mapped[bytes] = mapped_column(LargeBinary(512))
 
 
-class StagedReportRow(Base):
+class ReportRow(_Report, Base):
+    """An anonymous report: random key, no time, no address, no token (module notes)."""
+
+    __tablename__ = "reports"
+    __table_args__ = {"sqlite_with_rowid": False}
+
+
+class StagedReportRow(_Report, Base):
     """A report accepted while its round is open, with the token it spent (module notes)."""
 
     __tablename__ = "report_staging"
@@ -188,15 +192,9 @@ class StagedReportRow(Base):
         {"sqlite_with_rowid": False},
     )
 
-    id: Mapped[bytes] = mapped_column(LargeBinary(16), primary_key=True)
-    problem_id: Mapped[str] = mapped_column(String(64), index=True)
-    key_id: Mapped[bytes] = mapped_column(LargeBinary(32))
-    slot: Mapped[bytes] = mapped_column(LargeBinary(64))
-    nonce: Mapped[bytes] = mapped_column(LargeBinary(32))
-    partition: Mapped[int]
-    subset: Mapped[int]
-    mechanism_json: Mapped[str] = mapped_column(Text)
-    bits: Mapped[bytes] = mapped_column(LargeBinary(512))
+    key_id: Mapped[bytes] = mapped_column(LargeBinary(32), sort_order=-1)  # after the key, before the body
+    slot: Mapped[bytes] = mapped_column(LargeBinary(64), sort_order=-1)
+    nonce: Mapped[bytes] = mapped_column(LargeBinary(32), sort_order=-1)
 
 
 class RejectRow(Base):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -496,98 +496,120 @@ def _import_into(
         raise RecordError(path, None, "no such file or folder")
     file_hash = sha256_file(path) if path.is_file() else _hash_tree(path)
     replaced = _remove_imports_of(session, file_hash) if replace else 0
-    errors: list[RecordError] = []
-    accepted = 0
-    fallback = user or DEFAULT_USER
-    users: set[str] = set()
-
-    def good_events() -> Iterator[Event]:
-        nonlocal accepted
-        for item in importer.parse(path):
-            if isinstance(item, RecordError):
-                if not skip_bad:
-                    raise item
-                errors.append(item)
-                continue
-            accepted += 1
-            if on_event is not None and accepted % 1000 == 0:
-                on_event(accepted)
-            event = item.with_user(user) if user is not None else item
-            users.add(event.user or fallback)
-            yield event
-
+    tally = _Tally(fallback=user or DEFAULT_USER, skip_bad=skip_bad, on_event=on_event)
     record = ImportRow(
         importer=importer.name,
         importer_version=importer.version,
         path=origin or str(path.resolve()),
         file_sha256=file_hash,
-        user_id=fallback,
+        user_id=tally.fallback,
         started_at=datetime.now(UTC),
     )
     session.add(record)
     session.flush()
+    inserted = _store_events(session, path, importer, user, record.id, tally, workers)
+    who = _who(tally.users, tally.fallback)
+    record.user_id = who
+    record.accepted = tally.accepted
+    record.duplicate = tally.accepted - inserted
+    record.rejected = len(tally.errors)
+    record.finished_at = datetime.now(UTC)
+    if on_event is not None:
+        on_event(tally.accepted)
+    return ImportReport(
+        import_id=record.id,
+        path=origin or str(path),
+        importer=importer.name,
+        user=who,
+        accepted=tally.accepted,
+        inserted=inserted,
+        duplicate=tally.accepted - inserted,
+        rejected=len(tally.errors),
+        errors=tuple(tally.errors),
+        users=max(len(tally.users), 1),
+        replaced=replaced,
+    )
+
+
+@dataclass
+class _Tally:
+    """What one file's import has met so far, whether parsed here or by worker processes.
+
+    ``accepted`` counts the events parsed (duplicates included), ``errors`` the
+    records refused (kept only with ``skip_bad``; otherwise the first is
+    raised), ``users`` the users the events belong to (``fallback`` for an
+    event naming none). ``on_event`` hears the running count of accepted events.
+    """
+
+    fallback: str
+    skip_bad: bool
+    on_event: Callable[[int], None] | None
+    accepted: int = 0
+    errors: list[RecordError] = field(default_factory=list)
+    users: set[str] = field(default_factory=set)
+
+    def refuse(self, errors: Sequence[RecordError]) -> None:
+        """Keep ``errors`` under ``skip_bad``; otherwise raise the first of them."""
+        if errors and not self.skip_bad:
+            raise errors[0]
+        self.errors.extend(errors)
+
+
+def _store_events(
+    session: Session,
+    path: Path,
+    importer: Importer,
+    user: str | None,
+    import_id: int,
+    tally: _Tally,
+    workers: int | None,
+) -> int:
+    """Parse ``path`` (in ``workers`` processes where it pays) and store its events; rows inserted."""
     from anonml import parallel_import as par  # it imports event_row from here
 
     workers = par.default_workers() if workers is None else workers
     with par.fewer_collections():  # the parse keeps a chunk of events alive: see there
         if par.use_parallel(path, importer, workers):
             chunks = par.parallel_chunk_rows(
-                path, importer, workers=workers, user=user, fallback=fallback, import_id=record.id
+                path, importer, workers=workers, user=user, fallback=tally.fallback, import_id=import_id
             )
-            accepted, inserted = _store_chunks(session, chunks, skip_bad, errors, users, on_event)
-        else:
-            inserted = add_events(session, good_events(), user=fallback, import_id=record.id)
-    who = _who(users, fallback)
-    record.user_id = who
-    record.accepted = accepted
-    record.duplicate = accepted - inserted
-    record.rejected = len(errors)
-    record.finished_at = datetime.now(UTC)
-    if on_event is not None:
-        on_event(accepted)
-    return ImportReport(
-        import_id=record.id,
-        path=origin or str(path),
-        importer=importer.name,
-        user=who,
-        accepted=accepted,
-        inserted=inserted,
-        duplicate=accepted - inserted,
-        rejected=len(errors),
-        errors=tuple(errors),
-        users=max(len(users), 1),
-        replaced=replaced,
-    )
+            return _store_chunks(session, chunks, tally)
+        events = _parsed_events(path, importer, user, tally)
+        return add_events(session, events, user=tally.fallback, import_id=import_id)
 
 
-def _store_chunks(
-    session: Session,
-    chunks: Iterable[ChunkRows],
-    skip_bad: bool,
-    errors: list[RecordError],
-    users: set[str],
-    on_event: Callable[[int], None] | None,
-) -> tuple[int, int]:
+def _parsed_events(path: Path, importer: Importer, user: str | None, tally: _Tally) -> Iterator[Event]:
+    """``importer``'s events of ``path``, parsed here, as stored (``user`` imposed); counted in ``tally``."""
+    for item in importer.parse(path):
+        if isinstance(item, RecordError):
+            tally.refuse([item])
+            continue
+        tally.accepted += 1
+        if tally.on_event is not None and tally.accepted % 1000 == 0:
+            tally.on_event(tally.accepted)
+        event = item.with_user(user) if user is not None else item
+        tally.users.add(event.user or tally.fallback)
+        yield event
+
+
+def _store_chunks(session: Session, chunks: Iterable[ChunkRows], tally: _Tally) -> int:
     """Store parsed chunks (:func:`anonml.parallel_import.parallel_chunk_rows`) in file order.
 
-    Collects their errors and users into ``errors`` and ``users``; raises the
-    first error unless ``skip_bad``, and a worker's fatal error always.
-    Returns (events accepted, rows inserted).
+    Counts their events, errors and users in ``tally``; raises the first error
+    unless ``skip_bad``, and a worker's fatal error always. Returns the rows inserted.
     """
-    accepted = inserted = 0
+    inserted = 0
     for chunk in chunks:
-        if chunk.errors and not skip_bad:
-            raise chunk.errors[0]
-        errors.extend(chunk.errors)
+        tally.refuse(chunk.errors)
         if chunk.rows:
             inserted += _insert_ignoring_duplicates(session, chunk.rows)
-        accepted += len(chunk.rows)
-        users.update(chunk.users)
+        tally.accepted += len(chunk.rows)
+        tally.users.update(chunk.users)
         if chunk.fatal is not None:
             raise chunk.fatal
-        if on_event is not None:
-            on_event(accepted)
-    return accepted, inserted
+        if tally.on_event is not None:
+            tally.on_event(tally.accepted)
+    return inserted
 
 
 def _who(users: set[str], fallback: str) -> str:

@@ -61,6 +61,20 @@ class _Base(DeclarativeBase):
     type_annotation_map = {datetime: UTCDateTime(), str: String(256), int: BigInt}
 
 
+class _PerParticipation:
+    """Keyed by one identity's part in one problem: (``problem_id``, ``node``), first in the table."""
+
+    problem_id: Mapped[str] = mapped_column(String(64), primary_key=True, sort_order=-1)
+    node: Mapped[str] = mapped_column(String(64), primary_key=True, sort_order=-1)  # fingerprint, hex
+
+
+class _PerRound:
+    """Keyed by one node's round: (``node``, ``round_id``), first in the table."""
+
+    node: Mapped[str] = mapped_column(String(64), primary_key=True, sort_order=-1)  # node id, hex
+    round_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, sort_order=-1)
+
+
 class ProposalRow(_Base):
     __tablename__ = "peer_proposals"
 
@@ -70,26 +84,22 @@ class ProposalRow(_Base):
     seen_at: Mapped[datetime]
 
 
-class DecisionRow(_Base):
+class DecisionRow(_PerParticipation, _Base):
     """One identity's decision on one problem (``node`` = its fingerprint, hex)."""
 
     __tablename__ = "peer_decisions"
 
-    problem_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    node: Mapped[str] = mapped_column(String(64), primary_key=True)
     verdict: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text)
     epsilon: Mapped[float]
     decided_at: Mapped[datetime]
 
 
-class ParticipationRow(_Base):
+class ParticipationRow(_PerParticipation, _Base):
     """How one identity's part in a problem went, and the model it downloaded."""
 
     __tablename__ = "peer_participations"
 
-    problem_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    node: Mapped[str] = mapped_column(String(64), primary_key=True)
     status: Mapped[str] = mapped_column(String(32))
     reason: Mapped[str] = mapped_column(Text, default="")
     roster_fingerprint: Mapped[str | None] = mapped_column(String(64))
@@ -97,38 +107,32 @@ class ParticipationRow(_Base):
     updated_at: Mapped[datetime]
 
 
-class StateRow(_Base):
+class StateRow(_PerParticipation, _Base):
     """A participation's phase and the facts a restart needs (secrets sealed: :mod:`peer.vault`)."""
 
     __tablename__ = "peer_participation_state"
 
-    problem_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    node: Mapped[str] = mapped_column(String(64), primary_key=True)
     phase: Mapped[str] = mapped_column(String(32))
     facts_json: Mapped[str] = mapped_column(Text)
     sealed_tokens: Mapped[bytes | None] = mapped_column(LargeBinary)
     updated_at: Mapped[datetime]
 
 
-class RoundKeyRow(_Base):
+class RoundKeyRow(_PerRound, _Base):
     """One identity's round relay key, sealed, until the round closes at ``t_r``."""
 
     __tablename__ = "peer_round_keys"
 
-    node: Mapped[str] = mapped_column(String(64), primary_key=True)  # fingerprint, hex
-    round_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     problem_id: Mapped[str] = mapped_column(String(64))
     sealed_key: Mapped[bytes] = mapped_column(LargeBinary)
     certificate: Mapped[bytes] = mapped_column(LargeBinary)
 
 
-class OutboxRow(_Base):
+class OutboxRow(_PerParticipation, _Base):
     """One packet an identity built for its round (sealed), its send time, and whether it went."""
 
     __tablename__ = "peer_outbox"
 
-    problem_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    node: Mapped[str] = mapped_column(String(64), primary_key=True)
     slot: Mapped[int] = mapped_column(Integer, primary_key=True)
     send_at: Mapped[float] = mapped_column(Float)
     url: Mapped[str] = mapped_column(Text)
@@ -152,23 +156,19 @@ class HeldRow(_Base):
     sealed: Mapped[bytes] = mapped_column(LargeBinary)
 
 
-class ReplayTagRow(_Base):
+class ReplayTagRow(_PerRound, _Base):
     """One replay tag a relay saw in a round (a restarted relay must still refuse the replay)."""
 
     __tablename__ = "peer_replay_tags"
 
-    node: Mapped[str] = mapped_column(String(64), primary_key=True)  # node id, hex
-    round_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     tag: Mapped[bytes] = mapped_column(LargeBinary(32), primary_key=True)
 
 
-class RelayCountRow(_Base):
+class RelayCountRow(_PerRound, _Base):
     """How many packets a node's relay accepted in a round (its cap, :func:`peer.relay.packet_cap`)."""
 
     __tablename__ = "peer_relay_counts"
 
-    node: Mapped[str] = mapped_column(String(64), primary_key=True)  # node id, hex
-    round_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     accepted: Mapped[int] = mapped_column(Integer)
 
 

@@ -14,7 +14,9 @@ them, :func:`~anonml.database.migrate` is given their names.
 Writing a revision: add ``NNNN_what.py`` to the package with ``revision``,
 ``down_revision`` (the previous file's revision), and ``upgrade()`` using
 ``alembic.op``. A revision is frozen once released: it spells its DDL out
-and never imports the current models, whose shape moves on. The first
+and never imports the current models, whose shape moves on (a column set
+several of its tables share may be named by a small function inside the
+revision, frozen with it). The first
 revision of each package (``down_revision = None``) creates the schema as it
 was before migrations existed and lists its tables in ``TABLES``: a database
 holding all of them but no version table was written by that earlier code and

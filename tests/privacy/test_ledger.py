@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC
 
 import pytest
@@ -25,6 +25,29 @@ def ledger(database_url):
         yield book
 
 
+def _spend(
+    book: PrivacyLedger,
+    problem: str,
+    epsilon: float,
+    peer: str = "alice",
+    *,
+    round_: int = 0,
+    attributes: Sequence[str] = ("a",),
+    mechanism: str = "oue",
+    pool: str | None = None,
+) -> None:
+    """Record one release of ``epsilon`` by name (an OUE report on attribute ``a`` in round 0 unless told)."""
+    book.record(
+        peer=peer,
+        problem=problem,
+        round=round_,
+        attributes=attributes,
+        mechanism=mechanism,
+        epsilon=epsilon,
+        pool=pool,
+    )
+
+
 def _thesis_problem(book: PrivacyLedger, peer: str = "alice") -> None:
     # Medians of a, b, c at 0.1 each; two histogram reports at 0.5 over
     # (a, label) and (b, c, label).
@@ -37,23 +60,9 @@ def _thesis_problem(book: PrivacyLedger, peer: str = "alice") -> None:
             mechanism=BinaryRandomizedResponse(0.1),
             pool="median",
         )
-    book.record(
-        peer=peer,
-        problem="p1",
-        round=3,
-        attributes=["a", "label"],
-        mechanism="oue",
-        epsilon=0.5,
-        pool="reports",
-    )
-    book.record(
-        peer=peer,
-        problem="p1",
-        round=3,
-        attributes=["b", "c", "label"],
-        mechanism="subset",
-        epsilon=0.5,
-        pool="reports",
+    _spend(book, "p1", 0.5, peer, round_=3, attributes=["a", "label"], pool="reports")
+    _spend(
+        book, "p1", 0.5, peer, round_=3, attributes=["b", "c", "label"], mechanism="subset", pool="reports"
     )
 
 
@@ -92,13 +101,9 @@ def test_releases_are_recorded_with_every_field(ledger):
 def test_refuses_a_release_past_the_cap_and_records_nothing(ledger):
     ledger.set_cap("p1", 1.0)
     for round_ in range(10):  # ten releases of 0.1 fit a cap of 1.0 exactly
-        ledger.record(
-            peer="alice", problem="p1", round=round_, attributes=["age"], mechanism="binary_rr", epsilon=0.1
-        )
+        _spend(ledger, "p1", 0.1, round_=round_, attributes=["age"], mechanism="binary_rr")
     with pytest.raises(BudgetExceeded, match=r"'alice'.*'p1'.*past the cap 1"):
-        ledger.record(
-            peer="alice", problem="p1", round=10, attributes=["age"], mechanism="binary_rr", epsilon=0.1
-        )
+        _spend(ledger, "p1", 0.1, round_=10, attributes=["age"], mechanism="binary_rr")
     assert len(ledger.releases(peer="alice")) == 10
     report = ledger.budget("alice", "p1")
     assert report.cap == 1.0 and report.remaining == pytest.approx(0.0, abs=1e-12)
@@ -162,39 +167,15 @@ def test_problem_budget_composes_pools_in_parallel(ledger):
     # Median pool and report pool are disjoint: the problem's guarantee is the
     # largest peer total, not the sum over pools.
     for peer in ("m1", "m2"):
-        ledger.record(
-            peer=peer,
-            problem="p1",
-            round=0,
-            attributes=["age"],
-            mechanism="binary_rr",
-            epsilon=0.5,
-            pool="median",
-        )
+        _spend(ledger, "p1", 0.5, peer, attributes=["age"], mechanism="binary_rr", pool="median")
     for peer in ("r1", "r2", "r3"):
-        ledger.record(
-            peer=peer,
-            problem="p1",
-            round=1,
-            attributes=["age", "label"],
-            mechanism="oue",
-            epsilon=1.0,
-            pool="reports",
-        )
+        _spend(ledger, "p1", 1.0, peer, round_=1, attributes=["age", "label"], pool="reports")
     summary = ledger.problem_budget("p1")
     assert summary.headline == pytest.approx(1.0)
     assert {p.pool: (p.peers, p.epsilon) for p in summary.pools} == {"median": (2, 0.5), "reports": (3, 1.0)}
     assert summary.shared_peers == 0
     # A peer in both pools composes sequentially.
-    ledger.record(
-        peer="m1",
-        problem="p1",
-        round=1,
-        attributes=["age", "label"],
-        mechanism="oue",
-        epsilon=1.0,
-        pool="reports",
-    )
+    _spend(ledger, "p1", 1.0, "m1", round_=1, attributes=["age", "label"], pool="reports")
     summary = ledger.problem_budget("p1")
     assert summary.headline == pytest.approx(1.5) and summary.shared_peers == 1
     assert summary.per_peer["m1"] == pytest.approx(1.5)
@@ -259,10 +240,6 @@ def test_bad_releases_are_refused(ledger, kwargs, error):
     with pytest.raises(error):
         ledger.record(**{**base, **kwargs})
     assert ledger.releases() == []
-
-
-def _spend(book: PrivacyLedger, problem: str, epsilon: float, peer: str = "alice") -> None:
-    book.record(peer=peer, problem=problem, round=0, attributes=["a"], mechanism="oue", epsilon=epsilon)
 
 
 def test_lifetime_cap_holds_across_problems_and_restarts(database_url):
