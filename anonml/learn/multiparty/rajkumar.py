@@ -130,11 +130,27 @@ def printed_condition_sigma(epsilon_tilde: float, delta: float, dim: int) -> flo
 
 
 class _GaussianBase(LinearMultipartyClassifier):
+    """Hyperparameters (ε, δ, λ, σ condition, seed) and data checks of the Rajkumar-Agarwal estimators."""
+
     param_checks: dict = {
         **PRIVATE_ERM_CONSTRAINTS,
         "delta": [Interval(Real, 0, 1, closed="neither")],
         "condition": [Options(frozenset(CONDITIONS))],
     }
+
+    def __init__(
+        self,
+        epsilon: float = 1.0,
+        delta: float = 0.05,
+        lam: float = 1e-3,
+        condition: str = "derived",
+        random_state: int | np.random.Generator | None = None,
+    ) -> None:
+        self.epsilon = epsilon
+        self.delta = delta
+        self.lam = lam
+        self.condition = condition
+        self.random_state = random_state
 
     def _prepare(
         self, X: np.ndarray, y: np.ndarray
@@ -197,20 +213,6 @@ class GaussianObjectivePerturbation(_GaussianBase):
     algorithm for multiparty classification", AISTATS 2012, Theorem 4.1; σ*
     re-derived in this module's docstring.
     """
-
-    def __init__(
-        self,
-        epsilon: float = 1.0,
-        delta: float = 0.05,
-        lam: float = 1e-3,
-        condition: str = "derived",
-        random_state: int | np.random.Generator | None = None,
-    ) -> None:
-        self.epsilon = epsilon
-        self.delta = delta
-        self.lam = lam
-        self.condition = condition
-        self.random_state = random_state
 
     @checked_fit
     def fit(
@@ -289,13 +291,11 @@ class PrivateSGD(_GaussianBase):
         condition: str = "derived",
         random_state: int | np.random.Generator | None = None,
     ) -> None:
-        self.epsilon = epsilon
-        self.delta = delta
-        self.lam = lam
+        super().__init__(
+            epsilon=epsilon, delta=delta, lam=lam, condition=condition, random_state=random_state
+        )
         self.n_iter = n_iter
         self.lipschitz = lipschitz
-        self.condition = condition
-        self.random_state = random_state
 
     @checked_fit
     def fit(self, X: np.ndarray, y: np.ndarray, parties: np.ndarray | None = None) -> PrivateSGD:
