@@ -1,4 +1,4 @@
-"""privacy_.shuffle: the clone bound over the unlinkable pools only (DESIGN §11), as the protocol computes it."""
+"""privacy_.shuffle: the clone bound over the unlinkable pools only (DESIGN §11), as the protocol has it."""
 
 from __future__ import annotations
 
@@ -34,11 +34,15 @@ def test_the_bound_is_the_report_pools_alone_and_names_the_median_peers_outside(
     # Exactly the report pool's groups: k_h = 2 reports of ε/2, each among the smallest partition.
     report_only = ShuffleBound.of_groups([(0.5, 2, smallest)])
     assert (acct.shuffle.epsilon, acct.shuffle.delta) == (report_only.epsilon, report_only.delta)
-    assert acct.shuffle == unlinkable_pools_bound({"report": (0.5, 2, smallest)}, peers_outside=acct.median_peers)
+    assert acct.shuffle == unlinkable_pools_bound(
+        {"report": (0.5, 2, smallest)}, peers_outside=acct.median_peers
+    )
     assert acct.shuffle.pools == ("report",) and acct.shuffle.peers_outside == acct.median_peers
     # The median steps (each answered once at ε_T by a few hundred peers) are not in it: had they
     # been counted as shuffled groups, the weakest of them would have decided a larger ε.
-    steps = [s.n for edges in result.median_estimates.values() for e in edges.estimates for s in e.steps if s.n]
+    steps = [
+        s.n for edges in result.median_estimates.values() for e in edges.estimates for s in e.steps if s.n
+    ]
     assert steps and min(steps) < smallest
     assert shuffle_epsilon(1.0, min(steps), acct.shuffle.delta) > acct.shuffle.epsilon
 
