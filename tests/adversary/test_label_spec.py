@@ -21,9 +21,11 @@ from typing import Any
 
 import pytest
 
-from anonml.protocol import MAX_LABEL_CLASSES, Problem, signing_bytes
+from anonml.protocol import MAX_LABEL_CLASSES, LabelSpec, Problem, WitnessRef, signing_bytes
 from peer.policy import PeerPolicy
+from peer.witness import WitnessSettings, start_witness_server
 from tests.adversary.malicious import MaliciousAggregator, mooc_draft, start_peers, wait_until
+from tests.peer.helpers import mooc_dropout_draft
 
 POLICY = PeerPolicy(
     auto_accept=True, max_epsilon_per_problem=4.0, allow_loopback_http=True, require_witnesses=False
@@ -109,3 +111,53 @@ def test_a_hostile_label_spec_is_never_joined(
         assert adversary.status(problem).registered == 0
     finally:
         victim.stop()
+
+
+@pytest.mark.slow
+def test_a_label_shown_to_one_peer_only_is_caught_by_the_witness(
+    adversary: MaliciousAggregator, cohort, tmp_path: Path
+):
+    # A well-formed spec the victim alone is shown (3 classes; everyone else, and the witness,
+    # hold the binary proposal under the same id, both validly signed): its reports would have
+    # a label domain nobody else's has, so the aggregator could pick them out of its partition.
+    # Nothing the victim receives later carries the label, so only the witnessed transcript
+    # (which covers the whole signed Problem) can tell; the victim must stop before releasing.
+    witness = start_witness_server(WitnessSettings(home=tmp_path / "witness", port=0))
+    policy = PeerPolicy.for_simulation(
+        auto_accept=True, max_epsilon_per_problem=4.0, witnesses=[witness.identity.hex()], witness_threshold=1
+    )
+    three = LabelSpec(kind="classes", classes=("stay", "drop", "pause"))
+
+    def relabel(problem: Problem) -> Problem:
+        return problem.model_copy(update={"draft": problem.draft.model_copy(update={"label": three})})
+
+    adversary.equivocate("victim", "problems", lambda listed: [relabel(p) for p in listed])
+    adversary.equivocate("victim", "problem", relabel)
+    people = cohort(8)
+    others = start_peers(tmp_path, adversary.url, people[:7], policy, name="others")
+    victim = start_peers(tmp_path, adversary.url_for("victim"), people[7:], policy, name="victim")
+    try:
+        draft = mooc_dropout_draft(
+            min_peers=8,
+            median_step_seconds=1.5,
+            witnesses=[WitnessRef(identity=witness.identity, url=witness.url)],
+            witness_seconds=3.0,
+        )
+        problem = adversary.propose(draft)
+        wait_until(lambda: adversary.status(problem).registered >= 8, "all 8 peers to register")
+        held = victim.host.db.proposal(problem.id)
+        assert held is not None
+        assert Problem.model_validate_json(held.problem_json).draft.label == three  # the lie was believed
+        assert problem.draft.label.kind == "binary"
+        adversary.close(problem)
+        said = victim.wait_stopped(problem, timeout=90)
+        assert "roster not witnessed" in said, said
+        victim.assert_ledger_empty()
+        assert not any(path.endswith("/tokens") for _, path in adversary.seen("victim"))
+        # The others, who hold what the witness holds, finish the round.
+        final = adversary.wait_phase(problem, "done", "degraded", "failed", timeout=120)
+        assert final.phase in ("done", "degraded"), final.message
+    finally:
+        victim.stop()
+        others.stop()
+        witness.stop()
