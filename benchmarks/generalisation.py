@@ -73,10 +73,11 @@ def _table(rows: list[ResultRow]) -> str:
             p = by.get((name, "paper", eps, 5))
             nb = by[(name, "ldp_nb", eps, None)]
             paper = f"{p.auc_mean:.3f} ± {p.auc_se:.3f}" if p else "—"
+            shuffle = "—" if d.shuffle_epsilon is None else f"{d.shuffle_epsilon:.3g}"
             lines.append(
                 f"| {name} | {eps:g} | {d.auc_mean:.3f} ± {d.auc_se:.3f} | {paper} | "
                 f"{nb.auc_mean:.3f} ± {nb.auc_se:.3f} | {d.auc_mean - nb.auc_mean:+.3f} | "
-                f"{d.brier_mean:.3f} ({d.brier_base:.3f}) | {d.ece_mean:.3f} | {d.shuffle_epsilon:.3g} |"
+                f"{d.brier_mean:.3f} ({d.brier_base:.3f}) | {d.ece_mean:.3f} | {shuffle} |"
             )
         raw = by.get((name, "central_raw", None, None))
         if raw:

@@ -193,7 +193,9 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         Component tables, weights and the calibration map.
     privacy_ : PrivacyAccounting
         What each peer spent (report, median and calibration pools), sound
-        composition; ``privacy_.shuffle`` the conditional central bound.
+        composition; ``privacy_.shuffle`` the conditional central bound over
+        the unlinkable pools only (report and calibration; its
+        ``peers_outside`` median-pool peers keep their local ε).
     n_partitions_, n_subsets_, subset_size_ : int
         The plan used (k_p, k_h, k_s).
     n_bins_ : int

@@ -63,7 +63,7 @@ from anonml.privacy import (
     estimate_bin_edges,
     simulated_query,
 )
-from anonml.privacy.amplification import ShuffleBound
+from anonml.privacy.amplification import ShuffleBound, unlinkable_pools_bound
 
 __all__ = [
     "SimulationConfig",
@@ -150,9 +150,16 @@ class PrivacyAccounting:
         False when the fit read the raw rows outside the mechanisms (feature
         ranges taken from the data): then no ε here is a guarantee.
     shuffle : ShuffleBound or None
-        The central (ε, δ) the aggregator's view also satisfies if reports are
-        unlinkable within each partition (:mod:`anonml.privacy.amplification`);
-        an extra, conditional statement — the local ε stays the headline.
+        The central (ε, δ) the aggregator's view of the *unlinkable* reports also
+        satisfies if they are unlinkable within each partition
+        (:func:`~anonml.privacy.amplification.unlinkable_pools_bound`, the
+        protocol's computation): it covers the report pool and the calibration
+        pool (whose one (score bin, label) report per peer is an anonymous LDP
+        report like a report-pool one, so it is modelled as shuffled among the
+        pool), never the median pool, whose answers are signed (DESIGN §11):
+        ``shuffle.peers_outside`` (= ``median_peers``) peers keep only their
+        local ε. None when a partition holds fewer than 2 peers. An extra,
+        conditional statement — the local ε stays the headline.
     """
 
     epsilon_total: float
@@ -760,18 +767,12 @@ def _account(
     with PrivacyLedger("sqlite://", default_cap=config.epsilon) as ledger:
         ledger.record_many(specs)
         headline = ledger.problem_budget("simulation").headline
+    # DESIGN §11: only unlinkable reports hide among their partition; signed median answers do not.
     smallest = min(size for stage_plan, _ in stages for size in stage_plan.partition_sizes())
-    groups = [(float(config.epsilon / config.n_subsets), int(config.n_subsets), smallest)]
-    median_groups = [
-        (float(estimate.epsilon), 1, int(step.n))
-        for edges in estimates.values()
-        for estimate in edges.estimates
-        for step in estimate.steps
-        if step.n > 0
-    ]
-    groups.extend(median_groups)
+    pools = {"report": (float(config.epsilon / config.n_subsets), int(config.n_subsets), int(smallest))}
     if calibration_peers:
-        groups.append((float(config.epsilon), 1, int(calibration_peers)))
+        pools["calibration"] = (float(config.epsilon), 1, int(calibration_peers))
+    shuffle = unlinkable_pools_bound(pools, peers_outside=int(answered))
     return PrivacyAccounting(
         epsilon_total=float(headline),
         report_epsilon=float(config.epsilon / config.n_subsets),
@@ -780,5 +781,5 @@ def _account(
         median_peers=int(answered),
         median_epsilon=median_epsilon,
         calibration_peers=int(calibration_peers),
-        shuffle=ShuffleBound.of_groups(groups),
+        shuffle=shuffle,
     )

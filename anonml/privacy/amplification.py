@@ -56,6 +56,7 @@ __all__ = [
     "local_epsilon_for",
     "default_delta",
     "report_pool_bound",
+    "unlinkable_pools_bound",
     "MEDIAN_NOT_SHUFFLED",
 ]
 
@@ -240,29 +241,45 @@ class ShuffleBound:
     smallest_group : int
         The fewest reports shuffled together in any group (the weakest group decides).
     assumptions : str
-        :data:`ASSUMPTIONS`.
+        :data:`ASSUMPTIONS` (plus :data:`MEDIAN_NOT_SHUFFLED` for a problem's bound).
+    pools : tuple of str
+        The peer pools whose reports the bound covers (``"report"``, and
+        ``"calibration"`` in the library); empty when built from bare groups.
+    peers_outside : int or None
+        Peers of the problem the bound does not cover (the median pool's, who
+        keep only their local ε); None when the count is not known (the
+        protocol's bound before the median round has run).
     """
 
     epsilon: float
     delta: float
     smallest_group: int
     assumptions: str = ASSUMPTIONS
+    pools: tuple[str, ...] = ()
+    peers_outside: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "epsilon": float(self.epsilon),
             "delta": float(self.delta),
             "smallest_group": int(self.smallest_group),
             "assumptions": self.assumptions,
+            "pools": list(self.pools),
         }
+        if self.peers_outside is not None:
+            out["peers_outside"] = int(self.peers_outside)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ShuffleBound:
+        outside = data.get("peers_outside")
         return cls(
             float(data["epsilon"]),
             float(data["delta"]),
             int(data["smallest_group"]),
             str(data["assumptions"]),
+            tuple(str(p) for p in data.get("pools", ())),
+            None if outside is None else int(outside),
         )
 
     @classmethod
@@ -290,9 +307,54 @@ class ShuffleBound:
 
 #: What a protocol problem's bound adds to :data:`ASSUMPTIONS`: the median pool is outside it.
 MEDIAN_NOT_SHUFFLED = (
-    "; it covers the report pool only: median answers are signed by their peers, "
+    "; it covers the pools of unlinkable reports only (the report pool, and the "
+    "calibration pool where there is one): median answers are signed by their peers, "
     "so a median-pool peer keeps its local ε"
 )
+
+
+def unlinkable_pools_bound(
+    pools: dict[str, tuple[float, int, int]], peers_outside: int | None = None
+) -> ShuffleBound | None:
+    """The shuffle bound of a problem over the pools whose reports are unlinkable.
+
+    DESIGN §11: a report reaches the aggregator unlinkable among the members
+    of its partition, so the clone bound applies to it; a median answer is
+    signed by its peer and gets no amplification. The bound therefore covers
+    only the pools named here and states how many peers it leaves out.
+
+    Parameters
+    ----------
+    pools : dict of str to (ε₀, k, n)
+        Per unlinkable pool: each of its peers releases ``k`` reports of ε₀,
+        each shuffled among at least ``n`` reports (the pool's fewest per
+        group). Composed by :meth:`ShuffleBound.of_groups` (k-fold within a
+        pool, parallel across pools, δ by :func:`default_delta` of the
+        smallest group).
+    peers_outside : int, optional
+        Peers of the problem outside every pool (the median pool's): they keep
+        only their local ε.
+
+    Returns
+    -------
+    ShuffleBound or None
+        None when some pool shuffles fewer than 2 reports per group (one report
+        hides among nobody). The assumptions carry :data:`MEDIAN_NOT_SHUFFLED`.
+    """
+    if not pools:
+        raise ValueError("no unlinkable pool to bound")
+    if any(int(n) < 2 for _, _, n in pools.values()):
+        return None
+    groups = [(float(e0), int(k), int(n)) for e0, k, n in pools.values()]
+    bound = ShuffleBound.of_groups(groups)
+    return ShuffleBound(
+        bound.epsilon,
+        bound.delta,
+        bound.smallest_group,
+        ASSUMPTIONS + MEDIAN_NOT_SHUFFLED,
+        tuple(pools),
+        None if peers_outside is None else int(peers_outside),
+    )
 
 
 @lru_cache(maxsize=256)
@@ -301,12 +363,11 @@ def report_pool_bound(epsilon0: float, reports_per_peer: int, group: int) -> Shu
 
     Each report peer sends ``reports_per_peer`` (k_h) reports of ε₀ = ε/k_h,
     each shuffled among the ``group`` reports of its (partition, subset)
-    (:meth:`ShuffleBound.of_groups` with one pool; δ by :func:`default_delta`
-    of the group). The assumptions add :data:`MEDIAN_NOT_SHUFFLED`. The
-    aggregator's status and model document, the peer's dashboard and
-    ``anonml peer ledger`` all compute the figure here, so they agree.
+    (:func:`unlinkable_pools_bound` with the report pool alone; δ by
+    :func:`default_delta` of the group). The median pool is outside it
+    (:data:`MEDIAN_NOT_SHUFFLED`). The aggregator's status and model document,
+    the peer's dashboard and ``anonml peer ledger`` compute the figure here, and
+    the library's ``privacy_.shuffle`` through the same
+    :func:`unlinkable_pools_bound`, so they agree.
     """
-    if group < 2:
-        return None
-    bound = ShuffleBound.of_groups([(float(epsilon0), int(reports_per_peer), int(group))])
-    return ShuffleBound(bound.epsilon, bound.delta, bound.smallest_group, ASSUMPTIONS + MEDIAN_NOT_SHUFFLED)
+    return unlinkable_pools_bound({"report": (float(epsilon0), int(reports_per_peer), int(group))})

@@ -13,7 +13,9 @@ protocol the way an aggregator that holds its own signing key can:
   the honest answer parsed into its protocol model and returns what that peer
   is shown instead; the result is re-signed with the aggregator's key (so it
   verifies against the key pinned in the proposal) unless ``resign=False``.
-  Tag ``None`` rewrites the un-prefixed (everyone's) answers. A host fetches
+  Tag ``None`` rewrites the un-prefixed (everyone's) answers.
+  :meth:`MaliciousAggregator.equivocate_raw` rewrites the bytes instead, for
+  answers no protocol model can hold (signed by :meth:`MaliciousAggregator.sign_raw`). A host fetches
   the roster and bins once for all the identities it runs, so give each victim
   its own host (:func:`start_peers`) to show it its own view.
 * **Tagged tokens.** :meth:`MaliciousAggregator.issue_tokens_with` answers the
@@ -43,6 +45,8 @@ stored — :meth:`HonestPeers.assert_ledger_empty`,
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import threading
 import time
@@ -53,7 +57,7 @@ from typing import Any
 
 import numpy as np
 import requests
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aggregator.app import ServerHandle, create_app, start_server
@@ -75,6 +79,7 @@ from anonml.protocol import (
     TokenBatchRequest,
     TokenBatchResponse,
     sign_message,
+    signing_context,
 )
 from anonml.serving import HttpMiddleware
 from peer.app import PeerServer, start_peer_server
@@ -227,6 +232,26 @@ class MaliciousAggregator:
 
         with self._lock:
             self._hooks[(tag, kind)] = hook
+
+    def equivocate_raw(self, tag: str | None, kind: str, rewrite: Callable[[bytes], bytes]) -> None:
+        """Show peer ``tag`` (None: everyone) ``rewrite(honest body)`` for route ``kind``, byte for byte.
+
+        For answers no protocol model can hold (a NaN, a field the schema
+        refuses): the rewrite signs what it wants signed itself (:meth:`sign_raw`).
+        """
+        if kind not in KINDS:
+            raise ValueError(f"unknown route kind {kind!r}; one of {', '.join(KINDS)}")
+        with self._lock:
+            self._hooks[(tag, kind)] = rewrite
+
+    def sign_raw(self, body: dict[str, Any], message_type: type[BaseModel]) -> dict[str, Any]:
+        """``body`` (a ``message_type`` as JSON) with the aggregator's signature over its canonical
+        bytes, computed as :func:`~anonml.protocol.signing_bytes` does, whether or not it validates."""
+        unsigned = {k: v for k, v in body.items() if k != "signature"}
+        canonical = json.dumps(unsigned, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        context = signing_context(message_type.model_construct())
+        signature = self.identity.sign(canonical.encode("ascii"), context=context)
+        return {**body, "signature": base64.b64encode(signature).decode("ascii")}
 
     def issue_tokens_with(self, tag: str | None, key: TokenKey) -> None:
         """Answer peer ``tag``'s token requests under ``key`` (a tagging key), proof valid for ``key``."""

@@ -8,13 +8,16 @@ import numpy as np
 import pytest
 
 from anonml.privacy.amplification import (
+    MEDIAN_NOT_SHUFFLED,
     ShuffleBound,
     _pair,
     closed_form_epsilon,
     default_delta,
     local_epsilon_for,
+    report_pool_bound,
     shuffle_delta,
     shuffle_epsilon,
+    unlinkable_pools_bound,
 )
 
 
@@ -91,3 +94,33 @@ def test_bad_arguments_are_named():
         shuffle_epsilon(1.0, 0)
     with pytest.raises(ValueError, match="delta"):
         shuffle_epsilon(1.0, 10, 1.5)
+
+
+def test_a_problems_bound_covers_only_its_unlinkable_pools():
+    pools = {"report": (0.25, 4, 3000), "calibration": (1.0, 1, 900)}
+    bound = unlinkable_pools_bound(pools, peers_outside=1200)
+    assert bound is not None
+    reference = ShuffleBound.of_groups([(0.25, 4, 3000), (1.0, 1, 900)])
+    assert (bound.epsilon, bound.delta, bound.smallest_group) == (
+        reference.epsilon,
+        reference.delta,
+        reference.smallest_group,
+    )
+    assert bound.pools == ("report", "calibration") and bound.peers_outside == 1200
+    assert bound.assumptions.endswith(MEDIAN_NOT_SHUFFLED) and "median" in bound.assumptions
+    assert ShuffleBound.from_dict(bound.to_dict()) == bound
+    # A bound on bare groups names no pool and no outside count, and documents without them load.
+    legacy = {k: v for k, v in bound.to_dict().items() if k not in ("pools", "peers_outside")}
+    assert ShuffleBound.from_dict(legacy).pools == () and ShuffleBound.from_dict(legacy).peers_outside is None
+
+
+def test_the_protocols_report_pool_bound_is_the_shared_computation():
+    bound = report_pool_bound(0.5, 2, 700)
+    shared = unlinkable_pools_bound({"report": (0.5, 2, 700)})
+    assert bound == shared and bound is not None and bound.pools == ("report",)
+    assert bound.epsilon == ShuffleBound.of_groups([(0.5, 2, 700)]).epsilon
+    # One report alone hides among nobody: no bound, in either entry point.
+    assert report_pool_bound(0.5, 2, 1) is None
+    assert unlinkable_pools_bound({"report": (0.5, 2, 700), "calibration": (1.0, 1, 1)}) is None
+    with pytest.raises(ValueError, match="no unlinkable pool"):
+        unlinkable_pools_bound({})
