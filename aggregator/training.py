@@ -26,7 +26,7 @@ class probabilities into a value with the public bin midpoints). The model's
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -195,6 +195,8 @@ def train_problem(
     report_peers = len(roster.entries) - roster.median_pool_size
     # A slot nobody's report reached shuffles nothing; the fewest reports that did arrive decide.
     bound = report_pool_bound(float(draft.report_epsilon), int(draft.kh), min(received.values()))
+    if bound is not None:  # the median peers who answered are outside it: they keep their local ε
+        bound = replace(bound, peers_outside=median_answered)
     accounting = PrivacyAccounting(
         epsilon_total=max(draft.epsilon, draft.median_epsilon if median_answered else 0.0),
         report_epsilon=draft.report_epsilon,

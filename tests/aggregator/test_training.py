@@ -138,6 +138,8 @@ def test_no_reports_is_a_clear_error():
 
 
 def test_a_three_class_label_trains_three_classes_with_the_spec_names_and_the_shuffle_bound():
+    from dataclasses import replace
+
     from anonml.privacy.amplification import report_pool_bound
     from anonml.protocol import LabelSpec
 
@@ -156,13 +158,15 @@ def test_a_three_class_label_trains_three_classes_with_the_spec_names_and_the_sh
         label = np.where(rng.random(sizes[p]) < 0.8, np.where(high, 2, 0), 1)
         for b in mech.perturb(high.astype(int) * 3 + label, rng):
             rows.append((p, 0, mech.descriptor().model_dump_json(), pack_bits(b)))
-    model, metrics = train_problem(problem, roster, bins, plan, rows, median_answered=0, rng=rng)
+    model, metrics = train_problem(problem, roster, bins, plan, rows, median_answered=5, rng=rng)
     assert list(model.classes_) == list(names) and metrics["label_classes"] == 3
     x_high, x_low = np.array([[9.0, 9.0, 1.0]]), np.array([[1.0, 1.0, 0.0]])  # high / low bin of each
     assert model.predict(x_high)[0] == "high" and model.predict(x_low)[0] == "low"
     # The bound rests on the fewest reports of a slot: 1,800 reports of ε = 2 (k_h = 1).
     shuffle = model.privacy_.shuffle
-    assert shuffle.smallest_group == 1800 and shuffle == report_pool_bound(2.0, 1, 1800)
+    # The five median peers who answered are outside it: signed answers keep their local ε.
+    assert shuffle.smallest_group == 1800 and shuffle.peers_outside == 5
+    assert shuffle == replace(report_pool_bound(2.0, 1, 1800), peers_outside=5)
     assert 0 < shuffle.epsilon < 0.5 and "median answers are signed" in shuffle.assumptions
 
 
