@@ -24,7 +24,6 @@ poll. The database must be PostgreSQL (:func:`check_workers`).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -323,11 +322,7 @@ def start_workers_process(
     import requests
 
     check_workers(settings.db_url, workers)
-    port = settings.port
-    if port == 0:
-        with socket.socket() as probe:
-            probe.bind((settings.host, 0))
-            port = probe.getsockname()[1]
+    port = settings.port or serving.free_port(settings.host)
     root, env = serving.child_environment()
     for name, value in settings.model_copy(update={"port": port}).model_dump(mode="json").items():
         if value is not None:

@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = [
     "bind",
+    "free_port",
     "uvicorn_server",
     "start_in_thread",
     "wait_started",
@@ -58,6 +59,17 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     return sock
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port on ``host`` nothing listens on at the time of the call.
+
+    For a server started in another process that must be told its port first
+    (another process may still take it before that server binds it).
+    """
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def uvicorn_server(app: Any, *, lifespan: Literal["on", "off"] = "on") -> uvicorn.Server:

@@ -22,12 +22,13 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from anonml.serving import free_port
 
 __all__ = ["PostgresUnavailable", "postgres_bin", "throwaway_postgresql"]
 
@@ -55,12 +56,6 @@ def postgres_bin() -> Path:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextmanager
 def throwaway_postgresql(max_connections: int = 300) -> Iterator[str]:
     """Start a private PostgreSQL server; yields ``postgresql+psycopg://anonml@127.0.0.1:<port>/anonml``."""
@@ -84,7 +79,7 @@ def throwaway_postgresql(max_connections: int = 300) -> Iterator[str]:
             )
         shutil.chown(folder, user="postgres")
         as_pg = ["runuser", "-u", "postgres", "--"]
-    data, port = folder / "data", _free_port()
+    data, port = folder / "data", free_port()
 
     def run(*args: str) -> None:
         done = subprocess.run([*as_pg, *args], capture_output=True, text=True)

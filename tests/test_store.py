@@ -275,11 +275,9 @@ def test_an_import_into_a_locked_store_is_one_error_line_saying_retry(tmp_path: 
 
 
 def test_an_unreachable_database_server_is_one_error_line_saying_check_the_url(tmp_path: Path):
-    import socket
+    from anonml.serving import free_port
 
-    with socket.socket() as probe:  # a loopback port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     export = _edx_log(tmp_path / "tracking.log", 1)
     url = f"postgresql+psycopg://anonml:secret@127.0.0.1:{port}/events?connect_timeout=5"
     result = _anonml("import", str(export), "-i", "edx", "--store", url)

@@ -18,10 +18,10 @@ import pytest
 
 from anonml.errors import BudgetExceeded
 from anonml.privacy import PrivacyLedger
+from anonml.serving import free_port
 from peer.app import load_or_create_identity
 from peer.settings import PeerSettings
 from tests.adversary.malicious import MaliciousAggregator, hostile, mooc_draft, wait_until
-from tests.ports import free_port
 
 
 def _env(home: Path) -> dict[str, str]:

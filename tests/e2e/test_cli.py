@@ -18,9 +18,9 @@ from anonml.learn import AnonMLClassifier
 from anonml.model import FeatureSpec
 from anonml.plugins import PluginRef
 from anonml.protocol import ModelDocument, Problem, ProblemDraft, Schedule, sign_message
+from anonml.serving import free_port
 from peer.db import PeerDB
 from tests.aggregator.helpers import TOKEN, draft, signed_problem
-from tests.ports import free_port
 
 runner = CliRunner()
 

@@ -24,10 +24,9 @@ from aggregator.settings import AggregatorSettings
 from anonml.crypto import save_identity
 from anonml.demo import simulate_peers
 from anonml.protocol import ProblemDraft
-from anonml.serving import child_environment
+from anonml.serving import child_environment, free_port
 from peer.simulate import SimulatedIdentity, SimulationManifest
 from tests.peer.helpers import mooc_dropout_draft
-from tests.ports import free_port
 
 __all__ = [
     "ROOT",

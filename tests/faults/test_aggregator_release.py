@@ -25,6 +25,7 @@ import requests
 
 from anonml.crypto import WindowSchedule
 from anonml.protocol import Bins, ModelDocument, Problem, ProblemStatus, verify_message
+from anonml.serving import free_port
 from peer.relay import default_guard, retry_delay
 from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import (
@@ -36,7 +37,6 @@ from tests.aggregator.helpers import (
     wait_phase,
 )
 from tests.faults.helpers import Killable, PeerProcess, fault_draft, write_hosts
-from tests.ports import free_port
 
 OUTAGE = 3.0  # seconds at least between the kill and the restart
 #: The relay counters the test prints, summed over the hosts.

@@ -252,8 +252,8 @@ def test_peer_start_prints_where_the_dashboard_is_and_its_token_file_opens_it(ag
     import sys
     import threading
 
+    from anonml.serving import free_port
     from tests.adversary.test_policy_cli import _env
-    from tests.ports import free_port
 
     home = tmp_path / "home"
     home.mkdir(mode=0o700)

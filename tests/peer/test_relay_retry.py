@@ -13,6 +13,7 @@ import requests
 from aggregator.app import start_server
 from anonml.crypto import Hop, Identity, Redemption, SphinxRelay, WindowSchedule, build_packet
 from anonml.privacy import PrivacyLedger
+from anonml.serving import free_port
 from anonml.store import EventStore
 from peer.app import PeerServer, start_peer_server
 from peer.db import PeerDB
@@ -21,7 +22,6 @@ from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from peer.relay import RelayRound, StoredReplayCache, retry_delay
 from tests.peer.test_relay import OCTETS, Capture
-from tests.ports import free_port
 
 ROUND = 77
 
