@@ -26,7 +26,7 @@ class probabilities into a value with the public bin midpoints). The model's
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from anonml.learn import (
     learner_settings,
 )
 from anonml.privacy import MechanismDescriptor
-from anonml.privacy.amplification import ShuffleBound, report_pool_bound
+from anonml.privacy.amplification import ShuffleBound, unlinkable_pools_bound
 from anonml.protocol import (
     Bins,
     Problem,
@@ -115,8 +115,9 @@ def shuffle_statement(
 ) -> ShuffleStatement | None:
     """``bound`` (the report pool's conditional shuffle (ε, δ)) on the wire, beside the local ε.
 
-    The bound is :func:`~anonml.privacy.amplification.report_pool_bound`'s
-    (FMT 2021 with k_h reports of ε/k_h per peer) for the fewest reports of one
+    The bound is the report pool's alone
+    (:func:`~anonml.privacy.amplification.unlinkable_pools_bound`, FMT 2021
+    with k_h reports of ε/k_h per peer) for the fewest reports of one
     (partition, subset): the roster's smallest partition before the round
     (``planned``), the fewest received after it (the model's ``privacy_.shuffle``).
     """
@@ -194,9 +195,11 @@ def train_problem(
     ensemble = learner.ensemble_from(histograms, [g.n for g in groups], rng)
     report_peers = len(roster.entries) - roster.median_pool_size
     # A slot nobody's report reached shuffles nothing; the fewest reports that did arrive decide.
-    bound = report_pool_bound(float(draft.report_epsilon), int(draft.kh), min(received.values()))
-    if bound is not None:  # the median peers who answered are outside it: they keep their local ε
-        bound = replace(bound, peers_outside=median_answered)
+    # The median peers who answered are outside it: their signed answers keep their local ε.
+    bound = unlinkable_pools_bound(
+        {"report": (float(draft.report_epsilon), int(draft.kh), min(received.values()))},
+        peers_outside=median_answered,
+    )
     accounting = PrivacyAccounting(
         epsilon_total=max(draft.epsilon, draft.median_epsilon if median_answered else 0.0),
         report_epsilon=draft.report_epsilon,
