@@ -119,18 +119,12 @@ def shuffle_statement(
     (:func:`~anonml.privacy.amplification.unlinkable_pools_bound`, FMT 2021
     with k_h reports of ε/k_h per peer) for the fewest reports of one
     (partition, subset): the roster's smallest partition before the round
-    (``planned``), the fewest received after it (the model's ``privacy_.shuffle``).
+    (``planned``), the fewest received after it (the model's ``privacy_.shuffle``),
+    with the pools it covers and the median peers outside it.
     """
     if bound is None:
         return None
-    return ShuffleStatement(
-        local_epsilon=draft.epsilon,
-        epsilon=bound.epsilon,
-        delta=bound.delta,
-        smallest_group=bound.smallest_group,
-        assumptions=bound.assumptions,
-        planned=planned,
-    )
+    return ShuffleStatement(local_epsilon=draft.epsilon, planned=planned, **bound.to_dict())
 
 
 def group_reports(reports: Iterable[tuple[int, int, str, bytes]]) -> list[ReportGroup]:

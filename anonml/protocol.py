@@ -206,6 +206,12 @@ def verify_message(message: _M, signer: bytes | PublicIdentity) -> _M:
 # --- proposing a problem ------------------------------------------------------
 
 
+#: A schedule's wait between two steps: up to a day, possibly none.
+WaitSeconds = Annotated[float, Field(ge=0, le=86_400)]
+#: A schedule's window for a step to happen in: up to a day, never empty.
+WindowSeconds = Annotated[float, Field(gt=0, le=86_400)]
+
+
 class Schedule(_Message):
     """When each phase happens. Durations are seconds; the deadline is absolute.
 
@@ -221,11 +227,11 @@ class Schedule(_Message):
     """
 
     registration_deadline: AwareDatetime
-    roster_seconds: float = Field(default=2.0, ge=0, le=86_400)
-    median_step_seconds: float = Field(default=10.0, gt=0, le=86_400)
-    report_delay_seconds: float = Field(default=5.0, ge=0, le=86_400)
-    send_window_seconds: float = Field(default=5.0, gt=0, le=86_400)
-    release_window_seconds: float = Field(default=5.0, gt=0, le=86_400)
+    roster_seconds: WaitSeconds = 2.0
+    median_step_seconds: WindowSeconds = 10.0
+    report_delay_seconds: WaitSeconds = 5.0
+    send_window_seconds: WindowSeconds = 5.0
+    release_window_seconds: WindowSeconds = 5.0
     witness_seconds: float = Field(
         default=10.0,
         ge=0,
@@ -539,6 +545,9 @@ class ShuffleStatement(_Message):
     (``local_epsilon``, each peer's total) is the guarantee that needs neither.
     ``planned`` is True while the figure rests on the roster's partition sizes
     (before the reports arrived), False once it rests on the reports received.
+    ``pools`` names the peer pools whose reports it covers and ``peers_outside``
+    counts the peers it does not (the median peers who answered: their answers
+    are signed, DESIGN §11); None before the median round has run.
     """
 
     local_epsilon: float = Field(gt=0)
@@ -547,6 +556,8 @@ class ShuffleStatement(_Message):
     smallest_group: int = Field(ge=1)
     assumptions: str = Field(max_length=2000)
     planned: bool = False
+    pools: tuple[Annotated[str, Field(max_length=32)], ...] = Field(default=(), max_length=8)
+    peers_outside: int | None = Field(default=None, ge=0)
 
 
 class ProblemStatus(_Message):

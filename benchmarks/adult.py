@@ -1,6 +1,6 @@
 """AnonML on UCI Adult: test AUC/F1 against the per-peer budget ε_T, and the cost of one trial.
 
-Part 1 — the issue-4 benchmark (:func:`anonml.learn.harness.run_adult_benchmark`):
+Part 1 — the accuracy benchmark (:func:`anonml.learn.harness.run_benchmark` on Adult's split):
 default mode, paper mode at both thesis settings ((k_p, k_s, k_h) = (5, 3, 2)
 and (20, 1, 2)), and the non-private logistic-regression ceilings on raw and on
 binned features, at ε_T ∈ {0.5, 1, 2, 4} over ``--trials`` simulations each
@@ -13,7 +13,7 @@ medians, perturbation with the best mechanism per report, estimation, ledger,
 ensemble) against a baseline measured in the same run: fitting scikit-learn's
 ``LogisticRegression`` on the same rows (one-hot categoricals, standardised
 numerics). Median over ``--repeats`` alternating pairs; wall-clock seconds are
-reported beside the ratio (target of the issue: one trial ≤ 5 s). Written to
+reported beside the ratio (target: one trial ≤ 5 s). Written to
 ``benchmarks/results/adult_timing.json``.
 
 Part 3 (``--ablation``) — why default mode is what it is: default mode with
@@ -21,7 +21,7 @@ Part 3 (``--ablation``) — why default mode is what it is: default mode with
 base_cut} at every ε_T, same seeds for every variant, to
 ``benchmarks/results/adult_ablation.json``.
 
-Run from the repository root: ``python benchmarks/adult.py [--trials 20] [--ablation]``.
+Run from the repository root: ``python -m benchmarks.adult [--trials 20] [--ablation]``.
 The data is found as :func:`anonml.datasets.adult.load` finds it (``--data``,
 ``$ANONML_ADULT_DIR``, ``$ANONML_SHARED_DIR``, ``../shared`` beside the checkout, the cache).
 """
@@ -33,21 +33,17 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
 
-import numpy as np  # noqa: E402
-from sklearn.linear_model import LogisticRegression  # noqa: E402
-from sklearn.metrics import roc_auc_score  # noqa: E402
-
-from anonml.datasets import adult  # noqa: E402
-from anonml.learn.harness import raw_design, run_adult_benchmark, write_results  # noqa: E402
-from anonml.learn.model import AnonMLClassifier  # noqa: E402
+from anonml.datasets import adult
+from anonml.learn.harness import raw_design, run_benchmark, write_results
+from anonml.learn.model import AnonMLClassifier
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -168,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         if done[0] % 20 == 0:
             print(f"  {done[0]} fits, {time.perf_counter() - start:.0f} s ({description})", flush=True)
 
-    rows = run_adult_benchmark(
-        methods=methods, epsilons=epsilons, trials=args.trials, data=data, seed=args.seed, on_trial=tick
+    rows = run_benchmark(
+        data, methods=methods, epsilons=epsilons, trials=args.trials, seed=args.seed, on_trial=tick
     )
     path = write_results(rows, RESULTS / "adult.json")
     print(f"{'method':<16}{'kp/ks/kh':>10}{'eps':>6}{'AUC':>18}{'F1':>18}{'Brier':>8}{'ECE':>7}{'n':>4}")

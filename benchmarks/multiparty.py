@@ -36,7 +36,6 @@ import argparse
 import json
 import math
 import platform
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,10 +43,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.model_selection import StratifiedKFold
 
-if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from anonml.learn.multiparty import (  # noqa: E402
+from anonml.learn.multiparty import (
     Preprocessor,
     PrivateSGD,
     ResultRow,
@@ -59,7 +55,7 @@ from anonml.learn.multiparty import (  # noqa: E402
     printed_condition_sigma,
     run_multiparty_benchmark,
 )
-from anonml.learn.multiparty.harness import POOLED  # noqa: E402
+from anonml.learn.multiparty.harness import POOLED
 
 RESULTS = Path(__file__).resolve().parent / "results" / "multiparty.json"
 SKEW = (0.01, 0.29, 0.2, 0.25, 0.25)

@@ -66,16 +66,7 @@ from anonml.protocol import IntakeBatch, IntakeDelivery, Roster
 from anonml.serving import spawn_child
 from benchmarks.crypto import _tokens
 from benchmarks.reporting import machine, now, write_json
-from tests.aggregator.helpers import (
-    aggregator_settings,
-    assignment_of,
-    bins_of,
-    draft,
-    propose,
-    register_and_close,
-    report_for,
-    slots,
-)
+from tests.aggregator import helpers
 
 RESULTS = Path(__file__).resolve().parent / "results" / "wire_throughput.json"
 TARGET_RATIO = 0.25
@@ -210,19 +201,19 @@ def top_frames(lines: Iterable[str], top: int) -> dict:
 def _intake_deliveries(url: str, n: int) -> list[IntakeDelivery]:
     """An open report round on the aggregator at ``url`` and ``n`` valid deliveries for it."""
     kh = 4
-    problem = propose(url, draft(kp=1, kh=kh, n_numeric=kh, min_peers=4, send_window=3600.0))
-    peers = register_and_close(url, problem, max(4, -(-n // kh)), ("reporting",), timeout=120)
+    problem = helpers.propose(url, helpers.draft(kp=1, kh=kh, n_numeric=kh, min_peers=4, send_window=3600.0))
+    peers = helpers.register_and_close(url, problem, max(4, -(-n // kh)), ("reporting",), timeout=120)
     roster = Roster.model_validate_json(
         requests.get(f"{url}/problems/{problem.id}/roster", timeout=60).content
     )
-    bins = bins_of(url, problem.id)
+    bins = helpers.bins_of(url, problem.id)
     rng = np.random.default_rng(7)
     out = []
     for p in peers:
-        assignment = assignment_of(url, problem.id, p)
-        for k, token in enumerate(p.tokens(url, problem, roster, slots(problem))):
+        assignment = helpers.assignment_of(url, problem.id, p)
+        for k, token in enumerate(p.tokens(url, problem, roster, helpers.slots(problem))):
             value = np.r_[rng.uniform(0, 10, kh), 1.0]
-            report = report_for(problem, bins, assignment, value, int(rng.integers(2)), k, rng=rng)
+            report = helpers.report_for(problem, bins, assignment, value, int(rng.integers(2)), k, rng=rng)
             data = report.to_bytes()
             out.append(IntakeDelivery(redemption=bytes(token.redeem(data)), report=data))
     return out[:n]
@@ -258,7 +249,7 @@ def _batch_sender(url: str, headers: dict[str, str]) -> Callable[[tuple], list[i
 def intake_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> dict:
     root = scratch / f"intake-{mode}"
     root.mkdir()
-    server = start_server_process(aggregator_settings(root, port=0, tick_seconds=0.5))
+    server = start_server_process(helpers.aggregator_settings(root, port=0, tick_seconds=0.5))
     try:
         deliveries = _intake_deliveries(server.url, n)
         profile = Profile(server.process.pid, root / "profile.txt")

@@ -86,7 +86,7 @@ from anonml.crypto import (
     send_time,
 )
 from anonml.errors import AnonMLError, BudgetExceeded, ProtocolError
-from anonml.learn import AnonMLClassifier, PeerAssignment, make_plan, plan_inputs, verify_assignment
+from anonml.learn import AnonMLClassifier, PeerAssignment, roster_plan, verify_assignment
 from anonml.plugins import Featurizer, Instancer
 from anonml.privacy import BinaryRandomizedResponse, PrivacyLedger
 from anonml.protocol import (
@@ -562,19 +562,10 @@ class Participant:
         if bytes(notice.identity) != me or notice.problem_id != self.problem.id:
             raise Aborted("the assignment is for another identity or problem")
         claimed = PeerAssignment(notice.role, notice.index, tuple(tuple(s) for s in notice.subsets))
-        inputs = plan_inputs(draft, view.roster, beacon)
-        seed, n_features = bytes(view.roster.seed), len(draft.features)
         try:
-            plan = view.memo(("plan", beacon), lambda: make_plan(seed, view.keys, n_features, **inputs))
+            plan = view.memo(("plan", beacon), lambda: roster_plan(draft, view.roster, beacon))
             assignment = verify_assignment(
-                claimed,
-                commitment=bytes(self.problem.seed_commitment),
-                seed=seed,
-                peer_keys=view.keys,
-                my_key=me,
-                n_features=n_features,
-                plan=plan,
-                **inputs,
+                claimed, plan, commitment=bytes(self.problem.seed_commitment), peer_keys=view.keys, my_key=me
             )
         except (ProtocolError, ValueError) as exc:
             raise Aborted(f"partition plan check failed: {exc}") from None

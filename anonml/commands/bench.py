@@ -2,7 +2,7 @@
 
 ``app`` is the ``bench`` command group; the CLI mounts it with
 ``app.add_typer(bench.app, name="bench")``. Its ``adult`` command runs
-:func:`anonml.learn.harness.run_adult_benchmark`: a Rich progress bar on
+:func:`anonml.learn.harness.run_benchmark` on Adult's fixed split: a Rich progress bar on
 stderr, a results table (mean ± sd test AUC and F1 per method × ε_T) on
 stdout, the rows as JSON with ``--json OUT`` (``--json -``: exactly one JSON
 document on stdout instead of the table) and a plot with ``--plot OUT.png``.
@@ -154,7 +154,7 @@ def adult(
         count_trials,
         expand_methods,
         plot_results,
-        run_adult_benchmark,
+        run_benchmark,
         write_results,
     )
 
@@ -178,14 +178,14 @@ def adult(
             def tick(description: str) -> None:
                 progress.update(task, advance=1, description=description)
 
-            rows = run_adult_benchmark(
+            rows = run_benchmark(
+                dataset,
                 methods=names,
                 epsilons=epsilons,
                 trials=trials,
                 kp=kp,
                 ks=ks,
                 kh=kh,
-                data=dataset,
                 seed=seed,
                 on_trial=tick,
             )

@@ -24,7 +24,7 @@ cardinality: every categorical feature is binary (married / not, spouse / not,
 private-or-unknown / self-employed-or-government workclass, White / other, US /
 other). A report then has only 4 cells, so each cell's LDP estimate is
 accurate. In tuning runs of the default mode (100 trials, same pipeline as
-benchmarks/adult.py) the binary groups raised test AUC at ε_T = 0.5 from
+benchmarks.adult) the binary groups raised test AUC at ε_T = 0.5 from
 0.826 to 0.841 (3- and 4-way groups before) and changed nothing at ε_T ≥ 2. Missing values join
 the "other"/"unknown" group of their feature; no row is dropped, so the
 training set has the thesis's n = 32,561.

@@ -14,7 +14,7 @@ DESIGN §6. The public surface:
 * a numeric target as ordered bins — :class:`AnonMLRegressor`;
 * the LDP naive-Bayes reference — :func:`fit_ldp_naive_bayes`;
 * simulation and the Adult experiment — :func:`simulate_training`,
-  :func:`run_adult_benchmark`.
+  :func:`run_benchmark` (Adult: ``run_benchmark(adult.load())``).
 
 The multiparty baselines live in :mod:`anonml.learn.multiparty`.
 """
@@ -30,7 +30,7 @@ from anonml.learn.ensemble import (
     vote_ensemble,
 )
 from anonml.learn.frames import infer_feature_specs
-from anonml.learn.harness import ResultRow, run_adult_benchmark, run_benchmark
+from anonml.learn.harness import ResultRow, run_benchmark
 from anonml.learn.histograms import (
     SubsetHistogram,
     estimate_histogram,
@@ -50,7 +50,7 @@ from anonml.learn.partition import (
     verify_assignment,
 )
 from anonml.learn.regression import AnonMLRegressor
-from anonml.learn.settings import learner_settings, plan_inputs, roster_plan, simulated_learner
+from anonml.learn.settings import learner_settings, roster_plan, simulated_learner
 from anonml.learn.simulation import (
     PrivacyAccounting,
     SimulationConfig,
@@ -93,10 +93,8 @@ __all__ = [
     "quantile_thresholds",
     "report_values",
     "roster_digest",
-    "run_adult_benchmark",
     "simulate_training",
     "learner_settings",
-    "plan_inputs",
     "roster_plan",
     "simulated_learner",
     "verify_assignment",

@@ -30,7 +30,7 @@ pooled prior ``π̂``:
   tangent at the prior, ``(P̂(y=1|x_S) − π̂) / (π̂(1−π̂))``. The terms stay
   bounded, so a rare cell whose noisy estimate says "never positive" cannot
   dominate the sum, and correlated features (sex, marital status,
-  relationship) are double-counted less. On Adult (benchmarks/adult.py
+  relationship) are double-counted less. On Adult (benchmarks.adult
   ``--ablation``, 20 trials, same seeds) it beats ``"logit"`` at every ε_T:
   test AUC 0.835 vs 0.832 at 0.5, 0.864 vs 0.857 at 1, 0.876 vs 0.871 at 2,
   0.883 vs 0.881 at 4. The consistency step matters less: Norm-Sub, Norm-Mul

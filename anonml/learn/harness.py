@@ -22,7 +22,8 @@ calibration error over 10 equal-width probability bins,
 central ε by shuffling (:mod:`anonml.privacy.amplification`) beside the local ε_T.
 
 The harness runs on any split with ``X_train, y_train, X_test, y_test`` and
-``features`` (:class:`TabularSplit`), not only Adult.
+``features`` (:class:`TabularSplit`), not only Adult: ``run_benchmark(adult.load(), ...)``
+runs it on Adult's fixed split (:func:`anonml.datasets.adult.load`).
 
 ε_T is every peer's total privacy loss under sequential composition: report
 peers spend it over their k_h reports, median-pool peers on their one answer
@@ -44,7 +45,6 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import brier_score_loss, f1_score, roc_auc_score
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
-from anonml.datasets import adult
 from anonml.learn.baselines import fit_ldp_naive_bayes
 from anonml.learn.model import AnonMLClassifier
 from anonml.learn.plotting import require_pyplot
@@ -56,7 +56,6 @@ __all__ = [
     "ResultRow",
     "MethodPlan",
     "expand_methods",
-    "run_adult_benchmark",
     "count_trials",
     "raw_design",
     "write_results",
@@ -416,47 +415,8 @@ def run_benchmark(
     return results
 
 
-def run_adult_benchmark(
-    *,
-    methods: Sequence[str] = DEFAULT_METHODS,
-    epsilons: Sequence[float] = DEFAULT_EPSILONS,
-    trials: int = 20,
-    kp: int | None = None,
-    ks: int | None = None,
-    kh: int | None = None,
-    data: adult.AdultDataset | None = None,
-    data_dir: str | Path | None = None,
-    seed: int = 0,
-    json_path: str | Path | None = None,
-    on_trial: Callable[[str], None] | None = None,
-) -> list[ResultRow]:
-    """Run :func:`run_benchmark` on Adult's fixed split (``adult.data`` → ``adult.test``).
-
-    ``data`` is a loaded dataset, else it is loaded from ``data_dir`` (else
-    :func:`anonml.datasets.adult.load`'s search order); ``json_path`` is where
-    to write the rows. The other parameters are :func:`run_benchmark`'s.
-    """
-    _check_runs(trials, epsilons)
-    data = data if data is not None else adult.load(data_dir)
-    results = run_benchmark(
-        data,
-        dataset="adult",
-        methods=methods,
-        epsilons=epsilons,
-        trials=trials,
-        kp=kp,
-        ks=ks,
-        kh=kh,
-        seed=seed,
-        on_trial=on_trial,
-    )
-    if json_path is not None:
-        write_results(results, json_path)
-    return results
-
-
 def count_trials(plans: Sequence[MethodPlan], n_epsilons: int, trials: int) -> int:
-    """How many times :func:`run_adult_benchmark` calls ``on_trial`` (for a progress total)."""
+    """How many times :func:`run_benchmark` calls ``on_trial`` (for a progress total)."""
     once = sum(p.method in ("central_raw", "majority") for p in plans)
     repeated = sum(p.method in ("default", "paper", "central_binned", "ldp_nb") for p in plans)
     return once + repeated * n_epsilons * trials

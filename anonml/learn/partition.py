@@ -326,56 +326,38 @@ def _given_subsets(
 
 def verify_assignment(
     claimed: PeerAssignment,
+    plan: PartitionPlan,
     *,
     commitment: bytes,
-    seed: bytes,
     peer_keys: Sequence[bytes],
     my_key: bytes,
-    n_features: int,
-    n_partitions: int,
-    n_subsets: int = 1,
-    subset_size: int = 1,
-    subsets: Sequence[Sequence[int]] | None = None,
-    median_pool_size: int = 0,
-    beacon: bytes = b"",
-    plan: PartitionPlan | None = None,
 ) -> PeerAssignment:
     """Peer-side check of the assignment the aggregator announced.
 
-    ``plan``: :func:`make_plan` of exactly these public inputs, when the caller
-    already recomputed it (a process checking many hosted identities against
-    one roster computes it once); None recomputes it here.
+    ``plan`` is the :func:`make_plan` the peer computed itself from the public
+    inputs: the seed revealed at close, the signed roster's keys, the draft's
+    k_p, k_h, k_s and subsets, the roster's median pool, and the ``beacon`` it
+    derived from the verified witness cosignatures (a process checking many
+    hosted identities against one roster computes it once).
 
-    Recomputes the plan from the public inputs (with the ``beacon`` the peer
-    derived itself from the verified witness cosignatures) and returns the
-    peer's assignment if and only if the seed matches the commitment made at
-    proposal time, the peer is on the roster, and the claim equals the
-    recomputation.
+    Returns the peer's assignment if and only if the plan's seed matches the
+    commitment ``H(seed)`` made at proposal time, the plan is of this roster,
+    the peer is on it, and the claim equals the plan's assignment.
 
     Raises
     ------
     ProtocolError
         Naming the first check that failed.
     """
-    if commit_seed(seed) != bytes(commitment):
+    if commit_seed(plan.seed) != bytes(commitment):
         raise ProtocolError("revealed seed does not match the commitment H(seed) of the proposal")
     keys = [bytes(k) for k in peer_keys]
+    if roster_digest(keys) != plan.roster:
+        raise ProtocolError("the partition plan was computed for another roster")
     try:
         roster_index = keys.index(bytes(my_key))
     except ValueError:
         raise ProtocolError("this peer's key is not on the closed roster") from None
-    if plan is None:
-        plan = make_plan(
-            seed,
-            keys,
-            n_features,
-            n_partitions=n_partitions,
-            n_subsets=n_subsets,
-            subset_size=subset_size,
-            subsets=subsets,
-            median_pool_size=median_pool_size,
-            beacon=beacon,
-        )
     actual = plan.assignment(roster_index)
     if actual != claimed:
         raise ProtocolError(f"announced assignment {claimed} differs from the one the seed gives: {actual}")

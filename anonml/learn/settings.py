@@ -38,7 +38,7 @@ from anonml.randomness import SeedLike
 if TYPE_CHECKING:
     from anonml.protocol import ProblemDraft, Roster
 
-__all__ = ["PROTOCOL_CONSISTENCY", "learner_settings", "simulated_learner", "plan_inputs", "roster_plan"]
+__all__ = ["PROTOCOL_CONSISTENCY", "learner_settings", "simulated_learner", "roster_plan"]
 
 #: The consistency step the aggregator applies to every debiased histogram.
 PROTOCOL_CONSISTENCY = "norm_sub"
@@ -90,27 +90,22 @@ def simulated_learner(draft: ProblemDraft, random_state: SeedLike = None) -> Ano
     return AnonMLClassifier(**learner_settings(draft), random_state=random_state)
 
 
-def plan_inputs(draft: ProblemDraft, roster: Roster, beacon: bytes = b"") -> dict[str, Any]:
-    """The keyword inputs of :func:`~anonml.learn.partition.make_plan` (and of
-    :func:`~anonml.learn.partition.verify_assignment`) that a draft and its closed roster fix.
-
-    ``n_partitions`` = k_p, ``n_subsets`` = k_h, ``subset_size`` = k_s, ``subsets``, the
-    roster's ``median_pool_size`` and the witnesses' ``beacon`` (DESIGN §6–7).
-    """
-    return {
-        "n_partitions": draft.kp,
-        "n_subsets": draft.kh,
-        "subset_size": draft.ks,
-        "subsets": draft.subsets,
-        "median_pool_size": roster.median_pool_size,
-        "beacon": beacon,
-    }
-
-
 def roster_plan(draft: ProblemDraft, roster: Roster, beacon: bytes = b"") -> PartitionPlan:
     """The partition plan of ``roster`` (its seed, its members in order) under ``draft`` and ``beacon``.
 
-    Raises ValueError when the roster's size does not fit the draft's plan (the beacon never changes that).
+    :func:`~anonml.learn.partition.make_plan` with the plan shape of :func:`learner_settings`
+    (the simulated learner's and the protocol's are one), the roster's ``median_pool_size``
+    and the witnesses' ``beacon`` (DESIGN §6–7). Raises ValueError when the roster's size does
+    not fit the draft's plan (the beacon never changes that).
     """
+    settings = learner_settings(draft)
+    shape = {name: settings[name] for name in ("n_partitions", "n_subsets", "subset_size", "subsets")}
     keys = [bytes(e.identity) for e in roster.entries]
-    return make_plan(bytes(roster.seed), keys, len(draft.features), **plan_inputs(draft, roster, beacon))
+    return make_plan(
+        bytes(roster.seed),
+        keys,
+        len(draft.features),
+        median_pool_size=roster.median_pool_size,
+        beacon=beacon,
+        **shape,
+    )

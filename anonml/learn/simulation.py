@@ -42,6 +42,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from anonml.learn.binning import Binning, auto_n_bins, relative_cell_error
 from anonml.learn.calibration import CALIBRATION_BINS
@@ -64,6 +65,7 @@ from anonml.privacy import (
     simulated_query,
 )
 from anonml.privacy.amplification import ShuffleBound, unlinkable_pools_bound
+from anonml.records import JsonRecord
 
 __all__ = [
     "SimulationConfig",
@@ -128,8 +130,8 @@ class SimulationConfig:
     pilot_fraction: float = 0.0
 
 
-@dataclass(frozen=True)
-class PrivacyAccounting:
+@pydantic_dataclass(frozen=True)
+class PrivacyAccounting(JsonRecord):
     """What the simulated peers released (sequential composition per peer).
 
     Attributes
@@ -171,36 +173,6 @@ class PrivacyAccounting:
     calibration_peers: int = 0
     private: bool = True
     shuffle: ShuffleBound | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "epsilon_total": float(self.epsilon_total),
-            "report_epsilon": float(self.report_epsilon),
-            "reports_per_peer": int(self.reports_per_peer),
-            "report_peers": int(self.report_peers),
-            "median_peers": int(self.median_peers),
-            "median_epsilon": float(self.median_epsilon),
-            "calibration_peers": int(self.calibration_peers),
-            "private": bool(self.private),
-        }
-        if self.shuffle is not None:
-            out["shuffle"] = self.shuffle.to_dict()
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PrivacyAccounting:
-        shuffle = data.get("shuffle")
-        return cls(
-            float(data["epsilon_total"]),
-            float(data["report_epsilon"]),
-            int(data["reports_per_peer"]),
-            int(data["report_peers"]),
-            int(data["median_peers"]),
-            float(data["median_epsilon"]),
-            int(data.get("calibration_peers", 0)),
-            bool(data.get("private", True)),
-            None if shuffle is None else ShuffleBound.from_dict(shuffle),
-        )
 
 
 @dataclass(frozen=True, eq=False)

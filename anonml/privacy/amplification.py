@@ -39,13 +39,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 from scipy.special import gammaln
 from scipy.stats import binom
+
+from anonml.records import JsonRecord
 
 __all__ = [
     "ASSUMPTIONS",
@@ -229,8 +230,8 @@ def local_epsilon_for(
     return low
 
 
-@dataclass(frozen=True)
-class ShuffleBound:
+@pydantic_dataclass(frozen=True)
+class ShuffleBound(JsonRecord):
     """A central (ε, δ) by shuffling, with what it rests on.
 
     Attributes
@@ -257,30 +258,6 @@ class ShuffleBound:
     assumptions: str = ASSUMPTIONS
     pools: tuple[str, ...] = ()
     peers_outside: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "epsilon": float(self.epsilon),
-            "delta": float(self.delta),
-            "smallest_group": int(self.smallest_group),
-            "assumptions": self.assumptions,
-            "pools": list(self.pools),
-        }
-        if self.peers_outside is not None:
-            out["peers_outside"] = int(self.peers_outside)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ShuffleBound:
-        outside = data.get("peers_outside")
-        return cls(
-            float(data["epsilon"]),
-            float(data["delta"]),
-            int(data["smallest_group"]),
-            str(data["assumptions"]),
-            tuple(str(p) for p in data.get("pools", ())),
-            None if outside is None else int(outside),
-        )
 
     @classmethod
     def of_groups(cls, groups: list[tuple[float, int, int]], delta: float | None = None) -> ShuffleBound:

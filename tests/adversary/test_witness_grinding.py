@@ -65,15 +65,9 @@ def _isolated(keys: list[bytes], sybils: set[bytes], seed: bytes, beacon: bytes)
 
 def _victim_checks(claimed, seed: bytes, keys: list[bytes], beacon: bytes = b""):
     """The victim's own check of what the aggregator told it (:func:`verify_assignment`)."""
+    plan = make_plan(seed, keys, 3, n_partitions=KP, beacon=beacon)
     return verify_assignment(
-        claimed,
-        commitment=commit_seed(seed),
-        seed=seed,
-        peer_keys=keys,
-        my_key=bytes(VICTIM.public),
-        n_features=3,
-        n_partitions=KP,
-        beacon=beacon,
+        claimed, plan, commitment=commit_seed(seed), peer_keys=keys, my_key=bytes(VICTIM.public)
     )
 
 

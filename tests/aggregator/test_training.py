@@ -184,9 +184,12 @@ def test_the_status_shows_the_planned_bound_then_the_published_models():
     smallest = min(ctx.plan.partition_sizes())
     assert planned.planned and planned.smallest_group == smallest == 2
     assert planned.epsilon == report_pool_bound(2.0, 1, 2).epsilon < planned.local_epsilon == 2.0
-    published = ShuffleBound(0.25, 1e-7, 400, "as published")
+    # Before the median round nobody is known to stand outside the report pool's bound.
+    assert planned.pools == ("report",) and planned.peers_outside is None
+    published = ShuffleBound(0.25, 1e-7, 400, "as published", pools=("report",), peers_outside=7)
     document = json.dumps({"model": {"privacy": {"shuffle": published.to_dict()}}})
     shown = problem_shuffle(ctx, document)
     assert not shown.planned and (shown.epsilon, shown.smallest_group, shown.assumptions) == (
         0.25, 400, "as published"
     )
+    assert shown.pools == ("report",) and shown.peers_outside == 7

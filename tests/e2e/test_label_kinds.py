@@ -97,6 +97,8 @@ def _check_shuffle(final, document: ModelDocument, bounds) -> None:
     privacy = document.model["privacy"]
     assert privacy["shuffle"]["epsilon"] == pytest.approx(shuffle.epsilon)
     assert privacy["shuffle"]["smallest_group"] == shuffle.smallest_group <= N_PEERS // 4
+    # The status names what the bound covers and who stands outside it (the median peers who answered).
+    assert shuffle.pools == ("report",) and shuffle.peers_outside == privacy["shuffle"]["peers_outside"]
     # Each peer computes its own bound from the roster it checked: the same figure when no report
     # was lost (the aggregator's rests on the fewest reports received per slot).
     assert all(bound is not None and note.startswith("partitions of ≥") for bound, note in bounds)

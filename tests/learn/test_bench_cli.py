@@ -87,7 +87,7 @@ def test_a_missing_plot_extra_fails_before_any_computation(monkeypatch, tmp_path
 
     calls: list[str] = []
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # "import matplotlib" now raises ImportError
-    monkeypatch.setattr(harness, "run_adult_benchmark", lambda **kw: calls.append("adult"))
+    monkeypatch.setattr(harness, "run_benchmark", lambda *a, **kw: calls.append("adult"))
     monkeypatch.setattr(mp_harness, "run_multiparty_benchmark", lambda *a, **kw: calls.append("multiparty"))
     result = runner.invoke(app, ["adult", "--trials", "1", "--plot", str(tmp_path / "a.png")])
     assert result.exit_code == 1 and "plotting needs matplotlib" in result.output

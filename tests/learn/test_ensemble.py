@@ -7,14 +7,7 @@ import pytest
 from scipy.special import logit
 from sklearn.metrics import roc_auc_score
 
-from anonml.learn.ensemble import (
-    Component,
-    Ensemble,
-    cell_posteriors,
-    default_ensemble,
-    paper_ensemble,
-    vote_ensemble,
-)
+from anonml.learn import ensemble
 from anonml.learn.histograms import SubsetHistogram, exact_histogram
 
 # A naive-Bayes world: y ~ Bernoulli(0.3); x0 ∈ {0,1,2} and x1 ∈ {0,1} independent given y.
@@ -42,7 +35,7 @@ def test_eq_6_2_on_a_hand_built_ensemble():
     # Three classifiers over features 0 (3 bins), 1 (2 bins) and (0, 1); hand-set votes and scores.
     votes = [np.array([1, -1, 1]), np.array([-1, 1]), np.array([1, 1, -1, -1, 1, -1])]
     scores = [0.5, 0.2, 0.3]
-    ens = vote_ensemble([(0,), (1,), (0, 1)], [(3,), (2,), (3, 2)], votes, scores)
+    ens = ensemble.vote_ensemble([(0,), (1,), (0, 1)], [(3,), (2,), (3, 2)], votes, scores)
     codes = np.array([[0, 0], [1, 1], [2, 1], [2, 0]])
     expected = []
     for a, b in codes:
@@ -56,18 +49,18 @@ def test_eq_6_2_on_a_hand_built_ensemble():
 
 def test_vote_ensemble_refuses_bad_votes_and_scores():
     with pytest.raises(ValueError, match="must be ±1"):
-        vote_ensemble([(0,)], [(2,)], [np.array([1, 0])], [1.0])
+        ensemble.vote_ensemble([(0,)], [(2,)], [np.array([1, 0])], [1.0])
     with pytest.raises(ValueError, match="non-negative"):
-        vote_ensemble([(0,)], [(2,)], [np.array([1, -1])], [-0.1])
+        ensemble.vote_ensemble([(0,)], [(2,)], [np.array([1, -1])], [-0.1])
     with pytest.raises(ValueError, match="every classifier scored 0"):
-        vote_ensemble([(0,)], [(2,)], [np.array([1, -1])], [0.0])
+        ensemble.vote_ensemble([(0,)], [(2,)], [np.array([1, -1])], [0.0])
 
 
 def test_default_mode_recovers_the_bayes_posterior_from_exact_counts():
     rng = np.random.default_rng(1)
     codes, y = _sample(200_000, rng)
     hists = [exact_histogram(codes[:, [j]], y, [j], [b]) for j, b in ((0, 3), (1, 2))]
-    ens = default_ensemble(hists, combine="logit")
+    ens = ensemble.default_ensemble(hists, combine="logit")
     grid = np.array([[a, b] for a in range(3) for b in range(2)])
     got = ens.decision_function(grid)
     want = _bayes_log_odds(grid)
@@ -88,9 +81,9 @@ def test_linear_combination_is_the_tangent_of_naive_bayes():
     rng = np.random.default_rng(2)
     codes, y = _sample(20_000, rng)
     h = exact_histogram(codes[:, [0]], y, [0], [3])
-    ens = default_ensemble([h], combine="linear", smoothing=0.0)
+    ens = ensemble.default_ensemble([h], combine="linear", smoothing=0.0)
     pi = y.mean()
-    post = cell_posteriors(h, pi, 0.0)
+    post = ensemble.cell_posteriors(h, pi, 0.0)
     assert np.allclose(ens.components[0].table, (post - pi) / (pi * (1 - pi)))
     # Pseudo-count floor 0.5: P̂ = (c1 + 0.5π)/(c0 + c1 + 0.5).
     c = h.flat_counts()
@@ -101,7 +94,7 @@ def test_smoothing_pulls_noisy_cells_towards_the_prior():
     counts = np.array([[10.0, 0.0], [100.0, 100.0]])
     h = SubsetHistogram((0,), (2,), counts, np.full((2, 2), 400.0), 210)  # sd 20 per count
     pi = 0.5
-    loose, tight = cell_posteriors(h, pi, 0.0), cell_posteriors(h, pi, 2.0)
+    loose, tight = ensemble.cell_posteriors(h, pi, 0.0), ensemble.cell_posteriors(h, pi, 2.0)
     assert abs(tight[0] - pi) < abs(loose[0] - pi)  # the small cell moves most
     assert tight[0] == pytest.approx((0 + 40 * 0.5) / (10 + 40))
 
@@ -113,7 +106,7 @@ def test_features_in_several_subsets_share_their_weight():
         exact_histogram(codes[:, [0, 1]], y, [0, 1], [3, 2]),
         exact_histogram(codes[:, [0]], y, [0], [3]),
     ]
-    ens = default_ensemble(hists)
+    ens = ensemble.default_ensemble(hists)
     # Feature 0 is in both subsets (coverage 2), feature 1 in one: weights mean(1/2, 1) and 1/2.
     assert [c.weight for c in ens.components] == [pytest.approx(0.75), pytest.approx(0.5)]
 
@@ -125,7 +118,7 @@ def test_default_mode_is_near_bayes_optimal_auc():
     hists = [exact_histogram(train[:, [j]], y, [j], [b]) for j, b in ((0, 3), (1, 2))]
     bayes = roc_auc_score(y_test, _bayes_log_odds(test))
     for combine in ("logit", "linear"):
-        auc = roc_auc_score(y_test, default_ensemble(hists, combine=combine).decision_function(test))
+        auc = roc_auc_score(y_test, ensemble.default_ensemble(hists, combine=combine).decision_function(test))
         # Same ranking of the 6 cells as the Bayes rule gives the same AUC; the tolerance only
         # covers ties/near-ties of adjacent cells (AUC SE on 20,000 rows is ~0.004).
         assert auc >= bayes - 0.005
@@ -135,7 +128,7 @@ def test_paper_mode_votes_with_the_balanced_majority_and_weights_by_score():
     rng = np.random.default_rng(6)
     codes, y = _sample(30_000, rng)
     hists = [exact_histogram(codes[:, [j]], y, [j], [b]) for j, b in ((0, 3), (1, 2))]
-    ens = paper_ensemble(hists, [15_000, 15_000], rng=np.random.default_rng(0))
+    ens = ensemble.paper_ensemble(hists, [15_000, 15_000], rng=np.random.default_rng(0))
     assert ens.kind == "vote"
     # A balanced-class-weight tree on one feature votes 1 where P(x|y=1) > P(x|y=0).
     assert ens.components[0].table.tolist() == [-1.0, 1.0, 1.0]
@@ -145,9 +138,9 @@ def test_paper_mode_votes_with_the_balanced_majority_and_weights_by_score():
 
 
 def test_ensemble_dict_round_trip():
-    comp = Component((0, 2), (2, 3), np.arange(6, dtype=float) / 7, 0.25)
-    ens = Ensemble("logit", -1.25, (comp,))
-    again = Ensemble.from_dict(ens.to_dict())
+    comp = ensemble.Component((0, 2), (2, 3), np.arange(6, dtype=float) / 7, 0.25)
+    ens = ensemble.Ensemble("logit", -1.25, (comp,))
+    again = ensemble.Ensemble.from_dict(ens.to_dict())
     assert again.to_dict() == ens.to_dict()
     codes = np.array([[1, 0, 2], [0, 5, 1]])
     assert np.array_equal(again.decision_function(codes), ens.decision_function(codes))
@@ -157,7 +150,7 @@ def test_paper_mode_with_logistic_partitions_and_auc_scores():
     rng = np.random.default_rng(7)
     codes, y = _sample(20_000, rng)
     hists = [exact_histogram(codes, y, [0, 1], [3, 2])]
-    ens = paper_ensemble(
+    ens = ensemble.paper_ensemble(
         hists,
         [20_000],
         classifier="logistic",
@@ -173,4 +166,4 @@ def test_paper_mode_with_logistic_partitions_and_auc_scores():
     clear = np.abs(_bayes_log_odds(grid)) > 0.05
     assert np.array_equal((ens.components[0].table > 0)[clear], (_bayes_log_odds(grid) > 0)[clear])
     with pytest.raises(ValueError, match="unknown partition classifier"):
-        paper_ensemble(hists, [100], classifier="svm")  # type: ignore[arg-type]
+        ensemble.paper_ensemble(hists, [100], classifier="svm")  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from anonml.datasets import adult
-from anonml.learn.harness import MethodPlan, count_trials, expand_methods, run_adult_benchmark
+from anonml.learn.harness import MethodPlan, count_trials, expand_methods, run_benchmark, write_results
 
 ROW_KEYS = {"method", "epsilon", "auc_mean", "auc_std", "f1_mean", "trials", "kp", "ks", "kh"}
 
@@ -35,17 +35,13 @@ def test_method_names_expand_to_plans():
 
 @pytest.mark.slow
 def test_default_mode_beats_the_majority_class_at_eps_1(adult_data, tmp_path):
-    out = tmp_path / "adult.json"
-    rows = run_adult_benchmark(
-        methods=["default", "majority", "central", "ldp_nb"],
-        epsilons=[1.0],
-        trials=2,
-        data=adult_data,
-        json_path=out,
+    rows = run_benchmark(
+        adult_data, methods=["default", "majority", "central", "ldp_nb"], epsilons=[1.0], trials=2
     )
+    out = write_results(rows, tmp_path / "adult.json")
     by = {r.method: r for r in rows}
     assert by["majority"].auc_mean == pytest.approx(0.5) and by["majority"].f1_mean == 0.0
-    # Default mode at ε_T = 1 reaches AUC ≈ 0.86 (benchmarks/adult.py, 20 trials, sd ≈ 0.01);
+    # Default mode at ε_T = 1 reaches AUC ≈ 0.86 (benchmarks.adult, 20 trials, sd ≈ 0.01);
     # a margin of 0.25 over the constant predictor fails only if learning is broken.
     assert by["default"].auc_mean > by["majority"].auc_mean + 0.25
     # predict() thresholds the calibrated probability at 1/2 (accuracy-optimal, not F1-optimal):

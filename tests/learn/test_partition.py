@@ -23,10 +23,10 @@ SEED = bytes(range(32))
 KEYS = [hashlib.sha256(b"peer-%d" % i).digest() for i in range(50)]
 
 
-def _plan(**overrides):
+def _plan(seed=SEED, keys=KEYS, **overrides):
     kwargs = dict(n_partitions=4, n_subsets=2, subset_size=3, median_pool_size=6)
     kwargs.update(overrides)
-    return make_plan(SEED, KEYS, 11, **kwargs)
+    return make_plan(seed, keys, 11, **kwargs)
 
 
 def test_order_is_sha256_of_seed_roster_and_key():
@@ -51,7 +51,7 @@ def test_known_answer_vector_pins_the_plan_across_versions():
 def test_plan_is_reproducible_and_depends_on_the_seed():
     a, b = _plan(), _plan()
     assert a.order.tolist() == b.order.tolist() and a.subsets == b.subsets
-    other = make_plan(bytes(32), KEYS, 11, n_partitions=4, n_subsets=2, subset_size=3, median_pool_size=6)
+    other = _plan(seed=bytes(32))
     assert other.order.tolist() != a.order.tolist()
 
 
@@ -94,26 +94,22 @@ def test_given_subsets_are_dealt_in_order_and_checked():
         make_plan(SEED, KEYS, 4, n_partitions=2, subsets=[[7]])
 
 
-def _public(**overrides):
-    kwargs = dict(
-        commitment=commit_seed(SEED),
-        seed=SEED,
-        peer_keys=KEYS,
-        n_features=11,
-        n_partitions=4,
-        n_subsets=2,
-        subset_size=3,
-        median_pool_size=6,
+def _check(claimed, i, plan=None, *, key=None, commitment=None, keys=KEYS):
+    """Peer ``i``'s check of ``claimed`` against the plan it computed (default :func:`_plan`)."""
+    return verify_assignment(
+        claimed,
+        _plan() if plan is None else plan,
+        commitment=commit_seed(SEED) if commitment is None else commitment,
+        peer_keys=keys,
+        my_key=KEYS[i] if key is None else key,
     )
-    kwargs.update(overrides)
-    return kwargs
 
 
 def test_peer_accepts_the_true_assignment():
     plan = _plan()
     for i in (int(plan.order[0]), int(plan.order[20]), int(plan.order[-1])):
         claimed = plan.assignment(i)
-        assert verify_assignment(claimed, my_key=KEYS[i], **_public()) == claimed
+        assert _check(claimed, i) == claimed
 
 
 def test_peer_rejects_a_wrong_partition():
@@ -122,16 +118,27 @@ def test_peer_rejects_a_wrong_partition():
     true = plan.assignment(i)
     forged = PeerAssignment("report", (true.index + 1) % 4, plan.subsets[(true.index + 1) % 4])
     with pytest.raises(ProtocolError, match="differs from the one the seed gives"):
-        verify_assignment(forged, my_key=KEYS[i], **_public())
+        _check(forged, i)
 
 
 def test_peer_rejects_a_seed_that_breaks_the_commitment_or_an_unknown_key():
     plan = _plan()
     i = int(plan.order[20])
+    other_seed = _plan(seed=bytes(32))
     with pytest.raises(ProtocolError, match="does not match the commitment"):
-        verify_assignment(plan.assignment(i), my_key=KEYS[i], **_public(seed=bytes(32)))
+        _check(plan.assignment(i), i, other_seed)
     with pytest.raises(ProtocolError, match="not on the closed roster"):
-        verify_assignment(plan.assignment(i), my_key=b"stranger", **_public())
+        _check(plan.assignment(i), i, key=b"stranger")
+
+
+def test_peer_rejects_a_plan_of_another_roster():
+    """A plan computed without one member cannot vouch for an assignment on the full roster."""
+    plan = _plan()
+    i = int(plan.order[20])
+    short = _plan(keys=KEYS[:-1])
+    with pytest.raises(ProtocolError, match="another roster"):
+        _check(plan.assignment(i), i, short)
+    assert _check(short.assignment(i), i, short, keys=KEYS[:-1]) == short.assignment(i)
 
 
 def test_bad_seed_and_too_few_peers_are_refused():
@@ -179,10 +186,10 @@ def test_verification_uses_the_peers_own_beacon():
     assert moved  # the beacon changes where peers land
     i = moved[0]
     claimed = plan.assignment(i)
-    assert verify_assignment(claimed, my_key=KEYS[i], **_public(beacon=BEACON)) == claimed
+    assert _check(claimed, i, plan) == claimed
     # The aggregator announcing the seed-only plan is caught by a peer that holds the beacon.
     with pytest.raises(ProtocolError, match="differs from the one the seed gives"):
-        verify_assignment(_plan().assignment(i), my_key=KEYS[i], **_public(beacon=BEACON))
+        _check(_plan().assignment(i), i, plan)
 
 
 def test_membership_is_close_to_uniform_over_beacons():
@@ -193,17 +200,3 @@ def test_membership_is_close_to_uniform_over_beacons():
         for s in range(400)
     )
     assert abs(hits - 80) <= 32
-
-
-def test_verify_assignment_with_a_plan_recomputed_once_agrees_with_recomputing_it() -> None:
-    """A host checks its identities against one plan; the verdicts are those of recomputing it."""
-    inputs = {"n_partitions": 3, "median_pool_size": 4}
-    plan = make_plan(SEED, KEYS, 5, **inputs)
-    for i in (0, 7, 49):
-        mine = plan.assignment(i)
-        args = {"commitment": commit_seed(SEED), "seed": SEED, "peer_keys": KEYS, "my_key": KEYS[i]}
-        assert verify_assignment(mine, n_features=5, plan=plan, **args, **inputs) == mine
-        assert verify_assignment(mine, n_features=5, **args, **inputs) == mine
-        wrong = PeerAssignment(mine.role, mine.index + 1, mine.subsets)
-        with pytest.raises(ProtocolError, match="differs"):
-            verify_assignment(wrong, n_features=5, plan=plan, **args, **inputs)

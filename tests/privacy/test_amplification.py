@@ -124,3 +124,20 @@ def test_the_protocols_report_pool_bound_is_the_shared_computation():
     assert unlinkable_pools_bound({"report": (0.5, 2, 700), "calibration": (1.0, 1, 1)}) is None
     with pytest.raises(ValueError, match="no unlinkable pool"):
         unlinkable_pools_bound({})
+
+
+def test_a_bound_is_validated_on_construction_and_on_loading():
+    """numpy scalars become plain numbers (the document is JSON); a bad field is named, not guessed."""
+    bound = ShuffleBound(np.float64(0.7), 1e-6, np.int64(12), pools=["report"])
+    assert type(bound.epsilon) is float and type(bound.smallest_group) is int and bound.pools == ("report",)
+    assert bound.to_dict() == {
+        "epsilon": 0.7,
+        "delta": 1e-6,
+        "smallest_group": 12,
+        "assumptions": bound.assumptions,
+        "pools": ["report"],
+    }
+    with pytest.raises(ValueError, match="smallest_group"):
+        ShuffleBound.from_dict({"epsilon": 0.7, "delta": 1e-6, "assumptions": "x"})
+    with pytest.raises(ValueError, match="smallest_group"):
+        ShuffleBound(0.7, 1e-6, smallest_group=12.5)

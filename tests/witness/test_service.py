@@ -12,15 +12,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from anonml import protocol
 from anonml.crypto import Identity
-from anonml.protocol import (
-    Cosignature,
-    CosignRequest,
-    TranscriptStatement,
-    WitnessLogEntry,
-    sign_message,
-    verify_message,
-)
 from peer.witness import WitnessSettings, start_witness_server
 
 AGGREGATOR = Identity.generate()
@@ -34,16 +27,16 @@ def request(
     stage: str = "roster",
     signer: Identity = AGGREGATOR,
     aggregator: Identity = AGGREGATOR,
-) -> CosignRequest:
-    statement = TranscriptStatement(
+) -> protocol.CosignRequest:
+    statement = protocol.TranscriptStatement(
         aggregator=bytes(aggregator.public), problem_id=problem, stage=stage, transcript=transcript
     )
-    return sign_message(
-        CosignRequest(statement=statement, signature=bytes(64)), signer
+    return protocol.sign_message(
+        protocol.CosignRequest(statement=statement, signature=bytes(64)), signer
     )  # raw, for bad bodies
 
 
-def cosign(url: str, body: CosignRequest | str | bytes) -> requests.Response:
+def cosign(url: str, body: protocol.CosignRequest | str | bytes) -> requests.Response:
     data = body if isinstance(body, str | bytes) else body.model_dump_json()
     return requests.post(f"{url}/cosign", data=data, headers=JSON, timeout=30)
 
@@ -51,10 +44,10 @@ def cosign(url: str, body: CosignRequest | str | bytes) -> requests.Response:
 def test_first_transcript_is_cosigned_the_same_again_and_any_other_refused(witness):
     first = cosign(witness.url, request(b"\x01" * 32))
     assert first.status_code == 200, first.text
-    signed = Cosignature.model_validate_json(first.content)
+    signed = protocol.Cosignature.model_validate_json(first.content)
     assert bytes(signed.witness) == witness.identity
     assert bytes(signed.statement.transcript) == b"\x01" * 32
-    verify_message(signed, witness.identity)  # raises if not the witness's signature
+    protocol.verify_message(signed, witness.identity)  # raises if not the witness's signature
     again = cosign(witness.url, request(b"\x01" * 32))
     assert again.status_code == 200 and again.content == first.content  # idempotent, byte for byte
     other = cosign(witness.url, request(b"\x02" * 32))
@@ -68,7 +61,10 @@ def test_first_transcript_is_cosigned_the_same_again_and_any_other_refused(witne
     assert (
         cosign(witness.url, request(b"\x02" * 32, signer=other_agg, aggregator=other_agg)).status_code == 200
     )
-    log = [WitnessLogEntry.model_validate(e) for e in requests.get(f"{witness.url}/log", timeout=30).json()]
+    log = [
+        protocol.WitnessLogEntry.model_validate(e)
+        for e in requests.get(f"{witness.url}/log", timeout=30).json()
+    ]
     assert [e.index for e in log] == [0, 1, 2, 3]
     assert [e.cosignature.statement.stage for e in log] == ["roster", "bins", "roster", "roster"]
     assert log[0].cosignature == signed
@@ -80,10 +76,10 @@ def test_requests_not_signed_by_the_named_aggregator_are_refused(witness):
     response = cosign(witness.url, forged)
     assert response.status_code == 403 and "not signed by the aggregator" in response.json()["detail"]
     # An aggregator "identity" that is not a valid curve point is refused the same way.
-    statement = TranscriptStatement(
+    statement = protocol.TranscriptStatement(
         aggregator=b"\xff" * 64, problem_id="p-0001", stage="roster", transcript=b"\x03" * 32
     )
-    junk = CosignRequest(statement=statement, signature=b"\x01" * 64)
+    junk = protocol.CosignRequest(statement=statement, signature=b"\x01" * 64)
     response = cosign(witness.url, junk)
     assert response.status_code == 403 and "not a valid prime-order point" in response.json()["detail"]
     # Nothing was recorded: the real aggregator can still have another transcript co-signed.
@@ -116,7 +112,9 @@ def test_lookup_and_log_pages_validate_their_input(witness):
         assert cosign(witness.url, request(bytes([i]) * 32, problem=f"p-000{i}")).status_code == 200
     found = requests.get(f"{witness.url}/cosignatures/{agg}/p-0003/roster", timeout=30)
     assert found.status_code == 200
-    assert bytes(Cosignature.model_validate_json(found.content).statement.transcript) == bytes([3]) * 32
+    assert (
+        bytes(protocol.Cosignature.model_validate_json(found.content).statement.transcript) == bytes([3]) * 32
+    )
     assert requests.get(f"{witness.url}/cosignatures/{agg}/p-0003/bins", timeout=30).status_code == 404
     assert requests.get(f"{witness.url}/cosignatures/{agg}/p-0003/medians", timeout=30).status_code == 422
     assert requests.get(f"{witness.url}/cosignatures/zz/p-0003/roster", timeout=30).status_code == 422

@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from anonml.learn.multiparty.common import PrivacyGuarantee
+from anonml.learn.multiparty.common import PrivacyGuarantee, check_unit_ball, to_pm1
 from anonml.learn.params import RANDOM_STATE, Interval, Options
 
 __all__ = [
@@ -66,6 +66,15 @@ class LinearMultipartyClassifier(ClassifierMixin, BaseEstimator):
         tags.classifier_tags.multi_class = self._multiclass
         tags.non_deterministic = getattr(self, "random_state", None) is None
         return tags
+
+    def _binary_training_data(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(X, y_pm, classes)`` of a binary method's ``fit``: validated (``n_features_in_`` set),
+        rows in the unit ball (the sensitivity bounds assume ‖x‖ ≤ 1), labels as ±1 with the
+        two classes sorted (:func:`~anonml.learn.multiparty.common.to_pm1`)."""
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        X = check_unit_ball(X)
+        y_pm, classes = to_pm1(y)
+        return X, y_pm, classes
 
     def _set_binary(self, w: np.ndarray, classes: np.ndarray, privacy: PrivacyGuarantee) -> None:
         self.coef_ = np.asarray(w, dtype=np.float64).reshape(1, -1)

@@ -19,16 +19,13 @@ directly (the cryptographic layer changes who sees what, not the output).
 from __future__ import annotations
 
 import numpy as np
-from sklearn.utils.validation import validate_data
 
 from anonml.learn.multiparty.base import PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
 from anonml.learn.multiparty.common import (
     PrivacyGuarantee,
     PrivacyUnit,
     check_parties,
-    check_unit_ball,
     sample_norm_noise,
-    to_pm1,
 )
 from anonml.learn.multiparty.erm import fit_linear_erm
 from anonml.learn.params import checked_fit
@@ -93,9 +90,7 @@ class ParameterAveraging(LinearMultipartyClassifier):
         parties : ndarray of shape (n,)
             The party holding each row.
         """
-        X, y = validate_data(self, X, y, dtype=np.float64)
-        X = check_unit_ball(X)
-        y_pm, classes = to_pm1(y)
+        X, y_pm, classes = self._binary_training_data(X, y)
         parties, ids = check_parties(parties, X.shape[0])
         local = np.vstack([fit_linear_erm(X[parties == k], y_pm[parties == k], self.lam) for k in ids])
         sizes = np.array([np.count_nonzero(parties == k) for k in ids])

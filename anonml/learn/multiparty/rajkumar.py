@@ -51,7 +51,6 @@ from numbers import Integral, Real
 
 import numpy as np
 from scipy.stats import chi2
-from sklearn.utils.validation import validate_data
 
 from anonml.learn.multiparty.base import PRIVATE_ERM_CONSTRAINTS, LinearMultipartyClassifier
 from anonml.learn.multiparty.common import (
@@ -59,9 +58,7 @@ from anonml.learn.multiparty.common import (
     PrivacyGuarantee,
     PrivacyUnit,
     check_parties,
-    check_unit_ball,
     sample_norm_noise,
-    to_pm1,
 )
 from anonml.learn.multiparty.erm import LOGISTIC, fit_linear_erm
 from anonml.learn.multiparty.objective import Slack, compute_slack
@@ -155,9 +152,7 @@ class _GaussianBase(LinearMultipartyClassifier):
     def _prepare(
         self, X: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Slack, float]:
-        X, y = validate_data(self, X, y, dtype=np.float64)
-        X = check_unit_ball(X)
-        y_pm, classes = to_pm1(y)
+        X, y_pm, classes = self._binary_training_data(X, y)
         n, d = X.shape
         slack = compute_slack(self.epsilon, self.lam, n, LOGISTIC.curvature)
         chooser = printed_condition_sigma if self.condition == "printed" else gaussian_sigma

@@ -21,7 +21,7 @@ from numbers import Real
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
-from sklearn.utils.validation import check_array, validate_data
+from sklearn.utils.validation import check_array
 
 from anonml.learn.multiparty.base import MarginLossClassifier
 from anonml.learn.multiparty.common import (
@@ -29,8 +29,6 @@ from anonml.learn.multiparty.common import (
     PrivacyGuarantee,
     PrivacyUnit,
     check_parties,
-    check_unit_ball,
-    to_pm1,
 )
 from anonml.learn.multiparty.erm import margin_loss
 from anonml.learn.multiparty.objective import objective_perturbation
@@ -42,9 +40,7 @@ __all__ = ["FeatureMethod", "AverageMethod"]
 
 class _LocalObjectivePerturbation(MarginLossClassifier):
     def _fit_local(self, X: np.ndarray, y: np.ndarray, parties: np.ndarray | None) -> np.ndarray:
-        X, y = validate_data(self, X, y, dtype=np.float64)
-        X = check_unit_ball(X)
-        y_pm, classes = to_pm1(y)
+        X, y_pm, classes = self._binary_training_data(X, y)
         parties, ids = check_parties(parties, X.shape[0])
         rng = generator_from(self.random_state)
         loss = margin_loss(self.loss, self.huber_h)
