@@ -271,49 +271,44 @@ class PeerDB:
                 out.setdefault(node, set()).add(problem_id)
         return out
 
-    def set_participation(
-        self,
-        problem_id: str,
-        node: str,
-        status: str,
-        *,
-        reason: str = "",
-        fingerprint: str | None = None,
-        model_json: str | None = None,
-    ) -> None:
-        with self.sessions() as s, s.begin():
-            row = s.get(ParticipationRow, (problem_id, node))
-            if row is None:
-                row = ParticipationRow(
-                    problem_id=problem_id,
-                    node=node,
-                    status=status,
-                    reason=reason,
-                    updated_at=datetime.now(UTC),
-                )
-                s.add(row)
-            row.status, row.reason, row.updated_at = status, reason, datetime.now(UTC)
-            if fingerprint is not None:
-                row.roster_fingerprint = fingerprint
-            if model_json is not None:
-                row.model_json = model_json
-
     def participation(self, problem_id: str, node: str) -> ParticipationRow | None:
         with self.sessions() as s:
             return s.get(ParticipationRow, (problem_id, node))
 
     # -- what a restart needs ------------------------------------------------------------
-    def save_state(
-        self, problem_id: str, node: str, phase: str, facts_json: str, sealed_tokens: bytes | None
+    def save_participation(
+        self,
+        problem_id: str,
+        node: str,
+        phase: str,
+        facts_json: str,
+        sealed_tokens: bytes | None,
+        *,
+        reason: str = "",
+        fingerprint: str | None = None,
+        model_json: str | None = None,
     ) -> None:
-        """Write a participation's phase and facts (one transaction)."""
+        """Write a participation's phase and restart facts, and the summary the dashboard and CLI
+        read (status, reason, roster fingerprint, model), in one transaction: after a crash the
+        two rows never disagree on where the participation stands."""
+        now = datetime.now(UTC)
         with self.sessions() as s, s.begin():
-            row = s.get(StateRow, (problem_id, node))
-            if row is None:
-                row = StateRow(problem_id=problem_id, node=node)
-                s.add(row)
-            row.phase, row.facts_json, row.updated_at = phase, facts_json, datetime.now(UTC)
-            row.sealed_tokens = sealed_tokens
+            state = s.get(StateRow, (problem_id, node)) or StateRow(problem_id=problem_id, node=node)
+            state.phase, state.facts_json, state.sealed_tokens, state.updated_at = (
+                phase,
+                facts_json,
+                sealed_tokens,
+                now,
+            )
+            summary = s.get(ParticipationRow, (problem_id, node)) or ParticipationRow(
+                problem_id=problem_id, node=node
+            )
+            summary.status, summary.reason, summary.updated_at = phase, reason, now
+            if fingerprint is not None:
+                summary.roster_fingerprint = fingerprint
+            if model_json is not None:
+                summary.model_json = model_json
+            s.add_all([state, summary])
 
     def states(self, node: str) -> list[StateRow]:
         with self.sessions() as s:

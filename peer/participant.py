@@ -347,11 +347,12 @@ class Participant:
             sealed = self.node.vault.seal(plain.encode())
         elif self.tokens is not None:  # the digests of the nonces stay countable: keep only those
             facts["token_nonces"] = [t.nonce.hex() for t in self.tokens]
-        self.db.save_state(self.problem.id, self.node.fingerprint, self.phase, json.dumps(facts), sealed)
-        self.db.set_participation(
+        self.db.save_participation(
             self.problem.id,
             self.node.fingerprint,
             self.phase,
+            json.dumps(facts),
+            sealed,
             reason=self.reason,
             fingerprint=fingerprint,
             model_json=model_json,

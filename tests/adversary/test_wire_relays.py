@@ -38,8 +38,8 @@ from peer.relay import RelayRound, RelayService, packet_cap
 from peer.roster import RosterView
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import (
-    ADMIN,
     WirePeer,
+    close_registration,
     draft,
     propose,
     register_and_close,
@@ -385,7 +385,7 @@ def test_a_round_completes_past_a_trickling_member_and_senders_count_what_a_drop
         while status(aggregator.url, problem.id).registered < 10:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+        close_registration(aggregator.url, problem.id, or_deadline=True)
         final = wait_phase(aggregator.url, problem.id, ("done", "degraded", "failed"), timeout=90)
         # The round completed and published its model; what the droppers cost is reported.
         assert final.phase in ("done", "degraded"), final.message

@@ -39,7 +39,7 @@ from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from peer.witness import WitnessSettings, start_witness_server
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
-from tests.aggregator.helpers import ADMIN, propose, status, wait_phase
+from tests.aggregator.helpers import close_registration, propose, status, wait_phase
 from tests.peer.helpers import mooc_dropout_draft, simulated_nodes
 from tests.witness.helpers import ask_witness
 
@@ -172,7 +172,7 @@ def test_a_target_shown_other_bins_refuses_before_sending_anything(world, forge)
         problem = propose(agg.url, _draft(witness))
         _wait_registered(agg.url, problem.id, target_host)
         liar = _lie_to(target_host, problem.id, EquivocatingClient(agg.url, agg.state.identity, bins=forge))
-        requests.post(f"{agg.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+        close_registration(agg.url, problem.id)
         reason = _wait_aborted(target_host, problem.id, nodes[7].fingerprint)
         assert "bins not witnessed" in reason and "different bins documents" in reason
         _released_nothing(target_host, nodes[7])
@@ -205,7 +205,7 @@ def test_a_target_holding_another_copy_of_the_problem_refuses_before_releasing_a
         assert target_host.db.record_proposal(copy.id, agg.url, copy.model_dump_json())
         assert target_host.decide(copy)[nodes[7].fingerprint].verdict == "accept"
         _wait_registered(agg.url, problem.id, target_host)
-        requests.post(f"{agg.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+        close_registration(agg.url, problem.id)
         reason = _wait_aborted(target_host, problem.id, nodes[7].fingerprint)
         assert "roster not witnessed" in reason and "different roster documents" in reason
         _released_nothing(target_host, nodes[7])
@@ -272,7 +272,7 @@ def test_sybils_stuffed_into_a_credentials_roster_are_refused_by_the_victim(worl
             return honest_roster.model_copy(update={"entries": tuple(mine + [entry(s) for s in sybils])})
 
         _lie_to(victim_host, problem.id, EquivocatingClient(agg.url, agg.state.identity, roster=isolate))
-        requests.post(f"{agg.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+        close_registration(agg.url, problem.id)
         reason = _wait_aborted(victim_host, problem.id, nodes[7].fingerprint)
         assert "credential not valid" in reason
         _released_nothing(victim_host, nodes[7])

@@ -25,6 +25,7 @@ from tests.aggregator.helpers import (
     JSON,
     WirePeer,
     assignment_of,
+    close_registration,
     draft,
     post,
     propose,
@@ -218,7 +219,7 @@ def test_too_few_registrations_fail_the_problem_with_a_reason(aggregator):
     problem = propose(aggregator.url, draft(min_peers=5))
     for _ in range(2):
         WirePeer().register(aggregator.url, problem)
-    requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN)
+    close_registration(aggregator.url, problem.id)
     st = wait_phase(aggregator.url, problem.id, ("failed",))
     assert "only 2 peers registered" in st.message
     assert requests.get(f"{aggregator.url}/problems/{problem.id}/roster").status_code == 409

@@ -10,10 +10,17 @@ from __future__ import annotations
 import time
 
 import pytest
-import requests
 
 from anonml.schedule import PACKET_REQUEST_SECONDS, schedule_floors
-from tests.aggregator.helpers import ADMIN, WirePeer, bins_of, draft, propose, status, wait_phase
+from tests.aggregator.helpers import (
+    WirePeer,
+    bins_of,
+    close_registration,
+    draft,
+    propose,
+    status,
+    wait_phase,
+)
 
 
 def _metered(aggregator, n_registrations: int, seconds: float, **draft_args):
@@ -82,7 +89,7 @@ def test_the_bins_carry_the_round_schedule_the_status_shows(aggregator) -> None:
     for p in peers:
         assert p.register(aggregator.url, problem).status_code == 201
     assert aggregator.state.meter(problem.id).count == 6
-    requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+    close_registration(aggregator.url, problem.id)
     wait_phase(aggregator.url, problem.id, ("reporting",), timeout=60)
     st = status(aggregator.url, problem.id)
     assert st.schedule is not None

@@ -13,7 +13,14 @@ from sqlalchemy.orm import sessionmaker
 
 from aggregator.app import ServerHandle, create_app, start_server
 from aggregator.rounds import RoundDriver
-from tests.aggregator.helpers import ADMIN, WirePeer, aggregator_settings, draft, propose, wait_phase
+from tests.aggregator.helpers import (
+    WirePeer,
+    aggregator_settings,
+    close_registration,
+    draft,
+    propose,
+    wait_phase,
+)
 
 
 @pytest.fixture
@@ -52,7 +59,7 @@ def test_one_failing_advance_and_a_failing_listing_do_not_stop_the_loop(served, 
     monkeypatch.setattr(driver, "advance", advance)
     monkeypatch.setattr(driver, "_active", active)
     for problem in (broken, healthy):
-        requests.post(f"{served.url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+        close_registration(served.url, problem.id)
     st = wait_phase(served.url, healthy.id, ("reporting", "failed"))
     assert listing_failed.is_set() and injected.is_set()
     assert st.phase == "reporting", st.message  # the loop kept going past both faults

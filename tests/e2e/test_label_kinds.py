@@ -27,7 +27,7 @@ from anonml.protocol import LabelSpec, ModelDocument, ProblemDraft
 from peer.app import start_peer_server
 from peer.features import predict_locally
 from peer.host import shuffle_bounds
-from tests.aggregator.helpers import ADMIN, propose, status, wait_phase
+from tests.aggregator.helpers import close_registration, propose, status, wait_phase
 from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
 
 N_PEERS = 40
@@ -52,7 +52,7 @@ def _run(aggregator_url: str, tmp_path: Path, d: ProblemDraft):
         while status(aggregator_url, problem.id).registered < N_PEERS:
             assert time.monotonic() < deadline, "the peers did not all register"
             time.sleep(0.1)
-        requests.post(f"{aggregator_url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+        close_registration(aggregator_url, problem.id, or_deadline=True)
         final = wait_phase(aggregator_url, problem.id, ("done", "degraded", "failed"), timeout=180)
         assert final.phase in ("done", "degraded"), final.message
         document = ModelDocument.model_validate_json(

@@ -34,9 +34,9 @@ from peer.host import release_marks
 from peer.relay import packet_cap
 from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import (
-    ADMIN,
     aggregator_settings,
     bins_of,
+    close_registration,
     propose,
     roster_of,
     status,
@@ -109,7 +109,7 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
     url, b = cluster.aggregator.url, cluster.b
     n = len(cluster.ledgers_b) + 6
     wait_until(lambda: status(url, problem.id).registered == n, "every identity to register", 120)
-    requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+    close_registration(url, problem.id, or_deadline=True)
     # B has built (and recorded) its packets; some are still to be sent: kill it there.
     unsent = "SELECT count(*) FROM peer_outbox WHERE sent = 0"
     round_seconds = sum(
@@ -176,7 +176,7 @@ def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count
     problem = propose(cluster.aggregator.url, d)
     url, a, b = cluster.aggregator.url, cluster.a, cluster.b
     wait_until(lambda: status(url, problem.id).registered == 10, "every identity to register", 120)
-    requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+    close_registration(url, problem.id, or_deadline=True)
     wait_until(lambda: bool(b.rows(KILL_POINTS["relays holding packets"])[0][0]), "B to hold packets", 120)
     b.kill()  # and never started again
     held_at_kill = b.rows("SELECT count(*) FROM peer_held_packets")[0][0]
@@ -227,7 +227,7 @@ def test_a_peer_host_killed_and_restarted_keeps_its_relay_packet_cap(cluster: Cl
     url, b = cluster.aggregator.url, cluster.b
     problem = propose(url, d)
     wait_until(lambda: status(url, problem.id).registered == 10, "every identity to register", 120)
-    requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=30)
+    close_registration(url, problem.id, or_deadline=True)
     wait_phase(url, problem.id, ("reporting",), timeout=120)
     roster = roster_of(url, problem.id)
     target = next(e for e in roster.entries if e.relay_url.startswith(b.url))

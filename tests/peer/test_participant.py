@@ -6,13 +6,12 @@ import time
 from pathlib import Path
 
 import pytest
-import requests
 
 from anonml.crypto import TokenKey
 from anonml.protocol import Roster, sign_message
 from peer.app import start_peer_server
 from peer.client import AggregatorClient
-from tests.aggregator.helpers import ADMIN, propose, status, wait_phase
+from tests.aggregator.helpers import close_registration, propose, status, wait_phase
 from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
 
 
@@ -49,7 +48,7 @@ def test_a_peer_shown_another_token_key_aborts_before_taking_tokens(aggregator, 
         session.client = split
         for p in session.participants:
             p.client = split
-        requests.post(f"{aggregator.url}/problems/{problem.id}/close", headers=ADMIN)
+        close_registration(aggregator.url, problem.id, or_deadline=True)
         wait_phase(aggregator.url, problem.id, ("done", "degraded", "failed"), timeout=180)
         victim_node = nodes[7].fingerprint
         deadline = time.monotonic() + 60

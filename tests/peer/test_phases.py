@@ -62,3 +62,28 @@ def test_a_failing_poll_backs_off_doubling_up_to_thirty_seconds():
     assert [poll_backoff(1.0, f) for f in range(7)] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
     assert poll_backoff(0.1, 0) == 0.1
     assert poll_backoff(60.0, 3) == 60.0  # never polls faster than configured
+
+
+def test_a_participation_is_saved_whole_or_not_at_all(database_url):
+    """The restart state and the summary the dashboard reads are one transaction."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from peer.db import PeerDB
+
+    db = PeerDB(database_url)
+    try:
+        db.save_participation("p-1", "n1", "accepted", '{"sent": 0}', None, reason="", fingerprint="ab" * 8)
+        db.save_participation("p-1", "n1", "reporting", '{"sent": 2}', b"sealed", reason="round open")
+        (state,) = db.states("n1")
+        summary = db.participation("p-1", "n1")
+        assert (state.phase, state.facts_json, state.sealed_tokens) == ("reporting", '{"sent": 2}', b"sealed")
+        assert (summary.status, summary.reason) == ("reporting", "round open")
+        assert summary.roster_fingerprint == "ab" * 8  # kept when a later save does not name it
+        assert summary.updated_at == state.updated_at
+        # A summary that cannot be written takes the new phase of the state row down with it.
+        with pytest.raises(SQLAlchemyError):
+            db.save_participation("p-1", "n1", "done", "{}", None, model_json=object())  # type: ignore[arg-type]
+        (state,) = db.states("n1")
+        assert state.phase == "reporting" and db.participation("p-1", "n1").status == "reporting"
+    finally:
+        db.close()
