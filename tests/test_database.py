@@ -282,7 +282,7 @@ def test_peer_records_keep_their_types(database_url: str):
         assert db.record_proposal("p-1", "http://127.0.0.1:1", "{}")
         assert not db.record_proposal("p-1", "http://127.0.0.1:1", "{}")
         db.decide("p-1", "n", "accept", "fits the policy", 0.75)
-        db.set_participation("p-1", "n", "reporting", fingerprint="f" * 64)
+        db.save_participation("p-1", "n", "reporting", "{}", None, fingerprint="f" * 64)
         assert db.accepted_epsilon("n") == {"p-1": 0.75}
         participation = db.participation("p-1", "n")
         assert participation.status == "reporting" and participation.updated_at.tzinfo is not None

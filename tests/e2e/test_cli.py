@@ -141,7 +141,7 @@ def test_peer_accepts_within_policy_and_predicts_with_a_verified_model(
     assert node["decision"] == "accept"
 
     identity = json.loads((anonml_home / "peer" / "identity.json").read_text())["fingerprint"]
-    db.set_participation(problem.id, identity, "done", model_json=document.model_dump_json())
+    db.save_participation(problem.id, identity, "done", "{}", None, model_json=document.model_dump_json())
     predicted = runner.invoke(peer_cli, ["predict", problem.id, "--json"])
     assert predicted.exit_code == 0, predicted.output
     out = json.loads(predicted.stdout)
@@ -149,7 +149,7 @@ def test_peer_accepts_within_policy_and_predicts_with_a_verified_model(
     assert out["probability"] == pytest.approx(expected)
 
     forged = document.model_copy(update={"metrics": {"auc": 1.0}})  # altered after signing
-    db.set_participation(problem.id, identity, "done", model_json=forged.model_dump_json())
+    db.save_participation(problem.id, identity, "done", "{}", None, model_json=forged.model_dump_json())
     refused = runner.invoke(peer_cli, ["predict", problem.id])
     assert refused.exit_code == 1 and "signature" in refused.output
     db.close()

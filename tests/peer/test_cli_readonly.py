@@ -70,9 +70,10 @@ def test_ledger_marks_releases_whose_problem_failed_or_whose_reports_were_lost(h
     for problem in ("p-failed", "p-lossy", "p-fine"):
         rr = BinaryRandomizedResponse(1.0)
         ledger.record(peer=me, problem=problem, round=0, attributes=["x"], mechanism=rr)
-    db.save_state("p-failed", me, "failed", json.dumps({"reason": "the problem failed: boom"}), None)
-    db.save_state("p-lossy", me, "done", json.dumps({"lost": 2, "token_nonces": ["00", "01", "02"]}), None)
-    db.save_state("p-fine", me, "done", json.dumps({"lost": 0, "token_nonces": ["00"]}), None)
+    db.save_participation("p-failed", me, "failed", json.dumps({"reason": "the problem failed: boom"}), None)
+    lossy = {"lost": 2, "token_nonces": ["00", "01", "02"]}
+    db.save_participation("p-lossy", me, "done", json.dumps(lossy), None)
+    db.save_participation("p-fine", me, "done", json.dumps({"lost": 0, "token_nonces": ["00"]}), None)
     ledger.close()
     db.close()
     result = runner.invoke(peer_cli, ["ledger", "--json"])
@@ -102,8 +103,8 @@ def test_ledger_shows_the_local_epsilon_and_beside_it_the_labelled_shuffle_bound
                   epsilon=2.0, pool="median")
     ledger.record(peer=me, problem="p-unknown", round=1, attributes=["x0", "label"], mechanism="k_rr",
                   epsilon=1.0, pool="partition-0")
-    db.save_state("p-report", me, "done", json.dumps({"report_group": 200}), None)
-    db.save_state("p-median", me, "done", json.dumps({"report_group": 200}), None)
+    db.save_participation("p-report", me, "done", json.dumps({"report_group": 200}), None)
+    db.save_participation("p-median", me, "done", json.dumps({"report_group": 200}), None)
     ledger.close()
     db.close()
     result = runner.invoke(peer_cli, ["ledger", "--json"])

@@ -146,7 +146,7 @@ def test_accepting_past_the_lifetime_cap_is_refused_on_the_page_with_the_reason(
     assert reply.status_code == 409
     assert "would bring the lifetime total to 11.5, past the cap of 10" in reply.text
     assert daemon.host.db.decision(problem.id, daemon.node.fingerprint).verdict == "refuse"
-    daemon.host.db.save_state("p-earlier", daemon.node.fingerprint, "failed", "{}", None)
+    daemon.host.db.save_participation("p-earlier", daemon.node.fingerprint, "failed", "{}", None)
     shared = http.get(f"{daemon.url}/ui/shared", timeout=30).text
     assert shared.count("problem failed") == 2  # the problem's row and its release, marked
     assert "p-earlier" in shared and "ε = 9.5" in shared and "lifetime cap 10" in shared and "<svg" in shared
