@@ -72,6 +72,8 @@ def write_json_and_plot(path: Path, doc: Any, plot: Callable[[Any, Path], bool])
     figure = path.with_suffix(".png")
     if plot(doc, figure):
         print(f"plot: {figure}", file=sys.stderr)
+
+
 def print_table(
     rows: Iterable[Mapping[str, Any]], template: str, headings: Sequence[str], *, tail: str = "statuses"
 ) -> None:

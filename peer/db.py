@@ -294,12 +294,8 @@ class PeerDB:
         now = datetime.now(UTC)
         with self.sessions() as s, s.begin():
             state = s.get(StateRow, (problem_id, node)) or StateRow(problem_id=problem_id, node=node)
-            state.phase, state.facts_json, state.sealed_tokens, state.updated_at = (
-                phase,
-                facts_json,
-                sealed_tokens,
-                now,
-            )
+            state.phase, state.facts_json, state.sealed_tokens = phase, facts_json, sealed_tokens
+            state.updated_at = now
             summary = s.get(ParticipationRow, (problem_id, node)) or ParticipationRow(
                 problem_id=problem_id, node=node
             )

@@ -37,6 +37,7 @@ guarantee: it needs no such assumption.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from functools import lru_cache
@@ -323,14 +324,11 @@ def unlinkable_pools_bound(
     if any(int(n) < 2 for _, _, n in pools.values()):
         return None
     groups = [(float(e0), int(k), int(n)) for e0, k, n in pools.values()]
-    bound = ShuffleBound.of_groups(groups)
-    return ShuffleBound(
-        bound.epsilon,
-        bound.delta,
-        bound.smallest_group,
-        ASSUMPTIONS + MEDIAN_NOT_SHUFFLED,
-        tuple(pools),
-        None if peers_outside is None else int(peers_outside),
+    return dataclasses.replace(
+        ShuffleBound.of_groups(groups),
+        assumptions=ASSUMPTIONS + MEDIAN_NOT_SHUFFLED,
+        pools=tuple(pools),
+        peers_outside=peers_outside,
     )
 
 
