@@ -36,7 +36,6 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aggregator.db import create_tables
 from aggregator.rounds import RoundDriver
@@ -60,49 +59,6 @@ __all__ = [
     "start_server_process",
     "serve_child",
 ]
-
-
-class BodyLimit(serving.HttpMiddleware):
-    """ASGI middleware: 413 for a body over ``max_bytes`` (declared or streamed)."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        super().__init__(app)
-        self.max_bytes = max_bytes
-
-    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await self._too_large(send)
-                return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
-            return message
-
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await self._too_large(send)
-
-    async def _too_large(self, send: Send) -> None:
-        response = JSONResponse(
-            {"detail": f"request body larger than {self.max_bytes} bytes"}, status_code=413
-        )
-        await response({"type": "http"}, _empty_receive, send)
-
-
-class _TooLarge(Exception):
-    pass
-
-
-async def _empty_receive() -> Message:
-    return {"type": "http.disconnect"}
 
 
 def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
@@ -156,7 +112,7 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
             )
         return JSONResponse({"status": "ok", "identity": state.public_identity.hex()})
 
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(serving.BodyLimit, max_bytes=settings.max_body_bytes)
     return app
 
 

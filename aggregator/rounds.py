@@ -116,6 +116,7 @@ from anonml.protocol import (
     sign_message,
     transcript_hash,
     verify_message,
+    witness_vrf_output,
 )
 
 __all__ = ["RoundDriver"]
@@ -678,6 +679,7 @@ def _ask_witness(
         if bytes(cosignature.witness) != bytes(witness.identity) or cosignature.statement != statement:
             return "answered with a cosignature on something else"
         verify_message(cosignature, bytes(witness.identity))
-    except (ValueError, CryptoError) as exc:
+        witness_vrf_output(cosignature)  # the beacon share every peer will check
+    except (ValueError, CryptoError) as exc:  # ProtocolError is a ValueError
         return f"answered with an invalid cosignature: {exc}"
     return cosignature

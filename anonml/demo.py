@@ -5,7 +5,7 @@
 2. **Import** each peer's log with the ``edx`` importer into that peer's *own*
    event store, and give each peer its own identity and privacy ledger.
 3. **Serve** a real aggregator (:mod:`aggregator`), an independent witness
-   (``anonml witness serve``, :mod:`peer.witness`, its own process) and one
+   (``anonml witness serve``, :mod:`witness`, its own process) and one
    peer host (:mod:`peer`, all peer identities in one process with one relay)
    under uvicorn on 127.0.0.1. Every peer's policy trusts the witness.
 4. **Propose** the dropout problem (``user_window`` instancer ×
@@ -484,7 +484,7 @@ def _start_services(
     from peer.host import PeerHost
     from peer.participant import PeerNode
     from peer.policy import PeerPolicy
-    from peer.witness import start_witness_process
+    from witness import start_witness_process
 
     token = "demo-" + os.urandom(8).hex()
     agg_settings = AggregatorSettings(

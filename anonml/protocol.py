@@ -53,7 +53,17 @@ from pydantic import (
     model_validator,
 )
 
-from anonml.crypto import Identity, PublicIdentity, TokenPublicKey, TokenRequest, request_token_batch
+from anonml.crypto import (
+    CryptoError,
+    Identity,
+    PublicIdentity,
+    TokenPublicKey,
+    TokenRequest,
+    request_token_batch,
+    vrf,
+)
+from anonml.crypto.vrf import PROOF_SIZE as VRF_PROOF_SIZE
+from anonml.errors import ProtocolError
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import PluginRef
 from anonml.privacy.descriptor import MechanismDescriptor
@@ -116,12 +126,15 @@ __all__ = [
     "STAGES",
     "transcript_hash",
     "roster_beacon",
+    "vrf_input",
+    "cosign_statement",
+    "witness_vrf_output",
+    "WitnessIdentity",
     "check_credential",
     "entry_registration",
     "PeerStatus",
     "report_slot",
     "check_relay_url",
-    "roster_fingerprint",
     "pack_bits",
     "unpack_bits",
 ]
@@ -701,17 +714,6 @@ class Roster(_Message):
     signature: SignatureBytes
 
 
-def roster_fingerprint(roster: Roster) -> str:
-    """BLAKE2b-256 hex of ``signing_bytes(roster) ‖ signature``: what peers compare.
-
-    Two peers holding rosters with the same fingerprint hold the same signed
-    roster (same members, relay keys, token key and seed), so comparing it
-    through other peers' relays detects an aggregator showing different peers
-    different token keys (DESIGN §7, key consistency).
-    """
-    return hashlib.blake2b(signing_bytes(roster) + roster.signature, digest_size=32).hexdigest()
-
-
 class Assignment(_Message):
     """What the aggregator says one peer does, signed; the peer re-derives it from the seed.
 
@@ -1096,10 +1098,19 @@ class CosignRequest(_Message):
 
 
 class Cosignature(_Message):
-    """A witness's signature over a statement (Ed25519: deterministic, one value per statement)."""
+    """A witness's signature over a statement, with its VRF proof on the statement.
+
+    ``vrf_proof`` is the witness's ECVRF proof (RFC 9381, :mod:`anonml.crypto.vrf`)
+    over :func:`vrf_input` of the statement under its Ed25519 key: its output is the
+    witness's share of the roster beacon (:func:`roster_beacon`). A signature cannot
+    be that share — a signer may produce many valid ones — while the VRF output is
+    unique per key and statement. Absent only in logs written before the VRF
+    (left out of the signed bytes then, so those signatures still verify).
+    """
 
     witness: IdentityBytes
     statement: TranscriptStatement
+    vrf_proof: B64(VRF_PROOF_SIZE) | None = Field(default=None, exclude_if=lambda proof: proof is None)
     signature: SignatureBytes
 
 
@@ -1118,24 +1129,76 @@ class WitnessLogEntry(_Message):
     cosignature: Cosignature
 
 
-_BEACON_DOMAIN = b"anonml/v1/beacon"
+class WitnessIdentity(_Message):
+    """``GET /identity`` of a witness: its 64-byte public identity and its fingerprint, as hex."""
+
+    identity: str
+    fingerprint: str
+
+
+_VRF_DOMAIN = b"anonml/v1/witness-vrf"
+_BEACON_DOMAIN = b"anonml/v2/beacon"
+
+
+def vrf_input(statement: TranscriptStatement) -> bytes:
+    """``alpha = domain ‖ signing_bytes(statement)``: what a witness's VRF proof is over."""
+    return _VRF_DOMAIN + b"\x00" + signing_bytes(statement)
+
+
+def cosign_statement(statement: TranscriptStatement, witness: Identity) -> Cosignature:
+    """``witness``'s :class:`Cosignature` of ``statement``: its VRF proof on it, then its signature."""
+    unsigned = Cosignature(
+        witness=bytes(witness.public),
+        statement=statement,
+        vrf_proof=witness.vrf_prove(vrf_input(statement)),
+        signature=bytes(64),
+    )
+    return sign_message(unsigned, witness)
+
+
+def witness_vrf_output(cosignature: Cosignature) -> bytes:
+    """The witness's verified VRF output (``beta``, 64 bytes) on the cosignature's statement.
+
+    Raises
+    ------
+    ProtocolError
+        The cosignature carries no VRF proof, or it does not verify under the
+        witness's Ed25519 key for :func:`vrf_input` of its statement.
+    """
+    witness = bytes(cosignature.witness)
+    if cosignature.vrf_proof is None:
+        raise ProtocolError(f"witness {witness.hex()[:16]}… sent no VRF proof with its cosignature")
+    try:
+        return vrf.verify(witness[:32], vrf_input(cosignature.statement), bytes(cosignature.vrf_proof))
+    except CryptoError as exc:
+        raise ProtocolError(f"VRF proof of witness {witness.hex()[:16]}… does not verify: {exc}") from None
 
 
 def roster_beacon(cosignatures: Sequence[Cosignature]) -> bytes:
-    """``BLAKE2b-256(domain ‖ sorted witness signatures)``: randomness fixed after the roster.
+    """``BLAKE2b-256(domain ‖ sorted (witness key ‖ VRF output))``: randomness fixed after the roster.
 
-    Call it with the (verified) cosignatures of every declared witness over the
-    roster transcript. Ed25519 signatures are deterministic, so each honest
-    witness contributes exactly one value per roster, which the aggregator
-    cannot compute before the witness signs; sorting makes the beacon
+    Call it with the cosignatures of every declared witness over the roster
+    transcript (each on the same statement; :func:`peer.transcript.verify_bundle`
+    checks that and their signatures). Each VRF proof is verified here: a
+    witness key has exactly one valid output per statement (RFC 9381 full
+    uniqueness), which the aggregator cannot compute before an honest witness
+    answers, and an honest witness answers once per (aggregator, problem,
+    stage) — so a declared witness in league with the aggregator can re-sign or
+    re-prove as often as it likes without moving the beacon. Sorting makes it
     independent of the bundle's order. No cosignature gives ``b""`` (no beacon).
+
+    Raises
+    ------
+    ProtocolError
+        A cosignature without a valid VRF proof (:func:`witness_vrf_output`).
     """
     if not cosignatures:
         return b""
+    shares = sorted(bytes(c.witness)[:32] + witness_vrf_output(c) for c in cosignatures)
     h = hashlib.blake2b(digest_size=32)
     _framed(h, _BEACON_DOMAIN)
-    for signature in sorted(bytes(c.signature) for c in cosignatures):
-        _framed(h, signature)
+    for share in shares:
+        _framed(h, share)
     return h.digest()
 
 

@@ -5,7 +5,8 @@
 - :func:`uvicorn_server`: uvicorn with the roles' settings (no access log, warnings only).
 - :func:`start_in_thread` / :class:`ThreadedServer`: serve from a daemon thread of this
   process and wait until uvicorn reports it started (tests, the demo, benchmarks).
-- :class:`HttpMiddleware`: the base of an ASGI middleware that acts on HTTP requests only.
+- :class:`HttpMiddleware`: the base of an ASGI middleware that acts on HTTP requests only;
+  :class:`BodyLimit`, the one request-body cap of every service (413 before parsing).
 - :func:`child_environment`: the folder and environment of a child interpreter that must
   import this repository (``python -m aggregator``, ``anonml witness serve``, benchmark workers);
   :func:`spawn_child` starts one there with text pipes, :func:`ready_line` waits for the line
@@ -28,7 +29,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import uvicorn
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
     "bind",
@@ -38,6 +40,7 @@ __all__ = [
     "wait_started",
     "ThreadedServer",
     "HttpMiddleware",
+    "BodyLimit",
     "child_environment",
     "spawn_child",
     "ready_line",
@@ -138,6 +141,49 @@ class HttpMiddleware(ABC):
     @abstractmethod
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one HTTP request (calling ``self.app`` to pass it on)."""
+
+
+class BodyLimit(HttpMiddleware):
+    """ASGI middleware: 413 for a body over ``max_bytes`` (declared or streamed)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        super().__init__(app)
+        self.max_bytes = max_bytes
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                await self._too_large(send)
+                return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await self._too_large(send)
+
+    async def _too_large(self, send: Send) -> None:
+        response = JSONResponse(
+            {"detail": f"request body larger than {self.max_bytes} bytes"}, status_code=413
+        )
+        await response({"type": "http"}, _empty_receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _empty_receive() -> Message:
+    return {"type": "http.disconnect"}
 
 
 def child_environment() -> tuple[str, dict[str, str]]:

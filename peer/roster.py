@@ -4,8 +4,11 @@
 aggregator's signature (with the key pinned from the signed proposal), the
 problem and round ids, that every relay certificate names its entry's
 identity, and that the median pool has the size the proposal promised. It
-computes the fingerprint peers compare (:func:`anonml.protocol.roster_fingerprint`)
-and the routing table (node id → relay URL). Each identity then checks its
+computes the fingerprint peers compare through each other's relays — the roster
+stage's whole transcript (:func:`anonml.protocol.transcript_hash`: the Problem with
+its declared witnesses and schedule, the Roster with the token key and seed), so
+two peers shown different copies of the Problem disagree even when their rosters
+are the same — and the routing table (node id → relay URL). Each identity then checks its
 own entry and assignment itself (:mod:`peer.participant`).
 """
 
@@ -18,7 +21,7 @@ from typing import Any
 
 from anonml.crypto import CryptoError, RelayKeyCertificate
 from anonml.errors import ProtocolError
-from anonml.protocol import Problem, Roster, roster_fingerprint, verify_message
+from anonml.protocol import Problem, Roster, transcript_hash, verify_message
 
 __all__ = ["RosterView"]
 
@@ -79,7 +82,7 @@ class RosterView:
         routes = {node: entry.relay_url for node, entry in zip(node_ids, roster.entries, strict=True)}
         return cls(
             roster=roster,
-            fingerprint=roster_fingerprint(roster),
+            fingerprint=transcript_hash("roster", problem, roster).hex(),
             keys=tuple(keys),
             node_ids=tuple(node_ids),
             routes=routes,

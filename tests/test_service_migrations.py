@@ -26,14 +26,14 @@ from anonml.crypto.spent import CryptoBase
 from anonml.database import make_engine, migrate
 from anonml.errors import SchemaError
 from anonml.protocol import CosignRequest, TranscriptStatement, sign_message
-from peer import witness as witness_module
 from peer.db import PeerDB
 from peer.db import _Base as PeerBase
-from peer.witness import Witness, WitnessRefusal
 from tests.test_migrations import _old_database, _revision
+from witness import Witness, WitnessRefusal
+from witness.db import Base as WitnessBase
 
-PEER, AGGREGATOR, WITNESS = "peer.migrations.state", "aggregator.migrations", "peer.migrations.witness"
-HEADS = {PEER: "peer_0002", AGGREGATOR: "aggregator_0002", WITNESS: "witness_0001"}
+PEER, AGGREGATOR, WITNESS = "peer.migrations.state", "aggregator.migrations", "witness.migrations"
+HEADS = {PEER: "peer_0002", AGGREGATOR: "aggregator_0002", WITNESS: "witness_0002"}
 VERSION_TABLES = {PEER: "anonml_schema_peer", AGGREGATOR: "anonml_schema_aggregator",
                   WITNESS: "anonml_schema_witness"}
 NODE = "ab" * 32
@@ -272,7 +272,7 @@ def _metadata(*bases: type[DeclarativeBase]) -> MetaData:
     [
         (PEER, (PeerBase,)),
         (AGGREGATOR, (AggregatorBase, CryptoBase)),
-        (WITNESS, (witness_module._Base,)),
+        (WITNESS, (WitnessBase,)),
     ],
 )
 def test_migrations_build_exactly_the_tables_the_models_declare(package: str, bases: tuple[type, ...]):

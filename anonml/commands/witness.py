@@ -1,4 +1,4 @@
-"""``anonml witness serve|identity``: run an independent witness (:mod:`peer.witness`).
+"""``anonml witness serve|identity``: run an independent witness (:mod:`witness`).
 
 A witness co-signs at most one transcript per (aggregator, problem, stage) and
 serves the append-only log of what it signed. Peers trust it by naming its
@@ -40,7 +40,7 @@ def serve(
 
     Prints one line on stdout once it listens: ``witness <identity hex> <url>``.
     """
-    from peer.witness import WitnessSettings, serve_witness
+    from witness import WitnessSettings, serve_witness
 
     with expected_errors():
         settings = WitnessSettings(home=_home(home), host=host, port=port)
@@ -55,7 +55,7 @@ def serve(
 def identity(home: HomeOption = None) -> None:
     """Print the witness's public identity (hex), creating its key file on first use."""
     from anonml.crypto import load_or_create_identity
-    from peer.witness import WitnessSettings
+    from witness import WitnessSettings
 
     with expected_errors():
         settings = WitnessSettings(home=_home(home))

@@ -7,11 +7,12 @@
 - :mod:`~anonml.crypto.tokens`, :mod:`~anonml.crypto.spent`: issue one token per
   (peer, slot), redeem each once.
 - :mod:`~anonml.crypto.onion`: AnonSphinx-v1 packets (1,280 bytes at every hop).
+- :mod:`~anonml.crypto.vrf`: ECVRF-EDWARDS25519-SHA512-TAI (RFC 9381), the witnesses' beacon shares.
 - :class:`~anonml.schedule.WindowSchedule` (send and release windows) is re-exported here
   for the relay's callers; it holds no cryptography and lives in :mod:`anonml.schedule`.
 """
 
-from anonml.crypto import exceptions, onion, spent, tokens
+from anonml.crypto import exceptions, onion, spent, tokens, vrf
 from anonml.crypto.dleq import Proof
 from anonml.crypto.exceptions import *  # noqa: F403 - the module's __all__, listed once there
 from anonml.crypto.group import SUITE_ID, Element, Scalar, expand_message_xmd, hash_to_group, hash_to_scalar
@@ -60,6 +61,8 @@ __all__ = [
     "WindowSchedule",
     "send_time",
     "release_time",
+    # verifiable random function
+    "vrf",
     # errors
     *exceptions.__all__,
 ]

@@ -27,6 +27,7 @@ import nacl.public
 import nacl.signing
 import numpy as np
 
+from anonml.crypto import vrf
 from anonml.crypto._util import _ensure_bytes, _i2osp, _random_bytes
 from anonml.crypto.exceptions import InvalidEncoding, InvalidPoint, InvalidSignature
 
@@ -171,6 +172,14 @@ class Identity:
     def sign(self, message: bytes, *, context: bytes) -> bytes:
         """Ed25519 signature (64 bytes) over ``"AnonMLv1-sig" ‖ len‖context ‖ message``."""
         return self._signing.sign(_signed_bytes(message, context)).signature
+
+    def vrf_prove(self, alpha: bytes) -> bytes:
+        """ECVRF proof (RFC 9381, :mod:`anonml.crypto.vrf`) over ``alpha`` with the Ed25519 key.
+
+        Verified with :func:`anonml.crypto.vrf.verify` against the identity's
+        Ed25519 public key (its first 32 bytes); one output per key and ``alpha``.
+        """
+        return vrf.prove(bytes(self._signing), alpha)
 
     def relay_exchange(self, public: bytes) -> bytes:
         """X25519 of the long-term relay secret with a peer's public value."""

@@ -7,7 +7,7 @@ names its own version table in ``VERSION_TABLE`` (``anonml_schema_store``,
 ``anonml_schema_ledger``), so databases that share a file (the ledger's
 ``privacy_`` tables beside the event store) are versioned independently. The
 services' databases have packages of their own, each naming its table:
-``peer.migrations.state`` (a peer host's state DB), ``peer.migrations.witness``
+``peer.migrations.state`` (a peer host's state DB), ``witness.migrations``
 (a witness's log) and ``aggregator.migrations``; this package never imports
 them, :func:`~anonml.database.migrate` is given their names.
 

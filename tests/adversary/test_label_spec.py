@@ -23,9 +23,9 @@ import pytest
 
 from anonml.protocol import MAX_LABEL_CLASSES, LabelSpec, Problem, WitnessRef, signing_bytes
 from peer.policy import PeerPolicy
-from peer.witness import WitnessSettings, start_witness_server
 from tests.adversary.malicious import MaliciousAggregator, mooc_draft, start_peers, wait_until
 from tests.peer.helpers import mooc_dropout_draft
+from witness import WitnessSettings, start_witness_server
 
 POLICY = PeerPolicy(
     auto_accept=True, max_epsilon_per_problem=4.0, allow_loopback_http=True, require_witnesses=False

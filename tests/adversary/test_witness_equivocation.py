@@ -37,11 +37,11 @@ from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
-from peer.witness import WitnessSettings, start_witness_server
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import close_registration, propose, status, wait_phase
 from tests.peer.helpers import mooc_dropout_draft, simulated_nodes
 from tests.witness.helpers import ask_witness
+from witness import WitnessSettings, start_witness_server
 
 ISSUER = Identity.generate()
 SCOPE = "course:adversary"

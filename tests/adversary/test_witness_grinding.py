@@ -30,9 +30,9 @@ from anonml.protocol import (
     roster_beacon,
     transcript_hash,
 )
-from peer.witness import WitnessSettings, start_witness_server
 from tests.aggregator.helpers import draft, roster_document, signed_problem, unsigned_roster_entries
 from tests.witness.helpers import ask_witness
+from witness import WitnessSettings, start_witness_server
 
 HONEST = 4  # besides the victim
 SYBILS = 5

@@ -16,8 +16,8 @@ from anonml.protocol import (
     Problem,
     Registration,
     RegistrationBatch,
-    roster_fingerprint,
     sign_message,
+    transcript_hash,
     verify_message,
 )
 from tests.aggregator.helpers import (
@@ -117,8 +117,9 @@ def test_roster_is_published_at_close_in_registration_order_with_the_seed(aggreg
     assert [bytes(e.identity) for e in roster.entries] == [p.public for p in peers]
     assert commit_seed(bytes(roster.seed)) == bytes(problem.seed_commitment)
     assert roster.median_pool_size == 2  # floor(0.25 · 8)
-    # Fingerprint: BLAKE2b-256 of signing bytes ‖ signature; the same bytes give the same value.
-    assert roster_fingerprint(roster) == roster_fingerprint(roster_of(aggregator.url, problem.id))
+    # Served again, the roster is byte-identical: the transcript peers compare is stable.
+    again = roster_of(aggregator.url, problem.id)
+    assert transcript_hash("roster", problem, roster) == transcript_hash("roster", problem, again)
     # Each peer's signed assignment is what the seed gives.
     plan = make_plan(
         bytes(roster.seed), [bytes(e.identity) for e in roster.entries], 3, n_partitions=2, median_pool_size=2

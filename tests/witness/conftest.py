@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from peer.witness import WitnessServer, WitnessSettings, start_witness_server
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
+from witness import WitnessServer, WitnessSettings, start_witness_server
 
 
 @pytest.fixture

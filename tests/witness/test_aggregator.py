@@ -16,7 +16,6 @@ from anonml.protocol import (
     transcript_hash,
 )
 from peer.transcript import check_roster_entries, verify_bundle
-from peer.witness import WitnessSettings
 from tests.aggregator.helpers import (
     aggregator_settings,
     assignment_of,
@@ -28,6 +27,7 @@ from tests.aggregator.helpers import (
     wait_phase,
 )
 from tests.witness.helpers import ask_witness
+from witness import WitnessSettings
 
 
 def witnessed_draft(witnesses, **kwargs):
@@ -39,7 +39,7 @@ def witnessed_draft(witnesses, **kwargs):
 def _witness_not_yet_up(home: Path) -> tuple[WitnessRef, WitnessSettings]:
     """A witness as a draft declares it while nobody listens at its URL, and the settings that start it
     there later (started once on a free port to learn its identity and URL, then stopped)."""
-    from peer.witness import start_witness_server
+    from witness import start_witness_server
 
     settings = WitnessSettings(home=home, port=0)
     probe = start_witness_server(settings)
@@ -143,7 +143,7 @@ def test_a_problem_without_witnesses_keeps_working_with_empty_bundles(aggregator
 
 def test_a_restart_during_witnessing_resumes_the_collection(tmp_path):
     from aggregator.app import create_app, start_server
-    from peer.witness import start_witness_server
+    from witness import start_witness_server
 
     # Learn a free port for the witness, then take it down: the aggregator will find nobody there.
     later, witness_settings = _witness_not_yet_up(tmp_path / "w")
@@ -169,7 +169,7 @@ def test_a_restart_during_witnessing_resumes_the_collection(tmp_path):
 
 
 def test_the_aggregator_retries_a_witness_that_comes_up_late(aggregator, tmp_path):
-    from peer.witness import start_witness_server
+    from witness import start_witness_server
 
     late, settings = _witness_not_yet_up(tmp_path / "late")
     problem = propose(aggregator.url, witnessed_draft([late]))

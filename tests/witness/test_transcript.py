@@ -16,6 +16,7 @@ from anonml.protocol import (
     Roster,
     TranscriptStatement,
     WitnessRef,
+    cosign_statement,
     roster_beacon,
     sign_message,
     transcript_hash,
@@ -103,9 +104,7 @@ def cosign(
     statement = TranscriptStatement(
         aggregator=bytes(aggregator.public), problem_id=problem_id, stage=stage, transcript=transcript
     )
-    return sign_message(
-        Cosignature(witness=bytes(witness.public), statement=statement, signature=bytes(64)), witness
-    )
+    return cosign_statement(statement, witness)
 
 
 T = transcript_hash("roster", P, R)

@@ -1,0 +1,129 @@
+"""The witness's FastAPI app and the ways to serve it: foreground, a thread (tests), a child process.
+
+Served by uvicorn without an access log, like the other roles; request bodies
+over ``max_body_bytes`` are refused with 413 before they are parsed
+(:class:`anonml.serving.BodyLimit`).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+
+from anonml import serving
+from witness import routes
+from witness.service import Witness
+from witness.settings import WitnessSettings
+
+__all__ = [
+    "create_app",
+    "serve_witness",
+    "start_witness_server",
+    "WitnessServer",
+    "WitnessProcess",
+    "start_witness_process",
+]
+
+
+def create_app(witness: Witness, max_body_bytes: int = 8192) -> FastAPI:
+    """The witness's HTTP API (:mod:`witness.routes`) over ``witness``."""
+    app = FastAPI(
+        title="AnonML witness",
+        version="1",
+        summary="Co-signs one transcript per (aggregator, problem, stage); serves its append-only log.",
+    )
+    app.state.witness = witness
+    app.include_router(routes.router)
+    app.add_middleware(serving.BodyLimit, max_bytes=max_body_bytes)
+    return app
+
+
+def _server(settings: WitnessSettings) -> tuple[Witness, uvicorn.Server, socket.socket, str]:
+    """The witness, its uvicorn server, the bound socket and its URL (not serving yet)."""
+    witness = Witness.from_settings(settings)
+    sock = serving.bind(settings.host, settings.port)
+    server = serving.uvicorn_server(create_app(witness, settings.max_body_bytes), lifespan="off")
+    return witness, server, sock, f"http://{settings.host}:{sock.getsockname()[1]}"
+
+
+def serve_witness(settings: WitnessSettings, ready: Callable[[str, Witness], None] | None = None) -> None:
+    """Serve a witness in the foreground until interrupted; ``ready(url, witness)`` once listening."""
+    witness, server, sock, url = _server(settings)
+    if ready is not None:
+        thread = threading.Thread(
+            target=lambda: (serving.wait_started(server), server.started and ready(url, witness)), daemon=True
+        )
+        thread.start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        witness.close()
+
+
+@dataclass
+class WitnessServer(serving.ThreadedServer):
+    """A witness served by uvicorn from a thread of this process (tests)."""
+
+    witness: Witness
+
+    @property
+    def identity(self) -> bytes:
+        return self.witness.public_identity
+
+    def stop(self) -> None:
+        super().stop()
+        self.witness.close()
+
+
+def start_witness_server(settings: WitnessSettings, timeout: float = 30.0) -> WitnessServer:
+    """Serve a witness from a thread on ``settings.host:port`` and wait until it is up."""
+    witness, server, sock, url = _server(settings)
+    thread = serving.start_in_thread(server, sock, name="witness", timeout=timeout)
+    return WitnessServer(url, server, thread, witness)
+
+
+@dataclass
+class WitnessProcess:
+    """A witness served by ``anonml witness serve`` in a child process (its own interpreter)."""
+
+    url: str
+    identity: bytes
+    process: subprocess.Popen
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()  # uvicorn shuts down gracefully on SIGTERM
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def start_witness_process(
+    home: Path, *, host: str = "127.0.0.1", port: int = 0, timeout: float = serving.CHILD_START_SECONDS
+) -> WitnessProcess:
+    """Run ``python -m anonml witness serve --home HOME --port PORT`` and wait for its ready line.
+
+    ``timeout`` bounds the wait, which ends as soon as the line comes.
+    """
+    process = serving.spawn_child(
+        ["-m", "anonml", "witness", "serve", "--home", str(home), "--host", host, "--port", str(port)]
+    )
+    line = serving.ready_line(process, timeout).split()
+    if len(line) != 3 or line[0] != "witness":
+        process.kill()
+        process.wait(timeout=10)
+        raise RuntimeError(
+            f"the witness process did not start (said {' '.join(line)[:200]!r}; see its stderr)"
+        )
+    return WitnessProcess(url=line[2], identity=bytes.fromhex(line[1]), process=process)
