@@ -259,6 +259,48 @@ def test_a_witness_log_written_before_schema_versions_keeps_its_entries_and_its_
     assert _revision(f"sqlite:///{tmp_path / 'witness.db'}", WITNESS) == HEADS[WITNESS]
 
 
+def test_a_witness_log_upgraded_to_signing_key_slots_refuses_a_swapped_encryption_key(tmp_path):
+    """witness_0002: the rule keys on the aggregator's Ed25519 half, for rows written before it too."""
+    identity, seed = Identity.generate(), bytes(range(32))
+    aggregator, swapped = Identity(seed, b"\x01" * 32), Identity(seed, b"\x02" * 32)
+    first = _request(aggregator, "p-0001", b"\x01" * 32)
+    cosignature = Witness(identity, tmp_path / "scratch" / "w.db").cosign(first)
+    _old_database(tmp_path / "witness.db", OLD_WITNESS_DDL)
+    with sqlite3.connect(tmp_path / "witness.db") as con:
+        con.execute(
+            "INSERT INTO cosignatures VALUES (1, ?, 'p-0001', 'roster', ?, ?)",
+            (bytes(aggregator.public), b"\x01" * 32, cosignature.model_dump_json()),
+        )
+    con.close()
+    witness = Witness(identity, tmp_path / "witness.db")
+    try:
+        with pytest.raises(WitnessRefusal, match="log index 0"):
+            witness.cosign(_request(swapped, "p-0001", b"\x02" * 32))
+        witness.cosign(_request(swapped, "p-0002", b"\x02" * 32))  # index 1: AUTOINCREMENT kept
+        assert [e.index for e in witness.log()] == [0, 1]
+    finally:
+        witness.close()
+
+
+def test_a_witness_log_that_recorded_the_swapped_key_attack_is_kept_and_refused(tmp_path):
+    """Two transcripts for one signing key in a log of revision 0001: the upgrade names them and stops."""
+    identity, seed = Identity.generate(), bytes(range(32))
+    aggregator, swapped = Identity(seed, b"\x01" * 32), Identity(seed, b"\x02" * 32)
+    _old_database(tmp_path / "witness.db", OLD_WITNESS_DDL)
+    with sqlite3.connect(tmp_path / "witness.db") as con:
+        for row, who in ((1, aggregator), (2, swapped)):
+            con.execute(
+                "INSERT INTO cosignatures VALUES (?, ?, 'p-0001', 'roster', ?, '{}')",
+                (row, bytes(who.public), bytes([row]) * 32),
+            )
+    con.close()
+    with pytest.raises(RuntimeError, match="rows 1 and 2 co-sign two transcripts"):
+        Witness(identity, tmp_path / "witness.db")
+    with sqlite3.connect(tmp_path / "witness.db") as con:
+        assert con.execute("SELECT count(*) FROM cosignatures").fetchone() == (2,)  # nothing rewritten
+    con.close()
+
+
 def _metadata(*bases: type[DeclarativeBase]) -> MetaData:
     merged = MetaData()
     for base in bases:

@@ -183,3 +183,40 @@ def test_cli_serve_runs_a_witness_process(tmp_path: Path):
         timeout=120,
     )
     assert shown.returncode == 0 and shown.stdout.strip() == process.identity.hex()
+
+
+def test_a_swapped_encryption_key_does_not_win_a_second_slot(witness):
+    """Issue 24, item 3: the aggregator keeps its Ed25519 key and swaps the X25519 half of its identity.
+
+    Before, the witness keyed its one-transcript rule on the whole 64-byte identity, so the swapped
+    identity was a new slot with the same signing key (and the same fingerprint). Now it is the same
+    slot: refused, and looking the slot up under either identity finds the first transcript.
+    """
+    seed = os.urandom(32)
+    original = Identity(seed, os.urandom(32))
+    swapped = Identity(seed, os.urandom(32))
+    assert bytes(original.public)[:32] == bytes(swapped.public)[:32]
+    assert bytes(original.public) != bytes(swapped.public)
+    first = cosign(witness.url, request(b"\x31" * 32, problem="p-swap", signer=original, aggregator=original))
+    assert first.status_code == 200, first.text
+    for transcript in (b"\x32" * 32, b"\x31" * 32):  # another transcript, or the same one re-addressed
+        second = cosign(
+            witness.url, request(transcript, problem="p-swap", signer=swapped, aggregator=swapped)
+        )
+        assert second.status_code == 409 and "signing key" in second.json()["detail"], second.text
+    for name in (bytes(swapped.public).hex(), bytes(swapped.public)[:32].hex()):
+        found = requests.get(f"{witness.url}/cosignatures/{name}/p-swap/roster", timeout=30)
+        assert found.status_code == 200 and found.content == first.content
+
+
+def test_every_cosignature_carries_a_vrf_proof_whose_output_is_the_beacon_share(witness):
+    answer = cosign(witness.url, request(b"\x41" * 32, problem="p-vrf"))
+    signed = protocol.Cosignature.model_validate_json(answer.content)
+    beta = protocol.witness_vrf_output(signed)  # verifies under the witness's Ed25519 key
+    assert len(beta) == 64
+    assert protocol.roster_beacon([signed]) == protocol.roster_beacon([signed])
+    tampered = signed.model_copy(
+        update={"statement": signed.statement.model_copy(update={"problem_id": "p-vrg"})}
+    )
+    with pytest.raises(protocol.ProtocolError, match="does not verify"):
+        protocol.witness_vrf_output(tampered)  # a proof is bound to its statement
