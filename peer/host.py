@@ -309,6 +309,10 @@ class PeerHost:
         self.worker = Worker(self)
         self._witnesses: dict[tuple[bytes, str], RosterWitness] = {}
         self._lock = threading.Lock()
+        # decide() (any thread: the worker, the CLI, the dashboard) and the worker's pick-up of
+        # manual accepts both turn an accept into a participant: one at a time, or one identity
+        # could join a problem twice (two registrations, the second refused with 409).
+        self._joining = threading.RLock()
         self.counters: Counter[str] = Counter()
         self._backoff = AggregatorBackoff(poll_seconds)
 
@@ -351,6 +355,10 @@ class PeerHost:
         identity joins depends on the policy only, never on its example: one
         whose example cannot be computed joins and sends stand-ins.
         """
+        with self._joining:
+            return self._decide(problem, manual=manual)
+
+    def _decide(self, problem: Problem, *, manual: bool) -> dict[str, Decision]:
         row = self.db.proposal(problem.id)
         if row is None:
             raise AnonMLError(f"problem {problem.id} has not been seen by this peer")
@@ -479,6 +487,10 @@ class PeerHost:
         each session's members: a poll of a host with thousands of identities
         costs no query per identity here.
         """
+        with self._joining:
+            self._join_manual_accepts()
+
+    def _join_manual_accepts(self) -> None:
         accepted = self.db.accepted_problems()
         members = {
             pid: {id(p.node) for p in session.participants} for pid, session in list(self.sessions.items())

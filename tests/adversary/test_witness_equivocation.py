@@ -20,14 +20,19 @@ import pytest
 import requests
 
 from anonml.crypto import Identity
+from anonml.learn import roster_plan
 from anonml.protocol import (
     Admission,
     AdmissionCredential,
+    Assignment,
     Bins,
+    Cosignature,
+    CosignatureBundle,
     Registration,
     Roster,
     RosterEntry,
     WitnessRef,
+    roster_beacon,
     sign_message,
     transcript_hash,
 )
@@ -48,11 +53,30 @@ SCOPE = "course:adversary"
 
 
 class EquivocatingClient(AggregatorClient):
-    """The aggregator's answers to the target: ``bins`` or ``roster`` replaced, validly signed."""
+    """The aggregator's answers to the target: ``bins``, ``roster``, the roster's cosignatures and
+    the target's assignments replaced, validly signed."""
 
-    def __init__(self, base_url: str, signer: Identity, *, bins=None, roster=None) -> None:
+    def __init__(
+        self, base_url: str, signer: Identity, *, bins=None, roster=None, cosignatures=None, assignments=None
+    ) -> None:
         super().__init__(base_url)
         self.signer, self._bins, self._roster = signer, bins, roster
+        self._cosignatures, self._assignments = cosignatures, assignments
+
+    def cosignatures(self, problem_id: str, stage: str) -> CosignatureBundle:
+        if self._cosignatures is None or stage != "roster":
+            return super().cosignatures(problem_id, stage)
+        return self._cosignatures(self.roster(problem_id))
+
+    def assignments(self, problem_id: str, fingerprints) -> dict[str, Assignment]:
+        if self._assignments is None:
+            return super().assignments(problem_id, fingerprints)
+        return {
+            f: sign_message(self._assignments(self.roster(problem_id), f), self.signer) for f in fingerprints
+        }
+
+    def assignment(self, problem_id: str, fingerprint: str) -> Assignment:
+        return self.assignments(problem_id, [fingerprint])[fingerprint]
 
     def bins(self, problem_id: str) -> Bins:
         honest = super().bins(problem_id)
@@ -227,9 +251,7 @@ def test_sybils_stuffed_into_a_credentials_roster_are_refused_by_the_victim(worl
     honest = start_peer_server(
         _host(nodes[:7], tmp / "a.db", agg.url, witness.identity.hex(), credentials=creds[:7])
     )
-    victim_host = _host(
-        nodes[7:], tmp / "b.db", agg.url, witness.identity.hex(), credentials=creds[7:]
-    )
+    victim_host = _host(nodes[7:], tmp / "b.db", agg.url, witness.identity.hex(), credentials=creds[7:])
     victim = start_peer_server(victim_host)
     try:
         problem = propose(agg.url, _draft(witness, admission=admission))
@@ -280,3 +302,73 @@ def test_sybils_stuffed_into_a_credentials_roster_are_refused_by_the_victim(worl
     finally:
         honest.stop()
         victim.stop()
+
+
+@pytest.mark.slow
+def test_a_target_shown_its_own_problem_under_a_witness_only_it_trusts_refuses_before_releasing(
+    world, tmp_path
+):
+    """Issue 24, item 2: two copies of the Problem under disjoint witness sets.
+
+    The victim trusts only W_v, which no one else relies on. It is shown copy P_A declaring only W_v
+    (and 3 bins, to link its reports); everyone else holds P_B declaring only W_main. Each witness
+    co-signs exactly once, every signature is the aggregator's real one, and the victim's assignment is
+    the one its own plan gives — every witness and plan check passes. What catches it is the comparison
+    through relays: peers compare the whole roster transcript (Problem with its witnesses, Roster), not
+    the roster alone, and the victim's differs from every other member's.
+    """
+    agg, witness, nodes, tmp = world
+    own = start_witness_server(WitnessSettings(home=tmp_path / "victims-witness", port=0))
+    honest = start_peer_server(_host(nodes[:7], tmp / "a.db", agg.url, witness.identity.hex()))
+    target_host = _host(nodes[7:], tmp / "b.db", agg.url, own.identity.hex(), discover=False)
+    target = start_peer_server(target_host)
+    try:
+        problem = propose(agg.url, _draft(witness))
+        only_victims = (WitnessRef(identity=own.identity, url=own.url),)
+        copy = sign_message(
+            problem.model_copy(
+                update={"draft": problem.draft.model_copy(update={"witnesses": only_victims, "bins": 3})}
+            ),
+            agg.state.identity,
+        )
+        assert target_host.db.record_proposal(copy.id, agg.url, copy.model_dump_json())
+        assert target_host.decide(copy)[nodes[7].fingerprint].verdict == "accept"
+
+        def own_bundle(roster: Roster) -> CosignatureBundle:
+            answer = ask_witness(
+                own.url, agg.state.identity, copy.id, transcript_hash("roster", copy, roster)
+            )
+            assert answer.status_code == 200, answer.text  # W_v co-signs the victim's copy: its first
+            cosignature = Cosignature.model_validate_json(answer.content)
+            return CosignatureBundle(problem_id=copy.id, stage="roster", cosignatures=(cosignature,))
+
+        def own_assignment(roster: Roster, fingerprint: str) -> Assignment:
+            plan = roster_plan(copy.draft, roster, roster_beacon(own_bundle(roster).cosignatures))
+            index = [bytes(e.identity) for e in roster.entries].index(bytes(nodes[7].identity.public))
+            mine = plan.assignment(index)
+            return Assignment(
+                problem_id=copy.id,
+                identity=bytes(nodes[7].identity.public),
+                role=mine.role,
+                index=mine.index,
+                subsets=mine.subsets,
+                signature=bytes(64),
+            )
+
+        _wait_registered(agg.url, problem.id, target_host)
+        _lie_to(
+            target_host,
+            problem.id,
+            EquivocatingClient(
+                agg.url, agg.state.identity, cosignatures=own_bundle, assignments=own_assignment
+            ),
+        )
+        close_registration(agg.url, problem.id)
+        reason = _wait_aborted(target_host, problem.id, nodes[7].fingerprint)
+        assert "fingerprint differs" in reason, reason
+        _released_nothing(target_host, nodes[7])
+        _honest_peers_finish(agg.url, problem.id)
+    finally:
+        honest.stop()
+        target.stop()
+        own.stop()
