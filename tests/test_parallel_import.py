@@ -217,19 +217,17 @@ def test_line_blocks_split_and_number_lines_as_text_mode_does(
         expected = list(enumerate(fh, 1))
     got = []
     for first, block in iter_line_blocks(path, size, first_size=3):
-        lines, error = block_lines(path, block, first)
-        assert error is None
-        got.extend(enumerate(lines, first))
+        got.extend(enumerate(block_lines(path, block, first), first))
     assert got == expected
 
 
-def test_a_non_utf8_byte_ends_its_block_at_the_line_that_holds_it(tmp_path: Path) -> None:
+def test_a_non_utf8_byte_costs_only_the_line_that_holds_it(tmp_path: Path) -> None:
     path = tmp_path / "x.log"
-    path.write_bytes(b'{"a": 1}\n{"b": 2}\r\n{"c": "\xff"}\n{"d": 4}\n')
+    path.write_bytes(b'{"a": 1}\n{"b": 2}\r\n{"c": "\xff"}\r{"d": 4}\n')
     ((first, block),) = iter_line_blocks(path)
-    lines, error = block_lines(path, block, first)
-    assert lines == ['{"a": 1}\n', '{"b": 2}\r\n']
-    assert str(error) == f"{path}:3: not UTF-8 text: invalid start byte"
+    *good, bad, last = block_lines(path, block, first)
+    assert good == ['{"a": 1}\n', '{"b": 2}\r\n'] and last == '{"d": 4}\n'
+    assert str(bad) == f"{path}:3: not UTF-8 text: byte 0xff at column 8 (invalid start byte)"
 
 
 def test_a_nonsense_worker_count_is_refused_before_anything_is_read(tmp_path: Path) -> None:
