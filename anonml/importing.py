@@ -42,6 +42,7 @@ from anonml.archive import ArchivePlan, import_plan, walk_archive
 from anonml.detection import DEFAULT_MIN_CONFIDENCE, choose_importer
 from anonml.errors import AnonMLError, PluginError, PluginNotFound, RecordError
 from anonml.plugins import Importer, PluginRef, create, iter_classes, load_class
+from anonml.readers import TimeZoneName
 from anonml.store import EventStore, ImportReport
 
 __all__ = [
@@ -188,10 +189,12 @@ def importer_candidates(params: Mapping[str, Any]) -> Candidates:
 
     Raises
     ------
+    PluginNotFound
+        Flat params that no importer takes, one of whose keys holds an object: most
+        likely a misspelt importer name (the message suggests the closest).
     AnonMLError
         Keys that mix importer names with params; an importer's params that are not
-        a JSON object or that it refuses; flat params that no importer takes (with
-        the closest importer name when a key looks like a misspelt one).
+        a JSON object or that it refuses; other flat params that no importer takes.
     """
     classes = {cls.name: cls for cls in iter_classes("importer")}
     named = sorted(set(params) & set(classes))
@@ -442,11 +445,11 @@ def _bounds(schema: Mapping[str, Any]) -> str:
 
 def _type_name(annotation: Any) -> str:
     """A param's annotation as a reader writes it: ``int``, ``IANA time zone | None``, ``dict[str, str]``."""
+    if annotation == TimeZoneName:
+        return "IANA time zone"
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        base, *extras = typing.get_args(annotation)
-        validators = {getattr(getattr(x, "func", None), "__name__", "") for x in extras}
-        return "IANA time zone" if "_known_timezone" in validators else _type_name(base)
+        return _type_name(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
         return " | ".join(_type_name(a) for a in typing.get_args(annotation))
     if origin is typing.Literal:
