@@ -281,11 +281,16 @@ def iter_line_chunks(
     unopenable file or a truncated gzip stream raises :class:`RecordError`.
     """
     first, pending, want = 1, [], first_size or size
-    for block_first, block in iter_line_blocks(path, 1 << 16):
-        pending.extend(block_lines(path, block, block_first))
-        while len(pending) >= want:
-            yield first, pending[:want]
-            first, pending, want = first + want, pending[want:], size
+    try:
+        for block_first, block in iter_line_blocks(path, 1 << 16):
+            pending.extend(block_lines(path, block, block_first))
+            while len(pending) >= want:
+                yield first, pending[:want]
+                first, pending, want = first + want, pending[want:], size
+    except RecordError:
+        if pending:  # the lines read whole before the failure are parsed first
+            yield first, pending
+        raise
     if pending:
         yield first, pending
 
@@ -300,24 +305,50 @@ def iter_line_blocks(
     no per-line work at all (:func:`block_lines` decodes and splits, in the
     worker process that parses the block). Lines are counted as text mode
     with universal newlines counts them (``\n``, ``\r\n`` or a lone ``\r``).
+    A read that fails (a truncated gzip stream) first yields the whole lines
+    read before it, then raises :class:`RecordError` naming the line the data
+    stops in.
     """
     with open_checked(path, open_bytes) as fh:
         first, rest, want = 1, b"", first_size or size
-        try:
-            while data := fh.read(want):
-                data = rest + data
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:  # no line ends in it yet: read on
-                    rest = data
-                    continue
-                block, rest = data[:cut], data[cut:]
-                yield first, block
-                first += _count_lines(block)
-                want = size
-        except (OSError, EOFError) as exc:
-            raise RecordError(path, first, f"cannot read: {exc}") from None
-        if rest:
-            yield first, rest
+        while True:
+            data, failure = _read_up_to(fh, want)
+            data = rest + data
+            if failure is not None:
+                # What was read whole goes on; the error names the line the data stops in.
+                cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+                if cut:
+                    yield first, data[:cut]
+                    first += _count_lines(data[:cut])
+                raise RecordError(path, first, f"cannot read on from this line: {failure}")
+            if not data:
+                return
+            if len(data) == len(rest):  # end of file: the last line has no end
+                yield first, rest
+                return
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:  # no line ends in it yet: read on
+                rest = data
+                continue
+            block, rest = data[:cut], data[cut:]
+            yield first, block
+            first += _count_lines(block)
+            want = size
+
+
+def _read_up_to(fh: IO[bytes], size: int) -> tuple[bytes, OSError | EOFError | None]:
+    """Up to ``size`` bytes (fewer only at the end), and the error that stopped the reading, if any.
+
+    Read in the stream's own pieces (``read1``), so bytes decompressed before a
+    truncated gzip stream's end are kept, not lost with the failing call.
+    """
+    data = bytearray()
+    try:
+        while len(data) < size and (piece := fh.read1(size - len(data))):  # type: ignore[attr-defined]
+            data += piece
+    except (OSError, EOFError) as exc:
+        return bytes(data), exc
+    return bytes(data), None
 
 
 def _count_lines(block: bytes) -> int:

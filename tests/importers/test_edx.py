@@ -506,3 +506,24 @@ def test_a_line_cut_short_keeps_its_position(tmp_path: Path) -> None:
         (3, "invalid JSON at column 84: Unterminated string starting at "
             "(the line ends at column 90, inside a value: cut short?)")
     ]
+
+
+def test_a_truncated_gzip_log_names_the_line_its_data_stops_in(tmp_path: Path) -> None:
+    lines = _play_lines(3000)
+    whole = gzip.compress(b"".join(lines))
+    path = tmp_path / "tracking.log-20240110.gz"
+    path.write_bytes(whole[: len(whole) // 2])  # a download cut short
+    with gzip.open(path, "rb") as fh:  # how much decompresses, the standard library's way
+        kept = bytearray()
+        with pytest.raises(EOFError):
+            while piece := fh.read1(1 << 12):
+                kept += piece
+    stops_in = kept.count(b"\n") + 1
+    assert 1 < stops_in < 3000
+    items = []
+    with pytest.raises(RecordError) as info:
+        for item in EdxImporter().parse(path):
+            items.append(item)
+    message = f"{path}:{stops_in}: cannot read on from this line: Compressed file ended"
+    assert str(info.value).startswith(message)
+    assert len(items) == stops_in - 1 and all(isinstance(i, Event) for i in items)
