@@ -18,13 +18,14 @@ import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
 
 from anonml.cli_support import (
     ImporterParamsOption,
+    complete_importer,
     err,
     error_document,
     expected_errors,
@@ -158,7 +159,15 @@ def _report_dict(r: ImportReport) -> dict[str, Any]:
 
 
 class _ConsoleListener:
-    """Tells the user on stderr what ``anonml import`` is doing (see :class:`ImportListener`)."""
+    """Tells the user on stderr what ``anonml import`` is doing (see :class:`ImportListener`).
+
+    Remembers the file being stored (:attr:`current`) and those stored (:attr:`finished`), so an
+    interrupted import can say what it rolled back and what stays.
+    """
+
+    def __init__(self) -> None:
+        self.current: Path | None = None
+        self.finished: list[Path] = []
 
     def message(self, text: str) -> None:
         err.print(text)
@@ -179,7 +188,10 @@ class _ConsoleListener:
             transient=True,
         ) as bar:
             task = bar.add_task(f"importing {path.name}", total=None)
+            self.current = path
             yield lambda n: bar.update(task, completed=n)
+            self.finished.append(path)
+            self.current = None
 
 
 @app.command("import")
@@ -189,7 +201,8 @@ def import_(
     ],
     importer: Annotated[
         str | None,
-        typer.Option("--importer", "-i", help="Importer name.", show_default="detect per file"),
+        typer.Option("--importer", "-i", help="Importer name.", show_default="detect per file",
+                     autocompletion=complete_importer),
     ] = None,
     params: ImporterParamsOption = None,
     user: Annotated[
@@ -231,7 +244,7 @@ def import_(
     before it, the failure and the files not tried are all reported.
     """
     from anonml.importing import ImportOptions, check_paths, import_paths, resolve_candidates
-    from anonml.store import EventStore
+    from anonml.store import EventStore, sqlite_file
 
     with expected_errors():
         options = ImportOptions(
@@ -240,8 +253,16 @@ def import_(
         )
         check_paths(paths)  # found before anything is committed
         candidates = resolve_candidates(importer, parse_json_option(params, "--params"))
+        created = sqlite_file(store)  # a SQLite store this command creates, if it does not exist yet
+        created = created if created is not None and not created.exists() else None
         event_store = EventStore(store)
-    result = import_paths(paths, event_store, candidates, options, _ConsoleListener())
+    listener = _ConsoleListener()
+    try:
+        result = import_paths(paths, event_store, candidates, options, listener)
+    except KeyboardInterrupt:
+        _report_interrupted(event_store, created, listener)
+    if created is not None and not result.reports:
+        _discard_new_store(event_store, created)  # nothing committed: leave no empty events.db behind
     if result.error is not None:
         _report_partial_import(result.error, result.failed, list(result.reports),
                                list(result.not_tried), as_json)
@@ -285,6 +306,30 @@ def _report_partial_import(
         err.print(f"failed (nothing of it stored): {failed}")
         err.print(f"not tried: {', '.join(map(str, not_tried)) or 'nothing'}")
     raise typer.Exit(code=1)
+
+
+def _discard_new_store(event_store: EventStore, created: Path) -> None:
+    """Remove the SQLite store this command created (and its journal files) while nothing is in it."""
+    if event_store.imports():
+        return  # something was committed after all: keep it
+    event_store.close()
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        created.with_name(created.name + suffix).unlink(missing_ok=True)
+
+
+def _report_interrupted(
+    event_store: EventStore, created: Path | None, listener: _ConsoleListener
+) -> NoReturn:
+    """Ctrl-C: one line saying what is stored (each file is one transaction), exit code 130."""
+    if created is not None:
+        _discard_new_store(event_store, created)
+    event_store.close()
+    doing = f"the import of {listener.current}" if listener.current else "the running import"
+    done = len(listener.finished)
+    err.print(styled(("interrupted:", "bold red"),
+                     f" {doing} was rolled back (nothing of it stored); "
+                     f"{done:,} file(s) imported before it stay stored"))
+    raise typer.Exit(code=130)
 
 
 def _existing_store(url: str | None) -> EventStore | None:

@@ -199,10 +199,9 @@ def _chunk_rows(
     fallback: str,
     import_id: int,
 ) -> ChunkRows:
-    lines, unreadable = block_lines(path, block, first_line)
-    chunk = importer.parse_chunk(path, lines, first_line, opened=opened)
+    chunk = importer.parse_chunk(path, block_lines(path, block, first_line), first_line, opened=opened)
     out = rows_of(chunk.items, user, fallback, import_id)
-    out.fatal, out.opened, out.state = chunk.fatal or unreadable, chunk.opened, chunk.state
+    out.fatal, out.opened, out.state = chunk.fatal, chunk.opened, chunk.state
     return out
 
 

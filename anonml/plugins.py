@@ -178,8 +178,13 @@ class ChunkedImporter(Importer):
         yield from self.finish_chunks(path)
 
     @abc.abstractmethod
-    def parse_chunk(self, path: Path, lines: list[str], first_line: int, *, opened: bool) -> ParsedChunk:
+    def parse_chunk(
+        self, path: Path, lines: list[str | RecordError], first_line: int, *, opened: bool
+    ) -> ParsedChunk:
         """Parse ``lines`` (line ``first_line`` onwards of ``path``) without side effects.
+
+        A line that is not UTF-8 arrives as the :class:`RecordError` naming it
+        (:func:`anonml.readers.block_lines`): a bad record to yield on.
 
         ``opened`` is true when an earlier chunk established the file's format,
         so this chunk needs no format check.

@@ -13,7 +13,9 @@ import csv
 import gzip
 import io
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import IO, Annotated, Any, TypeVar
@@ -37,6 +39,9 @@ __all__ = [
     "iter_line_blocks",
     "block_lines",
     "open_bytes",
+    "TextLines",
+    "open_lines",
+    "undecodable",
     "json_values",
     "load_json",
     "parse_timestamp",
@@ -76,13 +81,17 @@ def open_checked(path: Path, opener: Callable[..., _F] = open_text, **options: A
         raise RecordError(path, None, f"cannot open: {exc.strerror or exc}") from None
 
 
-def csv_rows(reader: Any, path: Path, width: int) -> Iterator[tuple[int, list[str]] | RecordError]:
+def csv_rows(
+    reader: Any, path: Path, width: int, lines: TextLines | None = None
+) -> Iterator[tuple[int, list[str]] | RecordError]:
     """The data rows left in ``reader`` (a :func:`csv.reader` past its header), each with its first line.
 
     Blank rows carry no record and are skipped; a row of another number of cells than
-    ``width`` (the header's) is yielded as a :class:`RecordError` naming its line. A
-    malformed row or a non-UTF-8 byte raises :class:`RecordError` at its line: what
-    follows it cannot be split into rows with confidence.
+    ``width`` (the header's) is yielded as a :class:`RecordError` naming its line. With
+    the reader reading ``lines`` (:func:`open_lines`), a row holding a line that is not
+    UTF-8 is a bad record at that line too (``--skip-bad`` imports the other rows). A
+    malformed row raises :class:`RecordError` at its line: what follows it cannot be
+    split into rows with confidence.
     """
     last = reader.line_num
     while True:
@@ -96,6 +105,9 @@ def csv_rows(reader: Any, path: Path, width: int) -> Iterator[tuple[int, list[st
         except UnicodeDecodeError as exc:
             raise RecordError(path, start, f"not UTF-8 text: {exc.reason}") from None
         last = reader.line_num
+        if lines is not None and lines.bad and (bad := lines.undecodable(start, last)) is not None:
+            yield bad
+            continue
         if not any(cell.strip() for cell in row):
             continue
         if len(row) != width:
@@ -109,6 +121,74 @@ def open_bytes(path: Path) -> IO[bytes]:
     if _is_gzip(path):
         return gzip.open(path, "rb")
     return open(path, "rb")
+
+
+#: Lines as text mode with ``newline=""`` ends them: ``\r\n``, ``\n`` or a lone ``\r``.
+_LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+
+
+def _split_lines(data: bytes) -> list[bytes]:
+    """``data`` cut into lines, each with its end, as :func:`open_text` cuts the decoded text."""
+    return _LINE.findall(data)
+
+
+def undecodable(path: Path, line: int, raw: bytes, exc: UnicodeDecodeError) -> RecordError:
+    """The bad record of line ``line`` of ``path`` (bytes ``raw``, not UTF-8): the byte and its column."""
+    column = len(raw[: exc.start].decode("utf-8", errors="replace")) + 1
+    return RecordError(
+        path, line, f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {column} ({exc.reason})"
+    )
+
+
+class TextLines:
+    """The lines of a binary stream, each decoded on its own, for :func:`csv.reader`.
+
+    Decoding line by line (not in 8 KiB chunks, as a text-mode file does) keeps a
+    bad byte at its own line: the line is handed on decoded with
+    ``surrogateescape`` (so the CSV reader still splits its row correctly) and
+    its reason recorded in :attr:`bad`, line number → :class:`RecordError`, for
+    the caller to report the row as a bad record (:func:`csv_rows`). Lines end
+    as text mode with ``newline=""`` ends them; a UTF-8 byte-order mark opening
+    the first line is dropped.
+    """
+
+    def __init__(self, path: Path, stream: IO[bytes], encoding: str = "utf-8") -> None:
+        self.path = path
+        self.bad: dict[int, RecordError] = {}
+        self._stream = stream
+        self._encoding = encoding
+
+    def __iter__(self) -> Iterator[str]:
+        number = 0
+        try:
+            for physical in self._stream:
+                # A lone \r inside ends a line too (rare: one more pass only then).
+                lone_cr = physical.count(b"\r") > physical.endswith(b"\r\n")
+                for raw in _split_lines(physical) if lone_cr else (physical,):
+                    number += 1
+                    yield self._decode(number, raw)
+        except (OSError, EOFError) as exc:
+            raise RecordError(self.path, number + 1, f"cannot read: {exc}") from None
+
+    def _decode(self, number: int, raw: bytes) -> str:
+        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        try:
+            return raw.decode(self._encoding)
+        except UnicodeDecodeError as exc:
+            self.bad[number] = undecodable(self.path, number, raw, exc)
+            return raw.decode(self._encoding, errors="surrogateescape")
+
+    def undecodable(self, first: int, last: int) -> RecordError | None:
+        """The bad record of the first undecodable line in lines ``first``..``last``, if any."""
+        return next((self.bad[n] for n in range(first, last + 1) if n in self.bad), None)
+
+
+@contextmanager
+def open_lines(path: Path, encoding: str = "utf-8") -> Iterator[TextLines]:
+    """:class:`TextLines` of (possibly gzipped) ``path``; an unopenable file raises :class:`RecordError`."""
+    with open_checked(path, open_bytes) as stream:
+        yield TextLines(path, stream, encoding)
 
 
 def head(path: Path, size: int = 4096) -> str:
@@ -153,52 +233,66 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
         yield from json_values(path, lines, first_line)
 
 
-def json_values(path: Path, lines: Sequence[str], first_line: int) -> Iterator[tuple[int, Any]]:
+def json_values(
+    path: Path, lines: Sequence[str | RecordError], first_line: int
+) -> Iterator[tuple[int, Any]]:
     """:func:`iter_json_lines` over a run of ``lines`` whose first is line ``first_line`` of ``path``.
 
     Each line goes straight to :func:`parse_json`; only a line it refuses is
-    checked for being blank (skipped, not an error).
+    looked at again: blank (skipped, not an error), a line that was not UTF-8
+    (:func:`block_lines` put its :class:`RecordError` in its place), a ``#``
+    comment, or JSON broken at a column (both bad records).
     """
     for lineno, line in enumerate(lines, first_line):
         try:
             value = parse_json(line)
-        except json.JSONDecodeError as exc:
-            if not line.strip():
+        except (json.JSONDecodeError, TypeError) as exc:
+            if isinstance(line, RecordError):  # not UTF-8 (block_lines): a bad record already
+                value = line
+            elif not line.strip():
                 continue
-            value = RecordError(path, lineno, f"invalid JSON: {exc.msg}")
+            elif line.lstrip().startswith("#"):
+                value = RecordError(
+                    path, lineno, "a '#' comment line, not JSON (--skip-bad reports it and imports the rest)"
+                )
+            else:  # a str, so exc is a JSONDecodeError
+                value = _json_line_error(path, lineno, line, exc)  # type: ignore[arg-type]
         yield lineno, value
+
+
+def _json_line_error(path: Path, lineno: int, line: str, exc: json.JSONDecodeError) -> RecordError:
+    """A line that is not JSON, with the column where parsing stopped; a line cut short says so."""
+    text = line.rstrip("\r\n")
+    reason = f"invalid JSON at column {min(exc.pos, len(text)) + 1}: {exc.msg}"
+    if exc.pos >= len(text) or exc.msg.startswith("Unterminated string"):
+        reason += f" (the line ends at column {len(text)}, inside a value: cut short?)"
+    return RecordError(path, lineno, reason)
 
 
 def iter_line_chunks(
     path: Path, size: int = 2000, *, first_size: int | None = None
-) -> Iterator[tuple[int, list[str]]]:
+) -> Iterator[tuple[int, list[str | RecordError]]]:
     """``(number of the first line, up to size lines)`` for the whole (possibly gzipped) file.
 
-    The unit parallel parsing hands to a worker process (:mod:`anonml.parallel_import`);
-    memory stays at one chunk per consumer. ``first_size`` makes the first
-    chunk shorter (the one parsed before the workers start). An unreadable
-    file, a non-UTF-8 byte or a truncated gzip stream raises
-    :class:`RecordError` naming the line where reading stopped.
+    The unit a :class:`~anonml.plugins.ChunkedImporter` parses. Lines are decoded as
+    :func:`block_lines` decodes them: a line that is not UTF-8 stands in its chunk
+    as the :class:`RecordError` naming its true line (a bad record, like a line
+    that is not JSON). ``first_size`` makes the first chunk shorter. An
+    unopenable file or a truncated gzip stream raises :class:`RecordError`.
     """
-    with open_checked(path) as fh:
-        first, lines, want = 1, [], first_size or size
-        try:
-            for line in fh:
-                lines.append(line)
-                if len(lines) == want:
-                    yield first, lines
-                    first, lines, want = first + want, [], size
-            if lines:
-                yield first, lines
-        except (UnicodeDecodeError, OSError, EOFError) as exc:
-            # The lines read whole come first (their own bad records are reported as
-            # they would be line by line), then the error at the line after them.
-            if lines:
-                yield first, lines
-            lineno = first + len(lines)
-            if isinstance(exc, UnicodeDecodeError):
-                raise RecordError(path, lineno, f"not UTF-8 text: {exc.reason}") from None
-            raise RecordError(path, lineno, f"cannot read: {exc}") from None
+    first, pending, want = 1, [], first_size or size
+    try:
+        for block_first, block in iter_line_blocks(path, 1 << 16):
+            pending.extend(block_lines(path, block, block_first))
+            while len(pending) >= want:
+                yield first, pending[:want]
+                first, pending, want = first + want, pending[want:], size
+    except RecordError:
+        if pending:  # the lines read whole before the failure are parsed first
+            yield first, pending
+        raise
+    if pending:
+        yield first, pending
 
 
 def iter_line_blocks(
@@ -211,24 +305,50 @@ def iter_line_blocks(
     no per-line work at all (:func:`block_lines` decodes and splits, in the
     worker process that parses the block). Lines are counted as text mode
     with universal newlines counts them (``\n``, ``\r\n`` or a lone ``\r``).
+    A read that fails (a truncated gzip stream) first yields the whole lines
+    read before it, then raises :class:`RecordError` naming the line the data
+    stops in.
     """
     with open_checked(path, open_bytes) as fh:
         first, rest, want = 1, b"", first_size or size
-        try:
-            while data := fh.read(want):
-                data = rest + data
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:  # no line ends in it yet: read on
-                    rest = data
-                    continue
-                block, rest = data[:cut], data[cut:]
-                yield first, block
-                first += _count_lines(block)
-                want = size
-        except (OSError, EOFError) as exc:
-            raise RecordError(path, first, f"cannot read: {exc}") from None
-        if rest:
-            yield first, rest
+        while True:
+            data, failure = _read_up_to(fh, want)
+            data = rest + data
+            if failure is not None:
+                # What was read whole goes on; the error names the line the data stops in.
+                cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+                if cut:
+                    yield first, data[:cut]
+                    first += _count_lines(data[:cut])
+                raise RecordError(path, first, f"cannot read on from this line: {failure}")
+            if not data:
+                return
+            if len(data) == len(rest):  # end of file: the last line has no end
+                yield first, rest
+                return
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:  # no line ends in it yet: read on
+                rest = data
+                continue
+            block, rest = data[:cut], data[cut:]
+            yield first, block
+            first += _count_lines(block)
+            want = size
+
+
+def _read_up_to(fh: IO[bytes], size: int) -> tuple[bytes, OSError | EOFError | None]:
+    """Up to ``size`` bytes (fewer only at the end), and the error that stopped the reading, if any.
+
+    Read in the stream's own pieces (``read1``), so bytes decompressed before a
+    truncated gzip stream's end are kept, not lost with the failing call.
+    """
+    data = bytearray()
+    try:
+        while len(data) < size and (piece := fh.read1(size - len(data))):  # type: ignore[attr-defined]
+            data += piece
+    except (OSError, EOFError) as exc:
+        return bytes(data), exc
+    return bytes(data), None
 
 
 def _count_lines(block: bytes) -> int:
@@ -242,19 +362,26 @@ def _count_lines(block: bytes) -> int:
     return ends + (not block.endswith((b"\n", b"\r")))
 
 
-def block_lines(path: Path, block: bytes, first_line: int) -> tuple[list[str], RecordError | None]:
+def block_lines(path: Path, block: bytes, first_line: int) -> list[str | RecordError]:
     """The lines of a block of :func:`iter_line_blocks`, split as :func:`open_text` splits them.
 
-    A non-UTF-8 byte ends the block: the lines before the one holding it are
-    returned with a :class:`RecordError` naming that line.
+    The block is decoded whole (the fast path); when that fails it is decoded
+    line by line, and a line that is not UTF-8 is replaced by the
+    :class:`RecordError` naming its true line, the byte and its column, so one
+    bad byte costs one record, not the file (:func:`json_values` yields it as a
+    bad record).
     """
     try:
-        return io.StringIO(block.decode("utf-8"), newline="").readlines(), None
-    except UnicodeDecodeError as exc:
-        good = block[: exc.start]
-        cut = max(good.rfind(b"\n"), good.rfind(b"\r")) + 1
-        lines = io.StringIO(good[:cut].decode("utf-8"), newline="").readlines()
-        return lines, RecordError(path, first_line + len(lines), f"not UTF-8 text: {exc.reason}")
+        return io.StringIO(block.decode("utf-8"), newline="").readlines()  # type: ignore[return-value]
+    except UnicodeDecodeError:
+        pass
+    lines: list[str | RecordError] = []
+    for lineno, raw in enumerate(_split_lines(block), first_line):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            lines.append(undecodable(path, lineno, raw, exc))
+    return lines
 
 
 def load_json(path: Path) -> Any:

@@ -23,7 +23,7 @@ base_cut} at every ε_T, same seeds for every variant, to
 
 Run from the repository root: ``python -m benchmarks.adult [--trials 20] [--ablation]``.
 The data is found as :func:`anonml.datasets.adult.load` finds it (``--data``,
-``$ANONML_ADULT_DIR``, ``$ANONML_SHARED_DIR``, ``../shared`` beside the checkout, the cache).
+``$ANONML_ADULT_DIR``, else the gzip-compressed copy shipped in ``anonml/datasets/files/adult``).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ from pydantic import Field, field_validator, model_validator
 from anonml.errors import RecordError
 from anonml.model import Event, Text
 from anonml.plugins import Importer, PluginParams
-from anonml.readers import TimeZoneName, csv_rows, head, open_checked, parse_timestamp, resolve_timezone
+from anonml.readers import TimeZoneName, csv_rows, head, open_lines, parse_timestamp, resolve_timezone
 
 __all__ = ["CsvImporter", "CsvMapping", "FieldType", "snake_case"]
 
@@ -199,12 +199,14 @@ class CsvImporter(Importer):
         converters = {col: (to_time if kind == "datetime" else _CONVERT[kind])
                       for col, kind in p.fields.items()}
         names = {col: snake_case(col) for col in p.fields}
-        with open_checked(path) as fh:
-            reader = csv.reader(fh, delimiter=p.delimiter, quotechar=p.quotechar, strict=True)
+        with open_lines(path) as lines:  # decoded line by line: a bad byte is its row's error
+            reader = csv.reader(lines, delimiter=p.delimiter, quotechar=p.quotechar, strict=True)
             try:
                 header = next(reader, None)
-            except (csv.Error, UnicodeDecodeError) as exc:
+            except csv.Error as exc:
                 raise RecordError(path, 1, f"unreadable header: {exc}") from None
+            if lines.bad and (bad := lines.undecodable(1, reader.line_num)) is not None:
+                raise RecordError(path, bad.line, f"unreadable header: {bad.reason}")
             if not header:
                 raise RecordError(path, 1, "empty file: no header row")
             header = [h.lstrip("\ufeff").strip() for h in header]
@@ -215,7 +217,7 @@ class CsvImporter(Importer):
             index = {name: i for i, name in enumerate(header)}
             required = set(p.required) | {c for c in (p.timestamp_column, p.event_type_column,
                                                      p.user_column) if c}
-            for item in csv_rows(reader, path, len(header)):
+            for item in csv_rows(reader, path, len(header), lines):
                 if isinstance(item, RecordError):
                     yield item
                     continue

@@ -535,7 +535,9 @@ class EdxImporter(ChunkedImporter):
         self._unattributed = []
         self._unreadable = self._opened = False
 
-    def parse_chunk(self, path: Path, lines: list[str], first_line: int, *, opened: bool) -> ParsedChunk:
+    def parse_chunk(
+        self, path: Path, lines: list[str | RecordError], first_line: int, *, opened: bool
+    ) -> ParsedChunk:
         """The chunk's attributable events, bad lines as RecordError values.
 
         The first line of the file that *is* JSON decides whether this is a

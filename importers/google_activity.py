@@ -14,8 +14,13 @@
                          "url": "https://www.google.com/maps/@?api=1&map_action=map&center=37.77,-122.42",
                          "source": "From your device", "sourceUrl": ".."}]}]
 
-``header``: the product (Search, Maps, YouTube, …); ``title``: the action
-and its object; ``time``: ISO 8601 in UTC (``Z``); the rest optional.
+``products``: the Google product(s) the record belongs to (Search, Maps,
+YouTube, Ads, …); ``header``: what the record is about — often the product,
+but in real exports as often the website or app (a real Ads file whose 5,796
+records all say ``products: ["Ads"]`` has 755 distinct headers such as
+``youtube.com`` or ``AirBattery``; Play Music records say ``Google Play Music``
+or ``Play Music``); ``title``: the action and its object; ``time``: ISO 8601
+in UTC (``Z``); the rest optional.
 
 **HTML** (parsed with beautifulsoup4, whole document in memory: a 50 MB
 export needs ~0.5 GB). One record per ``div.outer-cell``::
@@ -34,12 +39,16 @@ export needs ~0.5 GB). One record per ``div.outer-cell``::
         <b>Details:</b><br>&emsp;From Google Ads<br></div></div></div>
 
 Selectors relied on: ``div.outer-cell`` (a record); ``.header-cell`` text (the
-product); the first ``.content-cell`` whose classes include
+header, as in JSON); the first ``.content-cell`` whose classes include
 ``mdl-typography--body-1`` (lines separated by ``<br>``: the first is the
 title, with its first ``<a href>`` as the URL; middle lines are subtitles;
 the last is the time); the ``.content-cell`` with ``mdl-typography--caption``
 (``<b>Products:</b>``, ``<b>Locations:</b>``, ``<b>Details:</b>`` sections).
-A page with no ``div.outer-cell`` raises RecordError.
+A page with no ``div.outer-cell`` raises RecordError. Google's page opens with
+its whole inline stylesheet (the first record of a real export starts at byte
+141,460), so :meth:`GoogleActivityImporter.detect` looks for the first
+``outer-cell`` record and its ``content-cell`` in up to
+:data:`HTML_DETECT_BYTES` (1 MiB), whatever the file is called.
 
 **HTML time** is local time with a timezone *abbreviation*:
 ``Jan 5, 2020, 3:04:05 PM PST`` (en-US; the space before AM/PM may be a
@@ -53,9 +62,10 @@ follows what Google prints for an en-US account, and an account in another
 zone sets ``abbreviations``.
 
 Events (``source="google_activity"``): type = the product in snake_case
-(``search``, ``maps``, ``youtube``, ``google_play_store``); product from
-``header`` (JSON), ``.header-cell`` (HTML), else the parent folder's name.
-Fields: ``product`` (str), ``action`` (str: the title's first word, e.g.
+(``search``, ``maps``, ``youtube``, ``ads``, ``google_play_store``); product =
+the first of ``products`` (JSON) or of the caption's ``Products:`` (HTML), else
+the header, else the parent folder's name.
+Fields: ``product`` (str), ``header`` (str, when given), ``action`` (str: the title's first word, e.g.
 ``Searched``, ``Visited``, ``Watched``), ``title`` (Text), ``url`` (Text),
 ``query`` (Text: the rest of a ``Searched for …`` title), ``channel`` (Text:
 the first subtitle), ``subtitle_count`` (int), ``from_ads`` (bool: a detail
@@ -79,11 +89,14 @@ from anonml.errors import RecordError
 from anonml.json_stream import iter_json_items
 from anonml.model import Event, Text
 from anonml.plugins import Importer, PluginParams
-from anonml.readers import head, open_text, parse_timestamp
+from anonml.readers import head, open_bytes, open_text, parse_timestamp
 
-__all__ = ["GoogleActivityImporter", "TZ_ABBREVIATIONS", "parse_activity_time"]
+__all__ = ["GoogleActivityImporter", "TZ_ABBREVIATIONS", "HTML_DETECT_BYTES", "parse_activity_time"]
 
 _SOURCE = "google_activity"
+
+#: How far :meth:`GoogleActivityImporter.detect` reads into an HTML page for its first record.
+HTML_DETECT_BYTES = 1 << 20
 
 #: Timezone abbreviation → UTC offset in minutes, as Google prints them for en-US / en-GB.
 TZ_ABBREVIATIONS: dict[str, int] = {
@@ -172,9 +185,16 @@ def _location_point(url: str) -> tuple[float, float] | None:
     return (lat, lng) if abs(lat) <= 90 and abs(lng) <= 180 else None
 
 
-def _fields(product: str, title: str, url: str | None, subtitles: list[str],
+def _product(products: list[str], header: str, folder: str) -> str:
+    """What the record's type is: its first product, else its header, else the folder's name."""
+    return next((p for p in products if p.strip()), None) or header or folder
+
+
+def _fields(product: str, header: str, title: str, url: str | None, subtitles: list[str],
             details: list[str], location: tuple[str | None, str | None] | None) -> dict[str, Any]:
     fields: dict[str, Any] = {"product": product, "title": Text(title)}
+    if header:
+        fields["header"] = header
     if title.split():
         fields["action"] = title.split()[0]
     if title.startswith("Searched for "):
@@ -215,7 +235,7 @@ class GoogleActivityImporter(Importer):
     """Google My Activity, JSON and HTML (see the module docstring)."""
 
     name: ClassVar[str] = "google_activity"
-    version: ClassVar[str] = "1.0"
+    version: ClassVar[str] = "1.1"  # 1.1: type from products, not header
     description: ClassVar[str] = "Google My Activity (Takeout), JSON or HTML"
     patterns: ClassVar[tuple[str, ...]] = ("My Activity/*/My Activity.json",
                                            "My Activity/*/My Activity.html", "MyActivity.json")
@@ -231,7 +251,7 @@ class GoogleActivityImporter(Importer):
             '"products"' in text or '"title"' in text
         ):
             return 0.95 if named else 0.85
-        if "<" in body[:1] and "outer-cell" in text and "content-cell" in text:
+        if "<" in body[:1] and _has_html_record(path):
             return 0.95
         if named and body.lower().startswith(("<!doctype html", "<html")):
             return 0.6
@@ -261,11 +281,15 @@ class GoogleActivityImporter(Importer):
                 if "time" not in rec:
                     raise ValueError("missing field 'time'")
                 when = parse_timestamp(str(rec["time"]))
-                product = str(rec.get("header") or (rec.get("products") or [folder])[0])
+                products = rec.get("products") or []
+                if not isinstance(products, list):
+                    raise ValueError(f"'products' is a {type(products).__name__}, not a list")
+                header = str(rec.get("header") or "").strip()
+                product = _product([str(p) for p in products], header, folder)
                 locations = rec.get("locationInfos") or []
                 location = (locations[0].get("source"), locations[0].get("url")) if locations else None
                 fields = _fields(
-                    product, str(rec.get("title", "")), rec.get("titleUrl"),
+                    product, header, str(rec.get("title", "")), rec.get("titleUrl"),
                     [str(s["name"]) for s in rec.get("subtitles") or [] if s.get("name")],
                     [str(d["name"]) for d in rec.get("details") or [] if d.get("name")],
                     location,
@@ -297,9 +321,8 @@ class GoogleActivityImporter(Importer):
                 yield RecordError(path, line, str(exc), record=f"outer-cell[{index}]")
 
     def _html_record(self, cell: Tag, table: dict[str, int], folder: str) -> Event:
-        header = cell.find(class_="header-cell")
-        product = header.get_text(" ", strip=True) if header is not None else ""
-        product = product or folder
+        header_cell = cell.find(class_="header-cell")
+        header = header_cell.get_text(" ", strip=True) if header_cell is not None else ""
         body = next((c for c in cell.find_all("div", class_="content-cell")
                      if "mdl-typography--body-1" in c.get("class", [])), None)
         if body is None:
@@ -315,11 +338,26 @@ class GoogleActivityImporter(Importer):
         if sections.get("Locations"):
             text, loc_url = sections["Locations"][0]
             location = (text.rsplit(" - ", 1)[1].strip() if " - " in text else None, loc_url)
-        products = [t for t, _ in sections.get("Products", [])]
-        product = product or (products[0] if products else "unknown")
-        fields = _fields(product, title, url, [t for t, _ in middle],
+        product = _product([t for t, _ in sections.get("Products", [])], header, folder)
+        fields = _fields(product, header, title, url, [t for t, _ in middle],
                          [t for t, _ in sections.get("Details", [])], location)
         return Event(source=_SOURCE, type=_snake(product), timestamp=when, fields=fields)
+
+
+def _has_html_record(path: Path) -> bool:
+    """Whether the page's first ``div.outer-cell`` record (with a ``content-cell``) is in its
+    first :data:`HTML_DETECT_BYTES`, read 64 KiB at a time and no further than needed."""
+    seen = b""
+    try:
+        with open_bytes(path) as fh:
+            while len(seen) < HTML_DETECT_BYTES and (piece := fh.read(1 << 16)):
+                seen += piece
+                at = seen.find(b'class="outer-cell')
+                if at >= 0 and seen.find(b"content-cell", at) >= 0:
+                    return True
+    except (OSError, EOFError):
+        return False
+    return False
 
 
 def _lines(node: Tag) -> list[tuple[str, str | None]]:

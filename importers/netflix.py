@@ -61,7 +61,7 @@ from pydantic import Field
 from anonml.errors import RecordError
 from anonml.model import Event, Text
 from anonml.plugins import Importer, PluginParams
-from anonml.readers import head, open_checked
+from anonml.readers import head, open_lines
 
 __all__ = ["NetflixImporter", "parse_elapsed"]
 
@@ -113,12 +113,14 @@ class NetflixImporter(Importer):
 
     def parse(self, path: Path) -> Iterator[Event | RecordError]:
         keep = set(self.params.profiles)
-        with open_checked(path, encoding="utf-8-sig") as fh:
-            reader = csv.reader(fh)
+        with open_lines(path) as lines:  # decoded line by line: a bad byte is its row's error
+            reader = csv.reader(lines)
             try:
                 columns = [c.strip() for c in next(reader, [])]
-            except (csv.Error, UnicodeDecodeError) as exc:
+            except csv.Error as exc:
                 raise RecordError(path, 1, f"unreadable CSV header: {exc}") from None
+            if lines.bad and (bad := lines.undecodable(1, reader.line_num)) is not None:
+                raise RecordError(path, bad.line, f"unreadable CSV header: {bad.reason}")
             missing = [c for c in _REQUIRED if c not in columns]
             if missing:
                 raise RecordError(path, 1, f"not a Netflix ViewingActivity.csv: missing columns {missing}")
@@ -126,6 +128,9 @@ class NetflixImporter(Importer):
             try:
                 for cells in reader:
                     line, start_line = start_line, reader.line_num + 1
+                    if lines.bad and (bad := lines.undecodable(line, reader.line_num)) is not None:
+                        yield bad
+                        continue
                     if not cells:
                         continue
                     row = dict(zip(columns, cells, strict=False))  # a length mismatch is reported below
@@ -138,7 +143,7 @@ class NetflixImporter(Importer):
                         yield self._event(row, profile)
                     except ValueError as exc:
                         yield RecordError(path, line, str(exc))
-            except (csv.Error, UnicodeDecodeError) as exc:
+            except csv.Error as exc:
                 raise RecordError(path, reader.line_num, f"unreadable CSV: {exc}") from None
 
     def _event(self, row: dict[str, str], profile: str) -> Event:

@@ -68,7 +68,7 @@ from bs4 import BeautifulSoup, Tag
 from anonml.errors import RecordError
 from anonml.model import Event, Text
 from anonml.plugins import Importer, PluginParams
-from anonml.readers import TimeZoneName, csv_rows, head, open_checked, open_text, resolve_timezone
+from anonml.readers import TimeZoneName, csv_rows, head, open_lines, open_text, resolve_timezone
 
 __all__ = ["UberImporter"]
 
@@ -223,12 +223,14 @@ class UberImporter(Importer):
 
     def _parse_csv(self, path: Path) -> Iterator[Event | RecordError]:
         zone = self._zone()
-        with open_checked(path) as fh:
-            reader = csv.reader(fh, strict=True)
+        with open_lines(path) as lines:  # decoded line by line: a bad byte is its row's error
+            reader = csv.reader(lines, strict=True)
             try:
-                header = [h.lstrip("\ufeff").strip() for h in next(reader, [])]
-            except (csv.Error, UnicodeDecodeError) as exc:
+                header = [h.strip() for h in next(reader, [])]
+            except csv.Error as exc:
                 raise RecordError(path, 1, f"unreadable header: {exc}") from None
+            if lines.bad and (bad := lines.undecodable(1, reader.line_num)) is not None:
+                raise RecordError(path, bad.line, f"unreadable header: {bad.reason}")
             if "Request Time" in header:
                 cols = _REQUEST_STYLE
             elif "request_time" in header:
@@ -242,7 +244,7 @@ class UberImporter(Importer):
                                   f"'request_time' column in header {header}")
             index = {h: i for i, h in enumerate(header)}
             present = {key: index[col] for key, col in cols.items() if col in index}
-            for item in csv_rows(reader, path, len(header)):
+            for item in csv_rows(reader, path, len(header), lines):
                 if isinstance(item, RecordError):
                     yield item
                     continue

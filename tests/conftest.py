@@ -1,4 +1,10 @@
-"""Shared fixtures: where ``../shared`` (datasets, real sample exports) lives, and a temp home."""
+"""Shared fixtures: the data the tests read (in the repository), a temp home, a fresh database.
+
+Everything a test reads travels with the repository, so a clone with nothing beside it passes:
+the real sample exports in ``tests/data/samples`` (their sources in ``SOURCES.md``, their
+licences in ``LICENSES/``) and UCI Adult, gzip-compressed, in the package
+(:data:`anonml.datasets.adult.BUNDLED_DIR`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import pytest
 from hypothesis import settings
 from threadpoolctl import threadpool_limits
 
+from anonml.datasets.adult import BUNDLED_DIR
 from tests.databases import fresh_database
 
 # One BLAS/OpenMP thread per process. On a loaded 2-core machine threaded BLAS spins against the
@@ -20,27 +27,22 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 threadpool_limits(1)
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("ANONML_SHARED_DIR", REPO.parent / "shared"))
+SAMPLES = REPO / "tests" / "data" / "samples"
 
 settings.register_profile("anonml", derandomize=True, deadline=None, max_examples=60)
 settings.load_profile("anonml")
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    if not SHARED.is_dir():
-        pytest.fail(f"../shared not found at {SHARED}; set ANONML_SHARED_DIR")
-    return SHARED
+def samples_dir() -> Path:
+    """The real sample exports (``tests/data/samples``; where each came from: its ``SOURCES.md``)."""
+    return SAMPLES
 
 
 @pytest.fixture(scope="session")
-def samples_dir(shared_dir: Path) -> Path:
-    return shared_dir / "samples"
-
-
-@pytest.fixture(scope="session")
-def adult_dir(shared_dir: Path) -> Path:
-    return shared_dir / "datasets" / "adult"
+def adult_dir() -> Path:
+    """UCI Adult as shipped with the package: ``adult.data.gz`` and ``adult.test.gz``."""
+    return BUNDLED_DIR
 
 
 @pytest.fixture(autouse=True)

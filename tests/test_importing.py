@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -9,8 +10,15 @@ from typing import ClassVar
 import pytest
 
 from anonml.detection import NotRecognised
-from anonml.errors import AnonMLError, RecordError
-from anonml.importing import ImportOptions, choose_for_file, import_paths
+from anonml.errors import AnonMLError, PluginNotFound, RecordError
+from anonml.importing import (
+    ImportOptions,
+    ParamSpec,
+    choose_for_file,
+    import_paths,
+    importer_params,
+    resolve_candidates,
+)
 from anonml.model import Event
 from anonml.plugins import Importer
 from anonml.store import EventStore
@@ -93,3 +101,48 @@ def test_choose_for_file_refuses_an_unrecognised_file(tmp_path: Path):
 def test_options_refuse_an_unknown_tie_rule():
     with pytest.raises(AnonMLError, match="--on-tie must be 'pick' or 'skip', not 'coin'"):
         ImportOptions(on_tie="coin")  # type: ignore[arg-type]
+
+
+def test_flat_params_reach_the_importers_that_take_them(samples_dir: Path):
+    candidates = resolve_candidates(None, {"timezone": "Europe/Amsterdam"})
+    by_name = {c.name: c for c in candidates}
+    assert by_name["fitbit"].params.timezone == by_name["uber"].params.timezone == "Europe/Amsterdam"
+    assert {"google_activity", "edx", "spotify"} <= set(candidates.refused)
+    assert "fitbit" not in candidates.refused and candidates.flat_keys == ("timezone",)
+    chosen, _ = choose_for_file(samples_dir / "fitbit" / "sleep.json", candidates)
+    assert chosen.name == "fitbit" and chosen.params.timezone == "Europe/Amsterdam"
+    # Per importer, nothing is refused; a blank importer name is.
+    assert resolve_candidates(None, {"fitbit": {"timezone": "UTC"}}).refused == {}
+    with pytest.raises(AnonMLError, match="--importer is empty"):
+        resolve_candidates("  ", {})
+    with pytest.raises(AnonMLError, match="--importer is empty"):
+        ImportOptions(importer="")
+
+
+def test_an_archive_member_read_by_an_importer_refusing_flat_params_stops_the_archive(
+    samples_dir: Path, tmp_path: Path
+):
+    folder = tmp_path / "export"
+    folder.mkdir()
+    shutil.copy(samples_dir / "fitbit" / "sleep.json", folder / "sleep.json")
+    shutil.copy(samples_dir / "google_takeout" / "Takeout" / "My Activity" / "Search" / "My Activity.json",
+                folder / "My Activity.json")
+    store = EventStore(f"sqlite:///{tmp_path / 'e.db'}")
+    candidates = resolve_candidates(None, {"timezone": "UTC"})
+    result = import_paths([folder], store, candidates, ImportOptions())
+    assert result.reports == () and store.count() == 0
+    assert str(result.error).startswith(
+        f"{folder}: My Activity.json: read by 'google_activity', which does not take the --params given"
+    )
+
+
+def test_importer_params_describe_each_field():
+    (abbreviations,) = importer_params("google_activity")
+    assert abbreviations == ParamSpec("abbreviations", "dict[str, str]", "{}", "≤ 200 entries", "")
+    csv = {spec.name: spec for spec in importer_params("csv")}
+    assert csv["required"].type == "list[str]" and csv["required"].default == "[]"
+    assert csv["event_type"].bounds == "matches ^[a-z][a-z0-9_]{0,63}$"
+    assert csv["fields"].type.startswith('dict[str, one of "float", "int"')
+    assert importer_params("edx") == []
+    with pytest.raises(PluginNotFound, match="no importer named 'icl'"):
+        importer_params("icl")

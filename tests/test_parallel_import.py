@@ -114,6 +114,25 @@ def test_skipped_bad_records_are_the_same_and_in_line_order(small_chunks, tmp_pa
     assert reports[2].inserted == reports[1].inserted
 
 
+def test_bad_bytes_are_bad_records_at_their_lines_in_workers_too(small_chunks, tmp_path: Path) -> None:
+    """A non-UTF-8 byte in lines 150 and 641: two bad records, the same in one process and in workers."""
+    log = _course_log(tmp_path / "tracking.log")
+    lines = log.read_bytes().splitlines(keepends=True)
+    for number in (150, 641):
+        lines[number - 1] = lines[number - 1].replace(b'"', b'"\xff', 1)
+    log.write_bytes(b"".join(lines))
+    reports = {}
+    for workers in (1, 2):
+        store = EventStore(f"sqlite:///{tmp_path / f'w{workers}.db'}")
+        with pytest.raises(RecordError, match=r"tracking\.log:150: not UTF-8 text: byte 0xff at column 3"):
+            store.import_file(log, EdxImporter(), workers=workers)
+        reports[workers] = store.import_file(log, EdxImporter(), workers=workers, skip_bad=True)
+        store.close()
+    assert [str(e) for e in reports[2].errors] == [str(e) for e in reports[1].errors]
+    assert [e.line for e in reports[2].errors] == [150, 641]
+    assert reports[2].inserted == reports[1].inserted > 0
+
+
 def test_a_file_of_another_format_fails_as_it_does_in_one_process(small_chunks, tmp_path: Path) -> None:
     path = tmp_path / "tracking.log"
     path.write_text("# a comment line\n" + "[1, 2, 3]\n" * 400, encoding="utf-8")
@@ -217,19 +236,17 @@ def test_line_blocks_split_and_number_lines_as_text_mode_does(
         expected = list(enumerate(fh, 1))
     got = []
     for first, block in iter_line_blocks(path, size, first_size=3):
-        lines, error = block_lines(path, block, first)
-        assert error is None
-        got.extend(enumerate(lines, first))
+        got.extend(enumerate(block_lines(path, block, first), first))
     assert got == expected
 
 
-def test_a_non_utf8_byte_ends_its_block_at_the_line_that_holds_it(tmp_path: Path) -> None:
+def test_a_non_utf8_byte_costs_only_the_line_that_holds_it(tmp_path: Path) -> None:
     path = tmp_path / "x.log"
-    path.write_bytes(b'{"a": 1}\n{"b": 2}\r\n{"c": "\xff"}\n{"d": 4}\n')
+    path.write_bytes(b'{"a": 1}\n{"b": 2}\r\n{"c": "\xff"}\r{"d": 4}\n')
     ((first, block),) = iter_line_blocks(path)
-    lines, error = block_lines(path, block, first)
-    assert lines == ['{"a": 1}\n', '{"b": 2}\r\n']
-    assert str(error) == f"{path}:3: not UTF-8 text: invalid start byte"
+    *good, bad, last = block_lines(path, block, first)
+    assert good == ['{"a": 1}\n', '{"b": 2}\r\n'] and last == '{"d": 4}\n'
+    assert str(bad) == f"{path}:3: not UTF-8 text: byte 0xff at column 8 (invalid start byte)"
 
 
 def test_a_nonsense_worker_count_is_refused_before_anything_is_read(tmp_path: Path) -> None:

@@ -139,8 +139,8 @@ def adult(
         Path | None,
         typer.Option(
             "--data",
-            help="Folder with adult.data and adult.test (else $ANONML_ADULT_DIR, "
-            "$ANONML_SHARED_DIR/datasets/adult, ../shared/datasets/adult beside the checkout, cache, UCI).",
+            help="Folder with adult.data and adult.test, plain or .gz (else $ANONML_ADULT_DIR, "
+            "then the copy shipped with anonml).",
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of every simulated trial.")] = 0,

@@ -142,7 +142,7 @@ _PoolOption = Annotated[
 ]
 _SeedOption = Annotated[int, typer.Option("--seed", help="Master seed (runs are reproducible).")]
 _DataOption = Annotated[
-    Path | None, typer.Option("--data", help="Adult folder (default ../shared/datasets/adult).")
+    Path | None, typer.Option("--data", help="Adult folder (default: the copy shipped with anonml).")
 ]
 _JsonOutOption = Annotated[
     str | None, typer.Option("--json", help="Write results JSON to this file ('-' = stdout).")

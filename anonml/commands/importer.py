@@ -1,4 +1,4 @@
-"""``anonml importer new|check``: the plugin author's commands."""
+"""``anonml importer new|check|params``: the plugin author's commands, and an importer's params."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import typer
 
 from anonml.cli_support import (
     ImporterParamsOption,
+    complete_importer,
     err,
     expected_errors,
     out,
@@ -38,7 +39,9 @@ def new(
 def check(
     path: Annotated[Path, typer.Argument(help="An export file to try the importer on.")],
     importer: Annotated[
-        str | None, typer.Option("--importer", "-i", help="Importer name (default: detect).")
+        str | None,
+        typer.Option("--importer", "-i", help="Importer name (default: detect).",
+                     autocompletion=complete_importer),
     ] = None,
     params: ImporterParamsOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
@@ -57,6 +60,35 @@ def check(
         _print_report(report)
     if report.fatal is not None:
         raise typer.Exit(code=1)
+
+
+@app.command()
+def params(
+    name: Annotated[str, typer.Argument(help="Importer name (see 'anonml plugins').",
+                                        autocompletion=complete_importer)],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """List an importer's params: name, type, default, bounds, description.
+
+    Give them as --params '{"timezone": "Europe/Amsterdam"}' (the importer named
+    with --importer, or the one detected), or per importer as {"NAME": {...}}.
+    """
+    from rich.table import Table
+
+    from anonml.importing import importer_params
+
+    with expected_errors():
+        specs = importer_params(name)
+    if as_json:
+        print_json({"importer": name, "params": [spec.as_dict() for spec in specs]})
+        return
+    if not specs:
+        out.print(f"{name} takes no params")
+        return
+    table = Table("param", "type", "default", "bounds", "description", title=f"params of {name}")
+    for spec in specs:
+        table.add_row(spec.name, spec.type, spec.default, spec.bounds, spec.description)
+    out.print(table)
 
 
 def _print_report(report) -> None:

@@ -30,10 +30,14 @@ the "other"/"unknown" group of their feature; no row is dropped, so the
 training set has the thesis's n = 32,561.
 
 Where the files are looked for, in order: the ``path`` argument (then nowhere
-else), ``$ANONML_ADULT_DIR``, ``$ANONML_SHARED_DIR/datasets/adult``, the
-``../shared/datasets/adult`` folder beside the checkout (where the tests find
-it), the user cache ``anonml_home()/datasets/adult``, then a download from
-UCI into that cache. With none available, :class:`AdultNotFound` (a
+else), ``$ANONML_ADULT_DIR``, the copy shipped with this package
+(:data:`BUNDLED_DIR`: both files gzip-compressed, 0.6 MB, with their CC BY 4.0
+attribution in ``LICENSE.md``; what the tests read), then, should that copy have
+been removed, ``$ANONML_SHARED_DIR/datasets/adult``, the
+``../shared/datasets/adult`` folder beside the checkout, the user cache
+``anonml_home()/datasets/adult``, and a download from UCI into that cache. In
+every folder each file may be plain (``adult.data``) or gzip-compressed
+(``adult.data.gz``); the plain one is read when both are there. With none available, :class:`AdultNotFound` (a
 :class:`~anonml.errors.DatasetNotFound`) lists where it looked; its
 :meth:`~AdultNotFound.advice` words the fix for a library caller
 (``path=...``) or a command line (``--data DIR``).
@@ -41,6 +45,7 @@ UCI into that cache. With none available, :class:`AdultNotFound` (a
 
 from __future__ import annotations
 
+import gzip
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +64,7 @@ __all__ = [
     "FILES",
     "UCI_URL",
     "ENV_VAR",
+    "BUNDLED_DIR",
     "SHARED_ENV_VAR",
     "load",
     "default_cache_dir",
@@ -69,6 +75,8 @@ ENV_VAR = "ANONML_ADULT_DIR"
 #: Names the ``shared`` folder (data sets, real samples) that sits beside a checkout.
 SHARED_ENV_VAR = "ANONML_SHARED_DIR"
 FILES = ("adult.data", "adult.test")
+#: The copy shipped with the package (gzip-compressed; CC BY 4.0, attribution in its LICENSE.md).
+BUNDLED_DIR = Path(__file__).resolve().parent / "files" / "adult"
 UCI_URL = "https://archive.ics.uci.edu/ml/machine-learning-databases/adult/"
 
 # Column positions in the raw files.
@@ -163,8 +171,8 @@ def load(path: str | Path | None = None, *, download: bool = True) -> AdultDatas
     Parameters
     ----------
     path : str or Path, optional
-        Folder holding ``adult.data`` and ``adult.test``. When given, it is the
-        only place looked at.
+        Folder holding ``adult.data`` and ``adult.test`` (each may be ``.gz``).
+        When given, it is the only place looked at.
     download : bool, default=True
         With no local copy, try downloading the two files from UCI into the
         user cache.
@@ -181,13 +189,19 @@ def load(path: str | Path | None = None, *, download: bool = True) -> AdultDatas
         When a line cannot be parsed.
     """
     folder = _locate(path, download=download)
-    X_train, y_train = _read(folder / "adult.data")
-    X_test, y_test = _read(folder / "adult.test")
+    X_train, y_train = _read(_data_file(folder, "adult.data"))
+    X_test, y_test = _read(_data_file(folder, "adult.test"))
     return AdultDataset(FEATURES, X_train, y_train, X_test, y_test, folder)
 
 
+def _data_file(folder: Path, name: str) -> Path:
+    """``folder/name`` when it is there, else its gzip-compressed ``folder/name.gz``."""
+    plain = folder / name
+    return plain if plain.is_file() else folder / f"{name}.gz"
+
+
 def _has_files(folder: Path) -> bool:
-    return all((folder / name).is_file() for name in FILES)
+    return all(_data_file(folder, name).is_file() for name in FILES)
 
 
 def _locate(path: str | Path | None, *, download: bool) -> Path:
@@ -200,6 +214,7 @@ def _locate(path: str | Path | None, *, download: bool) -> Path:
     env = os.environ.get(ENV_VAR)
     if env:
         tried.append(Path(env).expanduser())
+    tried.append(BUNDLED_DIR)
     tried.append(shared_adult_dir())
     cache = default_cache_dir()
     tried.append(cache)
@@ -256,7 +271,7 @@ class AdultNotFound(DatasetNotFound):
         """The message, with ``how_to_pass`` saying how the caller names a folder."""
         places = ", ".join(str(p) for p in self.tried)
         msg = (
-            f"UCI Adult not found (looked in: {places}). Put adult.data and adult.test "
+            f"UCI Adult not found (looked in: {places}). Put adult.data and adult.test (or .gz) "
             f"(from {UCI_URL}) in one folder and {how_to_pass}, set ${ENV_VAR} to it, "
             f"or copy them to {default_cache_dir()}"
         )
@@ -286,7 +301,8 @@ def _read(file: Path) -> tuple[np.ndarray, np.ndarray]:
     names = [f.name for f in FEATURES]
     rows: list[list[float]] = []
     labels: list[int] = []
-    with file.open(encoding="utf-8") as handle:
+    opened = gzip.open(file, "rt", encoding="utf-8") if file.suffix == ".gz" else file.open(encoding="utf-8")
+    with opened as handle:
         for lineno, line in enumerate(handle, start=1):
             text = line.strip()
             if not text or text.startswith("|"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -33,7 +34,16 @@ def test_a_commented_edx_log_is_detected_and_imports_with_skip_bad(tmp_path: Pat
     assert result.returncode == 0, result.stderr
     (report,) = json.loads(result.stdout)
     assert (report["importer"], report["inserted"], report["rejected"]) == ("edx", 2, 2)
-    assert f"skipped {log}:1: invalid JSON" in result.stderr
+    assert f"skipped {log}:1: a '#' comment line, not JSON (--skip-bad reports it" in result.stderr
+
+
+def test_a_comment_line_without_skip_bad_points_at_it(tmp_path: Path) -> None:
+    log = EDX / "commented.log"
+    result = run("import", str(log), "--store", _store(tmp_path), home=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {log}:1: a '#' comment line, not JSON (--skip-bad reports it and imports the rest)"
+    )
 
 
 def test_nothing_recognised_says_so_plainly(tmp_path: Path) -> None:
@@ -343,3 +353,130 @@ def test_a_fitbit_export_folder_imports_in_the_zone_its_profile_states(tmp_path:
     assert [r["inserted"] for r in json.loads(result.stdout)] == [2]
     events = EventStore(_store(tmp_path)).events(source="fitbit")
     assert {e.fields["assumed_tz"] for e in events} == {"America/Chicago"}
+
+
+# --- params, completion, and what a failed or interrupted import leaves -------------------------
+
+
+def test_flat_params_go_to_the_detected_importer(tmp_path: Path, samples_dir: Path) -> None:
+    """Fitbit refuses local times without a zone; the flat params it asks for are then taken."""
+    sleep = samples_dir / "fitbit" / "sleep.json"
+    store = _store(tmp_path)
+    refused = run("import", str(sleep), "--store", store, home=tmp_path)
+    assert refused.returncode == 1 and "pass params timezone" in refused.stderr
+    flat = run("import", str(sleep), "--params", '{"timezone": "Europe/Amsterdam"}', "--store", store,
+               "--json", home=tmp_path)
+    assert flat.returncode == 0, flat.stderr
+    assert json.loads(flat.stdout)[0]["inserted"] == 2
+    assert {e.fields["assumed_tz"] for e in EventStore(store).events(source="fitbit")} == {"Europe/Amsterdam"}
+    # The importer chosen must take them: google_activity has no timezone param.
+    activity = samples_dir / "google_takeout" / "Takeout" / "My Activity" / "Search" / "My Activity.json"
+    wrong = run("import", str(activity), "--params", '{"timezone": "UTC"}', "--store", store, home=tmp_path)
+    assert wrong.returncode == 1
+    assert wrong.stderr.strip().startswith(
+        f"error: {activity}: read by 'google_activity', which does not take the --params given (timezone): "
+    )
+    assert "anonml importer params google_activity" in wrong.stderr
+    nobody = run("import", str(sleep), "--params", '{"colour": "red"}', "--store", store, home=tmp_path)
+    assert "error: --params: no importer takes 'colour' as params" in nobody.stderr
+    mixed = run("import", str(sleep), "--params", '{"fitbit": {}, "timezone": "UTC"}', "--store", store,
+                home=tmp_path)
+    assert "error: --params mixes importer names (fitbit) with other keys (timezone)" in mixed.stderr
+
+
+def test_importer_params_lists_types_defaults_and_bounds(tmp_path: Path) -> None:
+    listed = run("importer", "params", "ical", "--json", home=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    document = json.loads(listed.stdout)
+    assert document["importer"] == "ical"
+    by_name = {p["name"]: p for p in document["params"]}
+    assert list(by_name) == ["window_start", "window_end", "horizon_days", "max_occurrences", "timezone"]
+    assert by_name["horizon_days"] == {"name": "horizon_days", "type": "int", "default": "365",
+                                       "bounds": "≥ 1, ≤ 36600", "description": ""}
+    assert by_name["timezone"]["type"] == "IANA time zone | None" and by_name["timezone"]["default"] == "null"
+    table = run("importer", "params", "fitbit", home=tmp_path)
+    assert "heart_rate_timezone" in table.stdout and "IANA time zone" in table.stdout
+    assert run("importer", "params", "edx", home=tmp_path).stdout.strip() == "edx takes no params"
+    missing = run("importer", "params", "fitbt", home=tmp_path)
+    assert missing.returncode == 1 and "no importer named 'fitbt'; did you mean 'fitbit'?" in missing.stderr
+
+
+def test_importer_option_completes_plugin_names(tmp_path: Path) -> None:
+    for words, cword in (("anonml import x.json --importer goo", "4"), ("anonml importer check x -i ub", "5"),
+                         ("anonml importer params a", "3")):
+        env = {**os.environ, "ANONML_HOME": str(tmp_path), "_ANONML_COMPLETE": "complete_bash",
+               "COMP_WORDS": words, "COMP_CWORD": cword}
+        done = subprocess.run([sys.executable, "-m", "anonml"], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        expected = {"goo": ["google_activity", "google_location"], "ub": ["uber"], "a": ["apple_health"]}
+        assert done.stdout.split() == expected[words.rsplit(" ", 1)[1]]
+
+
+def test_a_failed_first_import_leaves_no_store_behind(tmp_path: Path) -> None:
+    db = tmp_path / "e.db"
+    nothing = tmp_path / "notes.txt"
+    nothing.write_text("hello\n")
+    for args in (
+        [str(tmp_path / "absent.json")],  # no such file
+        [str(nothing)],  # nothing recognises it
+        [str(EDX / "bad_json.log")],  # a bad record rolls the only file back
+        [str(EDX / "tracking.log"), "--dry-run"],  # a dry run stores nothing
+    ):
+        result = run("import", *args, "--store", f"sqlite:///{db}", home=tmp_path)
+        assert not db.exists() and not list(tmp_path.glob("e.db-*")), (args, result.stderr)
+    # The default store too: no events.db appears in ANONML_HOME.
+    home = tmp_path / "home"
+    assert run("import", str(nothing), home=home).returncode == 1
+    assert not (home / "events.db").exists()
+    # A store that existed before is kept, whatever happens to the import.
+    first = run("import", str(EDX / "tracking.log"), "--store", f"sqlite:///{db}", home=tmp_path)
+    assert first.returncode == 0
+    assert run("import", str(nothing), "--store", f"sqlite:///{db}", home=tmp_path).returncode == 1
+    assert EventStore(f"sqlite:///{db}").count() > 0
+
+
+def test_an_empty_importer_name_is_an_error(tmp_path: Path) -> None:
+    log = str(EDX / "tracking.log")
+    for command in (["import", log, "--store", _store(tmp_path)], ["importer", "check", log]):
+        result = run(*command, "--importer", "", home=tmp_path)
+        assert result.returncode == 1
+        assert result.stderr.strip() == (
+            "error: --importer is empty: name an importer (see 'anonml plugins'), "
+            "or leave the option out to detect one per file"
+        )
+    assert not (tmp_path / "e.db").exists()
+
+
+def test_ctrl_c_during_an_import_says_what_is_stored_and_rolls_back(tmp_path: Path) -> None:
+    """SIGINT while the second file is being read (a FIFO the test holds open): one line, exit 130,
+    the first file's import kept, nothing of the second."""
+    fifo = tmp_path / "tracking.log"
+    os.mkfifo(fifo)
+    db = tmp_path / "e.db"
+    env = {**os.environ, "ANONML_HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "anonml", "import", str(EDX / "blank_lines.log"), str(fifo),
+         "--importer", "edx", "--store", f"sqlite:///{db}"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        with open(fifo, "w") as writer:  # returns once the import opened the FIFO to read it
+            writer.write((EDX / "tracking.log").read_text())
+            writer.flush()
+            proc.send_signal(signal.SIGINT)  # the importer waits for more lines: interrupt it there
+            _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"interrupted: the import of {fifo} was rolled back (nothing of it stored); "
+        "1 file(s) imported before it stay stored"
+    )
+    assert "Traceback" not in stderr
+    store = EventStore(f"sqlite:///{db}")
+    assert [Path(r.path).name for r in store.imports()] == ["blank_lines.log"]
+    assert store.count() == store.imports()[0].added > 0
+    with sqlite3.connect(db) as con:
+        assert con.execute("pragma integrity_check").fetchone() == ("ok",)

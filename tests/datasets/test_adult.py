@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import re
 import shutil
 from pathlib import Path
 
@@ -56,19 +59,62 @@ def test_groups_are_low_cardinality_and_missing_values_join_other(data):
     assert all(len(f.categories) == 2 for f in data.features if f.kind is FeatureKind.CATEGORICAL)
 
 
+def _lines(folder: Path, name: str) -> list[str]:
+    """The decompressed lines of a bundled Adult file."""
+    with gzip.open(folder / f"{name}.gz", "rt", encoding="utf-8") as handle:
+        return handle.read().splitlines()
+
+
+def _unpack(source: Path, target: Path) -> Path:
+    """Plain ``adult.data`` and ``adult.test`` in ``target``, decompressed from ``source``."""
+    target.mkdir(parents=True, exist_ok=True)
+    for name in adult.FILES:
+        (target / name).write_bytes(gzip.decompress((source / f"{name}.gz").read_bytes()))
+    return target
+
+
 @pytest.fixture
 def no_shared(monkeypatch, tmp_path):
-    """A ``$ANONML_SHARED_DIR`` with no data sets, so the cache and download paths are reached."""
+    """No bundled copy and a ``$ANONML_SHARED_DIR`` with no data sets: the cache and download are reached."""
     empty = tmp_path / "no-shared"
     empty.mkdir()
     monkeypatch.setenv(adult.SHARED_ENV_VAR, str(empty))
+    monkeypatch.setattr(adult, "BUNDLED_DIR", tmp_path / "no-bundle")
     return empty
 
 
-def test_the_shared_folder_is_found_as_the_tests_find_it(adult_dir, monkeypatch, tmp_path):
+def test_the_bundled_copy_is_read_by_default_and_is_the_uci_files(adult_dir, monkeypatch, tmp_path):
     monkeypatch.delenv(adult.ENV_VAR, raising=False)
-    monkeypatch.setenv(adult.SHARED_ENV_VAR, str(adult_dir.parent.parent))
-    assert adult.load(download=False).source == adult_dir
+    monkeypatch.setenv(adult.SHARED_ENV_VAR, str(tmp_path / "nothing-here"))
+    assert adult.load(download=False).source == adult.BUNDLED_DIR == adult_dir
+    # The compressed files decompress to exactly the UCI files whose digests the attribution lists.
+    notice = (adult_dir / "LICENSE.md").read_text()
+    assert "CC BY 4.0" in notice and "Becker" in notice and "Kohavi" in notice
+    listed = {name: digest for digest, name in re.findall(r"^([0-9a-f]{64})  (adult\.\w+)$", notice, re.M)}
+    assert set(listed) == {"adult.data", "adult.test", "adult.names"}
+    for name in adult.FILES:
+        digest = hashlib.sha256(gzip.decompress((adult_dir / f"{name}.gz").read_bytes())).hexdigest()
+        assert listed[name] == digest
+    assert hashlib.sha256((adult_dir / "adult.names").read_bytes()).hexdigest() == listed["adult.names"]
+
+
+def test_plain_files_are_read_like_compressed_ones_and_preferred(adult_dir, tmp_path, data):
+    plain = _unpack(adult_dir, tmp_path / "plain")
+    unpacked = adult.load(plain)
+    assert np.array_equal(unpacked.X_train, data.X_train) and np.array_equal(unpacked.y_test, data.y_test)
+    # Both forms in one folder: the plain file is the one read (here it holds 3 rows).
+    shutil.copy(adult_dir / "adult.data.gz", plain / "adult.data.gz")
+    (plain / "adult.data").write_text("\n".join(_lines(adult_dir, "adult.data")[:3]) + "\n")
+    assert adult.load(plain).X_train.shape == (3, 11)
+
+
+def test_the_shared_folder_is_searched_when_the_bundled_copy_is_gone(adult_dir, monkeypatch, tmp_path):
+    monkeypatch.delenv(adult.ENV_VAR, raising=False)
+    monkeypatch.setattr(adult, "BUNDLED_DIR", tmp_path / "removed")
+    shared = tmp_path / "shared"
+    _unpack(adult_dir, shared / "datasets" / "adult")
+    monkeypatch.setenv(adult.SHARED_ENV_VAR, str(shared))
+    assert adult.load(download=False).source == shared / "datasets" / "adult"
     monkeypatch.delenv(adult.SHARED_ENV_VAR)
     # Without the variable: ../shared/datasets/adult beside the checkout.
     beside = Path(adult.__file__).resolve().parents[2].parent / "shared" / "datasets" / "adult"
@@ -82,7 +128,7 @@ def test_environment_variable_and_user_cache_are_searched(no_shared, adult_dir, 
     cache = adult.default_cache_dir()
     cache.mkdir(parents=True)
     for name in adult.FILES:
-        shutil.copy(adult_dir / name, cache / name)
+        shutil.copy(adult_dir / f"{name}.gz", cache / f"{name}.gz")
     assert adult.load(download=False).source == cache
     assert str(cache).startswith(str(anonml_home))
 
@@ -93,6 +139,7 @@ def test_missing_files_say_where_to_put_them(no_shared, monkeypatch, tmp_path):
         adult.load(download=False)
     message = str(info.value)
     assert "adult.data and adult.test" in message and adult.ENV_VAR in message
+    assert str(adult.BUNDLED_DIR) in message
     assert str(adult.default_cache_dir()) in message and "download disabled" in message
     assert isinstance(info.value, FileNotFoundError)
     with pytest.raises(DatasetNotFound, match=str(tmp_path)):
@@ -113,9 +160,7 @@ def test_failed_download_is_reported_and_leaves_no_files(no_shared, monkeypatch)
 
 def test_download_fills_the_cache(no_shared, adult_dir, monkeypatch):
     monkeypatch.delenv(adult.ENV_VAR, raising=False)
-    heads = {
-        name: b"".join((adult_dir / name).read_bytes().splitlines(keepends=True)[:60]) for name in adult.FILES
-    }
+    heads = {name: ("\n".join(_lines(adult_dir, name)[:60]) + "\n").encode() for name in adult.FILES}
     fetched = []
 
     def fake_get(url: str) -> bytes:
@@ -130,10 +175,10 @@ def test_download_fills_the_cache(no_shared, adult_dir, monkeypatch):
 
 
 def test_malformed_line_names_file_and_line(tmp_path, adult_dir):
-    lines = (adult_dir / "adult.data").read_text().splitlines()[:5]
+    lines = _lines(adult_dir, "adult.data")[:5]
     lines[2] = "39, State-gov, 77516"
     (tmp_path / "adult.data").write_text("\n".join(lines) + "\n")
-    shutil.copy(adult_dir / "adult.test", tmp_path / "adult.test")
+    shutil.copy(adult_dir / "adult.test.gz", tmp_path / "adult.test.gz")
     with pytest.raises(RecordError, match=r"adult\.data:3: expected 15 fields, got 3"):
         adult.load(tmp_path)
     lines[2] = lines[3].replace("<=50K", "maybe")

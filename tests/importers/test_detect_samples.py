@@ -16,7 +16,7 @@ import pytest
 from anonml.detection import DEFAULT_MIN_CONFIDENCE
 from anonml.plugins import available, create
 
-# Folder of the shared samples -> the importer whose format its files are
+# Folder of the real samples (tests/data/samples) -> the importer whose format its files are
 # (files elsewhere, such as the licences, are no importer's).
 OWNERS = {
     "apple_health": "apple_health",

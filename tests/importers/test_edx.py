@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import random
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -184,7 +186,7 @@ def test_empty_file_has_no_events() -> None:
 @pytest.mark.parametrize(
     ("name", "reason"),
     [
-        ("bad_json.log", "invalid JSON: Expecting ',' delimiter"),
+        ("bad_json.log", "invalid JSON at column 488: Expecting ',' delimiter"),
         ("bad_time.log", "field 'time': not an ISO 8601 timestamp: 'last tuesday'"),
         ("missing_time.log", "missing field 'time'"),
         ("bad_event_json.log", "field 'event': invalid JSON string: Expecting value"),
@@ -223,13 +225,14 @@ def test_a_comment_heading_the_log_is_one_bad_record_not_a_refusal() -> None:
     path = FIXTURES / "commented.log"
     events, errors, _ = parse(path)
     assert [e.type for e in events] == ["play_video", "pause_video"]
-    assert [(e.line, e.reason.startswith("invalid JSON")) for e in errors] == [(1, True), (3, True)]
+    comment = "a '#' comment line, not JSON (--skip-bad reports it and imports the rest)"
+    assert [(e.line, e.reason) for e in errors] == [(1, comment), (3, comment)]
     assert EdxImporter().detect(path) >= 0.85  # judged by the first JSON line
 
 
 def test_a_comment_heading_the_log_imports_with_skip_bad(tmp_path: Path) -> None:
     store = EventStore(f"sqlite:///{tmp_path / 'events.db'}")
-    with pytest.raises(RecordError, match=r"commented\.log:1: invalid JSON"):
+    with pytest.raises(RecordError, match=r"commented\.log:1: a '#' comment line, not JSON \(--skip-bad"):
         store.import_file(FIXTURES / "commented.log", EdxImporter())
     report = store.import_file(FIXTURES / "commented.log", EdxImporter(), skip_bad=True)
     assert (report.inserted, report.rejected) == (2, 2)
@@ -362,7 +365,7 @@ def test_skip_bad_imports_the_rest_and_reports_each(tmp_path: Path) -> None:
     report = store.import_file(FIXTURES / "bad_json.log", EdxImporter(), skip_bad=True)
     assert (report.accepted, report.inserted, report.rejected) == (2, 2, 1)
     assert reject_reasons(report.errors, FIXTURES / "bad_json.log") == [
-        ":2: invalid JSON: Expecting ',' delimiter"
+        ":2: invalid JSON at column 488: Expecting ',' delimiter"
     ]
     assert [e.type for e in store.events()] == ["play_video", "stop_video"]
 
@@ -437,3 +440,90 @@ def test_make_gives_what_the_validating_constructor_gives(fixture, tmp_path, mon
         last = len(path.read_text(encoding="utf-8").splitlines())
         assert fast[-1].endswith(f":{last}: invalid event: fields: Value error, field 'page' holds a lone "
                                  "surrogate: not valid Unicode text, cannot be stored"), fast[-1]
+
+
+def _play_lines(count: int) -> list[bytes]:
+    """``count`` distinct play_video lines of one learner, in the shape of tracking.log's."""
+    return [
+        json.dumps({
+            "username": "ada", "event_source": "browser", "event_type": "play_video",
+            "time": f"2024-01-09T10:{i // 60:02d}:{i % 60:02d}.000000+00:00", "session": SESSION,
+            "context": {"course_id": COURSE, "user_id": 41, "path": "/event"},
+            "event": json.dumps({"id": f"video number {i}", "code": "html5", "currentTime": i}),
+        }).encode() + b"\n"
+        for i in range(count)
+    ]
+
+
+def _write(path: Path, lines: list[bytes]) -> Path:
+    raw = b"".join(lines)
+    path.write_bytes(gzip.compress(raw) if path.suffix == ".gz" else raw)
+    return path
+
+
+@pytest.mark.parametrize("name", ["tracking.log", "tracking.log-20240110.gz"])
+def test_one_bad_byte_is_one_bad_record_at_its_true_line(tmp_path: Path, name: str) -> None:
+    """A 0xFF in line 150 (a text-mode reader decoding 8 KiB at a time named line 143 and stopped)."""
+    lines = _play_lines(300)
+    lines[149] = lines[149].replace(b"video number", b"video \xffnumber")
+    path = _write(tmp_path / name, lines)
+    store = EventStore(f"sqlite:///{tmp_path / 'events.db'}")
+    with pytest.raises(RecordError) as info:
+        store.import_file(path, EdxImporter())
+    column = lines[149].index(b"\xff") + 1
+    assert str(info.value) == f"{path}:150: not UTF-8 text: byte 0xff at column {column} (invalid start byte)"
+    assert store.count() == 0
+    report = store.import_file(path, EdxImporter(), skip_bad=True)
+    assert (report.inserted, report.rejected) == (299, 1) and [e.line for e in report.errors] == [150]
+    assert sorted(e.fields["video_id"] for e in store.events()) == sorted(
+        f"video number {i}" for i in range(300) if i != 149
+    )
+
+
+def test_scattered_corrupt_bytes_each_cost_only_their_own_line(tmp_path: Path) -> None:
+    """20 random bytes (0x80-0xFF) written over ASCII in 20 random lines: 20 bad records, 380 events."""
+    rng = random.Random(20)
+    lines = _play_lines(400)
+    hit = sorted(rng.sample(range(400), 20))
+    for index in hit:
+        line = bytearray(lines[index])
+        line[rng.randrange(len(line) - 1)] = rng.randrange(0x80, 0x100)  # never the line end
+        lines[index] = bytes(line)
+    path = _write(tmp_path / "tracking.log", lines)
+    events, errors, _ = parse(path)
+    assert [e.line for e in errors] == [i + 1 for i in hit]
+    assert all(e.reason.startswith("not UTF-8 text: byte 0x") for e in errors)
+    assert len(events) == 380
+
+
+def test_a_line_cut_short_keeps_its_position(tmp_path: Path) -> None:
+    lines = _play_lines(3)
+    lines[2] = lines[2][:90]  # the export stopped inside the last line
+    path = _write(tmp_path / "tracking.log", lines)
+    events, errors, _ = parse(path)
+    assert len(events) == 2
+    assert [(e.line, e.reason) for e in errors] == [
+        (3, "invalid JSON at column 84: Unterminated string starting at "
+            "(the line ends at column 90, inside a value: cut short?)")
+    ]
+
+
+def test_a_truncated_gzip_log_names_the_line_its_data_stops_in(tmp_path: Path) -> None:
+    lines = _play_lines(3000)
+    whole = gzip.compress(b"".join(lines))
+    path = tmp_path / "tracking.log-20240110.gz"
+    path.write_bytes(whole[: len(whole) // 2])  # a download cut short
+    with gzip.open(path, "rb") as fh:  # how much decompresses, the standard library's way
+        kept = bytearray()
+        with pytest.raises(EOFError):
+            while piece := fh.read1(1 << 12):
+                kept += piece
+    stops_in = kept.count(b"\n") + 1
+    assert 1 < stops_in < 3000
+    items = []
+    with pytest.raises(RecordError) as info:
+        for item in EdxImporter().parse(path):
+            items.append(item)
+    message = f"{path}:{stops_in}: cannot read on from this line: Compressed file ended"
+    assert str(info.value).startswith(message)
+    assert len(items) == stops_in - 1 and all(isinstance(i, Event) for i in items)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def test_search_sample_json(activity: Path) -> None:
     assert isinstance(visited.fields["url"], Text)
     assert "query" not in visited.fields and "location_source" not in visited.fields
     assert searched.fields == {
-        "product": "Search", "title": Text('Searched for "myactivity" google export'),
+        "product": "Search", "header": "Search", "title": Text('Searched for "myactivity" google export'),
         "action": "Searched", "query": Text('"myactivity" google export'),
         "url": Text("https://www.google.com/search?q=%22myactivity%22+google+export"),
         "location_source": "From your places (Home)",
@@ -79,7 +80,8 @@ def test_html_us_export_with_locations_ads_and_offsets() -> None:
     # 3:04:05 PM PST = 15:04:05 − 8 h → 23:04:05 UTC
     assert weather.timestamp == datetime(2020, 1, 5, 23, 4, 5, tzinfo=UTC)
     assert weather.fields == {
-        "product": "Search", "title": Text("Searched for weather zurich"), "action": "Searched",
+        "product": "Search", "header": "Search", "title": Text("Searched for weather zurich"),
+        "action": "Searched",
         "query": Text("weather zurich"), "url": Text("https://www.google.com/search?q=weather+zurich"),
         "location_source": "From your places (Home)",
         "location_lat": 37.773692, "location_lng": -122.429737,
@@ -163,3 +165,59 @@ def test_store_import_reimport_rollback_and_skip_bad(activity: Path, tmp_path: P
     assert again.duplicate == 2
     assert store.count(type="youtube") == 1
     store.close()
+
+
+def test_the_type_comes_from_products_and_the_header_is_kept(tmp_path: Path) -> None:
+    """A real Ads export: every record says products ["Ads"], the headers name the site or app."""
+    records = [
+        {"header": header, "title": f"Viewed an ad from {header}", "time": f"2021-03-0{i + 1}T10:00:00Z",
+         "products": ["Ads"], "details": [{"name": "From Google Ads"}]}
+        for i, header in enumerate(["youtube.com", "AirBattery", "Ads"])
+    ] + [
+        {"header": "Google Play Music", "title": "Listened to Song", "time": "2021-03-05T10:00:00Z",
+         "products": ["Google Play Music"]},
+        {"header": "Play Music", "title": "Listened to Song 2", "time": "2021-03-06T10:00:00Z",
+         "products": ["Google Play Music"]},
+        {"header": "Maps", "title": "Viewed area", "time": "2021-03-07T10:00:00Z"},  # no products
+        {"title": "Searched for x", "time": "2021-03-08T10:00:00Z", "products": []},  # neither
+    ]
+    path = tmp_path / "Ads" / "My Activity.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(records))
+    items = _items(path)
+    assert [e.type for e in items] == ["ads"] * 3 + ["google_play_music"] * 2 + ["maps", "ads"]
+    assert [e.fields.get("header") for e in items] == [
+        "youtube.com", "AirBattery", "Ads", "Google Play Music", "Play Music", "Maps", None
+    ]
+    assert [e.fields["product"] for e in items][:3] == ["Ads"] * 3
+    records[0]["products"] = "Ads"
+    path.write_text(json.dumps(records))
+    assert reject_reasons(_items(path)[:1], path) == [":1 [[0]]: 'products' is a str, not a list"]
+
+
+def test_html_type_from_the_products_caption(tmp_path: Path) -> None:
+    page = (FIX / "search_us.html").read_text()
+    assert page.count('<p class="mdl-typography--title">Search<br></p>') == 3
+    path = tmp_path / "page.html"
+    path.write_text(page.replace('<p class="mdl-typography--title">Search<br></p>',
+                                 '<p class="mdl-typography--title">www.example.com<br></p>', 1))
+    first, *rest = _items(path)
+    assert first.type == "search" and first.fields["header"] == "www.example.com"
+    assert [e.type for e in rest] == ["search", "search"]
+
+
+def test_a_real_pages_inline_css_does_not_hide_it_from_detection(tmp_path: Path) -> None:
+    """Google's stylesheet pushes the first record to byte 141,460: past any 4 KiB head."""
+    page = (FIX / "search_us.html").read_text()
+    css = "".join(f".mdl-cell--{i}-col{{width:calc({i}% - 16px)}}\n" for i in range(4000))
+    big = page.replace("<style type=\"text/css\">", "<style type=\"text/css\">" + css, 1)
+    path = tmp_path / "Search-activity.html"  # not called My Activity
+    path.write_text(big)
+    assert big.index('class="outer-cell') > 141_460
+    importer = GoogleActivityImporter()
+    assert importer.detect(path) == 0.95
+    assert [e.type for e in _items(path)] == ["search"] * 3
+    # Bounded: a page whose first record lies past HTML_DETECT_BYTES is not claimed by its content.
+    filler = "<!--" + "x" * (1 << 20) + "-->"
+    path.write_text(big.replace("<body>", "<body>" + filler, 1))
+    assert importer.detect(path) == 0.0

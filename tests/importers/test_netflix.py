@@ -116,3 +116,19 @@ def test_store_round_trip_reimport_rollback_and_skip_bad(tmp_path: Path) -> None
     good, bad = FIX / "ViewingActivity.csv", FIX / "bad" / "ViewingActivity.csv"
     _, _, report = check_store_round_trip(store, imp, good, 4, bad, r":3: Start Time", (2, 5))
     assert [e.line for e in report.errors] == [3, 4, 5, 6, 8]
+
+
+def test_a_latin1_byte_in_a_data_row_is_that_rows_bad_record(tmp_path: Path) -> None:
+    """Once reported as 'unreadable CSV header ... position 5610': a cp1252 byte 5.6 KB into the file."""
+    header, row = (FIX / "ViewingActivity.csv").read_bytes().splitlines(keepends=True)[:2]
+    rows = [row.replace(b"20:15:33", f"20:15:{i % 60:02d}".encode()) for i in range(40)]
+    rows[29] = rows[29].replace(b"Pilot", b"Pilot \xe0 Paris")
+    path = tmp_path / "ViewingActivity.csv"
+    path.write_bytes(header + b"".join(rows))
+    assert path.read_bytes().index(b"\xe0") > 4096
+    items = _parse(path)
+    column = rows[29].index(b"\xe0") + 1
+    assert reject_reasons(rejects(items), path) == [
+        f":31: not UTF-8 text: byte 0xe0 at column {column} (invalid continuation byte)"
+    ]
+    assert len([i for i in items if isinstance(i, Event)]) == 39
