@@ -896,17 +896,18 @@ def token_batch_request(
     identity: Identity,
     token_key: bytes,
     slots: Sequence[bytes],
-    rng: np.random.Generator | None = None,
     *,
     signer: Identity | None = None,
 ) -> tuple[TokenBatchRequest, TokenRequest]:
     """Blind one fresh nonce per slot under ``token_key`` and sign the batch (RFC 9497 blinding).
 
+    Nonces and blinds always come from the OS CSPRNG (no generator parameter).
+
     Returns the batch, signed by ``signer`` (default ``identity``, the requester it names), and
     the pending request that turns the aggregator's :class:`TokenBatchResponse` into tokens
     (:func:`anonml.crypto.finalize_tokens`).
     """
-    pending = request_token_batch(TokenPublicKey(bytes(token_key)), slots, rng)
+    pending = request_token_batch(TokenPublicKey(bytes(token_key)), slots)
     unsigned = TokenBatchRequest(
         problem_id=problem_id,
         identity=bytes(identity.public),

@@ -33,7 +33,7 @@ from peer.features import LocalPrediction, predict_locally
 from peer.host import PeerHost, committed_epsilon, release_marks, shuffle_bounds
 from peer.participant import PeerNode
 from peer.phases import ParticipationPhase
-from peer.policy import evaluate_problem
+from peer.policy import admission_text, evaluate_problem
 
 __all__ = [
     "SourceRow",
@@ -152,11 +152,6 @@ def proposal_cards(host: PeerHost, node: PeerNode) -> list[ProposalCard]:
             features.append((spec.name, spec.kind.value, shown))
         median = d.median_epsilon if d.median.pool_fraction > 0 and d.numeric_features else None
         pool = d.median_pool_size(d.min_peers)
-        if d.admission.mode == "open":
-            admission = "open: anyone may register"
-        else:
-            issuer = bytes(d.admission.issuer or b"").hex()[:16]
-            admission = f"credentials of issuer {issuer}… for scope {d.admission.scope}"
         cards.append(
             ProposalCard(
                 problem=problem,
@@ -170,7 +165,7 @@ def proposal_cards(host: PeerHost, node: PeerNode) -> list[ProposalCard]:
                 anonymity_set=(d.min_peers - pool) // d.kp,
                 epsilon_text=epsilon_sentence(d.epsilon),
                 witnesses=[bytes(w.identity).hex()[:16] + "…" for w in d.witnesses],
-                admission=admission,
+                admission=admission_text(problem),
             )
         )
     return cards

@@ -168,8 +168,12 @@ class PeerNode:
         return Vault(self.identity)
 
     def new_round_relay_key(self, round_id: int) -> tuple[bytes, RoundRelayKey, RelayKeyCertificate]:
-        """A fresh round relay key, its certificate, and its secret sealed for the state DB."""
-        secret = self.rng.bytes(32) if self.rng is not None else nacl.utils.random(32)
+        """A fresh round relay key, its certificate, and its secret sealed for the state DB.
+
+        The secret comes from the OS CSPRNG even in a seeded simulation (``rng`` drives only
+        simulated choices): whoever knew the seed could otherwise peel every onion layer.
+        """
+        secret = nacl.utils.random(32)
         key = RoundRelayKey(round_id, secret)
         return self.vault.seal(secret), key, self.identity.certify_relay_key(round_id, key.public_key)
 
@@ -781,13 +785,13 @@ class Participant:
             payloads = self._reports(bins, roster)
         else:
             payloads = [None] * bins.slots_per_peer
-        packets = []
+        packets = []  # onion keys from the OS CSPRNG, never from the simulation's seeded rng
         preparation = self.prepare_round()
         destination = _node_id(bytes(self.problem.aggregator))
         for payload, path in zip(payloads, preparation.paths, strict=True):
             if payload is None:
                 packet = build_cover_packet(
-                    list(path), round_id=self.problem.round_id, destination=destination, rng=self.node.rng
+                    list(path), round_id=self.problem.round_id, destination=destination
                 )
             else:
                 redemption, report = payload
@@ -797,7 +801,6 @@ class Participant:
                     report,
                     round_id=self.problem.round_id,
                     destination=destination,
-                    rng=self.node.rng,
                 )
             first = roster.view.routes[path[0].node_id]
             packets.append((send_time(schedule, self.node.rng), first, packet))
@@ -836,7 +839,6 @@ class Participant:
                         bytes(roster.view.roster.token_key),
                         roster.assignment.index,
                         self.client.tokens,
-                        self.node.rng,
                     )
                 )
             except CryptoError as exc:

@@ -57,7 +57,14 @@ from anonml.plugins import Featurizer, Instancer, PluginRef, create
 from anonml.protocol import MAX_LABEL_CLASSES, Problem
 from peer.transcript import trust_refusal
 
-__all__ = ["PeerPolicy", "Decision", "evaluate_problem", "load_plugins", "check_roster_floors"]
+__all__ = [
+    "PeerPolicy",
+    "Decision",
+    "evaluate_problem",
+    "load_plugins",
+    "check_roster_floors",
+    "admission_text",
+]
 
 
 class PeerPolicy(BaseModel):
@@ -352,3 +359,21 @@ def check_roster_floors(problem: Problem, n_members: int, median_pool_size: int,
             f"{median_pool_size}) / k_p={draft.kp}), fewer than this peer's anonymity floor of "
             f"{policy.min_anonymity_set}"
         )
+
+
+def admission_text(problem: Problem) -> str:
+    """Who may register, in the words a person deciding should read — with what open admission costs.
+
+    With open registration the aggregator may register as many fake peers as it
+    likes; if they fill a person's partition, the shuffle's amplification is gone
+    and only the local ε of the reports protects that person (``docs/threat-model.md``,
+    "Admission and Sybils"). The proposals page and ``anonml peer proposals`` both say so.
+    """
+    d = problem.draft
+    if d.admission.mode == "open":
+        return (
+            "open: anyone may register — the aggregator too, as many fake peers as it likes; if they "
+            f"surround you in your partition, only your local ε = {d.epsilon:g} protects you"
+        )
+    issuer = bytes(d.admission.issuer or b"").hex()[:16]
+    return f"credentials of issuer {issuer}… for scope {d.admission.scope}"

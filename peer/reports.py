@@ -60,9 +60,12 @@ def fetch_tokens(
     token_key: bytes,
     partition: int,
     issue: Callable[[TokenBatchRequest], TokenBatchResponse],
-    rng: np.random.Generator | None = None,
 ) -> list[Token]:
     """Blind one nonce per slot of ``partition``, have ``issue(batch)`` evaluate, unblind.
+
+    Nonces and blinds come from the OS CSPRNG, never from a simulation's seeded
+    generator: a seeded blind would let anyone who knows the seed link the token
+    to its issuance.
 
     Token ``k`` is for ``report_slot(problem, partition, k)``: the report of
     subset ``k`` of that partition, and nothing else (the intake checks it).
@@ -72,7 +75,7 @@ def fetch_tokens(
     against ``token_key`` (the aggregator used another key: a tagging attempt).
     """
     slots = [report_slot(problem.id, partition, k) for k in range(problem.draft.kh)]
-    batch, pending = token_batch_request(problem.id, identity, token_key, slots, rng)
+    batch, pending = token_batch_request(problem.id, identity, token_key, slots)
     answer: TokenBatchResponse = issue(batch)
     if len(answer.evaluated) != len(slots):
         raise ProtocolError(f"asked {len(slots)} tokens, got {len(answer.evaluated)}")

@@ -314,7 +314,7 @@ def proposals(aggregator: AggregatorOption = None, as_json: JsonOption = False) 
     """
     from anonml.protocol import Problem
     from peer.host import committed_epsilon, discover
-    from peer.policy import evaluate_problem
+    from peer.policy import admission_text, evaluate_problem
 
     with expected_errors(), _read_only(create_db=bool(aggregator)) as local:
         settings = local.settings
@@ -350,6 +350,7 @@ def proposals(aggregator: AggregatorOption = None, as_json: JsonOption = False) 
                     "featurizer": d.featurizer.name,
                     "features": [f.name for f in d.features],
                     "deadline": d.schedule.registration_deadline.isoformat(),
+                    "admission": admission_text(problem),
                     "decision": verdict,
                     "reason": reason,
                     "status": view.status,
@@ -372,6 +373,9 @@ def proposals(aggregator: AggregatorOption = None, as_json: JsonOption = False) 
             untrusted(r["status"] or "", 32),
         )
     out.print(table)
+    for r in rows:
+        if r["admission"].startswith("open"):
+            err.print(f"{untrusted(r['id'], 64)}: admission {r['admission']}", highlight=False)
 
 
 @app.command()

@@ -57,6 +57,9 @@ def test_markup_and_escape_sequences_in_titles_print_as_plain_text(
         assert "A" * 79 + "…" in text and "A" * 80 not in text  # titles are cut at 80 characters
     listed = json.loads(_anonml(home, "peer", "proposals", "--json").stdout)
     assert sorted(r["title"] for r in listed) == sorted(titles)  # the data itself is kept as sent
+    # Open registration: the person is told, where they decide, what it costs (issue 24, item 12).
+    assert all("fake peers" in r["admission"] and "only your local ε" in r["admission"] for r in listed)
+    assert shown.stderr.count("as many fake peers as it likes") == len(titles)
 
 
 @pytest.mark.slow

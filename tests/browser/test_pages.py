@@ -134,6 +134,8 @@ def _person_accepts(dash: Page, pid: str, draft: ProblemDraft, hostile: Problem)
         "[0, 600], 2 bins",
         f"{draft.hops} relays per report",
         "open: anyone may register",
+        "as many fake peers as it likes",
+        "only your local ε = 2 protects you",
         "waiting for 'anonml peer accept'",
         f"at most {np.exp(2.0):.3g} times",
     ):
