@@ -1,0 +1,89 @@
+"""The real samples of tests/importers/samples: registration, detection by every importer, the check.
+
+Every importer named in pyproject.toml's entry points is loaded from there
+(so this holds before the package is reinstalled); each sample must be
+claimed by its own importer alone (the generic CSV mapping says 0.05 for any
+CSV), every new importer must say 0 for the shared samples of the other
+formats, and ``anonml importer check`` must find the sample clean and
+idempotent.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib.metadata import EntryPoint
+from pathlib import Path
+
+import pytest
+
+from anonml.detection import DEFAULT_MIN_CONFIDENCE
+from anonml.importer_kit import check_importer
+from anonml.plugins import Importer, PluginParams
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = Path(__file__).parent / "samples"
+# Sample (under tests/importers/samples/) -> the importer whose format it is.
+OWNERS = {
+    "gpx/around-visnjan-with-car.gpx": "gpx",
+    "tcx/sup_activity_1.tcx": "tcx",
+    "fit/garmin-fenix-5-run.fit": "fit",
+}
+NEW = sorted(set(OWNERS.values()))
+# Upstream's own reading of a sample, kept as a test reference: no importer's format.
+REFERENCES = {"fit/garmin-fenix-5-run-records.csv"}
+
+
+def _importers() -> dict[str, type[Importer]]:
+    with open(REPO / "pyproject.toml", "rb") as fh:
+        table = tomllib.load(fh)["project"]["entry-points"]["anonml.importers"]
+    return {
+        name: EntryPoint(name=name, value=value, group="anonml.importers").load()
+        for name, value in table.items()
+    }
+
+
+IMPORTERS = _importers()
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_new_importers_are_registered_as_proper_plugins(name: str) -> None:
+    cls = IMPORTERS[name]
+    assert issubclass(cls, Importer) and cls.name == name and cls.version
+    assert issubclass(cls.Params, PluginParams)
+    assert cls.Params.model_config.get("frozen") is True and cls.Params.model_config.get("extra") == "forbid"
+    assert cls.description and cls.patterns
+
+
+def test_every_sample_has_its_source_and_licence() -> None:
+    sources = (SAMPLES / "SOURCES.md").read_text(encoding="utf-8")
+    files = {p.relative_to(SAMPLES).as_posix() for p in SAMPLES.rglob("*") if p.is_file()}
+    data = {f for f in files if not f.startswith("LICENSES/") and f != "SOURCES.md"}
+    assert data == set(OWNERS) | REFERENCES
+    assert all(f"`{f}`" in sources for f in data)
+    assert any(p.is_file() for p in (SAMPLES / "LICENSES").iterdir())
+
+
+@pytest.mark.parametrize("sample", sorted(OWNERS))
+def test_a_sample_is_claimed_by_its_own_importer_only(sample: str) -> None:
+    path = SAMPLES / sample
+    scores = {name: cls().detect(path) for name, cls in IMPORTERS.items()}
+    owner = OWNERS[sample]
+    assert scores.pop(owner) >= DEFAULT_MIN_CONFIDENCE
+    weak = {"csv": 0.05} if path.suffix == ".csv" else {}
+    assert scores == {name: weak.get(name, 0.0) for name in scores}
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_new_importers_claim_no_shared_sample(name: str, samples_dir: Path) -> None:
+    importer = IMPORTERS[name]()
+    files = [p for p in samples_dir.rglob("*") if p.is_file()]
+    assert files
+    assert {str(p): importer.detect(p) for p in files} == {str(p): 0.0 for p in files}
+
+
+@pytest.mark.parametrize("sample", sorted(OWNERS))
+def test_importer_check_finds_the_sample_clean_and_idempotent(sample: str) -> None:
+    report = check_importer(SAMPLES / sample, IMPORTERS[OWNERS[sample]]())
+    assert report.fatal is None and report.rejects == []
+    assert report.first_import_added == report.events > 0
+    assert report.second_import_added == 0 and report.idempotent is True
