@@ -27,6 +27,8 @@ OWNERS = {
     "gpx/around-visnjan-with-car.gpx": "gpx",
     "tcx/sup_activity_1.tcx": "tcx",
     "fit/garmin-fenix-5-run.fit": "fit",
+    "twitter/tweet.js": "twitter",
+    "twitter/account.js": "twitter",
 }
 NEW = sorted(set(OWNERS.values()))
 # Upstream's own reading of a sample, kept as a test reference: no importer's format.
