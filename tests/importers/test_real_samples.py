@@ -29,6 +29,11 @@ OWNERS = {
     "fit/garmin-fenix-5-run.fit": "fit",
     "twitter/tweet.js": "twitter",
     "twitter/account.js": "twitter",
+    "whatsapp/WhatsApp Chat with ShortChat.txt": "whatsapp",
+}
+# The params a sample needs (a zone for local times, a day/month order the file leaves open).
+PARAMS: dict[str, dict[str, object]] = {
+    "whatsapp/WhatsApp Chat with ShortChat.txt": {"timezone": "Europe/Zurich", "date_order": "dmy"},
 }
 NEW = sorted(set(OWNERS.values()))
 # Upstream's own reading of a sample, kept as a test reference: no importer's format.
@@ -85,7 +90,7 @@ def test_new_importers_claim_no_shared_sample(name: str, samples_dir: Path) -> N
 
 @pytest.mark.parametrize("sample", sorted(OWNERS))
 def test_importer_check_finds_the_sample_clean_and_idempotent(sample: str) -> None:
-    report = check_importer(SAMPLES / sample, IMPORTERS[OWNERS[sample]]())
+    report = check_importer(SAMPLES / sample, IMPORTERS[OWNERS[sample]](PARAMS.get(sample)))
     assert report.fatal is None and report.rejects == []
     assert report.first_import_added == report.events > 0
     assert report.second_import_added == 0 and report.idempotent is True
