@@ -37,7 +37,7 @@ PARAMS: dict[str, dict[str, object]] = {
 }
 # The importers added for issue 28 (some verified on hand-written fixtures only: no redistributable
 # real export was found for them).
-NEW = sorted({*OWNERS.values(), "chrome_takeout", "reddit"})
+NEW = sorted({*OWNERS.values(), "chrome_takeout", "reddit", "facebook", "instagram"})
 # Upstream's own reading of a sample, kept as a test reference: no importer's format.
 REFERENCES = {"fit/garmin-fenix-5-run-records.csv"}
 
