@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 from pathlib import Path
+from xml.etree import ElementTree
 
 import gpxpy
 import gpxpy.geo
@@ -18,6 +19,8 @@ from importers.gpx import GpxImporter
 from tests.importers.helpers import check_store_round_trip, only_events, parse_failure, reject_reasons
 
 SAMPLE = Path(__file__).parent / "samples" / "gpx" / "around-visnjan-with-car.gpx"
+APPLE = Path(__file__).parent / "samples" / "gpx" / "route_2019-06-11_3.00pm.gpx"
+GPX11 = "{http://www.topografix.com/GPX/1/1}"
 FIX = Path(__file__).parent / "fixtures" / "gpx"
 
 
@@ -52,6 +55,21 @@ def test_real_track_matches_gpxpy_point_by_point() -> None:
     steps = [b.elevation - a.elevation for a, b in zip(segment.points, segment.points[1:], strict=False)]
     assert activity.fields["ascent_m"] == pytest.approx(sum(s for s in steps if s > 0), abs=1e-3)
     assert activity.fields["descent_m"] == pytest.approx(-sum(s for s in steps if s < 0), abs=1e-3)
+
+
+def test_real_apple_health_route_matches_an_element_tree_reading() -> None:
+    points = [e for e in only_events(_parse(APPLE)) if e.type == "track_point"]
+    trkpts = list(ElementTree.parse(APPLE).getroot().iter(f"{GPX11}trkpt"))
+    assert len(points) == len(trkpts) == 3
+    for event, trkpt in zip(points, trkpts, strict=True):
+        when = datetime.strptime(trkpt.findtext(f"{GPX11}time") or "", "%Y-%m-%dT%H:%M:%SZ")
+        assert event.timestamp == when.replace(tzinfo=UTC)
+        assert event.fields == {
+            "lat": float(trkpt.get("lat") or "nan"),
+            "lon": float(trkpt.get("lon") or "nan"),
+            "elevation_m": float(trkpt.findtext(f"{GPX11}ele") or "nan"),
+            "speed_mps": float(trkpt.findtext(f"{GPX11}extensions/{GPX11}speed") or "nan"),  # bare element
+        }
 
 
 def test_points_param_false_keeps_only_the_totals() -> None:

@@ -25,6 +25,7 @@ SAMPLES = Path(__file__).parent / "samples"
 # Sample (under tests/importers/samples/) -> the importer whose format it is.
 OWNERS = {
     "gpx/around-visnjan-with-car.gpx": "gpx",
+    "gpx/route_2019-06-11_3.00pm.gpx": "gpx",
     "tcx/sup_activity_1.tcx": "tcx",
     "fit/garmin-fenix-5-run.fit": "fit",
     "twitter/tweet.js": "twitter",
