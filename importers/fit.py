@@ -15,7 +15,10 @@ the SDK.
 Timestamps and timezones
 ------------------------
 FIT times count seconds from 1989-12-31T00:00:00Z and are UTC; fitdecode
-returns them as aware UTC datetimes. ``local_timestamp`` is not used.
+returns them as aware UTC datetimes. A value below ``0x10000000`` is the
+profile's "system time" (seconds since the device was switched on), which no
+zone turns into a date: such a record is refused. ``local_timestamp`` is not
+used.
 
 Events
 ------
@@ -25,13 +28,14 @@ degrees), ``elevation_m`` (``enhanced_altitude`` or ``altitude``),
 (``enhanced_speed`` or ``speed``), ``power_w``, ``temperature_c``, ``sport``
 (of the file's ``sport`` message, when it comes first).
 
-``lap`` (one per ``lap``, at its ``start_time``): ``lap`` (its
+``lap`` (one per ``lap``, at its ``start_time``, or, when a device left
+that out, at its ``timestamp`` (the lap's end) less ``total_elapsed_time``): ``lap`` (its
 ``message_index``), ``sport``, ``duration_s`` (``total_elapsed_time``),
 ``timer_s`` (``total_timer_time``), ``distance_m``, ``calories``,
 ``avg_heart_rate``, ``max_heart_rate``, ``max_speed_mps``, ``ascent_m``,
 ``descent_m``, ``trigger`` (``lap_trigger``).
 
-``activity`` (one per ``session``, at its ``start_time``): the lap's fields
+``activity`` (one per ``session``, at its start as a lap's): the lap's fields
 (``trigger`` from ``trigger``) plus ``sub_sport``, ``laps`` (``num_laps``)
 and ``device`` (``<manufacturer> <product>`` of ``file_id``).
 
@@ -43,15 +47,19 @@ A message without its time, or with a value of the wrong kind, is yielded as
 ``RecordError(path, None, reason, record="record[3] at byte 1234")``. A file
 that is not FIT (bad header) raises ``RecordError``; a truncated file, a
 malformed message or a CRC mismatch is yielded as a ``RecordError`` naming the
-byte offset, and ends the parse (what was read before it stands).
+byte offset, and ends the parse (what was read before it stands). A
+definition declaring a field of impossible size (a firmware bug seen on Coros
+watches) does not end it: fitdecode reads that field as raw bytes, and only a
+record that needs it here is refused.
 """
 
 from __future__ import annotations
 
 import gzip
+import warnings
 import zlib
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -124,20 +132,38 @@ def _value(raw: Any, kind: object, name: str) -> object:
 def _fields(message: fitdecode.FitDataMessage, table: tuple[tuple[str, str, object], ...]) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for fit_name, name, kind in table:
-        if name in fields or not message.has_field(fit_name):
+        if name in fields:
             continue
-        raw = message.get_value(fit_name, fallback=None)
+        raw = _get(message, fit_name)
         if raw is None or isinstance(raw, tuple):  # invalid marker, or an array this table does not read
             continue
         fields[name] = _value(raw, kind, fit_name)
     return fields
 
 
+def _get(message: fitdecode.FitDataMessage, name: str) -> Any:
+    """The decoded value of field ``name``, ``None`` when absent or invalid."""
+    return message.get_value(name, fallback=None) if message.has_field(name) else None
+
+
 def _time(message: fitdecode.FitDataMessage, name: str) -> datetime:
-    raw = message.get_value(name, fallback=None) if message.has_field(name) else None
+    raw = _get(message, name)
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        # fitdecode leaves a date_time below 0x10000000 as a number: the profile's "system time"
+        raise ValueError(f"{name}: {raw} counts seconds from the device's power-on, not a UTC time")
     if not isinstance(raw, datetime):
         raise ValueError(f"missing {name}")
     return raw.astimezone(UTC)
+
+
+def _lap_start(message: fitdecode.FitDataMessage) -> datetime:
+    """``start_time``; without it, the lap's end (``timestamp``) less ``total_elapsed_time``."""
+    if _get(message, "start_time") is not None:
+        return _time(message, "start_time")
+    elapsed = _get(message, "total_elapsed_time")
+    if not isinstance(elapsed, int | float) or isinstance(elapsed, bool):
+        raise ValueError("missing start_time (and no timestamp with total_elapsed_time to derive it)")
+    return _time(message, "timestamp") - timedelta(seconds=elapsed)
 
 
 class FitImporter(Importer):
@@ -171,13 +197,17 @@ class FitImporter(Importer):
             reader = fitdecode.FitReader(
                 fh,
                 check_crc=fitdecode.CrcCheck.RAISE,
-                error_handling=fitdecode.ErrorHandling.RAISE,
+                error_handling=fitdecode.ErrorHandling.WARN,
                 keep_raw_chunks=True,
             )
             frames = iter(reader)
             while True:
                 try:
-                    frame = next(frames)
+                    with warnings.catch_warnings():
+                        # A definition field of an impossible size (a firmware bug) is read as raw
+                        # bytes and warned about; a record that needs such a field is refused below.
+                        warnings.simplefilter("ignore")
+                        frame = next(frames)
                 except StopIteration:
                     return
                 except fitdecode.FitHeaderError as exc:
@@ -214,13 +244,10 @@ class FitImporter(Importer):
                     yield RecordError(path, None, str(exc), record=f"{kind}[{index}] at byte {offset}")
 
     def _device(self, message: fitdecode.FitDataMessage) -> str | None:
-        def get(name: str) -> object:
-            return message.get_value(name, fallback=None) if message.has_field(name) else None
-
-        maker = get("manufacturer")
-        product = get("garmin_product")  # the product subfield a Garmin file names
+        maker = _get(message, "manufacturer")
+        product = _get(message, "garmin_product")  # the product subfield a Garmin file names
         if product is None:
-            product = get("product")
+            product = _get(message, "product")
         parts = [str(part) for part in (maker, product) if part is not None]
         return " ".join(parts) or None
 
@@ -234,7 +261,7 @@ class FitImporter(Importer):
         return Event(source=self.name, type="track_point", timestamp=when, fields=fields)
 
     def _summary(self, message: fitdecode.FitDataMessage, kind: str, device: str | None) -> Event:
-        when = _time(message, "start_time")
+        when = _lap_start(message)
         fields = _fields(message, _SUMMARY)
         if kind == "lap":
             fields.pop("laps", None)

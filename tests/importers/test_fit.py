@@ -15,7 +15,7 @@ from fitdecode.utils import compute_crc
 from anonml.errors import RecordError
 from anonml.model import Event
 from anonml.store import EventStore
-from importers.fit import SEMICIRCLE_DEG, FitImporter
+from importers.fit import SEMICIRCLE_DEG, FitImporter, _lap_start
 from tests.importers.helpers import only_events, parse_failure, reject_reasons
 
 SAMPLES = Path(__file__).parent / "samples" / "fit"
@@ -110,6 +110,40 @@ def test_damaged_files(tmp_path: Path) -> None:
     text = tmp_path / "notes.fit"
     text.write_text("not a FIT file at all\n")
     assert parse_failure(FitImporter(), text).startswith(f"{text}: not a FIT file: ")
+
+
+def test_device_relative_times_are_refused_not_guessed() -> None:
+    path = SAMPLES / "compressed-speed-distance.fit"  # a Garmin Forerunner 70 that never learned the date
+    items = _parse(path)
+    assert items and all(isinstance(i, RecordError) for i in items)
+    assert len(items) == 767  # 755 records, 11 laps, 1 session
+    assert reject_reasons(items[:1], path) == [
+        " [session[0] at byte 160]: start_time: 17217864 counts seconds from the device's power-on, "
+        "not a UTC time"
+    ]
+    assert all("power-on" in str(i) for i in items)
+
+
+class _Message:
+    """What :func:`importers.fit._lap_start` reads of a FIT message: named field values."""
+
+    def __init__(self, **values: object) -> None:
+        self.values = values
+
+    def has_field(self, name: str) -> bool:
+        return name in self.values
+
+    def get_value(self, name: str, fallback: object = None) -> object:
+        return self.values.get(name, fallback)
+
+
+def test_a_lap_without_start_time_starts_its_elapsed_time_before_its_end() -> None:
+    end = datetime(2020, 9, 12, 12, 30, tzinfo=UTC)
+    lap = _Message(timestamp=end, total_elapsed_time=90.5)
+    assert _lap_start(lap) == datetime(2020, 9, 12, 12, 28, 29, 500000, tzinfo=UTC)  # type: ignore[arg-type]
+    assert _lap_start(_Message(start_time=end, timestamp=end)) == end  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="missing start_time"):
+        _lap_start(_Message(timestamp=end))  # type: ignore[arg-type]
 
 
 def test_detect(tmp_path: Path) -> None:
