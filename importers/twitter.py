@@ -1,4 +1,4 @@
-"""Twitter/X archive: ``data/tweets.js`` (and ``tweet.js``, its parts, ``deleted-tweets.js``), ``account.js``.
+"""Twitter/X archive: ``data/tweets.js`` (``tweet.js``, parts, deleted), direct messages, ``account.js``.
 
 Format
 ------
@@ -26,12 +26,21 @@ Archives before 2022 name the file ``tweet.js`` and the global
 ``{"tweet": ...}`` wrapper. Large archives split into ``tweets-part1.js``…
 (``YTD.tweets.part1``). ``deleted-tweets.js`` (``YTD.deleted_tweets``) has
 the same objects plus ``deleted_at``. ``account.js`` (``YTD.account``) holds
-one ``{"account": {"createdAt", "createdVia", ...}}``.
+one ``{"account": {"createdAt", "createdVia", ...}}``. ``direct-messages.js``
+(``YTD.direct_messages``; group chats ``direct-messages-group.js``,
+``YTD.direct_messages_group``) holds conversations::
+
+    {"dmConversation": {"conversationId": "2815014648-1964312974236991488",
+      "messages": [{"messageCreate": {"senderId": "1964312974236991488", "recipientId": "2815014648",
+        "text": "hey", "createdAt": "2026-01-25T19:33:24.183Z", "mediaUrls": [ ], "urls": [ ],
+        "reactions": [ ], "editHistory": [ ], "id": "2015508318568001704"}},
+       {"joinConversation": {...}}]}}
 
 Timestamps and timezones
 ------------------------
-``created_at`` is Twitter's ``%a %b %d %H:%M:%S %z %Y`` with an explicit
-``+0000``; ``deleted_at`` and ``createdAt`` are ISO 8601 with ``Z``.
+``created_at`` and ``deleted_at`` are Twitter's ``%a %b %d %H:%M:%S %z
+%Y`` with an explicit ``+0000``; ``createdAt`` is ISO 8601 with ``Z``. Each
+is read in either form.
 
 Events
 ------
@@ -43,16 +52,24 @@ Events
 entity counts); from ``deleted-tweets.js`` also ``deleted`` (true) and
 ``deleted_at`` (datetime).
 
+``direct_message`` at ``createdAt`` (one per ``messageCreate``; joins, leaves
+and renames are not messages): ``group`` (bool: a group chat), ``chars``,
+``words``, ``media`` (bool), ``urls``, ``reactions`` (int), ``sent`` (bool,
+when ``Params.account_id`` is your id), and ``text`` (text) only with
+``Params.text``: message bodies are not stored by default. Sender and
+recipient ids are never stored.
+
 ``account_created`` at ``createdAt``: ``created_via`` (category). The e-mail
 address, user name and display name are never stored.
 
-Other archive files (likes, which carry no time; direct messages; ads) are
-not this importer's.
+Other archive files (likes, which carry no time; ads) are not this
+importer's.
 
 Errors
 ------
 An unreadable element is yielded as ``RecordError(path, line, reason,
-record="$[12]")`` with the line it starts on. A file that is not a
+record="$[12]")`` with the line it starts on; an unreadable direct message
+as ``record="$[3].messages[7]"`` with its conversation's line. A file that is not a
 ``window.YTD.<type>.partN = [...]`` script of a type above raises
 ``RecordError``; invalid JSON raises it with its line.
 """
@@ -65,17 +82,23 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import Field
+
 from anonml.errors import RecordError
 from anonml.json_stream import iter_assigned_array
 from anonml.model import Event, Text
-from anonml.plugins import Importer
+from anonml.plugins import Importer, PluginParams
 from anonml.readers import head, parse_timestamp
 
 __all__ = ["TwitterImporter", "client_name"]
 
-_HEAD = re.compile(r"^\s*window\.YTD\.(tweets?|deleted_tweets|account)\.part\d+\s*=\s*\[")
-_GLOBAL = re.compile(r"^YTD\.(tweets?|deleted_tweets|account)\.part\d+$")
-_NAMES = re.compile(r"^(?:tweets?(?:-part\d+)?|deleted-tweets(?:-part\d+)?|account)\.js$", re.IGNORECASE)
+_KINDS = r"(tweets?|deleted_tweets|account|direct_messages(?:_group)?)"
+_HEAD = re.compile(rf"^\s*window\.YTD\.{_KINDS}\.part\d+\s*=\s*\[")
+_GLOBAL = re.compile(rf"^YTD\.{_KINDS}\.part\d+$")
+_NAMES = re.compile(
+    r"^(?:tweets?|deleted-tweets|account|direct-messages(?:-group)?)(?:-part\d+)?\.js$", re.IGNORECASE
+)
+_TWITTER_TIME = "%a %b %d %H:%M:%S %z %Y"
 _LINK_TEXT = re.compile(r">([^<]*)</a>\s*$")
 _ENTITIES = (("hashtags", "hashtags"), ("user_mentions", "mentions"), ("urls", "urls"), ("media", "media"))
 
@@ -96,18 +119,18 @@ def _count(raw: object, name: str) -> int:
     return value
 
 
-def _created_at(raw: object) -> datetime:
+def _twitter_time(raw: object, name: str) -> datetime:
+    """Twitter's ``Sat Jun 27 16:34:46 +0000 2020``, or an ISO 8601 time with an offset."""
     try:
-        return parse_timestamp(str(raw), fmt="%a %b %d %H:%M:%S %z %Y")
+        return parse_timestamp(str(raw), fmt=_TWITTER_TIME)
     except ValueError:
-        raise ValueError(f"created_at: {raw!r} is not like 'Sat Jun 27 16:34:46 +0000 2020'") from None
-
-
-def _iso(raw: object, name: str) -> datetime:
+        pass
     try:
         return parse_timestamp(str(raw))
     except ValueError:
-        raise ValueError(f"{name}: {raw!r} is not an ISO 8601 time with an offset") from None
+        raise ValueError(
+            f"{name}: {raw!r} is neither like 'Sat Jun 27 16:34:46 +0000 2020' nor ISO 8601 with an offset"
+        ) from None
 
 
 class TwitterImporter(Importer):
@@ -115,10 +138,18 @@ class TwitterImporter(Importer):
 
     name: ClassVar[str] = "twitter"
     version: ClassVar[str] = "1.0"
-    description: ClassVar[str] = "Twitter/X archive: tweets.js (tweet.js, parts, deleted tweets), account.js"
+    description: ClassVar[str] = "Twitter/X archive: tweets, deleted tweets, direct messages, account"
     patterns: ClassVar[tuple[str, ...]] = (
-        "tweets.js", "tweet.js", "tweets-part*.js", "deleted-tweets.js", "account.js"
+        "tweets.js", "tweet.js", "tweets-part*.js", "deleted-tweets.js", "direct-messages*.js", "account.js"
     )
+
+    class Params(PluginParams):
+        """Options of the Twitter importer."""
+
+        account_id: str | None = Field(
+            default=None, pattern=r"^\d{1,20}$", description="your account id (account.js): sets 'sent'"
+        )
+        text: bool = Field(default=False, description="also store direct messages' text (tweets' always is)")
 
     def detect(self, path: Path) -> float:
         """0.95 for an archive file name whose head assigns ``window.YTD.<type>``, 0.9 under another name."""
@@ -132,8 +163,11 @@ class TwitterImporter(Importer):
             if kind is None:
                 match = _GLOBAL.match(name)
                 if match is None:
-                    raise RecordError(path, 1, f"not a Twitter archive file of tweets or the account: {name}")
+                    raise RecordError(path, 1, f"not a Twitter archive file this importer reads: {name}")
                 kind = match.group(1)
+            if kind.startswith("direct_messages"):
+                yield from self._conversation(path, index, line, value, group=kind.endswith("_group"))
+                continue
             try:
                 if not isinstance(value, dict):
                     raise ValueError(f"expected an object, got {type(value).__name__}")
@@ -177,9 +211,51 @@ class TwitterImporter(Importer):
         if deleted:
             fields["deleted"] = True
             if tweet.get("deleted_at"):
-                fields["deleted_at"] = _iso(tweet["deleted_at"], "deleted_at")
-        when = _created_at(tweet["created_at"])
+                fields["deleted_at"] = _twitter_time(tweet["deleted_at"], "deleted_at")
+        when = _twitter_time(tweet["created_at"], "created_at")
         return Event(source=self.name, type="tweet", timestamp=when, fields=fields)
+
+    def _conversation(
+        self, path: Path, index: int, line: int, value: object, *, group: bool
+    ) -> Iterator[Event | RecordError]:
+        """The messages of one ``dmConversation``; joins, leaves and renames are not messages."""
+        record = f"$[{index}]"
+        conversation = value.get("dmConversation") if isinstance(value, dict) else None
+        if not isinstance(conversation, dict) or not isinstance(conversation.get("messages"), list):
+            yield RecordError(path, line, "expected {'dmConversation': {'messages': [...]}}", record=record)
+            return
+        for position, item in enumerate(conversation["messages"]):
+            where = f"{record}.messages[{position}]"
+            if not isinstance(item, dict):
+                yield RecordError(path, line, f"expected an object, got {type(item).__name__}", record=where)
+                continue
+            if "messageCreate" not in item:
+                continue
+            try:
+                yield self._direct_message(item["messageCreate"], group=group)
+            except KeyError as exc:
+                yield RecordError(path, line, f"missing field {exc}", record=where)
+            except (ValueError, TypeError) as exc:
+                yield RecordError(path, line, str(exc), record=where)
+
+    def _direct_message(self, message: object, *, group: bool) -> Event:
+        if not isinstance(message, dict):
+            raise ValueError("messageCreate: expected an object")
+        when = _twitter_time(message["createdAt"], "createdAt")
+        text = str(message.get("text") or "")
+        fields: dict[str, object] = {
+            "group": group,
+            "chars": len(text),
+            "words": len(text.split()),
+            "media": bool(message.get("mediaUrls")),
+            "urls": len(message.get("urls") or []),
+            "reactions": len(message.get("reactions") or []),
+        }
+        if self.params.account_id is not None:
+            fields["sent"] = str(message["senderId"]) == self.params.account_id
+        if self.params.text:
+            fields["text"] = Text(text)
+        return Event(source=self.name, type="direct_message", timestamp=when, fields=fields)
 
     def _account(self, value: dict[str, Any]) -> Event:
         account = value["account"]
@@ -188,5 +264,5 @@ class TwitterImporter(Importer):
         fields: dict[str, object] = {}
         if account.get("createdVia"):
             fields["created_via"] = str(account["createdVia"])
-        when = _iso(account["createdAt"], "createdAt")
+        when = _twitter_time(account["createdAt"], "createdAt")
         return Event(source=self.name, type="account_created", timestamp=when, fields=fields)

@@ -57,21 +57,42 @@ def test_deleted_tweets_bad_elements_and_unwrapped_tweets() -> None:
     items = _parse(path)
     first, last = (i for i in items if isinstance(i, Event))
     assert first.fields["deleted"] is True and first.fields["reply"] is True
-    assert first.fields["deleted_at"] == datetime(2023, 9, 9, 8, 30, tzinfo=UTC)
+    assert first.fields["deleted_at"] == datetime(2023, 9, 9, 8, 30, tzinfo=UTC)  # Twitter's own form
     assert (first.fields["hashtags"], first.fields["urls"], first.fields["media"]) == (1, 1, 0)
     assert last.fields["text"] == "an unwrapped, older tweet"
     assert last.timestamp == datetime(2023, 9, 8, 11, 0, tzinfo=UTC)  # "+0200" honoured
     assert reject_reasons([i for i in items if isinstance(i, RecordError)], path) == [
-        ":16 [$[1]]: created_at: '2023-09-08 11:00:00' is not like 'Sat Jun 27 16:34:46 +0000 2020'",
+        ":16 [$[1]]: created_at: '2023-09-08 11:00:00' is neither like 'Sat Jun 27 16:34:46 +0000 2020' "
+        "nor ISO 8601 with an offset",
         ":23 [$[2]]: missing field 'created_at'",
         ":29 [$[3]]: favorite_count: 'many' is not a whole number",
         ":37 [$[4]]: expected an object, got str",
     ]
 
 
+def test_direct_messages_one_per_message_create() -> None:
+    path = FIX / "direct-messages.js"
+    items = list(TwitterImporter({"account_id": "1111", "text": True}).parse(path))
+    hello, reply, photo = (i for i in items if isinstance(i, Event))
+    assert hello.type == "direct_message"
+    assert hello.timestamp == datetime(2024, 1, 25, 19, 33, 24, 183000, tzinfo=UTC)
+    assert (hello.fields["sent"], reply.fields["sent"]) == (True, False)
+    assert hello.fields["text"] == "hey, are you coming tonight?" and hello.fields["words"] == 5
+    assert reply.fields["reactions"] == 1 and reply.fields["group"] is False
+    assert photo.fields["media"] is True and photo.fields["urls"] == 1
+    assert reject_reasons([i for i in items if isinstance(i, RecordError)], path) == [
+        ":2 [$[0].messages[3]]: missing field 'createdAt'",
+        ":49 [$[1]]: expected {'dmConversation': {'messages': [...]}}",
+    ]
+    plain = only_events(list(TwitterImporter().parse(FIX / "direct-messages-group.js")))
+    (welcome,) = plain  # the join is no message
+    assert (welcome.fields["group"], "sent" in welcome.fields, "text" in welcome.fields) == (True, False, False)
+    assert all("1111" not in repr(e.fields) and "2222" not in repr(e.fields) for e in plain)
+
+
 def test_other_archive_files_and_broken_scripts_are_refused(tmp_path: Path) -> None:
     assert parse_failure(TwitterImporter(), FIX / "like.js") == (
-        f"{FIX / 'like.js'}:1: not a Twitter archive file of tweets or the account: YTD.like.part0"
+        f"{FIX / 'like.js'}:1: not a Twitter archive file this importer reads: YTD.like.part0"
     )
     assert parse_failure(TwitterImporter(), FIX / "truncated-tweets.js") == (
         f"{FIX / 'truncated-tweets.js'}:13: invalid JSON: Invalid control character at"  # the cut string
