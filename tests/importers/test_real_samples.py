@@ -10,12 +10,15 @@ idempotent.
 
 from __future__ import annotations
 
+import gzip
 import tomllib
+import zipfile
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
 
+from anonml.archive import walk_archive
 from anonml.detection import DEFAULT_MIN_CONFIDENCE
 from anonml.importer_kit import check_importer
 from anonml.plugins import Importer, PluginParams
@@ -100,3 +103,41 @@ def test_importer_check_finds_the_sample_clean_and_idempotent(sample: str) -> No
     assert report.fatal is None and report.rejects == []
     assert report.first_import_added == report.events > 0
     assert report.second_import_added == 0 and report.idempotent is True
+
+
+def test_an_export_zip_of_the_new_formats_is_dispatched_to_their_importers(tmp_path: Path) -> None:
+    fixtures = Path(__file__).parent / "fixtures"
+    members = {  # member of the zip -> (its content, the importer it must go to)
+        "strava/activities/4711.gpx": (SAMPLES / "gpx/around-visnjan-with-car.gpx", "gpx"),
+        "strava/activities/4712.tcx": (SAMPLES / "tcx/sup_activity_1.tcx", "tcx"),
+        "strava/activities/4713.fit.gz": (SAMPLES / "fit/garmin-fenix-5-run.fit", "fit"),
+        "apple_health_export/workout-routes/route.gpx": (SAMPLES / "gpx/route_2019-06-11_3.00pm.gpx", "gpx"),
+        "twitter/data/tweets.js": (SAMPLES / "twitter/tweet.js", "twitter"),
+        "twitter/data/account.js": (SAMPLES / "twitter/account.js", "twitter"),
+        "twitter/data/like.js": (fixtures / "twitter/like.js", None),
+        "WhatsApp Chat with Ann.txt": (SAMPLES / "whatsapp/WhatsApp Chat with ShortChat.txt", "whatsapp"),
+        "reddit/comments.csv": (fixtures / "reddit/comments.csv", "reddit"),
+        "reddit/post_votes.csv": (fixtures / "reddit/post_votes.csv", None),
+        "Takeout/Chrome/BrowserHistory.json": (
+            fixtures / "chrome_takeout/BrowserHistory.json", "chrome_takeout"
+        ),
+        "facebook-me/your_facebook_activity/messages/inbox/bo_1234/message_1.json": (
+            fixtures / "meta/facebook-annlee/your_facebook_activity/messages/inbox/bo_1234/message_1.json",
+            "facebook",
+        ),
+        "instagram-me/your_instagram_activity/likes/liked_posts.json": (
+            fixtures / "meta/instagram-annlee/your_instagram_activity/likes/liked_posts.json",
+            "instagram",
+        ),
+    }
+    archive = tmp_path / "exports.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for member, (source, _owner) in members.items():
+            data = source.read_bytes()
+            zf.writestr(member, gzip.compress(data) if member.endswith(".gz") else data)
+    importers = [cls() for cls in IMPORTERS.values()]
+    with walk_archive(archive, importers, on_tie="skip") as plan:
+        dispatched = {f.member: f.importer.name for f in plan.files}
+        skipped = {s.member for s in plan.skipped}
+    assert dispatched == {m: owner for m, (_s, owner) in members.items() if owner is not None}
+    assert skipped == {m for m, (_s, owner) in members.items() if owner is None}  # no tie among them
