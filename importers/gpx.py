@@ -18,6 +18,12 @@ GPX 1.0 or 1.1 (``http://www.topografix.com/GPX/1/1``), one ``<gpx>`` root::
 
 Routes (``<rte>``, a planned path without times) are not read.
 
+The file is streamed with :func:`importers.activity.iter_xml` rather than
+read with gpxpy: gpxpy builds the whole document and fails it as a whole,
+while an import must name each bad point by its line and keep the others
+(``--skip-bad``). gpxpy, the field's library, is the independent reading the
+tests compare against.
+
 Timestamps and timezones
 ------------------------
 ``<time>`` is ISO 8601 and, per the GPX schema ("Date and time are in
