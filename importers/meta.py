@@ -195,26 +195,27 @@ class FacebookImporter(Importer):
         if kind is None:
             raise RecordError(path, None, "not a Facebook or Instagram 'Download your information' JSON file")
         participants: list[Any] = []
-        seen = False
         for key, index, line, value in iter_json_items(path):
             if kind.name == "messages" and key == "participants":
                 participants.append(value)
                 continue
             wanted = key in _INSTAGRAM_LIKES if kind.name == "instagram_likes" else key == _MEMBER[kind.name]
-            if not wanted or index is None:
+            if not wanted:
                 continue
-            seen = True
+            if index is None:
+                raise RecordError(path, line, f"{key!r} is not an array of records")
             record = f"{key}[{index}]" if key is not None else f"$[{index}]"
             try:
                 if not isinstance(value, dict):
                     raise ValueError(f"expected an object, got {type(value).__name__}")
-                yield from self._events(kind.name, key, value, group=len(participants) > 2)
+                # a record's events are built whole first: a bad entry refuses the record, not half of it
+                events = list(self._events(kind.name, key, value, group=len(participants) > 2))
             except KeyError as exc:
                 yield RecordError(path, line, f"missing field {exc}", record=record)
             except (ValueError, TypeError) as exc:
                 yield RecordError(path, line, str(exc), record=record)
-        if not seen and kind.name == "messages" and not participants:
-            raise RecordError(path, None, "not a message file: no participants and no messages")
+            else:
+                yield from events
 
     def _events(self, kind: str, key: str | None, item: dict[str, Any], *, group: bool) -> Iterator[Event]:
         fields: dict[str, object] = {}

@@ -121,11 +121,14 @@ def test_each_platform_claims_its_own_files() -> None:
     assert (fb.detect(chrome), ig.detect(chrome)) == (0.0, 0.0)
 
 
-def test_other_json_is_refused() -> None:
+def test_other_json_is_refused(tmp_path: Path) -> None:
     chrome = Path(__file__).parent / "fixtures" / "chrome_takeout" / "BrowserHistory.json"
     assert parse_failure(FacebookImporter(), chrome) == (
         f"{chrome}: not a Facebook or Instagram 'Download your information' JSON file"
     )
+    odd = tmp_path / "message_1.json"
+    odd.write_text('{"participants": [{"name": "A"}],\n "messages": {"sender_name": "A"}}\n')
+    assert parse_failure(FacebookImporter(), odd) == f"{odd}:2: 'messages' is not an array of records"
 
 
 def test_store_reimport_rollback_and_skip_bad(tmp_path: Path) -> None:
