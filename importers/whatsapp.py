@@ -38,12 +38,17 @@ refused. A wall time that a daylight-saving change repeats takes the first
 Events
 ------
 ``message``: ``sender`` (category, as the export names them: a contact name
-or a phone number), ``chat`` (category: the name in
+or a phone number; iOS's ``~`` before a sender the exporter has not saved is
+dropped), ``chat`` (category: the name in
 ``WhatsApp Chat with <name>.txt``, when the file is so named), ``chars``,
 ``words``, ``lines`` (int), ``media`` (bool: an omitted or attached file,
 English exports' ``<Media omitted>``, ``image omitted``, ``<attached: …>``,
 ``(file attached)``), ``deleted`` (bool: ``This message was deleted`` /
-``You deleted this message``), ``from_me`` (bool, when ``Params.me`` names
+``You deleted this message``), ``edited`` (bool: the body ends ``<This
+message was edited>``, which is not counted), ``notice`` (bool: iOS marks
+with a left-to-right mark text WhatsApp itself wrote in the sender's name —
+attachments, deletions, polls, calls, and the system notices iOS attributes
+to the group, such as ``Neha added you``), ``from_me`` (bool, when ``Params.me`` names
 the exporting person), and ``text`` (text) only when ``Params.text`` is true:
 message bodies are not stored by default.
 
@@ -92,7 +97,10 @@ _MEDIA = re.compile(
     re.IGNORECASE,
 )
 _DELETED = ("this message was deleted", "you deleted this message")
+_EDITED = "<This message was edited>"
 _MARKS = "\u200e\u200f"
+# A sender the exporter has not saved: "~" and a (narrow no-break) space before the name.
+_UNSAVED = re.compile(r"^~[\s\u202f\u00a0]*")
 
 
 @dataclass(slots=True)
@@ -227,14 +235,20 @@ class WhatsAppImporter(Importer):
         if not sep:  # no "sender: ": a system line
             fields["text"] = Text("\n".join([pending.rest, *pending.more]).strip(_MARKS))
             return Event(source=self.name, type="system_message", timestamp=pending.when, fields=fields)
-        sender = sender.strip(_MARKS).strip()
+        sender = _UNSAVED.sub("", sender.strip(_MARKS).strip())
+        notice = first.startswith("\u200e")
         body = "\n".join([first.lstrip(_MARKS), *pending.more])
+        edited = body.rstrip().endswith(_EDITED)
+        if edited:
+            body = body.rstrip()[: -len(_EDITED)].rstrip(" \u200e")
         fields["sender"] = sender
+        fields["notice"] = notice
+        fields["edited"] = edited
         fields["chars"] = len(body)
         fields["words"] = len(body.split())
         fields["lines"] = 1 + len(pending.more)
         fields["media"] = _MEDIA.search(body.strip()) is not None
-        fields["deleted"] = body.strip().lower() in _DELETED
+        fields["deleted"] = body.strip().rstrip(".").lower() in _DELETED
         if self.params.me is not None:
             fields["from_me"] = sender == self.params.me
         if self.params.text:

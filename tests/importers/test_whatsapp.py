@@ -96,6 +96,23 @@ def test_ios_export_with_dotted_day_first_dates_and_marks() -> None:
     assert greeting.fields["text"] == "Grüße aus Berlin" and "chat" not in greeting.fields
 
 
+def test_ios_us_export_forms() -> None:
+    """The forms of a 2025 US iOS export: a narrow no-break space before PM, "~" before unsaved
+    senders, left-to-right marks before the text WhatsApp writes, edit and deletion markers."""
+    path = FIX / "ios-us" / "_chat.txt"
+    events = only_events(_parse(path, timezone="America/Los_Angeles", text=True))
+    assert [e.fields["sender"] for e in events] == ["Residency", "Mo", "Residency", "Mo", "Mo", "Uma", "Mo"]
+    assert events[0].timestamp == datetime(2025, 7, 15, 6, 34, 42, tzinfo=UTC)  # 11:34:42 PM PDT
+    assert events[2].timestamp == datetime(2025, 11, 5, 8, 46, 1, tzinfo=UTC)  # 12:46:01 AM PST
+    assert [e.fields["notice"] for e in events] == [True, True, True, False, True, True, True]
+    edited, poll, photo, deleted = events[3:]
+    assert edited.fields["edited"] is True and edited.fields["text"] == "Pitch practice at 2pm tomorrow!!"
+    assert edited.fields["words"] == 5
+    assert poll.fields["lines"] == 4
+    assert poll.fields["text"] == "POLL:\nSlot\nOPTION: 2:00 (1 vote)\nOPTION: 2:15 (0 votes)"
+    assert photo.fields["media"] is True and deleted.fields["deleted"] is True
+
+
 def test_a_file_not_starting_with_a_header_is_refused() -> None:
     assert parse_failure(WhatsAppImporter({"timezone": "UTC", "date_order": "dmy"}), FIX / "note.txt") == (
         f"{FIX / 'note.txt'}:1: not a WhatsApp chat export: no date/time header"
