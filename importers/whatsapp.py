@@ -141,7 +141,9 @@ class WhatsAppImporter(Importer):
         text: bool = Field(default=False, description="also store each message's text")
 
     def detect(self, path: Path) -> float:
-        """0.95 for a header first line in a file named like an export, 0.6 for the header alone."""
+        """0.95 for a header first line in a file named like an export, 0.6 in another ``.txt``, else 0."""
+        if path.suffix.lower() != ".txt":
+            return 0.0  # exports are always .txt; a log of another kind may start with a date too
         first = next((line for line in head(path).splitlines() if line.strip()), "")
         if HEADER.match(first) is None:
             return 0.0

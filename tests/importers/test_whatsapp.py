@@ -125,6 +125,9 @@ def test_detect(tmp_path: Path) -> None:
     renamed = tmp_path / "chat.txt"
     renamed.write_bytes(SAMPLE.read_bytes())
     assert imp.detect(renamed) == 0.6
+    log = tmp_path / "server.log"
+    log.write_bytes(SAMPLE.read_bytes())
+    assert imp.detect(log) == 0.0  # not a .txt: never an export
     assert imp.detect(FIX / "note.txt") == 0.0
     assert imp.detect(tmp_path) == 0.0 and imp.detect(tmp_path / "missing.txt") == 0.0
 
