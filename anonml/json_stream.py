@@ -18,10 +18,11 @@ from typing import IO, Any
 from anonml.errors import RecordError
 from anonml.readers import open_checked
 
-__all__ = ["iter_json_items"]
+__all__ = ["iter_json_items", "iter_assigned_array"]
 
 _CHUNK = 1 << 20
 _WS = re.compile(r"[ \t\n\r]*")
+_ASSIGNMENT = re.compile(r"window\.([A-Za-z_$][\w$.]*)[ \t]*=[ \t]*")
 
 
 class _Scanner:
@@ -139,5 +140,38 @@ def iter_json_items(path: Path) -> Iterator[tuple[str | None, int | None, int, A
                 raise RecordError(path, scanner.line, "not a JSON object or array")
             if scanner.peek():
                 raise RecordError(path, scanner.line, "invalid JSON: extra data after the document")
+        except UnicodeDecodeError as exc:
+            raise RecordError(path, scanner.line, f"not UTF-8 text: {exc.reason}") from None
+
+
+def iter_assigned_array(path: Path) -> Iterator[tuple[str, int, int, Any]]:
+    """Stream a script ``window.NAME = [ ... ];`` as ``(NAME, index, line, element)``.
+
+    Twitter/X archives write each data file as one JavaScript assignment of a
+    JSON array (``window.YTD.tweets.part0 = [ {...}, ... ]``); the array is
+    read as :func:`iter_json_items` reads one, after the assignment, and a
+    final ``;`` is allowed.
+
+    Raises
+    ------
+    RecordError
+        The file does not start with ``window.NAME =`` followed by an array,
+        invalid JSON (with its line), anything after the array, undecodable text.
+    """
+    with open_checked(path) as fh:
+        scanner = _Scanner(fh, path)
+        try:
+            scanner.peek()
+            match = _ASSIGNMENT.match(scanner.buf, scanner.pos)
+            if match is None:
+                raise RecordError(path, scanner.line, "not a script of the form 'window.NAME = [...]'")
+            scanner._advance(match.end())
+            name = match.group(1)
+            for index, line, value in scanner.array():
+                yield name, index, line, value
+            if scanner.peek() == ";":
+                scanner._advance(scanner.pos + 1)
+            if scanner.peek():
+                raise RecordError(path, scanner.line, "invalid script: extra data after the array")
         except UnicodeDecodeError as exc:
             raise RecordError(path, scanner.line, f"not UTF-8 text: {exc.reason}") from None

@@ -79,7 +79,7 @@ from anonml.errors import RecordError
 from anonml.model import Event, Text
 from anonml.plugins import Importer, PluginParams
 
-__all__ = ["BrowserHistoryImporter", "open_sqlite_copy", "sqlite_tables"]
+__all__ = ["BrowserHistoryImporter", "open_sqlite_copy", "sqlite_tables", "url_fields"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _WEBKIT_EPOCH = datetime(1601, 1, 1, tzinfo=UTC)
@@ -208,7 +208,8 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
-def _url_fields(url: str, fields: dict[str, object]) -> None:
+def url_fields(url: str, fields: dict[str, object]) -> None:
+    """Put ``url`` (text) and, when it parses, its ``scheme`` (category) and ``host`` (text) in ``fields``."""
     fields["url"] = Text(url)
     try:
         parts = urlsplit(url)
@@ -300,7 +301,7 @@ class BrowserHistoryImporter(Importer):
                 "forward_back": bool(bits & _FORWARD_BACK),
                 "from_address_bar": bool(bits & _FROM_ADDRESS_BAR),
             }
-            _url_fields(url, fields)
+            url_fields(url, fields)
             if title:
                 fields["title"] = Text(title)
             if micros:
@@ -331,7 +332,7 @@ class BrowserHistoryImporter(Importer):
                 "typed": kind == 2,
                 "redirect": kind in (5, 6),
             }
-            _url_fields(url, fields)
+            url_fields(url, fields)
             if title:
                 fields["title"] = Text(title)
             yield Event(source=self.name, type="visit", timestamp=when, fields=fields)
