@@ -84,6 +84,16 @@ class ProposalRow(_Base):
     seen_at: Mapped[datetime]
 
 
+class AggregatorKeyRow(_Base):
+    """The Ed25519 key pinned for an aggregator URL (first proposal seen, or the policy's)."""
+
+    __tablename__ = "peer_aggregator_keys"
+
+    url: Mapped[str] = mapped_column(String(512), primary_key=True)
+    signing_key: Mapped[bytes] = mapped_column(LargeBinary(32))
+    pinned_at: Mapped[datetime]
+
+
 class DecisionRow(_PerParticipation, _Base):
     """One identity's decision on one problem (``node`` = its fingerprint, hex)."""
 
@@ -207,6 +217,15 @@ class PeerDB:
                 )
             )
             return True
+
+    def pin_aggregator(self, url: str, signing_key: bytes) -> bytes:
+        """The key pinned for ``url``: ``signing_key`` if none was (pinned now), else the earlier one."""
+        with self.sessions() as s, s.begin():
+            row = s.get(AggregatorKeyRow, url)
+            if row is None:
+                s.add(AggregatorKeyRow(url=url, signing_key=bytes(signing_key), pinned_at=datetime.now(UTC)))
+                return bytes(signing_key)
+            return bytes(row.signing_key)
 
     def proposal(self, problem_id: str) -> ProposalRow | None:
         with self.sessions() as s:

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -211,10 +211,16 @@ def discover(
     aggregators: list[str],
     backoff: AggregatorBackoff | None = None,
     count: Callable[[str], None] | None = None,
+    pinned: Mapping[str, str] | None = None,
 ) -> list[Problem]:
     """Record in ``db`` the proposals open for registration at ``aggregators``; return the new ones.
 
-    A proposal not signed by the aggregator key it names is ignored; an
+    A proposal not signed by the aggregator key it names is ignored, and so is
+    one whose key is not the one pinned for its URL — ``pinned`` (the policy's
+    ``aggregator_keys``) or else the key of the first proposal seen from that URL
+    (:meth:`~peer.db.PeerDB.pin_aggregator`): an aggregator cannot re-key
+    between problems, nor between peers, without every peer that saw it before
+    noticing (``count`` is told ``"aggregator key changed"``). An
     aggregator that cannot be reached (or answers nonsense) is skipped, so one
     dead aggregator never keeps the peer from the others. With ``backoff`` it
     is also left alone for a while, and said once (:class:`AggregatorBackoff`);
@@ -241,6 +247,17 @@ def discover(
             try:
                 verify_message(problem, bytes(problem.aggregator))
             except AnonMLError:
+                continue
+            key = bytes(problem.aggregator)[:32]
+            configured = (pinned or {}).get(url.rstrip("/"))
+            expected = bytes.fromhex(configured) if configured else db.pin_aggregator(url.rstrip("/"), key)
+            if key != expected:
+                if count is not None:
+                    count("aggregator key changed")
+                log.warning(
+                    "proposal %s from %s refused: signed by key %s…, this peer pinned %s… for that URL",
+                    problem.id[:64], url, key.hex()[:16], expected.hex()[:16],
+                )
                 continue
             if db.record_proposal(problem.id, url, problem.model_dump_json()):
                 new.append(problem)
@@ -426,7 +443,7 @@ class PeerHost:
 
     def discover(self) -> list[Problem]:
         """Record proposals open for registration at every aggregator; return the new ones."""
-        return discover(self.db, self.aggregators, self._backoff, self.count)
+        return discover(self.db, self.aggregators, self._backoff, self.count, self.policy.aggregator_keys)
 
     def poll_once(self) -> None:
         """One worker iteration: discover, decide (policy or user), step every session."""

@@ -119,6 +119,11 @@ class PeerPolicy(BaseModel):
         Refuse problems with open registration (anyone, Sybils included, may join).
     trusted_issuers : list of str
         Hex identities of credential issuers this peer accepts (empty: any issuer).
+    aggregator_keys : dict of str to str
+        Aggregator URL → hex Ed25519 key (64 digits) this peer requires of proposals
+        from that URL. A URL not named is pinned by the first proposal seen from it
+        (:meth:`peer.db.PeerDB.pin_aggregator`); either way a proposal signed by
+        another key is refused.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -143,6 +148,7 @@ class PeerPolicy(BaseModel):
     witness_threshold: int = Field(default=1, ge=1, le=16)
     require_credentials: bool = False
     trusted_issuers: list[str] = Field(default_factory=list, max_length=64)
+    aggregator_keys: dict[str, str] = Field(default_factory=dict, max_length=256)
 
     @classmethod
     def for_simulation(cls, **fields: Any) -> PeerPolicy:
@@ -175,6 +181,14 @@ class PeerPolicy(BaseModel):
             f"hops ≥ {self.min_hops}, median pool ≤ {self.max_pool_fraction:g}, "
             f"median ε ≤ {self.median_epsilon_cap:g}"
         )
+
+    @field_validator("aggregator_keys")
+    @classmethod
+    def _signing_keys(cls, keys: dict[str, str]) -> dict[str, str]:
+        for url, key in keys.items():
+            if not re.fullmatch(r"[0-9a-fA-F]{64}", key):
+                raise ValueError(f"aggregator key for {url[:80]!r} is not an Ed25519 key (64 hex digits)")
+        return {url.rstrip("/"): key.lower() for url, key in keys.items()}
 
     @field_validator("witnesses", "trusted_issuers")
     @classmethod

@@ -324,7 +324,7 @@ def proposals(aggregator: AggregatorOption = None, as_json: JsonOption = False) 
             _nothing_yet("no proposals", settings)
             return
         if aggregator:
-            discover(local.db, list(aggregator))
+            discover(local.db, list(aggregator), pinned=settings.policy.aggregator_keys)
         node = local.fingerprint or ""
         committed = committed_epsilon(local.db, local.ledger, node) if node else 0.0
         rows = []
