@@ -26,6 +26,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from anonml.learn.model import AnonMLClassifier
 from anonml.learn.params import Interval, check_params
+from anonml.learn.selection import SelectionAware
 
 __all__ = ["AnonMLRegressor", "target_edges", "target_bins"]
 
@@ -43,7 +44,7 @@ def target_bins(y: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.clip(np.searchsorted(edges[1:-1], y, side="right"), 0, len(edges) - 2)
 
 
-class AnonMLRegressor(RegressorMixin, BaseEstimator):
+class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
     """Regression from locally private histograms of (features, target bin).
 
     Parameters
@@ -133,7 +134,11 @@ class AnonMLRegressor(RegressorMixin, BaseEstimator):
         params = dict(self.classifier_params or {})
         if params.get("mode", "default") != "default":
             raise ValueError("a binned target needs the default mode (K classes); paper mode is binary")
-        self.classifier_ = AnonMLClassifier(**params).fit(X, bins)
+        classifier = AnonMLClassifier(**params)
+        context = getattr(self, "_anonml_selection", None)
+        if context is not None:  # this regressor is a model-selection clone: so is its classifier
+            classifier._anonml_selection = context
+        self.classifier_ = classifier.fit(X, bins)
         self.centres_ = 0.5 * (edges[:-1] + edges[1:])
         self.n_features_in_ = self.classifier_.n_features_in_
         self.privacy_ = self.classifier_.privacy_

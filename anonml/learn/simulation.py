@@ -55,6 +55,7 @@ from anonml.learn.histograms import (
 )
 from anonml.learn.notices import SmallGroupWarning
 from anonml.learn.partition import SEED_BYTES, PartitionPlan, make_plan
+from anonml.learn.selection import ModelSelection
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.privacy import (
     Mechanism,
@@ -150,7 +151,14 @@ class PrivacyAccounting(JsonRecord):
         Peers of the calibration pool (one (score bin, label) report each, at ε_T).
     private : bool
         False when the fit read the raw rows outside the mechanisms (feature
-        ranges taken from the data): then no ε here is a guarantee.
+        ranges or categories taken from the data, or a fit inside a
+        model-selection routine): then no ε here is a guarantee.
+    data_derived : tuple of str or None
+        The features whose range or categories were read from the rows
+        (:attr:`FeatureSpec.from_data <anonml.model.FeatureSpec.from_data>`).
+    selection : ModelSelection or None
+        The model-selection routine this fit was one of, with the ε_T of every
+        fit of it that is known (:mod:`anonml.learn.selection`).
     shuffle : ShuffleBound or None
         The central (ε, δ) the aggregator's view of the *unlinkable* reports also
         satisfies if they are unlinkable within each partition
@@ -173,6 +181,8 @@ class PrivacyAccounting(JsonRecord):
     calibration_peers: int = 0
     private: bool = True
     shuffle: ShuffleBound | None = None
+    data_derived: tuple[str, ...] | None = None
+    selection: ModelSelection | None = None
 
 
 @dataclass(frozen=True, eq=False)
