@@ -48,6 +48,7 @@ from anonml.learn.binning import Binning, auto_n_bins, relative_cell_error
 from anonml.learn.calibration import CALIBRATION_BINS
 from anonml.learn.histograms import (
     SubsetHistogram,
+    dependence_statistic,
     domain_size,
     estimate_histogram,
     label_distribution,
@@ -565,32 +566,20 @@ SELECTION_SDS = 3.0
 def select_features(histograms: Sequence[SubsetHistogram]) -> tuple[int, ...]:
     """Features whose single-feature histogram shows label dependence beyond the LDP noise.
 
-    For a histogram of cells ``v`` and classes ``c`` with estimated counts
-    ``ĉ_vc``, predicted noise variances ``σ²_vc``, cell totals ``ĉ_v`` and
-    pooled class shares ``π̂_c``,
-
-        T = Σ_vc (ĉ_vc − ĉ_v·π̂_c)² / (σ²_vc + ĉ_v·π̂_c(1 − π̂_c)),
-
-    a chi-square-like statistic with at most ``df = b·K`` degrees of freedom
-    when the feature is independent of the label (each cell carries its own
-    privacy noise; sampling noise alone would give ``(b − 1)(K − 1)``). A feature is kept when
+    With ``(T, df)`` each feature's :func:`~anonml.learn.histograms.dependence_statistic`
+    against the pooled class shares, a feature is kept when
     ``T > df + SELECTION_SDS·√(2·df)``; the feature of largest ``T/df`` is
     always kept. Returns the kept features in increasing order.
     """
     if not histograms:
         raise ValueError("no pilot histograms")
-    prior = np.clip(label_distribution(histograms), 1e-6, 1.0)
+    prior = label_distribution(histograms)
     scores: dict[int, float] = {}
     kept: list[int] = []
     for h in histograms:
         if len(h.features) != 1:
             raise ValueError(f"pilot histograms are single-feature, got features {h.features}")
-        counts = np.clip(h.flat_counts(), 0.0, None)
-        totals = counts.sum(axis=1, keepdims=True)
-        expected = totals * prior[None, :]
-        spread = h.flat_variance() + expected * (1 - prior[None, :])
-        stat = float(np.sum((counts - expected) ** 2 / np.maximum(spread, 1e-9)))
-        df = counts.size  # independent privacy noise in every cell (at most b·K; (b−1)(K−1) without it)
+        stat, df = dependence_statistic(h, prior)
         scores[h.features[0]] = stat / df
         if stat > df + SELECTION_SDS * np.sqrt(2.0 * df):
             kept.append(h.features[0])
