@@ -459,8 +459,8 @@ def shrinkage_factor(histograms: Sequence[SubsetHistogram]) -> float:
     if not any(np.any(h.variance > 0) for h in histograms):
         return 1.0
     stats = [dependence_and_noise(h) for h in histograms]
-    noise = sum(n for _, n in stats)
-    signal = max(sum(d for d, _ in stats) - noise, 0.0) * np.sqrt(len(histograms))
+    noise = sum(n for _, n, _ in stats)
+    signal = max(sum(d for d, _, _ in stats) - noise, 0.0) * np.sqrt(len(histograms))
     factor = signal / (signal + noise) if signal + noise > 0 else 0.0
     return float(max(factor, MIN_SHRINKAGE))
 

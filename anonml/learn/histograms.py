@@ -292,7 +292,7 @@ def dependence_statistic(h: SubsetHistogram, prior: np.ndarray) -> tuple[float, 
     return stat, int(counts.size)
 
 
-def dependence_and_noise(h: SubsetHistogram) -> tuple[float, float]:
+def dependence_and_noise(h: SubsetHistogram) -> tuple[float, float, float]:
     """A histogram's label dependence ``D`` and its expectation ``E₀[D]`` under privacy noise alone.
 
     On the unbiased counts ``r_vc`` (raw, before consistency; the consistent
@@ -303,6 +303,12 @@ def dependence_and_noise(h: SubsetHistogram) -> tuple[float, float]:
     noise taken as independent; sampling noise, of the order of the counts
     rather than of the privacy noise, left out). ``D − E₀[D]`` estimates the
     signal energy (:func:`~anonml.learn.ensemble.shrinkage_factor`).
+
+    Returns
+    -------
+    (D, E₀[D], sd₀[D])
+        ``sd₀[D] = √(2·Σ_vc v_vc²)`` with ``v_vc`` each term's noise variance above:
+        the standard deviation of ``D`` under noise alone (Gaussian cells).
     """
     r = h.unbiased_counts()
     pi = np.clip(r.sum(axis=0), 1e-6, None)
@@ -310,5 +316,5 @@ def dependence_and_noise(h: SubsetHistogram) -> tuple[float, float]:
     var = h.flat_variance()
     deviation = float(np.sum((r - r.sum(axis=1, keepdims=True) * pi[None, :]) ** 2))
     others = var.sum(axis=1, keepdims=True) - var
-    null = float(np.sum(var * (1 - pi[None, :]) ** 2 + pi[None, :] ** 2 * others))
-    return deviation, null
+    cell = var * (1 - pi[None, :]) ** 2 + pi[None, :] ** 2 * others
+    return deviation, float(np.sum(cell)), float(np.sqrt(2.0 * np.sum(cell**2)))

@@ -171,8 +171,12 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
         peers that report first, one group per feature; the model then keeps
         only the features whose pilot histogram beats the noise and splits
         the other report peers over them
-        (:func:`~anonml.learn.simulation.select_features`). No extra budget:
-        each peer still reports once. ``selected_features_`` lists the kept ones.
+        (:func:`~anonml.learn.simulation.select_features`) — but only when the
+        pilot's own histograms measure that the dropped features carry at most
+        5 % of the estimated signal energy
+        (:func:`~anonml.learn.simulation.selection_pays`); otherwise every
+        feature is kept. No extra budget: each peer still reports once.
+        ``selected_features_`` lists the kept ones. Off by default.
     consistency : {"norm_sub", "norm_mul", "base_cut", "ibu"} or None, default="norm_sub"
         Consistency step of the histogram estimates.
     smoothing : float, default=1.0

@@ -48,6 +48,7 @@ from anonml.learn.binning import Binning, auto_n_bins, relative_cell_error
 from anonml.learn.calibration import CALIBRATION_BINS
 from anonml.learn.histograms import (
     SubsetHistogram,
+    dependence_and_noise,
     dependence_statistic,
     domain_size,
     estimate_histogram,
@@ -502,8 +503,9 @@ def _report_stages(
 
     Without a pilot (:func:`_pilot_applies`) there is one stage, ``plan``
     itself, and no selection (None). With one, a pilot round over every
-    feature comes first, :func:`select_features` keeps some, and the rest of
-    the report peers report only on those (one group per kept feature).
+    feature comes first, :func:`select_features` keeps some — all of them
+    unless :func:`selection_pays` — and the rest of the report peers report
+    only on those (one group per kept feature).
     Each report carries ε_T/k_h (:func:`simulate_reports`).
     """
 
@@ -530,6 +532,8 @@ def _report_stages(
     pilot_rows, main_rows = report_rows[:n_pilot], report_rows[n_pilot:]
     stages = [stage(pilot_rows, _single_feature_plan(pilot_rows, range(n_features), n_features, rng))]
     selected = select_features(stages[0][1])
+    if not selection_pays(stages[0][1], selected):
+        selected = tuple(range(n_features))
     if main_rows.size >= len(selected):
         stages.append(stage(main_rows, _single_feature_plan(main_rows, selected, n_features, rng)))
     return stages, selected
@@ -586,6 +590,34 @@ def select_features(histograms: Sequence[SubsetHistogram]) -> tuple[int, ...]:
     if not kept:
         kept.append(max(scores, key=scores.__getitem__))
     return tuple(sorted(kept))
+
+
+#: The dropped features may carry at most this share of the pilot's estimated signal energy …
+SELECTION_MAX_LOSS = 0.05
+#: … with this many standard deviations of their estimate's noise added to what they carry.
+SELECTION_SDS_LOSS = 2.0
+
+
+def selection_pays(histograms: Sequence[SubsetHistogram], kept: Sequence[int]) -> bool:
+    """Whether dropping the features :func:`select_features` did not keep loses (almost) nothing.
+
+    The comparison is measured on the pilot's private histograms (post-processing,
+    no budget): each feature's estimated signal energy is ``D − E₀[D]``
+    (:func:`~anonml.learn.histograms.dependence_and_noise`, unbiased for the
+    squared label dependence of its cells), and the selection is applied only
+    when the dropped features' estimate plus :data:`SELECTION_SDS_LOSS` of its
+    noise standard deviations is at most :data:`SELECTION_MAX_LOSS` of the total,
+    which must itself be positive. Otherwise every feature is
+    kept, i.e. no selection: a pilot that cannot tell signal from noise (a
+    small pilot at low ε) never drops features that carry signal. On the issue's
+    data a pilot of 20-40 % kept 1-1.2 features everywhere and cost AUC (0.662 → 0.551).
+    """
+    stats = {h.features[0]: dependence_and_noise(h) for h in histograms}
+    total = sum(d - null for d, null, _ in stats.values())
+    dropped = [stats[f] for f in stats if f not in set(kept)]
+    loss = sum(d - null for d, null, _ in dropped)
+    spread = float(np.sqrt(sum(sd**2 for _, _, sd in dropped)))
+    return total > 0 and loss + SELECTION_SDS_LOSS * spread <= SELECTION_MAX_LOSS * total
 
 
 #: Fewest "exact-equivalent" calibration reports: ``n·((e^ε − 1)/(e^ε + 1))²`` — the
