@@ -280,3 +280,17 @@ def test_column_transformer_prefixes_are_refused_with_the_fix(pd):
     ).set_output(transform="pandas")
     fitted = make_pipeline(plain, AnonMLClassifier(features=specs, random_state=0)).fit(frame, y)
     assert list(fitted[-1].feature_names_in_) == ["age", "x1"]
+
+
+def test_a_pipeline_step_in_a_search_is_marked_with_its_step_parameters():
+    from sklearn.pipeline import make_pipeline  # noqa: PLC0415
+    from sklearn.preprocessing import FunctionTransformer  # noqa: PLC0415
+
+    X, y = _data(900, 10)
+    pipe = make_pipeline(FunctionTransformer(), AnonMLClassifier(ranges=RANGES, random_state=0))
+    search = GridSearchCV(pipe, {"anonmlclassifier__epsilon": [0.5, 2.0]}, cv=2)
+    with pytest.warns(NotPrivateWarning, match="inside GridSearchCV"):
+        search.fit(X, y)
+    sel = search.best_estimator_[-1].privacy_.selection
+    best = search.best_params_["anonmlclassifier__epsilon"]
+    assert sel.complete and Counter(sel.fit_epsilons) == _grid_expectation([0.5, 2.0], 2, best)
