@@ -31,8 +31,10 @@ from pydantic import (
     Field,
     PlainSerializer,
     PlainValidator,
+    SerializerFunctionWrapHandler,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -505,6 +507,18 @@ class FeatureSpec(BaseModel):
     high: float | None = None
     categories: tuple[str, ...] = ()
     description: str = ""
+    #: True when the range or the categories were read from the rows themselves
+    #: (``infer_feature_specs(..., ranges="from-data")``): they are then not public,
+    #: and a model trained with this spec is not private. Left out of the dumped
+    #: form when False, so the documents of public specs are what they always were.
+    from_data: bool = False
+
+    @model_serializer(mode="wrap")
+    def _omit_public_flag(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if isinstance(data, dict) and not self.from_data:
+            data.pop("from_data", None)
+        return data
 
     @model_validator(mode="after")
     def _check_range(self) -> FeatureSpec:

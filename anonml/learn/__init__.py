@@ -10,7 +10,8 @@ DESIGN §6. The public surface:
 * the model — :class:`AnonMLClassifier` (scikit-learn API, DataFrames, K classes,
   calibrated probabilities, versioned JSON); specs from a table —
   :func:`infer_feature_specs`; warnings — :class:`NotPrivateWarning`,
-  :class:`SmallGroupWarning`;
+  :class:`SmallGroupWarning`, :class:`DataWarning`; the record of a
+  model-selection routine's fits — :class:`ModelSelection`;
 * a numeric target as ordered bins — :class:`AnonMLRegressor`;
 * the LDP naive-Bayes reference — :func:`fit_ldp_naive_bayes`;
 * simulation and the Adult experiment — :func:`simulate_training`,
@@ -39,7 +40,7 @@ from anonml.learn.histograms import (
     report_values,
 )
 from anonml.learn.model import AnonMLClassifier
-from anonml.learn.notices import NotPrivateWarning, SmallGroupWarning
+from anonml.learn.notices import DataWarning, NotPrivateWarning, SmallGroupWarning
 from anonml.learn.partition import (
     PartitionPlan,
     PeerAssignment,
@@ -50,6 +51,7 @@ from anonml.learn.partition import (
     verify_assignment,
 )
 from anonml.learn.regression import AnonMLRegressor
+from anonml.learn.selection import ModelSelection
 from anonml.learn.settings import learner_settings, roster_plan, simulated_learner
 from anonml.learn.simulation import (
     PrivacyAccounting,
@@ -64,6 +66,8 @@ __all__ = [
     "AnonMLRegressor",
     "LdpNaiveBayes",
     "NotPrivateWarning",
+    "DataWarning",
+    "ModelSelection",
     "SmallGroupWarning",
     "fit_ldp_naive_bayes",
     "infer_feature_specs",

@@ -18,6 +18,7 @@ leaks the extremes) and marks the model so.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -32,6 +33,9 @@ __all__ = [
     "match_specs",
     "encode_matrix",
     "infer_feature_specs",
+    "prefixed_names_hint",
+    "clip_to_ranges",
+    "constant_columns",
 ]
 
 Ranges = Mapping[str, tuple[float, float]] | Literal["from-data"] | None
@@ -78,8 +82,29 @@ def match_specs(names: Sequence[str], specs: Sequence[FeatureSpec]) -> list[Feat
             "the DataFrame's columns do not match the feature specs: "
             + "; ".join(parts)
             + f" (columns: {list(names)})"
+            + prefixed_names_hint(extra, missing)
         )
     return [by_name[n] for n in names]
+
+
+def prefixed_names_hint(columns: Sequence[str], wanted: Sequence[str]) -> str:
+    """A fix for columns named like a ColumnTransformer's output (``num__age`` for ``age``), else "".
+
+    ``ColumnTransformer(...).set_output(transform="pandas")`` prefixes each
+    column with its transformer's name and ``__``. The specs (and ranges) are
+    public declarations about the raw columns, so the names are not rewritten
+    here: a silent rename could pair a spec with the wrong column.
+    """
+    stripped = {c: c.split("__", 1)[1] for c in columns if "__" in c}
+    matched = sorted(c for c, bare in stripped.items() if bare in set(wanted))
+    if not matched:
+        return ""
+    example = matched[0]
+    return (
+        f"; the column(s) {matched} look like a ColumnTransformer's prefixed output "
+        f"({example!r} for {stripped[example]!r}): build it with verbose_feature_names_out=False "
+        f"so the columns keep their names, or name the specs/ranges after the prefixed columns"
+    )
 
 
 def _encode_column(values: np.ndarray, spec: FeatureSpec, where: str) -> np.ndarray:
@@ -87,8 +112,8 @@ def _encode_column(values: np.ndarray, spec: FeatureSpec, where: str) -> np.ndar
     out = np.empty(values.shape[0], dtype=np.float64)
     if values.size == 0:
         return out
-    if spec.kind is FeatureKind.NUMERIC and values.dtype.kind in "iuf":
-        out[:] = values.astype(np.float64)
+    if spec.kind is FeatureKind.NUMERIC:
+        out[:] = _numbers(values, spec.name, where)
         return out
     missing = np.flatnonzero([v is None or (isinstance(v, float) and np.isnan(v)) for v in values])
     if missing.size:
@@ -172,7 +197,10 @@ def infer_feature_specs(
         columns = {n: arr[:, j] for j, n in enumerate(names)}
     unknown = sorted(set(given) - set(names))
     if unknown:
-        raise ValueError(f"ranges names column(s) {unknown} that X does not have (columns: {names})")
+        raise ValueError(
+            f"ranges names column(s) {unknown} that X does not have (columns: {names})"
+            + prefixed_names_hint(names, unknown)
+        )
     specs: list[FeatureSpec] = []
     used_data = False
     lacking: list[str] = []
@@ -213,22 +241,77 @@ def _column_spec(
         elif from_data:
             cats, read = tuple(sorted({str(v) for v in values})), True
         else:
+            first = next(v for v in values if not _all_numbers(np.asarray([v], dtype=object)))
             raise ValueError(
-                f"column {name!r} holds strings but no categories were declared: pass "
+                f"column {name!r} holds strings but no categories were declared (e.g. {first!r}): pass "
                 f"categories={{{name!r}: [...]}}, give it a pandas 'category' dtype, "
-                f"or ranges='from-data'"
+                f"or ranges='from-data'; if it is a numeric column, convert it to numbers first "
+                f"(e.g. pandas.to_numeric)"
             )
-        return FeatureSpec(name=name, kind=FeatureKind.CATEGORICAL, categories=cats), read
+        return FeatureSpec(name=name, kind=FeatureKind.CATEGORICAL, categories=cats, from_data=read), read
     if name in given:
         low, high = given[name]
         return FeatureSpec(name=name, kind=FeatureKind.NUMERIC, low=float(low), high=float(high)), False
     if from_data:
-        numbers = np.asarray(values, dtype=np.float64)
+        numbers = _numbers(values, name)
         low, high = float(np.min(numbers)), float(np.max(numbers))
         if not high > low:
             low, high = low - 0.5, high + 0.5
-        return FeatureSpec(name=name, kind=FeatureKind.NUMERIC, low=low, high=high), True
+        return FeatureSpec(name=name, kind=FeatureKind.NUMERIC, low=low, high=high, from_data=True), True
     return None, False
+
+
+def _numbers(values: np.ndarray, name: str, where: str = "X") -> np.ndarray:
+    """A numeric column as floats, or an error naming the column, row and value that is not a number."""
+    arr = np.asarray(values)
+    try:
+        fast = arr.astype(np.float64)
+    except (TypeError, ValueError):
+        fast = None
+    if fast is not None and np.all(np.isfinite(fast)):
+        return fast
+    out = np.empty(arr.shape[0], dtype=np.float64)
+    for i, value in enumerate(arr):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if value is None or not math.isfinite(number):
+            what = "a missing value" if value is None or value != value else f"{value!r}, not a finite number"
+            raise ValueError(
+                f"{where}: numeric feature {name!r} holds {what} in row {i}: convert the column to numbers "
+                f"first (e.g. pandas.to_numeric, and decide what a missing value means), or declare it "
+                f"categorical"
+            )
+        out[i] = number
+    return out
+
+
+def clip_to_ranges(X: np.ndarray, specs: Sequence[FeatureSpec]) -> tuple[np.ndarray, dict[str, int]]:
+    """Numeric columns clipped into their public ``[low, high]``, and how many values each had outside.
+
+    A public range is a promise about every peer's value: a peer's client
+    clips its own value before binning (one row at a time, so clipping costs
+    no privacy). Values outside land in the end bins either way; the count
+    says how far the declared range is from the data.
+    """
+    clipped = X.copy()
+    counts: dict[str, int] = {}
+    for j, spec in enumerate(specs):
+        if spec.kind is not FeatureKind.NUMERIC:
+            continue
+        outside = int(np.count_nonzero((X[:, j] < spec.low) | (X[:, j] > spec.high)))
+        if outside:
+            counts[spec.name] = outside
+            clipped[:, j] = np.clip(X[:, j], spec.low, spec.high)
+    return clipped, counts
+
+
+def constant_columns(X: np.ndarray, specs: Sequence[FeatureSpec]) -> list[str]:
+    """Names of the columns that hold one value in every row (they cannot tell the classes apart)."""
+    if X.shape[0] < 2:
+        return []
+    return [s.name for j, s in enumerate(specs) if np.all(X[:, j] == X[0, j])]
 
 
 def _all_numbers(values: np.ndarray) -> bool:

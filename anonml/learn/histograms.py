@@ -28,6 +28,9 @@ __all__ = [
     "pool_histograms",
     "label_fraction",
     "label_distribution",
+    "shrunk_label_distribution",
+    "dependence_statistic",
+    "dependence_and_noise",
 ]
 
 
@@ -50,6 +53,11 @@ class SubsetHistogram:
         exact counts.
     n : int
         Number of reports behind the histogram.
+    raw : ndarray of shape (*shape, K) or None
+        The unbiased count estimates before the consistency step (may be
+        negative), when known: their noise is exactly ``variance``, which is
+        what the noise-aware shrinkage (:func:`dependence_and_noise`,
+        :func:`shrunk_label_distribution`) needs.
     """
 
     features: tuple[int, ...]
@@ -57,6 +65,7 @@ class SubsetHistogram:
     counts: np.ndarray
     variance: np.ndarray
     n: int
+    raw: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         k = self.counts.shape[-1] if self.counts.ndim else 0
@@ -68,6 +77,12 @@ class SubsetHistogram:
             )
         if len(self.features) != len(self.shape):
             raise ValueError(f"features {self.features} and shape {self.shape} differ in length")
+        if self.raw is not None and self.raw.shape != want:
+            raise ValueError(f"histogram of features {self.features}: raw {self.raw.shape} is not {want}")
+
+    def unbiased_counts(self) -> np.ndarray:
+        """The raw (unbiased) estimates when known, else the consistent counts, shape (cells, K)."""
+        return (self.counts if self.raw is None else self.raw).reshape(-1, self.n_classes)
 
     @property
     def n_classes(self) -> int:
@@ -134,6 +149,7 @@ def exact_histogram(
         counts.reshape(full),
         np.zeros(full),
         int(values.size),
+        counts.reshape(full),
     )
 
 
@@ -161,6 +177,7 @@ def estimate_histogram(
         np.asarray(result.counts, dtype=float).reshape(full),
         np.asarray(result.variance, dtype=float).reshape(full),
         int(n),
+        np.asarray(result.raw, dtype=float).reshape(full),
     )
 
 
@@ -179,8 +196,9 @@ def pool_histograms(histograms: Sequence[SubsetHistogram]) -> list[SubsetHistogr
             continue
         if seen.shape != h.shape:
             raise ValueError(f"subset {h.features} appears with shapes {seen.shape} and {h.shape}")
+        raw = None if seen.raw is None or h.raw is None else seen.raw + h.raw
         pooled[h.features] = SubsetHistogram(
-            h.features, h.shape, seen.counts + h.counts, seen.variance + h.variance, seen.n + h.n
+            h.features, h.shape, seen.counts + h.counts, seen.variance + h.variance, seen.n + h.n, raw
         )
     return list(pooled.values())
 
@@ -214,3 +232,89 @@ def label_fraction(histograms: Sequence[SubsetHistogram]) -> float:
     if total <= 0:
         raise ValueError("histograms hold no counts")
     return positives / total
+
+
+#: The label distribution moves off uniform only by the share of its deviation beyond this many times
+#: its noise: under a uniform truth ``‖p̂ − u‖²/v`` is about χ²_{K−1}/(K−1), which passes 3 with
+#: probability ≤ 0.05 for K ≥ 3, and a prior pushed off by noise costs more log loss than it can win.
+PRIOR_NOISE_MARGIN = 3.0
+
+
+def shrunk_label_distribution(histograms: Sequence[SubsetHistogram]) -> np.ndarray:
+    """The pooled label distribution shrunk toward uniform as far as its noise says.
+
+    With ``p̂`` the pooled unbiased estimate (raw counts where known, each
+    class's total over all reports divided by their number), ``u = 1/K`` and
+    ``v = Σ_c Var(p̂_c)`` from the predicted count variances,
+    ``E‖p̂ − u‖² = ‖π − u‖² + v``, so the share of the observed deviation that
+    is signal is estimated by ``s = max(0, 1 − c·v/‖p̂ − u‖²)`` (the plug-in
+    Wiener / positive-part James–Stein factor, ``c`` = :data:`PRIOR_NOISE_MARGIN`
+    for a margin against noise) and the estimate is
+    ``u + s·(p̂ − u)``. When the privacy noise swamps the label counts the
+    prior falls back to uniform instead of putting a class at ~0 (whose
+    members would then cost ``−log 0`` in log loss).
+    """
+    label_distribution(histograms)  # the same checks: classes agree, counts exist
+    k = histograms[0].n_classes
+    per_class = sum(h.unbiased_counts().sum(axis=0) for h in histograms)
+    total = float(sum(h.n for h in histograms))
+    p = np.asarray(per_class, dtype=float) / total
+    noise = float(sum(np.sum(h.variance) for h in histograms)) / total**2
+    uniform = np.full(k, 1.0 / k)
+    deviation = float(np.sum((p - uniform) ** 2))
+    share = 0.0 if deviation <= 0 else max(0.0, 1.0 - PRIOR_NOISE_MARGIN * noise / deviation)
+    shrunk = np.clip(uniform + share * (p - uniform), 0.0, None)
+    return shrunk / shrunk.sum()
+
+
+def dependence_statistic(h: SubsetHistogram, prior: np.ndarray) -> tuple[float, int]:
+    """How far a histogram's cells are from label independence, in units of their noise.
+
+    For cells ``v`` and classes ``c`` with estimated counts ``ĉ_vc``, predicted
+    noise variances ``σ²_vc``, cell totals ``ĉ_v`` and class shares ``π̂_c``,
+
+        T = Σ_vc (ĉ_vc − ĉ_v·π̂_c)² / (σ²_vc + ĉ_v·π̂_c(1 − π̂_c)),
+
+    a chi-square-like statistic with at most ``df = cells·K`` degrees of
+    freedom when the subset is independent of the label (each cell carries its
+    own privacy noise; sampling noise alone would give ``(cells − 1)(K − 1)``).
+
+    Returns
+    -------
+    (T, df)
+    """
+    prior = np.clip(np.asarray(prior, dtype=float), 1e-6, 1.0)
+    counts = np.clip(h.flat_counts(), 0.0, None)
+    totals = counts.sum(axis=1, keepdims=True)
+    expected = totals * prior[None, :]
+    spread = h.flat_variance() + expected * (1 - prior[None, :])
+    stat = float(np.sum((counts - expected) ** 2 / np.maximum(spread, 1e-9)))
+    return stat, int(counts.size)
+
+
+def dependence_and_noise(h: SubsetHistogram) -> tuple[float, float, float]:
+    """A histogram's label dependence ``D`` and its expectation ``E₀[D]`` under privacy noise alone.
+
+    On the unbiased counts ``r_vc`` (raw, before consistency; the consistent
+    ones stand in when raw are unknown) with noise variances ``σ²_vc`` and the
+    histogram's own class shares ``π_c``, ``D = Σ_vc (r_vc − r_v·π_c)²``; if
+    the subset were independent of the label, ``D`` would hold noise only, of
+    mean ``E₀[D] = Σ_vc [σ²_vc(1 − π_c)² + π_c²·Σ_{c'≠c} σ²_vc']`` (cells'
+    noise taken as independent; sampling noise, of the order of the counts
+    rather than of the privacy noise, left out). ``D − E₀[D]`` estimates the
+    signal energy (:func:`~anonml.learn.ensemble.shrinkage_factor`).
+
+    Returns
+    -------
+    (D, E₀[D], sd₀[D])
+        ``sd₀[D] = √(2·Σ_vc v_vc²)`` with ``v_vc`` each term's noise variance above:
+        the standard deviation of ``D`` under noise alone (Gaussian cells).
+    """
+    r = h.unbiased_counts()
+    pi = np.clip(r.sum(axis=0), 1e-6, None)
+    pi = pi / pi.sum()
+    var = h.flat_variance()
+    deviation = float(np.sum((r - r.sum(axis=1, keepdims=True) * pi[None, :]) ** 2))
+    others = var.sum(axis=1, keepdims=True) - var
+    cell = var * (1 - pi[None, :]) ** 2 + pi[None, :] ** 2 * others
+    return deviation, float(np.sum(cell)), float(np.sqrt(2.0 * np.sum(cell**2)))

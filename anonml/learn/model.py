@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
+from scipy import sparse
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import check_array
 from sklearn.utils.multiclass import check_classification_targets
@@ -50,16 +51,19 @@ from anonml.learn.document import (
 from anonml.learn.ensemble import Ensemble, default_ensemble, paper_ensemble
 from anonml.learn.frames import (
     Ranges,
+    clip_to_ranges,
     column_names,
+    constant_columns,
     encode_matrix,
     infer_feature_specs,
     is_frame,
     match_specs,
 )
 from anonml.learn.histograms import SubsetHistogram
-from anonml.learn.notices import NotPrivateWarning
+from anonml.learn.notices import DataWarning, NotPrivateWarning
 from anonml.learn.params import RANDOM_STATE, Interval, Options, check_params
 from anonml.learn.partition import PartitionPlan
+from anonml.learn.selection import ModelSelection, SelectionAware, fit_selection
 from anonml.learn.simulation import PrivacyAccounting, SimulationConfig, simulate_training
 from anonml.model import FeatureSpec
 from anonml.randomness import generator_from
@@ -73,47 +77,51 @@ _MODE_PLANS: dict[str, tuple[int | None, int, int]] = {
 }
 
 
-def _in_model_search() -> str | None:
-    """The name of a scikit-learn search object (GridSearchCV, …) fitting us, if any is on the stack.
+def _warn_not_private(derived: Sequence[str], selection: ModelSelection | None, cloned: bool) -> None:
+    """:class:`NotPrivateWarning` for data-derived specs, and for a fit inside model selection.
 
-    Only searches running in this thread are seen (``n_jobs=1`` or threads);
-    the documentation says the same for every other case.
+    A clone made by a model-selection routine has warned already, in the
+    routine's process (:class:`~anonml.learn.selection.SelectionAware`).
     """
-    search = sys.modules.get("sklearn.model_selection._search")
-    base = getattr(search, "BaseSearchCV", None)
-    if base is None:
-        return None
-    frame = sys._getframe(2)
-    for _ in range(60):
-        if frame is None:
-            return None
-        owner = frame.f_locals.get("self")
-        if isinstance(owner, base):
-            return type(owner).__name__
-        frame = frame.f_back
-    return None
-
-
-def _warn_not_private(from_data: bool) -> None:
-    """:class:`NotPrivateWarning` for a fit inside a search object or on data-derived ranges."""
-    search = _in_model_search()
-    if search is not None:
+    if derived:
         warnings.warn(
-            f"AnonMLClassifier fitted inside {search}: model selection scores candidates on raw "
-            f"rows and fits each row many times, so it is not private; privacy_ covers one fit only",
+            f"the range or categories of feature(s) {list(derived)} were read from the rows "
+            f"(ranges='from-data' or FeatureSpec(from_data=True)), not declared in public: the model is "
+            f"not private (privacy_.private is False, privacy_.data_derived names them); declare "
+            f"public ranges with infer_feature_specs(X, ranges={{name: (low, high)}}) instead",
             NotPrivateWarning,
             stacklevel=3,
         )
-    if from_data:
+    if selection is not None and not cloned:
         warnings.warn(
-            "feature ranges or categories were read from the rows (ranges='from-data'): "
-            "the model is not private (privacy_.private is False)",
+            f"AnonMLClassifier fitted inside {selection.wrapper}: model selection fits each row many "
+            f"times and scores candidates on raw rows, so it is not private (privacy_.private is False; "
+            f"{selection.note})",
             NotPrivateWarning,
             stacklevel=3,
         )
 
 
-class AnonMLClassifier(ClassifierMixin, BaseEstimator):
+def _warn_rows(clipped: Mapping[str, int], constant: Sequence[str], n_rows: int) -> None:
+    """:class:`DataWarning` naming the features with values outside their public range, and constant ones."""
+    if clipped:
+        counts = ", ".join(f"{name!r}: {count} of {n_rows}" for name, count in clipped.items())
+        warnings.warn(
+            f"values outside the declared public range were clipped into it ({counts}); check the "
+            f"ranges (a value outside lands in an end bin, as a peer's client clips it)",
+            DataWarning,
+            stacklevel=3,
+        )
+    if constant:
+        warnings.warn(
+            f"feature(s) {list(constant)} hold one value in every row: they carry no information "
+            f"and cost report peers; leave them out",
+            DataWarning,
+            stacklevel=3,
+        )
+
+
+class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
     """Classifier trained from locally private histograms (Cyphers 2017, ch. 6).
 
     Parameters
@@ -163,8 +171,12 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         peers that report first, one group per feature; the model then keeps
         only the features whose pilot histogram beats the noise and splits
         the other report peers over them
-        (:func:`~anonml.learn.simulation.select_features`). No extra budget:
-        each peer still reports once. ``selected_features_`` lists the kept ones.
+        (:func:`~anonml.learn.simulation.select_features`) — but only when the
+        pilot's own histograms measure that the dropped features carry at most
+        5 % of the estimated signal energy
+        (:func:`~anonml.learn.simulation.selection_pays`); otherwise every
+        feature is kept. No extra budget: each peer still reports once.
+        ``selected_features_`` lists the kept ones. Off by default.
     consistency : {"norm_sub", "norm_mul", "base_cut", "ibu"} or None, default="norm_sub"
         Consistency step of the histogram estimates.
     smoothing : float, default=1.0
@@ -191,6 +203,8 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         The published bins.
     ensemble_ : Ensemble
         Component tables, weights and the calibration map.
+    n_clipped_ : dict name → int
+        Values of each numeric feature that lay outside its public range (clipped).
     privacy_ : PrivacyAccounting
         What each peer spent (report, median and calibration pools), sound
         composition; ``privacy_.shuffle`` the conditional central bound over
@@ -203,11 +217,17 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
 
     Notes
     -----
-    Model selection with scikit-learn's search objects (``GridSearchCV`` …)
-    fits every row many times and scores candidates on raw rows: the selected
-    model's ``privacy_`` then covers one fit, not the selection. A fit inside
-    such a search (in the same process and thread) warns
-    :class:`~anonml.learn.notices.NotPrivateWarning`.
+    Model selection with scikit-learn's routines (``GridSearchCV``,
+    ``RandomizedSearchCV``, ``cross_validate``, ``validation_curve`` …) fits
+    every row many times and scores candidates on raw rows: a model fitted by
+    one (the refit ``best_estimator_`` included, at any ``n_jobs``) has
+    ``privacy_.private`` False and ``privacy_.selection`` listing the ε_T of
+    every fit of the routine (:mod:`anonml.learn.selection`), and the routine
+    warns :class:`~anonml.learn.notices.NotPrivateWarning`.
+
+    Values outside a numeric feature's public range are clipped into it and
+    counted (``n_clipped_``, :class:`~anonml.learn.notices.DataWarning`); a
+    constant column is named in a DataWarning.
 
     Examples
     --------
@@ -334,12 +354,18 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         Warns
         -----
         NotPrivateWarning
-            With ``ranges="from-data"``, or inside a scikit-learn search object.
+            With a spec read from the rows (``ranges="from-data"``, naming the
+            features), or inside a scikit-learn model-selection routine.
+        DataWarning
+            Naming the features with values outside their public range (clipped,
+            with counts) and the constant ones.
         SmallGroupWarning
             When report partitions are too small for their histograms.
         """
         check_params(self)
-        X, y, features, from_data = self._prepare_fit(X, y)
+        X, y, features, _ = self._prepare_fit(X, y)
+        X, clipped = clip_to_ranges(X, features)
+        _warn_rows(clipped, constant_columns(X, features), X.shape[0])
         check_classification_targets(y)
         classes, y_index = np.unique(y, return_inverse=True)
         if classes.size < 2 or (self.mode == "paper" and classes.size != 2):
@@ -352,7 +378,10 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
                 f"AnonMLClassifier in {self.mode} mode needs {need}, got {classes.size} "
                 f"class{'es' if classes.size != 1 else ''}: {classes[:5]}"
             )
-        _warn_not_private(from_data)
+        derived = tuple(f.name for f in features if f.from_data)
+        context = getattr(self, "_anonml_selection", None)
+        selection = fit_selection(self, context, sys._getframe(1))
+        _warn_not_private(derived, selection, cloned=context is not None)
         rng = generator_from(self.random_state)
         config = self._config(X.shape[1], classes.size)
         result = simulate_training(
@@ -379,9 +408,8 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         )
         self.binning_ = result.binning
         self.ensemble_ = ensemble
-        self.privacy_ = (
-            result.accounting if not from_data else _replace_private(result.accounting, private=False)
-        )
+        self.n_clipped_ = dict(clipped)
+        self.privacy_ = mark_not_private(result.accounting, derived, selection)
         return self
 
     def ensemble_from(
@@ -434,6 +462,9 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
             Xn, y = validate_data(self, encoded, y, dtype=np.float64)
             self.feature_names_in_ = np.asarray(names, dtype=object)
             return Xn, y, specs, from_data
+        if specs is None and not sparse.issparse(X) and np.asarray(X).dtype.kind in "OUS":
+            # strings in an array: infer first, so a column that is not numbers is named
+            specs, from_data = infer_feature_specs(np.asarray(X, dtype=object), ranges=self.ranges)
         if specs is not None and np.asarray(X).dtype.kind in "OUS":
             X = encode_matrix(X, specs)
         Xn, y = validate_data(self, X, y, dtype=np.float64)
@@ -502,7 +533,8 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"{len(model.features_)} feature specs for {binning.n_features} binned features")
         model.binning_ = binning
         model.ensemble_ = ensemble
-        model.privacy_ = privacy
+        derived = [f.name for f in model.features_ or () if f.from_data]
+        model.privacy_ = None if privacy is None else mark_not_private(privacy, derived, None)
         return model
 
     # --------------------------------------------------------------- prediction
@@ -633,5 +665,15 @@ class AnonMLClassifier(ClassifierMixin, BaseEstimator):
         return model
 
 
-def _replace_private(accounting: PrivacyAccounting, *, private: bool) -> PrivacyAccounting:
-    return dataclasses.replace(accounting, private=private)
+def mark_not_private(
+    accounting: PrivacyAccounting, derived: Sequence[str], selection: ModelSelection | None
+) -> PrivacyAccounting:
+    """The accounting with ``private=False`` and why: specs read from the rows, or model selection."""
+    if not derived and selection is None:
+        return accounting
+    return dataclasses.replace(
+        accounting,
+        private=False,
+        data_derived=tuple(derived) or accounting.data_derived,
+        selection=selection or accounting.selection,
+    )

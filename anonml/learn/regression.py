@@ -1,33 +1,62 @@
 """A numeric target learned as ordered bins: a fare, a duration, a grade.
 
 Every AnonML report carries the label, so a numeric target is cut into K
-ordered bins over a *public* range ``[low, high]`` (fixed before any data is
-seen, like a feature's range) and each peer reports its bin index as a K-class
-label (:class:`~anonml.learn.model.AnonMLClassifier` in default mode, label
-domain K in every histogram). The prediction is the expected bin centre under
-the model's class probabilities,
+ordered bins inside a *public* range ``[low, high]`` (fixed before any data
+is seen, like a feature's range) and each peer reports its bin index as a
+K-class label (:class:`~anonml.learn.model.AnonMLClassifier` in default mode,
+label domain K in every histogram).
 
-    ŷ(x) = Σ_k P̂(bin k | x) · c_k,   c_k the midpoint of bin k,
+*Where the bins are cut* (``target_bins``). ``"quantile"`` (default): a
+separate target pool (``target_fraction`` of the peers, each answering one
+question with the full ε_T, like the features' median pool) runs the private
+quantile search (thesis algorithm 1, :func:`~anonml.learn.simulation.private_binning`)
+for the K − 1 cut points, so the bins hold about equal shares of the peers.
+Then no bin has a tiny true mass that the privacy noise can inflate, and the
+classifier's fallback when the noise dominates — the uniform class prior — is
+the target's own (private) distribution, whose median is the median of the
+data. ``"uniform"``: K equal-width bins over the range (no pool; what a
+protocol problem's binned label uses, :meth:`AnonMLRegressor.from_classifier`).
 
-so the estimate moves smoothly between bins and never leaves ``[low, high]``.
-Values outside the range are clipped into the end bins (one row at a time, no
-privacy cost). The privacy accounting is the classifier's: each peer still
-releases one report per assigned subset.
+*The prediction* (``point``). With ``P̂_k = P̂(bin k | x)`` and the bin edges
+``e_0 < … < e_K``, treating the target as uniform inside a bin:
+``"median"`` (default) the predictive median, the ``ŷ`` where the
+interpolated distribution function reaches 1/2 (the minimiser of the
+expected absolute error); ``"mean"`` the predictive mean ``Σ_k P̂_k·c_k``
+with ``c_k`` the bin midpoints. Both stay inside ``[low, high]``. Values
+outside the range are clipped into the end bins (one row at a time, no
+privacy cost).
+
+Privacy: each peer is in exactly one of the disjoint pools (target, median,
+report, calibration) and spends at most ε_T; the target pool's signed answers,
+like the median pool's, get no shuffle amplification, and are counted in
+``privacy_.median_peers`` and ``privacy_.shuffle.peers_outside``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from scipy import sparse
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_is_fitted, column_or_1d
+from sklearn.utils.validation import check_consistent_length, check_is_fitted, column_or_1d
 
 from anonml.learn.model import AnonMLClassifier
-from anonml.learn.params import Interval, check_params
+from anonml.learn.params import Interval, Options, check_params
+from anonml.learn.selection import SelectionAware
+from anonml.learn.simulation import PrivacyAccounting, private_binning
+from anonml.model import FeatureSpec
+from anonml.randomness import generator_from
 
-__all__ = ["AnonMLRegressor", "target_edges", "target_bins"]
+__all__ = ["AnonMLRegressor", "target_edges", "target_bins", "predictive_median"]
+
+
+#: Questions per cut point of the target's quantile search. The search moves a cut from its
+#: equal-width start by halving steps, so 3 (the features' default) cannot reach the quartiles of a
+#: skewed target (on an exponential target over [0, 60] two of three cuts met); 6 reach 1/64 of the range.
+TARGET_STEPS = 6
 
 
 def target_edges(low: float, high: float, n_bins: int, *, name: str = "target_range") -> np.ndarray:
@@ -43,7 +72,7 @@ def target_bins(y: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.clip(np.searchsorted(edges[1:-1], y, side="right"), 0, len(edges) - 2)
 
 
-class AnonMLRegressor(RegressorMixin, BaseEstimator):
+class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
     """Regression from locally private histograms of (features, target bin).
 
     Parameters
@@ -51,24 +80,39 @@ class AnonMLRegressor(RegressorMixin, BaseEstimator):
     target_range : tuple (low, high)
         Public bounds of the target.
     n_target_bins : int, default=5
-        K, equal-width bins over ``target_range``.
+        K, the bins of the target inside ``target_range``.
+    target_bins : {"quantile", "uniform"}, default="quantile"
+        Cut points from a private quantile search of a target pool, or K
+        equal-width bins (module docstring).
+    target_fraction : float, default=0.1
+        ``"quantile"``: the share of the peers in the target pool (none, and
+        equal-width bins, when it would hold fewer than K − 1 peers).
+    point : {"median", "mean"}, default="median"
+        The predictive median or mean of the binned target (module docstring).
     classifier_params : dict, optional
         Parameters of the underlying :class:`AnonMLClassifier` (``epsilon``,
-        ``features``, ``ranges``, ``random_state`` …; its mode is "default").
+        ``features``, ``ranges``, ``random_state``, ``median_steps``,
+        ``median_confidence`` …; its mode is "default").
 
     Attributes
     ----------
     classifier_ : AnonMLClassifier
         Fitted on the bin indices.
+    edges_ : ndarray of shape (K + 1,)
+        The target bins' edges, ``edges_[0] = low`` and ``edges_[-1] = high``
+        (fewer bins if private cut points coincide).
     centres_ : ndarray of shape (K,)
         Midpoint of each target bin.
     privacy_ : PrivacyAccounting
-        The classifier's.
+        The classifier's, with the target pool's peers among ``median_peers``.
     """
 
     param_checks: dict[str, tuple[Any, ...]] = {
         "target_range": (tuple, list),
         "n_target_bins": (Interval(numbers.Integral, 2, None, closed="left"),),
+        "target_bins": (Options(frozenset({"quantile", "uniform"})),),
+        "target_fraction": (Interval(numbers.Real, 0, 0.5, closed="both"),),
+        "point": (Options(frozenset({"median", "mean"})),),
         "classifier_params": (dict, None),
     }
 
@@ -76,10 +120,16 @@ class AnonMLRegressor(RegressorMixin, BaseEstimator):
         self,
         target_range: tuple[float, float] = (0.0, 1.0),
         n_target_bins: int = 5,
+        target_bins: Literal["quantile", "uniform"] = "quantile",
+        target_fraction: float = 0.1,
+        point: Literal["median", "mean"] = "median",
         classifier_params: dict[str, Any] | None = None,
     ) -> None:
         self.target_range = target_range
         self.n_target_bins = n_target_bins
+        self.target_bins = target_bins
+        self.target_fraction = target_fraction
+        self.point = point
         self.classifier_params = classifier_params
 
     def __sklearn_tags__(self):  # noqa: D105 - scikit-learn protocol
@@ -112,16 +162,17 @@ class AnonMLRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(
                 f"the classifier's classes {classes.tolist()} are not bins 0..{n_target_bins - 1}"
             )
-        model = cls(target_range=tuple(target_range), n_target_bins=int(n_target_bins))
+        model = cls(target_range=tuple(target_range), n_target_bins=int(n_target_bins), target_bins="uniform")
         edges = model._edges()
         model.classifier_ = classifier
+        model.edges_ = edges
         model.centres_ = 0.5 * (edges[:-1] + edges[1:])
         model.n_features_in_ = classifier.n_features_in_
         model.privacy_ = classifier.privacy_
         return model
 
     def fit(self, X: Any, y: Any) -> AnonMLRegressor:
-        """Bin ``y`` over the public range and fit the K-class classifier on the bin indices."""
+        """Cut the target into bins (privately, ``"quantile"``) and fit the K-class classifier on them."""
         check_params(self)
         edges = self._edges()
         if y is None:
@@ -129,19 +180,94 @@ class AnonMLRegressor(RegressorMixin, BaseEstimator):
         target = column_or_1d(np.asarray(y, dtype=np.float64), warn=True)
         if not np.all(np.isfinite(target)):
             raise ValueError("y must be a 1-D array of finite numbers")
-        bins = target_bins(target, edges)
+        check_consistent_length(X, target)
         params = dict(self.classifier_params or {})
         if params.get("mode", "default") != "default":
             raise ValueError("a binned target needs the default mode (K classes); paper mode is binary")
-        self.classifier_ = AnonMLClassifier(**params).fit(X, bins)
+        rows, answered = np.arange(target.size), 0
+        if self.target_bins == "quantile":
+            edges, rows, answered = self._private_edges(target, edges, params)
+        classifier = AnonMLClassifier(**params)
+        context = getattr(self, "_anonml_selection", None)
+        if context is not None:  # this regressor is a model-selection clone: so is its classifier
+            classifier._anonml_selection = context
+        self.classifier_ = classifier.fit(_take(X, rows), target_bins(target[rows], edges))
+        self.edges_ = edges
         self.centres_ = 0.5 * (edges[:-1] + edges[1:])
         self.n_features_in_ = self.classifier_.n_features_in_
-        self.privacy_ = self.classifier_.privacy_
+        self.privacy_ = _with_target_pool(self.classifier_.privacy_, answered)
         return self
 
+    def _private_edges(
+        self, target: np.ndarray, edges: np.ndarray, params: dict[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """The target pool's private cut points, the rows left for the classifier, and the pool's answers."""
+        k = int(self.n_target_bins)
+        n_pool = int(round(float(self.target_fraction) * target.size))
+        if n_pool < k - 1:
+            return edges, np.arange(target.size), 0
+        seed = params.get("random_state")
+        # an int seed gets its own stream here, not a copy of the classifier's
+        own = isinstance(seed, numbers.Integral) and not isinstance(seed, bool)
+        rng = np.random.default_rng([int(seed), 1]) if own else generator_from(seed)
+        order = rng.permutation(target.size)
+        pool, rest = np.sort(order[:n_pool]), np.sort(order[n_pool:])
+        low, high = float(edges[0]), float(edges[-1])
+        binning, answered, _ = private_binning(
+            np.clip(target[pool], low, high)[:, None],
+            [FeatureSpec(name="target", low=low, high=high)],
+            k,
+            epsilon=float(params.get("epsilon", 1.0)),
+            n_steps=TARGET_STEPS,
+            confidence=float(params.get("median_confidence", 0.5)),
+            rng=rng,
+        )
+        cuts = np.unique(np.asarray(binning.features[0].thresholds, dtype=float))
+        return np.concatenate([[low], cuts[(cuts > low) & (cuts < high)], [high]]), rest, int(answered)
+
     def predict(self, X: Any) -> np.ndarray:
-        """``Σ_k P̂(bin k | x)·c_k`` (bins never seen in training have probability 0)."""
+        """The predictive median (or mean) of the binned target (module docstring)."""
         check_is_fitted(self, "classifier_")
         proba = self.classifier_.predict_proba(X)
-        centres = self.centres_[np.asarray(self.classifier_.classes_, dtype=np.int64)]
-        return proba @ centres
+        seen = np.asarray(self.classifier_.classes_, dtype=np.int64)
+        full = np.zeros((proba.shape[0], self.centres_.size))
+        full[:, seen] = proba  # bins never seen in training have probability 0
+        if self.point == "mean":
+            return full @ self.centres_
+        return predictive_median(full, self.edges_)
+
+
+def predictive_median(proba: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Per row, the ``ŷ`` where ``F(ŷ) = 1/2`` for bin probabilities spread uniformly inside each bin.
+
+    With ``C_k = Σ_{j<k} P_j`` and ``k`` the bin where the cumulative passes 1/2,
+    ``ŷ = e_k + (1/2 − C_k)/P_k · (e_{k+1} − e_k)``.
+    """
+    cumulative = np.cumsum(proba, axis=1)
+    total = cumulative[:, -1:]
+    half = 0.5 * total
+    k = np.minimum(np.sum(cumulative < half, axis=1), proba.shape[1] - 1)
+    rows = np.arange(proba.shape[0])
+    before = np.where(k > 0, cumulative[rows, np.maximum(k - 1, 0)], 0.0)
+    mass = np.maximum(proba[rows, k], 1e-12)
+    share = np.clip((half[:, 0] - before) / mass, 0.0, 1.0)
+    return edges[k] + share * (edges[k + 1] - edges[k])
+
+
+def _take(X: Any, rows: np.ndarray) -> Any:
+    """Rows of a frame (by position) or of an array."""
+    if hasattr(X, "iloc"):
+        return X.iloc[rows]
+    if sparse.issparse(X):  # refused by the classifier's checks, with scikit-learn's message
+        return sparse.csr_matrix(X)[rows]
+    return np.asarray(X, dtype=object if np.asarray(X).dtype.kind in "OUS" else None)[rows]
+
+
+def _with_target_pool(accounting: PrivacyAccounting | None, answered: int) -> PrivacyAccounting | None:
+    """The classifier's accounting with the target pool's peers among the signed, unshuffled ones."""
+    if accounting is None or not answered:
+        return accounting
+    shuffle = accounting.shuffle
+    if shuffle is not None:
+        shuffle = dataclasses.replace(shuffle, peers_outside=(shuffle.peers_outside or 0) + answered)
+    return dataclasses.replace(accounting, median_peers=accounting.median_peers + answered, shuffle=shuffle)

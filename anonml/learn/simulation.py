@@ -48,6 +48,8 @@ from anonml.learn.binning import Binning, auto_n_bins, relative_cell_error
 from anonml.learn.calibration import CALIBRATION_BINS
 from anonml.learn.histograms import (
     SubsetHistogram,
+    dependence_and_noise,
+    dependence_statistic,
     domain_size,
     estimate_histogram,
     label_distribution,
@@ -55,6 +57,7 @@ from anonml.learn.histograms import (
 )
 from anonml.learn.notices import SmallGroupWarning
 from anonml.learn.partition import SEED_BYTES, PartitionPlan, make_plan
+from anonml.learn.selection import ModelSelection
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.privacy import (
     Mechanism,
@@ -150,7 +153,14 @@ class PrivacyAccounting(JsonRecord):
         Peers of the calibration pool (one (score bin, label) report each, at ε_T).
     private : bool
         False when the fit read the raw rows outside the mechanisms (feature
-        ranges taken from the data): then no ε here is a guarantee.
+        ranges or categories taken from the data, or a fit inside a
+        model-selection routine): then no ε here is a guarantee.
+    data_derived : tuple of str or None
+        The features whose range or categories were read from the rows
+        (:attr:`FeatureSpec.from_data <anonml.model.FeatureSpec.from_data>`).
+    selection : ModelSelection or None
+        The model-selection routine this fit was one of, with the ε_T of every
+        fit of it that is known (:mod:`anonml.learn.selection`).
     shuffle : ShuffleBound or None
         The central (ε, δ) the aggregator's view of the *unlinkable* reports also
         satisfies if they are unlinkable within each partition
@@ -173,6 +183,8 @@ class PrivacyAccounting(JsonRecord):
     calibration_peers: int = 0
     private: bool = True
     shuffle: ShuffleBound | None = None
+    data_derived: tuple[str, ...] | None = None
+    selection: ModelSelection | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -491,8 +503,9 @@ def _report_stages(
 
     Without a pilot (:func:`_pilot_applies`) there is one stage, ``plan``
     itself, and no selection (None). With one, a pilot round over every
-    feature comes first, :func:`select_features` keeps some, and the rest of
-    the report peers report only on those (one group per kept feature).
+    feature comes first, :func:`select_features` keeps some — all of them
+    unless :func:`selection_pays` — and the rest of the report peers report
+    only on those (one group per kept feature).
     Each report carries ε_T/k_h (:func:`simulate_reports`).
     """
 
@@ -519,6 +532,8 @@ def _report_stages(
     pilot_rows, main_rows = report_rows[:n_pilot], report_rows[n_pilot:]
     stages = [stage(pilot_rows, _single_feature_plan(pilot_rows, range(n_features), n_features, rng))]
     selected = select_features(stages[0][1])
+    if not selection_pays(stages[0][1], selected):
+        selected = tuple(range(n_features))
     if main_rows.size >= len(selected):
         stages.append(stage(main_rows, _single_feature_plan(main_rows, selected, n_features, rng)))
     return stages, selected
@@ -555,38 +570,54 @@ SELECTION_SDS = 3.0
 def select_features(histograms: Sequence[SubsetHistogram]) -> tuple[int, ...]:
     """Features whose single-feature histogram shows label dependence beyond the LDP noise.
 
-    For a histogram of cells ``v`` and classes ``c`` with estimated counts
-    ``ĉ_vc``, predicted noise variances ``σ²_vc``, cell totals ``ĉ_v`` and
-    pooled class shares ``π̂_c``,
-
-        T = Σ_vc (ĉ_vc − ĉ_v·π̂_c)² / (σ²_vc + ĉ_v·π̂_c(1 − π̂_c)),
-
-    a chi-square-like statistic with at most ``df = b·K`` degrees of freedom
-    when the feature is independent of the label (each cell carries its own
-    privacy noise; sampling noise alone would give ``(b − 1)(K − 1)``). A feature is kept when
+    With ``(T, df)`` each feature's :func:`~anonml.learn.histograms.dependence_statistic`
+    against the pooled class shares, a feature is kept when
     ``T > df + SELECTION_SDS·√(2·df)``; the feature of largest ``T/df`` is
     always kept. Returns the kept features in increasing order.
     """
     if not histograms:
         raise ValueError("no pilot histograms")
-    prior = np.clip(label_distribution(histograms), 1e-6, 1.0)
+    prior = label_distribution(histograms)
     scores: dict[int, float] = {}
     kept: list[int] = []
     for h in histograms:
         if len(h.features) != 1:
             raise ValueError(f"pilot histograms are single-feature, got features {h.features}")
-        counts = np.clip(h.flat_counts(), 0.0, None)
-        totals = counts.sum(axis=1, keepdims=True)
-        expected = totals * prior[None, :]
-        spread = h.flat_variance() + expected * (1 - prior[None, :])
-        stat = float(np.sum((counts - expected) ** 2 / np.maximum(spread, 1e-9)))
-        df = counts.size  # independent privacy noise in every cell (at most b·K; (b−1)(K−1) without it)
+        stat, df = dependence_statistic(h, prior)
         scores[h.features[0]] = stat / df
         if stat > df + SELECTION_SDS * np.sqrt(2.0 * df):
             kept.append(h.features[0])
     if not kept:
         kept.append(max(scores, key=scores.__getitem__))
     return tuple(sorted(kept))
+
+
+#: The dropped features may carry at most this share of the pilot's estimated signal energy …
+SELECTION_MAX_LOSS = 0.05
+#: … with this many standard deviations of their estimate's noise added to what they carry.
+SELECTION_SDS_LOSS = 2.0
+
+
+def selection_pays(histograms: Sequence[SubsetHistogram], kept: Sequence[int]) -> bool:
+    """Whether dropping the features :func:`select_features` did not keep loses (almost) nothing.
+
+    The comparison is measured on the pilot's private histograms (post-processing,
+    no budget): each feature's estimated signal energy is ``D − E₀[D]``
+    (:func:`~anonml.learn.histograms.dependence_and_noise`, unbiased for the
+    squared label dependence of its cells), and the selection is applied only
+    when the dropped features' estimate plus :data:`SELECTION_SDS_LOSS` of its
+    noise standard deviations is at most :data:`SELECTION_MAX_LOSS` of the total,
+    which must itself be positive. Otherwise every feature is
+    kept, i.e. no selection: a pilot that cannot tell signal from noise (a
+    small pilot at low ε) never drops features that carry signal. On the issue's
+    data a pilot of 20-40 % kept 1-1.2 features everywhere and cost AUC (0.662 → 0.551).
+    """
+    stats = {h.features[0]: dependence_and_noise(h) for h in histograms}
+    total = sum(d - null for d, null, _ in stats.values())
+    dropped = [stats[f] for f in stats if f not in set(kept)]
+    loss = sum(d - null for d, null, _ in dropped)
+    spread = float(np.sqrt(sum(sd**2 for _, _, sd in dropped)))
+    return total > 0 and loss + SELECTION_SDS_LOSS * spread <= SELECTION_MAX_LOSS * total
 
 
 #: Fewest "exact-equivalent" calibration reports: ``n·((e^ε − 1)/(e^ε + 1))²`` — the

@@ -47,7 +47,8 @@ def test_binned_regression_tracks_the_target_under_privacy():
     assert r2 > 0.5
     assert np.corrcoef(pred, truth)[0, 1] > 0.75
     assert model.privacy_.epsilon_total == pytest.approx(2.0)
-    assert len(model.classifier_.classes_) == 6
+    # six bins asked for; private cut points that coincide leave fewer, each a class
+    assert 4 <= len(model.classifier_.classes_) == model.edges_.size - 1 <= 6
 
 
 def test_bad_ranges_and_modes_are_named():

@@ -138,3 +138,65 @@ def test_the_pilot_keeps_informative_features_and_drops_pure_noise():
         by_feature[h.features] = by_feature.get(h.features, 0) + h.n
     assert by_feature[(1,)] > 3 * by_feature[(0,)]
     assert select_features(result.histograms[:4]) == (1,)
+
+
+def _weak_features(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, list[FeatureSpec]]:
+    """Eight binary features, each a little more often 1 for positives: signal spread thin."""
+    y = (rng.random(n) < 0.5).astype(np.int64)
+    X = (rng.random((n, 8)) < np.where(y[:, None] == 1, 0.58, 0.42)).astype(float)
+    specs = [FeatureSpec(name=f"w{j}", kind=FeatureKind.CATEGORICAL, categories=("a", "b")) for j in range(8)]
+    return X, y, specs
+
+
+def test_the_pilot_keeps_every_feature_when_dropping_some_would_lose_signal():
+    from anonml.learn.simulation import select_features, selection_pays
+
+    X, y, specs = _weak_features(6000, np.random.default_rng(12))
+    config = SimulationConfig(epsilon=1.0, n_partitions=8, pilot_fraction=0.3)
+    result = simulate_training(X, y, specs, config, np.random.default_rng(1))
+    pilot = result.histograms[:8]
+    # The pilot's noise hides most of the weak features from select_features …
+    chosen = select_features(pilot)
+    assert len(chosen) < 8
+    # … but their measured signal energy is too large a share to drop, so all are kept.
+    assert not selection_pays(pilot, chosen)
+    assert result.selected_features == tuple(range(8))
+    assert sum(result.sizes) == result.accounting.report_peers
+
+
+def test_the_guarded_pilot_does_not_cost_auc():
+    from sklearn.metrics import roc_auc_score
+
+    from anonml.learn.model import AnonMLClassifier
+
+    gaps = []
+    for seed in range(5):
+        rng = np.random.default_rng(100 + seed)
+        X, y, specs = _weak_features(8000, rng)
+        X_test, y_test, _ = _weak_features(4000, rng)
+        aucs = [
+            roc_auc_score(
+                y_test,
+                AnonMLClassifier(epsilon=1.0, features=specs, pilot_fraction=pilot, random_state=seed)
+                .fit(X, y)
+                .predict_proba(X_test)[:, 1],
+            )
+            for pilot in (0.0, 0.4)
+        ]
+        gaps.append(aucs[1] - aucs[0])
+    gaps_arr = np.asarray(gaps)
+    se = gaps_arr.std(ddof=1) / np.sqrt(gaps_arr.size)
+    assert gaps_arr.mean() > -(3 * se + 0.005), gaps
+
+
+def test_selection_pays_needs_positive_signal_and_a_small_dropped_share():
+    from anonml.learn.simulation import selection_pays
+
+    rng = np.random.default_rng(13)
+    n = 4000
+    y = (rng.random(n) < 0.5).astype(np.int64)
+    strong = np.where(rng.random(n) < np.where(y == 1, 0.9, 0.1), 1, 0)
+    codes = np.column_stack([strong, rng.integers(0, 2, n)])
+    hists = [exact_histogram(codes[:, [j]], y, (j,), (2,)) for j in range(2)]
+    assert selection_pays(hists, [0])  # the dropped feature is noise: ~0 of the energy
+    assert not selection_pays(hists, [1])  # dropping the strong one loses nearly all of it

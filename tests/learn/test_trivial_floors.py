@@ -1,0 +1,147 @@
+"""Never worse than the trivial predictor: the prior (multiclass), the median (regression).
+
+The floors are checked as the benchmark checks them (benchmarks/trivial_floors.py): seeded
+70/30 splits, the paired difference model − trivial, mean within a few standard errors of
+≤ 0. The unit tests pin the shrinkage formulas that give the floors.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from anonml.learn.ensemble import MIN_SHRINKAGE, shrinkage_factor
+from anonml.learn.histograms import (
+    SubsetHistogram,
+    estimate_histogram,
+    exact_histogram,
+    report_values,
+    shrunk_label_distribution,
+)
+from anonml.learn.notices import SmallGroupWarning
+from anonml.learn.regression import AnonMLRegressor, predictive_median
+from anonml.model import FeatureSpec
+from anonml.privacy import best_mechanism
+from benchmarks.trivial_floors import evaluate_split, load_sets, synthetic_regression
+
+SPLITS = 10
+
+
+def _paired(data, epsilon: float, metrics: list[tuple[str, str]]) -> list[tuple[float, float]]:
+    """Per (metric, trivial) pair, mean and standard error over seeded splits of ``metric − trivial``."""
+    runs = [evaluate_split(data, epsilon, seed) for seed in range(SPLITS)]
+    out = []
+    for metric, trivial in metrics:
+        arr = np.asarray([r[metric] - r[trivial] for r in runs])
+        out.append((float(arr.mean()), float(arr.std(ddof=1) / np.sqrt(arr.size))))
+    return out
+
+
+def test_digits_log_loss_and_accuracy_never_fall_below_the_prior():
+    # Before the shrinkage the default scored 10.1 nats here against the prior's 2.30.
+    digits = load_sets(["digits"])[0]
+    (loss, loss_se), (acc, acc_se) = _paired(
+        digits, 1.0, [("log_loss", "log_loss_trivial"), ("accuracy", "accuracy_trivial")]
+    )
+    assert loss <= 3 * loss_se + 1e-3, (loss, loss_se)
+    assert acc >= -(3 * acc_se + 1e-3), (acc, acc_se)
+
+
+def test_iris_log_loss_at_low_epsilon_stays_at_the_prior():
+    iris = load_sets(["iris"])[0]
+    for epsilon in (0.5, 1.0):  # before: +0.12 and +0.06 nats over the prior
+        ((mean, se),) = _paired(iris, epsilon, [("log_loss", "log_loss_trivial")])
+        assert mean <= 3 * se + 1e-3, (epsilon, mean, se)
+
+
+def test_regression_mae_beats_the_training_median():
+    data = synthetic_regression(n=10_000, seed=3)
+    ((mean, se),) = _paired(data, 0.5, [("mae", "mae_trivial")])
+    assert mean + 3 * se < 0, (mean, se)
+
+
+@pytest.mark.parametrize("epsilon", [2.0, 4.0])
+def test_diabetes_mae_is_no_worse_than_the_median(epsilon):
+    # Before: +6.8 ± 3.4 at ε = 2 (equal-width target bins, predictive mean).
+    diabetes = load_sets(["diabetes"])[0]
+    ((mean, se),) = _paired(diabetes, epsilon, [("mae", "mae_trivial")])
+    assert mean <= 3 * se, (mean, se)
+
+
+def _noisy_histogram(rng, n: int, epsilon: float, y_share: float, dependence: float) -> SubsetHistogram:
+    """One binary feature and a binary label, reported through the least-error mechanism."""
+    y = (rng.random(n) < y_share).astype(np.int64)
+    x = np.where(rng.random(n) < 0.5 + dependence * (y - 0.5), 1, 0)[:, None]
+    values = report_values(x, y, (2,))
+    mechanism = best_mechanism(epsilon, 4, n)
+    bits = mechanism.perturb(values, rng)
+    return estimate_histogram(bits.sum(axis=0), mechanism, n, (0,), (2,))
+
+
+def test_label_distribution_shrinks_to_uniform_under_noise_and_not_without_it():
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 2, size=(20_000, 1))
+    y = (rng.random(20_000) < 0.2).astype(np.int64)
+    exact = exact_histogram(codes, y, (0,), (2,))
+    assert shrunk_label_distribution([exact])[1] == pytest.approx(np.mean(y))
+    # 40 reports at ε = 0.5: the share's noise sd is ~0.3, so the prior is uniform
+    tiny = [_noisy_histogram(np.random.default_rng(s), 40, 0.5, 0.2, 0.0) for s in range(20)]
+    shares = [shrunk_label_distribution([h])[1] for h in tiny]
+    assert np.mean(np.isclose(shares, 0.5)) >= 0.8
+    # 50,000 reports at ε = 2: the noise is small, the estimate stays near 0.2
+    big = _noisy_histogram(np.random.default_rng(1), 50_000, 2.0, 0.2, 0.0)
+    assert shrunk_label_distribution([big])[1] == pytest.approx(0.2, abs=0.02)
+
+
+def test_shrinkage_factor_is_one_on_exact_counts_and_floored_on_pure_noise():
+    rng = np.random.default_rng(2)
+    codes = rng.integers(0, 2, size=(5000, 1))
+    y = (codes[:, 0] ^ (rng.random(5000) < 0.2)).astype(np.int64)
+    assert shrinkage_factor([exact_histogram(codes, y, (0,), (2,))]) == 1.0
+    noise = [_noisy_histogram(np.random.default_rng(10 + s), 60, 0.5, 0.5, 0.0) for s in range(10)]
+    factors = [shrinkage_factor([h]) for h in noise]
+    assert np.median(factors) < 0.2  # mostly the floor: no signal to trust
+    assert min(factors) == MIN_SHRINKAGE
+    strong = _noisy_histogram(np.random.default_rng(3), 20_000, 2.0, 0.5, 0.8)
+    assert shrinkage_factor([strong]) > 0.9
+
+
+def test_predictive_median_interpolates_inside_the_bin():
+    edges = np.array([0.0, 10.0, 20.0, 40.0])
+    proba = np.array([[0.2, 0.6, 0.2], [0.5, 0.0, 0.5], [0.0, 0.25, 0.75]])
+    # row 0: F(10) = 0.2, half needs 0.3 of bin 1's 0.6 → 10 + 0.5·10; row 1: exactly at 10;
+    # row 2: F(20) = 0.25, needs 0.25 of bin 2's 0.75 → 20 + (1/3)·20
+    assert predictive_median(proba, edges) == pytest.approx([15.0, 10.0, 20.0 + 20.0 / 3])
+
+
+def test_quantile_target_bins_hold_equal_shares_and_are_accounted():
+    rng = np.random.default_rng(4)
+    n = 20_000
+    x = rng.uniform(0, 10, n)
+    y = rng.exponential(scale=2.0 + x)  # skewed: equal-width bins over [0, 60] would be mostly empty
+    specs = [FeatureSpec(name="x", low=0.0, high=10.0)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SmallGroupWarning)
+        model = AnonMLRegressor(
+            target_range=(0.0, 60.0),
+            n_target_bins=4,
+            classifier_params={"epsilon": 2.0, "features": specs, "random_state": 0},
+        ).fit(x[:, None], y)
+    shares = np.diff(np.searchsorted(np.sort(y), model.edges_)) / n
+    assert model.edges_[0] == 0.0 and model.edges_[-1] == 60.0 and model.edges_.size == 5
+    assert np.all(np.abs(shares - 0.25) < 0.1), shares  # equal-width bins: 0.93, 0.06, 0.01, 0.00
+    # the target pool (10 % of the peers) answered with ε_T and is counted with the median pool
+    clf = model.classifier_.privacy_
+    assert model.privacy_.median_peers > clf.median_peers - 1
+    assert model.privacy_.median_peers - clf.median_peers > 0.5 * 0.1 * n
+    assert model.privacy_.shuffle.peers_outside == model.privacy_.median_peers
+    assert model.privacy_.epsilon_total == pytest.approx(2.0)
+    uniform = AnonMLRegressor(
+        target_range=(0.0, 60.0),
+        n_target_bins=4,
+        target_bins="uniform",
+        classifier_params={"epsilon": 2.0, "features": specs, "random_state": 0},
+    ).fit(x[:, None], y)
+    assert np.allclose(uniform.edges_, [0.0, 15.0, 30.0, 45.0, 60.0])
