@@ -16,7 +16,9 @@ from importlib.metadata import PackageNotFoundError, packages_distributions, req
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LOCAL = {"anonml", "importers", "instancers", "featurizers", "peer", "aggregator", "witness", "tests", "benchmarks"}
+LOCAL = {
+    "anonml", "importers", "instancers", "featurizers", "peer", "aggregator", "witness", "tests", "benchmarks"
+}
 # Import names whose distribution is spelled otherwise, for modules not installed here.
 KNOWN = {"nacl": "pynacl", "bs4": "beautifulsoup4", "dateutil": "python-dateutil",
          "sklearn": "scikit-learn", "mpl_toolkits": "matplotlib"}
