@@ -623,9 +623,15 @@ MAX_BATCH_ITEMS = 256
 
 
 class Registration(_Message):
-    """A peer joins a problem: its identity, its relay, its signed round relay key (and credential)."""
+    """A peer joins a problem: its identity, its relay, its signed round relay key (and credential).
+
+    ``aggregator`` names the aggregator identity the peer registers with (the
+    Problem's): a registration signed for one aggregator key is worthless in a
+    copy of the problem shown under another.
+    """
 
     problem_id: str
+    aggregator: IdentityBytes
     identity: IdentityBytes
     relay_url: str = Field(pattern=r"^https?://[^\s]{1,200}$")
     relay_certificate: CertificateBytes
@@ -661,11 +667,12 @@ class RosterEntry(_Message):
     registration_signature: SignatureBytes
 
 
-def entry_registration(entry: RosterEntry, problem_id: str) -> Registration:
-    """The signed :class:`Registration` a roster entry claims its member sent (verify it with
-    :func:`verify_message` against ``entry.identity``)."""
+def entry_registration(entry: RosterEntry, problem: Problem) -> Registration:
+    """The signed :class:`Registration` a roster entry claims its member sent to ``problem``'s
+    aggregator (verify it with :func:`verify_message` against ``entry.identity``)."""
     return Registration(
-        problem_id=problem_id,
+        problem_id=problem.id,
+        aggregator=problem.aggregator,
         identity=entry.identity,
         relay_url=entry.relay_url,
         relay_certificate=entry.relay_certificate,
@@ -702,10 +709,11 @@ def check_credential(
 
 
 class Roster(_Message):
-    """The closed roster: members, the pinned token key, the revealed seed. Signed."""
+    """The closed roster: members, the pinned token key, the revealed seed. Signed by ``aggregator``."""
 
     v: Literal[1] = PROTOCOL_VERSION
     problem_id: str
+    aggregator: IdentityBytes
     round_id: int
     entries: tuple[RosterEntry, ...]
     token_key: B64(32)

@@ -490,6 +490,7 @@ class Participant:
         self._registration = sign_message(
             Registration(
                 problem_id=self.problem.id,
+                aggregator=self.problem.aggregator,
                 identity=me,
                 relay_url=self.relay_url,
                 relay_certificate=bytes(cert),
