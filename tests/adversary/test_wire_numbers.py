@@ -1,0 +1,136 @@
+"""Non-finite numbers and malformed bodies on every POST route of the aggregator and of a peer (10).
+
+An outsider posts ``NaN``, ``±Infinity``, ``1e400`` and a 400-digit integer — at the top level,
+in lists, in nested objects — to every POST route the real services serve (enumerated from each
+app's own route table, so a route added later is covered without touching this file), then bodies
+that are not JSON at all. Every non-finite number must be a 422 naming where it is, no request may
+be a 5xx, and neither server may log a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from fastapi import FastAPI
+from fastapi.routing import iter_route_contexts
+
+from anonml.serving import non_finite_number
+from peer.policy import PeerPolicy
+from tests.adversary.malicious import MaliciousAggregator, start_peers
+from tests.aggregator.helpers import ADMIN
+
+#: (body, where the first non-finite number is, how it was written).
+NON_FINITE: list[tuple[str, list[str | int], str]] = [
+    ('{"step": NaN}', ["step"], "NaN"),
+    ('{"step": 1e400}', ["step"], "1e400"),
+    ('{"problem_id": NaN}', ["problem_id"], "NaN"),
+    ("[NaN]", [0], "NaN"),
+    ('{"a": 1.5, "b": [1, 2, {"c": -Infinity}]}', ["b", 2, "c"], "-Infinity"),
+    ('{"deliveries": [{"x": 0.5}, {"x": Infinity}]}', ["deliveries", 1, "x"], "Infinity"),
+    ('{"e": 1E+308, "f": 12e999}', ["f"], "12e999"),
+    ('{"n": ' + "9" * 400 + "}", ["n"], "9" * 200),
+    ('{"m": ' + "1" * 250 + "e60}", ["m"], "1" * 200),
+    ('{"ok": "NaN Infinity e999", "bad": [[NaN]]}', ["bad", 0, 0], "NaN"),
+]
+
+#: Bodies that are not JSON numbers at all: each route answers as it does (a 4xx, logout its
+#: redirect), never a 500.
+MALFORMED: list[tuple[bytes, str]] = [
+    (b"\xff\xfe\x00garbage", "application/octet-stream"),
+    (b"\xff\xfe\x00garbage", "application/json"),
+    (b"[" * 50_000 + b"]" * 50_000, "application/json"),
+    (b"[" * 50_000 + b"NaN" + b"]" * 50_000, "application/json"),
+    (b"not json", "text/plain"),
+    (b'{"step": "NaN", "x": 1e308}', "application/json"),
+    (b"", "application/json"),
+]
+
+
+class _Tracebacks(logging.Handler):
+    """Every record logged with an exception or a traceback in its text."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info is not None or "Traceback" in text or "Exception in ASGI" in text:
+            self.seen.append(f"{record.name}: {text} {record.exc_info!r}")
+
+
+@pytest.fixture
+def services(
+    adversary: MaliciousAggregator, cohort, tmp_path: Path
+) -> Iterator[dict[str, tuple[str, FastAPI]]]:
+    """The aggregator and one peer host, served on loopback: name → (base URL, the app served)."""
+    peers = start_peers(tmp_path, adversary.url, cohort(1), PeerPolicy.for_simulation())
+    try:
+        assert adversary.handle is not None
+        yield {
+            "aggregator": (adversary.url, adversary.handle.app),
+            "peer": (peers.server.url, peers.server.server.config.app),
+        }
+    finally:
+        peers.stop()
+
+
+@pytest.fixture
+def tracebacks() -> Iterator[_Tracebacks]:
+    """A handler on the root logger and on uvicorn's (which does not propagate), attached after start."""
+    handler = _Tracebacks()
+    loggers = [logging.getLogger(), logging.getLogger("uvicorn"), logging.getLogger("uvicorn.error")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+def _post_paths(app: FastAPI) -> list[str]:
+    """Every POST route of ``app``, its path parameters filled in (``node``: a 32-digit hex id)."""
+    paths = []
+    for route in iter_route_contexts(app.routes):  # included routers too
+        if "POST" in (route.methods or ()):
+            paths.append(re.sub(r"\{node\}", "ab" * 16, re.sub(r"\{(?!node\})[^}]+\}", "p1", route.path)))
+    return paths
+
+
+def test_every_post_route_refuses_non_finite_numbers_with_422_and_no_traceback(services, tracebacks):
+    routes = {name: _post_paths(app) for name, (_, app) in services.items()}
+    # The route tables are the real ones: the routes the issue names are among them.
+    named = {"/problems/p1/medians/answers", "/problems/p1/registrations", "/intake"}
+    assert named <= set(routes["aggregator"])
+    assert "/relay/" + "ab" * 16 in routes["peer"] and len(routes["peer"]) >= 4
+    for name, (url, _) in services.items():
+        for path in routes[name]:
+            for body, where, literal in NON_FINITE:
+                answer = requests.post(url + path, data=body, headers=ADMIN, timeout=30)
+                said = f"{name} POST {path} {body[:60]!r}: {answer.status_code} {answer.text[:300]}"
+                assert answer.status_code == 422, said
+                error = answer.json()["detail"][0]
+                assert error["type"] == "finite_number" and error["loc"] == ["body", *where], said
+                assert error["input"].startswith(literal) and "finite" in error["msg"], said
+            for data, content_type in MALFORMED:
+                headers = {**ADMIN, "content-type": content_type}
+                answer = requests.post(
+                    url + path, data=data, headers=headers, timeout=30, allow_redirects=False
+                )
+                said = f"{name} POST {path} {data[:30]!r} as {content_type}: {answer.status_code}"
+                assert answer.status_code < 500, f"{said} {answer.text[:300]}"  # a refusal, or logout's 303
+    assert tracebacks.seen == [], tracebacks.seen[:3]
+
+
+def test_finite_numbers_and_strings_that_look_like_constants_pass_the_guard():
+    assert non_finite_number(b'{"step": 3, "x": 1.7976931348623157e308, "y": -1e-400, "s": "NaN"}') is None
+    assert non_finite_number(b'{"v": "' + b"1" * 500 + b'", "w": "Infinity"}') is None
+    assert non_finite_number(b'{"n": ' + b"9" * 308 + b"}") is None
+    assert non_finite_number(b"not json NaN") is None  # not JSON: the route's own parser answers
+    assert non_finite_number(b'{"a": [1, {"b": NaN}], "c": Infinity}') == (("a", 1, "b"), "NaN")
