@@ -255,6 +255,10 @@ class PeerHost:
     nodes : list of PeerNode
     db : PeerDB
     policy : PeerPolicy
+        Its ``lifetime_epsilon_cap`` is stored in each identity's ledger here, which then
+        refuses any release past it (:meth:`~anonml.privacy.PrivacyLedger.set_lifetime_cap`):
+        the cap holds whether the host comes from ``anonml peer start``,
+        :func:`peer.app.create_daemon`, :func:`peer.app.create_app` or a test.
     aggregators : list of str
         Aggregator base URLs to poll.
     relay_base : str, optional
@@ -291,6 +295,8 @@ class PeerHost:
         notify: Callable[[str], None] | None = None,
     ) -> None:
         self.nodes = {node.node_id: node for node in nodes}
+        for node in nodes:  # the ledger refuses any release past it, however this host was built
+            node.ledger.set_lifetime_cap(node.fingerprint, policy.lifetime_epsilon_cap)
         self.notify = notify
         self._told: dict[tuple[str, str], str] = {}
         self.db = db
