@@ -101,6 +101,7 @@ from anonml.protocol import (
     Registration,
     ReportReceipts,
     RosterWitness,
+    check_relay_address,
     check_relay_url,
     sign_message,
     transcript_hash,
@@ -123,7 +124,7 @@ from peer.phases import (
     check_transition,
 )
 from peer.policy import PeerPolicy, check_roster_floors
-from peer.relay import RelayRound, RelayService, StoredReplayCache, packet_cap
+from peer.relay import REFUSED_ADDRESS, RelayRound, RelayService, StoredReplayCache, packet_cap
 from peer.reports import choose_path, fetch_tokens, make_reports
 from peer.roster import RosterView
 from peer.transcript import credential_for, verify_bundle
@@ -607,6 +608,11 @@ class Participant:
             for i in _pick_members(gen, n, need - len(done.confirmed), me, done):
                 done.asked.add(i)
                 entry = view.roster.entries[i]
+                try:  # what its name resolves to now, just before connecting: global addresses only
+                    check_relay_address(entry.relay_url, allow_loopback_http=self.relay.allow_loopback_http)
+                except ValueError:
+                    self.relay.count("roster witness refused: relay address")
+                    continue
                 try:
                     witness = fetch_witness(entry.relay_url, self.problem.id)
                 except ProtocolError:
@@ -875,7 +881,15 @@ class Participant:
         return out
 
     def send(self, slot: int, url: str, packet: bytes) -> None:
-        """POST one packet to its first hop (called by the dispatcher at its send time)."""
+        """POST one packet to its first hop (called by the dispatcher at its send time).
+
+        The hop's name is resolved first: a host that is not a global address is a final
+        :data:`~peer.relay.REFUSED_ADDRESS` refusal, and nothing is sent.
+        """
+        try:
+            check_relay_address(url, allow_loopback_http=self.relay.allow_loopback_http)
+        except ValueError as exc:
+            raise HTTPRefusal(url, REFUSED_ADDRESS, str(exc)) from None
         reply = post(url, packet, "application/octet-stream")
         if reply.status >= 300:
             raise HTTPRefusal(url, reply.status, reply.text[:200])
