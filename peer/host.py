@@ -353,9 +353,11 @@ class PeerHost:
         """Apply the policy for every identity; accepted ones start participating.
 
         Plugins are loaded once and shared; each identity then checks its own
-        lifetime budget and computes its own example (in parallel). Whether an
-        identity joins depends on the policy only, never on its example: one
-        whose example cannot be computed joins and sends stand-ins.
+        lifetime budget (in parallel). Its example is computed only after its
+        registration is sent (:meth:`~peer.participant.Participant.prepare`), so
+        when it registers does not depend on its data. Whether an identity joins
+        depends on the policy only, never on its example: one whose example
+        cannot be computed joins and sends stand-ins.
         """
         row = self.db.proposal(problem.id)
         if row is None:

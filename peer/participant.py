@@ -3,7 +3,10 @@
 The steps, each checked before anything is released (DESIGN §7; the
 aggregator is treated as an adversary):
 
-1. **Register** with a fresh round relay key certified by the identity.
+1. **Register** with a fresh round relay key certified by the identity. The
+   local example is computed only afterwards (:meth:`Participant.compute_example`,
+   in the background), so when the registration leaves does not depend on the
+   person's data.
 2. **Roster**: the peer's anonymity floors
    (:func:`peer.policy.check_roster_floors`: roster size, smallest
    partition, enough members for ``hops`` distinct relays), the common
@@ -62,6 +65,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -247,6 +251,9 @@ class Participant:
     _resumed_fingerprint: str | None = None  # a restart re-checks the roster against this one
     _resumed_group: int | None = None  # report_group as saved before a restart
     _registration: Registration | None = None  # signed once: a resend is the same document
+    _plugins: tuple[Instancer, Featurizer, list[int]] | None = None  # loaded once per host, for the example
+    _example_computed: bool = False  # compute_example ran (example may still be None: stand-ins)
+    _example_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # -- the machine -------------------------------------------------------------------
     @property
@@ -415,7 +422,20 @@ class Participant:
 
     # -- 0. the local example ----------------------------------------------------------
     def prepare(self, plugins: tuple[Instancer, Featurizer, list[int]] | None = None) -> None:
-        """Cap this problem's ε in the ledger at the agreed value; compute the local example.
+        """Cap this problem's ε in the ledger at the agreed value; keep ``plugins`` for the example.
+
+        Reads nothing of the person's data: the example is computed after the
+        registration is sent (:meth:`compute_example`), so when the
+        registration leaves never depends on the size or content of the
+        event store (reading a store of 185 events took 12-17 ms against
+        0.3 ms for an empty one, correlation 0.74 with its size over 40 users).
+        """
+        self.node.ledger.set_cap(self.problem.id, self.problem.draft.epsilon, peer=self.node.fingerprint)
+        self._plugins = plugins
+
+    def compute_example(self) -> None:
+        """Compute the local example, once; called after the registration is sent, and by every step
+        that uses the example (median answer, reports, prediction) in case it has not run yet.
 
         Never refuses: when the example cannot be computed (no example in the
         store, a plugin failing on this person's events, …) the identity takes
@@ -423,19 +443,22 @@ class Participant:
         logging why locally only — refusing would tell the aggregator the
         outcome of a condition it chose.
         """
-        self.node.ledger.set_cap(self.problem.id, self.problem.draft.epsilon, peer=self.node.fingerprint)
-        try:
-            self.example = local_example(
-                self.problem,
-                self.node.store,
-                self.node.user,
-                self.node.rng,
-                plugins,
-                sources=self.policy.offered_sources,
-            )
-        except Exception as exc:  # whatever fails, this identity sends stand-ins instead
-            self.example = None
-            self._standin(f"no example: {exc}")
+        with self._example_lock:  # the background computation and a step that needs it now
+            if self._example_computed:
+                return
+            try:
+                self.example = local_example(
+                    self.problem,
+                    self.node.store,
+                    self.node.user,
+                    self.node.rng,
+                    self._plugins,
+                    sources=self.policy.offered_sources,
+                )
+            except Exception as exc:  # whatever fails, this identity sends stand-ins instead
+                self.example = None
+                self._standin(f"no example: {exc}")
+            self._example_computed = True
 
     def _standin(self, why: str) -> None:
         """Note locally (the peer's log and its own state DB, never the aggregator) why a stand-in goes."""
@@ -696,6 +719,7 @@ class Participant:
 
     def _median_truth(self, query: MedianQuery, gen: np.random.Generator) -> bool:
         """Is this identity's value above the threshold; a uniform bit when it cannot say."""
+        self.compute_example()
         try:
             if self.example is None:
                 raise AnonMLError("no example")
@@ -858,6 +882,7 @@ class Participant:
             )
         n = len(roster.view.keys) - roster.view.roster.median_pool_size
         tokens = self.facts(self.prepare_round().tokens, "this identity's tokens")
+        self.compute_example()
         reports, specs, standins = make_reports(
             self.problem,
             roster.assignment,
@@ -917,6 +942,7 @@ class Participant:
         model = AnonMLClassifier.from_json(json.dumps(document.model))
         lost = self.count_lost_reports(receipts)
         prediction = None
+        self.compute_example()
         if self.example is not None:
             bad = invalid_features(self.example.x, self.problem.draft.features)
             if bad:  # the model cannot bin this value either: no prediction, said locally
