@@ -315,6 +315,9 @@ class PeerHost:
         self.worker = Worker(self)
         self._witnesses: dict[tuple[bytes, str], RosterWitness] = {}
         self._lock = threading.Lock()
+        # decide() and the pick-up of manual accepts, one at a time: a decide() from another thread
+        # (a test, an embedding program) must not race the worker into a second participation.
+        self._deciding = threading.Lock()
         self.counters: Counter[str] = Counter()
         self._backoff = AggregatorBackoff(poll_seconds)
 
@@ -359,6 +362,10 @@ class PeerHost:
         depends on the policy only, never on its example: one whose example
         cannot be computed joins and sends stand-ins.
         """
+        with self._deciding:
+            return self._decide(problem, manual)
+
+    def _decide(self, problem: Problem, manual: bool) -> dict[str, Decision]:
         row = self.db.proposal(problem.id)
         if row is None:
             raise AnonMLError(f"problem {problem.id} has not been seen by this peer")
@@ -487,7 +494,10 @@ class PeerHost:
         each session's members: a poll of a host with thousands of identities
         costs no query per identity here.
         """
-        accepted = self.db.accepted_problems()
+        with self._deciding:
+            self._pick_up(self.db.accepted_problems())
+
+    def _pick_up(self, accepted: dict[str, set[str]]) -> None:
         members = {
             pid: {id(p.node) for p in session.participants} for pid, session in list(self.sessions.items())
         }

@@ -252,7 +252,7 @@ class Participant:
     _resumed_group: int | None = None  # report_group as saved before a restart
     _registration: Registration | None = None  # signed once: a resend is the same document
     _plugins: tuple[Instancer, Featurizer, list[int]] | None = None  # loaded once per host, for the example
-    _example_computed: bool = False  # compute_example ran (example may still be None: stand-ins)
+    _example_pending: bool = False  # prepare() ran and compute_example has not yet
     _example_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # -- the machine -------------------------------------------------------------------
@@ -432,10 +432,12 @@ class Participant:
         """
         self.node.ledger.set_cap(self.problem.id, self.problem.draft.epsilon, peer=self.node.fingerprint)
         self._plugins = plugins
+        self._example_pending = True
 
     def compute_example(self) -> None:
-        """Compute the local example, once; called after the registration is sent, and by every step
-        that uses the example (median answer, reports, prediction) in case it has not run yet.
+        """Compute the local example :meth:`prepare` left pending, once; called after the registration
+        is sent, and by every step that uses the example (median answer, reports, prediction) in case
+        it has not run yet. Without a pending example (one given to the constructor): nothing.
 
         Never refuses: when the example cannot be computed (no example in the
         store, a plugin failing on this person's events, …) the identity takes
@@ -444,7 +446,7 @@ class Participant:
         outcome of a condition it chose.
         """
         with self._example_lock:  # the background computation and a step that needs it now
-            if self._example_computed:
+            if not self._example_pending:
                 return
             try:
                 self.example = local_example(
@@ -458,7 +460,7 @@ class Participant:
             except Exception as exc:  # whatever fails, this identity sends stand-ins instead
                 self.example = None
                 self._standin(f"no example: {exc}")
-            self._example_computed = True
+            self._example_pending = False
 
     def _standin(self, why: str) -> None:
         """Note locally (the peer's log and its own state DB, never the aggregator) why a stand-in goes."""

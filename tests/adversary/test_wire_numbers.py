@@ -9,8 +9,11 @@ be a 5xx, and neither server may log a traceback.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +21,8 @@ import pytest
 import requests
 from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
+from hypothesis import given
+from hypothesis import strategies as st
 
 from anonml.serving import non_finite_number
 from peer.policy import PeerPolicy
@@ -134,3 +139,48 @@ def test_finite_numbers_and_strings_that_look_like_constants_pass_the_guard():
     assert non_finite_number(b'{"n": ' + b"9" * 308 + b"}") is None
     assert non_finite_number(b"not json NaN") is None  # not JSON: the route's own parser answers
     assert non_finite_number(b'{"a": [1, {"b": NaN}], "c": Infinity}') == (("a", 1, "b"), "NaN")
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-16-le", "utf-32-be"])
+def test_other_encodings_json_reads_are_checked_too(encoding):
+    assert non_finite_number('{"step": NaN}'.encode(encoding)) == (("step",), "NaN")
+    assert non_finite_number('[1, 2.5]'.encode(encoding)) is None
+
+
+def test_base64_text_with_constants_and_exponents_inside_is_not_parsed_as_a_number():
+    body = b'{"report": "QUJDNaNxyz5e123Infinity+/9e999", "k": [1, 2.5e10, -3]}'
+    assert non_finite_number(body) is None
+
+
+#: JSON values with every kind of number, the non-finite ones and integers past a double's range included.
+_NUMBERS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(10**400), max_value=10**400),
+    st.sampled_from([1e308, -1.7976931348623157e308, 5e-324]),
+)
+_VALUES = st.recursive(
+    st.one_of(_NUMBERS, st.text(max_size=8), st.booleans(), st.none()),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _has_non_finite(value) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) > sys.float_info.max
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_non_finite(v) for v in value)
+    return False
+
+
+@given(_VALUES, st.sampled_from([None, 0, 2]))
+def test_the_guard_finds_a_non_finite_number_exactly_when_the_body_holds_one(value, indent):
+    # json.dumps writes NaN and ±Infinity as Python's json.loads reads them; indent varies the spacing.
+    body = json.dumps(value, indent=indent).encode()
+    assert (non_finite_number(body) is not None) == _has_non_finite(value), body[:200]
