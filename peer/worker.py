@@ -175,6 +175,11 @@ class ProblemSession:
                     p.registered()
                 else:
                     p.abort(f"aggregator refused: {result.detail} (HTTP {result.status})")
+        # Only now the example, off this thread: neither this registration nor the next poll
+        # waits for the person's data (Participant.prepare).
+        for p in who:
+            if p.phase == P.REGISTERED:
+                self.host.pool.submit(p.compute_example)
 
     def _check_roster(self) -> bool:
         """Verify the roster once for the process, then each identity's own checks; False to wait."""
