@@ -30,9 +30,10 @@ Untrusted text
     output): no bidi override, zero-width or control character reaches a page
     or a tab title.
 API docs
-    :func:`local_api_docs` serves FastAPI's ``/docs`` from the Swagger UI files
-    the ``swagger-ui-bundle`` package ships, so no server page loads anything
-    from another origin.
+    :func:`local_api_docs` serves FastAPI's ``/docs`` from the Swagger UI 5
+    files the ``swagger-ui-bundle-v2`` package ships (version 5 reads the
+    OpenAPI 3.1 FastAPI writes), so no server page loads anything from
+    another origin.
 """
 
 from __future__ import annotations
@@ -546,7 +547,7 @@ def local_api_docs(app: FastAPI, title: str) -> None:
 
     FastAPI's own ``/docs`` loads Swagger UI from a CDN and its favicon from
     FastAPI's site; the app is made with ``docs_url=None, redoc_url=None`` and
-    this serves the same page from the files of the ``swagger-ui-bundle``
+    this serves the same page from the files of the ``swagger-ui-bundle-v2``
     package, with the validator badge (an image from swagger.io) off and a
     Content-Security-Policy of this origin only.
     """

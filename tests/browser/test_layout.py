@@ -52,7 +52,7 @@ SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
 
 
 def width_of(page: Page) -> tuple[int, int]:
-    """The document's scroll width and the window's width: the page scrolls sideways when the first is larger."""
+    """The document's scroll width and the window's: the page scrolls sideways when the first is larger."""
     return tuple(page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]"))
 
 
@@ -97,7 +97,8 @@ def test_every_page_fits_a_desktop_and_a_phone_and_neutralises_hostile_text(aggr
             "label": LabelSpec(kind="classes", classes=("stay", "drop", "pause")),
         }),
     )
-    unrunnable = propose(agg, unrunnable_draft().model_copy(update={"title": "Over features nobody computes"}))
+    nobody = unrunnable_draft().model_copy(update={"title": "Over features nobody computes"})
+    unrunnable = propose(agg, nobody)
     plain = propose(agg, base.model_copy(update={"title": "Who drops out of the course?"}))
     root = tmp_path / "me"
     root.mkdir()
@@ -141,7 +142,8 @@ def test_every_page_fits_a_desktop_and_a_phone_and_neutralises_hostile_text(aggr
 
 def _bidi_is_neutralised(page: Page, agg: str, ui: str, pid: str) -> None:
     """The override is gone from the text and the tab title; the letters stay in their order."""
-    for url, heading in ((f"{agg}/console/problems/{pid}", "h1"), (f"{ui}/ui/proposals", f"section[id='{pid}'] h2")):
+    where = ((f"{agg}/console/problems/{pid}", "h1"), (f"{ui}/ui/proposals", f"section[id='{pid}'] h2"))
+    for url, heading in where:
         page.goto(url)
         assert page.locator(heading).inner_text().startswith("exe.elif_tnedutS")
         assert page.evaluate("document.body.textContent.includes('\\u202e')") is False, url
