@@ -21,9 +21,10 @@ CSRF
 Forms
     Read from ``application/x-www-form-urlencoded`` bodies only (at most
     :data:`FORM_LIMIT` bytes, each field once); anything else is a 4xx naming it.
-    A POST that acts answers with a redirect to a page (POST/redirect/GET), its
-    outcome carried to that page by the session (:meth:`WebAuth.flash`), so a
-    reload never sends it again.
+    A POST that acts answers with a redirect to a page (POST/redirect/GET), so a
+    reload never sends it again: its outcome named in the redirect's query when
+    it is one of the page's fixed notices, else (a refusal's reason) kept in the
+    session for the next page it renders (:meth:`WebAuth.flash`).
 Untrusted text
     Every value a template prints goes through
     :func:`anonml.text.strip_controls` (the same function as the commands'

