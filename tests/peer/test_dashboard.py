@@ -148,7 +148,10 @@ def test_accepting_past_the_lifetime_cap_is_refused_on_the_page_with_the_reason(
     before = http.get(f"{daemon.url}/ui/proposals", timeout=30).text
     assert f"/ui/proposals/{problem.id}/accept" not in before and "No Accept button" in before
     reply = http.post(
-        f"{daemon.url}/ui/proposals/{problem.id}/accept", data={"csrf": csrf}, allow_redirects=False, timeout=30
+        f"{daemon.url}/ui/proposals/{problem.id}/accept",
+        data={"csrf": csrf},
+        allow_redirects=False,
+        timeout=30,
     )
     assert reply.status_code == 303 and reply.headers["location"] == "/ui/proposals"
     shown = http.get(f"{daemon.url}/ui/proposals", timeout=30)
