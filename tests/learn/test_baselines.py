@@ -31,7 +31,7 @@ from anonml.learn.baselines import (
 )
 from anonml.model import FeatureKind, FeatureSpec
 
-N = 200_000
+N = 100_000
 INPUTS = (-1.0, -0.4, 0.0, 0.3, 1.0)
 
 
