@@ -81,6 +81,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import nacl.bindings as _b
+import nacl.exceptions
 import numpy as np
 
 from anonml.crypto._util import _ensure_bytes, _i2osp, _random_bytes
@@ -106,6 +107,7 @@ __all__ = [
     "build_packet",
     "build_cover_packet",
     "open_payload",
+    "seal_payload",
 ]
 
 VERSION = 0x02
@@ -277,7 +279,34 @@ def _seal(plain: bytes, intake_key: bytes, rng: np.random.Generator | None) -> b
     """
     epk, esk = _b.crypto_box_seed_keypair(_random_bytes(32, rng))
     nonce = hashlib.blake2b(epk + intake_key, digest_size=_b.crypto_box_NONCEBYTES).digest()
-    return epk + _b.crypto_box_easy(plain, nonce, intake_key, esk)
+    try:
+        return epk + _b.crypto_box_easy(plain, nonce, intake_key, esk)
+    except nacl.exceptions.CryptoError as exc:  # libsodium refuses small-order keys
+        raise InvalidEncoding(f"intake key refused by crypto_box: {exc}") from None
+
+
+def seal_payload(
+    intake_key: bytes,
+    round_id: int,
+    redemption: Redemption | None,
+    report: bytes | None,
+    rng: np.random.Generator | None = None,
+) -> bytes:
+    """The ``PAYLOAD_SIZE``-byte sealed box of ``(redemption, report)`` (cover when both are None)
+    for ``round_id``, sealed to the aggregator's X25519 ``intake_key``: what the last hop of
+    :func:`build_packet`'s path peels out and forwards, and what :func:`open_payload` opens.
+
+    :class:`InvalidEncoding` for a key that is not a canonical non-zero X25519 value, a round id
+    outside [0, 2^64), or a report over :data:`MAX_REPORT_SIZE` (with the largest slot).
+    """
+    intake_key = _ensure_bytes(intake_key, "intake key", size=32)
+    if int.from_bytes(intake_key, "little") >= 2**255 - 19 or not any(intake_key):
+        raise InvalidEncoding("intake key is not a canonical, non-zero X25519 public key")
+    if not isinstance(round_id, int) or isinstance(round_id, bool) or not 0 <= round_id < 2**64:
+        raise InvalidEncoding(f"round id must be an integer in [0, 2^64), got {round_id!r}")
+    sealed = _seal(_encode_payload(round_id, redemption, report), intake_key, rng)
+    assert len(sealed) == PAYLOAD_SIZE
+    return sealed
 
 
 def open_payload(identity: Identity, sealed: bytes, *, round_id: int) -> Payload:
@@ -330,11 +359,8 @@ def build_packet(
     destination = _ensure_bytes(destination, "destination", size=NODE_ID_SIZE)
     if not isinstance(round_id, int) or isinstance(round_id, bool) or not 0 <= round_id < 2**64:
         raise InvalidEncoding(f"round id must be an integer in [0, 2^64), got {round_id!r}")
-    intake_key = _ensure_bytes(intake_key, "intake key", size=32)
-    if int.from_bytes(intake_key, "little") >= 2**255 - 19 or not any(intake_key):
-        raise InvalidEncoding("intake key is not a canonical, non-zero X25519 public key")
     ad = _ad(round_id)
-    plain = _seal(_encode_payload(round_id, redemption, report), intake_key, rng)
+    plain = seal_payload(intake_key, round_id, redemption, report, rng)
 
     # Blinding chain: α_i and s_i for every hop, replaying the relays' multiplications.
     x = _random_bytes(32, rng)
