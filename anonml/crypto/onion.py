@@ -46,20 +46,21 @@ aggregator identity named by the signed, witnessed Problem — over a fixed
     report:  redemption (1 + slot ≤ 64 + nonce 32 + MAC 32) ‖ report length (u16) ‖ report ‖ zeros
     cover:   zeros
 
-Real and cover packets are therefore the same 1,275 bytes of ciphertext at
-every hop, the exit included: the exit forwards the sealed box
+Real and cover packets are therefore alike at every hop, the exit included:
+1,280 bytes in, and at the last hop a 1,075-byte sealed box, which the exit forwards
 (:class:`Deliver` carries it unopened) and only the aggregator, holding the
 intake secret, opens it (:func:`open_payload`), drops cover and checks the
 round id against the packet's. Sizes: ``PAYLOAD_SIZE = 1280 − 9 − 32 − 148 −
 16 = 1075``; sealed plaintext ``1075 − 48 = 1027``; with the largest
 redemption (129 bytes, slot of 64) ``MAX_REPORT_SIZE = 1027 − 10 − 129 − 2 =
 886`` bytes of report (v1: 943). A :class:`~anonml.protocol.PrivateReport` is
-JSON of at most ~250 bytes besides its bits (64-character problem id,
-partition ≤ 999, subset ≤ 63, a mechanism of four 17-digit floats), so every
-report of up to 3,712 bits (464 bytes, 620 base64 characters) fits; the
-protocol's bits field allows 512 bytes, whose JSON (about 950 bytes) did not
-fit v1's 943 either, and :func:`build_packet` refuses such a report with
-:class:`InvalidEncoding` before anything is sent.
+JSON of at most about 265 bytes besides its bits (64-character problem id,
+partition ≤ 999, subset ≤ 63, a mechanism of three 17-digit floats and ω), so
+every report of up to 465 bytes of bits (m ≤ 3,720) fits — measured worst
+case 874 bytes; the protocol's bits field allows 512 bytes, whose JSON (about
+935 bytes) fits neither this payload nor, once its ω is added, v1's 943, and
+:func:`build_packet` refuses such a report with :class:`InvalidEncoding`
+before anything is sent.
 
 Keystream. PyNaCl exposes no raw ``crypto_stream_xchacha20``; we take the
 ciphertext of ``crypto_aead_xchacha20poly1305_ietf_encrypt`` on n zero bytes
