@@ -163,7 +163,7 @@ def test_report_too_large_is_refused(net: Network) -> None:
             net.hops[:1], REDEMPTION, report, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE
         )
 
-    largest = PAYLOAD_SIZE - SEAL_OVERHEAD - 10 - 68 - len(REDEMPTION.slot)
+    largest = PAYLOAD_SIZE - SEAL_OVERHEAD - 10 - (1 + 32 + 32 + 2) - len(REDEMPTION.slot)
     build(largest)
     with pytest.raises(InvalidEncoding):
         build(largest + 1)
