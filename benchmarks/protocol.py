@@ -304,7 +304,7 @@ def run_round(
     sched = st.schedule
     assert sched is not None and st.reports is not None
     report_round = st.phase_seconds.get("reporting", float("nan"))
-    hops = relay["forwarded"] + relay["delivered"] + relay["cover"]
+    hops = relay["forwarded"] + relay["delivered"]  # cover is delivered too: the exit cannot tell it
     X = np.asarray([x for r in reports for x in r["x"]])
     y = np.asarray([v for r in reports for v in r["y"]])
     eps = [e for r in reports for e in r["epsilon"]]
