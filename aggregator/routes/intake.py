@@ -13,8 +13,8 @@ the relay could not open. Checks, in order, each with its own refusal:
    dropped: counted as cover (:data:`aggregator.state.DROPPED_COVER`, never a
    refusal or a loss) and answered exactly as a stored report is (201), so the
    relay learns nothing from the answer either;
-1. its redemption decodes (400) and its report parses as a
-   :class:`~anonml.protocol.PrivateReport` (422);
+1. its report parses as a :class:`~anonml.protocol.PrivateReport` (422; the
+   redemption was decoded with the layout in 0);
 2. the problem exists (404), the delivery's round is the problem's (400,
    "wrong round") and its report round is open (409);
 3. the report fits the plan: partition < k_p, subset < k_h, the mechanism's
@@ -306,7 +306,11 @@ def _checked(
         report = PrivateReport.from_bytes(payload.report)
     except ValidationError as exc:
         raise _Refusal(
-            round_pid, "malformed", 422, f"report is not a PrivateReport: {exc.errors()[0]['msg']}"
+            round_pid,
+            "malformed",
+            422,
+            f"report is not a PrivateReport: {exc.errors()[0]['msg']}",
+            intake=bool(round_pid),
         ) from None
     ctx = state.context(report.problem_id, session)
     if ctx is None:
