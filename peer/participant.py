@@ -822,10 +822,14 @@ class Participant:
         packets = []  # onion keys from the OS CSPRNG, never from the simulation's seeded rng
         preparation = self.prepare_round()
         destination = _node_id(bytes(self.problem.aggregator))
+        # Reports and cover are sealed to the X25519 half of the aggregator identity the signed Problem
+        # names — a document inside the bins transcript the witnesses co-signed (check_bins), so every
+        # peer seals to the same key and none to one shown only to it.
+        intake_key = PublicIdentity.from_bytes(bytes(self.problem.aggregator)).relay_key
         for payload, path in zip(payloads, preparation.paths, strict=True):
             if payload is None:
                 packet = build_cover_packet(
-                    list(path), round_id=self.problem.round_id, destination=destination
+                    list(path), round_id=self.problem.round_id, destination=destination, intake_key=intake_key
                 )
             else:
                 redemption, report = payload
@@ -835,6 +839,7 @@ class Participant:
                     report,
                     round_id=self.problem.round_id,
                     destination=destination,
+                    intake_key=intake_key,
                 )
             first = roster.view.routes[path[0].node_id]
             packets.append((send_time(schedule, self.node.rng), first, packet))

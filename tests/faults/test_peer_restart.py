@@ -209,11 +209,12 @@ def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count
 
 def _flood(relay_url: str, hop: Hop, problem: Problem, n: int) -> list[int]:
     """Post up to ``n`` fresh cover packets (valid, built from the public round key) to one relay."""
-    destination = PublicIdentity.from_bytes(bytes(problem.aggregator)).node_id
+    aggregator = PublicIdentity.from_bytes(bytes(problem.aggregator))
+    to = {"destination": aggregator.node_id, "intake_key": aggregator.relay_key}
     codes: list[int] = []
     with requests.Session() as s:
         for _ in range(n):
-            packet = build_cover_packet([hop], round_id=problem.round_id, destination=destination)
+            packet = build_cover_packet([hop], round_id=problem.round_id, **to)
             codes.append(s.post(relay_url, data=packet, headers=OCTETS, timeout=30).status_code)
             if codes[-1] == 429:
                 break
