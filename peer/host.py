@@ -4,9 +4,7 @@ A real peer runs one identity (:func:`peer.app.create_daemon`); a simulation
 runs hundreds in one process. Either way there is one relay
 (:class:`~peer.relay.RelayService`, routing by node id), one dispatcher for
 timed sends, one :class:`~peer.db.PeerDB`, and one worker that polls the
-aggregators on behalf of every identity — each aggregator in a lane of its own
-(its own thread and step pool, :class:`~peer.worker.Worker`), so one that
-answers slowly or never costs the others nothing. Identities never share secrets:
+aggregators on behalf of every identity. Identities never share secrets:
 each :class:`~peer.participant.PeerNode` signs, blinds, perturbs and records
 its releases on its own.
 """
@@ -172,11 +170,6 @@ def shuffle_bounds(
     return out
 
 
-def _lane(url: str) -> str:
-    """The lane an aggregator URL belongs to (:class:`~peer.client.AggregatorClient` drops a final ``/``)."""
-    return url.rstrip("/")
-
-
 class AggregatorBackoff:
     """Which aggregators failed to answer a discovery poll, and when each is asked again.
 
@@ -311,11 +304,7 @@ class PeerHost:
         self.relay = RelayService(
             self.dispatcher, rng, allow_loopback_http=policy.allow_loopback_http, db=db
         )
-        self.workers = workers
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="peer-step")
-        self._lane_pools: dict[str, ThreadPoolExecutor] = {}
-        self._lanes_lock = threading.Lock()  # not self._lock: _join creates sessions under that one
-        self._pick_up_lock = threading.Lock()
         self.sessions: dict[str, ProblemSession] = {}
         self.worker = Worker(self)
         self._witnesses: dict[tuple[bytes, str], RosterWitness] = {}
@@ -432,49 +421,18 @@ class PeerHost:
         return discover(self.db, self.aggregators, self._backoff, self.count)
 
     def poll_once(self) -> None:
-        """One iteration of every aggregator's lane, one after another (:meth:`poll_aggregator`).
-
-        The :class:`~peer.worker.Worker` runs the lanes in parallel instead.
-        """
-        for url in self.aggregator_urls():
-            self.poll_aggregator(url)
-
-    def aggregator_urls(self) -> list[str]:
-        """Every aggregator this host works with: the configured ones, then any other a session is with."""
-        urls = list(dict.fromkeys(_lane(url) for url in self.aggregators))
-        for session in list(self.sessions.values()):
-            if _lane(session.client.base_url) not in urls:
-                urls.append(_lane(session.client.base_url))
-        return urls
-
-    def poll_aggregator(self, url: str) -> None:
-        """One iteration of aggregator ``url``'s lane: discover, decide (policy or user), step its sessions.
-
-        Everything here asks ``url`` only (or members' relays, for its
-        problems): an aggregator that never answers holds its own lane for the
-        deadline of each request, never another's.
-        """
-        for problem in discover(self.db, [url], self._backoff, self.count):
+        """One worker iteration: discover, decide (policy or user), step every session."""
+        for problem in self.discover():
             self.decide(problem)
-        with self._pick_up_lock:  # lanes share the accepts; each is taken up once
-            self._pick_up_manual_accepts()
+        self._pick_up_manual_accepts()
         for session in list(self.sessions.values()):
-            if session.finished or _lane(session.client.base_url) != _lane(url):
+            if session.finished:
                 continue
             try:
                 session.step()
             except AnonMLError:  # aggregator unreachable or refusing: try again next poll
                 self.count("poll errors")
             self._narrate(session)
-
-    def pool_for(self, url: str) -> ThreadPoolExecutor:
-        """The step pool of aggregator ``url``'s lane: slow requests to one never queue another's steps."""
-        with self._lanes_lock:
-            pool = self._lane_pools.get(_lane(url))
-            if pool is None:
-                pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="peer-lane")
-                self._lane_pools[_lane(url)] = pool
-            return pool
 
     # -- telling the person -------------------------------------------------------
     #: What each participation status means to the person running the peer.
@@ -604,8 +562,4 @@ class PeerHost:
         self.worker.stop()
         self.dispatcher.close()
         self.pool.shutdown(wait=True, cancel_futures=True)
-        with self._lanes_lock:
-            lanes, self._lane_pools = list(self._lane_pools.values()), {}
-        for pool in lanes:
-            pool.shutdown(wait=True, cancel_futures=True)
         self.relay.keep_alive.close()

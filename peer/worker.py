@@ -1,12 +1,8 @@
-"""The polling loops: discover proposals, decide, and drive every accepted problem.
+"""The polling loop: discover proposals, decide, and drive every accepted problem.
 
-The :class:`Worker` runs one lane per aggregator, each in its own thread: each
-``poll_seconds`` a lane asks its aggregator for problems in registration,
-records new ones, applies the policy (or the user's ``accept``) per hosted
-identity, and steps that aggregator's :class:`ProblemSession` s, on a step pool
-of its own. Every request has a total deadline (:func:`peer.dispatch.fetch`),
-so an aggregator that answers slowly or never (a black hole) holds its own lane
-for that deadline per request and never delays the work for another. A
+Each ``poll_seconds`` the :class:`Worker` asks every configured aggregator for
+problems in registration, records new ones, applies the policy (or the user's
+``accept``) per hosted identity, and steps every :class:`ProblemSession`. A
 session fetches what is common once per process — status, roster (verified
 once, :class:`~peer.roster.RosterView`), open median queries, bins, model —
 and hands it to each identity's :class:`~peer.participant.Participant`, in
@@ -57,6 +53,7 @@ class SessionHost(Protocol):
     """What a session and the worker need from the process hosting them (:class:`peer.host.PeerHost`)."""
 
     db: PeerDB
+    pool: Executor
     dispatcher: Dispatcher
     poll_seconds: float
 
@@ -64,11 +61,7 @@ class SessionHost(Protocol):
 
     def publish_witness(self, node_id: bytes, witness: RosterWitness) -> None: ...
 
-    def aggregator_urls(self) -> list[str]: ...
-
-    def poll_aggregator(self, url: str) -> None: ...
-
-    def pool_for(self, url: str) -> Executor: ...
+    def poll_once(self) -> None: ...
 
 
 class ProblemSession:
@@ -81,7 +74,6 @@ class ProblemSession:
         self.problem = problem
         self.client = client
         self.participants = participants
-        self.pool = host.pool_for(client.base_url)  # its aggregator's lane (peer.host)
         self.view: RosterView | None = None
         self.bins: Bins | None = None
         self._unwitnessed: RosterView | None = None  # verified roster, waiting for its cosignatures
@@ -101,7 +93,7 @@ class ProblemSession:
             except (Aborted, AnonMLError) as exc:
                 p.abort(str(exc))
 
-        list(self.pool.map(guarded, targets))
+        list(self.host.pool.map(guarded, targets))
 
     def _in(self, *phases: ParticipationPhase) -> list[Participant]:
         return [p for p in self.participants if p.phase in phases]
@@ -255,7 +247,7 @@ class ProblemSession:
                     else:
                         log.warning("identity %s cannot relay: %s", p.node.fingerprint[:12], exc)
 
-            list(self.pool.map(open_one, self.participants))
+            list(self.host.pool.map(open_one, self.participants))
         bins = self.bins
         if self._bins_bundle is None:
             self._bins_bundle = self._bundle("bins")
@@ -329,18 +321,12 @@ def poll_backoff(poll_seconds: float, failures: int) -> float:
 
 
 class Worker:
-    """The daemon's loops (module docstring): one thread per aggregator lane, and one that starts them.
-
-    The first thread checks every ``poll_seconds`` which aggregators the host
-    works with (the configured ones, and any a resumed or accepted problem is
-    with) and starts a lane for each new one.
-    """
+    """The daemon's loop (module docstring); one thread."""
 
     def __init__(self, host: SessionHost) -> None:
         self.host = host
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lanes: dict[str, threading.Thread] = {}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="peer-worker", daemon=True)
@@ -350,36 +336,19 @@ class Worker:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        for lane in list(self._lanes.values()):
-            lane.join(timeout=30)
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                urls = self.host.aggregator_urls()
-            except Exception:  # a bug: never end the daemon for it
-                log.exception("listing the aggregators failed")
-                urls = []
-            for url in urls:
-                if url not in self._lanes:
-                    name = f"peer-lane-{len(self._lanes)}"
-                    lane = threading.Thread(target=self._lane, args=(url,), name=name, daemon=True)
-                    self._lanes[url] = lane
-                    lane.start()
-            self._stop.wait(self.host.poll_seconds)
-
-    def _lane(self, url: str) -> None:
-        """Poll ``url`` every ``poll_seconds``; after failures, back off (doubling, at most 30 s)."""
+        """Poll every ``poll_seconds``; after failures, back off (doubling, at most 30 s)."""
         failures = 0
         while not self._stop.is_set():
             try:
-                self.host.poll_aggregator(url)
+                self.host.poll_once()
                 failures = 0
             except AnonMLError as exc:  # an aggregator being down must not end the daemon
                 failures += 1
-                log.warning("poll of %s failed (%d in a row): %s", url, failures, exc)
+                log.warning("poll failed (%d in a row): %s", failures, exc)
             except Exception:  # a bug: its traceback, once per failure streak
                 failures += 1
                 if failures == 1:
-                    log.exception("poll of %s failed", url)
+                    log.exception("poll failed")
             self._stop.wait(poll_backoff(self.host.poll_seconds, failures))

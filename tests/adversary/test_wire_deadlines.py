@@ -10,8 +10,7 @@ connection (the server sees it closed). A name lookup that never returns is
 cut at the deadline as well.
 
 A black-hole aggregator (accepts, never answers) costs a peer host's poll of
-it its deadline, and nothing of its work for another aggregator: each
-aggregator has a lane of its own (:class:`peer.worker.Worker`).
+it its deadline, after which the next aggregator is asked.
 """
 
 from __future__ import annotations
@@ -23,23 +22,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from anonml.crypto import Identity
 from anonml.model import FeatureSpec
 from anonml.plugins import PluginRef
-from anonml.privacy import PrivacyLedger
-from anonml.store import EventStore
 from peer.client import AggregatorClient, fetch_witness
 from peer.db import PeerDB
 from peer.dispatch import KeepAlive, OutboundError, fetch, post
 from peer.host import discover
-from peer.participant import PeerNode
 from tests.adversary.malicious import wait_until
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
-from tests.aggregator.helpers import draft, propose, status
-from tests.peer.helpers import simulation_host
+from tests.aggregator.helpers import draft, propose
 
 #: Seconds between two trickled bytes, and bytes trickled: the whole answer would take 60 s.
 EVERY, BYTES = 2.0, 30
@@ -229,33 +222,3 @@ def test_a_poll_of_a_black_hole_costs_its_deadline_and_the_other_aggregator_is_s
     found = discover(db, [hole.url, aggregator.url])
     assert time.monotonic() - start < BOUND
     assert [p.id for p in found] == [problem.id] and hole.accepted == 1
-
-
-def test_a_black_hole_aggregator_does_not_stall_the_work_for_another(
-    trickler, aggregator, tmp_path: Path, monkeypatch  # noqa: F811
-):
-    """The black hole holds its lane's first request for the whole test (a 600 s deadline here);
-    the host registers every identity with the live aggregator meanwhile."""
-    import peer.client
-
-    monkeypatch.setattr(peer.client, "AGGREGATOR_DEADLINE", 600.0)
-    hole = trickler("black hole")
-    nodes = [
-        PeerNode(Identity.generate(), EventStore("sqlite://"), PrivacyLedger("sqlite://"),
-                 rng=np.random.default_rng(i))
-        for i in range(4)
-    ]
-    host = simulation_host(nodes, tmp_path / "peer.db", aggregator.url)
-    host.aggregators = [hole.url, aggregator.url]  # the black hole first, as a sequential poll would ask
-    host.relay_base = "http://127.0.0.1:9"  # never contacted: registration only
-    host.start()
-    try:
-        wait_until(lambda: hole.accepted >= 1, "the host to ask the black hole", 60)
-        problem = propose(aggregator.url, _mooc_draft(4))
-        wait_until(lambda: status(aggregator.url, problem.id).registered == len(nodes),
-                   "every identity to register with the live aggregator", 120)
-        # Still the first request to the black hole, unanswered and open: only its own lane waited.
-        assert hole.accepted == 1 and hole.closed == 0
-    finally:
-        hole.close()
-        host.close()
