@@ -20,7 +20,9 @@ class names, or the target bins 0..K−1 (a numeric label: the peer turns the
 class probabilities into a value with the public bin midpoints). The model's
 ``privacy_`` carries the conditional shuffle bound of the report pool
 (:func:`shuffle_statement`), computed from the reports that arrived in each
-(partition, subset).
+(partition, subset); with a draft's ``central_target`` it is computed at the
+target's δ and ``privacy_.central_target`` states the target, the local ε,
+the central ε those groups give and whether it is met.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from anonml.learn import (
     learner_settings,
 )
 from anonml.privacy import MechanismDescriptor
-from anonml.privacy.amplification import ShuffleBound, unlinkable_pools_bound
+from anonml.privacy.amplification import CentralTarget, ShuffleBound, unlinkable_pools_bound
 from anonml.protocol import (
     Bins,
     Problem,
@@ -203,9 +205,17 @@ def train_problem(
     report_peers = len(roster.entries) - roster.median_pool_size
     # A slot nobody's report reached shuffles nothing; the fewest reports that did arrive decide.
     # The median peers who answered are outside it: their signed answers keep their local ε.
+    target = draft.central_target
+    fewest = min(received.values())
     bound = unlinkable_pools_bound(
-        {"report": (float(draft.report_epsilon), int(draft.kh), min(received.values()))},
+        {"report": (float(draft.report_epsilon), int(draft.kh), fewest)},
         peers_outside=median_answered,
+        delta=None if target is None else target.delta,
+    )
+    central = (
+        None
+        if target is None
+        else CentralTarget.of(target.epsilon, target.delta, draft.epsilon, bound, smallest_group=fewest)
     )
     accounting = PrivacyAccounting(
         epsilon_total=max(draft.epsilon, draft.median_epsilon if median_answered else 0.0),
@@ -215,6 +225,7 @@ def train_problem(
         median_peers=median_answered,
         median_epsilon=draft.median_epsilon,
         shuffle=bound,
+        central_target=central,
     )
     model = AnonMLClassifier.from_ensemble(
         binning, ensemble, classes=draft.label.model_classes(), privacy=accounting, **settings

@@ -80,6 +80,7 @@ __all__ = [
     "verify_message",
     "Schedule",
     "MedianSettings",
+    "CentralTargetSpec",
     "MAX_LABEL_CLASSES",
     "LABEL_RANGE_LIMIT",
     "LabelSpec",
@@ -408,6 +409,21 @@ class LabelSpec(_Message):
 _BINARY = LabelSpec()
 
 
+class CentralTargetSpec(_Message):
+    """A central (ε, δ) the aggregator chose the problem's local ε for (shuffle amplification).
+
+    The draft's ``epsilon`` stays each peer's local ε — the guarantee. The
+    target is what the aggregator's view of the unlinkable reports should also
+    satisfy by shuffling (FMT 2021, :mod:`anonml.privacy.amplification`) if the
+    reports are unlinkable within each partition and every member is honest;
+    whether the groups that reported meet it is stated in the published
+    model's ``privacy.central_target``.
+    """
+
+    epsilon: float = Field(gt=0, le=20)
+    delta: float = Field(gt=0, lt=1)
+
+
 class ProblemDraft(_Message):
     """What an aggregator proposes: plugins by (name, version, params), never code.
 
@@ -442,6 +458,8 @@ class ProblemDraft(_Message):
     #: Left out of the wire form when binary, so a binary problem's canonical bytes (and every
     #: signature and transcript over them) are those it had before drafts named a label.
     label: LabelSpec = Field(default=_BINARY, exclude_if=lambda spec: spec == _BINARY)
+    #: Left out of the wire form when unset, so a problem without a target signs the same bytes as before.
+    central_target: CentralTargetSpec | None = Field(default=None, exclude_if=lambda target: target is None)
 
     @model_validator(mode="after")
     def _check(self) -> ProblemDraft:

@@ -64,11 +64,20 @@ from anonml.learn.notices import DataWarning, NotPrivateWarning
 from anonml.learn.params import RANDOM_STATE, Interval, Options, check_params
 from anonml.learn.partition import PartitionPlan
 from anonml.learn.selection import ModelSelection, SelectionAware, fit_selection
-from anonml.learn.simulation import PrivacyAccounting, SimulationConfig, simulate_training
+from anonml.learn.simulation import PrivacyAccounting, SimulationConfig, planned_pools, simulate_training
 from anonml.model import FeatureSpec
+from anonml.privacy.amplification import (
+    CentralTarget,
+    CentralTargetUnmet,
+    largest_local_epsilon,
+    unlinkable_pools_bound,
+)
 from anonml.randomness import generator_from
 
 __all__ = ["AnonMLClassifier", "MODEL_FORMAT", "MODEL_VERSION"]
+
+#: Width of the bisection for a central target's local ε: the chosen ε meets the target, ε + this does not.
+CENTRAL_TOLERANCE = 1e-3
 
 #: Plan defaults per mode: (k_p, k_h, k_s); None = one partition per feature.
 _MODE_PLANS: dict[str, tuple[int | None, int, int]] = {
@@ -188,6 +197,19 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
     partition_class_weight : {"balanced"} or None, default="balanced"
     partition_cv : int, default=3
         Paper mode: the partition classifiers and their cross-validation.
+    central_epsilon : tuple (ε, δ) or None, default=None
+        A central target for the unlinkable pools (report and calibration)
+        instead of a local ε: the fit uses the largest local ε_T whose
+        shuffle-amplified bound (:mod:`anonml.privacy.amplification`, FMT 2021)
+        for the group sizes this fit will have is at most ε at δ (bisection to
+        :data:`CENTRAL_TOLERANCE`), and ``epsilon`` is then not used. The
+        figure holds only if every group's reports are unlinkable to their
+        senders and every member is an honest peer; the median pool's signed
+        answers are outside it (their peers keep the local ε). ``epsilon_``
+        and ``privacy_.central_target`` state both figures and the
+        assumptions. A target that no local ε ≥
+        :data:`~anonml.privacy.amplification.MIN_LOCAL_EPSILON` meets with
+        these rows is refused (:class:`~anonml.privacy.amplification.CentralTargetUnmet`).
     random_state : int, numpy Generator or None, default=None
         ``None`` draws every simulated report from the OS CSPRNG.
 
@@ -203,6 +225,8 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
         The published bins.
     ensemble_ : Ensemble
         Component tables, weights and the calibration map.
+    epsilon_ : float
+        The local ε_T the fit used: ``epsilon``, or the one chosen for ``central_epsilon``.
     n_clipped_ : dict name → int
         Values of each numeric feature that lay outside its public range (clipped).
     privacy_ : PrivacyAccounting
@@ -264,6 +288,7 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
         "partition_class_weight": (Options(frozenset({"balanced"})), None),
         "partition_cv": (Interval(numbers.Integral, 2, None, closed="left"),),
         "random_state": RANDOM_STATE,
+        "central_epsilon": (tuple, list, None),
     }
 
     def __init__(
@@ -291,6 +316,7 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
         partition_class_weight: Literal["balanced"] | None = "balanced",
         partition_cv: int = 3,
         random_state: int | np.random.Generator | None = None,
+        central_epsilon: tuple[float, float] | None = None,
     ) -> None:
         self.mode = mode
         self.epsilon = epsilon
@@ -314,6 +340,7 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
         self.partition_class_weight = partition_class_weight
         self.partition_cv = partition_cv
         self.random_state = random_state
+        self.central_epsilon = central_epsilon
 
     def __sklearn_tags__(self):  # noqa: D105 - scikit-learn protocol
         tags = super().__sklearn_tags__()
@@ -383,10 +410,12 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
         selection = fit_selection(self, context, sys._getframe(1))
         _warn_not_private(derived, selection, cloned=context is not None)
         rng = generator_from(self.random_state)
-        config = self._config(X.shape[1], classes.size)
+        epsilon = self.local_epsilon(X.shape[0], features, classes.size, plan=plan)
+        config = self._config(X.shape[1], classes.size, epsilon)
         result = simulate_training(
             X, y_index.astype(np.int64), features, config, rng, plan=plan, binning=binning
         )
+        accounting = self._with_central_target(result.accounting, epsilon)
         ensemble = self.ensemble_from(result.histograms, result.sizes, rng)
         if result.calibration_rows.size:
             rows = result.calibration_rows
@@ -394,7 +423,7 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
                 ensemble,
                 result.binning.transform(X[rows]),
                 y_index[rows].astype(np.int64),
-                epsilon=float(self.epsilon),
+                epsilon=epsilon,
                 rng=rng,
             )
         self.classes_ = classes
@@ -409,8 +438,80 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
         self.binning_ = result.binning
         self.ensemble_ = ensemble
         self.n_clipped_ = dict(clipped)
-        self.privacy_ = mark_not_private(result.accounting, derived, selection)
+        self.epsilon_ = epsilon
+        self.privacy_ = mark_not_private(accounting, derived, selection)
         return self
+
+    def _central_target(self) -> tuple[float, float] | None:
+        """``central_epsilon`` checked: (ε, δ) with ε > 0 finite and 0 < δ < 1, or None."""
+        if self.central_epsilon is None:
+            return None
+        target = tuple(self.central_epsilon)
+        if len(target) != 2 or not all(
+            isinstance(v, numbers.Real) and not isinstance(v, bool) for v in target
+        ):
+            raise ValueError(f"central_epsilon must be a pair (epsilon, delta), got {self.central_epsilon!r}")
+        eps, delta = float(target[0]), float(target[1])
+        if not (eps > 0 and np.isfinite(eps)) or not 0 < delta < 1:
+            raise ValueError(
+                f"central_epsilon must be (epsilon > 0, 0 < delta < 1), got ({eps}, {delta})"
+            )
+        return eps, delta
+
+    def local_epsilon(
+        self,
+        n_rows: int,
+        features: Sequence[FeatureSpec],
+        n_classes: int = 2,
+        *,
+        plan: PartitionPlan | None = None,
+    ) -> float:
+        """The local ε_T a fit on ``n_rows`` rows uses: ``epsilon``, or the largest meeting the target.
+
+        For a central target (ε, δ), each candidate local ε₀ fixes the pools the
+        fit will have (:func:`~anonml.learn.simulation.planned_pools`: the
+        calibration pool's size depends on ε₀) and their shuffle bound at δ
+        (:func:`~anonml.privacy.amplification.unlinkable_pools_bound`);
+        :func:`~anonml.privacy.amplification.largest_local_epsilon` bisects for
+        the largest ε₀ whose bound is at most ε.
+
+        Raises
+        ------
+        CentralTargetUnmet
+            Naming the rows and the target, when no local ε ≥ the floor meets it.
+        """
+        target = self._central_target()
+        if target is None:
+            return float(self.epsilon)
+        eps, delta = target
+
+        def central_of(e0: float) -> float | None:
+            config = self._config(len(features), n_classes, e0)
+            bound = unlinkable_pools_bound(planned_pools(config, n_rows, features, plan), delta=delta)
+            return None if bound is None else bound.epsilon
+
+        return largest_local_epsilon(
+            central_of,
+            eps,
+            tol=CENTRAL_TOLERANCE,
+            what=f"n={n_rows} rows (δ={delta:g}, {len(features)} features)",
+        )
+
+    def _with_central_target(self, accounting: PrivacyAccounting, epsilon: float) -> PrivacyAccounting:
+        """The accounting with the central target's record; refuses a fit whose groups missed it."""
+        target = self._central_target()
+        if target is None:
+            return accounting
+        eps, delta = target
+        shuffle = accounting.shuffle
+        record = None if shuffle is None else CentralTarget.of(eps, delta, epsilon, shuffle)
+        if record is None or not record.met:
+            got = "no shuffle bound" if record is None else f"central ε {record.central_epsilon:.4g}"
+            raise CentralTargetUnmet(
+                f"the fit's groups give {got} at local ε={epsilon:g}, above the central target "
+                f"ε={eps:g}, δ={delta:g}"
+            )
+        return dataclasses.replace(accounting, central_target=record)
 
     def ensemble_from(
         self, histograms: Sequence[SubsetHistogram], sizes: Sequence[int], rng: np.random.Generator
@@ -474,7 +575,9 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
             raise ValueError(f"features lists {len(specs)} specs for {Xn.shape[1]} columns of X")
         return Xn, y, specs, from_data
 
-    def _config(self, n_features: int, n_classes: int = 2) -> SimulationConfig:
+    def _config(self, n_features: int, n_classes: int = 2, epsilon: float | None = None) -> SimulationConfig:
+        epsilon = float(self.epsilon) if epsilon is None else float(epsilon)
+        target = self._central_target()
         kp, kh, ks = _MODE_PLANS[self.mode]
         ks = self.subset_size if self.subset_size is not None else min(ks, n_features)
         kh = self.n_subsets if self.n_subsets is not None else max(1, min(kh, n_features // ks))
@@ -484,7 +587,7 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
             kp = max(1, n_features // (kh * ks))
         subsets = None if self.subsets is None else tuple(tuple(int(f) for f in s) for s in self.subsets)
         return SimulationConfig(
-            epsilon=float(self.epsilon),
+            epsilon=epsilon,
             n_partitions=int(kp),
             n_subsets=int(kh),
             subset_size=int(ks),
@@ -497,6 +600,7 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
             n_classes=int(n_classes),
             calibration_fraction=float(self.calibration_fraction) if n_classes == 2 else 0.0,
             pilot_fraction=float(self.pilot_fraction),
+            shuffle_delta=None if target is None else target[1],
         )
 
     @classmethod
@@ -533,6 +637,7 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
             raise ValueError(f"{len(model.features_)} feature specs for {binning.n_features} binned features")
         model.binning_ = binning
         model.ensemble_ = ensemble
+        model.epsilon_ = float(model.epsilon) if privacy is None else float(privacy.epsilon_total)
         derived = [f.name for f in model.features_ or () if f.from_data]
         model.privacy_ = None if privacy is None else mark_not_private(privacy, derived, None)
         return model
@@ -628,6 +733,10 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
             params["subsets"] = [[int(f) for f in s] for s in self.subsets]
         if isinstance(self.ranges, Mapping):
             params["ranges"] = {str(k): [float(v[0]), float(v[1])] for k, v in self.ranges.items()}
+        if self.central_epsilon is not None:
+            params["central_epsilon"] = [float(v) for v in self.central_epsilon]
+        else:
+            params.pop("central_epsilon")  # a document without a target stays what it was
         return params
 
     @classmethod
@@ -644,6 +753,8 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
         try:
             if params.get("features") is not None:
                 params["features"] = [FeatureSpec.model_validate(f) for f in params["features"]]
+            if isinstance(params.get("central_epsilon"), list):
+                params["central_epsilon"] = tuple(float(v) for v in params["central_epsilon"])
             if isinstance(params.get("ranges"), dict):
                 params["ranges"] = {k: (float(v[0]), float(v[1])) for k, v in params["ranges"].items()}
             fitted = None if doc.features is None else [FeatureSpec.model_validate(f) for f in doc.features]

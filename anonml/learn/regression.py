@@ -93,6 +93,12 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         Parameters of the underlying :class:`AnonMLClassifier` (``epsilon``,
         ``features``, ``ranges``, ``random_state``, ``median_steps``,
         ``median_confidence`` …; its mode is "default").
+    central_epsilon : tuple (ε, δ) or None, default=None
+        A central target for the unlinkable pools instead of a local ε: the
+        classifier's ``central_epsilon`` (the largest local ε whose shuffle bound
+        for its groups meets it), and the target pool answers with that same
+        local ε (its signed answers are outside the bound, like the median
+        pool's). ``privacy_.central_target`` states both figures.
 
     Attributes
     ----------
@@ -114,6 +120,7 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         "target_fraction": (Interval(numbers.Real, 0, 0.5, closed="both"),),
         "point": (Options(frozenset({"median", "mean"})),),
         "classifier_params": (dict, None),
+        "central_epsilon": (tuple, list, None),
     }
 
     def __init__(
@@ -124,6 +131,7 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         target_fraction: float = 0.1,
         point: Literal["median", "mean"] = "median",
         classifier_params: dict[str, Any] | None = None,
+        central_epsilon: tuple[float, float] | None = None,
     ) -> None:
         self.target_range = target_range
         self.n_target_bins = n_target_bins
@@ -131,6 +139,7 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         self.target_fraction = target_fraction
         self.point = point
         self.classifier_params = classifier_params
+        self.central_epsilon = central_epsilon
 
     def __sklearn_tags__(self):  # noqa: D105 - scikit-learn protocol
         tags = super().__sklearn_tags__()
@@ -184,6 +193,12 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         params = dict(self.classifier_params or {})
         if params.get("mode", "default") != "default":
             raise ValueError("a binned target needs the default mode (K classes); paper mode is binary")
+        central = self.central_epsilon if self.central_epsilon is not None else params.get("central_epsilon")
+        if self.central_epsilon is not None and params.get("central_epsilon") is not None:
+            raise ValueError("give central_epsilon to the regressor or in classifier_params, not both")
+        if central is not None:
+            params["central_epsilon"] = tuple(central)
+            params["epsilon"] = self._central_local_epsilon(X, target.size, params)
         rows, answered = np.arange(target.size), 0
         if self.target_bins == "quantile":
             edges, rows, answered = self._private_edges(target, edges, params)
@@ -198,13 +213,28 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         self.privacy_ = _with_target_pool(self.classifier_.privacy_, answered)
         return self
 
+    def _target_pool_size(self, n_rows: int) -> int:
+        """Peers of the target pool: ``round(target_fraction·n)``; none below K − 1 or for uniform bins."""
+        n_pool = int(round(float(self.target_fraction) * n_rows))
+        return n_pool if self.target_bins == "quantile" and n_pool >= int(self.n_target_bins) - 1 else 0
+
+    def _central_local_epsilon(self, X: Any, n_rows: int, params: dict[str, Any]) -> float:
+        """The local ε the classifier will choose for its central target on the rows the target pool leaves.
+
+        The pools' sizes do not depend on which rows the target pool takes, so
+        the choice is made before the pool answers (with that same ε).
+        """
+        probe = AnonMLClassifier(**params)
+        _, _, features, _ = probe._prepare_fit(X, np.zeros(n_rows, dtype=np.int64))
+        return probe.local_epsilon(n_rows - self._target_pool_size(n_rows), features, int(self.n_target_bins))
+
     def _private_edges(
         self, target: np.ndarray, edges: np.ndarray, params: dict[str, Any]
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """The target pool's private cut points, the rows left for the classifier, and the pool's answers."""
         k = int(self.n_target_bins)
-        n_pool = int(round(float(self.target_fraction) * target.size))
-        if n_pool < k - 1:
+        n_pool = self._target_pool_size(target.size)
+        if not n_pool:
             return edges, np.arange(target.size), 0
         seed = params.get("random_state")
         # an int seed gets its own stream here, not a copy of the classifier's

@@ -67,7 +67,7 @@ from anonml.privacy import (
     estimate_bin_edges,
     simulated_query,
 )
-from anonml.privacy.amplification import ShuffleBound, unlinkable_pools_bound
+from anonml.privacy.amplification import CentralTarget, ShuffleBound, unlinkable_pools_bound
 from anonml.records import JsonRecord
 
 __all__ = [
@@ -78,6 +78,7 @@ __all__ = [
     "private_binning",
     "simulate_reports",
     "simulate_training",
+    "planned_pools",
 ]
 
 
@@ -116,6 +117,9 @@ class SimulationConfig:
         report peers are split over the kept features. Every report peer still
         sends one report: the pilot costs no budget, and its histograms are
         pooled into the model.
+    shuffle_delta : float, optional
+        δ of the shuffle bound (a central target's); default
+        :func:`~anonml.privacy.amplification.default_delta` of the smallest group.
     """
 
     epsilon: float
@@ -131,6 +135,7 @@ class SimulationConfig:
     n_classes: int = 2
     calibration_fraction: float = 0.0
     pilot_fraction: float = 0.0
+    shuffle_delta: float | None = None
 
 
 @pydantic_dataclass(frozen=True)
@@ -172,6 +177,10 @@ class PrivacyAccounting(JsonRecord):
         ``shuffle.peers_outside`` (= ``median_peers``) peers keep only their
         local ε. None when a partition holds fewer than 2 peers. An extra,
         conditional statement — the local ε stays the headline.
+    central_target : CentralTarget or None
+        With a central target (``central_epsilon=(ε, δ)``): the target, the
+        local ε chosen for it, the central ε the fit's groups give at that δ,
+        and the assumptions it rests on. None otherwise.
     """
 
     epsilon_total: float
@@ -185,6 +194,7 @@ class PrivacyAccounting(JsonRecord):
     shuffle: ShuffleBound | None = None
     data_derived: tuple[str, ...] | None = None
     selection: ModelSelection | None = None
+    central_target: CentralTarget | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -691,6 +701,52 @@ def _bins_and_pool(
     return n_bins, pool if n_bins >= 2 else 0
 
 
+def _unlinkable_pools(
+    config: SimulationConfig, smallest_partition: int, calibration_peers: int
+) -> dict[str, tuple[float, int, int]]:
+    """The (ε₀, reports per peer, fewest per group) of the report pool and, if any, the calibration pool."""
+    pools = {
+        "report": (float(config.epsilon / config.n_subsets), int(config.n_subsets), int(smallest_partition))
+    }
+    if calibration_peers:
+        pools["calibration"] = (float(config.epsilon), 1, int(calibration_peers))
+    return pools
+
+
+def planned_pools(
+    config: SimulationConfig,
+    n_all: int,
+    features: Sequence[FeatureSpec],
+    plan: PartitionPlan | None = None,
+) -> dict[str, tuple[float, int, int]]:
+    """The unlinkable pools :func:`simulate_training` will have on ``n_all`` rows, before any is drawn.
+
+    The same sizes the fit computes: the calibration pool
+    (:func:`calibration_pool_size`, which depends on ε), the median pool
+    (:func:`_bins_and_pool`), and the smallest report partition — the given
+    plan's, or ``⌊report peers / k_p⌋`` of a drawn one; with a pilot, the
+    smaller of the pilot's groups and ``⌊main peers / F⌋``, a lower bound on
+    the main stage's (it splits its peers over at most F kept features).
+    A lower bound on a group only raises the bound's ε, so a target met here
+    is met by the fit (:class:`~anonml.learn.model.AnonMLClassifier` checks it again).
+    """
+    n_features = len(features)
+    n_calibration = calibration_pool_size(config.calibration_fraction, n_all, config.epsilon)
+    if plan is not None:
+        smallest = min(plan.partition_sizes())
+    else:
+        n = n_all - n_calibration
+        _, pool = _bins_and_pool(features, config, n, n_all)
+        report = n - pool
+        if _pilot_applies(config, n_features):
+            n_pilot = max(n_features, int(round(config.pilot_fraction * report)))
+            main = report - n_pilot
+            smallest = n_pilot // n_features if main < 1 else min(n_pilot, main) // n_features
+        else:
+            smallest = report // config.n_partitions
+    return _unlinkable_pools(config, max(int(smallest), 0), n_calibration)
+
+
 def _calibration_rows(config: SimulationConfig, n_all: int, rng: np.random.Generator) -> np.ndarray:
     """Rows of the calibration pool, drawn at random (empty when the pool would be too small)."""
     n_calibration = calibration_pool_size(config.calibration_fraction, n_all, config.epsilon)
@@ -772,10 +828,8 @@ def _account(
         headline = ledger.problem_budget("simulation").headline
     # DESIGN §11: only unlinkable reports hide among their partition; signed median answers do not.
     smallest = min(size for stage_plan, _ in stages for size in stage_plan.partition_sizes())
-    pools = {"report": (float(config.epsilon / config.n_subsets), int(config.n_subsets), int(smallest))}
-    if calibration_peers:
-        pools["calibration"] = (float(config.epsilon), 1, int(calibration_peers))
-    shuffle = unlinkable_pools_bound(pools, peers_outside=int(answered))
+    pools = _unlinkable_pools(config, smallest, calibration_peers)
+    shuffle = unlinkable_pools_bound(pools, peers_outside=int(answered), delta=config.shuffle_delta)
     return PrivacyAccounting(
         epsilon_total=float(headline),
         report_epsilon=float(config.epsilon / config.n_subsets),

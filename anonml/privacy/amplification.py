@@ -56,6 +56,10 @@ __all__ = [
     "shuffle_epsilon",
     "closed_form_epsilon",
     "local_epsilon_for",
+    "largest_local_epsilon",
+    "CentralTarget",
+    "CentralTargetUnmet",
+    "MIN_LOCAL_EPSILON",
     "default_delta",
     "report_pool_bound",
     "unlinkable_pools_bound",
@@ -231,6 +235,118 @@ def local_epsilon_for(
     return low
 
 
+#: The smallest local ε a central target may ask for: below it a report carries next to nothing.
+MIN_LOCAL_EPSILON = 0.01
+
+
+class CentralTargetUnmet(ValueError):
+    """No local ε ≥ :data:`MIN_LOCAL_EPSILON` meets a central (ε, δ) target with the groups at hand."""
+
+
+def largest_local_epsilon(
+    central_of: Callable[[float], float | None],
+    target_epsilon: float,
+    *,
+    floor: float = MIN_LOCAL_EPSILON,
+    max_epsilon0: float = 20.0,
+    tol: float = 1e-3,
+    what: str = "the groups",
+) -> float:
+    """The largest local ε₀ in ``[floor, max_epsilon0]`` whose central ε stays within ``target_epsilon``.
+
+    ``central_of(ε₀)`` is the central ε (at the target's δ) that a fit with
+    local ε₀ would have — for a fit whose group sizes depend on ε₀ (its pools
+    are sized by ε₀) the caller recomputes them for each ε₀ — or None when it
+    has no bound (a group of one report). The central ε of fixed groups grows
+    with ε₀ (FMT 2021: more local noise hides better), so bisection on
+    ``central_of(ε₀) > target`` finds the boundary to ``tol``; the returned
+    ε₀ always meets the target and ``ε₀ + tol`` does not (unless it is
+    ``max_epsilon0``, which meets it).
+
+    Raises
+    ------
+    CentralTargetUnmet
+        When even ``floor`` misses the target (or has no bound), naming ``what``.
+    """
+    if not (target_epsilon > 0 and math.isfinite(target_epsilon)):
+        raise ValueError(f"target epsilon must be a finite number > 0, got {target_epsilon}")
+
+    def misses(e0: float) -> bool:
+        central = central_of(e0)
+        return central is None or central > target_epsilon
+
+    if misses(floor):
+        central = central_of(floor)
+        got = "no shuffle bound (a group of one report)" if central is None else f"central ε {central:.4g}"
+        raise CentralTargetUnmet(
+            f"central target ε={target_epsilon:g} cannot be met by {what}: even local ε={floor:g} "
+            f"gives {got}; more peers per group (or a larger target) are needed"
+        )
+    if not misses(max_epsilon0):
+        return float(max_epsilon0)
+    low, _ = _bisect(misses, float(floor), float(max_epsilon0), tol)
+    return low
+
+
+@pydantic_dataclass(frozen=True)
+class CentralTarget(JsonRecord):
+    """A central (ε, δ) asked for, the local ε chosen (or set) for it, and what the groups give.
+
+    Attributes
+    ----------
+    epsilon, delta : float
+        The central target.
+    local_epsilon : float
+        Each peer's local ε (its total; the headline guarantee, which needs no assumption).
+    central_epsilon : float
+        The shuffle bound's central ε at ``delta`` for the groups the fit had
+        (:func:`unlinkable_pools_bound`); ``met`` when at most ``epsilon``.
+    smallest_group : int
+        The fewest reports shuffled together in any group.
+    met : bool
+    assumptions : str
+        What the central figure rests on (:data:`ASSUMPTIONS` + :data:`MEDIAN_NOT_SHUFFLED`).
+    """
+
+    epsilon: float
+    delta: float
+    local_epsilon: float
+    central_epsilon: float
+    smallest_group: int
+    met: bool
+    assumptions: str
+
+    @classmethod
+    def of(
+        cls,
+        epsilon: float,
+        delta: float,
+        local_epsilon: float,
+        bound: ShuffleBound | None,
+        smallest_group: int = 1,
+    ) -> CentralTarget:
+        """The record of ``bound`` (computed at ``delta``) against the target ``(epsilon, delta)``.
+
+        Without a bound (a group of one report: nothing to hide among) the
+        central ε is the local ε itself, which holds with δ = 0 and needs no
+        assumption; ``smallest_group`` is then the fewest reports per group.
+        """
+        if bound is None:
+            central, smallest, assumptions = float(local_epsilon), int(smallest_group), "local ε only"
+        else:
+            central, smallest = float(bound.epsilon), int(bound.smallest_group)
+            assumptions = bound.assumptions
+        return cls(
+            epsilon=float(epsilon),
+            delta=float(delta),
+            local_epsilon=float(local_epsilon),
+            central_epsilon=central,
+            smallest_group=smallest,
+            met=bool(central <= epsilon and (bound is None or bound.delta <= delta)),
+            assumptions=assumptions,
+        )
+
+
 @pydantic_dataclass(frozen=True)
 class ShuffleBound(JsonRecord):
     """A central (ε, δ) by shuffling, with what it rests on.
@@ -292,7 +408,7 @@ MEDIAN_NOT_SHUFFLED = (
 
 
 def unlinkable_pools_bound(
-    pools: dict[str, tuple[float, int, int]], peers_outside: int | None = None
+    pools: dict[str, tuple[float, int, int]], peers_outside: int | None = None, delta: float | None = None
 ) -> ShuffleBound | None:
     """The shuffle bound of a problem over the pools whose reports are unlinkable.
 
@@ -312,6 +428,9 @@ def unlinkable_pools_bound(
     peers_outside : int, optional
         Peers of the problem outside every pool (the median pool's): they keep
         only their local ε.
+    delta : float, optional
+        Total δ per peer (a central target's); default :func:`default_delta` of
+        the smallest group.
 
     Returns
     -------
@@ -325,7 +444,7 @@ def unlinkable_pools_bound(
         return None
     groups = [(float(e0), int(k), int(n)) for e0, k, n in pools.values()]
     return dataclasses.replace(
-        ShuffleBound.of_groups(groups),
+        ShuffleBound.of_groups(groups, delta),
         assumptions=ASSUMPTIONS + MEDIAN_NOT_SHUFFLED,
         pools=tuple(pools),
         peers_outside=peers_outside,

@@ -143,6 +143,37 @@ class Mechanism(ABC):
         var = (c * p * (1 - p) + (n - c) * q * (1 - q)) / (p - q) ** 2
         return float(var) if var.ndim == 0 else var
 
+    def pair_moments(self) -> tuple[float, float]:
+        """``(r₀, r₁)``: the chance that two bits of one report are both 1, for a true value ``v``.
+
+        ``r₀ = P(B_i = B_j = 1)`` for ``i ≠ j`` both ``≠ v``, ``r₁ = P(B_v = B_j = 1)``
+        for ``j ≠ v``. Independent bits (unary encodings): ``(q², p·q)``. They fix
+        the covariance of two cells' estimates (:meth:`count_covariance`), which
+        eq. 7.2's sum of per-cell variances never needs but any sum of cells does.
+        """
+        return self.q**2, self.p * self.q
+
+    def count_covariance(self, n: int, true_count: ArrayLike = 0.0) -> tuple[float, np.ndarray]:
+        """Covariance of two different values' debiased counts: ``offset + g_i + g_j``.
+
+        A peer holding ``v`` makes ``Cov(B_i, B_j)`` equal to ``r₀ − q²`` for
+        ``i, j ≠ v`` and ``r₁ − p·q`` when one of them is ``v``
+        (:meth:`pair_moments`); peers are independent, so over ``n`` peers of
+        whom ``c_i`` hold ``i``,
+
+            Cov(n̂_i, n̂_j) = [n·(r₀ − q²) + (c_i + c_j)·(r₁ − p·q − r₀ + q²)] / (p − q)²,
+
+        returned as ``offset = n·(r₀ − q²)/(p − q)²`` and ``g = c·(r₁ − p·q − r₀ + q²)/(p − q)²``
+        (shape of ``true_count``). Zero for independent bits; negative for k-RR
+        (one bit per report), so a sum of k-RR cells is less noisy than the sum
+        of their variances says — the sum of all m cells is exactly ``n``.
+        """
+        r0, r1 = self.pair_moments()
+        p, q = self.p, self.q
+        scale = (p - q) ** 2
+        c = np.asarray(true_count, dtype=float)
+        return float(n * (r0 - q * q) / scale), c * ((r1 - p * q) - (r0 - q * q)) / scale
+
     def expected_l2_error(self, n: int) -> float:
         """Root expected squared L2 error of the estimated distribution from ``n`` reports.
 
@@ -305,6 +336,10 @@ class RandomizedResponse(_DefinedByEpsilon, Mechanism):
     def q(self) -> float:
         return 1.0 / (math.exp(self.epsilon) + self.m - 1)
 
+    def pair_moments(self) -> tuple[float, float]:
+        """One bit per report: no two bits are ever both 1."""
+        return 0.0, 0.0
+
     def _perturb_indices(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         n, m = values.size, self.m
         # Keep the value (shift 0) w.p. p, else shift it by 1..m-1 modulo m:
@@ -366,6 +401,19 @@ class SubsetSelection(_DefinedByEpsilon, Mechanism):
     def q(self) -> float:
         lam, w, m = math.exp(self.epsilon), self.omega, self.m
         return (w * (w - 1) * lam + (m - w) * w) / ((m - 1) * (w * lam + m - w))
+
+    def pair_moments(self) -> tuple[float, float]:
+        """Exactly ω bits are 1: ``r₁ = p(ω−1)/(m−1)``, ``r₀ = (ω−1)(ω−2p)/((m−1)(m−2))``.
+
+        Given the subset holds ``v`` (w.p. ``p``), its other ω−1 members are a
+        uniform draw from the other m−1 values, so ``P(B_v B_j) = p(ω−1)/(m−1)``;
+        ``r₀`` follows from ``Σ_{i≠j} B_i B_j = ω(ω−1)``. At m = 2 no pair avoids
+        ``v`` (r₀ is then never used; 0).
+        """
+        w, m, p = int(self.omega or 1), self.m, self.p
+        r1 = p * (w - 1) / (m - 1)
+        r0 = (w - 1) * (w - 2 * p) / ((m - 1) * (m - 2)) if m > 2 else 0.0
+        return r0, r1
 
     def _perturb_indices(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         n, m, w = values.size, self.m, self.omega

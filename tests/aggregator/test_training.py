@@ -193,3 +193,26 @@ def test_the_status_shows_the_planned_bound_then_the_published_models():
         0.25, 400, "as published"
     )
     assert shown.pools == ("report",) and shown.peers_outside == 7
+
+
+def test_a_drafts_central_target_is_stated_in_the_published_model_and_absent_from_the_wire_when_unset():
+    from anonml.privacy.amplification import shuffle_epsilon
+    from anonml.protocol import CentralTargetSpec, signing_bytes
+
+    problem, roster, bins = _problem(kp=3)
+    assert "central_target" not in problem.draft.model_dump_json()  # signatures of old drafts unchanged
+    assert b"central_target" not in signing_bytes(problem)
+    d = problem.draft.model_copy(update={"central_target": CentralTargetSpec(epsilon=0.5, delta=1e-7)})
+    problem = problem.model_copy(update={"draft": d})
+    assert ProblemDraft.model_validate_json(d.model_dump_json()) == d
+    plan = make_plan(bytes(roster.seed), [bytes(e.identity) for e in roster.entries], 3, n_partitions=3)
+    rows, _ = _signal_reports(3, np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    model, _ = train_problem(problem, roster, bins, plan, rows, median_answered=0, rng=rng)
+    target = model.privacy_.central_target
+    # 3,000 reports of local ε = 2 per slot, bounded at the target's δ.
+    assert target.local_epsilon == 2.0 and target.smallest_group == 3000 and target.delta == 1e-7
+    assert target.central_epsilon == pytest.approx(shuffle_epsilon(2.0, 3000, 1e-7), abs=1e-5)
+    assert target.met and target.central_epsilon < 0.5
+    stated = json.loads(model.to_json())["privacy"]["central_target"]
+    assert stated["epsilon"] == 0.5 and stated["local_epsilon"] == 2.0
