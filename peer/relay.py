@@ -508,6 +508,8 @@ class RelayService:
                 f"a packet is exactly {PACKET_SIZE} bytes, got {len(packet)}",
             )
         round_id = int.from_bytes(packet[1:9], "big")
+        if auth is not None and auth.round_id != round_id:
+            return self._reject("wrong round", 400, "packet of another round than its post's authenticator")
         with self._lock:
             round_ = self._rounds.get((node_id, round_id))
             closed = (node_id, round_id) in self._closed
@@ -523,8 +525,6 @@ class RelayService:
             return self._reject(
                 "unauthenticated", 401, "this round takes packets only in posts authenticated by a member"
             )
-        if auth is not None and auth.round_id != round_id:
-            return self._reject("wrong round", 400, "packet of another round than its post's authenticator")
         spender = None if auth is None else (*key, auth.poster)
         with self._lock:  # reserve a place under the quota and cap; given back if the packet is refused
             if spender is not None and round_.quota is not None and self._spent[spender] >= round_.quota:
