@@ -10,13 +10,19 @@ URL. :meth:`RelayService.handle` then, for one packet:
    refused oversized bodies with 413 before reading them) — before any crypto;
 2. finds the round key by the packet's round id (404 if this node has none);
 3. drops the packet if it arrives after ``t_r`` (410);
-4. refuses it with 429 once the node has accepted :attr:`RelayRound.max_packets`
-   packets this round (:func:`packet_cap`) — before any crypto, so an outsider
-   who builds valid packets from the public round keys in the roster can
-   flood no relay past what an honest round could bring it. The count is kept
-   in the state DB with the held packets (:meth:`peer.db.PeerDB.hold_many`), and a
-   round reopened after a restart starts from it: killing the host does not
-   grant a fresh cap;
+4. for a round whose relay knows its roster (:attr:`RelayRound.members`),
+   takes the packet only from a post a roster member authenticated
+   (:mod:`peer.relayauth`: the whole post is refused with 403 before any
+   packet is looked at when its MAC is not a member's for this node and
+   round; a bare packet gets 401), and refuses it with 429 once the posting
+   member has spent its own :attr:`RelayRound.quota` at this node — so an
+   outsider who builds valid packets from the public round keys in the roster
+   spends nothing, and a member only its own allowance. It also refuses with
+   429 once the node has accepted :attr:`RelayRound.max_packets` packets this
+   round (:func:`packet_cap`; with a roster, the sum of the quotas). Both
+   counts are kept in the state DB with the held packets
+   (:meth:`peer.db.PeerDB.hold_many`), and a round reopened after a restart
+   starts from them: killing the host does not grant a fresh cap or quota;
 5. peels it (MAC, then the replay tag: 409 for a replay; 400 for anything
    else wrong) and schedules the release with :func:`~anonml.crypto.release_time`
    — to the next hop's relay, or, at the last hop, to the aggregator's intake
@@ -45,7 +51,9 @@ per destination carries everything queued there (:meth:`RelayService._due`):
 one packet as before (``POST /relay/{node}``, ``POST /intake``), several as
 one batch (``POST …/batch``: packets back to back to a next hop, an
 :class:`~anonml.protocol.IntakeBatch` to the intake) with a result per
-item. No release leaves before its time; under load many leave in one
+item. A round with a roster forwards each request to a next hop as one post
+authenticated under the node's own round key (one queue per destination and
+poster). No release leaves before its time; under load many leave in one
 request. Every request is one :func:`peer.dispatch.post` with a total
 deadline and a size cap, on a kept-alive connection per destination
 (:class:`peer.dispatch.KeepAlive`), so a next hop that answers slowly (or never) holds
