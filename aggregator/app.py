@@ -3,7 +3,9 @@
 Served by uvicorn with ``access_log=False``: the intake's clients are the
 last relays of onion routes, and their addresses must not be written down
 next to the reports (:mod:`aggregator.routes.intake`). Request bodies larger
-than ``max_body_bytes`` are refused with 413 before they are parsed.
+than ``max_body_bytes`` are refused with 413 before they are parsed, and a
+JSON body holding a non-finite number with 422
+(:func:`anonml.serving.install_input_guards`).
 OpenAPI is at ``/openapi.json`` (``/docs`` for people).
 
 Several worker processes. :func:`serve` with ``workers > 1`` runs uvicorn's
@@ -112,7 +114,8 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
             )
         return JSONResponse({"status": "ok", "identity": state.public_identity.hex()})
 
-    app.add_middleware(serving.BodyLimit, max_bytes=settings.max_body_bytes)
+    serving.install_input_guards(app, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(serving.BodyLimit, max_bytes=settings.max_body_bytes)  # after: runs first
     return app
 
 

@@ -373,6 +373,7 @@ class RoundDriver:
             roster = sign_message(
                 Roster(
                     problem_id=pid,
+                    aggregator=state.public_identity,
                     round_id=row.round_id,
                     entries=tuple(
                         RosterEntry(

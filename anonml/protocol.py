@@ -53,6 +53,7 @@ from pydantic import (
     model_validator,
 )
 
+from anonml.addresses import RESOLVE_SECONDS, Resolver, host_refusal, is_loopback_host, resolved_refusal
 from anonml.crypto import (
     CryptoError,
     Identity,
@@ -135,6 +136,7 @@ __all__ = [
     "PeerStatus",
     "report_slot",
     "check_relay_url",
+    "check_relay_address",
     "pack_bits",
     "unpack_bits",
 ]
@@ -623,9 +625,15 @@ MAX_BATCH_ITEMS = 256
 
 
 class Registration(_Message):
-    """A peer joins a problem: its identity, its relay, its signed round relay key (and credential)."""
+    """A peer joins a problem: its identity, its relay, its signed round relay key (and credential).
+
+    ``aggregator`` names the aggregator identity the peer registers with (the
+    Problem's): a registration signed for one aggregator key is worthless in a
+    copy of the problem shown under another.
+    """
 
     problem_id: str
+    aggregator: IdentityBytes
     identity: IdentityBytes
     relay_url: str = Field(pattern=r"^https?://[^\s]{1,200}$")
     relay_certificate: CertificateBytes
@@ -661,11 +669,12 @@ class RosterEntry(_Message):
     registration_signature: SignatureBytes
 
 
-def entry_registration(entry: RosterEntry, problem_id: str) -> Registration:
-    """The signed :class:`Registration` a roster entry claims its member sent (verify it with
-    :func:`verify_message` against ``entry.identity``)."""
+def entry_registration(entry: RosterEntry, problem: Problem) -> Registration:
+    """The signed :class:`Registration` a roster entry claims its member sent to ``problem``'s
+    aggregator (verify it with :func:`verify_message` against ``entry.identity``)."""
     return Registration(
-        problem_id=problem_id,
+        problem_id=problem.id,
+        aggregator=problem.aggregator,
         identity=entry.identity,
         relay_url=entry.relay_url,
         relay_certificate=entry.relay_certificate,
@@ -702,10 +711,11 @@ def check_credential(
 
 
 class Roster(_Message):
-    """The closed roster: members, the pinned token key, the revealed seed. Signed."""
+    """The closed roster: members, the pinned token key, the revealed seed. Signed by ``aggregator``."""
 
     v: Literal[1] = PROTOCOL_VERSION
     problem_id: str
+    aggregator: IdentityBytes
     round_id: int
     entries: tuple[RosterEntry, ...]
     token_key: B64(32)
@@ -836,26 +846,14 @@ def report_slot(problem_id: str, partition: int, k: int) -> bytes:
     return slot
 
 
-_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 _RELAY_URL = re.compile(
     r"^(?P<scheme>https?)://(?P<host>[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?|\[::1\])"
     r"(?::(?P<port>[0-9]{1,5}))?/relay/(?P<node>[0-9a-f]{32})$"
 )
 
 
-def check_relay_url(url: str, *, allow_loopback_http: bool) -> str:
-    """Return ``url`` if it has the one relay form; :class:`ValueError` naming what is wrong.
-
-    The form: ``https://host[:port]/relay/<node id, 32 lowercase hex>``, where
-    host is a DNS name or IPv4 address (lowercase; ``[::1]`` for IPv6
-    loopback); no userinfo, query, fragment, percent-escapes or trailing
-    slash. ``http`` is accepted only for a loopback host (``127.0.0.1``,
-    ``localhost``, ``[::1]``) and only with ``allow_loopback_http`` (test and
-    demo deployments). Checked by the aggregator at registration and by every
-    peer on every roster entry before it fetches anything from it, so a
-    registrant cannot make other peers request an arbitrary URL (blind SSRF
-    through a query string, another path, or credentials).
-    """
+def _relay_host(url: str, *, allow_loopback_http: bool) -> str:
+    """The host of ``url`` once it has the relay form and a host allowed by its text; ValueError else."""
     if not isinstance(url, str) or len(url) > 300:
         raise ValueError("a relay URL is a string of at most 300 characters")
     match = _RELAY_URL.fullmatch(url)
@@ -866,14 +864,63 @@ def check_relay_url(url: str, *, allow_loopback_http: bool) -> str:
         )
     if match["port"] is not None and not 1 <= int(match["port"]) <= 65535:
         raise ValueError(f"relay URL {url[:80]!r} has port {match['port']} out of range")
+    host = match["host"]
     if match["scheme"] == "http":
-        if match["host"] not in _LOOPBACK_HOSTS:
+        if not is_loopback_host(host):
             raise ValueError(f"relay URL {url[:80]!r}: plain http is allowed on loopback only")
         if not allow_loopback_http:
             raise ValueError(
                 f"relay URL {url[:80]!r}: plain http (loopback) is allowed only in test mode "
                 "(allow_loopback_http)"
             )
+    refusal = host_refusal(host, allow_loopback=allow_loopback_http)
+    if refusal is not None:
+        raise ValueError(f"relay URL {url[:80]!r}: its host {host!r} is {refusal}")
+    return host
+
+
+def check_relay_url(url: str, *, allow_loopback_http: bool) -> str:
+    """``url`` if it has the one relay form and a global host; :class:`ValueError` naming what is wrong.
+
+    The form: ``https://host[:port]/relay/<node id, 32 lowercase hex>``, where
+    host is a DNS name or IPv4 address (lowercase; ``[::1]`` for IPv6
+    loopback); no userinfo, query, fragment, percent-escapes or trailing
+    slash. ``http`` is accepted only for a loopback host (``127.0.0.0/8``,
+    ``localhost``, ``[::1]``) and only with ``allow_loopback_http`` (test and
+    demo deployments). The host must be a global address by its text
+    (:func:`anonml.addresses.host_refusal`): no private, loopback (outside that
+    test mode), link-local, multicast, unspecified or reserved address, no
+    numeric form other than a dotted quad, no special-use name (``localhost``,
+    ``*.internal``, ``*.local``, …). Checked by the aggregator at registration
+    and by every peer on every roster entry before it fetches anything from it,
+    so a registrant cannot make other peers request an arbitrary URL (blind SSRF
+    through a query string, another path, credentials, or an internal host).
+    What a *name* resolves to is checked where it is connected to
+    (:func:`check_relay_address`): a pure function of the text here.
+    """
+    _relay_host(url, allow_loopback_http=allow_loopback_http)
+    return url
+
+
+def check_relay_address(
+    url: str,
+    *,
+    allow_loopback_http: bool,
+    timeout: float = RESOLVE_SECONDS,
+    resolver: Resolver | None = None,
+) -> str:
+    """Return ``url`` if :func:`check_relay_url` passes and its host resolves to global addresses only.
+
+    Called by a peer just before it connects to another member's relay (roster
+    witness, first hop, next hop): every address the name resolves to, within
+    ``timeout`` seconds, must be global (:func:`anonml.addresses.resolved_refusal`;
+    ``resolver`` defaults to :func:`socket.getaddrinfo`). :class:`ValueError`
+    naming the address otherwise, or when the name does not resolve in time.
+    """
+    host = _relay_host(url, allow_loopback_http=allow_loopback_http)
+    refusal = resolved_refusal(host, allow_loopback=allow_loopback_http, timeout=timeout, resolver=resolver)
+    if refusal is not None:
+        raise ValueError(f"relay URL {url[:80]!r}: its host {host!r} is {refusal}")
     return url
 
 

@@ -444,6 +444,7 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
                 reg = sign_message(
                     Registration(
                         problem_id=problem.id,
+                        aggregator=problem.aggregator,
                         identity=bytes(ident.public),
                         relay_url=f"http://127.0.0.1:9/relay/{ident.public.node_id.hex()}",
                         relay_certificate=bytes(cert),

@@ -7,7 +7,8 @@ person's pages under ``/ui``, the local token to log in); what the API routes
 ask for is in :mod:`peer.deps`.
 
 Served by uvicorn with ``access_log=False`` (a relay must not keep a log of
-who sent it what, and when).
+who sent it what, and when). A JSON body holding a non-finite number is a 422
+and no body makes a 500 (:func:`anonml.serving.install_input_guards`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from fastapi import FastAPI
 from anonml.crypto import Identity
 from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.privacy import PrivacyLedger
-from anonml.serving import ThreadedServer, start_in_thread, uvicorn_server
+from anonml.serving import ThreadedServer, install_input_guards, start_in_thread, uvicorn_server
 from anonml.serving import bind as bind_socket
 from anonml.store import EventStore
 from peer.db import PeerDB
@@ -68,6 +69,7 @@ def create_app(source: PeerSettings | PeerHost | None = None, local_token: str |
     app.include_router(relay.router)
     app.include_router(local.router)
     app.include_router(dashboard.router)
+    install_input_guards(app)
     return app
 
 

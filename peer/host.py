@@ -272,6 +272,10 @@ class PeerHost:
     nodes : list of PeerNode
     db : PeerDB
     policy : PeerPolicy
+        Its ``lifetime_epsilon_cap`` is stored in each identity's ledger here, which then
+        refuses any release past it (:meth:`~anonml.privacy.PrivacyLedger.set_lifetime_cap`):
+        the cap holds whether the host comes from ``anonml peer start``,
+        :func:`peer.app.create_daemon`, :func:`peer.app.create_app` or a test.
     aggregators : list of str
         Aggregator base URLs to poll.
     relay_base : str, optional
@@ -308,6 +312,8 @@ class PeerHost:
         notify: Callable[[str], None] | None = None,
     ) -> None:
         self.nodes = {node.node_id: node for node in nodes}
+        for node in nodes:  # the ledger refuses any release past it, however this host was built
+            node.ledger.set_lifetime_cap(node.fingerprint, policy.lifetime_epsilon_cap)
         self.notify = notify
         self._told: dict[tuple[str, str], str] = {}
         self.db = db
@@ -326,10 +332,9 @@ class PeerHost:
         self.worker = Worker(self)
         self._witnesses: dict[tuple[bytes, str], RosterWitness] = {}
         self._lock = threading.Lock()
-        # decide() (any thread: the worker, the CLI, the dashboard) and the worker's pick-up of
-        # manual accepts both turn an accept into a participant: one at a time, or one identity
-        # could join a problem twice (two registrations, the second refused with 409).
-        self._joining = threading.RLock()
+        # decide() and the pick-up of manual accepts, one at a time: a decide() from another thread
+        # (a test, an embedding program) must not race the worker into a second participation.
+        self._deciding = threading.Lock()
         self.counters: Counter[str] = Counter()
         self._backoff = AggregatorBackoff(poll_seconds)
 
@@ -368,14 +373,16 @@ class PeerHost:
         """Apply the policy for every identity; accepted ones start participating.
 
         Plugins are loaded once and shared; each identity then checks its own
-        lifetime budget and computes its own example (in parallel). Whether an
-        identity joins depends on the policy only, never on its example: one
-        whose example cannot be computed joins and sends stand-ins.
+        lifetime budget (in parallel). Its example is computed only after its
+        registration is sent (:meth:`~peer.participant.Participant.prepare`), so
+        when it registers does not depend on its data. Whether an identity joins
+        depends on the policy only, never on its example: one whose example
+        cannot be computed joins and sends stand-ins.
         """
-        with self._joining:
-            return self._decide(problem, manual=manual)
+        with self._deciding:
+            return self._decide(problem, manual)
 
-    def _decide(self, problem: Problem, *, manual: bool) -> dict[str, Decision]:
+    def _decide(self, problem: Problem, manual: bool) -> dict[str, Decision]:
         row = self.db.proposal(problem.id)
         if row is None:
             raise AnonMLError(f"problem {problem.id} has not been seen by this peer")
@@ -504,11 +511,10 @@ class PeerHost:
         each session's members: a poll of a host with thousands of identities
         costs no query per identity here.
         """
-        with self._joining:
-            self._join_manual_accepts()
+        with self._deciding:
+            self._pick_up(self.db.accepted_problems())
 
-    def _join_manual_accepts(self) -> None:
-        accepted = self.db.accepted_problems()
+    def _pick_up(self, accepted: dict[str, set[str]]) -> None:
         members = {
             pid: {id(p.node) for p in session.participants} for pid, session in list(self.sessions.items())
         }

@@ -3,7 +3,10 @@
 The steps, each checked before anything is released (DESIGN §7; the
 aggregator is treated as an adversary):
 
-1. **Register** with a fresh round relay key certified by the identity.
+1. **Register** with a fresh round relay key certified by the identity. The
+   local example is computed only afterwards (:meth:`Participant.compute_example`,
+   in the background), so when the registration leaves does not depend on the
+   person's data.
 2. **Roster**: the peer's anonymity floors
    (:func:`peer.policy.check_roster_floors`: roster size, smallest
    partition, enough members for ``hops`` distinct relays), the common
@@ -103,6 +106,7 @@ from anonml.protocol import (
     Registration,
     ReportReceipts,
     RosterWitness,
+    check_relay_address,
     check_relay_url,
     sign_message,
     transcript_hash,
@@ -125,7 +129,7 @@ from peer.phases import (
     check_transition,
 )
 from peer.policy import PeerPolicy, check_roster_floors
-from peer.relay import RelayRound, RelayService, StoredReplayCache
+from peer.relay import REFUSED_ADDRESS, RelayRound, RelayService, StoredReplayCache
 from peer.relayauth import RELAY_POST_TYPE, member_quota, post_key, relay_node_of, seal_post
 from peer.reports import choose_path, fetch_tokens, make_reports
 from peer.roster import RosterView
@@ -258,6 +262,9 @@ class Participant:
     _payloads: list[tuple[Redemption, bytes] | None] | None = field(default=None, repr=False)
     _avoid: set[bytes] = field(default_factory=set, repr=False)  # first hops that failed this round
     _reroute_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _plugins: tuple[Instancer, Featurizer, list[int]] | None = None  # loaded once per host, for the example
+    _example_pending: bool = False  # prepare() ran and compute_example has not yet
+    _example_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # -- the machine -------------------------------------------------------------------
     @property
@@ -426,7 +433,23 @@ class Participant:
 
     # -- 0. the local example ----------------------------------------------------------
     def prepare(self, plugins: tuple[Instancer, Featurizer, list[int]] | None = None) -> None:
-        """Cap this problem's ε in the ledger at the agreed value; compute the local example.
+        """Cap this problem's ε in the ledger at the agreed value; keep ``plugins`` for the example.
+
+        Reads nothing of the person's data: the example is computed after the
+        registration is sent (:meth:`compute_example`), so when the
+        registration leaves never depends on the size or content of the
+        event store (computing it first delayed the registration 12-17 ms for
+        100-185 events against 0.3 ms for an empty store: correlation 0.74
+        with the store's size over 40 users).
+        """
+        self.node.ledger.set_cap(self.problem.id, self.problem.draft.epsilon, peer=self.node.fingerprint)
+        self._plugins = plugins
+        self._example_pending = True
+
+    def compute_example(self) -> None:
+        """Compute the local example :meth:`prepare` left pending, once; called after the registration
+        is sent, and by every step that uses the example (median answer, reports, prediction) in case
+        it has not run yet. Without a pending example (one given to the constructor): nothing.
 
         Never refuses: when the example cannot be computed (no example in the
         store, a plugin failing on this person's events, …) the identity takes
@@ -434,19 +457,22 @@ class Participant:
         logging why locally only — refusing would tell the aggregator the
         outcome of a condition it chose.
         """
-        self.node.ledger.set_cap(self.problem.id, self.problem.draft.epsilon, peer=self.node.fingerprint)
-        try:
-            self.example = local_example(
-                self.problem,
-                self.node.store,
-                self.node.user,
-                self.node.rng,
-                plugins,
-                sources=self.policy.offered_sources,
-            )
-        except Exception as exc:  # whatever fails, this identity sends stand-ins instead
-            self.example = None
-            self._standin(f"no example: {exc}")
+        with self._example_lock:  # the background computation and a step that needs it now
+            if not self._example_pending:
+                return
+            try:
+                self.example = local_example(
+                    self.problem,
+                    self.node.store,
+                    self.node.user,
+                    self.node.rng,
+                    self._plugins,
+                    sources=self.policy.offered_sources,
+                )
+            except Exception as exc:  # whatever fails, this identity sends stand-ins instead
+                self.example = None
+                self._standin(f"no example: {exc}")
+            self._example_pending = False
 
     def _standin(self, why: str) -> None:
         """Note locally (the peer's log and its own state DB, never the aggregator) why a stand-in goes."""
@@ -498,6 +524,7 @@ class Participant:
         self._registration = sign_message(
             Registration(
                 problem_id=self.problem.id,
+                aggregator=self.problem.aggregator,
                 identity=me,
                 relay_url=self.relay_url,
                 relay_certificate=bytes(cert),
@@ -619,6 +646,11 @@ class Participant:
             for i in _pick_members(gen, n, need - len(done.confirmed), me, done):
                 done.asked.add(i)
                 entry = view.roster.entries[i]
+                try:  # what its name resolves to now, just before connecting: global addresses only
+                    check_relay_address(entry.relay_url, allow_loopback_http=self.relay.allow_loopback_http)
+                except ValueError:
+                    self.relay.count("roster witness refused: relay address")
+                    continue
                 try:
                     witness = fetch_witness(entry.relay_url, self.problem.id)
                 except ProtocolError:
@@ -702,6 +734,7 @@ class Participant:
 
     def _median_truth(self, query: MedianQuery, gen: np.random.Generator) -> bool:
         """Is this identity's value above the threshold; a uniform bit when it cannot say."""
+        self.compute_example()
         try:
             if self.example is None:
                 raise AnonMLError("no example")
@@ -908,6 +941,7 @@ class Participant:
             )
         n = len(roster.view.keys) - roster.view.roster.median_pool_size
         tokens = self.facts(self.prepare_round().tokens, "this identity's tokens")
+        self.compute_example()
         reports, specs, standins = make_reports(
             self.problem,
             roster.assignment,
@@ -932,7 +966,15 @@ class Participant:
 
     def send(self, slot: int, url: str, packet: bytes) -> None:
         """POST one packet to its first hop (called by the dispatcher at its send time), authenticated
-        as this identity's round relay key to the first hop's (:mod:`peer.relayauth`)."""
+        as this identity's round relay key to the first hop's (:mod:`peer.relayauth`).
+
+        The hop's name is resolved first: a host that is not a global address is a
+        :data:`~peer.relay.REFUSED_ADDRESS` refusal, and nothing is sent.
+        """
+        try:
+            check_relay_address(url, allow_loopback_http=self.relay.allow_loopback_http)
+        except ValueError as exc:
+            raise HTTPRefusal(url, REFUSED_ADDRESS, str(exc)) from None
         view = self.facts(self.roster, "the checked roster").view
         keys = self.facts(self.keys, "this identity's round relay key")
         hop = relay_node_of(url)
@@ -968,6 +1010,7 @@ class Participant:
         model = AnonMLClassifier.from_json(json.dumps(document.model))
         lost = self.count_lost_reports(receipts)
         prediction = None
+        self.compute_example()
         if self.example is not None:
             bad = invalid_features(self.example.x, self.problem.draft.features)
             if bad:  # the model cannot bin this value either: no prediction, said locally

@@ -44,8 +44,13 @@ peeled on its own and gets the outcome it would have got alone, and the
 replay tags and held packets of the whole batch are stored in one state-DB
 transaction before any is answered.
 
-Outbound. Only routes whose URL has the one relay form
-(:func:`anonml.protocol.check_relay_url`) are kept when a round opens. A
+Outbound. Only routes whose URL has the one relay form and a global host
+(:func:`anonml.protocol.check_relay_url`) are kept when a round opens; a
+next hop's name is resolved just before the packet leaves and the packet is
+refused for good (:data:`REFUSED_ADDRESS`, counted ``"route refused: relay
+address"``) when any address it resolves to is not global
+(:func:`anonml.protocol.check_relay_address`), so no member can point the
+relays at an internal service. A
 release that falls due joins its destination's queue; one request at a time
 per destination carries everything queued there (:meth:`RelayService._due`):
 one packet as before (``POST /relay/{node}``, ``POST /intake``), several as
@@ -132,7 +137,13 @@ from anonml.crypto import (
     release_time,
 )
 from anonml.errors import ProtocolError
-from anonml.protocol import MAX_BATCH_ITEMS, BatchResults, IntakeDelivery, check_relay_url
+from anonml.protocol import (
+    MAX_BATCH_ITEMS,
+    BatchResults,
+    IntakeDelivery,
+    check_relay_address,
+    check_relay_url,
+)
 from peer.db import PeerDB
 from peer.dispatch import Dispatcher, KeepAlive, OutboundError, post
 from peer.relayauth import (
@@ -158,6 +169,7 @@ __all__ = [
     "INTAKE_TICK",
     "retriable",
     "retry_delay",
+    "REFUSED_ADDRESS",
 ]
 
 #: The one refusal a previous hop sees for any packet that fails after peeling.
@@ -237,6 +249,12 @@ def default_guard(schedule: WindowSchedule) -> float:
 def retry_delay(attempt: int) -> float:
     """Seconds before retry ``attempt + 1`` of a release: ``min(2, 0.25 · 2^attempt)``."""
     return min(2.0, 0.25 * 2.0**attempt)
+
+
+#: The status a sender gives itself for a packet it will not send because the relay's host is not
+#: a global address (421 Misdirected Request, RFC 9110 §15.5.20; never on the wire): final, not
+#: retried (:func:`retriable`).
+REFUSED_ADDRESS = 421
 
 
 def retriable(status: int | None) -> bool:
@@ -726,7 +744,14 @@ class RelayService:
         self, url: str, content_type: str, batch: list[_Release], poster: tuple[bytes, int] | None = None
     ) -> list[int | None]:
         """Send ``batch`` to ``url``: one packet as one request, more to the batch route; a status each
-        (None: no answer). ``poster``: the (node, round) whose key authenticates the post."""
+        (None: no answer; :data:`REFUSED_ADDRESS`: a next hop whose host is not a global address).
+        ``poster``: the (node, round) whose key authenticates the post."""
+        if content_type in ("application/octet-stream", RELAY_POST_TYPE):  # a next hop: a member's relay URL
+            try:
+                check_relay_address(url, allow_loopback_http=self.allow_loopback_http)
+            except ValueError:
+                self.count("route refused: relay address", len(batch))
+                return [REFUSED_ADDRESS] * len(batch)
         if poster is not None:
             return self._post_authenticated(url, batch, poster)
         if len(batch) == 1:

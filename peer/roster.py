@@ -78,6 +78,11 @@ class RosterView:
             verify_message(roster, bytes(problem.aggregator))
         except CryptoError as exc:
             raise ProtocolError(f"roster of {problem.id} is not signed by the aggregator: {exc}") from None
+        if bytes(roster.aggregator) != bytes(problem.aggregator):
+            raise ProtocolError(
+                f"roster names aggregator {bytes(roster.aggregator).hex()[:16]}…, the proposal "
+                f"{bytes(problem.aggregator).hex()[:16]}…"
+            )
         if roster.problem_id != problem.id or roster.round_id != problem.round_id:
             raise ProtocolError(
                 f"roster is for problem {roster.problem_id} round {roster.round_id}, "

@@ -9,8 +9,9 @@ runs with in ``policy_file`` (``$ANONML_HOME/peer/policy.json``, mode 0600,
 :meth:`PeerSettings.save_policy`), and every later command — ``peer accept``,
 ``peer proposals``, the next ``peer start`` — reads it
 (:meth:`PeerSettings.from_env`) unless a policy is given explicitly. The
-lifetime cap is moreover stored in the ledger itself
-(:meth:`anonml.privacy.PrivacyLedger.set_lifetime_cap`).
+lifetime cap is moreover stored in the ledger itself by every host built with
+the policy (:class:`peer.host.PeerHost`;
+:meth:`anonml.privacy.PrivacyLedger.set_lifetime_cap`).
 """
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ def check_roster_entries(roster: Roster, problem: Problem) -> None:
     admission = problem.draft.admission
     for i, entry in enumerate(roster.entries):
         try:
-            verify_message(entry_registration(entry, problem.id), bytes(entry.identity))
+            verify_message(entry_registration(entry, problem), bytes(entry.identity))
         except CryptoError as exc:
             raise ProtocolError(
                 f"roster entry {i}: not the member's own signed registration (identity, relay URL, relay "

@@ -35,7 +35,7 @@ from peer.db import PeerDB
 from peer.dispatch import Dispatcher
 from peer.participant import READY, Aborted, Participant
 from peer.phases import ParticipationPhase
-from peer.relay import retriable, retry_delay
+from peer.relay import REFUSED_ADDRESS, retriable, retry_delay
 from peer.roster import RosterView
 from peer.transcript import check_roster_entries
 
@@ -175,6 +175,11 @@ class ProblemSession:
                     p.registered()
                 else:
                     p.abort(f"aggregator refused: {result.detail} (HTTP {result.status})")
+        # Only now the example, off this thread: neither this registration nor the next poll
+        # waits for the person's data (Participant.prepare).
+        for p in who:
+            if p.phase == P.REGISTERED:
+                self.host.pool.submit(p.compute_example)
 
     def _check_roster(self) -> bool:
         """Verify the roster once for the process, then each identity's own checks; False to wait."""
@@ -299,7 +304,7 @@ class ProblemSession:
         """Send one packet to its first hop; on a failure that may pass, re-routed at once while the
         send window is open, or retried with backoff when no other route is left.
 
-        A first hop that is down, over its quota or answers 5xx is avoided: the
+        A first hop that is down, over its quota, answers 5xx or has a refused address is avoided: the
         slot gets a new route and a new packet (:meth:`Participant.reroute`), so
         one dead or exhausted relay cannot cost the report.
         """
@@ -308,7 +313,8 @@ class ProblemSession:
         except Exception as exc:  # the first hop is down or refused: re-routed or retried, then counted
             status = exc.status if isinstance(exc, HTTPRefusal) else None
             end = p.window_end if p.window_end is not None else 0.0
-            if retriable(status) and time.time() < end:
+            # A first hop whose address is refused is avoided too, though never tried again.
+            if (retriable(status) or status == REFUSED_ADDRESS) and time.time() < end:
                 rerouted = p.reroute(slot, url)
                 if rerouted is not None:
                     self.host.count("packets rerouted")

@@ -25,7 +25,7 @@ from anonml.crypto import Identity
 from anonml.crypto.spent import CryptoBase
 from anonml.database import make_engine, migrate
 from anonml.errors import SchemaError
-from anonml.protocol import CosignRequest, TranscriptStatement, sign_message
+from anonml.protocol import Cosignature, CosignRequest, TranscriptStatement, sign_message
 from peer.db import PeerDB
 from peer.db import _Base as PeerBase
 from tests.test_migrations import _old_database, _revision
@@ -233,17 +233,28 @@ def _request(signer: Identity, problem: str, transcript: bytes) -> CosignRequest
     return sign_message(CosignRequest(statement=statement, signature=bytes(64)), signer)
 
 
-def test_a_witness_log_written_before_schema_versions_keeps_its_entries_and_its_rule(tmp_path):
-    identity, aggregator = Identity.generate(), Identity.generate()
-    first = _request(aggregator, "p-0001", b"\x01" * 32)
-    cosignature = Witness(identity, tmp_path / "scratch" / "w.db").cosign(first)  # a real entry to keep
+def _old_witness_log(tmp_path: Path, identity: Identity, first: CosignRequest) -> Cosignature:
+    """A witness log as the landed code created it before schema versions, holding ``first``'s real
+    cosignature at index 0; returns that cosignature."""
+    cosignature = Witness(identity, tmp_path / "scratch" / "w.db").cosign(first)
     _old_database(tmp_path / "witness.db", OLD_WITNESS_DDL)
     with sqlite3.connect(tmp_path / "witness.db") as con:
         con.execute(
             "INSERT INTO cosignatures VALUES (1, ?, 'p-0001', 'roster', ?, ?)",
-            (bytes(aggregator.public), b"\x01" * 32, cosignature.model_dump_json()),
+            (
+                bytes(first.statement.aggregator),
+                bytes(first.statement.transcript),
+                cosignature.model_dump_json(),
+            ),
         )
     con.close()
+    return cosignature
+
+
+def test_a_witness_log_written_before_schema_versions_keeps_its_entries_and_its_rule(tmp_path):
+    identity, aggregator = Identity.generate(), Identity.generate()
+    first = _request(aggregator, "p-0001", b"\x01" * 32)
+    cosignature = _old_witness_log(tmp_path, identity, first)
     witness = Witness(identity, tmp_path / "witness.db")
     try:
         (entry,) = witness.log()
@@ -263,15 +274,7 @@ def test_a_witness_log_upgraded_to_signing_key_slots_refuses_a_swapped_encryptio
     """witness_0002: the rule keys on the aggregator's Ed25519 half, for rows written before it too."""
     identity, seed = Identity.generate(), bytes(range(32))
     aggregator, swapped = Identity(seed, b"\x01" * 32), Identity(seed, b"\x02" * 32)
-    first = _request(aggregator, "p-0001", b"\x01" * 32)
-    cosignature = Witness(identity, tmp_path / "scratch" / "w.db").cosign(first)
-    _old_database(tmp_path / "witness.db", OLD_WITNESS_DDL)
-    with sqlite3.connect(tmp_path / "witness.db") as con:
-        con.execute(
-            "INSERT INTO cosignatures VALUES (1, ?, 'p-0001', 'roster', ?, ?)",
-            (bytes(aggregator.public), b"\x01" * 32, cosignature.model_dump_json()),
-        )
-    con.close()
+    _old_witness_log(tmp_path, identity, _request(aggregator, "p-0001", b"\x01" * 32))
     witness = Witness(identity, tmp_path / "witness.db")
     try:
         with pytest.raises(WitnessRefusal, match="log index 0"):

@@ -2,7 +2,8 @@
 
 Served by uvicorn without an access log, like the other roles; request bodies
 over ``max_body_bytes`` are refused with 413 before they are parsed
-(:class:`anonml.serving.BodyLimit`).
+(:class:`anonml.serving.BodyLimit`), and a non-finite number anywhere in a JSON
+body with 422 (:func:`anonml.serving.install_input_guards`, as every service).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def create_app(witness: Witness, max_body_bytes: int = 8192) -> FastAPI:
     )
     app.state.witness = witness
     app.include_router(routes.router)
-    app.add_middleware(serving.BodyLimit, max_bytes=max_body_bytes)
+    serving.install_input_guards(app, max_body_bytes=max_body_bytes)
+    app.add_middleware(serving.BodyLimit, max_bytes=max_body_bytes)  # after: runs first
     return app
 
 

@@ -2,8 +2,9 @@
 
 Rules (DESIGN §7; checked here, each with its own refusal):
 
-- a :class:`~anonml.protocol.Registration` is signed by the peer's identity over
-  ``signing_bytes`` under ``signing_context`` (403 otherwise);
+- a :class:`~anonml.protocol.Registration` names this aggregator's identity (422
+  otherwise) and is signed by the peer's identity over ``signing_bytes`` under
+  ``signing_context`` (403 otherwise);
 - its relay certificate must verify for that identity and the problem's round id (403);
 - its relay URL must have the one relay form, naming the registrant's own node
   id (:func:`~anonml.protocol.check_relay_url`; plain http on loopback only
@@ -236,6 +237,14 @@ def _checked(
             "registration closed",
             409,
             f"registration for {problem_id} closed at {deadline.isoformat()} (phase {row.phase})",
+        )
+    if bytes(registration.aggregator) != state.public_identity:
+        raise Refusal(
+            problem_id,
+            "wrong aggregator",
+            422,
+            "the registration names another aggregator identity than this one's "
+            f"({bytes(registration.aggregator).hex()[:16]}…): sign it for the proposal's aggregator",
         )
     try:
         identity = PublicIdentity.from_bytes(registration.identity)

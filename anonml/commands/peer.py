@@ -2,9 +2,9 @@
 
 ``start`` runs the daemon (relay + worker) in the foreground and tells the
 person on stderr what it does (``--quiet`` for less). It saves the policy it
-runs with in the peer's home (``$ANONML_HOME/peer/policy.json``, 0600) and
-stores the lifetime cap in the ledger itself; every other command reads the
-saved policy. The other commands read and write the same local state
+runs with in the peer's home (``$ANONML_HOME/peer/policy.json``, 0600); the
+lifetime cap is stored in the ledger itself (as by every host, however built);
+every other command reads the saved policy. The other commands read and write the same local state
 (``$ANONML_HOME/peer/peer.db``, the ledger, the identity), so they work
 whether or not the daemon runs: ``accept`` records the decision and the
 running daemon picks it up at its next poll. The read-only ones
@@ -181,9 +181,8 @@ def start(
         if not settings.aggregators:
             raise AnonMLError("no aggregator to poll: pass --aggregator URL or set ANONML_PEER_AGGREGATORS")
         saved = settings.save_policy()
-        host_ = create_daemon(settings)
+        host_ = create_daemon(settings)  # stores the policy's lifetime cap in the ledger
         node = host_.sole_node()
-        node.ledger.set_lifetime_cap(node.fingerprint, settings.policy.lifetime_epsilon_cap)
         if not quiet:
             host_.notify = lambda text: err.print(untrusted(text, 1000), highlight=False)
         err.print(f"peer {node.identity.public.fingerprint_text()}", highlight=False)

@@ -305,14 +305,14 @@ class MaliciousAggregator:
     def wait_phase(self, problem: Problem, *phases: str, timeout: float = 60.0) -> ProblemStatus:
         return wait_phase(self.url, problem.id, phases, timeout=timeout)
 
-    def register_sybil(self, problem: Problem) -> WirePeer:
-        """Register one identity the aggregator controls (relay URL of the loopback form)."""
+    def register_sybil(self, problem: Problem, relay_base: str = "http://127.0.0.1:9") -> WirePeer:
+        """Register one identity the aggregator controls (relay URL ``relay_base/relay/<its node>``)."""
         sybil = WirePeer()
         registration = sybil.registration(problem)
         assert sybil.key is not None
         node = sybil.identity.public.node_id.hex()
         registration = sign_message(
-            registration.model_copy(update={"relay_url": f"http://127.0.0.1:9/relay/{node}"}),
+            registration.model_copy(update={"relay_url": f"{relay_base}/relay/{node}"}),
             sybil.identity,
         )
         response = post(f"{self.url}/problems/{problem.id}/registrations", registration)

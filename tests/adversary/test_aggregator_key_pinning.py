@@ -12,11 +12,15 @@ from __future__ import annotations
 import pytest
 
 from anonml.crypto import Identity
-from anonml.protocol import sign_message
+from anonml.errors import ProtocolError
+from anonml.protocol import RosterEntry, sign_message
 from peer.db import PeerDB
 from peer.host import discover
 from peer.policy import PeerPolicy
+from peer.roster import RosterView
+from peer.transcript import check_roster_entries
 from tests.adversary.malicious import MaliciousAggregator, mooc_draft
+from tests.aggregator.helpers import WirePeer, post, roster_document
 
 OTHER = Identity.generate()
 
@@ -51,3 +55,34 @@ def test_configured_keys_are_validated():
         PeerPolicy(aggregator_keys={"https://agg.example": "abc"})
     policy = PeerPolicy(aggregator_keys={"https://agg.example/": "AB" * 32})
     assert policy.aggregator_keys == {"https://agg.example": "ab" * 32}
+
+
+def test_registrations_and_rosters_name_the_aggregator_key(adversary: MaliciousAggregator):
+    """A registration is signed for one aggregator identity; a roster names the one that signed it.
+
+    Swapping the X25519 half of its identity (issue 24, item 3) gave the aggregator a second copy of a
+    problem in which every honest member's registration was still valid. Now each registration names
+    the aggregator it was sent to: the aggregator refuses one naming another, and a peer holding a copy
+    of the problem under another identity finds every member's registration invalid in its roster.
+    """
+    problem = adversary.propose(mooc_draft(min_peers=2))
+    swapped = Identity(bytes(32), b"\x05" * 32)  # stands for the aggregator with another X25519 half
+    copy = sign_message(problem.model_copy(update={"aggregator": bytes(swapped.public)}), swapped)
+    peer = WirePeer()
+    refused = post(f"{adversary.url}/problems/{problem.id}/registrations", peer.registration(copy))
+    assert refused.status_code == 422 and "another aggregator" in refused.json()["detail"]
+    honest = peer.registration(problem)
+    member = RosterEntry(
+        identity=honest.identity,
+        relay_url=honest.relay_url,
+        relay_certificate=honest.relay_certificate,
+        registration_signature=honest.signature,
+    )
+    roster = roster_document(problem.id, (member,), signer=adversary.identity, round_id=problem.round_id)
+    check_roster_entries(roster, problem)  # valid for the problem it was sent to
+    with pytest.raises(ProtocolError, match="not the member's own signed registration"):
+        check_roster_entries(roster, copy)  # worthless in the copy under the other identity
+    with pytest.raises(ProtocolError, match="roster names aggregator"):
+        RosterView.verify(
+            adversary.sign(roster.model_copy(update={"aggregator": bytes(swapped.public)})), problem
+        )

@@ -88,10 +88,10 @@ def test_a_hostile_label_spec_is_never_joined(
 ):
     label, reason = HOSTILE[case]
     caplog.set_level(logging.WARNING, logger="anonml.peer")
+    problem = adversary.propose(mooc_draft(min_peers=20))
+    _show_label(adversary, problem, label)  # before the victim's first poll: it never sees the honest copy
     victim = start_peers(tmp_path, adversary.url_for("victim"), cohort(3)[:1], POLICY)
     try:
-        problem = adversary.propose(mooc_draft(min_peers=20))
-        _show_label(adversary, problem, label)
         control = adversary.propose(mooc_draft(min_peers=20))  # honest, listed beside it
         # The peer read the listing that held both and joined the honest problem only.
         wait_until(lambda: victim.decision(control) is not None, "the peer to decide on the honest problem")

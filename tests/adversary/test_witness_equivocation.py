@@ -262,6 +262,7 @@ def test_sybils_stuffed_into_a_credentials_roster_are_refused_by_the_victim(worl
             return sign_message(
                 Registration(
                     problem_id=problem.id,
+                    aggregator=problem.aggregator,
                     identity=bytes(s.public),
                     relay_url=f"http://127.0.0.1:9/relay/{s.public.node_id.hex()}",
                     relay_certificate=bytes(s.new_round_relay_key(problem.round_id)[1]),

@@ -19,6 +19,7 @@ import math
 import pytest
 
 from anonml.crypto import Identity
+from anonml.errors import ProtocolError
 from anonml.learn import make_plan
 from anonml.protocol import (
     Cosignature,
@@ -75,7 +76,7 @@ def _statement(problem: Problem, roster: Roster) -> TranscriptStatement:
 
 
 def _re_signed(cosignature: Cosignature) -> Cosignature:
-    """The same cosignature under a fresh random-nonce Ed25519 signature (valid, and new)."""
+    """``cosignature`` under a fresh random-nonce Ed25519 signature of W' (valid, and new)."""
     signature = random_nonce_signature(
         ACCOMPLICE_SEED, signing_bytes(cosignature), signing_context(cosignature)
     )
@@ -90,8 +91,7 @@ def _re_proved(statement: TranscriptStatement) -> Cosignature:
         vrf_proof=grinding_vrf_proof(ACCOMPLICE_SEED, vrf_input(statement)),
         signature=bytes(64),
     )
-    signature = random_nonce_signature(ACCOMPLICE_SEED, signing_bytes(unsigned), signing_context(unsigned))
-    return unsigned.model_copy(update={"signature": signature})
+    return _re_signed(unsigned)
 
 
 def _victim_partition(seed: bytes, beacon: bytes) -> int:
@@ -151,23 +151,12 @@ def test_a_torsioned_or_foreign_vrf_proof_is_refused_by_the_peer(honest_witness)
     )
     checked = dict(problem=problem, stage="roster", transcript=statement.transcript, trusted=[], threshold=0)
     # W' proves with another key's proof (the honest witness's), or sends none: refused, nothing computed.
-    foreign = cosign_statement(statement, ACCOMPLICE).model_copy(update={"vrf_proof": honest.vrf_proof})
-    foreign = foreign.model_copy(
-        update={
-            "signature": random_nonce_signature(
-                ACCOMPLICE_SEED, signing_bytes(foreign), signing_context(foreign)
-            )
-        }
-    )
-    none = cosign_statement(statement, ACCOMPLICE).model_copy(update={"vrf_proof": None})
-    none = none.model_copy(
-        update={
-            "signature": random_nonce_signature(ACCOMPLICE_SEED, signing_bytes(none), signing_context(none))
-        }
-    )
+    own = cosign_statement(statement, ACCOMPLICE)
+    foreign = _re_signed(own.model_copy(update={"vrf_proof": honest.vrf_proof}))
+    none = _re_signed(own.model_copy(update={"vrf_proof": None}))
     for bad, reason in ((foreign, "does not verify"), (none, "no VRF proof")):
         bundle = CosignatureBundle(problem_id=problem.id, stage="roster", cosignatures=(honest, bad))
-        with pytest.raises(Exception, match=reason):
+        with pytest.raises(ProtocolError, match=reason):
             verify_bundle(bundle, **checked)
 
 

@@ -163,9 +163,16 @@ def roster_document(
     """The roster of problem ``pid`` listing ``entries``, signed by ``signer`` or with a zero
     signature for code that reads none (no server involved).
 
-    ``fields`` set the others: round 1, zero seed and token key, no median pool unless given.
+    ``fields`` set the others: round 1, zero seed and token key, no median pool unless given,
+    the signer as the aggregator it names.
     """
-    values = {"round_id": 1, "seed": bytes(32), "token_key": bytes(32), "median_pool_size": 0} | fields
+    values = {
+        "round_id": 1,
+        "seed": bytes(32),
+        "token_key": bytes(32),
+        "median_pool_size": 0,
+        "aggregator": bytes(signer.public) if signer is not None else bytes(64),
+    } | fields
     roster = Roster(problem_id=pid, entries=entries, signature=bytes(64), **values)
     return roster if signer is None else sign_message(roster, signer)
 
@@ -308,6 +315,7 @@ class WirePeer:
         self.key, cert = self.identity.new_round_relay_key(problem.round_id if round_id is None else round_id)
         unsigned = Registration(
             problem_id=problem.id,
+            aggregator=problem.aggregator,
             identity=self.public,
             relay_url=relay_url or f"http://127.0.0.1:9/relay/{self.identity.public.node_id.hex()}",
             relay_certificate=bytes(cert),

@@ -78,6 +78,7 @@ def test_registration_refusals_each_have_a_reason_and_keep_what_was_stored(aggre
     swapped = sign_message(
         Registration(
             problem_id=problem.id,
+            aggregator=problem.aggregator,
             identity=thief.public,
             relay_url=stolen.relay_url,
             relay_certificate=stolen.relay_certificate,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +65,14 @@ def simulation_host(nodes: list[PeerNode], db: Path, aggregator_url: str, *, wor
         roster_comparisons=2,
         workers=workers,
     )
+
+
+def non_loopback_address() -> str | None:
+    """This machine's address on its outward interface (a UDP connect sends nothing), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if ipaddress.ip_address(address).is_loopback else address

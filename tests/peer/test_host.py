@@ -26,7 +26,7 @@ from peer.participant import PeerNode
 from peer.phases import IllegalTransition, ParticipationPhase
 from peer.roster import RosterView
 from tests.aggregator.helpers import close_registration, draft, propose, roster_of, status, wait_phase
-from tests.peer.helpers import simulation_host
+from tests.peer.helpers import non_loopback_address, simulation_host
 
 P = ParticipationPhase
 N = 4
@@ -224,24 +224,10 @@ def test_an_app_built_from_settings_serves_the_relay_and_a_token_guarded_status(
         server.stop()
 
 
-def _non_loopback_address() -> str | None:
-    """This machine's address on its outward interface (a UDP connect sends nothing), or None."""
-    import ipaddress
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.1", 9))
-        except OSError:
-            return None
-        address = probe.getsockname()[0]
-    return None if ipaddress.ip_address(address).is_loopback else address
-
-
 def test_the_local_api_and_the_pages_refuse_clients_on_other_machines_even_with_the_token(tmp_path: Path):
     from aggregator.app import start_server
     from peer.app import create_app
-    address = _non_loopback_address()
+    address = non_loopback_address()
     if address is None:
         pytest.skip("this machine has no non-loopback IPv4 address to connect from")
     settings = _settings(tmp_path, "a-local-token")

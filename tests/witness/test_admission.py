@@ -63,6 +63,7 @@ def registration(
     return sign_message(
         Registration(
             problem_id=problem.id,
+            aggregator=problem.aggregator,
             identity=bytes(peer.public),
             relay_url=relay,
             relay_certificate=bytes(cert),
