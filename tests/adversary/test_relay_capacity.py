@@ -53,6 +53,15 @@ ROUND = 5151
 POST = {"content-type": RELAY_POST_TYPE}
 
 
+def _onion(
+    path: list[Hop], round_id: int, destination: bytes, payload: tuple[Redemption, bytes] | None = None
+) -> bytes:
+    """A valid packet over ``path``: cover, or carrying ``payload`` (anyone with a token can build it)."""
+    if payload is None:
+        return build_cover_packet(path, round_id=round_id, destination=destination)
+    return build_packet(path, payload[0], payload[1], round_id=round_id, destination=destination)
+
+
 @dataclass
 class Member:
     """A roster member played by the test: its node id and round relay key."""
@@ -93,7 +102,7 @@ class Guarded:
 
     def cover(self, i: int) -> bytes:
         """A valid one-hop cover packet ending at hosted node ``i`` (what anyone can build)."""
-        return build_cover_packet([self.hops[i]], round_id=ROUND, destination=self.aggregator.public.node_id)
+        return _onion([self.hops[i]], ROUND, self.aggregator.public.node_id)
 
 
 @pytest.fixture
@@ -212,7 +221,7 @@ def test_a_bad_envelope_is_a_clear_4xx(guarded):
         assert answer.status_code == code, (name, answer.text)
         assert detail in answer.json()["detail"], (name, answer.text)
     # The envelope names the round; a packet of another round inside is refused on its own.
-    other = build_cover_packet([guarded.hops[0]], round_id=ROUND + 7, destination=bytes(16))
+    other = _onion([guarded.hops[0]], ROUND + 7, guarded.aggregator.public.node_id)
     mixed = requests.post(
         f"{url}/batch", data=member.post(guarded.hops[0], [guarded.cover(0), other]), headers=POST
     )
@@ -275,12 +284,8 @@ def test_an_authenticated_packet_crosses_three_hops_and_reaches_the_intake(guard
     """Each relay forwards under its own round key; the next hop checks it (no member spends for it)."""
     redemption = Redemption(b"p-x/r/0", bytes(range(32)), bytes(32))
     sender = guarded.members[2]
-    packets = [
-        build_packet(
-            guarded.hops, redemption, b"{}", round_id=ROUND, destination=guarded.aggregator.public.node_id
-        )
-        for _ in range(3)
-    ]
+    destination = guarded.aggregator.public.node_id
+    packets = [_onion(guarded.hops, ROUND, destination, (redemption, b"{}")) for _ in range(3)]
     body = sender.post(guarded.hops[0], packets)
     assert requests.post(f"{guarded.relay_url(0)}/batch", data=body, headers=POST).status_code == 200
     arrived = guarded.capture.wait(3, timeout=60)
@@ -331,7 +336,7 @@ class Flood:
                 RelayKeyCertificate.from_bytes(bytes(entry.relay_certificate)), self.round_id
             )
             packets = [
-                build_cover_packet([hop], round_id=self.round_id, destination=self.destination)
+                _onion([hop], self.round_id, self.destination)
                 for _ in range(self.times_cap * packet_cap(1, 3))
             ]
             chunks = [packets[i : i + 64] for i in range(0, len(packets), 64)]
