@@ -47,6 +47,7 @@ from aggregator.state import AggregatorState, load_or_create_identity
 from anonml import serving
 from anonml.database import make_engine
 from anonml.errors import AnonMLError
+from anonml.web import local_api_docs
 
 __all__ = [
     "create_app",
@@ -83,7 +84,10 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
         version="1",
         summary="Problems, registration, private medians, blind tokens, anonymous intake, training.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,  # /docs from local files (local_api_docs), never a CDN
     )
+    local_api_docs(app, "AnonML aggregator")
     app.state.aggregator = state
     app.state.driver = driver
     for router in (

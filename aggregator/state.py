@@ -37,13 +37,19 @@ __all__ = [
     "Refusal",
     "load_or_create_identity",
     "INTAKE_REFUSAL",
+    "DROPPED_COVER",
     "reject_counts",
+    "cover_count",
 ]
 
 log = logging.getLogger("anonml.aggregator")
 
 #: Prefix of the refusal reasons counted by the intake (they account for lost reports).
 INTAKE_REFUSAL = "intake: "
+
+#: Counter of the cover payloads the intake opened and dropped: kept with the refusal counters
+#: but neither a refusal nor a loss (:func:`reject_counts` leaves it out, :func:`cover_count`).
+DROPPED_COVER = "dropped: cover"
 
 
 def reject_counts(rows: list[tuple[str, int]]) -> tuple[dict[str, int], dict[str, int]]:
@@ -56,11 +62,18 @@ def reject_counts(rows: list[tuple[str, int]]) -> tuple[dict[str, int], dict[str
     merged: dict[str, int] = {}
     intake: dict[str, int] = {}
     for reason, count in rows:
+        if reason == DROPPED_COVER:
+            continue
         bare = reason.removeprefix(INTAKE_REFUSAL)
         merged[bare] = merged.get(bare, 0) + int(count)
         if bare != reason:
             intake[bare] = intake.get(bare, 0) + int(count)
     return merged, intake
+
+
+def cover_count(rows: list[tuple[str, int]]) -> int:
+    """Cover payloads dropped at the intake, from the same stored ``(reason, count)`` rows."""
+    return sum(int(count) for reason, count in rows if reason == DROPPED_COVER)
 
 
 def load_or_create_identity(settings: AggregatorSettings) -> Identity:

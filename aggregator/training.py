@@ -67,7 +67,13 @@ NOT_A_LOSS = frozenset({"duplicate token"})
 
 
 def account_reports(
-    report_peers: int, slots_per_peer: int, received: int, late: int, refused: dict[str, int]
+    report_peers: int,
+    slots_per_peer: int,
+    received: int,
+    late: int,
+    refused: dict[str, int],
+    *,
+    cover: int = 0,
 ) -> ReportAccount:
     """Reports expected / received / lost and why (:class:`~anonml.protocol.ReportAccount`).
 
@@ -76,7 +82,8 @@ def account_reports(
     ``late`` first, then the other reasons in order (a refused delivery may
     also be a forgery or a repeat, so refusals beyond the loss explain
     nothing); ``not_arrived`` is what no refusal explains. Repeats of a stored
-    report (:data:`NOT_A_LOSS`) are no loss.
+    report (:data:`NOT_A_LOSS`) are no loss. ``cover``: cover payloads the
+    intake opened and dropped, reported beside the account and never in it.
     """
     expected = max(0, report_peers) * max(0, slots_per_peer)
     lost = max(0, expected - received)
@@ -90,7 +97,13 @@ def account_reports(
         why[reason] = min(count, left)
         left -= why[reason]
     return ReportAccount(
-        expected=expected, received=received, lost=lost, late=late_lost, refused=why, not_arrived=left
+        expected=expected,
+        received=received,
+        lost=lost,
+        late=late_lost,
+        refused=why,
+        not_arrived=left,
+        cover=max(0, cover),
     )
 
 

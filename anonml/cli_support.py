@@ -17,7 +17,6 @@ printed: control characters and terminal escape sequences removed, length limite
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from rich.console import Console
 from rich.text import Text
 
 from anonml.errors import AnonMLError, StoreError
+from anonml.text import strip_controls
 
 __all__ = [
     "out",
@@ -177,14 +177,6 @@ def ensure_port_free(host: str, port: int, *, what: str = "the service") -> None
             ) from None
 
 
-#: Terminal escape sequences: CSI (``ESC [ … final``), OSC (``ESC ] … BEL|ST``), two-byte escapes.
-_ESCAPES = re.compile(
-    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]"
-)
-#: C0/C1 controls and the invisible characters that reorder or hide text (bidi overrides, zero widths).
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-
-
 def untrusted(text: object, limit: int = 200) -> str:
     """``text`` made safe for a terminal: printable, at most ``limit`` characters.
 
@@ -192,7 +184,7 @@ def untrusted(text: object, limit: int = 200) -> str:
     become spaces) and the result is cut to ``limit`` characters with an
     ellipsis. The consoles print with markup off, so ``[/oops]`` prints as itself.
     """
-    plain = _CONTROLS.sub("", _ESCAPES.sub("", str(text))).replace("\t", " ").replace("\n", " ")
+    plain = strip_controls(str(text)).replace("\t", " ").replace("\n", " ")
     if len(plain) > limit:
         plain = plain[: max(0, limit - 1)] + "…"
     return plain

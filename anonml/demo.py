@@ -706,7 +706,7 @@ def _demo_result(
             "mean": float(math.fsum(totals) / len(totals)),
         },
         packets_sent=run.packets_sent,
-        packets_relayed=int(relay.get("forwarded", 0) + relay.get("delivered", 0) + relay.get("cover", 0)),
+        packets_relayed=int(relay.get("forwarded", 0) + relay.get("delivered", 0)),
         tokens_issued=status.tokens_issued,
         tokens_verified=status.reports_accepted,
         median_answers=status.median_answers,

@@ -26,7 +26,7 @@ The flow of one problem (DESIGN §7)::
                                           from the roster to the end of the send window
     Bins (signed; report schedule)      → witnesses co-sign the bins transcript;
                                           peers check it, then bin their features
-    onion packet bytes over k hops      → IntakeDelivery at the aggregator
+    onion packet bytes over k hops      → IntakeDelivery (sealed box) at the aggregator
     ModelDocument (signed)              → peers predict locally
 """
 
@@ -63,6 +63,8 @@ from anonml.crypto import (
     request_token_batch,
     vrf,
 )
+from anonml.crypto.onion import PAYLOAD_SIZE as SEALED_PAYLOAD_SIZE
+from anonml.crypto.onion import PAYLOAD_VERSION
 from anonml.crypto.vrf import PROOF_SIZE as VRF_PROOF_SIZE
 from anonml.errors import ProtocolError
 from anonml.model import FeatureKind, FeatureSpec
@@ -521,7 +523,10 @@ class ReportAccount(_Message):
     − received)``, split into ``late`` (deliveries refused after ``t_r`` +
     grace), ``refused`` (other intake refusals, by reason) and ``not_arrived``
     (the rest: dropped on the route, never sent, or never redeemed). Refusal
-    counts are attributed to the loss up to its size, late first.
+    counts are attributed to the loss up to its size, late first. ``cover``
+    counts the cover payloads the intake opened and dropped (relays cannot
+    tell them from reports, so only the aggregator drops them): neither
+    received nor lost, and not in :attr:`expected`.
     """
 
     expected: int = Field(ge=0)
@@ -530,6 +535,7 @@ class ReportAccount(_Message):
     late: int = Field(default=0, ge=0)
     refused: dict[str, int] = {}
     not_arrived: int = Field(default=0, ge=0)
+    cover: int = Field(default=0, ge=0)
 
     @property
     def lost_fraction(self) -> float:
@@ -547,7 +553,8 @@ class ReportAccount(_Message):
         if self.not_arrived:
             parts.append(f"{self.not_arrived} not arrived")
         why = ": " + ", ".join(parts) if parts else ""
-        return f"{self.lost} of {self.expected} reports lost ({self.lost_fraction:.1%}){why}"
+        cover = f"; {self.cover} cover packets dropped" if self.cover else ""
+        return f"{self.lost} of {self.expected} reports lost ({self.lost_fraction:.1%}){why}{cover}"
 
 
 class ShuffleStatement(_Message):
@@ -1020,10 +1027,29 @@ def unpack_bits(data: bytes, m: int) -> np.ndarray:
 
 
 class IntakeDelivery(_Message):
-    """What a final hop hands the aggregator: the redemption and the report bytes."""
+    """What a final hop hands the aggregator: the sealed payload it peeled, unopened.
 
-    redemption: B64(max_size=1 + 64 + 32 + 32)
-    report: B64(max_size=1024)
+    ``sealed`` is the :data:`~anonml.crypto.PAYLOAD_SIZE`-byte sealed box of
+    :mod:`anonml.crypto.onion` (a report with its redemption, or cover — the
+    relay cannot tell which), ``round_id`` the packet's round. Only the
+    aggregator opens it (:func:`~anonml.crypto.open_payload`). ``version`` is
+    the payload version; a v1 delivery (redemption and report in the clear) is
+    refused by name.
+    """
+
+    version: Literal[2]
+    round_id: int = Field(ge=0, lt=2**64)
+    sealed: B64(SEALED_PAYLOAD_SIZE)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_v1(cls, data: Any) -> Any:
+        if isinstance(data, dict) and ("redemption" in data or "report" in data):
+            raise ValueError(
+                "an AnonSphinx-v1 delivery (redemption and report in the clear) is no longer accepted: "
+                f"relays forward the sealed payload (version {PAYLOAD_VERSION})"
+            )
+        return data
 
 
 class IntakeReceipt(_Message):

@@ -21,25 +21,43 @@ CSRF
 Forms
     Read from ``application/x-www-form-urlencoded`` bodies only (at most
     :data:`FORM_LIMIT` bytes, each field once); anything else is a 4xx naming it.
+    A POST that acts answers with a redirect to a page (POST/redirect/GET), so a
+    reload never sends it again: its outcome named in the redirect's query when
+    it is one of the page's fixed notices, else (a refusal's reason) kept in the
+    session for the next page it renders (:meth:`WebAuth.flash`).
+Untrusted text
+    Every value a template prints goes through
+    :func:`anonml.text.strip_controls` (the same function as the commands'
+    output): no bidi override, zero-width or control character reaches a page
+    or a tab title.
+API docs
+    :func:`local_api_docs` serves FastAPI's ``/docs`` from the Swagger UI 5
+    files the ``swagger-ui-bundle-v2`` package ships (version 5 reads the
+    OpenAPI 3.1 FastAPI writes), so no server page loads anything from
+    another origin.
 """
 
 from __future__ import annotations
 
 import hmac
 import math
+import re
 import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
+
+from anonml.text import strip_controls
 
 __all__ = [
     "SESSION_SECONDS",
@@ -53,6 +71,7 @@ __all__ = [
     "svg_step_chart",
     "svg_timeline",
     "epsilon_sentence",
+    "local_api_docs",
 ]
 
 #: How long a login lasts (seconds).
@@ -84,6 +103,9 @@ class WebSession:
     sid: str
     csrf: str
     expires: float
+    #: Outcomes of the last POSTs, ``(kind, text)`` with kind ``notice`` or ``error``, shown once by the
+    #: page the POST redirected to (:meth:`Pages.render` takes them).
+    flashes: list[tuple[str, str]] = field(default_factory=list)
 
 
 class _SessionStore:
@@ -180,6 +202,18 @@ class WebAuth:
         if not hmac.compare_digest(form.get("csrf", "").encode(), session.csrf.encode()):
             raise HTTPException(status_code=403, detail="missing or wrong CSRF token: reload the page")
 
+    def flash(self, request: Request, session: WebSession, kind: str, text: str) -> None:
+        """Keep ``text`` (``kind`` ``notice`` or ``error``) for the next page this session renders."""
+        if kind not in ("notice", "error"):
+            raise ValueError(f"a flash is a notice or an error, not {kind!r}")
+        with self._store(request).lock:
+            session.flashes.append((kind, text))
+
+    def take_flashes(self, request: Request, session: WebSession) -> list[tuple[str, str]]:
+        with self._store(request).lock:
+            taken, session.flashes[:] = list(session.flashes), []
+        return taken
+
     async def posted(self, request: Request) -> tuple[WebSession, dict[str, str]]:
         """A logged-in POST: its session and form, the CSRF token checked (the order: auth, then CSRF)."""
         session = self.require(request)
@@ -248,10 +282,17 @@ class Pages:
         )
         self.env.filters["eps"] = _eps
         self.env.filters["when"] = _when
+        self.env.filters["path"] = _path
+        self.env.finalize = _inert  # every printed value, page and tab title alike
+
 
     def render(
         self, request: Request, name: str, session: WebSession | None, status_code: int = 200, **context: Any
     ) -> HTMLResponse:
+        if session is not None:
+            for kind, text in self.auth.take_flashes(request, session):
+                if not context.get(kind):  # a page's own notice or error (a 4xx) comes first
+                    context[kind] = text
         page = self.env.get_template(name).render(
             request=request,
             prefix=self.auth.prefix,
@@ -260,7 +301,7 @@ class Pages:
             here=request.url.path,
             csrf=session.csrf if session is not None else "",
             logged_in=session is not None,
-            **({"notice": ""} | context),
+            **({"notice": "", "error": ""} | context),
         )
         return HTMLResponse(page, status_code=status_code, headers=SECURITY_HEADERS)
 
@@ -312,6 +353,27 @@ class Pages:
             return Response(path.read_bytes(), media_type=kind, headers={"X-Content-Type-Options": "nosniff"})
 
         return router
+
+
+def _inert(value: Any) -> Any:
+    """A value about to be printed, without the characters that reorder or hide text (:mod:`anonml.text`).
+
+    Markup (a chart) stays markup: removing control characters cannot make a tag.
+    """
+    if isinstance(value, Markup):
+        return Markup(strip_controls(str(value)))
+    if isinstance(value, str):
+        return strip_controls(value)
+    return value
+
+
+def _path(value: Any) -> Markup:
+    """A file path (escaped) that a narrow column breaks after its separators, not at any character."""
+    return Markup(_SEPARATOR.sub(r"\1<wbr>", str(escape(strip_controls(str(value))))))
+
+
+#: Where a path may break: after a separator (escaping leaves ``/`` and ``\\`` as they are).
+_SEPARATOR = re.compile(r"([/\\])")
 
 
 def _eps(value: float | None) -> str:
@@ -466,3 +528,54 @@ def svg_timeline(segments: Sequence[tuple[str, float]], *, width: int = 640, hei
         x += w
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+# -- API docs, served from this process ----------------------------------------------------
+
+#: What the docs page may load: its own origin only (its one inline script starts Swagger UI).
+DOCS_POLICY = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'"
+)
+_DOCS_TYPES = {
+    ".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".png": "image/png"
+}
+_DOCS_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png")
+
+
+def local_api_docs(app: FastAPI, title: str) -> None:
+    """``GET /docs``: Swagger UI for the app's ``/openapi.json``, its files served by the app itself.
+
+    FastAPI's own ``/docs`` loads Swagger UI from a CDN and its favicon from
+    FastAPI's site; the app is made with ``docs_url=None, redoc_url=None`` and
+    this serves the same page from the files of the ``swagger-ui-bundle-v2``
+    package, with the validator badge (an image from swagger.io) off and a
+    Content-Security-Policy of this origin only.
+    """
+    from swagger_ui_bundle import swagger_ui_path  # the package's folder of Swagger UI files
+
+    folder = Path(swagger_ui_path)
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        page = get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{title} — API",
+            swagger_js_url="/docs/static/swagger-ui-bundle.js",
+            swagger_css_url="/docs/static/swagger-ui.css",
+            swagger_favicon_url="/docs/static/favicon-32x32.png",
+            swagger_ui_parameters={"validatorUrl": None},
+        )
+        page.headers.update({**SECURITY_HEADERS, "Content-Security-Policy": DOCS_POLICY,
+                             "Cache-Control": "no-cache"})
+        return page
+
+    @app.get("/docs/static/{name}", include_in_schema=False)
+    def docs_file(name: str) -> Response:
+        if name not in _DOCS_FILES:
+            raise HTTPException(status_code=404, detail=f"no docs file {name[:60]!r}")
+        path = folder / name
+        return Response(
+            path.read_bytes(), media_type=_DOCS_TYPES[path.suffix],
+            headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "max-age=3600"},
+        )

@@ -164,9 +164,13 @@ def run(n: int, repeats: int) -> dict:
         hops.append(Hop.from_certificate(cert, 1))
     red = redemptions[0][0]
     dest = bytes(16)
+    intake = Identity.generate(rng).public.relay_key  # the aggregator's intake key
     packets: list[bytes] = []
     ops["packet_build_k3 (sender)"] = meter(
-        lambda i: packets.append(build_packet(hops, red, REPORT, round_id=1, destination=dest)), n
+        lambda i: packets.append(
+            build_packet(hops, red, REPORT, round_id=1, destination=dest, intake_key=intake)
+        ),
+        n,
     )
     forwarded: list[bytes] = []
     ops["packet_per_hop"] = meter(lambda i: forwarded.append(relays[0].process(packets[i]).packet), n)

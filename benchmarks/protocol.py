@@ -62,10 +62,12 @@ from aggregator.settings import AggregatorSettings
 from anonml.crypto import (
     Hop,
     Identity,
+    PublicIdentity,
     SphinxRelay,
     WindowSchedule,
     build_packet,
     finalize_tokens,
+    seal_payload,
 )
 from anonml.demo import DEMO_FEATURES, dropout_draft, simulate_peers
 from anonml.learn import simulated_learner
@@ -302,7 +304,7 @@ def run_round(
     sched = st.schedule
     assert sched is not None and st.reports is not None
     report_round = st.phase_seconds.get("reporting", float("nan"))
-    hops = relay["forwarded"] + relay["delivered"] + relay["cover"]
+    hops = relay["forwarded"] + relay["delivered"]  # cover is delivered too: the exit cannot tell it
     X = np.asarray([x for r in reports for x in r["x"]])
     y = np.asarray([v for r in reports for v in r["y"]])
     eps = [e for r in reports for e in r["epsilon"]]
@@ -376,7 +378,8 @@ def relay_capacity(n_packets: int, scratch: Path, threads: int = 8) -> dict:
         key, cert = node.identity.new_round_relay_key(1)
         now = time.time()
         schedule = WindowSchedule(now, 600.0, now + 1200.0)  # held, never released during the burst
-        destination = Identity.generate().public.node_id
+        aggregator = Identity.generate().public
+        destination, intake = aggregator.node_id, aggregator.relay_key
         host.relay.open_round(
             RelayRound(
                 node.node_id,
@@ -390,7 +393,8 @@ def relay_capacity(n_packets: int, scratch: Path, threads: int = 8) -> dict:
         )
         hop = Hop.from_certificate(cert, 1)
         packets = [
-            build_packet([hop], None, None, round_id=1, destination=destination) for _ in range(n_packets)
+            build_packet([hop], None, None, round_id=1, destination=destination, intake_key=intake)
+            for _ in range(n_packets)
         ]
         url = f"{server.url}/relay/{node.node_id.hex()}"
         local = threading.local()
@@ -438,6 +442,7 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
             requests.post(f"{server.url}/problems", data=draft.model_dump_json(), headers=admin).content
         )
         peers = [Identity.generate() for _ in range(n_reports)]
+        intake_key = PublicIdentity.from_bytes(bytes(problem.aggregator)).relay_key
         with requests.Session() as s:
             for ident in peers:
                 _, cert = ident.new_round_relay_key(problem.round_id)
@@ -483,8 +488,9 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
                     bits=pack_bits(mech.perturb(np.asarray([int(rng.integers(4))]), rng)[0]),
                 )
                 data = report.to_bytes()
+                sealed = seal_payload(intake_key, problem.round_id, tok.redeem(data), data)
                 deliveries.append(
-                    IntakeDelivery(redemption=bytes(tok.redeem(data)), report=data).model_dump_json()
+                    IntakeDelivery(version=2, round_id=problem.round_id, sealed=sealed).model_dump_json()
                 )
         local = threading.local()
 

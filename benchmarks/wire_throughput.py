@@ -106,7 +106,10 @@ def per_hop_rate(n: int) -> float:
         key, cert = Identity.generate(rng).new_round_relay_key(1, rng)
         relays.append(SphinxRelay(key))
         hops.append(Hop.from_certificate(cert, 1))
-    packets = [build_packet(hops, None, None, round_id=1, destination=bytes(16)) for _ in range(n)]
+    intake = Identity.generate(rng).public.relay_key
+    packets = [
+        build_packet(hops, None, None, round_id=1, destination=bytes(16), intake_key=intake) for _ in range(n)
+    ]
     return _per_second(lambda i: relays[0].process(packets[i]), n)
 
 
@@ -215,7 +218,7 @@ def _intake_deliveries(url: str, n: int) -> list[IntakeDelivery]:
             value = np.r_[rng.uniform(0, 10, kh), 1.0]
             report = helpers.report_for(problem, bins, assignment, value, int(rng.integers(2)), k, rng=rng)
             data = report.to_bytes()
-            out.append(IntakeDelivery(redemption=bytes(token.redeem(data)), report=data))
+            out.append(helpers.sealed_delivery(problem, token.redeem(data), data))
     return out[:n]
 
 
@@ -358,7 +361,11 @@ def relay_run(n: int, mode: str, batch: int, threads: int, scratch: Path) -> dic
         hops = [
             Hop.from_certificate(RelayKeyCertificate.from_bytes(bytes.fromhex(c)), 1) for c in ready["certs"]
         ]
-        packets = [build_packet(hops, None, None, round_id=1, destination=bytes(16)) for _ in range(n)]
+        intake = Identity.generate().public.relay_key
+        packets = [
+            build_packet(hops, None, None, round_id=1, destination=bytes(16), intake_key=intake)
+            for _ in range(n)
+        ]
         first = f"{ready['url']}/relay/{ready['nodes'][0]}"
         profile = Profile(proc.pid, root / "profile.txt")
         cpu = process_cpu_seconds(proc.pid)

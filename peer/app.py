@@ -26,6 +26,7 @@ from anonml.privacy import PrivacyLedger
 from anonml.serving import ThreadedServer, install_input_guards, start_in_thread, uvicorn_server
 from anonml.serving import bind as bind_socket
 from anonml.store import EventStore
+from anonml.web import local_api_docs
 from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
@@ -62,8 +63,10 @@ def create_app(source: PeerSettings | PeerHost | None = None, local_token: str |
         if local_token is None:
             local_token = settings.resolved_local_token()
     app = FastAPI(
-        title="AnonML peer", version="1", summary="Onion relay and local status.", lifespan=_lifespan
+        title="AnonML peer", version="1", summary="Onion relay and local status.", lifespan=_lifespan,
+        docs_url=None, redoc_url=None,  # /docs from local files (local_api_docs), never a CDN
     )
+    local_api_docs(app, "AnonML peer")
     app.state.host = host
     app.state.local_token = local_token or secrets.token_urlsafe(32)
     app.include_router(relay.router)

@@ -25,7 +25,7 @@ from anonml.errors import AnonMLError
 from anonml.privacy import PrivacyLedger
 from anonml.privacy.amplification import ASSUMPTIONS, ShuffleBound
 from anonml.privacy.budget import Release
-from anonml.protocol import ModelDocument, Problem, ReportAccount
+from anonml.protocol import LabelSpec, ModelDocument, Problem, ReportAccount
 from anonml.store import EventRow, EventStore, ImportRecord, ImportRow, SourceSummary
 from anonml.web import Series, epsilon_sentence, svg_step_chart
 from peer.db import PeerDB
@@ -41,6 +41,7 @@ __all__ = [
     "sources_view",
     "ProposalCard",
     "proposal_cards",
+    "label_domain",
     "ParticipationView",
     "participations",
     "LedgerView",
@@ -114,7 +115,13 @@ def sources_view(node: PeerNode, last: int = 8) -> SourcesView:
 
 @dataclass(frozen=True)
 class ProposalCard:
-    """A proposal with what exactly would leave the machine, the verdict and why."""
+    """A proposal with what exactly would leave the machine, the verdict and why.
+
+    ``label`` is the label's kind and public domain as the draft declares it
+    (:class:`~anonml.protocol.LabelSpec`); ``can_accept`` is whether accepting
+    by hand would be recorded (:func:`~peer.host.decide_by_hand` evaluates with
+    ``manual=True``), and ``accept_blocked`` the rule that stops it when not.
+    """
 
     problem: Problem
     aggregator_url: str
@@ -123,6 +130,9 @@ class ProposalCard:
     decided: bool
     status: str | None
     features: list[tuple[str, str, str]]  # name, kind, public range or categories
+    label: tuple[str, str]  # kind, public domain
+    can_accept: bool
+    accept_blocked: str
     median_epsilon: float | None
     anonymity_set: int
     epsilon_text: str
@@ -150,6 +160,7 @@ def proposal_cards(host: PeerHost, node: PeerNode) -> list[ProposalCard]:
             else:
                 shown = "0 / 1"
             features.append((spec.name, spec.kind.value, shown))
+        by_hand = evaluate_problem(problem, host.policy, committed, manual=True)
         median = d.median_epsilon if d.median.pool_fraction > 0 and d.numeric_features else None
         pool = d.median_pool_size(d.min_peers)
         cards.append(
@@ -161,6 +172,9 @@ def proposal_cards(host: PeerHost, node: PeerNode) -> list[ProposalCard]:
                 decided=decided,
                 status=view.status,
                 features=features,
+                label=label_domain(d.label),
+                can_accept=by_hand.accept,
+                accept_blocked="" if by_hand.accept else by_hand.reason,
                 median_epsilon=median,
                 anonymity_set=(d.min_peers - pool) // d.kp,
                 epsilon_text=epsilon_sentence(d.epsilon),
@@ -169,6 +183,15 @@ def proposal_cards(host: PeerHost, node: PeerNode) -> list[ProposalCard]:
             )
         )
     return cards
+
+
+def label_domain(label: LabelSpec) -> tuple[str, str]:
+    """A label's kind and what it may be, as a proposal card's label row shows them."""
+    if label.kind == "classes":
+        return "classes", ", ".join(label.classes)
+    if label.kind == "numeric":
+        return "numeric", f"[{label.low:g}, {label.high:g}], {label.bins} bins"
+    return "bool", "0 / 1"
 
 
 @dataclass(frozen=True)

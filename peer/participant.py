@@ -852,12 +852,17 @@ class Participant:
 
         Onion keys from the OS CSPRNG, never from the simulation's seeded rng.
         """
-        destination = _node_id(bytes(self.problem.aggregator))
-        round_id = self.problem.round_id
+        # Reports and cover are sealed to the X25519 half of the aggregator identity the signed Problem
+        # names — a document inside the bins transcript the witnesses co-signed (check_bins), so every
+        # peer seals to the same key and none to one shown only to it.
+        aggregator = PublicIdentity.from_bytes(bytes(self.problem.aggregator))
+        round_id, destination, intake_key = self.problem.round_id, aggregator.node_id, aggregator.relay_key
         if payload is None:
-            return build_cover_packet(list(path), round_id=round_id, destination=destination)
+            return build_cover_packet(list(path), round_id=round_id, destination=destination, intake_key=intake_key)
         redemption, report = payload
-        return build_packet(list(path), redemption, report, round_id=round_id, destination=destination)
+        return build_packet(
+            list(path), redemption, report, round_id=round_id, destination=destination, intake_key=intake_key
+        )
 
     def reroute(self, slot: int, failed_url: str) -> tuple[str, bytes] | None:
         """A new route and packet for ``slot`` whose first hop (``failed_url``) refused it or is down.

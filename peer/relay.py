@@ -26,11 +26,16 @@ URL. :meth:`RelayService.handle` then, for one packet:
 5. peels it (MAC, then the replay tag: 409 for a replay; 400 for anything
    else wrong) and schedules the release with :func:`~anonml.crypto.release_time`
    — to the next hop's relay, or, at the last hop, to the aggregator's intake
-   as an :class:`~anonml.protocol.IntakeDelivery`. Cover packets end at the
-   last hop.
+   as an :class:`~anonml.protocol.IntakeDelivery`: the packet's sealed payload
+   as it came out of the last layer. The last hop cannot open it (it is sealed
+   to the aggregator's intake key, :mod:`anonml.crypto.onion`), so it cannot
+   read the report or its token, nor tell a cover packet from a report: it
+   forwards both alike, and the aggregator drops cover after opening it. A
+   packet of another AnonSphinx version (v1 carried reports in the clear) is
+   refused with 400 and its version named, before any crypto.
 
 Uniform answers. Whatever the packet turned out to be — held for the next
-hop, held for the intake, a cover packet that ended here — the answer is
+hop, held for the intake — the answer is
 the same empty ``202``; and every refusal after peeling that could depend on
 the node's position on the route (bad MAC, unknown next hop, unknown final
 destination) is the same ``400 packet rejected``. The previous hop (the
@@ -127,12 +132,14 @@ from pydantic import ValidationError
 
 from anonml.crypto import (
     PACKET_SIZE,
+    PAYLOAD_VERSION,
     CryptoError,
     Deliver,
     InvalidPacket,
     ReplayCache,
     ReplayedPacket,
     SphinxRelay,
+    UnsupportedVersion,
     WindowSchedule,
     release_time,
 )
@@ -594,16 +601,16 @@ class RelayService:
             result = round_.relay.process(packet)
         except ReplayedPacket:
             return self._reject("replay", 409, "packet already processed in this round (replay)")
+        except UnsupportedVersion as exc:  # read off the clear AD before any crypto: says nothing of position
+            return self._reject("version", 400, str(exc))
         except InvalidPacket:
             return self._reject("invalid", 400, REJECTED)
         deadline = round_.schedule.t_r  # the next hop drops what arrives after t_r; the intake too
         if isinstance(result, Deliver):
             if result.destination != round_.destination:
                 return self._reject("unknown destination", 400, REJECTED)
-            if result.is_cover:
-                self.count("cover")
-                return _ACCEPTED
-            body = IntakeDelivery(redemption=bytes(result.redemption), report=result.report)
+            # Sealed to the aggregator: a report or cover, this relay cannot tell; both go on.
+            body = IntakeDelivery(version=PAYLOAD_VERSION, round_id=result.round_id, sealed=result.sealed)
             release = _Release(
                 round_.intake_url, body.model_dump_json().encode(), "application/json", "delivered", deadline
             )

@@ -74,3 +74,19 @@ def test_forms_are_urlencoded_bounded_and_each_field_given_once():
         with pytest.raises(HTTPException) as refused:
             asyncio.run(read_form(_request(body, kind)))
         assert refused.value.status_code == status, body[:20]
+
+
+def test_pages_and_commands_strip_the_same_characters_and_paths_break_at_separators():
+    from markupsafe import Markup
+
+    from anonml.cli_support import untrusted
+    from anonml.text import strip_controls
+    from anonml.web import _inert, _path
+
+    hostile = "\u202eexe.elif_tnedutS\u2066x\u2069\u200b\x1b[31mred\x1b[0m\x07\nnext"
+    assert strip_controls(hostile) == "exe.elif_tnedutSxred\nnext"
+    assert untrusted(hostile) == "exe.elif_tnedutSxred next"  # the command's output: one line
+    assert _inert(hostile) == strip_controls(hostile) and _inert(3) == 3
+    chart = _inert(Markup("<svg><text>\u202ep-1</text></svg>"))
+    assert isinstance(chart, Markup) and str(chart) == "<svg><text>p-1</text></svg>"
+    assert str(_path("/home/<me>/a\\b\u202e.log")) == "/<wbr>home/<wbr>&lt;me&gt;/<wbr>a\\<wbr>b.log"

@@ -19,6 +19,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from anonml import serving
+from anonml.web import local_api_docs
 from witness import routes
 from witness.service import Witness
 from witness.settings import WitnessSettings
@@ -39,7 +40,10 @@ def create_app(witness: Witness, max_body_bytes: int = 8192) -> FastAPI:
         title="AnonML witness",
         version="1",
         summary="Co-signs one transcript per (aggregator, problem, stage); serves its append-only log.",
+        docs_url=None,
+        redoc_url=None,  # /docs from local files (local_api_docs), never a CDN
     )
+    local_api_docs(app, "AnonML witness")
     app.state.witness = witness
     app.include_router(routes.router)
     serving.install_input_guards(app, max_body_bytes=max_body_bytes)

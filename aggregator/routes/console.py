@@ -8,6 +8,12 @@ buttons. Every figure is the JSON API's (:func:`~aggregator.routes.problems.prob
 and every action calls the admin route itself (``propose``,
 ``close_registration``, ``train``), so the console and the API never disagree.
 Login, CSRF and rendering come from :mod:`anonml.web`.
+
+While a round runs, a report not received yet is *in flight*, not lost: the
+status's account (``lost = expected − received``) is final only once the
+delivery window closed (``t_r`` + the intake's grace, when the round leaves
+``reporting``); until then the console counts as lost only what the intake
+already refused (:func:`delivery`).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from anonml.plugins import PluginRef
 from anonml.protocol import CosignatureBundle, ModelDocument, Problem, ProblemDraft, ProblemStatus, Schedule
 from anonml.web import Pages, WebAuth, WebSession, svg_timeline
 
-__all__ = ["router", "AUTH", "PAGES", "sample_draft"]
+__all__ = ["router", "AUTH", "PAGES", "sample_draft", "Delivery", "delivery"]
 
 AUTH = WebAuth(
     prefix="/console",
@@ -78,12 +84,55 @@ def sample_draft(now: datetime | None = None) -> ProblemDraft:
     )
 
 
+#: Phases in which reports may still arrive (the round's delivery window closes at ``t_r`` + grace).
+ROUND_PHASES = ("witnessing", "medians", "reporting")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """The report account as the console shows it: a report is lost only once it can no longer arrive.
+
+    ``expected = received + lost + in_flight``; ``in_flight`` is what is not received yet while
+    the delivery window is ``open``, ``lost`` what the intake refused (and, once the window
+    closed, everything not received: :class:`~anonml.protocol.ReportAccount`'s ``lost``).
+    """
+
+    expected: int
+    received: int
+    lost: int
+    in_flight: int
+    open: bool
+
+    @property
+    def lost_fraction(self) -> float:
+        return self.lost / self.expected if self.expected else 0.0
+
+
+def delivery(
+    status: ProblemStatus, t_r: float | None, grace: float, now: float | None = None
+) -> Delivery | None:
+    """``status``'s report account split into lost and in flight at ``now`` (None before the roster).
+
+    The window is open while the round is in :data:`ROUND_PHASES` and, once the bins fixed
+    ``t_r``, until ``t_r + grace``; then the account stands as the status reports it.
+    """
+    account = status.reports
+    if account is None:
+        return None
+    now = time.time() if now is None else now
+    if status.phase in ROUND_PHASES and (t_r is None or now <= t_r + grace):
+        refused = account.late + sum(account.refused.values())
+        return Delivery(account.expected, account.received, refused, account.not_arrived, True)
+    return Delivery(account.expected, account.received, account.lost, 0, False)
+
+
 @dataclass(frozen=True)
 class ProblemPage:
     """Everything the problem page shows, read in one session."""
 
     problem: Problem
     status: ProblemStatus
+    delivery: Delivery | None
     timeline: list[tuple[str, float]]
     cosignatures: list[CosignatureBundle]
     model: ModelDocument | None
@@ -102,7 +151,12 @@ def _problem_page(state: AggregatorState, session: Session, problem_id: str) -> 
     ]
     document = ModelDocument.model_validate_json(row.model_json) if row.model_json is not None else None
     return ProblemPage(
-        Problem.model_validate_json(row.problem_json), status, timeline, bundles, document
+        Problem.model_validate_json(row.problem_json),
+        status,
+        delivery(status, row.t_r, state.settings.intake_grace_seconds),
+        timeline,
+        bundles,
+        document,
     )
 
 
@@ -122,23 +176,25 @@ def problem(
     page = _problem_page(state, db, problem_id)
     return PAGES.render(
         request, "problem.html", session, page=page, chart=svg_timeline(page.timeline),
-        notice=_notice(request), error="",
+        notice=_DONE.get(request.query_params.get("done", ""), ""),
     )
 
 
-def _notice(request: Request) -> str:
-    return {
-        "proposed": "Published: peers see it at their next poll.",
-        "close": "Registration closes: the roster is published at the next tick.",
-        "train": "Training requested: the report round closes now and the model is trained.",
-    }.get(request.query_params.get("done", ""), "")
+#: What the problem page says after each action succeeded (named in the redirect's query, so the
+#: page's own reloads on a phase change keep it; a refusal is flashed instead: its text is not fixed).
+_DONE = {
+    "proposed": "Published: peers see it at their next poll.",
+    "close": "Registration closes: the roster is published at the next tick.",
+    "train": "Training requested: the report round closes now and the model is trained.",
+}
 
 
 @router.get("/api/problems/{problem_id}")
 def live(problem_id: str, session: PageSession, state: StateDep, db: SessionDep, phase: str = "") -> dict:
     """The problem's counts for the page's poller; reload when the phase is not the one shown."""
-    status = problem_routes.problem_status(state, db, problem_routes.get_row(db, problem_id))
-    account = status.reports
+    row = problem_routes.get_row(db, problem_id)
+    status = problem_routes.problem_status(state, db, row)
+    account = delivery(status, row.t_r, state.settings.intake_grace_seconds)
     return {
         "items": {
             "counts": {
@@ -147,6 +203,7 @@ def live(problem_id: str, session: PageSession, state: StateDep, db: SessionDep,
                 "tokens": status.tokens_issued,
                 "received": status.reports_accepted,
                 "expected": account.expected if account is not None else "—",
+                "in_flight": account.in_flight if account is not None else "—",
                 "lost": account.lost if account is not None else "—",
             }
         },
@@ -196,14 +253,19 @@ async def propose(request: Request) -> Any:
 
 @router.post("/problems/{problem_id}/{action}")
 async def act(problem_id: str, action: str, request: Request) -> Any:
-    """Close registration or train now (the admin routes themselves; CSRF checked first)."""
+    """Close registration or train now (the admin routes themselves; CSRF checked first).
+
+    The answer is a redirect to the problem's page (POST/redirect/GET) with the outcome, or the
+    refusal, flashed there: reloading it never acts again.
+    """
     session, _ = await AUTH.posted(request)
     actions = {"close": registration_routes.close_registration, "train": model_routes.train}
     if action not in actions:
         raise HTTPException(status_code=404, detail=f"no action {action[:20]!r} (close or train)")
     state: AggregatorState = request.app.state.aggregator
 
-    def run() -> ProblemPage | None:
+    def run() -> str:
+        """The refusal's reason, or "" when the action was taken."""
         with state.sessions() as db:
             try:
                 actions[action](problem_id, state, db, None)
@@ -211,21 +273,11 @@ async def act(problem_id: str, action: str, request: Request) -> Any:
                 if exc.status_code == 404:
                     raise
                 db.rollback()
-                raise _Refused(str(exc.detail), _problem_page(state, db, problem_id)) from None
-        return None
+                return str(exc.detail)
+        return ""
 
-    try:
-        await run_in_threadpool(run)
-    except _Refused as refused:
-        return PAGES.render(
-            request, "problem.html", session, 409, page=refused.page,
-            chart=svg_timeline(refused.page.timeline), notice="", error=refused.reason,
-        )
+    refused = await run_in_threadpool(run)
+    if refused:
+        AUTH.flash(request, session, "error", refused)
+        return RedirectResponse(f"/console/problems/{quote(problem_id)}", status_code=303)
     return RedirectResponse(f"/console/problems/{quote(problem_id)}?done={action}", status_code=303)
-
-
-class _Refused(Exception):
-    def __init__(self, reason: str, page: ProblemPage) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.page = page

@@ -1,11 +1,22 @@
 """The anonymous intake: final-hop deliveries of token-bearing reports.
 
 ``POST /intake`` takes an :class:`~anonml.protocol.IntakeDelivery` from the last
-relay of an onion route. Checks, in order, each with its own refusal:
+relay of an onion route: the packet's round id and its sealed payload, which
+the relay could not open. Checks, in order, each with its own refusal:
 
-1. the body is a well-formed delivery (422), its redemption decodes (400) and
-   its report parses as a :class:`~anonml.protocol.PrivateReport` (422);
-2. the problem exists (404) and its report round is open (409);
+0. the body is a well-formed v2 delivery (422; a v1 body — redemption and
+   report in the clear — is refused by name); the sealed box opens with the
+   aggregator identity's X25519 key (its intake key, named by the signed and
+   witnessed Problem), its layout and payload version are right and its
+   sealed round id is the delivery's (400, counted under the round's problem
+   as "unsealable" or "unsupported version"). A cover payload is then
+   dropped: counted as cover (:data:`aggregator.state.DROPPED_COVER`, never a
+   refusal or a loss) and answered exactly as a stored report is (201), so the
+   relay learns nothing from the answer either;
+1. its report parses as a :class:`~anonml.protocol.PrivateReport` (422; the
+   redemption was decoded with the layout in 0);
+2. the problem exists (404), the delivery's round is the problem's (400,
+   "wrong round") and its report round is open (409);
 3. the report fits the plan: partition < k_p, subset < k_h, the mechanism's
    domain is the subset's binned domain × label and its ε is ε/k_h, the bits
    have exactly that length (422) and are an output the declared mechanism
@@ -51,6 +62,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 
 from fastapi import APIRouter, HTTPException
 from pydantic import ValidationError
@@ -59,13 +71,15 @@ from sqlalchemy.orm import Session
 
 from aggregator.db import ProblemRow, StagedReportRow, new_report_id
 from aggregator.deps import SessionDep, StateDep
-from aggregator.state import AggregatorState, ProblemContext
+from aggregator.state import DROPPED_COVER, AggregatorState, ProblemContext
 from aggregator.state import Refusal as _Refusal
 from anonml.crypto import (
-    CryptoError,
+    InvalidPacket,
     InvalidToken,
     Redemption,
     TokenSpent,
+    UnsupportedVersion,
+    open_payload,
 )
 from anonml.crypto.spent import SpentTokenRow, insert_many_once
 from anonml.learn.histograms import domain_size
@@ -152,17 +166,21 @@ def check_report(ctx: ProblemContext, report: PrivateReport) -> None:
 
 @router.post("/intake", status_code=201, response_model=IntakeReceipt)
 def intake(body: IntakeDelivery, state: StateDep, session: SessionDep) -> IntakeReceipt:
-    """Redeem the token and store the report, atomically."""
+    """Open the sealed payload; drop cover (counted); redeem the token and store the report, atomically."""
     try:
         with session.begin():  # reads only: refusals here hold no write lock
-            redemption, report, ctx = _checked(body, state, session)
+            redemption, report, raw, ctx = _checked(body, state, session, _problems_of(session, [body]))
+    except _Cover as cover:
+        with session.begin():
+            state.count_refusal(session, cover.problem_id, DROPPED_COVER)
+        return IntakeReceipt(accepted=True)
     except _Refusal as refusal:
         raise refusal.counted(state) from None
     pid = report.problem_id
     try:
         # MAC first (403 if it fails), then the spend: the staged row's insert against
         # the unique (key, slot, nonce) constraint, which holds the report too.
-        ctx.verifier.check(redemption, bytes(body.report))
+        ctx.verifier.check(redemption, raw)
         with session.begin():
             # Spend first: on SQLite that takes the write lock, so the phase read next
             # is current and the end of the round (which flips the phase and settles the
@@ -193,11 +211,16 @@ def intake_batch(body: IntakeBatch, state: StateDep, session: SessionDep) -> Bat
         results[index] = ItemResult(status=refusal.status, detail=refusal.detail)
         refused.append(refusal)
 
+    covers: list[str] = []
     with session.begin():  # reads and the MAC checks: no write lock held meanwhile
+        problems = _problems_of(session, body.deliveries)
         for i, delivery in enumerate(body.deliveries):
             try:
-                redemption, report, ctx = _checked(delivery, state, session)
-                ctx.verifier.check(redemption, bytes(delivery.report))
+                redemption, report, raw, ctx = _checked(delivery, state, session, problems)
+                ctx.verifier.check(redemption, raw)
+            except _Cover as cover:  # answered as stored (_STORED), counted below
+                covers.append(cover.problem_id)
+                continue
             except _Refusal as refusal:
                 refuse(i, refusal)
                 continue
@@ -225,6 +248,8 @@ def intake_batch(body: IntakeBatch, state: StateDep, session: SessionDep) -> Bat
                 refuse(i, closed)
         for refusal in refused:
             state.count_refusal(session, refusal.problem_id, refusal.reason, intake=refusal.intake)
+        for pid in covers:
+            state.count_refusal(session, pid, DROPPED_COVER)
     return BatchResults(results=tuple(results))
 
 
@@ -249,23 +274,52 @@ def receipts(problem_id: str, state: StateDep, session: SessionDep) -> ReportRec
     return ReportReceipts(problem_id=problem_id, digests=tuple(digests))
 
 
+def _problems_of(session: Session, deliveries: Sequence[IntakeDelivery]) -> dict[int, str]:
+    """Problem id by round id, for the rounds of ``deliveries`` (one read)."""
+    rounds = {d.round_id for d in deliveries}
+    rows = session.execute(select(ProblemRow.round_id, ProblemRow.id).where(ProblemRow.round_id.in_(rounds)))
+    return {int(round_id): pid for round_id, pid in rows}
+
+
 def _checked(
-    body: IntakeDelivery, state: AggregatorState, session: Session
-) -> tuple[Redemption, PrivateReport, ProblemContext]:
+    body: IntakeDelivery, state: AggregatorState, session: Session, problems: dict[int, str]
+) -> tuple[Redemption, PrivateReport, bytes, ProblemContext]:
+    """The opened, checked delivery: redemption, report, the report's bytes (what the token's MAC
+    covers) and the problem; :class:`_Cover` for a cover payload, :class:`_Refusal` otherwise."""
+    # Refusals before the report names its problem are counted under the round's problem, if any.
+    round_pid = problems.get(body.round_id, "")
     try:
-        redemption = Redemption.from_bytes(bytes(body.redemption))
-    except CryptoError as exc:
-        raise _Refusal("", "malformed", 400, f"redemption does not decode: {exc}") from None
+        payload = open_payload(state.identity, bytes(body.sealed), round_id=body.round_id)
+    except UnsupportedVersion as exc:
+        raise _Refusal(round_pid, "unsupported version", 400, str(exc), intake=bool(round_pid)) from None
+    except InvalidPacket as exc:
+        raise _Refusal(
+            round_pid, "unsealable", 400, f"sealed payload refused: {exc}", intake=bool(round_pid)
+        ) from None
+    if payload.is_cover:
+        if not round_pid:
+            raise _Refusal("", "unknown problem", 404, f"no problem has round {body.round_id}")
+        raise _Cover(round_pid)
+    assert payload.redemption is not None and payload.report is not None
+    redemption = payload.redemption
     try:
-        report = PrivateReport.from_bytes(bytes(body.report))
+        report = PrivateReport.from_bytes(payload.report)
     except ValidationError as exc:
         raise _Refusal(
-            "", "malformed", 422, f"report is not a PrivateReport: {exc.errors()[0]['msg']}"
+            round_pid,
+            "malformed",
+            422,
+            f"report is not a PrivateReport: {exc.errors()[0]['msg']}",
+            intake=bool(round_pid),
         ) from None
     ctx = state.context(report.problem_id, session)
     if ctx is None:
         raise _Refusal("", "unknown problem", 404, f"no problem {report.problem_id!r}")
     pid = report.problem_id
+    if ctx.problem.round_id != body.round_id:
+        raise _Refusal(
+            pid, "wrong round", 400, f"the report of {pid} came in a packet of another round", intake=True
+        )
     if ctx.bins is None or ctx.plan is None:
         raise _Refusal(pid, "wrong phase", 409, f"problem {pid} has no open report round", intake=True)
     if time.time() > ctx.bins.t_r + state.settings.intake_grace_seconds:
@@ -281,7 +335,7 @@ def _checked(
     except ValueError as exc:
         raise _Refusal(pid, "malformed", 422, f"report does not fit the plan: {exc}", intake=True) from None
     _check_slot(state, ctx, redemption, report)
-    return redemption, report, ctx
+    return redemption, report, payload.report, ctx
 
 
 def _check_slot(
@@ -329,6 +383,14 @@ def _duplicate(pid: str) -> _Refusal:
 
 def _bad_token(pid: str, exc: InvalidToken) -> _Refusal:
     return _Refusal(pid, "bad token", 403, str(exc), intake=True)
+
+
+class _Cover(Exception):
+    """The opened payload is cover: dropped, counted under ``problem_id``, answered as stored."""
+
+    def __init__(self, problem_id: str) -> None:
+        super().__init__(problem_id)
+        self.problem_id = problem_id
 
 
 class _OutOfSupport(ValueError):

@@ -26,7 +26,7 @@ from aggregator.db import (
     published,
 )
 from aggregator.deps import AdminDep, SessionDep, StateDep
-from aggregator.state import AggregatorState, ProblemContext, Refusal, reject_counts
+from aggregator.state import AggregatorState, ProblemContext, Refusal, cover_count, reject_counts
 from aggregator.training import account_reports, shuffle_statement
 from anonml.crypto import TokenKey
 from anonml.crypto.spent import IssuanceRow
@@ -76,17 +76,19 @@ def problem_account(session: Session, problem_id: str, ctx: ProblemContext) -> R
     """The problem's reports expected / received / lost and why (None before the roster)."""
     if ctx.roster is None:
         return None
-    _, intake = reject_counts(
-        list(
-            session.execute(
-                select(RejectRow.reason, RejectRow.count).where(RejectRow.problem_id == problem_id)
-            )
-        )
+    rows = list(
+        session.execute(select(RejectRow.reason, RejectRow.count).where(RejectRow.problem_id == problem_id))
     )
+    _, intake = reject_counts(rows)
     late = intake.pop("late", 0)
     report_peers = len(ctx.roster.entries) - ctx.roster.median_pool_size
     return account_reports(
-        report_peers, ctx.problem.draft.kh, count_reports(session, problem_id), late, intake
+        report_peers,
+        ctx.problem.draft.kh,
+        count_reports(session, problem_id),
+        late,
+        intake,
+        cover=cover_count(rows),
     )
 
 

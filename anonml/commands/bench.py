@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the harness pulls in scikit-learn: import it when a benchma
     from anonml.datasets import adult as adult_data
     from anonml.learn.harness import ResultRow
 
-_METHODS_HELP = "default, paper, central, majority, ldp_nb"
+_METHODS_HELP = "default, paper, central, majority, ldp_nb, ldp_lr_pm, ldp_lr_hm, marginal_nb, marginal_tan"
 
 __all__ = ["app", "adult", "results_table", "calibration_table"]
 

@@ -6,7 +6,8 @@
   the edwards25519 POPRF of RFC 9497's shape (suite ``edwards25519-SHA512-AnonMLv1``).
 - :mod:`~anonml.crypto.tokens`, :mod:`~anonml.crypto.spent`: issue one token per
   (peer, slot), redeem each once.
-- :mod:`~anonml.crypto.onion`: AnonSphinx-v1 packets (1,280 bytes at every hop).
+- :mod:`~anonml.crypto.onion`: AnonSphinx-v2 packets (1,280 bytes at every hop; payloads
+  sealed to the aggregator).
 - :mod:`~anonml.crypto.vrf`: ECVRF-EDWARDS25519-SHA512-TAI (RFC 9381), the witnesses' beacon shares.
 - :class:`~anonml.schedule.WindowSchedule` (send and release windows) is re-exported here
   for the relay's callers; it holds no cryptography and lives in :mod:`anonml.schedule`.

@@ -29,7 +29,7 @@ import numpy as np
 
 from anonml.crypto import vrf
 from anonml.crypto._util import _ensure_bytes, _i2osp, _random_bytes
-from anonml.crypto.exceptions import InvalidEncoding, InvalidPoint, InvalidSignature
+from anonml.crypto.exceptions import InvalidEncoding, InvalidPacket, InvalidPoint, InvalidSignature
 
 __all__ = [
     "FINGERPRINT_SIZE",
@@ -184,6 +184,18 @@ class Identity:
     def relay_exchange(self, public: bytes) -> bytes:
         """X25519 of the long-term relay secret with a peer's public value."""
         return x25519(bytes(self._relay), public)
+
+    def open_sealed(self, sealed: bytes) -> bytes:
+        """Open a libsodium sealed box (``crypto_box_seal_open``) addressed to this identity's X25519
+        key — for the aggregator, its intake key (:func:`anonml.crypto.onion.open_payload`).
+
+        :class:`InvalidPacket` if it does not open (altered, or sealed to another key).
+        """
+        sealed = _ensure_bytes(sealed, "sealed box")
+        try:
+            return nacl.public.SealedBox(self._relay).decrypt(sealed)
+        except nacl.exceptions.CryptoError:
+            raise InvalidPacket("sealed box does not open with this identity's X25519 key") from None
 
     def certify_relay_key(self, round_id: int, relay_public: bytes) -> RelayKeyCertificate:
         """Sign ``relay_public`` as this identity's relay key for ``round_id``."""

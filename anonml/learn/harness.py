@@ -13,10 +13,21 @@ Methods (each trial trains on ``adult.data`` and scores on ``adult.test``):
 * ``majority`` — always predicts the training majority (AUC 0.5, F1 0);
 * ``ldp_nb`` — the plain LDP naive-Bayes baseline
   (:mod:`anonml.learn.baselines`): one peer group per feature, k-RR or OUE at
-  the full ε_T, counts clipped and smoothed; same data, same ε_T.
+  the full ε_T, counts clipped and smoothed; same data, same ε_T;
+* ``ldp_lr_pm`` / ``ldp_lr_hm`` — LDP logistic regression by stochastic
+  gradient, one clipped gradient per peer through the Piecewise / Hybrid
+  Mechanism with k-of-d sampling (Wang et al., ICDE 2019;
+  :class:`~anonml.learn.baselines.LdpLogisticRegression`);
+* ``marginal_nb`` / ``marginal_tan`` — marginal-based learning (CALM, Zhang et
+  al., CCS 2018): one (feature, label) or (feature, feature, label) marginal per
+  peer, debiased, Norm-Sub and overlap consistency, then naive Bayes or a
+  tree-augmented naive Bayes (:class:`~anonml.learn.baselines.LdpMarginalClassifier`).
+
+Every private method of a trial sees the same split at the same ε_T.
 
 Every row also reports calibration of ``predict_proba`` on the test set: the
-Brier score (the base-rate predictor's is in ``brier_base``) and the expected
+Brier score (the base-rate predictor's is in ``brier_base``), the log loss
+(the base rate's in ``log_loss_base``) and the expected
 calibration error over 10 equal-width probability bins,
 ``ECE = Σ_b (n_b/n)·|ȳ_b − p̄_b|``; and, for AnonML's modes, the conditional
 central ε by shuffling (:mod:`anonml.privacy.amplification`) beside the local ε_T.
@@ -37,15 +48,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import brier_score_loss, f1_score, roc_auc_score
+from sklearn.metrics import brier_score_loss, f1_score, log_loss, roc_auc_score
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
-from anonml.learn.baselines import fit_ldp_naive_bayes
+from anonml.learn.baselines import LdpLogisticRegression, LdpMarginalClassifier, fit_ldp_naive_bayes
 from anonml.learn.model import AnonMLClassifier
 from anonml.learn.plotting import require_pyplot
 from anonml.model import FeatureKind, FeatureSpec
@@ -65,7 +76,34 @@ __all__ = [
     "expected_calibration_error",
 ]
 
-METHODS = ("default", "paper", "central", "majority", "ldp_nb")
+METHODS = (
+    "default",
+    "paper",
+    "central",
+    "majority",
+    "ldp_nb",
+    "ldp_lr_pm",
+    "ldp_lr_hm",
+    "marginal_nb",
+    "marginal_tan",
+)
+#: The ε-dependent methods built from :mod:`anonml.learn.baselines` estimators.
+BASELINE_ESTIMATORS: dict[str, Callable[[float, Sequence[FeatureSpec], np.random.Generator], Any]] = {
+    "ldp_lr_pm": lambda e, f, r: LdpLogisticRegression(
+        epsilon=e, features=list(f), mechanism="piecewise", random_state=r
+    ),
+    "ldp_lr_hm": lambda e, f, r: LdpLogisticRegression(
+        epsilon=e, features=list(f), mechanism="hybrid", random_state=r
+    ),
+    "marginal_nb": lambda e, f, r: LdpMarginalClassifier(
+        epsilon=e, features=list(f), order=1, random_state=r
+    ),
+    "marginal_tan": lambda e, f, r: LdpMarginalClassifier(
+        epsilon=e, features=list(f), order=2, random_state=r
+    ),
+}
+#: Methods fitted once per trial at every ε_T.
+PRIVATE_METHODS: tuple[str, ...] = ("default", "paper", "central_binned", "ldp_nb", *BASELINE_ESTIMATORS)
 #: The thesis's census settings as (k_p, k_s, k_h).
 THESIS_PAPER_PLANS: tuple[tuple[int, int, int], ...] = ((5, 3, 2), (20, 1, 2))
 
@@ -93,6 +131,10 @@ class ResultRow(BaseModel):
     ece_se: float | None = None
     shuffle_epsilon: float | None = None
     dataset: str = "adult"
+    brier_se: float | None = None
+    log_loss_mean: float | None = None
+    log_loss_se: float | None = None
+    log_loss_base: float | None = None
 
 
 class TabularSplit(Protocol):
@@ -150,7 +192,7 @@ def expand_methods(
         elif name == "central":
             plans.extend([MethodPlan("central_raw"), MethodPlan("central_binned")])
         else:
-            plans.append(MethodPlan(name))  # majority, ldp_nb: no plan
+            plans.append(MethodPlan(name))  # majority and the baselines: no plan
     return plans
 
 
@@ -190,7 +232,8 @@ def _binned_lr_scores(
     return lr.decision_function(test), lr.predict(test), lr.predict_proba(test)[:, 1]
 
 
-Measure = tuple[float, float, float, float, float, float]  # auc, f1, seconds, brier, ece, shuffle ε
+# auc, f1, seconds, brier, ece, shuffle ε, log loss
+Measure = tuple[float, float, float, float, float, float, float]
 
 
 def _measure(
@@ -201,7 +244,7 @@ def _measure(
     seconds: float,
     shuffle: float = float("nan"),
 ) -> Measure:
-    """One trial's test metrics: AUC of the scores, F1 of the predictions, Brier and ECE of P(y=1)."""
+    """One trial's test metrics: AUC of the scores, F1 of the predictions; Brier, ECE, log loss of P(y=1)."""
     return (
         float(roc_auc_score(y, scores)),
         float(f1_score(y, pred, zero_division=0.0)),
@@ -209,11 +252,17 @@ def _measure(
         float(brier_score_loss(y, proba)),
         expected_calibration_error(y, proba),
         float(shuffle),
+        float(log_loss(y, np.clip(proba, 1e-15, 1 - 1e-15), labels=[0, 1])),
     )
 
 
 def _summarise(
-    plan: MethodPlan, epsilon: float | None, rows: list[Measure], brier_base: float, dataset: str
+    plan: MethodPlan,
+    epsilon: float | None,
+    rows: list[Measure],
+    brier_base: float,
+    dataset: str,
+    log_loss_base: float | None = None,
 ) -> ResultRow:
     """Mean, sample sd and standard error over trials."""
     arr = np.asarray(rows, dtype=float)
@@ -242,6 +291,10 @@ def _summarise(
         ece_se=sd(4) / np.sqrt(n),
         shuffle_epsilon=None if np.all(np.isnan(shuffle)) else float(np.nanmean(shuffle)),
         dataset=dataset,
+        brier_se=sd(3) / np.sqrt(n),
+        log_loss_mean=float(arr[:, 6].mean()),
+        log_loss_se=sd(6) / np.sqrt(n),
+        log_loss_base=log_loss_base,
     )
 
 
@@ -281,6 +334,19 @@ def _private_trial(
     plan: MethodPlan, epsilon: float, seq: np.random.SeedSequence, data: TabularSplit
 ) -> tuple[Measure, AnonMLClassifier | None]:
     """One trial of a private method: its metrics and, for AnonML's modes, the fitted model."""
+    if plan.method in BASELINE_ESTIMATORS:
+        estimator = BASELINE_ESTIMATORS[plan.method](epsilon, data.features, np.random.default_rng(seq))
+        start = time.perf_counter()
+        estimator.fit(data.X_train, data.y_train)
+        seconds = time.perf_counter() - start
+        proba = estimator.predict_proba(data.X_test)[:, 1]
+        return _measure(
+            data.y_test,
+            estimator.decision_function(data.X_test),
+            estimator.predict(data.X_test),
+            proba,
+            seconds,
+        ), None
     if plan.method == "ldp_nb":
         start = time.perf_counter()
         nb = fit_ldp_naive_bayes(
@@ -319,7 +385,7 @@ def _trial(
     out: dict[int, Measure] = {}
     default_model: AnonMLClassifier | None = None
     for k, plan in enumerate(plans):
-        if plan.method not in ("default", "paper", "central_binned", "ldp_nb"):
+        if plan.method not in PRIVATE_METHODS:
             continue
         if plan.method == "central_binned":
             if default_model is None:  # bins as the default mode would publish them
@@ -372,7 +438,8 @@ def run_benchmark(
         sets without one); every method sees the same split in a trial.
     dataset : str
         Name written into every row.
-    methods : sequence of {"default", "paper", "central", "majority", "ldp_nb"}
+    methods : sequence of str
+        Names from :data:`METHODS`.
     epsilons : sequence of float
         Per-peer totals ε_T.
     trials : int, default=20
@@ -395,10 +462,16 @@ def run_benchmark(
     base = float(
         np.mean([brier_score_loss(d.y_test, np.full(d.y_test.shape, np.mean(d.y_train))) for d in splits])
     )
+    base_log_loss = float(
+        np.mean(
+            [log_loss(d.y_test, np.full(d.y_test.shape, np.mean(d.y_train)), labels=[0, 1]) for d in splits]
+        )
+    )
 
     for plan in plans:
         if plan.method in ("central_raw", "majority"):
-            results.append(_summarise(plan, None, [_fixed_methods(plan, d) for d in splits], base, dataset))
+            measures = [_fixed_methods(plan, d) for d in splits]
+            results.append(_summarise(plan, None, measures, base, dataset, base_log_loss))
             tick(plan.method)
 
     for i, epsilon in enumerate(epsilons):
@@ -411,14 +484,16 @@ def run_benchmark(
                 tick(f"{dataset} {plans[k].method} ε={epsilon:g} trial {t + 1}/{trials}")
         for k in range(len(plans)):
             if per_plan[k]:
-                results.append(_summarise(reported[k], float(epsilon), per_plan[k], base, dataset))
+                results.append(
+                    _summarise(reported[k], float(epsilon), per_plan[k], base, dataset, base_log_loss)
+                )
     return results
 
 
 def count_trials(plans: Sequence[MethodPlan], n_epsilons: int, trials: int) -> int:
     """How many times :func:`run_benchmark` calls ``on_trial`` (for a progress total)."""
     once = sum(p.method in ("central_raw", "majority") for p in plans)
-    repeated = sum(p.method in ("default", "paper", "central_binned", "ldp_nb") for p in plans)
+    repeated = sum(p.method in PRIVATE_METHODS for p in plans)
     return once + repeated * n_epsilons * trials
 
 

@@ -1,10 +1,13 @@
 // Live updates without reloading: every element with data-poll="URL" is refreshed from
 // that URL's JSON, {"items": {key: {field: text}}, "reload": bool}, once a second.
 // Only text is written (textContent), never markup. A key the page does not show yet,
-// or "reload": true, reloads the page once.
+// or "reload": true, reloads the page once. Once a form is submitted the polling stops: a
+// reload then would race the form's own navigation (and could take the outcome it shows).
 "use strict";
 (function () {
+  var leaving = false;
   function apply(root, doc) {
+    if (leaving) { return false; }
     if (doc.reload) { window.location.reload(); return false; }
     var items = doc.items || {};
     for (var key in items) {
@@ -22,12 +25,17 @@
     return true;
   }
   function poll(root) {
+    if (leaving) { return; }
     var url = root.getAttribute("data-poll");
     fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } })
-      .then(function (r) { if (r.status === 401) { window.location.reload(); return null; } return r.json(); })
+      .then(function (r) {
+        if (r.status === 401) { if (!leaving) { window.location.reload(); } return null; }
+        return r.json();
+      })
       .then(function (doc) { if (doc && apply(root, doc)) { setTimeout(function () { poll(root); }, 1000); } })
       .catch(function () { setTimeout(function () { poll(root); }, 3000); });
   }
+  document.addEventListener("submit", function () { leaving = true; });
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-poll]").forEach(poll);
   });

@@ -22,6 +22,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from anonml.errors import AnonMLError
 from anonml.importing import ImportOptions
 from anonml.plugins import iter_classes
+from anonml.text import strip_controls
 from anonml.web import Pages, WebAuth, WebSession
 from peer.dashboard import (
     ledger_view,
@@ -141,11 +142,12 @@ def proposals(request: Request, session: PageSession, host: Host, node: Node) ->
     return PAGES.render(
         request, "proposals.html", session,
         cards=proposal_cards(host, node), live=participations(host, node), policy=host.policy,
-        notice=_notice(request), error="",
+        notice=_notice(request),
     )
 
 
 def _notice(request: Request) -> str:
+    """What the page says after a decision (named in the redirect's query; a refusal is flashed)."""
     done, pid = request.query_params.get("done", ""), request.query_params.get("problem", "")
     texts = {
         "accepted": f"Accepted {pid}: this peer joins at its next poll.",
@@ -156,7 +158,11 @@ def _notice(request: Request) -> str:
 
 @router.post("/proposals/{problem_id}/{action}")
 async def decide(problem_id: str, action: str, request: Request) -> Any:
-    """Accept or decline a proposal (same rules as ``anonml peer accept``); CSRF checked first."""
+    """Accept or decline a proposal (same rules as ``anonml peer accept``); CSRF checked first.
+
+    Whatever the outcome, the answer is a redirect to the proposals page (POST/redirect/GET), the
+    outcome flashed there, so reloading that page never decides again.
+    """
     session, _ = await AUTH.posted(request)
     if action not in ("accept", "decline"):
         raise HTTPException(status_code=404, detail=f"no action {action[:20]!r} (accept or decline)")
@@ -165,21 +171,19 @@ async def decide(problem_id: str, action: str, request: Request) -> Any:
         decide_by_hand(host.db, node.ledger, host.policy, node.fingerprint, problem_id,
                        accept=action == "accept")
     except AnonMLError as exc:
-        return PAGES.render(
-            request, "proposals.html", session, 409,
-            cards=proposal_cards(host, node), live=participations(host, node), policy=host.policy,
-            notice="", error=str(exc),
-        )
+        AUTH.flash(request, session, "error", str(exc))
+        return RedirectResponse("/ui/proposals", status_code=303)
     done = "accepted" if action == "accept" else "declined"
     return RedirectResponse(f"/ui/proposals?done={done}&problem={quote(problem_id)}", status_code=303)
 
 
 @router.get("/api/participations")
 def live_status(session: PageSession, host: Host, node: Node) -> dict[str, Any]:
-    """Each participation's status, for the proposals page's poller."""
+    """Each participation's status, for the proposals page's poller (the aggregator's reason made inert,
+    as on the page: the poller writes it as text)."""
     return {
         "items": {
-            p.problem_id: {"status": p.status, "meaning": p.meaning, "reason": p.reason}
+            p.problem_id: {"status": p.status, "meaning": p.meaning, "reason": strip_controls(p.reason)}
             for p in participations(host, node)
         },
         "reload": False,

@@ -9,7 +9,6 @@ anyone can; what it lacks is a member's round relay key.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import Counter
@@ -35,7 +34,7 @@ from anonml.crypto import (
     build_packet,
 )
 from anonml.privacy import PrivacyLedger
-from anonml.protocol import MAX_BATCH_ITEMS, BatchResults
+from anonml.protocol import MAX_BATCH_ITEMS, BatchResults, IntakeDelivery
 from anonml.store import EventStore
 from peer.app import start_peer_server
 from peer.db import PeerDB
@@ -54,12 +53,16 @@ POST = {"content-type": RELAY_POST_TYPE}
 
 
 def _onion(
-    path: list[Hop], round_id: int, destination: bytes, payload: tuple[Redemption, bytes] | None = None
+    path: list[Hop],
+    round_id: int,
+    to: PublicIdentity,
+    payload: tuple[Redemption, bytes] | None = None,
 ) -> bytes:
     """A valid packet over ``path``: cover, or carrying ``payload`` (anyone with a token can build it)."""
+    keys = {"round_id": round_id, "destination": to.node_id, "intake_key": to.relay_key}
     if payload is None:
-        return build_cover_packet(path, round_id=round_id, destination=destination)
-    return build_packet(path, payload[0], payload[1], round_id=round_id, destination=destination)
+        return build_cover_packet(path, **keys)
+    return build_packet(path, payload[0], payload[1], **keys)
 
 
 @dataclass
@@ -102,7 +105,7 @@ class Guarded:
 
     def cover(self, i: int) -> bytes:
         """A valid one-hop cover packet ending at hosted node ``i`` (what anyone can build)."""
-        return _onion([self.hops[i]], ROUND, self.aggregator.public.node_id)
+        return _onion([self.hops[i]], ROUND, self.aggregator.public)
 
 
 @pytest.fixture
@@ -221,7 +224,7 @@ def test_a_bad_envelope_is_a_clear_4xx(guarded):
         assert answer.status_code == code, (name, answer.text)
         assert detail in answer.json()["detail"], (name, answer.text)
     # The envelope names the round; a packet of another round inside is refused on its own.
-    other = _onion([guarded.hops[0]], ROUND + 7, guarded.aggregator.public.node_id)
+    other = _onion([guarded.hops[0]], ROUND + 7, guarded.aggregator.public)
     mixed = requests.post(
         f"{url}/batch", data=member.post(guarded.hops[0], [guarded.cover(0), other]), headers=POST
     )
@@ -284,13 +287,12 @@ def test_an_authenticated_packet_crosses_three_hops_and_reaches_the_intake(guard
     """Each relay forwards under its own round key; the next hop checks it (no member spends for it)."""
     redemption = Redemption(b"p-x/r/0", bytes(range(32)), bytes(32))
     sender = guarded.members[2]
-    destination = guarded.aggregator.public.node_id
-    packets = [_onion(guarded.hops, ROUND, destination, (redemption, b"{}")) for _ in range(3)]
+    packets = [_onion(guarded.hops, ROUND, guarded.aggregator.public, (redemption, b"{}")) for _ in range(3)]
     body = sender.post(guarded.hops[0], packets)
     assert requests.post(f"{guarded.relay_url(0)}/batch", data=body, headers=POST).status_code == 200
     arrived = guarded.capture.wait(3, timeout=60)
     assert {path for _, path, _ in arrived} == {"intake"}
-    assert all(set(json.loads(b)) == {"redemption", "report"} for _, _, b in arrived)
+    assert all(IntakeDelivery.model_validate_json(b).round_id == ROUND for _, _, b in arrived)  # sealed
     spent = guarded.host.relay._spent
     n0, n1, n2 = (n.node_id for n in guarded.nodes)
     assert spent[(n1, ROUND, n0)] == 3 and spent[(n2, ROUND, n1)] == 3  # node 0 → 1 → 2, authenticated
@@ -314,7 +316,7 @@ class Flood:
     aggregator_url: str
     problem_id: str
     round_id: int
-    destination: bytes  # the aggregator's node id, public in the problem: the packets peel as valid cover
+    to: PublicIdentity  # the aggregator, public in the problem: the packets peel as valid cover sealed to it
     times_cap: int = 10
     answers: Counter[int] = field(default_factory=Counter)
     per_node: Counter[str] = field(default_factory=Counter)
@@ -336,8 +338,7 @@ class Flood:
                 RelayKeyCertificate.from_bytes(bytes(entry.relay_certificate)), self.round_id
             )
             packets = [
-                _onion([hop], self.round_id, self.destination)
-                for _ in range(self.times_cap * packet_cap(1, 3))
+                _onion([hop], self.round_id, self.to) for _ in range(self.times_cap * packet_cap(1, 3))
             ]
             chunks = [packets[i : i + 64] for i in range(0, len(packets), 64)]
             key = post_key(own, hop.public_key)
@@ -378,8 +379,9 @@ def test_an_outsider_flooding_every_relay_during_a_round_costs_no_report(aggrega
             assert time.monotonic() < deadline
             time.sleep(0.05)
         close_registration(aggregator.url, problem.id, or_deadline=True)
-        destination = PublicIdentity.from_bytes(bytes(problem.aggregator)).node_id
-        flood = Flood(aggregator.url, problem.id, problem.round_id, destination)
+        flood = Flood(
+            aggregator.url, problem.id, problem.round_id, PublicIdentity.from_bytes(bytes(problem.aggregator))
+        )
         flooder = threading.Thread(target=flood.run, args=(stop,), daemon=True)
         flooder.start()
         final = wait_phase(aggregator.url, problem.id, ("done", "degraded", "failed"), timeout=120)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import requests
 
+from anonml.crypto import Redemption
 from anonml.protocol import (
     MAX_BATCH_ITEMS,
     IntakeBatch,
@@ -20,7 +21,7 @@ from anonml.protocol import (
 )
 from tests.adversary.test_wire_intake import OpenRound, _open
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
-from tests.aggregator.helpers import ADMIN, delivery, post, report_for, wait_phase
+from tests.aggregator.helpers import ADMIN, delivery, post, report_for, sealed_delivery, status, wait_phase
 
 
 def _batch(r: OpenRound, items: list[IntakeDelivery]) -> requests.Response:
@@ -34,33 +35,47 @@ def _statuses(answer: requests.Response) -> list[int]:
 
 def _honest(r: OpenRound, peer_index: int, rng: np.random.Generator) -> tuple[IntakeDelivery, bytes]:
     """One honest delivery of peer ``peer_index`` (its partition-0 … slot), and its token nonce."""
+    d, nonce, _, _ = _honest_parts(r, peer_index, rng)
+    return d, nonce
+
+
+def _honest_parts(
+    r: OpenRound, peer_index: int, rng: np.random.Generator
+) -> tuple[IntakeDelivery, bytes, Redemption, PrivateReport]:
+    """:func:`_honest` with what is sealed inside: the redemption and the report."""
     peer = r.peers[peer_index]
     pid = r.problem.id
     (token,) = peer.tokens(r.url, r.problem, r.roster, [report_slot(pid, peer.assignment.index, 0)])
     report = report_for(r.problem, r.bins, peer.assignment, np.r_[rng.uniform(0, 10, 2), 1.0], 1, rng=rng)
-    return delivery(token, report), token.nonce
+    return delivery(token, report), token.nonce, token.redeem(report.to_bytes()), report
 
 
 def test_each_item_gets_what_its_own_request_would_and_bad_ones_sink_no_good_one(aggregator):  # noqa: F811
     r = _open(aggregator, n=6, kp=1)
     rng = np.random.default_rng(3)
-    good = [_honest(r, i, rng)[0] for i in range(4)]
-    # A forged MAC (its last byte flipped), bits outside the mechanism's support, a redemption
-    # that does not decode, a report for no known problem.
-    mac = bytearray(good[0].redemption)
-    mac[-1] ^= 1
-    forged = good[0].model_copy(update={"redemption": bytes(mac)})
-    own = PrivateReport.from_bytes(bytes(good[2].report))
+    parts = [_honest_parts(r, i, rng) for i in range(4)]
+    good = [p[0] for p in parts]
+    # A forged MAC (its last byte flipped), bits outside the mechanism's support, a sealed payload
+    # altered on the way (it no longer opens), a report for no known problem — and cover.
+    red0, report0 = parts[0][2], parts[0][3].to_bytes()
+    flipped = Redemption(red0.slot, red0.nonce, red0.mac[:-1] + bytes([red0.mac[-1] ^ 1]))
+    forged = sealed_delivery(r.problem, flipped, report0)
+    own = parts[2][3]
     ones = own.model_copy(update={"bits": pack_bits(np.ones(own.mechanism.m, dtype=bool))})
-    out_of_support = good[2].model_copy(update={"report": ones.to_bytes()})
-    undecodable = good[3].model_copy(update={"redemption": b"\x07" * 40})
+    out_of_support = sealed_delivery(r.problem, parts[2][2], ones.to_bytes())
+    altered = bytearray(good[3].sealed)
+    altered[100] ^= 1
+    unsealable = good[3].model_copy(update={"sealed": bytes(altered)})
     stranger = own.model_copy(update={"problem_id": "p-nosuchproblem"})
-    unknown = good[3].model_copy(update={"report": stranger.to_bytes()})
-    items = [forged, good[0], out_of_support, good[1], undecodable, good[2], unknown, good[3]]
+    unknown = sealed_delivery(r.problem, parts[3][2], stranger.to_bytes())
+    cover = sealed_delivery(r.problem, None, None)
+    items = [forged, good[0], out_of_support, good[1], unsealable, good[2], unknown, cover, good[3]]
     answer = _batch(r, items)
     results = answer.json()["results"]
-    assert _statuses(answer) == [403, 201, 422, 201, 400, 201, 404, 201]
-    assert "exactly one 1" in results[2]["detail"] and "does not decode" in results[4]["detail"]
+    # Cover is answered exactly as a stored report: the exit learns nothing from the answer.
+    assert _statuses(answer) == [403, 201, 422, 201, 400, 201, 404, 201, 201]
+    assert results[7] == results[1] == {"status": 201, "detail": ""}
+    assert "exactly one 1" in results[2]["detail"] and "does not open" in results[4]["detail"]
     assert "no problem 'p-nosuchproblem'" in results[6]["detail"]
     # The same refusals a single request gets, item for item (the MAC check first in both).
     for item, result in zip(items, results, strict=True):
@@ -69,8 +84,12 @@ def test_each_item_gets_what_its_own_request_would_and_bad_ones_sink_no_good_one
             assert (single.status_code, single.json()["detail"]) == (result["status"], result["detail"])
     assert r.stored() == 4
     rejects = r.rejects()
-    # Counted once per refusal, batch and single alike; those naming no problem under none.
-    assert rejects == {"bad token": 2, "out of support": 2}
+    # Counted once per refusal, batch and single alike; those naming no problem under none; the
+    # unsealable one under the problem of its round. Cover is no refusal: counted apart.
+    assert rejects == {"bad token": 2, "out of support": 2, "unsealable": 2}
+    assert r.rows("SELECT count FROM reject_counts WHERE reason = 'dropped: cover'") == [(1,)]
+    account = status(r.url, r.problem.id).reports
+    assert account is not None and account.cover == 1 and account.received == 4
 
 
 def test_a_token_replayed_inside_a_batch_or_across_batches_is_stored_once(aggregator):  # noqa: F811

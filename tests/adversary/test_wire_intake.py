@@ -7,6 +7,7 @@ Each attack must be refused with its own counted reason and store nothing.
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -18,10 +19,18 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from aggregator.db import ReportRow, StagedReportRow, create_tables, settle_reports
+from anonml.crypto import Identity, PublicIdentity, onion, seal_payload
 from anonml.crypto.spent import SpentTokenRow
 from anonml.database import make_engine
 from anonml.privacy import RandomizedResponse, SubsetSelection, check_support
-from anonml.protocol import PrivateReport, ReportReceipts, pack_bits, report_slot
+from anonml.protocol import (
+    SEALED_PAYLOAD_SIZE,
+    IntakeDelivery,
+    PrivateReport,
+    ReportReceipts,
+    pack_bits,
+    report_slot,
+)
 from tests.aggregator import helpers
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import (
@@ -31,6 +40,7 @@ from tests.aggregator.helpers import (
     draft,
     post,
     report_for,
+    sealed_delivery,
     status,
     wait_phase,
 )
@@ -221,3 +231,73 @@ def test_a_slot_names_problem_partition_and_index_and_fits_the_token_limit():
     assert report_slot(longest, 0, 0) != report_slot("q" * 64, 0, 0)
     with pytest.raises(ValueError, match="out of range"):
         report_slot("p-0123", -1, 0)
+
+
+# --- sealed payloads (issue 24, item 4): what a relay or an outsider can post to the intake -------------
+
+
+def test_the_intake_refuses_every_malformed_or_foreign_sealed_payload_with_a_counted_4xx(aggregator):  # noqa: F811
+    """Old v1 bodies, wrong versions and sizes, payloads altered on the way, sealed to another key, of
+    another payload version or another round: each a 4xx naming what is wrong, never a 500, counted
+    under the round's problem where the round names one, and nothing stored or spent. Cover for a
+    round no problem has is a 404; the honest report still goes through afterwards."""
+    r = _open(aggregator, n=4, kp=1)
+    pid, rid = r.problem.id, r.problem.round_id
+    peer = r.peers[0]
+    (token,) = peer.tokens(r.url, r.problem, r.roster, [report_slot(pid, peer.assignment.index, 0)])
+    report = report_for(r.problem, r.bins, peer.assignment, np.array([2.0, 8.0, 1.0]), 1)
+    data = report.to_bytes()
+    good = delivery(token, report)
+    intake = f"{r.url}/intake"
+    wire = good.model_dump(mode="json")
+
+    # Shapes pydantic refuses (422), each naming the field.
+    v1 = post(intake, json.dumps({"redemption": wire["sealed"][:40], "report": "e30="}))
+    assert v1.status_code == 422 and "AnonSphinx-v1" in v1.text
+    for field, value, says in (
+        ("version", 1, "version"),
+        ("round_id", -1, "round_id"),
+        ("round_id", 2**64, "round_id"),
+        ("sealed", wire["sealed"][:-8], "1075 bytes"),
+        ("sealed", "!!not base64!!", "sealed"),
+    ):
+        bad = post(intake, json.dumps({**wire, field: value}))
+        assert bad.status_code == 422 and says in bad.text, (field, value, bad.text)
+
+    # Well-formed deliveries whose sealed payload the aggregator refuses (400), counted.
+    altered = bytearray(good.sealed)
+    altered[-1] ^= 1
+    stranger = Identity.generate().public.relay_key
+    v1_inside = bytearray(onion._encode_payload(rid, token.redeem(data), data))
+    v1_inside[0] = 1
+    refused = {
+        "altered": good.model_copy(update={"sealed": bytes(altered)}),
+        "sealed to another key": IntakeDelivery(
+            version=2, round_id=rid, sealed=seal_payload(stranger, rid, token.redeem(data), data)
+        ),
+        "payload version 1": IntakeDelivery(
+            version=2, round_id=rid, sealed=onion._seal(bytes(v1_inside), _intake_key(r), None)
+        ),
+        "round relabelled": sealed_delivery(r.problem, token.redeem(data), data).model_copy(
+            update={"round_id": rid ^ 1}
+        ),
+        "another round inside": sealed_delivery(r.problem, token.redeem(data), data, round_id=rid ^ 1),
+    }
+    for name, item in refused.items():
+        answer = post(intake, item)
+        assert 400 <= answer.status_code < 500, (name, answer.status_code, answer.text)
+    rng = np.random.default_rng(8)
+    for _ in range(20):  # random bytes of the right size, under the right round
+        noise = IntakeDelivery(version=2, round_id=rid, sealed=rng.bytes(SEALED_PAYLOAD_SIZE))
+        assert post(intake, noise).status_code == 400
+    orphan = sealed_delivery(r.problem, None, None, round_id=rid ^ 1)  # cover of no problem's round
+    assert post(intake, orphan).status_code == 404
+    assert r.stored() == 0 and r.rows("SELECT COUNT(*) FROM spent_tokens") == [(0,)]
+    # Counted under this problem when the delivery's round is its round, or the report inside names it
+    # ("wrong round"); the relabelled one names no problem's round and is counted under none.
+    assert r.rejects() == {"unsealable": 2 + 20, "unsupported version": 1, "wrong round": 1}
+    assert post(intake, good).status_code == 201 and r.stored() == 1
+
+
+def _intake_key(r: OpenRound) -> bytes:
+    return PublicIdentity.from_bytes(bytes(r.problem.aggregator)).relay_key

@@ -290,12 +290,12 @@ def _raw_post(url: str, body: bytes) -> tuple[int, tuple[tuple[str, str], ...], 
 
 
 def test_every_accepted_packet_gets_a_byte_identical_answer(relays):  # noqa: F811
-    destination = relays.aggregator.public.node_id
+    to = {"destination": relays.aggregator.public.node_id, "intake_key": relays.aggregator.public.relay_key}
     redemption = Redemption(b"p-x/p0/r0", bytes(range(32)), bytes(32))
-    forwarded = build_packet(relays.hops, redemption, b"{}", round_id=ROUND, destination=destination)
-    final = build_packet(relays.hops[:1], redemption, b"{}", round_id=ROUND, destination=destination)
-    cover_here = build_cover_packet(relays.hops[:1], round_id=ROUND, destination=destination)
-    cover_on = build_cover_packet(relays.hops, round_id=ROUND, destination=destination)
+    forwarded = build_packet(relays.hops, redemption, b"{}", round_id=ROUND, **to)
+    final = build_packet(relays.hops[:1], redemption, b"{}", round_id=ROUND, **to)
+    cover_here = build_cover_packet(relays.hops[:1], round_id=ROUND, **to)
+    cover_on = build_cover_packet(relays.hops, round_id=ROUND, **to)
     answers = {_raw_post(relays.relay_url(0), p) for p in (forwarded, final, cover_here, cover_on)}
     assert len(answers) == 1
     ((code, headers, body),) = answers
@@ -304,7 +304,9 @@ def test_every_accepted_packet_gets_a_byte_identical_answer(relays):  # noqa: F8
     tampered = bytearray(forwarded)
     tampered[-1] ^= 1
     stranger = Identity.generate().public.node_id
-    elsewhere = build_packet(relays.hops[:1], redemption, b"{}", round_id=ROUND, destination=stranger)
+    elsewhere = build_packet(
+        relays.hops[:1], redemption, b"{}", round_id=ROUND, destination=stranger, intake_key=to["intake_key"]
+    )
     refusals = {_raw_post(relays.relay_url(0), bytes(p)) for p in (tampered, elsewhere)}
     assert len(refusals) == 1 and next(iter(refusals))[0] == 400
     counters = relays.host.relay.counters
@@ -332,11 +334,11 @@ def test_an_outsider_flooding_a_relay_is_capped_per_round(relays):  # noqa: F811
         )
     )
     hop = Hop.from_certificate(cert, round_)
-    destination = relays.aggregator.public.node_id
+    to = {"destination": relays.aggregator.public.node_id, "intake_key": relays.aggregator.public.relay_key}
     codes = []
     with requests.Session() as s:
         for _ in range(cap + 40):
-            packet = build_cover_packet([hop], round_id=round_, destination=destination)
+            packet = build_cover_packet([hop], round_id=round_, **to)
             codes.append(s.post(relays.relay_url(0), data=packet, headers=OCTETS, timeout=10).status_code)
     assert codes[:cap] == [202] * cap and set(codes[cap:]) == {429}
     assert relays.host.relay.counters["rejected: over cap"] == 40

@@ -20,9 +20,12 @@ import requests
 from aggregator.settings import AggregatorSettings
 from anonml.crypto import (
     Identity,
+    PublicIdentity,
+    Redemption,
     RoundRelayKey,
     Token,
     finalize_tokens,
+    seal_payload,
 )
 from anonml.learn import Binning, commit_seed
 from anonml.learn.histograms import domain_size
@@ -197,7 +200,9 @@ def bins_document(
 def propose(url: str, d: ProblemDraft) -> Problem:
     response = requests.post(f"{url}/problems", data=d.model_dump_json(), headers=ADMIN, timeout=30)
     assert response.status_code == 201, response.text
-    return Problem.model_validate_json(response.content)
+    problem = Problem.model_validate_json(response.content)
+    PROPOSED[problem.id] = problem
+    return problem
 
 
 def status(url: str, pid: str) -> ProblemStatus:
@@ -401,9 +406,24 @@ def report_for(
     )
 
 
-def delivery(token: Token, report: PrivateReport) -> IntakeDelivery:
+#: Every problem :func:`propose` published, by id: :func:`delivery` seals to its aggregator.
+PROPOSED: dict[str, Problem] = {}
+
+
+def sealed_delivery(
+    problem: Problem, redemption: Redemption | None, report: bytes | None, *, round_id: int | None = None
+) -> IntakeDelivery:
+    """What an exit relay forwards for ``problem``: ``(redemption, report)`` (cover when None) sealed
+    to the X25519 half of the Problem's aggregator identity, as a packet's last hop peels it out."""
+    rid = problem.round_id if round_id is None else round_id
+    key = PublicIdentity.from_bytes(bytes(problem.aggregator)).relay_key
+    return IntakeDelivery(version=2, round_id=rid, sealed=seal_payload(key, rid, redemption, report))
+
+
+def delivery(token: Token, report: PrivateReport, problem: Problem | None = None) -> IntakeDelivery:
+    """``report`` redeeming ``token``, sealed for ``problem`` (default: the problem the report names)."""
     data = report.to_bytes()
-    return IntakeDelivery(redemption=bytes(token.redeem(data)), report=data)
+    return sealed_delivery(problem or PROPOSED[report.problem_id], token.redeem(data), data)
 
 
 def slots(problem: Problem, partition: int = 0) -> list[bytes]:

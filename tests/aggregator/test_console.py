@@ -106,7 +106,11 @@ def test_close_and_train_buttons_call_the_admin_routes_and_show_their_refusals(a
     problem = propose(url, draft(min_peers=4))
     http, csrf = login(url, "/console", TOKEN)
     early = http.post(f"{url}/console/problems/{problem.id}/train", data={"csrf": csrf}, timeout=30)
-    assert early.status_code == 409 and "training needs the report round" in early.text
+    # POST/redirect/GET: the refusal is shown on the problem's page, reached by a GET
+    assert early.status_code == 200 and early.history[0].status_code == 303
+    assert early.url == f"{url}/console/problems/{problem.id}"
+    assert "training needs the report round" in early.text
+    assert "training needs" not in http.get(early.url, timeout=30).text  # shown once
     close = http.post(
         f"{url}/console/problems/{problem.id}/close", data={"csrf": csrf}, allow_redirects=False, timeout=30
     )
@@ -114,7 +118,7 @@ def test_close_and_train_buttons_call_the_admin_routes_and_show_their_refusals(a
     # The phase machine acts at its next tick; with no registration the problem cannot go on.
     left = wait_phase(url, problem.id, ("witnessing", "medians", "reporting", "failed"))
     again = http.post(f"{url}/console/problems/{problem.id}/close", data={"csrf": csrf}, timeout=30)
-    assert again.status_code == 409 and f"is in phase {left.phase}" in again.text
+    assert again.history[0].status_code == 303 and f"is in phase {left.phase}" in again.text
     live = http.get(f"{url}/console/api/problems/{problem.id}?phase=registration", timeout=30).json()
     assert live["items"]["counts"]["phase"] != "registration" and live["reload"] is True
     page = http.get(f"{url}/console/problems/{problem.id}", timeout=30)
@@ -148,3 +152,34 @@ def _textarea(html: str) -> str:
     start = html.index('<textarea name="draft"')
     start = html.index(">", start) + 1
     return html_lib.unescape(html[start : html.index("</textarea>", start)])
+
+
+def test_reports_not_received_while_the_delivery_window_is_open_are_in_flight_not_lost():
+    from aggregator.routes.console import delivery
+    from aggregator.training import account_reports
+    from anonml.protocol import ProblemStatus
+
+    # 20 expected, 12 received, 1 refused at intake (bad token): 8 lost by the status's account
+    account = account_reports(10, 2, 12, 0, {"bad token": 1})
+    assert (account.lost, account.not_arrived) == (8, 7)
+
+    def status(phase: str) -> ProblemStatus:
+        return ProblemStatus(
+            id="p-1", title="t", phase=phase, registered=12, roster_size=12, median_answers=0,
+            tokens_issued=20, reports_accepted=12, rejects={}, model_available=False, reports=account,
+        )
+
+    t_r, grace = 1000.0, 1.0
+    # before the bins fix t_r, and up to t_r + grace
+    opened = (("medians", None, 2000.0), ("reporting", t_r, t_r), ("reporting", t_r, t_r + grace))
+    for phase, window_end, now in opened:
+        shown = delivery(status(phase), window_end, grace, now)
+        assert shown is not None and shown.open
+        assert (shown.received, shown.lost, shown.in_flight) == (12, 1, 7)  # only the refusal is lost yet
+        assert shown.received + shown.lost + shown.in_flight == shown.expected == 20
+    for phase, now in (("reporting", t_r + grace + 0.01), ("training", 0.0), ("done", 0.0), ("failed", 0.0)):
+        shown = delivery(status(phase), t_r, grace, now)
+        assert shown is not None and not shown.open
+        assert (shown.lost, shown.in_flight, round(shown.lost_fraction, 2)) == (8, 0, 0.4)
+    before_roster = status("registration").model_copy(update={"reports": None})
+    assert delivery(before_roster, None, grace, 0.0) is None

@@ -10,7 +10,16 @@ import requests
 from aggregator.training import account_reports
 from anonml.crypto import Redemption
 from anonml.protocol import IntakeDelivery, ModelDocument, ReportAccount
-from tests.aggregator.helpers import ADMIN, post, random_deliveries, report_for, slots, status, wait_phase
+from tests.aggregator.helpers import (
+    ADMIN,
+    post,
+    random_deliveries,
+    report_for,
+    sealed_delivery,
+    slots,
+    status,
+    wait_phase,
+)
 from tests.aggregator.test_tokens_intake import _open_round
 
 
@@ -51,23 +60,30 @@ def test_a_round_that_loses_past_the_threshold_ends_degraded_and_says_why(aggreg
     report = report_for(round_.problem, round_.bins, peer.assignment, np.array([1.0, 2.0, 0.0]), 0, 0, rng)
     good = token.redeem(report.to_bytes())
     forged = Redemption(good.slot, good.nonce, bytes(32))
-    assert (
-        post(
-            f"{round_.url}/intake", IntakeDelivery(redemption=bytes(forged), report=report.to_bytes())
-        ).status_code
-        == 403
-    )
+    intake = f"{round_.url}/intake"
+    assert post(intake, sealed_delivery(round_.problem, forged, report.to_bytes())).status_code == 403
+    # Cover the relays forwarded: opened, dropped and counted apart — answered like a stored report.
+    for _ in range(3):
+        assert post(intake, sealed_delivery(round_.problem, None, None)).status_code == 201
+    # A sealed payload altered on the way (one ciphertext bit): refused, counted under the round.
+    sealed = bytearray(sealed_delivery(round_.problem, good, report.to_bytes()).sealed)
+    sealed[700] ^= 1
+    tampered = IntakeDelivery(version=2, round_id=round_.problem.round_id, sealed=bytes(sealed))
+    refused = post(intake, tampered)
+    assert refused.status_code == 400 and "does not open" in refused.json()["detail"]
 
     live = status(round_.url, round_.problem.id).reports
-    assert live is not None and (live.expected, live.received, live.lost) == (12, 8, 4)
+    assert live is not None and (live.expected, live.received, live.lost, live.cover) == (12, 8, 4, 3)
     _train(round_)
     st = wait_phase(round_.url, round_.problem.id, ("degraded", "done", "failed"))
     assert st.phase == "degraded", st.message
     assert st.reports == ReportAccount(
-        expected=12, received=8, lost=4, refused={"bad token": 1}, not_arrived=3
+        expected=12, received=8, lost=4, refused={"bad token": 1, "unsealable": 1}, not_arrived=2, cover=3
     )
     assert "4 of 12 reports lost" in st.message and "bad token: 1" in st.message and "10%" in st.message
-    assert st.rejects == {"bad token": 1}  # the status keeps naming refusals without their stage
+    assert "3 cover packets dropped" in st.message
+    # The status keeps naming refusals without their stage; cover is no refusal.
+    assert st.rejects == {"bad token": 1, "unsealable": 1}
     # The model is still published, and carries the same account under the signature.
     doc = ModelDocument.model_validate_json(
         requests.get(f"{round_.url}/problems/{round_.problem.id}/model").content

@@ -9,7 +9,6 @@ from sqlalchemy.exc import OperationalError
 
 from anonml.crypto import Identity, Redemption, TokenKey, request_tokens
 from anonml.protocol import (
-    IntakeDelivery,
     PrivateReport,
     TokenBatchRequest,
     TokenSlotRequest,
@@ -27,6 +26,7 @@ from tests.aggregator.helpers import (
     propose,
     report_for,
     roster_document,
+    sealed_delivery,
     slots,
     wait_phase,
 )
@@ -143,13 +143,13 @@ def test_intake_stores_a_report_once_and_refuses_replays_and_forgeries(round_):
 
     # The same token with another report: the MAC binds the report.
     other = report_for(round_.problem, round_.bins, peer.assignment, np.array([9.0, 9.0, 0.0]), 0, rng=rng)
-    altered = IntakeDelivery(redemption=good.redemption, report=other.to_bytes())
+    altered = sealed_delivery(round_.problem, token0.redeem(report.to_bytes()), other.to_bytes())
     assert post(intake, altered).status_code == 403
 
     # A token for slot 1 presented as slot 0's (same nonce and MAC, other slot).
     r1 = token1.redeem(other.to_bytes())
     moved = Redemption(slots(round_.problem)[0], r1.nonce, r1.mac)
-    assert post(intake, IntakeDelivery(redemption=bytes(moved), report=other.to_bytes())).status_code == 403
+    assert post(intake, sealed_delivery(round_.problem, moved, other.to_bytes())).status_code == 403
 
     # A token of another problem's key (a foreign token) for a slot of this problem.
     foreign_key = TokenKey.generate()
@@ -163,7 +163,7 @@ def test_intake_stores_a_report_once_and_refuses_replays_and_forgeries(round_):
 
     # A token for a slot of another problem.
     elsewhere = Redemption(report_slot("p-elsewhere", 0, 0), r1.nonce, r1.mac)
-    r = post(intake, IntakeDelivery(redemption=bytes(elsewhere), report=other.to_bytes()))
+    r = post(intake, sealed_delivery(round_.problem, elsewhere, other.to_bytes()))
     assert r.status_code == 403 and "another problem" in r.json()["detail"]
 
     # While the round is open each accepted report is staged with the token it spent.
@@ -186,10 +186,11 @@ def test_malformed_deliveries_are_refused_before_spending(round_):
     peer = round_.report_peer()
     token = peer.tokens(round_.url, round_.problem, round_.roster, slots(round_.problem))[0]
     intake = f"{round_.url}/intake"
-    assert post(intake, b'{"redemption": "!!", "report": ""}').status_code == 422
+    v1 = post(intake, b'{"redemption": "!!", "report": ""}')
+    assert v1.status_code == 422 and "AnonSphinx-v1" in v1.text  # the old clear form, refused by name
     assert post(intake, b"not json").status_code in (400, 422)
-    truncated = IntakeDelivery(redemption=b"\x05abc", report=b"{}")
-    assert post(intake, truncated).status_code == 400
+    not_json = sealed_delivery(round_.problem, token.redeem(b"{}"), b"{}")
+    assert post(intake, not_json).status_code == 422
     honest = report_for(round_.problem, round_.bins, peer.assignment, np.array([1.0, 2.0, 1.0]), 0, rng=rng)
     bad_partition = honest.model_copy(update={"partition": 5})
     r = post(intake, delivery(token, bad_partition))

@@ -157,6 +157,7 @@ def _operator_closes(page: Page, dash: Page, live: Locator, pid: str, screenshot
     page.reload()
     page.click("button:text('Close registration')")
     page.wait_for_selector("p.notice:text('Registration closes')")
+    _loss_is_not_reported_mid_round(page)
     page.wait_for_selector("#counts [data-field=phase]:text-matches('^(done|degraded)$')", timeout=90_000)
     live.locator("[data-field=status]:text-matches('^(done|degraded)$')").wait_for(timeout=90_000)
     assert dash.evaluate("window.__noReload") == 42  # the status changed in place
@@ -166,6 +167,53 @@ def _operator_closes(page: Page, dash: Page, live: Locator, pid: str, screenshot
     assert pid in page.inner_text("#problems")
     page.screenshot(path=str(screenshots / "console-problems.png"), full_page=True)
     return final
+
+
+def _loss_is_not_reported_mid_round(page: Page) -> None:
+    """While the round runs, reports not received yet are in flight, not lost (nothing was refused).
+
+    The row is read in one go (the poller rewrites it in one go too), while its phase is one in
+    which reports may still arrive.
+    """
+    from playwright.sync_api import Error as PlaywrightError
+
+    page.wait_for_selector("#counts [data-field=phase]:text-matches('^(medians|reporting)$')", timeout=90_000)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            row = page.evaluate(
+                "Object.fromEntries([...document.querySelectorAll('#counts [data-field]')]"
+                ".map(e => [e.dataset.field, e.textContent.trim()]))"
+            )
+            break
+        except PlaywrightError:  # the poller reloaded the page as the phase changed: read it again
+            assert time.monotonic() < deadline, "the problem page never settled"
+            page.wait_for_load_state("load")
+    if row["phase"] in ("medians", "reporting"):
+        expected, received = int(row["expected"]), int(row["received"])
+        assert expected > 0 and row["lost"] == "0", row
+        assert int(row["in_flight"]) == expected - received, row
+    else:  # the round ended between the two reads: the account is final, nothing in flight
+        assert row["in_flight"] == "0", row
+
+
+def _every_page_fits(page: Page, dash: Page, agg: str, ui: str, pid: str, screenshots: Path) -> None:
+    """Each page, with the content of a real round, fits 1,280 × 800 and 390 × 844; shot at both."""
+    from tests.browser.test_layout import SIZES, assert_fits
+
+    shots = {
+        "peer-data": (dash, f"{ui}/ui/"), "peer-proposals": (dash, f"{ui}/ui/proposals"),
+        "peer-shared": (dash, f"{ui}/ui/shared"), "peer-models": (dash, f"{ui}/ui/models"),
+        "console-problems": (page, f"{agg}/console/"),
+        "console-problem": (page, f"{agg}/console/problems/{pid}"),
+        "console-propose": (page, f"{agg}/console/propose"),
+    }
+    for size, (width, height) in SIZES.items():
+        for name, (tab, url) in shots.items():
+            tab.set_viewport_size({"width": width, "height": height})
+            assert_fits(tab, url)
+            if size == "phone":
+                tab.screenshot(path=str(screenshots / f"{name}-phone.png"), full_page=True)
 
 
 def _person_reads_shares_and_model(
@@ -204,6 +252,8 @@ def test_a_person_follows_a_problem_from_proposal_to_model_in_the_browser(
     crowd = start_peer_server(crowd_host(crowd_nodes, tmp_path / "crowd.db", aggregator.url))
     mine = start_peer_server(_my_host(me, tmp_path / "me" / "peer.db", aggregator.url), LOCAL)
     agg, ui = aggregator.url, mine.url
+    seen: list[str] = []
+    page.context.on("request", lambda r: seen.append(r.url))
     try:
         pid, draft, hostile = _operator_proposes(page, agg, screenshots)
         dash = _person_imports(page, ui, me, my_log, screenshots)
@@ -215,6 +265,9 @@ def test_a_person_follows_a_problem_from_proposal_to_model_in_the_browser(
         final = _operator_closes(page, dash, live, pid, screenshots)
         _person_reads_shares_and_model(dash, mine.host, me, pid, final, screenshots)
         assert page.dialogs == []  # the hostile title opened nothing
+        _every_page_fits(page, dash, agg, ui, pid, screenshots)
+        outside = [u for u in seen if not u.startswith((agg + "/", ui + "/"))]
+        assert outside == [], outside  # nothing loaded from anywhere but the two servers
     finally:
         mine.stop()
         crowd.stop()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from anonml.crypto.identity import Identity, PublicIdentity, RelayKeyCertificate
-from anonml.crypto.onion import Deliver, Forward, SphinxRelay
+from anonml.crypto.onion import Deliver, Forward, SphinxRelay, open_payload
 from anonml.crypto.poprf import TokenKey
 from anonml.crypto.spent import MemorySpentSet
 from anonml.crypto.tokens import Redemption, TokenVerifier
@@ -72,6 +72,8 @@ def test_frozen_packets_peel_to_the_frozen_results() -> None:
         ident = Identity.generate(rng)
         key, cert = ident.new_round_relay_key(v["round_id"], rng)
         relays[cert.node_id.hex()] = key
+    aggregator = Identity.generate(rng)  # the next draw: the aggregator, whose X25519 half is the intake key
+    assert aggregator._secret_bytes().hex() == v["aggregator_secret"]
     for case in v["cases"]:
         packet = bytes.fromhex(case["packet"])
         node = v["hops"][0]["node_id"]
@@ -81,7 +83,10 @@ def test_frozen_packets_peel_to_the_frozen_results() -> None:
             node, packet = expected["next_hop"], out.packet
         out = SphinxRelay(relays[node]).process(packet)
         assert isinstance(out, Deliver)
-        assert out.is_cover == case["cover"]
         want = case["delivered"]
         assert out.destination.hex() == want["destination"] and out.delay_ms == want["delay_ms"]
-        assert (None if out.report is None else out.report.hex()) == want["report"]
+        assert out.round_id == want["round_id"] == v["round_id"] and out.sealed.hex() == want["sealed"]
+        payload = open_payload(aggregator, out.sealed, round_id=out.round_id)  # only the aggregator can
+        assert payload.is_cover == case["cover"]
+        assert (None if payload.report is None else payload.report.hex()) == want["report"]
+        assert (None if payload.redemption is None else bytes(payload.redemption).hex()) == want["redemption"]

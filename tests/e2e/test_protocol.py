@@ -75,6 +75,10 @@ def test_every_honest_report_arrives_exactly_once(run):
     assert result.packets_sent == result.peers
     assert result.packets_relayed == 3 * result.peers
     assert result.rejects == {} and result.relay_rejects == {}
+    # Cover (the median pool's one slot each) crossed all three hops sealed like the reports; only
+    # the aggregator told it apart, and counted it apart from the report account.
+    assert result.reports is not None and result.reports.cover == roster["median_pool_size"]
+    assert result.reports.lost == 0
     assert registered == result.peers  # every peer registered exactly once
 
 

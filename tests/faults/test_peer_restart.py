@@ -211,13 +211,14 @@ def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count
 def _flood(member: WirePeer, relay_url: str, hop: Hop, problem: Problem, n: int) -> list[int]:
     """Post up to ``n`` fresh cover packets (valid, built from the public round key) to one relay, each
     authenticated as ``member`` (:mod:`peer.relayauth`)."""
-    destination = PublicIdentity.from_bytes(bytes(problem.aggregator)).node_id
+    aggregator = PublicIdentity.from_bytes(bytes(problem.aggregator))
+    to = {"destination": aggregator.node_id, "intake_key": aggregator.relay_key}
     assert member.key is not None
     key, poster = post_key(member.key, hop.public_key), member.identity.public.node_id
     codes: list[int] = []
     with requests.Session() as s:
         for _ in range(n):
-            packet = build_cover_packet([hop], round_id=problem.round_id, destination=destination)
+            packet = build_cover_packet([hop], round_id=problem.round_id, **to)
             body = seal_post(key, problem.round_id, hop.node_id, poster, [packet])
             headers = {"content-type": RELAY_POST_TYPE}
             codes.append(s.post(relay_url, data=body, headers=headers, timeout=30).status_code)

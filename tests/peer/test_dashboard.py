@@ -108,7 +108,8 @@ def test_hostile_titles_are_escaped_and_decisions_need_the_csrf_token(daemon, ag
     http, csrf = login(daemon.url, "/ui", LOCAL)
     page = http.get(f"{daemon.url}/ui/proposals", timeout=30).text
     assert problem.id in page and HOSTILE not in page and "<script>alert" not in page
-    assert page.count("&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt;") == 2  # title and description
+    # title, description, and the accessible names of its Accept and Decline buttons
+    assert page.count("&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt;") == 4
     assert "at most 7.39 times" in page  # ε = 2 in one plain sentence: e^2
     fp = daemon.node.fingerprint
     assert daemon.host.db.decision(problem.id, fp).verdict == "ask"
@@ -130,6 +131,8 @@ def test_hostile_titles_are_escaped_and_decisions_need_the_csrf_token(daemon, ag
 
 
 def test_accepting_past_the_lifetime_cap_is_refused_on_the_page_with_the_reason(daemon, aggregator):
+    """No Accept button for it; a forced POST redirects (POST/redirect/GET) to the page, which shows the
+    reason once: reloading it neither decides again nor repeats the message."""
     daemon.node.ledger.set_lifetime_cap(daemon.node.fingerprint, 10.0)
     daemon.node.ledger.record(
         peer=daemon.node.fingerprint,
@@ -142,9 +145,21 @@ def test_accepting_past_the_lifetime_cap_is_refused_on_the_page_with_the_reason(
     problem = propose(aggregator.url, draft())
     _seen(daemon, problem.id)
     http, csrf = login(daemon.url, "/ui", LOCAL)
-    reply = http.post(f"{daemon.url}/ui/proposals/{problem.id}/accept", data={"csrf": csrf}, timeout=30)
-    assert reply.status_code == 409
-    assert "would bring the lifetime total to 11.5, past the cap of 10" in reply.text
+    before = http.get(f"{daemon.url}/ui/proposals", timeout=30).text
+    assert f"/ui/proposals/{problem.id}/accept" not in before and "No Accept button" in before
+    reply = http.post(
+        f"{daemon.url}/ui/proposals/{problem.id}/accept",
+        data={"csrf": csrf},
+        allow_redirects=False,
+        timeout=30,
+    )
+    assert reply.status_code == 303 and reply.headers["location"] == "/ui/proposals"
+    shown = http.get(f"{daemon.url}/ui/proposals", timeout=30)
+    assert shown.status_code == 200
+    assert "would bring the lifetime total to 11.5, past the cap of 10" in shown.text
+    assert 'class="error"' in shown.text
+    again = http.get(f"{daemon.url}/ui/proposals", timeout=30).text  # a reload: a GET, shown once
+    assert 'class="error"' not in again
     assert daemon.host.db.decision(problem.id, daemon.node.fingerprint).verdict == "refuse"
     daemon.host.db.save_participation("p-earlier", daemon.node.fingerprint, "failed", "{}", None)
     shared = http.get(f"{daemon.url}/ui/shared", timeout=30).text

@@ -17,16 +17,19 @@ from fastapi import FastAPI, Request, Response
 from aggregator.app import start_server
 from anonml.crypto import (
     PACKET_SIZE,
+    PAYLOAD_SIZE,
     Hop,
     Identity,
+    InvalidPacket,
     Redemption,
     SphinxRelay,
     WindowSchedule,
     build_cover_packet,
     build_packet,
+    open_payload,
 )
 from anonml.privacy import PrivacyLedger
-from anonml.protocol import BatchResults, IntakeBatch, ItemResult
+from anonml.protocol import BatchResults, IntakeBatch, IntakeDelivery, ItemResult
 from anonml.store import EventStore
 from peer.app import start_peer_server
 from peer.db import PeerDB
@@ -145,7 +148,14 @@ def relays() -> Iterator[Relays]:
 def _report_packet(r: Relays, path: list[Hop]) -> tuple[bytes, Redemption, bytes]:
     redemption = Redemption(b"p-x/r/0", bytes(range(32)), bytes(32))
     report = b'{"problem_id": "p-x"}'
-    packet = build_packet(path, redemption, report, round_id=ROUND, destination=r.aggregator.public.node_id)
+    packet = build_packet(
+        path,
+        redemption,
+        report,
+        round_id=ROUND,
+        destination=r.aggregator.public.node_id,
+        intake_key=r.aggregator.public.relay_key,
+    )
     return packet, redemption, report
 
 
@@ -159,10 +169,11 @@ def test_packets_cross_three_hops_and_reach_the_intake_in_the_release_window(rel
     for when, path, body in arrived:
         assert path == "intake"
         assert s.t_s + s.delta < when < s.t_r
-        delivery = json.loads(body)
-        assert set(delivery) == {"redemption", "report"}
-    reports = sorted(json.loads(b)["redemption"] for _, _, b in arrived)
-    assert len(set(reports)) == 1  # the same redemption bytes each time (same test token)
+        delivery = IntakeDelivery.model_validate_json(body)
+        assert set(json.loads(body)) == {"version", "round_id", "sealed"} and delivery.round_id == ROUND
+    # Sealed: only the aggregator's identity opens them; each the same test token and report.
+    opened = [open_payload(relays.aggregator, d.sealed, round_id=ROUND) for d in _deliveries(arrived)]
+    assert {(bytes(p.redemption), p.report) for p in opened} == {(bytes(packets[0][1]), packets[0][2])}
     # The intake has the deliveries; the relay counts each send once its answer is in, a
     # moment later: poll for the counters with a deadline rather than read them at once.
     counters = relays.host.relay.counters
@@ -201,8 +212,11 @@ def test_wrong_sizes_tampering_and_unknown_targets_are_refused_before_or_by_cryp
     bad = requests.post(url, data=bytes(tampered), headers=OCTETS)
     assert bad.status_code == 400 and bad.json()["detail"] == "packet rejected"  # uniform, says no more
     assert requests.post(f"{relays.url}/relay/{'00' * 16}", data=packet, headers=OCTETS).status_code == 404
-    other_round = build_packet(
-        relays.hops[:1], None, None, round_id=ROUND + 1, destination=relays.aggregator.public.node_id
+    other_round = build_cover_packet(
+        relays.hops[:1],
+        round_id=ROUND + 1,
+        destination=relays.aggregator.public.node_id,
+        intake_key=relays.aggregator.public.relay_key,
     )
     assert requests.post(url, data=other_round, headers=OCTETS).status_code == 404
     # Only the valid packet was accepted; after all this the untampered one still goes through.
@@ -210,14 +224,54 @@ def test_wrong_sizes_tampering_and_unknown_targets_are_refused_before_or_by_cryp
     relays.capture.wait(1)
 
 
-def test_cover_packets_end_at_the_last_hop(relays):
-    cover = build_cover_packet(relays.hops[1:], round_id=ROUND, destination=relays.aggregator.public.node_id)
-    assert requests.post(relays.relay_url(1), data=cover, headers=OCTETS).status_code == 202
+def _deliveries(arrived: list[tuple[float, str, bytes]]) -> list[IntakeDelivery]:
+    return [IntakeDelivery.model_validate_json(body) for _, _, body in arrived]
+
+
+def test_the_exit_relay_forwards_reports_and_cover_alike_and_can_read_neither(relays):
+    """Real relays on loopback: a report and a cover packet over the same two hops reach the intake as
+    deliveries of one form and size, holding neither the report nor any part of its redemption, and
+    the relays' own counters cannot tell them apart; only the aggregator's key opens them."""
+    packet, redemption, report = _report_packet(relays, relays.hops[1:])
+    cover = build_cover_packet(
+        relays.hops[1:],
+        round_id=ROUND,
+        destination=relays.aggregator.public.node_id,
+        intake_key=relays.aggregator.public.relay_key,
+    )
+    for p in (packet, cover):
+        assert requests.post(relays.relay_url(1), data=p, headers=OCTETS).status_code == 202
+    arrived = relays.capture.wait(2)
+    bodies = [body for _, _, body in arrived]
+    assert [path for _, path, _ in arrived] == ["intake", "intake"]
+    assert len(bodies[0]) == len(bodies[1])
+    assert [set(json.loads(b)) for b in bodies] == [{"version", "round_id", "sealed"}] * 2
+    deliveries = _deliveries(arrived)
+    assert [len(d.sealed) for d in deliveries] == [PAYLOAD_SIZE] * 2
+    secrets = (report, redemption.slot, redemption.nonce, bytes(redemption))
+    assert not any(
+        s in d.sealed or s in body for d, body in zip(deliveries, bodies, strict=True) for s in secrets
+    )
+    # The exit's own account: both delivered, nothing dropped or counted as cover.
+    counters = relays.host.relay.counters
     deadline = time.monotonic() + 60
-    while relays.host.relay.counters["cover"] < 1:
-        assert time.monotonic() < deadline
+    while counters["delivered"] < 2:
+        assert time.monotonic() < deadline, dict(counters)
         time.sleep(0.02)
-    assert relays.capture.received == []
+    assert counters["cover"] == 0 and counters["delivered"] == 2
+    # The exit's own X25519 key opens nothing; the aggregator's opens both, one of them cover.
+    with pytest.raises(InvalidPacket):
+        open_payload(relays.nodes[2].identity, deliveries[0].sealed, round_id=ROUND)
+    kinds = sorted(open_payload(relays.aggregator, d.sealed, round_id=ROUND).is_cover for d in deliveries)
+    assert kinds == [False, True]
+
+
+def test_a_v1_packet_is_refused_naming_its_version(relays):
+    packet, _, _ = _report_packet(relays, relays.hops[:1])
+    old = requests.post(relays.relay_url(0), data=b"\x01" + packet[1:], headers=OCTETS)
+    assert old.status_code == 400 and "version 1" in old.json()["detail"]
+    assert relays.host.relay.counters["rejected: version"] == 1
+    assert requests.post(relays.relay_url(0), data=packet, headers=OCTETS).status_code == 202
 
 
 def test_late_packets_are_dropped_and_the_round_key_destroyed(relays):

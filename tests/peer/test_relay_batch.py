@@ -53,7 +53,12 @@ class Relay:
         redemption = Redemption(b"p-x/r/0", bytes([i]) * 32, bytes(32))
         report = b'{"problem_id": "p-x", "n": %d}' % i
         return build_packet(
-            [self.hop], redemption, report, round_id=ROUND, destination=self.aggregator.public.node_id
+            [self.hop],
+            redemption,
+            report,
+            round_id=ROUND,
+            destination=self.aggregator.public.node_id,
+            intake_key=self.aggregator.public.relay_key,
         )
 
     def batch(self, packets: list[bytes]) -> requests.Response:
@@ -136,7 +141,12 @@ def test_a_batch_gets_a_result_per_packet_and_a_bad_packet_sinks_no_good_one(tmp
         tampered = bytearray(r.packet(9))
         tampered[-1] ^= 1
         other_round = build_packet(
-            [r.hop], None, None, round_id=ROUND + 1, destination=_AGGREGATOR.public.node_id
+            [r.hop],
+            None,
+            None,
+            round_id=ROUND + 1,
+            destination=_AGGREGATOR.public.node_id,
+            intake_key=_AGGREGATOR.public.relay_key,
         )
         answer = r.batch([good[0], bytes(tampered), good[1], other_round, good[2]])
         assert _statuses(answer) == [202, 400, 202, 404, 202]

@@ -42,6 +42,7 @@ class OneHop:
             b'{"problem_id": "p-x"}',
             round_id=ROUND,
             destination=self.aggregator.public.node_id,
+            intake_key=self.aggregator.public.relay_key,
         )
         url = f"{self.server.url}/relay/{self.node.node_id.hex()}"
         assert requests.post(url, data=packet, headers=OCTETS, timeout=10).status_code == 202
@@ -126,6 +127,7 @@ def test_a_relay_restarted_on_the_same_state_db_still_refuses_a_replay(tmp_path)
         b'{"problem_id": "p-x"}',
         round_id=ROUND,
         destination=aggregator.public.node_id,
+        intake_key=aggregator.public.relay_key,
     )
     url = f"sqlite:///{tmp_path / 'state.db'}"
     SphinxRelay(key, StoredReplayCache(PeerDB(url), node.public.node_id, ROUND)).process(packet)
@@ -162,9 +164,10 @@ def test_a_relay_restarted_on_the_same_state_db_keeps_its_packet_cap(tmp_path):
 
     def flood(server: PeerServer, n: int) -> list[int]:
         relay, to = f"{server.url}/relay/{node.node_id.hex()}", aggregator.public.node_id
+        key = {"destination": to, "intake_key": aggregator.public.relay_key}
         with requests.Session() as s:
             return [
-                s.post(relay, data=build_cover_packet([hop], round_id=ROUND, destination=to),
+                s.post(relay, data=build_cover_packet([hop], round_id=ROUND, **key),
                        headers=OCTETS, timeout=10).status_code
                 for _ in range(n)
             ]

@@ -20,7 +20,15 @@ import numpy as np
 
 from anonml.crypto.group import expand_message_xmd, hash_to_group, hash_to_scalar
 from anonml.crypto.identity import Identity
-from anonml.crypto.onion import Deliver, Forward, Hop, SphinxRelay, build_cover_packet, build_packet
+from anonml.crypto.onion import (
+    Deliver,
+    Forward,
+    Hop,
+    SphinxRelay,
+    build_cover_packet,
+    build_packet,
+    open_payload,
+)
 from anonml.crypto.poprf import CONTEXT_STRING, TokenKey, evaluate
 from anonml.crypto.spent import MemoryIssuanceLedger
 from anonml.crypto.tokens import (
@@ -132,16 +140,26 @@ def onion_vectors(seed: int = 20250503) -> dict:
         key, cert = ident.new_round_relay_key(round_id, rng)
         relays[cert.node_id] = SphinxRelay(key)
         hops.append(Hop.from_certificate(cert, round_id, delay_ms=len(hops) * 250))
+    aggregator = Identity.generate(rng)  # its X25519 half is the intake key payloads are sealed to
+    intake_key = aggregator.public.relay_key
     destination = hashlib.sha256(b"aggregator").digest()[:16]
     redemption = Redemption(b"p1/r9/s2", rng.bytes(32), rng.bytes(32))
     cases = []
     for k, cover in ((1, False), (2, False), (3, False), (4, False), (3, True)):
         path = hops[:k]
         if cover:
-            packet = build_cover_packet(path, round_id=round_id, destination=destination, rng=rng)
+            packet = build_cover_packet(
+                path, round_id=round_id, destination=destination, intake_key=intake_key, rng=rng
+            )
         else:
             packet = build_packet(
-                path, redemption, b"report k=%d" % k, round_id=round_id, destination=destination, rng=rng
+                path,
+                redemption,
+                b"report k=%d" % k,
+                round_id=round_id,
+                destination=destination,
+                intake_key=intake_key,
+                rng=rng,
             )
         case = {"k": k, "cover": cover, "packet": packet.hex(), "hops": []}
         node, current = path[0].node_id, packet
@@ -158,17 +176,21 @@ def onion_vectors(seed: int = 20250503) -> dict:
                 node, current = out.next_hop, out.packet
                 continue
             assert isinstance(out, Deliver)
+            payload = open_payload(aggregator, out.sealed, round_id=out.round_id)
             case["delivered"] = {
                 "destination": out.destination.hex(),
                 "delay_ms": out.delay_ms,
-                "redemption": None if out.redemption is None else bytes(out.redemption).hex(),
-                "report": None if out.report is None else out.report.hex(),
+                "round_id": out.round_id,
+                "sealed": out.sealed.hex(),
+                "redemption": None if payload.redemption is None else bytes(payload.redemption).hex(),
+                "report": None if payload.report is None else payload.report.hex(),
             }
             break
         cases.append(case)
     return {
         "seed": seed,
         "round_id": round_id,
+        "aggregator_secret": aggregator._secret_bytes().hex(),
         "hops": [
             {"node_id": h.node_id.hex(), "public_key": h.public_key.hex(), "delay_ms": h.delay_ms}
             for h in hops

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -220,3 +221,10 @@ def test_every_cosignature_carries_a_vrf_proof_whose_output_is_the_beacon_share(
     )
     with pytest.raises(protocol.ProtocolError, match="does not verify"):
         protocol.witness_vrf_output(tampered)  # a proof is bound to its statement
+
+
+def test_api_docs_load_nothing_from_elsewhere(witness):
+    """``/docs`` is Swagger UI from the app's own files (issue 29, item 9), as on the other services."""
+    page = requests.get(f"{witness.url}/docs", timeout=30)
+    assert page.status_code == 200 and "swagger" in page.text.lower()
+    assert not re.findall(r"""(?:src|href)=["']https?://""", page.text), "an external load on /docs"
