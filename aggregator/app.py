@@ -167,13 +167,7 @@ def serve(settings: AggregatorSettings, workers: int = 1) -> None:
     """
     check_workers(settings.db_url, workers)
     if workers == 1:
-        uvicorn.run(
-            create_app(settings),
-            host=settings.host,
-            port=settings.port,
-            access_log=False,
-            log_level="warning",
-        )
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, **serving.uvicorn_options())
         return
     engine = make_engine(settings.db_url)
     try:
@@ -190,9 +184,8 @@ def serve(settings: AggregatorSettings, workers: int = 1) -> None:
             workers=workers,
             host=settings.host,
             port=settings.port,
-            access_log=False,
-            log_level="warning",
             timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
+            **serving.uvicorn_options(),
         )
     finally:
         os.environ.pop(SETTINGS_VARIABLE, None)

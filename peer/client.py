@@ -49,6 +49,8 @@ __all__ = ["AggregatorClient", "HTTPRefusal", "fetch_witness"]
 _M = TypeVar("_M", bound=BaseModel)
 #: Bytes a roster or a model document may have (each member's entry is a few hundred bytes).
 LARGE_REPLY_CAP = 64 << 20
+#: Seconds an ordinary call to the aggregator may take in all (larger documents say their own).
+AGGREGATOR_DEADLINE = 15.0
 
 
 class HTTPRefusal(ProtocolError):
@@ -74,7 +76,7 @@ def _call(
     url: str,
     model: type[_M] | TypeAdapter,
     body: BaseModel | None = None,
-    timeout: float = 15.0,
+    timeout: float | None = None,
     max_bytes: int = REPLY_CAP,
 ):
     reply = fetch(
@@ -82,7 +84,7 @@ def _call(
         url,
         None if body is None else body.model_dump_json().encode("utf-8"),
         None if body is None else "application/json",
-        deadline=timeout,
+        deadline=AGGREGATOR_DEADLINE if timeout is None else timeout,
         max_bytes=max_bytes,
     )
     if reply.status >= 300:

@@ -13,9 +13,15 @@ whole body; not a per-read timeout, which a server trickling one byte every
 two seconds would never trip) and a **response-size cap** (a declared
 ``Content-Length`` over the cap is refused before reading; otherwise at most
 cap + 1 bytes are read). The deadline is kept by one watchdog thread that
-shuts the socket down when it passes, so the blocked read returns at once
-and the worker thread is free again. No member can hold a worker longer
-than the deadline of the request it answers. By default connections are not
+shuts the connection down when it passes, so the blocked read returns at once
+and the worker thread is free again — whatever the answer's shape: HTTP/1.0
+or ``Connection: close`` (where :mod:`http.client` lets go of the socket once
+the headers are in and the response reads on from it), chunked, or trickled
+byte by byte. The watchdog holds its own duplicate of the connection's
+descriptor for that (:class:`_Guard`). The name lookup runs in a thread of
+its own that the request stops waiting for at the deadline, and the TCP
+connect and TLS handshake are inside the deadline too. No member can hold a
+worker longer than the deadline of the request it answers. By default connections are not
 reused (``Connection: close``). A relay's releases pass a :class:`KeepAlive`:
 a connection whose answer was read in full and in time goes back to it and
 carries the next request to the same origin; a kept connection that turns
@@ -78,30 +84,75 @@ class Reply:
         return self.body.decode("utf-8", errors="replace")
 
 
-class _Watchdog:
-    """One thread that shuts sockets down when their request's deadline passes."""
+class _Guard:
+    """The connection of one exchange, for the watchdog to shut down when its deadline passes.
+
+    It keeps its own duplicate of the socket's descriptor: :mod:`http.client`
+    drops its reference (``conn.sock = None``) once the headers of an HTTP/1.0
+    or ``Connection: close`` answer are read, while the response reads the
+    body on from the same socket. ``shutdown`` acts on the connection, not on
+    one descriptor, so shutting the duplicate down ends every read of the
+    response as well; and since only this object closes the duplicate (in
+    :meth:`release`, under the same lock as :meth:`expire`), the watchdog never
+    acts on a descriptor number that another connection reuses meanwhile.
+    """
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, http.client.HTTPConnection]] = []
-        self._live: set[int] = set()
+        self._lock = threading.Lock()
+        self._dup: socket.socket | None = None
+        self._expired = False
+        self._released = False
+
+    def attach(self, sock: socket.socket) -> None:
+        """Watch the connection of ``sock`` (shut down at once if the deadline already passed)."""
+        with self._lock:
+            if self._released:
+                return
+            if self._dup is not None:
+                self._dup.close()
+            self._dup = socket.fromfd(sock.fileno(), sock.family, sock.type)
+            if self._expired:
+                self._shutdown()
+
+    def expire(self) -> None:
+        """The deadline passed: shut the connection down (now, or as soon as it is attached)."""
+        with self._lock:
+            self._expired = True
+            if not self._released:
+                self._shutdown()
+
+    def release(self) -> None:
+        """The exchange is over: close the duplicate; :meth:`expire` does nothing from now on."""
+        with self._lock:
+            self._released = True
+            if self._dup is not None:
+                self._dup.close()
+                self._dup = None
+
+    def _shutdown(self) -> None:
+        if self._dup is not None:
+            try:
+                self._dup.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # not connected (any more): nothing to wake
+
+
+class _Watchdog:
+    """One thread that expires the :class:`_Guard` of each exchange when its deadline passes."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Guard]] = []
         self._cond = threading.Condition()
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
 
-    def watch(self, end: float, conn: http.client.HTTPConnection) -> int:
+    def watch(self, end: float, guard: _Guard) -> None:
         with self._cond:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="outbound-deadlines", daemon=True)
                 self._thread.start()
-            handle = next(self._seq)
-            heapq.heappush(self._heap, (end, handle, conn))
-            self._live.add(handle)
+            heapq.heappush(self._heap, (end, next(self._seq), guard))
             self._cond.notify()
-            return handle
-
-    def cancel(self, handle: int) -> None:
-        with self._cond:
-            self._live.discard(handle)
 
     def _run(self) -> None:
         while True:
@@ -109,14 +160,8 @@ class _Watchdog:
                 while not self._heap or self._heap[0][0] > time.monotonic():
                     wait = None if not self._heap else self._heap[0][0] - time.monotonic()
                     self._cond.wait(timeout=wait)
-                _, handle, conn = heapq.heappop(self._heap)
-                expired = handle in self._live
-                self._live.discard(handle)
-            if expired and conn.sock is not None:
-                try:
-                    conn.sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass  # already closed
+                _, _, guard = heapq.heappop(self._heap)
+            guard.expire()  # a no-op for an exchange already over
 
 
 _WATCHDOG = _Watchdog()
@@ -135,10 +180,10 @@ class KeepAlive:
 
     def __init__(self, per_origin: int = 4, idle_seconds: float = 4.0) -> None:
         self.per_origin, self.idle_seconds = per_origin, idle_seconds
-        self._idle: dict[_Origin, list[tuple[float, http.client.HTTPConnection]]] = {}
+        self._idle: dict[_Origin, list[tuple[float, _Connection]]] = {}
         self._lock = threading.Lock()
 
-    def take(self, origin: _Origin) -> http.client.HTTPConnection | None:
+    def take(self, origin: _Origin) -> _Connection | None:
         """A kept connection to ``origin`` (the most recently used), or None."""
         stale = []
         conn = None
@@ -154,7 +199,7 @@ class KeepAlive:
             old.close()
         return conn
 
-    def give(self, origin: _Origin, conn: http.client.HTTPConnection) -> None:
+    def give(self, origin: _Origin, conn: _Connection) -> None:
         """Keep ``conn`` for the next request to ``origin`` (closed instead if enough are kept)."""
         with self._lock:
             kept = self._idle.setdefault(origin, [])
@@ -203,11 +248,11 @@ def fetch(
     req = _Request(method, url, path, body, headers, end, deadline, max_bytes, origin, keep_alive)
     conn = keep_alive.take(origin) if keep_alive is not None else None
     if conn is None:
-        return _exchange(_connect(origin, deadline), req)
+        return _exchange(_connect(origin), req)
     try:
         return _exchange(conn, req)
     except _Stale:  # the other side had closed the kept connection: once more on a new one
-        return _exchange(_connect(origin, max(0.001, end - time.monotonic())), req)
+        return _exchange(_connect(origin), req)
 
 
 @dataclass(frozen=True)
@@ -230,23 +275,96 @@ class _Stale(Exception):
     """A kept connection failed before any answer arrived (closed by the other side meanwhile)."""
 
 
-def _connect(origin: _Origin, timeout: float) -> http.client.HTTPConnection:
+class _Connection(http.client.HTTPConnection):
+    """:mod:`http.client`'s connection, whose connect stays inside the deadline of the exchange under way.
+
+    ``guard`` and ``end`` are those of the exchange (set by :func:`_exchange`
+    before each request): the name lookup and the TCP connect end by ``end``
+    (:func:`_open`), and the socket is in ``guard`` before any TLS byte is
+    read, so a handshake trickled by the other side is cut at the deadline too.
+    """
+
+    def __init__(self, host: str, port: int | None, tls: bool) -> None:
+        self.default_port = 443 if tls else 80  # before __init__: it fills in a missing port
+        super().__init__(host, port)
+        self.tls = tls
+        self.guard = _Guard()
+        self.end = 0.0
+
+    def connect(self) -> None:
+        sock = _open(self.host, self.port, self.end)
+        self.guard.attach(sock)
+        self.sock = _TLS.wrap_socket(sock, server_hostname=self.host) if self.tls else sock
+
+
+def _connect(origin: _Origin) -> _Connection:
     scheme, host, port = origin
-    if scheme == "https":
-        return http.client.HTTPSConnection(host, port, timeout=timeout, context=_TLS)
-    return http.client.HTTPConnection(host, port, timeout=timeout)
+    return _Connection(host, port, scheme == "https")
 
 
-def _exchange(conn: http.client.HTTPConnection, req: _Request) -> Reply:
+def _resolve(host: str, port: int, end: float) -> list[tuple]:
+    """``getaddrinfo`` of ``host:port`` by ``end`` (monotonic); an address literal is not looked up.
+
+    A lookup cannot be interrupted, so a name runs in a daemon thread of its
+    own and the request stops waiting for it at ``end``: a slow or silent name
+    server then costs the request its deadline, and that thread the resolver's
+    own timeout.
+    """
+    try:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        pass  # a name, not an address
+    found: list[list[tuple] | OSError] = []
+
+    def lookup() -> None:
+        try:
+            found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError as exc:
+            found.append(exc)
+
+    thread = threading.Thread(target=lookup, name="outbound-lookup", daemon=True)
+    thread.start()
+    thread.join(max(0.0, end - time.monotonic()))
+    if not found:
+        raise TimeoutError(f"the name {host} was not resolved in time")
+    if isinstance(found[0], OSError):
+        raise found[0]
+    return found[0]
+
+
+def _open(host: str, port: int, end: float) -> socket.socket:
+    """A TCP connection to ``host:port`` (each address in turn) made by ``end`` (monotonic)."""
+    failure: OSError = TimeoutError(f"no connection to {host}:{port} in time")
+    for family, kind, proto, _, address in _resolve(host, port, end):
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            break
+        sock = socket.socket(family, kind, proto)
+        sock.settimeout(remaining)  # per operation; the whole exchange is bounded by the watchdog
+        try:
+            sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            failure = exc
+            continue
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    raise failure
+
+
+def _exchange(conn: _Connection, req: _Request) -> Reply:
     """Send one request on ``conn`` and read its answer, all before ``req.end``; see :func:`fetch`."""
     reused = conn.sock is not None
-    handle = _WATCHDOG.watch(req.end, conn)
+    guard = conn.guard = _Guard()
+    conn.end = req.end
+    if reused:
+        guard.attach(conn.sock)
+    _WATCHDOG.watch(req.end, guard)
+    response: http.client.HTTPResponse | None = None
     kept = False
-    answered = False
     try:
         conn.request(req.method, req.path, body=req.body, headers=req.headers)
         response = conn.getresponse()
-        answered = True
         declared = response.getheader("content-length")
         if declared is not None and declared.isdigit() and int(declared) > req.max_bytes:
             raise OutboundError(
@@ -259,21 +377,23 @@ def _exchange(conn: http.client.HTTPConnection, req: _Request) -> Reply:
             raise OutboundError(f"{req.url[:100]}: no complete answer within {req.deadline:g} s")
         reply = Reply(response.status, data, req.url, response.getheader("content-type") or "")
         if req.keep_alive is not None and response.isclosed() and not response.will_close:
-            _WATCHDOG.cancel(handle)
+            guard.release()
             req.keep_alive.give(req.origin, conn)
             kept = True
         return reply
     except OutboundError:
         raise
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        if reused and not answered and time.monotonic() < req.end:
+        if reused and response is None and time.monotonic() < req.end:
             raise _Stale() from None
         if time.monotonic() >= req.end:
             raise OutboundError(f"{req.url[:100]}: no complete answer within {req.deadline:g} s") from None
         raise OutboundError(f"{req.url[:100]}: {type(exc).__name__}: {exc}") from None
     finally:
         if not kept:
-            _WATCHDOG.cancel(handle)
+            guard.release()
+            if response is not None:
+                response.close()  # an answer of HTTP/1.0 or ``Connection: close`` holds the socket
             conn.close()
 
 

@@ -151,6 +151,7 @@ def start(
     """
     import uvicorn
 
+    from anonml.serving import uvicorn_options
     from peer.app import create_app, create_daemon
 
     with expected_errors():
@@ -193,7 +194,7 @@ def start(
         err.print(f"policy (saved in {untrusted(saved)}): {_policy_text(settings)}", highlight=False)
         app_ = create_app(host_, settings.resolved_local_token())  # the token file exists from here
         err.print(_dashboard_text(settings), highlight=False)
-        uvicorn.run(app_, host=settings.host, port=settings.port, access_log=False, log_level="warning")
+        uvicorn.run(app_, host=settings.host, port=settings.port, **uvicorn_options())
 
 
 def _dashboard_text(settings: PeerSettings) -> str:
