@@ -858,7 +858,9 @@ class Participant:
         aggregator = PublicIdentity.from_bytes(bytes(self.problem.aggregator))
         round_id, destination, intake_key = self.problem.round_id, aggregator.node_id, aggregator.relay_key
         if payload is None:
-            return build_cover_packet(list(path), round_id=round_id, destination=destination, intake_key=intake_key)
+            return build_cover_packet(
+                list(path), round_id=round_id, destination=destination, intake_key=intake_key
+            )
         redemption, report = payload
         return build_packet(
             list(path), redemption, report, round_id=round_id, destination=destination, intake_key=intake_key
