@@ -11,7 +11,8 @@ deleted when the round closes at ``t_r``, with the replay tags its relay saw,
 whether each went (``peer_outbox``), and the packets its relay holds with
 their release times (``peer_held_packets``, deleted once released) with how
 many packets each node's relay accepted in the round (``peer_relay_counts``,
-its per-round cap must not start again at a restart). Every
+its per-round cap must not start again at a restart) and each member posted
+to it (``peer_relay_quotas``, likewise for each member's quota). Every
 secret among them — relay keys, tokens, packets — is stored sealed under
 the identity's at-rest key (:class:`peer.vault.Vault`), never in clear.
 
@@ -54,6 +55,7 @@ __all__ = [
     "HeldRow",
     "ReplayTagRow",
     "RelayCountRow",
+    "RelayQuotaRow",
 ]
 
 
@@ -179,6 +181,16 @@ class RelayCountRow(_PerRound, _Base):
 
     __tablename__ = "peer_relay_counts"
 
+    accepted: Mapped[int] = mapped_column(Integer)
+
+
+class RelayQuotaRow(_PerRound, _Base):
+    """How many packets one member posted to a node's relay in a round (its quota,
+    :func:`peer.relayauth.member_quota`)."""
+
+    __tablename__ = "peer_relay_quotas"
+
+    poster: Mapped[str] = mapped_column(String(32), primary_key=True)  # the member's node id, hex
     accepted: Mapped[int] = mapped_column(Integer)
 
 
@@ -363,6 +375,15 @@ class PeerDB:
                     )
                 )
 
+    def reroute_outbox(self, problem_id: str, node: str, slot: int, url: str, sealed: bytes) -> None:
+        """Replace one slot's packet and first hop (the sender rebuilt it over another route)."""
+        with self.sessions() as s, s.begin():
+            s.execute(
+                update(OutboxRow)
+                .where(OutboxRow.problem_id == problem_id, OutboxRow.node == node, OutboxRow.slot == slot)
+                .values(url=url, sealed_packet=sealed)
+            )
+
     def outbox(self, problem_id: str, node: str) -> list[OutboxRow]:
         with self.sessions() as s:
             return list(
@@ -409,10 +430,12 @@ class PeerDB:
         held: list[tuple[str, int, float, float, str, str, str, bytes]],
         tags: list[tuple[str, int, bytes]],
         accepted: dict[tuple[str, int], int] | None = None,
+        quotas: dict[tuple[str, int, str], int] | None = None,
     ) -> list[int]:
         """One transaction: the replay tags ``(node, round, tag)``, the held packets (``hold``'s
-        arguments, in order) and ``accepted`` packets counted per ``(node, round)`` under the
-        relay's cap (:meth:`relay_count`); the held rows' ids, in order.
+        arguments, in order), ``accepted`` packets counted per ``(node, round)`` under the
+        relay's cap (:meth:`relay_count`) and ``quotas`` per ``(node, round, poster)`` under each
+        member's quota (:meth:`relay_quotas`); the held rows' ids, in order.
 
         What a relay does for a batch of packets before it answers for any of
         them: once this returns, every tag, packet and count of the batch
@@ -429,6 +452,9 @@ class PeerDB:
                 )
             for (node, round_id), count in (accepted or {}).items():
                 increment(s, RelayCountRow, {"node": node, "round_id": round_id}, "accepted", by=count)
+            for (node, round_id, poster), count in (quotas or {}).items():
+                key = {"node": node, "round_id": round_id, "poster": poster}
+                increment(s, RelayQuotaRow, key, "accepted", by=count)
             if not held:
                 return []
             stmt = insert(HeldRow.__table__).returning(HeldRow.__table__.c.id, sort_by_parameter_order=True)
@@ -439,6 +465,14 @@ class PeerDB:
         with self.sessions() as s:
             row = s.get(RelayCountRow, (node, round_id))
             return 0 if row is None else row.accepted
+
+    def relay_quotas(self, node: str, round_id: int) -> dict[str, int]:
+        """Packets each member (node id, hex) posted to the node's relay in the round, over every run."""
+        with self.sessions() as s:
+            rows = s.scalars(
+                select(RelayQuotaRow).where(RelayQuotaRow.node == node, RelayQuotaRow.round_id == round_id)
+            )
+            return {row.poster: row.accepted for row in rows}
 
     def unhold(self, row_id: int) -> None:
         self.unhold_many([row_id])
@@ -473,11 +507,14 @@ class PeerDB:
             return list(rows)
 
     def forget_replay_tags(self, node: str, round_id: int) -> None:
-        """Delete the round's replay tags and its relay count (the round closed)."""
+        """Delete the round's replay tags, its relay count and its members' quotas (the round closed)."""
         with self.sessions() as s, s.begin():
             s.execute(
                 delete(ReplayTagRow).where(ReplayTagRow.node == node, ReplayTagRow.round_id == round_id)
             )
             s.execute(
                 delete(RelayCountRow).where(RelayCountRow.node == node, RelayCountRow.round_id == round_id)
+            )
+            s.execute(
+                delete(RelayQuotaRow).where(RelayQuotaRow.node == node, RelayQuotaRow.round_id == round_id)
             )

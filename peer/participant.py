@@ -80,6 +80,7 @@ from anonml.crypto import (
     Hop,
     Identity,
     PublicIdentity,
+    Redemption,
     RelayKeyCertificate,
     RoundRelayKey,
     SphinxRelay,
@@ -128,7 +129,8 @@ from peer.phases import (
     check_transition,
 )
 from peer.policy import PeerPolicy, check_roster_floors
-from peer.relay import REFUSED_ADDRESS, RelayRound, RelayService, StoredReplayCache, packet_cap
+from peer.relay import REFUSED_ADDRESS, RelayRound, RelayService, StoredReplayCache
+from peer.relayauth import RELAY_POST_TYPE, member_quota, post_key, relay_node_of, seal_post
 from peer.reports import choose_path, fetch_tokens, make_reports
 from peer.roster import RosterView
 from peer.transcript import credential_for, verify_bundle
@@ -255,6 +257,11 @@ class Participant:
     _resumed_fingerprint: str | None = None  # a restart re-checks the roster against this one
     _resumed_group: int | None = None  # report_group as saved before a restart
     _registration: Registration | None = None  # signed once: a resend is the same document
+    # What each slot carries (redemption, report; None: cover), kept in memory to rebuild a packet
+    # over another route (reroute); not after a restart, when the stored packet is retried as it is.
+    _payloads: list[tuple[Redemption, bytes] | None] | None = field(default=None, repr=False)
+    _avoid: set[bytes] = field(default_factory=set, repr=False)  # first hops that failed this round
+    _reroute_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _plugins: tuple[Instancer, Featurizer, list[int]] | None = None  # loaded once per host, for the example
     _example_pending: bool = False  # prepare() ran and compute_example has not yet
     _example_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -761,6 +768,8 @@ class Participant:
         if bins.slots_per_peer != draft.kh or len(bins.edges) != len(draft.features):
             raise Aborted("bins do not match the proposal (slot count or feature count)")
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
+        hops = min(draft.hops, len(view.keys) - 1)
+        quota = member_quota(draft.kh, hops, len(view.keys))
         replays = (
             None if self.db is None else StoredReplayCache(self.db, self.node.node_id, self.problem.round_id)
         )
@@ -773,8 +782,11 @@ class Participant:
                 routes=view.routes,
                 destination=_node_id(bytes(self.problem.aggregator)),
                 intake_url=self.client.intake_url,
-                stages=min(draft.hops, len(view.keys) - 1),
-                max_packets=packet_cap(draft.kh, min(draft.hops, len(view.keys) - 1)),
+                stages=hops,
+                # Each member spends only its own quota (peer.relayauth); the node's total is their sum.
+                members=view.relay_keys(),
+                quota=quota,
+                max_packets=quota * (len(view.keys) - 1),
                 vault=self.node.vault,
                 owner=self.node.fingerprint,
             )
@@ -815,34 +827,17 @@ class Participant:
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
         if time.time() >= bins.t_s + bins.delta:
             raise Aborted("the bins arrived after the send window closed")
+        payloads: list[tuple[Redemption, bytes] | None]
         if roster.assignment.role == "report":
-            payloads = self._reports(bins, roster)
+            payloads = list(self._reports(bins, roster))
         else:
             payloads = [None] * bins.slots_per_peer
-        packets = []  # onion keys from the OS CSPRNG, never from the simulation's seeded rng
+        packets = []
         preparation = self.prepare_round()
-        destination = _node_id(bytes(self.problem.aggregator))
-        # Reports and cover are sealed to the X25519 half of the aggregator identity the signed Problem
-        # names — a document inside the bins transcript the witnesses co-signed (check_bins), so every
-        # peer seals to the same key and none to one shown only to it.
-        intake_key = PublicIdentity.from_bytes(bytes(self.problem.aggregator)).relay_key
         for payload, path in zip(payloads, preparation.paths, strict=True):
-            if payload is None:
-                packet = build_cover_packet(
-                    list(path), round_id=self.problem.round_id, destination=destination, intake_key=intake_key
-                )
-            else:
-                redemption, report = payload
-                packet = build_packet(
-                    list(path),
-                    redemption,
-                    report,
-                    round_id=self.problem.round_id,
-                    destination=destination,
-                    intake_key=intake_key,
-                )
             first = roster.view.routes[path[0].node_id]
-            packets.append((send_time(schedule, self.node.rng), first, packet))
+            packets.append((send_time(schedule, self.node.rng), first, self._packet(payload, path)))
+        self._payloads = payloads
         self.window_end = bins.t_s + bins.delta
         if self.db is not None:
             vault = self.node.vault
@@ -851,6 +846,66 @@ class Participant:
             )
         self._move(P.REPORTING)
         return packets
+
+    def _packet(self, payload: tuple[Redemption, bytes] | None, path: tuple[Hop, ...]) -> bytes:
+        """The onion packet of one slot over ``path``: its report, or cover (``payload`` None).
+
+        Onion keys from the OS CSPRNG, never from the simulation's seeded rng.
+        """
+        # Reports and cover are sealed to the X25519 half of the aggregator identity the signed Problem
+        # names — a document inside the bins transcript the witnesses co-signed (check_bins), so every
+        # peer seals to the same key and none to one shown only to it.
+        aggregator = PublicIdentity.from_bytes(bytes(self.problem.aggregator))
+        round_id, destination, intake_key = self.problem.round_id, aggregator.node_id, aggregator.relay_key
+        if payload is None:
+            return build_cover_packet(
+                list(path), round_id=round_id, destination=destination, intake_key=intake_key
+            )
+        redemption, report = payload
+        return build_packet(
+            list(path), redemption, report, round_id=round_id, destination=destination, intake_key=intake_key
+        )
+
+    def reroute(self, slot: int, failed_url: str) -> tuple[str, bytes] | None:
+        """A new route and packet for ``slot`` whose first hop (``failed_url``) refused it or is down.
+
+        The new route avoids every first hop that failed for this identity in
+        the round; the packet carries the same report (or is cover), so at
+        most one copy reaches the intake with a valid token (the intake
+        refuses a token spent twice). The new route replaces the slot's in
+        the stored facts and outbox, so a restart sends the new packet.
+        Returns ``(first hop URL, packet)``, or None when no route avoiding
+        the failed hops exists or the slot's report is not in memory (after
+        a restart): the caller then retries the old packet.
+        """
+        roster = self.facts(self.roster, "the checked roster")
+        with self._reroute_lock:
+            if self._payloads is None or self.preparation is None:
+                return None
+            try:
+                self._avoid.add(relay_node_of(failed_url))
+            except ValueError:
+                return None
+            me = roster.view.index_of[bytes(self.node.identity.public)]
+            try:
+                path = tuple(
+                    choose_path(
+                        roster.view, me, self.problem.draft.hops, self.problem.round_id,
+                        self.node.rng, frozenset(self._avoid),
+                    )
+                )  # fmt: skip
+            except ProtocolError:
+                return None
+            packet = self._packet(self._payloads[slot], path)
+            paths = list(self.preparation.paths)
+            paths[slot] = path
+            self.preparation = Preparation(tuple(paths), self.preparation.tokens)
+            url = roster.view.routes[path[0].node_id]
+            self.save()
+            if self.db is not None:
+                sealed = self.node.vault.seal(packet)
+                self.db.reroute_outbox(self.problem.id, self.node.fingerprint, slot, url, sealed)
+        return url, packet
 
     def prepare_round(self) -> Preparation:
         """Routes (one per slot, certificates checked) and, for a report peer, its tokens.
@@ -886,7 +941,7 @@ class Participant:
         self.save()
         return self.preparation
 
-    def _reports(self, bins: Bins, roster: RosterFacts) -> list[tuple[object, bytes]]:
+    def _reports(self, bins: Bins, roster: RosterFacts) -> list[tuple[Redemption, bytes]]:
         if bins.slots_per_peer != len(roster.assignment.subsets):
             raise Aborted(
                 f"bins announce {bins.slots_per_peer} slots for {len(roster.assignment.subsets)} subsets"
@@ -917,16 +972,25 @@ class Participant:
         return out
 
     def send(self, slot: int, url: str, packet: bytes) -> None:
-        """POST one packet to its first hop (called by the dispatcher at its send time).
+        """POST one packet to its first hop (called by the dispatcher at its send time), authenticated
+        as this identity's round relay key to the first hop's (:mod:`peer.relayauth`).
 
-        The hop's name is resolved first: a host that is not a global address is a final
+        The hop's name is resolved first: a host that is not a global address is a
         :data:`~peer.relay.REFUSED_ADDRESS` refusal, and nothing is sent.
         """
         try:
             check_relay_address(url, allow_loopback_http=self.relay.allow_loopback_http)
         except ValueError as exc:
             raise HTTPRefusal(url, REFUSED_ADDRESS, str(exc)) from None
-        reply = post(url, packet, "application/octet-stream")
+        view = self.facts(self.roster, "the checked roster").view
+        keys = self.facts(self.keys, "this identity's round relay key")
+        hop = relay_node_of(url)
+        public = view.relay_keys().get(hop)
+        if public is None:
+            raise Aborted(f"first hop {hop.hex()} has no verified relay key in the roster")
+        round_id = self.problem.round_id
+        body = seal_post(post_key(keys.key, public), round_id, hop, self.node.node_id, [packet])
+        reply = post(url, body, RELAY_POST_TYPE)
         if reply.status >= 300:
             raise HTTPRefusal(url, reply.status, reply.text[:200])
         self.sent += 1

@@ -10,13 +10,19 @@ URL. :meth:`RelayService.handle` then, for one packet:
    refused oversized bodies with 413 before reading them) — before any crypto;
 2. finds the round key by the packet's round id (404 if this node has none);
 3. drops the packet if it arrives after ``t_r`` (410);
-4. refuses it with 429 once the node has accepted :attr:`RelayRound.max_packets`
-   packets this round (:func:`packet_cap`) — before any crypto, so an outsider
-   who builds valid packets from the public round keys in the roster can
-   flood no relay past what an honest round could bring it. The count is kept
-   in the state DB with the held packets (:meth:`peer.db.PeerDB.hold_many`), and a
-   round reopened after a restart starts from it: killing the host does not
-   grant a fresh cap;
+4. for a round whose relay knows its roster (:attr:`RelayRound.members`),
+   takes the packet only from a post a roster member authenticated
+   (:mod:`peer.relayauth`: the whole post is refused with 403 before any
+   packet is looked at when its MAC is not a member's for this node and
+   round; a bare packet gets 401), and refuses it with 429 once the posting
+   member has spent its own :attr:`RelayRound.quota` at this node — so an
+   outsider who builds valid packets from the public round keys in the roster
+   spends nothing, and a member only its own allowance. It also refuses with
+   429 once the node has accepted :attr:`RelayRound.max_packets` packets this
+   round (:func:`packet_cap`; with a roster, the sum of the quotas). Both
+   counts are kept in the state DB with the held packets
+   (:meth:`peer.db.PeerDB.hold_many`), and a round reopened after a restart
+   starts from them: killing the host does not grant a fresh cap or quota;
 5. peels it (MAC, then the replay tag: 409 for a replay; 400 for anything
    else wrong) and schedules the release with :func:`~anonml.crypto.release_time`
    — to the next hop's relay, or, at the last hop, to the aggregator's intake
@@ -55,7 +61,9 @@ per destination carries everything queued there (:meth:`RelayService._due`):
 one packet as before (``POST /relay/{node}``, ``POST /intake``), several as
 one batch (``POST …/batch``: packets back to back to a next hop, an
 :class:`~anonml.protocol.IntakeBatch` to the intake) with a result per
-item. No release leaves before its time; under load many leave in one
+item. A round with a roster forwards each request to a next hop as one post
+authenticated under the node's own round key (one queue per destination and
+poster). No release leaves before its time; under load many leave in one
 request. Every request is one :func:`peer.dispatch.post` with a total
 deadline and a size cap, on a kept-alive connection per destination
 (:class:`peer.dispatch.KeepAlive`), so a next hop that answers slowly (or never) holds
@@ -125,6 +133,7 @@ from pydantic import ValidationError
 from anonml.crypto import (
     PACKET_SIZE,
     PAYLOAD_VERSION,
+    CryptoError,
     Deliver,
     InvalidPacket,
     ReplayCache,
@@ -144,6 +153,16 @@ from anonml.protocol import (
 )
 from peer.db import PeerDB
 from peer.dispatch import Dispatcher, KeepAlive, OutboundError, post
+from peer.relayauth import (
+    RELAY_POST_TYPE,
+    PostAuth,
+    chernoff_cap,
+    mac_matches,
+    post_key,
+    post_mac,
+    relay_node_of,
+    seal_post,
+)
 from peer.vault import Vault
 
 __all__ = [
@@ -151,6 +170,7 @@ __all__ = [
     "RelayRound",
     "RelayService",
     "RelayOutcome",
+    "RelayRefused",
     "default_guard",
     "packet_cap",
     "INTAKE_TICK",
@@ -214,6 +234,10 @@ class RelayRound:
     guard: float | None = None  # seconds kept free before t_r (None: default_guard)
     stages: int = 1  # hops of the problem's routes: one release stage each
     max_packets: int | None = None  # packets this node accepts in the round (None: no cap)
+    # node id -> round relay public key of every roster member whose certificate verified: posts must
+    # carry a member's authenticator (peer.relayauth). None: an open relay, for a round without a roster.
+    members: dict[bytes, bytes] | None = None
+    quota: int | None = None  # packets one member may post to this node in the round (None: no quota)
     vault: Vault | None = None  # seals held packets in the state DB (None: held in memory only)
     owner: str | None = None  # the node's identity fingerprint (its round key row in the state DB)
 
@@ -246,17 +270,28 @@ def retriable(status: int | None) -> bool:
 
 
 def packet_cap(slots_per_peer: int, hops: int) -> int:
-    """Packets one node accepts per round: ``⌈λ + 8√λ + 16⌉`` with ``λ = slots_per_peer · hops``.
+    """Packets one node accepts per round from all posters together: ``⌈λ + 8√λ + 16⌉``
+    with ``λ = slots_per_peer · hops``.
 
     Each of the other ``n − 1`` members sends ``slots_per_peer`` packets over
     ``hops`` distinct relays chosen uniformly among its ``n − 1`` others, so
     the packets an honest round brings one node are a sum of Bernoulli draws
     of mean ``λ`` and variance at most ``λ``; the cap sits 8 standard
     deviations (plus 16) above the mean, which an honest round passes with
-    probability below 1e-12 (Chernoff), while an outsider's flood stops there.
+    probability below 1e-12 (Chernoff). A shared cap is spent by whoever
+    posts first, so a round with a roster also gives each member its own
+    quota (:func:`peer.relayauth.member_quota`) and sets the node's cap to
+    what all members' quotas add up to (:meth:`peer.participant.Participant.open_round`).
     """
-    lam = slots_per_peer * hops
-    return int(math.ceil(lam + 8.0 * math.sqrt(lam) + 16))
+    return chernoff_cap(slots_per_peer * hops)
+
+
+class RelayRefused(Exception):
+    """A whole post refused before any of its packets is looked at: its authenticator does not hold."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
 
 
 @dataclass(frozen=True)
@@ -288,6 +323,7 @@ class _Release:
     deadline: float
     held: int | None = None
     attempt: int = 0
+    poster: tuple[bytes, int] | None = None  # (node id, round) whose key authenticates a forwarded post
 
 
 class RelayService:
@@ -307,11 +343,14 @@ class RelayService:
         self.allow_loopback_http = allow_loopback_http
         self._rounds: dict[tuple[bytes, int], RelayRound] = {}
         self._accepted: Counter[tuple[bytes, int]] = Counter()
+        self._spent: Counter[tuple[bytes, int, bytes]] = Counter()  # per (node, round, poster): quota used
+        self._post_keys: dict[tuple[bytes, int, bytes], bytes] = {}  # (node, round, other member) -> K
         self._closed: set[tuple[bytes, int]] = set()
         self._route_tables: dict[int, tuple[dict[bytes, str], dict[bytes, str]]] = {}  # _checked_routes
         self._lock = threading.Lock()
-        self._outbound: dict[tuple[str, str], list[_Release]] = {}  # due, per (URL, content type)
-        self._sending: set[tuple[str, str]] = set()  # destinations with a send under way
+        # due, per (URL, content type, poster)
+        self._outbound: dict[tuple[str, str, tuple[bytes, int] | None], list[_Release]] = {}
+        self._sending: set[tuple[str, str, tuple[bytes, int] | None]] = set()  # a send under way to these
         self.keep_alive = KeepAlive()  # releases reuse their connections (peer.dispatch)
         self.counters: Counter[str] = Counter()
 
@@ -330,10 +369,17 @@ class RelayService:
         key = (round_.node_id, round_.round_id)
         round_.routes = self._checked_routes(round_.routes)
         accepted = 0 if self.db is None else self.db.relay_count(round_.node_id.hex(), round_.round_id)
+        spent = (
+            {}
+            if self.db is None or round_.members is None
+            else self.db.relay_quotas(round_.node_id.hex(), round_.round_id)
+        )
         with self._lock:
             if key in self._rounds:
                 raise ValueError(f"node {round_.node_id.hex()} already relays round {round_.round_id}")
             self._rounds[key] = round_
+            for poster, n in spent.items():
+                self._spent[(*key, bytes.fromhex(poster))] = n
             self._accepted[key] = accepted  # what earlier runs of this host accepted counts too
         self.dispatcher.at(round_.schedule.t_r, lambda: self.close_round(round_.node_id, round_.round_id))
 
@@ -367,6 +413,9 @@ class RelayService:
         with self._lock:
             round_ = self._rounds.pop((node_id, round_id), None)
             self._accepted.pop((node_id, round_id), None)
+            for table in (self._spent, self._post_keys):
+                for k in [k for k in table if k[:2] == (node_id, round_id)]:
+                    del table[k]
             self._closed.add((node_id, round_id))
         if round_ is not None:
             round_.relay.close()
@@ -380,20 +429,28 @@ class RelayService:
             return (node_id, round_id) in self._rounds
 
     # -- packets ------------------------------------------------------------------
-    def handle(self, node_id: bytes, packet: bytes) -> RelayOutcome:
+    def handle(self, node_id: bytes, packet: bytes, auth: PostAuth | None = None) -> RelayOutcome:
         """Process one packet addressed to ``node_id`` (see the module docstring)."""
-        return self.handle_many(node_id, [packet])[0]
+        return self.handle_many(node_id, [packet], auth)[0]
 
-    def handle_many(self, node_id: bytes, packets: list[bytes]) -> list[RelayOutcome]:
+    def handle_many(
+        self, node_id: bytes, packets: list[bytes], auth: PostAuth | None = None
+    ) -> list[RelayOutcome]:
         """Process packets addressed to ``node_id``, each on its own; one outcome per packet, in order.
 
-        Each packet goes through the checks of the module docstring as if it
+        ``auth``: the post's envelope (:mod:`peer.relayauth`), checked first:
+        :class:`RelayRefused` (nothing looked at, nothing spent) when it does
+        not hold. A round whose relay knows its roster takes packets only from
+        authenticated posts, each counted under the poster's quota. Each
+        packet then goes through the checks of the module docstring as if it
         came alone. Then, in ONE state-DB transaction, the replay tags of the
-        accepted packets and the packets held for release are stored
-        (:meth:`peer.db.PeerDB.hold_many`), and only then are releases
+        accepted packets, the packets held for release and the counts are
+        stored (:meth:`peer.db.PeerDB.hold_many`), and only then are releases
         scheduled and outcomes returned: a packet answered 202 survives a
         restart, as with one packet per request.
         """
+        if auth is not None:
+            self._authenticate(node_id, packets, auth)
         outcomes: list[RelayOutcome] = []
         accepted: list[tuple[RelayRound, float, _Release]] = []
         tags: list[tuple[str, int, bytes]] = []
@@ -401,9 +458,11 @@ class RelayService:
         admitted: Counter[tuple[bytes, int]] = Counter()  # packets answered 202, per (node, round)
         with ExitStack() as deferring:
             for packet in packets:
-                outcomes.append(self._admit(node_id, packet, accepted, tags, admitted, deferring, caches))
+                outcomes.append(
+                    self._admit(node_id, packet, auth, accepted, tags, admitted, deferring, caches)
+                )
         try:
-            self._keep(accepted, tags, admitted)
+            self._keep(accepted, tags, admitted, None if auth is None else auth.poster)
         except Exception:
             # Nothing of the batch was stored and no packet is answered: the sender may send it
             # again (a 5xx is retried), so it must not meet its own tags or use up the cap.
@@ -414,13 +473,60 @@ class RelayService:
                 for key, count in admitted.items():
                     if key in self._accepted:
                         self._accepted[key] -= count
+                    if auth is not None and (*key, auth.poster) in self._spent:
+                        self._spent[(*key, auth.poster)] -= count
             raise
         return outcomes
+
+    def _authenticate(self, node_id: bytes, packets: list[bytes], auth: PostAuth) -> None:
+        """Check a post's envelope against the roster of its round; :class:`RelayRefused` if it fails.
+
+        The same refusal (403) for a poster not on the roster and for a wrong
+        MAC: an outsider learns nothing about who is a member from it.
+        """
+        key = (node_id, auth.round_id)
+        with self._lock:
+            round_ = self._rounds.get(key)
+            closed = key in self._closed
+        if round_ is None:
+            self.count("rejected: unknown round" if not closed else "rejected: late", len(packets))
+            if closed:
+                raise RelayRefused(410, "the round is over; its relay key was destroyed")
+            raise RelayRefused(404, "this node holds no relay key for that round")
+        if round_.members is None:
+            self.count("rejected: unauthenticated", len(packets))
+            raise RelayRefused(400, "this node takes no authenticated posts for that round (no roster)")
+        public = round_.members.get(auth.poster)
+        mac_key = None if public is None else self._post_key(round_, auth.poster, public)
+        expected = (
+            None if mac_key is None else post_mac(mac_key, auth.round_id, node_id, auth.poster, packets)
+        )
+        if expected is None or not mac_matches(expected, auth.mac):
+            self.count("rejected: unauthenticated", len(packets))
+            raise RelayRefused(
+                403, "the post's authenticator is not a roster member's for this node and round"
+            )
+
+    def _post_key(self, round_: RelayRound, other: bytes, public: bytes) -> bytes | None:
+        """``K`` shared with member ``other`` for this round (cached); None if it cannot be derived."""
+        key = (round_.node_id, round_.round_id, other)
+        with self._lock:
+            cached = self._post_keys.get(key)
+        if cached is not None:
+            return cached
+        try:
+            derived = post_key(round_.relay.key, public)
+        except CryptoError:  # a small-order key in the roster, or the round key already destroyed
+            return None
+        with self._lock:
+            self._post_keys[key] = derived
+        return derived
 
     def _admit(
         self,
         node_id: bytes,
         packet: bytes,
+        auth: PostAuth | None,
         accepted: list[tuple[RelayRound, float, _Release]],
         tags: list[tuple[str, int, bytes]],
         admitted: Counter[tuple[bytes, int]],
@@ -435,6 +541,8 @@ class RelayService:
                 f"a packet is exactly {PACKET_SIZE} bytes, got {len(packet)}",
             )
         round_id = int.from_bytes(packet[1:9], "big")
+        if auth is not None and auth.round_id != round_id:
+            return self._reject("wrong round", 400, "packet of another round than its post's authenticator")
         with self._lock:
             round_ = self._rounds.get((node_id, round_id))
             closed = (node_id, round_id) in self._closed
@@ -446,13 +554,26 @@ class RelayService:
         if now >= round_.schedule.t_r:
             return self._reject("late", 410, "the round's release window is over; packet dropped")
         key = (node_id, round_id)
-        with self._lock:  # reserve a place under the cap; given back if the packet is refused
-            if round_.max_packets is not None and self._accepted[key] >= round_.max_packets:
-                full = True
+        if round_.members is not None and auth is None:
+            return self._reject(
+                "unauthenticated", 401, "this round takes packets only in posts authenticated by a member"
+            )
+        spender = None if auth is None else (*key, auth.poster)
+        with self._lock:  # reserve a place under the quota and cap; given back if the packet is refused
+            if spender is not None and round_.quota is not None and self._spent[spender] >= round_.quota:
+                full = "quota"
+            elif round_.max_packets is not None and self._accepted[key] >= round_.max_packets:
+                full = "cap"
             else:
-                full = False
+                full = None
                 self._accepted[key] += 1
-        if full:
+                if spender is not None:
+                    self._spent[spender] += 1
+        if full == "quota":
+            return self._reject(
+                "over quota", 429, "the posting member's quota at this node for the round is spent"
+            )
+        if full == "cap":
             return self._reject("over cap", 429, "this node's packet cap for the round is reached")
         cache = round_.relay.replay_cache
         if isinstance(cache, StoredReplayCache) and id(cache) not in caches:
@@ -463,6 +584,8 @@ class RelayService:
             with self._lock:
                 if key in self._accepted:
                     self._accepted[key] -= 1
+                if spender is not None and spender in self._spent:
+                    self._spent[spender] -= 1
         else:
             admitted[key] += 1
         return outcome
@@ -495,7 +618,11 @@ class RelayService:
             url = round_.routes.get(result.next_hop)
             if url is None:
                 return self._reject("unknown hop", 400, REJECTED)
-            release = _Release(url, result.packet, "application/octet-stream", "forwarded", deadline)
+            if round_.members is None:
+                release = _Release(url, result.packet, "application/octet-stream", "forwarded", deadline)
+            else:  # posted under this node's own round key, to a next hop that checks it
+                poster = (round_.node_id, round_.round_id)
+                release = _Release(url, result.packet, RELAY_POST_TYPE, "forwarded", deadline, poster=poster)
         when = self._release_at(round_, now)
         if release.what == "delivered":  # on the intake tick (module docstring)
             when = max(when, min(math.ceil(when / INTAKE_TICK) * INTAKE_TICK, round_.release_end()))
@@ -528,9 +655,11 @@ class RelayService:
         accepted: list[tuple[RelayRound, float, _Release]],
         tags: list[tuple[str, int, bytes]],
         admitted: Counter[tuple[bytes, int]],
+        poster: bytes | None = None,
     ) -> None:
         """Store the batch's replay tags, held packets (sealed, when the round has a vault) and its
-        count under each node's cap in one transaction, then schedule each release at its time."""
+        count under each node's cap (and ``poster``'s quota) in one transaction, then schedule each
+        release at its time."""
         if self.db is not None and (accepted or tags or admitted):
             sealed = [(r, when, rel) for r, when, rel in accepted if r.vault is not None]
             rows = [
@@ -548,7 +677,12 @@ class RelayService:
                 if r.vault is not None
             ]
             counts = {(node.hex(), round_id): n for (node, round_id), n in admitted.items()}
-            held = self.db.hold_many(rows, tags, counts)
+            quotas = (
+                {}
+                if poster is None
+                else {(node.hex(), round_id, poster.hex()): n for (node, round_id), n in admitted.items()}
+            )
+            held = self.db.hold_many(rows, tags, counts, quotas)
             ids = dict(zip((id(rel) for _, _, rel in sealed), held, strict=True))
             accepted = [(r, when, replace(rel, held=ids.get(id(rel)))) for r, when, rel in accepted]
         for _, when, release in accepted:
@@ -570,8 +704,9 @@ class RelayService:
                 expired.append(row.id)
                 self.count("held lost at restart")
                 continue
+            poster = (node_id, row.round_id) if row.content_type == RELAY_POST_TYPE else None
             release = _Release(
-                row.url, vault.open(row.sealed), row.content_type, row.what, row.deadline, row.id
+                row.url, vault.open(row.sealed), row.content_type, row.what, row.deadline, row.id, poster
             )
             self.dispatcher.at(row.release_at, lambda rel=release: self._due(rel))
             resumed += 1
@@ -589,7 +724,8 @@ class RelayService:
         waits past its release time for more than the request before it, and
         under load one request carries many packets.
         """
-        target = (release.url, release.content_type)
+        # One request carries one poster's packets: its authenticator covers them all.
+        target = (release.url, release.content_type, release.poster)
         with self._lock:
             self._outbound.setdefault(target, []).append(release)
             if target in self._sending:
@@ -605,21 +741,26 @@ class RelayService:
                         return
                     batch = queue[:MAX_BATCH_ITEMS]
                     del queue[:MAX_BATCH_ITEMS]
-                self._settle(batch, self._post(release.url, release.content_type, batch))
+                self._settle(batch, self._post(release.url, release.content_type, batch, release.poster))
         except BaseException:
             with self._lock:
                 self._sending.discard(target)
             raise
 
-    def _post(self, url: str, content_type: str, batch: list[_Release]) -> list[int | None]:
+    def _post(
+        self, url: str, content_type: str, batch: list[_Release], poster: tuple[bytes, int] | None = None
+    ) -> list[int | None]:
         """Send ``batch`` to ``url``: one packet as one request, more to the batch route; a status each
-        (None: no answer; :data:`REFUSED_ADDRESS`: a next hop whose host is not a global address)."""
-        if content_type == "application/octet-stream":  # a next hop: a member's relay URL
+        (None: no answer; :data:`REFUSED_ADDRESS`: a next hop whose host is not a global address).
+        ``poster``: the (node, round) whose key authenticates the post."""
+        if content_type in ("application/octet-stream", RELAY_POST_TYPE):  # a next hop: a member's relay URL
             try:
                 check_relay_address(url, allow_loopback_http=self.allow_loopback_http)
             except ValueError:
                 self.count("route refused: relay address", len(batch))
                 return [REFUSED_ADDRESS] * len(batch)
+        if poster is not None:
+            return self._post_authenticated(url, batch, poster)
         if len(batch) == 1:
             try:
                 return [post(url, batch[0].data, content_type, keep_alive=self.keep_alive).status]
@@ -637,13 +778,56 @@ class RelayService:
             return [None] * len(batch)
         if reply.status != 200:
             return [reply.status] * len(batch)
+        return self._batch_statuses(reply.body, len(batch))
+
+    def _post_authenticated(
+        self, url: str, batch: list[_Release], poster: tuple[bytes, int]
+    ) -> list[int | None]:
+        """Forward ``batch`` to the next hop at ``url`` in one post authenticated as ``poster``
+        (:mod:`peer.relayauth`): to ``url`` for one packet, to ``url/batch`` for more.
+
+        Without the round open here (closed, or not reopened yet after a
+        restart) or the next hop's key in its roster, nothing is sent and the
+        batch counts as unanswered (retried until its deadline).
+        """
+        node_id, round_id = poster
+        with self._lock:
+            round_ = self._rounds.get(poster)
         try:
-            results = BatchResults.model_validate_json(reply.body).results
+            next_hop = relay_node_of(url)
+        except ValueError:
+            next_hop = b""
+        public = None if round_ is None or round_.members is None else round_.members.get(next_hop)
+        key = None if round_ is None or public is None else self._post_key(round_, next_hop, public)
+        if key is None:
+            self.count("forward not authenticated")
+            return [None] * len(batch)
+        packets = [r.data for r in batch]
+        body = seal_post(key, round_id, next_hop, node_id, packets)
+        single = len(batch) == 1
+        try:
+            reply = post(
+                url if single else f"{url}/batch",
+                body,
+                RELAY_POST_TYPE,
+                max_bytes=4096 if single else BATCH_REPLY_CAP,
+                keep_alive=self.keep_alive,
+            )
+        except OutboundError:
+            return [None] * len(batch)
+        if single or reply.status != 200:
+            return [reply.status] * len(batch)
+        return self._batch_statuses(reply.body, len(batch))
+
+    def _batch_statuses(self, body: bytes, n: int) -> list[int | None]:
+        """The per-item statuses of a batch answer; None each when it is not an answer for ``n`` items."""
+        try:
+            results = BatchResults.model_validate_json(body).results
         except ValidationError:
             results = ()
-        if len(results) != len(batch):  # not an answer for this batch: as if none came
+        if len(results) != n:  # not an answer for this batch: as if none came
             self.count("batch answer malformed")
-            return [None] * len(batch)
+            return [None] * n
         return [r.status for r in results]
 
     def _settle(self, batch: list[_Release], statuses: list[int | None]) -> None:

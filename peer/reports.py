@@ -174,10 +174,16 @@ def _standin_reason(
 
 
 def choose_path(
-    view: RosterView, me: int, hops: int, round_id: int, rng: np.random.Generator | None = None
+    view: RosterView,
+    me: int,
+    hops: int,
+    round_id: int,
+    rng: np.random.Generator | None = None,
+    avoid: frozenset[bytes] = frozenset(),
 ) -> list[Hop]:
-    """``hops`` distinct roster members other than ``me``, uniformly at random, certificates checked."""
-    others = [i for i in range(len(view.keys)) if i != me]
+    """``hops`` distinct roster members other than ``me`` and the node ids in ``avoid``, uniformly at
+    random, certificates checked."""
+    others = [i for i in range(len(view.keys)) if i != me and view.node_ids[i] not in avoid]
     if hops > len(others):
         raise ProtocolError(
             f"a route of {hops} distinct relays needs {hops} other roster members; there are {len(others)}"

@@ -52,6 +52,25 @@ class RosterView:
                 self._memo[key] = compute()
             return self._memo[key]
 
+    def relay_keys(self) -> dict[bytes, bytes]:
+        """Node id → round relay public key of every member whose certificate verifies (once per process).
+
+        What a relay checks posts against and a poster derives its post keys
+        from (:mod:`peer.relayauth`); a member whose certificate does not
+        verify is left out (nobody can post as it, nor route through it).
+        """
+        return self.memo(("relay keys",), self._verified_relay_keys)
+
+    def _verified_relay_keys(self) -> dict[bytes, bytes]:
+        keys: dict[bytes, bytes] = {}
+        for node, entry in zip(self.node_ids, self.roster.entries, strict=True):
+            try:
+                cert = RelayKeyCertificate.from_bytes(bytes(entry.relay_certificate))
+                keys[node] = cert.verify(round_id=self.roster.round_id)
+            except CryptoError:
+                continue
+        return keys
+
     @classmethod
     def verify(cls, roster: Roster, problem: Problem) -> RosterView:
         """Check ``roster`` against the signed ``problem``; :class:`ProtocolError` naming what failed."""

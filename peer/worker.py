@@ -35,7 +35,7 @@ from peer.db import PeerDB
 from peer.dispatch import Dispatcher
 from peer.participant import READY, Aborted, Participant
 from peer.phases import ParticipationPhase
-from peer.relay import retriable, retry_delay
+from peer.relay import REFUSED_ADDRESS, retriable, retry_delay
 from peer.roster import RosterView
 from peer.transcript import check_roster_entries
 
@@ -301,13 +301,30 @@ class ProblemSession:
             )
 
     def _send(self, p: Participant, slot: int, url: str, packet: bytes, attempt: int = 0) -> None:
-        """Send one packet to its first hop; retried with backoff while the send window is open."""
+        """Send one packet to its first hop; on a failure that may pass, re-routed at once while the
+        send window is open, or retried with backoff when no other route is left.
+
+        A first hop that is down, over its quota, answers 5xx or has a refused address is avoided: the
+        slot gets a new route and a new packet (:meth:`Participant.reroute`), so
+        one dead or exhausted relay cannot cost the report.
+        """
         try:
             p.send(slot, url, packet)
-        except Exception as exc:  # the first hop is down or refused: retried, then counted
-            retry = time.time() + retry_delay(attempt)
+        except Exception as exc:  # the first hop is down or refused: re-routed or retried, then counted
             status = exc.status if isinstance(exc, HTTPRefusal) else None
-            if retriable(status) and p.window_end is not None and retry < p.window_end:
+            end = p.window_end if p.window_end is not None else 0.0
+            # A first hop whose address is refused is avoided too, though never tried again.
+            if (retriable(status) or status == REFUSED_ADDRESS) and time.time() < end:
+                rerouted = p.reroute(slot, url)
+                if rerouted is not None:
+                    self.host.count("packets rerouted")
+                    new_url, new_packet = rerouted
+                    self.host.dispatcher.at(
+                        time.time(), lambda: self._send(p, slot, new_url, new_packet, attempt + 1)
+                    )
+                    return
+            retry = time.time() + retry_delay(attempt)
+            if retriable(status) and retry < end:
                 self.host.count("packets retried")
                 self.host.dispatcher.at(retry, lambda: self._send(p, slot, url, packet, attempt + 1))
                 return

@@ -311,7 +311,10 @@ def test_a_relay_never_forwards_a_packet_to_a_next_hop_whose_name_resolves_insid
         path = [Hop.from_certificate(cert, round_id), Hop.from_certificate(next_cert, round_id)]
         redemption = Redemption(b"p-x/r/0", bytes(range(32)), bytes(32))
         report, destination = b'{"problem_id": "p-x"}', aggregator.public.node_id
-        packet = build_packet(path, redemption, report, round_id=round_id, destination=destination)
+        packet = build_packet(
+            path, redemption, report, round_id=round_id, destination=destination,
+            intake_key=aggregator.public.relay_key,
+        )  # fmt: skip
         answer = requests.post(
             routes[me.node_id], data=packet, headers={"content-type": "application/octet-stream"}, timeout=30
         )

@@ -314,7 +314,8 @@ def test_every_accepted_packet_gets_a_byte_identical_answer(relays):  # noqa: F8
 
 
 def test_an_outsider_flooding_a_relay_is_capped_per_round(relays):  # noqa: F811
-    """Anyone can build valid packets from the public round keys; a node takes at most its cap."""
+    """A round without a roster (an open relay) takes at most its cap; with a roster an outsider's
+    packets are refused unread (tests/adversary/test_relay_capacity.py)."""
     node = relays.nodes[0]
     round_ = 777
     key, cert = node.identity.new_round_relay_key(round_)

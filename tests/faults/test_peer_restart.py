@@ -10,9 +10,10 @@ DB, stores, ledgers and relay port. What must hold: B releases nothing twice
 releases the packets it held, relays again for the round (its round keys are
 reloaded from the state DB, sealed), downloads the model, and destroys its
 round keys after ``t_r``; every report lost on the way is counted by its
-sender from the aggregator's receipts. And an outsider who floods one of B's
-relays with valid cover packets, kills B and floods again gets no more than
-one packet cap over both runs: the count is in B's state DB.
+sender from the aggregator's receipts. And a member who floods one of B's
+relays with valid cover packets (an outsider's are refused unread), kills B
+and floods again gets no more than its quota there over both runs: the count
+is in B's state DB.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from anonml.crypto import Hop, PublicIdentity, RelayKeyCertificate, build_cover_
 from anonml.protocol import Problem
 from peer.db import PeerDB
 from peer.host import release_marks
-from peer.relay import packet_cap
+from peer.relayauth import RELAY_POST_TYPE, member_quota, post_key, seal_post
 from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import (
+    WirePeer,
     aggregator_settings,
     bins_of,
     close_registration,
@@ -43,7 +45,6 @@ from tests.aggregator.helpers import (
     wait_phase,
 )
 from tests.faults.helpers import PeerProcess, fault_draft, releases, write_hosts
-from tests.peer.test_relay import OCTETS
 
 
 @dataclass
@@ -207,50 +208,59 @@ def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count
                       "lost_counted_by_a": lost, "relay_a": relay_a}))
 
 
-def _flood(relay_url: str, hop: Hop, problem: Problem, n: int) -> list[int]:
-    """Post up to ``n`` fresh cover packets (valid, built from the public round key) to one relay."""
+def _flood(member: WirePeer, relay_url: str, hop: Hop, problem: Problem, n: int) -> list[int]:
+    """Post up to ``n`` fresh cover packets (valid, built from the public round key) to one relay, each
+    authenticated as ``member`` (:mod:`peer.relayauth`)."""
     aggregator = PublicIdentity.from_bytes(bytes(problem.aggregator))
     to = {"destination": aggregator.node_id, "intake_key": aggregator.relay_key}
+    assert member.key is not None
+    key, poster = post_key(member.key, hop.public_key), member.identity.public.node_id
     codes: list[int] = []
     with requests.Session() as s:
         for _ in range(n):
             packet = build_cover_packet([hop], round_id=problem.round_id, **to)
-            codes.append(s.post(relay_url, data=packet, headers=OCTETS, timeout=30).status_code)
+            body = seal_post(key, problem.round_id, hop.node_id, poster, [packet])
+            headers = {"content-type": RELAY_POST_TYPE}
+            codes.append(s.post(relay_url, data=body, headers=headers, timeout=30).status_code)
             if codes[-1] == 429:
                 break
     return codes
 
 
 @pytest.mark.slow
-def test_a_peer_host_killed_and_restarted_keeps_its_relay_packet_cap(cluster: Cluster):
-    """An outsider floods one of B's relays, kills B (or waits for it to crash), and floods again."""
+def test_a_peer_host_killed_and_restarted_keeps_its_relay_member_quota(cluster: Cluster):
+    """A member floods one of B's relays, kills B (or waits for it to crash), and floods again."""
     d = fault_draft(send_window_seconds=20.0, release_window_seconds=12.0)
     url, b = cluster.aggregator.url, cluster.b
     problem = propose(url, d)
-    wait_until(lambda: status(url, problem.id).registered == 10, "every identity to register", 120)
+    member = WirePeer()  # a member played by the test (its relay URL answers nothing)
+    assert member.register(url, problem).status_code == 201
+    wait_until(lambda: status(url, problem.id).registered == 11, "every identity to register", 120)
     close_registration(url, problem.id, or_deadline=True)
     wait_phase(url, problem.id, ("reporting",), timeout=120)
     roster = roster_of(url, problem.id)
     target = next(e for e in roster.entries if e.relay_url.startswith(b.url))
     certificate = RelayKeyCertificate.from_bytes(bytes(target.relay_certificate))
     hop = Hop.from_certificate(certificate, problem.round_id)
-    cap = packet_cap(d.kh, min(d.hops, len(roster.entries) - 1))
+    n = len(roster.entries)
+    cap = member_quota(d.kh, min(d.hops, n - 1), n)
     wait_until(  # B checked the bins and holds its round key: its relay takes packets
-        lambda: _flood(target.relay_url, hop, problem, 1) == [202], "B's relay to open the round", 60
+        lambda: _flood(member, target.relay_url, hop, problem, 1) == [202], "B's relay to open the round", 60
     )
-    before = 1 + _flood(target.relay_url, hop, problem, cap - 9).count(202)
+    before = 1 + _flood(member, target.relay_url, hop, problem, cap - 9).count(202)
     t_r = bins_of(url, problem.id).t_r
     b.kill()
     b.start()  # same state DB: the relay count is there with the held packets
     reopened: list[int] = []
-    wait_until(  # the restarted B reloaded its round key (404 until then), or refuses: over cap
-        lambda: reopened.extend(_flood(target.relay_url, hop, problem, 1)) or reopened[-1] in (202, 429),
+    relay_url = target.relay_url
+    wait_until(  # the restarted B reloaded its round key (404 until then), or refuses: over quota
+        lambda: reopened.extend(_flood(member, relay_url, hop, problem, 1)) or reopened[-1] in (202, 429),
         "B's relay to reopen the round",
         60,
     )
-    after = [reopened[-1], *_flood(target.relay_url, hop, problem, cap)] if reopened[-1] == 202 else [429]
+    after = [reopened[-1], *_flood(member, relay_url, hop, problem, cap)] if reopened[-1] == 202 else [429]
     assert time.time() < t_r, "the round ended before the second flood: the machine is too slow"
-    assert after[-1] == 429, after  # the cap was reached again
-    # Honest traffic counts under the same cap, so the flood's share over both runs is at most the cap:
-    # without the stored count the restarted relay would have taken nearly a whole cap again.
+    assert after[-1] == 429, after  # the quota was reached again
+    # The member's own packets are all it spends: over both runs at most its quota; without the
+    # stored count the restarted relay would have taken nearly a whole quota again.
     assert before > cap // 2 and before + after.count(202) <= cap, (before, after.count(202), cap)
