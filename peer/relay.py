@@ -705,9 +705,8 @@ class RelayService:
                 self.count("held lost at restart")
                 continue
             poster = (node_id, row.round_id) if row.content_type == RELAY_POST_TYPE else None
-            release = _Release(
-                row.url, vault.open(row.sealed), row.content_type, row.what, row.deadline, row.id, poster
-            )
+            data = vault.open(row.sealed)
+            release = _Release(row.url, data, row.content_type, row.what, row.deadline, row.id, poster=poster)
             self.dispatcher.at(row.release_at, lambda rel=release: self._due(rel))
             resumed += 1
         self.db.unhold_many(expired)

@@ -48,6 +48,9 @@ log = logging.getLogger("anonml.peer")
 #: Identities that fetch their tokens in one poll while the median rounds run.
 TOKENS_PER_POLL = 64
 
+#: Seconds between looks, for a resumed participation's packet, at whether its roster is re-checked.
+ROSTER_WAIT_SECONDS = 0.25
+
 
 class SessionHost(Protocol):
     """What a session and the worker need from the process hosting them (:class:`peer.host.PeerHost`)."""
@@ -306,13 +309,23 @@ class ProblemSession:
 
         A first hop that is down, over its quota, answers 5xx or has a refused address is avoided: the
         slot gets a new route and a new packet (:meth:`Participant.reroute`), so
-        one dead or exhausted relay cannot cost the report.
+        one dead or exhausted relay cannot cost the report. A participation resumed after a restart
+        signs its posts with the roster's relay keys, so its packets wait (polled every 0.25 s, within
+        the window) until the worker's next step has re-checked the roster.
         """
+        end = p.window_end if p.window_end is not None else 0.0
+        if p.roster is None:
+            if time.time() + ROSTER_WAIT_SECONDS < end:
+                self.host.dispatcher.at(
+                    time.time() + ROSTER_WAIT_SECONDS, lambda: self._send(p, slot, url, packet, attempt)
+                )
+                return
+            self.host.count("packets not sent: roster not re-checked in the window")
+            return
         try:
             p.send(slot, url, packet)
         except Exception as exc:  # the first hop is down or refused: re-routed or retried, then counted
             status = exc.status if isinstance(exc, HTTPRefusal) else None
-            end = p.window_end if p.window_end is not None else 0.0
             # A first hop whose address is refused is avoided too, though never tried again.
             if (retriable(status) or status == REFUSED_ADDRESS) and time.time() < end:
                 rerouted = p.reroute(slot, url)
