@@ -15,11 +15,9 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import numpy as np
 import pytest
 import requests
 
-from aggregator.app import start_server
 from anonml.crypto import (
     PACKET_SIZE,
     Hop,
@@ -33,20 +31,15 @@ from anonml.crypto import (
     build_cover_packet,
     build_packet,
 )
-from anonml.privacy import PrivacyLedger
 from anonml.protocol import MAX_BATCH_ITEMS, BatchResults, IntakeDelivery
-from anonml.store import EventStore
-from peer.app import start_peer_server
-from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
-from peer.policy import PeerPolicy
 from peer.relay import RelayRound, packet_cap
 from peer.relayauth import AUTH_SIZE, RELAY_POST_TYPE, member_quota, post_key, seal_post
 from tests.adversary.test_wire_relays import _propose_with_hostile_members, _simulated_host
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import WirePeer, close_registration, roster_of, status, wait_phase
-from tests.peer.test_relay import OCTETS, Capture
+from tests.peer.test_relay import OCTETS, Capture, relay_host
 
 ROUND = 5151
 POST = {"content-type": RELAY_POST_TYPE}
@@ -110,50 +103,31 @@ class Guarded:
 
 @pytest.fixture
 def guarded() -> Iterator[Guarded]:
-    capture = Capture()
-    cap_server = start_server(capture.app())
-    capture.url = cap_server.url
-    nodes = [
-        PeerNode(Identity.generate(), EventStore("sqlite://"), PrivacyLedger("sqlite://")) for _ in range(3)
-    ]
-    host = PeerHost(
-        nodes, PeerDB("sqlite://"), PeerPolicy(allow_loopback_http=True), [], rng=np.random.default_rng(2)
-    )
-    server = start_peer_server(host)
     intake_key = Identity.generate()
     members = [Member.make() for _ in range(3)]
     now = time.time()
     schedule = WindowSchedule(now, 20.0, now + 40.0)  # a long send window: nothing leaves during a test
-    keys, hops, routes = {}, [], {}
-    table = {m.node_id: m.key.public_key for m in members}
-    for node in nodes:
-        key, cert = node.identity.new_round_relay_key(ROUND)
-        keys[node.node_id] = key
-        hops.append(Hop.from_certificate(cert, ROUND))
-        routes[node.node_id] = f"{server.url}/relay/{node.node_id.hex()}"
-        table[node.node_id] = key.public_key
-    quota = member_quota(1, 3, len(table))
-    for node in nodes:
-        host.relay.open_round(
-            RelayRound(
-                node.node_id,
-                ROUND,
-                SphinxRelay(keys[node.node_id]),
-                schedule,
-                routes,
-                intake_key.public.node_id,
-                f"{capture.url}/intake",
-                stages=3,
-                members=table,
-                quota=quota,
-                max_packets=quota * (len(table) - 1),
+    with relay_host(ROUND, seed=2) as h:
+        table = {m.node_id: m.key.public_key for m in members}
+        table |= {node_id: key.public_key for node_id, key in h.keys.items()}
+        quota = member_quota(1, 3, len(table))
+        for node in h.nodes:
+            h.host.relay.open_round(
+                RelayRound(
+                    node.node_id,
+                    ROUND,
+                    SphinxRelay(h.keys[node.node_id]),
+                    schedule,
+                    h.routes,
+                    intake_key.public.node_id,
+                    f"{h.capture.url}/intake",
+                    stages=3,
+                    members=table,
+                    quota=quota,
+                    max_packets=quota * (len(table) - 1),
+                )
             )
-        )
-    try:
-        yield Guarded(server.url, host, nodes, hops, members, capture, intake_key, quota)
-    finally:
-        server.stop()
-        cap_server.stop()
+        yield Guarded(h.server_url, h.host, h.nodes, h.hops, members, h.capture, intake_key, quota)
 
 
 def _answer(response: requests.Response) -> tuple[int, bytes]:

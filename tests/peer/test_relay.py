@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +23,7 @@ from anonml.crypto import (
     Identity,
     InvalidPacket,
     Redemption,
+    RoundRelayKey,
     SphinxRelay,
     WindowSchedule,
     build_cover_packet,
@@ -105,8 +107,23 @@ class Relays:
         return f"{self.url}/relay/{self.nodes[i].node_id.hex()}"
 
 
-@pytest.fixture
-def relays() -> Iterator[Relays]:
+@dataclass
+class RelayHost:
+    """Three hosted relay nodes on one real peer server, each with a fresh round key for ``round_id``,
+    and a real capturing intake: what a relay test opens its rounds on."""
+
+    capture: Capture
+    server_url: str
+    host: PeerHost
+    nodes: list[PeerNode]
+    keys: dict[bytes, RoundRelayKey]
+    hops: list[Hop]
+    routes: dict[bytes, str]
+
+
+@contextmanager
+def relay_host(round_id: int, seed: int) -> Iterator[RelayHost]:
+    """Serve a :class:`RelayHost` on loopback (host randomness from ``default_rng(seed)``); stop it after."""
     capture = Capture()
     cap_server = start_server(capture.app())
     capture.url = cap_server.url
@@ -114,35 +131,41 @@ def relays() -> Iterator[Relays]:
         PeerNode(Identity.generate(), EventStore("sqlite://"), PrivacyLedger("sqlite://")) for _ in range(3)
     ]
     host = PeerHost(
-        nodes, PeerDB("sqlite://"), PeerPolicy(allow_loopback_http=True), [], rng=np.random.default_rng(1)
+        nodes, PeerDB("sqlite://"), PeerPolicy(allow_loopback_http=True), [], rng=np.random.default_rng(seed)
     )
     server = start_peer_server(host)
-    aggregator = Identity.generate()
-    now = time.time()
-    schedule = WindowSchedule(now, 0.3, now + 1.5)
     keys, hops, routes = {}, [], {}
     for node in nodes:
-        key, cert = node.identity.new_round_relay_key(ROUND)
+        key, cert = node.identity.new_round_relay_key(round_id)
         keys[node.node_id] = key
-        hops.append(Hop.from_certificate(cert, ROUND))
+        hops.append(Hop.from_certificate(cert, round_id))
         routes[node.node_id] = f"{server.url}/relay/{node.node_id.hex()}"
-    for node in nodes:
-        host.relay.open_round(
-            RelayRound(
-                node.node_id,
-                ROUND,
-                SphinxRelay(keys[node.node_id]),
-                schedule,
-                routes,
-                aggregator.public.node_id,
-                f"{capture.url}/intake",
-            )
-        )
     try:
-        yield Relays(server.url, host, nodes, hops, capture, aggregator, schedule)
+        yield RelayHost(capture, server.url, host, nodes, keys, hops, routes)
     finally:
         server.stop()
         cap_server.stop()
+
+
+@pytest.fixture
+def relays() -> Iterator[Relays]:
+    aggregator = Identity.generate()
+    now = time.time()
+    schedule = WindowSchedule(now, 0.3, now + 1.5)
+    with relay_host(ROUND, seed=1) as h:
+        for node in h.nodes:
+            h.host.relay.open_round(
+                RelayRound(
+                    node.node_id,
+                    ROUND,
+                    SphinxRelay(h.keys[node.node_id]),
+                    schedule,
+                    h.routes,
+                    aggregator.public.node_id,
+                    f"{h.capture.url}/intake",
+                )
+            )
+        yield Relays(h.server_url, h.host, h.nodes, h.hops, h.capture, aggregator, schedule)
 
 
 def _report_packet(r: Relays, path: list[Hop]) -> tuple[bytes, Redemption, bytes]:
