@@ -241,6 +241,8 @@ class Element(_Encoded):
         return f"Element({self._b.hex()})"
 
 
+_INV8_SCALAR = Scalar.from_int(_INV8)
+_BIT_SCALARS = (Scalar._trusted(bytes(32)), Scalar.from_int(1))
 _GENERATOR = Element._trusted(_b.crypto_scalarmult_ed25519_base_noclamp((1).to_bytes(32, "little")))
 
 
@@ -312,12 +314,22 @@ def _x25519_scalar(k: Scalar) -> bytes | None:
     ``c >= L/2 > 2^251``; if also ``c < 2^252`` then ``8c`` has bit 254 set and no
     higher bit, so clamping keeps it, and ``[8c]P = [±k]P`` for P of order L.
     Returns None in the remaining case (probability about 2^-127).
+
+    ``k`` is often secret (a blind's inverse, a slot's tweaked key inverse), so
+    every step runs on libsodium's constant-time scalar arithmetic or on the
+    fixed-size byte strings: ``c1 = k·8⁻¹``; ``c1 >= (L+1)/2`` exactly when
+    ``2·c1 mod L`` is odd (L is odd), which picks ``c = c1`` or ``-c1`` by a
+    multiplication with that bit rather than a branch; ``8c`` is a 3-bit shift
+    of a value with bit 251 set (a fixed number of digits).
     """
-    c = int.from_bytes(bytes(k), "little") * _INV8 % L
-    c = max(c, L - c)
-    if c >= 1 << 252:
+    c1 = k * _INV8_SCALAR
+    c2 = -c1
+    larger = bytes(c1 + c1)[0] & 1  # 1 when c1 is the representative >= L/2
+    c = c2 + (c1 - c2) * _BIT_SCALARS[larger]
+    encoded = bytes(c)
+    if encoded[31] >> 4:  # c >= 2^252: no clamping-proof representative
         return None
-    return (8 * c).to_bytes(32, "little")
+    return (int.from_bytes(encoded, "little") << 3).to_bytes(32, "little")
 
 
 def montgomery_mul(k: Scalar, element: Element) -> bytes:
@@ -328,7 +340,9 @@ def montgomery_mul(k: Scalar, element: Element) -> bytes:
     call; our elements are validated once, so the ladder on ``u(P)`` with the
     clamping-proof scalar of :func:`_x25519_scalar` gives ``u(k·P)`` for about
     half the cost. ``u`` identifies ``k·P`` up to sign. The (2^-127) scalars with
-    no clamping-proof representative take the Edwards path.
+    no clamping-proof representative take the Edwards path. ``k`` may be
+    secret: its conversion (:func:`_x25519_scalar`) uses no integer arithmetic
+    on it.
     """
     scalar = _x25519_scalar(k)
     if scalar is None:
@@ -344,9 +358,10 @@ _EIGHT = (8).to_bytes(32, "little")
 def random_ladder_scalar(rng: np.random.Generator | None = None) -> tuple[Scalar, bytes]:
     """A fresh secret scalar ``r`` and an X25519 scalar ``a`` with ``u(a·P) = u(r·P)`` for every element P.
 
-    For a secret nonce :func:`montgomery_mul`'s big-integer conversion would
-    run on the secret; here the ladder scalar is drawn first and ``r`` derived
-    from it with libsodium's constant-time scalar arithmetic: ``c`` uniform in
+    :func:`montgomery_mul` derives a ladder scalar from a given ``r`` (two
+    libsodium multiplications); a fresh nonce needs none: the ladder scalar is
+    drawn first and ``r`` derived from it with libsodium's constant-time
+    scalar arithmetic: ``c`` uniform in
     ``[⌈L/2⌉, 2^252)`` (rejection sampling on 252 random bits, accepted about
     half the time; the number of draws is independent of the result), a
     random sign ``σ``, then ``a = 8c`` — low three bits clear, bit 254 set,

@@ -28,7 +28,8 @@ and lets both sides compute it with one X25519 ladder
 multiplication, which costs two ladders because it re-checks subgroup
 membership on every call. Only public points (H(x), the evaluated element) are
 converted to Montgomery form, so no secret-dependent value meets the
-variable-time conversion.
+variable-time conversion; the secret scalars (the client's r^-1, the server's
+t^-1) become ladder scalars by libsodium's constant-time scalar arithmetic.
 
 References
 ----------

@@ -274,6 +274,27 @@ def test_montgomery_mul_falls_back_when_no_clamping_proof_scalar_exists() -> Non
         assert int.from_bytes(s, "little") % 8 == 0
 
 
+def _reference_x25519_scalar(k: int) -> bytes | None:
+    """The clamping-proof scalar by plain integer arithmetic (what the libsodium version must equal)."""
+    c = k * pow(8, -1, L) % L
+    c = max(c, L - c)
+    return None if c >= 1 << 252 else (8 * c).to_bytes(32, "little")
+
+
+def test_the_clamping_proof_scalar_matches_integer_arithmetic_at_the_sign_boundary() -> None:
+    """The sign is picked from the parity of 2·c1 mod L, without integers: check it where it flips."""
+    from anonml.crypto.group import _x25519_scalar
+
+    rng = np.random.default_rng(41)
+    cs = [(L - 1) // 2, (L + 1) // 2, (L + 3) // 2, 1, L - 1, 2**251, 2**252 - 1, 2**252]
+    cs += [int.from_bytes(rng.bytes(32), "little") % L for _ in range(300)]
+    for c in cs:
+        if c == 0:
+            continue
+        k = 8 * c % L
+        assert _x25519_scalar(Scalar.from_int(k)) == _reference_x25519_scalar(k), c
+
+
 def _rejected_encodings() -> list[bytes]:
     """Every kind of encoding :meth:`Element.from_bytes` must refuse."""
     pt = ed.decode(bytes(hash_to_group(b"reject", b"test")))
