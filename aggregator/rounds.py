@@ -80,7 +80,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-import requests
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session, object_session
 
@@ -101,6 +100,7 @@ from aggregator.training import train_problem
 from anonml.crypto import CryptoError, TokenKey
 from anonml.errors import AnonMLError
 from anonml.model import FeatureKind
+from anonml.outbound import OutboundError, fetch
 from anonml.protocol import (
     AdmissionCredential,
     Bins,
@@ -655,18 +655,26 @@ def _take(session: Session, pid: str, when: ColumnElement[bool], **values: Any) 
 def _ask_witness(
     witness: WitnessRef, body: str, statement: TranscriptStatement, *, timeout: float
 ) -> Cosignature | str:
-    """POST one cosign request; the checked cosignature, or why not (``"refused …"`` for a 4xx)."""
+    """POST one cosign request; the checked cosignature, or why not (``"refused …"`` for a 4xx).
+
+    The whole exchange — connect, headers, body — ends within ``timeout``
+    seconds and reads at most :data:`MAX_WITNESS_RESPONSE` bytes
+    (:func:`anonml.outbound.fetch`), so a witness that trickles its answer
+    cannot hold the round past its deadline.
+    """
     url = witness.url.rstrip("/") + "/cosign"
     try:
-        with requests.post(
-            url, data=body, headers={"content-type": "application/json"}, timeout=timeout, stream=True
-        ) as response:
-            content = response.raw.read(MAX_WITNESS_RESPONSE + 1, decode_content=True)
-            status = response.status_code
-    except requests.RequestException as exc:
-        return f"unreachable: {exc.__class__.__name__}"
-    if len(content) > MAX_WITNESS_RESPONSE:
-        return f"answer larger than {MAX_WITNESS_RESPONSE} bytes"
+        reply = fetch(
+            "POST",
+            url,
+            body.encode("utf-8"),
+            "application/json",
+            deadline=timeout,
+            max_bytes=MAX_WITNESS_RESPONSE,
+        )
+    except OutboundError as exc:
+        return f"unreachable: {exc}"
+    content, status = reply.body, reply.status
     if 400 <= status < 500:
         try:
             detail = json.loads(content).get("detail", "")

@@ -20,13 +20,15 @@ special-purpose registries), unless loopback test mode allows loopback:
   is not global (IPv4-mapped, 6to4, Teredo and NAT64 IPv6 addresses are judged by the IPv4
   address they carry), or if it does not resolve in time.
 
-Remaining: the check resolves the name, and the connection made afterwards resolves it again; a
-name whose answers change between the two (DNS rebinding with a zero TTL) can still reach an
-internal address unless the connection is made to the checked address.
+The check resolves the name, and the connection made afterwards resolves it again; a name whose
+answers change between the two (DNS rebinding with a zero TTL) would reach an internal address,
+so the connection applies the same judgement to the address it connects to
+(:func:`connect_check`, passed to :func:`anonml.outbound.fetch`).
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import socket
@@ -39,6 +41,7 @@ __all__ = [
     "IPAddress",
     "Resolver",
     "address_refusal",
+    "connect_check",
     "host_refusal",
     "is_loopback_host",
     "resolve_host",
@@ -118,6 +121,11 @@ def address_refusal(address: IPAddress, *, allow_loopback: bool) -> str | None:
         if applies:
             return f"{kind} address"
     return None
+
+
+def connect_check(*, allow_loopback: bool) -> Callable[[IPAddress], str | None]:
+    """:func:`address_refusal` for the address a connection is about to use (module docstring)."""
+    return functools.partial(address_refusal, allow_loopback=allow_loopback)
 
 
 def is_loopback_host(host: str) -> bool:

@@ -3,7 +3,7 @@
 Every response body is parsed by its :mod:`anonml.protocol` model (never
 unpickled, never evaluated); a non-2xx answer raises
 :class:`~anonml.errors.ProtocolError` carrying the status and the server's reason.
-Every call goes through :func:`peer.dispatch.fetch`: a total deadline for the
+Every call goes through :func:`anonml.outbound.fetch`: a total deadline for the
 whole exchange and a cap on the answer's size (larger for the roster and the
 model), so neither the aggregator nor a member's relay can hold the peer's
 worker by answering slowly or without end.
@@ -18,7 +18,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from anonml.addresses import connect_check
 from anonml.errors import ProtocolError
+from anonml.outbound import REPLY_CAP, AddressCheck, Reply, fetch
 from anonml.protocol import (
     MAX_BATCH_ITEMS,
     Ack,
@@ -42,7 +44,6 @@ from anonml.protocol import (
     TokenBatchRequest,
     TokenBatchResponse,
 )
-from peer.dispatch import REPLY_CAP, Reply, fetch
 
 __all__ = ["AggregatorClient", "HTTPRefusal", "fetch_witness"]
 
@@ -78,6 +79,7 @@ def _call(
     body: BaseModel | None = None,
     timeout: float | None = None,
     max_bytes: int = REPLY_CAP,
+    address_check: AddressCheck | None = None,
 ):
     reply = fetch(
         method,
@@ -86,6 +88,7 @@ def _call(
         None if body is None else "application/json",
         deadline=AGGREGATOR_DEADLINE if timeout is None else timeout,
         max_bytes=max_bytes,
+        address_check=address_check,
     )
     if reply.status >= 300:
         raise HTTPRefusal(url, reply.status, _detail(reply))
@@ -222,13 +225,20 @@ class AggregatorClient:
         return self._url("/intake")
 
 
-def fetch_witness(relay_url: str, problem_id: str) -> RosterWitness:
+def fetch_witness(relay_url: str, problem_id: str, *, allow_loopback: bool) -> RosterWitness:
     """Ask another peer's relay which roster fingerprint it holds for ``problem_id``.
 
-    ``relay_url`` must already have passed :func:`anonml.protocol.check_relay_url`
+    ``relay_url`` must already have passed :func:`anonml.protocol.check_relay_address`
     (the caller checks every roster entry before fetching anything); the
+    connection goes only to a global address (loopback too with
+    ``allow_loopback``), :class:`~anonml.outbound.RefusedAddress` otherwise; the
     answer is bounded to 5 s and 4 KiB.
     """
     return _call(
-        "GET", f"{relay_url.rstrip('/')}/roster/{problem_id}", RosterWitness, timeout=5.0, max_bytes=4096
+        "GET",
+        f"{relay_url.rstrip('/')}/roster/{problem_id}",
+        RosterWitness,
+        timeout=5.0,
+        max_bytes=4096,
+        address_check=connect_check(allow_loopback=allow_loopback),
     )

@@ -75,6 +75,7 @@ from typing import Any, Generic, TypeVar, overload
 import nacl.utils
 import numpy as np
 
+from anonml.addresses import connect_check
 from anonml.crypto import (
     CryptoError,
     Hop,
@@ -92,6 +93,7 @@ from anonml.crypto import (
 )
 from anonml.errors import AnonMLError, BudgetExceeded, ProtocolError
 from anonml.learn import AnonMLClassifier, PeerAssignment, roster_plan, verify_assignment
+from anonml.outbound import RefusedAddress, post
 from anonml.plugins import Featurizer, Instancer
 from anonml.privacy import BinaryRandomizedResponse, PrivacyLedger
 from anonml.protocol import (
@@ -116,7 +118,6 @@ from anonml.randomness import resolve_rng
 from anonml.store import EventStore
 from peer.client import AggregatorClient, HTTPRefusal, fetch_witness
 from peer.db import PeerDB, StateRow
-from peer.dispatch import post
 from peer.features import LocalExample, invalid_features, local_example, predict_example
 from peer.phases import (
     TERMINAL,
@@ -652,7 +653,12 @@ class Participant:
                     self.relay.count("roster witness refused: relay address")
                     continue
                 try:
-                    witness = fetch_witness(entry.relay_url, self.problem.id)
+                    witness = fetch_witness(
+                        entry.relay_url, self.problem.id, allow_loopback=self.relay.allow_loopback_http
+                    )
+                except RefusedAddress:
+                    self.relay.count("roster witness refused: relay address")
+                    continue
                 except ProtocolError:
                     continue  # not ready or unreachable: ask again next time
                 try:
@@ -990,7 +996,15 @@ class Participant:
             raise Aborted(f"first hop {hop.hex()} has no verified relay key in the roster")
         round_id = self.problem.round_id
         body = seal_post(post_key(keys.key, public), round_id, hop, self.node.node_id, [packet])
-        reply = post(url, body, RELAY_POST_TYPE)
+        try:  # the address connected to is judged again: a name rebound since the check reaches nothing
+            reply = post(
+                url,
+                body,
+                RELAY_POST_TYPE,
+                address_check=connect_check(allow_loopback=self.relay.allow_loopback_http),
+            )
+        except RefusedAddress as exc:
+            raise HTTPRefusal(url, REFUSED_ADDRESS, str(exc)) from None
         if reply.status >= 300:
             raise HTTPRefusal(url, reply.status, reply.text[:200])
         self.sent += 1

@@ -64,10 +64,10 @@ one batch (``POST …/batch``: packets back to back to a next hop, an
 item. A round with a roster forwards each request to a next hop as one post
 authenticated under the node's own round key (one queue per destination and
 poster). No release leaves before its time; under load many leave in one
-request. Every request is one :func:`peer.dispatch.post` with a total
+request. Every request is one :func:`anonml.outbound.post` with a total
 deadline and a size cap, on a kept-alive connection per destination
-(:class:`peer.dispatch.KeepAlive`), so a next hop that answers slowly (or never) holds
-one pool thread for at most :data:`~peer.dispatch.PACKET_DEADLINE` seconds.
+(:class:`anonml.outbound.KeepAlive`), so a next hop that answers slowly (or never) holds
+one pool thread for at most :data:`~anonml.outbound.PACKET_DEADLINE` seconds.
 Batching tells the next hop nothing it would not learn from arrival times:
 the packets of one request were due at about the same moment. A release that
 fails in a way that may pass (unreachable, 5xx, 404 from a next hop that has
@@ -130,6 +130,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from pydantic import ValidationError
 
+from anonml.addresses import connect_check
 from anonml.crypto import (
     PACKET_SIZE,
     PAYLOAD_VERSION,
@@ -144,6 +145,7 @@ from anonml.crypto import (
     release_time,
 )
 from anonml.errors import ProtocolError
+from anonml.outbound import AddressCheck, KeepAlive, OutboundError, RefusedAddress, post
 from anonml.protocol import (
     MAX_BATCH_ITEMS,
     BatchResults,
@@ -152,7 +154,7 @@ from anonml.protocol import (
     check_relay_url,
 )
 from peer.db import PeerDB
-from peer.dispatch import Dispatcher, KeepAlive, OutboundError, post
+from peer.dispatch import Dispatcher
 from peer.relayauth import (
     RELAY_POST_TYPE,
     PostAuth,
@@ -351,7 +353,7 @@ class RelayService:
         # due, per (URL, content type, poster)
         self._outbound: dict[tuple[str, str, tuple[bytes, int] | None], list[_Release]] = {}
         self._sending: set[tuple[str, str, tuple[bytes, int] | None]] = set()  # a send under way to these
-        self.keep_alive = KeepAlive()  # releases reuse their connections (peer.dispatch)
+        self.keep_alive = KeepAlive()  # releases reuse their connections (anonml.outbound)
         self.counters: Counter[str] = Counter()
 
     def count(self, what: str, n: int = 1) -> None:
@@ -751,18 +753,44 @@ class RelayService:
     ) -> list[int | None]:
         """Send ``batch`` to ``url``: one packet as one request, more to the batch route; a status each
         (None: no answer; :data:`REFUSED_ADDRESS`: a next hop whose host is not a global address).
-        ``poster``: the (node, round) whose key authenticates the post."""
+        ``poster``: the (node, round) whose key authenticates the post.
+
+        A next hop's host is checked before, and its address again as the
+        connection is made (:mod:`anonml.outbound`: a name rebound meanwhile
+        reaches nothing internal)."""
+        check = None
         if content_type in ("application/octet-stream", RELAY_POST_TYPE):  # a next hop: a member's relay URL
             try:
                 check_relay_address(url, allow_loopback_http=self.allow_loopback_http)
             except ValueError:
                 self.count("route refused: relay address", len(batch))
                 return [REFUSED_ADDRESS] * len(batch)
+            check = connect_check(allow_loopback=self.allow_loopback_http)
+        try:
+            return self._post_checked(url, content_type, batch, poster, check)
+        except RefusedAddress:
+            self.count("route refused: relay address", len(batch))
+            return [REFUSED_ADDRESS] * len(batch)
+
+    def _post_checked(
+        self,
+        url: str,
+        content_type: str,
+        batch: list[_Release],
+        poster: tuple[bytes, int] | None,
+        check: AddressCheck | None,
+    ) -> list[int | None]:
+        """:meth:`_post` once the host passed; :class:`RefusedAddress` when its address does not."""
         if poster is not None:
-            return self._post_authenticated(url, batch, poster)
+            return self._post_authenticated(url, batch, poster, check)
         if len(batch) == 1:
             try:
-                return [post(url, batch[0].data, content_type, keep_alive=self.keep_alive).status]
+                reply = post(
+                    url, batch[0].data, content_type, keep_alive=self.keep_alive, address_check=check
+                )
+                return [reply.status]
+            except RefusedAddress:
+                raise
             except OutboundError:
                 return [None]
         if content_type == "application/json":  # intake deliveries: an IntakeBatch of the ready JSON
@@ -771,8 +799,15 @@ class RelayService:
             body = b"".join(r.data for r in batch)
         try:
             reply = post(
-                f"{url}/batch", body, content_type, max_bytes=BATCH_REPLY_CAP, keep_alive=self.keep_alive
+                f"{url}/batch",
+                body,
+                content_type,
+                max_bytes=BATCH_REPLY_CAP,
+                keep_alive=self.keep_alive,
+                address_check=check,
             )
+        except RefusedAddress:
+            raise
         except OutboundError:
             return [None] * len(batch)
         if reply.status != 200:
@@ -780,7 +815,7 @@ class RelayService:
         return self._batch_statuses(reply.body, len(batch))
 
     def _post_authenticated(
-        self, url: str, batch: list[_Release], poster: tuple[bytes, int]
+        self, url: str, batch: list[_Release], poster: tuple[bytes, int], check: AddressCheck | None
     ) -> list[int | None]:
         """Forward ``batch`` to the next hop at ``url`` in one post authenticated as ``poster``
         (:mod:`peer.relayauth`): to ``url`` for one packet, to ``url/batch`` for more.
@@ -811,7 +846,10 @@ class RelayService:
                 RELAY_POST_TYPE,
                 max_bytes=4096 if single else BATCH_REPLY_CAP,
                 keep_alive=self.keep_alive,
+                address_check=check,
             )
+        except RefusedAddress:
+            raise
         except OutboundError:
             return [None] * len(batch)
         if single or reply.status != 200:

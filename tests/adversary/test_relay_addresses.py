@@ -238,19 +238,30 @@ class _InternalService:
 NAME = "relay.inside.example"
 
 
-@pytest.fixture
-def inside(monkeypatch: pytest.MonkeyPatch) -> Iterator[_InternalService]:
+#: A global address (example.com's) that a rebinding name answers to the first lookup only.
+GLOBAL_ADDRESS = "93.184.216.34"
+
+
+@pytest.fixture(params=["inside", "rebinding"])
+def inside(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[_InternalService]:
     """An internal service, and a resolver (the process's own ``socket.getaddrinfo``) mapping
-    :data:`NAME` to it: what an attacker's DNS would answer. Every other name resolves as before."""
+    :data:`NAME` to it: what an attacker's DNS would answer. Every other name resolves as before.
+
+    ``rebinding``: the name's first answer is a global address (what the peer's check sees) and
+    every later one the internal service (what a connection resolving the name again would use:
+    DNS rebinding with a zero TTL)."""
     address = non_loopback_address()
     if address is None or ipaddress.ip_address(address).is_global:
         pytest.skip("this machine has no non-global, non-loopback address to stand for an internal service")
     service = _InternalService(address)
     real = socket.getaddrinfo
+    lookups = [0]
 
     def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
         if host == NAME:
-            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, int(port or 0)))]
+            lookups[0] += 1
+            answer = GLOBAL_ADDRESS if request.param == "rebinding" and lookups[0] == 1 else address
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answer, int(port or 0)))]
         return real(host, port, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)

@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from anonml.model import FeatureSpec
+from anonml.outbound import KeepAlive, OutboundError, fetch, post
 from anonml.plugins import PluginRef
 from peer.client import AggregatorClient, fetch_witness
 from peer.db import PeerDB
-from peer.dispatch import KeepAlive, OutboundError, fetch, post
 from peer.host import discover
 from tests.adversary.malicious import wait_until
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
@@ -176,7 +176,7 @@ def test_the_aggregator_client_and_the_fingerprint_fetch_give_up_at_their_deadli
     _ends_in_time(lambda: AggregatorClient(server.url).problems())
     start = time.monotonic()
     with pytest.raises(OutboundError):
-        fetch_witness(f"{trickler('connection: close body').url}/relay/{HEX}", "p-x")
+        fetch_witness(f"{trickler('connection: close body').url}/relay/{HEX}", "p-x", allow_loopback=True)
     assert time.monotonic() - start < 5.0 + BOUND - DEADLINE
 
 
@@ -222,3 +222,29 @@ def test_a_poll_of_a_black_hole_costs_its_deadline_and_the_other_aggregator_is_s
     found = discover(db, [hole.url, aggregator.url])
     assert time.monotonic() - start < BOUND
     assert [p.id for p in found] == [problem.id] and hole.accepted == 1
+
+
+# --- a trickling witness -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", ["http/1.0 body", "connection: close body", "chunked body", "black hole"])
+def test_the_aggregator_gives_up_on_a_trickling_witness_at_its_deadline(trickler, shape):
+    """The aggregator's cosign request goes through the same bounded fetch: a witness that
+    trickles its answer (60 s in all) costs the round at most the request's deadline."""
+    from aggregator.rounds import _ask_witness
+    from anonml.crypto import Identity
+    from anonml.protocol import TranscriptStatement, WitnessRef
+
+    server = trickler(shape)
+    witness = WitnessRef(identity=bytes(Identity.generate().public), url=server.url)
+    statement = TranscriptStatement(
+        aggregator=bytes(Identity.generate().public),
+        problem_id="p-trickle",
+        stage="roster",
+        transcript=bytes(32),
+    )
+    start = time.monotonic()
+    outcome = _ask_witness(witness, "{}", statement, timeout=DEADLINE)
+    assert time.monotonic() - start < BOUND
+    assert isinstance(outcome, str) and outcome.startswith("unreachable")
+    assert f"within {DEADLINE:g} s" in outcome

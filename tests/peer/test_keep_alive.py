@@ -1,10 +1,10 @@
-"""Kept-alive outbound connections (peer.dispatch.KeepAlive): reused, and replaced once when stale."""
+"""Kept-alive outbound connections (anonml.outbound.KeepAlive): reused, and replaced once when stale."""
 
 from __future__ import annotations
 
 import socket
 
-from peer.dispatch import KeepAlive, post
+from anonml.outbound import KeepAlive, post
 from tests.peer.test_relay_batch import capture  # noqa: F401 - a fixture, registered by import
 
 
