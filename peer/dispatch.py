@@ -16,9 +16,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
-__all__ = ["Dispatcher"]
+__all__ = ["Dispatcher", "Lanes"]
 
 log = logging.getLogger("anonml.peer")
 
@@ -77,3 +77,46 @@ class Dispatcher:
             self._cond.notify_all()
         self._thread.join(timeout=5)
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class Lanes:
+    """Work per key, one piece at a time per key, each on a thread of its own.
+
+    A host's polls give each aggregator (discovery) and each problem (its
+    steps) a lane: an aggregator that accepts connections and never answers
+    holds its own lane until its request's deadline, while the others go on.
+    :meth:`start` skips a key whose previous work is still running.
+    """
+
+    def __init__(self, workers: int = 16, name: str = "lane") -> None:
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        self._busy: dict[str, Future[None]] = {}
+        self._lock = threading.Lock()
+
+    def start(self, key: str, fn: Callable[[], None]) -> Future[None] | None:
+        """Run ``fn`` in ``key``'s lane, or None when that lane is still busy."""
+        with self._lock:
+            running = self._busy.get(key)
+            if running is not None and not running.done():
+                return None
+            future = self._busy[key] = self._pool.submit(self._guarded, key, fn)
+            return future
+
+    @staticmethod
+    def _guarded(key: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:  # a bug in one lane: its traceback; the lane is free again
+            log.exception("work of %s failed", key)
+
+    def wait(self, futures: list[Future[None] | None], timeout: float | None) -> None:
+        """Wait for ``futures`` (None entries ignored) to finish, at most ``timeout`` seconds."""
+        wait([f for f in futures if f is not None], timeout=timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Start nothing more; wait up to ``timeout`` seconds for work under way (a lane waiting
+        on a silent aggregator ends by its own request deadline, not awaited past that)."""
+        with self._lock:
+            busy = list(self._busy.values())
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        wait(busy, timeout=timeout)

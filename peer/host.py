@@ -11,6 +11,7 @@ its releases on its own.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -29,7 +30,7 @@ from anonml.privacy.budget import Release
 from anonml.protocol import AdmissionCredential, PeerStatus, Problem, RosterWitness, verify_message
 from peer.client import AggregatorClient
 from peer.db import PeerDB
-from peer.dispatch import Dispatcher
+from peer.dispatch import Dispatcher, Lanes
 from peer.participant import Participant, PeerNode
 from peer.phases import TERMINAL, ParticipationPhase
 from peer.policy import Decision, PeerPolicy, evaluate_problem, load_plugins
@@ -328,6 +329,7 @@ class PeerHost:
             self.dispatcher, rng, allow_loopback_http=policy.allow_loopback_http, db=db
         )
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="peer-step")
+        self.lanes = Lanes(workers=max(4, workers * 2), name="peer-lane")
         self.sessions: dict[str, ProblemSession] = {}
         self.worker = Worker(self)
         self._witnesses: dict[tuple[bytes, str], RosterWitness] = {}
@@ -452,19 +454,45 @@ class PeerHost:
         """Record proposals open for registration at every aggregator; return the new ones."""
         return discover(self.db, self.aggregators, self._backoff, self.count, self.policy.aggregator_keys)
 
-    def poll_once(self) -> None:
-        """One worker iteration: discover, decide (policy or user), step every session."""
-        for problem in self.discover():
-            self.decide(problem)
+    def poll_once(self, wait: float | None = None) -> None:
+        """One worker iteration: discover, decide (policy or user), step every session.
+
+        Each aggregator's discovery and each problem's step run in a lane of
+        their own (:class:`~peer.dispatch.Lanes`), so one aggregator that
+        never answers holds up only its own lane. ``wait`` bounds how long
+        this call waits for the lanes it started (discovery first, then the
+        steps); None waits for all of them (what a direct caller expects).
+        """
+        end = None if wait is None else time.monotonic() + wait
+
+        def left() -> float | None:
+            return None if end is None else max(0.0, end - time.monotonic())
+
+        self.lanes.wait(
+            [self.lanes.start(f"aggregator {url}", functools.partial(self._discover_at, url))
+             for url in self.aggregators if self._backoff.due(url)],
+            left(),
+        )  # fmt: skip
         self._pick_up_manual_accepts()
-        for session in list(self.sessions.values()):
-            if session.finished:
-                continue
-            try:
-                session.step()
-            except AnonMLError:  # aggregator unreachable or refusing: try again next poll
-                self.count("poll errors")
-            self._narrate(session)
+        steps = [
+            self.lanes.start(f"problem {session.problem.id}", functools.partial(self._step, session))
+            for session in list(self.sessions.values())
+            if not session.finished
+        ]
+        self.lanes.wait(steps, left())
+
+    def _discover_at(self, url: str) -> None:
+        """Discovery at one aggregator and the decisions on what it proposes (one lane)."""
+        for problem in discover(self.db, [url], self._backoff, self.count, self.policy.aggregator_keys):
+            self.decide(problem)
+
+    def _step(self, session: ProblemSession) -> None:
+        """One step of one problem's session (one lane)."""
+        try:
+            session.step()
+        except AnonMLError:  # aggregator unreachable or refusing: try again next poll
+            self.count("poll errors")
+        self._narrate(session)
 
     # -- telling the person -------------------------------------------------------
     #: What each participation status means to the person running the peer.
@@ -595,6 +623,7 @@ class PeerHost:
 
     def close(self) -> None:
         self.worker.stop()
+        self.lanes.close()
         self.dispatcher.close()
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.relay.keep_alive.close()

@@ -64,7 +64,7 @@ class SessionHost(Protocol):
 
     def publish_witness(self, node_id: bytes, witness: RosterWitness) -> None: ...
 
-    def poll_once(self) -> None: ...
+    def poll_once(self, wait: float | None = None) -> None: ...
 
 
 class ProblemSession:
@@ -377,7 +377,7 @@ class Worker:
         failures = 0
         while not self._stop.is_set():
             try:
-                self.host.poll_once()
+                self.host.poll_once(wait=self.host.poll_seconds)
                 failures = 0
             except AnonMLError as exc:  # an aggregator being down must not end the daemon
                 failures += 1

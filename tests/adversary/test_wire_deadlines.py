@@ -248,3 +248,40 @@ def test_the_aggregator_gives_up_on_a_trickling_witness_at_its_deadline(trickler
     assert time.monotonic() - start < BOUND
     assert isinstance(outcome, str) and outcome.startswith("unreachable")
     assert f"within {DEADLINE:g} s" in outcome
+
+
+def test_a_black_hole_aggregator_never_holds_up_a_running_hosts_work_for_another(
+    trickler, aggregator, tmp_path: Path, monkeypatch  # noqa: F811
+):
+    """A host's worker polls a black hole (first in its list) and a real aggregator: each aggregator
+    has a lane of its own, so the real problem is discovered, accepted and registered while the
+    black hole still holds its request open (its deadline here is 60 s; sequential polls would
+    register nothing before it passed)."""
+    import numpy as np
+
+    import peer.client
+    from anonml.crypto import Identity
+    from anonml.privacy import PrivacyLedger
+    from anonml.store import EventStore
+    from peer.participant import PeerNode
+    from tests.aggregator.helpers import status
+    from tests.peer.helpers import simulation_host
+
+    monkeypatch.setattr(peer.client, "AGGREGATOR_DEADLINE", 60.0)
+    hole = trickler("black hole")
+    problem = propose(aggregator.url, _mooc_draft(4))
+    nodes = [
+        PeerNode(Identity.generate(), EventStore("sqlite://"), PrivacyLedger("sqlite://"), rng=rng)
+        for rng in (np.random.default_rng(1), np.random.default_rng(2))
+    ]  # fmt: skip
+    host = simulation_host(nodes, tmp_path / "peer.db", aggregator.url)
+    host.aggregators = [hole.url, aggregator.url]
+    host.relay_base = "http://127.0.0.1:9"  # never contacted: registration only
+    host.worker.start()
+    try:
+        wait_until(
+            lambda: status(aggregator.url, problem.id).registered == 2, "both identities to register", 50
+        )
+        assert hole.accepted >= 1 and hole.closed == 0, "the black hole's poll had already given up"
+    finally:
+        host.close()
