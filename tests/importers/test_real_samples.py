@@ -35,6 +35,7 @@ OWNERS = {
     "twitter/tweet.js": "twitter",
     "twitter/account.js": "twitter",
     "whatsapp/WhatsApp Chat with ShortChat.txt": "whatsapp",
+    "chrome_takeout/BrowserHistory.json": "chrome_takeout",
 }
 # The params a sample needs (a zone for local times, a day/month order the file leaves open).
 PARAMS: dict[str, dict[str, object]] = {
@@ -119,7 +120,7 @@ def test_an_export_zip_of_the_new_formats_is_dispatched_to_their_importers(tmp_p
         "reddit/comments.csv": (fixtures / "reddit/comments.csv", "reddit"),
         "reddit/post_votes.csv": (fixtures / "reddit/post_votes.csv", None),
         "Takeout/Chrome/BrowserHistory.json": (
-            fixtures / "chrome_takeout/BrowserHistory.json", "chrome_takeout"
+            SAMPLES / "chrome_takeout/BrowserHistory.json", "chrome_takeout"
         ),
         "facebook-me/your_facebook_activity/messages/inbox/bo_1234/message_1.json": (
             fixtures / "meta/facebook-annlee/your_facebook_activity/messages/inbox/bo_1234/message_1.json",
