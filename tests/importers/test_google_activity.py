@@ -19,6 +19,7 @@ from importers.google_activity import (
 from tests.importers.helpers import check_store_round_trip, reject_reasons
 
 FIX = Path(__file__).parent / "fixtures" / "google_activity"
+YOUTUBE = Path(__file__).parent / "samples" / "youtube" / "watch-history.json"
 
 
 def _items(path: Path, params: dict | None = None) -> list[Event | RecordError]:
@@ -52,6 +53,39 @@ def test_maps_sample_json(activity: Path) -> None:
     assert viewed.fields["title"] == Text("Viewed area around Pheba")
     assert searched.fields["query"] == Text("Oktibbeha County Lake, Mississippi, USA")
     assert searched.fields["location_source"] == "From your device"
+
+
+def _youtube_reading(event: Event) -> tuple[object, ...]:
+    f = event.fields
+    return (event.timestamp, event.type, f["product"], f["header"], str(f["title"]), f["action"],
+            str(f["url"]) if "url" in f else None, str(f["channel"]) if "channel" in f else None,
+            f.get("from_ads"))
+
+
+def test_a_real_youtube_watch_history_matches_json_load_in_the_parse_and_the_store(tmp_path: Path) -> None:
+    """2,875 records of a real Takeout ``watch-history.json`` (2015-2021), read by json.loads alone."""
+    records = json.loads(YOUTUBE.read_text(encoding="utf-8"))
+    expected = [
+        (datetime.fromisoformat(r["time"]), "youtube", r["products"][0], r["header"], r["title"],
+         r["title"].split()[0], r.get("titleUrl"), r["subtitles"][0]["name"] if r.get("subtitles") else None,
+         any("Google Ads" in d["name"] for d in r["details"]) if "details" in r else None)
+        for r in records
+    ]
+    importer = GoogleActivityImporter()
+    assert importer.detect(YOUTUBE) == 0.85  # found by its content: not called My Activity
+    items = _items(YOUTUBE)
+    assert all(isinstance(i, Event) for i in items) and len(items) == len(records) == 2875
+    assert [_youtube_reading(e) for e in items] == expected  # type: ignore[arg-type]
+    # what the real file holds: other headers under the one product, removed videos, ads
+    assert {r[3] for r in expected} == {"YouTube", "YouTube Music", "YouTube Gaming"}
+    assert {r[1] for r in expected} == {"youtube"}
+    assert sum(r[7] is None for r in expected) == 195 and sum(r[6] is None for r in expected) == 85
+    assert sum(r[8] is True for r in expected) == 8 and {r[5] for r in expected} == {"Watched", "Visited"}
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    assert store.import_file(YOUTUBE, importer).inserted == 2875
+    assert store.import_file(YOUTUBE, importer).inserted == 0
+    stored = sorted((_youtube_reading(e) for e in store.events(source="google_activity")), key=repr)
+    assert stored == sorted(expected, key=repr)
 
 
 def test_json_subtitles_details_and_folder_product() -> None:

@@ -36,6 +36,7 @@ OWNERS = {
     "twitter/account.js": "twitter",
     "whatsapp/WhatsApp Chat with ShortChat.txt": "whatsapp",
     "chrome_takeout/BrowserHistory.json": "chrome_takeout",
+    "youtube/watch-history.json": "google_activity",
 }
 # The params a sample needs (a zone for local times, a day/month order the file leaves open).
 PARAMS: dict[str, dict[str, object]] = {
@@ -43,7 +44,9 @@ PARAMS: dict[str, dict[str, object]] = {
 }
 # The importers added for issue 28 (some verified on hand-written fixtures only: no redistributable
 # real export was found for them).
-NEW = sorted({*OWNERS.values(), "chrome_takeout", "reddit", "facebook", "instagram"})
+NEW = sorted(
+    {"gpx", "tcx", "fit", "twitter", "whatsapp", "chrome_takeout", "reddit", "facebook", "instagram"}
+)
 # Upstream's own reading of a sample, kept as a test reference: no importer's format.
 REFERENCES = {"fit/garmin-fenix-5-run-records.csv"}
 # A real file whose every record an importer refuses (its check reports rejects, not events).
