@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from tests.importers.helpers import check_store_round_trip, reject_reasons
 
 FIX = Path(__file__).parent / "fixtures" / "google_activity"
 YOUTUBE = Path(__file__).parent / "samples" / "youtube" / "watch-history.json"
+YOUTUBE_HTML = Path(__file__).parent / "samples" / "youtube" / "watch-history.html"
 
 
 def _items(path: Path, params: dict | None = None) -> list[Event | RecordError]:
@@ -84,6 +87,51 @@ def test_a_real_youtube_watch_history_matches_json_load_in_the_parse_and_the_sto
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
     assert store.import_file(YOUTUBE, importer).inserted == 2875
     assert store.import_file(YOUTUBE, importer).inserted == 0
+    stored = sorted((_youtube_reading(e) for e in store.events(source="google_activity")), key=repr)
+    assert stored == sorted(expected, key=repr)
+
+
+def _html_text(fragment: str) -> str:
+    """A fragment's text as a browser shows it: tags dropped, entities decoded, white space collapsed."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
+
+
+def _independent_html(path: Path) -> list[tuple[object, ...]]:
+    """A real en-GB watch-history.html read with re, html.unescape and strptime alone."""
+    page = path.read_text(encoding="utf-8")
+    rows = []
+    for cell in page.split('<div class="outer-cell ')[1:]:
+        header = _html_text(re.search(r'<p class="mdl-typography--title">(.*?)</p>', cell, re.S)[1])
+        body = re.search(r'mdl-cell--6-col mdl-typography--body-1">(.*?)</div>', cell, re.S)[1]
+        lines = [line for line in body.split("<br>") if line.strip()]
+        title, when = _html_text(lines[0]), _html_text(lines[-1])
+        links = re.findall(r'<a href="([^"]*)"', lines[0])
+        channel = _html_text(lines[1]) if len(lines) == 3 else None
+        caption = cell.split("mdl-typography--caption", 1)[1]
+        products = re.search(r"<b>Products:</b><br>(.*?)<b>", caption, re.S)[1]
+        ads = "From Google Ads" in caption if "<b>Details:</b>" in caption else None
+        stamp = datetime.strptime(when.replace("Sept", "Sep"), "%d %b %Y, %H:%M:%S GMT%z")
+        rows.append((stamp.astimezone(UTC), "youtube", _html_text(products), header, title, title.split()[0],
+                     html.unescape(links[0]) if links else None, channel, ads))
+    return rows
+
+
+def test_a_real_youtube_watch_history_page_matches_an_independent_reading(tmp_path: Path) -> None:
+    """340 records of a real 2025 watch-history.html (en-GB, ``GMT+05:30``), after 141 KB of CSS."""
+    expected = _independent_html(YOUTUBE_HTML)
+    importer = GoogleActivityImporter()
+    assert importer.detect(YOUTUBE_HTML) == 0.95
+    assert YOUTUBE_HTML.read_bytes().find(b'class="outer-cell') > 140_000  # past a 4 KiB look
+    items = _items(YOUTUBE_HTML)
+    assert all(isinstance(i, Event) for i in items) and len(items) == len(expected) == 340
+    assert [_youtube_reading(e) for e in items] == expected  # type: ignore[arg-type]
+    assert items[0].timestamp == datetime(2025, 12, 8, 14, 17, 35, tzinfo=UTC)  # 19:47:35 GMT+05:30
+    actions = [r[5] for r in expected]
+    assert (actions.count("Watched"), actions.count("Viewed"), actions.count("Used")) == (335, 4, 1)
+    assert sum(r[8] is True for r in expected) > 0 and sum(r[7] is None for r in expected) > 0
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    assert store.import_file(YOUTUBE_HTML, importer).inserted == 340
+    assert store.import_file(YOUTUBE_HTML, importer).inserted == 0
     stored = sorted((_youtube_reading(e) for e in store.events(source="google_activity")), key=repr)
     assert stored == sorted(expected, key=repr)
 

@@ -37,6 +37,7 @@ OWNERS = {
     "whatsapp/WhatsApp Chat with ShortChat.txt": "whatsapp",
     "chrome_takeout/BrowserHistory.json": "chrome_takeout",
     "youtube/watch-history.json": "google_activity",
+    "youtube/watch-history.html": "google_activity",
 }
 # The params a sample needs (a zone for local times, a day/month order the file leaves open).
 PARAMS: dict[str, dict[str, object]] = {
