@@ -34,6 +34,7 @@ OWNERS = {
     "fit/compressed-speed-distance.fit": "fit",
     "twitter/tweet.js": "twitter",
     "twitter/account.js": "twitter",
+    "twitter/direct-messages.js": "twitter",
     "whatsapp/WhatsApp Chat with ShortChat.txt": "whatsapp",
     "chrome_takeout/BrowserHistory.json": "chrome_takeout",
     "youtube/watch-history.json": "google_activity",
