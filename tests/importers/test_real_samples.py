@@ -39,6 +39,7 @@ OWNERS = {
     "chrome_takeout/BrowserHistory.json": "chrome_takeout",
     "youtube/watch-history.json": "google_activity",
     "youtube/watch-history.html": "google_activity",
+    "spotify/StreamingHistory0.json": "spotify",
 }
 # The params a sample needs (a zone for local times, a day/month order the file leaves open).
 PARAMS: dict[str, dict[str, object]] = {
