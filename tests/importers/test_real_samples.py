@@ -40,6 +40,7 @@ OWNERS = {
     "youtube/watch-history.json": "google_activity",
     "youtube/watch-history.html": "google_activity",
     "spotify/StreamingHistory0.json": "spotify",
+    "mbox/small.gmail.mbox": "mbox",
 }
 # The params a sample needs (a zone for local times, a day/month order the file leaves open).
 PARAMS: dict[str, dict[str, object]] = {
