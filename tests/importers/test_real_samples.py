@@ -113,6 +113,31 @@ def test_importer_check_finds_the_sample_clean_and_idempotent(sample: str) -> No
     assert report.second_import_added == 0 and report.idempotent is True
 
 
+@pytest.mark.parametrize(
+    ("archive", "owner"),
+    [
+        ("callumflack_20220731.zip", "instagram"),
+        ("facebook-beangrensberg9.zip", "facebook"),
+        ("x.zip", "facebook"),  # no platform in any name: Messenger's, as the importers document
+    ],
+)
+def test_a_zip_with_messages_at_its_top_goes_by_the_zip_name(
+    tmp_path: Path, archive: str, owner: str
+) -> None:
+    """Instagram's exports before 2023 hold ``messages/`` at the zip's top, like Messenger's: the zip's
+    name (``<user>_<YYYYMMDD>.zip``) is all that tells them apart, and extraction keeps it."""
+    fixtures = Path(__file__).parent / "fixtures" / "meta"
+    message = fixtures / "instagram-annlee/your_instagram_activity/messages/inbox/bo_5678/message_1.json"
+    path = tmp_path / archive
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("messages/inbox/kevin_fdcfwkqk4w/message_1.json", message.read_bytes())
+    with walk_archive(path, [cls() for cls in IMPORTERS.values()]) as plan:
+        assert {f.member: f.importer.name for f in plan.files} == {
+            "messages/inbox/kevin_fdcfwkqk4w/message_1.json": owner
+        }
+        assert plan.files[0].path.parent.parent.parent.parent.name == archive[: -len(".zip")]
+
+
 def test_an_export_zip_of_the_new_formats_is_dispatched_to_their_importers(tmp_path: Path) -> None:
     fixtures = Path(__file__).parent / "fixtures"
     members = {  # member of the zip -> (its content, the importer it must go to)
