@@ -11,6 +11,8 @@ idempotent.
 from __future__ import annotations
 
 import gzip
+import hashlib
+import re
 import tomllib
 import zipfile
 from importlib.metadata import EntryPoint
@@ -85,6 +87,20 @@ def test_every_sample_has_its_source_and_licence() -> None:
     assert data == set(OWNERS) | REFERENCES
     assert all(f"`{f}`" in sources for f in data)
     assert any(p.is_file() for p in (SAMPLES / "LICENSES").iterdir())
+
+
+def test_every_sample_is_the_file_its_sources_entry_describes() -> None:
+    """Bytes and SHA-256 as SOURCES.md records them: an editor or a checkout that rewrites line ends or
+    an encoding no longer passes for the upstream file."""
+    sources = (SAMPLES / "SOURCES.md").read_text(encoding="utf-8")
+    digests = dict(
+        (name, digest) for digest, name in re.findall(r"^([0-9a-f]{64})  (.+)$", sources, re.MULTILINE)
+    )
+    sizes = {name: int(size) for name, size in re.findall(r"^\| `([^`]+)` \|.*?\| (\d+) \|", sources, re.M)}
+    for name in sorted(OWNERS) + sorted(REFERENCES):
+        data = (SAMPLES / name).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == digests[name], name
+        assert len(data) == sizes[name] < 1_000_000, name
 
 
 @pytest.mark.parametrize("sample", sorted(OWNERS))
