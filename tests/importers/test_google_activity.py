@@ -214,6 +214,8 @@ def test_html_without_records_raises() -> None:
         ("Sept 5, 2020, 3:04:05 a.m. IST", datetime(2020, 9, 4, 21, 34, 5, tzinfo=UTC)),
         ("5 Jan 2020, 15:04:05 GMT", datetime(2020, 1, 5, 15, 4, 5, tzinfo=UTC)),
         ("5 Jan 2020, 15:04:05 UTC-03", datetime(2020, 1, 5, 18, 4, 5, tzinfo=UTC)),
+        # a real en-US page from a Turkish account (2024): every record said TRT
+        ("Jan 9, 2024, 2:14:04\u202fPM TRT", datetime(2024, 1, 9, 11, 14, 4, tzinfo=UTC)),
     ],
 )
 def test_abbreviation_table_is_explicit(text: str, expected: datetime) -> None:
