@@ -32,6 +32,12 @@ fails to decompress (bad CRC, unsupported method) is skipped as unreadable.
 Nested zips are not opened. In a folder, symbolic links are skipped (they may
 point outside it) and the size caps do not apply, since nothing is copied.
 
+A zip's members are extracted under a folder named after the zip (its name
+without ``.zip``), so an importer's ``detect`` sees the archive's name in a
+member's path as it would after the user unzipped it: Instagram's exports
+before 2023 (``<user>_<YYYYMMDD>.zip``) hold ``messages/inbox/...`` at their top,
+like Messenger's, and only the zip's name tells them apart.
+
 Bad members and ``skip_bad``
 ----------------------------
 :func:`import_plan` without ``skip_bad`` imports every member in one store
@@ -240,7 +246,8 @@ def walk_archive(
         consider(source.name, source)
         return ArchivePlan(source, source.parent, False, *_sorted(planned, skipped))
     tempdir = tempfile.TemporaryDirectory(prefix="anonml-archive-")
-    root = Path(tempdir.name)
+    root = Path(tempdir.name) / _folder_name(source)
+    root.mkdir()
     try:
         for member, file_path, problem in _extract(source, root, limits):
             if problem is not None:
@@ -251,6 +258,12 @@ def walk_archive(
         tempdir.cleanup()
         raise
     return ArchivePlan(source, root, True, *_sorted(planned, skipped), tempdir)
+
+
+def _folder_name(archive: Path) -> str:
+    """The folder a zip's members go to: the zip's name without ``.zip``, as unzipping names it."""
+    stem = archive.name[: -len(".zip")] if archive.name.lower().endswith(".zip") else archive.name
+    return stem if stem.strip(". ") else "archive"  # never "", "." or "..": one plain component
 
 
 def _sorted(

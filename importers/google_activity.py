@@ -109,6 +109,7 @@ TZ_ABBREVIATIONS: dict[str, int] = {
     "JST": 540, "KST": 540, "HKT": 480, "SGT": 480, "PHT": 480, "WIB": 420,
     "AWST": 480, "ACST": 570, "ACDT": 630, "AEST": 600, "AEDT": 660,
     "NZST": 720, "NZDT": 780, "SAST": 120, "WAT": 60, "CAT": 120, "EAT": 180,
+    "TRT": 180,  # Turkey, on +03:00 all year since 2016: a real en-US page of 2024 says "PM TRT"
 }
 
 _OFFSET_NAME = re.compile(r"^(?:GMT|UTC)([+-])(\d{1,2})(?::?(\d{2}))?$")

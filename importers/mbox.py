@@ -27,7 +27,13 @@ subject text, no full address is ever stored: addresses appear as their domain
 or as a keyed hash.
 
 ``timestamp``
-    The ``Date`` header (RFC 5322 §3.3) converted to UTC.
+    The ``Date`` header (RFC 5322 §3.3) converted to UTC. A message without
+    one (Gmail's Takeout stores chats that way) takes the time of its From_
+    line when that line states its UTC offset, as Gmail's does
+    (``From 1529555944956622147@xxx Wed Mar 23 01:57:00 +0000 2016``); a From_
+    line without an offset is a local time of unknown zone and is never used.
+``date_from_separator`` (bool)
+    Present, and true, only on a message timed by its From_ line.
 ``date_zone_known`` (bool)
     False when the Date carried ``-0000``, no zone, or an unknown zone name:
     RFC 5322 §3.3 and §4.3 say such a time is to be read as UTC "with no
@@ -67,8 +73,9 @@ or as a keyed hash.
 Errors
 ------
 A file whose first non-blank line is not a From_ line raises ``RecordError``.
-A message without a readable ``Date`` or larger than ``max_message_bytes`` is
-yielded as ``RecordError(path, line_of_its_From_line, reason)``.
+A message without a readable ``Date`` (and no offset on its From_ line) or
+larger than ``max_message_bytes`` is yielded as
+``RecordError(path, line_of_its_From_line, reason)``.
 
 Memory is bounded by one message (at most ``max_message_bytes``), not by the
 mailbox: the file is read line by line and each message alone is parsed by
@@ -80,7 +87,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator
-from datetime import UTC
+from datetime import UTC, datetime
 from email.header import decode_header, make_header
 from email.message import Message
 from email.parser import BytesParser
@@ -107,6 +114,10 @@ _HEADER_LINE = re.compile(
 # What parse accepts before the first From_ line: blank lines only.
 _LEADING_BLANKS = re.compile(r"^(?:[ \t]*\r?\n)*")
 _MSG_ID = re.compile(r"<([^<>\s]+)>")
+# A From_ line's date with its UTC offset, as Gmail writes it: "Wed Mar 23 01:57:00 +0000 2016".
+_SEPARATOR_DATE = re.compile(
+    r"^From \S+\s+(\w{3}\s+\w{3}\s+\d{1,2}\s+\d{2}:\d{2}:\d{2}\s+[+-]\d{4}\s+\d{4})\s*$"
+)
 _GMAIL_FLAGS = {"Sent": "is_sent", "Unread": "is_unread", "Spam": "is_spam", "Trash": "is_trash"}
 
 
@@ -131,7 +142,7 @@ class MboxImporter(Importer):
     """
 
     name: ClassVar[str] = "mbox"
-    version: ClassVar[str] = "1.0"
+    version: ClassVar[str] = "1.1"  # 1.1: a message without Date is timed by its From_ line's offset date
     description: ClassVar[str] = "mbox mail archives: message metadata only, never bodies"
     patterns: ClassVar[tuple[str, ...]] = ("*.mbox", "*.mbox.gz", "mbox")
 
@@ -170,7 +181,7 @@ class MboxImporter(Importer):
     def parse(self, path: Path) -> Iterator[Event | RecordError]:
         with open_checked(path, open_bytes) as fh:
             try:
-                for start_line, size, message in self._messages(path, fh):
+                for start_line, separator, size, message in self._messages(path, fh):
                     if message is None:
                         yield RecordError(
                             path,
@@ -178,22 +189,24 @@ class MboxImporter(Importer):
                             f"message is larger than max_message_bytes={self.params.max_message_bytes}",
                         )
                         continue
-                    yield self._event(path, start_line, size, message)
+                    yield self._event(path, start_line, separator, size, message)
             except (OSError, EOFError) as exc:
                 raise RecordError(path, None, f"cannot read: {exc}") from None
 
-    def _messages(self, path: Path, fh: IO[bytes]) -> Iterator[tuple[int, int, Message | None]]:
-        """``(line of the From_ line, stored size, parsed message or None if too large)``."""
+    def _messages(self, path: Path, fh: IO[bytes]) -> Iterator[tuple[int, bytes, int, Message | None]]:
+        """``(line of the From_ line, the From_ line, stored size, parsed message or None if too large)``."""
         limit = self.params.max_message_bytes
         lines: list[bytes] | None = None  # None until the first From_ line
         start = size = 0
+        separator = b""
         too_large = False
         last = b""
         for lineno, line in enumerate(fh, 1):
             if line.startswith(_SEPARATOR):
                 if lines is not None:
-                    yield _finish(start, lines, size, last, too_large)
+                    yield _finish(start, separator, lines, size, last, too_large)
                 lines, start, size, too_large, last = [], lineno, 0, False, b""
+                separator = line
                 continue
             if lines is None:
                 if line.strip():
@@ -211,17 +224,22 @@ class MboxImporter(Importer):
             elif not too_large:
                 lines.append(line)
         if lines is not None:
-            yield _finish(start, lines, size, last, too_large)
+            yield _finish(start, separator, lines, size, last, too_large)
 
-    def _event(self, path: Path, line: int, size: int, msg: Message) -> Event | RecordError:
+    def _event(self, path: Path, line: int, separator: bytes, size: int, msg: Message) -> Event | RecordError:
         raw_date = msg.get("Date")
+        from_separator = raw_date is None
         if raw_date is None:
-            return RecordError(path, line, "message has no Date header")
-        raw_date = str(raw_date).strip()
-        try:
-            when = parsedate_to_datetime(raw_date)
-        except (ValueError, TypeError, IndexError):
-            return RecordError(path, line, f"Date header {raw_date[:60]!r} is not an RFC 5322 date")
+            when = _separator_time(separator)
+            if when is None:
+                reason = "message has no Date header, and its From_ line states no UTC offset"
+                return RecordError(path, line, reason)
+        else:
+            raw_date = str(raw_date).strip()
+            try:
+                when = parsedate_to_datetime(raw_date)
+            except (ValueError, TypeError, IndexError):
+                return RecordError(path, line, f"Date header {raw_date[:60]!r} is not an RFC 5322 date")
         zone_known = when.tzinfo is not None
         if not zone_known:  # RFC 5322 §3.3/§4.3: -0000 or an unknown zone means UTC, zone unknown
             when = when.replace(tzinfo=UTC)
@@ -244,6 +262,8 @@ class MboxImporter(Importer):
         attachments = _attachment_count(msg)
         fields["attachment_count"] = attachments
         fields["has_attachments"] = attachments > 0
+        if from_separator:
+            fields["date_from_separator"] = True
         labels = msg.get("X-Gmail-Labels")
         if labels is not None:
             present = {label.strip() for label in str(labels).split(",")}
@@ -253,14 +273,25 @@ class MboxImporter(Importer):
 
 
 def _finish(
-    start: int, lines: list[bytes], size: int, last: bytes, too_large: bool
-) -> tuple[int, int, Message | None]:
+    start: int, separator: bytes, lines: list[bytes], size: int, last: bytes, too_large: bool
+) -> tuple[int, bytes, int, Message | None]:
     if too_large:
-        return start, size, None
+        return start, separator, size, None
     if last in _BLANK:  # the blank line before the next From_ line is the separator's
         lines.pop()
         size -= len(last)
-    return start, size, BytesParser(policy=compat32).parsebytes(b"".join(lines))
+    return start, separator, size, BytesParser(policy=compat32).parsebytes(b"".join(lines))
+
+
+def _separator_time(separator: bytes) -> datetime | None:
+    """The From_ line's time in UTC when the line states its offset (Gmail's form), else None."""
+    match = _SEPARATOR_DATE.match(separator.decode("ascii", "replace"))
+    if match is None:
+        return None
+    try:
+        return datetime.strptime(" ".join(match[1].split()), "%a %b %d %H:%M:%S %z %Y").astimezone(UTC)
+    except ValueError:  # a day or month name strptime does not know, or an impossible date
+        return None
 
 
 def _recipient_count(msg: Message) -> int:

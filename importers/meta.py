@@ -26,6 +26,11 @@ Meta's export (JSON format chosen) is a tree of JSON files. Read here:
   ``{"likes_media_likes": [{"title": "<account>", "string_list_data": [{"href": ...,
   "value": "\\u00f0\\u009f\\u0091\\u008d", "timestamp": 1751717736}]}]}`` (``likes_comment_likes``).
 
+Which platform a file is from comes from the export's folder names: ``facebook-<user>…`` or
+``your_facebook_activity`` for Facebook; ``instagram-<user>-<date>-<id>``, ``your_instagram_activity``
+or (exports before 2023) ``<username>_<YYYYMMDD>`` for Instagram. The threads' own folders (named
+after people) are not read for it. A message file under no such folder is Messenger's.
+
 Every string is *mojibake*: Meta writes each UTF-8 byte as its own
 ``\\u00XX`` escape, so ``é`` arrives as ``Ã©``. :func:`fix_mojibake` turns
 the code points back into bytes and decodes them as UTF-8; a string that is
@@ -94,6 +99,9 @@ _LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 _MESSAGE_FILE = re.compile(r"^message_\d+\.json$")
 _POSTS_FILE = re.compile(r"^your_posts(?:__check_ins__photos_and_videos)?_\d+\.json$")
 _REACTIONS_FILE = re.compile(r"^likes_and_reactions(?:_\d+)?\.json$")
+# Instagram's export folder before 2023, "<username>_<YYYYMMDD>" (e.g. ``callumflack_20220731``): it
+# names no platform, and its messages look like Messenger's.
+_INSTAGRAM_ROOT = re.compile(r"^[a-z0-9._]{1,30}_(?:19|20)\d{6}$")
 _MEDIA_KEYS = ("photos", "videos", "audio_files", "gifs", "files", "sticker", "share")
 _INSTAGRAM_LIKES = {"likes_media_likes": "post", "likes_comment_likes": "comment"}
 # The member holding a file kind's records (None: the top-level array itself).
@@ -131,11 +139,21 @@ class _Kind:
 
 
 def _path_platform(path: Path) -> str | None:
+    """The platform the export's own folder names say, else None.
+
+    Only the folders above ``messages`` count: below it are the threads' folders, named after
+    people (a deleted Instagram account is ``instagramuser_<id>``, a deleted Facebook one
+    ``facebookuser_<id>``), which say nothing about the export they sit in.
+    """
     parts = [p.lower() for p in path.parts[:-1]]
+    if "messages" in parts:
+        parts = parts[: len(parts) - parts[::-1].index("messages")]
     if any("instagram" in p for p in parts):
         return "instagram"
     if any("facebook" in p or "messenger" in p for p in parts):
         return "facebook"
+    if any(_INSTAGRAM_ROOT.match(p) for p in parts):
+        return "instagram"
     return None
 
 

@@ -1,7 +1,8 @@
-"""Chrome Takeout history importer: visits against json.load, bad visits, other documents, store.
+"""Chrome Takeout history importer: a real BrowserHistory.json against json.load, bad visits, store.
 
-No redistributable real ``BrowserHistory.json`` was found, so the fixtures are hand-written to the
-documented format; the fields match the ``browser`` importer's Chrome visits.
+The real sample (tests/importers/samples/chrome_takeout/, see SOURCES.md) is an excerpt of a
+2018 Takeout export; the hand-written fixtures cover what it lacks (redirect qualifiers, file:
+URLs, bad records). The fields match the ``browser`` importer's Chrome visits.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from anonml.errors import RecordError
 from anonml.model import Event
@@ -18,6 +20,7 @@ from tests.importers.helpers import check_store_round_trip, only_events, parse_f
 
 FIX = Path(__file__).parent / "fixtures" / "chrome_takeout"
 GOOD = FIX / "BrowserHistory.json"
+REAL = Path(__file__).parent / "samples" / "chrome_takeout" / "BrowserHistory.json"
 
 
 def _parse(path: Path) -> list[Event | RecordError]:
@@ -40,6 +43,48 @@ def test_visits_match_a_json_load() -> None:
     assert (docs.fields["typed"], docs.fields["redirect"]) == (True, True)
     assert "host" not in local.fields and local.fields["scheme"] == "file"
     assert all("client_id" not in e.fields and "favicon_url" not in e.fields for e in events)
+
+
+def _independent(path: Path) -> list[tuple[object, ...]]:
+    """The reading of a Takeout history by json.load and urlsplit alone, in file order."""
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    rows = []
+    for visit in json.loads(path.read_text(encoding="utf-8"))["Browser History"]:
+        parts = urlsplit(visit["url"])
+        transition = visit["page_transition"].lower()
+        rows.append((
+            epoch + timedelta(microseconds=visit["time_usec"]), visit["url"], parts.scheme, parts.hostname,
+            visit.get("title", ""), transition, transition == "typed",
+            "REDIRECT" in visit.get("page_transition_qualifier", ""),
+        ))
+    return rows
+
+
+def _reading(event: Event) -> tuple[object, ...]:
+    f = event.fields
+    return (event.timestamp, str(f["url"]), f.get("scheme"), None if "host" not in f else str(f["host"]),
+            str(f.get("title", "")), f["transition"], f["typed"], f["redirect"])
+
+
+def test_a_real_takeout_history_matches_json_load_in_the_parse_and_the_store(tmp_path: Path) -> None:
+    importer = ChromeTakeoutImporter()
+    assert importer.detect(REAL) == 0.95
+    expected = _independent(REAL)
+    events = only_events(_parse(REAL))
+    assert [_reading(e) for e in events] == expected and len(expected) == 7
+    # the export is not in time order, and one page was visited three times (link, link, reload)
+    assert [e.timestamp for e in events] != sorted(e.timestamp for e in events)
+    transitions = [r[5] for r in expected]
+    assert transitions.count("link") == 4 and set(transitions) == {"link", "typed", "reload"}
+    assert expected[1][1:4] == ("chrome://newtab/", "chrome", "newtab")
+    assert all(e.type == "visit" and e.fields["browser"] == "chrome" for e in events)
+    assert all(not ({"client_id", "favicon_url"} & set(e.fields)) for e in events)  # a device id, not stored
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    assert store.import_file(REAL, importer).inserted == 7
+    assert store.import_file(REAL, importer).inserted == 0
+    stored = store.events(source="chrome_takeout")
+    assert sorted((_reading(e) for e in stored), key=repr) == sorted(expected, key=repr)
+    assert "XXXXXXXX" not in repr(stored)
 
 
 def test_bad_visits_name_their_line_and_index() -> None:

@@ -109,6 +109,15 @@ def test_chrome_takeout_example_counts_a_browsing_week(tmp_path: Path) -> None:
     assert (row.values, row.label) == ((3.0, 2.0, 1.0), 1)
 
 
+def test_chrome_takeout_example_on_the_real_history(tmp_path: Path) -> None:
+    files = [(SAMPLES / "chrome_takeout" / "BrowserHistory.json", ChromeTakeoutImporter())]
+    matrix, _ = _matrix(tmp_path, "chrome_takeout", "user_window", files)
+    (row,) = matrix.rows
+    # the first week from 21 Aug 2018: three visits to one host (two links, a reload), none typed;
+    # the next visit is in September, so the week after is empty
+    assert (row.values, row.label) == ((3.0, 1.0, 0.0), 1)
+
+
 def test_meta_example_reads_facebook_and_instagram_messages_alike(tmp_path: Path) -> None:
     inbox = "messages/inbox"
     files: list[tuple[Path, Importer]] = [

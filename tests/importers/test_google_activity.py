@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +21,8 @@ from importers.google_activity import (
 from tests.importers.helpers import check_store_round_trip, reject_reasons
 
 FIX = Path(__file__).parent / "fixtures" / "google_activity"
+YOUTUBE = Path(__file__).parent / "samples" / "youtube" / "watch-history.json"
+YOUTUBE_HTML = Path(__file__).parent / "samples" / "youtube" / "watch-history.html"
 
 
 def _items(path: Path, params: dict | None = None) -> list[Event | RecordError]:
@@ -52,6 +56,84 @@ def test_maps_sample_json(activity: Path) -> None:
     assert viewed.fields["title"] == Text("Viewed area around Pheba")
     assert searched.fields["query"] == Text("Oktibbeha County Lake, Mississippi, USA")
     assert searched.fields["location_source"] == "From your device"
+
+
+def _youtube_reading(event: Event) -> tuple[object, ...]:
+    f = event.fields
+    return (event.timestamp, event.type, f["product"], f["header"], str(f["title"]), f["action"],
+            str(f["url"]) if "url" in f else None, str(f["channel"]) if "channel" in f else None,
+            f.get("from_ads"))
+
+
+def test_a_real_youtube_watch_history_matches_json_load_in_the_parse_and_the_store(tmp_path: Path) -> None:
+    """2,875 records of a real Takeout ``watch-history.json`` (2015-2021), read by json.loads alone."""
+    records = json.loads(YOUTUBE.read_text(encoding="utf-8"))
+    expected = [
+        (datetime.fromisoformat(r["time"]), "youtube", r["products"][0], r["header"], r["title"],
+         r["title"].split()[0], r.get("titleUrl"), r["subtitles"][0]["name"] if r.get("subtitles") else None,
+         any("Google Ads" in d["name"] for d in r["details"]) if "details" in r else None)
+        for r in records
+    ]
+    importer = GoogleActivityImporter()
+    assert importer.detect(YOUTUBE) == 0.85  # found by its content: not called My Activity
+    items = _items(YOUTUBE)
+    assert all(isinstance(i, Event) for i in items) and len(items) == len(records) == 2875
+    assert [_youtube_reading(e) for e in items] == expected  # type: ignore[arg-type]
+    # what the real file holds: other headers under the one product, removed videos, ads
+    assert {r[3] for r in expected} == {"YouTube", "YouTube Music", "YouTube Gaming"}
+    assert {r[1] for r in expected} == {"youtube"}
+    assert sum(r[7] is None for r in expected) == 195 and sum(r[6] is None for r in expected) == 85
+    assert sum(r[8] is True for r in expected) == 8 and {r[5] for r in expected} == {"Watched", "Visited"}
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    assert store.import_file(YOUTUBE, importer).inserted == 2875
+    assert store.import_file(YOUTUBE, importer).inserted == 0
+    stored = sorted((_youtube_reading(e) for e in store.events(source="google_activity")), key=repr)
+    assert stored == sorted(expected, key=repr)
+
+
+def _html_text(fragment: str) -> str:
+    """A fragment's text as a browser shows it: tags dropped, entities decoded, white space collapsed."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
+
+
+def _independent_html(path: Path) -> list[tuple[object, ...]]:
+    """A real en-GB watch-history.html read with re, html.unescape and strptime alone."""
+    page = path.read_text(encoding="utf-8")
+    rows = []
+    for cell in page.split('<div class="outer-cell ')[1:]:
+        header = _html_text(re.search(r'<p class="mdl-typography--title">(.*?)</p>', cell, re.S)[1])
+        body = re.search(r'mdl-cell--6-col mdl-typography--body-1">(.*?)</div>', cell, re.S)[1]
+        lines = [line for line in body.split("<br>") if line.strip()]
+        title, when = _html_text(lines[0]), _html_text(lines[-1])
+        links = re.findall(r'<a href="([^"]*)"', lines[0])
+        channel = _html_text(lines[1]) if len(lines) == 3 else None
+        caption = cell.split("mdl-typography--caption", 1)[1]
+        products = re.search(r"<b>Products:</b><br>(.*?)<b>", caption, re.S)[1]
+        ads = "From Google Ads" in caption if "<b>Details:</b>" in caption else None
+        stamp = datetime.strptime(when.replace("Sept", "Sep"), "%d %b %Y, %H:%M:%S GMT%z")
+        rows.append((stamp.astimezone(UTC), "youtube", _html_text(products), header, title, title.split()[0],
+                     html.unescape(links[0]) if links else None, channel, ads))
+    return rows
+
+
+def test_a_real_youtube_watch_history_page_matches_an_independent_reading(tmp_path: Path) -> None:
+    """340 records of a real 2025 watch-history.html (en-GB, ``GMT+05:30``), after 141 KB of CSS."""
+    expected = _independent_html(YOUTUBE_HTML)
+    importer = GoogleActivityImporter()
+    assert importer.detect(YOUTUBE_HTML) == 0.95
+    assert YOUTUBE_HTML.read_bytes().find(b'class="outer-cell') > 140_000  # past a 4 KiB look
+    items = _items(YOUTUBE_HTML)
+    assert all(isinstance(i, Event) for i in items) and len(items) == len(expected) == 340
+    assert [_youtube_reading(e) for e in items] == expected  # type: ignore[arg-type]
+    assert items[0].timestamp == datetime(2025, 12, 8, 14, 17, 35, tzinfo=UTC)  # 19:47:35 GMT+05:30
+    actions = [r[5] for r in expected]
+    assert (actions.count("Watched"), actions.count("Viewed"), actions.count("Used")) == (335, 4, 1)
+    assert sum(r[8] is True for r in expected) > 0 and sum(r[7] is None for r in expected) > 0
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    assert store.import_file(YOUTUBE_HTML, importer).inserted == 340
+    assert store.import_file(YOUTUBE_HTML, importer).inserted == 0
+    stored = sorted((_youtube_reading(e) for e in store.events(source="google_activity")), key=repr)
+    assert stored == sorted(expected, key=repr)
 
 
 def test_json_subtitles_details_and_folder_product() -> None:
@@ -132,6 +214,8 @@ def test_html_without_records_raises() -> None:
         ("Sept 5, 2020, 3:04:05 a.m. IST", datetime(2020, 9, 4, 21, 34, 5, tzinfo=UTC)),
         ("5 Jan 2020, 15:04:05 GMT", datetime(2020, 1, 5, 15, 4, 5, tzinfo=UTC)),
         ("5 Jan 2020, 15:04:05 UTC-03", datetime(2020, 1, 5, 18, 4, 5, tzinfo=UTC)),
+        # a real en-US page from a Turkish account (2024): every record said TRT
+        ("Jan 9, 2024, 2:14:04\u202fPM TRT", datetime(2024, 1, 9, 11, 14, 4, tzinfo=UTC)),
     ],
 )
 def test_abbreviation_table_is_explicit(text: str, expected: datetime) -> None:

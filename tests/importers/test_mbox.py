@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import mailbox
 from datetime import UTC, datetime
+from email.utils import getaddresses, parseaddr, parsedate_to_datetime
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from importers.mbox import MboxImporter, keyed_hash
 from tests.importers.helpers import check_store_round_trip, parse_failure, reject_reasons
 
 FIX = Path(__file__).parent / "fixtures" / "mbox"
+GMAIL = Path(__file__).parent / "samples" / "mbox" / "small.gmail.mbox"
 
 
 def _events(path: Path, **params: object) -> list[Event | RecordError]:
@@ -27,6 +30,72 @@ def _message_bytes(data: bytes, start_marker: bytes, end_marker: bytes | None) -
     begin = data.index(b"\n", begin) + 1
     end = len(data) - 1 if end_marker is None else data.index(end_marker, begin) + 1
     return end - begin
+
+
+def _independent(path: Path) -> list[tuple[object, ...]]:
+    """The standard library's reading: mailbox.mbox, parsedate_to_datetime, and the From_ line's
+    own date (strptime, with its offset) for a message without a Date header."""
+    rows = []
+    for msg in mailbox.mbox(str(path), create=False):
+        if msg["Date"] is not None:
+            when, from_line = parsedate_to_datetime(msg["Date"]).astimezone(UTC), None
+        else:
+            stamp = " ".join(msg.get_from().split()[1:])
+            when, from_line = datetime.strptime(stamp, "%a %b %d %H:%M:%S %z %Y").astimezone(UTC), True
+        sender = parseaddr(str(msg["From"] or ""))[1]
+        raw_labels = msg["X-Gmail-Labels"]
+        labels = None if raw_labels is None else {x.strip() for x in str(raw_labels).split(",")}
+        recipients = [str(v) for v in msg.get_all("To", []) + msg.get_all("Cc", [])]
+        rows.append((
+            when, from_line, sender.rsplit("@", 1)[1].lower(),
+            sum(1 for _n, a in getaddresses(recipients) if a),
+            msg["In-Reply-To"] is not None or msg["References"] is not None,
+            msg.get_content_type(), None if labels is None else "Unread" in labels,
+        ))
+    return rows
+
+
+def _reading(e: Event) -> tuple[object, ...]:
+    f = e.fields
+    return (e.timestamp, f.get("date_from_separator"), f["sender_domain"], f["recipient_count"],
+            f["is_reply"], f["content_type"], f.get("is_unread"))
+
+
+def test_a_real_gmail_takeout_mbox_matches_the_standard_library(tmp_path: Path) -> None:
+    """Gmail's From_ lines, X-GM-THRID / X-Gmail-Labels, two mailing-list mails of 2008, MIME parts, and
+    chats without a Date header, timed by their From_ line (``... +0000 2016``)."""
+    expected = _independent(GMAIL)
+    importer = MboxImporter({"hash_key": "k"})
+    assert importer.detect(GMAIL) == 0.95
+    events = _events(GMAIL, hash_key="k")
+    assert all(isinstance(e, Event) for e in events), events
+    assert [_reading(e) for e in events] == expected and len(expected) == 6  # type: ignore[arg-type]
+    timed_by_separator = [e for e in events if isinstance(e, Event) and "date_from_separator" in e.fields]
+    assert [e.timestamp for e in timed_by_separator] == [
+        datetime(2016, 3, 23, 1, 57, tzinfo=UTC), datetime(2021, 7, 20, 0, 22, 49, tzinfo=UTC),
+        datetime(2021, 7, 20, 0, 22, 49, tzinfo=UTC),
+    ]
+    assert all(e.fields["date_zone_known"] is True for e in timed_by_separator)
+    assert "Zend_Form" not in repr(events) and "example.net>" not in repr(events)  # no subject, no address
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    assert store.import_file(GMAIL, importer).inserted == 6
+    assert store.import_file(GMAIL, importer).inserted == 0
+    assert sorted(map(_reading, store.events(source="mbox")), key=repr) == sorted(expected, key=repr)
+
+
+def test_a_from_line_with_an_offset_times_a_message_without_date_and_one_without_never_does(
+    tmp_path: Path,
+) -> None:
+    mbox = tmp_path / "chats.mbox"
+    mbox.write_text(
+        "From 1@xxx Wed Mar 23 01:57:00 +0530 2016\nFrom: a@example.org\n\nchat\n\n"
+        "From 2@xxx Wed Mar 23 01:57:00 2016\nFrom: a@example.org\n\nchat\n",
+        encoding="ascii",
+    )
+    timed, untimed = _events(mbox)
+    assert isinstance(timed, Event) and timed.timestamp == datetime(2016, 3, 22, 20, 27, tzinfo=UTC)
+    assert timed.fields["date_from_separator"] is True
+    assert str(untimed) == f"{mbox}:6: message has no Date header, and its From_ line states no UTC offset"
 
 
 def test_basic_mailbox_gives_one_metadata_event_per_message() -> None:
@@ -114,7 +183,7 @@ def test_crlf_mailbox() -> None:
 def test_bad_dates_are_yielded_with_the_from_line() -> None:
     items = _events(FIX / "missing_date.mbox")
     assert reject_reasons(items, FIX / "missing_date.mbox", events=1) == [
-        ":10: message has no Date header",
+        ":10: message has no Date header, and its From_ line states no UTC offset",
         ":18: Date header 'sometime next week' is not an RFC 5322 date",
     ]
 

@@ -121,6 +121,35 @@ def test_each_platform_claims_its_own_files() -> None:
     assert (fb.detect(chrome), ig.detect(chrome)) == (0.0, 0.0)
 
 
+@pytest.mark.parametrize(
+    ("tree", "owner"),
+    [
+        # real 2022 Instagram exports name their folder "<username>_<YYYYMMDD>": no platform in it
+        ("callumflack_20220731/messages/inbox/kevin_fdcfwkqk4w", "instagram"),
+        ("callumflack_20220731/messages/message_requests/facebookuser_pnbqg2rqug", "instagram"),
+        # a deleted account's thread folder names the other platform: the export's folder decides
+        ("facebook-beangrensberg9/messages/message_requests/instagramuser_7pv50rqj9g", "facebook"),
+        ("instagram-ann-2025-07-01-Ab12/your_instagram_activity/messages/inbox/facebookuser_x1", "instagram"),
+        ("downloads/messages/inbox/instagramuser_7pv50rqj9g", "facebook"),  # no export folder: Messenger
+    ],
+)
+def test_the_export_folder_not_a_thread_folder_says_the_platform(
+    tmp_path: Path, tree: str, owner: str
+) -> None:
+    thread = tmp_path / tree
+    thread.mkdir(parents=True)
+    (thread / "message_1.json").write_bytes(MESSAGES.read_bytes())
+    fb, ig = FacebookImporter(), InstagramImporter()
+    path = thread / "message_1.json"
+    scores = {"facebook": fb.detect(path), "instagram": ig.detect(path)}
+    assert scores == {name: 0.95 if name == owner else 0.0 for name in scores}
+    if owner == "instagram":  # the same export's likes go to Instagram too
+        liked = tmp_path / tree.split("/")[0] / "likes" / "liked_posts.json"
+        liked.parent.mkdir(parents=True)
+        liked.write_bytes((IG / "likes" / "liked_posts.json").read_bytes())
+        assert (fb.detect(liked), ig.detect(liked)) == (0.0, 0.95)
+
+
 def test_other_json_is_refused(tmp_path: Path) -> None:
     chrome = Path(__file__).parent / "fixtures" / "chrome_takeout" / "BrowserHistory.json"
     assert parse_failure(FacebookImporter(), chrome) == (

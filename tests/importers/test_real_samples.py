@@ -11,6 +11,8 @@ idempotent.
 from __future__ import annotations
 
 import gzip
+import hashlib
+import re
 import tomllib
 import zipfile
 from importlib.metadata import EntryPoint
@@ -34,7 +36,13 @@ OWNERS = {
     "fit/compressed-speed-distance.fit": "fit",
     "twitter/tweet.js": "twitter",
     "twitter/account.js": "twitter",
+    "twitter/direct-messages.js": "twitter",
     "whatsapp/WhatsApp Chat with ShortChat.txt": "whatsapp",
+    "chrome_takeout/BrowserHistory.json": "chrome_takeout",
+    "youtube/watch-history.json": "google_activity",
+    "youtube/watch-history.html": "google_activity",
+    "spotify/StreamingHistory0.json": "spotify",
+    "mbox/small.gmail.mbox": "mbox",
 }
 # The params a sample needs (a zone for local times, a day/month order the file leaves open).
 PARAMS: dict[str, dict[str, object]] = {
@@ -42,7 +50,9 @@ PARAMS: dict[str, dict[str, object]] = {
 }
 # The importers added for issue 28 (some verified on hand-written fixtures only: no redistributable
 # real export was found for them).
-NEW = sorted({*OWNERS.values(), "chrome_takeout", "reddit", "facebook", "instagram"})
+NEW = sorted(
+    {"gpx", "tcx", "fit", "twitter", "whatsapp", "chrome_takeout", "reddit", "facebook", "instagram"}
+)
 # Upstream's own reading of a sample, kept as a test reference: no importer's format.
 REFERENCES = {"fit/garmin-fenix-5-run-records.csv"}
 # A real file whose every record an importer refuses (its check reports rejects, not events).
@@ -79,6 +89,20 @@ def test_every_sample_has_its_source_and_licence() -> None:
     assert any(p.is_file() for p in (SAMPLES / "LICENSES").iterdir())
 
 
+def test_every_sample_is_the_file_its_sources_entry_describes() -> None:
+    """Bytes and SHA-256 as SOURCES.md records them: an editor or a checkout that rewrites line ends or
+    an encoding no longer passes for the upstream file."""
+    sources = (SAMPLES / "SOURCES.md").read_text(encoding="utf-8")
+    digests = dict(
+        (name, digest) for digest, name in re.findall(r"^([0-9a-f]{64})  (.+)$", sources, re.MULTILINE)
+    )
+    sizes = {name: int(size) for name, size in re.findall(r"^\| `([^`]+)` \|.*?\| (\d+) \|", sources, re.M)}
+    for name in sorted(OWNERS) + sorted(REFERENCES):
+        data = (SAMPLES / name).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == digests[name], name
+        assert len(data) == sizes[name] < 1_000_000, name
+
+
 @pytest.mark.parametrize("sample", sorted(OWNERS))
 def test_a_sample_is_claimed_by_its_own_importer_only(sample: str) -> None:
     path = SAMPLES / sample
@@ -105,6 +129,31 @@ def test_importer_check_finds_the_sample_clean_and_idempotent(sample: str) -> No
     assert report.second_import_added == 0 and report.idempotent is True
 
 
+@pytest.mark.parametrize(
+    ("archive", "owner"),
+    [
+        ("callumflack_20220731.zip", "instagram"),
+        ("facebook-beangrensberg9.zip", "facebook"),
+        ("x.zip", "facebook"),  # no platform in any name: Messenger's, as the importers document
+    ],
+)
+def test_a_zip_with_messages_at_its_top_goes_by_the_zip_name(
+    tmp_path: Path, archive: str, owner: str
+) -> None:
+    """Instagram's exports before 2023 hold ``messages/`` at the zip's top, like Messenger's: the zip's
+    name (``<user>_<YYYYMMDD>.zip``) is all that tells them apart, and extraction keeps it."""
+    fixtures = Path(__file__).parent / "fixtures" / "meta"
+    message = fixtures / "instagram-annlee/your_instagram_activity/messages/inbox/bo_5678/message_1.json"
+    path = tmp_path / archive
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("messages/inbox/kevin_fdcfwkqk4w/message_1.json", message.read_bytes())
+    with walk_archive(path, [cls() for cls in IMPORTERS.values()]) as plan:
+        assert {f.member: f.importer.name for f in plan.files} == {
+            "messages/inbox/kevin_fdcfwkqk4w/message_1.json": owner
+        }
+        assert plan.files[0].path.parent.parent.parent.parent.name == archive[: -len(".zip")]
+
+
 def test_an_export_zip_of_the_new_formats_is_dispatched_to_their_importers(tmp_path: Path) -> None:
     fixtures = Path(__file__).parent / "fixtures"
     members = {  # member of the zip -> (its content, the importer it must go to)
@@ -119,7 +168,7 @@ def test_an_export_zip_of_the_new_formats_is_dispatched_to_their_importers(tmp_p
         "reddit/comments.csv": (fixtures / "reddit/comments.csv", "reddit"),
         "reddit/post_votes.csv": (fixtures / "reddit/post_votes.csv", None),
         "Takeout/Chrome/BrowserHistory.json": (
-            fixtures / "chrome_takeout/BrowserHistory.json", "chrome_takeout"
+            SAMPLES / "chrome_takeout/BrowserHistory.json", "chrome_takeout"
         ),
         "facebook-me/your_facebook_activity/messages/inbox/bo_1234/message_1.json": (
             fixtures / "meta/facebook-annlee/your_facebook_activity/messages/inbox/bo_1234/message_1.json",

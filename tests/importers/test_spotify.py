@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from tests.importers.helpers import (
 )
 
 FIX = Path(__file__).parent / "fixtures" / "spotify"
+REAL = Path(__file__).parent / "samples" / "spotify" / "StreamingHistory0.json"
 
 
 def _parse(path: Path) -> list[Event | RecordError]:
@@ -28,6 +30,29 @@ def _parse(path: Path) -> list[Event | RecordError]:
 
 def _events(path: Path) -> list[Event]:
     return only_events(_parse(path))
+
+
+def test_a_real_account_history_matches_json_load_in_the_parse_and_the_store(tmp_path: Path) -> None:
+    """The first 2,000 plays of a real ``StreamingHistory0.json`` (Feb-Apr 2019), read by json.load alone."""
+    plays = json.loads(REAL.read_text(encoding="utf-8"))
+    expected = [
+        (datetime.strptime(p["endTime"], "%Y-%m-%d %H:%M").replace(tzinfo=UTC), "track_play", "account",
+         p["msPlayed"], p["artistName"], p["trackName"])
+        for p in plays
+    ]
+
+    def reading(e: Event) -> tuple[object, ...]:
+        f = e.fields
+        return (e.timestamp, e.type, f["history"], f["ms_played"], str(f["artist"]), str(f["track"]))
+
+    assert SpotifyImporter().detect(REAL) == 0.95
+    events = _events(REAL)
+    assert [reading(e) for e in events] == expected and len(expected) == 2000
+    assert min(r[3] for r in expected) < 1000 < max(r[3] for r in expected)  # skips and whole plays alike
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    assert store.import_file(REAL, SpotifyImporter()).inserted == 2000
+    assert store.import_file(REAL, SpotifyImporter()).inserted == 0
+    assert sorted(reading(e) for e in store.events(source="spotify")) == sorted(expected)  # type: ignore[type-var]
 
 
 def test_account_history_tracks() -> None:

@@ -70,6 +70,38 @@ def test_deleted_tweets_bad_elements_and_unwrapped_tweets() -> None:
     ]
 
 
+def test_real_direct_messages_match_json_loads_in_the_parse_and_the_store(tmp_path: Path) -> None:
+    """A real 2026 ``direct-messages.js``: 17 messages in 10 conversations, 13 of them sent."""
+    path = SAMPLES / "direct-messages.js"
+    me = "1964312974236991488"  # the archive's own account id (its account.js says so)
+    expected = [
+        (datetime.fromisoformat(m["createdAt"]), m["senderId"] == me, len(m["text"]), len(m["text"].split()),
+         len(m["urls"]), bool(m["mediaUrls"]), len(m["reactions"]), m["text"])
+        for conversation in _script_array(path)
+        for m in (item["messageCreate"] for item in conversation["dmConversation"]["messages"])
+    ]
+    importer = TwitterImporter({"account_id": me, "text": True})
+    assert importer.detect(path) == 0.95
+    events = only_events(list(importer.parse(path)))
+
+    def reading(e: Event) -> tuple[object, ...]:
+        f = e.fields
+        return (e.timestamp, f["sent"], f["chars"], f["words"], f["urls"], f["media"], f["reactions"],
+                str(f["text"]))
+
+    assert [reading(e) for e in events] == expected and len(expected) == 17
+    assert [r[1] for r in expected].count(True) == 13 and {e.fields["group"] for e in events} == {False}
+    assert all(e.type == "direct_message" for e in events)
+    # without params: no text, no direction, and never an id of either party
+    plain = only_events(list(TwitterImporter().parse(path)))
+    assert all("text" not in e.fields and "sent" not in e.fields for e in plain)
+    assert me not in repr(plain) and "2846154391" not in repr(plain)
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    assert store.import_file(path, importer).inserted == 17
+    assert store.import_file(path, importer).inserted == 0
+    assert sorted(reading(e) for e in store.events(source="twitter")) == sorted(expected)
+
+
 def test_direct_messages_one_per_message_create() -> None:
     path = FIX / "direct-messages.js"
     items = list(TwitterImporter({"account_id": "1111", "text": True}).parse(path))
