@@ -96,7 +96,6 @@ from aggregator.lease import LeaseLost, PhaseLease
 from aggregator.medians import MedianRun
 from aggregator.routes.problems import problem_account
 from aggregator.state import AggregatorState
-from aggregator.training import train_problem
 from anonml.crypto import CryptoError, TokenKey
 from anonml.errors import AnonMLError
 from anonml.model import FeatureKind
@@ -602,6 +601,8 @@ class RoundDriver:
                 answered = int(s.scalar(select(ProblemRow.median_answered).where(ProblemRow.id == pid)) or 0)
                 account = problem_account(s, pid, ctx)
             assert account is not None
+            from aggregator.training import train_problem  # scikit-learn: imported when first needed
+
             model, metrics = train_problem(ctx.problem, ctx.roster, ctx.bins, ctx.plan, reports, answered)
             document = sign_message(
                 ModelDocument(

@@ -27,7 +27,8 @@ from anonml.crypto import (
 )
 from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.database import make_engine
-from anonml.learn import Binning, PartitionPlan, roster_plan
+from anonml.learn.binning import Binning
+from anonml.learn.partition import PartitionPlan
 from anonml.protocol import Bins, CosignatureBundle, Problem, Roster, Schedule, roster_beacon
 from anonml.schedule import ServiceMeter, schedule_floors
 
@@ -112,6 +113,8 @@ class ProblemContext:
     def plan_for(self, roster: Roster, beacon: bytes = b"") -> PartitionPlan:
         """The plan of ``roster`` under the witnesses' ``beacon``; ValueError when the sizes do not fit
         (which the beacon never changes)."""
+        from anonml.learn.settings import roster_plan  # the learner (scikit-learn): not at start-up
+
         return roster_plan(self.problem.draft, roster, beacon)
 
     def set_roster(self, roster: Roster, beacon: bytes) -> None:

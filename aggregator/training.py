@@ -29,19 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from anonml.errors import ProtocolError
-from anonml.learn import (
-    AnonMLClassifier,
-    Binning,
-    PartitionPlan,
-    PrivacyAccounting,
-    SubsetHistogram,
-    estimate_histogram,
-    learner_settings,
-)
+from anonml.learn.binning import Binning
+from anonml.learn.partition import PartitionPlan
 from anonml.privacy import MechanismDescriptor
 from anonml.privacy.amplification import CentralTarget, ShuffleBound, unlinkable_pools_bound
 from anonml.protocol import (
@@ -54,6 +48,9 @@ from anonml.protocol import (
     unpack_bits,
 )
 from anonml.randomness import resolve_rng
+
+if TYPE_CHECKING:
+    from anonml.learn.model import AnonMLClassifier
 
 __all__ = [
     "ReportGroup",
@@ -181,6 +178,15 @@ def train_problem(
     ProtocolError
         When no report arrived.
     """
+    # The learner (scikit-learn) is imported here, not when the service starts.
+    from anonml.learn import (
+        AnonMLClassifier,
+        PrivacyAccounting,
+        SubsetHistogram,
+        estimate_histogram,
+        learner_settings,
+    )
+
     draft = problem.draft
     rng = resolve_rng(rng)
     binning = binning_of(problem, bins)

@@ -6,10 +6,11 @@ The public surface of the core library. Subpackages with their own surface:
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-# Names are imported on first use (PEP 562), so that ``import anonml`` — and the
+from anonml.lazy import lazy_exports
+
+# Names are imported on first use (anonml.lazy), so that ``import anonml`` — and the
 # CLI's start-up — does not pay for NumPy, pydantic and SQLAlchemy up front.
 _EXPORTS: dict[str, str] = {
     "AnonMLError": "anonml.errors",
@@ -118,14 +119,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'anonml' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import chi2
 
 from anonml.privacy import Mechanism, MechanismDescriptor, estimate_counts
 
@@ -317,6 +316,8 @@ def shrunk_label_distribution(histograms: Sequence[SubsetHistogram]) -> np.ndarr
     noise = float(sum(np.sum(h.class_total_variance()) for h in histograms)) / total**2
     uniform = np.full(k, 1.0 / k)
     deviation = float(np.sum((p - uniform) ** 2))
+    from scipy.stats import chi2  # scipy.stats costs a second at import: only for k > 2 here
+
     margin = BINARY_PRIOR_NOISE_MARGIN if k == 2 else float(chi2.ppf(1 - PRIOR_FALSE_ALARM, k - 1)) / (k - 1)
     share = 0.0 if deviation <= 0 else max(0.0, 1.0 - margin * noise / deviation)
     shrunk = np.clip(uniform + share * (p - uniform), 0.0, None)

@@ -45,7 +45,6 @@ from functools import lru_cache
 import numpy as np
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from scipy.special import gammaln
-from scipy.stats import binom
 
 from anonml.records import JsonRecord
 
@@ -96,6 +95,8 @@ def _pair(epsilon0: float, n: int) -> tuple[np.ndarray, np.ndarray]:
     ``b = Bin(·; c, 1/2)``. Tails of either binomial below ``e^{−70}`` (~1e-30,
     far below any δ used) are dropped, which only lowers both divergences by less.
     """
+    from scipy.stats import binom  # scipy.stats costs a second at import: only when a bound is computed
+
     p_clone = math.exp(-epsilon0)
     q1 = 1.0 / (1.0 + math.exp(-epsilon0))  # e^{ε0}/(e^{ε0}+1), overflow-free
     cs = np.arange(n)

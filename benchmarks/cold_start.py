@@ -1,0 +1,129 @@
+"""Cold start of ``anonml aggregator serve``: process start until ``/healthz`` answers 200.
+
+Each repeat, interleaved so both run under the same background load:
+
+* **aggregator, first start** — a fresh state database (migrations run);
+* **aggregator, restart** — the same database again, already at the migrations' head
+  (what a restart after a kill costs);
+* **baseline** — a bare FastAPI app with one ``/healthz`` route served by uvicorn from a
+  fresh ``python -c`` process: the floor the framework and the interpreter set.
+
+Reported: the median and the best of each, the ratio aggregator ÷ baseline, and the machine's
+load beside them. Issue 31's targets: ≤ 2 s quiet, ≤ 5 s beside ``stress-ng --cpu 2``.
+Results go to ``benchmarks/results/cold_start.json``.
+
+Run: ``python -m benchmarks.cold_start`` from the repository root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import requests
+
+from anonml.serving import free_port
+
+BASELINE = """
+import sys
+import uvicorn
+from fastapi import FastAPI
+app = FastAPI()
+@app.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+
+
+def _time_until_healthy(command: list[str], port: int, deadline: float = 120.0) -> float:
+    """Seconds from starting ``command`` until ``/healthz`` on ``port`` answers 200 (then stopped)."""
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        while time.perf_counter() - start < deadline:
+            if process.poll() is not None:
+                raise SystemExit(f"error: {command[:4]} exited: {process.stderr.read().decode()[-500:]}")
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    return time.perf_counter() - start
+            except requests.RequestException:
+                pass
+            time.sleep(0.02)
+        raise SystemExit(f"error: {command[:4]} did not answer /healthz within {deadline:g} s")
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _aggregator(db: Path) -> tuple[list[str], int]:
+    port = free_port("127.0.0.1")
+    command = [sys.executable, "-m", "anonml", "aggregator", "serve", "--db", f"sqlite:///{db}"]
+    return [*command, "--host", "127.0.0.1", "--port", str(port)], port
+
+
+def measure(repeats: int) -> dict[str, object]:
+    times: dict[str, list[float]] = {"aggregator_first_start": [], "aggregator_restart": [], "baseline": []}
+    loads = []
+    with tempfile.TemporaryDirectory(prefix="anonml-cold-") as tmp:
+        os.environ["ANONML_HOME"] = tmp  # the identity key file goes here, not into the user's home
+        for i in range(repeats):
+            loads.append(os.getloadavg()[0])
+            db = Path(tmp) / f"state-{i}.db"
+            command, port = _aggregator(db)
+            times["aggregator_first_start"].append(_time_until_healthy(command, port))
+            command, port = _aggregator(db)
+            times["aggregator_restart"].append(_time_until_healthy(command, port))
+            port = free_port("127.0.0.1")
+            times["baseline"].append(_time_until_healthy([sys.executable, "-c", BASELINE, str(port)], port))
+    summary: dict[str, object] = {
+        name: {"median_s": round(statistics.median(v), 3), "best_s": round(min(v), 3), "runs_s": v}
+        for name, v in times.items()
+    }
+    base = statistics.median(times["baseline"])
+    for name in ("aggregator_first_start", "aggregator_restart"):
+        summary[f"ratio_{name.removeprefix('aggregator_')}_to_baseline"] = round(
+            statistics.median(times[name]) / base, 2
+        )
+    summary["load_average_1m"] = {"min": min(loads), "max": max(loads)}
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cold_start.json"))
+    args = parser.parse_args()
+    result = {
+        "benchmark": "cold_start",
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
+        "targets": {"quiet_s": 2.0, "stress_ng_cpu_2_s": 5.0},
+        **measure(args.repeats),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
