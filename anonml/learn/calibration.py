@@ -50,6 +50,8 @@ __all__ = [
     "calibrate_ensemble",
     "calibrate_classes",
     "shrink_shares",
+    "measured_choice",
+    "class_map_groups",
 ]
 
 #: Smallest calibrated class probability: a class the pool never saw keeps a finite log loss.
@@ -190,32 +192,45 @@ def class_map(
     return np.vstack(rows)
 
 
+def measured_choice(steps: np.ndarray, clip: float, epsilon: float, rng: np.random.Generator) -> int:
+    """Which of J candidates lowers a loss most, from one ε-LDP report per peer; −1 for none.
+
+    ``steps[i, j]`` is peer i's loss change from candidate j − 1 to candidate j (candidate −1 the
+    model as it is). Each peer clips its steps to ±``clip`` (steps, not totals, so large gains still
+    tell the candidates apart) and sends the vector once through the Hybrid mechanism (Wang et al.,
+    ICDE 2019, Algorithm 4: :func:`~anonml.learn.baselines.perturb_vector`) at ε. A candidate's change
+    from the model is the running sum of the steps' unbiased means; the one of least change is
+    chosen provided it is below −:data:`CHOICE_SDS` of its standard error (the per-peer sums' spread
+    over √n).
+    """
+    from anonml.learn.baselines import perturb_vector  # noqa: PLC0415 - baselines imports the learner
+
+    steps = np.asarray(steps, dtype=float)
+    if steps.ndim != 2 or steps.shape[0] < 2:
+        raise ValueError(f"steps must be (peers >= 2, candidates), got shape {steps.shape}")
+    reports = perturb_vector(np.clip(steps, -clip, clip) / clip, epsilon, rng) * clip
+    totals = np.cumsum(reports, axis=1)  # per peer: each candidate's change from the model
+    means = totals.mean(axis=0)
+    errors = totals.std(axis=0, ddof=1) / np.sqrt(steps.shape[0])
+    best = int(np.argmin(means))
+    return best if means[best] < -CHOICE_SDS * errors[best] else -1
+
+
 def map_weight(
     proba: np.ndarray, mapped: np.ndarray, y: np.ndarray, epsilon: float, rng: np.random.Generator
 ) -> float:
     """The choice half: the t of :data:`CLASS_MAP_WEIGHTS` (or 0) of least privately measured log loss.
 
-    Each peer computes how its own log loss changes from one weight to the next,
-    ``d_j = ℓ_{t_j}(x, y) − ℓ_{t_{j−1}}(x, y)`` with ``ℓ_t = −log p_t(y|x)`` (:func:`mixed_proba`,
-    ``t_0 = 0`` the model), clips each to ±:data:`LOSS_CLIP` (steps, not totals, so a confidently
-    wrong model's large gains still tell the weights apart) and sends the vector once through the
-    Hybrid mechanism (Wang et al., ICDE 2019, Algorithm 4: :func:`~anonml.learn.baselines.perturb_vector`)
-    at ε_T. A weight's change from the model is the running sum of the steps' unbiased means; the
-    weight kept is the one of least change, provided it is below −:data:`CHOICE_SDS` of its standard
-    error (the per-peer sums' spread over √n); otherwise 0, the model as it is.
+    Per peer the log-loss steps ``ℓ_{t_j} − ℓ_{t_{j−1}}`` with ``ℓ_t = −log p_t(y|x)``
+    (:func:`mixed_proba`, ``t_0 = 0`` the model), clipped to ±:data:`LOSS_CLIP`
+    (:func:`measured_choice`); 0, the model as it is, unless a mixture is measured to help.
     """
-    from anonml.learn.baselines import perturb_vector  # noqa: PLC0415 - baselines imports the learner
-
     rows = np.arange(y.size)
     losses = [-np.log(np.clip(proba[rows, y], 1e-12, None))]
     losses += [-np.log(mixed_proba(proba, mapped, t)[rows, y]) for t in CLASS_MAP_WEIGHTS]
     steps = np.column_stack([losses[j + 1] - losses[j] for j in range(len(CLASS_MAP_WEIGHTS))])
-    reports = perturb_vector(np.clip(steps, -LOSS_CLIP, LOSS_CLIP) / LOSS_CLIP, epsilon, rng)
-    totals = np.cumsum(reports, axis=1)  # per peer: each weight's change from the model
-    means = totals.mean(axis=0)
-    errors = totals.std(axis=0, ddof=1) / np.sqrt(y.size)
-    best = int(np.argmin(means))
-    return float(CLASS_MAP_WEIGHTS[best]) if means[best] < -CHOICE_SDS * errors[best] else 0.0
+    choice = measured_choice(steps, LOSS_CLIP, epsilon, rng)
+    return float(CLASS_MAP_WEIGHTS[choice]) if choice >= 0 else 0.0
 
 
 def calibrate_classes(

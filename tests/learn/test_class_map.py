@@ -172,3 +172,17 @@ def test_a_prior_pulled_to_uniform_still_predicts_the_private_majority():
             model = AnonMLClassifier(epsilon=1.0, features=specs, random_state=seed).fit(X, y)
         majority += np.mean(model.predict(X) == 1) > 0.5
     assert majority >= 6
+
+
+def test_a_multiclass_fit_accounts_for_both_halves_of_its_calibration_pool():
+    rng = np.random.default_rng(0)
+    n = 30_000
+    y = rng.choice(4, size=n, p=PRIOR)
+    X = np.clip(rng.normal(size=(n, 4)) + 0.4 * y[:, None], -4, 6)
+    specs = [FeatureSpec(name=f"x{j}", low=-4.0, high=6.0) for j in range(4)]
+    model = AnonMLClassifier(epsilon=2.0, features=specs, random_state=0).fit(X, y)
+    pool = model.privacy_.calibration_peers
+    assert pool > 0 and model.privacy_.epsilon_total == pytest.approx(2.0)  # one report per pool peer
+    # Each half asks its own question: a report hides only among its half.
+    assert model.privacy_.shuffle.smallest_group <= pool // 2
+    assert model.ensemble_.n_classes == 4
