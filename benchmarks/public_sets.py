@@ -264,6 +264,21 @@ def markdown(rows: list[ResultRow], floors: list[dict[str, Any]], note: str) -> 
     return "\n".join(lines) + "\n"
 
 
+def _reused(path: str, fresh: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The rows, floors and sizes of an earlier results file's sets that this run did not redo."""
+    import json  # noqa: PLC0415
+
+    old = json.loads(Path(path).read_text(encoding="utf-8"))
+    keep = [name for name in old["sets"] if name not in fresh]
+    return {
+        "rows": [r for r in old["rows"] if r["dataset"] in keep],
+        "floors": [f for f in old.get("floors", []) if f["set"] in keep],
+        "sets": {name: old["sets"][name] for name in keep},
+        "when": old["when"],
+        "seconds": old["seconds"],
+    }
+
+
 #: The sets of the full run: the first four binary ones, then the second pass (benchmarks/PUBLIC_SETS.md).
 ALL_SETS = "breast_cancer,anes96,fair,randhie,hi,diamonds,fishing,computers,vietnam"
 
@@ -279,6 +294,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--sets", default=ALL_SETS)
     parser.add_argument("--out", default=str(RESULTS / "public_sets.json"))
+    parser.add_argument(
+        "--reuse",
+        default=None,
+        help="a results file of an earlier run (same code) whose sets not in --sets are kept, "
+        "with their run time stated in the results",
+    )
     args = parser.parse_args(argv)
     large_splits = args.splits if args.large_splits is None else args.large_splits
     if min(args.splits, large_splits) < 1:
@@ -309,11 +330,23 @@ def main(argv: list[str] | None = None) -> None:
             }
             rows.extend(run_set(data, splits))
         print(f"{data.name} done ({time.perf_counter() - started:.0f} s)", flush=True)
+    reused = _reused(args.reuse, sizes) if args.reuse else None
+    if reused is not None:
+        rows = [ResultRow(**r) for r in reused["rows"]] + rows
+        floors = reused["floors"] + floors
+        sizes = {**reused["sets"], **sizes}
     reduced = [name for name, size in sizes.items() if size["splits"] < args.splits]
     note = (
         f"{args.splits} stratified 70/30 splits per set and ε"
         + (f", except {large_splits} on {', '.join(reduced)} (time on a shared machine)" if reduced else "")
-        + f"; run {now()}, {time.perf_counter() - started:.0f} s."
+        + f"; sets {', '.join(n for n in sizes if reused is None or n not in reused['sets'])} run {now()}"
+        + f" ({time.perf_counter() - started:.0f} s)"
+        + (
+            f"; sets {', '.join(reused['sets'])} from the run of {reused['when']} ({reused['seconds']} s)"
+            if reused is not None
+            else ""
+        )
+        + "."
     )
     out = Path(args.out)
     write_json(
