@@ -186,3 +186,10 @@ def test_a_multiclass_fit_accounts_for_both_halves_of_its_calibration_pool():
     # Each half asks its own question: a report hides only among its half.
     assert model.privacy_.shuffle.smallest_group <= pool // 2
     assert model.ensemble_.n_classes == 4
+    # The published JSON carries the map and its weight: a clone predicts the same.
+    q = np.full((4, 4), 0.1) + 0.6 * np.eye(4)
+    model.ensemble_ = model.ensemble_.with_class_map(q, 0.5)
+    clone = AnonMLClassifier.from_json(model.to_json())
+    np.testing.assert_allclose(clone.predict_proba(X[:200]), model.predict_proba(X[:200]))
+    assert clone.ensemble_.map_weight == 0.5
+    np.testing.assert_array_equal(clone.predict(X[:200]), model.predict(X[:200]))
