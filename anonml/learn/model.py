@@ -38,7 +38,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from anonml.errors import ProtocolError
 from anonml.learn.binning import Binning
-from anonml.learn.calibration import calibrate_ensemble
+from anonml.learn.calibration import calibrate_classes, calibrate_ensemble
 from anonml.learn.document import (
     MODEL_FORMAT,
     MODEL_VERSION,
@@ -169,9 +169,12 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
     median_confidence : float, default=0.5
         Confidence of each search's stopping margin (thesis algorithm 1).
     calibration_fraction : float, default=0.2
-        Binary problems: the largest share of the peers set apart to report
-        (score bin, label) once the model is built; their histogram fits the
-        Platt map of ``predict_proba`` (:mod:`anonml.learn.calibration`). The
+        The largest share of the peers set apart to report once the model is
+        built: binary problems (score bin, label), whose histogram fits the
+        Platt map of ``predict_proba``; K ≥ 3 classes (predicted class,
+        label), whose histogram gives each predicted class its calibrated
+        label distribution, shrunk toward the prior as far as its noise says
+        (:mod:`anonml.learn.calibration`). The
         pool takes only as many peers as the map needs at this ε
         (:func:`~anonml.learn.simulation.calibration_pool_size`), none when
         even the cap is too few. 0 turns calibration off.
@@ -419,7 +422,8 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
         ensemble = self.ensemble_from(result.histograms, result.sizes, rng)
         if result.calibration_rows.size:
             rows = result.calibration_rows
-            ensemble = calibrate_ensemble(
+            calibrate = calibrate_ensemble if ensemble.kind != "softmax" else calibrate_classes
+            ensemble = calibrate(
                 ensemble,
                 result.binning.transform(X[rows]),
                 y_index[rows].astype(np.int64),
@@ -598,7 +602,7 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
             median_confidence=float(self.median_confidence),
             consistency=self.consistency,
             n_classes=int(n_classes),
-            calibration_fraction=float(self.calibration_fraction) if n_classes == 2 else 0.0,
+            calibration_fraction=float(self.calibration_fraction),
             pilot_fraction=float(self.pilot_fraction),
             shuffle_delta=None if target is None else target[1],
         )

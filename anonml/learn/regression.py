@@ -92,7 +92,12 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
     classifier_params : dict, optional
         Parameters of the underlying :class:`AnonMLClassifier` (``epsilon``,
         ``features``, ``ranges``, ``random_state``, ``median_steps``,
-        ``median_confidence`` …; its mode is "default").
+        ``median_confidence`` …; its mode is "default"). Its
+        ``calibration_fraction`` is 0 unless given here: the class map of a
+        K ≥ 3 classifier (:func:`~anonml.learn.calibration.calibrate_classes`)
+        keys on the most probable bin, which for a numeric target is a poor
+        summary of the prediction (on the synthetic target of the tests it
+        raised the MAE at ε_T = 1 from 2.6 to 3.5).
     central_epsilon : tuple (ε, δ) or None, default=None
         A central target for the unlinkable pools instead of a local ε: the
         classifier's ``central_epsilon`` (the largest local ε whose shuffle bound
@@ -190,7 +195,7 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         if not np.all(np.isfinite(target)):
             raise ValueError("y must be a 1-D array of finite numbers")
         check_consistent_length(X, target)
-        params = dict(self.classifier_params or {})
+        params = {"calibration_fraction": 0.0, **(self.classifier_params or {})}
         if params.get("mode", "default") != "default":
             raise ValueError("a binned target needs the default mode (K classes); paper mode is binary")
         central = self.central_epsilon if self.central_epsilon is not None else params.get("central_epsilon")

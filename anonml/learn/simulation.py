@@ -45,7 +45,7 @@ import numpy as np
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from anonml.learn.binning import Binning, auto_n_bins, relative_cell_error
-from anonml.learn.calibration import CALIBRATION_BINS
+from anonml.learn.calibration import CALIBRATION_BINS, class_map_groups
 from anonml.learn.histograms import (
     SubsetHistogram,
     dependence_and_noise,
@@ -709,7 +709,10 @@ def _unlinkable_pools(
         "report": (float(config.epsilon / config.n_subsets), int(config.n_subsets), int(smallest_partition))
     }
     if calibration_peers:
-        pools["calibration"] = (float(config.epsilon), 1, int(calibration_peers))
+        # K ≥ 3: the pool reports in two groups of different questions (calibrate_classes); the
+        # smaller is the one each report hides among.
+        fewest = min(class_map_groups(calibration_peers)) if config.n_classes > 2 else calibration_peers
+        pools["calibration"] = (float(config.epsilon), 1, int(fewest))
     return pools
 
 
@@ -811,7 +814,26 @@ def _account(
     median_specs = _median_releases(names, estimates)
     specs.extend(median_specs)
     median_epsilon = float(median_specs[-1].epsilon) if median_specs else float(config.epsilon)
-    if calibration_peers:
+    if calibration_peers and config.n_classes > 2:
+        k = int(config.n_classes)
+        n_map, _ = class_map_groups(calibration_peers)
+        map_mechanism = best_mechanism(config.epsilon, k * k, n_map).kind
+        for peer, attributes, mechanism in (
+            ("calibration-map", ("predicted class", "label"), map_mechanism),
+            ("calibration-choice", ("log-loss changes",), "hybrid"),
+        ):
+            specs.append(
+                ReleaseSpec(
+                    peer=peer,
+                    problem="simulation",
+                    round=2,
+                    attributes=attributes,
+                    mechanism=mechanism,
+                    epsilon=float(config.epsilon),
+                    pool="calibration",
+                )
+            )
+    elif calibration_peers:
         specs.append(
             ReleaseSpec(
                 peer="calibration-pool",

