@@ -37,10 +37,9 @@ the predicted class as the bin.
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import chi2
 
 from anonml.learn.ensemble import Ensemble, platt_from_histogram
-from anonml.learn.histograms import PRIOR_FALSE_ALARM
+from anonml.learn.histograms import noise_margin
 from anonml.privacy import best_mechanism, estimate_counts
 
 __all__ = [
@@ -136,7 +135,7 @@ def shrink_shares(
     shares = np.asarray(shares, dtype=float)
     target = np.asarray(target, dtype=float)
     k = shares.size
-    margin = float(chi2.ppf(1 - PRIOR_FALSE_ALARM, k - 1)) / (k - 1)
+    margin = noise_margin(k)
     deviation = float(np.sum((shares - target) ** 2))
     s = 0.0 if deviation <= 0 or not np.isfinite(deviation) else max(0.0, 1.0 - margin * variance / deviation)
     out = np.clip(target + s * (shares - target), floor, None)

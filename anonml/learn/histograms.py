@@ -323,14 +323,20 @@ def shrunk_label_distribution(histograms: Sequence[SubsetHistogram]) -> np.ndarr
     noise = float(sum(np.sum(h.class_total_variance()) for h in histograms)) / total**2
     uniform = np.full(k, 1.0 / k)
     deviation = float(np.sum((p - uniform) ** 2))
-    from scipy.stats import chi2  # scipy.stats costs a second at import: only for k > 2 here
-
-    margin = BINARY_PRIOR_NOISE_MARGIN if k == 2 else float(chi2.ppf(1 - PRIOR_FALSE_ALARM, k - 1)) / (k - 1)
+    margin = BINARY_PRIOR_NOISE_MARGIN if k == 2 else noise_margin(k)
     share = 0.0 if deviation <= 0 else max(0.0, 1.0 - margin * noise / deviation)
     if k > 2:
         share = max(share, MIN_PRIOR_SHARE)
     shrunk = np.clip(uniform + share * (p - uniform), 0.0, None)
     return shrunk / shrunk.sum()
+
+
+def noise_margin(k: int) -> float:
+    """The χ² margin ``c`` of a K-class shrinkage: ``χ²_{K−1}(1 − PRIOR_FALSE_ALARM) / (K − 1)``,
+    so noise alone leaves a deviation with probability :data:`PRIOR_FALSE_ALARM`."""
+    from scipy.stats import chi2  # scipy.stats costs a second at import: only when a margin is needed
+
+    return float(chi2.ppf(1 - PRIOR_FALSE_ALARM, k - 1)) / (k - 1)
 
 
 def dependence_statistic(h: SubsetHistogram, prior: np.ndarray) -> tuple[float, int]:
