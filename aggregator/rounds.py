@@ -600,7 +600,7 @@ class RoundDriver:
                     for r in s.scalars(select(ReportRow).where(ReportRow.problem_id == pid))
                 ]
                 answered = int(s.scalar(select(ProblemRow.median_answered).where(ProblemRow.id == pid)) or 0)
-                account = problem_account(s, pid, ctx)
+                account = problem_account(s, pid, ctx, state.settings.intake_grace_seconds)
             assert account is not None
             model, metrics = train_problem(ctx.problem, ctx.roster, ctx.bins, ctx.plan, reports, answered)
             document = sign_message(

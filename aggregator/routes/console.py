@@ -9,11 +9,10 @@ and every action calls the admin route itself (``propose``,
 ``close_registration``, ``train``), so the console and the API never disagree.
 Login, CSRF and rendering come from :mod:`anonml.web`.
 
-While a round runs, a report not received yet is *in flight*, not lost: the
-status's account (``lost = expected − received``) is final only once the
-delivery window closed (``t_r`` + the intake's grace, when the round leaves
-``reporting``); until then the console counts as lost only what the intake
-already refused (:func:`delivery`).
+While a round runs, a report not received yet is *pending*, not lost: the
+status's account (:class:`~anonml.protocol.ReportAccount`) counts it lost only
+once the delivery window closed (``t_r`` + the intake's grace, or the round
+left ``reporting``), and the console shows that account as it is.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ from anonml.plugins import PluginRef
 from anonml.protocol import CosignatureBundle, ModelDocument, Problem, ProblemDraft, ProblemStatus, Schedule
 from anonml.web import Pages, WebAuth, WebSession, svg_timeline
 
-__all__ = ["router", "AUTH", "PAGES", "sample_draft", "Delivery", "delivery"]
+__all__ = ["router", "AUTH", "PAGES", "sample_draft"]
 
 AUTH = WebAuth(
     prefix="/console",
@@ -84,55 +83,12 @@ def sample_draft(now: datetime | None = None) -> ProblemDraft:
     )
 
 
-#: Phases in which reports may still arrive (the round's delivery window closes at ``t_r`` + grace).
-ROUND_PHASES = ("witnessing", "medians", "reporting")
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """The report account as the console shows it: a report is lost only once it can no longer arrive.
-
-    ``expected = received + lost + in_flight``; ``in_flight`` is what is not received yet while
-    the delivery window is ``open``, ``lost`` what the intake refused (and, once the window
-    closed, everything not received: :class:`~anonml.protocol.ReportAccount`'s ``lost``).
-    """
-
-    expected: int
-    received: int
-    lost: int
-    in_flight: int
-    open: bool
-
-    @property
-    def lost_fraction(self) -> float:
-        return self.lost / self.expected if self.expected else 0.0
-
-
-def delivery(
-    status: ProblemStatus, t_r: float | None, grace: float, now: float | None = None
-) -> Delivery | None:
-    """``status``'s report account split into lost and in flight at ``now`` (None before the roster).
-
-    The window is open while the round is in :data:`ROUND_PHASES` and, once the bins fixed
-    ``t_r``, until ``t_r + grace``; then the account stands as the status reports it.
-    """
-    account = status.reports
-    if account is None:
-        return None
-    now = time.time() if now is None else now
-    if status.phase in ROUND_PHASES and (t_r is None or now <= t_r + grace):
-        refused = account.late + sum(account.refused.values())
-        return Delivery(account.expected, account.received, refused, account.not_arrived, True)
-    return Delivery(account.expected, account.received, account.lost, 0, False)
-
-
 @dataclass(frozen=True)
 class ProblemPage:
     """Everything the problem page shows, read in one session."""
 
     problem: Problem
     status: ProblemStatus
-    delivery: Delivery | None
     timeline: list[tuple[str, float]]
     cosignatures: list[CosignatureBundle]
     model: ModelDocument | None
@@ -153,7 +109,6 @@ def _problem_page(state: AggregatorState, session: Session, problem_id: str) -> 
     return ProblemPage(
         Problem.model_validate_json(row.problem_json),
         status,
-        delivery(status, row.t_r, state.settings.intake_grace_seconds),
         timeline,
         bundles,
         document,
@@ -194,7 +149,7 @@ def live(problem_id: str, session: PageSession, state: StateDep, db: SessionDep,
     """The problem's counts for the page's poller; reload when the phase is not the one shown."""
     row = problem_routes.get_row(db, problem_id)
     status = problem_routes.problem_status(state, db, row)
-    account = delivery(status, row.t_r, state.settings.intake_grace_seconds)
+    account = status.reports
     return {
         "items": {
             "counts": {
@@ -203,7 +158,7 @@ def live(problem_id: str, session: PageSession, state: StateDep, db: SessionDep,
                 "tokens": status.tokens_issued,
                 "received": status.reports_accepted,
                 "expected": account.expected if account is not None else "—",
-                "in_flight": account.in_flight if account is not None else "—",
+                "pending": account.pending if account is not None else "—",
                 "lost": account.lost if account is not None else "—",
             }
         },

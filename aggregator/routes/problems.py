@@ -27,7 +27,7 @@ from aggregator.db import (
 )
 from aggregator.deps import AdminDep, SessionDep, StateDep
 from aggregator.state import AggregatorState, ProblemContext, Refusal, cover_count, reject_counts
-from aggregator.training import account_reports, shuffle_statement
+from aggregator.training import account_reports, delivery_window_open, shuffle_statement
 from anonml.crypto import TokenKey
 from anonml.crypto.spent import IssuanceRow
 from anonml.learn import commit_seed
@@ -72,10 +72,18 @@ def _count(session: Session, stmt) -> int:
     return int(session.scalar(stmt) or 0)
 
 
-def problem_account(session: Session, problem_id: str, ctx: ProblemContext) -> ReportAccount | None:
-    """The problem's reports expected / received / lost and why (None before the roster)."""
+def problem_account(
+    session: Session, problem_id: str, ctx: ProblemContext, grace: float, now: float | None = None
+) -> ReportAccount | None:
+    """The problem's reports expected / received / pending / lost and why (None before the roster).
+
+    Reports not received are pending while the delivery window is open at ``now``
+    (:func:`~aggregator.training.delivery_window_open`, ``grace`` the intake's), lost after.
+    """
     if ctx.roster is None:
         return None
+    row = get_row(session, problem_id)
+    window_open = delivery_window_open(row.phase, row.t_r, grace, time.time() if now is None else now)
     rows = list(
         session.execute(select(RejectRow.reason, RejectRow.count).where(RejectRow.problem_id == problem_id))
     )
@@ -89,6 +97,7 @@ def problem_account(session: Session, problem_id: str, ctx: ProblemContext) -> R
         late,
         intake,
         cover=cover_count(rows),
+        window_open=window_open,
     )
 
 
@@ -148,7 +157,7 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
         median_pool=pool,
         report_peers=roster_size - pool,
         slots_per_peer=ctx.problem.draft.kh,
-        reports=problem_account(session, row.id, ctx),
+        reports=problem_account(session, row.id, ctx, state.settings.intake_grace_seconds),
         schedule=None if ctx.roster is None else state.round_schedule(ctx, roster_size),
         shuffle=problem_shuffle(ctx, row.model_json),
     )

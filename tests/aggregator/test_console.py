@@ -153,33 +153,3 @@ def _textarea(html: str) -> str:
     start = html.index(">", start) + 1
     return html_lib.unescape(html[start : html.index("</textarea>", start)])
 
-
-def test_reports_not_received_while_the_delivery_window_is_open_are_in_flight_not_lost():
-    from aggregator.routes.console import delivery
-    from aggregator.training import account_reports
-    from anonml.protocol import ProblemStatus
-
-    # 20 expected, 12 received, 1 refused at intake (bad token): 8 lost by the status's account
-    account = account_reports(10, 2, 12, 0, {"bad token": 1})
-    assert (account.lost, account.not_arrived) == (8, 7)
-
-    def status(phase: str) -> ProblemStatus:
-        return ProblemStatus(
-            id="p-1", title="t", phase=phase, registered=12, roster_size=12, median_answers=0,
-            tokens_issued=20, reports_accepted=12, rejects={}, model_available=False, reports=account,
-        )
-
-    t_r, grace = 1000.0, 1.0
-    # before the bins fix t_r, and up to t_r + grace
-    opened = (("medians", None, 2000.0), ("reporting", t_r, t_r), ("reporting", t_r, t_r + grace))
-    for phase, window_end, now in opened:
-        shown = delivery(status(phase), window_end, grace, now)
-        assert shown is not None and shown.open
-        assert (shown.received, shown.lost, shown.in_flight) == (12, 1, 7)  # only the refusal is lost yet
-        assert shown.received + shown.lost + shown.in_flight == shown.expected == 20
-    for phase, now in (("reporting", t_r + grace + 0.01), ("training", 0.0), ("done", 0.0), ("failed", 0.0)):
-        shown = delivery(status(phase), t_r, grace, now)
-        assert shown is not None and not shown.open
-        assert (shown.lost, shown.in_flight, round(shown.lost_fraction, 2)) == (8, 0, 0.4)
-    before_roster = status("registration").model_copy(update={"reports": None})
-    assert delivery(before_roster, None, grace, 0.0) is None

@@ -170,7 +170,7 @@ def _operator_closes(page: Page, dash: Page, live: Locator, pid: str, screenshot
 
 
 def _loss_is_not_reported_mid_round(page: Page) -> None:
-    """While the round runs, reports not received yet are in flight, not lost (nothing was refused).
+    """While the round runs, reports not received yet are pending, not lost (nothing was refused).
 
     The row is read in one go (the poller rewrites it in one go too), while its phase is one in
     which reports may still arrive.
@@ -192,9 +192,9 @@ def _loss_is_not_reported_mid_round(page: Page) -> None:
     if row["phase"] in ("medians", "reporting"):
         expected, received = int(row["expected"]), int(row["received"])
         assert expected > 0 and row["lost"] == "0", row
-        assert int(row["in_flight"]) == expected - received, row
-    else:  # the round ended between the two reads: the account is final, nothing in flight
-        assert row["in_flight"] == "0", row
+        assert int(row["pending"]) == expected - received, row
+    else:  # the round ended between the two reads: the account is final, nothing pending
+        assert row["pending"] == "0", row
 
 
 def _every_page_fits(page: Page, dash: Page, agg: str, ui: str, pid: str, screenshots: Path) -> None:
