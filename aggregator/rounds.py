@@ -97,6 +97,7 @@ from aggregator.lease import LeaseLost, PhaseLease
 from aggregator.medians import MedianRun
 from aggregator.routes.problems import problem_account
 from aggregator.state import AggregatorState
+from aggregator.timeline import Sampler
 from aggregator.training import train_problem
 from anonml.crypto import CryptoError, TokenKey
 from anonml.errors import AnonMLError
@@ -154,6 +155,7 @@ class RoundDriver:
         self._medians: dict[str, MedianRun] = {}
         self._training: dict[str, threading.Thread] = {}
         self._witnessing: dict[tuple[str, str], threading.Thread] = {}
+        self.sampler = Sampler()
 
     @property
     def stopping(self) -> bool:
@@ -252,6 +254,7 @@ class RoundDriver:
                 return
             try:
                 self.advance(pid)
+                self._sample(pid)
             except LeaseLost as exc:
                 log.warning("problem %s not advanced: %s", pid, exc)
                 return
@@ -263,6 +266,15 @@ class RoundDriver:
                     return
                 except Exception:
                     log.exception("recording the failure of %s failed; retrying at the next tick", pid)
+
+    def _sample(self, pid: str) -> None:
+        """Store the problem's public counts for the console's charts when they changed
+        (:class:`aggregator.timeline.Sampler`); a failure is logged and never stops the round."""
+        try:
+            with self.state.sessions() as s:
+                self.sampler.record(s, pid, time.time())
+        except Exception:
+            log.exception("sampling the counts of %s failed; the next tick tries again", pid)
 
     def _active(self) -> list[str]:
         """Problems the loop looks at: active phases, and failed ones an admin asked to retrain."""

@@ -18,15 +18,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from aggregator.db import (
-    MedianAnswerRow,
     ProblemRow,
-    RegistrationRow,
     RejectRow,
     count_reports,
     published,
 )
 from aggregator.deps import AdminDep, SessionDep, StateDep
 from aggregator.state import AggregatorState, ProblemContext, Refusal, cover_count, reject_counts
+from aggregator.timeline import problem_counts
 from aggregator.training import account_reports, delivery_window_open, shuffle_statement
 from anonml.crypto import TokenKey
 from anonml.crypto.spent import IssuanceRow
@@ -129,28 +128,20 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
     assert ctx is not None
     roster_size = len(ctx.roster.entries) if ctx.roster is not None else 0
     pool = ctx.roster.median_pool_size if ctx.roster is not None else 0
-    rejects, _ = reject_counts(
-        list(session.execute(select(RejectRow.reason, RejectRow.count).where(RejectRow.problem_id == row.id)))
-    )
+    counts = problem_counts(session, row.id)
     return ProblemStatus(
         id=row.id,
         title=ctx.problem.draft.title,
         phase=row.phase,  # type: ignore[arg-type]
-        registered=_count(
-            session,
-            select(func.count()).select_from(RegistrationRow).where(RegistrationRow.problem_id == row.id),
-        ),
+        registered=counts.registered,
         roster_size=roster_size,
-        median_answers=_count(
-            session,
-            select(func.count()).select_from(MedianAnswerRow).where(MedianAnswerRow.problem_id == row.id),
-        ),
+        median_answers=counts.median_answers,
         tokens_issued=_count(
             session,
             select(func.count()).select_from(IssuanceRow).where(IssuanceRow.key_id == ctx.token_key.key_id),
         ),
-        reports_accepted=count_reports(session, row.id),
-        rejects=rejects,
+        reports_accepted=counts.received,
+        rejects=counts.rejects,
         model_available=published(session, row.id)["model"],
         message=row.message,
         phase_seconds=json.loads(row.phase_seconds_json),

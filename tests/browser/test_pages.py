@@ -25,6 +25,7 @@ from anonml.privacy import PrivacyLedger
 from anonml.protocol import ModelDocument, Problem, ProblemDraft
 from anonml.store import EventStore
 from peer.app import start_peer_server
+from peer.dashboard import label_words, prediction_text
 from peer.db import PeerDB
 from peer.features import predict_locally
 from peer.host import PeerHost
@@ -231,12 +232,16 @@ def _person_reads_shares_and_model(
     dash.click("nav >> text=Models")
     model = dash.locator(f"#model-{pid}")
     shown = model.locator("p.prediction").inner_text()
-    assert shown.startswith("P(label = 1) = ") and final in model.inner_text()
+    assert final in model.inner_text() and "P(label = 1)" not in model.inner_text()
     document = ModelDocument.model_validate_json(host.db.participation(pid, me.fingerprint).model_json)
-    expected = predict_locally(
-        Problem.model_validate_json(host.db.proposal(pid).problem_json), document, me.store, me.user
-    )
-    assert shown == f"P(label = 1) = {expected.probability:.3f} → predicted label {expected.label}"
+    problem = Problem.model_validate_json(host.db.proposal(pid).problem_json)
+    expected = predict_locally(problem, document, me.store, me.user)
+    # The binary label in its own words (the instancer's name for it), both values with their P̂.
+    assert shown == f"binary label: {prediction_text(problem, expected).headline}"
+    words = label_words(problem.draft.label, dict(problem.draft.instancer.params))
+    rows = model.locator("table.label-probabilities tbody tr").all_inner_texts()
+    assert [r.split("\t")[0] for r in rows] == list(words)
+    assert float(rows[1].split("\t")[1]) == pytest.approx(expected.probability, abs=5e-4)
     dash.screenshot(path=str(screenshots / "peer-models.png"), full_page=True)
 
 
