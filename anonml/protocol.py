@@ -50,8 +50,6 @@ from pydantic import (
     Field,
     PlainSerializer,
     PlainValidator,
-    SerializerFunctionWrapHandler,
-    model_serializer,
     model_validator,
 )
 
@@ -563,14 +561,7 @@ class ReportAccount(_Message):
     cover: int = Field(default=0, ge=0)
     #: Not received yet, the delivery window still open: written only when not 0, so a settled
     #: account (the one a model document signs) keeps the bytes it had before the field existed.
-    pending: int = Field(default=0, ge=0)
-
-    @model_serializer(mode="wrap")
-    def _settled_without_pending(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        body = handler(self)
-        if not self.pending:
-            body.pop("pending", None)
-        return body
+    pending: int = Field(default=0, ge=0, exclude_if=lambda pending: pending == 0)
 
     @property
     def lost_fraction(self) -> float:

@@ -35,8 +35,24 @@
       .then(function (doc) { if (doc && apply(root, doc)) { setTimeout(function () { poll(root); }, 1000); } })
       .catch(function () { setTimeout(function () { poll(root); }, 3000); });
   }
+  // Countdowns: every element with data-deadline="POSIX seconds" says how far it is, each second,
+  // in the words the server wrote it with (anonml.web.countdown).
+  function two(n) { return (n < 10 ? "0" : "") + n; }
+  function countdown(at) {
+    var seconds = Math.round(at - Date.now() / 1000), span = Math.abs(seconds);
+    var h = Math.floor(span / 3600), m = Math.floor((span % 3600) / 60), s = span % 60;
+    var text = h ? h + " h " + two(m) + " min" : (m ? m + " min " + two(s) + " s" : s + " s");
+    return seconds > 0 ? "in " + text : (seconds === 0 ? "now" : text + " ago");
+  }
+  function tick() {
+    document.querySelectorAll("[data-deadline]").forEach(function (el) {
+      var text = countdown(parseFloat(el.getAttribute("data-deadline")));
+      if (el.textContent !== text) { el.textContent = text; }
+    });
+  }
   document.addEventListener("submit", function () { leaving = true; });
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-poll]").forEach(poll);
+    if (document.querySelector("[data-deadline]")) { tick(); setInterval(tick, 1000); }
   });
 })();
