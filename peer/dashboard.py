@@ -22,6 +22,7 @@ from markupsafe import Markup
 from sqlalchemy import func, select
 
 from anonml.errors import AnonMLError
+from anonml.plugins import create
 from anonml.privacy import PrivacyLedger
 from anonml.privacy.amplification import ASSUMPTIONS, ShuffleBound
 from anonml.privacy.budget import Release
@@ -43,6 +44,7 @@ __all__ = [
     "proposal_cards",
     "label_domain",
     "label_words",
+    "instancer_params",
     "PredictionText",
     "prediction_text",
     "ParticipationView",
@@ -352,6 +354,17 @@ def label_words(label: LabelSpec, instancer_params: dict | None = None) -> tuple
     return (f"{prefix}no (0)", f"{prefix}yes (1)")
 
 
+def instancer_params(problem: Problem) -> dict:
+    """The problem's instancer parameters with the installed plugin's defaults filled in (so a
+    binary label is named even when the draft keeps the default), else as the draft gives them."""
+    ref = problem.draft.instancer
+    try:
+        params = create("instancer", ref).params
+    except Exception:  # not installed here, or refused: the draft's own words
+        return dict(ref.params)
+    return params.model_dump() if hasattr(params, "model_dump") else dict(ref.params)
+
+
 @dataclass(frozen=True)
 class PredictionText:
     """A local prediction said in the label's words: the answer and every class with its P̂(k | x)."""
@@ -366,7 +379,7 @@ def prediction_text(problem: Problem, prediction: LocalPrediction) -> Prediction
     """The most likely class in :func:`label_words` (a numeric label: also the predicted value,
     ``Σ_k P̂(bin k | x)·c_k`` over the bin midpoints), and the table of every class's probability."""
     spec = problem.draft.label
-    words = label_words(spec, dict(problem.draft.instancer.params))
+    words = label_words(spec, instancer_params(problem))
     rows = tuple(zip(words, prediction.probabilities, strict=False))
     chosen = prediction.label
     if spec.kind == "numeric":

@@ -151,7 +151,10 @@ def deadlines(problem: Problem, bins: Bins | None, grace: float, roster_at: floa
     intake's grace after it, when a report still missing counts as lost.
     """
     d = problem.draft
-    out = [Deadline("registration closes", d.schedule.registration_deadline.timestamp(), True)]
+    if roster_at is None:
+        out = [Deadline("registration closes", d.schedule.registration_deadline.timestamp(), True)]
+    else:  # closed: at its deadline, or earlier when the operator closed it
+        out = [Deadline("registration closed", roster_at)]
     if roster_at is not None and schedule is not None:
         first = roster_at + schedule.roster_seconds
         if d.witnesses:
@@ -179,18 +182,23 @@ def witness_rows(problem: Problem, bundles: list[CosignatureBundle], stages: lis
 
 
 def _steps(points: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
-    """Points without repeats of the value before them (a step chart holds each value)."""
-    out: list[tuple[float, float]] = []
-    for x, y in points:
-        if not out or out[-1][1] != y:
+    """``(0, 0)``, then the points without repeats of the value before them (a step chart holds
+    each value), and the last point always (so every chart of a page spans the same seconds)."""
+    out: list[tuple[float, float]] = [(0.0, 0.0)]
+    for x, y in points[:-1]:
+        if out[-1][1] != y:
             out.append((x, y))
+    if points:
+        out.append(points[-1])
     return tuple(out)
 
 
 def charts(problem: Problem, status: ProblemStatus, history: list[Sample], now: float) -> list[Chart]:
     """Registrations, median answers, reports received against expected, and refusals by reason, over
-    the seconds since the proposal: the stored samples (:mod:`aggregator.timeline`) and the status now."""
+    the seconds since the proposal: the stored samples (:mod:`aggregator.timeline`) and the status at
+    ``now`` (for a finished problem: when it finished, so its charts stop there)."""
     start = problem.created_at.timestamp()
+    history = [h for h in history if h.at <= now]
     current = Sample(now, Counts(status.registered, status.median_answers, status.reports_accepted,
                                  dict(status.rejects)))
     points = [*history, current]
@@ -245,7 +253,8 @@ def _problem_page(state: AggregatorState, session: Session, problem_id: str) -> 
     status = problem_routes.problem_status(state, session, row)
     now = time.time()
     timeline = list(status.phase_seconds.items())
-    if row.phase not in ("done", "degraded", "failed"):
+    finished = row.phase in ("done", "degraded", "failed")
+    if not finished:
         timeline.append((f"{row.phase} (now)", max(0.0, now - row.phase_started)))
     bundles = [
         CosignatureBundle.model_validate_json(text)
@@ -270,7 +279,7 @@ def _problem_page(state: AggregatorState, session: Session, problem_id: str) -> 
         document,
         deadlines(problem, ctx.bins, state.settings.intake_grace_seconds, roster_at, status.schedule),
         witness_rows(problem, bundles, stages),
-        charts(problem, status, samples(session, row.id), now),
+        charts(problem, status, samples(session, row.id), row.phase_started if finished else now),
     )
 
 
