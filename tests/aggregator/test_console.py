@@ -258,3 +258,40 @@ def test_countdowns_read_the_same_in_the_page_and_in_its_script():
     assert [countdown(1000 + d, 1000) for d in (0, 5, 65, 3725, -12, -130)] == [
         "now", "in 5 s", "in 1 min 05 s", "in 1 h 02 min", "12 s ago", "2 min 10 s ago"
     ]
+
+
+def test_the_schedule_lists_every_deadline_known_and_each_witness_per_stage():
+    from datetime import UTC, datetime
+
+    from aggregator.routes.console import deadlines, witness_rows
+    from anonml.crypto import Identity
+    from anonml.protocol import Bins, Cosignature, CosignatureBundle, Problem, Schedule, WitnessRef
+
+    w1, w2 = (bytes(Identity.generate().public) for _ in range(2))
+    d = draft().model_copy(update={"witnesses": (WitnessRef(identity=w1, url="http://127.0.0.1:1"),
+                                                 WitnessRef(identity=w2, url="http://127.0.0.1:2"))})
+    problem = Problem.model_construct(id="p-1", draft=d, created_at=datetime.now(UTC))
+    before = deadlines(problem, None, 1.0, None, None)
+    assert [(x.what, x.at, x.signed) for x in before] == [
+        ("registration closes", d.schedule.registration_deadline.timestamp(), True)
+    ]
+    sched = Schedule(registration_deadline=d.schedule.registration_deadline, roster_seconds=2.0,
+                     witness_seconds=10.0)
+    bins = Bins.model_construct(problem_id="p-1", edges=(), t_s=1000.0, delta=5.0, t_r=1010.0,
+                                slots_per_peer=1, signature=bytes(64))
+    after = deadlines(problem, bins, 0.5, 900.0, sched)
+    assert [(x.what, x.at) for x in after] == [
+        ("registration closed", 900.0),
+        ("the witnesses cosign the roster by", 912.0),
+        ("tokens and sending open (t_s)", 1000.0),
+        ("sending ends (t_s + δ)", 1005.0),
+        ("the relays' releases end (t_r)", 1010.0),
+        ("the intake closes: what is missing is lost", 1010.5),
+    ]
+    signed = Cosignature.model_construct(witness=w1, signature=b"\x07" * 64)
+    bundle = CosignatureBundle.model_construct(problem_id="p-1", stage="roster", cosignatures=(signed,))
+    rows = witness_rows(problem, [bundle], ["roster", "bins"])
+    assert [(r.stage, r.witness, r.signature) for r in rows] == [
+        ("roster", w1.hex(), "07" * 64), ("roster", w2.hex(), None), ("bins", w1.hex(), None),
+        ("bins", w2.hex(), None),
+    ]
