@@ -220,3 +220,21 @@ def _docs_load_nothing_from_elsewhere(page: Page, agg: str, ui: str) -> None:
         page.goto(f"{origin}/docs")
         page.locator(".swagger-ui .info .title").filter(has_text=title).wait_for()
         assert page.locator(".opblock").count() > 0  # the operations were read from /openapi.json
+
+
+def test_every_committed_screenshot_has_its_outline_at_both_sizes():
+    """docs/screenshots: each page at 1,280 and 390 px wide, each PNG beside the outline it is checked by."""
+    import json
+
+    from tests.browser.screenshots import COMMITTED, SIZES, png_size
+
+    pages = {"peer-data", "peer-proposals", "peer-shared", "peer-models", "console-problems",
+             "console-problem", "console-propose"}
+    for name in pages:
+        for suffix, (width, height) in SIZES.items():
+            record = json.loads((COMMITTED / f"{name}{suffix}.json").read_text())
+            assert record["page"] == name and record["viewport"] == [width, height]
+            assert png_size(COMMITTED / f"{name}{suffix}.png")[0] == width
+            outline = record["outline"]
+            assert outline and not any("p-" in item and "p-…" not in item for item in outline)
+    assert {p.stem.removesuffix("-phone") for p in COMMITTED.glob("*.png")} == pages
