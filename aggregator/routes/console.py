@@ -26,8 +26,8 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, RedirectResponse
-from markupsafe import Markup
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from markupsafe import Markup, escape
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -51,7 +51,16 @@ from anonml.protocol import (
     ProblemStatus,
     Schedule,
 )
-from anonml.web import Pages, Series, WebAuth, WebSession, epsilon_sentence, svg_step_chart, svg_timeline
+from anonml.web import (
+    SECURITY_HEADERS,
+    Pages,
+    Series,
+    WebAuth,
+    WebSession,
+    epsilon_sentence,
+    svg_step_chart,
+    svg_timeline,
+)
 
 __all__ = ["router", "AUTH", "PAGES", "sample_draft", "deadlines", "charts", "witness_rows", "list_row"]
 
@@ -124,6 +133,28 @@ class Chart:
     title: str
     svg: Markup
     summary: str
+    slug: str = ""
+
+    def standalone(self) -> str:
+        """The chart as an SVG document of its own (what the page's ``<img>`` loads): the page's chart
+        styles inside it, or the "nothing yet" sentence drawn as text."""
+        if not self.svg.startswith("<svg"):
+            return (
+                f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 640 60" width="640" height="60">'
+                f'<text x="8" y="34" font-family="system-ui, sans-serif" font-size="15" fill="#667085">'
+                f"{escape(Markup(self.svg).striptags())}</text></svg>"
+            )
+        return str(self.svg).replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" ', 1).replace(
+            ">", f">{_CHART_STYLE}", 1
+        )
+
+
+#: The page's chart styles (``static/app.css``) for a chart drawn as an image of its own.
+_CHART_STYLE = (
+    "<style>.tick, .legend, .axis { font: 11px system-ui, sans-serif; fill: #445; }</style>"
+)
+#: What a chart image may do: draw, with its own inline styles; nothing else.
+_CHART_POLICY = "default-src 'none'; style-src 'unsafe-inline'"
 
 
 @dataclass(frozen=True)
@@ -214,6 +245,7 @@ def charts(problem: Problem, status: ProblemStatus, history: list[Sample], now: 
             svg_step_chart([series("registered", lambda c: c.registered)], cap=problem.draft.min_peers,
                            cap_label="min peers", x_label=x_label, y_label="peers registered"),
             f"{status.registered} registered; at least {problem.draft.min_peers} needed.",
+            "registrations",
         ),
         Chart(
             "Median answers",
@@ -221,6 +253,7 @@ def charts(problem: Problem, status: ProblemStatus, history: list[Sample], now: 
                            cap=status.median_pool or None, cap_label="median pool",
                            x_label=x_label, y_label="answers"),
             f"{status.median_answers} answers from a median pool of {status.median_pool}.",
+            "median-answers",
         ),
         Chart(
             "Reports received",
@@ -230,6 +263,7 @@ def charts(problem: Problem, status: ProblemStatus, history: list[Sample], now: 
             f"{status.reports_accepted} received"
             + (f" of {account.expected} expected; {account.pending} pending, {account.lost} lost."
                if account else "; the roster fixes how many are expected."),
+            "reports",
         ),
     ]
     reasons = sorted({r for p in points for r in p.counts.rejects})
@@ -243,9 +277,18 @@ def charts(problem: Problem, status: ProblemStatus, history: list[Sample], now: 
             svg_step_chart(refusals, x_label=x_label, y_label="count"),
             f"Refused by reason: {summary}"
             + (f"; never arrived: {account.not_arrived}." if account and account.not_arrived else "."),
+            "refusals",
         )
     )
     return out
+
+
+def charts_version(status: ProblemStatus) -> str:
+    """Changes whenever a charted count does: the page's poller reloads the chart images then."""
+    return (
+        f"{status.phase}.{status.registered}.{status.median_answers}.{status.reports_accepted}."
+        f"{sum(status.rejects.values())}"
+    )
 
 
 def _problem_page(state: AggregatorState, session: Session, problem_id: str) -> ProblemPage:
@@ -326,8 +369,22 @@ def problem(
     return PAGES.render(
         request, "problem.html", session, page=page, chart=svg_timeline(page.timeline),
         notice=_DONE.get(request.query_params.get("done", ""), ""), now=time.time(),
+        charts_version=charts_version(page.status),
         sentence=epsilon_sentence(page.problem.draft.epsilon),
     )
+
+
+@router.get("/problems/{problem_id}/charts/{name}.svg")
+def chart_image(
+    problem_id: str, name: str, session: PageSession, state: StateDep, db: SessionDep
+) -> Response:
+    """One chart of the problem page as an SVG image (the page's ``<img>``, reloaded as counts change)."""
+    page = _problem_page(state, db, problem_id)
+    found = next((c for c in page.charts if c.slug == name), None)
+    if found is None:
+        raise HTTPException(status_code=404, detail=f"no chart {name[:40]!r}")
+    headers = {**SECURITY_HEADERS, "Content-Security-Policy": _CHART_POLICY}
+    return Response(found.standalone(), media_type="image/svg+xml", headers=headers)
 
 
 #: What the problem page says after each action succeeded (named in the redirect's query, so the
@@ -358,6 +415,7 @@ def live(problem_id: str, session: PageSession, state: StateDep, db: SessionDep,
             }
         },
         "reload": status.phase != phase,
+        "charts": charts_version(status),
     }
 
 

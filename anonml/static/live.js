@@ -1,5 +1,5 @@
 // Live updates without reloading: every element with data-poll="URL" is refreshed from
-// that URL's JSON, {"items": {key: {field: text}}, "reload": bool}, once a second.
+// that URL's JSON, {"items": {key: {field: text}}, "reload": bool, "charts": version}, once a second.
 // Only text is written (textContent), never markup. A key the page does not show yet,
 // or "reload": true, reloads the page once. Once a form is submitted the polling stops: a
 // reload then would race the form's own navigation (and could take the outcome it shows).
@@ -21,6 +21,15 @@
           cell.setAttribute("data-value", String(fields[name]));
         }
       }
+    }
+    // Charts drawn by the server as images: reloaded (a new query, same address) when a count changed.
+    if (doc.charts !== undefined && doc.charts !== root.getAttribute("data-charts")) {
+      if (root.hasAttribute("data-charts")) {
+        document.querySelectorAll("img[data-chart]").forEach(function (img) {
+          img.src = img.src.split("?")[0] + "?v=" + encodeURIComponent(doc.charts);
+        });
+      }
+      root.setAttribute("data-charts", doc.charts);
     }
     return true;
   }

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import requests
 
+from tests.browser.conftest import goto
+
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
@@ -111,7 +113,7 @@ def violations(page: Page) -> list[dict[str, Any]]:
 
 def assert_accessible(page: Page, url: str) -> None:
     """Load ``url`` and fail on any critical or serious axe violation, naming each and where."""
-    page.goto(url)
+    goto(page, url)
     page.wait_for_load_state("load")
     bad = [v for v in violations(page) if v["impact"] in FAILING]
     said = "; ".join(f"{v['impact']} {v['id']} ({v['help']}) at {v['nodes']}" for v in bad)

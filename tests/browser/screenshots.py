@@ -28,6 +28,8 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tests.browser.conftest import goto
+
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
@@ -90,7 +92,7 @@ def shoot(page: Page, name: str, url: str, out: Path) -> None:
     target = regenerating()
     for suffix, (width, height) in SIZES.items():
         page.set_viewport_size({"width": width, "height": height})
-        page.goto(url)
+        goto(page, url)
         page.wait_for_load_state("load")
         shot = f"{name}{suffix}"
         record: dict[str, Any] = {"page": name, "viewport": [width, height], "outline": outline(page)}
