@@ -66,9 +66,12 @@ def outline(page: Page) -> list[str]:
     items = page.evaluate(_OUTLINE_JS)
     masked = set()
     for item in items:
+        kind, sep, text = item.partition(":")  # the kind (a tag, "field", "title") as it is
+        if not sep:  # an element's id ("section#p-…"): masked whole
+            kind, text = "", kind
         for pattern, mask in _MASKS:
-            item = pattern.sub(mask, item)
-        masked.add(item)
+            text = pattern.sub(mask, text)
+        masked.add(kind + sep + text)
     return sorted(masked)
 
 
