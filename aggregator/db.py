@@ -18,6 +18,11 @@ Tables
                         issuance id, and on SQLite the table is ``WITHOUT ROWID``
                         so not even the physical row order records arrival order.
 ``reject_counts``       how many requests were refused, per problem and reason.
+``problem_samples``     the counts a status poller reads (registrations, median answers,
+                        reports received, refusals by reason), sampled over time by the
+                        phase driver for the console's charts (:mod:`aggregator.timeline`):
+                        the public status's figures at a second's resolution at most, never
+                        a report, a token or a peer.
 ``leases``              who drives the phase machine (:mod:`aggregator.lease`): one row
                         per lease, its holder and its expiry on the database's clock.
 ``spent_tokens`` /      the crypto ledgers (:mod:`anonml.crypto.spent`): redeemed tokens
@@ -76,6 +81,7 @@ __all__ = [
     "StagedReportRow",
     "RejectRow",
     "LeaseRow",
+    "SampleRow",
     "create_tables",
     "count_reject",
     "new_report_id",
@@ -205,6 +211,19 @@ class RejectRow(Base):
     problem_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     reason: Mapped[str] = mapped_column(String(64), primary_key=True)
     count: Mapped[int] = mapped_column(default=0)
+
+
+class SampleRow(Base):
+    """A problem's public counts at one instant (:mod:`aggregator.timeline`)."""
+
+    __tablename__ = "problem_samples"
+
+    problem_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    at: Mapped[float] = mapped_column(primary_key=True)  # POSIX time
+    registered: Mapped[int] = mapped_column(default=0)
+    median_answers: Mapped[int] = mapped_column(default=0)
+    received: Mapped[int] = mapped_column(default=0)
+    rejects_json: Mapped[str] = mapped_column(Text, default="{}")  # every refusal by reason, as the status
 
 
 class LeaseRow(Base):

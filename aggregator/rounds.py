@@ -96,6 +96,7 @@ from aggregator.lease import LeaseLost, PhaseLease
 from aggregator.medians import MedianRun
 from aggregator.routes.problems import problem_account
 from aggregator.state import AggregatorState
+from aggregator.timeline import Sampler
 from anonml.crypto import CryptoError, TokenKey
 from anonml.errors import AnonMLError
 from anonml.model import FeatureKind
@@ -153,6 +154,7 @@ class RoundDriver:
         self._medians: dict[str, MedianRun] = {}
         self._training: dict[str, threading.Thread] = {}
         self._witnessing: dict[tuple[str, str], threading.Thread] = {}
+        self.sampler = Sampler()
 
     @property
     def stopping(self) -> bool:
@@ -251,6 +253,7 @@ class RoundDriver:
                 return
             try:
                 self.advance(pid)
+                self._sample(pid)
             except LeaseLost as exc:
                 log.warning("problem %s not advanced: %s", pid, exc)
                 return
@@ -262,6 +265,15 @@ class RoundDriver:
                     return
                 except Exception:
                     log.exception("recording the failure of %s failed; retrying at the next tick", pid)
+
+    def _sample(self, pid: str) -> None:
+        """Store the problem's public counts for the console's charts when they changed
+        (:class:`aggregator.timeline.Sampler`); a failure is logged and never stops the round."""
+        try:
+            with self.state.sessions() as s:
+                self.sampler.record(s, pid, time.time())
+        except Exception:
+            log.exception("sampling the counts of %s failed; the next tick tries again", pid)
 
     def _active(self) -> list[str]:
         """Problems the loop looks at: active phases, and failed ones an admin asked to retrain."""
@@ -599,7 +611,7 @@ class RoundDriver:
                     for r in s.scalars(select(ReportRow).where(ReportRow.problem_id == pid))
                 ]
                 answered = int(s.scalar(select(ProblemRow.median_answered).where(ProblemRow.id == pid)) or 0)
-                account = problem_account(s, pid, ctx)
+                account = problem_account(s, pid, ctx, state.settings.intake_grace_seconds)
             assert account is not None
             from aggregator.training import train_problem  # scikit-learn: imported when first needed
 

@@ -58,6 +58,8 @@ __all__ = [
     "train_problem",
     "binning_of",
     "account_reports",
+    "delivery_window_open",
+    "ROUND_PHASES",
     "shuffle_statement",
 ]
 
@@ -73,11 +75,16 @@ def account_reports(
     refused: dict[str, int],
     *,
     cover: int = 0,
+    window_open: bool = False,
 ) -> ReportAccount:
-    """Reports expected / received / lost and why (:class:`~anonml.protocol.ReportAccount`).
+    """Reports expected / received / pending / lost and why (:class:`~anonml.protocol.ReportAccount`).
 
-    ``expected = report_peers × slots_per_peer``; ``lost = max(0, expected −
-    received)``. The intake's refusal counts explain the loss up to its size:
+    ``expected = report_peers × slots_per_peer``. While the delivery window
+    is open (``window_open``, :func:`delivery_window_open`) a report not
+    received yet may still arrive: ``pending = max(0, expected − received)``
+    and nothing is lost (the refusals stay in the status's ``rejects``). Once
+    it closed, ``lost = max(0, expected − received)``. The intake's refusal
+    counts explain the loss up to its size:
     ``late`` first, then the other reasons in order (a refused delivery may
     also be a forgery or a repeat, so refusals beyond the loss explain
     nothing); ``not_arrived`` is what no refusal explains. Repeats of a stored
@@ -85,6 +92,11 @@ def account_reports(
     intake opened and dropped, reported beside the account and never in it.
     """
     expected = max(0, report_peers) * max(0, slots_per_peer)
+    if window_open:
+        return ReportAccount(
+            expected=expected, received=received, lost=0, pending=max(0, expected - received),
+            cover=max(0, cover),
+        )
     lost = max(0, expected - received)
     left = lost
     late_lost = min(late, left)
@@ -115,6 +127,21 @@ class ReportGroup:
     mechanism: MechanismDescriptor
     bit_sums: np.ndarray
     n: int
+
+
+#: Phases in which reports may still arrive: the round's delivery window closes at ``t_r`` + grace,
+#: or earlier when an admin trains at once (the phase leaves ``reporting``).
+ROUND_PHASES = frozenset({"witnessing", "medians", "reporting"})
+
+
+def delivery_window_open(phase: str, t_r: float | None, grace: float, now: float) -> bool:
+    """True while a report not received yet may still arrive (it is *pending*, not lost).
+
+    The window is open while the problem is in :data:`ROUND_PHASES` and, once
+    the bins fixed ``t_r``, until ``t_r + grace`` (the intake refuses a
+    delivery as ``late`` after that: :mod:`aggregator.routes.intake`).
+    """
+    return phase in ROUND_PHASES and (t_r is None or now <= t_r + grace)
 
 
 def binning_of(problem: Problem, bins: Bins) -> Binning:

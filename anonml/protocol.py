@@ -533,12 +533,17 @@ MODEL_PHASES: tuple[str, ...] = ("done", "degraded")
 
 
 class ReportAccount(_Message):
-    """Reports expected, received and lost, and why, as far as the aggregator can know.
+    """Reports expected, received, pending and lost, and why, as far as the aggregator can know.
 
     ``expected = report_peers × slots_per_peer`` (every report peer of the
     roster fills each of its slots once); ``received`` counts stored reports
-    (staged while the round is open, settled after); ``lost = max(0, expected
-    − received)``, split into ``late`` (deliveries refused after ``t_r`` +
+    (staged while the round is open, settled after). A report not received
+    is ``pending`` while it may still arrive — the round's delivery window is
+    open (until ``t_r`` + the intake's grace, or the round leaves
+    ``reporting``) — and ``lost`` only once it closed: while open, ``pending
+    = max(0, expected − received)`` and nothing is lost; once closed,
+    ``pending = 0`` and ``lost = max(0, expected − received)``, split into
+    ``late`` (deliveries refused after ``t_r`` +
     grace), ``refused`` (other intake refusals, by reason) and ``not_arrived``
     (the rest: dropped on the route, never sent, or never redeemed). Refusal
     counts are attributed to the loss up to its size, late first. ``cover``
@@ -554,13 +559,26 @@ class ReportAccount(_Message):
     refused: dict[str, int] = {}
     not_arrived: int = Field(default=0, ge=0)
     cover: int = Field(default=0, ge=0)
+    #: Not received yet, the delivery window still open: written only when not 0, so a settled
+    #: account (the one a model document signs) keeps the bytes it had before the field existed.
+    pending: int = Field(default=0, ge=0, exclude_if=lambda pending: pending == 0)
 
     @property
     def lost_fraction(self) -> float:
         return self.lost / self.expected if self.expected else 0.0
 
     def describe(self) -> str:
-        """One line: ``"12 of 75 reports lost (16.0 %): 2 late, 1 refused (bad token: 1), 9 not arrived"``."""
+        """One line: ``"12 of 75 reports lost (16.0 %): 2 late, 1 refused (bad token: 1), 9 not arrived"``.
+
+        While the delivery window is open: ``"60 of 75 reports received, 15 pending (the delivery
+        window is open)"``.
+        """
+        if self.pending:
+            cover = f"; {self.cover} cover packets dropped" if self.cover else ""
+            return (
+                f"{self.received} of {self.expected} reports received, {self.pending} pending "
+                f"(the delivery window is open){cover}"
+            )
         parts = []
         if self.late:
             parts.append(f"{self.late} late")

@@ -71,6 +71,7 @@ __all__ = [
     "svg_step_chart",
     "svg_timeline",
     "epsilon_sentence",
+    "countdown",
     "local_api_docs",
 ]
 
@@ -283,6 +284,7 @@ class Pages:
         self.env.filters["eps"] = _eps
         self.env.filters["when"] = _when
         self.env.filters["path"] = _path
+        self.env.filters["countdown"] = countdown
         self.env.finalize = _inert  # every printed value, page and tab title alike
 
 
@@ -382,6 +384,25 @@ def _eps(value: float | None) -> str:
 
 def _when(value: Any) -> str:
     return "—" if value is None else value.strftime("%Y-%m-%d %H:%M")
+
+
+def countdown(at: float, now: float) -> str:
+    """How far ``at`` is from ``now`` (POSIX seconds), as ``"in 2 min 05 s"`` or ``"5 s ago"``.
+
+    ``static/live.js`` rewrites the same text every second from the element's
+    ``data-deadline`` (the same format), so the page without JavaScript says it once.
+    """
+    seconds = round(at - now)
+    span = abs(seconds)
+    hours, rest = divmod(span, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        text = f"{hours} h {minutes:02d} min"
+    elif minutes:
+        text = f"{minutes} min {secs:02d} s"
+    else:
+        text = f"{secs} s"
+    return f"in {text}" if seconds > 0 else ("now" if seconds == 0 else f"{text} ago")
 
 
 def epsilon_sentence(epsilon: float) -> str:

@@ -22,6 +22,7 @@ from markupsafe import Markup
 from sqlalchemy import func, select
 
 from anonml.errors import AnonMLError
+from anonml.plugins import create
 from anonml.privacy import PrivacyLedger
 from anonml.privacy.amplification import ASSUMPTIONS, ShuffleBound
 from anonml.privacy.budget import Release
@@ -42,6 +43,10 @@ __all__ = [
     "ProposalCard",
     "proposal_cards",
     "label_domain",
+    "label_words",
+    "instancer_params",
+    "PredictionText",
+    "prediction_text",
     "ParticipationView",
     "participations",
     "LedgerView",
@@ -326,6 +331,68 @@ def _cumulative(releases: list[Release]) -> list[Series]:
 # -- models ------------------------------------------------------------------------------
 
 
+def label_words(label: LabelSpec, instancer_params: dict | None = None) -> tuple[str, ...]:
+    """What each class index of ``label`` means, in the label's own words (index order).
+
+    Classes: their names. Numeric: the public bin of equal width over ``[low, high]``
+    (:class:`~anonml.protocol.LabelSpec`), ``"[low_k, high_k)"`` with the last bin closed.
+    Binary: "no (0)" / "yes (1)", after the instancer's own name of the label when its
+    parameters give one (``user_window``'s ``label="inactive"``: "inactive: yes (1)").
+    """
+    if label.kind == "classes":
+        return label.classes
+    if label.kind == "numeric":
+        assert label.low is not None and label.high is not None and label.bins is not None
+        width = (label.high - label.low) / label.bins
+        edges = [label.low + k * width for k in range(label.bins)] + [label.high]
+        return tuple(
+            f"[{edges[k]:.4g}, {edges[k + 1]:.4g}{']' if k == label.bins - 1 else ')'}"
+            for k in range(label.bins)
+        )
+    name = (instancer_params or {}).get("label")
+    prefix = f"{name}: " if isinstance(name, str) and name else ""
+    return (f"{prefix}no (0)", f"{prefix}yes (1)")
+
+
+def instancer_params(problem: Problem) -> dict:
+    """The problem's instancer parameters with the installed plugin's defaults filled in (so a
+    binary label is named even when the draft keeps the default), else as the draft gives them."""
+    ref = problem.draft.instancer
+    try:
+        params = create("instancer", ref).params
+    except Exception:  # not installed here, or refused: the draft's own words
+        return dict(ref.params)
+    return params.model_dump() if hasattr(params, "model_dump") else dict(ref.params)
+
+
+@dataclass(frozen=True)
+class PredictionText:
+    """A local prediction said in the label's words: the answer and every class with its P̂(k | x)."""
+
+    headline: str
+    answer: str
+    rows: tuple[tuple[str, float], ...]
+    chosen: int
+
+
+def prediction_text(problem: Problem, prediction: LocalPrediction) -> PredictionText:
+    """The most likely class in :func:`label_words` (a numeric label: also the predicted value,
+    ``Σ_k P̂(bin k | x)·c_k`` over the bin midpoints), and the table of every class's probability."""
+    spec = problem.draft.label
+    words = label_words(spec, instancer_params(problem))
+    rows = tuple(zip(words, prediction.probabilities, strict=False))
+    chosen = prediction.label
+    if spec.kind == "numeric":
+        headline = (
+            f"predicted value {float(prediction.answer):.4g}, most likely in {words[chosen]} "
+            f"(P = {prediction.probability:.3f})"
+        )
+    else:
+        p = prediction.probabilities[chosen] if prediction.probabilities else prediction.probability
+        headline = f"most likely {words[chosen]} (P = {p:.3f})"
+    return PredictionText(headline, words[chosen], rows, chosen)
+
+
 @dataclass(frozen=True)
 class ModelView:
     """A downloaded model: its metrics and report account, and my prediction (or why there is none)."""
@@ -337,6 +404,7 @@ class ModelView:
     reports: ReportAccount | None
     prediction: LocalPrediction | None
     why_not: str
+    said: PredictionText | None = None
 
 
 def model_views(host: PeerHost, node: PeerNode, sources: list[str] | None) -> list[ModelView]:
@@ -353,8 +421,9 @@ def model_views(host: PeerHost, node: PeerNode, sources: list[str] | None) -> li
             prediction = predict_locally(problem, document, node.store, node.user, sources=sources)
         except AnonMLError as exc:
             why = str(exc)
+        said = None if prediction is None else prediction_text(problem, prediction)
         out.append(
             ModelView(problem, part.status, document.created_at, dict(document.metrics), document.reports,
-                      prediction, why)
+                      prediction, why, said)
         )
     return out

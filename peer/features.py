@@ -177,7 +177,8 @@ class LocalPrediction:
     ``P(label = 1)`` for a binary problem and the predicted class's
     probability otherwise; ``answer`` is what to show: the 0/1 label, the
     class name, or (numeric label) the predicted value
-    ``Σ_k P̂(bin k | x)·c_k`` (:class:`anonml.learn.AnonMLRegressor`).
+    ``Σ_k P̂(bin k | x)·c_k`` (:class:`anonml.learn.AnonMLRegressor`);
+    ``probabilities`` are ``P̂(k | x)`` for every class index k (the label's domain, in order).
     """
 
     probability: float
@@ -185,6 +186,7 @@ class LocalPrediction:
     features: dict[str, float]
     answer: int | str | float = 0
     kind: str = "binary"
+    probabilities: tuple[float, ...] = ()
 
 
 def predict_example(model: Any, x: np.ndarray, spec: LabelSpec) -> tuple[float, int, int | str | float]:
@@ -240,6 +242,7 @@ def predict_locally(
     spec = problem.draft.label
     probability, label, answer = predict_example(model, example.x, spec)
     names = [f.name for f in problem.draft.features]
+    every = tuple(float(p) for p in model.predict_proba(np.asarray(example.x, dtype=float)[None, :])[0])
     return LocalPrediction(
-        probability, label, dict(zip(names, example.x.tolist(), strict=True)), answer, spec.kind
+        probability, label, dict(zip(names, example.x.tolist(), strict=True)), answer, spec.kind, every
     )

@@ -9,17 +9,16 @@ and every action calls the admin route itself (``propose``,
 ``close_registration``, ``train``), so the console and the API never disagree.
 Login, CSRF and rendering come from :mod:`anonml.web`.
 
-While a round runs, a report not received yet is *in flight*, not lost: the
-status's account (``lost = expected − received``) is final only once the
-delivery window closed (``t_r`` + the intake's grace, when the round leaves
-``reporting``); until then the console counts as lost only what the intake
-already refused (:func:`delivery`).
+While a round runs, a report not received yet is *pending*, not lost: the
+status's account (:class:`~anonml.protocol.ReportAccount`) counts it lost only
+once the delivery window closed (``t_r`` + the intake's grace, or the round
+left ``reporting``), and the console shows that account as it is.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,23 +26,43 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from markupsafe import Markup, escape
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from aggregator.console_form import ProposeCheck, check_form, form_of_draft, installed
 from aggregator.db import ProblemRow
 from aggregator.deps import SessionDep, StateDep
 from aggregator.routes import model as model_routes
 from aggregator.routes import problems as problem_routes
 from aggregator.routes import registration as registration_routes
 from aggregator.state import AggregatorState
+from aggregator.timeline import Counts, Sample, samples
 from anonml.model import FeatureSpec
 from anonml.plugins import PluginRef
-from anonml.protocol import CosignatureBundle, ModelDocument, Problem, ProblemDraft, ProblemStatus, Schedule
-from anonml.web import Pages, WebAuth, WebSession, svg_timeline
+from anonml.protocol import (
+    Bins,
+    CosignatureBundle,
+    ModelDocument,
+    Problem,
+    ProblemDraft,
+    ProblemStatus,
+    Schedule,
+)
+from anonml.web import (
+    SECURITY_HEADERS,
+    Pages,
+    Series,
+    WebAuth,
+    WebSession,
+    epsilon_sentence,
+    svg_step_chart,
+    svg_timeline,
+)
 
-__all__ = ["router", "AUTH", "PAGES", "sample_draft", "Delivery", "delivery"]
+__all__ = ["router", "AUTH", "PAGES", "sample_draft", "deadlines", "charts", "witness_rows", "list_row"]
 
 AUTH = WebAuth(
     prefix="/console",
@@ -84,46 +103,58 @@ def sample_draft(now: datetime | None = None) -> ProblemDraft:
     )
 
 
-#: Phases in which reports may still arrive (the round's delivery window closes at ``t_r`` + grace).
-ROUND_PHASES = ("witnessing", "medians", "reporting")
+@dataclass(frozen=True)
+class Deadline:
+    """One moment of the round's schedule: what happens, when (POSIX seconds), and whether it is signed."""
+
+    what: str
+    at: float
+    signed: bool = False
+
+    @property
+    def when(self) -> str:
+        return datetime.fromtimestamp(self.at, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 @dataclass(frozen=True)
-class Delivery:
-    """The report account as the console shows it: a report is lost only once it can no longer arrive.
+class WitnessRow:
+    """One declared witness at one stage: its cosignature, or None while it has not cosigned."""
 
-    ``expected = received + lost + in_flight``; ``in_flight`` is what is not received yet while
-    the delivery window is ``open``, ``lost`` what the intake refused (and, once the window
-    closed, everything not received: :class:`~anonml.protocol.ReportAccount`'s ``lost``).
-    """
-
-    expected: int
-    received: int
-    lost: int
-    in_flight: int
-    open: bool
-
-    @property
-    def lost_fraction(self) -> float:
-        return self.lost / self.expected if self.expected else 0.0
+    stage: str
+    witness: str
+    url: str
+    signature: str | None
 
 
-def delivery(
-    status: ProblemStatus, t_r: float | None, grace: float, now: float | None = None
-) -> Delivery | None:
-    """``status``'s report account split into lost and in flight at ``now`` (None before the roster).
+@dataclass(frozen=True)
+class Chart:
+    """One chart of the page: a heading, the SVG, and the same figures as a sentence (its text form)."""
 
-    The window is open while the round is in :data:`ROUND_PHASES` and, once the bins fixed
-    ``t_r``, until ``t_r + grace``; then the account stands as the status reports it.
-    """
-    account = status.reports
-    if account is None:
-        return None
-    now = time.time() if now is None else now
-    if status.phase in ROUND_PHASES and (t_r is None or now <= t_r + grace):
-        refused = account.late + sum(account.refused.values())
-        return Delivery(account.expected, account.received, refused, account.not_arrived, True)
-    return Delivery(account.expected, account.received, account.lost, 0, False)
+    title: str
+    svg: Markup
+    summary: str
+    slug: str = ""
+
+    def standalone(self) -> str:
+        """The chart as an SVG document of its own (what the page's ``<img>`` loads): the page's chart
+        styles inside it, or the "nothing yet" sentence drawn as text."""
+        if not self.svg.startswith("<svg"):
+            return (
+                f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 640 60" width="640" height="60">'
+                f'<text x="8" y="34" font-family="system-ui, sans-serif" font-size="15" fill="#667085">'
+                f"{escape(Markup(self.svg).striptags())}</text></svg>"
+            )
+        return str(self.svg).replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" ', 1).replace(
+            ">", f">{_CHART_STYLE}", 1
+        )
+
+
+#: The page's chart styles (``static/app.css``) for a chart drawn as an image of its own.
+_CHART_STYLE = (
+    "<style>.tick, .legend, .axis { font: 11px system-ui, sans-serif; fill: #445; }</style>"
+)
+#: What a chart image may do: draw, with its own inline styles; nothing else.
+_CHART_POLICY = "default-src 'none'; style-src 'unsafe-inline'"
 
 
 @dataclass(frozen=True)
@@ -132,40 +163,201 @@ class ProblemPage:
 
     problem: Problem
     status: ProblemStatus
-    delivery: Delivery | None
     timeline: list[tuple[str, float]]
     cosignatures: list[CosignatureBundle]
     model: ModelDocument | None
+    deadlines: list[Deadline] = field(default_factory=list)
+    witnesses: list[WitnessRow] = field(default_factory=list)
+    charts: list[Chart] = field(default_factory=list)
+
+
+def deadlines(problem: Problem, bins: Bins | None, grace: float, roster_at: float | None,
+              schedule: Schedule | None) -> list[Deadline]:
+    """Every deadline of the problem's schedule known so far, in time order.
+
+    Registration closes at the draft's deadline; the roster's witnesses cosign
+    within ``roster_seconds + witness_seconds`` of the roster (when witnesses are
+    declared); the bins fix the report round (signed): tokens and sending from
+    ``t_s``, sending until ``t_s + δ``, the relays' releases until ``t_r``, and the
+    intake's grace after it, when a report still missing counts as lost.
+    """
+    d = problem.draft
+    if roster_at is None:
+        out = [Deadline("registration closes", d.schedule.registration_deadline.timestamp(), True)]
+    else:  # closed: at its deadline, or earlier when the operator closed it
+        out = [Deadline("registration closed", roster_at)]
+    if roster_at is not None and schedule is not None:
+        first = roster_at + schedule.roster_seconds
+        if d.witnesses:
+            out.append(Deadline("the witnesses cosign the roster by", first + schedule.witness_seconds))
+        else:
+            out.append(Deadline("the median search starts", first))
+    if bins is not None:
+        out += [
+            Deadline("tokens and sending open (t_s)", bins.t_s, True),
+            Deadline("sending ends (t_s + δ)", bins.t_s + bins.delta, True),
+            Deadline("the relays' releases end (t_r)", bins.t_r, True),
+            Deadline("the intake closes: what is missing is lost", bins.t_r + grace),
+        ]
+    return sorted(out, key=lambda x: x.at)
+
+
+def witness_rows(problem: Problem, bundles: list[CosignatureBundle], stages: list[str]) -> list[WitnessRow]:
+    """Each declared witness at each stage reached so far, with its cosignature when complete."""
+    signed = {(b.stage, bytes(c.witness)): bytes(c.signature).hex() for b in bundles for c in b.cosignatures}
+    return [
+        WitnessRow(stage, bytes(w.identity).hex(), w.url, signed.get((stage, bytes(w.identity))))
+        for stage in stages
+        for w in problem.draft.witnesses
+    ]
+
+
+def _steps(points: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+    """``(0, 0)``, then the points without repeats of the value before them (a step chart holds
+    each value), and the last point always (so every chart of a page spans the same seconds)."""
+    out: list[tuple[float, float]] = [(0.0, 0.0)]
+    for x, y in points[:-1]:
+        if out[-1][1] != y:
+            out.append((x, y))
+    if points:
+        out.append(points[-1])
+    return tuple(out)
+
+
+def charts(problem: Problem, status: ProblemStatus, history: list[Sample], now: float) -> list[Chart]:
+    """Registrations, median answers, reports received against expected, and refusals by reason, over
+    the seconds since the proposal: the stored samples (:mod:`aggregator.timeline`) and the status at
+    ``now`` (for a finished problem: when it finished, so its charts stop there)."""
+    start = problem.created_at.timestamp()
+    history = [h for h in history if h.at <= now]
+    current = Sample(now, Counts(status.registered, status.median_answers, status.reports_accepted,
+                                 dict(status.rejects)))
+    points = [*history, current]
+
+    def series(label: str, value) -> Series:
+        return Series(label, _steps([(max(0.0, p.at - start), float(value(p.counts))) for p in points]))
+
+    x_label = "seconds since the proposal"
+    account = status.reports
+    out = [
+        Chart(
+            "Registrations",
+            svg_step_chart([series("registered", lambda c: c.registered)], cap=problem.draft.min_peers,
+                           cap_label="min peers", x_label=x_label, y_label="peers registered"),
+            f"{status.registered} registered; at least {problem.draft.min_peers} needed.",
+            "registrations",
+        ),
+        Chart(
+            "Median answers",
+            svg_step_chart([series("answers", lambda c: c.median_answers)],
+                           cap=status.median_pool or None, cap_label="median pool",
+                           x_label=x_label, y_label="answers"),
+            f"{status.median_answers} answers from a median pool of {status.median_pool}.",
+            "median-answers",
+        ),
+        Chart(
+            "Reports received",
+            svg_step_chart([series("received", lambda c: c.received)],
+                           cap=account.expected if account else None, cap_label="expected",
+                           x_label=x_label, y_label="reports"),
+            f"{status.reports_accepted} received"
+            + (f" of {account.expected} expected; {account.pending} pending, {account.lost} lost."
+               if account else "; the roster fixes how many are expected."),
+            "reports",
+        ),
+    ]
+    reasons = sorted({r for p in points for r in p.counts.rejects})
+    refusals = [series(r, lambda c, r=r: c.rejects.get(r, 0)) for r in reasons]
+    if account is not None and account.not_arrived:
+        refusals.append(Series("never arrived", ((max(0.0, now - start), float(account.not_arrived)),)))
+    summary = ", ".join(f"{r}: {n}" for r, n in sorted(status.rejects.items())) or "none"
+    out.append(
+        Chart(
+            "Refusals and losses by reason",
+            svg_step_chart(refusals, x_label=x_label, y_label="count"),
+            f"Refused by reason: {summary}"
+            + (f"; never arrived: {account.not_arrived}." if account and account.not_arrived else "."),
+            "refusals",
+        )
+    )
+    return out
+
+
+def charts_version(status: ProblemStatus) -> str:
+    """Changes whenever a charted count does: the page's poller reloads the chart images then."""
+    return (
+        f"{status.phase}.{status.registered}.{status.median_answers}.{status.reports_accepted}."
+        f"{sum(status.rejects.values())}"
+    )
 
 
 def _problem_page(state: AggregatorState, session: Session, problem_id: str) -> ProblemPage:
     row = problem_routes.get_row(session, problem_id)
     status = problem_routes.problem_status(state, session, row)
+    now = time.time()
     timeline = list(status.phase_seconds.items())
-    if row.phase not in ("done", "degraded", "failed"):
-        timeline.append((f"{row.phase} (now)", max(0.0, time.time() - row.phase_started)))
+    finished = row.phase in ("done", "degraded", "failed")
+    if not finished:
+        timeline.append((f"{row.phase} (now)", max(0.0, now - row.phase_started)))
     bundles = [
         CosignatureBundle.model_validate_json(text)
         for text in (row.roster_cosignatures_json, row.bins_cosignatures_json)
         if text is not None
     ]
     document = ModelDocument.model_validate_json(row.model_json) if row.model_json is not None else None
+    problem = Problem.model_validate_json(row.problem_json)
+    ctx = state.context(row.id, session)
+    assert ctx is not None
+    # The roster came out when registration ended: the proposal's time plus registration's length.
+    registration = status.phase_seconds.get("registration")
+    roster_at = (
+        None if ctx.roster is None or registration is None else problem.created_at.timestamp() + registration
+    )
+    stages = [stage for stage, out in (("roster", ctx.roster), ("bins", ctx.bins)) if out is not None]
     return ProblemPage(
-        Problem.model_validate_json(row.problem_json),
+        problem,
         status,
-        delivery(status, row.t_r, state.settings.intake_grace_seconds),
         timeline,
         bundles,
         document,
+        deadlines(problem, ctx.bins, state.settings.intake_grace_seconds, roster_at, status.schedule),
+        witness_rows(problem, bundles, stages),
+        charts(problem, status, samples(session, row.id), row.phase_started if finished else now),
     )
+
+
+def _statuses(state: AggregatorState, db: Session) -> list[ProblemStatus]:
+    rows = db.scalars(select(ProblemRow).order_by(ProblemRow.created_at.desc())).all()
+    return [problem_routes.problem_status(state, db, row) for row in rows]
+
+
+def list_row(status: ProblemStatus) -> dict[str, str | int]:
+    """One problem's row of the problems list, as the page prints it and its poller rewrites it."""
+    account = status.reports
+    return {
+        "phase": status.phase,
+        "registered": status.registered,
+        "roster": status.roster_size,
+        "reports": f"{account.received} / {account.expected}" if account is not None else "—",
+        "pending": account.pending if account is not None else "—",
+        "lost": account.lost if account is not None else "—",
+        "model": "yes" if status.model_available else "—",
+    }
 
 
 @router.get("/")
 def problems(request: Request, session: PageSession, state: StateDep, db: SessionDep) -> HTMLResponse:
-    """Every problem, newest first, with its phase and counts."""
-    rows = db.scalars(select(ProblemRow).order_by(ProblemRow.created_at.desc())).all()
-    statuses = [problem_routes.problem_status(state, db, row) for row in rows]
-    return PAGES.render(request, "problems.html", session, statuses=statuses)
+    """Every problem, newest first, with its phase and counts (kept current by the page's poller)."""
+    statuses = _statuses(state, db)
+    return PAGES.render(request, "problems.html", session, statuses=statuses,
+                        rows={s.id: list_row(s) for s in statuses})
+
+
+@router.get("/api/problems")
+def live_list(session: PageSession, state: StateDep, db: SessionDep, count: int = -1) -> dict:
+    """The problems list's rows for its poller; a new problem (``count`` differs) reloads the page."""
+    statuses = _statuses(state, db)
+    return {"items": {s.id: list_row(s) for s in statuses}, "reload": count >= 0 and count != len(statuses)}
 
 
 @router.get("/problems/{problem_id}")
@@ -176,8 +368,23 @@ def problem(
     page = _problem_page(state, db, problem_id)
     return PAGES.render(
         request, "problem.html", session, page=page, chart=svg_timeline(page.timeline),
-        notice=_DONE.get(request.query_params.get("done", ""), ""),
+        notice=_DONE.get(request.query_params.get("done", ""), ""), now=time.time(),
+        charts_version=charts_version(page.status),
+        sentence=epsilon_sentence(page.problem.draft.epsilon),
     )
+
+
+@router.get("/problems/{problem_id}/charts/{name}.svg")
+def chart_image(
+    problem_id: str, name: str, session: PageSession, state: StateDep, db: SessionDep
+) -> Response:
+    """One chart of the problem page as an SVG image (the page's ``<img>``, reloaded as counts change)."""
+    page = _problem_page(state, db, problem_id)
+    found = next((c for c in page.charts if c.slug == name), None)
+    if found is None:
+        raise HTTPException(status_code=404, detail=f"no chart {name[:40]!r}")
+    headers = {**SECURITY_HEADERS, "Content-Security-Policy": _CHART_POLICY}
+    return Response(found.standalone(), media_type="image/svg+xml", headers=headers)
 
 
 #: What the problem page says after each action succeeded (named in the redirect's query, so the
@@ -194,7 +401,7 @@ def live(problem_id: str, session: PageSession, state: StateDep, db: SessionDep,
     """The problem's counts for the page's poller; reload when the phase is not the one shown."""
     row = problem_routes.get_row(db, problem_id)
     status = problem_routes.problem_status(state, db, row)
-    account = delivery(status, row.t_r, state.settings.intake_grace_seconds)
+    account = status.reports
     return {
         "items": {
             "counts": {
@@ -203,24 +410,31 @@ def live(problem_id: str, session: PageSession, state: StateDep, db: SessionDep,
                 "tokens": status.tokens_issued,
                 "received": status.reports_accepted,
                 "expected": account.expected if account is not None else "—",
-                "in_flight": account.in_flight if account is not None else "—",
+                "pending": account.pending if account is not None else "—",
                 "lost": account.lost if account is not None else "—",
             }
         },
         "reload": status.phase != phase,
+        "charts": charts_version(status),
     }
 
 
 def _propose_page(
-    request: Request, session: WebSession, text: str, errors: list[str], status_code: int = 200
+    request: Request, session: WebSession, check: ProposeCheck, text: str, errors: list[str],
+    status_code: int = 200, raw_open: bool = False,
 ) -> HTMLResponse:
-    return PAGES.render(request, "propose.html", session, status_code, text=text, errors=errors)
+    return PAGES.render(
+        request, "propose.html", session, status_code, check=check, text=text, errors=errors,
+        raw_open=raw_open, instancers=installed("instancer"), featurizers=installed("featurizer"),
+    )
 
 
 @router.get("/propose")
 def propose_form(request: Request, session: PageSession) -> HTMLResponse:
-    """The draft as JSON, starting from :func:`sample_draft`."""
-    return _propose_page(request, session, sample_draft().model_dump_json(indent=2), [])
+    """The form filled from :func:`sample_draft`, its ε sentence, and the same draft as JSON."""
+    draft = sample_draft()
+    check = check_form(form_of_draft(draft))
+    return _propose_page(request, session, check, draft.model_dump_json(indent=2), [])
 
 
 def _validation_errors(exc: ValidationError) -> list[str]:
@@ -229,15 +443,38 @@ def _validation_errors(exc: ValidationError) -> list[str]:
     ][:20]
 
 
+@router.post("/api/propose/check")
+async def check_proposal(request: Request) -> dict:
+    """The form's fields checked as the operator types (nothing is published): errors by field,
+    the ε sentence and the draft's JSON (:func:`aggregator.console_form.check_form`)."""
+    _, form = await AUTH.posted(request)
+    return check_form(form).to_json()
+
+
 @router.post("/propose")
 async def propose(request: Request) -> Any:
-    """Validate the draft against the schema; publish it with the API's own ``POST /problems``."""
+    """Validate the draft — the form's fields, or the raw JSON — and publish it with ``POST /problems``.
+
+    The form's *Check* button only validates (the page comes back with the
+    errors beside their fields, the ε sentence and the JSON); *Publish* publishes
+    a valid draft.
+    """
     session, form = await AUTH.posted(request)
-    text = form.get("draft", "")
-    try:
-        draft = ProblemDraft.model_validate_json(text)
-    except ValidationError as exc:
-        return _propose_page(request, session, text, _validation_errors(exc), 422)
+    if "draft" in form:  # the raw JSON box
+        text = form.get("draft", "")
+        check = check_form(form_of_draft(sample_draft()))
+        try:
+            draft = ProblemDraft.model_validate_json(text)
+        except ValidationError as exc:
+            return _propose_page(request, session, check, text, _validation_errors(exc), 422, raw_open=True)
+    else:
+        check = check_form(form)
+        text = check.text or sample_draft().model_dump_json(indent=2)
+        if check.draft is None:
+            return _propose_page(request, session, check, text, [], 422)
+        if form.get("action") == "check":
+            return _propose_page(request, session, check, text, [])
+        draft = check.draft
     state: AggregatorState = request.app.state.aggregator
 
     def publish() -> Problem:
@@ -247,7 +484,8 @@ async def propose(request: Request) -> Any:
     try:
         published = await run_in_threadpool(publish)
     except HTTPException as exc:
-        return _propose_page(request, session, text, [str(exc.detail)], exc.status_code)
+        return _propose_page(request, session, check, text, [str(exc.detail)], exc.status_code,
+                             raw_open="draft" in form)
     return RedirectResponse(f"/console/problems/{published.id}?done=proposed", status_code=303)
 
 

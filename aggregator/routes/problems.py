@@ -18,16 +18,15 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from aggregator.db import (
-    MedianAnswerRow,
     ProblemRow,
-    RegistrationRow,
     RejectRow,
     count_reports,
     published,
 )
 from aggregator.deps import AdminDep, SessionDep, StateDep
 from aggregator.state import AggregatorState, ProblemContext, Refusal, cover_count, reject_counts
-from aggregator.training import account_reports, shuffle_statement
+from aggregator.timeline import problem_counts
+from aggregator.training import account_reports, delivery_window_open, shuffle_statement
 from anonml.crypto import TokenKey
 from anonml.crypto.spent import IssuanceRow
 from anonml.learn import commit_seed
@@ -72,10 +71,18 @@ def _count(session: Session, stmt) -> int:
     return int(session.scalar(stmt) or 0)
 
 
-def problem_account(session: Session, problem_id: str, ctx: ProblemContext) -> ReportAccount | None:
-    """The problem's reports expected / received / lost and why (None before the roster)."""
+def problem_account(
+    session: Session, problem_id: str, ctx: ProblemContext, grace: float, now: float | None = None
+) -> ReportAccount | None:
+    """The problem's reports expected / received / pending / lost and why (None before the roster).
+
+    Reports not received are pending while the delivery window is open at ``now``
+    (:func:`~aggregator.training.delivery_window_open`, ``grace`` the intake's), lost after.
+    """
     if ctx.roster is None:
         return None
+    row = get_row(session, problem_id)
+    window_open = delivery_window_open(row.phase, row.t_r, grace, time.time() if now is None else now)
     rows = list(
         session.execute(select(RejectRow.reason, RejectRow.count).where(RejectRow.problem_id == problem_id))
     )
@@ -89,6 +96,7 @@ def problem_account(session: Session, problem_id: str, ctx: ProblemContext) -> R
         late,
         intake,
         cover=cover_count(rows),
+        window_open=window_open,
     )
 
 
@@ -120,35 +128,27 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
     assert ctx is not None
     roster_size = len(ctx.roster.entries) if ctx.roster is not None else 0
     pool = ctx.roster.median_pool_size if ctx.roster is not None else 0
-    rejects, _ = reject_counts(
-        list(session.execute(select(RejectRow.reason, RejectRow.count).where(RejectRow.problem_id == row.id)))
-    )
+    counts = problem_counts(session, row.id)
     return ProblemStatus(
         id=row.id,
         title=ctx.problem.draft.title,
         phase=row.phase,  # type: ignore[arg-type]
-        registered=_count(
-            session,
-            select(func.count()).select_from(RegistrationRow).where(RegistrationRow.problem_id == row.id),
-        ),
+        registered=counts.registered,
         roster_size=roster_size,
-        median_answers=_count(
-            session,
-            select(func.count()).select_from(MedianAnswerRow).where(MedianAnswerRow.problem_id == row.id),
-        ),
+        median_answers=counts.median_answers,
         tokens_issued=_count(
             session,
             select(func.count()).select_from(IssuanceRow).where(IssuanceRow.key_id == ctx.token_key.key_id),
         ),
-        reports_accepted=count_reports(session, row.id),
-        rejects=rejects,
+        reports_accepted=counts.received,
+        rejects=counts.rejects,
         model_available=published(session, row.id)["model"],
         message=row.message,
         phase_seconds=json.loads(row.phase_seconds_json),
         median_pool=pool,
         report_peers=roster_size - pool,
         slots_per_peer=ctx.problem.draft.kh,
-        reports=problem_account(session, row.id, ctx),
+        reports=problem_account(session, row.id, ctx, state.settings.intake_grace_seconds),
         schedule=None if ctx.roster is None else state.round_schedule(ctx, roster_size),
         shuffle=problem_shuffle(ctx, row.model_json),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import requests
 
@@ -154,32 +155,157 @@ def _textarea(html: str) -> str:
     return html_lib.unescape(html[start : html.index("</textarea>", start)])
 
 
-def test_reports_not_received_while_the_delivery_window_is_open_are_in_flight_not_lost():
-    from aggregator.routes.console import delivery
-    from aggregator.training import account_reports
-    from anonml.protocol import ProblemStatus
 
-    # 20 expected, 12 received, 1 refused at intake (bad token): 8 lost by the status's account
-    account = account_reports(10, 2, 12, 0, {"bad token": 1})
-    assert (account.lost, account.not_arrived) == (8, 7)
+def _fields(**changes: str) -> dict[str, str]:
+    from aggregator.console_form import form_of_draft
+    from aggregator.routes.console import sample_draft
 
-    def status(phase: str) -> ProblemStatus:
-        return ProblemStatus(
-            id="p-1", title="t", phase=phase, registered=12, roster_size=12, median_answers=0,
-            tokens_issued=20, reports_accepted=12, rejects={}, model_available=False, reports=account,
-        )
+    return {**form_of_draft(sample_draft()), **changes}
 
-    t_r, grace = 1000.0, 1.0
-    # before the bins fix t_r, and up to t_r + grace
-    opened = (("medians", None, 2000.0), ("reporting", t_r, t_r), ("reporting", t_r, t_r + grace))
-    for phase, window_end, now in opened:
-        shown = delivery(status(phase), window_end, grace, now)
-        assert shown is not None and shown.open
-        assert (shown.received, shown.lost, shown.in_flight) == (12, 1, 7)  # only the refusal is lost yet
-        assert shown.received + shown.lost + shown.in_flight == shown.expected == 20
-    for phase, now in (("reporting", t_r + grace + 0.01), ("training", 0.0), ("done", 0.0), ("failed", 0.0)):
-        shown = delivery(status(phase), t_r, grace, now)
-        assert shown is not None and not shown.open
-        assert (shown.lost, shown.in_flight, round(shown.lost_fraction, 2)) == (8, 0, 0.4)
-    before_roster = status("registration").model_copy(update={"reports": None})
-    assert delivery(before_roster, None, grace, 0.0) is None
+
+def test_the_propose_fields_are_checked_beside_each_field_and_a_valid_draft_is_published(aggregator):
+    import html
+
+    from anonml.protocol import ProblemDraft
+
+    url = aggregator.url
+    http, csrf = login(url, "/console", TOKEN)
+    page = http.get(f"{url}/console/propose", timeout=30).text
+    # The installed featurizer's features, the sample's chosen; the sentence a peer reads for ε = 1.
+    assert 'name="feature.sessions" checked' in page and 'name="feature.video_seconds_watched">' in page
+    assert "at most 2.72 times (e^1)" in page
+
+    def err(text: str, name: str) -> str:
+        start = text.index(f'id="err-{name}"')
+        return html.unescape(text[text.index(">", start) + 1 : text.index("</p>", start)])
+
+    typo = http.post(f"{url}/console/propose", data={**_fields(epsilon="one"), "csrf": csrf}, timeout=30)
+    assert typo.status_code == 422 and err(typo.text, "epsilon") == "must be a number, not 'one'"
+    no_features = {k: v for k, v in _fields().items() if not k.startswith("feature.")}
+    none = http.post(f"{url}/console/propose", data={**no_features, "csrf": csrf}, timeout=30)
+    assert none.status_code == 422 and err(none.text, "features") == "choose at least one feature"
+    wide = http.post(
+        f"{url}/console/propose", data={**_fields(epsilon="50", hops="9"), "csrf": csrf}, timeout=30
+    )
+    assert "less than or equal to 20" in err(wide.text, "epsilon")
+    assert "less than or equal to 4" in err(wide.text, "hops")
+    assert requests.get(f"{url}/problems", timeout=30).json() == []
+    # As you type: the same check, as JSON, with the sentence and the draft the fields make.
+    check = f"{url}/console/api/propose/check"
+    typed = http.post(check, data={**_fields(epsilon="2"), "csrf": csrf}, timeout=30)
+    doc = typed.json()
+    assert doc["ok"] and doc["errors"] == {} and "at most 7.39 times (e^2)" in doc["sentence"]
+    assert ProblemDraft.model_validate_json(doc["json"]).epsilon == 2.0
+    assert http.post(f"{url}/console/api/propose/check", data=_fields(), timeout=30).status_code == 403
+    # Check validates without publishing; Publish publishes what the fields say.
+    checked = http.post(
+        f"{url}/console/propose", data={**_fields(), "action": "check", "csrf": csrf}, timeout=30
+    )
+    assert checked.status_code == 200 and "valid" in checked.text
+    assert requests.get(f"{url}/problems", timeout=30).json() == []
+    chosen = _fields(title="Fields", epsilon="1.5", bins="3", kp="1", hops="2", min_peers="6")
+    chosen["feature.video_seconds_watched"] = "on"
+    done = http.post(f"{url}/console/propose", data={**chosen, "action": "publish", "csrf": csrf},
+                     allow_redirects=False, timeout=30)
+    assert done.status_code == 303
+    pid = done.headers["location"].split("/")[-1].split("?")[0]
+    published = requests.get(f"{url}/problems/{pid}", timeout=30).json()["draft"]
+    assert (published["title"], published["epsilon"], published["bins"], published["kp"], published["hops"],
+            published["min_peers"]) == ("Fields", 1.5, 3, 1, 2, 6)
+    assert [f["name"] for f in published["features"]] == ["sessions", "active_days", "video_seconds_watched"]
+
+
+def test_a_round_is_sampled_over_time_and_its_page_charts_it_counts_down_and_states_the_bound(aggregator):
+    from sqlalchemy import select
+
+    from aggregator.db import SampleRow
+    from tests.aggregator.test_tokens_intake import _open_round
+
+    round_ = _open_round(aggregator, n=6, kh=2)
+    url, pid = round_.url, round_.problem.id
+    http, _ = login(url, "/console", TOKEN)
+    deadline = time.monotonic() + 30
+    while True:  # the driver samples at most once a second: wait for the registrations' sample
+        with aggregator.state.sessions() as s:
+            seen = [r.registered for r in s.scalars(select(SampleRow).where(SampleRow.problem_id == pid))]
+        if 6 in seen:
+            break
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.1)
+    assert seen == sorted(seen)  # counts only grow
+    page = http.get(f"{url}/console/problems/{pid}", timeout=30).text
+    for title in ("Registrations", "Median answers", "Reports received", "Refusals and losses by reason"):
+        assert f"<b>{title}</b>" in page
+    assert "Refused by reason: none." in page
+    # Each chart an image of this server, reloaded by the page's poller when a count changes.
+    version = http.get(f"{url}/console/api/problems/{pid}?phase=reporting", timeout=30).json()["charts"]
+    for slug in ("registrations", "median-answers", "reports", "refusals"):
+        src = f"/console/problems/{pid}/charts/{slug}.svg?v={version}"
+        assert f'src="{src}"' in page, slug
+        image = http.get(f"{url}{src}", timeout=30)
+        assert image.status_code == 200 and image.headers["content-type"] == "image/svg+xml"
+        assert image.text.startswith('<svg xmlns="http://www.w3.org/2000/svg"'), image.text[:80]
+        assert "default-src 'none'" in image.headers["content-security-policy"]
+    reports = http.get(f"{url}/console/problems/{pid}/charts/reports.svg", timeout=30).text
+    assert ">expected</text>" in reports and ">received</text>" in reports  # the cap and the series
+    assert "Nothing to chart yet." in http.get(f"{url}/console/problems/{pid}/charts/refusals.svg").text
+    assert http.get(f"{url}/console/problems/{pid}/charts/nope.svg", timeout=30).status_code == 404
+    assert requests.get(f"{url}/console/problems/{pid}/charts/reports.svg", allow_redirects=False,
+                        timeout=30).status_code == 303  # the login first
+    assert "6 registered; at least 4 needed." in page
+    bins = round_.bins
+    shown = (("tokens and sending open (t_s)", bins.t_s), ("the relays&#39; releases end (t_r)", bins.t_r))
+    for what, at in shown:
+        assert what in page and f'data-deadline="{at:.3f}"' in page
+    assert "12 expected; 12 pending, 0 lost." in page  # nothing sent yet, the window open
+    st = status(url, pid)
+    assert st.shuffle is not None and st.shuffle.assumptions[:40] in page
+    live = http.get(f"{url}/console/api/problems?count=1", timeout=30).json()
+    assert live["reload"] is False and live["items"][pid]["phase"] == "reporting"
+    assert live["items"][pid]["reports"] == "0 / 12" and live["items"][pid]["pending"] == 12
+    assert http.get(f"{url}/console/api/problems?count=0", timeout=30).json()["reload"] is True
+
+
+def test_countdowns_read_the_same_in_the_page_and_in_its_script():
+    from anonml.web import countdown
+
+    assert [countdown(1000 + d, 1000) for d in (0, 5, 65, 3725, -12, -130)] == [
+        "now", "in 5 s", "in 1 min 05 s", "in 1 h 02 min", "12 s ago", "2 min 10 s ago"
+    ]
+
+
+def test_the_schedule_lists_every_deadline_known_and_each_witness_per_stage():
+    from datetime import UTC, datetime
+
+    from aggregator.routes.console import deadlines, witness_rows
+    from anonml.crypto import Identity
+    from anonml.protocol import Bins, Cosignature, CosignatureBundle, Problem, Schedule, WitnessRef
+
+    w1, w2 = (bytes(Identity.generate().public) for _ in range(2))
+    d = draft().model_copy(update={"witnesses": (WitnessRef(identity=w1, url="http://127.0.0.1:1"),
+                                                 WitnessRef(identity=w2, url="http://127.0.0.1:2"))})
+    problem = Problem.model_construct(id="p-1", draft=d, created_at=datetime.now(UTC))
+    before = deadlines(problem, None, 1.0, None, None)
+    assert [(x.what, x.at, x.signed) for x in before] == [
+        ("registration closes", d.schedule.registration_deadline.timestamp(), True)
+    ]
+    sched = Schedule(registration_deadline=d.schedule.registration_deadline, roster_seconds=2.0,
+                     witness_seconds=10.0)
+    bins = Bins.model_construct(problem_id="p-1", edges=(), t_s=1000.0, delta=5.0, t_r=1010.0,
+                                slots_per_peer=1, signature=bytes(64))
+    after = deadlines(problem, bins, 0.5, 900.0, sched)
+    assert [(x.what, x.at) for x in after] == [
+        ("registration closed", 900.0),
+        ("the witnesses cosign the roster by", 912.0),
+        ("tokens and sending open (t_s)", 1000.0),
+        ("sending ends (t_s + δ)", 1005.0),
+        ("the relays' releases end (t_r)", 1010.0),
+        ("the intake closes: what is missing is lost", 1010.5),
+    ]
+    signed = Cosignature.model_construct(witness=w1, signature=b"\x07" * 64)
+    bundle = CosignatureBundle.model_construct(problem_id="p-1", stage="roster", cosignatures=(signed,))
+    rows = witness_rows(problem, [bundle], ["roster", "bins"])
+    assert [(r.stage, r.witness, r.signature) for r in rows] == [
+        ("roster", w1.hex(), "07" * 64), ("roster", w2.hex(), None), ("bins", w1.hex(), None),
+        ("bins", w2.hex(), None),
+    ]

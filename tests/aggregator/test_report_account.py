@@ -3,6 +3,8 @@ lost, and why; past the loss threshold a problem ends ``degraded``; the demo say
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import requests
@@ -12,6 +14,7 @@ from anonml.crypto import Redemption
 from anonml.protocol import IntakeDelivery, ModelDocument, ReportAccount
 from tests.aggregator.helpers import (
     ADMIN,
+    draft,
     post,
     random_deliveries,
     report_for,
@@ -20,7 +23,7 @@ from tests.aggregator.helpers import (
     status,
     wait_phase,
 )
-from tests.aggregator.test_tokens_intake import _open_round
+from tests.aggregator.test_tokens_intake import Round, _open_round
 
 
 def test_the_account_attributes_losses_late_first_then_refusals_then_not_arrived() -> None:
@@ -32,8 +35,58 @@ def test_the_account_attributes_losses_late_first_then_refusals_then_not_arrived
     b = account_reports(10, 3, 30, late=4, refused={"bad token": 2})
     assert (b.lost, b.late, b.refused, b.not_arrived) == (0, 0, {}, 0)
     c = account_reports(4, 1, 1, late=0, refused={})
-    assert (c.lost, c.not_arrived) == (3, 3)
+    assert (c.lost, c.not_arrived, c.pending) == (3, 3, 0)
     assert c.describe() == "3 of 4 reports lost (75.0%): 3 not arrived"
+    # The delivery window still open: what is missing is pending, nothing is lost nor explained yet.
+    d = account_reports(10, 3, 24, late=0, refused={"bad token": 1}, window_open=True, cover=2)
+    assert (d.expected, d.received, d.pending, d.lost, d.refused, d.not_arrived) == (30, 24, 6, 0, {}, 0)
+    assert d.describe() == (
+        "24 of 30 reports received, 6 pending (the delivery window is open); 2 cover packets dropped"
+    )
+    assert account_reports(10, 3, 30, 0, {}, window_open=True).pending == 0
+
+
+def test_pending_is_written_only_while_open_so_a_signed_settled_account_keeps_its_bytes() -> None:
+    settled = account_reports(4, 1, 1, late=0, refused={})
+    assert "pending" not in settled.model_dump_json()
+    live = account_reports(4, 1, 1, late=0, refused={}, window_open=True)
+    assert '"pending":3' in live.model_dump_json()
+    assert ReportAccount.model_validate_json(live.model_dump_json()) == live
+
+
+def test_the_delivery_window_is_open_in_the_round_phases_until_t_r_plus_grace() -> None:
+    from aggregator.training import delivery_window_open
+
+    t_r, grace = 1000.0, 1.0
+    opened = (("medians", None, 5e9), ("witnessing", None, 0.0), ("reporting", t_r, t_r + grace))
+    for phase, end, now in opened:
+        assert delivery_window_open(phase, end, grace, now), (phase, now)
+    for phase, now in (("reporting", t_r + grace + 0.01), ("training", 0.0), ("done", 0.0), ("failed", 0.0),
+                       ("degraded", 0.0), ("registration", 0.0)):
+        assert not delivery_window_open(phase, t_r, grace, now), (phase, now)
+
+
+def test_a_live_round_reports_missing_reports_as_pending_until_its_window_closes(aggregator) -> None:
+    """A real server mid-round: before ``t_r`` the status says lost 0 and pending > 0; once the
+    window closed (the round trains at ``t_r`` + grace) the same reports are lost, none pending."""
+    round_ = Round.open(aggregator, draft(kh=2, kp=1, min_peers=4, send_window=3.0, release_window=1.0),
+                        6, "reporting")
+    _send_all(round_, 4, np.random.default_rng(8))
+    seen_open = 0
+    deadline = time.monotonic() + 60
+    while True:
+        asked = time.time()
+        st = status(round_.url, round_.problem.id)
+        assert st.reports is not None and st.reports.expected == 12 and st.reports.received == 8
+        if asked < round_.bins.t_r:
+            assert (st.reports.lost, st.reports.pending) == (0, 4), st.reports
+            seen_open += 1
+        if st.phase in ("done", "degraded", "failed"):
+            break
+        assert time.monotonic() < deadline, f"the round never ended (phase {st.phase})"
+        time.sleep(0.1)
+    assert seen_open > 0  # the status was read inside the window at least once
+    assert (st.reports.lost, st.reports.pending, st.reports.not_arrived) == (4, 0, 4)
 
 
 def _send_all(round_, senders: int, rng: np.random.Generator) -> None:
@@ -72,8 +125,11 @@ def test_a_round_that_loses_past_the_threshold_ends_degraded_and_says_why(aggreg
     refused = post(intake, tampered)
     assert refused.status_code == 400 and "does not open" in refused.json()["detail"]
 
+    asked = time.time()
     live = status(round_.url, round_.problem.id).reports
-    assert live is not None and (live.expected, live.received, live.lost, live.cover) == (12, 8, 4, 3)
+    assert live is not None and (live.expected, live.received, live.cover) == (12, 8, 3)
+    if asked < round_.bins.t_r:  # read inside the delivery window: the 4 missing are pending, not lost
+        assert (live.pending, live.lost, live.not_arrived) == (4, 0, 0)
     _train(round_)
     st = wait_phase(round_.url, round_.problem.id, ("degraded", "done", "failed"))
     assert st.phase == "degraded", st.message

@@ -76,3 +76,20 @@ def screenshots(tmp_path: Path) -> Path:
     folder = Path(os.environ.get("ANONML_SCREENSHOTS") or tmp_path / "screenshots")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def goto(page, url: str) -> None:
+    """``page.goto(url)``, once more if the page being left navigated itself at that instant.
+
+    The pages' poller reloads a page whose phase changed (``static/live.js``); a reload that
+    starts as the test navigates away aborts the test's navigation (``net::ERR_ABORTED``),
+    which says nothing about the page asked for.
+    """
+    from playwright.sync_api import Error
+
+    try:
+        page.goto(url)
+    except Error as exc:
+        if "ERR_ABORTED" not in str(exc) and "interrupted by another navigation" not in str(exc):
+            raise
+        page.goto(url)

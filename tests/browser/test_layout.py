@@ -9,7 +9,8 @@ nested folder with long names. Every page of both roles is then read at
 1,280 × 800 and 390 × 844: none is wider than its window, none loads anything
 from another origin (nor does ``/docs``), the bidi control reaches neither a
 page nor a tab title, the label row says what the label is, every Accept and
-Decline button names its proposal, the console's draft box has a label, an
+Decline button names its proposal, axe-core finds no critical or serious
+violation on any page, the console's draft box has a label, an
 unrunnable proposal has no Accept button, and reloading the page an accept
 redirected to sends nothing again.
 """
@@ -36,6 +37,7 @@ from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from tests.aggregator.helpers import TOKEN, propose
 from tests.aggregator.helpers import draft as unrunnable_draft
+from tests.browser.conftest import goto
 from tests.browser.test_pages import LOCAL, _log_in, _wait
 from tests.peer.test_host import _draft as small_draft
 
@@ -57,7 +59,7 @@ def width_of(page: Page) -> tuple[int, int]:
 
 
 def assert_fits(page: Page, url: str) -> None:
-    page.goto(url)
+    goto(page, url)
     page.wait_for_load_state("load")
     scroll, window = width_of(page)
     assert scroll <= window, f"{url} is {scroll} px wide in a {window} px window"
@@ -130,30 +132,76 @@ def test_every_page_fits_a_desktop_and_a_phone_and_neutralises_hostile_text(aggr
             _buttons_and_boxes_are_named(page, agg, ui, plain.id, plain.draft.title)
             _accept_then_reload_sends_nothing_again(page, ui, plain.id, requests_seen)
             _docs_load_nothing_from_elsewhere(page, agg, ui)
+            _charts_follow_the_counts(page, agg, three)
             outside = [u for _, u in requests_seen if not u.startswith((agg + "/", ui + "/"))]
             assert outside == [], outside
         finally:
             context.close()
+        _every_page_is_accessible(browser, agg, ui, pages + [f"{agg}/console/problems/{three.id}"])
     finally:
         mine.stop()
         node.store.close()
         node.ledger.close()
 
 
+def _charts_follow_the_counts(page: Page, agg: str, problem) -> None:
+    """The problem page's charts are images of the server, drawn, and reloaded by the page's poller
+    when a count changes — here a registration — without reloading the page."""
+    from tests.aggregator.helpers import WirePeer
+
+    page.set_viewport_size({"width": 1280, "height": 800})
+    goto(page, f"{agg}/console/problems/{problem.id}")
+    images = page.locator("img[data-chart]")
+    assert images.count() == 4
+    page.wait_for_function("[...document.querySelectorAll('img[data-chart]')].every(i => i.complete)")
+    assert all(w > 0 for w in images.evaluate_all("l => l.map(i => i.naturalWidth)"))  # each one drawn
+    before = images.first.get_attribute("src")
+    page.evaluate("window.__stay = 1")
+    assert WirePeer().register(agg, problem).status_code == 201
+    page.wait_for_function(
+        "src => document.querySelector('img[data-chart]').getAttribute('src') !== src", arg=before
+    )
+    assert page.evaluate("window.__stay") == 1  # the same page: only the images were reloaded
+    assert page.locator("#counts [data-field=registered]").inner_text() == "1"
+
+
+def _every_page_is_accessible(browser, agg: str, ui: str, pages: list[str]) -> None:
+    """axe-core (from the npm registry) finds no critical or serious violation on any page, the
+    login pages included. Its own context lets the injected script past the pages' CSP."""
+    from tests.browser.axe import assert_accessible, violations
+
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, bypass_csp=True)
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    try:
+        # The check can fail: a page with an unnamed image and button has critical violations.
+        page.set_content('<html lang="en"><title>t</title><img src="x.png"><button></button></html>')
+        found = {v["id"]: v["impact"] for v in violations(page)}
+        assert found.get("image-alt") == "critical" and found.get("button-name") == "critical", found
+        for login in (f"{agg}/console/login", f"{ui}/ui/login"):
+            assert_accessible(page, login)
+        _log_in(page, agg, "/console", TOKEN)
+        _log_in(page, ui, "/ui", LOCAL)
+        for url in pages:
+            assert_accessible(page, url)
+    finally:
+        context.close()
+
+
 def _bidi_is_neutralised(page: Page, agg: str, ui: str, pid: str) -> None:
     """The override is gone from the text and the tab title; the letters stay in their order."""
     where = ((f"{agg}/console/problems/{pid}", "h1"), (f"{ui}/ui/proposals", f"section[id='{pid}'] h2"))
     for url, heading in where:
-        page.goto(url)
+        goto(page, url)
         assert page.locator(heading).inner_text().startswith("exe.elif_tnedutS")
         assert page.evaluate("document.body.textContent.includes('\\u202e')") is False, url
         assert "\u202e" not in page.title()
-    page.goto(f"{agg}/console/problems/{pid}")
+    goto(page, f"{agg}/console/problems/{pid}")
     assert page.title().startswith("exe.elif_tnedutS")
 
 
 def _cards_say_what_they_are(page: Page, ui: str, three: str, unrunnable: str) -> None:
-    page.goto(f"{ui}/ui/proposals")
+    goto(page, f"{ui}/ui/proposals")
     label = page.locator(f"section[id='{three}'] tr.label-row").inner_text()
     assert re.search(r"label\s+classes\s+stay, drop, pause \(user_window\)", label), label
     card = page.locator(f"section[id='{unrunnable}']")
@@ -164,10 +212,10 @@ def _cards_say_what_they_are(page: Page, ui: str, three: str, unrunnable: str) -
 
 
 def _buttons_and_boxes_are_named(page: Page, agg: str, ui: str, pid: str, title: str) -> None:
-    page.goto(f"{agg}/console/propose")
+    goto(page, f"{agg}/console/propose")
     box = page.get_by_label("Draft (JSON, a ProblemDraft)", exact=True)
     assert box.evaluate("e => e.tagName") == "TEXTAREA"
-    page.goto(f"{ui}/ui/proposals")
+    goto(page, f"{ui}/ui/proposals")
     assert page.get_by_role("button", name=f"Accept {title} ({pid})", exact=True).count() == 1
     assert page.get_by_role("button", name=f"Decline {title} ({pid})", exact=True).count() == 1
     names = [b.get_attribute("aria-label") for b in page.get_by_role("button").all()]
@@ -178,7 +226,7 @@ def _buttons_and_boxes_are_named(page: Page, agg: str, ui: str, pid: str, title:
 def _accept_then_reload_sends_nothing_again(
     page: Page, ui: str, pid: str, seen: list[tuple[str, str]]
 ) -> None:
-    page.goto(f"{ui}/ui/proposals")
+    goto(page, f"{ui}/ui/proposals")
     posts = len([1 for method, _ in seen if method == "POST"])
     page.get_by_role("button", name=re.compile(f"^Accept .*\\({pid}\\)$")).click()
     page.wait_for_selector("p.notice:text('Accepted')")
@@ -192,6 +240,24 @@ def _accept_then_reload_sends_nothing_again(
 def _docs_load_nothing_from_elsewhere(page: Page, agg: str, ui: str) -> None:
     """Swagger UI draws each server's API from files that server serves."""
     for origin, title in ((agg, "AnonML aggregator"), (ui, "AnonML peer")):
-        page.goto(f"{origin}/docs")
+        goto(page, f"{origin}/docs")
         page.locator(".swagger-ui .info .title").filter(has_text=title).wait_for()
         assert page.locator(".opblock").count() > 0  # the operations were read from /openapi.json
+
+
+def test_every_committed_screenshot_has_its_outline_at_both_sizes():
+    """docs/screenshots: each page at 1,280 and 390 px wide, each PNG beside the outline it is checked by."""
+    import json
+
+    from tests.browser.screenshots import COMMITTED, SIZES, png_size
+
+    pages = {"peer-data", "peer-proposals", "peer-shared", "peer-models", "console-problems",
+             "console-problem", "console-propose"}
+    for name in pages:
+        for suffix, (width, height) in SIZES.items():
+            record = json.loads((COMMITTED / f"{name}{suffix}.json").read_text())
+            assert record["page"] == name and record["viewport"] == [width, height]
+            assert png_size(COMMITTED / f"{name}{suffix}.png")[0] == width
+            outline = record["outline"]
+            assert outline and not any("p-" in item and "p-…" not in item for item in outline)
+    assert {p.stem.removesuffix("-phone") for p in COMMITTED.glob("*.png")} == pages

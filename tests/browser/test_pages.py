@@ -20,11 +20,13 @@ import pytest
 import requests
 
 from anonml.crypto import Identity
-from anonml.demo import SimulatedPeer, simulate_peers
+from anonml.demo import SimulatedPeer, dropout_draft, simulate_peers
+from anonml.plugins import PluginRef, create
 from anonml.privacy import PrivacyLedger
 from anonml.protocol import ModelDocument, Problem, ProblemDraft
 from anonml.store import EventStore
 from peer.app import start_peer_server
+from peer.dashboard import instancer_params, label_words, prediction_text
 from peer.db import PeerDB
 from peer.features import predict_locally
 from peer.host import PeerHost
@@ -87,18 +89,25 @@ def _me(sim: Path, me_sim: SimulatedPeer) -> tuple[PeerNode, Path]:
     return me, next((sim / "logs").glob(f"tracking.log-{me_sim.username}*"))
 
 
-def _operator_proposes(page: Page, agg: str, screenshots: Path) -> tuple[str, ProblemDraft, Problem]:
-    """From the console: a refused draft publishes nothing, the dropout draft is published; and a
-    hostile title is proposed beside it. Returns the published problem's id, its draft, the hostile one."""
+def _operator_proposes(page: Page, agg: str, draft: ProblemDraft) -> tuple[str, ProblemDraft, Problem]:
+    """From the console: the form's fields are checked as the operator types; a refused draft
+    publishes nothing; ``draft`` is published from the raw JSON box, and a hostile title beside it.
+    Returns the published problem's id, its draft, the hostile one."""
     _log_in(page, agg, "/console", TOKEN)
     page.click("nav >> text=Propose")
+    page.fill("#f-epsilon", "50")
+    page.wait_for_selector("#err-epsilon:text('less than or equal to 20')")  # as typed, before any submit
+    assert page.inner_text("#check-state") == "not valid yet"
+    page.fill("#f-epsilon", "3")
+    page.wait_for_selector("#eps-sentence:text('at most 20.1 times (e^3)')")
+    assert page.locator("#err-epsilon").is_hidden() and page.inner_text("#check-state") == "valid"
+    assert '"epsilon": 3.0' in page.locator("#draft-json").text_content()
+    page.click("#raw summary")
     page.fill("textarea[name=draft]", '{"title": ""}')
     page.click("button:text('Validate and publish')")
     assert page.locator("#draft-errors").is_visible()  # refused by the schema, nothing published
     assert requests.get(f"{agg}/problems", timeout=30).json() == []
-    draft = mooc_draft(min_peers=4, title="Who drops out of the course?")
     page.fill("textarea[name=draft]", draft.model_dump_json(indent=2))
-    page.screenshot(path=str(screenshots / "console-propose.png"), full_page=True)
     page.click("button:text('Validate and publish')")
     page.wait_for_url("**/console/problems/p-*")
     pid = page.url.split("/problems/")[1].split("?")[0]
@@ -106,7 +115,7 @@ def _operator_proposes(page: Page, agg: str, screenshots: Path) -> tuple[str, Pr
     return pid, draft, propose(agg, small_draft().model_copy(update={"title": HOSTILE}))
 
 
-def _person_imports(page: Page, ui: str, me: PeerNode, my_log: Path, screenshots: Path) -> Page:
+def _person_imports(page: Page, ui: str, me: PeerNode, my_log: Path) -> Page:
     """The person logs in to their dashboard (a new tab) and imports their own log from the page."""
     dash = page.context.new_page()
     dash.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
@@ -118,7 +127,6 @@ def _person_imports(page: Page, ui: str, me: PeerNode, my_log: Path, screenshots
     sources = dash.locator("#sources").inner_text()
     assert "edx" in sources and me.store.count() > 0
     assert f"{me.store.count():,} in all" in dash.inner_text("main")
-    dash.screenshot(path=str(screenshots / "peer-data.png"), full_page=True)
     return dash
 
 
@@ -151,7 +159,7 @@ def _person_accepts(dash: Page, pid: str, draft: ProblemDraft, hostile: Problem)
     return live
 
 
-def _operator_closes(page: Page, dash: Page, live: Locator, pid: str, screenshots: Path) -> str:
+def _operator_closes(page: Page, dash: Page, live: Locator, pid: str) -> str:
     """The operator closes registration; the round runs live and the person's row changes in place.
     Returns the participation's final status."""
     page.reload()
@@ -162,15 +170,13 @@ def _operator_closes(page: Page, dash: Page, live: Locator, pid: str, screenshot
     live.locator("[data-field=status]:text-matches('^(done|degraded)$')").wait_for(timeout=90_000)
     assert dash.evaluate("window.__noReload") == 42  # the status changed in place
     final = live.locator("[data-field=status]").inner_text()
-    page.screenshot(path=str(screenshots / "console-problem.png"), full_page=True)
     page.click("nav >> text=Problems")
     assert pid in page.inner_text("#problems")
-    page.screenshot(path=str(screenshots / "console-problems.png"), full_page=True)
     return final
 
 
 def _loss_is_not_reported_mid_round(page: Page) -> None:
-    """While the round runs, reports not received yet are in flight, not lost (nothing was refused).
+    """While the round runs, reports not received yet are pending, not lost (nothing was refused).
 
     The row is read in one go (the poller rewrites it in one go too), while its phase is one in
     which reports may still arrive.
@@ -192,13 +198,15 @@ def _loss_is_not_reported_mid_round(page: Page) -> None:
     if row["phase"] in ("medians", "reporting"):
         expected, received = int(row["expected"]), int(row["received"])
         assert expected > 0 and row["lost"] == "0", row
-        assert int(row["in_flight"]) == expected - received, row
-    else:  # the round ended between the two reads: the account is final, nothing in flight
-        assert row["in_flight"] == "0", row
+        assert int(row["pending"]) == expected - received, row
+    else:  # the round ended between the two reads: the account is final, nothing pending
+        assert row["pending"] == "0", row
 
 
 def _every_page_fits(page: Page, dash: Page, agg: str, ui: str, pid: str, screenshots: Path) -> None:
-    """Each page, with the content of a real round, fits 1,280 × 800 and 390 × 844; shot at both."""
+    """Each page, with the content of a real round, fits 1,280 × 800 and 390 × 844; shot at both, and
+    each shows what its committed screenshot shows (:mod:`tests.browser.screenshots`)."""
+    from tests.browser.screenshots import shoot
     from tests.browser.test_layout import SIZES, assert_fits
 
     shots = {
@@ -208,16 +216,16 @@ def _every_page_fits(page: Page, dash: Page, agg: str, ui: str, pid: str, screen
         "console-problem": (page, f"{agg}/console/problems/{pid}"),
         "console-propose": (page, f"{agg}/console/propose"),
     }
-    for size, (width, height) in SIZES.items():
-        for name, (tab, url) in shots.items():
+    for width, height in SIZES.values():
+        for tab, url in shots.values():
             tab.set_viewport_size({"width": width, "height": height})
             assert_fits(tab, url)
-            if size == "phone":
-                tab.screenshot(path=str(screenshots / f"{name}-phone.png"), full_page=True)
+    for name, (tab, url) in shots.items():
+        shoot(tab, name, url, screenshots)
 
 
 def _person_reads_shares_and_model(
-    dash: Page, host: PeerHost, me: PeerNode, pid: str, final: str, screenshots: Path
+    dash: Page, host: PeerHost, me: PeerNode, pid: str, final: str
 ) -> None:
     """What I shared matches the ledger; the model's prediction is the one on my own data."""
     dash.click("nav >> text=What I shared")
@@ -227,47 +235,89 @@ def _person_reads_shares_and_model(
     assert f"ε = {spent:.3g}" in dash.inner_text("#lifetime-total")
     assert dash.locator("svg.chart path").count() >= 1
     assert pid in dash.inner_text("#per-problem")
-    dash.screenshot(path=str(screenshots / "peer-shared.png"), full_page=True)
     dash.click("nav >> text=Models")
     model = dash.locator(f"#model-{pid}")
     shown = model.locator("p.prediction").inner_text()
-    assert shown.startswith("P(label = 1) = ") and final in model.inner_text()
+    assert final in model.inner_text() and "P(label = 1)" not in model.inner_text()
     document = ModelDocument.model_validate_json(host.db.participation(pid, me.fingerprint).model_json)
-    expected = predict_locally(
-        Problem.model_validate_json(host.db.proposal(pid).problem_json), document, me.store, me.user
+    problem = Problem.model_validate_json(host.db.proposal(pid).problem_json)
+    expected = predict_locally(problem, document, me.store, me.user)
+    # The binary label in its own words (the instancer's name for it), both values with their P̂.
+    assert shown == f"binary label: {prediction_text(problem, expected).headline}"
+    words = label_words(problem.draft.label, instancer_params(problem))
+    assert words == ("inactive: no (0)", "inactive: yes (1)")  # user_window's label, its default
+    rows = model.locator("table.label-probabilities tbody tr").all_inner_texts()
+    assert [r.split("\t")[0] for r in rows] == list(words)
+    assert float(rows[1].split("\t")[1]) == pytest.approx(expected.probability, abs=5e-4)
+
+
+def _pages_are_accessible_with_a_finished_round(browser, agg: str, ui: str, pid: str) -> None:
+    """axe-core on the pages a round fills: the problem page (charts, schedule, bound), the models
+    page (a prediction in the label's words), what I shared (its chart), the problems list."""
+    from tests.browser.axe import assert_accessible
+
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, bypass_csp=True)
+    context.set_default_timeout(60_000)
+    tab = context.new_page()
+    try:
+        _log_in(tab, agg, "/console", TOKEN)
+        _log_in(tab, ui, "/ui", LOCAL)
+        for url in (f"{agg}/console/problems/{pid}", f"{agg}/console/", f"{ui}/ui/models", f"{ui}/ui/shared"):
+            assert_accessible(tab, url)
+    finally:
+        context.close()
+
+
+def _round_of(regenerating: bool) -> tuple[int, ProblemDraft]:
+    """The crowd's size and the draft: a fast round for the test; for the README's screenshots a
+    realistic one — 19 peers and me, the draft's default fewest peers, median pool and the
+    schedule's default windows, the aggregator's floors on (as always)."""
+    title = "Who drops out of the course?"
+    if not regenerating:
+        return 7, mooc_draft(min_peers=4, title=title)
+    featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": 2}))
+    fewest = ProblemDraft.model_fields["min_peers"].default
+    d = dropout_draft(
+        featurizer.features(), history_weeks=2, weeks=4, epsilon=2.0, min_peers=fewest,
+        median_step_seconds=10.0, report_delay_seconds=5.0, send_window_seconds=5.0,
+        release_window_seconds=5.0, registration_seconds=600.0,
     )
-    assert shown == f"P(label = 1) = {expected.probability:.3f} → predicted label {expected.label}"
-    dash.screenshot(path=str(screenshots / "peer-models.png"), full_page=True)
+    return 19, d.model_copy(update={"title": title})
 
 
 def test_a_person_follows_a_problem_from_proposal_to_model_in_the_browser(
-    aggregator, page, screenshots, tmp_path
+    aggregator, browser, page, screenshots, tmp_path
 ):
-    simulated, _ = simulate_peers(8, tmp_path / "sim", weeks=4, history_weeks=2, seed=3, features=FEATURES)
+    from tests.browser.screenshots import regenerating
+
+    crowd_size, draft = _round_of(regenerating() is not None)
+    simulated, _ = simulate_peers(
+        crowd_size + 1, tmp_path / "sim", weeks=4, history_weeks=2, seed=3, features=FEATURES
+    )
     crowd_nodes = [
         PeerNode(p.identity, p.store, p.ledger, user=p.username, rng=np.random.default_rng(i))
-        for i, p in enumerate(simulated[:7])
+        for i, p in enumerate(simulated[:crowd_size])
     ]
-    me, my_log = _me(tmp_path / "sim", simulated[7])
+    me, my_log = _me(tmp_path / "sim", simulated[crowd_size])
     crowd = start_peer_server(crowd_host(crowd_nodes, tmp_path / "crowd.db", aggregator.url))
     mine = start_peer_server(_my_host(me, tmp_path / "me" / "peer.db", aggregator.url), LOCAL)
     agg, ui = aggregator.url, mine.url
     seen: list[str] = []
     page.context.on("request", lambda r: seen.append(r.url))
     try:
-        pid, draft, hostile = _operator_proposes(page, agg, screenshots)
-        dash = _person_imports(page, ui, me, my_log, screenshots)
+        pid, draft, hostile = _operator_proposes(page, agg, draft)
+        dash = _person_imports(page, ui, me, my_log)
         live = _person_accepts(dash, pid, draft, hostile)
         assert mine.host.db.accepted_epsilon(me.fingerprint) == {pid: 2.0}
         dash.evaluate("window.__noReload = 42")
-        _wait("8 registrations", lambda: status(agg, pid).registered == 8)
-        dash.screenshot(path=str(screenshots / "peer-proposals.png"), full_page=True)
-        final = _operator_closes(page, dash, live, pid, screenshots)
-        _person_reads_shares_and_model(dash, mine.host, me, pid, final, screenshots)
+        _wait(f"{crowd_size + 1} registrations", lambda: status(agg, pid).registered == crowd_size + 1)
+        final = _operator_closes(page, dash, live, pid)
+        _person_reads_shares_and_model(dash, mine.host, me, pid, final)
         assert page.dialogs == []  # the hostile title opened nothing
         _every_page_fits(page, dash, agg, ui, pid, screenshots)
         outside = [u for u in seen if not u.startswith((agg + "/", ui + "/"))]
         assert outside == [], outside  # nothing loaded from anywhere but the two servers
+        _pages_are_accessible_with_a_finished_round(browser, agg, ui, pid)
     finally:
         mine.stop()
         crowd.stop()

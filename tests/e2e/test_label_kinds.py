@@ -12,6 +12,7 @@ beside the local ε.
 
 from __future__ import annotations
 
+import html
 import json
 import sqlite3
 import time
@@ -25,8 +26,10 @@ from anonml.learn import AnonMLClassifier
 from anonml.privacy.amplification import report_pool_bound
 from anonml.protocol import LabelSpec, ModelDocument, ProblemDraft
 from peer.app import start_peer_server
+from peer.dashboard import ModelView, label_words, prediction_text
 from peer.features import predict_locally
 from peer.host import shuffle_bounds
+from peer.routes.dashboard import PAGES
 from tests.aggregator.helpers import close_registration, propose, status, wait_phase
 from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
 
@@ -78,6 +81,31 @@ def _run(aggregator_url: str, tmp_path: Path, d: ProblemDraft):
             p.store.close()
 
 
+def _models_page(problem, final, document, prediction) -> str:
+    """The dashboard's Models page (its template, as the peer's app renders it) for one prediction."""
+    view = ModelView(problem, final.phase, document.created_at, dict(document.metrics), document.reports,
+                     prediction, "", prediction_text(problem, prediction))
+    return PAGES.env.get_template("models.html").render(
+        prefix="/ui", site="AnonML peer", nav=PAGES.nav, here="/ui/models", csrf="x", logged_in=True,
+        notice="", error="", models=[view],
+    )
+
+
+def _said_in_the_labels_words(problem, final, document, predictions, words: tuple[str, ...]) -> None:
+    """Each prediction is said in the label's words, with every class's probability; never P(label = 1)."""
+    for p in predictions:
+        said = prediction_text(problem, p)
+        assert [w for w, _ in said.rows] == list(words)
+        assert sum(q for _, q in said.rows) == pytest.approx(1.0)
+        assert said.answer == words[p.label] and max(q for _, q in said.rows) == said.rows[p.label][1]
+    page = _models_page(problem, final, document, predictions[0])
+    assert "P(label = 1)" not in page
+    headline = prediction_text(problem, predictions[0]).headline
+    assert words[predictions[0].label] in headline and html.escape(headline) in page
+    for w in words:
+        assert f"<td>{w}</td>" in page
+
+
 def _stored_domains(db: Path) -> set[int]:
     with sqlite3.connect(db) as con:
         return {json.loads(m)["m"] for (m,) in con.execute("SELECT mechanism_json FROM reports")}
@@ -120,6 +148,8 @@ def test_a_three_class_problem_runs_end_to_end_and_predicts_class_names(aggregat
     assert {p.answer for p in predictions} <= set(names)
     for p in predictions:
         assert p.answer == names[p.label] and 1 / 3 <= p.probability <= 1
+    assert label_words(problem.draft.label) == names
+    _said_in_the_labels_words(problem, final, document, predictions, names)
     _check_shuffle(final, document, bounds)
 
 
@@ -135,4 +165,11 @@ def test_a_numeric_label_runs_end_to_end_and_predicts_values_in_its_range(aggreg
     # Σ_k P(bin k)·c_k lies between the first and last bin midpoints (15 and 105).
     assert np.all((values >= 15.0 - 1e-9) & (values <= 105.0 + 1e-9))
     assert {p.kind for p in predictions} == {"numeric"} and all(0 <= p.label < 4 for p in predictions)
+    # The public bins of [0, 120] in 4: each class said as its range, the value beside the likeliest.
+    ranges = ("[0, 30)", "[30, 60)", "[60, 90)", "[90, 120]")
+    assert label_words(problem.draft.label) == ranges
+    _said_in_the_labels_words(problem, final, document, predictions, ranges)
+    assert prediction_text(problem, predictions[0]).headline.startswith(
+        f"predicted value {predictions[0].answer:.4g}, most likely in {ranges[predictions[0].label]}"
+    )
     _check_shuffle(final, document, bounds)
