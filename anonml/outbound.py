@@ -42,9 +42,9 @@ to the few commands that use :mod:`requests`. A failed verification is an
 Plain ``http`` goes only to a loopback host (``127.0.0.0/8``, ``[::1]``,
 ``localhost``): everywhere else traffic between members crosses networks
 nobody in the protocol controls. The one exception is a test network named in
-``ANONML_TEST_NETWORKS`` (comma-separated CIDR prefixes, e.g. ``10.77.0.0/16``;
-never set by default): the network-namespace tests (``tests/network``) run
-services on private addresses there.
+``ANONML_TEST_NETWORKS`` (:func:`anonml.addresses.test_networks`; never set by
+default): the network-namespace tests (``tests/network``) run services on
+private addresses there.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from anonml.addresses import IPAddress, is_loopback_host
+from anonml.addresses import TEST_NETWORKS_VARIABLE, IPAddress, is_loopback_host, test_networks
 from anonml.errors import ProtocolError
 
 __all__ = [
@@ -78,7 +78,6 @@ __all__ = [
     "trust_ca_bundle",
     "trusted_roots",
     "requests_verify",
-    "test_networks",
     "plain_http_refusal",
     "CA_BUNDLE_VARIABLE",
     "TEST_NETWORKS_VARIABLE",
@@ -206,8 +205,6 @@ _WATCHDOG = _Watchdog()
 
 #: The environment variable naming a CA bundle (PEM) that replaces the system store for every client.
 CA_BUNDLE_VARIABLE = "ANONML_CA_BUNDLE"
-#: The environment variable naming test networks that plain http may reach (module docstring).
-TEST_NETWORKS_VARIABLE = "ANONML_TEST_NETWORKS"
 
 
 def client_context(ca_bundle: Path | None = None) -> ssl.SSLContext:
@@ -283,26 +280,6 @@ def requests_verify() -> str | bool:
     return str(bundle) if bundle is not None else True
 
 
-def test_networks() -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    """The test networks ``ANONML_TEST_NETWORKS`` names (empty unless set; module docstring).
-
-    Raises
-    ------
-    OutboundError
-        Naming the variable and the entry that is not a network prefix.
-    """
-    raw = os.environ.get(TEST_NETWORKS_VARIABLE, "")
-    found = []
-    for entry in (part.strip() for part in raw.split(",")):
-        if not entry:
-            continue
-        try:
-            found.append(ipaddress.ip_network(entry))
-        except ValueError:
-            raise OutboundError(f"{TEST_NETWORKS_VARIABLE}: {entry[:60]!r} is not a network prefix") from None
-    return tuple(found)
-
-
 def plain_http_refusal(host: str) -> str | None:
     """Why plain http may not go to ``host`` (as a URL writes it), or None (loopback, or a test network)."""
     host = host.lower()
@@ -312,7 +289,11 @@ def plain_http_refusal(host: str) -> str | None:
         address = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         address = None
-    if address is not None and any(address in network for network in test_networks()):
+    try:
+        networks = test_networks()
+    except ValueError as exc:
+        return str(exc)
+    if address is not None and any(address in network for network in networks):
         return None
     return (
         "plain http goes only to a loopback host (or to a test network named in "
