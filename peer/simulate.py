@@ -8,7 +8,8 @@ files, which must take up its participations and relay duties
 ledger, the host's state DB, the aggregators, the relay port (fixed, so a
 restarted host keeps the relay URLs its roster entries name) and the local
 token for ``GET /local/status``; optionally the address the relay binds
-(``host``, default loopback), the certificate and key it serves https with
+(``host``, default loopback), the URL others reach it at when something fronts it
+(``public_url``, default the bound address), the certificate and key it serves https with
 (``tls_cert``/``tls_key``) and the CA bundle it verifies others against
 (``ca_bundle``) — the network-namespace tests run hosts on their own addresses.
 
@@ -65,6 +66,7 @@ class SimulationManifest(BaseModel):
     max_epsilon_per_problem: float = Field(default=4.0, gt=0)
     workers: int = Field(default=4, ge=1)
     host: str = "127.0.0.1"
+    public_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(:\d+)?$")
     tls_cert: Path | None = None
     tls_key: Path | None = None
     ca_bundle: Path | None = None
@@ -86,6 +88,7 @@ def build_host(manifest: SimulationManifest) -> PeerHost:
         poll_seconds=manifest.poll_seconds,
         roster_comparisons=manifest.roster_comparisons,
         workers=manifest.workers,
+        relay_base=manifest.public_url,
     )
 
 

@@ -5,8 +5,11 @@ Three namespaces made by the test — the aggregator's (holding a bridge) and tw
 can act as the admin. Addresses come from ``10.77.<n>.0/24``, declared to the processes in
 ``ANONML_TEST_NETWORKS`` (relays there are allowed only in loopback test mode:
 :func:`anonml.addresses.address_refusal`). Every service serves https with a certificate from
-a CA the test makes, and every client verifies against it (``ca_bundle``). With ``tc`` and the
-kernel's ``netem``, every peer link gets 50 ms of delay each way.
+a CA the test makes, and every client verifies against it (``ca_bundle``). Latency: the
+aggregator and every relay are reached only through a user-space proxy in their namespace
+(:mod:`tests.network.delay_proxy`) that delays each direction by 50 ms — the peers' aggregator
+URL and their registered relay URLs name the proxy's port — and, where ``tc`` and the kernel's
+``netem`` exist, every peer link gets another 50 ms there (this machine's kernel has no netem).
 
 The aggregator (``python -m aggregator``) and the hosts (``python -m peer.simulate``) are real
 processes started with ``ip netns exec``. The round runs to ``done`` with every report that
@@ -31,7 +34,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from anonml.protocol import ModelDocument, verify_message
+from anonml.protocol import ModelDocument, Roster, verify_message
 from anonml.serving import CHILD_START_SECONDS, child_environment, ready_line
 from peer.simulate import SimulationManifest
 from tests.adversary.malicious import wait_until
@@ -56,6 +59,7 @@ def _why_not() -> str | None:
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
 
 DELAY = "50ms"
+DELAY_MS = 50
 
 
 def _ip(*args: str) -> None:
@@ -195,36 +199,54 @@ def test_a_round_runs_to_done_over_https_across_namespaces(
     agg_ns = network.namespaces[0]
     processes: list[subprocess.Popen] = []
     logs = {"aggregator": tmp_path / "aggregator.log"}
+
+    def delayed(ns: str, ip: str, listen: int, target: int) -> None:
+        """A delay proxy in ``ns``: ``ip:listen`` → ``ip:target``, DELAY_MS each way."""
+        log = tmp_path / f"proxy-{ns}.log"
+        args = ["-m", "tests.network.delay_proxy", ip, str(listen), ip, str(target), str(DELAY_MS)]
+        proxy = _in_namespace(ns, args, env, None, log)
+        processes.append(proxy)
+        assert ready_line(proxy, CHILD_START_SECONDS).strip() == "ready", log.read_text()
+
     try:
         agg = _in_namespace(agg_ns, ["-m", "aggregator"], env, settings.model_dump_json(), logs["aggregator"])
         processes.append(agg)
         url = ready_line(agg, CHILD_START_SECONDS).strip()
         assert url == f"https://{agg_ip}:8470", logs["aggregator"].read_text()
+        delayed(agg_ns, agg_ip, 8480, 8470)
+        slow_url = f"https://{agg_ip}:8480"  # what the peers use: every exchange crosses the delay
+        direct, proxied = _round_trip(f"{url}/healthz"), _round_trip(f"{slow_url}/healthz")
+        # a request and its answer each wait DELAY_MS in the proxy: a lower bound, whatever the load
+        assert proxied >= 2 * DELAY_MS / 1000, (direct, proxied)
 
-        hosts = write_hosts(tmp_path, {"p1": 3, "p2": 3}, [url])
+        hosts = write_hosts(tmp_path, {"p1": 3, "p2": 3}, [slow_url])
         for i, (name, (host, _)) in enumerate(hosts.items(), start=2):
             ip = network.address(i)
+            ns = f"anml-{network.tag}-{name}"
             cert = ca.server(name, ips=(ip,))
+            delayed(ns, ip, 8481, 8471)
             manifest = SimulationManifest.model_validate_json(host.manifest.read_text())
             manifest = manifest.model_copy(
                 update={"host": ip, "port": 8471, "tls_cert": cert.cert, "tls_key": cert.key,
-                        "ca_bundle": ca.bundle}
+                        "ca_bundle": ca.bundle, "public_url": f"https://{ip}:8481"}
             )
             host.manifest.write_text(manifest.model_dump_json())
             logs[name] = tmp_path / f"{name}.log"
-            ns = f"anml-{network.tag}-{name}"
             process = _in_namespace(ns, ["-m", "peer.simulate", str(host.manifest)], env, None, logs[name])
             processes.append(process)
             started = ready_line(process, CHILD_START_SECONDS).strip()
             assert started == f"https://{ip}:8471", logs[name].read_text()
 
+        started_at = time.monotonic()
         problem = propose(url, fault_draft())
         wait_until(lambda: status(url, problem.id).registered == 6, "every identity to register", 180)
         close_registration(url, problem.id)
         final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=300)
+        elapsed = time.monotonic() - started_at
         model = ModelDocument.model_validate_json(
             requests.get(f"{url}/problems/{problem.id}/model", timeout=30).content
         )
+        roster = _roster(url, problem.id)
     except BaseException:
         for name, log in logs.items():
             if log.exists():
@@ -239,11 +261,34 @@ def test_a_round_runs_to_done_over_https_across_namespaces(
     assert final.reports.lost == 0, final.reports
     verify_message(model, bytes(problem.aggregator))
     assert model.reports == final.reports
+    # every relay URL in the roster is a proxy's: the onion traffic crossed the delay too
+    relay_urls = {entry.relay_url.split("/relay/")[0] for entry in roster.entries}
+    assert relay_urls == {f"https://{network.address(i)}:8481" for i in (2, 3)}, relay_urls
     print(json.dumps({
         "phase": final.phase,
         "registered": 6,
         "tokens": final.tokens_issued,
         "reports_accepted": final.reports_accepted,
+        "healthz_direct_s": round(direct, 3),
+        "healthz_through_delay_proxy_s": round(proxied, 3),
+        "proxy_delay_ms_each_way": DELAY_MS,
         "netem_delay": DELAY if network.delayed else f"none ({network.no_delay_reason})",
-        "finished_at": time.strftime("%H:%M:%S"),
+        "propose_to_final_s": round(elapsed, 1),
     }))
+
+
+def _round_trip(url: str, times: int = 3) -> float:
+    """Fewest seconds a ``GET url`` on a new connection (TLS handshake included) took of ``times``.
+
+    The least is what the path costs; the rest is this (shared, loaded) machine's scheduling.
+    """
+    taken = []
+    for _ in range(times):
+        start = time.monotonic()
+        assert requests.get(url, timeout=60).status_code == 200
+        taken.append(time.monotonic() - start)
+    return min(taken)
+
+
+def _roster(url: str, problem_id: str) -> Roster:
+    return Roster.model_validate_json(requests.get(f"{url}/problems/{problem_id}/roster", timeout=30).content)
