@@ -56,9 +56,14 @@ AggregatorOption = Annotated[
 
 
 def _settings(**overrides: object) -> PeerSettings:
+    """The peer's settings; their CA bundle, if any, is what every command's https requests trust."""
+    from anonml import outbound
     from peer.settings import PeerSettings
 
-    return PeerSettings.from_env(**overrides)
+    settings = PeerSettings.from_env(**overrides)
+    if settings.ca_bundle is not None:
+        outbound.trust_ca_bundle(settings.ca_bundle)
+    return settings
 
 
 _HostOption = Annotated[
