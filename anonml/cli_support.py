@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -48,6 +48,8 @@ __all__ = [
     "CaBundleOption",
     "valid_settings",
 ]
+
+T = TypeVar("T")
 
 TlsCertOption = Annotated[
     Path | None,
@@ -167,7 +169,7 @@ def _fail(exc: AnonMLError) -> None:
     raise typer.Exit(code=1) from None
 
 
-def valid_settings(build: Any, what: str) -> Any:
+def valid_settings(build: Callable[[], T], what: str) -> T:
     """``build()`` (a settings model), its validation error turned into one :class:`AnonMLError` line.
 
     The line names ``what``, the first invalid field and why (e.g. a TLS key that
