@@ -44,7 +44,7 @@ from aggregator.rounds import RoundDriver
 from aggregator.routes import console, intake, medians, model, problems, registration, tokens
 from aggregator.settings import ENV_PREFIX, AggregatorSettings
 from aggregator.state import AggregatorState, load_or_create_identity
-from anonml import serving
+from anonml import outbound, serving
 from anonml.database import make_engine
 from anonml.errors import AnonMLError
 from anonml.web import local_api_docs
@@ -67,6 +67,8 @@ __all__ = [
 def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
     """The aggregator app; its state and phase machine start with the app's lifespan."""
     settings = settings or AggregatorSettings.from_env()
+    if settings.ca_bundle is not None:
+        outbound.trust_ca_bundle(settings.ca_bundle)
     state = AggregatorState(settings)
     driver = RoundDriver(state)
 
@@ -167,7 +169,12 @@ def serve(settings: AggregatorSettings, workers: int = 1) -> None:
     """
     check_workers(settings.db_url, workers)
     if workers == 1:
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, **serving.uvicorn_options())
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            **serving.uvicorn_options(tls=settings.server_tls()),
+        )
         return
     engine = make_engine(settings.db_url)
     try:
@@ -185,7 +192,7 @@ def serve(settings: AggregatorSettings, workers: int = 1) -> None:
             host=settings.host,
             port=settings.port,
             timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
-            **serving.uvicorn_options(),
+            **serving.uvicorn_options(tls=settings.server_tls()),
         )
     finally:
         os.environ.pop(SETTINGS_VARIABLE, None)
@@ -198,13 +205,19 @@ class ServerHandle(serving.ThreadedServer):
     app: FastAPI
 
 
-def start_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0) -> ServerHandle:
-    """Serve ``app`` from a thread on ``host:port`` (0 = a free port) and wait until it is up."""
+def start_server(
+    app: FastAPI,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    timeout: float = 30.0,
+    tls: serving.ServerTls | None = None,
+) -> ServerHandle:
+    """Serve ``app`` from a thread on ``host:port`` (0 = a free port; https with ``tls``) until it is up."""
     sock = serving.bind(host, port)
     bound = sock.getsockname()[1]
-    server = serving.uvicorn_server(app)
+    server = serving.uvicorn_server(app, tls=tls)
     thread = serving.start_in_thread(server, sock, name="aggregator", timeout=timeout)
-    return ServerHandle(f"http://{host}:{bound}", server, thread, app)
+    return ServerHandle(serving.base_url(host, bound, tls), server, thread, app)
 
 
 def serve_child() -> None:
@@ -217,11 +230,12 @@ def serve_child() -> None:
 
     settings = AggregatorSettings.model_validate_json(sys.stdin.readline())
     sock = serving.bind(settings.host, settings.port)
-    server = serving.uvicorn_server(create_app(settings))
+    tls = settings.server_tls()
+    server = serving.uvicorn_server(create_app(settings), tls=tls)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     serving.wait_started(server, thread, timeout=float("inf"))
-    print(f"http://{settings.host}:{sock.getsockname()[1]}" if server.started else "", flush=True)
+    print(serving.base_url(settings.host, sock.getsockname()[1], tls) if server.started else "", flush=True)
     sys.stdin.read()  # returns at EOF: the parent closed our stdin
     server.should_exit = True
     thread.join(timeout=30)
@@ -289,7 +303,7 @@ def start_workers_process(
         env=env,
         cwd=root,
     )
-    url = f"http://{settings.host}:{port}"
+    url = serving.base_url(settings.host, port, settings.server_tls())
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
@@ -297,7 +311,8 @@ def start_workers_process(
                 f"'anonml aggregator serve --workers {workers}' exited with {process.returncode}"
             )
         try:
-            if requests.get(f"{url}/healthz", timeout=5).status_code == 200:
+            answer = requests.get(f"{url}/healthz", timeout=5, verify=outbound.requests_verify())
+            if answer.status_code == 200:
                 return ServerProcess(url, process, stop_signal=signal.SIGINT)
         except requests.RequestException:
             pass  # not listening yet: the deadline below decides

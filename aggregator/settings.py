@@ -9,11 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from anonml.environment import settings_from_env
 from anonml.paths import anonml_home, stored_token
 from anonml.schedule import DEFAULT_REACTION_SECONDS
+from anonml.serving import TlsSettings
 
 __all__ = ["AggregatorSettings", "ENV_PREFIX"]
 
@@ -24,7 +25,7 @@ def _home(name: str) -> Path:
     return anonml_home() / "aggregator" / name
 
 
-class AggregatorSettings(BaseModel):
+class AggregatorSettings(TlsSettings):
     """Everything an aggregator process needs.
 
     Attributes
@@ -66,6 +67,13 @@ class AggregatorSettings(BaseModel):
     peer_poll_seconds : float
         How often peers are taken to poll (the reaction term ``r`` of the
         floors); the peer daemon's default is 1 s.
+    tls_cert, tls_key : Path or None
+        Serve https with this certificate chain and key
+        (:class:`anonml.serving.TlsSettings`); neither: plain http.
+    ca_bundle : Path or None
+        Verify the certificates of witnesses (every outbound request) against
+        this PEM bundle only, instead of the system's store
+        (:func:`anonml.outbound.trust_ca_bundle`; default ``$ANONML_CA_BUNDLE``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -84,6 +92,7 @@ class AggregatorSettings(BaseModel):
     allow_loopback_http: bool = False
     scale_schedule: bool = True
     peer_poll_seconds: float = Field(default=DEFAULT_REACTION_SECONDS, ge=0, le=3600)
+    ca_bundle: Path | None = None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> AggregatorSettings:

@@ -20,6 +20,13 @@ special-purpose registries), unless loopback test mode allows loopback:
   is not global (IPv4-mapped, 6to4, Teredo and NAT64 IPv6 addresses are judged by the IPv4
   address they carry), or if it does not resolve in time.
 
+Test networks. A test that runs services in network namespaces of its own (``tests/network``)
+gives them private addresses; ``ANONML_TEST_NETWORKS`` (comma-separated CIDR prefixes, e.g.
+``10.77.0.0/24``; unset by default) names such networks, and an address inside one is allowed
+*only in loopback test mode* (``allow_loopback``, the ``allow_loopback_http`` setting and
+policy field) — never in a deployment, whose default checks are unchanged
+(:func:`test_networks`, :func:`address_refusal`).
+
 The check resolves the name, and the connection made afterwards resolves it again; a name whose
 answers change between the two (DNS rebinding with a zero TTL) would reach an internal address,
 so the connection applies the same judgement to the address it connects to
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import os
 import re
 import socket
 import threading
@@ -46,6 +54,8 @@ __all__ = [
     "is_loopback_host",
     "resolve_host",
     "resolved_refusal",
+    "test_networks",
+    "TEST_NETWORKS_VARIABLE",
     "RESOLVE_SECONDS",
     "RESOLVE_TTL_SECONDS",
     "RESOLVER_THREADS",
@@ -94,13 +104,44 @@ def _carried_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
     return None
 
 
+#: The environment variable naming test networks (module docstring); unset in any deployment.
+TEST_NETWORKS_VARIABLE = "ANONML_TEST_NETWORKS"
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_networks(raw: str) -> tuple[IPNetwork, ...]:
+    found = []
+    for entry in (part.strip() for part in raw.split(",")):
+        if not entry:
+            continue
+        try:
+            found.append(ipaddress.ip_network(entry))
+        except ValueError:
+            raise ValueError(f"{TEST_NETWORKS_VARIABLE}: {entry[:60]!r} is not a network prefix") from None
+    return tuple(found)
+
+
+def test_networks() -> tuple[IPNetwork, ...]:
+    """The networks ``ANONML_TEST_NETWORKS`` names (empty when unset; module docstring).
+
+    Raises
+    ------
+    ValueError
+        Naming the variable and the entry that is not a network prefix (e.g. ``10.77.0.0/24``).
+    """
+    return _parse_networks(os.environ.get(TEST_NETWORKS_VARIABLE, ""))
+
+
 def address_refusal(address: IPAddress, *, allow_loopback: bool) -> str | None:
     """Why a relay may not be at ``address``, or None when it may (a global address).
 
     Refused: loopback (unless ``allow_loopback``), unspecified, link-local, multicast, private,
     reserved, and anything else the IANA registries do not mark global (e.g. the shared address
     space 100.64.0.0/10, documentation prefixes). An IPv6 address carrying an IPv4 address is
-    judged by that address as well.
+    judged by that address as well. In loopback test mode (``allow_loopback``) an address inside
+    a network named in ``ANONML_TEST_NETWORKS`` is allowed too (:func:`test_networks`).
     """
     carried = _carried_ipv4(address)
     if carried is not None:
@@ -109,6 +150,8 @@ def address_refusal(address: IPAddress, *, allow_loopback: bool) -> str | None:
             return f"{inner} ({carried} inside {address})"
     if address.is_loopback:
         return None if allow_loopback else "a loopback address (allowed only in loopback test mode)"
+    if allow_loopback and any(address in network for network in test_networks()):
+        return None  # a network a test built for itself, declared in the environment
     kinds = (
         ("an unspecified", address.is_unspecified),
         ("a link-local", address.is_link_local),

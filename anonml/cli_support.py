@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -43,6 +43,28 @@ __all__ = [
     "flags_without_type",
     "ensure_port_free",
     "untrusted",
+    "TlsCertOption",
+    "TlsKeyOption",
+    "CaBundleOption",
+    "valid_settings",
+]
+
+T = TypeVar("T")
+
+TlsCertOption = Annotated[
+    Path | None,
+    typer.Option("--tls-cert", help="Serve https with this PEM certificate chain (with --tls-key)."),
+]
+TlsKeyOption = Annotated[
+    Path | None, typer.Option("--tls-key", help="The PEM private key of --tls-cert.")
+]
+CaBundleOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--ca-bundle",
+        help="Verify https certificates against this PEM bundle only (default $ANONML_CA_BUNDLE, "
+        "else the system's store).",
+    ),
 ]
 
 #: Width used when the stream is not a terminal: wide enough that no table cell is cut.
@@ -145,6 +167,22 @@ def _fail(exc: AnonMLError) -> None:
         print_json(error_document(exc))
     err.print(styled(("error:", "bold red"), f" {untrusted(exc, 2000)}"))
     raise typer.Exit(code=1) from None
+
+
+def valid_settings(build: Callable[[], T], what: str) -> T:
+    """``build()`` (a settings model), its validation error turned into one :class:`AnonMLError` line.
+
+    The line names ``what``, the first invalid field and why (e.g. a TLS key that
+    does not match its certificate), instead of a traceback.
+    """
+    from pydantic import ValidationError
+
+    try:
+        return build()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "settings"
+        raise AnonMLError(f"invalid {what} settings: {where}: {first['msg']}") from None
 
 
 def ensure_port_free(host: str, port: int, *, what: str = "the service") -> None:

@@ -30,6 +30,21 @@ connecting (a member's relay must be at global addresses:
 applied to each address the connection itself resolves and connects to, so a
 name that answers one address to the check and another to the connection (DNS
 rebinding with a zero TTL) reaches nothing it may not.
+
+TLS. An ``https`` URL's certificate is verified (chain and host name, Python's
+:func:`ssl.create_default_context`) against the system's store, or — when one
+is named — against a CA bundle only: :func:`trust_ca_bundle` (what a service
+does with its ``ca_bundle`` setting) or else the ``ANONML_CA_BUNDLE``
+environment variable, read at the first request. This module holds the one
+client context of the process; :func:`requests_verify` gives the same choice
+to the few commands that use :mod:`requests`. A failed verification is an
+:class:`OutboundError` naming the URL, the reason and what was trusted.
+Plain ``http`` goes only to a loopback host (``127.0.0.0/8``, ``[::1]``,
+``localhost``): everywhere else traffic between members crosses networks
+nobody in the protocol controls. The one exception is a test network named in
+``ANONML_TEST_NETWORKS`` (:func:`anonml.addresses.test_networks`; never set by
+default): the network-namespace tests (``tests/network``) run services on
+private addresses there.
 """
 
 from __future__ import annotations
@@ -38,15 +53,17 @@ import heapq
 import http.client
 import ipaddress
 import itertools
+import os
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
-from anonml.addresses import IPAddress
+from anonml.addresses import TEST_NETWORKS_VARIABLE, IPAddress, is_loopback_host, test_networks
 from anonml.errors import ProtocolError
 
 __all__ = [
@@ -57,6 +74,13 @@ __all__ = [
     "KeepAlive",
     "fetch",
     "post",
+    "client_context",
+    "trust_ca_bundle",
+    "trusted_roots",
+    "requests_verify",
+    "plain_http_refusal",
+    "CA_BUNDLE_VARIABLE",
+    "TEST_NETWORKS_VARIABLE",
     "PACKET_DEADLINE",
     "REPLY_CAP",
 ]
@@ -178,7 +202,104 @@ class _Watchdog:
 
 
 _WATCHDOG = _Watchdog()
-_TLS = ssl.create_default_context()
+
+#: The environment variable naming a CA bundle (PEM) that replaces the system store for every client.
+CA_BUNDLE_VARIABLE = "ANONML_CA_BUNDLE"
+
+
+def client_context(ca_bundle: Path | None = None) -> ssl.SSLContext:
+    """A TLS client context that verifies the chain and the host name, against ``ca_bundle`` or the system.
+
+    :func:`ssl.create_default_context`: ``CERT_REQUIRED``, ``check_hostname``,
+    TLS 1.2 at least. With ``ca_bundle``, only the certificates in that PEM
+    file are trusted (as ``requests``' ``verify=<path>``).
+
+    Raises
+    ------
+    OutboundError
+        Naming the file when it cannot be read or holds no PEM certificate.
+    """
+    if ca_bundle is None:
+        return ssl.create_default_context()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED and check_hostname; no system roots
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_verify_locations(cafile=str(ca_bundle))
+    except (OSError, ssl.SSLError) as exc:
+        raise OutboundError(
+            f"CA bundle {ca_bundle}: not a readable PEM file of certificates ({exc})"
+        ) from None
+    if not context.get_ca_certs():
+        raise OutboundError(f"CA bundle {ca_bundle}: holds no CA certificate")
+    return context
+
+
+@dataclass(frozen=True)
+class _Trust:
+    """The process's client context and what it trusts (for error messages)."""
+
+    context: ssl.SSLContext
+    ca_bundle: Path | None
+
+
+_trust: _Trust | None = None
+_trust_lock = threading.Lock()
+
+
+def trust_ca_bundle(ca_bundle: Path | None) -> None:
+    """Verify every later https request of this process against ``ca_bundle`` (None: the system store).
+
+    Raises :class:`OutboundError` naming the file when it is not a bundle of
+    certificates (the trust in force stays as it was).
+    """
+    global _trust
+    trust = _Trust(client_context(ca_bundle), ca_bundle)
+    with _trust_lock:
+        _trust = trust
+
+
+def _current_trust() -> _Trust:
+    global _trust
+    with _trust_lock:
+        if _trust is None:
+            named = os.environ.get(CA_BUNDLE_VARIABLE) or None
+            bundle = Path(named) if named is not None else None
+            _trust = _Trust(client_context(bundle), bundle)
+        return _trust
+
+
+def trusted_roots() -> str:
+    """What https certificates are verified against, in words (for messages)."""
+    bundle = _current_trust().ca_bundle
+    return "the system's certificate store" if bundle is None else f"the CA bundle {bundle}"
+
+
+def requests_verify() -> str | bool:
+    """``requests``' ``verify=`` for the same trust as :func:`fetch` (a bundle's path, or True)."""
+    bundle = _current_trust().ca_bundle
+    return str(bundle) if bundle is not None else True
+
+
+def plain_http_refusal(host: str) -> str | None:
+    """Why plain http may not go to ``host`` (as a URL writes it), or None (loopback, or a test network)."""
+    host = host.lower()
+    if is_loopback_host(host) or is_loopback_host(f"[{host}]"):
+        return None
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        address = None
+    try:
+        networks = test_networks()
+    except ValueError as exc:
+        return str(exc)
+    if address is not None and any(address in network for network in networks):
+        return None
+    return (
+        "plain http goes only to a loopback host (or to a test network named in "
+        f"{TEST_NETWORKS_VARIABLE}); use https"
+    )
+
 
 _Origin = tuple[str, str, int | None]
 
@@ -243,7 +364,9 @@ def fetch(
     """One HTTP request, complete within ``deadline`` seconds, reading at most ``max_bytes``.
 
     Raises :class:`OutboundError` naming the URL and what went wrong (no
-    answer in time, answer too large, connection failed, not http(s)).
+    answer in time, answer too large, connection failed, not http(s), plain
+    http to a host that is neither loopback nor in a test network, a
+    certificate that does not verify — module docstring).
     Any status is returned: callers decide what a refusal means. With
     ``keep_alive``, the connection comes from and goes back to it (module
     docstring). With ``address_check``, the connection goes only to an
@@ -253,6 +376,10 @@ def fetch(
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise OutboundError(f"{url[:100]}: not an http(s) URL")
+    if parts.scheme == "http":
+        refusal = plain_http_refusal(parts.hostname)
+        if refusal is not None:
+            raise OutboundError(f"{url[:100]}: {refusal}")
     end = time.monotonic() + deadline
     origin: _Origin = (parts.scheme, parts.hostname, parts.port)
     headers = {"accept-encoding": "identity"}
@@ -317,7 +444,9 @@ class _Connection(http.client.HTTPConnection):
     def connect(self) -> None:
         sock = _open(self.host, self.port, self.end, self.address_check)
         self.guard.attach(sock)
-        self.sock = _TLS.wrap_socket(sock, server_hostname=self.host) if self.tls else sock
+        if self.tls:
+            sock = _current_trust().context.wrap_socket(sock, server_hostname=self.host)
+        self.sock = sock
 
 
 def _connect(origin: _Origin) -> _Connection:
@@ -416,6 +545,11 @@ def _exchange(conn: _Connection, req: _Request) -> Reply:
         raise
     except _Refused as exc:
         raise RefusedAddress(f"{req.url[:100]}: refused to connect: {exc}") from None
+    except ssl.SSLCertVerificationError as exc:
+        raise OutboundError(
+            f"{req.url[:100]}: TLS certificate verification failed: {exc.verify_message or exc.reason} "
+            f"(verified against {trusted_roots()})"
+        ) from None
     except (OSError, http.client.HTTPException, ValueError) as exc:
         if reused and response is None and time.monotonic() < req.end:
             raise _Stale() from None

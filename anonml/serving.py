@@ -4,6 +4,9 @@
   yields a free port that is known before the server starts.
 - :func:`uvicorn_server`: uvicorn with the roles' settings (no access log, warnings only, and
   :class:`GuardedH11Protocol`); :func:`uvicorn_options` are those settings for ``uvicorn.run``.
+- :class:`ServerTls`: the certificate chain and key a service serves https with (uvicorn's
+  ``ssl_certfile``/``ssl_keyfile``), checked when given; :func:`server_tls` from a service's
+  ``tls_cert``/``tls_key`` settings, :func:`base_url` the URL it is then reached at.
 - :class:`ConnectionLimits` / :class:`GuardedH11Protocol`: what keeps slow or greedy clients
   from exhausting a server — a request's headers and body must arrive in time, a client that
   does not read its answer is dropped, and connections are limited per client and in all.
@@ -31,6 +34,7 @@ import os
 import resource
 import select
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -47,6 +51,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, model_validator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -55,6 +60,10 @@ __all__ = [
     "free_port",
     "uvicorn_server",
     "uvicorn_options",
+    "ServerTls",
+    "TlsSettings",
+    "server_tls",
+    "base_url",
     "ConnectionLimits",
     "GuardedH11Protocol",
     "guarded_protocol",
@@ -293,16 +302,95 @@ def guarded_protocol(limits: ConnectionLimits | None = None) -> type[GuardedH11P
     return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits})
 
 
-def uvicorn_options(limits: ConnectionLimits | None = None) -> dict[str, Any]:
-    """What every service passes uvicorn: no access log, warnings and worse only, the guarded protocol."""
-    return {"access_log": False, "log_level": "warning", "http": guarded_protocol(limits)}
+@dataclass(frozen=True)
+class ServerTls:
+    """The PEM certificate chain (leaf first) and private key a service serves https with.
+
+    Checked when made: both files must load as a matching pair (the TLS
+    server context uvicorn builds from them), so a wrong path or a key of
+    another certificate is refused at start, naming the files, instead of
+    failing every handshake later.
+    """
+
+    cert: Path
+    key: Path
+
+    def __post_init__(self) -> None:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(self.cert), str(self.key))
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(
+                f"TLS certificate {self.cert} with key {self.key}: cannot be loaded as a PEM certificate "
+                f"chain and its private key ({exc})"
+            ) from None
+
+
+def server_tls(cert: Path | None, key: Path | None) -> ServerTls | None:
+    """:class:`ServerTls` from a service's ``tls_cert`` / ``tls_key`` settings (both or neither).
+
+    Raises
+    ------
+    ValueError
+        When only one is given, or they do not load (:class:`ServerTls`).
+    """
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        given = "tls_cert" if key is None else "tls_key"
+        raise ValueError(f"tls_cert and tls_key go together: got only {given}")
+    return ServerTls(cert, key)
+
+
+class TlsSettings(BaseModel):
+    """The settings of a service that may serve https itself (a base of its settings model).
+
+    Attributes
+    ----------
+    tls_cert, tls_key : Path or None
+        PEM certificate chain (leaf first) and its private key; both given: the
+        service serves https only (:class:`ServerTls`, checked when the settings
+        are made); neither: plain http, for loopback or behind a TLS proxy.
+    """
+
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+    @model_validator(mode="after")
+    def _tls_loads(self) -> TlsSettings:
+        server_tls(self.tls_cert, self.tls_key)
+        return self
+
+    def server_tls(self) -> ServerTls | None:
+        """What the service serves https with, or None (plain http)."""
+        return server_tls(self.tls_cert, self.tls_key)
+
+
+def base_url(host: str, port: int, tls: ServerTls | None) -> str:
+    """The URL of a service listening on ``host:port``: https when it serves ``tls``, else http."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"{'https' if tls is not None else 'http'}://{shown}:{port}"
+
+
+def uvicorn_options(limits: ConnectionLimits | None = None, tls: ServerTls | None = None) -> dict[str, Any]:
+    """What every service passes uvicorn: no access log, warnings and worse only, the guarded protocol.
+
+    With ``tls``, uvicorn serves https only (its ``ssl_certfile``/``ssl_keyfile``).
+    """
+    options: dict[str, Any] = {"access_log": False, "log_level": "warning", "http": guarded_protocol(limits)}
+    if tls is not None:
+        options |= {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}
+    return options
 
 
 def uvicorn_server(
-    app: Any, *, lifespan: Literal["on", "off"] = "on", limits: ConnectionLimits | None = None
+    app: Any,
+    *,
+    lifespan: Literal["on", "off"] = "on",
+    limits: ConnectionLimits | None = None,
+    tls: ServerTls | None = None,
 ) -> uvicorn.Server:
-    """A uvicorn server for ``app`` with :func:`uvicorn_options` (``limits``: :class:`ConnectionLimits`)."""
-    return uvicorn.Server(uvicorn.Config(app, lifespan=lifespan, **uvicorn_options(limits)))
+    """A uvicorn server for ``app`` with :func:`uvicorn_options` (``limits``, ``tls``)."""
+    return uvicorn.Server(uvicorn.Config(app, lifespan=lifespan, **uvicorn_options(limits, tls)))
 
 
 def wait_started(

@@ -20,10 +20,18 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 
+from anonml import outbound
 from anonml.crypto import Identity
 from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.privacy import PrivacyLedger
-from anonml.serving import ThreadedServer, install_input_guards, start_in_thread, uvicorn_server
+from anonml.serving import (
+    ServerTls,
+    ThreadedServer,
+    base_url,
+    install_input_guards,
+    start_in_thread,
+    uvicorn_server,
+)
 from anonml.serving import bind as bind_socket
 from anonml.store import EventStore
 from anonml.web import local_api_docs
@@ -82,7 +90,9 @@ def load_or_create_identity(settings: PeerSettings) -> Identity:
 
 
 def create_daemon(settings: PeerSettings) -> PeerHost:
-    """A host with this user's one identity, event store, ledger and state."""
+    """A host with this user's one identity, event store, ledger and state (and its CA bundle trusted)."""
+    if settings.ca_bundle is not None:
+        outbound.trust_ca_bundle(settings.ca_bundle)
     node = PeerNode(
         identity=load_or_create_identity(settings),
         store=EventStore(settings.store_url),
@@ -109,13 +119,18 @@ class PeerServer(ThreadedServer):
 
 
 def start_peer_server(
-    host: PeerHost, local_token: str = "", bind: str = "127.0.0.1", port: int = 0, timeout: float = 30.0
+    host: PeerHost,
+    local_token: str = "",
+    bind: str = "127.0.0.1",
+    port: int = 0,
+    timeout: float = 30.0,
+    tls: ServerTls | None = None,
 ) -> PeerServer:
-    """Bind ``bind:port`` (0 = free), set the host's relay URL, serve, and start its worker."""
+    """Bind ``bind:port`` (0 = free), set the host's relay URL, serve (https: ``tls``), start its worker."""
     sock = bind_socket(bind, port)
-    url = f"http://{bind}:{sock.getsockname()[1]}"
+    url = base_url(bind, sock.getsockname()[1], tls)
     if host.relay_base is None:
         host.relay_base = url
-    server = uvicorn_server(create_app(host, local_token or ""))
+    server = uvicorn_server(create_app(host, local_token or ""), tls=tls)
     thread = start_in_thread(server, sock, name="peer server", timeout=timeout)
     return PeerServer(url, server, thread, host)

@@ -21,11 +21,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from anonml.environment import settings_from_env
 from anonml.errors import AnonMLError
 from anonml.paths import anonml_home, stored_token, write_secret
+from anonml.serving import TlsSettings, base_url
 from peer.policy import PeerPolicy
 
 __all__ = ["PeerSettings", "ENV_PREFIX", "load_policy"]
@@ -45,7 +46,7 @@ def load_policy(path: Path) -> PeerPolicy:
         raise AnonMLError(f"{path}: not a valid saved peer policy ({exc}); fix or remove it") from None
 
 
-class PeerSettings(BaseModel):
+class PeerSettings(TlsSettings):
     """Everything one peer daemon needs.
 
     Attributes
@@ -62,7 +63,15 @@ class PeerSettings(BaseModel):
         Its Ed25519/X25519 identity (created on first start, mode 0600).
     host, port : str, int
         Where its relay listens. ``public_url`` is how other peers reach it
-        (default ``http://host:port``).
+        (default ``https://host:port`` when it serves TLS, else ``http://host:port``).
+    tls_cert, tls_key : Path or None
+        Serve the relay over https with this certificate chain and key
+        (:class:`anonml.serving.TlsSettings`); neither: plain http (loopback
+        test mode, or behind a TLS proxy named by ``public_url``).
+    ca_bundle : Path or None
+        Verify the certificates of aggregators and other members' relays against
+        this PEM bundle only, instead of the system's store
+        (:func:`anonml.outbound.trust_ca_bundle`; default ``$ANONML_CA_BUNDLE``).
     aggregators : list of str
         Aggregator base URLs to poll.
     poll_seconds : float
@@ -99,6 +108,7 @@ class PeerSettings(BaseModel):
     local_token: str = ""
     policy_file: Path = Field(default_factory=lambda: _home("policy.json"))
     policy: PeerPolicy = PeerPolicy()
+    ca_bundle: Path | None = None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> PeerSettings:
@@ -124,7 +134,7 @@ class PeerSettings(BaseModel):
         """The base URL other peers use for this daemon's relay."""
         if self.public_url is not None:
             return self.public_url
-        return f"http://{self.host}:{port if port is not None else self.port}"
+        return base_url(self.host, port if port is not None else self.port, self.server_tls())
 
     def resolved_local_token(self) -> str:
         """The local API token: the configured one, else one stored beside the identity (0600)."""

@@ -7,7 +7,11 @@ files, which must take up its participations and relay duties
 :class:`SimulationManifest`) names each identity's key file, event store and
 ledger, the host's state DB, the aggregators, the relay port (fixed, so a
 restarted host keeps the relay URLs its roster entries name) and the local
-token for ``GET /local/status``.
+token for ``GET /local/status``; optionally the address the relay binds
+(``host``, default loopback), the URL others reach it at when something fronts it
+(``public_url``, default the bound address), the certificate and key it serves https with
+(``tls_cert``/``tls_key``) and the CA bundle it verifies others against
+(``ca_bundle``) — the network-namespace tests run hosts on their own addresses.
 
 The process prints its relay base URL on stdout once it serves, then runs
 until its stdin closes (or it is killed). Policy:
@@ -23,7 +27,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from anonml.crypto import load_identity
+from anonml.outbound import OutboundError, trust_ca_bundle
 from anonml.privacy import PrivacyLedger
+from anonml.serving import server_tls
 from anonml.store import EventStore
 from peer.app import start_peer_server
 from peer.db import PeerDB
@@ -59,6 +65,11 @@ class SimulationManifest(BaseModel):
     roster_comparisons: int = Field(default=2, ge=0)
     max_epsilon_per_problem: float = Field(default=4.0, gt=0)
     workers: int = Field(default=4, ge=1)
+    host: str = "127.0.0.1"
+    public_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(:\d+)?$")
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    ca_bundle: Path | None = None
 
 
 def build_host(manifest: SimulationManifest) -> PeerHost:
@@ -77,6 +88,7 @@ def build_host(manifest: SimulationManifest) -> PeerHost:
         poll_seconds=manifest.poll_seconds,
         roster_comparisons=manifest.roster_comparisons,
         workers=manifest.workers,
+        relay_base=manifest.public_url,
     )
 
 
@@ -91,7 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: manifest {path}: {exc}", file=sys.stderr)
         return 2
-    server = start_peer_server(build_host(manifest), manifest.local_token, port=manifest.port)
+    try:
+        tls = server_tls(manifest.tls_cert, manifest.tls_key)
+        if manifest.ca_bundle is not None:
+            trust_ca_bundle(manifest.ca_bundle)
+    except (ValueError, OutboundError) as exc:
+        print(f"error: manifest {path}: {exc}", file=sys.stderr)
+        return 2
+    server = start_peer_server(
+        build_host(manifest), manifest.local_token, bind=manifest.host, port=manifest.port, tls=tls
+    )
     print(server.url, flush=True)
     sys.stdin.read()  # returns at EOF: the parent closed our stdin
     server.stop()

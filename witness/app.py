@@ -55,8 +55,9 @@ def _server(settings: WitnessSettings) -> tuple[Witness, uvicorn.Server, socket.
     """The witness, its uvicorn server, the bound socket and its URL (not serving yet)."""
     witness = Witness.from_settings(settings)
     sock = serving.bind(settings.host, settings.port)
-    server = serving.uvicorn_server(create_app(witness, settings.max_body_bytes), lifespan="off")
-    return witness, server, sock, f"http://{settings.host}:{sock.getsockname()[1]}"
+    tls = settings.server_tls()
+    server = serving.uvicorn_server(create_app(witness, settings.max_body_bytes), lifespan="off", tls=tls)
+    return witness, server, sock, serving.base_url(settings.host, sock.getsockname()[1], tls)
 
 
 def serve_witness(settings: WitnessSettings, ready: Callable[[str, Witness], None] | None = None) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from anonml.serving import TlsSettings
 
 __all__ = ["WitnessSettings"]
 
 
-class WitnessSettings(BaseModel):
+class WitnessSettings(TlsSettings):
     """A witness's settings.
 
     Attributes
@@ -23,6 +25,9 @@ class WitnessSettings(BaseModel):
         Where it listens (port 0: a free one).
     max_body_bytes : int
         Largest request body read (a cosign request is about 500 bytes).
+    tls_cert, tls_key : Path or None
+        Serve https with this certificate chain and key
+        (:class:`anonml.serving.TlsSettings`); neither: plain http.
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -17,7 +17,18 @@ from typing import Annotated, Any
 
 import typer
 
-from anonml.cli_support import ensure_port_free, err, expected_errors, out, print_json, untrusted
+from anonml.cli_support import (
+    CaBundleOption,
+    TlsCertOption,
+    TlsKeyOption,
+    ensure_port_free,
+    err,
+    expected_errors,
+    out,
+    print_json,
+    untrusted,
+    valid_settings,
+)
 from anonml.errors import AnonMLError, ProtocolError
 
 # pydantic, requests, Rich tables and anonml.protocol (with the crypto it loads) are imported inside
@@ -61,11 +72,15 @@ def _token(token: str | None) -> str:
 def _request(method: str, url: str, *, token: str | None = None, body: str | None = None) -> Any:
     import requests
 
+    from anonml import outbound
+
     headers = {"content-type": "application/json"} if body is not None else {}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     try:
-        response = requests.request(method, url, data=body, headers=headers, timeout=60)
+        response = requests.request(
+            method, url, data=body, headers=headers, timeout=60, verify=outbound.requests_verify()
+        )
     except requests.RequestException as exc:
         raise ProtocolError(f"{url}: cannot reach the aggregator ({exc.__class__.__name__})") from None
     if response.status_code >= 300:
@@ -114,23 +129,38 @@ def serve(
             "one at a time advances phases.",
         ),
     ] = 1,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    ca_bundle: CaBundleOption = None,
 ) -> None:
-    """Run the aggregator service in the foreground (Ctrl-C stops it)."""
+    """Run the aggregator service in the foreground (Ctrl-C stops it); https with --tls-cert/--tls-key."""
     from aggregator.app import check_workers
     from aggregator.app import serve as run
     from aggregator.settings import AggregatorSettings
     from aggregator.state import load_or_create_identity
+    from anonml.serving import base_url
 
     with expected_errors():
-        settings = AggregatorSettings.from_env(db_url=db, host=host, port=port, identity_file=identity)
+        settings = valid_settings(
+            lambda: AggregatorSettings.from_env(
+                db_url=db,
+                host=host,
+                port=port,
+                identity_file=identity,
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+                ca_bundle=ca_bundle,
+            ),
+            "aggregator",
+        )
+        base = base_url(settings.host, settings.port, settings.server_tls())
         check_workers(settings.db_url, workers)
         ensure_port_free(settings.host, settings.port, what="the aggregator")
         ident = load_or_create_identity(settings)
         settings.resolved_admin_token()
         err.print(f"aggregator {ident.public.fingerprint_text()}", highlight=False)
         err.print(
-            f"listening on http://{settings.host}:{settings.port} (OpenAPI at /docs); "
-            f"console at http://{settings.host}:{settings.port}/console; "
+            f"listening on {base} (OpenAPI at /docs); console at {base}/console; "
             f"admin token in {settings.identity_file.with_name('admin-token')}"
             + (f"; {workers} worker processes" if workers > 1 else ""),
             highlight=False,

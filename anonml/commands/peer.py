@@ -26,7 +26,17 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from anonml.cli_support import err, expected_errors, out, print_json, untrusted
+from anonml.cli_support import (
+    CaBundleOption,
+    TlsCertOption,
+    TlsKeyOption,
+    err,
+    expected_errors,
+    out,
+    print_json,
+    untrusted,
+    valid_settings,
+)
 from anonml.errors import AnonMLError
 
 if TYPE_CHECKING:
@@ -46,9 +56,14 @@ AggregatorOption = Annotated[
 
 
 def _settings(**overrides: object) -> PeerSettings:
+    """The peer's settings; their CA bundle, if any, is what every command's https requests trust."""
+    from anonml import outbound
     from peer.settings import PeerSettings
 
-    return PeerSettings.from_env(**overrides)
+    settings = PeerSettings.from_env(**overrides)
+    if settings.ca_bundle is not None:
+        outbound.trust_ca_bundle(settings.ca_bundle)
+    return settings
 
 
 _HostOption = Annotated[
@@ -142,8 +157,15 @@ def start(
     require_credentials: _RequireCredentialsOption = None,
     trusted_issuer: _TrustedIssuerOption = None,
     quiet: _QuietOption = False,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    ca_bundle: CaBundleOption = None,
 ) -> None:
     """Run the peer daemon: relay for other peers and take part in accepted problems.
+
+    With --tls-cert/--tls-key the relay is served over https (its default URL
+    then https://host:port); --ca-bundle names the CAs that aggregators' and
+    other relays' certificates must chain to.
 
     The policy (the saved one, changed by the options given) is saved in the
     peer's home for every other command, and its lifetime cap is stored in
@@ -155,14 +177,20 @@ def start(
     from peer.app import create_app, create_daemon
 
     with expected_errors():
-        settings = _settings(
-            aggregators=aggregator or None,
-            host=host,
-            port=port,
-            public_url=public_url,
-            store_url=store,
-            user=user,
-            poll_seconds=poll,
+        settings = valid_settings(
+            lambda: _settings(
+                aggregators=aggregator or None,
+                host=host,
+                port=port,
+                public_url=public_url,
+                store_url=store,
+                user=user,
+                poll_seconds=poll,
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+                ca_bundle=ca_bundle,
+            ),
+            "peer",
         )
         settings = _with_policy_changes(
             settings,
@@ -194,7 +222,8 @@ def start(
         err.print(f"policy (saved in {untrusted(saved)}): {_policy_text(settings)}", highlight=False)
         app_ = create_app(host_, settings.resolved_local_token())  # the token file exists from here
         err.print(_dashboard_text(settings), highlight=False)
-        uvicorn.run(app_, host=settings.host, port=settings.port, **uvicorn_options())
+        tls = settings.server_tls()
+        uvicorn.run(app_, host=settings.host, port=settings.port, **uvicorn_options(tls=tls))
 
 
 def _dashboard_text(settings: PeerSettings) -> str:
@@ -206,7 +235,8 @@ def _dashboard_text(settings: PeerSettings) -> str:
     )
     if settings.host in ("127.0.0.1", "localhost", "0.0.0.0", "::", "::1"):
         host = "[::1]" if settings.host == "::1" else "127.0.0.1"
-        url = f"http://{host}:{settings.port}/ui/"
+        scheme = "https" if settings.server_tls() is not None else "http"
+        url = f"{scheme}://{host}:{settings.port}/ui/"
         return f"dashboard at {url} (this machine only; the local token is in {where})"
     return f"no dashboard: it answers on loopback only, and the relay listens on {untrusted(settings.host)}"
 

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from anonml.cli_support import expected_errors
+from anonml.cli_support import TlsCertOption, TlsKeyOption, expected_errors, valid_settings
 from anonml.paths import private_dir
 
 app = typer.Typer(help="Run an independent witness that co-signs transcripts.", no_args_is_help=True)
@@ -35,15 +35,22 @@ def serve(
     home: HomeOption = None,
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: a free one).")] = 8472,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
 ) -> None:
-    """Serve the witness in the foreground (Ctrl-C stops it).
+    """Serve the witness in the foreground (Ctrl-C stops it); https with --tls-cert/--tls-key.
 
     Prints one line on stdout once it listens: ``witness <identity hex> <url>``.
     """
     from witness import WitnessSettings, serve_witness
 
     with expected_errors():
-        settings = WitnessSettings(home=_home(home), host=host, port=port)
+        settings = valid_settings(
+            lambda: WitnessSettings(
+                home=_home(home), host=host, port=port, tls_cert=tls_cert, tls_key=tls_key
+            ),
+            "witness",
+        )
 
         def ready(url: str, witness) -> None:
             print(f"witness {witness.public_identity.hex()} {url}", flush=True)

@@ -192,7 +192,7 @@ def test_a_name_lookup_that_never_returns_is_cut_at_the_deadline(monkeypatch):
 
     monkeypatch.setattr(socket, "getaddrinfo", silent_name_server)
     try:
-        error = _ends_in_time(lambda: fetch("GET", "http://relay.invalid/healthz", deadline=DEADLINE))
+        error = _ends_in_time(lambda: fetch("GET", "https://relay.invalid/healthz", deadline=DEADLINE))
         assert "relay.invalid" in str(error)
     finally:
         release.set()
