@@ -460,10 +460,15 @@ class PeerHost:
         for session in list(self.sessions.values()):
             if session.finished:
                 continue
+            if not session.due():
+                continue
             try:
                 session.step()
-            except AnonMLError:  # aggregator unreachable or refusing: try again next poll
+            except AnonMLError as exc:  # unreachable (backed off, with jitter) or refusing: next poll
                 self.count("poll errors")
+                session.failed(exc)
+            else:
+                session.answered()
             self._narrate(session)
 
     # -- telling the person -------------------------------------------------------

@@ -114,7 +114,7 @@ from anonml.protocol import (
 )
 from anonml.randomness import resolve_rng
 from anonml.store import EventStore
-from peer.client import AggregatorClient, HTTPRefusal, fetch_witness
+from peer.client import AggregatorClient, HTTPRefusal, fetch_witness, transient, with_retries
 from peer.db import PeerDB, StateRow
 from peer.dispatch import post
 from peer.features import LocalExample, invalid_features, local_example, predict_example
@@ -721,14 +721,27 @@ class Participant:
             ),
             self.node.identity,
         )
+        # The release is recorded: the same signed answer is sent again while the aggregator does not
+        # answer, until the step's own deadline (the aggregator waits median_step_seconds for it).
+        until = time.time() + self.problem.draft.schedule.median_step_seconds
         try:
-            self.client.answer(answer)
+            with_retries(lambda: self.client.answer(answer), until=until,
+                         on_retry=lambda exc: self.relay.count("median answers retried"))
         except HTTPRefusal as exc:
+            if transient(exc):
+                self.reason = f"median answer not delivered before the step's deadline: {exc}"
+                self.save()
+                return True
             if exc.status != 409:
                 raise
             # The search moved on before this answer arrived: it is not counted, the
             # release stays recorded (conservative), and the peer goes on (cover packets).
             self.reason = f"median answer not counted: {exc.detail}"
+            self.save()
+        except ProtocolError as exc:
+            if not transient(exc):
+                raise
+            self.reason = f"median answer not delivered before the step's deadline: {exc}"
             self.save()
         return True
 

@@ -30,7 +30,7 @@ from anonml.protocol import (
     Registration,
     RosterWitness,
 )
-from peer.client import AggregatorClient, HTTPRefusal
+from peer.client import AggregatorClient, HTTPRefusal, backoff_delay, transient
 from peer.db import PeerDB
 from peer.dispatch import Dispatcher
 from peer.participant import READY, Aborted, Participant
@@ -83,6 +83,36 @@ class ProblemSession:
         self._bins_bundle: CosignatureBundle | None = None
         self.phase = "registration"
         self.finished = False
+        # Transient failures (peer.client.transient): a step that met one is tried again after a
+        # jittered backoff, never ended for it; a participation in a streak is logged once.
+        self.failures = 0
+        self.next_try = 0.0
+        self.last_error = ""
+        self._refusal = ""
+        self._streak: set[int] = set()
+
+    def due(self) -> bool:
+        """Whether the step is tried in this poll (not while backing off after a transient failure)."""
+        return time.monotonic() >= self.next_try
+
+    def failed(self, exc: BaseException) -> None:
+        """The step met ``exc``: a transient one is tried again after :func:`~peer.client.backoff_delay`."""
+        if transient(exc):
+            self.last_error = str(exc)
+            self.host.count("aggregator calls retried")
+            self.next_try = time.monotonic() + backoff_delay(self.failures)
+            if self.failures == 0:
+                log.warning("%s: the aggregator did not answer, tried again with backoff: %s",
+                            self.problem.id, exc)
+            self.failures += 1
+        elif str(exc) != self._refusal:  # a refusal of the whole step: said once, tried at the next poll
+            self._refusal = str(exc)
+            log.warning("%s: step refused, tried again at the next poll: %s", self.problem.id, exc)
+
+    def answered(self) -> None:
+        if self.failures:
+            log.info("%s: the aggregator answers again after %d failed steps", self.problem.id, self.failures)
+        self.failures = 0
 
     def _each(self, fn: Callable[[Participant], object], who: Iterable[Participant] | None = None) -> None:
         """Run ``fn`` for every active participant in parallel; abort those that fail."""
@@ -91,10 +121,21 @@ class ProblemSession:
         def guarded(p: Participant) -> None:
             try:
                 fn(p)
-            except HTTPRefusal as exc:
-                p.abort(f"aggregator refused: {exc.detail} (HTTP {exc.status})")
-            except (Aborted, AnonMLError) as exc:
-                p.abort(str(exc))
+            except AnonMLError as exc:
+                if transient(exc):  # not an answer: the participation stays, the next poll tries again
+                    self.last_error = str(exc)
+                    self.host.count("aggregator calls retried")
+                    if id(p) not in self._streak:
+                        self._streak.add(id(p))
+                        log.warning("identity %s in %s: no answer, tried again: %s",
+                                    p.node.fingerprint[:12], self.problem.id, exc)
+                    return
+                if isinstance(exc, HTTPRefusal):
+                    p.abort(f"aggregator refused: {exc.detail} (HTTP {exc.status})")
+                else:
+                    p.abort(str(exc))
+            else:
+                self._streak.discard(id(p))
 
         list(self.host.pool.map(guarded, targets))
 
@@ -115,7 +156,10 @@ class ProblemSession:
             return
         for p in self._in(P.ACCEPTED):  # registration closed before these got in
             p.abort("registration closed before this identity registered")
-        if self.view is None and not self._check_roster():
+        # Checked again while an identity still waits for its roster check (its assignment did not
+        # arrive: the aggregator was unreachable), until the send window's end aborts it.
+        unchecked = self._in(P.REGISTERED) or any(p.needs_roster for p in self.participants)
+        if (self.view is None or unchecked) and not self._check_roster():
             return
         # Every identity of this process has published its witness; members hosted
         # elsewhere that have not yet are asked again at the next poll.
@@ -230,6 +274,8 @@ class ProblemSession:
             self.host.count("assignments fetched in batches", len(notices))
             return notices
         except AnonMLError as exc:
+            if transient(exc):  # the aggregator is down: one request each would fail the same way
+                raise
             self.host.count("assignment batches refused")
             log.warning("assignments of %d identities not fetched together: %s", len(asked), exc)
             return {}
@@ -259,17 +305,21 @@ class ProblemSession:
         bins = self.bins
         if self._bins_bundle is None:
             self._bins_bundle = self._bundle("bins")
-            if self._bins_bundle is not None:
-                bundle = self._bins_bundle
-                self._each(lambda p: p.check_bins(bins, bundle),
-                           [p for p in self.participants if p.roster is not None and p.bins is None])
+        if self._bins_bundle is not None:
+            # Every poll: an identity whose roster check was retried (its assignment did not arrive at
+            # first) checks the bins once it holds its roster, after the bundle was fetched.
+            bundle = self._bins_bundle
+            self._each(lambda p: p.check_bins(bins, bundle),
+                       [p for p in self.participants if p.active and p.roster is not None and p.bins is None])
         if phase == "reporting" and self._bins_bundle is not None:
             self._each(self._start, [p for p in self._in(P.RELAYING) if p.bins is not None])
         if time.time() >= bins.t_s + bins.delta:
+            unanswered = f" (last unanswered call: {self.last_error})" if self.last_error else ""
             for p in self.participants:
                 if p.active and not p.built:
-                    p.abort("the roster fingerprint could not be compared with another member, "
-                            "or the bins were not co-signed, before the send window closed")
+                    p.abort("the roster was not checked and compared with another member, its assignment "
+                            "or tokens did not arrive, or the bins were not co-signed, before the send "
+                            f"window closed{unanswered}")
 
     def _receipts(self) -> frozenset[bytes] | None:
         """The aggregator's receipt digests, fetched once for every identity of this host
