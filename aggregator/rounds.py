@@ -97,6 +97,7 @@ from aggregator.lease import LeaseLost, PhaseLease
 from aggregator.medians import MedianRun
 from aggregator.routes.problems import problem_account
 from aggregator.state import AggregatorState
+from aggregator.storage import storage_failure
 from aggregator.training import train_problem
 from anonml.crypto import CryptoError, TokenKey
 from anonml.errors import AnonMLError
@@ -197,7 +198,15 @@ class RoundDriver:
             try:
                 self.lease.acquire()
             except Exception as exc:  # the database unreachable: held at most until the last renewal expires
-                log.warning("taking or renewing the phase lease failed (%s: %s)", exc.__class__.__name__, exc)
+                reason = storage_failure(exc)
+                if reason is not None:  # a full disk: said once for the streak (aggregator.storage)
+                    self.state.storage.failed(reason, "renewing the phase lease")
+                else:
+                    log.warning("taking or renewing the phase lease failed (%s: %s)",
+                                exc.__class__.__name__, exc)
+            else:
+                if self.lease.held:  # the renewal wrote and committed: the disk takes writes
+                    self.state.storage.recovered()
             pause = self.lease.renew_every if self.lease.held else min(1.0, self.lease.renew_every)
             if self._stop.wait(pause):
                 return
@@ -256,6 +265,10 @@ class RoundDriver:
                 log.warning("problem %s not advanced: %s", pid, exc)
                 return
             except Exception as exc:  # one broken problem must not stop the others
+                reason = storage_failure(exc)
+                if reason is not None:  # the disk refused the step: the same step at the next tick
+                    self.state.storage.failed(reason, f"advancing problem {pid}")
+                    continue
                 log.exception("problem %s failed", pid)
                 try:
                     self._fail(pid, f"internal error: {exc}")
@@ -637,6 +650,10 @@ class RoundDriver:
             log.warning("training of %s failed: %s", pid, exc)
             self._fail_quietly(pid, f"training failed: {exc}")
         except Exception as exc:  # a bug: keep the traceback in the log
+            reason = storage_failure(exc)
+            if reason is not None:  # the disk refused the model: trained again at a tick once it can write
+                self.state.storage.failed(reason, f"publishing the model of {pid}")
+                return
             log.exception("training of %s failed", pid)
             self._fail_quietly(pid, f"training failed: {exc}")
         finally:

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from aggregator.db import ProblemRow, count_reject, create_tables, published
 from aggregator.settings import AggregatorSettings
+from aggregator.storage import StorageHealth
 from anonml.crypto import (
     Identity,
     MemorySpentSet,
@@ -156,6 +157,8 @@ class AggregatorState:
         self.engine = make_engine(settings.db_url)
         create_tables(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.storage = StorageHealth(settings.db_url)  # a full or read-only disk: 503, said once
+        self.storage.watch(self.sessions)
         self.identity = load_or_create_identity(settings)
         self.admin_token = settings.resolved_admin_token()
         self.answers = threading.Condition()
