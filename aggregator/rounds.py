@@ -95,7 +95,7 @@ from aggregator.db import (
 )
 from aggregator.lease import LeaseLost, PhaseLease
 from aggregator.medians import MedianRun
-from aggregator.routes.problems import problem_account
+from aggregator.routes.problems import median_account, problem_account
 from aggregator.state import AggregatorState
 from aggregator.storage import storage_failure
 from aggregator.training import train_problem
@@ -614,7 +614,8 @@ class RoundDriver:
                 ]
                 answered = int(s.scalar(select(ProblemRow.median_answered).where(ProblemRow.id == pid)) or 0)
                 account = problem_account(s, pid, ctx)
-            assert account is not None
+                medians = median_account(s, pid, ctx)
+            assert account is not None and medians is not None
             model, metrics = train_problem(ctx.problem, ctx.roster, ctx.bins, ctx.plan, reports, answered)
             document = sign_message(
                 ModelDocument(
@@ -623,6 +624,7 @@ class RoundDriver:
                     model=json.loads(model.to_json()),
                     metrics=metrics,
                     reports=account,
+                    medians=medians,
                     signature=bytes(64),
                 ),
                 state.identity,
@@ -636,14 +638,15 @@ class RoundDriver:
                     log.warning("problem %s left training while this process trained it", pid)
                     return
                 row.model_json = document.model_dump_json()
+                # Every shortfall is in the message: lost reports, and missing median answers.
+                shortfall = "; ".join(
+                    [*([account.describe()] if account.lost else []),
+                     *([medians.describe()] if medians.missing else [])]
+                )
                 if degraded:
-                    self._enter(
-                        row, "degraded", f"{account.describe()}; more than {limit:.0%} lost, model published"
-                    )
-                elif account.lost:
-                    self._enter(row, "done", account.describe())
+                    self._enter(row, "degraded", f"{shortfall}; more than {limit:.0%} lost, model published")
                 else:
-                    self._enter(row, "done", "")
+                    self._enter(row, "done", shortfall)
         except LeaseLost as exc:
             log.warning("the model of %s was not published: %s", pid, exc)
         except AnonMLError as exc:  # expected (e.g. no report arrived): the reason is the status
