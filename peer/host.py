@@ -110,7 +110,8 @@ def release_marks(db: PeerDB | None, fingerprint: str) -> dict[str, str]:
     ``problem failed`` (the aggregator failed the problem: the ε was spent for
     no model), ``stopped: <reason>`` (this peer aborted after releasing),
     ``N of K reports lost`` (counted from the aggregator's receipts when the
-    model was downloaded), ``degraded`` (the problem ended degraded).
+    model was downloaded), ``degraded`` (the problem ended degraded), ``incomplete: <reason>`` (this
+    identity could not do all of its part: ``partial``).
     """
     marks: dict[str, str] = {}
     for row in db.states(fingerprint) if db is not None else []:
@@ -122,6 +123,8 @@ def release_marks(db: PeerDB | None, fingerprint: str) -> dict[str, str]:
             notes.append(f"stopped: {facts.get('reason', '')}")
         elif row.phase == ParticipationPhase.DEGRADED:
             notes.append("degraded")
+        elif row.phase == ParticipationPhase.PARTIAL:
+            notes.append(f"incomplete: {facts.get('reason', '')}")
         lost, sent = facts.get("lost"), len(facts.get("token_nonces") or [])
         if lost:
             notes.append(f"{lost} of {sent} reports lost")
@@ -481,6 +484,7 @@ class PeerHost:
         "reporting": "is sending its randomised reports (or cover packets) in",
         "done": "downloaded the signed model of",
         "degraded": "downloaded the signed model (the aggregator lost too many reports) of",
+        "partial": "downloaded the signed model, but could not do all of its part in",
         "aborted": "stopped taking part in",
         "failed": "saw the aggregator fail",
     }

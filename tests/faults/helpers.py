@@ -222,16 +222,21 @@ class CuttingProxy:
     It lets a fault test kill the real aggregator process at an exact protocol step (e.g. the
     first assignment request after the roster is co-signed) instead of guessing it with a sleep.
     Peers are given :attr:`url`; :attr:`target` is where requests go (set it to a restarted
-    aggregator's URL). A request while the target is down is answered by closing the connection
+    aggregator's URL); with ``drop``, every request whose request line holds it goes unanswered.
+    A request while the target is down is answered by closing the connection
     (counted in :attr:`refused`), which the peer sees as an unreachable server.
     """
 
-    def __init__(self, target: str, trigger: bytes, on_cut: Callable[[], None]) -> None:
+    def __init__(
+        self, target: str, trigger: bytes, on_cut: Callable[[], None], *, drop: bytes | None = None
+    ) -> None:
         self.target = target
         self.trigger = trigger
         self.on_cut = on_cut
+        self.drop = drop  # requests whose request line holds it are always dropped (counted)
         self.cut = threading.Event()
         self.refused = 0
+        self.dropped = 0
         self._lock = threading.Lock()
         self._server = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
@@ -265,6 +270,10 @@ class CuttingProxy:
                     self.cut.set()
             if fire:
                 return  # the request that met the kill gets no answer
+            if self.drop is not None and self.drop in request_line:
+                with self._lock:
+                    self.dropped += 1
+                return
             host, port = urlsplit(self.target).hostname, urlsplit(self.target).port
             try:
                 upstream = socket.create_connection((host, port), timeout=5)
