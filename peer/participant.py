@@ -129,7 +129,7 @@ from peer.phases import (
     check_transition,
 )
 from peer.policy import PeerPolicy, check_roster_floors
-from peer.relay import REFUSED_ADDRESS, RelayRound, RelayService, StoredReplayCache
+from peer.relay import REFUSED_ADDRESS, RelayRound, RelayService, StoredReplayCache, already_processed
 from peer.relayauth import RELAY_POST_TYPE, member_quota, post_key, relay_node_of, seal_post
 from peer.reports import choose_path, fetch_tokens, make_reports
 from peer.roster import RosterView
@@ -1031,8 +1031,10 @@ class Participant:
         round_id = self.problem.round_id
         body = seal_post(post_key(keys.key, public), round_id, hop, self.node.node_id, [packet])
         reply = post(url, body, RELAY_POST_TYPE)
-        if reply.status >= 300:
+        if reply.status >= 300 and not already_processed(reply.status, reply.text[:300]):
             raise HTTPRefusal(url, reply.status, reply.text[:200])
+        if reply.status >= 300:  # a retry whose first copy arrived (the hop's replay refusal): sent
+            self.relay.count("packets already processed at the first hop")
         self.sent += 1
         if self.db is not None:
             self.db.mark_sent(self.problem.id, self.node.fingerprint, slot)

@@ -32,7 +32,7 @@ from anonml.protocol import (
 )
 from peer.client import AggregatorClient, HTTPRefusal, backoff_delay, transient
 from peer.db import PeerDB
-from peer.dispatch import Dispatcher
+from peer.dispatch import Dispatcher, OutboundError
 from peer.participant import READY, Aborted, Participant
 from peer.phases import ParticipationPhase
 from peer.relay import REFUSED_ADDRESS, retriable, retry_delay
@@ -50,6 +50,10 @@ TOKENS_PER_POLL = 64
 
 #: Seconds between looks, for a resumed participation's packet, at whether its roster is re-checked.
 ROSTER_WAIT_SECONDS = 0.25
+
+#: Seconds a host keeps asking for the receipts once the model is out (an aggregator that restarts
+#: answers within seconds to a minute; after this the identities end with "lost: not known").
+RECEIPTS_WAIT_SECONDS = 300.0
 
 
 class SessionHost(Protocol):
@@ -90,6 +94,7 @@ class ProblemSession:
         self.last_error = ""
         self._refusal = ""
         self._streak: set[int] = set()
+        self._model_seen: float | None = None
 
     def due(self) -> bool:
         """Whether the step is tried in this poll (not while backing off after a transient failure)."""
@@ -181,6 +186,10 @@ class ProblemSession:
             document = self.client.model(self.problem.id)
             degraded = status.phase == "degraded"
             receipts = self._receipts()
+            if receipts is None and time.monotonic() < self._receipts_until():
+                # Not the end: counted against the receipts, or the sender's count is wrong. The
+                # step is tried again (with backoff) until RECEIPTS_WAIT_SECONDS have passed.
+                raise OutboundError(f"{self.problem.id}: receipts not available yet ({self.last_error})")
             self._each(lambda p: p.receive_model(document, degraded=degraded, receipts=receipts))
             self.finished = True
 
@@ -324,11 +333,21 @@ class ProblemSession:
     def _receipts(self) -> frozenset[bytes] | None:
         """The aggregator's receipt digests, fetched once for every identity of this host
         (one list of ~``m`` digests instead of one download per identity); None when
-        unavailable, and each identity that sent reports then asks on its own."""
+        unavailable (the step then waits for them, :meth:`_receipts_until`), and each identity
+        that sent reports asks on its own once that wait is over."""
         try:
             return frozenset(map(bytes, self.client.receipts(self.problem.id).digests))
-        except ProtocolError:
+        except ProtocolError as exc:
+            self.last_error = str(exc)
+            self.host.count("receipts not fetched")
             return None
+
+    def _receipts_until(self) -> float:
+        """When this host stops waiting for the receipts (monotonic): :data:`RECEIPTS_WAIT_SECONDS`
+        after the model was first seen published."""
+        if self._model_seen is None:
+            self._model_seen = time.monotonic()
+        return self._model_seen + RECEIPTS_WAIT_SECONDS
 
     def _bundle(self, stage: str) -> CosignatureBundle | None:
         """The stage's cosignature bundle, or None while the aggregator is still collecting it (404)."""
