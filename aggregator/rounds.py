@@ -154,6 +154,7 @@ class RoundDriver:
         self._keeper: threading.Thread | None = None
         self._medians: dict[str, MedianRun] = {}
         self._training: dict[str, threading.Thread] = {}
+        self._training_lock = threading.RLock()  # _training and the phase re-read (_resume_training)
         self._witnessing: dict[tuple[str, str], threading.Thread] = {}
 
     @property
@@ -327,9 +328,7 @@ class RoundDriver:
             elif bins_pending and (pid, "bins") not in self._witnessing and ctx.bins is not None:
                 self._start_bins_witnessing(pid, ctx.bins)  # after a restart; idempotent at the witnesses
         elif phase == "training" and pid not in self._training:
-            # After a restart: the round's reports were settled when training began; train on them.
-            log.info("problem %s: resuming training from the stored reports", pid)
-            self._start_training_thread(pid)
+            self._resume_training(pid)
         elif phase in ("done", "degraded", "failed") and train:
             self._start_training(pid)
 
@@ -595,9 +594,31 @@ class RoundDriver:
         wipe_log(self.state.engine)
         self._start_training_thread(pid)
 
+    def _resume_training(self, pid: str) -> None:
+        """Train ``pid`` again when it is in ``training`` and no thread of this process trains it (after
+        a restart, a take-over, or a try the disk refused): the round's reports were settled when
+        training began.
+
+        The phase read at the top of :meth:`advance` may be stale: a training thread of this process
+        can publish the model and leave :attr:`_training` between that read and the check, and a
+        second thread would train the problem again ("left training while this process trained
+        it"). So the phase is read again under :attr:`_training_lock`, which the thread leaves only
+        after its transaction committed: under the lock, "not in ``_training``" and "still training"
+        together mean no thread of this process trains it.
+        """
+        with self._training_lock:
+            if pid in self._training:
+                return
+            with self.state.sessions() as s:
+                if s.scalar(select(ProblemRow.phase).where(ProblemRow.id == pid)) != "training":
+                    return
+            log.info("problem %s: resuming training from the stored reports", pid)
+            self._start_training_thread(pid)
+
     def _start_training_thread(self, pid: str) -> None:
         thread = threading.Thread(target=self._train, args=(pid,), name=f"train-{pid}", daemon=True)
-        self._training[pid] = thread
+        with self._training_lock:
+            self._training[pid] = thread
         thread.start()
 
     def _train(self, pid: str) -> None:
@@ -660,7 +681,8 @@ class RoundDriver:
             log.exception("training of %s failed", pid)
             self._fail_quietly(pid, f"training failed: {exc}")
         finally:
-            self._training.pop(pid, None)
+            with self._training_lock:  # after the commit: see _resume_training
+                self._training.pop(pid, None)
 
 
 def _take(session: Session, pid: str, when: ColumnElement[bool], **values: Any) -> ProblemRow | None:
