@@ -95,6 +95,7 @@ class ProblemSession:
         self._refusal = ""
         self._streak: set[int] = set()
         self._model_seen: float | None = None
+        self._receipts_transient = False
 
     def due(self) -> bool:
         """Whether the step is tried in this poll (not while backing off after a transient failure)."""
@@ -186,7 +187,7 @@ class ProblemSession:
             document = self.client.model(self.problem.id)
             degraded = status.phase == "degraded"
             receipts = self._receipts()
-            if receipts is None and time.monotonic() < self._receipts_until():
+            if receipts is None and self._receipts_transient and time.monotonic() < self._receipts_until():
                 # Not the end: counted against the receipts, or the sender's count is wrong. The
                 # step is tried again (with backoff) until RECEIPTS_WAIT_SECONDS have passed.
                 raise OutboundError(f"{self.problem.id}: receipts not available yet ({self.last_error})")
@@ -339,6 +340,7 @@ class ProblemSession:
             return frozenset(map(bytes, self.client.receipts(self.problem.id).digests))
         except ProtocolError as exc:
             self.last_error = str(exc)
+            self._receipts_transient = transient(exc)  # a refusal is an answer: not waited for
             self.host.count("receipts not fetched")
             return None
 
