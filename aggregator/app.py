@@ -25,6 +25,7 @@ poll. The database must be PostgreSQL (:func:`check_workers`).
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -33,17 +34,20 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
 
 from aggregator.db import create_tables
 from aggregator.rounds import RoundDriver
 from aggregator.routes import console, intake, medians, model, problems, registration, tokens
 from aggregator.settings import ENV_PREFIX, AggregatorSettings
 from aggregator.state import AggregatorState, load_or_create_identity
+from aggregator.storage import RETRY_AFTER_SECONDS, storage_failure
 from anonml import outbound, serving
 from anonml.database import make_engine
 from anonml.errors import AnonMLError
@@ -62,6 +66,8 @@ __all__ = [
     "start_server_process",
     "serve_child",
 ]
+
+log = logging.getLogger("anonml.aggregator")
 
 
 def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
@@ -107,9 +113,27 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
     async def _expected(request: Request, exc: AnonMLError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=400)
 
+    @app.exception_handler(SQLAlchemyError)
+    @app.exception_handler(OSError)
+    async def _storage(request: Request, exc: Exception) -> JSONResponse:
+        """A write the disk refused: 503 with Retry-After, said once (:mod:`aggregator.storage`);
+        any other database error is a bug: its traceback, and 500."""
+        reason = storage_failure(exc)
+        if reason is None:
+            log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+            return JSONResponse({"detail": "internal error"}, status_code=500)
+        state.storage.failed(reason, f"{request.method} {request.url.path}")
+        return JSONResponse(
+            {"detail": f"the aggregator cannot store anything now ({reason}); nothing was accepted, "
+                       "try again later"},
+            status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+
     @app.get("/healthz", tags=["service"])
     def healthz() -> JSONResponse:
-        """Readiness: one query on the database (503 when it fails), and the public identity (hex)."""
+        """Readiness: one query on the database and writable storage (503 when either fails,
+        :meth:`~aggregator.storage.StorageHealth.not_ready`), and the public identity (hex)."""
         try:
             with state.sessions() as s:
                 s.execute(text("SELECT 1")).scalar_one()
@@ -117,6 +141,14 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
             return JSONResponse(
                 {"status": "unavailable", "detail": f"database: {exc.__class__.__name__}: {exc}"[:300]},
                 status_code=503,
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
+        storage = state.storage.not_ready()
+        if storage is not None:
+            return JSONResponse(
+                {"status": "unavailable", "detail": storage[:300]},
+                status_code=503,
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
         return JSONResponse({"status": "ok", "identity": state.public_identity.hex()})
 
@@ -267,10 +299,11 @@ class ServerProcess:
 
 
 def start_server_process(
-    settings: AggregatorSettings, timeout: float = serving.CHILD_START_SECONDS
+    settings: AggregatorSettings, timeout: float = serving.CHILD_START_SECONDS, *, stderr: Path | None = None
 ) -> ServerProcess:
-    """Serve an aggregator from ``python -m aggregator`` (port from ``settings``; 0 = a free one)."""
-    process = serving.spawn_child(["-m", "aggregator"], first_line=settings.model_dump_json())
+    """Serve an aggregator from ``python -m aggregator`` (port from ``settings``; 0 = a free one);
+    ``stderr``: a file its log is appended to."""
+    process = serving.spawn_child(["-m", "aggregator"], first_line=settings.model_dump_json(), stderr=stderr)
     url = serving.ready_line(process, timeout).strip()
     if not url:
         process.kill()

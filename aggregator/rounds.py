@@ -94,8 +94,9 @@ from aggregator.db import (
 )
 from aggregator.lease import LeaseLost, PhaseLease
 from aggregator.medians import MedianRun
-from aggregator.routes.problems import problem_account
+from aggregator.routes.problems import median_account, problem_account
 from aggregator.state import AggregatorState
+from aggregator.storage import storage_failure
 from aggregator.timeline import Sampler
 from anonml.crypto import CryptoError, TokenKey
 from anonml.errors import AnonMLError
@@ -153,6 +154,7 @@ class RoundDriver:
         self._keeper: threading.Thread | None = None
         self._medians: dict[str, MedianRun] = {}
         self._training: dict[str, threading.Thread] = {}
+        self._training_lock = threading.RLock()  # _training and the phase re-read (_resume_training)
         self._witnessing: dict[tuple[str, str], threading.Thread] = {}
         self.sampler = Sampler()
 
@@ -198,7 +200,15 @@ class RoundDriver:
             try:
                 self.lease.acquire()
             except Exception as exc:  # the database unreachable: held at most until the last renewal expires
-                log.warning("taking or renewing the phase lease failed (%s: %s)", exc.__class__.__name__, exc)
+                reason = storage_failure(exc)
+                if reason is not None:  # a full disk: said once for the streak (aggregator.storage)
+                    self.state.storage.failed(reason, "renewing the phase lease")
+                else:
+                    log.warning("taking or renewing the phase lease failed (%s: %s)",
+                                exc.__class__.__name__, exc)
+            else:
+                if self.lease.held:  # the renewal wrote and committed: the disk takes writes
+                    self.state.storage.recovered()
             pause = self.lease.renew_every if self.lease.held else min(1.0, self.lease.renew_every)
             if self._stop.wait(pause):
                 return
@@ -258,6 +268,10 @@ class RoundDriver:
                 log.warning("problem %s not advanced: %s", pid, exc)
                 return
             except Exception as exc:  # one broken problem must not stop the others
+                reason = storage_failure(exc)
+                if reason is not None:  # the disk refused the step: the same step at the next tick
+                    self.state.storage.failed(reason, f"advancing problem {pid}")
+                    continue
                 log.exception("problem %s failed", pid)
                 try:
                     self._fail(pid, f"internal error: {exc}")
@@ -325,9 +339,7 @@ class RoundDriver:
             elif bins_pending and (pid, "bins") not in self._witnessing and ctx.bins is not None:
                 self._start_bins_witnessing(pid, ctx.bins)  # after a restart; idempotent at the witnesses
         elif phase == "training" and pid not in self._training:
-            # After a restart: the round's reports were settled when training began; train on them.
-            log.info("problem %s: resuming training from the stored reports", pid)
-            self._start_training_thread(pid)
+            self._resume_training(pid)
         elif phase in ("done", "degraded", "failed") and train:
             self._start_training(pid)
 
@@ -593,9 +605,31 @@ class RoundDriver:
         wipe_log(self.state.engine)
         self._start_training_thread(pid)
 
+    def _resume_training(self, pid: str) -> None:
+        """Train ``pid`` again when it is in ``training`` and no thread of this process trains it (after
+        a restart, a take-over, or a try the disk refused): the round's reports were settled when
+        training began.
+
+        The phase read at the top of :meth:`advance` may be stale: a training thread of this process
+        can publish the model and leave :attr:`_training` between that read and the check, and a
+        second thread would train the problem again ("left training while this process trained
+        it"). So the phase is read again under :attr:`_training_lock`, which the thread leaves only
+        after its transaction committed: under the lock, "not in ``_training``" and "still training"
+        together mean no thread of this process trains it.
+        """
+        with self._training_lock:
+            if pid in self._training:
+                return
+            with self.state.sessions() as s:
+                if s.scalar(select(ProblemRow.phase).where(ProblemRow.id == pid)) != "training":
+                    return
+            log.info("problem %s: resuming training from the stored reports", pid)
+            self._start_training_thread(pid)
+
     def _start_training_thread(self, pid: str) -> None:
         thread = threading.Thread(target=self._train, args=(pid,), name=f"train-{pid}", daemon=True)
-        self._training[pid] = thread
+        with self._training_lock:
+            self._training[pid] = thread
         thread.start()
 
     def _train(self, pid: str) -> None:
@@ -612,7 +646,8 @@ class RoundDriver:
                 ]
                 answered = int(s.scalar(select(ProblemRow.median_answered).where(ProblemRow.id == pid)) or 0)
                 account = problem_account(s, pid, ctx, state.settings.intake_grace_seconds)
-            assert account is not None
+                medians = median_account(s, pid, ctx)
+            assert account is not None and medians is not None
             from aggregator.training import train_problem  # scikit-learn: imported when first needed
 
             model, metrics = train_problem(ctx.problem, ctx.roster, ctx.bins, ctx.plan, reports, answered)
@@ -623,6 +658,7 @@ class RoundDriver:
                     model=json.loads(model.to_json()),
                     metrics=metrics,
                     reports=account,
+                    medians=medians,
                     signature=bytes(64),
                 ),
                 state.identity,
@@ -636,24 +672,30 @@ class RoundDriver:
                     log.warning("problem %s left training while this process trained it", pid)
                     return
                 row.model_json = document.model_dump_json()
+                # Every shortfall is in the message: lost reports, and missing median answers.
+                shortfall = "; ".join(
+                    [*([account.describe()] if account.lost else []),
+                     *([medians.describe()] if medians.missing else [])]
+                )
                 if degraded:
-                    self._enter(
-                        row, "degraded", f"{account.describe()}; more than {limit:.0%} lost, model published"
-                    )
-                elif account.lost:
-                    self._enter(row, "done", account.describe())
+                    self._enter(row, "degraded", f"{shortfall}; more than {limit:.0%} lost, model published")
                 else:
-                    self._enter(row, "done", "")
+                    self._enter(row, "done", shortfall)
         except LeaseLost as exc:
             log.warning("the model of %s was not published: %s", pid, exc)
         except AnonMLError as exc:  # expected (e.g. no report arrived): the reason is the status
             log.warning("training of %s failed: %s", pid, exc)
             self._fail_quietly(pid, f"training failed: {exc}")
         except Exception as exc:  # a bug: keep the traceback in the log
+            reason = storage_failure(exc)
+            if reason is not None:  # the disk refused the model: trained again at a tick once it can write
+                self.state.storage.failed(reason, f"publishing the model of {pid}")
+                return
             log.exception("training of %s failed", pid)
             self._fail_quietly(pid, f"training failed: {exc}")
         finally:
-            self._training.pop(pid, None)
+            with self._training_lock:  # after the commit: see _resume_training
+                self._training.pop(pid, None)
 
 
 def _take(session: Session, pid: str, when: ColumnElement[bool], **values: Any) -> ProblemRow | None:

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from aggregator.db import ProblemRow, count_reject, create_tables, published
 from aggregator.settings import AggregatorSettings
+from aggregator.storage import StorageHealth
 from anonml.crypto import (
     Identity,
     MemorySpentSet,
@@ -38,6 +39,8 @@ __all__ = [
     "Refusal",
     "load_or_create_identity",
     "INTAKE_REFUSAL",
+    "MEDIAN_REFUSAL",
+    "median_refusals",
     "DROPPED_COVER",
     "reject_counts",
     "cover_count",
@@ -51,6 +54,9 @@ INTAKE_REFUSAL = "intake: "
 #: Counter of the cover payloads the intake opened and dropped: kept with the refusal counters
 #: but neither a refusal nor a loss (:func:`reject_counts` leaves it out, :func:`cover_count`).
 DROPPED_COVER = "dropped: cover"
+#: Prefix under which refused median answers are counted, so the median account can attribute
+#: missing answers to them (shown without it among the problem's refusals, like intake's).
+MEDIAN_REFUSAL = "median answer: "
 
 
 def reject_counts(rows: list[tuple[str, int]]) -> tuple[dict[str, int], dict[str, int]]:
@@ -65,11 +71,21 @@ def reject_counts(rows: list[tuple[str, int]]) -> tuple[dict[str, int], dict[str
     for reason, count in rows:
         if reason == DROPPED_COVER:
             continue
-        bare = reason.removeprefix(INTAKE_REFUSAL)
+        bare = reason.removeprefix(INTAKE_REFUSAL).removeprefix(MEDIAN_REFUSAL)
         merged[bare] = merged.get(bare, 0) + int(count)
         if bare != reason:
             intake[bare] = intake.get(bare, 0) + int(count)
     return merged, intake
+
+
+def median_refusals(rows: list[tuple[str, int]]) -> dict[str, int]:
+    """Refused median answers by reason (without :data:`MEDIAN_REFUSAL`), from stored ``(reason, count)``."""
+    out: dict[str, int] = {}
+    for reason, count in rows:
+        if reason.startswith(MEDIAN_REFUSAL):
+            bare = reason.removeprefix(MEDIAN_REFUSAL)
+            out[bare] = out.get(bare, 0) + int(count)
+    return out
 
 
 def cover_count(rows: list[tuple[str, int]]) -> int:
@@ -159,6 +175,8 @@ class AggregatorState:
         self.engine = make_engine(settings.db_url)
         create_tables(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.storage = StorageHealth(settings.db_url)  # a full or read-only disk: 503, said once
+        self.storage.watch(self.sessions)
         self.identity = load_or_create_identity(settings)
         self.admin_token = settings.resolved_admin_token()
         self.answers = threading.Condition()
@@ -255,15 +273,17 @@ class AggregatorState:
 
     # -- refusals -----------------------------------------------------------------
     def refuse(
-        self, problem_id: str, reason: str, status: int, detail: str, *, intake: bool = False
+        self, problem_id: str, reason: str, status: int, detail: str, *, intake: bool = False,
+        median: bool = False,
     ) -> HTTPException:
         """Count a refusal (own short transaction) and return the HTTP error to raise.
 
         ``intake``: a refused report delivery, counted under :data:`INTAKE_REFUSAL`
-        so the problem's report account can attribute lost reports to it.
+        so the problem's report account can attribute lost reports to it;
+        ``median``: a refused median answer, under :data:`MEDIAN_REFUSAL` (the median account).
         """
         with self.sessions() as s, s.begin():
-            self.count_refusal(s, problem_id, reason, intake=intake)
+            self.count_refusal(s, problem_id, MEDIAN_REFUSAL + reason if median else reason, intake=intake)
         return HTTPException(status_code=status, detail=detail)
 
     @staticmethod

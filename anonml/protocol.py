@@ -593,6 +593,43 @@ class ReportAccount(_Message):
         return f"{self.lost} of {self.expected} reports lost ({self.lost_fraction:.1%}){why}{cover}"
 
 
+class MedianAccount(_Message):
+    """Median answers expected, received and missing, and why, as far as the aggregator can know.
+
+    ``expected`` counts the median-pool members the search's queries named
+    (each is named at most once: disjoint groups, DESIGN §6); ``received``
+    the answers stored; ``missing = max(0, expected − received)``, split into
+    ``late`` (refused because the query had closed or the search had moved
+    on), ``refused`` (other refusals of an answer, by reason) and
+    ``not_arrived`` (the rest: never sent, or lost on the way). Refusals are
+    attributed to the shortfall up to its size, late first, as in
+    :class:`ReportAccount`. Members of the pool a search never reached (it
+    stopped early) are not expected.
+    """
+
+    expected: int = Field(ge=0)
+    received: int = Field(ge=0)
+    missing: int = Field(ge=0)
+    late: int = Field(default=0, ge=0)
+    refused: dict[str, int] = {}
+    not_arrived: int = Field(default=0, ge=0)
+
+    def describe(self) -> str:
+        """One line: ``"3 of 10 median answers missing: 1 late, 2 not arrived"``."""
+        parts = []
+        if self.late:
+            parts.append(f"{self.late} late")
+        refused = sum(self.refused.values())
+        if refused:
+            reasons = ", ".join(f"{k}: {v}" for k, v in sorted(self.refused.items()))
+            parts.append(f"{refused} refused ({reasons})")
+        if self.not_arrived:
+            parts.append(f"{self.not_arrived} not arrived")
+        return f"{self.missing} of {self.expected} median answers missing" + (
+            ": " + ", ".join(parts) if parts else ""
+        )
+
+
 class ShuffleStatement(_Message):
     """The conditional central (ε, δ) of the aggregator's view by shuffling, beside the local ε.
 
@@ -637,6 +674,7 @@ class ProblemStatus(_Message):
     report_peers: int = 0
     slots_per_peer: int = 0
     reports: ReportAccount | None = None  # once the roster is out
+    medians: MedianAccount | None = None  # once the roster is out
     #: The schedule the round keeps — the proposal's, raised to floors sized for the roster — once
     #: the roster is out (the bins carry its absolute report windows).
     schedule: Schedule | None = None
@@ -1145,6 +1183,7 @@ class ModelDocument(_Message):
     model: dict[str, Any]
     metrics: dict[str, float] = {}
     reports: ReportAccount | None = None
+    medians: MedianAccount | None = None
     signature: SignatureBytes
 
 

@@ -744,8 +744,12 @@ def child_environment() -> tuple[str, dict[str, str]]:
     return root, env
 
 
-def spawn_child(args: Sequence[str], *, first_line: str | None = None) -> subprocess.Popen[str]:
+def spawn_child(
+    args: Sequence[str], *, first_line: str | None = None, stderr: Path | None = None
+) -> subprocess.Popen[str]:
     """``python ARGS`` started from the repository root in :func:`child_environment`.
+
+    ``stderr``: a file the child's log is appended to (default: this process's stderr).
 
     Its stdout is a text pipe. With ``first_line`` its stdin is a text pipe too, left
     open after that line (a newline added) is written and flushed — the child's
@@ -753,14 +757,20 @@ def spawn_child(args: Sequence[str], *, first_line: str | None = None) -> subpro
     that cannot be handed its line is killed before the error propagates.
     """
     root, env = child_environment()
-    process = subprocess.Popen(
-        [sys.executable, *args],
-        stdin=subprocess.DEVNULL if first_line is None else subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=root,
-    )
+    log = None if stderr is None else stderr.open("a")
+    try:
+        process = subprocess.Popen(
+            [sys.executable, *args],
+            stdin=subprocess.DEVNULL if first_line is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
+            cwd=root,
+        )
+    finally:
+        if log is not None:
+            log.close()  # the child holds its own descriptor
     if first_line is not None:
         assert process.stdin is not None
         try:

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import random
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from anonml.addresses import connect_check
 from anonml.errors import ProtocolError
-from anonml.outbound import REPLY_CAP, AddressCheck, Reply, fetch
+from anonml.outbound import REPLY_CAP, AddressCheck, OutboundError, Reply, fetch
 from anonml.protocol import (
     MAX_BATCH_ITEMS,
     Ack,
@@ -45,9 +47,18 @@ from anonml.protocol import (
     TokenBatchResponse,
 )
 
-__all__ = ["AggregatorClient", "HTTPRefusal", "fetch_witness"]
+__all__ = [
+    "AggregatorClient",
+    "HTTPRefusal",
+    "fetch_witness",
+    "transient",
+    "backoff_delay",
+    "with_retries",
+    "TRANSIENT_STATUSES",
+]
 
 _M = TypeVar("_M", bound=BaseModel)
+_R = TypeVar("_R")
 #: Bytes a roster or a model document may have (each member's entry is a few hundred bytes).
 LARGE_REPLY_CAP = 64 << 20
 #: Seconds an ordinary call to the aggregator may take in all (larger documents say their own).
@@ -61,6 +72,60 @@ class HTTPRefusal(ProtocolError):
         self.status = status
         self.detail = detail
         super().__init__(f"{url}: HTTP {status}: {detail}")
+
+
+#: Answers that say "not now" rather than "no" (RFC 9110 §15.5.9, §15.6; RFC 6585 §4; RFC 8470 §5.2):
+#: timeout, too early, too many requests, and every 5xx. Any other refusal is the server's answer.
+TRANSIENT_STATUSES = frozenset({408, 425, 429})
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether ``exc`` may pass if the call is made again: no answer at all (unreachable, reset,
+    over its deadline: :class:`~peer.dispatch.OutboundError`) or a "not now" status
+    (:data:`TRANSIENT_STATUSES`, 5xx). A malformed answer or any other refusal is not: it is what
+    the server chose to say, and it ends the participation that asked."""
+    if isinstance(exc, HTTPRefusal):
+        return exc.status >= 500 or exc.status in TRANSIENT_STATUSES
+    return isinstance(exc, OutboundError)
+
+
+def backoff_delay(
+    attempt: int, *, base: float = 0.25, cap: float = 4.0, rng: random.Random | None = None
+) -> float:
+    """Seconds before try ``attempt + 1``: "full jitter", uniform on ``[0, min(cap, base · 2^attempt)]``.
+
+    Spreading each wait over the whole interval (Brooker, "Exponential backoff and jitter",
+    AWS Architecture Blog, 2015) keeps the peers a restarted aggregator meets from coming back in
+    one wave; the cap keeps a retry within a phase's few-second windows.
+    """
+    return (rng or random).uniform(0.0, min(cap, base * 2.0**attempt))
+
+
+def with_retries(
+    call: Callable[[], _R],
+    *,
+    until: float,
+    on_retry: Callable[[BaseException], None] | None = None,
+    rng: random.Random | None = None,
+) -> _R:
+    """``call()``, made again after each :func:`transient` failure (waiting :func:`backoff_delay`)
+    until a try would start at or after ``until`` (``time.time()``, the phase's deadline); then the
+    last failure is raised. A failure that is not transient is raised at once. ``on_retry`` is told
+    of each failure that is tried again."""
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            wait = backoff_delay(attempt, rng=rng)
+            if time.time() + wait >= until:
+                raise
+            if on_retry is not None:
+                on_retry(exc)
+            time.sleep(wait)
+            attempt += 1
 
 
 def _detail(reply: Reply) -> str:

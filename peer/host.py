@@ -111,7 +111,8 @@ def release_marks(db: PeerDB | None, fingerprint: str) -> dict[str, str]:
     ``problem failed`` (the aggregator failed the problem: the ε was spent for
     no model), ``stopped: <reason>`` (this peer aborted after releasing),
     ``N of K reports lost`` (counted from the aggregator's receipts when the
-    model was downloaded), ``degraded`` (the problem ended degraded).
+    model was downloaded), ``degraded`` (the problem ended degraded), ``incomplete: <reason>`` (this
+    identity could not do all of its part: ``partial``).
     """
     marks: dict[str, str] = {}
     for row in db.states(fingerprint) if db is not None else []:
@@ -123,6 +124,8 @@ def release_marks(db: PeerDB | None, fingerprint: str) -> dict[str, str]:
             notes.append(f"stopped: {facts.get('reason', '')}")
         elif row.phase == ParticipationPhase.DEGRADED:
             notes.append("degraded")
+        elif row.phase == ParticipationPhase.PARTIAL:
+            notes.append(f"incomplete: {facts.get('reason', '')}")
         lost, sent = facts.get("lost"), len(facts.get("token_nonces") or [])
         if lost:
             notes.append(f"{lost} of {sent} reports lost")
@@ -477,7 +480,7 @@ class PeerHost:
         steps = [
             self.lanes.start(f"problem {session.problem.id}", functools.partial(self._step, session))
             for session in list(self.sessions.values())
-            if not session.finished
+            if not session.finished and session.due()
         ]
         self.lanes.wait(steps, left())
 
@@ -490,8 +493,11 @@ class PeerHost:
         """One step of one problem's session (one lane)."""
         try:
             session.step()
-        except AnonMLError:  # aggregator unreachable or refusing: try again next poll
+        except AnonMLError as exc:  # unreachable (backed off, with jitter) or refusing: next poll
             self.count("poll errors")
+            session.failed(exc)
+        else:
+            session.answered()
         self._narrate(session)
 
     # -- telling the person -------------------------------------------------------
@@ -504,6 +510,7 @@ class PeerHost:
         "reporting": "is sending its randomised reports (or cover packets) in",
         "done": "downloaded the signed model of",
         "degraded": "downloaded the signed model (the aggregator lost too many reports) of",
+        "partial": "downloaded the signed model, but could not do all of its part in",
         "aborted": "stopped taking part in",
         "failed": "saw the aggregator fail",
     }

@@ -116,7 +116,7 @@ from anonml.protocol import (
 )
 from anonml.randomness import resolve_rng
 from anonml.store import EventStore
-from peer.client import AggregatorClient, HTTPRefusal, fetch_witness
+from peer.client import AggregatorClient, HTTPRefusal, fetch_witness, transient, with_retries
 from peer.db import PeerDB, StateRow
 from peer.features import LocalExample, invalid_features, local_example, predict_example
 from peer.phases import (
@@ -130,7 +130,7 @@ from peer.phases import (
     check_transition,
 )
 from peer.policy import PeerPolicy, check_roster_floors
-from peer.relay import REFUSED_ADDRESS, RelayRound, RelayService, StoredReplayCache
+from peer.relay import REFUSED_ADDRESS, RelayRound, RelayService, StoredReplayCache, already_processed
 from peer.relayauth import RELAY_POST_TYPE, member_quota, post_key, relay_node_of, seal_post
 from peer.reports import choose_path, fetch_tokens, make_reports
 from peer.roster import RosterView
@@ -247,6 +247,9 @@ class Participant:
     reason: str = ""
     example: LocalExample | None = None
     standins: list[str] = field(default_factory=list)
+    #: What of its own part this identity could not do (a median answer not sent, not delivered or
+    #: not counted); non-empty: the participation ends ``partial`` with these as its reason.
+    shortfall: list[str] = field(default_factory=list)
     keys: RelayKeys | None = None
     roster: RosterFacts | None = None
     comparisons: Comparisons = field(default_factory=Comparisons)
@@ -347,6 +350,7 @@ class Participant:
         facts: dict[str, Any] = {
             "reason": self.reason,
             "standins": self.standins,
+            "shortfall": self.shortfall,
             "confirmed": sorted(self.comparisons.confirmed),
             "asked": sorted(self.comparisons.asked),
             "roster_fingerprint": fingerprint,
@@ -393,6 +397,7 @@ class Participant:
         self.phase = ParticipationPhase(row.phase)
         self.reason = facts.get("reason", "")
         self.standins = list(facts.get("standins", []))
+        self.shortfall = list(facts.get("shortfall", []))
         self.comparisons = Comparisons(set(facts.get("confirmed", [])), set(facts.get("asked", [])))
         self._resumed_fingerprint = facts.get("roster_fingerprint")
         self._resumed_group = facts.get("report_group")
@@ -702,17 +707,29 @@ class Participant:
             raise Aborted(
                 f"median query asks ε={query.epsilon}, the proposal promised {draft.median_epsilon}"
             )
-        # Persisted before the release is recorded and sent: a restart never answers twice.
-        self._move(P.ANSWERED)
+        # Persisted before the release is recorded and sent: a restart never answers twice. Whatever
+        # fails from here on (the state DB or the ledger on a full disk, the aggregator past the step's
+        # deadline) costs this answer, and says so: the participation ends partial with the reason.
+        what = f"median answer (feature {query.feature}, step {query.step})"
+        try:
+            self._move(P.ANSWERED)
+        except Exception as exc:  # e.g. a full disk: nothing recorded, so nothing may be sent
+            self.phase = P.ANSWERED  # never answered twice in this process either
+            self._short(f"{what} not sent: its phase could not be saved: {exc}")
+            return True
         rr = BinaryRandomizedResponse(draft.median_epsilon)
-        self.node.ledger.record(
-            peer=self.node.fingerprint,
-            problem=self.problem.id,
-            round=0,
-            attributes=[draft.features[query.feature].name],
-            mechanism=rr,
-            pool="median",
-        )
+        try:
+            self.node.ledger.record(
+                peer=self.node.fingerprint,
+                problem=self.problem.id,
+                round=0,
+                attributes=[draft.features[query.feature].name],
+                mechanism=rr,
+                pool="median",
+            )
+        except Exception as exc:  # not recorded: not released
+            self._short(f"{what} not sent: the release could not be recorded: {exc}")
+            return True
         gen = resolve_rng(self.node.rng)
         truth = self._median_truth(query, gen)
         bit = bool(rr.perturb(np.asarray([truth]), gen)[0])
@@ -727,16 +744,39 @@ class Participant:
             ),
             self.node.identity,
         )
+        # The release is recorded: the same signed answer is sent again while the aggregator does not
+        # answer, until the step's own deadline (the aggregator waits median_step_seconds for it).
+        until = time.time() + self.problem.draft.schedule.median_step_seconds
         try:
-            self.client.answer(answer)
+            with_retries(lambda: self.client.answer(answer), until=until,
+                         on_retry=lambda exc: self.relay.count("median answers retried"))
         except HTTPRefusal as exc:
-            if exc.status != 409:
+            if exc.status == 409 and "already answered" in exc.detail:
+                # A retry whose first copy arrived: delivered and counted.
+                self.relay.count("median answers delivered (replayed)")
+            elif transient(exc):
+                self._short(f"{what} not delivered before the step's deadline: {exc}")
+            elif exc.status == 409:
+                # The search moved on before this answer arrived: it is not counted, the
+                # release stays recorded (conservative), and the peer goes on (cover packets).
+                self._short(f"{what} not counted: {exc.detail}")
+            else:
                 raise
-            # The search moved on before this answer arrived: it is not counted, the
-            # release stays recorded (conservative), and the peer goes on (cover packets).
-            self.reason = f"median answer not counted: {exc.detail}"
-            self.save()
+        except ProtocolError as exc:
+            if not transient(exc):
+                raise
+            self._short(f"{what} not delivered before the step's deadline: {exc}")
         return True
+
+    def _short(self, why: str) -> None:
+        """Note a part of its own this identity could not do (logged; saved when the state DB can)."""
+        log.warning("identity %s in %s: %s", self.node.fingerprint[:12], self.problem.id, why)
+        self.shortfall.append(why)
+        self.reason = "; ".join(self.shortfall)
+        try:
+            self.save()
+        except Exception as exc:  # a full disk: kept in memory, saved with the next move
+            log.warning("identity %s: its state could not be saved now: %s", self.node.fingerprint[:12], exc)
 
     def _median_truth(self, query: MedianQuery, gen: np.random.Generator) -> bool:
         """Is this identity's value above the threshold; a uniform bit when it cannot say."""
@@ -1005,8 +1045,10 @@ class Participant:
             )
         except RefusedAddress as exc:
             raise HTTPRefusal(url, REFUSED_ADDRESS, str(exc)) from None
-        if reply.status >= 300:
+        if reply.status >= 300 and not already_processed(reply.status, reply.text[:300]):
             raise HTTPRefusal(url, reply.status, reply.text[:200])
+        if reply.status >= 300:  # a retry whose first copy arrived (the hop's replay refusal): sent
+            self.relay.count("packets already processed at the first hop")
         self.sent += 1
         if self.db is not None:
             self.db.mark_sent(self.problem.id, self.node.fingerprint, slot)
@@ -1042,7 +1084,11 @@ class Participant:
                 except AnonMLError as exc:  # a model outside the label domain: said locally
                     self.reason = f"no prediction: {exc}"
         self.outcome = Outcome(lost, prediction)
-        self.phase = check_transition(self.phase, P.DEGRADED if degraded else P.DONE)
+        if self.shortfall:  # its own part was not all done: the reason says what, first
+            extra = [self.reason] if self.reason.startswith("no prediction") else []
+            self.reason = "; ".join([*self.shortfall, *extra])
+        end = P.DEGRADED if degraded else P.PARTIAL if self.shortfall else P.DONE
+        self.phase = check_transition(self.phase, end)
         self.save(model_json=document.model_dump_json())
         return model
 

@@ -10,11 +10,14 @@ through :func:`check_transition`, which refuses any move the table
 
     accepted ─► registered ─► roster_checked ─► confirmed ─┬─► answered ─┐
                                                             └────────────┴─► relaying ─► reporting
-    reporting ─► done | degraded
+    reporting ─► done | degraded | partial
     any phase before done ─► aborted (this peer stopped: a check failed) | failed (the problem failed)
 
 ``degraded``: the problem ended ``degraded`` at the aggregator (too many
-reports lost) and its model was downloaded all the same.
+reports lost) and its model was downloaded all the same. ``partial``: the
+model was downloaded, but this identity could not do all of its own part (its
+median answer was not delivered or not counted, or could not be sent); the
+reason says what (:attr:`~peer.participant.Participant.shortfall`).
 
 What each phase established is one small immutable record (:class:`RelayKeys`
 from registration, :class:`RosterFacts` from the roster check,
@@ -61,6 +64,7 @@ class ParticipationPhase(StrEnum):
     REPORTING = "reporting"
     DONE = "done"
     DEGRADED = "degraded"
+    PARTIAL = "partial"
     ABORTED = "aborted"
     FAILED = "failed"
 
@@ -76,9 +80,10 @@ TRANSITIONS: dict[ParticipationPhase, frozenset[ParticipationPhase]] = {
     P.CONFIRMED: frozenset({P.ANSWERED, P.RELAYING}) | _STOP,
     P.ANSWERED: frozenset({P.RELAYING}) | _STOP,
     P.RELAYING: frozenset({P.REPORTING}) | _STOP,
-    P.REPORTING: frozenset({P.DONE, P.DEGRADED}) | _STOP,
+    P.REPORTING: frozenset({P.DONE, P.DEGRADED, P.PARTIAL}) | _STOP,
     P.DONE: frozenset(),
     P.DEGRADED: frozenset(),
+    P.PARTIAL: frozenset(),
     P.ABORTED: frozenset(),
     P.FAILED: frozenset(),
 }

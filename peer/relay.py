@@ -266,6 +266,24 @@ def retry_delay(attempt: int) -> float:
 REFUSED_ADDRESS = 421
 
 
+#: The status a relay gives itself for a release its next hop or the intake answered "already processed"
+#: (a replayed packet, a token already redeemed: 409 with that detail) — 208 Already Reported
+#: (RFC 5842 §7.1; never on the wire): the copy an earlier try sent arrived, so it counts as taken.
+ALREADY_PROCESSED = 208
+
+#: What the 409 of a copy that arrived before says: a relay's replay refusal, the intake's spent token.
+_ALREADY = ("already processed", "already redeemed")
+
+
+def already_processed(status: int | None, detail: str) -> bool:
+    """Whether an answer says this very packet or report was taken before (a replay, a spent token)."""
+    return status == 409 and any(phrase in detail for phrase in _ALREADY)
+
+
+def _status_of(status: int, detail: str) -> int:
+    return ALREADY_PROCESSED if already_processed(status, detail) else status
+
+
 def retriable(status: int | None) -> bool:
     """Whether a failed send may pass if tried again: unreachable (None), 5xx, 404 or 429."""
     return status is None or status >= 500 or status in (404, 429)
@@ -788,11 +806,11 @@ class RelayService:
                 reply = post(
                     url, batch[0].data, content_type, keep_alive=self.keep_alive, address_check=check
                 )
-                return [reply.status]
             except RefusedAddress:
                 raise
             except OutboundError:
                 return [None]
+            return [_status_of(reply.status, reply.text[:300])]
         if content_type == "application/json":  # intake deliveries: an IntakeBatch of the ready JSON
             body = b'{"deliveries":[' + b",".join(r.data for r in batch) + b"]}"
         else:  # onion packets, back to back
@@ -852,7 +870,9 @@ class RelayService:
             raise
         except OutboundError:
             return [None] * len(batch)
-        if single or reply.status != 200:
+        if single:
+            return [_status_of(reply.status, reply.text[:300])]
+        if reply.status != 200:
             return [reply.status] * len(batch)
         return self._batch_statuses(reply.body, len(batch))
 
@@ -865,12 +885,14 @@ class RelayService:
         if len(results) != n:  # not an answer for this batch: as if none came
             self.count("batch answer malformed")
             return [None] * n
-        return [r.status for r in results]
+        return [_status_of(r.status, r.detail) for r in results]
 
     def _settle(self, batch: list[_Release], statuses: list[int | None]) -> None:
         """Count what was taken; retry what may pass with backoff until its deadline; drop the rest.
 
-        Unreachable, 5xx, 404 (a next hop that restarted and has not reloaded
+        A 409 "already processed" (:data:`ALREADY_PROCESSED`: a replay after a retry whose first copy
+        arrived, a token already redeemed) counts as taken: the copy is there. Unreachable, 5xx, 404
+        (a next hop that restarted and has not reloaded
         its round yet) and 429 are retried after ``min(2, 0.25 · 2^attempt)``
         seconds while that is before the deadline; any other refusal is final.
         What is finally not delivered is counted ``"<what> lost"``. The held
@@ -879,10 +901,12 @@ class RelayService:
         done: list[int] = []
         for release, status in zip(batch, statuses, strict=True):
             what = release.what
-            if status is not None and status < 300:
+            if status is not None and status < 300:  # ALREADY_PROCESSED too: an earlier copy arrived
                 self.count(what)
                 if release.attempt:
                     self.count(f"{what} after retry")
+                if status == ALREADY_PROCESSED:
+                    self.count(f"{what} (already processed)")
             else:
                 when = time.time() + retry_delay(release.attempt)
                 if retriable(status) and when < release.deadline:

@@ -30,9 +30,9 @@ from anonml.protocol import (
     Registration,
     RosterWitness,
 )
-from peer.client import AggregatorClient, HTTPRefusal
+from peer.client import AggregatorClient, HTTPRefusal, backoff_delay, transient
 from peer.db import PeerDB
-from peer.dispatch import Dispatcher
+from peer.dispatch import Dispatcher, OutboundError
 from peer.participant import READY, Aborted, Participant
 from peer.phases import ParticipationPhase
 from peer.relay import REFUSED_ADDRESS, retriable, retry_delay
@@ -50,6 +50,10 @@ TOKENS_PER_POLL = 64
 
 #: Seconds between looks, for a resumed participation's packet, at whether its roster is re-checked.
 ROSTER_WAIT_SECONDS = 0.25
+
+#: Seconds a host keeps asking for the receipts once the model is out (an aggregator that restarts
+#: answers within seconds to a minute; after this the identities end with "lost: not known").
+RECEIPTS_WAIT_SECONDS = 300.0
 
 
 class SessionHost(Protocol):
@@ -83,6 +87,38 @@ class ProblemSession:
         self._bins_bundle: CosignatureBundle | None = None
         self.phase = "registration"
         self.finished = False
+        # Transient failures (peer.client.transient): a step that met one is tried again after a
+        # jittered backoff, never ended for it; a participation in a streak is logged once.
+        self.failures = 0
+        self.next_try = 0.0
+        self.last_error = ""
+        self._refusal = ""
+        self._streak: set[int] = set()
+        self._model_seen: float | None = None
+        self._receipts_transient = False
+
+    def due(self) -> bool:
+        """Whether the step is tried in this poll (not while backing off after a transient failure)."""
+        return time.monotonic() >= self.next_try
+
+    def failed(self, exc: BaseException) -> None:
+        """The step met ``exc``: a transient one is tried again after :func:`~peer.client.backoff_delay`."""
+        if transient(exc):
+            self.last_error = str(exc)
+            self.host.count("aggregator calls retried")
+            self.next_try = time.monotonic() + backoff_delay(self.failures)
+            if self.failures == 0:
+                log.warning("%s: the aggregator did not answer, tried again with backoff: %s",
+                            self.problem.id, exc)
+            self.failures += 1
+        elif str(exc) != self._refusal:  # a refusal of the whole step: said once, tried at the next poll
+            self._refusal = str(exc)
+            log.warning("%s: step refused, tried again at the next poll: %s", self.problem.id, exc)
+
+    def answered(self) -> None:
+        if self.failures:
+            log.info("%s: the aggregator answers again after %d failed steps", self.problem.id, self.failures)
+        self.failures = 0
 
     def _each(self, fn: Callable[[Participant], object], who: Iterable[Participant] | None = None) -> None:
         """Run ``fn`` for every active participant in parallel; abort those that fail."""
@@ -91,10 +127,21 @@ class ProblemSession:
         def guarded(p: Participant) -> None:
             try:
                 fn(p)
-            except HTTPRefusal as exc:
-                p.abort(f"aggregator refused: {exc.detail} (HTTP {exc.status})")
-            except (Aborted, AnonMLError) as exc:
-                p.abort(str(exc))
+            except AnonMLError as exc:
+                if transient(exc):  # not an answer: the participation stays, the next poll tries again
+                    self.last_error = str(exc)
+                    self.host.count("aggregator calls retried")
+                    if id(p) not in self._streak:
+                        self._streak.add(id(p))
+                        log.warning("identity %s in %s: no answer, tried again: %s",
+                                    p.node.fingerprint[:12], self.problem.id, exc)
+                    return
+                if isinstance(exc, HTTPRefusal):
+                    p.abort(f"aggregator refused: {exc.detail} (HTTP {exc.status})")
+                else:
+                    p.abort(str(exc))
+            else:
+                self._streak.discard(id(p))
 
         list(self.host.pool.map(guarded, targets))
 
@@ -115,7 +162,10 @@ class ProblemSession:
             return
         for p in self._in(P.ACCEPTED):  # registration closed before these got in
             p.abort("registration closed before this identity registered")
-        if self.view is None and not self._check_roster():
+        # Checked again while an identity still waits for its roster check (its assignment did not
+        # arrive: the aggregator was unreachable), until the send window's end aborts it.
+        unchecked = self._in(P.REGISTERED) or any(p.needs_roster for p in self.participants)
+        if (self.view is None or unchecked) and not self._check_roster():
             return
         # Every identity of this process has published its witness; members hosted
         # elsewhere that have not yet are asked again at the next poll.
@@ -137,6 +187,10 @@ class ProblemSession:
             document = self.client.model(self.problem.id)
             degraded = status.phase == "degraded"
             receipts = self._receipts()
+            if receipts is None and self._receipts_transient and time.monotonic() < self._receipts_until():
+                # Not the end: counted against the receipts, or the sender's count is wrong. The
+                # step is tried again (with backoff) until RECEIPTS_WAIT_SECONDS have passed.
+                raise OutboundError(f"{self.problem.id}: receipts not available yet ({self.last_error})")
             self._each(lambda p: p.receive_model(document, degraded=degraded, receipts=receipts))
             self.finished = True
 
@@ -230,6 +284,8 @@ class ProblemSession:
             self.host.count("assignments fetched in batches", len(notices))
             return notices
         except AnonMLError as exc:
+            if transient(exc):  # the aggregator is down: one request each would fail the same way
+                raise
             self.host.count("assignment batches refused")
             log.warning("assignments of %d identities not fetched together: %s", len(asked), exc)
             return {}
@@ -259,26 +315,41 @@ class ProblemSession:
         bins = self.bins
         if self._bins_bundle is None:
             self._bins_bundle = self._bundle("bins")
-            if self._bins_bundle is not None:
-                bundle = self._bins_bundle
-                self._each(lambda p: p.check_bins(bins, bundle),
-                           [p for p in self.participants if p.roster is not None and p.bins is None])
+        if self._bins_bundle is not None:
+            # Every poll: an identity whose roster check was retried (its assignment did not arrive at
+            # first) checks the bins once it holds its roster, after the bundle was fetched.
+            bundle = self._bins_bundle
+            self._each(lambda p: p.check_bins(bins, bundle),
+                       [p for p in self.participants if p.active and p.roster is not None and p.bins is None])
         if phase == "reporting" and self._bins_bundle is not None:
             self._each(self._start, [p for p in self._in(P.RELAYING) if p.bins is not None])
         if time.time() >= bins.t_s + bins.delta:
+            unanswered = f" (last unanswered call: {self.last_error})" if self.last_error else ""
             for p in self.participants:
                 if p.active and not p.built:
-                    p.abort("the roster fingerprint could not be compared with another member, "
-                            "or the bins were not co-signed, before the send window closed")
+                    p.abort("the roster was not checked and compared with another member, its assignment "
+                            "or tokens did not arrive, or the bins were not co-signed, before the send "
+                            f"window closed{unanswered}")
 
     def _receipts(self) -> frozenset[bytes] | None:
         """The aggregator's receipt digests, fetched once for every identity of this host
         (one list of ~``m`` digests instead of one download per identity); None when
-        unavailable, and each identity that sent reports then asks on its own."""
+        unavailable (the step then waits for them, :meth:`_receipts_until`), and each identity
+        that sent reports asks on its own once that wait is over."""
         try:
             return frozenset(map(bytes, self.client.receipts(self.problem.id).digests))
-        except ProtocolError:
+        except ProtocolError as exc:
+            self.last_error = str(exc)
+            self._receipts_transient = transient(exc)  # a refusal is an answer: not waited for
+            self.host.count("receipts not fetched")
             return None
+
+    def _receipts_until(self) -> float:
+        """When this host stops waiting for the receipts (monotonic): :data:`RECEIPTS_WAIT_SECONDS`
+        after the model was first seen published."""
+        if self._model_seen is None:
+            self._model_seen = time.monotonic()
+        return self._model_seen + RECEIPTS_WAIT_SECONDS
 
     def _bundle(self, stage: str) -> CosignatureBundle | None:
         """The stage's cosignature bundle, or None while the aggregator is still collecting it (404)."""

@@ -412,6 +412,13 @@ def live(problem_id: str, session: PageSession, state: StateDep, db: SessionDep,
                 "expected": account.expected if account is not None else "—",
                 "pending": account.pending if account is not None else "—",
                 "lost": account.lost if account is not None else "—",
+                # The median account (issue 26): expected / received / missing, and why.
+                "median_expected": status.medians.expected if status.medians is not None else "—",
+                "median_received": status.median_answers,
+                "median_missing": status.medians.missing if status.medians is not None else "—",
+                "median_shortfall": status.medians.describe()
+                if status.medians is not None and status.medians.missing
+                else "",
             }
         },
         "reload": status.phase != phase,

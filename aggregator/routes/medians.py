@@ -45,10 +45,11 @@ def answer(problem_id: str, body: MedianAnswer, state: StateDep, session: Sessio
             _check_and_store(problem_id, body, state, session)
     except IntegrityError:
         raise state.refuse(
-            problem_id, "duplicate answer", 409, "this peer already answered a median query of this problem"
+            problem_id, "duplicate answer", 409, "this peer already answered a median query of this problem",
+            median=True,
         ) from None
     except _Closed as exc:
-        raise state.refuse(problem_id, "query closed", 409, str(exc)) from None
+        raise state.refuse(problem_id, "query closed", 409, str(exc), median=True) from None
     with state.answers:
         state.answers.notify_all()
     return Ack(ok=True)
@@ -58,16 +59,33 @@ def _check_and_store(problem_id: str, body: MedianAnswer, state, session) -> Non
     row = get_row(session, problem_id)
     check_named_problem(state, problem_id, body.problem_id, "answer")
     if row.phase != "medians":
-        raise state.refuse(problem_id, "wrong phase", 409, f"problem {problem_id} is in phase {row.phase}")
+        raise state.refuse(
+            problem_id, "wrong phase", 409, f"problem {problem_id} is in phase {row.phase}", median=True
+        )
     ctx = state.context(problem_id, session)
     assert ctx is not None and ctx.roster is not None
     index = ctx.index.get(bytes(body.identity))
     if index is None:
-        raise state.refuse(problem_id, "not a member", 403, "the answering identity is not on the roster")
+        raise state.refuse(
+            problem_id, "not a member", 403, "the answering identity is not on the roster", median=True
+        )
+    # A resend of a counted answer (a retry whose first copy arrived) is a duplicate even once its
+    # query closed: the peer's answer was delivered, and the median account must not call it late.
+    counted = session.scalar(
+        select(MedianAnswerRow.id).where(
+            MedianAnswerRow.problem_id == problem_id, MedianAnswerRow.identity == bytes(body.identity)
+        )
+    )
+    if counted is not None:
+        raise state.refuse(
+            problem_id, "duplicate answer", 409, "this peer already answered a median query of this problem",
+            median=True,
+        )
     query = session.get(MedianQueryRow, (problem_id, body.feature, body.step))
     if query is None or not query.open:
         raise state.refuse(
-            problem_id, "query closed", 409, f"no open query for feature {body.feature}, step {body.step}"
+            problem_id, "query closed", 409, f"no open query for feature {body.feature}, step {body.step}",
+            median=True,
         )
     if index not in MedianQuery.model_validate_json(query.query_json).members:
         raise state.refuse(
@@ -75,11 +93,14 @@ def _check_and_store(problem_id: str, body: MedianAnswer, state, session) -> Non
             "not named",
             403,
             f"roster member {index} is not asked feature {body.feature}, step {body.step}",
+            median=True,
         )
     try:
         verify_message(body, bytes(body.identity))
     except CryptoError as exc:
-        raise state.refuse(problem_id, "bad signature", 403, f"answer signature rejected: {exc}") from None
+        raise state.refuse(
+            problem_id, "bad signature", 403, f"answer signature rejected: {exc}", median=True
+        ) from None
     session.add(
         MedianAnswerRow(
             problem_id=problem_id,

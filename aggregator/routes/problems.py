@@ -18,13 +18,22 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from aggregator.db import (
+    MedianAnswerRow,
+    MedianQueryRow,
     ProblemRow,
     RejectRow,
     count_reports,
     published,
 )
 from aggregator.deps import AdminDep, SessionDep, StateDep
-from aggregator.state import AggregatorState, ProblemContext, Refusal, cover_count, reject_counts
+from aggregator.state import (
+    AggregatorState,
+    ProblemContext,
+    Refusal,
+    cover_count,
+    median_refusals,
+    reject_counts,
+)
 from aggregator.timeline import problem_counts
 from aggregator.training import account_reports, delivery_window_open, shuffle_statement
 from anonml.crypto import TokenKey
@@ -33,6 +42,8 @@ from anonml.learn import commit_seed
 from anonml.learn.partition import SEED_BYTES
 from anonml.privacy.amplification import ShuffleBound, report_pool_bound
 from anonml.protocol import (
+    MedianAccount,
+    MedianQuery,
     Problem,
     ProblemDraft,
     ProblemStatus,
@@ -100,6 +111,45 @@ def problem_account(
     )
 
 
+#: Refusals of a median answer that mean it came after its query closed (the search moved on).
+_LATE_ANSWER = ("query closed", "wrong phase")
+
+
+def median_account(session: Session, problem_id: str, ctx: ProblemContext) -> MedianAccount | None:
+    """The problem's median answers expected / received / missing and why (None before the roster).
+
+    ``expected``: the distinct members the stored queries named; a refused duplicate is no
+    shortfall (its first answer was counted), so it is left out.
+    """
+    if ctx.roster is None:
+        return None
+    named: set[int] = set()
+    stored = select(MedianQueryRow.query_json).where(MedianQueryRow.problem_id == problem_id)
+    for text in session.scalars(stored):
+        named.update(MedianQuery.model_validate_json(text).members)
+    received = _count(
+        session,
+        select(func.count()).select_from(MedianAnswerRow).where(MedianAnswerRow.problem_id == problem_id),
+    )
+    rows = list(
+        session.execute(select(RejectRow.reason, RejectRow.count).where(RejectRow.problem_id == problem_id))
+    )
+    refusals = median_refusals(rows)
+    refusals.pop("duplicate answer", None)
+    missing = max(0, len(named) - received)
+    late = min(missing, sum(refusals.pop(reason, 0) for reason in _LATE_ANSWER))
+    refused: dict[str, int] = {}
+    room = missing - late
+    for reason, n in sorted(refusals.items()):
+        take = min(room, n)
+        if take:
+            refused[reason] = take
+            room -= take
+    return MedianAccount(
+        expected=len(named), received=received, missing=missing, late=late, refused=refused, not_arrived=room
+    )
+
+
 def problem_shuffle(ctx: ProblemContext, model_json: str | None) -> ShuffleStatement | None:
     """The conditional shuffle bound beside the local ε: the published model's, else the plan's.
 
@@ -149,6 +199,7 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
         report_peers=roster_size - pool,
         slots_per_peer=ctx.problem.draft.kh,
         reports=problem_account(session, row.id, ctx, state.settings.intake_grace_seconds),
+        medians=median_account(session, row.id, ctx),
         schedule=None if ctx.roster is None else state.round_schedule(ctx, roster_size),
         shuffle=problem_shuffle(ctx, row.model_json),
     )

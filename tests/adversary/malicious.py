@@ -445,7 +445,7 @@ class HonestPeers:
             if decision is not None and decision[0] == "refuse":
                 return True
             part = self.participation(problem, which)
-            return part is not None and part[0] in ("aborted", "failed", "done")
+            return part is not None and part[0] in ("aborted", "failed", "done", "degraded", "partial")
 
         wait_until(stopped, f"peer {self.node(which).fingerprint[:12]} to stop in {problem.id}", timeout)
         decision = self.decision(problem, which)
@@ -466,7 +466,9 @@ class HonestPeers:
         """This identity refused (or aborted) ``problem`` saying ``reason``, and released nothing."""
         said = self.wait_stopped(problem, which, timeout)
         part = self.participation(problem, which)
-        assert part is None or part[0] != "done", f"the peer took part to the end: {part}"
+        assert part is None or part[0] not in ("done", "degraded", "partial"), (
+            f"the peer took part to the end: {part}"
+        )
         assert reason in said, f"expected the reason to mention {reason!r}; the peer said {said!r}"
         self.assert_ledger_empty(which)
         return said

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from anonml.protocol import MAX_LABEL_CLASSES, LabelSpec, Problem, WitnessRef, signing_bytes
 from peer.policy import PeerPolicy
@@ -53,11 +54,16 @@ HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
-def _show_label(adversary: MaliciousAggregator, problem: Problem, label: dict[str, Any]) -> None:
-    """Show the victim ``problem`` with ``label`` in its listing and its own route, validly signed."""
+def _show_label(adversary: MaliciousAggregator, title: str, label: dict[str, Any]) -> None:
+    """Show the victim every proposal titled ``title`` with ``label``, in its listing and its own route,
+    validly signed.
+
+    Matched by title, not by id, so the rewrite is installed before the problem exists: there is no
+    moment at which the victim could be shown the honest copy, however early it polls.
+    """
 
     def rewrite_one(entry: dict[str, Any]) -> dict[str, Any]:
-        if entry.get("id") != problem.id:
+        if entry.get("draft", {}).get("title") != title:
             return entry
         draft = {**entry["draft"], "label": label}
         return adversary.sign_raw({**entry, "draft": draft}, Problem)
@@ -88,17 +94,25 @@ def test_a_hostile_label_spec_is_never_joined(
 ):
     label, reason = HOSTILE[case]
     caplog.set_level(logging.WARNING, logger="anonml.peer")
-    problem = adversary.propose(mooc_draft(min_peers=20))
-    _show_label(adversary, problem, label)  # before the victim's first poll: it never sees the honest copy
+    title = f"hostile label spec: {case}"
+    _show_label(adversary, title, label)  # before the problem exists: the victim never sees the honest copy
+    problem = adversary.propose(mooc_draft(min_peers=20, title=title))
+    # What the victim's first poll will read: the hostile copy, and nothing else of this problem.
+    listing = requests.get(f"{adversary.url_for('victim')}/problems", timeout=60).json()
+    shown = [json.dumps(e["draft"]["label"], sort_keys=True) for e in listing if e["id"] == problem.id]
+    assert shown == [json.dumps(label, sort_keys=True)]
     victim = start_peers(tmp_path, adversary.url_for("victim"), cohort(3)[:1], POLICY)
     try:
         control = adversary.propose(mooc_draft(min_peers=20))  # honest, listed beside it
         # The peer read the listing that held both and joined the honest problem only.
-        wait_until(lambda: victim.decision(control) is not None, "the peer to decide on the honest problem")
+        wait_until(
+            lambda: victim.decision(control) is not None, "the peer to decide on the honest problem", 180
+        )
         assert victim.decision(control) == ("accept", victim.decision(control)[1])
         wait_until(
             lambda: any(reason in r.getMessage() for r in caplog.records),
             f"the peer to say why it left out the proposal with {case}",
+            180,
         )
         said = next(r.getMessage() for r in caplog.records if reason in r.getMessage())
         assert "malformed problem" in said

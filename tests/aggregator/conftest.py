@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from aggregator.app import create_app, start_server
+from aggregator.rounds import RoundDriver
 from aggregator.settings import AggregatorSettings
 from aggregator.state import AggregatorState
 from anonml.database import sqlite_path
@@ -21,6 +22,7 @@ class RunningAggregator:
     settings: AggregatorSettings
     state: AggregatorState
     db_path: Path | None  # the SQLite file; None on PostgreSQL
+    driver: RoundDriver | None = None  # its phase machine (the one-trainer race drives it directly)
 
 
 @pytest.fixture
@@ -28,6 +30,9 @@ def aggregator(tmp_path: Path, database_url: str) -> Iterator[RunningAggregator]
     settings = aggregator_settings(tmp_path, db_url=database_url)
     handle = start_server(create_app(settings))
     try:
-        yield RunningAggregator(handle.url, settings, handle.app.state.aggregator, sqlite_path(database_url))
+        app = handle.app
+        yield RunningAggregator(
+            handle.url, settings, app.state.aggregator, sqlite_path(database_url), app.state.driver
+        )
     finally:
         handle.stop()

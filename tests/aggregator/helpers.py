@@ -440,11 +440,13 @@ def random_deliveries(
 ) -> list[IntakeDelivery]:
     """One delivery per token (its subset = its place): peer ``i``'s honest report of a random point.
 
-    The two numeric features are uniform on [0, 10]; the boolean feature and the label are ``i % 2``.
+    The numeric features (all but the last, :func:`draft`'s boolean) are uniform on [0, 10]; the
+    boolean feature and the label are ``i % 2``.
     """
     deliveries = []
+    numeric = len(problem.draft.features) - 1
     for subset, token in enumerate(tokens):
-        x = np.array([*rng.uniform(0, 10, 2), i % 2])
+        x = np.array([*rng.uniform(0, 10, numeric), i % 2])
         deliveries.append(delivery(token, report_for(problem, bins, assignment, x, i % 2, subset, rng)))
     return deliveries
 

@@ -9,12 +9,17 @@ is the dropout problem with windows a fault fits in on a loaded machine.
 
 from __future__ import annotations
 
+import select
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import requests
 from sqlalchemy import create_engine, text
@@ -37,6 +42,7 @@ __all__ = [
     "fault_draft",
     "releases",
     "Killable",
+    "CuttingProxy",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -207,3 +213,90 @@ class Killable:
     def rows(self, sql: str, *args: object) -> list[tuple]:
         with sqlite3.connect(self.db_path) as con:
             return list(con.execute(sql, args))
+
+
+class CuttingProxy:
+    """A loopback TCP proxy in front of an aggregator that runs ``on_cut`` at the first request
+    whose request line contains ``trigger`` — and drops that request, as a dead server would.
+
+    It lets a fault test kill the real aggregator process at an exact protocol step (e.g. the
+    first assignment request after the roster is co-signed) instead of guessing it with a sleep.
+    Peers are given :attr:`url`; :attr:`target` is where requests go (set it to a restarted
+    aggregator's URL); with ``drop``, every request whose request line holds it goes unanswered.
+    A request while the target is down is answered by closing the connection
+    (counted in :attr:`refused`), which the peer sees as an unreachable server.
+    """
+
+    def __init__(
+        self, target: str, trigger: bytes, on_cut: Callable[[], None], *, drop: bytes | None = None
+    ) -> None:
+        self.target = target
+        self.trigger = trigger
+        self.on_cut = on_cut
+        self.drop = drop  # requests whose request line holds it are always dropped (counted)
+        self.cut = threading.Event()
+        self.refused = 0
+        self.dropped = 0
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        with client:
+            head = b""
+            while b"\r\n" not in head and len(head) < 65536:
+                chunk = client.recv(65536)
+                if not chunk:
+                    return
+                head += chunk
+            request_line = head.split(b"\r\n", 1)[0]
+            with self._lock:
+                fire = self.trigger in request_line and not self.cut.is_set()
+                if fire:
+                    self.on_cut()
+                    self.cut.set()
+            if fire:
+                return  # the request that met the kill gets no answer
+            if self.drop is not None and self.drop in request_line:
+                with self._lock:
+                    self.dropped += 1
+                return
+            host, port = urlsplit(self.target).hostname, urlsplit(self.target).port
+            try:
+                upstream = socket.create_connection((host, port), timeout=5)
+            except OSError:
+                with self._lock:
+                    self.refused += 1
+                return
+            with upstream:
+                upstream.sendall(head)
+                _pump(client, upstream)
+
+
+def _pump(a: socket.socket, b: socket.socket) -> None:
+    """Copy bytes both ways between ``a`` and ``b`` until either side closes."""
+    socks = [a, b]
+    for s in socks:
+        s.settimeout(None)
+    while True:
+        ready, _, _ = select.select(socks, [], [], 60)
+        if not ready:
+            return
+        for s in ready:
+            data = s.recv(65536)
+            if not data:
+                return
+            (b if s is a else a).sendall(data)

@@ -23,7 +23,7 @@ def _reachable(start: ParticipationPhase) -> set[ParticipationPhase]:
 
 def test_every_phase_is_reachable_from_accepted_and_every_path_ends():
     assert _reachable(P.ACCEPTED) == set(P)
-    assert TERMINAL == {P.DONE, P.DEGRADED, P.ABORTED, P.FAILED}
+    assert TERMINAL == {P.DONE, P.DEGRADED, P.PARTIAL, P.ABORTED, P.FAILED}
     for phase in set(P) - TERMINAL:  # from anywhere alive, both ways out
         assert {P.ABORTED, P.FAILED} <= TRANSITIONS[phase]
 

@@ -1,0 +1,80 @@
+"""The aggregator dies right after the roster is co-signed and stays down a while (issue 26, item 1).
+
+Real processes: one aggregator (``python -m aggregator``) behind a loopback
+:class:`~tests.faults.helpers.CuttingProxy`, and one peer host
+(``python -m peer.simulate``) of six identities. The proxy SIGKILLs the
+aggregator at the first assignment request — the step right after the
+roster's cosignatures, where each identity fetches its signed assignment —
+so the outage meets every identity at that step, not at a moment guessed by a
+sleep. The aggregator stays down for :data:`OUTAGE_SECONDS` and until the peers
+have found it unreachable again and again (counted by the proxy), then a new
+process starts on the same database. The bins (and so the send window) were
+fixed before the kill, so the window (45 s) is wide enough for the outage and a
+restart on a loaded machine (which took up to ~30 s at load 12 on two cores).
+What must hold: no identity aborts (a transient error is retried, never the
+end of a participation), every identity downloads the model, and no report is
+lost (the account's ``received`` is ``expected``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.adversary.malicious import wait_until
+from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
+from tests.faults.helpers import CuttingProxy, Killable, fault_draft, write_hosts
+
+IDENTITIES = 6
+#: The outage: at least this long, and until the peers found the aggregator dead this many times.
+OUTAGE_SECONDS = 5.0
+OUTAGE_REQUESTS = 3
+
+
+@pytest.mark.slow
+def test_an_outage_right_after_the_roster_costs_no_participation_and_no_report(tmp_path: Path):
+    agg = Killable(aggregator_settings(tmp_path, port=0), tmp_path / "aggregator.db").start()
+    proxy = CuttingProxy(agg.url, b"/assignments", agg.kill)
+    host, _ = write_hosts(tmp_path, {"h": IDENTITIES}, [proxy.url], log=True)["h"]
+    host.start()
+    try:
+        d = fault_draft(send_window_seconds=45.0)
+        problem = propose(agg.url, d)
+        wait_until(
+            lambda: status(agg.url, problem.id).registered == IDENTITIES, "every identity to register", 120
+        )
+        close_registration(agg.url, problem.id)
+        wait_until(proxy.cut.is_set, "the first assignment request (which kills the aggregator)", 120)
+        killed_at = time.monotonic()
+        assert agg.current is None and len(agg.killed) == 1
+        wait_until(
+            lambda: proxy.refused >= OUTAGE_REQUESTS and time.monotonic() >= killed_at + OUTAGE_SECONDS,
+            "the outage to last its time and be met by the peers",
+            120,
+        )
+        agg.start()
+        proxy.target = agg.url
+        final = wait_phase(agg.url, problem.id, ("done", "degraded", "failed"), timeout=240)
+        wait_until(
+            lambda: all(r[0] in ("done", "degraded", "aborted", "failed")
+                        for r in host.rows("SELECT status FROM peer_participations")),
+            "every participation to end",
+            120,
+        )
+        rows = host.rows("SELECT status, reason FROM peer_participations")
+        counters = host.status()["relay"]
+    finally:
+        host.stop()
+        proxy.close()
+        if agg.current is not None:
+            agg.current.stop()
+    assert final.phase == "done", (final.message, counters, rows)
+    assert [r for r in rows if r[0] != "done"] == [], rows
+    assert len(rows) == IDENTITIES
+    assert final.reports is not None
+    assert final.reports.expected == IDENTITIES * d.kh
+    assert final.reports.received == final.reports.expected, final.reports.describe()
+    # The outage was met by retries: the host says how many calls it tried again.
+    assert counters.get("host aggregator calls retried", 0) >= 1, counters

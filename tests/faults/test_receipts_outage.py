@@ -1,0 +1,62 @@
+"""Receipts fetched again after an outage, so the counts agree (issue 26, item 7).
+
+Real processes: one aggregator behind a :class:`~tests.faults.helpers.CuttingProxy`
+and one peer host of six identities. The proxy SIGKILLs the aggregator at the
+first receipts request — just after the model is published, when each host
+compares its identities' tokens with the receipts — and a new process starts
+on the same database once the host has found it down. What must hold: the
+host waits for the receipts (retrying with backoff) instead of ending its
+identities with "receipts unavailable", every identity ends ``done`` with 0
+reports lost, and the host's count of delivered reports equals what the
+aggregator stored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.adversary.malicious import wait_until
+from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
+from tests.faults.helpers import CuttingProxy, Killable, fault_draft, write_hosts
+
+IDENTITIES = 6
+
+
+@pytest.mark.slow
+def test_receipts_are_fetched_again_after_the_aggregator_comes_back(tmp_path: Path):
+    agg = Killable(aggregator_settings(tmp_path, port=0), tmp_path / "aggregator.db").start()
+    proxy = CuttingProxy(agg.url, b"/receipts", agg.kill)
+    host, _ = write_hosts(tmp_path, {"h": IDENTITIES}, [proxy.url], log=True)["h"]
+    host.start()
+    try:
+        d = fault_draft()
+        problem = propose(agg.url, d)
+        wait_until(
+            lambda: status(agg.url, problem.id).registered == IDENTITIES, "every identity to register", 120
+        )
+        close_registration(agg.url, problem.id)
+        wait_until(proxy.cut.is_set, "the first receipts request (which kills the aggregator)", 240)
+        wait_until(lambda: proxy.refused >= 3, "the host to find the aggregator down", 120)
+        assert host.rows("SELECT DISTINCT status FROM peer_participations") == [("reporting",)]
+        agg.start()
+        proxy.target = agg.url
+        final = wait_phase(agg.url, problem.id, ("done", "degraded", "failed"), timeout=60)
+        wait_until(
+            lambda: {r[0] for r in host.rows("SELECT status FROM peer_participations")} == {"done"},
+            "every participation to end done",
+            180,
+        )
+        counters = host.status()["relay"]
+    finally:
+        host.stop()
+        proxy.close()
+        if agg.current is not None:
+            agg.current.stop()
+    assert final.phase == "done", final.message
+    assert final.reports is not None and final.reports.received == IDENTITIES * d.kh
+    assert counters.get("receipts unavailable", 0) == 0, counters
+    assert counters.get("reports delivered", 0) == final.reports.received, counters
+    assert counters.get("reports lost in transit", 0) == 0, counters
+    assert counters.get("host receipts not fetched", 0) >= 1, counters  # the outage was met
