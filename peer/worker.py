@@ -20,6 +20,7 @@ from concurrent.futures import Executor
 from typing import Protocol
 
 from anonml.errors import AnonMLError, ProtocolError
+from anonml.outbound import OutboundError
 from anonml.protocol import (
     MAX_BATCH_ITEMS,
     MODEL_PHASES,
@@ -32,7 +33,7 @@ from anonml.protocol import (
 )
 from peer.client import AggregatorClient, HTTPRefusal, backoff_delay, transient
 from peer.db import PeerDB
-from peer.dispatch import Dispatcher, OutboundError
+from peer.dispatch import Dispatcher
 from peer.participant import READY, Aborted, Participant
 from peer.phases import ParticipationPhase
 from peer.relay import REFUSED_ADDRESS, retriable, retry_delay
