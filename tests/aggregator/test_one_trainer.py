@@ -19,7 +19,7 @@ import threading
 import numpy as np
 import pytest
 
-import aggregator.rounds as rounds
+import aggregator.training as training
 from tests.aggregator.helpers import ADMIN, OpenRound, draft, post, send_reports, wait_phase
 
 
@@ -31,7 +31,7 @@ def test_a_stale_training_phase_never_starts_a_second_trainer(aggregator, monkey
     assert driver is not None
     calls: list[str] = []
     held, release = threading.Event(), threading.Event()
-    real_train = rounds.train_problem
+    real_train = training.train_problem  # the driver imports it from there when it trains
 
     def counted_train(*args, **kwargs):
         calls.append(threading.current_thread().name)
@@ -39,7 +39,7 @@ def test_a_stale_training_phase_never_starts_a_second_trainer(aggregator, monkey
         assert release.wait(60), "the test never let the first trainer go"
         return real_train(*args, **kwargs)
 
-    monkeypatch.setattr(rounds, "train_problem", counted_train)
+    monkeypatch.setattr(training, "train_problem", counted_train)
     assert post(f"{round_.url}/problems/{pid}/train", b"", ADMIN).status_code == 200
     assert held.wait(60), "the driver did not start training"
     first = driver._training[pid]
