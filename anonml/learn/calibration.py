@@ -18,6 +18,13 @@ Platt score equations are linear in the counts, so their noise averages out
 instead of being clipped into a bias.
 Each pool peer spends ε_T once; the pools are disjoint, so no peer exceeds ε_T.
 
+*Never worse than the base rate (binary).* A small or noisy pool gives a Platt map that follows its
+noise, and a Brier score above the base rate's. So the map is tempered toward the private base rate
+in log-odds, ``σ(t·(a·f + b) + (1 − t)·logit π₀)``, with ``t`` the weight of best Brier gain measured,
+cross-fitted, on the pool's own reports and kept only as far as that gain beats its noise
+(:func:`brier_temper`); ``t > 0`` always, so the ranking (AUC) is the model's. The tempered map is
+again a pair ``(a, b)``: the published model and its JSON are unchanged in form.
+
 *K ≥ 3 classes* (:func:`calibrate_classes`): a pool peer reports the pair (class the model
 predicts for it, its label), K² values, at the full ε_T. The debiased K × K histogram ``N̂`` gives,
 per predicted class ``ĉ``, the label shares ``p̂_ĉ = N̂[ĉ]/Σ_y N̂[ĉ, y]``, and the calibrated
@@ -37,9 +44,10 @@ the predicted class as the bin.
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import expit, logit
 
 from anonml.learn.ensemble import Ensemble, platt_from_histogram
-from anonml.learn.histograms import noise_margin
+from anonml.learn.histograms import BINARY_PRIOR_NOISE_MARGIN, noise_margin
 from anonml.privacy import best_mechanism, estimate_counts
 
 __all__ = [
@@ -47,6 +55,7 @@ __all__ = [
     "score_range",
     "score_bins",
     "calibrate_ensemble",
+    "brier_temper",
     "calibrate_classes",
     "shrink_shares",
     "measured_choice",
@@ -116,10 +125,84 @@ def calibrate_ensemble(
     values = bins * 2 + np.asarray(y, dtype=np.int64)
     mechanism = best_mechanism(epsilon, 2 * b, int(values.size))
     bits = mechanism.perturb(values, rng)
-    estimate = estimate_counts(bits.sum(axis=0), mechanism, int(values.size), consistency=None)
-    counts = np.asarray(estimate.raw, dtype=float).reshape(b, 2)
-    variance = np.asarray(estimate.variance, dtype=float).reshape(b, 2)
-    return ensemble.with_calibration(platt_from_histogram(centres, counts, variance))
+    half = np.zeros(values.size, dtype=bool)
+    half[rng.permutation(values.size)[: values.size // 2]] = True
+    counts, variance = _pool_counts(bits, mechanism, b)
+    a, intercept = platt_from_histogram(centres, counts, variance)
+    base = _base_rate(ensemble, counts, variance)
+    # Cross-fitted: each half's gain is measured with the map the other half fitted, so the
+    # tempering does not trust the noise a map fitted to the same counts has followed.
+    folds = [_pool_counts(bits[rows], mechanism, b) for rows in (half, ~half)]
+    fits = [platt_from_histogram(centres, c, v) for c, v in folds]
+    t = brier_temper(
+        [centres * fa + fb for fa, fb in reversed(fits)], base, [c for c, _ in folds], [v for _, v in folds]
+    )
+    centre = float(logit(base))
+    return ensemble.with_calibration((t * a, t * intercept + (1.0 - t) * centre))
+
+
+def _pool_counts(bits: np.ndarray, mechanism: object, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Debiased (score bin, label) counts of some pool reports and their variances, each (bins, 2)."""
+    estimate = estimate_counts(bits.sum(axis=0), mechanism, int(bits.shape[0]), consistency=None)
+    counts = np.asarray(estimate.raw, dtype=float).reshape(bins, 2)
+    return counts, np.asarray(estimate.variance, dtype=float).reshape(bins, 2)
+
+
+def _base_rate(ensemble: Ensemble, counts: np.ndarray, variance: np.ndarray) -> float:
+    """The private base rate the map is tempered toward: the model's prior (every report's label)
+    for a logit ensemble, else the pool's positive share shrunk toward 1/2 (:func:`shrink_shares`)."""
+    if ensemble.kind == "logit":
+        return float(expit(float(ensemble.intercept)))
+    n = max(float(counts.sum()), 1.0)
+    shares = np.clip(counts.sum(axis=0) / n, 0.0, None)
+    shares = shares / shares.sum() if shares.sum() > 0 else np.full(2, 0.5)
+    pooled = shrink_shares(shares, np.full(2, 0.5), float(variance.sum()) / n**2)
+    return float(np.clip(pooled[1], CLASS_MAP_FLOOR, 1 - CLASS_MAP_FLOOR))
+
+
+#: Tempering weights tried by :func:`brier_temper`; the least keeps the model's ranking (AUC) when the
+#: map is tempered all the way to the base rate.
+TEMPER_GRID = (1e-3, *np.linspace(0.05, 1.0, 20).tolist())
+
+
+def brier_temper(
+    logits: list[np.ndarray], base: float, counts: list[np.ndarray], variance: list[np.ndarray]
+) -> float:
+    """The weight ``t`` of a Platt map tempered toward the base rate, measured on held-out pool reports.
+
+    The calibrated probability becomes ``q_B(t) = σ(t·ℓ_B + (1 − t)·logit π₀)`` (``ℓ_B`` the map's
+    log-odds at score bin B, ``π₀`` the private base rate), a monotone map for ``t > 0`` (AUC kept).
+    On a fold of debiased counts ``ĉ`` (variances ``v``) that the map was *not* fitted to, its Brier
+    gain over predicting ``π₀``,
+    ``Ĝ(t) = (1/n)·Σ_B [ĉ_B1((1 − π₀)² − (1 − q_B)²) + ĉ_B0(π₀² − q_B²)]``, is linear in the counts and
+    so unbiased, with variance ``V(t) = (1/n²)·Σ_B [v_B1·w_B1² + v_B0·w_B0²]`` (``w`` the bracketed
+    weights; the cells' covariances left out). Gains and variances add over the folds (each fold with
+    the map of the other). The chosen ``t`` maximises the lower bound ``Ĝ(t) − z·√V(t)``, ``z² =``
+    :data:`~anonml.learn.histograms.BINARY_PRIOR_NOISE_MARGIN` (the two-class prior's Wiener margin,
+    1): the gain must beat its noise, as in a positive-part James–Stein factor; a χ² margin at 1 %
+    false alarm (z ≈ 2.6) tempered every map to the base rate on a 20,000-row synthetic set at
+    ε_T = 1, where the maps gained about 0.01 Brier. When no ``t`` has a positive bound, the smallest of
+    :data:`TEMPER_GRID`: the base rate with the ranking kept. So the Brier score is at most the base
+    rate's up to the noise of ``π₀`` and of the measured gain.
+    """
+    n = sum(float(np.clip(c, 0.0, None).sum()) for c in counts)
+    if n <= 0:
+        return TEMPER_GRID[0]
+    z = float(np.sqrt(BINARY_PRIOR_NOISE_MARGIN))
+    centre = float(logit(base))
+    best, best_bound = TEMPER_GRID[0], 0.0
+    for t in TEMPER_GRID:
+        gain = noise = 0.0
+        for ell, c, v in zip(logits, counts, variance, strict=True):
+            q = expit(t * np.asarray(ell, dtype=float) + (1.0 - t) * centre)
+            w1 = (1.0 - base) ** 2 - (1.0 - q) ** 2
+            w0 = base**2 - q**2
+            gain += float(np.sum(c[:, 1] * w1 + c[:, 0] * w0)) / n
+            noise += float(np.sum(v[:, 1] * w1**2 + v[:, 0] * w0**2)) / n**2
+        bound = gain - z * np.sqrt(noise)
+        if bound > best_bound:
+            best, best_bound = t, bound
+    return float(best)
 
 
 def shrink_shares(
