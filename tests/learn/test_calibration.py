@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy.special import expit
-from sklearn.metrics import brier_score_loss, roc_auc_score
+from sklearn.metrics import brier_score_loss
 
-from anonml.learn.calibration import TEMPER_GRID, brier_temper, score_bins, score_range
+from anonml.learn.calibration import MIN_TEMPER, brier_temper, score_bins, score_range
 from anonml.learn.ensemble import Component, Ensemble, platt_from_histogram
 from anonml.learn.harness import expected_calibration_error
 from anonml.learn.model import AnonMLClassifier
@@ -74,9 +74,7 @@ def test_the_calibration_pool_fixes_naive_bayes_over_confidence():
     ece_raw = expected_calibration_error(y[test], p_raw)
     ece_cal = expected_calibration_error(y[test], p_cal)
     assert ece_raw > 0.08  # the uncalibrated sum is over-confident
-    # The map is tempered toward the base rate as far as its held-out gain is uncertain (brier_temper):
-    # a little less sharp than the untempered Platt map (ECE 0.066 instead of < 0.06 on this seed).
-    assert ece_cal < 0.07 and ece_cal < ece_raw / 2
+    assert ece_cal < 0.06 and ece_cal < ece_raw / 2
     base_rate = brier_score_loss(y[test], np.full(y[test].shape, y[train].mean()))
     assert brier_score_loss(y[test], p_cal) < base_rate
     assert cal.privacy_.calibration_peers == calibration_pool_size(0.1, 45_000, 2.0) == 2587
@@ -85,18 +83,14 @@ def test_the_calibration_pool_fixes_naive_bayes_over_confidence():
     assert cal.ensemble_.calibration[0] > 0
 
 
-def _temper_folds(rng: np.random.Generator, signal: float, n: int, noise_sd: float):
-    """Two folds of (score bin, label) counts with label rate σ(signal·f − 0.8), plus Gaussian noise."""
+
+def _temper_counts(rng: np.random.Generator, signal: float, n: int, noise_sd: float):
+    """(score bin, label) counts with label rate σ(signal·f − 0.8) over 10 bins, plus Gaussian noise."""
     f = np.linspace(-2, 2, 10)
-    p = expit(signal * f - 0.8)
-    folds, variances = [], []
-    for _ in range(2):
-        per_bin = rng.multinomial(n, np.full(10, 0.1))
-        ones = rng.binomial(per_bin, p).astype(float)
-        counts = np.column_stack([per_bin - ones, ones]) + rng.normal(0, noise_sd, (10, 2))
-        folds.append(counts)
-        variances.append(np.full((10, 2), noise_sd**2))
-    return f, folds, variances
+    per_bin = rng.multinomial(n, np.full(10, 0.1))
+    ones = rng.binomial(per_bin, expit(signal * f - 0.8)).astype(float)
+    counts = np.column_stack([per_bin - ones, ones]) + rng.normal(0, noise_sd, (10, 2))
+    return f, counts, np.full((10, 2), noise_sd**2)
 
 
 def test_brier_temper_keeps_a_map_that_helps_and_drops_one_that_is_noise():
@@ -104,40 +98,34 @@ def test_brier_temper_keeps_a_map_that_helps_and_drops_one_that_is_noise():
     base = float(expit(-0.8))
     kept, dropped = [], []
     for _ in range(20):
-        f, folds, var = _temper_folds(rng, 1.5, 4000, 5.0)
-        kept.append(brier_temper([1.5 * f - 0.8] * 2, base, folds, var))
-        # No signal in the labels, a map fitted to noise: steep and wrong.
-        f, folds, var = _temper_folds(rng, 0.0, 1000, 60.0)
-        dropped.append(brier_temper([3.0 * f - 0.8] * 2, base, folds, var))
-    assert np.mean(np.asarray(kept) >= 0.9) >= 0.9  # a true, well-measured map is kept
-    assert np.mean(np.asarray(dropped) == TEMPER_GRID[0]) >= 0.8  # noise goes to the base rate
-    assert min(TEMPER_GRID) > 0  # never a flat map: the ranking (AUC) is the model's
-
-
-def _logistic_set(n: int, seed: int):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 6))
-    y = (rng.random(n) < expit(0.6 * X[:, :3].sum(axis=1) - 0.85)).astype(np.int64)
-    return np.clip(X, -4, 4), y, [FeatureSpec(name=f"x{i}", low=-4.0, high=4.0) for i in range(6)]
+        f, counts, var = _temper_counts(rng, 1.5, 8000, 5.0)
+        kept.append(brier_temper(1.5 * f - 0.8, base, counts, var))
+        # No signal in the labels and a map that is steep and wrong: its measured gain is negative
+        # or within its noise.
+        f, counts, var = _temper_counts(rng, 0.0, 2000, 60.0)
+        dropped.append(brier_temper(3.0 * f - 0.8, base, counts, var))
+    # t = 1 − V/Ĝ: the true map's gain (≈ 0.04) stands far above its noise, so it is kept nearly whole.
+    assert np.min(kept) > 0.9, kept
+    assert np.median(dropped) < 0.2 and np.mean(np.asarray(dropped) == MIN_TEMPER) >= 0.5, dropped
+    assert MIN_TEMPER > 0  # never a flat map: the ranking (AUC) is the model's
 
 
 @pytest.mark.slow
-def test_a_small_noisy_calibration_pool_is_never_worse_than_the_base_rate():
-    # 14,000 training peers at ε_T = 1: a calibration pool forms with barely the minimum information,
-    # and its Platt map alone (the code before brier_temper) put one split at +0.026 Brier above the
-    # base rate (seed 2: a mean prediction of 0.15 against a base rate of 0.31).
-    excess, aucs = [], []
+def test_with_no_signal_a_calibration_pool_is_not_worse_than_the_base_rate():
+    # Features independent of the label, 14,000 training peers at ε_T = 1 (a pool with barely the
+    # minimum information): the untempered Platt map follows the pool's noise.
+    excess, slopes = [], []
     for seed in range(4):
-        X, y, specs = _logistic_set(20_000, seed)
+        rng = np.random.default_rng(seed)
+        X = np.clip(rng.normal(size=(20_000, 4)), -4, 4)
+        y = (rng.random(20_000) < 0.3).astype(np.int64)
+        specs = [FeatureSpec(name=f"x{i}", low=-4.0, high=4.0) for i in range(4)]
         model = AnonMLClassifier(epsilon=1.0, features=specs, random_state=seed).fit(X[:14_000], y[:14_000])
         assert model.privacy_.calibration_peers > 0
         p = model.predict_proba(X[14_000:])[:, 1]
         base = brier_score_loss(y[14_000:], np.full(6000, y[:14_000].mean()))
         excess.append(brier_score_loss(y[14_000:], p) - base)
-        aucs.append(roc_auc_score(y[14_000:], p))
+        slopes.append(model.ensemble_.calibration[0])
     excess = np.asarray(excess)
-    # Per split at most the base rate's noise (π₀ within ~0.02 gives ≤ 0.0004) plus a measured gain's
-    # error (one split of ten reached +0.011 on a neighbouring set); the untempered map exceeded 0.02.
-    assert np.max(excess) < 0.015, excess
-    assert np.mean(excess) < 0.004, excess
-    assert min(aucs) > 0.6  # the tempered map keeps the model's ranking
+    assert np.mean(excess) < 0.002 and np.max(excess) < 0.005, excess
+    assert min(slopes) > 0  # still increasing in the score
