@@ -28,6 +28,7 @@ __all__ = [
     "pool_histograms",
     "label_fraction",
     "label_distribution",
+    "pooled_label_shares",
     "shrunk_label_distribution",
     "dependence_statistic",
     "dependence_and_noise",
@@ -295,6 +296,20 @@ BINARY_PRIOR_NOISE_MARGIN = 1.0
 MIN_PRIOR_SHARE = 1e-3
 
 
+def pooled_label_shares(histograms: Sequence[SubsetHistogram]) -> tuple[np.ndarray, float]:
+    """The pooled unbiased label shares ``p̂`` and their noise ``v = Σ_c Var(p̂_c)``, unshrunk.
+
+    ``p̂_c`` is class c's raw total over every report divided by the number of
+    reports (unbiased, possibly negative); ``v`` sums each class total's noise
+    variance (:meth:`SubsetHistogram.class_total_variance`) over ``n²``.
+    """
+    label_distribution(histograms)  # the same checks: classes agree, counts exist
+    per_class = sum(h.unbiased_counts().sum(axis=0) for h in histograms)
+    total = float(sum(h.n for h in histograms))
+    noise = float(sum(np.sum(h.class_total_variance()) for h in histograms)) / total**2
+    return np.asarray(per_class, dtype=float) / total, noise
+
+
 def shrunk_label_distribution(histograms: Sequence[SubsetHistogram]) -> np.ndarray:
     """The pooled label distribution shrunk toward uniform as far as its noise says.
 
@@ -315,12 +330,8 @@ def shrunk_label_distribution(histograms: Sequence[SubsetHistogram]) -> np.ndarr
     least :data:`MIN_PRIOR_SHARE` of the deviation, so its argmax is still the
     privately estimated majority class.
     """
-    label_distribution(histograms)  # the same checks: classes agree, counts exist
-    k = histograms[0].n_classes
-    per_class = sum(h.unbiased_counts().sum(axis=0) for h in histograms)
-    total = float(sum(h.n for h in histograms))
-    p = np.asarray(per_class, dtype=float) / total
-    noise = float(sum(np.sum(h.class_total_variance()) for h in histograms)) / total**2
+    p, noise = pooled_label_shares(histograms)
+    k = p.size
     uniform = np.full(k, 1.0 / k)
     deviation = float(np.sum((p - uniform) ** 2))
     margin = BINARY_PRIOR_NOISE_MARGIN if k == 2 else noise_margin(k)

@@ -59,7 +59,7 @@ from anonml.learn.frames import (
     is_frame,
     match_specs,
 )
-from anonml.learn.histograms import SubsetHistogram
+from anonml.learn.histograms import SubsetHistogram, pooled_label_shares
 from anonml.learn.notices import DataWarning, NotPrivateWarning
 from anonml.learn.params import RANDOM_STATE, Interval, Options, check_params
 from anonml.learn.partition import PartitionPlan
@@ -241,6 +241,10 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
         The plan used (k_p, k_h, k_s).
     n_bins_ : int
         Bins asked for per numeric feature (fewer if private quantiles coincide).
+    label_shares_ : ndarray of shape (n_classes,)
+        The pooled, unbiased (unshrunk, possibly negative) private label shares of
+        every report (:func:`~anonml.learn.histograms.pooled_label_shares`); no
+        further privacy cost.
 
     Notes
     -----
@@ -441,6 +445,8 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
         )
         self.binning_ = result.binning
         self.ensemble_ = ensemble
+        # The unshrunk private label shares: a regressor's median fallback (anonml.learn.regression).
+        self.label_shares_ = pooled_label_shares(result.histograms)[0]
         self.n_clipped_ = dict(clipped)
         self.epsilon_ = epsilon
         self.privacy_ = mark_not_private(accounting, derived, selection)

@@ -26,6 +26,18 @@ with ``c_k`` the bin midpoints. Both stay inside ``[low, high]``. Values
 outside the range are clipped into the end bins (one row at a time, no
 privacy cost).
 
+*The fallback when the noise dominates*. The classifier tempers its terms toward its prior as far as
+the noise says (:func:`~anonml.learn.ensemble.shrinkage_factor`, a Wiener / James–Stein factor), and
+that prior is shrunk toward uniform over the bins: over bins the quantile search could not move (low
+ε, a skewed target) that is the middle of the range, not the median. So the predictive distribution
+is re-based by Bayes' rule on the target's own private distribution: ``P̃(k|x) ∝ P̂(k|x)·π̃_k/π_k``,
+with ``π`` the classifier's prior and ``π̃`` the unbiased pooled label shares of every report
+(:attr:`AnonMLClassifier.label_shares_`, no further privacy cost) clipped at
+:data:`TARGET_SHARE_FLOOR`. Where the terms vanish the prediction is then the private median ``m̂``
+(the median of ``π̃`` over the bins), not the range's middle. Why the raw, unshrunk shares: the
+excess MAE of a constant ``c`` is ``∫_m^c (2F(t) − 1) dt ≈ f(m)·(c − m)²``, so an unbiased noisy
+median costs its variance, while a fallback biased toward the middle costs its squared bias.
+
 Privacy: each peer is in exactly one of the disjoint pools (target, median,
 report, calibration) and spends at most ε_T; the target pool's signed answers,
 like the median pool's, get no shuffle amplification, and are counted in
@@ -40,6 +52,7 @@ from typing import Any, Literal
 
 import numpy as np
 from scipy import sparse
+from scipy.special import expit
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, column_or_1d
 
@@ -57,6 +70,10 @@ __all__ = ["AnonMLRegressor", "target_edges", "target_bins", "predictive_median"
 #: equal-width start by halving steps, so 3 (the features' default) cannot reach the quartiles of a
 #: skewed target (on an exponential target over [0, 60] two of three cuts met); 6 reach 1/64 of the range.
 TARGET_STEPS = 6
+
+#: Smallest private share of a target bin in the re-based prior (module docstring): an unbiased
+#: estimate can be ≤ 0, and a bin at 0 could never be predicted whatever the features say.
+TARGET_SHARE_FLOOR = 1e-3
 
 
 def target_edges(low: float, high: float, n_bins: int, *, name: str = "target_range") -> np.ndarray:
@@ -212,6 +229,8 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         if context is not None:  # this regressor is a model-selection clone: so is its classifier
             classifier._anonml_selection = context
         self.classifier_ = classifier.fit(_take(X, rows), target_bins(target[rows], edges))
+        shares = np.clip(np.asarray(self.classifier_.label_shares_, dtype=float), TARGET_SHARE_FLOOR, None)
+        self.target_shares_ = shares / shares.sum()
         self.edges_ = edges
         self.centres_ = 0.5 * (edges[:-1] + edges[1:])
         self.n_features_in_ = self.classifier_.n_features_in_
@@ -266,10 +285,24 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         proba = self.classifier_.predict_proba(X)
         seen = np.asarray(self.classifier_.classes_, dtype=np.int64)
         full = np.zeros((proba.shape[0], self.centres_.size))
+        shares = getattr(self, "target_shares_", None)
+        if shares is not None:  # re-based on the target's private distribution (module docstring)
+            proba = proba * (shares / self._classifier_prior())
+            proba /= proba.sum(axis=1, keepdims=True)
         full[:, seen] = proba  # bins never seen in training have probability 0
         if self.point == "mean":
             return full @ self.centres_
         return predictive_median(full, self.edges_)
+
+    def _classifier_prior(self) -> np.ndarray:
+        """The classifier's prior over its classes: its probabilities when every term is 0."""
+        ensemble = self.classifier_.ensemble_
+        if ensemble.kind == "softmax":
+            log = np.asarray(ensemble.intercept, dtype=float)
+            prior = np.exp(log - log.max())
+            return prior / prior.sum()
+        positive = float(expit(float(ensemble.intercept))) if ensemble.kind == "logit" else 0.5
+        return np.array([1.0 - positive, positive])
 
 
 def predictive_median(proba: np.ndarray, edges: np.ndarray) -> np.ndarray:

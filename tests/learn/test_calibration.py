@@ -7,7 +7,7 @@ import pytest
 from scipy.special import expit
 from sklearn.metrics import brier_score_loss
 
-from anonml.learn.calibration import score_bins, score_range
+from anonml.learn.calibration import MIN_TEMPER, brier_temper, score_bins, score_range
 from anonml.learn.ensemble import Component, Ensemble, platt_from_histogram
 from anonml.learn.harness import expected_calibration_error
 from anonml.learn.model import AnonMLClassifier
@@ -81,3 +81,51 @@ def test_the_calibration_pool_fixes_naive_bayes_over_confidence():
     assert cal.ensemble_.calibration is not None
     # The map keeps the ranking: the calibrated decision is an increasing function of the raw one.
     assert cal.ensemble_.calibration[0] > 0
+
+
+
+def _temper_counts(rng: np.random.Generator, signal: float, n: int, noise_sd: float):
+    """(score bin, label) counts with label rate σ(signal·f − 0.8) over 10 bins, plus Gaussian noise."""
+    f = np.linspace(-2, 2, 10)
+    per_bin = rng.multinomial(n, np.full(10, 0.1))
+    ones = rng.binomial(per_bin, expit(signal * f - 0.8)).astype(float)
+    counts = np.column_stack([per_bin - ones, ones]) + rng.normal(0, noise_sd, (10, 2))
+    return f, counts, np.full((10, 2), noise_sd**2)
+
+
+def test_brier_temper_keeps_a_map_that_helps_and_drops_one_that_is_noise():
+    rng = np.random.default_rng(3)
+    base = float(expit(-0.8))
+    kept, dropped = [], []
+    for _ in range(20):
+        f, counts, var = _temper_counts(rng, 1.5, 8000, 5.0)
+        kept.append(brier_temper(1.5 * f - 0.8, base, counts, var))
+        # No signal in the labels and a map that is steep and wrong: its measured gain is negative
+        # or within its noise.
+        f, counts, var = _temper_counts(rng, 0.0, 2000, 60.0)
+        dropped.append(brier_temper(3.0 * f - 0.8, base, counts, var))
+    # t = 1 − V/Ĝ: the true map's gain (≈ 0.04) stands far above its noise, so it is kept nearly whole.
+    assert np.min(kept) > 0.9, kept
+    assert np.median(dropped) < 0.2 and np.mean(np.asarray(dropped) == MIN_TEMPER) >= 0.5, dropped
+    assert MIN_TEMPER > 0  # never a flat map: the ranking (AUC) is the model's
+
+
+@pytest.mark.slow
+def test_with_no_signal_a_calibration_pool_is_not_worse_than_the_base_rate():
+    # Features independent of the label, 14,000 training peers at ε_T = 1 (a pool with barely the
+    # minimum information): the untempered Platt map follows the pool's noise.
+    excess, slopes = [], []
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        X = np.clip(rng.normal(size=(20_000, 4)), -4, 4)
+        y = (rng.random(20_000) < 0.3).astype(np.int64)
+        specs = [FeatureSpec(name=f"x{i}", low=-4.0, high=4.0) for i in range(4)]
+        model = AnonMLClassifier(epsilon=1.0, features=specs, random_state=seed).fit(X[:14_000], y[:14_000])
+        assert model.privacy_.calibration_peers > 0
+        p = model.predict_proba(X[14_000:])[:, 1]
+        base = brier_score_loss(y[14_000:], np.full(6000, y[:14_000].mean()))
+        excess.append(brier_score_loss(y[14_000:], p) - base)
+        slopes.append(model.ensemble_.calibration[0])
+    excess = np.asarray(excess)
+    assert np.mean(excess) < 0.002 and np.max(excess) < 0.005, excess
+    assert min(slopes) > 0  # still increasing in the score

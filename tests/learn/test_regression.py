@@ -58,3 +58,37 @@ def test_bad_ranges_and_modes_are_named():
         AnonMLRegressor(target_range=(1.0, 1.0)).fit(X, y)
     with pytest.raises(ValueError, match="default mode"):
         AnonMLRegressor(classifier_params={"mode": "paper"}).fit(X, y)
+
+
+def _excess_mae_without_signal(epsilon: float, seeds: range) -> np.ndarray:
+    """Per seed: the MAE of the default regressor minus the training median's, features pure noise.
+
+    The target (exponential, mean 8, median ≈ 5.5) sits at the bottom of its public range [0, 100],
+    cut into 10 equal-width bins: a fallback to the range's middle costs ≈ 40 per row.
+    """
+    out = []
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        X = np.clip(rng.normal(size=(6000, 3)), -4, 4)
+        y = np.clip(rng.exponential(8.0, size=6000), 0, 100)
+        specs = [FeatureSpec(name=f"x{i}", low=-4.0, high=4.0) for i in range(3)]
+        model = AnonMLRegressor(
+            target_range=(0.0, 100.0),
+            n_target_bins=10,
+            target_bins="uniform",
+            classifier_params={"epsilon": epsilon, "features": specs, "random_state": seed},
+        ).fit(X[:4000], y[:4000])
+        mae = np.abs(model.predict(X[4000:]) - y[4000:]).mean()
+        out.append(mae - np.abs(np.median(y[:4000]) - y[4000:]).mean())
+    return np.asarray(out)
+
+
+@pytest.mark.slow
+def test_with_no_signal_the_prediction_falls_back_to_the_private_median():
+    # ε_T = 0.5: the classifier's prior is shrunk toward uniform over the bins; before the re-basing on
+    # the target's private shares these seeds gave +0.92 ± 0.35 (and +17.8 ± 4.2 at ε_T = 0.25, the
+    # prediction near the range's middle), now +0.34 ± 0.05 (and +3.5 ± 2.2): what is left is the
+    # noise of the private median and the uniform spread assumed inside its bin (width 10).
+    excess = _excess_mae_without_signal(0.5, range(4))
+    assert np.mean(excess) < 0.6, excess
+    assert np.mean(_excess_mae_without_signal(0.25, range(4))) < 8.0
