@@ -31,8 +31,13 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = RESULTS / "suite_time.json"
 SAMPLE_SECONDS = 30.0
 
-#: pytest's closing line: ``== 2 failed, 2686 passed, 12 skipped, 6 warnings in 1585.63s (0:26:25) ==``.
-SUMMARY = re.compile(r"^=+ (?P<counts>.*) in (?P<seconds>[\d.]+)s(?: \([\d:]+\))? =+$", re.MULTILINE)
+#: pytest's closing line, ``== 2 failed, 2686 passed, 12 skipped, 6 warnings in 1585.63s (0:26:25) ==``
+#: (without the ``=`` under ``-q``).
+SUMMARY = re.compile(
+    r"^(?:=+ )?(?P<counts>\d+ (?:passed|failed|skipped|errors?)\b.*) in (?P<seconds>[\d.]+)s"
+    r"(?: \([\d:]+\))?(?: =+)?$",
+    re.MULTILINE,
+)
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 UPTIME = re.compile(r"load average: ([\d.]+), ([\d.]+), ([\d.]+)")
 
@@ -61,8 +66,9 @@ def load_figures(samples: list[tuple[float, float, float]]) -> dict[str, Any]:
     }
 
 
-def run(workers: int | None, extra: list[str]) -> dict[str, Any]:
-    """Run the suite (``-n workers`` when given, else the configured count) and time it."""
+def run(workers: int | None, extra: list[str], log: Path | None = None) -> dict[str, Any]:
+    """Run the suite (``-n workers`` when given, else the configured count) and time it; pytest's
+    whole output goes to ``log`` when given."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     if workers is not None:
         command += ["-n", str(workers)]
@@ -82,6 +88,8 @@ def run(workers: int | None, extra: list[str]) -> dict[str, Any]:
     wall = time.perf_counter() - started
     done.set()
     sampler.join()
+    if log is not None:
+        log.write_text(finished.stdout + finished.stderr, encoding="utf-8")
     sys.stdout.write(finished.stdout[-3000:])
     return {
         "command": " ".join(["python3", *command[1:]]),
@@ -93,11 +101,12 @@ def run(workers: int | None, extra: list[str]) -> dict[str, Any]:
     }
 
 
-def from_files(output: Path, load_samples: Path, workers: int | None, command: str) -> dict[str, Any]:
-    """An entry for a run made by hand: its pytest output and its ``uptime`` lines."""
+def from_files(output: Path, load_samples: Path | None, workers: int | None, command: str) -> dict[str, Any]:
+    """An entry for a run made by hand: its pytest output and its ``uptime`` lines (none: load unknown)."""
     text = output.read_text(encoding="utf-8", errors="replace")
     found = summary(text)
-    samples = [tuple(float(x) for x in m.groups()) for m in UPTIME.finditer(load_samples.read_text())]
+    lines = "" if load_samples is None else load_samples.read_text()
+    samples = [tuple(float(x) for x in m.groups()) for m in UPTIME.finditer(lines)]
     return {
         "command": command,
         "workers": workers,
@@ -113,18 +122,18 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None,
                         help="pytest-xdist workers (-n); 0 = serial; default: the suite's addopts")
     parser.add_argument("--from-output", type=Path, help="record this pytest output instead of running")
-    parser.add_argument("--load-samples", type=Path, help="with --from-output: its `uptime` lines")
+    parser.add_argument("--load-samples", type=Path,
+                        help="with --from-output: its `uptime` lines (else no load figures)")
     parser.add_argument("--command", default="python3 -m pytest", help="with --from-output: what was run")
+    parser.add_argument("--log", type=Path, help="write pytest's whole output here")
     parser.add_argument("--note", default="", help="a sentence kept with the entry")
     parser.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     args = parser.parse_args()
     if args.from_output is not None:
-        if args.load_samples is None:
-            parser.error("--from-output needs --load-samples")
         entry = from_files(args.from_output, args.load_samples, args.workers, args.command)
     else:
-        entry = run(args.workers, args.pytest_args)
-    entry = {"when": now(), **entry, "note": args.note}
+        entry = run(args.workers, args.pytest_args, args.log)
+    entry = {"when" if args.from_output is None else "recorded": now(), **entry, "note": args.note}
     doc: dict[str, Any] = {"benchmark": "suite_time", "runs": {}}
     if OUT.exists():
         doc = json.loads(OUT.read_text(encoding="utf-8"))
