@@ -66,6 +66,15 @@ def load_figures(samples: list[tuple[float, float, float]]) -> dict[str, Any]:
     }
 
 
+def configured_workers() -> str:
+    """The ``-n`` of the suite's own ``addopts`` (pyproject.toml), as written there."""
+    import tomllib
+
+    addopts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    found = re.search(r"(?:-n|--numprocesses)[ =](\S+)", addopts)
+    return found.group(1) if found else "0"
+
+
 def run(workers: int | None, extra: list[str], log: Path | None = None) -> dict[str, Any]:
     """Run the suite (``-n workers`` when given, else the configured count) and time it; pytest's
     whole output goes to ``log`` when given."""
@@ -93,7 +102,7 @@ def run(workers: int | None, extra: list[str], log: Path | None = None) -> dict[
     sys.stdout.write(finished.stdout[-3000:])
     return {
         "command": " ".join(["python3", *command[1:]]),
-        "workers": workers,
+        "workers": workers if workers is not None else configured_workers(),
         "wall_seconds": round(wall, 1),
         "exit_code": finished.returncode,
         **summary(finished.stdout),
