@@ -33,6 +33,26 @@ settings.register_profile("anonml", derandomize=True, deadline=None, max_example
 settings.load_profile("anonml")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group marks into node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``), keep each module that has a module-scoped fixture
+    on one worker.
+
+    The other tests are spread one by one; a module whose fixture builds something costly once
+    (a Chromium, a protocol run, a parsed course log) would build it again on every worker that
+    ran one of its tests, so its tests go as one group (``xdist_group``, named after the module).
+    """
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        definitions = getattr(item, "_fixtureinfo", None)
+        if definitions is None:
+            continue
+        scopes = {d.scope for defs in definitions.name2fixturedefs.values() for d in defs}
+        if scopes & {"module", "class", "package"}:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
 @pytest.fixture(scope="session")
 def samples_dir() -> Path:
     """The real sample exports (``tests/data/samples``; where each came from: its ``SOURCES.md``)."""

@@ -42,6 +42,8 @@ from peer.relay import RelayRound, default_guard
 
 ROUND = 4242
 OCTETS = {"content-type": "application/octet-stream"}
+#: Seconds from the round's opening to t_r in the ``relays`` fixture.
+RELEASE_BY = 3.0
 
 
 @dataclass
@@ -150,9 +152,12 @@ def relay_host(round_id: int, seed: int) -> Iterator[RelayHost]:
 @pytest.fixture
 def relays() -> Iterator[Relays]:
     aggregator = Identity.generate()
-    now = time.time()
-    schedule = WindowSchedule(now, 0.3, now + 1.5)
     with relay_host(ROUND, seed=1) as h:
+        # The window opens once both servers answer (their start takes seconds on a loaded machine,
+        # and a window that had closed meanwhile answered 410), and is long enough for a test's
+        # few posts under parallel test load; the release window stays short, so deliveries come soon.
+        now = time.time()
+        schedule = WindowSchedule(now, 0.3, now + RELEASE_BY)
         for node in h.nodes:
             h.host.relay.open_round(
                 RelayRound(
