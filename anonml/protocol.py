@@ -579,18 +579,22 @@ class ReportAccount(_Message):
                 f"{self.received} of {self.expected} reports received, {self.pending} pending "
                 f"(the delivery window is open){cover}"
             )
-        parts = []
-        if self.late:
-            parts.append(f"{self.late} late")
-        refused = sum(self.refused.values())
-        if refused:
-            reasons = ", ".join(f"{k}: {v}" for k, v in sorted(self.refused.items()))
-            parts.append(f"{refused} refused at intake ({reasons})")
-        if self.not_arrived:
-            parts.append(f"{self.not_arrived} not arrived")
-        why = ": " + ", ".join(parts) if parts else ""
+        why = _shortfall(self.late, self.refused, self.not_arrived, "refused at intake")
         cover = f"; {self.cover} cover packets dropped" if self.cover else ""
         return f"{self.lost} of {self.expected} reports lost ({self.lost_fraction:.1%}){why}{cover}"
+
+
+def _shortfall(late: int, refused: dict[str, int], not_arrived: int, refused_as: str) -> str:
+    """``": 1 late, 2 refused … (reason: n), 3 not arrived"`` (the parts that are not zero), or ``""``."""
+    parts = []
+    if late:
+        parts.append(f"{late} late")
+    if sum(refused.values()):
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(refused.items()))
+        parts.append(f"{sum(refused.values())} {refused_as} ({reasons})")
+    if not_arrived:
+        parts.append(f"{not_arrived} not arrived")
+    return ": " + ", ".join(parts) if parts else ""
 
 
 class MedianAccount(_Message):
@@ -616,18 +620,8 @@ class MedianAccount(_Message):
 
     def describe(self) -> str:
         """One line: ``"3 of 10 median answers missing: 1 late, 2 not arrived"``."""
-        parts = []
-        if self.late:
-            parts.append(f"{self.late} late")
-        refused = sum(self.refused.values())
-        if refused:
-            reasons = ", ".join(f"{k}: {v}" for k, v in sorted(self.refused.items()))
-            parts.append(f"{refused} refused ({reasons})")
-        if self.not_arrived:
-            parts.append(f"{self.not_arrived} not arrived")
-        return f"{self.missing} of {self.expected} median answers missing" + (
-            ": " + ", ".join(parts) if parts else ""
-        )
+        why = _shortfall(self.late, self.refused, self.not_arrived, "refused")
+        return f"{self.missing} of {self.expected} median answers missing{why}"
 
 
 class ShuffleStatement(_Message):
