@@ -42,10 +42,13 @@ def test_one_failing_advance_and_a_failing_listing_do_not_stop_the_loop(served, 
             assert WirePeer().register(served.url, problem).status_code == 201
     injected = threading.Event()
     listing_failed = threading.Event()
+    # The fault is armed once registration closed: a tick that met it while the problem was still
+    # in registration (a loaded machine) failed the problem before the close, which then got 409.
+    armed = threading.Event()
     real_advance, real_active = driver.advance, driver._active
 
     def advance(pid: str) -> None:
-        if pid == broken.id and not injected.is_set():
+        if pid == broken.id and armed.is_set() and not injected.is_set():
             injected.set()
             raise RuntimeError("injected fault")
         real_advance(pid)
@@ -60,6 +63,7 @@ def test_one_failing_advance_and_a_failing_listing_do_not_stop_the_loop(served, 
     monkeypatch.setattr(driver, "_active", active)
     for problem in (broken, healthy):
         close_registration(served.url, problem.id)
+    armed.set()
     st = wait_phase(served.url, healthy.id, ("reporting", "failed"))
     assert listing_failed.is_set() and injected.is_set()
     assert st.phase == "reporting", st.message  # the loop kept going past both faults

@@ -38,7 +38,11 @@ EPSILON = 2.0
 
 
 def _draft(label: LabelSpec, instancer_label: dict) -> ProblemDraft:
-    base = mooc_dropout_draft(epsilon=EPSILON, report_delay_seconds=3.0, send_window_seconds=3.0)
+    # The demo's windows (6 s each): with 3 s and a 1 s release window, a loaded CI run (4 workers)
+    # once delivered no report in time.
+    base = mooc_dropout_draft(
+        epsilon=EPSILON, report_delay_seconds=6.0, send_window_seconds=6.0, release_window_seconds=6.0
+    )
     body = base.model_dump(mode="json")
     body["instancer"]["params"] = {**body["instancer"]["params"], **instancer_label}
     body["label"] = label.model_dump(mode="json")
