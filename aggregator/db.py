@@ -23,6 +23,8 @@ Tables
                         phase driver for the console's charts (:mod:`aggregator.timeline`):
                         the public status's figures at a second's resolution at most, never
                         a report, a token or a peer.
+``model_evaluations``   the latest score of each problem's model on labelled rows its operator
+                        supplied (:mod:`aggregator.evaluation`): figures only, never the rows.
 ``leases``              who drives the phase machine (:mod:`aggregator.lease`): one row
                         per lease, its holder and its expiry on the database's clock.
 ``spent_tokens`` /      the crypto ledgers (:mod:`anonml.crypto.spent`): redeemed tokens
@@ -82,6 +84,7 @@ __all__ = [
     "RejectRow",
     "LeaseRow",
     "SampleRow",
+    "EvaluationRow",
     "create_tables",
     "count_reject",
     "new_report_id",
@@ -224,6 +227,15 @@ class SampleRow(Base):
     median_answers: Mapped[int] = mapped_column(default=0)
     received: Mapped[int] = mapped_column(default=0)
     rejects_json: Mapped[str] = mapped_column(Text, default="{}")  # every refusal by reason, as the status
+
+
+class EvaluationRow(Base):
+    """The latest :class:`~anonml.protocol.ModelEvaluation` of a problem's model (JSON)."""
+
+    __tablename__ = "model_evaluations"
+
+    problem_id: Mapped[str] = mapped_column(ForeignKey("problems.id"), primary_key=True)
+    evaluation_json: Mapped[str] = mapped_column(Text)
 
 
 class LeaseRow(Base):

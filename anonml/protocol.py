@@ -117,7 +117,7 @@ __all__ = [
     "MAX_BATCH_ITEMS",
     "ReportReceipts",
     "ModelDocument",
-    "ErrorBody",
+    "ModelEvaluation",
     "WitnessRef",
     "Admission",
     "AdmissionCredential",
@@ -1181,6 +1181,26 @@ class ModelDocument(_Message):
     signature: SignatureBytes
 
 
+class ModelEvaluation(_Message):
+    """The published model scored on labelled rows its operator supplied (held out; never a peer's data).
+
+    ``metrics`` are the model's and ``trivial`` those of the best constant predictor *on the same
+    rows* (their own base rate, class shares or median — a floor no constant beats): for a binary
+    label ``auc`` (when both classes occur), ``accuracy``, ``brier`` and ``log_loss``; for classes
+    ``accuracy`` and ``log_loss``; for a numeric label ``mae``. ``model_created_at`` names the model
+    scored, so a retrained model's page does not show the old model's figures as its own.
+    """
+
+    problem_id: str
+    name: str = Field(default="", max_length=200)
+    evaluated_at: AwareDatetime
+    model_created_at: AwareDatetime
+    rows: int = Field(ge=1)
+    label: str
+    metrics: dict[str, float]
+    trivial: dict[str, float]
+
+
 # --- witnesses -------------------------------------------------------------------
 
 Stage = Literal["roster", "bins"]
@@ -1343,10 +1363,6 @@ def roster_beacon(cosignatures: Sequence[Cosignature]) -> bytes:
     for share in shares:
         _framed(h, share)
     return h.digest()
-
-
-class ErrorBody(_Message):
-    detail: str
 
 
 class PeerStatus(_Message):

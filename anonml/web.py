@@ -215,10 +215,11 @@ class WebAuth:
             taken, session.flashes[:] = list(session.flashes), []
         return taken
 
-    async def posted(self, request: Request) -> tuple[WebSession, dict[str, str]]:
-        """A logged-in POST: its session and form, the CSRF token checked (the order: auth, then CSRF)."""
+    async def posted(self, request: Request, limit: int = FORM_LIMIT) -> tuple[WebSession, dict[str, str]]:
+        """A logged-in POST: its session and form (at most ``limit`` bytes), the CSRF token checked
+        (the order: auth, then CSRF)."""
         session = self.require(request)
-        form = await read_form(request)
+        form = await read_form(request, limit)
         self.check_csrf(session, form)
         return session, form
 

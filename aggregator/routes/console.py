@@ -46,6 +46,7 @@ from anonml.protocol import (
     Bins,
     CosignatureBundle,
     ModelDocument,
+    ModelEvaluation,
     Problem,
     ProblemDraft,
     ProblemStatus,
@@ -62,7 +63,9 @@ from anonml.web import (
     svg_timeline,
 )
 
-__all__ = ["router", "AUTH", "PAGES", "sample_draft", "deadlines", "charts", "witness_rows", "list_row"]
+__all__ = [
+    "router", "AUTH", "PAGES", "sample_draft", "deadlines", "charts", "captions", "witness_rows", "list_row",
+]
 
 AUTH = WebAuth(
     prefix="/console",
@@ -169,6 +172,7 @@ class ProblemPage:
     deadlines: list[Deadline] = field(default_factory=list)
     witnesses: list[WitnessRow] = field(default_factory=list)
     charts: list[Chart] = field(default_factory=list)
+    evaluation: ModelEvaluation | None = None
 
 
 def deadlines(problem: Problem, bins: Bins | None, grace: float, roster_at: float | None,
@@ -224,6 +228,25 @@ def _steps(points: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]
     return tuple(out)
 
 
+def captions(problem: Problem, status: ProblemStatus) -> dict[str, str]:
+    """Each chart's figures as one sentence, by chart slug: the page's captions, which its poller
+    keeps current (:func:`live`) between the chart images' reloads."""
+    account = status.reports
+    summary = ", ".join(f"{r}: {n}" for r, n in sorted(status.rejects.items())) or "none"
+    return {
+        "registrations": f"{status.registered} registered; at least {problem.draft.min_peers} needed.",
+        "median-answers": f"{status.median_answers} answers from a median pool of {status.median_pool}.",
+        "reports": f"{status.reports_accepted} received"
+        + (
+            f" of {account.expected} expected; {account.pending} pending, {account.lost} lost."
+            if account
+            else "; the roster fixes how many are expected."
+        ),
+        "refusals": f"Refused by reason: {summary}"
+        + (f"; never arrived: {account.not_arrived}." if account and account.not_arrived else "."),
+    }
+
+
 def charts(problem: Problem, status: ProblemStatus, history: list[Sample], now: float) -> list[Chart]:
     """Registrations, median answers, reports received against expected, and refusals by reason, over
     the seconds since the proposal: the stored samples (:mod:`aggregator.timeline`) and the status at
@@ -239,12 +262,13 @@ def charts(problem: Problem, status: ProblemStatus, history: list[Sample], now: 
 
     x_label = "seconds since the proposal"
     account = status.reports
+    said = captions(problem, status)
     out = [
         Chart(
             "Registrations",
             svg_step_chart([series("registered", lambda c: c.registered)], cap=problem.draft.min_peers,
                            cap_label="min peers", x_label=x_label, y_label="peers registered"),
-            f"{status.registered} registered; at least {problem.draft.min_peers} needed.",
+            said["registrations"],
             "registrations",
         ),
         Chart(
@@ -252,7 +276,7 @@ def charts(problem: Problem, status: ProblemStatus, history: list[Sample], now: 
             svg_step_chart([series("answers", lambda c: c.median_answers)],
                            cap=status.median_pool or None, cap_label="median pool",
                            x_label=x_label, y_label="answers"),
-            f"{status.median_answers} answers from a median pool of {status.median_pool}.",
+            said["median-answers"],
             "median-answers",
         ),
         Chart(
@@ -260,9 +284,7 @@ def charts(problem: Problem, status: ProblemStatus, history: list[Sample], now: 
             svg_step_chart([series("received", lambda c: c.received)],
                            cap=account.expected if account else None, cap_label="expected",
                            x_label=x_label, y_label="reports"),
-            f"{status.reports_accepted} received"
-            + (f" of {account.expected} expected; {account.pending} pending, {account.lost} lost."
-               if account else "; the roster fixes how many are expected."),
+            said["reports"],
             "reports",
         ),
     ]
@@ -270,13 +292,11 @@ def charts(problem: Problem, status: ProblemStatus, history: list[Sample], now: 
     refusals = [series(r, lambda c, r=r: c.rejects.get(r, 0)) for r in reasons]
     if account is not None and account.not_arrived:
         refusals.append(Series("never arrived", ((max(0.0, now - start), float(account.not_arrived)),)))
-    summary = ", ".join(f"{r}: {n}" for r, n in sorted(status.rejects.items())) or "none"
     out.append(
         Chart(
             "Refusals and losses by reason",
             svg_step_chart(refusals, x_label=x_label, y_label="count"),
-            f"Refused by reason: {summary}"
-            + (f"; never arrived: {account.not_arrived}." if account and account.not_arrived else "."),
+            said["refusals"],
             "refusals",
         )
     )
@@ -323,6 +343,7 @@ def _problem_page(state: AggregatorState, session: Session, problem_id: str) -> 
         deadlines(problem, ctx.bins, state.settings.intake_grace_seconds, roster_at, status.schedule),
         witness_rows(problem, bundles, stages),
         charts(problem, status, samples(session, row.id), row.phase_started if finished else now),
+        model_routes.latest_evaluation(session, row.id),
     )
 
 
@@ -393,6 +414,7 @@ _DONE = {
     "proposed": "Published: peers see it at their next poll.",
     "close": "Registration closes: the roster is published at the next tick.",
     "train": "Training requested: the report round closes now and the model is trained.",
+    "evaluate": "Scored: the model's held-out quality on your rows is below (the rows were not kept).",
 }
 
 
@@ -419,7 +441,8 @@ def live(problem_id: str, session: PageSession, state: StateDep, db: SessionDep,
                 "median_shortfall": status.medians.describe()
                 if status.medians is not None and status.medians.missing
                 else "",
-            }
+            },
+            "captions": captions(Problem.model_validate_json(row.problem_json), status),
         },
         "reload": status.phase != phase,
         "charts": charts_version(status),
@@ -494,6 +517,34 @@ async def propose(request: Request) -> Any:
         return _propose_page(request, session, check, text, [str(exc.detail)], exc.status_code,
                              raw_open="draft" in form)
     return RedirectResponse(f"/console/problems/{published.id}?done=proposed", status_code=303)
+
+
+@router.post("/problems/{problem_id}/evaluate")
+async def evaluate(problem_id: str, request: Request) -> Any:
+    """Score the model on the labelled rows pasted in the form (as ``POST /problems/{id}/evaluation``,
+    :func:`~aggregator.routes.model.evaluate_model`): a redirect to the page, or the refusal flashed."""
+    state: AggregatorState = request.app.state.aggregator
+    session, form = await AUTH.posted(request, limit=state.settings.max_body_bytes)
+
+    def run() -> str:
+        with state.sessions() as db:
+            try:
+                model_routes.evaluate_model(
+                    state, db, problem_id, form.get("rows", ""),
+                    label=form.get("label", "").strip() or "label", name=form.get("name", "").strip(),
+                )  # fmt: skip
+            except HTTPException as exc:
+                if exc.status_code == 404:
+                    raise
+                return str(exc.detail)
+        return ""
+
+    refused = await run_in_threadpool(run)
+    if refused:
+        AUTH.flash(request, session, "error", refused)
+        return RedirectResponse(f"/console/problems/{quote(problem_id)}#evaluation", status_code=303)
+    page = f"/console/problems/{quote(problem_id)}"
+    return RedirectResponse(f"{page}?done=evaluate#evaluation", status_code=303)
 
 
 @router.post("/problems/{problem_id}/{action}")

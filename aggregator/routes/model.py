@@ -1,16 +1,21 @@
-"""Training on demand (admin) and the published, signed model document."""
+"""Training on demand (admin), the published, signed model document, and its held-out quality (admin)."""
 
 from __future__ import annotations
 
 import json
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.orm import Session
 
+from aggregator.db import EvaluationRow
 from aggregator.deps import AdminDep, SessionDep, StateDep
 from aggregator.routes.problems import get_row, problem_status
-from anonml.protocol import Bins, ModelDocument, ProblemStatus
+from aggregator.state import AggregatorState
+from anonml.errors import AnonMLError
+from anonml.protocol import Bins, ModelDocument, ModelEvaluation, ProblemStatus
 
-__all__ = ["router"]
+__all__ = ["router", "evaluate_model", "latest_evaluation"]
 
 router = APIRouter(prefix="/problems", tags=["model"])
 
@@ -52,3 +57,77 @@ def get_model(problem_id: str, session: SessionDep) -> ModelDocument:
             status_code=404, detail=f"problem {problem_id} has no model yet (phase {row.phase})"
         )
     return ModelDocument.model_validate_json(row.model_json)
+
+
+def evaluate_model(
+    state: AggregatorState,
+    session: Session,
+    problem_id: str,
+    text: str,
+    *,
+    label: str = "label",
+    name: str = "",
+) -> ModelEvaluation:
+    """Score the problem's published model on the operator's labelled CSV ``text`` and keep the figures
+    (:mod:`aggregator.evaluation`); the API route and the console's form both call this.
+
+    Raises HTTPException 404 (no such problem), 409 (no model yet), 422 (rows that do not parse, naming
+    the line and column).
+    """
+    from aggregator.evaluation import read_evaluation_csv, score_model
+
+    ctx = state.context(problem_id, session)
+    if ctx is None:
+        raise HTTPException(status_code=404, detail=f"no problem {problem_id!r}")
+    row = get_row(session, problem_id)
+    if row.model_json is None:
+        raise HTTPException(
+            status_code=409, detail=f"problem {problem_id} has no model yet (phase {row.phase})"
+        )
+    document = ModelDocument.model_validate_json(row.model_json)
+    try:
+        evaluation = score_model(
+            document, ctx.problem, read_evaluation_csv(text, ctx.problem, label=label), name=name
+        )
+    except AnonMLError as exc:
+        raise HTTPException(status_code=422, detail=str(exc)) from None
+    session.merge(EvaluationRow(problem_id=problem_id, evaluation_json=evaluation.model_dump_json()))
+    session.commit()
+    return evaluation
+
+
+def latest_evaluation(session: Session, problem_id: str) -> ModelEvaluation | None:
+    """The problem's last stored evaluation, or None."""
+    row = session.get(EvaluationRow, problem_id)
+    return None if row is None else ModelEvaluation.model_validate_json(row.evaluation_json)
+
+
+@router.post("/{problem_id}/evaluation", response_model=ModelEvaluation)
+async def post_evaluation(
+    problem_id: str, request: Request, state: StateDep, _: AdminDep, label: str = "label", name: str = ""
+) -> ModelEvaluation:
+    """Score the published model on labelled rows (admin; body ``text/csv`` as ``anonml featurize`` writes
+    it, at most the service's body cap). The figures are kept and shown on the console; the rows are not."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind not in ("text/csv", "text/plain"):
+        raise HTTPException(status_code=415, detail=f"evaluation data is text/csv, not {kind[:60]!r}")
+    try:
+        text = (await request.body()).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HTTPException(status_code=400, detail=f"evaluation data is not UTF-8: {exc.reason}") from None
+
+    def run() -> ModelEvaluation:
+        with state.sessions() as session:
+            return evaluate_model(state, session, problem_id, text, label=label, name=name)
+
+    return await run_in_threadpool(run)
+
+
+@router.get("/{problem_id}/evaluation", response_model=ModelEvaluation)
+def get_evaluation(problem_id: str, session: SessionDep, _: AdminDep) -> ModelEvaluation:
+    """The last held-out evaluation of the problem's model (admin; 404 until one was posted)."""
+    get_row(session, problem_id)
+    evaluation = latest_evaluation(session, problem_id)
+    if evaluation is None:
+        raise HTTPException(status_code=404, detail=f"problem {problem_id} has no evaluation yet")
+    return evaluation

@@ -1,4 +1,4 @@
-"""``anonml aggregator serve|propose|close|status|train|model``: run and drive an aggregator.
+"""``anonml aggregator serve|propose|close|status|train|model|evaluate``: run and drive an aggregator.
 
 ``serve`` runs the FastAPI service in the foreground; the other commands talk
 to a running aggregator over HTTP (``--url``, default ``$ANONML_AGGREGATOR_URL``
@@ -69,12 +69,19 @@ def _token(token: str | None) -> str:
     )
 
 
-def _request(method: str, url: str, *, token: str | None = None, body: str | None = None) -> Any:
+def _request(
+    method: str,
+    url: str,
+    *,
+    token: str | None = None,
+    body: str | bytes | None = None,
+    content_type: str = "application/json",
+) -> Any:
     import requests
 
     from anonml import outbound
 
-    headers = {"content-type": "application/json"} if body is not None else {}
+    headers = {"content-type": content_type} if body is not None else {}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     try:
@@ -315,3 +322,54 @@ def model(
         f"wrote {untrusted(output)} ({untrusted(metrics)})",
         highlight=False,
     )
+
+
+@app.command()
+def evaluate(
+    problem_id: ProblemIdArgument,
+    data: Annotated[
+        Path,
+        typer.Argument(help="Labelled rows as CSV, as 'anonml featurize --output rows.csv' writes them."),
+    ],
+    label: Annotated[str, typer.Option("--label", help="The label's column.")] = "label",
+    name: Annotated[
+        str | None, typer.Option("--name", help="What to call these rows (default: the file's name).")
+    ] = None,
+    url: UrlOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Score the published model on labelled rows the peers never saw (admin); the console shows it too.
+
+    The aggregator keeps the figures, not the rows. Each measure comes beside the best constant
+    predictor on the same rows (their base rate, class shares or median).
+    """
+    from urllib.parse import urlencode
+
+    from rich.table import Table
+
+    from anonml.protocol import ModelEvaluation
+
+    with expected_errors():
+        try:
+            body = data.read_bytes()
+        except OSError as exc:
+            raise AnonMLError(f"{data}: cannot read the evaluation rows ({exc.strerror})") from None
+        query = urlencode({"label": label, "name": data.name if name is None else name})
+        response = _request(
+            "POST", f"{_url(url)}/problems/{problem_id}/evaluation?{query}",
+            token=_token(token), body=body, content_type="text/csv",
+        )  # fmt: skip
+        evaluation = ModelEvaluation.model_validate_json(response.content)
+    if as_json:
+        print_json(evaluation.model_dump(mode="json"))
+        return
+    table = Table("measure", "this model", "best constant on these rows")
+    for key, value in evaluation.metrics.items():
+        constant = evaluation.trivial.get(key)
+        table.add_row(key.replace("_", " "), f"{value:.4f}", "" if constant is None else f"{constant:.4f}")
+    err.print(
+        f"{evaluation.rows:,} rows of {untrusted(str(data))}, label {untrusted(evaluation.label, 120)}",
+        highlight=False,
+    )
+    out.print(table)

@@ -11,7 +11,10 @@
     if (doc.reload) { window.location.reload(); return false; }
     var items = doc.items || {};
     for (var key in items) {
-      var row = root.querySelector('[data-key="' + CSS.escape(key) + '"]');
+      // A key is looked up in the polled element first, then in the whole page (the console's chart
+      // captions sit in their own section but come with the counts).
+      var selector = '[data-key="' + CSS.escape(key) + '"]';
+      var row = root.querySelector(selector) || document.querySelector(selector);
       if (!row) { window.location.reload(); return false; }
       var fields = items[key];
       for (var name in fields) {

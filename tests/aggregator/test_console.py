@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
 import requests
 
 from tests.aggregator.helpers import ADMIN, TOKEN, draft, propose, status, wait_phase
@@ -219,6 +220,7 @@ def test_a_round_is_sampled_over_time_and_its_page_charts_it_counts_down_and_sta
     from sqlalchemy import select
 
     from aggregator.db import SampleRow
+    from tests.aggregator.test_report_account import _send_all
     from tests.aggregator.test_tokens_intake import _open_round
 
     round_ = _open_round(aggregator, n=6, kh=2)
@@ -258,11 +260,20 @@ def test_a_round_is_sampled_over_time_and_its_page_charts_it_counts_down_and_sta
     for what, at in shown:
         assert what in page and f'data-deadline="{at:.3f}"' in page
     assert "12 expected; 12 pending, 0 lost." in page  # nothing sent yet, the window open
+    # The captions come with the poller's counts (static/live.js writes them in place) and follow them.
+    live_url = f"{url}/console/api/problems/{pid}?phase=reporting"
+    said = http.get(live_url, timeout=30).json()["items"]["captions"]
+    assert f'<span data-field="reports">{said["reports"]}</span>' in page
+    assert said["reports"] == "0 received of 12 expected; 12 pending, 0 lost."
+    _send_all(round_, 1, np.random.default_rng(3))
+    said = http.get(live_url, timeout=30).json()["items"]["captions"]
+    assert said["reports"] == "2 received of 12 expected; 10 pending, 0 lost."
+    assert said["registrations"] == "6 registered; at least 4 needed."
     st = status(url, pid)
     assert st.shuffle is not None and st.shuffle.assumptions[:40] in page
     live = http.get(f"{url}/console/api/problems?count=1", timeout=30).json()
     assert live["reload"] is False and live["items"][pid]["phase"] == "reporting"
-    assert live["items"][pid]["reports"] == "0 / 12" and live["items"][pid]["pending"] == 12
+    assert live["items"][pid]["reports"] == "2 / 12" and live["items"][pid]["pending"] == 10
     assert http.get(f"{url}/console/api/problems?count=0", timeout=30).json()["reload"] is True
 
 
