@@ -18,6 +18,7 @@ left ``reporting``), and the console shows that account as it is.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -519,52 +520,23 @@ async def propose(request: Request) -> Any:
     return RedirectResponse(f"/console/problems/{published.id}?done=proposed", status_code=303)
 
 
-@router.post("/problems/{problem_id}/evaluate")
-async def evaluate(problem_id: str, request: Request) -> Any:
-    """Score the model on the labelled rows pasted in the form (as ``POST /problems/{id}/evaluation``,
-    :func:`~aggregator.routes.model.evaluate_model`): a redirect to the page, or the refusal flashed."""
-    state: AggregatorState = request.app.state.aggregator
-    session, form = await AUTH.posted(request, limit=state.settings.max_body_bytes)
-
-    def run() -> str:
-        with state.sessions() as db:
-            try:
-                model_routes.evaluate_model(
-                    state, db, problem_id, form.get("rows", ""),
-                    label=form.get("label", "").strip() or "label", name=form.get("name", "").strip(),
-                )  # fmt: skip
-            except HTTPException as exc:
-                if exc.status_code == 404:
-                    raise
-                return str(exc.detail)
-        return ""
-
-    refused = await run_in_threadpool(run)
-    if refused:
-        AUTH.flash(request, session, "error", refused)
-        return RedirectResponse(f"/console/problems/{quote(problem_id)}#evaluation", status_code=303)
-    page = f"/console/problems/{quote(problem_id)}"
-    return RedirectResponse(f"{page}?done=evaluate#evaluation", status_code=303)
-
-
-@router.post("/problems/{problem_id}/{action}")
-async def act(problem_id: str, action: str, request: Request) -> Any:
-    """Close registration or train now (the admin routes themselves; CSRF checked first).
-
-    The answer is a redirect to the problem's page (POST/redirect/GET) with the outcome, or the
-    refusal, flashed there: reloading it never acts again.
-    """
-    session, _ = await AUTH.posted(request)
-    actions = {"close": registration_routes.close_registration, "train": model_routes.train}
-    if action not in actions:
-        raise HTTPException(status_code=404, detail=f"no action {action[:20]!r} (close or train)")
+async def _act(
+    request: Request,
+    session: WebSession,
+    problem_id: str,
+    action: str,
+    call: Callable[[Session], object],
+    anchor: str = "",
+) -> RedirectResponse:
+    """Run an admin route's ``call`` in a session of its own and redirect to the problem's page
+    (POST/redirect/GET) with ``done=action``, or with the refusal flashed: reloading never acts again."""
     state: AggregatorState = request.app.state.aggregator
 
     def run() -> str:
         """The refusal's reason, or "" when the action was taken."""
         with state.sessions() as db:
             try:
-                actions[action](problem_id, state, db, None)
+                call(db)
             except HTTPException as exc:
                 if exc.status_code == 404:
                     raise
@@ -573,7 +545,35 @@ async def act(problem_id: str, action: str, request: Request) -> Any:
         return ""
 
     refused = await run_in_threadpool(run)
+    page = f"/console/problems/{quote(problem_id)}"
     if refused:
         AUTH.flash(request, session, "error", refused)
-        return RedirectResponse(f"/console/problems/{quote(problem_id)}", status_code=303)
-    return RedirectResponse(f"/console/problems/{quote(problem_id)}?done={action}", status_code=303)
+        return RedirectResponse(f"{page}{anchor}", status_code=303)
+    return RedirectResponse(f"{page}?done={action}{anchor}", status_code=303)
+
+
+@router.post("/problems/{problem_id}/evaluate")
+async def evaluate(problem_id: str, request: Request) -> Any:
+    """Score the model on the labelled rows pasted in the form (as ``POST /problems/{id}/evaluation``,
+    :func:`~aggregator.routes.model.evaluate_model`)."""
+    state: AggregatorState = request.app.state.aggregator
+    session, form = await AUTH.posted(request, limit=state.settings.max_body_bytes)
+    rows, label, name = form.get("rows", ""), form.get("label", "").strip() or "label", form.get("name", "")
+
+    def score(db: Session) -> object:
+        return model_routes.evaluate_model(state, db, problem_id, rows, label=label, name=name.strip())
+
+    return await _act(request, session, problem_id, "evaluate", score, "#evaluation")
+
+
+@router.post("/problems/{problem_id}/{action}")
+async def act(problem_id: str, action: str, request: Request) -> Any:
+    """Close registration or train now (the admin routes themselves; CSRF checked first)."""
+    session, _ = await AUTH.posted(request)
+    actions = {"close": registration_routes.close_registration, "train": model_routes.train}
+    if action not in actions:
+        raise HTTPException(status_code=404, detail=f"no action {action[:20]!r} (close or train)")
+    state: AggregatorState = request.app.state.aggregator
+    return await _act(
+        request, session, problem_id, action, lambda db: actions[action](problem_id, state, db, None)
+    )
