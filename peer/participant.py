@@ -35,9 +35,12 @@ aggregator is treated as an adversary):
    reports with the least-error mechanism at ε/k_h (all k_h recorded in the
    ledger at once, before anything is sent, refused past the cap) and wraps
    each with its token in an onion packet over ``hops`` distinct other
-   members chosen uniformly. A median peer builds k_h cover packets. Every
-   peer sends exactly ``slots_per_peer`` packets at independent uniform times
-   in ``(t_s, t_s + δ)``.
+   members chosen uniformly — ``r`` packets per report, one per route, the
+   routes of a report pairwise disjoint (redundant delivery:
+   :func:`~anonml.protocol.route_count` routes, identical report bytes and
+   one token, so the intake keeps one copy). A median peer builds ``r·k_h``
+   cover packets the same way. Every peer sends exactly ``r·slots_per_peer``
+   packets at independent uniform times in ``(t_s, t_s + δ)``.
 6. **Model**: downloads the signed model, checks the signature with the pinned
    key, and predicts for itself.
 
@@ -110,6 +113,7 @@ from anonml.protocol import (
     RosterWitness,
     check_relay_address,
     check_relay_url,
+    route_count,
     sign_message,
     transcript_hash,
     verify_message,
@@ -132,7 +136,7 @@ from peer.phases import (
 from peer.policy import PeerPolicy, check_roster_floors
 from peer.relay import REFUSED_ADDRESS, RelayRound, RelayService, StoredReplayCache, already_processed
 from peer.relayauth import RELAY_POST_TYPE, member_quota, post_key, relay_node_of, seal_post
-from peer.reports import choose_path, fetch_tokens, make_reports
+from peer.reports import choose_path, choose_routes, fetch_tokens, make_reports
 from peer.roster import RosterView
 from peer.transcript import credential_for, verify_bundle
 from peer.vault import Vault
@@ -815,7 +819,8 @@ class Participant:
             raise Aborted("bins do not match the proposal (slot count or feature count)")
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
         hops = min(draft.hops, len(view.keys) - 1)
-        quota = member_quota(draft.kh, hops, len(view.keys))
+        # Every member sends r packets per slot (redundant delivery), each counted in the quotas.
+        quota = member_quota(draft.kh * self.route_count(view), hops, len(view.keys))
         replays = (
             None if self.db is None else StoredReplayCache(self.db, self.node.node_id, self.problem.round_id)
         )
@@ -835,6 +840,7 @@ class Participant:
                 max_packets=quota * (len(view.keys) - 1),
                 vault=self.node.vault,
                 owner=self.node.fingerprint,
+                grace=bins.grace,
             )
         )
         if self.phase in (P.CONFIRMED, P.ANSWERED):
@@ -862,7 +868,9 @@ class Participant:
         """This identity's packets for the round (relaying → reporting), kept sealed in the state DB.
 
         Returns ``(send time, first hop URL, packet)`` for exactly
-        ``slots_per_peer`` packets; the caller schedules them.
+        ``r · slots_per_peer`` packets (``r`` = :meth:`route_count`: packet
+        ``j`` is copy ``j mod r`` of slot ``j // r``, each copy over its own
+        route, a report's copies identical inside); the caller schedules them.
         """
         roster = self.facts(self.roster, "the checked roster")
         if self.phase != P.RELAYING:
@@ -874,10 +882,11 @@ class Participant:
         if time.time() >= bins.t_s + bins.delta:
             raise Aborted("the bins arrived after the send window closed")
         payloads: list[tuple[Redemption, bytes] | None]
+        copies = self.route_count(roster.view)
         if roster.assignment.role == "report":
-            payloads = list(self._reports(bins, roster))
-        else:
-            payloads = [None] * bins.slots_per_peer
+            payloads = [payload for payload in self._reports(bins, roster) for _ in range(copies)]
+        else:  # cover multiplied the same way: the packet count says nothing of the role
+            payloads = [None] * (bins.slots_per_peer * copies)
         packets = []
         preparation = self.prepare_round()
         for payload, path in zip(payloads, preparation.paths, strict=True):
@@ -913,10 +922,12 @@ class Participant:
         )
 
     def reroute(self, slot: int, failed_url: str) -> tuple[str, bytes] | None:
-        """A new route and packet for ``slot`` whose first hop (``failed_url``) refused it or is down.
+        """A new route and packet for packet ``slot`` whose first hop (``failed_url``) refused it or is down.
 
         The new route avoids every first hop that failed for this identity in
-        the round; the packet carries the same report (or is cover), so at
+        the round, and the relays of the other copies of the same report slot
+        while enough members are left for that (else only the failed hops);
+        the packet carries the same report (or is cover), so at
         most one copy reaches the intake with a valid token (the intake
         refuses a token spent twice). The new route replaces the slot's in
         the stored facts and outbox, so a restart sends the new packet.
@@ -933,14 +944,23 @@ class Participant:
             except ValueError:
                 return None
             me = roster.view.index_of[bytes(self.node.identity.public)]
-            try:
-                path = tuple(
-                    choose_path(
-                        roster.view, me, self.problem.draft.hops, self.problem.round_id,
-                        self.node.rng, frozenset(self._avoid),
-                    )
-                )  # fmt: skip
-            except ProtocolError:
+            copies = self.route_count(roster.view)
+            first = slot - slot % copies
+            current = self.preparation.paths
+            siblings = {h.node_id for j in range(first, first + copies) if j != slot for h in current[j]}
+            path = None
+            for avoid in (self._avoid | siblings, self._avoid):
+                try:
+                    path = tuple(
+                        choose_path(
+                            roster.view, me, self.problem.draft.hops, self.problem.round_id,
+                            self.node.rng, frozenset(avoid),
+                        )
+                    )  # fmt: skip
+                    break
+                except ProtocolError:
+                    continue
+            if path is None:
                 return None
             packet = self._packet(self._payloads[slot], path)
             paths = list(self.preparation.paths)
@@ -953,8 +973,15 @@ class Participant:
                 self.db.reroute_outbox(self.problem.id, self.node.fingerprint, slot, url, sealed)
         return url, packet
 
+    def route_count(self, view: RosterView) -> int:
+        """Routes each slot travels over in this problem with ``view``'s roster
+        (:func:`~anonml.protocol.route_count`: the problem's ``routes``, fewer when the roster is small)."""
+        draft = self.problem.draft
+        return route_count(draft.routes, draft.hops, len(view.keys))
+
     def prepare_round(self) -> Preparation:
-        """Routes (one per slot, certificates checked) and, for a report peer, its tokens.
+        """Routes (:meth:`route_count` pairwise disjoint ones per slot, certificates checked) and, for a
+        report peer, its tokens.
 
         Ahead of the round, as soon as the roster is confirmed; issuance opens
         when the roster is published, so this runs while the median rounds go
@@ -965,9 +992,13 @@ class Participant:
             return self.preparation
         roster = self.facts(self.roster, "the checked roster")
         me = roster.view.index_of[bytes(self.node.identity.public)]
+        draft, copies = self.problem.draft, self.route_count(roster.view)
         paths = tuple(
-            tuple(choose_path(roster.view, me, self.problem.draft.hops, self.problem.round_id, self.node.rng))
-            for _ in range(self.problem.draft.kh)
+            tuple(path)
+            for _ in range(draft.kh)
+            for path in choose_routes(
+                roster.view, me, draft.hops, copies, self.problem.round_id, self.node.rng
+            )
         )
         tokens = None
         if roster.assignment.role == "report":
