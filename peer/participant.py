@@ -268,7 +268,10 @@ class Participant:
     # What each slot carries (redemption, report; None: cover), kept in memory to rebuild a packet
     # over another route (reroute); not after a restart, when the stored packet is retried as it is.
     _payloads: list[tuple[Redemption, bytes] | None] | None = field(default=None, repr=False)
-    _avoid: set[bytes] = field(default_factory=set, repr=False)  # first hops that failed this round
+    _avoid: set[bytes] = field(default_factory=set, repr=False)  # relays that failed this round
+    _sent_slots: set[int] = field(default_factory=set, repr=False)  # packets that reached their first hop
+    _resent: set[int] = field(default_factory=set, repr=False)  # sent packets copied around a dead relay
+    _copy_of: dict[int, int] = field(default_factory=dict, repr=False)  # packet -> report slot, for extras
     _reroute_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _plugins: tuple[Instancer, Featurizer, list[int]] | None = None  # loaded once per host, for the example
     _example_pending: bool = False  # prepare() ran and compute_example has not yet
@@ -921,7 +924,7 @@ class Participant:
             list(path), redemption, report, round_id=round_id, destination=destination, intake_key=intake_key
         )
 
-    def reroute(self, slot: int, failed_url: str) -> tuple[str, bytes] | None:
+    def reroute(self, slot: int, failed_url: str | None) -> tuple[str, bytes] | None:
         """A new route and packet for packet ``slot`` whose first hop (``failed_url``) refused it or is down.
 
         The new route avoids every first hop that failed for this identity in
@@ -940,26 +943,12 @@ class Participant:
             if self._payloads is None or self.preparation is None:
                 return None
             try:
-                self._avoid.add(relay_node_of(failed_url))
+                if failed_url is not None:  # None: a relay of the route was found dead (route_around)
+                    self._avoid.add(relay_node_of(failed_url))
             except ValueError:
                 return None
             me = roster.view.index_of[bytes(self.node.identity.public)]
-            copies = self.route_count(roster.view)
-            first = slot - slot % copies
-            current = self.preparation.paths
-            siblings = {h.node_id for j in range(first, first + copies) if j != slot for h in current[j]}
-            path = None
-            for avoid in (self._avoid | siblings, self._avoid):
-                try:
-                    path = tuple(
-                        choose_path(
-                            roster.view, me, self.problem.draft.hops, self.problem.round_id,
-                            self.node.rng, frozenset(avoid),
-                        )
-                    )  # fmt: skip
-                    break
-                except ProtocolError:
-                    continue
+            path = self._fresh_path(roster.view, me, slot)
             if path is None:
                 return None
             packet = self._packet(self._payloads[slot], path)
@@ -978,6 +967,80 @@ class Participant:
         (:func:`~anonml.protocol.route_count`: the problem's ``routes``, fewer when the roster is small)."""
         draft = self.problem.draft
         return route_count(draft.routes, draft.hops, len(view.keys))
+
+    def _report_slot(self, packet: int, copies: int) -> int:
+        """The report slot packet ``packet`` carries (packet ``j < r·k_h``: slot ``j // r``)."""
+        return self._copy_of.get(packet, packet // copies)
+
+    def _fresh_path(self, view: RosterView, me: int, packet: int) -> tuple[Hop, ...] | None:
+        """A route for packet ``packet`` avoiding the relays that failed this round and, while enough
+        members are left, those of the other copies of its report slot; None when none is left."""
+        assert self.preparation is not None
+        copies = self.route_count(view)
+        mine = self._report_slot(packet, copies)
+        siblings = {
+            h.node_id
+            for j, other in enumerate(self.preparation.paths)
+            if j != packet and self._report_slot(j, copies) == mine
+            for h in other
+        }
+        for avoid in (self._avoid | siblings, self._avoid):
+            try:
+                draft, round_id = self.problem.draft, self.problem.round_id
+                return tuple(choose_path(view, me, draft.hops, round_id, self.node.rng, frozenset(avoid)))
+            except ProtocolError:
+                continue
+        return None
+
+    def crosses_failed(self, packet: int) -> bool:
+        """Whether packet ``packet``'s route crosses a relay found dead this round (:meth:`route_around`)."""
+        with self._reroute_lock:
+            if self.preparation is None or packet >= len(self.preparation.paths):
+                return False
+            return any(h.node_id in self._avoid for h in self.preparation.paths[packet])
+
+    def route_around(self, dead: frozenset[bytes]) -> list[tuple[int, float, str, bytes]]:
+        """Relays ``dead`` were found unreachable in the send window: avoid them, and give every packet
+        already sent through one of them one more copy over a fresh route.
+
+        A relay holds what it takes until the send window has closed (:mod:`peer.relay`), so a packet
+        sent through a relay that died since is lost with it; its copy (the same report and token, or
+        cover: the rule does not depend on the role, so neither does the number of copies) leaves at a
+        uniform time in what is left of the window, over a route avoiding every failed relay and the
+        relays of the report's other copies. Packets not sent yet are re-routed when their time comes
+        (:meth:`crosses_failed`, :meth:`reroute`). The intake keeps one copy per token, so a copy
+        costs no ε. Returns ``(packet, send time, first hop, packet bytes)`` of the new copies; none
+        when the payloads are not in memory (after a restart) or the window is over.
+        """
+        roster = self.facts(self.roster, "the checked roster")
+        out: list[tuple[int, float, str, bytes]] = []
+        with self._reroute_lock:
+            self._avoid |= dead
+            now, end = time.time(), self.window_end
+            if self._payloads is None or self.preparation is None or end is None or now >= end:
+                return out
+            me = roster.view.index_of[bytes(self.node.identity.public)]
+            copies = self.route_count(roster.view)
+            gen = resolve_rng(self.node.rng)
+            for j in sorted(self._sent_slots - self._resent):
+                if not any(h.node_id in dead for h in self.preparation.paths[j]):
+                    continue
+                self._resent.add(j)
+                path = self._fresh_path(roster.view, me, j)
+                if path is None:
+                    continue
+                new = len(self.preparation.paths)
+                self._copy_of[new] = self._report_slot(j, copies)
+                self.preparation = Preparation((*self.preparation.paths, path), self.preparation.tokens)
+                self._payloads.append(self._payloads[j])
+                packet = self._packet(self._payloads[j], path)
+                out.append((new, float(gen.uniform(now, end)), roster.view.routes[path[0].node_id], packet))
+            if out:
+                self.save()
+                if self.db is not None:
+                    sealed = [(j, when, url, self.node.vault.seal(b)) for j, when, url, b in out]
+                    self.db.add_outbox(self.problem.id, self.node.fingerprint, sealed)
+        return out
 
     def prepare_round(self) -> Preparation:
         """Routes (:meth:`route_count` pairwise disjoint ones per slot, certificates checked) and, for a
@@ -1081,6 +1144,8 @@ class Participant:
         if reply.status >= 300:  # a retry whose first copy arrived (the hop's replay refusal): sent
             self.relay.count("packets already processed at the first hop")
         self.sent += 1
+        with self._reroute_lock:
+            self._sent_slots.add(slot)
         if self.db is not None:
             self.db.mark_sent(self.problem.id, self.node.fingerprint, slot)
 

@@ -18,9 +18,10 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from anonml.errors import AnonMLError, ProtocolError
-from anonml.outbound import OutboundError
+from anonml.outbound import OutboundError, RefusedAddress
 from anonml.protocol import (
     MAX_BATCH_ITEMS,
     MODEL_PHASES,
@@ -97,6 +98,10 @@ class ProblemSession:
         self._streak: set[int] = set()
         self._model_seen: float | None = None
         self._receipts_transient = False
+        # Relay hosts (scheme://host:port) a first hop on which was unreachable in the send window:
+        # every identity of this host routes around all their relays (Participant.route_around).
+        self._dead_hosts: set[str] = set()
+        self._dead_lock = threading.Lock()
 
     def due(self) -> bool:
         """Whether the step is tried in this poll (not while backing off after a transient failure)."""
@@ -394,9 +399,16 @@ class ProblemSession:
                 return
             self.host.count("packets not sent: roster not re-checked in the window")
             return
+        if p.crosses_failed(slot) and time.time() < end:  # a relay of its route died since it was built
+            rerouted = p.reroute(slot, None)
+            if rerouted is not None:
+                self.host.count("packets rerouted around a dead relay host")
+                url, packet = rerouted
         try:
             p.send(slot, url, packet)
         except Exception as exc:  # the first hop is down or refused: re-routed or retried, then counted
+            if isinstance(exc, OutboundError) and not isinstance(exc, RefusedAddress):
+                self._relay_host_dead(url)
             status = exc.status if isinstance(exc, HTTPRefusal) else None
             # A first hop whose address is refused is avoided too, though never tried again.
             if (retriable(status) or status == REFUSED_ADDRESS) and time.time() < end:
@@ -417,6 +429,34 @@ class ProblemSession:
             log.warning("packet of %s to %s not sent: %s", p.node.fingerprint[:12], url, exc)
             return
         self.host.count("packets sent")
+
+
+    def _relay_host_dead(self, url: str) -> None:
+        """The relay host of first hop ``url`` did not answer in the send window: the first time, every
+        identity of this host routes around all the relays it hosts and sends a copy of each packet it
+        already sent through one of them (:meth:`Participant.route_around`)."""
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        with self._dead_lock:
+            if origin in self._dead_hosts:
+                return
+            self._dead_hosts.add(origin)
+        view = self.view
+        if view is None:
+            return
+        dead = frozenset(
+            node for node, entry in zip(view.node_ids, view.roster.entries, strict=True)
+            if entry.relay_url.startswith(origin + "/")
+        )  # fmt: skip
+        log.warning("%s: relay host %s is unreachable: %d relays avoided", self.problem.id, origin, len(dead))
+        self.host.count("relay hosts found dead")
+        for p in self.participants:
+            if p.roster is None or not p.built:
+                continue
+            copies = p.route_around(dead)
+            if copies:
+                self.host.count("packets copied around a dead relay host", len(copies))
+                self.schedule(p, copies)
 
 
 def poll_backoff(poll_seconds: float, failures: int) -> float:
