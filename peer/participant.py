@@ -968,6 +968,19 @@ class Participant:
         draft = self.problem.draft
         return route_count(draft.routes, draft.hops, len(view.keys))
 
+    def _cohosted(self, view: RosterView) -> frozenset[bytes]:
+        """Members whose relay is on this identity's own relay host (its relay URL's base).
+
+        Left out of its routes while the other members suffice: that host sees the
+        sender anyway (relays there add no anonymity against it) and dies with it
+        (a copy routed there is lost with the sender's own unsent packets).
+        """
+        own = self.relay_url.split("/relay/")[0] + "/relay/"
+        return frozenset(
+            node for node, entry in zip(view.node_ids, view.roster.entries, strict=True)
+            if entry.relay_url.startswith(own)
+        )  # fmt: skip
+
     def _report_slot(self, packet: int, copies: int) -> int:
         """The report slot packet ``packet`` carries (packet ``j < r·k_h``: slot ``j // r``)."""
         return self._copy_of.get(packet, packet // copies)
@@ -984,7 +997,7 @@ class Participant:
             if j != packet and self._report_slot(j, copies) == mine
             for h in other
         }
-        for avoid in (self._avoid | siblings, self._avoid):
+        for avoid in (self._avoid | siblings | self._cohosted(view), self._avoid | siblings, self._avoid):
             try:
                 draft, round_id = self.problem.draft, self.problem.round_id
                 return tuple(choose_path(view, me, draft.hops, round_id, self.node.rng, frozenset(avoid)))
@@ -1055,14 +1068,15 @@ class Participant:
             return self.preparation
         roster = self.facts(self.roster, "the checked roster")
         me = roster.view.index_of[bytes(self.node.identity.public)]
-        draft, copies = self.problem.draft, self.route_count(roster.view)
-        paths = tuple(
-            tuple(path)
-            for _ in range(draft.kh)
-            for path in choose_routes(
-                roster.view, me, draft.hops, copies, self.problem.round_id, self.node.rng
-            )
-        )
+        draft, copies, view = self.problem.draft, self.route_count(roster.view), roster.view
+        cohosted, round_id = self._cohosted(view), self.problem.round_id
+        paths: tuple[tuple[Hop, ...], ...] = ()
+        for _ in range(draft.kh):
+            try:
+                routes = choose_routes(view, me, draft.hops, copies, round_id, self.node.rng, cohosted)
+            except ProtocolError:  # too few members elsewhere: any other member, as before
+                routes = choose_routes(view, me, draft.hops, copies, round_id, self.node.rng)
+            paths += tuple(tuple(path) for path in routes)
         tokens = None
         if roster.assignment.role == "report":
             try:

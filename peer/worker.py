@@ -20,8 +20,11 @@ from concurrent.futures import Executor
 from typing import Protocol
 from urllib.parse import urlsplit
 
+import numpy as np
+
+from anonml.addresses import connect_check
 from anonml.errors import AnonMLError, ProtocolError
-from anonml.outbound import OutboundError, RefusedAddress
+from anonml.outbound import OutboundError, RefusedAddress, fetch
 from anonml.protocol import (
     MAX_BATCH_ITEMS,
     MODEL_PHASES,
@@ -31,6 +34,7 @@ from anonml.protocol import (
     Problem,
     Registration,
     RosterWitness,
+    check_relay_address,
 )
 from peer.client import AggregatorClient, HTTPRefusal, backoff_delay, transient
 from peer.db import PeerDB
@@ -102,6 +106,7 @@ class ProblemSession:
         # every identity of this host routes around all their relays (Participant.route_around).
         self._dead_hosts: set[str] = set()
         self._dead_lock = threading.Lock()
+        self._watching = False  # the relay hosts are probed through this round's send window
 
     def due(self) -> bool:
         """Whether the step is tried in this poll (not while backing off after a transient failure)."""
@@ -329,6 +334,7 @@ class ProblemSession:
                        [p for p in self.participants if p.active and p.roster is not None and p.bins is None])
         if phase == "reporting" and self._bins_bundle is not None:
             self._each(self._start, [p for p in self._in(P.RELAYING) if p.bins is not None])
+            self._watch_relay_hosts(bins)
         if time.time() >= bins.t_s + bins.delta:
             unanswered = f" (last unanswered call: {self.last_error})" if self.last_error else ""
             for p in self.participants:
@@ -431,6 +437,54 @@ class ProblemSession:
         self.host.count("packets sent")
 
 
+    def _watch_relay_hosts(self, bins: Bins) -> None:
+        """Once per round: probe the roster's relay hosts every :data:`PROBE_SECONDS` through the
+        send window, so a host that died is avoided (:meth:`_relay_host_dead`) even by identities
+        that had no packet for it to find out by.
+
+        Each probe asks up to :data:`PROBE_HOSTS` hosts drawn uniformly from every host of the
+        roster but this one — never chosen by this host's routes, so the probes say nothing of
+        them — for one member's relay witness (``GET …/roster/{problem}``, what the fingerprint
+        comparison fetches): any answer means alive, no answer within
+        :data:`PROBE_DEADLINE` seconds dead.
+        """
+        view = self.view
+        if self._watching or view is None or time.time() >= bins.t_s + bins.delta:
+            return
+        self._watching = True
+        own = {p.relay_url.split("/relay/")[0] for p in self.participants}
+        hosts: dict[str, str] = {}
+        for entry in view.roster.entries:
+            parts = urlsplit(entry.relay_url)
+            origin = f"{parts.scheme}://{parts.netloc}"
+            if entry.relay_url.split("/relay/")[0] not in own:
+                hosts.setdefault(origin, entry.relay_url)
+        if not hosts:
+            return
+        gen = np.random.default_rng()  # which hosts a probe asks: nothing secret, nothing simulated
+        end = bins.t_s + bins.delta
+        when = max(time.time(), bins.t_s)
+        while when < end:
+            with self._dead_lock:
+                alive = sorted(set(hosts) - self._dead_hosts)
+            for origin in gen.permutation(alive)[:PROBE_HOSTS]:
+                url = hosts[str(origin)]
+                self.host.dispatcher.at(when, lambda url=url: self._probe(url))
+            when += PROBE_SECONDS
+
+    def _probe(self, relay_url: str) -> None:
+        """One probe of the relay host of ``relay_url`` (:meth:`_watch_relay_hosts`)."""
+        allow = self.host.relay.allow_loopback_http
+        try:
+            check_relay_address(relay_url, allow_loopback_http=allow)
+            fetch("GET", f"{relay_url}/roster/{self.problem.id}", deadline=PROBE_DEADLINE, max_bytes=4096,
+                  address_check=connect_check(allow_loopback=allow))
+        except (ValueError, RefusedAddress):
+            return  # refused to ask, not found dead
+        except OutboundError:
+            self.host.count("relay host probes unanswered")
+            self._relay_host_dead(relay_url)
+
     def _relay_host_dead(self, url: str) -> None:
         """The relay host of first hop ``url`` did not answer in the send window: the first time, every
         identity of this host routes around all the relays it hosts and sends a copy of each packet it
@@ -457,6 +511,14 @@ class ProblemSession:
             if copies:
                 self.host.count("packets copied around a dead relay host", len(copies))
                 self.schedule(p, copies)
+
+
+#: Seconds between two probes of the relay hosts in the send window (ProblemSession._watch_relay_hosts).
+PROBE_SECONDS = 1.0
+#: Relay hosts one probe asks at most (drawn uniformly), so a roster of many hosts costs a bounded load.
+PROBE_HOSTS = 16
+#: Seconds a probed relay host has to answer before it counts as dead for the round.
+PROBE_DEADLINE = 2.0
 
 
 def poll_backoff(poll_seconds: float, failures: int) -> float:
