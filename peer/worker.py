@@ -474,7 +474,8 @@ class ProblemSession:
 
     def _probe(self, relay_url: str) -> None:
         """One probe of the relay host of ``relay_url`` (:meth:`_watch_relay_hosts`)."""
-        allow = self.host.relay.allow_loopback_http
+        allow = self.participants[0].relay.allow_loopback_http
+        self.host.count("relay host probes")
         try:
             check_relay_address(relay_url, allow_loopback_http=allow)
             fetch("GET", f"{relay_url}/roster/{self.problem.id}", deadline=PROBE_DEADLINE, max_bytes=4096,
@@ -514,7 +515,7 @@ class ProblemSession:
 
 
 #: Seconds between two probes of the relay hosts in the send window (ProblemSession._watch_relay_hosts).
-PROBE_SECONDS = 1.0
+PROBE_SECONDS = 0.5
 #: Relay hosts one probe asks at most (drawn uniformly), so a roster of many hosts costs a bounded load.
 PROBE_HOSTS = 16
 #: Seconds a probed relay host has to answer before it counts as dead for the round.
