@@ -21,6 +21,7 @@ counts lost is in the account's loss.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -82,6 +83,7 @@ def test_one_dead_host_of_three_loses_at_most_5_percent_at_the_default_redundanc
     routes = route_count(d.routes, d.hops, n)
     assert routes == d.routes == 2  # 23 others fit two disjoint routes of 3
     figures = {
+        "load_1min": os.getloadavg()[0],
         "killed_at_fraction_of_send_window": round((killed_at - bins.t_s) / bins.delta, 2),
         "account": account.model_dump(),
         "message": final.message,
