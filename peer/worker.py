@@ -478,11 +478,14 @@ class ProblemSession:
         self.host.count("relay host probes")
         try:
             check_relay_address(relay_url, allow_loopback_http=allow)
+        except ValueError:
+            return  # refused to ask, not found dead
+        try:
             fetch("GET", f"{relay_url}/roster/{self.problem.id}", deadline=PROBE_DEADLINE, max_bytes=4096,
                   address_check=connect_check(allow_loopback=allow))
-        except (ValueError, RefusedAddress):
-            return  # refused to ask, not found dead
-        except OutboundError:
+        except RefusedAddress:
+            return  # its name now resolves to an address not asked: refused, not found dead
+        except OutboundError:  # (a ValueError too: caught here, after the address checks)
             self.host.count("relay host probes unanswered")
             self._relay_host_dead(relay_url)
 
