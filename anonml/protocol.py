@@ -580,7 +580,11 @@ class ReportAccount(_Message):
     counts are attributed to the loss up to its size, late first. ``cover``
     counts the cover payloads the intake opened and dropped (relays cannot
     tell them from reports, so only the aggregator drops them): neither
-    received nor lost, and not in :attr:`expected`.
+    received nor lost, and not in :attr:`expected`. Each report travels as
+    ``routes`` identical copies (redundant delivery, :func:`route_count`); the
+    intake keeps the first and refuses the others as a spent token, counted as
+    ``duplicates`` — neither received nor lost — so the relays' deliveries
+    add up to ``received + duplicates`` (+ cover and refusals).
     """
 
     expected: int = Field(ge=0)
