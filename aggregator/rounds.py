@@ -564,6 +564,7 @@ class RoundDriver:
                 delta=sched.send_window_seconds,
                 t_r=t_r,
                 slots_per_peer=draft.kh,
+                grace=state.settings.intake_grace_seconds,
                 signature=bytes(64),
             ),
             state.identity,

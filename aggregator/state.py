@@ -30,7 +30,7 @@ from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.database import make_engine
 from anonml.learn.binning import Binning
 from anonml.learn.partition import PartitionPlan
-from anonml.protocol import Bins, CosignatureBundle, Problem, Roster, Schedule, roster_beacon
+from anonml.protocol import Bins, CosignatureBundle, Problem, Roster, Schedule, roster_beacon, route_count
 from anonml.schedule import ServiceMeter, schedule_floors
 
 __all__ = [
@@ -259,7 +259,8 @@ class AggregatorState:
             floors = schedule_floors(
                 max(1, n_peers),
                 hops=draft.hops,
-                slots_per_peer=draft.kh,
+                # packets per member: each slot goes over route_count routes
+                slots_per_peer=draft.kh * route_count(draft.routes, draft.hops, max(2, n_peers)),
                 request_seconds=meter.seconds_per_request(),
                 member_seconds=meter.flow_seconds_per_request(),
                 reaction_seconds=self.settings.peer_poll_seconds,

@@ -76,6 +76,8 @@ def account_reports(
     *,
     cover: int = 0,
     window_open: bool = False,
+    routes: int = 1,
+    routes_asked: int = 1,
 ) -> ReportAccount:
     """Reports expected / received / pending / lost and why (:class:`~anonml.protocol.ReportAccount`).
 
@@ -90,12 +92,20 @@ def account_reports(
     nothing); ``not_arrived`` is what no refusal explains. Repeats of a stored
     report (:data:`NOT_A_LOSS`) are no loss. ``cover``: cover payloads the
     intake opened and dropped, reported beside the account and never in it.
+    ``routes``: copies each report was sent as (:func:`~anonml.protocol.route_count`; ``routes_asked``
+    the problem's setting); the refused repeats (:data:`NOT_A_LOSS`) are the account's ``duplicates``
+    — with ``r`` routes an honest round sees up to ``(r − 1) · received`` of them.
     """
     expected = max(0, report_peers) * max(0, slots_per_peer)
+    redundancy = {
+        "routes": routes,
+        "routes_asked": max(routes, routes_asked),
+        "duplicates": sum(max(0, refused.get(reason, 0)) for reason in NOT_A_LOSS),
+        "cover": max(0, cover),
+    }
     if window_open:
         return ReportAccount(
-            expected=expected, received=received, lost=0, pending=max(0, expected - received),
-            cover=max(0, cover),
+            expected=expected, received=received, lost=0, pending=max(0, expected - received), **redundancy
         )
     lost = max(0, expected - received)
     left = lost
@@ -114,7 +124,7 @@ def account_reports(
         late=late_lost,
         refused=why,
         not_arrived=left,
-        cover=max(0, cover),
+        **redundancy,
     )
 
 

@@ -73,6 +73,8 @@ from anonml.privacy.descriptor import MechanismDescriptor
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "DEFAULT_ROUTES",
+    "route_count",
     "B64",
     "signing_bytes",
     "signing_context",
@@ -408,6 +410,25 @@ class LabelSpec(_Message):
 
 _BINARY = LabelSpec()
 
+#: Routes each report slot travels over by default (:attr:`ProblemDraft.routes`; the choice and its
+#: anonymity cost are argued in docs/threat-model.md, "Redundant routes").
+DEFAULT_ROUTES = 2
+
+
+def route_count(routes: int, hops: int, members: int) -> int:
+    """Routes each slot actually travels over: ``max(1, min(routes, ⌊(members − 1) / hops⌋))``.
+
+    The ``routes`` copies of a slot go over pairwise disjoint relay sets
+    (:func:`peer.reports.choose_routes`), which needs ``routes · hops`` other
+    members; a roster too small for that degrades to as many disjoint routes
+    as fit (at least one). A function of the signed roster's size alone, so
+    every member sends the same number of packets (volume says nothing of
+    role) and the aggregator's account states the same figure.
+    """
+    if routes < 1 or hops < 1:
+        raise ValueError(f"routes ({routes}) and hops ({hops}) must be at least 1")
+    return max(1, min(routes, (members - 1) // hops))
+
 
 class CentralTargetSpec(_Message):
     """A central (ε, δ) the aggregator chose the problem's local ε for (shuffle amplification).
@@ -452,6 +473,16 @@ class ProblemDraft(_Message):
     schedule: Schedule
     min_peers: int = Field(default=10, ge=2, le=1_000_000)
     hops: int = Field(default=3, ge=1, le=4)
+    #: Copies of each slot's packet, each over its own route (identical report bytes, one token: the
+    #: intake keeps one). Left out of the wire form at the default, so a problem that does not set it
+    #: signs the bytes it had before the field existed.
+    routes: int = Field(
+        default=DEFAULT_ROUTES,
+        ge=1,
+        le=4,
+        exclude_if=lambda routes: routes == DEFAULT_ROUTES,
+        description="Disjoint routes each report (and cover) packet travels over (redundant delivery).",
+    )
     mode: Literal["default", "paper"] = "default"
     witnesses: tuple[WitnessRef, ...] = Field(default=(), max_length=16)
     admission: Admission = Admission()
@@ -549,7 +580,11 @@ class ReportAccount(_Message):
     counts are attributed to the loss up to its size, late first. ``cover``
     counts the cover payloads the intake opened and dropped (relays cannot
     tell them from reports, so only the aggregator drops them): neither
-    received nor lost, and not in :attr:`expected`.
+    received nor lost, and not in :attr:`expected`. Each report travels as
+    ``routes`` identical copies (redundant delivery, :func:`route_count`); the
+    intake keeps the first and refuses the others as a spent token, counted as
+    ``duplicates`` — neither received nor lost — so the relays' deliveries
+    add up to ``received + duplicates`` (+ cover and refusals).
     """
 
     expected: int = Field(ge=0)
@@ -562,6 +597,13 @@ class ReportAccount(_Message):
     #: Not received yet, the delivery window still open: written only when not 0, so a settled
     #: account (the one a model document signs) keeps the bytes it had before the field existed.
     pending: int = Field(default=0, ge=0, exclude_if=lambda pending: pending == 0)
+    #: Routes each report travelled over (:func:`route_count`), and how many the problem asked for
+    #: (fewer fit a small roster); written only when not 1, like :attr:`pending`.
+    routes: int = Field(default=1, ge=1, exclude_if=lambda routes: routes == 1)
+    routes_asked: int = Field(default=1, ge=1, exclude_if=lambda routes: routes == 1)
+    #: Redundant copies of a stored report the intake refused as a spent token: neither received
+    #: nor lost (each report is sent ``routes`` times and kept once).
+    duplicates: int = Field(default=0, ge=0, exclude_if=lambda duplicates: duplicates == 0)
 
     @property
     def lost_fraction(self) -> float:
@@ -573,15 +615,26 @@ class ReportAccount(_Message):
         While the delivery window is open: ``"60 of 75 reports received, 15 pending (the delivery
         window is open)"``.
         """
+        cover = f"; {self.cover} cover packets dropped" if self.cover else ""
+        extra = cover + self._redundancy()
         if self.pending:
-            cover = f"; {self.cover} cover packets dropped" if self.cover else ""
             return (
                 f"{self.received} of {self.expected} reports received, {self.pending} pending "
-                f"(the delivery window is open){cover}"
+                f"(the delivery window is open){extra}"
             )
         why = _shortfall(self.late, self.refused, self.not_arrived, "refused at intake")
-        cover = f"; {self.cover} cover packets dropped" if self.cover else ""
-        return f"{self.lost} of {self.expected} reports lost ({self.lost_fraction:.1%}){why}{cover}"
+        return f"{self.lost} of {self.expected} reports lost ({self.lost_fraction:.1%}){why}{extra}"
+
+    def _redundancy(self) -> str:
+        """``"; each report over 2 routes (3 asked; the roster fits 2), 9 duplicate copies dropped"``."""
+        if self.routes == 1 and self.routes_asked == 1 and not self.duplicates:
+            return ""
+        asked = ""
+        if self.routes_asked > self.routes:
+            asked = f" ({self.routes_asked} asked; the roster fits {self.routes})"
+        plural = "" if self.routes == 1 else "s"
+        duplicates = f", {self.duplicates} duplicate copies dropped" if self.duplicates else ""
+        return f"; each report over {self.routes} route{plural}{asked}{duplicates}"
 
 
 def _shortfall(late: int, refused: dict[str, int], not_arrived: int, refused_as: str) -> str:
@@ -890,6 +943,10 @@ class Bins(_Message):
     delta: float
     t_r: float
     slots_per_peer: int = Field(ge=1, le=64)
+    #: Seconds after ``t_r`` the intake still takes deliveries (the aggregator's intake grace): last
+    #: hops keep retrying undelivered reports until ``t_r + grace``. Left out of the wire form when 0,
+    #: so bins signed before the field existed keep their bytes.
+    grace: float = Field(default=0.0, ge=0, le=3600, exclude_if=lambda grace: grace == 0)
     signature: SignatureBytes
 
 

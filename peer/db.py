@@ -375,6 +375,17 @@ class PeerDB:
                     )
                 )
 
+    def add_outbox(self, problem_id: str, node: str, packets: list[tuple[int, float, str, bytes]]) -> None:
+        """More built packets (slot, send time, first hop, sealed packet): copies sent around a dead relay."""
+        with self.sessions() as s, s.begin():
+            for slot, when, url, sealed in packets:
+                s.add(
+                    OutboxRow(
+                        problem_id=problem_id, node=node, slot=slot, send_at=when, url=url,
+                        sealed_packet=sealed, sent=False,
+                    )
+                )
+
     def reroute_outbox(self, problem_id: str, node: str, slot: int, url: str, sealed: bytes) -> None:
         """Replace one slot's packet and first hop (the sender rebuilt it over another route)."""
         with self.sessions() as s, s.begin():

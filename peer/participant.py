@@ -35,9 +35,12 @@ aggregator is treated as an adversary):
    reports with the least-error mechanism at ε/k_h (all k_h recorded in the
    ledger at once, before anything is sent, refused past the cap) and wraps
    each with its token in an onion packet over ``hops`` distinct other
-   members chosen uniformly. A median peer builds k_h cover packets. Every
-   peer sends exactly ``slots_per_peer`` packets at independent uniform times
-   in ``(t_s, t_s + δ)``.
+   members chosen uniformly — ``r`` packets per report, one per route, the
+   routes of a report pairwise disjoint (redundant delivery:
+   :func:`~anonml.protocol.route_count` routes, identical report bytes and
+   one token, so the intake keeps one copy). A median peer builds ``r·k_h``
+   cover packets the same way. Every peer sends exactly ``r·slots_per_peer``
+   packets at independent uniform times in ``(t_s, t_s + δ)``.
 6. **Model**: downloads the signed model, checks the signature with the pinned
    key, and predicts for itself.
 
@@ -110,6 +113,7 @@ from anonml.protocol import (
     RosterWitness,
     check_relay_address,
     check_relay_url,
+    route_count,
     sign_message,
     transcript_hash,
     verify_message,
@@ -132,7 +136,7 @@ from peer.phases import (
 from peer.policy import PeerPolicy, check_roster_floors
 from peer.relay import REFUSED_ADDRESS, RelayRound, RelayService, StoredReplayCache, already_processed
 from peer.relayauth import RELAY_POST_TYPE, member_quota, post_key, relay_node_of, seal_post
-from peer.reports import choose_path, fetch_tokens, make_reports
+from peer.reports import choose_path, choose_routes, fetch_tokens, make_reports
 from peer.roster import RosterView
 from peer.transcript import credential_for, verify_bundle
 from peer.vault import Vault
@@ -264,7 +268,10 @@ class Participant:
     # What each slot carries (redemption, report; None: cover), kept in memory to rebuild a packet
     # over another route (reroute); not after a restart, when the stored packet is retried as it is.
     _payloads: list[tuple[Redemption, bytes] | None] | None = field(default=None, repr=False)
-    _avoid: set[bytes] = field(default_factory=set, repr=False)  # first hops that failed this round
+    _avoid: set[bytes] = field(default_factory=set, repr=False)  # relays that failed this round
+    _sent_slots: set[int] = field(default_factory=set, repr=False)  # packets that reached their first hop
+    _resent: set[int] = field(default_factory=set, repr=False)  # sent packets copied around a dead relay
+    _copy_of: dict[int, int] = field(default_factory=dict, repr=False)  # packet -> report slot, for extras
     _reroute_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _plugins: tuple[Instancer, Featurizer, list[int]] | None = None  # loaded once per host, for the example
     _example_pending: bool = False  # prepare() ran and compute_example has not yet
@@ -815,7 +822,8 @@ class Participant:
             raise Aborted("bins do not match the proposal (slot count or feature count)")
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
         hops = min(draft.hops, len(view.keys) - 1)
-        quota = member_quota(draft.kh, hops, len(view.keys))
+        # Every member sends r packets per slot (redundant delivery), each counted in the quotas.
+        quota = member_quota(draft.kh * self.route_count(view), hops, len(view.keys))
         replays = (
             None if self.db is None else StoredReplayCache(self.db, self.node.node_id, self.problem.round_id)
         )
@@ -835,6 +843,7 @@ class Participant:
                 max_packets=quota * (len(view.keys) - 1),
                 vault=self.node.vault,
                 owner=self.node.fingerprint,
+                grace=bins.grace,
             )
         )
         if self.phase in (P.CONFIRMED, P.ANSWERED):
@@ -862,7 +871,9 @@ class Participant:
         """This identity's packets for the round (relaying → reporting), kept sealed in the state DB.
 
         Returns ``(send time, first hop URL, packet)`` for exactly
-        ``slots_per_peer`` packets; the caller schedules them.
+        ``r · slots_per_peer`` packets (``r`` = :meth:`route_count`: packet
+        ``j`` is copy ``j mod r`` of slot ``j // r``, each copy over its own
+        route, a report's copies identical inside); the caller schedules them.
         """
         roster = self.facts(self.roster, "the checked roster")
         if self.phase != P.RELAYING:
@@ -874,10 +885,11 @@ class Participant:
         if time.time() >= bins.t_s + bins.delta:
             raise Aborted("the bins arrived after the send window closed")
         payloads: list[tuple[Redemption, bytes] | None]
+        copies = self.route_count(roster.view)
         if roster.assignment.role == "report":
-            payloads = list(self._reports(bins, roster))
-        else:
-            payloads = [None] * bins.slots_per_peer
+            payloads = [payload for payload in self._reports(bins, roster) for _ in range(copies)]
+        else:  # cover multiplied the same way: the packet count says nothing of the role
+            payloads = [None] * (bins.slots_per_peer * copies)
         packets = []
         preparation = self.prepare_round()
         for payload, path in zip(payloads, preparation.paths, strict=True):
@@ -912,11 +924,13 @@ class Participant:
             list(path), redemption, report, round_id=round_id, destination=destination, intake_key=intake_key
         )
 
-    def reroute(self, slot: int, failed_url: str) -> tuple[str, bytes] | None:
-        """A new route and packet for ``slot`` whose first hop (``failed_url``) refused it or is down.
+    def reroute(self, slot: int, failed_url: str | None) -> tuple[str, bytes] | None:
+        """A new route and packet for packet ``slot`` whose first hop (``failed_url``) refused it or is down.
 
         The new route avoids every first hop that failed for this identity in
-        the round; the packet carries the same report (or is cover), so at
+        the round, and the relays of the other copies of the same report slot
+        while enough members are left for that (else only the failed hops);
+        the packet carries the same report (or is cover), so at
         most one copy reaches the intake with a valid token (the intake
         refuses a token spent twice). The new route replaces the slot's in
         the stored facts and outbox, so a restart sends the new packet.
@@ -929,18 +943,13 @@ class Participant:
             if self._payloads is None or self.preparation is None:
                 return None
             try:
-                self._avoid.add(relay_node_of(failed_url))
+                if failed_url is not None:  # None: a relay of the route was found dead (route_around)
+                    self._avoid.add(relay_node_of(failed_url))
             except ValueError:
                 return None
             me = roster.view.index_of[bytes(self.node.identity.public)]
-            try:
-                path = tuple(
-                    choose_path(
-                        roster.view, me, self.problem.draft.hops, self.problem.round_id,
-                        self.node.rng, frozenset(self._avoid),
-                    )
-                )  # fmt: skip
-            except ProtocolError:
+            path = self._fresh_path(roster.view, me, slot)
+            if path is None:
                 return None
             packet = self._packet(self._payloads[slot], path)
             paths = list(self.preparation.paths)
@@ -953,8 +962,102 @@ class Participant:
                 self.db.reroute_outbox(self.problem.id, self.node.fingerprint, slot, url, sealed)
         return url, packet
 
+    def route_count(self, view: RosterView) -> int:
+        """Routes each slot travels over in this problem with ``view``'s roster
+        (:func:`~anonml.protocol.route_count`: the problem's ``routes``, fewer when the roster is small)."""
+        draft = self.problem.draft
+        return route_count(draft.routes, draft.hops, len(view.keys))
+
+    def _cohosted(self, view: RosterView) -> frozenset[bytes]:
+        """Members whose relay is on this identity's own relay host (its relay URL's base).
+
+        Left out of its routes while the other members suffice: that host sees the
+        sender anyway (relays there add no anonymity against it) and dies with it
+        (a copy routed there is lost with the sender's own unsent packets).
+        """
+        own = self.relay_url.split("/relay/")[0] + "/relay/"
+        return frozenset(
+            node for node, entry in zip(view.node_ids, view.roster.entries, strict=True)
+            if entry.relay_url.startswith(own)
+        )  # fmt: skip
+
+    def _report_slot(self, packet: int, copies: int) -> int:
+        """The report slot packet ``packet`` carries (packet ``j < r·k_h``: slot ``j // r``)."""
+        return self._copy_of.get(packet, packet // copies)
+
+    def _fresh_path(self, view: RosterView, me: int, packet: int) -> tuple[Hop, ...] | None:
+        """A route for packet ``packet`` avoiding the relays that failed this round and, while enough
+        members are left, those of the other copies of its report slot; None when none is left."""
+        assert self.preparation is not None
+        copies = self.route_count(view)
+        mine = self._report_slot(packet, copies)
+        siblings = {
+            h.node_id
+            for j, other in enumerate(self.preparation.paths)
+            if j != packet and self._report_slot(j, copies) == mine
+            for h in other
+        }
+        for avoid in (self._avoid | siblings | self._cohosted(view), self._avoid | siblings, self._avoid):
+            try:
+                draft, round_id = self.problem.draft, self.problem.round_id
+                return tuple(choose_path(view, me, draft.hops, round_id, self.node.rng, frozenset(avoid)))
+            except ProtocolError:
+                continue
+        return None
+
+    def crosses_failed(self, packet: int) -> bool:
+        """Whether packet ``packet``'s route crosses a relay found dead this round (:meth:`route_around`)."""
+        with self._reroute_lock:
+            if self.preparation is None or packet >= len(self.preparation.paths):
+                return False
+            return any(h.node_id in self._avoid for h in self.preparation.paths[packet])
+
+    def route_around(self, dead: frozenset[bytes]) -> list[tuple[int, float, str, bytes]]:
+        """Relays ``dead`` were found unreachable in the send window: avoid them, and give every packet
+        already sent through one of them one more copy over a fresh route.
+
+        A relay holds what it takes until the send window has closed (:mod:`peer.relay`), so a packet
+        sent through a relay that died since is lost with it; its copy (the same report and token, or
+        cover: the rule does not depend on the role, so neither does the number of copies) leaves at a
+        uniform time in what is left of the window, over a route avoiding every failed relay and the
+        relays of the report's other copies. Packets not sent yet are re-routed when their time comes
+        (:meth:`crosses_failed`, :meth:`reroute`). The intake keeps one copy per token, so a copy
+        costs no ε. Returns ``(packet, send time, first hop, packet bytes)`` of the new copies; none
+        when the payloads are not in memory (after a restart) or the window is over.
+        """
+        roster = self.facts(self.roster, "the checked roster")
+        out: list[tuple[int, float, str, bytes]] = []
+        with self._reroute_lock:
+            self._avoid |= dead
+            now, end = time.time(), self.window_end
+            if self._payloads is None or self.preparation is None or end is None or now >= end:
+                return out
+            me = roster.view.index_of[bytes(self.node.identity.public)]
+            copies = self.route_count(roster.view)
+            gen = resolve_rng(self.node.rng)
+            for j in sorted(self._sent_slots - self._resent):
+                if not any(h.node_id in dead for h in self.preparation.paths[j]):
+                    continue
+                self._resent.add(j)
+                path = self._fresh_path(roster.view, me, j)
+                if path is None:
+                    continue
+                new = len(self.preparation.paths)
+                self._copy_of[new] = self._report_slot(j, copies)
+                self.preparation = Preparation((*self.preparation.paths, path), self.preparation.tokens)
+                self._payloads.append(self._payloads[j])
+                packet = self._packet(self._payloads[j], path)
+                out.append((new, float(gen.uniform(now, end)), roster.view.routes[path[0].node_id], packet))
+            if out:
+                self.save()
+                if self.db is not None:
+                    sealed = [(j, when, url, self.node.vault.seal(b)) for j, when, url, b in out]
+                    self.db.add_outbox(self.problem.id, self.node.fingerprint, sealed)
+        return out
+
     def prepare_round(self) -> Preparation:
-        """Routes (one per slot, certificates checked) and, for a report peer, its tokens.
+        """Routes (:meth:`route_count` pairwise disjoint ones per slot, certificates checked) and, for a
+        report peer, its tokens.
 
         Ahead of the round, as soon as the roster is confirmed; issuance opens
         when the roster is published, so this runs while the median rounds go
@@ -965,10 +1068,15 @@ class Participant:
             return self.preparation
         roster = self.facts(self.roster, "the checked roster")
         me = roster.view.index_of[bytes(self.node.identity.public)]
-        paths = tuple(
-            tuple(choose_path(roster.view, me, self.problem.draft.hops, self.problem.round_id, self.node.rng))
-            for _ in range(self.problem.draft.kh)
-        )
+        draft, copies, view = self.problem.draft, self.route_count(roster.view), roster.view
+        cohosted, round_id = self._cohosted(view), self.problem.round_id
+        paths: tuple[tuple[Hop, ...], ...] = ()
+        for _ in range(draft.kh):
+            try:
+                routes = choose_routes(view, me, draft.hops, copies, round_id, self.node.rng, cohosted)
+            except ProtocolError:  # too few members elsewhere: any other member, as before
+                routes = choose_routes(view, me, draft.hops, copies, round_id, self.node.rng)
+            paths += tuple(tuple(path) for path in routes)
         tokens = None
         if roster.assignment.role == "report":
             try:
@@ -1050,6 +1158,8 @@ class Participant:
         if reply.status >= 300:  # a retry whose first copy arrived (the hop's replay refusal): sent
             self.relay.count("packets already processed at the first hop")
         self.sent += 1
+        with self._reroute_lock:
+            self._sent_slots.add(slot)
         if self.db is not None:
             self.db.mark_sent(self.problem.id, self.node.fingerprint, slot)
 

@@ -72,7 +72,10 @@ Batching tells the next hop nothing it would not learn from arrival times:
 the packets of one request were due at about the same moment. A release that
 fails in a way that may pass (unreachable, 5xx, 404 from a next hop that has
 not reloaded its round after a restart, 429) is retried with backoff
-(:func:`retry_delay`) until ``t_r``; what is finally not delivered is counted
+(:func:`retry_delay`) until ``t_r`` — a delivery to the intake until ``t_r``
+plus the intake's grace (:attr:`RelayRound.grace`, from the signed bins), so
+an aggregator killed late in the release window and back within its grace
+still gets every report held for it; what is finally not delivered is counted
 ``"forwarded lost"`` / ``"delivered lost"`` on this (sending) side.
 
 Release times. Every packet of the round is inside the relays before any
@@ -242,6 +245,7 @@ class RelayRound:
     quota: int | None = None  # packets one member may post to this node in the round (None: no quota)
     vault: Vault | None = None  # seals held packets in the state DB (None: held in memory only)
     owner: str | None = None  # the node's identity fingerprint (its round key row in the state DB)
+    grace: float = 0.0  # seconds after t_r the intake still takes deliveries (the signed bins' grace)
 
     def release_end(self) -> float:
         """End of the interval release times are drawn from: ``t_r − guard``."""
@@ -625,8 +629,12 @@ class RelayService:
             return self._reject("version", 400, str(exc))
         except InvalidPacket:
             return self._reject("invalid", 400, REJECTED)
-        deadline = round_.schedule.t_r  # the next hop drops what arrives after t_r; the intake too
+        deadline = round_.schedule.t_r  # the next hop drops what arrives after t_r
         if isinstance(result, Deliver):
+            # The intake takes deliveries until t_r + its grace: a last hop keeps retrying (and keeps
+            # the packet sealed in its state DB across a restart of its own) until then, so an
+            # aggregator restarted within the grace still gets what was held for it.
+            deadline += round_.grace
             if result.destination != round_.destination:
                 return self._reject("unknown destination", 400, REJECTED)
             # Sealed to the aggregator: a report or cover, this relay cannot tell; both go on.

@@ -17,6 +17,8 @@ Pure functions of the peer's state (used by :class:`peer.participant.Participant
 - :func:`choose_path`: exactly ``hops`` distinct other roster members,
   uniformly, each relay certificate checked for the round (never fewer: a
   roster too small for that is refused, not routed over a shorter path).
+- :func:`choose_routes`: ``routes`` such paths for one slot (redundant
+  delivery), pairwise disjoint: no relay carries two copies of a slot.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from anonml.randomness import resolve_rng
 from peer.features import LocalExample, invalid_features
 from peer.roster import RosterView
 
-__all__ = ["fetch_tokens", "make_reports", "choose_path"]
+__all__ = ["fetch_tokens", "make_reports", "choose_path", "choose_routes"]
 
 
 def fetch_tokens(
@@ -198,3 +200,31 @@ def choose_path(
         except CryptoError as exc:
             raise ProtocolError(f"roster member {member}'s relay certificate is invalid: {exc}") from None
     return path
+
+
+def choose_routes(
+    view: RosterView,
+    me: int,
+    hops: int,
+    routes: int,
+    round_id: int,
+    rng: np.random.Generator | None = None,
+    avoid: frozenset[bytes] = frozenset(),
+) -> list[list[Hop]]:
+    """``routes`` paths of ``hops`` relays for one slot's copies, pairwise disjoint (:func:`choose_path`
+    each, avoiding ``avoid`` and the relays of the paths drawn before).
+
+    Disjoint, so one dead or dropping relay costs at most one copy of a slot,
+    and every copy is drawn as uniformly as a single route over the members
+    not used yet. ``routes`` is what :func:`~anonml.protocol.route_count`
+    says fits the roster; a roster (less ``avoid``) without ``routes · hops``
+    other members is refused with :class:`~anonml.errors.ProtocolError`, like a
+    route of more hops than members.
+    """
+    used: set[bytes] = set(avoid)
+    paths = []
+    for _ in range(routes):
+        path = choose_path(view, me, hops, round_id, rng, frozenset(used))
+        used.update(h.node_id for h in path)
+        paths.append(path)
+    return paths

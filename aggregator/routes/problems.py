@@ -49,6 +49,7 @@ from anonml.protocol import (
     ProblemStatus,
     ReportAccount,
     ShuffleStatement,
+    route_count,
     sign_message,
 )
 
@@ -100,14 +101,17 @@ def problem_account(
     _, intake = reject_counts(rows)
     late = intake.pop("late", 0)
     report_peers = len(ctx.roster.entries) - ctx.roster.median_pool_size
+    draft = ctx.problem.draft
     return account_reports(
         report_peers,
-        ctx.problem.draft.kh,
+        draft.kh,
         count_reports(session, problem_id),
         late,
         intake,
         cover=cover_count(rows),
         window_open=window_open,
+        routes=route_count(draft.routes, draft.hops, len(ctx.roster.entries)),
+        routes_asked=draft.routes,
     )
 
 

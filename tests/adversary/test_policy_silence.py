@@ -22,7 +22,7 @@ import pytest
 
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.plugins import PluginRef
-from anonml.protocol import Problem, ProblemDraft
+from anonml.protocol import Problem, ProblemDraft, route_count
 from featurizers.mooc_engagement import MoocEngagementFeaturizer
 from peer.features import local_example
 from peer.policy import PeerPolicy, load_plugins
@@ -113,7 +113,8 @@ def _check_indistinguishable(
     expected = ("accept", True, True, kh, pytest.approx(problem.draft.epsilon))
     for fingerprint, row in seen.items():
         assert row[:5] == expected, (fingerprint in singled_out, row)
-    assert peers.host.counters["packets sent"] + peers.host.counters["packets not sent"] == N * kh
+    packets = N * kh * route_count(problem.draft.routes, problem.draft.hops, N)  # r copies per slot
+    assert peers.host.counters["packets sent"] + peers.host.counters["packets not sent"] == packets
     st = adversary.status(problem)
     assert st.registered == st.roster_size == N and st.tokens_issued == N * kh
     # The singled-out peers sent stand-ins and know why (locally); the others did not.

@@ -134,7 +134,8 @@ def test_a_round_that_loses_past_the_threshold_ends_degraded_and_says_why(aggreg
     st = wait_phase(round_.url, round_.problem.id, ("degraded", "done", "failed"))
     assert st.phase == "degraded", st.message
     assert st.reports == ReportAccount(
-        expected=12, received=8, lost=4, refused={"bad token": 1, "unsealable": 1}, not_arrived=2, cover=3
+        expected=12, received=8, lost=4, refused={"bad token": 1, "unsealable": 1}, not_arrived=2, cover=3,
+        routes_asked=2,  # the default 2 routes; 6 members fit 1 route of 3 hops (route_count)
     )
     assert "4 of 12 reports lost" in st.message and "bad token: 1" in st.message and "10%" in st.message
     assert "3 cover packets dropped" in st.message
@@ -153,7 +154,7 @@ def test_a_round_without_loss_ends_done_with_an_empty_account(aggregator) -> Non
     _train(round_)
     st = wait_phase(round_.url, round_.problem.id, ("degraded", "done", "failed"))
     assert st.phase == "done" and st.message == ""
-    assert st.reports == ReportAccount(expected=12, received=12, lost=0)
+    assert st.reports == ReportAccount(expected=12, received=12, lost=0, routes_asked=2)
     doc = ModelDocument.model_validate_json(
         requests.get(f"{round_.url}/problems/{round_.problem.id}/model").content
     )

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from anonml.protocol import DEFAULT_ROUTES
 from anonml.schedule import PACKET_REQUEST_SECONDS, schedule_floors
 from tests.aggregator.helpers import (
     WirePeer,
@@ -52,21 +53,22 @@ def test_a_bigger_roster_gets_longer_waits(aggregator) -> None:
     ):
         assert getattr(small, name) < getattr(big, name), name
     # The floors of the formula, with L = 4 ms and M = 4 ms plus the moment from the proposal to
-    # the first registration spread over the members: n = 1,000, k_h = 1, h = 3.
+    # the first registration spread over the members: n = 1,000, k_h = 1, h = 3, and each slot sent
+    # over the default 2 routes (2 packets per member).
     meter = state.meter(big_ctx.problem.id)
     assert meter.seconds_per_request() == pytest.approx(0.004)
     assert 0.004 <= meter.flow_seconds_per_request() < 0.004 + 1.0 / 1000
     expected = schedule_floors(
         1000,
         hops=3,
-        slots_per_peer=1,
+        slots_per_peer=DEFAULT_ROUTES,
         request_seconds=0.004,
         member_seconds=meter.flow_seconds_per_request(),
         reaction_seconds=r,
     )
     # L = 4 ms is below a packet's request floor: the packet windows take the floor.
     floor = max(0.004, PACKET_REQUEST_SECONDS)
-    assert big.send_window_seconds == expected.send_window_seconds == r + 1000 * floor
+    assert big.send_window_seconds == expected.send_window_seconds == r + DEFAULT_ROUTES * 1000 * floor
     assert big.release_window_seconds == expected.release_window_seconds
     assert big.roster_seconds == expected.roster_seconds
     # Fixed when first taken: later registrations do not move a round's schedule.

@@ -116,9 +116,14 @@ def _check_the_relays(relays: list[dict[str, int]], final: ProblemStatus) -> Non
     assert total("delivered after retry") > 0, relays
     # A delivery the intake stored as the kill hit was never acknowledged: its retry is refused
     # (the token is spent), so the relays may count fewer deliveries than were stored, never more.
+    # Each report travels over `routes` copies (redundant delivery): the intake stores one and
+    # refuses the others as duplicates, which the relays count as delivered (already processed).
+    account, routes = final.reports, final.reports.routes
     refused = sum(v for r in relays for k, v in r.items() if k.startswith("delivered refused"))
-    assert total("delivered") <= final.reports_accepted <= total("delivered") + refused
-    assert total("delivered lost") <= final.reports.lost + refused
+    assert total("delivered") <= final.reports_accepted + account.duplicates
+    assert final.reports_accepted <= total("delivered") + refused
+    # A lost report lost every copy; a stored one at most routes − 1 of them.
+    assert total("delivered lost") <= routes * account.lost + (routes - 1) * final.reports_accepted + refused
     # Each sender counts its own losses from the aggregator's receipts.
     assert total("reports delivered") == final.reports_accepted
     assert total("reports lost in transit") == final.tokens_issued - final.reports_accepted

@@ -118,11 +118,13 @@ def test_killed_in_reporting_it_keeps_staged_reports_and_the_round_continues(agg
     agg.restart()
     st = status(agg.url, problem.id)
     # a 120 s sending window: the 6 missing are pending (not lost) while it is open
-    assert st.phase == "reporting" and st.reports == ReportAccount(expected=12, received=6, lost=0, pending=6)
+    assert st.phase == "reporting"
+    assert st.reports == ReportAccount(expected=12, received=6, lost=0, pending=6, routes_asked=2)
     assert send_reports(agg.url, problem, peers[3:], rng) == 6
     assert post(f"{agg.url}/problems/{problem.id}/train", b"", ADMIN).status_code == 200
     st = wait_phase(agg.url, problem.id, ("done", "degraded", "failed"))
-    assert st.phase == "done" and st.reports == ReportAccount(expected=12, received=12, lost=0)
+    assert st.phase == "done"
+    assert st.reports == ReportAccount(expected=12, received=12, lost=0, routes_asked=2)
 
 
 def _as_left_in_training(agg: Killable, pid: str) -> None:
@@ -158,7 +160,8 @@ def test_killed_in_training_it_trains_from_the_stored_reports_on_restart(agg: Ki
     assert st.phase == "done", st.message
     doc = ModelDocument.model_validate_json(requests.get(f"{agg.url}/problems/{problem.id}/model").content)
     verify_message(doc, bytes(problem.aggregator))
-    assert doc.reports == ReportAccount(expected=12, received=12, lost=0) and doc.metrics["reports"] == 12
+    assert doc.reports == ReportAccount(expected=12, received=12, lost=0, routes_asked=2)
+    assert doc.metrics["reports"] == 12
 
 
 def test_a_problem_failed_in_training_retrains_on_admin_train_after_a_restart(agg: Killable) -> None:

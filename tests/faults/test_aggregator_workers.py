@@ -75,7 +75,7 @@ def _train_to_the_end(url: str, problem: Problem) -> ModelDocument:
     assert post(f"{url}/problems/{problem.id}/train", b"", ADMIN).status_code == 200
     st = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=120)
     assert st.phase == "done", st.message
-    assert st.reports == ReportAccount(expected=12, received=12, lost=0)
+    assert st.reports == ReportAccount(expected=12, received=12, lost=0, routes_asked=2)
     doc = ModelDocument.model_validate_json(
         requests.get(f"{url}/problems/{problem.id}/model", timeout=60).content
     )

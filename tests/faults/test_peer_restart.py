@@ -29,7 +29,7 @@ import requests
 
 from aggregator.app import ServerProcess, start_server_process
 from anonml.crypto import Hop, PublicIdentity, RelayKeyCertificate, build_cover_packet
-from anonml.protocol import Problem
+from anonml.protocol import Problem, route_count
 from peer.db import PeerDB
 from peer.host import release_marks
 from peer.relayauth import RELAY_POST_TYPE, member_quota, post_key, seal_post
@@ -74,7 +74,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 #: When B is killed: right after building its packets (none sent yet), or once its relays hold
 #: packets of others (some of its own sent, perhaps all).
 KILL_POINTS = {
-    "built, nothing sent": "SELECT count(*) = 4 FROM peer_outbox WHERE sent = 0",
+    # B's 4 identities × k_h = 1 slot × 2 routes (route_count of the default routes on 10 members)
+    "built, nothing sent": "SELECT count(*) = 8 FROM peer_outbox WHERE sent = 0",
     "relays holding packets": "SELECT count(*) > 0 FROM peer_held_packets",
     "in the release window": (  # the send window is over and the relays still hold packets
         "SELECT count(*) > 0 FROM peer_held_packets, peer_participation_state "
@@ -152,8 +153,9 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
     elif kill_point == "in the release window":
         assert held_at_kill > 0 and left_unsent == 0
     else:
-        assert left_unsent == 4 * d.kh
-        assert after["host packets sent"] == 4 * d.kh  # B's own packets all went after the restart
+        packets = 4 * d.kh * route_count(d.routes, d.hops, n)
+        assert left_unsent == packets
+        assert after["host packets sent"] == packets  # B's own packets all went after the restart
     print(
         json.dumps(
             {

@@ -231,3 +231,78 @@ def test_a_retry_refused_for_another_reason_is_still_lost(one_hop):
         intake.stop()
     counters = one_hop.counters()
     assert counters["delivered refused (409)"] == 1 and counters.get("delivered", 0) == 0
+
+
+def _relay_with_grace(url: str, node: PeerNode, key, intake_port: int, schedule: WindowSchedule,
+                      aggregator: Identity, grace: float) -> PeerServer:
+    """A relay host on the state DB at ``url`` relaying round ``ROUND`` with the intake's ``grace``,
+    releasing at once after the send window (held packets sealed, so a restart finds them)."""
+    db = PeerDB(url)
+    host = PeerHost([node], db, PeerPolicy(allow_loopback_http=True), [], rng=np.random.default_rng(5))
+    server = start_peer_server(host)
+    host.relay.open_round(
+        RelayRound(
+            node.node_id, ROUND, SphinxRelay(key, StoredReplayCache(db, node.node_id, ROUND)), schedule,
+            {}, aggregator.public.node_id, f"http://127.0.0.1:{intake_port}/intake",
+            guard=schedule.t_r - schedule.t_s - schedule.delta - 0.2, vault=node.vault,
+            owner=node.fingerprint, grace=grace,
+        )  # fmt: skip
+    )
+    return server
+
+
+def _wait_past(t: float, timeout: float) -> None:
+    """Poll the clock until POSIX time ``t`` has passed (a condition with a deadline, not a nap)."""
+    deadline = time.monotonic() + timeout
+    while time.time() <= t:
+        assert time.monotonic() < deadline, "the clock did not pass the time waited for"
+        time.sleep(0.02)
+
+
+def test_a_last_hop_keeps_retrying_past_t_r_within_the_intake_grace_even_across_its_own_restart(tmp_path):
+    """Issue 26, item 3: the aggregator is down from before the release until after t_r; the last hop
+    keeps the delivery (sealed in its state DB), is killed and restarted after t_r, and delivers once
+    the intake is back — before t_r + grace, which the bins carry."""
+    node = PeerNode(Identity.generate(), EventStore("sqlite://"), PrivacyLedger("sqlite://"))
+    aggregator, port, url = Identity.generate(), free_port(), f"sqlite:///{tmp_path / 'state.db'}"
+    key, cert = node.identity.new_round_relay_key(ROUND)
+    now = time.time()
+    schedule = WindowSchedule(now, 0.3, now + 3.0)
+    grace = 30.0
+    first = _relay_with_grace(url, node, key, port, schedule, aggregator, grace)
+    try:
+        packet = build_packet(
+            [Hop.from_certificate(cert, ROUND)], Redemption(b"p-x/r/0", bytes(range(32)), bytes(32)),
+            b'{"problem_id": "p-x"}', round_id=ROUND, destination=aggregator.public.node_id,
+            intake_key=aggregator.public.relay_key,
+        )  # fmt: skip
+        relay = f"{first.url}/relay/{node.node_id.hex()}"
+        assert requests.post(relay, data=packet, headers=OCTETS, timeout=10).status_code == 202
+        deadline = time.monotonic() + 20
+        while first.host.relay.counters.get("delivered retried", 0) < 1:  # due, and the intake is down
+            assert time.monotonic() < deadline, dict(first.host.relay.counters)
+            time.sleep(0.02)
+        _wait_past(schedule.t_r, timeout=20)
+        assert first.host.relay.counters.get("delivered lost", 0) == 0  # t_r passed: still kept
+    finally:
+        first.stop()
+        first.host.close()  # the host ends here; the held delivery stays in its state DB
+    assert len(PeerDB(url).held(node.node_id.hex())) == 1
+    # The restarted host's start resumes what its state DB holds (PeerHost.resume → resume_held).
+    second = _relay_with_grace(url, node, key, port, schedule, aggregator, grace)
+    try:
+        capture = Capture()
+        intake = start_server(capture.app(), port=port)
+        try:
+            arrived = capture.wait(1, timeout=schedule.t_r + grace - time.time())
+        finally:
+            intake.stop()
+        assert arrived[0][1] == "intake" and schedule.t_r < arrived[0][0] < schedule.t_r + grace
+        counters = second.host.relay.counters
+        assert counters["held resumed"] == 1 and counters["delivered"] == 1
+        assert "delivered lost" not in counters
+        assert PeerDB(url).held(node.node_id.hex()) == []  # delivered: no longer held
+    finally:
+        second.stop()
+        second.host.close()
+

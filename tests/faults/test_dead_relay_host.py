@@ -1,0 +1,111 @@
+"""One of three peer hosts dies for good in the send window (issue 26, item 2): redundant routes carry the
+reports, and every count agrees.
+
+Real processes: the aggregator (``python -m aggregator``) and three peer hosts (``python -m
+peer.simulate``) of :data:`PER_HOST` identities each, every identity a report peer (no median pool), at
+the default redundancy (:data:`anonml.protocol.DEFAULT_ROUTES` disjoint routes per report). Host C is
+SIGKILLed in the send window once each of its identities has sent at least one copy of its report — a
+report none of whose copies left its dying sender is lost by any protocol, so the kill point measures
+what the routes lose, not the sender's death. C holds, as a first hop, every packet routed through it
+(nothing leaves a relay before the send window closes), and its relays are on routes of the others
+that were sent before it died.
+
+What must hold: at most 5 % of the reports are lost; the aggregator's account is exact (received +
+lost = expected, the loss split adds up, every repeat of a stored token is a duplicate, never a loss);
+the live hosts' senders counted what they sent (``r`` copies per slot plus the copies sent around the
+dead host) and none unsent; their relays' deliveries are the intake's stored reports plus its
+duplicates (C delivered nothing: it died before the release window); and every report a live sender
+counts lost is in the account's loss.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from aggregator.app import start_server_process
+from anonml.protocol import Bins, route_count
+from tests.adversary.malicious import wait_until
+from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
+from tests.faults.helpers import fault_draft, write_hosts
+
+PER_HOST = 8
+#: C has sent a copy of every report it holds: one sent row per identity in its outbox.
+ALL_SENT_ONE = "SELECT count(DISTINCT node) FROM peer_outbox WHERE sent = 1"
+
+
+def _bins(url: str, pid: str) -> Bins | None:
+    reply = requests.get(f"{url}/problems/{pid}/bins", timeout=30)
+    return Bins.model_validate_json(reply.content) if reply.status_code == 200 else None
+
+
+@pytest.mark.slow
+def test_one_dead_host_of_three_loses_at_most_5_percent_at_the_default_redundancy(tmp_path: Path):
+    aggregator = start_server_process(aggregator_settings(tmp_path, port=0))
+    hosts = write_hosts(tmp_path, {"a": PER_HOST, "b": PER_HOST, "c": PER_HOST}, [aggregator.url], log=True)
+    (a, _), (b, _), (c, _) = hosts["a"], hosts["b"], hosts["c"]
+    for host in (a, b, c):
+        host.start()
+    n = 3 * PER_HOST
+    try:
+        d = fault_draft(send_window_seconds=16.0, release_window_seconds=10.0)
+        url, problem = aggregator.url, propose(aggregator.url, d)
+        wait_until(lambda: status(url, problem.id).registered == n, "every identity to register", 120)
+        close_registration(url, problem.id, or_deadline=True)
+        wait_until(lambda: _bins(url, problem.id) is not None, "the bins", 120)
+        bins = _bins(url, problem.id)
+        assert bins is not None
+        end = bins.t_s + bins.delta
+        wait_until(lambda: c.rows(ALL_SENT_ONE)[0][0] == PER_HOST or time.time() >= end,
+                   "every identity of C to send a copy", 120 + end - time.time())
+        killed_at = time.time()
+        c.kill()
+        assert killed_at < end, "C's identities had not all sent a copy before the send window closed"
+        final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=240)
+        for host in (a, b):
+            wait_until(
+                lambda host=host: all(r[0] in ("done", "degraded", "partial", "failed")
+                                      for r in host.rows("SELECT status FROM peer_participations")),
+                "every live participation to end", 120,
+            )
+        live = [a.status()["relay"], b.status()["relay"]]
+    finally:
+        for host in (a, b, c):
+            host.stop()
+        aggregator.stop()
+    account = final.reports
+    assert account is not None, final.message
+    routes = route_count(d.routes, d.hops, n)
+    assert routes == d.routes == 2  # 23 others fit two disjoint routes of 3
+    figures = {
+        "load_1min": os.getloadavg()[0],
+        "killed_at_fraction_of_send_window": round((killed_at - bins.t_s) / bins.delta, 2),
+        "account": account.model_dump(),
+        "message": final.message,
+        "live_counters": live,
+    }
+    print(json.dumps(figures))
+    # The account is exact: expected = received + lost, and the loss split adds up.
+    assert account.expected == n * d.kh and account.received + account.lost == account.expected
+    assert account.lost == account.late + sum(account.refused.values()) + account.not_arrived
+    assert account.routes == account.routes_asked == routes
+    assert account.lost <= 0.05 * account.expected, figures
+    # The senders that lived: r copies per slot, plus one per packet sent through C before it died.
+    copies = sum(h.get("host packets copied around a dead relay host", 0) for h in live)
+    sent = sum(h.get("host packets sent", 0) for h in live)
+    assert sum(h.get("host packets not sent", 0) for h in live) == 0, live
+    assert sent == 2 * PER_HOST * d.kh * routes + copies, live
+    assert all(h.get("host relay hosts found dead", 0) == 1 for h in live), live  # C, and only C
+    # Their relays delivered what the intake stored, and each repeat it refused (C delivered none).
+    delivered = sum(h.get("delivered", 0) for h in live)
+    assert delivered == account.received + account.duplicates, (delivered, account)
+    assert account.duplicates >= 1  # redundant copies arrived and were kept once
+    # What a live sender counts lost (against the receipts) is in the account's loss.
+    lost_live = sum(h.get("reports lost in transit", 0) for h in live)
+    assert sum(h.get("reports delivered", 0) for h in live) + lost_live == 2 * PER_HOST * d.kh, live
+    assert lost_live <= account.lost

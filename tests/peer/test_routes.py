@@ -1,0 +1,99 @@
+"""Redundant delivery (issue 26, item 2): r pairwise disjoint routes per slot, and what the account says."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import cast
+
+import numpy as np
+import pytest
+
+from aggregator.training import account_reports
+from anonml.crypto import Identity
+from anonml.errors import ProtocolError
+from anonml.protocol import DEFAULT_ROUTES, ReportAccount, route_count
+from peer.reports import choose_routes
+from peer.roster import RosterView
+
+ROUND = 41
+
+
+def _view(n: int) -> RosterView:
+    """The parts of a verified roster route drawing reads: n members with real relay certificates."""
+    ids, entries = [], []
+    for _ in range(n):
+        identity = Identity.generate()
+        _, cert = identity.new_round_relay_key(ROUND)
+        ids.append(identity.public.node_id)
+        entries.append(SimpleNamespace(relay_certificate=bytes(cert)))
+    view = SimpleNamespace(keys=[b"k"] * n, node_ids=ids, roster=SimpleNamespace(entries=entries))
+    return cast(RosterView, view)
+
+
+def test_the_route_count_is_the_setting_or_as_many_disjoint_routes_as_the_roster_fits():
+    assert DEFAULT_ROUTES == 2
+    assert route_count(2, 3, 16) == 2  # 15 others: two disjoint routes of 3 need 6
+    assert route_count(4, 3, 13) == 4 and route_count(4, 3, 12) == 3  # 12 others fit 4, 11 fit 3
+    assert route_count(2, 3, 6) == 1  # 5 others: one route, never fewer
+    assert route_count(2, 3, 2) == 1  # too few even for one: the roster floors refuse it, not this
+    assert route_count(1, 3, 1000) == 1
+    with pytest.raises(ValueError, match="at least 1"):
+        route_count(0, 3, 10)
+
+
+def test_the_routes_of_a_slot_are_pairwise_disjoint_and_avoid_the_sender_and_the_avoided():
+    view, rng = _view(12), np.random.default_rng(7)
+    avoid = frozenset(view.node_ids[5:7])
+    for me in (0, 11):
+        for _ in range(50):
+            routes = choose_routes(view, me, 3, 3, ROUND, rng, avoid)
+            assert len(routes) == 3 and all(len(r) == 3 for r in routes)
+            relays = [h.node_id for r in routes for h in r]
+            assert len(set(relays)) == 9  # no relay carries two copies, none twice on a route
+            assert view.node_ids[me] not in relays and not avoid & set(relays)
+
+
+def test_each_copy_is_drawn_uniformly_among_the_other_members():
+    """Each member other than the sender is on copy ``i``'s route with probability hops/(n − 1)."""
+    n, hops, draws = 16, 3, 3000
+    view, rng = _view(n), np.random.default_rng(11)
+    counts = np.zeros((2, n))
+    for _ in range(draws):
+        for i, route in enumerate(choose_routes(view, 0, hops, 2, ROUND, rng)):
+            for h in route:
+                counts[i, view.node_ids.index(h.node_id)] += 1
+    assert counts[:, 0].sum() == 0
+    p = hops / (n - 1)
+    se = np.sqrt(draws * p * (1 - p))
+    assert np.all(np.abs(counts[:, 1:] - draws * p) < 5 * se), counts
+
+
+def test_a_roster_without_room_for_disjoint_routes_is_refused_not_overlapped():
+    view = _view(6)  # 5 others: one route of 3, not two disjoint ones
+    with pytest.raises(ProtocolError, match="needs 3 other roster members; there are 2"):
+        choose_routes(view, 0, 3, 2, ROUND, np.random.default_rng(1))
+
+
+def test_the_account_counts_redundant_copies_as_duplicates_never_as_loss():
+    # 10 report peers × 2 slots, 2 routes each: 18 stored, 25 repeats of a stored token refused.
+    account = account_reports(
+        10, 2, 18, 0, {"duplicate token": 25, "bad token": 1}, routes=2, routes_asked=2
+    )
+    assert (account.expected, account.received, account.lost) == (20, 18, 2)
+    assert account.duplicates == 25 and account.refused == {"bad token": 1} and account.not_arrived == 1
+    assert account.describe() == (
+        "2 of 20 reports lost (10.0%): 1 refused at intake (bad token: 1), 1 not arrived; "
+        "each report over 2 routes, 25 duplicate copies dropped"
+    )
+    degraded = account_reports(4, 1, 4, 0, {}, routes=1, routes_asked=2)
+    assert degraded.describe().endswith("each report over 1 route (2 asked; the roster fits 1)")
+    pending = account_reports(4, 1, 3, 0, {"duplicate token": 2}, window_open=True, routes=2, routes_asked=2)
+    assert pending.pending == 1 and pending.duplicates == 2 and pending.lost == 0
+
+
+def test_an_account_without_redundancy_keeps_the_bytes_it_had():
+    """Signed model documents of single-route problems carry the account: its wire form is unchanged."""
+    plain = account_reports(4, 1, 3, 0, {})
+    assert (plain.routes, plain.routes_asked, plain.duplicates) == (1, 1, 0)
+    assert "routes" not in plain.model_dump_json() and "duplicates" not in plain.model_dump_json()
+    assert ReportAccount.model_validate_json(plain.model_dump_json()) == plain
