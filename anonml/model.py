@@ -248,7 +248,6 @@ def _validate_fields(value: object, info: ValidationInfo) -> dict[str, object]:
     return fields
 
 
-_PLAIN_VALUE_TYPES = frozenset((str, int, bool, Text))
 _EVENT_FIELDS = frozenset(("source", "type", "timestamp", "fields", "user"))
 # Event.make fills in what BaseModel.__init__ leaves on an instance, as pydantic's own
 # model_construct does: __dict__ and the three slots of BaseModel (set through their descriptors).
@@ -267,13 +266,19 @@ def _canonical(source: object, type_: object, timestamp: object, fields: object,
         and type(fields) is dict
     ):
         return False
-    plain = _PLAIN_VALUE_TYPES
+    # One type test per value, and the storable-text check only for what is not ASCII (rare):
+    # this loop runs for every imported event.
     for name, value in fields.items():  # type: ignore[attr-defined]
-        if type(name) is not str or not _is_storable_text(name):
+        if type(name) is not str or not (name.isascii() or _is_storable_text(name)):
             return False
-        if (type(value) is str or type(value) is Text) and not _is_storable_text(value):  # type: ignore[arg-type]
-            return False
-        if type(value) not in plain and not (type(value) is float and math.isfinite(value)):  # type: ignore[arg-type]
+        kind = type(value)
+        if kind is str or kind is Text:
+            if not (value.isascii() or _is_storable_text(value)):  # type: ignore[union-attr]
+                return False
+        elif kind is float:
+            if not math.isfinite(value):  # type: ignore[arg-type]
+                return False
+        elif kind is not int and kind is not bool:
             return False
     return True
 

@@ -402,8 +402,12 @@ def _timestamp(obj: dict) -> datetime:
         except ValueError:
             pass
         else:
-            if parsed.tzinfo is UTC:  # what the general path below would return for it too
+            # What the general path below returns for these too: a UTC value as it is, one
+            # without an offset (older logs write none) read as UTC.
+            if parsed.tzinfo is UTC:
                 return parsed
+            if parsed.tzinfo is None:
+                return parsed.replace(tzinfo=UTC)
     if value is None:
         raise _BadRecord("missing field 'time'")
     if not isinstance(value, str):
