@@ -54,6 +54,7 @@ __all__ = [
     "to_utc",
     "content_id",
     "timestamp_us",
+    "canonical_parts",
 ]
 
 
@@ -256,8 +257,9 @@ _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
-def _canonical(source: object, type_: object, timestamp: object, fields: object, user: object) -> bool:
-    """Whether :class:`Event` validation would return these values unchanged (see :meth:`Event.make`)."""
+def canonical_parts(source: object, type_: object, timestamp: object, fields: object, user: object) -> bool:
+    """Whether :class:`Event` validation would return these values unchanged (see :meth:`Event.make`):
+    then they are the event, and its stored row can be made from them directly."""
     if not (
         type(source) is str and 0 < len(source) <= 64 and source.isascii()  # type: ignore[arg-type]
         and type(type_) is str and 0 < len(type_) <= 256 and type_.isascii()  # type: ignore[arg-type]
@@ -373,7 +375,7 @@ class Event(BaseModel):
         the constructor's full validation, so the result, and any
         ``ValidationError``, are what ``Event(...)`` gives.
         """
-        if _canonical(source, type, timestamp, fields, user):
+        if canonical_parts(source, type, timestamp, fields, user):
             event = cls.__new__(cls)
             object.__setattr__(event, "__dict__", {
                 "source": source, "type": type, "timestamp": timestamp, "fields": dict(fields), "user": user,

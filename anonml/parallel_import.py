@@ -53,7 +53,7 @@ from typing import Any
 from anonml.errors import RecordError
 from anonml.model import Event
 from anonml.plugins import ChunkedImporter, Importer
-from anonml.readers import block_lines, iter_line_blocks
+from anonml.readers import block_lines, iter_line_blocks, iter_line_chunks
 
 __all__ = [
     "PARALLEL_MIN_BYTES",
@@ -61,6 +61,7 @@ __all__ = [
     "default_workers",
     "use_parallel",
     "parallel_chunk_rows",
+    "serial_chunk_rows",
     "fewer_collections",
 ]
 
@@ -199,10 +200,10 @@ def _chunk_rows(
     fallback: str,
     import_id: int,
 ) -> ChunkRows:
-    chunk = importer.parse_chunk(path, block_lines(path, block, first_line), first_line, opened=opened)
-    out = rows_of(chunk.items, user, fallback, import_id)
-    out.fatal, out.opened, out.state = chunk.fatal, chunk.opened, chunk.state
-    return out
+    lines = block_lines(path, block, first_line)
+    return importer.parse_chunk_rows(
+        path, lines, first_line, opened=opened, user=user, fallback=fallback, import_id=import_id
+    )
 
 
 def parallel_chunk_rows(
@@ -244,6 +245,26 @@ def parallel_chunk_rows(
                     yield _merged(importer, path, pending.popleft().get())
             while pending:
                 yield _merged(importer, path, pending.popleft().get())
+    yield rows_of(importer.finish_chunks(path), user, fallback, import_id)
+
+
+def serial_chunk_rows(
+    path: Path, importer: ChunkedImporter, *, user: str | None, fallback: str, import_id: int
+) -> Iterator[ChunkRows]:
+    """:func:`parallel_chunk_rows` in this process (a small file, or one worker): the steps of
+    :meth:`~anonml.plugins.ChunkedImporter.parse` with each chunk made into rows
+    (:meth:`~anonml.plugins.ChunkedImporter.parse_chunk_rows`), so an importer that makes
+    rows without events saves that here too; the same rows, errors and order."""
+    importer.start_chunks(path)
+    opened = False
+    for first_line, lines in iter_line_chunks(path, importer.chunk_lines):
+        result = importer.parse_chunk_rows(
+            path, lines, first_line, opened=opened, user=user, fallback=fallback, import_id=import_id
+        )
+        if result.fatal is None:
+            importer.merge_chunk(path, result.state)
+        yield result
+        opened = result.opened
     yield rows_of(importer.finish_chunks(path), user, fallback, import_id)
 
 
