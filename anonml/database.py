@@ -371,7 +371,8 @@ def migrate(engine: Engine, package: str) -> str:
 
     Notes
     -----
-    A database already at the head is only read. Otherwise the upgrade runs in
+    A database already at the head is only read, without importing Alembic when
+    the revision files name their head plainly (:func:`_plain_head`). Otherwise the upgrade runs in
     one transaction that takes the write lock first (SQLite ``BEGIN
     IMMEDIATE``, through a second engine on the same file), so two processes
     opening a new file at once upgrade it once. A database holding every table
