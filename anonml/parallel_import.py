@@ -6,7 +6,7 @@ blocks of whole lines, hands each to one of ``workers`` forked processes, and
 stores the results in file order from the one process that holds the
 transaction:
 
-    reader (this process) ──bytes──▶ workers: decode, split, parse_chunk → event rows
+    reader (this process) ──bytes──▶ workers: decode, split, parse_chunk_rows → event rows
                                         │
     writer (this process) ◀──rows───────┘  executemany, in file order
 
@@ -14,7 +14,9 @@ The reader does no per-line work (undecoded blocks cut after their last
 newline, :func:`~anonml.readers.iter_line_blocks`), and workers return ready
 ``events`` rows (:func:`anonml.store.event_row` tuples: strings and integers,
 cheap to hand over) rather than :class:`Event` objects, so the writer's time
-goes to the database. At most three blocks per worker are in flight, so
+goes to the database (the edX importer makes them without making the events
+first: :meth:`~anonml.plugins.ChunkedImporter.parse_chunk_rows`). At most three
+blocks per worker are in flight, so
 memory stays bounded by a few megabytes of blocks whatever the file's size.
 Everything the serial import promises holds: the import is still one
 transaction of the one writer (workers never touch the store), a bad record
