@@ -11,7 +11,8 @@ Each repeat, interleaved so both run under the same background load:
 Reported: the median and the best of each, the ratio aggregator ÷ baseline, the machine's load
 beside them, and the CPU seconds each server process had used when it first answered — a
 figure the other processes on the machine barely move, and about the wall time of a start on
-an idle machine (start-up runs in one thread). Issue 31's targets: ≤ 2 s quiet, ≤ 5 s beside ``stress-ng --cpu 2``.
+an idle machine (start-up runs in one thread). Issue 31's targets: ≤ 2 s quiet, ≤ 5 s
+beside ``stress-ng --cpu 2``.
 Results go to ``benchmarks/results/cold_start.json``.
 
 Run: ``python -m benchmarks.cold_start`` from the repository root.
