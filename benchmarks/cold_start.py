@@ -10,8 +10,9 @@ Each repeat, interleaved so both run under the same background load:
 
 Reported: the median and the best of each, the ratio aggregator ÷ baseline, the machine's load
 beside them, and the CPU seconds each server process had used when it first answered — a
-figure the other processes on the machine barely move, and about the wall time of a start on
-an idle machine (start-up runs in one thread). Issue 31's targets: ≤ 2 s quiet, ≤ 5 s
+figure the other processes on the machine move much less than the wall time (they still slow
+each CPU second: caches, a shared core), and roughly the wall time of a start on an idle
+machine (start-up runs in one thread). Issue 31's targets: ≤ 2 s quiet, ≤ 5 s
 beside ``stress-ng --cpu 2``.
 Results go to ``benchmarks/results/cold_start.json``.
 
@@ -59,8 +60,7 @@ def _cpu_seconds(pid: int) -> float:
 
 def _time_until_healthy(command: list[str], port: int, deadline: float = 120.0) -> tuple[float, float]:
     """Seconds from starting ``command`` until ``/healthz`` on ``port`` answers 200 (then stopped),
-    and the CPU seconds the process had used by then: what a start costs whatever else runs, and
-    about what it takes on an idle machine (the start-up is one thread)."""
+    and the CPU seconds the process had used by then (see the module's docstring)."""
     start = time.perf_counter()
     process = subprocess.Popen(
         command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
