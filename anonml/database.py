@@ -36,9 +36,12 @@ keeps its rows and gains what the new version needs.
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 import os
 import random
+import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -368,7 +371,8 @@ def migrate(engine: Engine, package: str) -> str:
 
     Notes
     -----
-    A database already at the head is only read. Otherwise the upgrade runs in
+    A database already at the head is only read, without importing Alembic when
+    the revision files name their head plainly (:func:`_plain_head`). Otherwise the upgrade runs in
     one transaction that takes the write lock first (SQLite ``BEGIN
     IMMEDIATE``, through a second engine on the same file), so two processes
     opening a new file at once upgrade it once. A database holding every table
@@ -381,6 +385,11 @@ def migrate(engine: Engine, package: str) -> str:
         The database is at a revision this version does not know (written by a
         newer AnonML), or holds only some of the first revision's tables.
     """
+    plain = _plain_head(package)
+    if plain is not None:  # the common case, a database at the head: checked without Alembic
+        with engine.connect() as connection:
+            if _stored_revision(connection, _version_table(package)) == plain:
+                return plain
     from alembic.script import ScriptDirectory
 
     scripts = ScriptDirectory.from_config(_config(package))
@@ -398,6 +407,53 @@ def migrate(engine: Engine, package: str) -> str:
         if owned:
             writer.dispose()
     return head
+
+
+# A revision file's own lines naming it and its parent: ``revision = "x"``, ``down_revision = None``.
+_REVISION_LINE = re.compile(r"^(revision|down_revision)\s*(?::[^=\n]*)?=\s*(.+?)\s*$", re.MULTILINE)
+
+
+@functools.cache
+def _plain_head(package: str) -> str | None:
+    """The head revision of ``package`` read from its revision files as text, or None.
+
+    Importing Alembic and running every revision file to learn the head costs
+    more than the rest of a service's start (benchmarks/cold_start.py); the
+    head is plain in the files: each assigns ``revision`` and ``down_revision``
+    a string literal (``None`` for the first), and the head is the one
+    revision no other names as its parent. None when any file says it
+    otherwise (a computed value, a merge of branches, several heads): then
+    Alembic decides, as before.
+    """
+    folder = files(package)
+    revisions: dict[str, str | None] = {}
+    for entry in folder.iterdir():
+        if not entry.name.endswith(".py") or entry.name.startswith("_"):
+            continue
+        found: dict[str, object] = {}
+        for name, value in _REVISION_LINE.findall(entry.read_text(encoding="utf-8")):
+            try:
+                found.setdefault(name, ast.literal_eval(value))
+            except (ValueError, SyntaxError):
+                return None
+        revision, parent = found.get("revision"), found.get("down_revision")
+        if type(revision) is not str or not (parent is None or type(parent) is str) or revision in revisions:
+            return None
+        revisions[revision] = parent  # type: ignore[assignment]
+    heads = set(revisions) - set(revisions.values())
+    return heads.pop() if len(heads) == 1 else None
+
+
+def _stored_revision(connection: Connection, version_table: str) -> str | None:
+    """The one revision ``version_table`` holds, read with plain SQL; None when it holds none,
+    several, or is missing (then :func:`migrate` asks Alembic, which says which)."""
+    try:
+        rows = connection.exec_driver_sql(f'SELECT version_num FROM "{version_table}"').all()
+    except DBAPIError:
+        return None  # no such table: not versioned yet
+    finally:
+        connection.rollback()  # nothing written; a failed statement leaves PostgreSQL's transaction aborted
+    return rows[0][0] if len(rows) == 1 else None
 
 
 def _writer(engine: Engine) -> tuple[Engine, bool]:

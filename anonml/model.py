@@ -54,6 +54,7 @@ __all__ = [
     "to_utc",
     "content_id",
     "timestamp_us",
+    "canonical_parts",
 ]
 
 
@@ -248,7 +249,6 @@ def _validate_fields(value: object, info: ValidationInfo) -> dict[str, object]:
     return fields
 
 
-_PLAIN_VALUE_TYPES = frozenset((str, int, bool, Text))
 _EVENT_FIELDS = frozenset(("source", "type", "timestamp", "fields", "user"))
 # Event.make fills in what BaseModel.__init__ leaves on an instance, as pydantic's own
 # model_construct does: __dict__ and the three slots of BaseModel (set through their descriptors).
@@ -257,8 +257,9 @@ _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
-def _canonical(source: object, type_: object, timestamp: object, fields: object, user: object) -> bool:
-    """Whether :class:`Event` validation would return these values unchanged (see :meth:`Event.make`)."""
+def canonical_parts(source: object, type_: object, timestamp: object, fields: object, user: object) -> bool:
+    """Whether :class:`Event` validation would return these values unchanged (see :meth:`Event.make`):
+    then they are the event, and its stored row can be made from them directly."""
     if not (
         type(source) is str and 0 < len(source) <= 64 and source.isascii()  # type: ignore[arg-type]
         and type(type_) is str and 0 < len(type_) <= 256 and type_.isascii()  # type: ignore[arg-type]
@@ -267,13 +268,19 @@ def _canonical(source: object, type_: object, timestamp: object, fields: object,
         and type(fields) is dict
     ):
         return False
-    plain = _PLAIN_VALUE_TYPES
+    # One type test per value, and the storable-text check only for what is not ASCII (rare):
+    # this loop runs for every imported event.
     for name, value in fields.items():  # type: ignore[attr-defined]
-        if type(name) is not str or not _is_storable_text(name):
+        if type(name) is not str or not (name.isascii() or _is_storable_text(name)):
             return False
-        if (type(value) is str or type(value) is Text) and not _is_storable_text(value):  # type: ignore[arg-type]
-            return False
-        if type(value) not in plain and not (type(value) is float and math.isfinite(value)):  # type: ignore[arg-type]
+        kind = type(value)
+        if kind is str or kind is Text:
+            if not (value.isascii() or _is_storable_text(value)):  # type: ignore[union-attr]
+                return False
+        elif kind is float:
+            if not math.isfinite(value):  # type: ignore[arg-type]
+                return False
+        elif kind is not int and kind is not bool:
             return False
     return True
 
@@ -368,7 +375,7 @@ class Event(BaseModel):
         the constructor's full validation, so the result, and any
         ``ValidationError``, are what ``Event(...)`` gives.
         """
-        if _canonical(source, type, timestamp, fields, user):
+        if canonical_parts(source, type, timestamp, fields, user):
             event = cls.__new__(cls)
             object.__setattr__(event, "__dict__", {
                 "source": source, "type": type, "timestamp": timestamp, "fields": dict(fields), "user": user,

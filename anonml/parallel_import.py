@@ -6,7 +6,7 @@ blocks of whole lines, hands each to one of ``workers`` forked processes, and
 stores the results in file order from the one process that holds the
 transaction:
 
-    reader (this process) ──bytes──▶ workers: decode, split, parse_chunk → event rows
+    reader (this process) ──bytes──▶ workers: decode, split, parse_chunk_rows → event rows
                                         │
     writer (this process) ◀──rows───────┘  executemany, in file order
 
@@ -14,7 +14,9 @@ The reader does no per-line work (undecoded blocks cut after their last
 newline, :func:`~anonml.readers.iter_line_blocks`), and workers return ready
 ``events`` rows (:func:`anonml.store.event_row` tuples: strings and integers,
 cheap to hand over) rather than :class:`Event` objects, so the writer's time
-goes to the database. At most three blocks per worker are in flight, so
+goes to the database (the edX importer makes them without making the events
+first: :meth:`~anonml.plugins.ChunkedImporter.parse_chunk_rows`). At most three
+blocks per worker are in flight, so
 memory stays bounded by a few megabytes of blocks whatever the file's size.
 Everything the serial import promises holds: the import is still one
 transaction of the one writer (workers never touch the store), a bad record
@@ -53,7 +55,7 @@ from typing import Any
 from anonml.errors import RecordError
 from anonml.model import Event
 from anonml.plugins import ChunkedImporter, Importer
-from anonml.readers import block_lines, iter_line_blocks
+from anonml.readers import block_lines, iter_line_blocks, iter_line_chunks
 
 __all__ = [
     "PARALLEL_MIN_BYTES",
@@ -61,6 +63,7 @@ __all__ = [
     "default_workers",
     "use_parallel",
     "parallel_chunk_rows",
+    "serial_chunk_rows",
     "fewer_collections",
 ]
 
@@ -199,10 +202,10 @@ def _chunk_rows(
     fallback: str,
     import_id: int,
 ) -> ChunkRows:
-    chunk = importer.parse_chunk(path, block_lines(path, block, first_line), first_line, opened=opened)
-    out = rows_of(chunk.items, user, fallback, import_id)
-    out.fatal, out.opened, out.state = chunk.fatal, chunk.opened, chunk.state
-    return out
+    lines = block_lines(path, block, first_line)
+    return importer.parse_chunk_rows(
+        path, lines, first_line, opened=opened, user=user, fallback=fallback, import_id=import_id
+    )
 
 
 def parallel_chunk_rows(
@@ -244,6 +247,26 @@ def parallel_chunk_rows(
                     yield _merged(importer, path, pending.popleft().get())
             while pending:
                 yield _merged(importer, path, pending.popleft().get())
+    yield rows_of(importer.finish_chunks(path), user, fallback, import_id)
+
+
+def serial_chunk_rows(
+    path: Path, importer: ChunkedImporter, *, user: str | None, fallback: str, import_id: int
+) -> Iterator[ChunkRows]:
+    """:func:`parallel_chunk_rows` in this process (a small file, or one worker): the steps of
+    :meth:`~anonml.plugins.ChunkedImporter.parse` with each chunk made into rows
+    (:meth:`~anonml.plugins.ChunkedImporter.parse_chunk_rows`), so an importer that makes
+    rows without events saves that here too; the same rows, errors and order."""
+    importer.start_chunks(path)
+    opened = False
+    for first_line, lines in iter_line_chunks(path, importer.chunk_lines):
+        result = importer.parse_chunk_rows(
+            path, lines, first_line, opened=opened, user=user, fallback=fallback, import_id=import_id
+        )
+        if result.fatal is None:
+            importer.merge_chunk(path, result.state)
+        yield result
+        opened = result.opened
     yield rows_of(importer.finish_chunks(path), user, fallback, import_id)
 
 

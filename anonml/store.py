@@ -37,7 +37,7 @@ from anonml.database import UTCDatetimes, describe_database_error, make_engine, 
 from anonml.errors import RecordError, StoreError
 from anonml.model import Dataset, Event, content_id, decode_fields, encode_fields, timestamp_us, to_utc
 from anonml.paths import default_store_url
-from anonml.plugins import Importer
+from anonml.plugins import ChunkedImporter, Importer
 
 if TYPE_CHECKING:  # parallel_import imports event_row from here
     from anonml.parallel_import import ChunkRows
@@ -189,17 +189,18 @@ def _insert_ignoring_duplicates(session: Session, rows: list[tuple]) -> int:
 
 def event_row(event: Event, user: str, import_id: int) -> tuple:
     """The ``events`` row of ``event`` attributed to ``user``, in :data:`EVENT_COLUMNS` order."""
-    fields_json = encode_fields(event.fields)
-    ts_us = None if event.timestamp is None else timestamp_us(event.timestamp)
-    return (
-        user,
-        content_id(user, event.source, event.type, ts_us, fields_json),
-        event.source,
-        event.type,
-        ts_us,
-        fields_json,
-        import_id,
-    )
+    return parts_row(user, event.source, event.type, event.timestamp, event.fields, import_id)
+
+
+def parts_row(
+    user: str, source: str, type_: str, timestamp: datetime | None, fields: dict[str, object], import_id: int
+) -> tuple:
+    """:func:`event_row` of the event these parts make, without the event: for parts that
+    :func:`~anonml.model.canonical_parts` accepts (they are then the event's own values)."""
+    fields_json = encode_fields(fields)
+    ts_us = None if timestamp is None else timestamp_us(timestamp)
+    row_id = content_id(user, source, type_, ts_us, fields_json)
+    return (user, row_id, source, type_, ts_us, fields_json, import_id)
 
 
 def add_events(
@@ -569,13 +570,15 @@ def _store_events(
 
     workers = par.default_workers() if workers is None else workers
     with par.fewer_collections():  # the parse keeps a chunk of events alive: see there
+        where = {"user": user, "fallback": tally.fallback, "import_id": import_id}
         if par.use_parallel(path, importer, workers):
-            chunks = par.parallel_chunk_rows(
-                path, importer, workers=workers, user=user, fallback=tally.fallback, import_id=import_id
-            )
-            return _store_chunks(session, chunks, tally)
-        events = _parsed_events(path, importer, user, tally)
-        return add_events(session, events, user=tally.fallback, import_id=import_id)
+            chunks = par.parallel_chunk_rows(path, importer, workers=workers, **where)  # type: ignore[arg-type]
+        elif isinstance(importer, ChunkedImporter):  # in rows, which it may make without events
+            chunks = par.serial_chunk_rows(path, importer, **where)  # type: ignore[arg-type]
+        else:
+            events = _parsed_events(path, importer, user, tally)
+            return add_events(session, events, user=tally.fallback, import_id=import_id)
+        return _store_chunks(session, chunks, tally)
 
 
 def _parsed_events(path: Path, importer: Importer, user: str | None, tally: _Tally) -> Iterator[Event]:
@@ -593,7 +596,8 @@ def _parsed_events(path: Path, importer: Importer, user: str | None, tally: _Tal
 
 
 def _store_chunks(session: Session, chunks: Iterable[ChunkRows], tally: _Tally) -> int:
-    """Store parsed chunks (:func:`anonml.parallel_import.parallel_chunk_rows`) in file order.
+    """Store parsed chunks (:func:`anonml.parallel_import.parallel_chunk_rows`,
+    :func:`~anonml.parallel_import.serial_chunk_rows`) in file order.
 
     Counts their events, errors and users in ``tally``; raises the first error
     unless ``skip_bad``, and a worker's fatal error always. Returns the rows inserted.

@@ -182,6 +182,7 @@ def _peak_memory(log: Path, db: Path, workers: int) -> dict:
 
 
 def run(n_students: int, weeks: int, seed: int, repeats: int, profile: bool, workers: int) -> dict:
+    load_at_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="anonml-bench-") as tmp:
         root = Path(tmp)
         with _Clock() as simulate_clock:
@@ -305,7 +306,8 @@ def run(n_students: int, weeks: int, seed: int, repeats: int, profile: bool, wor
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"python": platform.python_version(), "platform": platform.platform(),
                     "sqlite": sqlite3.sqlite_version, "cpus": os.cpu_count(),
-                    "load_average_1m": round(os.getloadavg()[0], 2)},
+                    "load_average_1m": round(os.getloadavg()[0], 2),
+                    "load_average_1m_at_start": round(load_at_start, 2)},
         "workload": {"students": n_students, "weeks": weeks, "seed": seed, "repeats": repeats,
                      "events": n_events, "lines": n_lines, "files": len(logs), "workers": workers,
                      "simulate_and_write_s": round(simulate_clock.wall, 3)},
@@ -375,7 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     e2e, ins = result["end_to_end"], result["insert"]
-    print(f"events: {result['workload']['events']}  (load average {result['machine']['load_average_1m']})")
+    machine = result["machine"]
+    print(f"events: {result['workload']['events']}  (load average {machine['load_average_1m_at_start']} "
+          f"at the start, {machine['load_average_1m']} at the end)")
     for label, rate in (
         (f"end to end, course log, {args.workers} workers", e2e["course_log"]),
         ("end to end, course log, serial", e2e["course_log_serial"]),

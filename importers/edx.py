@@ -114,15 +114,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from pydantic import ValidationError
 
 from anonml.errors import RecordError
-from anonml.model import Event, Text
+from anonml.model import Event, Text, canonical_parts
 from anonml.plugins import ChunkedImporter, ParsedChunk
 from anonml.readers import head, json_values, parse_json, parse_timestamp
+
+if TYPE_CHECKING:  # the store and its SQLAlchemy are imported by an import, not by detection
+    from anonml.parallel_import import ChunkRows
 
 __all__ = ["EdxImporter", "sanitize_type"]
 
@@ -402,8 +405,12 @@ def _timestamp(obj: dict) -> datetime:
         except ValueError:
             pass
         else:
-            if parsed.tzinfo is UTC:  # what the general path below would return for it too
+            # What the general path below returns for these too: a UTC value as it is, one
+            # without an offset (older logs write none) read as UTC.
+            if parsed.tzinfo is UTC:
                 return parsed
+            if parsed.tzinfo is None:
+                return parsed.replace(tzinfo=UTC)
     if value is None:
         raise _BadRecord("missing field 'time'")
     if not isinstance(value, str):
@@ -546,9 +553,61 @@ class EdxImporter(ChunkedImporter):
         Enrolment events the server logged without a username are kept in the
         chunk's state for :meth:`finish_chunks`.
         """
+        items, fatal, opened, state = self._parse_lines(path, lines, first_line, opened, self._to_event)
+        return ParsedChunk(items, fatal=fatal, opened=opened, state=state)  # type: ignore[arg-type]
+
+    def parse_chunk_rows(
+        self,
+        path: Path,
+        lines: list[str | RecordError],
+        first_line: int,
+        *,
+        opened: bool,
+        user: str | None,
+        fallback: str,
+        import_id: int,
+    ) -> ChunkRows:
+        """:meth:`parse_chunk`'s events as rows, made from each line's parts without the event
+        (what :meth:`Event.make` would check and copy): the same rows, errors and state.
+
+        Parts that :meth:`Event.make` would hand to pydantic's validation go through it here
+        too, so a refused value is the same ``invalid event`` error.
+        """
+        from anonml.parallel_import import ChunkRows
+        from anonml.store import event_row, parts_row
+
+        users: set[str] = set()
+
+        def to_row(obj: dict, learner: str) -> tuple:
+            type_, timestamp, fields = _parts(obj)
+            who = user or learner  # the line's learner is the event's own user
+            if canonical_parts(_SOURCE, type_, timestamp, fields, learner):
+                row = parts_row(who, _SOURCE, type_, timestamp, fields, import_id)
+            else:
+                event = Event(source=_SOURCE, type=type_, timestamp=timestamp, fields=fields, user=learner)
+                row = event_row(event, who, import_id)
+            users.add(who)
+            return row
+
+        items, fatal, opened, state = self._parse_lines(path, lines, first_line, opened, to_row)
+        errors = [item for item in items if isinstance(item, RecordError)]
+        rows = [item for item in items if not isinstance(item, RecordError)] if errors else items
+        return ChunkRows(rows, errors, users, fatal=fatal, opened=opened, state=state)  # type: ignore[arg-type]
+
+    def _parse_lines(
+        self,
+        path: Path,
+        lines: list[str | RecordError],
+        first_line: int,
+        opened: bool,
+        convert: Callable[[dict, str], Any],
+    ) -> tuple[list[Any], RecordError | None, bool, _ChunkState]:
+        """``convert(line object, learner)`` of every attributable line (an event or a row) and
+        the bad lines' RecordError values, in line order; the fatal error that ends the file, if
+        any; whether the format is established; the chunk's state (see :meth:`parse_chunk`)."""
         state = _ChunkState()
-        items: list[Event | RecordError] = []
-        append, learner_of, event_or_error = items.append, self._learner, self._event_or_error
+        items: list[Any] = []
+        append, learner_of = items.append, self._learner
         for lineno, obj in json_values(path, lines, first_line):
             if not opened or type(obj) is not dict:  # the uncommon cases, one check for the common one
                 if isinstance(obj, RecordError):
@@ -564,7 +623,7 @@ class EdxImporter(ChunkedImporter):
                             "not an edX tracking log: the first JSON record is not an object "
                             "with 'event_type' or 'name'",
                         )
-                        return ParsedChunk(items, fatal=fatal, opened=True, state=state)
+                        return items, fatal, True, state
                 if not isinstance(obj, dict):
                     append(RecordError(path, lineno, f"expected a JSON object, got {type(obj).__name__}"))
                     continue
@@ -577,9 +636,9 @@ class EdxImporter(ChunkedImporter):
                 if self._enrollment_learner_id(obj) is not None:
                     state.unattributed.append((lineno, obj))
                 continue
-            append(event_or_error(path, lineno, obj, learner))
+            append(_or_error(path, lineno, convert, obj, learner))
         state.opened = opened
-        return ParsedChunk(items, opened=opened, state=state)
+        return items, None, opened, state
 
     def merge_chunk(self, path: Path, state: _ChunkState) -> None:
         for uid, name in state.names.items():
@@ -599,16 +658,7 @@ class EdxImporter(ChunkedImporter):
             if learner is None:
                 self.dropped["anonymous enrollment of a learner not named in this log"] += 1
                 continue
-            yield self._event_or_error(path, lineno, obj, learner)
-
-    def _event_or_error(self, path: Path, lineno: int, obj: dict, learner: str) -> Event | RecordError:
-        """The line's event, or the RecordError naming what is wrong with it."""
-        try:
-            return self._to_event(obj, learner)
-        except _BadRecord as exc:
-            return RecordError(path, lineno, str(exc))
-        except ValidationError as exc:
-            return RecordError(path, lineno, f"invalid event: {_first_error(exc)}")
+            yield _or_error(path, lineno, self._to_event, obj, learner)
 
     def _learner(self, obj: dict, state: _ChunkState) -> str | None:
         """Who the line is about, or None (counted in :attr:`dropped`, or deferred).
@@ -660,22 +710,37 @@ class EdxImporter(ChunkedImporter):
         who = context.get("user_id") if isinstance(context, dict) else None
         return uid if who in (None, "", uid) else None
 
-    def _to_event(self, obj: dict, user: str) -> Event:
-        raw_type = _event_type(obj)
-        timestamp = _timestamp(obj)
-        fields = _common(obj)
+    @staticmethod
+    def _to_event(obj: dict, user: str) -> Event:
+        # The readers give every field its exact type, so this is Event(...) without re-validating.
+        return Event.make(_SOURCE, *_parts(obj), user)
 
-        known = _KNOWN.get(raw_type)
-        if known is not None:
-            type_, extract = known
-            extract(fields, _event_members(obj.get("event"), type_))
-        elif raw_type.startswith("/"):
-            type_ = "page_view"
-            fields["path"] = Text(raw_type)
-        else:
-            type_ = sanitize_type(raw_type)
-        # The readers above give every field its exact type, so this is Event(...) without re-validating.
-        return Event.make(_SOURCE, type_, timestamp, fields, user)
+
+def _parts(obj: dict) -> tuple[str, datetime, dict]:
+    """The event type, time and fields of one line (raises _BadRecord naming a wrong field)."""
+    raw_type = _event_type(obj)
+    timestamp = _timestamp(obj)
+    fields = _common(obj)
+    known = _KNOWN.get(raw_type)
+    if known is not None:
+        type_, extract = known
+        extract(fields, _event_members(obj.get("event"), type_))
+    elif raw_type.startswith("/"):
+        type_ = "page_view"
+        fields["path"] = Text(raw_type)
+    else:
+        type_ = sanitize_type(raw_type)
+    return type_, timestamp, fields
+
+
+def _or_error(path: Path, lineno: int, convert: Callable[[dict, str], Any], obj: dict, learner: str) -> Any:
+    """``convert(obj, learner)`` (the line's event or row), or the RecordError naming what is wrong."""
+    try:
+        return convert(obj, learner)
+    except _BadRecord as exc:
+        return RecordError(path, lineno, str(exc))
+    except ValidationError as exc:
+        return RecordError(path, lineno, f"invalid event: {_first_error(exc)}")
 
 
 def _first_error(exc: ValidationError) -> str:

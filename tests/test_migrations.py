@@ -182,3 +182,72 @@ def test_two_processes_opening_a_new_ledger_at_once_both_succeed(tmp_path: Path)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
     assert _revision(url, "anonml.migrations.ledger") == LEDGER_HEAD
+
+
+MIGRATION_PACKAGES = (
+    "anonml.migrations.store", "anonml.migrations.ledger", "aggregator.migrations",
+    "peer.migrations.state", "witness.migrations",
+)
+
+
+@pytest.mark.parametrize("package", MIGRATION_PACKAGES)
+def test_the_head_read_from_the_revision_files_is_alembics(package: str):
+    from alembic.script import ScriptDirectory
+
+    from anonml.database import _config, _plain_head
+
+    assert _plain_head(package) == ScriptDirectory.from_config(_config(package)).get_current_head()
+
+
+def test_a_store_at_the_head_is_opened_without_importing_alembic(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    code = ("import sys; from anonml.store import EventStore; EventStore(sys.argv[1]).close(); "
+            "print('alembic' in sys.modules)")
+    runs = [subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True, timeout=120)
+            for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
+    # The first opening creates the schema (Alembic), the second only reads the revision.
+    assert [r.stdout.strip() for r in runs] == ["True", "False"]
+    assert _revision(url, "anonml.migrations.store") == STORE_HEAD
+
+
+def test_a_database_behind_the_head_is_still_upgraded(tmp_path: Path):
+    url = _old_database(tmp_path / "ledger.db", OLD_LEDGER_DDL)
+    PrivacyLedger(url).close()
+    with sqlite3.connect(tmp_path / "ledger.db") as con:
+        con.execute("UPDATE anonml_schema_ledger SET version_num = 'ledger_0001'")
+        con.execute("DROP TABLE privacy_lifetime_caps")  # what ledger_0002 makes
+    con.close()
+    PrivacyLedger(url).close()
+    assert _revision(url, "anonml.migrations.ledger") == LEDGER_HEAD
+    with sqlite3.connect(tmp_path / "ledger.db") as con:
+        assert con.execute("SELECT name FROM sqlite_master WHERE name = 'privacy_lifetime_caps'").fetchall()
+    con.close()
+
+
+def _revision_package(root: Path, name: str, files: dict[str, str]) -> str:
+    package = root / name
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for file, text in files.items():
+        (package / file).write_text(text)
+    return name
+
+
+def test_revision_files_that_do_not_name_their_head_plainly_are_left_to_alembic(tmp_path: Path, monkeypatch):
+    from anonml.database import _plain_head
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    linear = {"a.py": 'revision = "r1"\ndown_revision = None\n',
+              "b.py": 'revision: str = "r2"\ndown_revision = "r1"\n'}
+    assert _plain_head(_revision_package(tmp_path, "plain_linear", linear)) == "r2"
+    computed = {"a.py": 'revision = "r1"\ndown_revision = None\n',
+                "b.py": 'revision = "r" + "2"\ndown_revision = "r1"\n'}
+    assert _plain_head(_revision_package(tmp_path, "plain_computed", computed)) is None
+    branched = {"a.py": 'revision = "r1"\ndown_revision = None\n',
+                "b.py": 'revision = "r2"\ndown_revision = "r1"\n',
+                "c.py": 'revision = "r3"\ndown_revision = "r1"\n'}
+    assert _plain_head(_revision_package(tmp_path, "plain_branched", branched)) is None
+    merge = {"a.py": 'revision = "r1"\ndown_revision = None\n',
+             "b.py": 'revision = "r2"\ndown_revision = ("r1", "r0")\n'}
+    assert _plain_head(_revision_package(tmp_path, "plain_merge", merge)) is None

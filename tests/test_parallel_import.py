@@ -275,3 +275,34 @@ def test_fewer_collections_raises_the_gc_threshold_and_restores_it_after_the_las
         assert gc.get_threshold() == (50_000, 5, 5)
     finally:
         gc.set_threshold(*before)
+
+
+@pytest.mark.parametrize("user", [None, "override"])
+def test_edx_rows_made_without_events_are_the_rows_of_its_events(tmp_path: Path, user: str | None) -> None:
+    """EdxImporter.parse_chunk_rows (no Event objects) against the default: parse_chunk, then rows_of."""
+    from anonml.plugins import ChunkedImporter
+
+    log = _course_log(tmp_path / "tracking.log", students=4)
+    lines = log.read_text(encoding="utf-8").split("\n")
+    first = json.loads(lines[5])
+    variants = {
+        "username": "léa",  # not ASCII: Event.make's full validation, which keeps it
+        "event_source": "$browser",  # a category starting with '$': escaped in the stored JSON
+        "time": "2024-01-09T19:02:11.402919+02:00",  # another offset: converted
+    }
+    for offset, (key, value) in enumerate(variants.items()):
+        lines[6 + offset] = json.dumps({**first, key: value})
+    lines[10] = json.dumps({**first, "username": "bad\ud800"})  # refused by validation: invalid event
+    lines[11] = json.dumps({**first, "time": "yesterday"})  # refused by the reader
+    lines[12] = "{not json"
+    log.write_text("\n".join(lines), encoding="utf-8")
+    chunk = block_lines(log, log.read_bytes(), 1)
+    args = dict(opened=False, user=user, fallback="me", import_id=7)
+    made = EdxImporter().parse_chunk_rows(log, chunk, 1, **args)
+    expected = ChunkedImporter.parse_chunk_rows(EdxImporter(), log, chunk, 1, **args)
+    assert made.rows == expected.rows and len(made.rows) > 20
+    assert [(e.line, str(e)) for e in made.errors] == [(e.line, str(e)) for e in expected.errors]
+    assert [e.line for e in made.errors] == [11, 12, 13]
+    assert "invalid event" in str(made.errors[0])
+    assert made.users == expected.users and ("léa" in made.users) == (user is None)
+    assert (made.fatal, made.opened, made.state) == (expected.fatal, expected.opened, expected.state)

@@ -13,7 +13,10 @@ them, :func:`~anonml.database.migrate` is given their names.
 
 Writing a revision: add ``NNNN_what.py`` to the package with ``revision``,
 ``down_revision`` (the previous file's revision), and ``upgrade()`` using
-``alembic.op``. A revision is frozen once released: it spells its DDL out
+``alembic.op``. Write ``revision`` and ``down_revision`` as plain string
+literals (``None`` for the first): opening a database already at the head
+reads them as text instead of importing Alembic (a computed value still
+works, through Alembic, at the cost of its import). A revision is frozen once released: it spells its DDL out
 and never imports the current models, whose shape moves on (a column set
 several of its tables share may be named by a small function inside the
 revision, frozen with it). The first

@@ -44,7 +44,6 @@ from functools import lru_cache
 
 import numpy as np
 from pydantic.dataclasses import dataclass as pydantic_dataclass
-from scipy.special import gammaln
 
 from anonml.records import JsonRecord
 
@@ -95,7 +94,9 @@ def _pair(epsilon0: float, n: int) -> tuple[np.ndarray, np.ndarray]:
     ``b = Bin(·; c, 1/2)``. Tails of either binomial below ``e^{−70}`` (~1e-30,
     far below any δ used) are dropped, which only lowers both divergences by less.
     """
-    from scipy.stats import binom  # scipy.stats costs a second at import: only when a bound is computed
+    # scipy.stats costs a second at import, scipy.special 0.3 s: only when a bound is computed
+    from scipy.special import gammaln
+    from scipy.stats import binom
 
     p_clone = math.exp(-epsilon0)
     q1 = 1.0 / (1.0 + math.exp(-epsilon0))  # e^{ε0}/(e^{ε0}+1), overflow-free

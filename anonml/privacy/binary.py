@@ -21,7 +21,6 @@ from typing import ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import ndtri
 
 from anonml.privacy._checks import check_epsilon
 from anonml.privacy._sampling import bernoulli_bits
@@ -126,5 +125,7 @@ class BinaryRandomizedResponse:
         """
         if not 0.0 < confidence < 1.0:
             raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+        from scipy.special import ndtri  # scipy.special costs 0.3 s at import: only when used
+
         z = float(ndtri(0.5 + confidence / 2.0))
         return z * self.max_standard_error(n)
