@@ -710,7 +710,8 @@ def _demo_result(
         tokens_issued=status.tokens_issued,
         tokens_verified=status.reports_accepted,
         median_answers=status.median_answers,
-        rejects=dict(status.rejects),
+        # The redundant copies of stored reports are in the account (its duplicates), not refusals.
+        rejects={k: v for k, v in status.rejects.items() if k != "duplicate token"},
         relay_rejects={k.removeprefix("rejected: "): v for k, v in relay.items() if k.startswith("rejected")},
         problem_id=run.problem_id,
         witness_log=run.witness_log,

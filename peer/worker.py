@@ -102,8 +102,8 @@ class ProblemSession:
         self._streak: set[int] = set()
         self._model_seen: float | None = None
         self._receipts_transient = False
-        # Relay hosts (scheme://host:port) a first hop on which was unreachable in the send window:
-        # every identity of this host routes around all their relays (Participant.route_around).
+        # Relay hosts (scheme://host:port) found unreachable in the send window (a probe, or a first
+        # hop there): every identity of this host routes around all their relays (route_around).
         self._dead_hosts: set[str] = set()
         self._dead_lock = threading.Lock()
         self._watching = False  # the relay hosts are probed through this round's send window
@@ -435,7 +435,6 @@ class ProblemSession:
             log.warning("packet of %s to %s not sent: %s", p.node.fingerprint[:12], url, exc)
             return
         self.host.count("packets sent")
-
 
     def _watch_relay_hosts(self, bins: Bins) -> None:
         """Once per round: probe the roster's relay hosts every :data:`PROBE_SECONDS` through the

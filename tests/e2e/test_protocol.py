@@ -24,7 +24,7 @@ import pytest
 from aggregator.medians import median_groups
 from anonml.demo import run_demo
 from anonml.privacy import estimate_median
-from anonml.protocol import Problem
+from anonml.protocol import DEFAULT_ROUTES, Problem, route_count
 from tests.aggregator.helpers import REPORT_COLUMNS
 
 # A weak privacy level on purpose: with 96 peers the model is informative enough at ε = 6
@@ -71,14 +71,17 @@ def test_every_honest_report_arrives_exactly_once(run):
     assert _rows(db, "SELECT COUNT(*) FROM reports") == [(report_peers,)]
     assert _rows(db, "SELECT COUNT(*) FROM spent_tokens") == [(report_peers,)]
     assert _rows(db, "SELECT COUNT(*) FROM token_issuance") == [(report_peers,)]
-    # Every peer sent exactly its slot count (reports or cover); no relay or intake refused anything.
-    assert result.packets_sent == result.peers
-    assert result.packets_relayed == 3 * result.peers
+    # Every peer sent exactly its slot count (reports or cover) over r disjoint routes each; no relay
+    # or intake refused anything but the redundant copies of stored reports (the account's duplicates).
+    r = route_count(DEFAULT_ROUTES, 3, result.peers)
+    assert r == 2
+    assert result.packets_sent == r * result.peers
+    assert result.packets_relayed == 3 * r * result.peers
     assert result.rejects == {} and result.relay_rejects == {}
     # Cover (the median pool's one slot each) crossed all three hops sealed like the reports; only
     # the aggregator told it apart, and counted it apart from the report account.
-    assert result.reports is not None and result.reports.cover == roster["median_pool_size"]
-    assert result.reports.lost == 0
+    assert result.reports is not None and result.reports.cover == r * roster["median_pool_size"]
+    assert result.reports.lost == 0 and result.reports.duplicates == (r - 1) * report_peers
     assert registered == result.peers  # every peer registered exactly once
 
 

@@ -245,7 +245,7 @@ def test_a_peer_host_killed_and_restarted_keeps_its_relay_member_quota(cluster: 
     certificate = RelayKeyCertificate.from_bytes(bytes(target.relay_certificate))
     hop = Hop.from_certificate(certificate, problem.round_id)
     n = len(roster.entries)
-    cap = member_quota(d.kh, min(d.hops, n - 1), n)
+    cap = member_quota(d.kh * route_count(d.routes, d.hops, n), min(d.hops, n - 1), n)  # r packets a slot
     wait_until(  # B checked the bins and holds its round key: its relay takes packets
         lambda: _flood(member, target.relay_url, hop, problem, 1) == [202], "B's relay to open the round", 60
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 from typing import cast
 
@@ -97,3 +98,86 @@ def test_an_account_without_redundancy_keeps_the_bytes_it_had():
     assert (plain.routes, plain.routes_asked, plain.duplicates) == (1, 1, 0)
     assert "routes" not in plain.model_dump_json() and "duplicates" not in plain.model_dump_json()
     assert ReportAccount.model_validate_json(plain.model_dump_json()) == plain
+
+
+def _participant(tmp_hosts: int = 3, per_host: int = 4):
+    """A report peer (member 0, on host 0) of a roster of ``tmp_hosts × per_host`` members whose relays
+    are on ``tmp_hosts`` hosts, with its routes drawn and its k_h = 2 slots' packets built as cover."""
+    import time
+
+    from anonml.crypto import Identity as Id
+    from anonml.privacy import PrivacyLedger
+    from anonml.protocol import Problem
+    from anonml.store import EventStore
+    from peer.participant import Participant, PeerNode
+    from peer.phases import Preparation, RosterFacts
+    from tests.peer.helpers import mooc_dropout_draft
+
+    n = tmp_hosts * per_host
+    identities = [Id.generate() for _ in range(n)]
+    ids = [i.public.node_id for i in identities]
+    urls = [f"http://h{k // per_host}.example/relay/{ids[k].hex()}" for k in range(n)]
+    entries = []
+    for identity, url in zip(identities, urls, strict=True):
+        _, cert = identity.new_round_relay_key(ROUND)
+        entries.append(SimpleNamespace(relay_certificate=bytes(cert), relay_url=url))
+    view = SimpleNamespace(
+        keys=[bytes(i.public) for i in identities], node_ids=ids, roster=SimpleNamespace(entries=entries),
+        index_of={bytes(i.public): k for k, i in enumerate(identities)},
+        routes=dict(zip(ids, urls, strict=True)),
+    )
+    aggregator = Id.generate()
+    draft = mooc_dropout_draft().model_copy(update={"kh": 2})
+    problem = Problem.model_construct(
+        id="p-routes", draft=draft, aggregator=bytes(aggregator.public), round_id=ROUND
+    )
+    rng = np.random.default_rng(3)
+    node = PeerNode(identities[0], EventStore("sqlite://"), PrivacyLedger("sqlite://"), rng=rng)
+    p = Participant(node=node, problem=problem, client=None, relay=None, relay_base="http://h0.example")  # type: ignore[arg-type]
+    p.roster = RosterFacts(cast(RosterView, view), None, b"", None)  # type: ignore[arg-type]
+    copies = route_count(draft.routes, draft.hops, n)
+    own = {ids[k] for k in range(per_host)}
+    paths = tuple(
+        tuple(path) for _ in range(draft.kh)
+        for path in choose_routes(cast(RosterView, view), 0, draft.hops, copies, ROUND, rng, frozenset(own))
+    )
+    p.preparation = Preparation(paths, None)
+    p._payloads = [None] * len(paths)
+    p.window_end = time.time() + 60
+    return p, ids, per_host, copies
+
+
+def test_a_dead_relay_host_gets_one_copy_of_each_packet_sent_through_it_and_the_unsent_re_routed():
+    p, ids, per_host, copies = _participant()
+    assert copies == 2 and len(p.paths) == 4  # k_h = 2 slots × 2 routes, none over its own host
+    own = set(ids[:per_host])
+    assert not any(h.node_id in own for path in p.paths for h in path)
+    dead = frozenset(ids[per_host : 2 * per_host])  # host 1
+    crossing = [j for j, path in enumerate(p.paths) if any(h.node_id in dead for h in path)]
+    assert crossing  # a slot's two routes take 6 of the 8 members off its host: 2+ on host 1
+    p._sent_slots = {0, 1}  # slot 0's two copies went; slot 1's have not
+    copies_out = p.route_around(dead)
+    sent_crossing = [j for j in crossing if j in (0, 1)]
+    assert len(copies_out) == len(sent_crossing)
+    for j, (new, when, url, packet) in zip(sent_crossing, copies_out, strict=True):
+        assert new >= 4 and p._report_slot(new, copies) == p._report_slot(j, copies) == 0
+        assert not any(h.node_id in dead for h in p.paths[new])  # around the dead host
+        assert url.endswith(p.paths[new][0].node_id.hex()) and time.time() <= when < p.window_end
+        assert len(packet) == 1280
+    # Unsent packets crossing it are re-routed when their time comes.
+    for j in (2, 3):
+        assert p.crosses_failed(j) == (j in crossing)
+        if j in crossing:
+            rerouted = p.reroute(j, None)
+            assert rerouted is not None and not p.crosses_failed(j)
+    # Found dead again: nothing is copied twice.
+    assert p.route_around(dead) == []
+
+
+def test_no_copy_leaves_after_the_send_window():
+    p, ids, per_host, _ = _participant()
+    p._sent_slots = set(range(len(p.paths)))
+    p.window_end = time.time() - 1
+    assert p.route_around(frozenset(ids[per_host:])) == []
+    assert all(p.crosses_failed(j) == any(h.node_id in ids[per_host:] for h in path)
+               for j, path in enumerate(p.paths))
