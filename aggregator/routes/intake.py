@@ -30,9 +30,15 @@ the relay could not open. Checks, in order, each with its own refusal:
    slot", anything else as "foreign token" (another problem or round);
 5. the token: :meth:`~anonml.crypto.TokenVerifier.check` (MAC, 403 if it
    fails), then in ONE transaction the staged row that holds both the spent
-   token (unique (key, slot, nonce): 409 if already spent) and the report —
+   token (unique (key, slot, nonce): a copy if already spent, below) and the report —
    what :meth:`~anonml.crypto.TokenVerifier.redeem` does, with the spend
    inside the report's transaction. Either both are stored or neither.
+   A token already spent, with a MAC that holds, is a copy of a stored report
+   (each report travels over several routes, :attr:`~anonml.protocol.ProblemDraft.routes`):
+   nothing is stored, it is counted ``duplicate token`` (the account's
+   ``duplicates``, never a loss) and answered 201 like a stored report and like
+   cover — a 409 would tell the last hop that the packet it carried was a
+   report's copy and not cover.
 
 ``POST /intake/batch`` takes an :class:`~anonml.protocol.IntakeBatch` (at most
 :data:`~anonml.protocol.MAX_BATCH_ITEMS` deliveries; a last-hop relay sends
@@ -43,7 +49,7 @@ detail its own ``POST /intake`` would have got — 201 when stored, the same
 refusal otherwise, counted under the same reason — so one bad or replayed
 report never sinks the others and a batch says nothing a single request
 would not. A token used twice within one batch is stored once (the second
-is a 409 duplicate, like across batches). Every stored report and every
+is a duplicate copy, answered 201 and counted, like across batches). Every stored report and every
 refusal of the batch is written in ONE transaction: the staged rows (each
 one token + its report, so each is still all or nothing), then the phase of
 each problem read as above (a problem closed meanwhile has this batch's rows
@@ -191,8 +197,9 @@ def intake(body: IntakeDelivery, state: StateDep, session: SessionDep) -> Intake
             closed = _closed(session, pid)
             if closed is not None:
                 raise closed
-    except TokenSpent:
-        raise _duplicate(pid).counted(state) from None
+    except TokenSpent:  # a verified copy: counted, answered as stored (module docstring)
+        _duplicate(pid).counted(state)
+        return IntakeReceipt(accepted=True)
     except InvalidToken as exc:
         raise _bad_token(pid, exc).counted(state) from None
     except _Refusal as refusal:
@@ -234,8 +241,8 @@ def intake_batch(body: IntakeBatch, state: StateDep, session: SessionDep) -> Bat
             session, [(ctx.token_key.key_id, red, report) for _, red, report, ctx in passed]
         )
         for (i, _, report, _), row_id in zip(passed, row_ids, strict=True):
-            if row_id is None:  # spent before, or earlier in this batch
-                refuse(i, _duplicate(report.problem_id))
+            if row_id is None:  # spent before, or earlier in this batch: a copy, answered as stored
+                refused.append(_duplicate(report.problem_id))
             else:
                 staged[report.problem_id].append((i, row_id))
         for pid, rows in staged.items():  # after the spends: see the single route for the order

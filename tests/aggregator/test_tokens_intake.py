@@ -28,6 +28,7 @@ from tests.aggregator.helpers import (
     roster_document,
     sealed_delivery,
     slots,
+    status,
     wait_phase,
 )
 from tests.databases import sqlite_only
@@ -138,8 +139,12 @@ def test_intake_stores_a_report_once_and_refuses_replays_and_forgeries(round_):
     intake = f"{round_.url}/intake"
     assert post(intake, good).status_code == 201
 
+    # A verified copy (the same delivery again, as a report's second route brings it): not stored
+    # twice, counted as a duplicate, and answered as a stored report is — the last hop cannot tell.
     replay = post(intake, good)
-    assert replay.status_code == 409 and "already redeemed" in replay.json()["detail"]
+    assert replay.status_code == 201 and replay.json() == {"accepted": True}
+    assert round_.rows("SELECT COUNT(*) FROM report_staging") == [(1,)]
+    assert status(round_.url, round_.problem.id).rejects.get("duplicate token") == 1
 
     # The same token with another report: the MAC binds the report.
     other = report_for(round_.problem, round_.bins, peer.assignment, np.array([9.0, 9.0, 0.0]), 0, rng=rng)
