@@ -282,9 +282,10 @@ def packet_windows(
     * release window ``r + (3/2) h m L`` (the stages share the two thirds of the
       window before the relays' guard);
 
-    with ``r`` = :data:`DEMO_POLL_SECONDS`. Measured on 2 cores: ``c`` ≈ 3 ms
-    quiet, ~10–40 ms beside two busy loops and other work; a fixed 6 s release
-    window held ``c`` ≤ 4.4 ms and lost 145–172 of 225 reports beside two busy loops.
+    with ``r`` = :data:`DEMO_POLL_SECONDS`. A fixed 6 s release window (2 s guard,
+    three stages of 1.33 s for 300 packets each) holds only ``c`` ≤ 4.4 ms and lost
+    145–172 of 225 reports beside two busy loops; measured there at load 10–12 on
+    2 cores, ``c`` = 7.1 ms gave 4.5 s and 19.4 s and all 225 reports arrived.
     """
     floors = schedule_floors(
         n_peers,
