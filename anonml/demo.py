@@ -8,6 +8,10 @@
    (``anonml witness serve``, :mod:`witness`, its own process) and one
    peer host (:mod:`peer`, all peer identities in one process with one relay)
    under uvicorn on 127.0.0.1. Every peer's policy trusts the witness.
+   Then **probe** the host's relays: a short burst of real onions through three of
+   its identities (:func:`peer.probe.measure_hop_seconds`) gives its cost per relay
+   hop under the machine's present load, and the round's send and release windows
+   are sized from it (:func:`packet_windows`).
 4. **Propose** the dropout problem (``user_window`` instancer ×
    ``mooc_engagement`` featurizer, by name — never code; the witness declared)
    and let the peers
@@ -23,7 +27,8 @@
    non-private logistic regression trained on the same peers' true features,
    and each phase's wall time.
 
-With the defaults it finishes in well under two minutes on a 2-core machine.
+With the defaults it finishes in about two minutes on a quiet 2-core machine; on a
+loaded one every wait grows with the measured costs, so it takes longer but loses nothing.
 """
 
 from __future__ import annotations
