@@ -295,7 +295,7 @@ def packet_windows(
 
     with ``r`` = :data:`DEMO_POLL_SECONDS`. A fixed 6 s release window (2 s guard,
     three stages of 1.33 s for 300 packets each) holds only ``c`` ≤ 4.4 ms and lost
-    145–172 of 225 reports beside two busy loops; measured there at load 10–12 on
+    145–182 of 225 reports beside two busy loops; measured there at load 10–12 on
     2 cores, ``c`` = 7.1 ms gave 4.5 s and 19.4 s and all 225 reports arrived.
     """
     floors = schedule_floors(
