@@ -8,6 +8,10 @@
    (``anonml witness serve``, :mod:`witness`, its own process) and one
    peer host (:mod:`peer`, all peer identities in one process with one relay)
    under uvicorn on 127.0.0.1. Every peer's policy trusts the witness.
+   Then **probe** the host's relays: a short burst of real onions through three of
+   its identities (:func:`peer.probe.measure_hop_seconds`) gives its cost per relay
+   hop under the machine's present load, and the round's send and release windows
+   are sized from it (:func:`packet_windows`).
 4. **Propose** the dropout problem (``user_window`` instancer ×
    ``mooc_engagement`` featurizer, by name — never code; the witness declared)
    and let the peers
@@ -23,7 +27,8 @@
    non-private logistic regression trained on the same peers' true features,
    and each phase's wall time.
 
-With the defaults it finishes in well under two minutes on a 2-core machine.
+With the defaults it finishes in about two minutes on a quiet 2-core machine; on a
+loaded one every wait grows with the measured costs, so it takes longer but loses nothing.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ from anonml.protocol import (
     roster_beacon,
 )
 from anonml.randomness import generator_from
+from anonml.schedule import schedule_floors
 from anonml.store import EventStore
 
 __all__ = [
@@ -84,6 +90,23 @@ Progress = Callable[[str, int, int], None]
 
 #: How often the demo's peer hosts poll; the aggregator sizes the round's waits for it.
 DEMO_POLL_SECONDS = 0.2
+
+#: Relays on every report's route (:func:`dropout_draft`).
+DEMO_HOPS = 3
+
+#: The report delay the demo proposes (the aggregator raises it to its measured floor,
+#: :func:`anonml.schedule.schedule_floors`): time to build every packet before ``t_s``.
+DEMO_REPORT_DELAY_SECONDS = 6.0
+
+#: Relay probes before the round; the slowest is kept. Two bursts back to back on a loaded 2-core
+#: machine measured up to twice apart (12.8 and 27.9 ms per hop at load 14): one burst may
+#: catch a lull that the round, 20–60 s long, will not have.
+DEMO_PROBES = 2
+
+#: How many times its measured hop cost the packet windows give each hop: the relays run at
+#: utilisation 1/2 of the capacity the probe measured, so a queue that forms drains within its
+#: stage, and a load that doubles between the probe and the round still fits (:func:`packet_windows`).
+WINDOW_HEADROOM = 2.0
 
 #: The proposal's features: name → public range for the first two weeks. Narrower
 #: than the featurizer's generous declared ranges (a proposer may know its course);
@@ -142,6 +165,10 @@ class DemoResult:
     #: AUC mean and sd of the in-process computation given this run's own plan and
     #: published bins (only the peers' perturbation drawn afresh); None when not computed.
     auc_same_run: tuple[float, float] | None = None
+    #: The peer host's measured wall seconds per relay hop before the round (None: windows given).
+    hop_seconds: float | None = None
+    #: The round's send and release windows as the aggregator fixed them (seconds).
+    packet_windows: tuple[float, float] | None = None
 
     def shortfalls(self) -> list[str]:
         """Why the protocol's run fell short of what it should compute (empty: it did not).
@@ -215,6 +242,18 @@ class DemoResult:
                 if self.reports is None
                 else f"{self.reports.expected:,} / {self.reports.received:,} / {self.reports.describe()}",
             ),
+            (
+                "relay cost per hop measured before the round",
+                "not measured (windows given)"
+                if self.hop_seconds is None
+                else f"{self.hop_seconds * 1e3:.1f} ms",
+            ),
+            (
+                "send / release window",
+                "not known"
+                if self.packet_windows is None
+                else "{:.1f} s / {:.1f} s".format(*self.packet_windows),
+            ),
             ("problem's final phase", self.phase + (f" ({self.message})" if self.message else "")),
             ("rejects at the aggregator", _counts(self.rejects)),
             ("rejects at the relays", _counts(self.relay_rejects)),
@@ -232,6 +271,41 @@ class DemoResult:
         ]
         rows += [(f"time: {phase}", f"{seconds:.2f} s") for phase, seconds in self.phase_seconds.items()]
         return rows
+
+
+def packet_windows(
+    n_peers: int, *, hops: int, slots_per_peer: int, hop_seconds: float
+) -> tuple[float, float]:
+    """The send and release windows (seconds) for a round whose relays sustain one hop per ``hop_seconds``.
+
+    Requirement: every packet of the round reaches its first hop inside the send
+    window, and each of the ``h`` release stages (:mod:`peer.relay`) carries all
+    ``m = n · k_h`` packets one hop before the next stage begins — else packets
+    queue past their stage and reach a relay after ``t_r`` ("late"). The demo's
+    single host relays for every identity on one interpreter, so its cost per hop
+    ``c`` (:func:`peer.probe.measure_hop_seconds`: wall seconds per relay request
+    it sustained just before the round, under whatever load the machine has) is
+    serial (the demo keeps the slowest of :data:`DEMO_PROBES` probes). With
+    ``L = WINDOW_HEADROOM · c`` these are the floors of
+    :func:`anonml.schedule.schedule_floors` for the packet windows:
+
+    * send window ``δ = r + m L``;
+    * release window ``r + (3/2) h m L`` (the stages share the two thirds of the
+      window before the relays' guard);
+
+    with ``r`` = :data:`DEMO_POLL_SECONDS`. A fixed 6 s release window (2 s guard,
+    three stages of 1.33 s for 300 packets each) holds only ``c`` ≤ 4.4 ms and lost
+    145–182 of 225 reports beside two busy loops; measured there at load 10–12 on
+    2 cores, ``c`` = 7.1 ms gave 4.5 s and 19.4 s and all 225 reports arrived.
+    """
+    floors = schedule_floors(
+        n_peers,
+        hops=hops,
+        slots_per_peer=slots_per_peer,
+        request_seconds=WINDOW_HEADROOM * hop_seconds,
+        reaction_seconds=DEMO_POLL_SECONDS,
+    )
+    return floors.send_window_seconds, floors.release_window_seconds
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -307,7 +381,7 @@ def dropout_draft(
             witness_seconds=witness_seconds,
         ),
         min_peers=min_peers,
-        hops=3,
+        hops=DEMO_HOPS,
         witnesses=tuple(witnesses),
     )
 
@@ -474,7 +548,7 @@ def _split_held_out(
 
 
 def _start_services(
-    root: Path, peers: list[SimulatedPeer], epsilon: float, window_seconds: float
+    root: Path, peers: list[SimulatedPeer], epsilon: float, report_delay_seconds: float
 ) -> _Services:
     """Start the witness and the aggregator (own processes) and one host serving every peer."""
     from aggregator.app import start_server_process
@@ -491,7 +565,7 @@ def _start_services(
         db_url=f"sqlite:///{root / 'aggregator.db'}",
         identity_file=root / "aggregator-identity.json",
         admin_token=token,
-        intake_grace_seconds=max(1.0, window_seconds / 2),
+        intake_grace_seconds=max(1.0, report_delay_seconds / 2),
         port=0,
         allow_loopback_http=True,  # every service of the demo is on this machine
         peer_poll_seconds=DEMO_POLL_SECONDS,  # the round's waits are sized for the hosts' polling
@@ -527,13 +601,13 @@ def _demo_draft(
     history_weeks: int,
     weeks: int,
     epsilon: float,
-    windows: tuple[float, float, float],
+    windows: tuple[float, float, float, float, float],
 ) -> ProblemDraft:
     """The dropout problem the demo proposes, declaring its witness.
 
-    ``windows`` = (report delay = send = release window, roster seconds, median step seconds).
+    ``windows`` = (report delay, send window, release window, roster seconds, median step seconds).
     """
-    window_seconds, roster_seconds, median_step_seconds = windows
+    report_delay, send_window, release_window, roster_seconds, median_step_seconds = windows
     featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": history_weeks}))
     return dropout_draft(
         featurizer.features(),
@@ -541,13 +615,13 @@ def _demo_draft(
         weeks=weeks,
         epsilon=epsilon,
         min_peers=max(10, n_peers // 2),
-        report_delay_seconds=window_seconds,
-        send_window_seconds=window_seconds,
-        release_window_seconds=window_seconds,
+        report_delay_seconds=report_delay,
+        send_window_seconds=send_window,
+        release_window_seconds=release_window,
         roster_seconds=roster_seconds,
         median_step_seconds=median_step_seconds,
         witnesses=[WitnessRef(identity=services.witness.identity, url=services.witness.url)],
-        witness_seconds=max(2.0, window_seconds),
+        witness_seconds=max(2.0, report_delay),
     )
 
 
@@ -722,6 +796,11 @@ def _demo_result(
         message=status.message,
         max_loss_fraction=max_loss_fraction,
         auc_same_run=(float(np.mean(same_run)), float(np.std(same_run))) if same_run else None,
+        packet_windows=(
+            None
+            if status.schedule is None
+            else (status.schedule.send_window_seconds, status.schedule.release_window_seconds)
+        ),
     )
 
 
@@ -734,7 +813,8 @@ def run_demo(
     epsilon: float = 3.0,
     held_out_fraction: float = 0.25,
     simulation_runs: int = 20,
-    window_seconds: float = 6.0,
+    report_delay_seconds: float = DEMO_REPORT_DELAY_SECONDS,
+    windows: tuple[float, float] | None = None,
     roster_seconds: float = 10.0,
     median_step_seconds: float = 20.0,
     workdir: Path | None = None,
@@ -742,10 +822,11 @@ def run_demo(
 ) -> DemoResult:
     """Run the whole protocol on loopback (module docstring) and return what happened.
 
-    ``window_seconds`` is the report delay, the send window and the release
-    window: 6 s lets one process host 300 identities whose relays persist every
-    held packet (at 3 s, 62 of 225 reports arrived after ``t_r`` on a quiet
-    2-core machine); ``roster_seconds`` the peers' time to
+    ``report_delay_seconds`` is the time the peers have to build their packets
+    (raised by the aggregator to its measured floor); ``windows`` the send and
+    release windows, or None to size them from the peer host's measured cost per
+    relay hop just before the round (:func:`packet_windows`; fixed windows lost
+    most reports beside two busy CPU loops); ``roster_seconds`` the peers' time to
     check the co-signed roster before the first median query
     (:func:`dropout_draft`); ``median_step_seconds`` bounds one median step,
     which ends as soon as its whole group answered (so a generous bound costs
@@ -770,11 +851,25 @@ def run_demo(
         peers, held = _split_held_out(everyone, held_out_fraction, seed)
 
         t = time.perf_counter()
-        services = _start_services(root, peers, epsilon, window_seconds)
+        services = _start_services(root, peers, epsilon, report_delay_seconds)
         timer["start services"] = time.perf_counter() - t
         try:
-            windows = (window_seconds, roster_seconds, median_step_seconds)
-            draft = _demo_draft(services, len(peers), history_weeks, weeks, epsilon, windows)
+            hop_seconds = None
+            if windows is None:
+                from peer.probe import measure_hop_seconds
+
+                t = time.perf_counter()
+                hop_seconds = max(
+                    measure_hop_seconds(services.host, hops=DEMO_HOPS).seconds_per_hop
+                    for _ in range(DEMO_PROBES)
+                )
+                # k_h = 1: every member sends one packet (dropout_draft), a report or cover.
+                windows = packet_windows(
+                    len(peers), hops=DEMO_HOPS, slots_per_peer=1, hop_seconds=hop_seconds
+                )
+                timer["relay probe"] = time.perf_counter() - t
+            sizes = (report_delay_seconds, *windows, roster_seconds, median_step_seconds)
+            draft = _demo_draft(services, len(peers), history_weeks, weeks, epsilon, sizes)
             run = _run_protocol(services, draft, len(peers), timer, report)
         finally:
             services.stop()
@@ -788,6 +883,8 @@ def run_demo(
             p.ledger.close()
         timer["score models"] = time.perf_counter() - t
     people = (everyone, peers, held)
-    return _demo_result(
+    result = _demo_result(
         students, epsilon, people, events, run, scores, totals, timer, services.max_loss_fraction
     )
+    result.hop_seconds = hop_seconds
+    return result

@@ -37,8 +37,9 @@ def run(tmp_path_factory: pytest.TempPathFactory):
     workdir = tmp_path_factory.mktemp("e2e")
     with pytest.MonkeyPatch.context() as mp:  # module scope: set our own home before the run
         mp.setenv("ANONML_HOME", str(workdir / "home"))
-        # The demo's own windows (report delay, send and release: 6 s), not shorter ones: with
-        # 1.5 s, beside stress-ng --cpu 2 at load 17, a run ended with no report arrived.
+        # The demo's own windows (a 6 s report delay; send and release sized from the host's
+        # measured cost per relay hop), not shorter fixed ones: with 1.5 s, beside stress-ng
+        # --cpu 2 at load 17, a run ended with no report arrived.
         result = run_demo(
             160,
             weeks=6,
