@@ -151,6 +151,18 @@ def synthetic_skewed_regression(n: int = 2_000, seed: int = 12) -> FloorSet:
     return FloorSet("skewed_reg", b[:, None], y, specs, "regression", (0.0, 40.0))
 
 
+def synthetic_weak_binary(n: int = 20_000, seed: int = 21) -> FloorSet:
+    """Nine standard-normal features (public range [−5, 5]), four of them weakly predictive (logistic,
+    24 % positive): a third-pass tuning set for the calibration pool, where a weak signal meets a pool
+    big enough to form (the scikit-learn binary set is too small for one)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 9))
+    logit = -1.2 + X[:, :4] @ np.array([0.35, 0.25, 0.2, 0.15])
+    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int64)
+    specs = tuple(FeatureSpec(name=f"x{j}", low=-5.0, high=5.0) for j in range(9))
+    return FloorSet("weak_binary", X, y, specs, "binary")
+
+
 def load_sets(names: list[str]) -> list[FloorSet]:
     """The named sets (module docstring)."""
     from sklearn import datasets  # noqa: PLC0415
@@ -165,6 +177,7 @@ def load_sets(names: list[str]) -> list[FloorSet]:
         "synthetic_reg": synthetic_regression,
         "skewed4": synthetic_skewed,
         "skewed_reg": synthetic_skewed_regression,
+        "weak_binary": synthetic_weak_binary,
     }
     unknown = [n for n in names if n not in makers]
     if unknown:
