@@ -247,8 +247,8 @@ def rajkumar(trials: int, quick: bool, seed: int) -> dict:
             "pooled_across_parties": "gop, gop_printed, central, batch (parties 0, skew 'pooled')",
             "norm_quantile": 0.5,
             "skew": list(SKEW),
-            "psgd": "Algorithm 1: T = 2000 steps of a party's full gradient, rho_t ~ exp(-eps||rho||/2), "
-            "last iterate",
+            "psgd": "Algorithm 1: T = 2000 steps of a party's full gradient, "
+            "rho_t ~ exp(-eps n_j ||rho||/2), last iterate",
         },
         "non_private_label": "gop_printed and psgd_printed use sigma from the condition as printed in the "
         "paper: NON-PRIVATE reproductions (privacy_unit 'none', epsilon null, run_epsilon the nominal eps)",

@@ -121,6 +121,48 @@ def synthetic_regression(n: int = 30_000, seed: int = 0) -> FloorSet:
     )
 
 
+#: Class shares of :func:`synthetic_skewed` (majority 0.45; the prior's log loss 1.24 nats, uniform's 1.39).
+SKEWED_PRIOR = (0.45, 0.3, 0.15, 0.1)
+
+
+def synthetic_skewed(n: int = 1_500, seed: int = 11) -> FloorSet:
+    """Four skewed classes (:data:`SKEWED_PRIOR`), a weak numeric and a weak categorical feature.
+
+    A tuning set added in the third pass: the scikit-learn multiclass sets all have near-uniform
+    priors, where a prior shrunk toward uniform costs nothing, so they could not show that cost.
+    """
+    rng = np.random.default_rng(seed)
+    y = rng.choice(len(SKEWED_PRIOR), size=n, p=SKEWED_PRIOR)
+    a = np.where(rng.random(n) < 0.25, y % 3, rng.integers(0, 3, n))
+    b = np.clip(rng.normal(loc=0.3 * y, scale=1.0), -4, 5)
+    specs = (
+        FeatureSpec(name="a", kind=FeatureKind.CATEGORICAL, categories=("p", "q", "r")),
+        FeatureSpec(name="b", low=-4.0, high=5.0),
+    )
+    return FloorSet("skewed4", np.column_stack([a, b]).astype(float), y.astype(np.int64), specs, "multiclass")
+
+
+def synthetic_skewed_regression(n: int = 2_000, seed: int = 12) -> FloorSet:
+    """A right-skewed target (lognormal, public range [0, 40]), one weak feature: a third-pass tuning set."""
+    rng = np.random.default_rng(seed)
+    b = rng.uniform(0, 10, n)
+    y = np.clip(np.exp(rng.normal(loc=1.0 + 0.05 * b, scale=0.8)), 0.0, 40.0)
+    specs = (FeatureSpec(name="b", low=0.0, high=10.0),)
+    return FloorSet("skewed_reg", b[:, None], y, specs, "regression", (0.0, 40.0))
+
+
+def synthetic_weak_binary(n: int = 20_000, seed: int = 21) -> FloorSet:
+    """Nine standard-normal features (public range [−5, 5]), four of them weakly predictive (logistic,
+    24 % positive): a third-pass tuning set for the calibration pool, where a weak signal meets a pool
+    big enough to form (the scikit-learn binary set is too small for one)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 9))
+    logit = -1.2 + X[:, :4] @ np.array([0.35, 0.25, 0.2, 0.15])
+    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int64)
+    specs = tuple(FeatureSpec(name=f"x{j}", low=-5.0, high=5.0) for j in range(9))
+    return FloorSet("weak_binary", X, y, specs, "binary")
+
+
 def load_sets(names: list[str]) -> list[FloorSet]:
     """The named sets (module docstring)."""
     from sklearn import datasets  # noqa: PLC0415
@@ -133,6 +175,9 @@ def load_sets(names: list[str]) -> list[FloorSet]:
         "breast_cancer": lambda: _sklearn_set(datasets.load_breast_cancer, "breast_cancer", "binary"),
         "diabetes": lambda: _sklearn_set(datasets.load_diabetes, "diabetes", "regression"),
         "synthetic_reg": synthetic_regression,
+        "skewed4": synthetic_skewed,
+        "skewed_reg": synthetic_skewed_regression,
+        "weak_binary": synthetic_weak_binary,
     }
     unknown = [n for n in names if n not in makers]
     if unknown:
@@ -229,7 +274,10 @@ def floor_rows(data: FloorSet, epsilon: float, seeds: range, **params: Any) -> l
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--splits", type=int, default=10)
-    parser.add_argument("--sets", default="wine,iris,digits,synthetic3,breast_cancer,diabetes,synthetic_reg")
+    parser.add_argument(
+        "--sets",
+        default="wine,iris,digits,synthetic3,skewed4,breast_cancer,diabetes,synthetic_reg,skewed_reg",
+    )
     parser.add_argument("--out", default=str(RESULTS / "trivial_floors.json"))
     args = parser.parse_args(argv)
     started = time.perf_counter()

@@ -7,9 +7,13 @@ poor probabilities. Once the model exists, a third disjoint pool of peers
 its own score ``f(x)``, bins it with public cut points and sends one report
 of (score bin, label) at the full ε_T through the least-error mechanism. The
 debiased histogram gives, per score bin, estimated counts of each label, and
-Platt scaling ``P(y=1|x) = σ(a·f(x) + b)`` is fitted to it by maximum
-a-posteriori (:func:`~anonml.learn.ensemble.platt_from_histogram`): two
-parameters, so a few hundred noisy reports suffice.
+Platt scaling ``P(y=1|x) = σ(a·f(x) + b)`` is fitted to it
+(:func:`~anonml.learn.ensemble.platt_from_histogram`) with the intercept tied to the slope so that
+the map's mean probability over the pool's score bins is the private base rate
+(:func:`mean_preserving_intercept`): the pool's noise can change the map's spread, not shift every
+probability together. One free parameter, so a few hundred noisy reports suffice. (A free intercept
+moved a weak-signal set's mean prediction from 0.26 to 0.34; tied, Adult's Brier score at ε_T = 2
+went from 0.1222 to 0.1171 and at ε_T = 1 from 0.1364 to 0.1353, 4 trials, AUC unchanged.)
 
 The cut points must be public before the pool reports: equal-width bins over
 the range of scores the published model can give, a function of the model
@@ -44,6 +48,7 @@ the predicted class as the bin.
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import brentq
 from scipy.special import expit, logit
 
 from anonml.learn.ensemble import Ensemble, platt_from_histogram
@@ -56,6 +61,7 @@ __all__ = [
     "score_bins",
     "calibrate_ensemble",
     "brier_temper",
+    "mean_preserving_intercept",
     "calibrate_classes",
     "shrink_shares",
     "measured_choice",
@@ -126,11 +132,35 @@ def calibrate_ensemble(
     mechanism = best_mechanism(epsilon, 2 * b, int(values.size))
     bits = mechanism.perturb(values, rng)
     counts, variance = _pool_counts(bits, mechanism, b)
-    a, intercept = platt_from_histogram(centres, counts, variance)
     base = _base_rate(ensemble, counts, variance)
+    totals = counts.sum(axis=1)
+    a, intercept = platt_from_histogram(
+        centres, counts, variance, intercept_of=lambda s: mean_preserving_intercept(s, centres, totals, base)
+    )
     t = brier_temper(centres * a + intercept, base, counts, variance)
     centre = float(logit(base))
     return ensemble.with_calibration((t * a, t * intercept + (1.0 - t) * centre))
+
+
+def mean_preserving_intercept(slope: float, centres: np.ndarray, totals: np.ndarray, base: float) -> float:
+    """The ``b`` with ``Σ_B n̂_B·σ(a·f_B + b) = π₀·Σ_B n̂_B``: the map's mean probability is the base rate.
+
+    ``n̂_B`` are the pool's debiased score-bin totals (clipped at 0) and ``π₀`` the private base rate
+    (:func:`_base_rate`). Only the slope is then taken from the pool's (score bin, label) counts: their
+    noise can change the map's spread but not shift every probability together, which a free intercept
+    did (a weak-signal 20,000-row set at ε_T = 1: a pool of 2,800 moved the mean prediction from 0.26 to
+    0.34 and the Brier score above the base rate's, while its measured gain still looked real).
+    """
+    weights = np.clip(np.asarray(totals, dtype=float), 0.0, None)
+    if weights.sum() <= 0:
+        return float(logit(base)) - slope * float(np.mean(centres))
+    weights = weights / weights.sum()
+
+    def excess(b: float) -> float:
+        return float(weights @ expit(slope * centres + b)) - base
+
+    reach = 60.0 + slope * float(np.max(np.abs(centres)))  # σ(a·f + b) spans (0, 1) over this b
+    return float(brentq(excess, -reach, reach))
 
 
 def _pool_counts(bits: np.ndarray, mechanism: object, bins: int) -> tuple[np.ndarray, np.ndarray]:

@@ -63,12 +63,12 @@ fitted on a separate calibration histogram (:func:`platt_from_histogram`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy.optimize import minimize
+from scipy.optimize import minimize, minimize_scalar
 from scipy.special import expit, logit, logsumexp, softmax
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score, make_scorer, roc_auc_score
@@ -570,7 +570,12 @@ def default_ensemble(
 
 
 def platt_from_histogram(
-    scores: np.ndarray, counts: np.ndarray, variance: np.ndarray | None = None, *, prior_strength: float = 1.0
+    scores: np.ndarray,
+    counts: np.ndarray,
+    variance: np.ndarray | None = None,
+    *,
+    prior_strength: float = 1.0,
+    intercept_of: Callable[[float], float] | None = None,
 ) -> tuple[float, float]:
     """Platt scaling ``P(y=1|f) = σ(a·f + b)`` fitted to a noisy histogram of (score bin, label).
 
@@ -591,6 +596,9 @@ def platt_from_histogram(
         unbiased (corrected least squares).
     prior_strength : float, default=1.0
         Weight, in reports², of a ridge towards the identity ``a = 1, b = 0``.
+    intercept_of : callable slope → intercept, optional
+        Fit the slope alone, with ``b = intercept_of(a)`` (the calibration pool's mean-preserving
+        intercept, :func:`~anonml.learn.calibration.mean_preserving_intercept`).
 
     Returns
     -------
@@ -617,6 +625,12 @@ def platt_from_histogram(
         noise = v[:, 1] * (1 - s) ** 2 + v[:, 0] * s**2
         return float(np.sum(r**2 - noise) + prior_strength * np.sum((theta - anchor) ** 2))
 
+    if intercept_of is not None:
+        # one parameter: the slope, with the intercept the given function of it
+        fit = minimize_scalar(
+            lambda a: objective(np.array([a, intercept_of(a)])), bounds=(_MIN_SLOPE, 50.0), method="bounded"
+        )
+        return float(fit.x), float(intercept_of(float(fit.x)))
     best = min(
         (
             minimize(

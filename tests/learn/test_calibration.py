@@ -7,7 +7,14 @@ import pytest
 from scipy.special import expit
 from sklearn.metrics import brier_score_loss
 
-from anonml.learn.calibration import MIN_TEMPER, brier_temper, score_bins, score_range
+from anonml.learn.calibration import (
+    MIN_TEMPER,
+    brier_temper,
+    calibrate_ensemble,
+    mean_preserving_intercept,
+    score_bins,
+    score_range,
+)
 from anonml.learn.ensemble import Component, Ensemble, platt_from_histogram
 from anonml.learn.harness import expected_calibration_error
 from anonml.learn.model import AnonMLClassifier
@@ -129,3 +136,54 @@ def test_with_no_signal_a_calibration_pool_is_not_worse_than_the_base_rate():
     excess = np.asarray(excess)
     assert np.mean(excess) < 0.002 and np.max(excess) < 0.005, excess
     assert min(slopes) > 0  # still increasing in the score
+
+
+def test_mean_preserving_intercept_puts_the_pools_mean_probability_at_the_base_rate():
+    # Σ_B w_B σ(a f_B + b) = π₀ with w the pool's score-bin shares; a negative (debiased) total
+    # counts as 0, and a flat map (a = 0) is the base rate itself.
+    f = np.linspace(-3, 5, 10)
+    totals = np.array([50.0, 120, -8, 300, 80, 10, 0, 40, 200, 30])
+    w = np.clip(totals, 0, None) / np.clip(totals, 0, None).sum()
+    for slope, base in ((0.7, 0.24), (6.0, 0.6), (0.01, 0.05)):
+        b = mean_preserving_intercept(slope, f, totals, base)
+        assert w @ expit(slope * f + b) == pytest.approx(base, abs=1e-9)
+    assert mean_preserving_intercept(0.0, f, totals, 0.3) == pytest.approx(np.log(0.3 / 0.7), abs=1e-9)
+
+
+def test_platt_with_a_mean_preserving_intercept_recovers_a_map_whose_mean_is_the_base_rate():
+    # Exact counts of a known map: with the intercept tied to the true mean, the slope alone is fitted
+    # and both parameters come back; a base rate 0.05 off moves b, not the slope's sign.
+    f = np.linspace(-4, 4, 12)
+    n = np.linspace(500, 3000, 12)
+    p = expit(0.6 * f - 0.8)
+    counts = np.column_stack([n * (1 - p), n * p])
+    base = float(n @ p / n.sum())
+    a, b = platt_from_histogram(
+        f, counts, prior_strength=0.0, intercept_of=lambda s: mean_preserving_intercept(s, f, n, base)
+    )
+    assert a == pytest.approx(0.6, abs=1e-3) and b == pytest.approx(-0.8, abs=1e-3)
+    a2, b2 = platt_from_histogram(
+        f, counts, prior_strength=0.0, intercept_of=lambda s: mean_preserving_intercept(s, f, n, base + 0.05)
+    )
+    assert a2 > 0 and n @ expit(a2 * f + b2) / n.sum() == pytest.approx(base + 0.05, abs=1e-9)
+
+
+def test_with_no_signal_the_calibrated_mean_stays_at_the_models_prior():
+    # A model whose score carries no information (labels drawn apart from the rows) and a pool of
+    # 3,000 peers at ε_T = 1: the noisy (score bin, label) counts may tilt the map (its slope's noise
+    # costs at most ~0.01 Brier here, 0.004 on average), but its mean probability stays the model's
+    # prior within 0.01 (a free intercept moved it by up to 0.08 on a 20,000-row weak-signal set).
+    rng = np.random.default_rng(5)
+    table = np.linspace(-1.0, 1.0, 4)
+    ensemble = Ensemble("logit", float(np.log(0.3 / 0.7)), (Component((0,), (4,), table, 1.0),))
+    briers = []
+    for seed in range(6):
+        codes = rng.integers(0, 4, size=(3000, 1))
+        y = (rng.random(3000) < 0.3).astype(np.int64)
+        calibrated = calibrate_ensemble(ensemble, codes, y, epsilon=1.0, rng=np.random.default_rng(seed))
+        fresh = rng.integers(0, 4, size=(20000, 1))
+        y_fresh = (rng.random(20000) < 0.3).astype(np.int64)
+        p = calibrated.positive_proba(fresh)
+        assert np.mean(p) == pytest.approx(0.3, abs=0.01)
+        briers.append(brier_score_loss(y_fresh, p) - brier_score_loss(y_fresh, np.full(20000, 0.3)))
+    assert np.mean(briers) < 0.005 and max(briers) < 0.012

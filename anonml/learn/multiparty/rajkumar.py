@@ -40,8 +40,14 @@ with it, as a reproduction labelled NON-PRIVATE (no (ε, δ) holds).
   η_k ~ N(0, σ*²/K I) (so Σ η_k ~ N(0, σ*² I)); at step t a party j is picked
   with probability n_j/n and takes a step along the *full* gradient of its part
   of F, (1/n_j) Σ_{i∈j} ∇l_i(w) + (λ+Δ)w + η_j/n_j, plus a fresh ρ_t with
-  density ∝ exp(-ε‖ρ‖/(2L)); the last iterate is released. The expected step
-  is ∇F (Σ_j (n_j/n)(η_j/n_j) = η/n, E ρ_t = 0).
+  density ∝ exp(-ε·n_j‖ρ‖/(2L)); the last iterate is released. The expected step
+  is ∇F (Σ_j (n_j/n)(η_j/n_j) = η/n, E ρ_t = 0). ρ_t is calibrated to what the
+  step releases: party j's *mean* gradient, which one of its records moves by at
+  most 2L/n_j (‖∇l‖ ≤ L), so ρ_t's rate is ε·n_j/(2L). A rate of ε/(2L) — the
+  sensitivity of a sum of gradients — made ρ_t n_j times too large (E‖ρ_t‖ = 2Ld/ε
+  = 62 at ε = 1, d = 31, against a mean gradient of norm ≤ 1): breast cancer at
+  ε = 1, K = 5, T = 2,000 erred 0.333 ± 0.033 instead of 0.126 ± 0.011, GOP's
+  0.124 ± 0.007 (4 × 5 folds).
 """
 
 from __future__ import annotations
@@ -235,8 +241,9 @@ class PrivateSGD(_GaussianBase):
         T, the number of steps (each one party's full local gradient).
     lipschitz : float, default=1.0
         L, a bound on ‖∇_w l(y wᵀx)‖; 1 for the logistic loss on the unit ball.
-        The step noise ρ_t has density ∝ exp(-ε‖ρ‖/(2L)), so
-        ‖ρ_t‖ ~ Gamma(d, 2L/ε) and E‖ρ_t‖ = 2Ld/ε.
+        The step noise ρ_t of party j's step has density ∝ exp(-ε·n_j‖ρ‖/(2L))
+        (its mean gradient's sensitivity is 2L/n_j), so
+        ‖ρ_t‖ ~ Gamma(d, 2L/(ε·n_j)) and E‖ρ_t‖ = 2Ld/(ε·n_j).
     condition : {"derived", "printed"}, default="derived"
         As for :class:`GaussianObjectivePerturbation` (σ of the η_k).
     random_state : int, Generator or None, default=None
@@ -249,6 +256,8 @@ class PrivateSGD(_GaussianBase):
         η = Σ_k η_k, the objective's Gaussian term (simulation only).
     rho_norms_ : ndarray of shape (T,)
         ‖ρ_t‖ of every step's noise.
+    parties_picked_ : ndarray of shape (T,)
+        The index (in sorted party id order) of the party that took each step.
     n_iter_ : int
     sigma_, slack_, classes_, privacy_
 
@@ -311,7 +320,10 @@ class PrivateSGD(_GaussianBase):
         radius = (1.0 + sigma * math.sqrt(q) / n) / lam
         steps = int(self.n_iter)
         picked = rng.choice(k, size=steps, p=sizes / n)
+        # Party j releases its mean gradient, whose sensitivity to one of its records is 2L/n_j:
+        # ρ_t ∝ exp(-ε·n_j‖ρ‖/(2L)), a unit-rate draw scaled by 1/n_j (module docstring).
         rho = sample_norm_noise(d, self.epsilon / (2.0 * self.lipschitz), size=steps, rng=rng)
+        rho /= sizes[picked][:, None]
         w = np.zeros(d)
         for t in range(steps):
             j = picked[t]
@@ -323,6 +335,7 @@ class PrivateSGD(_GaussianBase):
                 w *= radius / norm
         self.eta_ = eta.sum(axis=0)
         self.rho_norms_ = np.linalg.norm(rho, axis=1)
+        self.parties_picked_ = picked
         self.n_iter_ = steps
         self._set_binary(w, classes, self._privacy("Algorithm 1 across parties, last iterate"))
         return self

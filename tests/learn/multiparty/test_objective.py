@@ -155,18 +155,22 @@ def test_psgd_across_parties_approaches_the_pooled_minimiser() -> None:
     assert np.linalg.norm(model.coef_[0] - exact) < 0.05 * np.linalg.norm(exact)
 
 
-def test_psgd_step_noise_norm_is_gamma_d_2l_over_eps() -> None:
-    # Density ∝ exp(-ε‖ρ‖/(2L)) in d dimensions: ‖ρ‖ ~ Gamma(d, θ = 2L/ε), mean dθ, variance
-    # dθ², and the sample variance has variance ≈ (2d² + 6d)θ⁴/T. Both within 4 standard
-    # errors over T = 4000 seeded draws; a per-coordinate Gaussian or Laplace of the same
-    # mean norm has a far smaller or larger variance.
+def test_psgd_step_noise_norm_is_gamma_d_2l_over_eps_n_j() -> None:
+    # Party j releases its mean gradient (sensitivity 2L/n_j): density ∝ exp(-ε·n_j‖ρ‖/(2L)) in d
+    # dimensions, so n_j‖ρ‖ ~ Gamma(d, θ = 2L/ε), mean dθ, variance dθ², and the sample variance has
+    # variance ≈ (2d² + 6d)θ⁴/T. Both within 4 standard errors over T = 4000 seeded draws; unequal
+    # parties (20 and 40 rows) tell a 1/n_j scale from none or from a common 1/n. A per-coordinate
+    # Gaussian or Laplace of the same mean norm has a far smaller or larger variance.
     X, y = _data(14, n=60, d=5)
     eps, lipschitz, steps = 2.0, 1.5, 4000
+    parties = (np.arange(60) >= 20).astype(int)
     model = PrivateSGD(epsilon=eps, lam=0.1, n_iter=steps, lipschitz=lipschitz, random_state=3).fit(
-        X, y, np.arange(60) % 2
+        X, y, parties
     )
     d, theta = X.shape[1], 2 * lipschitz / eps
-    norms = model.rho_norms_
+    sizes = np.bincount(parties)
+    assert set(np.unique(model.parties_picked_)) == {0, 1}
+    norms = model.rho_norms_ * sizes[model.parties_picked_]
     assert norms.shape == (steps,)
     assert abs(norms.mean() - d * theta) < 4 * math.sqrt(d * theta**2 / steps)
     var_se = math.sqrt((2 * d**2 + 6 * d) * theta**4 / steps)
@@ -200,3 +204,14 @@ def test_central_reference_reports_record_unit_pure_dp() -> None:
     assert (model.privacy_.epsilon, model.privacy_.delta) == (0.7, 0.0)
     with pytest.raises(MultipartyError, match="row 0 has norm"):
         ObjectivePerturbationLR().fit(X * 10, y)
+
+
+def test_psgd_at_eps_1_lands_near_the_minimiser_of_its_objective() -> None:
+    # ε = 1, five parties of 90 rows, d = 10: the step noise ρ_t (rate ε·n_j/(2L), E‖ρ_t‖ = 2Ld/(ε·n_j)
+    # ≈ 0.22) averages out over T = 4000 steps, so the last iterate sits near argmin F for the same η.
+    # With ρ_t at rate ε/(2L) (E‖ρ_t‖ = 20, 90 times larger) it stays far off.
+    X, y = _data(16, n=450, d=10)
+    parties = np.arange(450) % 5
+    model = PrivateSGD(epsilon=1.0, lam=0.05, n_iter=4000, random_state=2).fit(X, y, parties)
+    exact = fit_linear_erm(X, y, 0.05 + model.slack_.extra_reg, linear=model.eta_ / 450)
+    assert np.linalg.norm(model.coef_[0] - exact) < 0.1 * np.linalg.norm(exact)
