@@ -60,6 +60,7 @@ from anonml.model import FeatureSpec
 from anonml.plugins import PluginRef, create
 from anonml.privacy import PrivacyLedger
 from anonml.protocol import (
+    DEFAULT_ROUTES,
     MODEL_PHASES,
     CosignatureBundle,
     MedianSettings,
@@ -72,6 +73,7 @@ from anonml.protocol import (
     Schedule,
     WitnessRef,
     roster_beacon,
+    route_count,
 )
 from anonml.randomness import generator_from
 from anonml.schedule import schedule_floors
@@ -280,11 +282,12 @@ def packet_windows(
 
     Requirement: every packet of the round reaches its first hop inside the send
     window, and each of the ``h`` release stages (:mod:`peer.relay`) carries all
-    ``m = n · k_h`` packets one hop before the next stage begins — else packets
-    queue past their stage and reach a relay after ``t_r`` ("late"). The demo's
-    single host relays for every identity on one interpreter, so its cost per hop
-    ``c`` (:func:`peer.probe.measure_hop_seconds`: wall seconds per relay request
-    it sustained just before the round, under whatever load the machine has) is
+    ``m = n · k_h · r`` packets (``slots_per_peer`` = k_h·r: each slot travels over
+    r routes) one hop before the next stage begins — else packets queue past
+    their stage and reach a relay after ``t_r`` ("late"). The demo's single host
+    relays for every identity on one interpreter, so its cost per hop ``c``
+    (:func:`peer.probe.measure_hop_seconds`: wall seconds per relay request it
+    sustained just before the round, under whatever load the machine has) is
     serial (the demo keeps the slowest of :data:`DEMO_PROBES` probes). With
     ``L = WINDOW_HEADROOM · c`` these are the floors of
     :func:`anonml.schedule.schedule_floors` for the packet windows:
@@ -863,9 +866,11 @@ def run_demo(
                     measure_hop_seconds(services.host, hops=DEMO_HOPS).seconds_per_hop
                     for _ in range(DEMO_PROBES)
                 )
-                # k_h = 1: every member sends one packet (dropout_draft), a report or cover.
+                # k_h = 1 (dropout_draft): every member sends one slot, a report or cover, over
+                # route_count routes — each route's copy is a packet the relays carry.
+                copies = route_count(DEFAULT_ROUTES, DEMO_HOPS, len(peers))
                 windows = packet_windows(
-                    len(peers), hops=DEMO_HOPS, slots_per_peer=1, hop_seconds=hop_seconds
+                    len(peers), hops=DEMO_HOPS, slots_per_peer=copies, hop_seconds=hop_seconds
                 )
                 timer["relay probe"] = time.perf_counter() - t
             sizes = (report_delay_seconds, *windows, roster_seconds, median_step_seconds)
