@@ -393,6 +393,15 @@ class RoundDriver:
             if n < draft.min_peers:
                 self._enter(row, "failed", f"only {n} peers registered; the problem needs {draft.min_peers}")
                 return
+            relays = sum(1 for r in regs if r.relay_url is not None)
+            if relays < draft.hops + 1:  # a relaying member's route needs `hops` relays other than itself
+                self._enter(
+                    row,
+                    "failed",
+                    f"only {relays} of the {n} registered peers relay (the others are sender-only); "
+                    f"routes of {draft.hops} relays need {draft.hops + 1}",
+                )
+                return
             roster = sign_message(
                 Roster(
                     problem_id=pid,

@@ -14,9 +14,12 @@ Pure functions of the peer's state (used by :class:`peer.participant.Participant
   eq. 7.2), with the :class:`~anonml.privacy.ReleaseSpec` to record for it;
   a uniform stand-in value through the same mechanism when the value cannot
   be computed (exactly k_h reports, whatever the data).
-- :func:`choose_path`: exactly ``hops`` distinct other roster members,
-  uniformly, each relay certificate checked for the round (never fewer: a
-  roster too small for that is refused, not routed over a shorter path).
+- :func:`choose_path`: exactly ``hops`` distinct other roster members that
+  relay (:attr:`~peer.roster.RosterView.relay_capable`: a sender-only member
+  is never on a route), uniformly, each relay certificate checked for the
+  round (never fewer: a roster too small for that is refused, not routed over
+  a shorter path); with trusted first hops (guards) on the roster, the first
+  hop is drawn uniformly among them.
 """
 
 from __future__ import annotations
@@ -180,19 +183,29 @@ def choose_path(
     round_id: int,
     rng: np.random.Generator | None = None,
     avoid: frozenset[bytes] = frozenset(),
+    guards: frozenset[bytes] = frozenset(),
 ) -> list[Hop]:
-    """``hops`` distinct roster members other than ``me`` and the node ids in ``avoid``, uniformly at
-    random, certificates checked."""
-    others = [i for i in range(len(view.keys)) if i != me and view.node_ids[i] not in avoid]
+    """``hops`` distinct relaying roster members other than ``me`` and the node ids in ``avoid``, uniformly
+    at random, certificates checked; the first among ``guards`` (node ids) when any of them is a candidate."""
+    others = [i for i in view.relay_capable if i != me and view.node_ids[i] not in avoid]
     if hops > len(others):
         raise ProtocolError(
-            f"a route of {hops} distinct relays needs {hops} other roster members; there are {len(others)}"
+            f"a route of {hops} distinct relays needs {hops} other relaying roster members; "
+            f"there are {len(others)}"
         )
     gen = resolve_rng(rng)
+    firsts = [i for i in others if view.node_ids[i] in guards]
+    if firsts:  # a trusted first hop (a guard), then the rest uniformly among the other relays
+        first = firsts[int(gen.integers(len(firsts)))]
+        rest = [i for i in others if i != first]
+        chosen = [first, *(rest[int(c)] for c in gen.choice(len(rest), size=hops - 1, replace=False))]
+    else:
+        chosen = [others[int(c)] for c in gen.choice(len(others), size=hops, replace=False)]
     path = []
-    for c in gen.choice(len(others), size=hops, replace=False):
-        member = others[int(c)]
-        cert = RelayKeyCertificate.from_bytes(bytes(view.roster.entries[member].relay_certificate))
+    for member in chosen:
+        certificate = view.roster.entries[member].relay_certificate
+        assert certificate is not None  # relay_capable lists only members with one
+        cert = RelayKeyCertificate.from_bytes(bytes(certificate))
         try:
             path.append(Hop.from_certificate(cert, round_id))
         except CryptoError as exc:

@@ -302,7 +302,8 @@ class ProblemSession:
             # and relay count are read from the state DB), and all are open before any sends.
 
             def open_one(p: Participant) -> None:
-                if p.relay_key is None or p.relaying or time.time() >= bins.t_r:
+                # (a sender-only identity has no relay key: it only takes the bins)
+                if (p.relay_key is None and p.relays) or p.relaying or time.time() >= bins.t_r:
                     return
                 try:
                     p.open_round(bins, view)
