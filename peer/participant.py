@@ -493,6 +493,11 @@ class Participant:
         with self._example_lock:  # the background computation and a step that needs it now
             if not self._example_pending:
                 return
+            if self.policy.relay_only:  # `anonml relay serve`: no data, never reads a store
+                self.example = None
+                self._standin("relay-only member: it holds no data")
+                self._example_pending = False
+                return
             try:
                 self.example = local_example(
                     self.problem,
