@@ -130,6 +130,10 @@ _TrustedIssuerOption = Annotated[
     list[str] | None,
     typer.Option("--trusted-issuer", help="Hex identity of a credential issuer you accept (repeatable)."),
 ]
+_GuardOption = Annotated[
+    list[str] | None,
+    typer.Option("--guard", help="Hex identity of a relay you trust for the first hop (repeatable)."),
+]
 _SenderOnlyOption = Annotated[
     bool | None,
     typer.Option(
@@ -165,6 +169,7 @@ def start(
     require_credentials: _RequireCredentialsOption = None,
     trusted_issuer: _TrustedIssuerOption = None,
     sender_only: _SenderOnlyOption = None,
+    guard: _GuardOption = None,
     quiet: _QuietOption = False,
     tls_cert: TlsCertOption = None,
     tls_key: TlsKeyOption = None,
@@ -217,6 +222,7 @@ def start(
             require_credentials=require_credentials,
             trusted_issuers=trusted_issuer or None,
             relay=None if sender_only is None else not sender_only,
+            guards=guard or None,
         )
         if not settings.aggregators:
             raise AnonMLError("no aggregator to poll: pass --aggregator URL or set ANONML_PEER_AGGREGATORS")

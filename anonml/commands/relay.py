@@ -41,9 +41,11 @@ from anonml.errors import AnonMLError
 
 app = typer.Typer(help="Run an always-on relay that holds no data.", no_args_is_help=True)
 
-#: ε limits of a relay: it holds no data, so what it "releases" is noise; the ledger still records it.
-RELAY_EPSILON_PER_PROBLEM = 20.0
-RELAY_LIFETIME_CAP = 1000.0
+#: ε limits of a relay: it holds no data, so what it "releases" is noise; the ledger still records it,
+#: and its lifetime cap (the most the ledger takes) bounds the problems one relay identity joins:
+#: past it, a fresh ``--home`` (a new identity) relays on.
+RELAY_EPSILON_PER_PROBLEM = 4.0
+RELAY_LIFETIME_CAP = 30.0
 
 
 @app.callback()
@@ -60,7 +62,7 @@ def serve(
         Path | None, typer.Option("--home", help="The relay's own folder.", show_default="$ANONML_HOME/relay")
     ] = None,
     host: Annotated[str, typer.Option("--host", help="Interface the relay listens on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Relay port.", min=1, max=65535)] = 8472,
+    port: Annotated[int, typer.Option("--port", help="Relay port.", min=1, max=65535)] = 8473,
     public_url: Annotated[
         str | None, typer.Option("--public-url", help="How peers reach this relay.")
     ] = None,
@@ -124,7 +126,8 @@ def serve(
         saved = settings.save_policy()
         daemon = create_daemon(settings)
         daemon.notify = lambda text: err.print(untrusted(text, 1000), highlight=False)
-        err.print(f"relay {daemon.sole_node().identity.public.fingerprint_text()}", highlight=False)
+        # the identity in hex: what peers name as a guard (--guard) and witnesses/credentials name
+        err.print(f"relay {bytes(daemon.sole_node().identity.public).hex()}", highlight=False)
         err.print(
             f"relaying at {settings.relay_base()}; polling {untrusted(', '.join(settings.aggregators))}; "
             f"policy saved in {untrusted(saved)}",
