@@ -12,7 +12,8 @@ aggregator is treated as an adversary):
    person's data.
 2. **Roster**: the peer's anonymity floors
    (:func:`peer.policy.check_roster_floors`: roster size, smallest
-   partition, enough members for ``hops`` distinct relays), the common
+   partition, enough relaying members for ``hops`` distinct relays, the
+   chance of a route hostile end to end), the common
    checks of :class:`~peer.roster.RosterView`, then its own entry
    (identity, relay URL, certificate as registered), the seed against
    the commitment published with the proposal, and the aggregator's
@@ -23,7 +24,8 @@ aggregator is treated as an adversary):
    ``witness_threshold`` trusted ones, co-signed exactly this transcript). It
    then publishes a signed :class:`~anonml.protocol.RosterWitness` through
    its relay and compares the fingerprint with ``roster_comparisons`` other
-   members through theirs: any mismatch aborts (the aggregator showed peers
+   relaying members through theirs (a sender-only identity publishes none
+   and asks relaying members only): any mismatch aborts (the aggregator showed peers
    different rosters, e.g. different token keys).
 3. **Median pool**: answers the one signed query that names it, by binary
    randomised response with the proposal's median ε, recorded in its
