@@ -394,7 +394,10 @@ class RoundDriver:
                 self._enter(row, "failed", f"only {n} peers registered; the problem needs {draft.min_peers}")
                 return
             relays = sum(1 for r in regs if r.relay_url is not None)
-            if relays < draft.hops + 1:  # a relaying member's route needs `hops` relays other than itself
+            # With sender-only members, a roster whose relays are too few for any relaying member's route
+            # (`hops` relays other than itself) fails here, with the reason, rather than at every peer.
+            # A roster of relaying members only is published as before (each peer's floors judge it).
+            if relays < n and relays < draft.hops + 1:
                 self._enter(
                     row,
                     "failed",
