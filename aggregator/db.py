@@ -142,8 +142,8 @@ class RegistrationRow(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     problem_id: Mapped[str] = mapped_column(ForeignKey("problems.id"), index=True)
     identity: Mapped[bytes] = mapped_column(LargeBinary(64))
-    relay_url: Mapped[str]
-    certificate: Mapped[bytes] = mapped_column(LargeBinary(136))
+    relay_url: Mapped[str | None]  # None with the certificate: a sender-only member (it relays for nobody)
+    certificate: Mapped[bytes | None] = mapped_column(LargeBinary(136))
     signature: Mapped[bytes] = mapped_column(LargeBinary(64))
     credential_json: Mapped[str | None] = mapped_column(Text)  # AdmissionCredential, when admission needs one
 

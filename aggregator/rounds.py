@@ -393,6 +393,18 @@ class RoundDriver:
             if n < draft.min_peers:
                 self._enter(row, "failed", f"only {n} peers registered; the problem needs {draft.min_peers}")
                 return
+            relays = sum(1 for r in regs if r.relay_url is not None)
+            # With sender-only members, a roster whose relays are too few for any relaying member's route
+            # (`hops` relays other than itself) fails here, with the reason, rather than at every peer.
+            # A roster of relaying members only is published as before (each peer's floors judge it).
+            if relays < n and relays < draft.hops + 1:
+                self._enter(
+                    row,
+                    "failed",
+                    f"only {relays} of the {n} registered peers relay (the others are sender-only); "
+                    f"routes of {draft.hops} relays need {draft.hops + 1}",
+                )
+                return
             roster = sign_message(
                 Roster(
                     problem_id=pid,

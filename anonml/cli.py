@@ -60,6 +60,7 @@ LAZY_GROUPS: dict[str, tuple[str, str]] = {
     ),
     "witness": ("anonml.commands.witness", "Run an independent witness that co-signs transcripts."),
     "credential": ("anonml.commands.credential", "Issue and install admission credentials."),
+    "relay": ("anonml.commands.relay", "Run an always-on relay that holds no data."),
 }
 
 

@@ -752,21 +752,47 @@ class AdmissionCredential(_Message):
 MAX_BATCH_ITEMS = 256
 
 
+def _relay_pair(url: str | None, certificate: bytes | None) -> None:
+    """Both a relay URL and a relay certificate (a relay-capable member) or neither (sender-only)."""
+    if (url is None) != (certificate is None):
+        raise ValueError(
+            "relay_url and relay_certificate go together: both for a member that relays, "
+            "neither for a sender-only member"
+        )
+
+
 class Registration(_Message):
-    """A peer joins a problem: its identity, its relay, its signed round relay key (and credential).
+    """A peer joins a problem: its identity, its relay (if it relays), its signed round relay key.
 
     ``aggregator`` names the aggregator identity the peer registers with (the
     Problem's): a registration signed for one aggregator key is worthless in a
     copy of the problem shown under another.
+
+    ``relay_url`` and ``relay_certificate`` are both given by a member that
+    relays and both None for a *sender-only* member (behind NAT: it opens
+    connections and accepts none). Either way the member's signature covers
+    them, so relay capability is the member's own signed statement: an
+    aggregator can neither make a sender-only member a relay (routing others'
+    packets to an address it chose) nor strip a relay from a member.
     """
 
     problem_id: str
     aggregator: IdentityBytes
     identity: IdentityBytes
-    relay_url: str = Field(pattern=r"^https?://[^\s]{1,200}$")
-    relay_certificate: CertificateBytes
+    relay_url: str | None = Field(default=None, pattern=r"^https?://[^\s]{1,200}$")
+    relay_certificate: CertificateBytes | None = None
     credential: AdmissionCredential | None = None
     signature: SignatureBytes
+
+    @model_validator(mode="after")
+    def _relay_together(self) -> Registration:
+        _relay_pair(self.relay_url, self.relay_certificate)
+        return self
+
+    @property
+    def relays(self) -> bool:
+        """Whether this member offers a relay (else it is sender-only)."""
+        return self.relay_url is not None
 
 
 class RegistrationBatch(_Message):
@@ -788,13 +814,24 @@ class RegistrationReceipt(_Message):
 class RosterEntry(_Message):
     """One member as it registered: ``registration_signature`` is its own signature over its
     :class:`Registration` (:func:`entry_registration` rebuilds it), so every peer can check that
-    the identity, relay URL, relay certificate and credential came from that identity."""
+    the identity, relay URL, relay certificate and credential came from that identity — and so
+    whether it relays at all (both relay fields None: a sender-only member)."""
 
     identity: IdentityBytes
-    relay_url: str = Field(pattern=r"^https?://[^\s]{1,200}$")
-    relay_certificate: CertificateBytes
+    relay_url: str | None = Field(default=None, pattern=r"^https?://[^\s]{1,200}$")
+    relay_certificate: CertificateBytes | None = None
     credential: AdmissionCredential | None = None
     registration_signature: SignatureBytes
+
+    @model_validator(mode="after")
+    def _relay_together(self) -> RosterEntry:
+        _relay_pair(self.relay_url, self.relay_certificate)
+        return self
+
+    @property
+    def relays(self) -> bool:
+        """Whether this member relays (both fields present) or is sender-only (neither)."""
+        return self.relay_url is not None
 
 
 def entry_registration(entry: RosterEntry, problem: Problem) -> Registration:

@@ -3,13 +3,17 @@
 The steps, each checked before anything is released (DESIGN §7; the
 aggregator is treated as an adversary):
 
-1. **Register** with a fresh round relay key certified by the identity. The
+1. **Register** with a fresh round relay key certified by the identity and its
+   relay URL — or, for a sender-only peer (policy ``relay = False``: it accepts
+   no inbound connection), with neither; its routes, median answer, reports and
+   model then go over outbound connections only. The
    local example is computed only afterwards (:meth:`Participant.compute_example`,
    in the background), so when the registration leaves does not depend on the
    person's data.
 2. **Roster**: the peer's anonymity floors
    (:func:`peer.policy.check_roster_floors`: roster size, smallest
-   partition, enough members for ``hops`` distinct relays), the common
+   partition, enough relaying members for ``hops`` distinct relays, the
+   chance of a route hostile end to end), the common
    checks of :class:`~peer.roster.RosterView`, then its own entry
    (identity, relay URL, certificate as registered), the seed against
    the commitment published with the proposal, and the aggregator's
@@ -20,7 +24,8 @@ aggregator is treated as an adversary):
    ``witness_threshold`` trusted ones, co-signed exactly this transcript). It
    then publishes a signed :class:`~anonml.protocol.RosterWitness` through
    its relay and compares the fingerprint with ``roster_comparisons`` other
-   members through theirs: any mismatch aborts (the aggregator showed peers
+   relaying members through theirs (a sender-only identity publishes none
+   and asks relaying members only): any mismatch aborts (the aggregator showed peers
    different rosters, e.g. different token keys).
 3. **Median pool**: answers the one signed query that names it, by binary
    randomised response with the proposal's median ε, recorded in its
@@ -135,7 +140,14 @@ from peer.phases import (
 )
 from peer.policy import PeerPolicy, check_roster_floors
 from peer.relay import REFUSED_ADDRESS, RelayRound, RelayService, StoredReplayCache, already_processed
-from peer.relayauth import RELAY_POST_TYPE, member_quota, post_key, relay_node_of, seal_post
+from peer.relayauth import (
+    RELAY_POST_TYPE,
+    identity_post_key,
+    member_quota,
+    post_key,
+    relay_node_of,
+    seal_post,
+)
 from peer.reports import choose_path, choose_routes, fetch_tokens, make_reports
 from peer.roster import RosterView
 from peer.transcript import credential_for, verify_bundle
@@ -276,6 +288,7 @@ class Participant:
     _plugins: tuple[Instancer, Featurizer, list[int]] | None = None  # loaded once per host, for the example
     _example_pending: bool = False  # prepare() ran and compute_example has not yet
     _example_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _round_open: bool = False  # a sender-only identity took the bins (it opens no relay round)
 
     # -- the machine -------------------------------------------------------------------
     @property
@@ -328,8 +341,21 @@ class Participant:
         return self.window_end is not None
 
     @property
+    def relays(self) -> bool:
+        """This identity offers a relay (its policy); False: sender-only."""
+        return self.policy.relay
+
+    @property
     def relaying(self) -> bool:
+        """The report round is open for this identity: its relay round (a sender-only one: the bins taken)."""
+        if not self.relays:
+            return self._round_open
         return self.relay.has_round(self.node.node_id, self.problem.round_id)
+
+    @cached_property
+    def guard_nodes(self) -> frozenset[bytes]:
+        """Node ids of the relays this identity's policy trusts for the first hop."""
+        return frozenset(PublicIdentity.from_bytes(bytes.fromhex(g)).node_id for g in self.policy.guards)
 
     @property
     def report_group(self) -> int | None:
@@ -345,7 +371,10 @@ class Participant:
         return (len(roster.entries) - roster.median_pool_size) // self.problem.draft.kp
 
     @property
-    def relay_url(self) -> str:
+    def relay_url(self) -> str | None:
+        """Where others reach this identity's relay; None for a sender-only identity."""
+        if not self.relays:
+            return None
         return f"{self.relay_base}/relay/{self.node.node_id.hex()}"
 
     # -- persistence ----------------------------------------------------------------------
@@ -473,6 +502,11 @@ class Participant:
         with self._example_lock:  # the background computation and a step that needs it now
             if not self._example_pending:
                 return
+            if self.policy.relay_only:  # `anonml relay serve`: no data, never reads a store
+                self.example = None
+                self._standin("relay-only member: it holds no data")
+                self._example_pending = False
+                return
             try:
                 self.example = local_example(
                     self.problem,
@@ -508,7 +542,8 @@ class Participant:
         return self._registration is not None
 
     def registration(self) -> Registration:
-        """This identity's signed registration with a fresh round relay key, kept (sealed) first.
+        """This identity's signed registration with a fresh round relay key, kept (sealed) first —
+        or, sender-only, with no relay URL and no relay key (its signature covers their absence).
 
         What :meth:`register` sends alone and a host of many identities sends in
         batches (:meth:`~peer.client.AggregatorClient.register_batch`). Made
@@ -518,8 +553,10 @@ class Participant:
         """
         if self._registration is not None:
             return self._registration
+        url = self.relay_url
         try:  # the form every member checks: refuse here rather than be refused by all of them
-            check_relay_url(self.relay_url, allow_loopback_http=self.relay.allow_loopback_http)
+            if url is not None:
+                check_relay_url(url, allow_loopback_http=self.relay.allow_loopback_http)
         except ValueError as exc:
             raise Aborted(f"this peer's own relay URL cannot be registered: {exc}") from None
         me = bytes(self.node.identity.public)
@@ -528,19 +565,22 @@ class Participant:
             credential = credential_for(self.credentials, self.problem, me, now=datetime.now(UTC))
             if credential is None:
                 raise Aborted("this problem admits by credentials and this identity holds no valid one")
-        sealed, key, cert = self.node.new_round_relay_key(self.problem.round_id)
-        if self.db is not None:  # kept (sealed) before the aggregator may list it: a restart relays with it
-            self.db.save_round_key(
-                self.node.fingerprint, self.problem.round_id, self.problem.id, sealed, bytes(cert)
-            )
-        self.keys = RelayKeys(key, cert)
+        certificate = None
+        if url is not None:
+            sealed, key, cert = self.node.new_round_relay_key(self.problem.round_id)
+            if self.db is not None:  # kept (sealed) before the aggregator may list it: a restart relays
+                self.db.save_round_key(
+                    self.node.fingerprint, self.problem.round_id, self.problem.id, sealed, bytes(cert)
+                )
+            self.keys = RelayKeys(key, cert)
+            certificate = bytes(cert)
         self._registration = sign_message(
             Registration(
                 problem_id=self.problem.id,
                 aggregator=self.problem.aggregator,
                 identity=me,
-                relay_url=self.relay_url,
-                relay_certificate=bytes(cert),
+                relay_url=url,
+                relay_certificate=certificate,
                 credential=credential,
                 signature=bytes(64),
             ),
@@ -588,11 +628,17 @@ class Participant:
         self, view: RosterView, bundle: CosignatureBundle, notice: Assignment | None = None
     ) -> RosterFacts:
         self.check_relay_urls(view)
+        guarded = any(view.node_ids[i] in self.guard_nodes for i in view.relay_capable)
         try:
-            check_roster_floors(self.problem, len(view.keys), view.roster.median_pool_size, self.policy)
+            check_roster_floors(
+                self.problem, len(view.keys), view.roster.median_pool_size, self.policy,
+                relays=len(view.relay_capable), me_relays=self.relays, guarded=guarded,
+            )  # fmt: skip
         except AnonMLError as exc:
             raise Aborted(f"refused before releasing anything: {exc}") from None
-        keys = self.facts(self.keys, "this identity's round relay key")
+        certificate = None
+        if self.relays:
+            certificate = bytes(self.facts(self.keys, "this identity's round relay key").certificate)
         transcript = view.memo(
             ("transcript", "roster", self.problem.id),
             lambda: transcript_hash("roster", self.problem, view.roster),
@@ -603,7 +649,8 @@ class Participant:
         if index is None:
             raise Aborted("this identity is not on the roster it registered for")
         entry = view.roster.entries[index]
-        if entry.relay_url != self.relay_url or bytes(entry.relay_certificate) != bytes(keys.certificate):
+        listed = None if entry.relay_certificate is None else bytes(entry.relay_certificate)
+        if entry.relay_url != self.relay_url or listed != certificate:
             raise Aborted("the roster lists a different relay URL or key for this identity")
         draft = self.problem.draft
         if notice is None:
@@ -650,15 +697,16 @@ class Participant:
         (not processed the roster, unreachable) are asked again later.
         """
         view = self.facts(self.roster, "the checked roster").view
-        n = len(view.keys)
         me = view.index_of[bytes(self.node.identity.public)]
-        need = min(self.roster_comparisons, n - 1)
+        # Only members that relay can be asked (a sender-only one accepts no connection).
+        need = min(self.roster_comparisons, sum(1 for i in view.relay_capable if i != me))
         done = self.comparisons
         if len(done.confirmed) < need:
             gen = resolve_rng(self.node.rng)
-            for i in _pick_members(gen, n, need - len(done.confirmed), me, done):
+            for i in _pick_members(gen, view.relay_capable, need - len(done.confirmed), me, done):
                 done.asked.add(i)
                 entry = view.roster.entries[i]
+                assert entry.relay_url is not None  # relay_capable lists only members with one
                 try:  # what its name resolves to now, just before connecting: global addresses only
                     check_relay_address(entry.relay_url, allow_loopback_http=self.relay.allow_loopback_http)
                 except ValueError:
@@ -805,10 +853,11 @@ class Participant:
 
         An identity that stopped taking part still relays for the others — it
         releases nothing of its own by doing so — using ``view`` (the host's
-        verified roster) if it never got to check one itself.
+        verified roster) if it never got to check one itself. A sender-only
+        identity opens no relay round: it checks the bins and moves on.
         """
         view = self.roster.view if self.roster is not None else view
-        if view is None or self.keys is None or self.relaying:
+        if view is None or (self.keys is None and self.relays) or self.relaying:
             return
         draft = self.problem.draft
         # The same check for every identity of this process: once per signed bins document
@@ -820,10 +869,17 @@ class Participant:
             raise Aborted(refusal)
         if bins.slots_per_peer != draft.kh or len(bins.edges) != len(draft.features):
             raise Aborted("bins do not match the proposal (slot count or feature count)")
+        if not self.relays:
+            self._round_open = True
+            if self.phase in (P.CONFIRMED, P.ANSWERED):
+                self._move(P.RELAYING)
+            return
+        assert self.keys is not None
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
-        hops = min(draft.hops, len(view.keys) - 1)
+        relays = len(view.relay_capable)
+        hops = min(draft.hops, relays - 1)
         # Every member sends r packets per slot (redundant delivery), each counted in the quotas.
-        quota = member_quota(draft.kh * self.route_count(view), hops, len(view.keys))
+        quota = member_quota(draft.kh * self.route_count(view), hops, len(view.keys), relays)
         replays = (
             None if self.db is None else StoredReplayCache(self.db, self.node.node_id, self.problem.round_id)
         )
@@ -838,7 +894,8 @@ class Participant:
                 intake_url=self.client.intake_url,
                 stages=hops,
                 # Each member spends only its own quota (peer.relayauth); the node's total is their sum.
-                members=view.relay_keys(),
+                # Every member posts (a sender-only one its first hops); only relaying ones are posted to.
+                members=view.poster_keys(),
                 quota=quota,
                 max_packets=quota * (len(view.keys) - 1),
                 vault=self.node.vault,
@@ -966,7 +1023,9 @@ class Participant:
         """Routes each slot travels over in this problem with ``view``'s roster
         (:func:`~anonml.protocol.route_count`: the problem's ``routes``, fewer when the roster is small)."""
         draft = self.problem.draft
-        return route_count(draft.routes, draft.hops, len(view.keys))
+        # Counted over the members that relay (a sender-only member is on no route), the same figure
+        # for every member, so all send the same number of packets.
+        return route_count(draft.routes, draft.hops, len(view.relay_capable))
 
     def _cohosted(self, view: RosterView) -> frozenset[bytes]:
         """Members whose relay is on this identity's own relay host (its relay URL's base).
@@ -975,10 +1034,12 @@ class Participant:
         sender anyway (relays there add no anonymity against it) and dies with it
         (a copy routed there is lost with the sender's own unsent packets).
         """
+        if self.relay_url is None:  # a sender-only identity: no relay of its own
+            return frozenset()
         own = self.relay_url.split("/relay/")[0] + "/relay/"
         return frozenset(
             node for node, entry in zip(view.node_ids, view.roster.entries, strict=True)
-            if entry.relay_url.startswith(own)
+            if entry.relay_url is not None and entry.relay_url.startswith(own)
         )  # fmt: skip
 
     def _report_slot(self, packet: int, copies: int) -> int:
@@ -1000,7 +1061,8 @@ class Participant:
         for avoid in (self._avoid | siblings | self._cohosted(view), self._avoid | siblings, self._avoid):
             try:
                 draft, round_id = self.problem.draft, self.problem.round_id
-                return tuple(choose_path(view, me, draft.hops, round_id, self.node.rng, frozenset(avoid)))
+                rng, guards = self.node.rng, self.guard_nodes
+                return tuple(choose_path(view, me, draft.hops, round_id, rng, frozenset(avoid), guards))
             except ProtocolError:
                 continue
         return None
@@ -1069,13 +1131,15 @@ class Participant:
         roster = self.facts(self.roster, "the checked roster")
         me = roster.view.index_of[bytes(self.node.identity.public)]
         draft, copies, view = self.problem.draft, self.route_count(roster.view), roster.view
-        cohosted, round_id = self._cohosted(view), self.problem.round_id
+        cohosted, round_id, guards = self._cohosted(view), self.problem.round_id, self.guard_nodes
         paths: tuple[tuple[Hop, ...], ...] = ()
         for _ in range(draft.kh):
             try:
-                routes = choose_routes(view, me, draft.hops, copies, round_id, self.node.rng, cohosted)
+                routes = choose_routes(
+                    view, me, draft.hops, copies, round_id, self.node.rng, cohosted, guards
+                )
             except ProtocolError:  # too few members elsewhere: any other member, as before
-                routes = choose_routes(view, me, draft.hops, copies, round_id, self.node.rng)
+                routes = choose_routes(view, me, draft.hops, copies, round_id, self.node.rng, guards=guards)
             paths += tuple(tuple(path) for path in routes)
         tokens = None
         if roster.assignment.role == "report":
@@ -1127,7 +1191,8 @@ class Participant:
 
     def send(self, slot: int, url: str, packet: bytes) -> None:
         """POST one packet to its first hop (called by the dispatcher at its send time), authenticated
-        as this identity's round relay key to the first hop's (:mod:`peer.relayauth`).
+        as this identity's round relay key (sender-only: its identity's long-term X25519 key) to the
+        first hop's (:mod:`peer.relayauth`).
 
         The hop's name is resolved first: a host that is not a global address is a
         :data:`~peer.relay.REFUSED_ADDRESS` refusal, and nothing is sent.
@@ -1137,13 +1202,16 @@ class Participant:
         except ValueError as exc:
             raise HTTPRefusal(url, REFUSED_ADDRESS, str(exc)) from None
         view = self.facts(self.roster, "the checked roster").view
-        keys = self.facts(self.keys, "this identity's round relay key")
         hop = relay_node_of(url)
         public = view.relay_keys().get(hop)
         if public is None:
             raise Aborted(f"first hop {hop.hex()} has no verified relay key in the roster")
+        if self.relays:
+            key = post_key(self.facts(self.keys, "this identity's round relay key").key, public)
+        else:
+            key = identity_post_key(self.node.identity, public)
         round_id = self.problem.round_id
-        body = seal_post(post_key(keys.key, public), round_id, hop, self.node.node_id, [packet])
+        body = seal_post(key, round_id, hop, self.node.node_id, [packet])
         try:  # the address connected to is judged again: a name rebound since the check reaches nothing
             reply = post(
                 url,
@@ -1227,22 +1295,26 @@ class Participant:
         return lost
 
 
-def _pick_members(gen: np.random.Generator, n: int, k: int, me: int, done: Comparisons) -> list[int]:
-    """Up to ``k`` distinct members to compare with, uniformly among those not asked yet
-    (among all but ``me`` and the confirmed ones when every other was asked).
+def _pick_members(
+    gen: np.random.Generator, pool: tuple[int, ...], k: int, me: int, done: Comparisons
+) -> list[int]:
+    """Up to ``k`` distinct members of ``pool`` (roster indices: the members that relay) to compare
+    with, uniformly among those not asked yet (among all but ``me`` and the confirmed ones when every
+    other was asked).
 
-    A large roster (few members asked yet) draws by rejection in O(k), not
+    A large pool (few members asked yet) draws by rejection in O(k), not
     O(n) per identity per poll; the result has the same distribution.
     """
+    n = len(pool)
     taken = len(done.asked) + len(done.confirmed) + 1
     if n >= 64 and 4 * taken <= n:
         chosen: list[int] = []
         while len(chosen) < k:
-            i = int(gen.integers(n))
+            i = pool[int(gen.integers(n))]
             if i != me and i not in done.asked and i not in done.confirmed and i not in chosen:
                 chosen.append(i)
         return chosen
-    candidates = [i for i in range(n) if i != me and i not in done.confirmed]
+    candidates = [i for i in pool if i != me and i not in done.confirmed]
     fresh = [i for i in candidates if i not in done.asked]
     return [int(i) for i in gen.permutation(fresh if fresh else candidates)[:k]]
 
@@ -1259,6 +1331,8 @@ def _bins_refusal(bins: Bins, problem: Problem) -> str | None:
 def _relay_url_refusal(view: RosterView, allow_loopback_http: bool) -> str | None:
     """Why the first roster member's relay URL is refused (form, or not naming its node); None if none is."""
     for i, (entry, node_id) in enumerate(zip(view.roster.entries, view.node_ids, strict=True)):
+        if entry.relay_url is None:  # sender-only: nothing to fetch from it
+            continue
         try:
             check_relay_url(entry.relay_url, allow_loopback_http=allow_loopback_http)
         except ValueError as exc:

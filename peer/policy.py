@@ -37,6 +37,25 @@ fewer than ``hops + 1`` members, or a smallest report partition
 ``floor((n − median pool) / k_p)`` below ``min_anonymity_set`` (with k_p = n
 every partition is one person: its reports are attributed by partition alone).
 
+Relays
+------
+Members that relay state so in their signed registration; sender-only members
+(``relay = False``: behind NAT, they open connections and accept none) take part
+in everything else, and routes are drawn among the ``r`` members that relay. So a
+peer also refuses a roster with fewer than ``min_relays`` relaying members (or
+too few for a route of ``hops`` relays other than itself), and one where
+concentrated relaying makes a fully hostile route likely
+(:func:`hostile_route_probability`): if a share ``a`` (``hostile_share``) of the
+roster's ``n`` members is hostile and, at worst, every one of them relays, a
+fraction ``f = min(1, a·n/r)`` of the relays is hostile and a route of ``hops``
+relays drawn uniformly is hostile end to end — the aggregator links the report to
+its sender — with probability ``≈ f^hops``, refused above ``max_hostile_route``.
+Fewer relays in the same roster raise ``f``: at ``a = 0.2`` and 3 hops, every
+member relaying gives ``0.2³ = 0.008``, half of them ``0.4³ = 0.064``. Relays the
+peer trusts for the first hop (``guards``, as Tor's guard nodes) that are on the
+roster's relays take the first hop of each of its routes, which is then not
+hostile by that trust: the figure is 0 (``docs/threat-model.md``, "Relays").
+
 The trust settings (:func:`peer.transcript.trust_refusal`) hold for manual
 acceptance too: a proposal declaring fewer than ``witness_threshold`` of the
 peer's trusted witnesses, open admission under ``require_credentials``, or an
@@ -49,7 +68,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from anonml.errors import AnonMLError
 from anonml.model import FeatureKind, FeatureSpec
@@ -63,6 +82,7 @@ __all__ = [
     "evaluate_problem",
     "load_plugins",
     "check_roster_floors",
+    "hostile_route_probability",
     "admission_text",
 ]
 
@@ -124,6 +144,23 @@ class PeerPolicy(BaseModel):
         from that URL. A URL not named is pinned by the first proposal seen from it
         (:meth:`peer.db.PeerDB.pin_aggregator`); either way a proposal signed by
         another key is refused.
+    relay : bool
+        This peer offers a relay for others' routes (it must accept inbound
+        connections at its relay URL). False: a sender-only peer, which registers
+        without a relay URL or certificate and uses outbound connections only.
+    relay_only : bool
+        An always-on relay (``anonml relay serve``): it holds no data, so every
+        report and median answer it owes is a stand-in (DESIGN §10).
+    min_relays : int
+        Fewest relaying members of a roster this peer takes part in.
+    hostile_share : float
+        Share of a roster's members this peer assumes hostile (Sybils of the
+        aggregator), all of them relaying at worst (module docstring, Relays).
+    max_hostile_route : float
+        Largest accepted probability that one of its routes is hostile end to end,
+        ``min(1, hostile_share·n/r)^hops``.
+    guards : list of str
+        Hex public identities of relays this peer trusts for the first hop.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -149,12 +186,25 @@ class PeerPolicy(BaseModel):
     require_credentials: bool = False
     trusted_issuers: list[str] = Field(default_factory=list, max_length=64)
     aggregator_keys: dict[str, str] = Field(default_factory=dict, max_length=256)
+    # Relays (module docstring).
+    relay: bool = True
+    relay_only: bool = False
+    min_relays: int = Field(default=10, ge=1, le=1_000_000)
+    hostile_share: float = Field(default=0.2, gt=0, le=1)
+    max_hostile_route: float = Field(default=0.01, ge=0, le=1)
+    guards: list[str] = Field(default_factory=list, max_length=64)
+
+    @model_validator(mode="after")
+    def _relay_only_relays(self) -> PeerPolicy:
+        if self.relay_only and not self.relay:
+            raise ValueError("a relay-only peer (relay_only) must relay (relay = true)")
+        return self
 
     @classmethod
     def for_simulation(cls, **fields: Any) -> PeerPolicy:
         """A policy for loopback simulations and tests with small rosters; never for a real person.
 
-        The scale floors become ``min_roster_size = 2`` and
+        The scale floors become ``min_roster_size = 2``, ``min_relays = 2`` and
         ``min_anonymity_set = 1`` (a few dozen simulated peers cannot meet the
         defaults) and relays may be plain http on loopback; witnesses are
         required only when ``fields`` names some. The route and pool floors, the
@@ -163,6 +213,7 @@ class PeerPolicy(BaseModel):
         defaults = {
             "min_roster_size": 2,
             "min_anonymity_set": 1,
+            "min_relays": 2,
             "allow_loopback_http": True,
             "require_witnesses": bool(fields.get("witnesses")),
         }
@@ -179,7 +230,8 @@ class PeerPolicy(BaseModel):
         return (
             f"roster ≥ {self.min_roster_size}, anonymity set ≥ {self.min_anonymity_set}, "
             f"hops ≥ {self.min_hops}, median pool ≤ {self.max_pool_fraction:g}, "
-            f"median ε ≤ {self.median_epsilon_cap:g}"
+            f"median ε ≤ {self.median_epsilon_cap:g}, relays ≥ {self.min_relays}, "
+            f"P(route fully hostile) ≤ {self.max_hostile_route:g} at {self.hostile_share:g} hostile"
         )
 
     @field_validator("aggregator_keys")
@@ -190,7 +242,7 @@ class PeerPolicy(BaseModel):
                 raise ValueError(f"aggregator key for {url[:80]!r} is not an Ed25519 key (64 hex digits)")
         return {url.rstrip("/"): key.lower() for url, key in keys.items()}
 
-    @field_validator("witnesses", "trusted_issuers")
+    @field_validator("witnesses", "trusted_issuers", "guards")
     @classmethod
     def _hex_identities(cls, keys: list[str]) -> list[str]:
         for key in keys:
@@ -339,8 +391,41 @@ def proposal_floors(problem: Problem, policy: PeerPolicy) -> str | None:
     return None
 
 
-def check_roster_floors(problem: Problem, n_members: int, median_pool_size: int, policy: PeerPolicy) -> None:
+def hostile_route_probability(
+    members: int, relays: int, hops: int, hostile_share: float, *, guarded: bool = False
+) -> float:
+    """Probability that a route of ``hops`` relays is hostile end to end: ``min(1, a·n/r)^hops``.
+
+    With a share ``a`` of the ``n`` members hostile and, at worst, all of them
+    among the ``r`` that relay, a fraction ``f = min(1, a·n/r)`` of the relays is
+    hostile; ``hops`` distinct relays drawn uniformly are all hostile with
+    probability ``C(f·r, h)/C(r, h) ≤ f^h``, the figure used (as Tor's analyses
+    use ``f^h`` for a path of h relays chosen uniformly). ``guarded``: the first
+    hop is a relay the peer trusts, so the route is never hostile end to end by
+    that trust: 0.
+    """
+    if relays < 1 or members < relays:
+        raise ValueError(f"{relays} relays among {members} members")
+    if guarded:
+        return 0.0
+    return min(1.0, hostile_share * members / relays) ** hops
+
+
+def check_roster_floors(
+    problem: Problem,
+    n_members: int,
+    median_pool_size: int,
+    policy: PeerPolicy,
+    *,
+    relays: int | None = None,
+    me_relays: bool = True,
+    guarded: bool = False,
+) -> None:
     """Refuse a signed roster below this peer's floors (module docstring); before any release.
+
+    ``relays``: members of the roster that relay (None: all); ``me_relays``: this
+    peer is one of them (its routes then draw among the others); ``guarded``: one of
+    the policy's guards relays on this roster.
 
     Raises
     ------
@@ -349,6 +434,8 @@ def check_roster_floors(problem: Problem, n_members: int, median_pool_size: int,
         ``max(min_peers, min_roster_size)``; fewer than ``hops + 1`` (a route
         of ``hops`` distinct other members would be impossible); a smallest
         report partition ``floor((n − pool) / k_p)`` below ``min_anonymity_set``;
+        fewer relaying members than ``min_relays`` or than a route needs; a route
+        hostile end to end more likely than ``max_hostile_route``;
         or a proposal floor (:func:`proposal_floors`).
     """
     draft = problem.draft
@@ -372,6 +459,26 @@ def check_roster_floors(problem: Problem, n_members: int, median_pool_size: int,
             f"the smallest report partition holds {smallest} peers ((n={n_members} − pool "
             f"{median_pool_size}) / k_p={draft.kp}), fewer than this peer's anonymity floor of "
             f"{policy.min_anonymity_set}"
+        )
+    r = n_members if relays is None else relays
+    if r < policy.min_relays:
+        raise AnonMLError(
+            f"{r} of the roster's {n_members} members relay, fewer than this peer's floor of "
+            f"{policy.min_relays}"
+        )
+    if r - (1 if me_relays else 0) < draft.hops:
+        raise AnonMLError(
+            f"{r} of the roster's {n_members} members relay: too few for routes of {draft.hops} distinct "
+            "relays other than this peer"
+        )
+    figure = hostile_route_probability(n_members, r, draft.hops, policy.hostile_share, guarded=guarded)
+    if figure > policy.max_hostile_route:
+        share = min(1.0, policy.hostile_share * n_members / r)
+        raise AnonMLError(
+            f"{r} of the roster's {n_members} members relay: if {policy.hostile_share:.0%} of the members "
+            f"are hostile and all relay, {share:.0%} of the relays are, and a route of {draft.hops} hops is "
+            f"hostile end to end with probability {share:.3g}^{draft.hops} = {figure:.3g}, above this "
+            f"peer's maximum of {policy.max_hostile_route:g} (name trusted first hops: guards)"
         )
 
 

@@ -233,14 +233,15 @@ class RelayRound:
     round_id: int
     relay: SphinxRelay
     schedule: WindowSchedule
-    routes: dict[bytes, str]  # node id -> relay URL of every roster member
+    routes: dict[bytes, str]  # node id -> relay URL of every relaying roster member
     destination: bytes  # the aggregator's node id
     intake_url: str
     guard: float | None = None  # seconds kept free before t_r (None: default_guard)
     stages: int = 1  # hops of the problem's routes: one release stage each
     max_packets: int | None = None  # packets this node accepts in the round (None: no cap)
-    # node id -> round relay public key of every roster member whose certificate verified: posts must
-    # carry a member's authenticator (peer.relayauth). None: an open relay, for a round without a roster.
+    # node id -> the key each roster member posts under (a relaying member's verified round relay key, a
+    # sender-only member's identity X25519 key: RosterView.poster_keys): posts must carry a member's
+    # authenticator (peer.relayauth). None: an open relay, for a round without a roster.
     members: dict[bytes, bytes] | None = None
     quota: int | None = None  # packets one member may post to this node in the round (None: no quota)
     vault: Vault | None = None  # seals held packets in the state DB (None: held in memory only)

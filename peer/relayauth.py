@@ -38,6 +38,18 @@ and the quota ``⌈μ + 8√μ + 16⌉`` is passed by an honest member with
 probability below 1e-12 (Chernoff). Each member's quota is its own: one
 member (or an outsider, who has none) spending everything it may leaves
 every other member's allowance at that node untouched.
+
+With sender-only members (no relay: :mod:`peer.roster`) routes are drawn
+among the ``r ≤ n`` members that relay, so the same count is larger: a first
+hop is ``N`` with probability at most ``1/(r−1)``, and each of the ``n − 2``
+other senders' ``s`` packets has ``M`` at ``j`` and ``N`` at ``j + 1`` with
+probability at most ``1/((r−1)(r−2))``: ``μ ≤ s/(r−1) + (n−2)·s·(h−1)/((r−1)(r−2))``,
+which is ``s·h/(n−1)`` again when ``r = n``.
+
+Sender-only members have no round relay key; they post under the long-term
+X25519 key of their identity (in the signed roster), ``K = BLAKE2b-256(key =
+X25519(identity secret, B), …)``: the same derivation with another static key
+(:func:`identity_post_key`). They post only their own first-hop packets.
 """
 
 from __future__ import annotations
@@ -47,13 +59,14 @@ import hmac
 import math
 from dataclasses import dataclass
 
-from anonml.crypto import NODE_ID_SIZE, PACKET_SIZE, RoundRelayKey
+from anonml.crypto import NODE_ID_SIZE, PACKET_SIZE, Identity, RoundRelayKey
 
 __all__ = [
     "AUTH_SIZE",
     "RELAY_POST_TYPE",
     "PostAuth",
     "chernoff_cap",
+    "identity_post_key",
     "mac_matches",
     "member_quota",
     "open_post",
@@ -85,11 +98,20 @@ def chernoff_cap(lam: float) -> int:
     return int(math.ceil(lam + 8.0 * math.sqrt(lam) + 16))
 
 
-def member_quota(slots_per_peer: int, hops: int, members: int) -> int:
-    """Packets one member may post to one node in a round: ``chernoff_cap(s·h/(n−1))`` (module docstring)."""
+def member_quota(slots_per_peer: int, hops: int, members: int, relays: int | None = None) -> int:
+    """Packets one member may post to one node in a round: ``chernoff_cap(μ)`` with
+    ``μ = s/(r−1) + (n−2)·s·(h−1)/((r−1)(r−2))`` for ``n`` members of which ``r`` relay
+    (``relays``; None: every member relays, and ``μ = s·h/(n−1)``) (module docstring)."""
     if members < 2:
         raise ValueError(f"a roster of {members} member(s) has no relay to post to")
-    return chernoff_cap(slots_per_peer * hops / (members - 1))
+    r = members if relays is None else relays
+    if not 2 <= r <= members:
+        raise ValueError(f"{r} relaying member(s) of {members}: a post needs a relay other than its poster")
+    if r == members:
+        return chernoff_cap(slots_per_peer * hops / (members - 1))
+    first = slots_per_peer / (r - 1)
+    onward = 0.0 if hops < 2 or r < 3 else (members - 2) * slots_per_peer * (hops - 1) / ((r - 1) * (r - 2))
+    return chernoff_cap(first + onward)
 
 
 def post_key(own: RoundRelayKey, their_public: bytes) -> bytes:
@@ -98,7 +120,17 @@ def post_key(own: RoundRelayKey, their_public: bytes) -> bytes:
     Symmetric: ``post_key(a, B) == post_key(b, A)``. Raises
     :class:`~anonml.crypto.CryptoError` for a small-order public key or a destroyed round key.
     """
-    return hashlib.blake2b(own.exchange(their_public), digest_size=32, person=b"anonml-relaypost").digest()
+    return _post_key(own.exchange(their_public))
+
+
+def identity_post_key(own: Identity, their_public: bytes) -> bytes:
+    """``K`` for a sender-only member's posts: its identity's long-term X25519 key with the relay's
+    round key ``their_public`` (module docstring); ``post_key(b, A_identity)`` on the relay's side."""
+    return _post_key(own.relay_exchange(their_public))
+
+
+def _post_key(shared: bytes) -> bytes:
+    return hashlib.blake2b(shared, digest_size=32, person=b"anonml-relaypost").digest()
 
 
 def post_mac(key: bytes, round_id: int, relay: bytes, poster: bytes, packets: list[bytes]) -> bytes:

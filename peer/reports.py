@@ -14,9 +14,12 @@ Pure functions of the peer's state (used by :class:`peer.participant.Participant
   eq. 7.2), with the :class:`~anonml.privacy.ReleaseSpec` to record for it;
   a uniform stand-in value through the same mechanism when the value cannot
   be computed (exactly k_h reports, whatever the data).
-- :func:`choose_path`: exactly ``hops`` distinct other roster members,
-  uniformly, each relay certificate checked for the round (never fewer: a
-  roster too small for that is refused, not routed over a shorter path).
+- :func:`choose_path`: exactly ``hops`` distinct other roster members that
+  relay (:attr:`~peer.roster.RosterView.relay_capable`: a sender-only member
+  is never on a route), uniformly, each relay certificate checked for the
+  round (never fewer: a roster too small for that is refused, not routed over
+  a shorter path); with trusted first hops (guards) on the roster, the first
+  hop is drawn uniformly among them.
 - :func:`choose_routes`: ``routes`` such paths for one slot (redundant
   delivery), pairwise disjoint: no relay carries two copies of a slot.
 """
@@ -182,19 +185,30 @@ def choose_path(
     round_id: int,
     rng: np.random.Generator | None = None,
     avoid: frozenset[bytes] = frozenset(),
+    guards: frozenset[bytes] = frozenset(),
 ) -> list[Hop]:
-    """``hops`` distinct roster members other than ``me`` and the node ids in ``avoid``, uniformly at
-    random, certificates checked."""
-    others = [i for i in range(len(view.keys)) if i != me and view.node_ids[i] not in avoid]
+    """``hops`` distinct relaying roster members other than ``me`` and the node ids in ``avoid``, uniformly
+    at random, certificates checked; the first among ``guards`` (node ids) when any of them is a candidate."""
+    others = [i for i in view.relay_capable if i != me and view.node_ids[i] not in avoid]
     if hops > len(others):
         raise ProtocolError(
-            f"a route of {hops} distinct relays needs {hops} other roster members; there are {len(others)}"
+            f"a route of {hops} distinct relays needs {hops} other relaying roster members; "
+            f"there are {len(others)}"
         )
     gen = resolve_rng(rng)
+    firsts = [i for i in others if view.node_ids[i] in guards]
+    if firsts:  # a trusted first hop (a guard), then the rest uniformly among the other relays
+        first = firsts[int(gen.integers(len(firsts)))]
+        rest = [i for i in others if i != first]
+        chosen = [first, *(rest[int(c)] for c in gen.choice(len(rest), size=hops - 1, replace=False))]
+    else:
+        chosen = [others[int(c)] for c in gen.choice(len(others), size=hops, replace=False)]
     path = []
-    for c in gen.choice(len(others), size=hops, replace=False):
-        member = others[int(c)]
-        cert = RelayKeyCertificate.from_bytes(bytes(view.roster.entries[member].relay_certificate))
+    for member in chosen:
+        certificate = view.roster.entries[member].relay_certificate
+        if certificate is None:  # relay_capable lists only members with one
+            raise ProtocolError(f"roster member {member} relays for no one (no relay certificate)")
+        cert = RelayKeyCertificate.from_bytes(bytes(certificate))
         try:
             path.append(Hop.from_certificate(cert, round_id))
         except CryptoError as exc:
@@ -210,9 +224,11 @@ def choose_routes(
     round_id: int,
     rng: np.random.Generator | None = None,
     avoid: frozenset[bytes] = frozenset(),
+    guards: frozenset[bytes] = frozenset(),
 ) -> list[list[Hop]]:
     """``routes`` paths of ``hops`` relays for one slot's copies, pairwise disjoint (:func:`choose_path`
-    each, avoiding ``avoid`` and the relays of the paths drawn before).
+    each, avoiding ``avoid`` and the relays of the paths drawn before; each starts at one of ``guards``
+    while a guard not used by an earlier copy is on the roster).
 
     Disjoint, so one dead or dropping relay costs at most one copy of a slot,
     and every copy is drawn as uniformly as a single route over the members
@@ -224,7 +240,7 @@ def choose_routes(
     used: set[bytes] = set(avoid)
     paths = []
     for _ in range(routes):
-        path = choose_path(view, me, hops, round_id, rng, frozenset(used))
+        path = choose_path(view, me, hops, round_id, rng, frozenset(used), guards)
         used.update(h.node_id for h in path)
         paths.append(path)
     return paths

@@ -8,8 +8,15 @@ computes the fingerprint peers compare through each other's relays — the roste
 stage's whole transcript (:func:`anonml.protocol.transcript_hash`: the Problem with
 its declared witnesses and schedule, the Roster with the token key and seed), so
 two peers shown different copies of the Problem disagree even when their rosters
-are the same — and the routing table (node id → relay URL). Each identity then checks its
-own entry and assignment itself (:mod:`peer.participant`).
+are the same — and the routing table (node id → relay URL) of the members that relay.
+Each identity then checks its own entry and assignment itself (:mod:`peer.participant`).
+
+Sender-only members (no relay URL, no relay certificate: behind NAT, they accept no
+connection) are on the roster like any other — in the plan, in the partitions — but not
+in :attr:`RosterView.relay_capable` nor the routing table: routes are drawn among the
+members that relay. They authenticate their posts to a first hop with the long-term
+X25519 key of their identity (:meth:`RosterView.poster_keys`), as relaying members
+do with their round key.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from anonml.crypto import CryptoError, RelayKeyCertificate
+from anonml.crypto import CryptoError, PublicIdentity, RelayKeyCertificate
 from anonml.errors import ProtocolError
 from anonml.protocol import Problem, Roster, transcript_hash, verify_message
 
@@ -34,8 +41,9 @@ class RosterView:
     fingerprint: str
     keys: tuple[bytes, ...]
     node_ids: tuple[bytes, ...]
-    routes: dict[bytes, str]
+    routes: dict[bytes, str]  # node id -> relay URL, of the members that relay
     index_of: dict[bytes, int]
+    relay_capable: tuple[int, ...] = ()  # roster indices of the members that relay (signed in their entries)
     _memo: dict[Hashable, Any] = field(default_factory=dict, repr=False)
     _memo_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -53,17 +61,39 @@ class RosterView:
             return self._memo[key]
 
     def relay_keys(self) -> dict[bytes, bytes]:
-        """Node id → round relay public key of every member whose certificate verifies (once per process).
+        """Node id → round relay public key of every relaying member whose certificate verifies
+        (once per process).
 
-        What a relay checks posts against and a poster derives its post keys
-        from (:mod:`peer.relayauth`); a member whose certificate does not
-        verify is left out (nobody can post as it, nor route through it).
+        What a sender builds onion layers for and derives its post keys to a
+        first hop from (:mod:`peer.relayauth`); a member whose certificate does
+        not verify is left out (nobody can route through it). Sender-only
+        members have none.
         """
         return self.memo(("relay keys",), self._verified_relay_keys)
+
+    def poster_keys(self) -> dict[bytes, bytes]:
+        """Node id → the X25519 key each member authenticates its posts with (once per process).
+
+        A relaying member's round relay key (:meth:`relay_keys`); a sender-only
+        member's long-term X25519 key from its identity in the signed roster
+        (it has no round key). What a relay checks posts against: every member
+        may post, only relaying members are posted to.
+        """
+        relaying = self.relay_keys()  # memo's lock is not reentrant: not from inside the computation
+        return self.memo(("poster keys",), lambda: self._poster_keys(relaying))
+
+    def _poster_keys(self, relaying: dict[bytes, bytes]) -> dict[bytes, bytes]:
+        keys = dict(relaying)
+        for node, entry in zip(self.node_ids, self.roster.entries, strict=True):
+            if not entry.relays:
+                keys[node] = PublicIdentity.from_bytes(bytes(entry.identity)).relay_key
+        return keys
 
     def _verified_relay_keys(self) -> dict[bytes, bytes]:
         keys: dict[bytes, bytes] = {}
         for node, entry in zip(self.node_ids, self.roster.entries, strict=True):
+            if entry.relay_certificate is None:
+                continue
             try:
                 cert = RelayKeyCertificate.from_bytes(bytes(entry.relay_certificate))
                 keys[node] = cert.verify(round_id=self.roster.round_id)
@@ -94,16 +124,25 @@ class RosterView:
                 f"roster sets a median pool of {roster.median_pool_size}; the proposal's pool_fraction "
                 f"gives {problem.draft.median_pool_size(n)} of {n}"
             )
-        keys, node_ids = [], []
+        keys, node_ids, relaying = [], [], []
         for i, entry in enumerate(roster.entries):
-            cert = RelayKeyCertificate.from_bytes(bytes(entry.relay_certificate))
-            if cert.identity != bytes(entry.identity)[:32] or cert.round_id != problem.round_id:
-                raise ProtocolError(f"roster entry {i}: relay certificate does not belong to the entry")
+            if entry.relay_certificate is None:  # sender-only: its node id from its identity
+                try:
+                    node_ids.append(PublicIdentity.from_bytes(bytes(entry.identity)).node_id)
+                except CryptoError as exc:
+                    raise ProtocolError(f"roster entry {i}: not a valid public identity: {exc}") from None
+            else:
+                cert = RelayKeyCertificate.from_bytes(bytes(entry.relay_certificate))
+                if cert.identity != bytes(entry.identity)[:32] or cert.round_id != problem.round_id:
+                    raise ProtocolError(f"roster entry {i}: relay certificate does not belong to the entry")
+                node_ids.append(cert.node_id)
+                relaying.append(i)
             keys.append(bytes(entry.identity))
-            node_ids.append(cert.node_id)
         if len(set(keys)) != n:
             raise ProtocolError("roster lists an identity twice")
-        routes = {node: entry.relay_url for node, entry in zip(node_ids, roster.entries, strict=True)}
+        routes = {
+            node_ids[i]: url for i in relaying if (url := roster.entries[i].relay_url) is not None
+        }
         return cls(
             roster=roster,
             fingerprint=transcript_hash("roster", problem, roster).hex(),
@@ -111,4 +150,5 @@ class RosterView:
             node_ids=tuple(node_ids),
             routes=routes,
             index_of={key: i for i, key in enumerate(keys)},
+            relay_capable=tuple(relaying),
         )

@@ -12,9 +12,14 @@ token for ``GET /local/status``; optionally the address the relay binds
 (``public_url``, default the bound address), the certificate and key it serves https with
 (``tls_cert``/``tls_key``) and the CA bundle it verifies others against
 (``ca_bundle``) — the network-namespace tests run hosts on their own addresses.
+``relay = false`` makes every identity sender-only: the process then listens on
+no port at all (no relay, no status API) and only opens connections;
+``relay_only`` makes them relays that hold no data (``anonml relay serve``);
+``max_hostile_route`` is the policy's figure (small simulated rosters with few
+relays need a larger one than a real peer's default).
 
-The process prints its relay base URL on stdout once it serves, then runs
-until its stdin closes (or it is killed). Policy:
+The process prints its relay base URL on stdout once it serves (a sender-only
+host: ``sender-only``), then runs until its stdin closes (or it is killed). Policy:
 :meth:`~peer.policy.PeerPolicy.for_simulation` with auto-accept; never for
 a real person's peer.
 """
@@ -70,6 +75,9 @@ class SimulationManifest(BaseModel):
     tls_cert: Path | None = None
     tls_key: Path | None = None
     ca_bundle: Path | None = None
+    relay: bool = True
+    relay_only: bool = False
+    max_hostile_route: float = Field(default=0.01, ge=0, le=1)
 
 
 def build_host(manifest: SimulationManifest) -> PeerHost:
@@ -83,7 +91,13 @@ def build_host(manifest: SimulationManifest) -> PeerHost:
     return PeerHost(
         nodes,
         PeerDB(manifest.state_url),
-        PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=manifest.max_epsilon_per_problem),
+        PeerPolicy.for_simulation(
+            auto_accept=True,
+            max_epsilon_per_problem=manifest.max_epsilon_per_problem,
+            relay=manifest.relay,
+            relay_only=manifest.relay_only,
+            max_hostile_route=manifest.max_hostile_route,
+        ),
         manifest.aggregators,
         poll_seconds=manifest.poll_seconds,
         roster_comparisons=manifest.roster_comparisons,
@@ -110,9 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OutboundError) as exc:
         print(f"error: manifest {path}: {exc}", file=sys.stderr)
         return 2
-    server = start_peer_server(
-        build_host(manifest), manifest.local_token, bind=manifest.host, port=manifest.port, tls=tls
-    )
+    host = build_host(manifest)
+    if not manifest.relay:  # sender-only: nothing listens; the worker only opens connections
+        host.start()
+        print("sender-only", flush=True)
+        sys.stdin.read()
+        host.close()
+        return 0
+    server = start_peer_server(host, manifest.local_token, bind=manifest.host, port=manifest.port, tls=tls)
     print(server.url, flush=True)
     sys.stdin.read()  # returns at EOF: the parent closed our stdin
     server.stop()

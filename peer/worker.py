@@ -312,7 +312,8 @@ class ProblemSession:
             # and relay count are read from the state DB), and all are open before any sends.
 
             def open_one(p: Participant) -> None:
-                if p.relay_key is None or p.relaying or time.time() >= bins.t_r:
+                # (a sender-only identity has no relay key: it only takes the bins)
+                if (p.relay_key is None and p.relays) or p.relaying or time.time() >= bins.t_r:
                     return
                 try:
                     p.open_round(bins, view)
@@ -451,9 +452,11 @@ class ProblemSession:
         if self._watching or view is None or time.time() >= bins.t_s + bins.delta:
             return
         self._watching = True
-        own = {p.relay_url.split("/relay/")[0] for p in self.participants}
+        own = {p.relay_url.split("/relay/")[0] for p in self.participants if p.relay_url is not None}
         hosts: dict[str, str] = {}
         for entry in view.roster.entries:
+            if entry.relay_url is None:  # a sender-only member: no relay host to watch
+                continue
             parts = urlsplit(entry.relay_url)
             origin = f"{parts.scheme}://{parts.netloc}"
             if entry.relay_url.split("/relay/")[0] not in own:

@@ -251,20 +251,23 @@ def _checked(
         verify_message(registration, identity)
     except CryptoError as exc:
         raise Refusal(problem_id, "bad signature", 403, f"registration signature rejected: {exc}") from None
-    try:
-        RelayKeyCertificate.from_bytes(registration.relay_certificate).verify(
-            identity, round_id=ctx.problem.round_id
-        )
-    except CryptoError as exc:
-        raise Refusal(
-            problem_id, "bad relay certificate", 403, f"relay key certificate rejected: {exc}"
-        ) from None
-    try:
-        check_relay_url(registration.relay_url, allow_loopback_http=state.settings.allow_loopback_http)
-        if not registration.relay_url.endswith("/relay/" + identity.node_id.hex()):
-            raise ValueError("the relay URL must end in /relay/<the registrant's node id>")
-    except ValueError as exc:
-        raise Refusal(problem_id, "bad relay URL", 422, str(exc)) from None
+    # A sender-only registrant (no relay URL, no certificate: the wire model admits both or neither)
+    # relays for nobody; routes are drawn among the others.
+    if registration.relay_certificate is not None and registration.relay_url is not None:
+        try:
+            RelayKeyCertificate.from_bytes(registration.relay_certificate).verify(
+                identity, round_id=ctx.problem.round_id
+            )
+        except CryptoError as exc:
+            raise Refusal(
+                problem_id, "bad relay certificate", 403, f"relay key certificate rejected: {exc}"
+            ) from None
+        try:
+            check_relay_url(registration.relay_url, allow_loopback_http=state.settings.allow_loopback_http)
+            if not registration.relay_url.endswith("/relay/" + identity.node_id.hex()):
+                raise ValueError("the relay URL must end in /relay/<the registrant's node id>")
+        except ValueError as exc:
+            raise Refusal(problem_id, "bad relay URL", 422, str(exc)) from None
     if bytes(identity) == state.public_identity:
         raise Refusal(problem_id, "malformed", 422, "the aggregator cannot register as a peer")
     admission = ctx.problem.draft.admission
@@ -281,7 +284,7 @@ def _checked(
         problem_id=problem_id,
         identity=bytes(registration.identity),
         relay_url=registration.relay_url,
-        certificate=bytes(registration.relay_certificate),
+        certificate=None if registration.relay_certificate is None else bytes(registration.relay_certificate),
         signature=bytes(registration.signature),
         credential_json=(
             None if registration.credential is None else registration.credential.model_dump_json()

@@ -130,6 +130,18 @@ _TrustedIssuerOption = Annotated[
     list[str] | None,
     typer.Option("--trusted-issuer", help="Hex identity of a credential issuer you accept (repeatable)."),
 ]
+_GuardOption = Annotated[
+    list[str] | None,
+    typer.Option("--guard", help="Hex identity of a relay you trust for the first hop (repeatable)."),
+]
+_SenderOnlyOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--sender-only/--relay",
+        help="Relay for nobody (behind NAT: outbound connections only) or relay for others.",
+        show_default="relay",
+    ),
+]
 _QuietOption = Annotated[
     bool, typer.Option("--quiet", "-q", help="Print only the start-up lines, not what the peer does.")
 ]
@@ -156,6 +168,8 @@ def start(
     witness_threshold: _WitnessThresholdOption = None,
     require_credentials: _RequireCredentialsOption = None,
     trusted_issuer: _TrustedIssuerOption = None,
+    sender_only: _SenderOnlyOption = None,
+    guard: _GuardOption = None,
     quiet: _QuietOption = False,
     tls_cert: TlsCertOption = None,
     tls_key: TlsKeyOption = None,
@@ -165,7 +179,8 @@ def start(
 
     With --tls-cert/--tls-key the relay is served over https (its default URL
     then https://host:port); --ca-bundle names the CAs that aggregators' and
-    other relays' certificates must chain to.
+    other relays' certificates must chain to. With --sender-only the peer registers
+    no relay (nobody connects to it; the server then only serves its own dashboard).
 
     The policy (the saved one, changed by the options given) is saved in the
     peer's home for every other command, and its lifetime cap is stored in
@@ -206,6 +221,8 @@ def start(
             witness_threshold=witness_threshold,
             require_credentials=require_credentials,
             trusted_issuers=trusted_issuer or None,
+            relay=None if sender_only is None else not sender_only,
+            guards=guard or None,
         )
         if not settings.aggregators:
             raise AnonMLError("no aggregator to poll: pass --aggregator URL or set ANONML_PEER_AGGREGATORS")
@@ -215,10 +232,8 @@ def start(
         if not quiet:
             host_.notify = lambda text: err.print(untrusted(text, 1000), highlight=False)
         err.print(f"peer {node.identity.public.fingerprint_text()}", highlight=False)
-        err.print(
-            f"relay at {settings.relay_base()}; polling {untrusted(', '.join(settings.aggregators))}",
-            highlight=False,
-        )
+        relay = f"relay at {settings.relay_base()}" if settings.policy.relay else "sender-only (no relay)"
+        err.print(f"{relay}; polling {untrusted(', '.join(settings.aggregators))}", highlight=False)
         err.print(f"policy (saved in {untrusted(saved)}): {_policy_text(settings)}", highlight=False)
         app_ = create_app(host_, settings.resolved_local_token())  # the token file exists from here
         err.print(_dashboard_text(settings), highlight=False)

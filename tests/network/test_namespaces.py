@@ -16,6 +16,11 @@ processes started with ``ip netns exec``. The round runs to ``done`` with every 
 was issued a token accepted, and its model is fetched over https. The namespaces are deleted
 (and the processes in them stopped) in a finalizer.
 
+A second round adds a namespace of *sender-only* identities (issue 27): its host runs no
+server at all — ``ss`` inside the namespace lists no listening socket and a connection to
+its address is refused (this machine has neither ``iptables`` nor ``nft`` to block inbound
+traffic as well) — so it takes part over outbound https connections only.
+
 Needs root and ``ip netns``; skipped with the reason otherwise.
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -141,15 +147,24 @@ class Network:
         subprocess.run(["ip", "link", "del", f"t{self.tag}"], capture_output=True)
 
 
-@pytest.fixture
-def network() -> Iterator[Network]:
+def _network(hosts: list[str]) -> Iterator[Network]:
     tag = f"{os.getpid() % 100000}"
     net = Network(tag, f"10.77.{os.getpid() % 250 + 1}")
     try:
-        net.build(["p1", "p2"])
+        net.build(hosts)
         yield net
     finally:
         net.teardown()
+
+
+@pytest.fixture
+def network() -> Iterator[Network]:
+    yield from _network(["p1", "p2"])
+
+
+@pytest.fixture
+def network_with_senders() -> Iterator[Network]:
+    yield from _network(["p1", "p2", "s1"])
 
 
 def _in_namespace(ns: str, args: list[str], env: dict[str, str], stdin_line: str | None, log: Path):
@@ -184,6 +199,38 @@ def _stop(process: subprocess.Popen) -> None:
 def test_a_round_runs_to_done_over_https_across_namespaces(
     network: Network, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
+    _round_across_namespaces(network, tmp_path, monkeypatch, {"p1": 3, "p2": 3})
+
+
+# 6 relaying identities and 2 sender-only: f = 0.2·8/6, a route hostile end to end 0.267³ ≈ 0.019,
+# above the default 0.01: these simulated peers accept up to 0.05 (docs/threat-model.md, "Relays").
+SENDERS_MAX_HOSTILE_ROUTE = 0.05
+
+
+def test_sender_only_peers_in_a_namespace_accepting_no_connection_take_part_over_https(
+    network_with_senders: Network, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    _round_across_namespaces(
+        network_with_senders, tmp_path, monkeypatch, {"p1": 3, "p2": 3, "s1": 2}, senders={"s1"}
+    )
+
+
+def _listening(ns: str) -> list[str]:
+    """The listening TCP sockets inside ``ns`` (``ss -ltnH``), one line each."""
+    done = subprocess.run(["ip", "netns", "exec", ns, "ss", "-ltnH"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return [line for line in done.stdout.splitlines() if line.strip()]
+
+
+def _round_across_namespaces(
+    network: Network,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sizes: dict[str, int],
+    senders: frozenset[str] | set[str] = frozenset(),
+) -> None:
+    """Run one round with the identities of ``sizes`` (host name → identities) across ``network``;
+    the hosts named in ``senders`` are sender-only (no server, nothing listening)."""
     ca = TestCA(tmp_path, "netns")
     agg_ip = network.address(1)
     agg_cert = ca.server("aggregator", ips=(agg_ip,))
@@ -219,27 +266,38 @@ def test_a_round_runs_to_done_over_https_across_namespaces(
         # a request and its answer each wait DELAY_MS in the proxy: a lower bound, whatever the load
         assert proxied >= 2 * DELAY_MS / 1000, (direct, proxied)
 
-        hosts = write_hosts(tmp_path, {"p1": 3, "p2": 3}, [slow_url])
+        hosts = write_hosts(tmp_path, sizes, [slow_url])
+        policy = {"max_hostile_route": SENDERS_MAX_HOSTILE_ROUTE} if senders else {}
         for i, (name, (host, _)) in enumerate(hosts.items(), start=2):
             ip = network.address(i)
             ns = f"anml-{network.tag}-{name}"
-            cert = ca.server(name, ips=(ip,))
-            delayed(ns, ip, 8481, 8471)
             manifest = SimulationManifest.model_validate_json(host.manifest.read_text())
-            manifest = manifest.model_copy(
-                update={"host": ip, "port": 8471, "tls_cert": cert.cert, "tls_key": cert.key,
-                        "ca_bundle": ca.bundle, "public_url": f"https://{ip}:8481"}
-            )
+            if name in senders:  # no server, no proxy: it only connects out (and verifies against the CA)
+                manifest = manifest.model_copy(update={"relay": False, "ca_bundle": ca.bundle, **policy})
+            else:
+                cert = ca.server(name, ips=(ip,))
+                delayed(ns, ip, 8481, 8471)
+                manifest = manifest.model_copy(
+                    update={"host": ip, "port": 8471, "tls_cert": cert.cert, "tls_key": cert.key,
+                            "ca_bundle": ca.bundle, "public_url": f"https://{ip}:8481", **policy}
+                )
             host.manifest.write_text(manifest.model_dump_json())
             logs[name] = tmp_path / f"{name}.log"
             process = _in_namespace(ns, ["-m", "peer.simulate", str(host.manifest)], env, None, logs[name])
             processes.append(process)
             started = ready_line(process, CHILD_START_SECONDS).strip()
-            assert started == f"https://{ip}:8471", logs[name].read_text()
+            expected = "sender-only" if name in senders else f"https://{ip}:8471"
+            assert started == expected, logs[name].read_text()
+            if name in senders:
+                assert _listening(ns) == []  # nothing in the namespace accepts a connection
+                with socket.socket() as probe:  # and from outside, its address refuses one
+                    probe.settimeout(10)
+                    assert probe.connect_ex((ip, 8471)) != 0
 
         started_at = time.monotonic()
         problem = propose(url, fault_draft())
-        wait_until(lambda: status(url, problem.id).registered == 6, "every identity to register", 180)
+        members = sum(sizes.values())
+        wait_until(lambda: status(url, problem.id).registered == members, "every identity to register", 180)
         close_registration(url, problem.id)
         final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=300)
         elapsed = time.monotonic() - started_at
@@ -262,11 +320,15 @@ def test_a_round_runs_to_done_over_https_across_namespaces(
     verify_message(model, bytes(problem.aggregator))
     assert model.reports == final.reports
     # every relay URL in the roster is a proxy's: the onion traffic crossed the delay too
-    relay_urls = {entry.relay_url.split("/relay/")[0] for entry in roster.entries}
-    assert relay_urls == {f"https://{network.address(i)}:8481" for i in (2, 3)}, relay_urls
+    relay_urls = {entry.relay_url.split("/relay/")[0] for entry in roster.entries if entry.relay_url}
+    relaying = [i for i, name in enumerate(sizes, start=2) if name not in senders]
+    assert relay_urls == {f"https://{network.address(i)}:8481" for i in relaying}, relay_urls
+    sender_only = sum(size for name, size in sizes.items() if name in senders)
+    assert sum(not entry.relays for entry in roster.entries) == sender_only
     print(json.dumps({
         "phase": final.phase,
-        "registered": 6,
+        "registered": members,
+        "sender_only": sender_only,
         "tokens": final.tokens_issued,
         "reports_accepted": final.reports_accepted,
         "healthz_direct_s": round(direct, 3),

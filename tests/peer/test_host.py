@@ -259,7 +259,7 @@ def test_routes_and_tokens_against_the_real_roster_and_issuer(closed):
             path = choose_path(view, me, 3, session.problem.round_id, rng)
             members = [view.node_ids.index(h.node_id) for h in path]
             assert len(set(members)) == 3 and me not in members  # distinct, never itself
-    with pytest.raises(ProtocolError, match="needs 4 other roster members"):
+    with pytest.raises(ProtocolError, match="needs 4 other relaying roster members"):
         choose_path(view, 0, 4, session.problem.round_id, rng)
     def partition(node: PeerNode) -> int:
         notice = requests.get(f"{url}/problems/{pid}/assignments/{node.fingerprint}", timeout=30)
