@@ -27,7 +27,9 @@ def _view(n: int) -> RosterView:
         _, cert = identity.new_round_relay_key(ROUND)
         ids.append(identity.public.node_id)
         entries.append(SimpleNamespace(relay_certificate=bytes(cert)))
-    view = SimpleNamespace(keys=[b"k"] * n, node_ids=ids, roster=SimpleNamespace(entries=entries))
+    view = SimpleNamespace(
+        keys=[b"k"] * n, node_ids=ids, roster=SimpleNamespace(entries=entries), relay_capable=list(range(n))
+    )
     return cast(RosterView, view)
 
 
@@ -71,7 +73,7 @@ def test_each_copy_is_drawn_uniformly_among_the_other_members():
 
 def test_a_roster_without_room_for_disjoint_routes_is_refused_not_overlapped():
     view = _view(6)  # 5 others: one route of 3, not two disjoint ones
-    with pytest.raises(ProtocolError, match="needs 3 other roster members; there are 2"):
+    with pytest.raises(ProtocolError, match="needs 3 other relaying roster members; there are 2"):
         choose_routes(view, 0, 3, 2, ROUND, np.random.default_rng(1))
 
 
@@ -124,7 +126,7 @@ def _participant(tmp_hosts: int = 3, per_host: int = 4):
     view = SimpleNamespace(
         keys=[bytes(i.public) for i in identities], node_ids=ids, roster=SimpleNamespace(entries=entries),
         index_of={bytes(i.public): k for k, i in enumerate(identities)},
-        routes=dict(zip(ids, urls, strict=True)),
+        routes=dict(zip(ids, urls, strict=True)), relay_capable=list(range(n)),
     )
     aggregator = Id.generate()
     draft = mooc_dropout_draft().model_copy(update={"kh": 2})
