@@ -42,6 +42,7 @@ __all__ = [
     "MEDIAN_REFUSAL",
     "median_refusals",
     "DROPPED_COVER",
+    "DUPLICATE_COPY",
     "reject_counts",
     "cover_count",
 ]
@@ -54,6 +55,10 @@ INTAKE_REFUSAL = "intake: "
 #: Counter of the cover payloads the intake opened and dropped: kept with the refusal counters
 #: but neither a refusal nor a loss (:func:`reject_counts` leaves it out, :func:`cover_count`).
 DROPPED_COVER = "dropped: cover"
+#: Intake counter of a verified copy of a stored report (its other route): not a refusal, not a loss —
+#: the account's ``duplicates`` (:func:`aggregator.training.account_reports`); kept out of the
+#: refusals by reason (:func:`reject_counts`), as dropped cover is.
+DUPLICATE_COPY = "duplicate token"
 #: Prefix under which refused median answers are counted, so the median account can attribute
 #: missing answers to them (shown without it among the problem's refusals, like intake's).
 MEDIAN_REFUSAL = "median answer: "
@@ -64,7 +69,8 @@ def reject_counts(rows: list[tuple[str, int]]) -> tuple[dict[str, int], dict[str
 
     Intake refusals are stored under :data:`INTAKE_REFUSAL` + reason and appear
     in the first dictionary without the prefix, merged with the same reason's
-    other counts.
+    other counts; the intake's :data:`DUPLICATE_COPY` count (a report's copy,
+    not a refusal) only in the second, where the report account reads it.
     """
     merged: dict[str, int] = {}
     intake: dict[str, int] = {}
@@ -72,7 +78,8 @@ def reject_counts(rows: list[tuple[str, int]]) -> tuple[dict[str, int], dict[str
         if reason == DROPPED_COVER:
             continue
         bare = reason.removeprefix(INTAKE_REFUSAL).removeprefix(MEDIAN_REFUSAL)
-        merged[bare] = merged.get(bare, 0) + int(count)
+        if reason != INTAKE_REFUSAL + DUPLICATE_COPY:  # a copy is counted, never a refusal
+            merged[bare] = merged.get(bare, 0) + int(count)
         if bare != reason:
             intake[bare] = intake.get(bare, 0) + int(count)
     return merged, intake

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from aggregator.state import DUPLICATE_COPY
 from anonml.errors import ProtocolError
 from anonml.learn.binning import Binning
 from anonml.learn.partition import PartitionPlan
@@ -64,7 +65,7 @@ __all__ = [
 ]
 
 #: Intake refusals that are not losses (the report they repeat was stored).
-NOT_A_LOSS = frozenset({"duplicate token"})
+NOT_A_LOSS = frozenset({DUPLICATE_COPY})
 
 
 def account_reports(

@@ -77,7 +77,7 @@ from sqlalchemy.orm import Session
 
 from aggregator.db import ProblemRow, StagedReportRow, new_report_id
 from aggregator.deps import SessionDep, StateDep
-from aggregator.state import DROPPED_COVER, AggregatorState, ProblemContext
+from aggregator.state import DROPPED_COVER, DUPLICATE_COPY, AggregatorState, ProblemContext
 from aggregator.state import Refusal as _Refusal
 from anonml.crypto import (
     InvalidPacket,
@@ -385,7 +385,7 @@ def _closed(session: Session, pid: str) -> _Refusal | None:
 
 
 def _duplicate(pid: str) -> _Refusal:
-    return _Refusal(pid, "duplicate token", 409, "token already redeemed", intake=True)
+    return _Refusal(pid, DUPLICATE_COPY, 409, "token already redeemed", intake=True)
 
 
 def _bad_token(pid: str, exc: InvalidToken) -> _Refusal:

@@ -57,6 +57,12 @@ class OpenRound(helpers.OpenRound):
     def rejects(self) -> dict[str, int]:
         return status(self.url, self.problem.id).rejects
 
+    def duplicates(self) -> int:
+        """Verified copies of stored reports: counted in the account, never among the refusals."""
+        st = status(self.url, self.problem.id)
+        assert "duplicate token" not in st.rejects
+        return 0 if st.reports is None else st.reports.duplicates
+
 
 def _open(aggregator, *, n: int, kp: int, kh: int = 1) -> OpenRound:  # noqa: F811 - the fixture's value
     return OpenRound.open(aggregator, draft(kp=kp, kh=kh, min_peers=4, n_numeric=2, send_window=30.0), n)

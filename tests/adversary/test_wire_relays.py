@@ -30,7 +30,7 @@ from anonml.crypto import (
 )
 from anonml.outbound import OutboundError, fetch, post
 from anonml.privacy import PrivacyLedger
-from anonml.protocol import CosignatureBundle, check_relay_url, sign_message
+from anonml.protocol import DEFAULT_ROUTES, CosignatureBundle, check_relay_url, sign_message
 from anonml.store import EventStore
 from peer.client import AggregatorClient, fetch_witness
 from peer.dispatch import Dispatcher
@@ -358,10 +358,13 @@ def _simulated_host(aggregator_url: str, tmp_path: Path) -> tuple[list, PeerHost
     return simulated, host, start_peer_server(host)
 
 
-def _propose_with_hostile_members(aggregator_url: str, members: dict[str, tuple[Any, WirePeer]]) -> Any:
-    """Propose the dropout problem and register each hostile member with its relay URL."""
+def _propose_with_hostile_members(
+    aggregator_url: str, members: dict[str, tuple[Any, WirePeer]], routes: int = DEFAULT_ROUTES
+) -> Any:
+    """Propose the dropout problem (each report over ``routes`` routes) and register each hostile
+    member with its relay URL."""
     d = mooc_dropout_draft(report_delay_seconds=8.0, send_window_seconds=3.0, release_window_seconds=3.0)
-    problem = propose(aggregator_url, d)
+    problem = propose(aggregator_url, d.model_copy(update={"routes": routes}))
     for relay, member in members.values():
         url = f"{relay.base}/relay/{member.identity.public.node_id.hex()}"
         registered = post_json(
@@ -382,8 +385,13 @@ def test_a_round_completes_past_a_trickling_member_and_senders_count_what_a_drop
     simulated, host, server = _simulated_host(aggregator.url, tmp_path)
     hostile = {"trickle": WirePeer(), "drop": WirePeer()}
     try:
+        # One route per report: each sender's count of what a hostile member cost is then exactly
+        # its reports routed through one (a second, disjoint copy would carry most of them:
+        # tests/faults/test_dead_relay_host.py measures that).
         problem = _propose_with_hostile_members(
-            aggregator.url, {"trickle": (trickler, hostile["trickle"]), "drop": (dropper, hostile["drop"])}
+            aggregator.url,
+            {"trickle": (trickler, hostile["trickle"]), "drop": (dropper, hostile["drop"])},
+            routes=1,
         )
         deadline = time.monotonic() + 60
         while status(aggregator.url, problem.id).registered < 10:
@@ -403,12 +411,15 @@ def test_a_round_completes_past_a_trickling_member_and_senders_count_what_a_drop
         bad = {hostile["trickle"].identity.public.node_id, hostile["drop"].identity.public.node_id}
         # Every sender knows exactly which of its reports did not arrive: those routed through
         # the trickling member (the send gave up at its deadline) or the dropping one (it said 202).
-        expected_lost = 0
+        # A report whose route crossed one is lost unless the sender's watch of the relay hosts found
+        # that host dead in the send window and sent a copy around it (peer/worker.py): never more.
+        expected_lost = crossed = 0
         for p in participants:
             through_bad = sum(any(h.node_id in bad for h in path) for path in p.paths)
-            assert p.lost == through_bad, (p.lost, through_bad)
-            expected_lost += through_bad
-        assert expected_lost > 0  # the seeded routes do cross them
+            assert p.lost <= through_bad, (p.lost, through_bad)
+            expected_lost += p.lost
+            crossed += through_bad
+        assert crossed > 0  # the seeded routes do cross them
         sent = sum(len(p.tokens) for p in participants)
         assert final.reports_accepted == sent - expected_lost
         account = final.reports
