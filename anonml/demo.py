@@ -65,6 +65,7 @@ from anonml.protocol import (
     CosignatureBundle,
     MedianSettings,
     ModelDocument,
+    ModelEvaluation,
     Problem,
     ProblemDraft,
     ProblemStatus,
@@ -171,6 +172,9 @@ class DemoResult:
     hop_seconds: float | None = None
     #: The round's send and release windows as the aggregator fixed them (seconds).
     packet_windows: tuple[float, float] | None = None
+    #: The held-out AUC as the aggregator scored its own model on the held-out students' rows
+    #: (``POST /problems/{id}/evaluation``, what its console shows); None when not scored.
+    auc_aggregator: float | None = None
 
     def shortfalls(self) -> list[str]:
         """Why the protocol's run fell short of what it should compute (empty: it did not).
@@ -198,6 +202,11 @@ class DemoResult:
         ranges = [("in-process simulation", self.auc_simulation)]
         if self.auc_same_run is not None:
             ranges.append(("in-process run with the same plan and bins", self.auc_same_run))
+        if self.auc_aggregator is not None and abs(self.auc_aggregator - self.auc) > 1e-9:
+            out.append(
+                f"the aggregator scored its model at AUC {self.auc_aggregator:.6f} on the held-out rows, "
+                f"the demo at {self.auc:.6f}: not the same model or not the same rows"
+            )
         for name, (mean, sd) in ranges:
             floor = mean - max(3 * sd, 0.02)
             if self.auc < floor:
@@ -264,6 +273,10 @@ class DemoResult:
                 f"{eps['min']:.3g} / {eps['mean']:.3g} / {eps['max']:.3g} of ε = {self.epsilon:g}",
             ),
             ("held-out AUC: AnonML over the protocol", f"{self.auc:.3f}"),
+            (
+                "held-out AUC: as the aggregator's console scores it",
+                "not scored" if self.auc_aggregator is None else f"{self.auc_aggregator:.3f}",
+            ),
             ("held-out AUC: same computation simulated in-process", f"{mean:.3f} ± {sd:.3f}"),
             (
                 "held-out AUC: in-process with this run's plan and bins",
@@ -787,8 +800,7 @@ def _demo_result(
         tokens_issued=status.tokens_issued,
         tokens_verified=status.reports_accepted,
         median_answers=status.median_answers,
-        # The redundant copies of stored reports are in the account (its duplicates), not refusals.
-        rejects={k: v for k, v in status.rejects.items() if k != "duplicate token"},
+        rejects=dict(status.rejects),  # a report's redundant copies are the account's duplicates
         relay_rejects={k.removeprefix("rejected: "): v for k, v in relay.items() if k.startswith("rejected")},
         problem_id=run.problem_id,
         witness_log=run.witness_log,
@@ -805,6 +817,30 @@ def _demo_result(
             else (status.schedule.send_window_seconds, status.schedule.release_window_seconds)
         ),
     )
+
+
+def _aggregator_score(services: _Services, run: _ProtocolRun, held: list[SimulatedPeer]) -> float | None:
+    """The held-out AUC the aggregator computes for its own model on the held-out students' rows,
+    posted as its operator would (``POST /problems/{id}/evaluation``, a CSV as ``anonml featurize``
+    writes it); None when the held-out rows hold one class only (no AUC) or the aggregator did not
+    answer (the table then says "not scored")."""
+    specs = list(run.draft.features)
+    X = _clip(np.asarray([p.x for p in held]), specs)
+    lines = [",".join([*(s.name for s in specs), "label"])]
+    for row, peer in zip(X, held, strict=True):
+        lines.append(",".join([*(repr(float(v)) for v in row), str(int(peer.y))]))
+    try:
+        response = requests.post(
+            f"{services.aggregator.url}/problems/{run.problem_id}/evaluation",
+            data="\n".join(lines).encode(),
+            params={"name": "the demo's held-out students"},
+            headers={"Authorization": f"Bearer {services.admin_token}", "content-type": "text/csv"},
+            timeout=120,
+        )
+        response.raise_for_status()
+    except requests.RequestException:  # shown as "not scored"; the demo's own AUC still stands
+        return None
+    return ModelEvaluation.model_validate_json(response.content).metrics.get("auc")
 
 
 def run_demo(
@@ -876,6 +912,7 @@ def run_demo(
             sizes = (report_delay_seconds, *windows, roster_seconds, median_step_seconds)
             draft = _demo_draft(services, len(peers), history_weeks, weeks, epsilon, sizes)
             run = _run_protocol(services, draft, len(peers), timer, report)
+            auc_aggregator = _aggregator_score(services, run, held)
         finally:
             services.stop()
             for p in peers:
@@ -892,4 +929,5 @@ def run_demo(
         students, epsilon, people, events, run, scores, totals, timer, services.max_loss_fraction
     )
     result.hop_seconds = hop_seconds
+    result.auc_aggregator = auc_aggregator
     return result

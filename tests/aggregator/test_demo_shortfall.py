@@ -42,6 +42,7 @@ def _result(**changes) -> DemoResult:
 
 def test_a_healthy_run_has_no_shortfall() -> None:
     assert _result().shortfalls() == [] and _result().explanation() == ""
+    assert _result(auc_aggregator=0.78).shortfalls() == []  # the aggregator scored what the demo did
 
 
 @pytest.mark.parametrize(
@@ -54,6 +55,7 @@ def test_a_healthy_run_has_no_shortfall() -> None:
         ),
         ({"auc": 0.546}, "below the in-process simulation's range"),
         ({"phase": "degraded", "message": "too many lost"}, "ended 'degraded'"),
+        ({"auc_aggregator": 0.7799}, "the aggregator scored its model at AUC 0.779900"),
     ],
 )
 def test_each_shortfall_is_named(changes: dict, says: str) -> None:
