@@ -424,6 +424,7 @@ def live(problem_id: str, session: PageSession, state: StateDep, db: SessionDep,
     """The problem's counts for the page's poller; reload when the phase is not the one shown."""
     row = problem_routes.get_row(db, problem_id)
     status = problem_routes.problem_status(state, db, row)
+    ctx = state.context(problem_id, db)  # the parsed problem, cached: this answers every second
     account = status.reports
     return {
         "items": {
@@ -443,7 +444,7 @@ def live(problem_id: str, session: PageSession, state: StateDep, db: SessionDep,
                 if status.medians is not None and status.medians.missing
                 else "",
             },
-            "captions": captions(Problem.model_validate_json(row.problem_json), status),
+            "captions": {} if ctx is None else captions(ctx.problem, status),
         },
         "reload": status.phase != phase,
         "charts": charts_version(status),
