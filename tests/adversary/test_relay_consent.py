@@ -14,47 +14,23 @@ import pytest
 
 from anonml.crypto import Identity
 from anonml.errors import ProtocolError
-from anonml.protocol import Registration, Roster, RosterEntry, sign_message
+from anonml.protocol import Roster, RosterEntry, sign_message
 from peer.transcript import check_roster_entries
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import (
     WirePeer,
     close_registration,
     draft,
+    member_registration,
     post,
     propose,
+    roster_entry,
     roster_of,
     signed_problem,
     wait_phase,
 )
 
 AGGREGATOR = Identity.generate()
-
-
-def _registration(member: Identity, problem, *, relays: bool) -> Registration:
-    url = f"http://127.0.0.1:9/relay/{member.public.node_id.hex()}" if relays else None
-    cert = bytes(member.new_round_relay_key(problem.round_id)[1]) if relays else None
-    return sign_message(
-        Registration(
-            problem_id=problem.id,
-            aggregator=problem.aggregator,
-            identity=bytes(member.public),
-            relay_url=url,
-            relay_certificate=cert,
-            signature=bytes(64),
-        ),
-        member,
-    )
-
-
-def _entry(registration: Registration, **changes) -> RosterEntry:
-    fields = {
-        "identity": registration.identity,
-        "relay_url": registration.relay_url,
-        "relay_certificate": registration.relay_certificate,
-        "registration_signature": registration.signature,
-    } | changes
-    return RosterEntry(**fields)
 
 
 def _roster(problem, entries: list[RosterEntry]) -> Roster:
@@ -76,24 +52,24 @@ def _roster(problem, entries: list[RosterEntry]) -> Roster:
 def test_a_sender_only_member_made_a_relay_without_its_consent_is_refused():
     problem = signed_problem(draft(), AGGREGATOR, pid="p-consent")
     members = [Identity.generate() for _ in range(5)]
-    regs = [_registration(m, problem, relays=i < 4) for i, m in enumerate(members)]
-    check_roster_entries(_roster(problem, [_entry(r) for r in regs]), problem)  # as signed: accepted
+    regs = [member_registration(m, problem, relays=i < 4) for i, m in enumerate(members)]
+    check_roster_entries(_roster(problem, [roster_entry(r) for r in regs]), problem)  # as signed: accepted
     victim = members[4]
     # Even with a genuine round certificate of the victim's (the strongest case: the aggregator got one
     # somehow) and a URL naming the victim's node, the entry is not what the victim signed.
     genuine = bytes(victim.new_round_relay_key(problem.round_id)[1])
     url = f"http://127.0.0.1:7/relay/{victim.public.node_id.hex()}"
-    forged = _entry(regs[4], relay_url=url, relay_certificate=genuine)
+    forged = roster_entry(regs[4], relay_url=url, relay_certificate=genuine)
     with pytest.raises(ProtocolError, match="roster entry 4: not the member's own signed registration"):
-        check_roster_entries(_roster(problem, [*(_entry(r) for r in regs[:4]), forged]), problem)
+        check_roster_entries(_roster(problem, [*(roster_entry(r) for r in regs[:4]), forged]), problem)
 
 
 def test_a_relay_stripped_from_a_member_is_refused():
     problem = signed_problem(draft(), AGGREGATOR, pid="p-strip")
     members = [Identity.generate() for _ in range(5)]
-    regs = [_registration(m, problem, relays=True) for m in members]
-    stripped = _entry(regs[2], relay_url=None, relay_certificate=None)
-    entries = [_entry(r) for r in regs]
+    regs = [member_registration(m, problem, relays=True) for m in members]
+    stripped = roster_entry(regs[2], relay_url=None, relay_certificate=None)
+    entries = [roster_entry(r) for r in regs]
     entries[2] = stripped
     with pytest.raises(ProtocolError, match="roster entry 2: not the member's own signed registration"):
         check_roster_entries(_roster(problem, entries), problem)
@@ -106,7 +82,7 @@ def test_the_aggregator_stores_a_sender_only_registration_as_signed(aggregator):
     for peer in relays:
         assert peer.register(aggregator.url, problem).status_code == 201
     sender = Identity.generate()
-    assert post(url, _registration(sender, problem, relays=False)).status_code == 201
+    assert post(url, member_registration(sender, problem, relays=False)).status_code == 201
     close_registration(aggregator.url, problem.id)
     published = wait_phase(aggregator.url, problem.id, ("witnessing", "medians", "reporting", "failed"))
     assert published.phase != "failed", published.message
@@ -123,7 +99,7 @@ def test_the_aggregator_refuses_a_roster_with_too_few_relays(aggregator):  # noq
     for peer in [WirePeer() for _ in range(3)]:
         assert peer.register(aggregator.url, problem).status_code == 201
     for _ in range(3):
-        assert post(url, _registration(Identity.generate(), problem, relays=False)).status_code == 201
+        assert post(url, member_registration(Identity.generate(), problem, relays=False)).status_code == 201
     close_registration(aggregator.url, problem.id)
     final = wait_phase(aggregator.url, problem.id, ("failed",))
     assert "only 3 of the 6 registered peers relay" in final.message

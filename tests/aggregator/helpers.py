@@ -160,6 +160,36 @@ def unsigned_roster_entries(
     )
 
 
+def member_registration(
+    member: Identity, problem: Problem, *, relays: bool = True, round_id: int | None = None
+) -> Registration:
+    """``member``'s own signed registration for ``problem``: relaying (a loopback relay URL and a fresh
+    relay certificate for ``round_id``, the problem's round by default) or sender-only (neither)."""
+    url = f"http://127.0.0.1:9/relay/{member.public.node_id.hex()}" if relays else None
+    rid = problem.round_id if round_id is None else round_id
+    cert = bytes(member.new_round_relay_key(rid)[1]) if relays else None
+    unsigned = Registration(
+        problem_id=problem.id,
+        aggregator=problem.aggregator,
+        identity=bytes(member.public),
+        relay_url=url,
+        relay_certificate=cert,
+        signature=bytes(64),
+    )
+    return sign_message(unsigned, member)
+
+
+def roster_entry(registration: Registration, **changes: Any) -> RosterEntry:
+    """The roster entry of ``registration`` as the aggregator lists it; ``changes`` forge fields."""
+    fields = {
+        "identity": registration.identity,
+        "relay_url": registration.relay_url,
+        "relay_certificate": registration.relay_certificate,
+        "registration_signature": registration.signature,
+    } | changes
+    return RosterEntry(**fields)
+
+
 def roster_document(
     pid: str, entries: tuple[RosterEntry, ...], *, signer: Identity | None = None, **fields: Any
 ) -> Roster:

@@ -8,12 +8,12 @@ from pydantic import ValidationError
 
 from anonml.crypto import Identity
 from anonml.errors import AnonMLError, ProtocolError
-from anonml.protocol import Registration, RosterEntry, sign_message
+from anonml.protocol import RosterEntry
 from peer.policy import PeerPolicy, check_roster_floors, hostile_route_probability
 from peer.relayauth import chernoff_cap, member_quota
 from peer.reports import choose_path
 from peer.roster import RosterView
-from tests.aggregator.helpers import draft, roster_document, signed_problem
+from tests.aggregator.helpers import draft, member_registration, roster_document, roster_entry, signed_problem
 
 AGGREGATOR = Identity.generate(np.random.default_rng(5))
 ROUND = 1
@@ -21,25 +21,7 @@ ROUND = 1
 
 def _entry(member: Identity, problem, *, relays: bool) -> RosterEntry:
     """``member``'s own signed registration, as a roster entry (relaying or sender-only)."""
-    url = f"http://127.0.0.1:9/relay/{member.public.node_id.hex()}" if relays else None
-    cert = bytes(member.new_round_relay_key(ROUND)[1]) if relays else None
-    registration = sign_message(
-        Registration(
-            problem_id=problem.id,
-            aggregator=problem.aggregator,
-            identity=bytes(member.public),
-            relay_url=url,
-            relay_certificate=cert,
-            signature=bytes(64),
-        ),
-        member,
-    )
-    return RosterEntry(
-        identity=registration.identity,
-        relay_url=registration.relay_url,
-        relay_certificate=registration.relay_certificate,
-        registration_signature=registration.signature,
-    )
+    return roster_entry(member_registration(member, problem, relays=relays, round_id=ROUND))
 
 
 def _view(relaying: int, sender_only: int, **draft_changes) -> tuple[RosterView, list[Identity]]:
