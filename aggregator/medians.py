@@ -102,12 +102,12 @@ class MedianRun:
         self.thresholds: dict[int, tuple[float, ...]] = {}
         self.errors: list[str] = []
         draft = ctx.problem.draft
-        assert ctx.plan is not None and ctx.roster is not None
+        plan, roster = ctx.require_plan(), ctx.require_roster()
         #: The round's schedule (the proposal's raised to the floors for this roster).
-        self.schedule = driver.state.round_schedule(ctx, len(ctx.roster.entries))
+        self.schedule = driver.state.round_schedule(ctx, len(roster.entries))
         numeric = draft.numeric_features
         searches = draft.bins - 1
-        groups = median_groups(ctx.plan.median_pool(), len(numeric), searches, draft.median.steps)
+        groups = median_groups(plan.median_pool(), len(numeric), searches, draft.median.steps)
         self.threads = []
         for j, parts in zip(numeric, groups or [[] for _ in numeric], strict=True):
             spec = draft.features[j]

@@ -95,13 +95,20 @@ from aggregator.db import (
 from aggregator.lease import LeaseLost, PhaseLease
 from aggregator.medians import MedianRun
 from aggregator.routes.problems import median_account, problem_account
-from aggregator.state import AggregatorState
+from aggregator.state import AggregatorState, MissingProblemFact
 from aggregator.storage import storage_failure
 from aggregator.timeline import Sampler
 from anonml.crypto import CryptoError, TokenKey
 from anonml.errors import AnonMLError
 from anonml.model import FeatureKind
 from anonml.outbound import OutboundError, fetch
+from anonml.phases import (
+    ACTIVE_PHASES,
+    FINISHED_PHASES,
+    RETRAINABLE_PHASES,
+    ProblemPhase,
+    check_problem_transition,
+)
 from anonml.protocol import (
     AdmissionCredential,
     Bins,
@@ -124,9 +131,6 @@ __all__ = ["RoundDriver"]
 
 log = logging.getLogger("anonml.aggregator")
 
-ACTIVE = ("registration", "witnessing", "medians", "reporting", "training", "done", "degraded")
-#: Phases from which an admin ``train`` (re)trains on the stored reports.
-RETRAINABLE = ("reporting", "done", "degraded", "failed")
 
 #: Largest witness answer read (a cosignature is about 600 bytes).
 MAX_WITNESS_RESPONSE = 16 * 1024
@@ -295,8 +299,8 @@ class RoundDriver:
             return list(
                 s.scalars(
                     select(ProblemRow.id).where(
-                        ProblemRow.phase.in_(ACTIVE)
-                        | ((ProblemRow.phase == "failed") & ProblemRow.train_requested.is_(True))
+                        ProblemRow.phase.in_(ACTIVE_PHASES)
+                        | ((ProblemRow.phase == ProblemPhase.FAILED) & ProblemRow.train_requested.is_(True))
                     )
                 )
             )
@@ -310,16 +314,15 @@ class RoundDriver:
             phase, close, train, t_r = row.phase, row.close_requested, row.train_requested, row.t_r
             since = row.phase_started
             bins_pending = row.bins_cosignatures_json is None and published(s, pid)["bins"]
-        ctx = self.state.context(pid)
-        assert ctx is not None
+        ctx = self.state.require_context(pid)
         now = time.time()
-        if phase == "registration":
+        if phase == ProblemPhase.REGISTRATION:
             deadline = ctx.problem.draft.schedule.registration_deadline.timestamp()
             if close or now >= deadline:
                 self._close_registration(pid)
-        elif phase == "witnessing" and (pid, "roster") not in self._witnessing:
+        elif phase == ProblemPhase.WITNESSING and (pid, "roster") not in self._witnessing:
             self._start_roster_witnessing(pid)
-        elif phase == "medians":
+        elif phase == ProblemPhase.MEDIANS:
             run = self._medians.get(pid)
             if run is None and (pid, "roster") in self._witnessing:
                 return  # the witnessing thread committed the phase and is starting the search
@@ -332,22 +335,25 @@ class RoundDriver:
                     self._fail(pid, "; ".join(run.errors))
                 else:
                     self._publish_bins(pid, run.thresholds)
-        elif phase == "reporting":
+        elif phase == ProblemPhase.REPORTING:
             grace = self.state.settings.intake_grace_seconds
             if train or (t_r is not None and now > t_r + grace):
                 self._start_training(pid)
             elif bins_pending and (pid, "bins") not in self._witnessing and ctx.bins is not None:
                 self._start_bins_witnessing(pid, ctx.bins)  # after a restart; idempotent at the witnesses
-        elif phase == "training" and pid not in self._training:
+        elif phase == ProblemPhase.TRAINING and pid not in self._training:
             self._resume_training(pid)
-        elif phase in ("done", "degraded", "failed") and train:
+        elif phase in FINISHED_PHASES and train:
             self._start_training(pid)
 
     # -- transitions --------------------------------------------------------------
-    def _enter(self, row: ProblemRow, phase: str, message: str | None = None) -> None:
-        """Move ``row`` to ``phase`` inside its session's transaction, guarded by the lease."""
+    def _enter(self, row: ProblemRow, phase: ProblemPhase, message: str | None = None) -> None:
+        """Move ``row`` to ``phase`` inside its session's transaction, guarded by the lease; only a
+        move :data:`~anonml.phases.PROBLEM_TRANSITIONS` lists (else :class:`IllegalProblemTransition`)."""
+        check_problem_transition(row.phase, phase)
         session = object_session(row)
-        assert session is not None, "a phase changes inside the transaction that read its row"
+        if session is None:
+            raise MissingProblemFact(f"problem {row.id}: phases change in the transaction that read it")
         self.lease.guard(session)
         now = time.time()
         seconds = json.loads(row.phase_seconds_json)
@@ -360,8 +366,8 @@ class RoundDriver:
     def _fail(self, pid: str, message: str) -> None:
         with self.state.sessions() as s, s.begin():
             row = s.get(ProblemRow, pid)
-            if row is not None and row.phase != "failed":
-                self._enter(row, "failed", message)
+            if row is not None and row.phase != ProblemPhase.FAILED:
+                self._enter(row, ProblemPhase.FAILED, message)
 
     def _fail_quietly(self, pid: str, message: str) -> None:
         """:meth:`_fail` from a worker thread: a lost lease or a database error is logged, not raised."""
@@ -376,11 +382,10 @@ class RoundDriver:
         state = self.state
         with state.sessions() as s, s.begin():
             # Write first: registrations committing after this point see the phase change.
-            row = _take(s, pid, ProblemRow.phase == "registration", close_requested=True)
+            row = _take(s, pid, ProblemRow.phase == ProblemPhase.REGISTRATION, close_requested=True)
             if row is None:
                 return
-            ctx = state.context(pid, s)
-            assert ctx is not None
+            ctx = state.require_context(pid, s)
             draft = ctx.problem.draft
             regs = list(
                 s.scalars(
@@ -391,7 +396,8 @@ class RoundDriver:
             )
             n = len(regs)
             if n < draft.min_peers:
-                self._enter(row, "failed", f"only {n} peers registered; the problem needs {draft.min_peers}")
+                message = f"only {n} peers registered; the problem needs {draft.min_peers}"
+                self._enter(row, ProblemPhase.FAILED, message)
                 return
             relays = sum(1 for r in regs if r.relay_url is not None)
             # With sender-only members, a roster whose relays are too few for any relaying member's route
@@ -400,7 +406,7 @@ class RoundDriver:
             if relays < n and relays < draft.hops + 1:
                 self._enter(
                     row,
-                    "failed",
+                    ProblemPhase.FAILED,
                     f"only {relays} of the {n} registered peers relay (the others are sender-only); "
                     f"routes of {draft.hops} relays need {draft.hops + 1}",
                 )
@@ -432,11 +438,11 @@ class RoundDriver:
             try:  # the sizes alone decide whether a plan exists; the beacon comes later
                 ctx.plan_for(roster)
             except ValueError as exc:
-                self._enter(row, "failed", f"cannot build the partition plan: {exc}")
+                self._enter(row, ProblemPhase.FAILED, f"cannot build the partition plan: {exc}")
                 return
             state.round_schedule(ctx, n)  # the waits of this round, sized for n members
             row.roster_json = roster.model_dump_json()
-            self._enter(row, "witnessing")
+            self._enter(row, ProblemPhase.WITNESSING)
         self._start_roster_witnessing(pid)
 
     # -- witnesses ----------------------------------------------------------------
@@ -454,24 +460,23 @@ class RoundDriver:
         state = self.state
         try:
             with state.sessions() as s:
-                row = s.get(ProblemRow, pid)
-                assert row is not None and row.roster_json is not None
+                row = _problem_row(s, pid)
+                if row.roster_json is None:
+                    raise MissingProblemFact(f"problem {pid}: witnessing without a published roster")
                 roster = Roster.model_validate_json(row.roster_json)
                 since = row.phase_started
-            ctx = state.context(pid)
-            assert ctx is not None
+            ctx = state.require_context(pid)
             sched = ctx.problem.draft.schedule
             deadline = since + sched.roster_seconds + sched.witness_seconds
             bundle = self._collect(pid, "roster", transcript_hash("roster", ctx.problem, roster), deadline)
             if bundle is None:
                 return
             with state.sessions() as s, s.begin():
-                row = s.get(ProblemRow, pid)
-                assert row is not None
-                if row.phase != "witnessing":
+                row = _problem_row(s, pid)
+                if row.phase != ProblemPhase.WITNESSING:
                     return
                 row.roster_cosignatures_json = bundle.model_dump_json()
-                self._enter(row, "medians")
+                self._enter(row, ProblemPhase.MEDIANS)
                 ctx.set_roster(roster, roster_beacon(bundle.cosignatures))
             self._medians[pid] = MedianRun(self, ctx)
         except LeaseLost as exc:
@@ -485,16 +490,15 @@ class RoundDriver:
     def _witness_bins(self, pid: str, bins: Bins) -> None:
         state = self.state
         try:
-            ctx = state.context(pid)
-            assert ctx is not None and ctx.roster is not None
-            transcript = transcript_hash("bins", ctx.problem, ctx.roster, bins)
+            ctx = state.require_context(pid)
+            transcript = transcript_hash("bins", ctx.problem, ctx.require_roster(), bins)
             bundle = self._collect(pid, "bins", transcript, bins.t_s)
             if bundle is None:
                 return
             with state.sessions() as s, s.begin():
                 self.lease.guard(s)
                 row = s.get(ProblemRow, pid)
-                if row is not None and row.phase == "reporting":
+                if row is not None and row.phase == ProblemPhase.REPORTING:
                     row.bins_cosignatures_json = bundle.model_dump_json()
         except LeaseLost as exc:
             log.warning("bins cosignatures of %s not recorded: %s", pid, exc)
@@ -512,8 +516,7 @@ class RoundDriver:
         e.g. 409, it co-signed another transcript) fails the problem at once.
         """
         state = self.state
-        ctx = state.context(pid)
-        assert ctx is not None
+        ctx = state.require_context(pid)
         statement = TranscriptStatement(
             aggregator=state.public_identity, problem_id=pid, stage=stage, transcript=transcript
         )
@@ -556,11 +559,9 @@ class RoundDriver:
 
     def _publish_bins(self, pid: str, thresholds: dict[int, tuple[float, ...]]) -> None:
         state = self.state
-        ctx = state.context(pid)
-        assert ctx is not None
+        ctx = state.require_context(pid)
         draft = ctx.problem.draft
-        assert ctx.roster is not None
-        sched = state.round_schedule(ctx, len(ctx.roster.entries))
+        sched = state.round_schedule(ctx, len(ctx.require_roster().entries))
         edges = tuple(
             tuple(thresholds.get(j, ())) if f.kind is FeatureKind.NUMERIC else ()
             for j, f in enumerate(draft.features)
@@ -582,8 +583,7 @@ class RoundDriver:
             state.identity,
         )
         with state.sessions() as s, s.begin():
-            row = s.get(ProblemRow, pid)
-            assert row is not None
+            row = _problem_row(s, pid)
             row.bins_json = bins.model_dump_json()
             if not witnessed:
                 row.bins_cosignatures_json = CosignatureBundle(
@@ -596,7 +596,7 @@ class RoundDriver:
                 )
                 or 0
             )
-            self._enter(row, "reporting")
+            self._enter(row, ProblemPhase.REPORTING)
         if witnessed:
             self._start_bins_witnessing(pid, bins)
 
@@ -610,10 +610,10 @@ class RoundDriver:
     def _start_training(self, pid: str) -> None:
         with self.state.sessions() as s, s.begin():
             # Write first: takes the lock, so intake transactions after it see "training".
-            row = _take(s, pid, ProblemRow.phase.in_(RETRAINABLE), train_requested=False)
+            row = _take(s, pid, ProblemRow.phase.in_(RETRAINABLE_PHASES), train_requested=False)
             if row is None:
                 return
-            self._enter(row, "training")
+            self._enter(row, ProblemPhase.TRAINING)
             settle_reports(s, pid)  # the round is over: staged reports move in random order
         wipe_log(self.state.engine)
         self._start_training_thread(pid)
@@ -634,7 +634,7 @@ class RoundDriver:
             if pid in self._training:
                 return
             with self.state.sessions() as s:
-                if s.scalar(select(ProblemRow.phase).where(ProblemRow.id == pid)) != "training":
+                if s.scalar(select(ProblemRow.phase).where(ProblemRow.id == pid)) != ProblemPhase.TRAINING:
                     return
             log.info("problem %s: resuming training from the stored reports", pid)
             self._start_training_thread(pid)
@@ -648,10 +648,8 @@ class RoundDriver:
     def _train(self, pid: str) -> None:
         state = self.state
         try:
-            ctx = state.context(pid)
-            assert (
-                ctx is not None and ctx.roster is not None and ctx.bins is not None and ctx.plan is not None
-            )
+            ctx = state.require_context(pid)
+            roster, bins, plan = ctx.require_roster(), ctx.require_bins(), ctx.require_plan()
             with state.sessions() as s:
                 reports = [
                     (r.partition, r.subset, r.mechanism_json, r.bits)
@@ -660,10 +658,11 @@ class RoundDriver:
                 answered = int(s.scalar(select(ProblemRow.median_answered).where(ProblemRow.id == pid)) or 0)
                 account = problem_account(s, pid, ctx, state.settings.intake_grace_seconds)
                 medians = median_account(s, pid, ctx)
-            assert account is not None and medians is not None
+            if account is None or medians is None:
+                raise MissingProblemFact(f"problem {pid}: training without a report or median account")
             from aggregator.training import train_problem  # scikit-learn: imported when first needed
 
-            model, metrics = train_problem(ctx.problem, ctx.roster, ctx.bins, ctx.plan, reports, answered)
+            model, metrics = train_problem(ctx.problem, roster, bins, plan, reports, answered)
             document = sign_message(
                 ModelDocument(
                     problem_id=pid,
@@ -679,9 +678,9 @@ class RoundDriver:
             limit = state.settings.max_loss_fraction
             degraded = account.lost_fraction > limit
             with state.sessions() as s, s.begin():
-                row = s.get(ProblemRow, pid)
-                assert row is not None
-                if row.phase != "training":  # trained by another tenure meanwhile: its model stands
+                row = _problem_row(s, pid)
+                # trained by another tenure meanwhile: its model stands
+                if row.phase != ProblemPhase.TRAINING:
                     log.warning("problem %s left training while this process trained it", pid)
                     return
                 row.model_json = document.model_dump_json()
@@ -691,9 +690,10 @@ class RoundDriver:
                      *([medians.describe()] if medians.missing else [])]
                 )
                 if degraded:
-                    self._enter(row, "degraded", f"{shortfall}; more than {limit:.0%} lost, model published")
+                    message = f"{shortfall}; more than {limit:.0%} lost, model published"
+                    self._enter(row, ProblemPhase.DEGRADED, message)
                 else:
-                    self._enter(row, "done", shortfall)
+                    self._enter(row, ProblemPhase.DONE, shortfall)
         except LeaseLost as exc:
             log.warning("the model of %s was not published: %s", pid, exc)
         except AnonMLError as exc:  # expected (e.g. no report arrived): the reason is the status
@@ -709,6 +709,14 @@ class RoundDriver:
         finally:
             with self._training_lock:  # after the commit: see _resume_training
                 self._training.pop(pid, None)
+
+
+def _problem_row(session: Session, pid: str) -> ProblemRow:
+    """The problem's row; :class:`MissingProblemFact` if the database has none (none is ever deleted)."""
+    row = session.get(ProblemRow, pid)
+    if row is None:
+        raise MissingProblemFact(f"no problem {pid!r} in the database")
+    return row
 
 
 def _take(session: Session, pid: str, when: ColumnElement[bool], **values: Any) -> ProblemRow | None:

@@ -28,6 +28,7 @@ from anonml.crypto import (
 )
 from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.database import make_engine
+from anonml.errors import AnonMLError
 from anonml.learn.binning import Binning
 from anonml.learn.partition import PartitionPlan
 from anonml.protocol import Bins, CosignatureBundle, Problem, Roster, Schedule, roster_beacon, route_count
@@ -36,6 +37,7 @@ from anonml.schedule import ServiceMeter, schedule_floors
 __all__ = [
     "AggregatorState",
     "ProblemContext",
+    "MissingProblemFact",
     "Refusal",
     "load_or_create_identity",
     "INTAKE_REFUSAL",
@@ -105,6 +107,12 @@ def load_or_create_identity(settings: AggregatorSettings) -> Identity:
     return crypto_load_or_create(settings.identity_file, settings.identity_passphrase)
 
 
+class MissingProblemFact(AnonMLError):
+    """A step needs what its problem has not published (its row, roster, plan or bins): a step run
+    out of its phase's order, or a database that lost a row. The round driver fails the problem
+    with it rather than go on without the fact."""
+
+
 @dataclass
 class ProblemContext:
     """Parsed, immutable facts about one problem (filled in as they are published)."""
@@ -127,11 +135,29 @@ class ProblemContext:
         spending happens in the intake's own transaction."""
         return TokenVerifier(self.token_key, MemorySpentSet())
 
+    def require_roster(self) -> Roster:
+        """The co-signed roster (from witnessing's end on), else :class:`MissingProblemFact`."""
+        if self.roster is None:
+            raise MissingProblemFact(f"problem {self.problem.id}: its roster is not co-signed yet")
+        return self.roster
+
+    def require_plan(self) -> PartitionPlan:
+        """The partition plan, fixed with the co-signed roster, else :class:`MissingProblemFact`."""
+        if self.plan is None:
+            raise MissingProblemFact(f"problem {self.problem.id}: its partition plan is not fixed yet")
+        return self.plan
+
+    def require_bins(self) -> Bins:
+        """The published bins (from reporting on), else :class:`MissingProblemFact`."""
+        if self.bins is None:
+            raise MissingProblemFact(f"problem {self.problem.id}: its bins are not published yet")
+        return self.bins
+
     @cached_property
     def binning(self) -> Binning:
-        """The published bins (once the bins are out)."""
-        assert self.bins is not None
-        return Binning.from_thresholds(self.problem.draft.features, dict(enumerate(self.bins.edges)))
+        """The published bins as a :class:`~anonml.learn.binning.Binning` (once the bins are out)."""
+        edges = dict(enumerate(self.require_bins().edges))
+        return Binning.from_thresholds(self.problem.draft.features, edges)
 
     def plan_for(self, roster: Roster, beacon: bytes = b"") -> PartitionPlan:
         """The plan of ``roster`` under the witnesses' ``beacon``; ValueError when the sizes do not fit
@@ -196,6 +222,13 @@ class AggregatorState:
         return bytes(self.identity.public)
 
     # -- caches -------------------------------------------------------------------
+    def require_context(self, problem_id: str, session: Session | None = None) -> ProblemContext:
+        """:meth:`context`, or :class:`MissingProblemFact` when there is no such problem."""
+        ctx = self.context(problem_id, session)
+        if ctx is None:
+            raise MissingProblemFact(f"no problem {problem_id!r}")
+        return ctx
+
     def context(self, problem_id: str, session: Session | None = None) -> ProblemContext | None:
         """The cached context of ``problem_id`` (None if no such problem)."""
         with self._lock:

@@ -37,6 +37,7 @@ from aggregator.state import DUPLICATE_COPY
 from anonml.errors import ProtocolError
 from anonml.learn.binning import Binning
 from anonml.learn.partition import PartitionPlan
+from anonml.phases import ROUND_PHASES
 from anonml.privacy import MechanismDescriptor
 from anonml.privacy.amplification import CentralTarget, ShuffleBound, unlinkable_pools_bound
 from anonml.protocol import (
@@ -60,7 +61,6 @@ __all__ = [
     "binning_of",
     "account_reports",
     "delivery_window_open",
-    "ROUND_PHASES",
     "shuffle_statement",
 ]
 
@@ -142,7 +142,6 @@ class ReportGroup:
 
 #: Phases in which reports may still arrive: the round's delivery window closes at ``t_r`` + grace,
 #: or earlier when an admin trains at once (the phase leaves ``reporting``).
-ROUND_PHASES = frozenset({"witnessing", "medians", "reporting"})
 
 
 def delivery_window_open(phase: str, t_r: float | None, grace: float, now: float) -> bool:

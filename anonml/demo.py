@@ -57,11 +57,11 @@ from anonml.errors import AnonMLError
 from anonml.featurize import featurize_dataset
 from anonml.learn import AnonMLClassifier, PartitionPlan, SimulationConfig, roster_plan, simulated_learner
 from anonml.model import FeatureSpec
+from anonml.phases import MODEL_PHASES, ProblemPhase
 from anonml.plugins import PluginRef, create
 from anonml.privacy import PrivacyLedger
 from anonml.protocol import (
     DEFAULT_ROUTES,
-    MODEL_PHASES,
     CosignatureBundle,
     MedianSettings,
     ModelDocument,
@@ -162,7 +162,7 @@ class DemoResult:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     median_pool: int = 0
     reports: ReportAccount | None = None
-    phase: str = "done"
+    phase: str = ProblemPhase.DONE
     message: str = ""
     max_loss_fraction: float = 0.1
     #: AUC mean and sd of the in-process computation given this run's own plan and
@@ -190,7 +190,7 @@ class DemoResult:
         perturbation whatever bins the median search found.
         """
         out: list[str] = []
-        if self.phase != "done":
+        if self.phase != ProblemPhase.DONE:
             out.append(f"the problem ended {self.phase!r}: {self.message or 'no message'}")
         if self.median_pool > 0 and self.median_answers == 0:
             out.append(
@@ -491,8 +491,8 @@ def _wait(url: str, pid: str, until: Callable[[ProblemStatus], bool], timeout: f
         status = ProblemStatus.model_validate_json(
             requests.get(f"{url}/problems/{pid}/status", timeout=30).content
         )
-        if until(status) or status.phase == "failed":
-            if status.phase == "failed":
+        if until(status) or status.phase == ProblemPhase.FAILED:
+            if status.phase == ProblemPhase.FAILED:
                 raise AnonMLError(f"problem {pid} failed: {status.message}")
             return status
         if time.monotonic() > deadline:
@@ -658,7 +658,7 @@ def _register(services: _Services, draft: ProblemDraft, n_peers: int, report: Pr
 
     _wait(url, pid, everyone_registered, timeout=120)
     requests.post(f"{url}/problems/{pid}/close", headers=admin, timeout=30).raise_for_status()
-    _wait(url, pid, lambda s: s.phase != "registration", timeout=60)
+    _wait(url, pid, lambda s: s.phase != ProblemPhase.REGISTRATION, timeout=60)
     return pid
 
 
@@ -671,13 +671,13 @@ def _run_protocol(
     pid = _register(services, draft, n_peers, report)
     timer["registration"] = time.perf_counter() - t
     t = time.perf_counter()
-    _wait(url, pid, lambda s: s.phase != "witnessing", timeout=60)
+    _wait(url, pid, lambda s: s.phase != ProblemPhase.WITNESSING, timeout=60)
     timer["roster co-signed"] = time.perf_counter() - t
     t = time.perf_counter()
     _wait(
         url,
         pid,
-        lambda s: report("medians", s.median_answers, s.median_pool) or s.phase not in ("medians",),
+        lambda s: report("medians", s.median_answers, s.median_pool) or s.phase != ProblemPhase.MEDIANS,
         timeout=60 + draft.schedule.roster_seconds + draft.median.steps * draft.schedule.median_step_seconds,
     )
     timer["median rounds"] = time.perf_counter() - t
@@ -687,7 +687,7 @@ def _run_protocol(
         pid,
         lambda s: (
             report("report round", s.reports_accepted, s.report_peers * s.slots_per_peer)
-            or s.phase not in ("reporting",)
+            or s.phase != ProblemPhase.REPORTING
         ),
         timeout=180,
     )

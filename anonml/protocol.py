@@ -68,6 +68,7 @@ from anonml.crypto.onion import PAYLOAD_VERSION
 from anonml.crypto.vrf import PROOF_SIZE as VRF_PROOF_SIZE
 from anonml.errors import ProtocolError
 from anonml.model import FeatureKind, FeatureSpec
+from anonml.phases import MODEL_PHASES, ProblemPhase
 from anonml.plugins import PluginRef
 from anonml.privacy.descriptor import MechanismDescriptor
 
@@ -88,7 +89,7 @@ __all__ = [
     "LabelSpec",
     "ProblemDraft",
     "Problem",
-    "Phase",
+    "ProblemPhase",
     "MODEL_PHASES",
     "ReportAccount",
     "ShuffleStatement",
@@ -556,11 +557,6 @@ class Problem(_Message):
     signature: SignatureBytes
 
 
-Phase = Literal[
-    "registration", "witnessing", "medians", "reporting", "training", "done", "degraded", "failed"
-]
-#: Phases in which the signed model is published (``degraded``: trained, but too many reports lost).
-MODEL_PHASES: tuple[str, ...] = ("done", "degraded")
 
 
 class ReportAccount(_Message):
@@ -707,7 +703,7 @@ class ProblemStatus(_Message):
 
     id: str
     title: str
-    phase: Phase
+    phase: ProblemPhase
     registered: int
     roster_size: int
     median_answers: int

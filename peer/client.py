@@ -23,6 +23,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from anonml.addresses import connect_check
 from anonml.errors import ProtocolError
 from anonml.outbound import REPLY_CAP, AddressCheck, OutboundError, Reply, fetch
+from anonml.phases import ProblemPhase
 from anonml.protocol import (
     MAX_BATCH_ITEMS,
     Ack,
@@ -179,7 +180,7 @@ class AggregatorClient:
     def _url(self, path: str) -> str:
         return self.base_url + path
 
-    def problems(self, phase: str | None = None) -> list[Problem]:
+    def problems(self, phase: ProblemPhase | None = None) -> list[Problem]:
         """The aggregator's problems (``phase``: only those in it), each entry validated on its own.
 
         A malformed entry is left out and logged: it never hides the well-formed

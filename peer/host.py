@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from anonml.errors import AnonMLError
+from anonml.phases import ProblemPhase
 from anonml.privacy import PrivacyLedger
 from anonml.privacy.amplification import ShuffleBound, report_pool_bound
 from anonml.privacy.budget import Release
@@ -236,7 +237,7 @@ def discover(
         if backoff is not None and not backoff.due(url):
             continue
         try:
-            open_problems = AggregatorClient(url).problems(phase="registration")
+            open_problems = AggregatorClient(url).problems(phase=ProblemPhase.REGISTRATION)
         except AnonMLError as exc:
             if count is not None:
                 count("aggregator unreachable")

@@ -25,9 +25,9 @@ import numpy as np
 from anonml.addresses import connect_check
 from anonml.errors import AnonMLError, ProtocolError
 from anonml.outbound import OutboundError, RefusedAddress, fetch
+from anonml.phases import MODEL_PHASES, ProblemPhase
 from anonml.protocol import (
     MAX_BATCH_ITEMS,
-    MODEL_PHASES,
     Assignment,
     Bins,
     CosignatureBundle,
@@ -91,7 +91,7 @@ class ProblemSession:
         self.bins: Bins | None = None
         self._unwitnessed: RosterView | None = None  # verified roster, waiting for its cosignatures
         self._bins_bundle: CosignatureBundle | None = None
-        self.phase = "registration"
+        self.phase = ProblemPhase.REGISTRATION
         self.finished = False
         # Transient failures (peer.client.transient): a step that met one is tried again after a
         # jittered backoff, never ended for it; a participation in a streak is logged once.
@@ -163,10 +163,10 @@ class ProblemSession:
         """Advance every participant as far as the problem's phase allows."""
         status = self.client.status(self.problem.id)
         self.phase = status.phase
-        if status.phase == "registration":
+        if status.phase == ProblemPhase.REGISTRATION:
             self._register(self._in(P.ACCEPTED))
             return
-        if status.phase == "failed":
+        if status.phase == ProblemPhase.FAILED:
             for p in self.participants:
                 p.fail(f"the problem failed: {status.message}")
             self.finished = True
@@ -182,21 +182,21 @@ class ProblemSession:
         # elsewhere that have not yet are asked again at the next poll.
         self._each(lambda p: p.compare_fingerprints(), self._in(P.ROSTER_CHECKED))
         ready = self._in(*READY)
-        if status.phase == "medians":
+        if status.phase == ProblemPhase.MEDIANS:
             queries = self.client.medians(self.problem.id)
             self._each(lambda p: [p.answer(q) for q in queries], ready)
-        if status.phase == "medians":
+        if status.phase == ProblemPhase.MEDIANS:
             # Ahead of the round: routes (certificates checked) and tokens (issuance is open);
             # a bounded number per poll, so polls stay short and median queries are answered.
             # Once reporting, whoever is left prepares as it builds its packets, after every
             # relay of the host is open.
             todo = [p for p in ready if p.preparation is None]
             self._each(lambda p: p.prepare_round(), todo[:TOKENS_PER_POLL])
-        if status.phase in ("reporting", "training", *MODEL_PHASES):
+        if status.phase in (ProblemPhase.REPORTING, ProblemPhase.TRAINING, *MODEL_PHASES):
             self._report_round(status.phase)
         if status.phase in MODEL_PHASES and status.model_available:  # degraded: published all the same
             document = self.client.model(self.problem.id)
-            degraded = status.phase == "degraded"
+            degraded = status.phase == ProblemPhase.DEGRADED
             receipts = self._receipts()
             if receipts is None and self._receipts_transient and time.monotonic() < self._receipts_until():
                 # Not the end: counted against the receipts, or the sender's count is wrong. The
@@ -333,7 +333,7 @@ class ProblemSession:
             bundle = self._bins_bundle
             self._each(lambda p: p.check_bins(bins, bundle),
                        [p for p in self.participants if p.active and p.roster is not None and p.bins is None])
-        if phase == "reporting" and self._bins_bundle is not None:
+        if phase == ProblemPhase.REPORTING and self._bins_bundle is not None:
             self._each(self._start, [p for p in self._in(P.RELAYING) if p.bins is not None])
             self._watch_relay_hosts(bins)
         if time.time() >= bins.t_s + bins.delta:

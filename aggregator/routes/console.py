@@ -42,6 +42,7 @@ from aggregator.routes import registration as registration_routes
 from aggregator.state import AggregatorState
 from aggregator.timeline import Counts, Sample, samples
 from anonml.model import FeatureSpec
+from anonml.phases import FINISHED_PHASES, RETRAINABLE_PHASES, ProblemPhase
 from anonml.plugins import PluginRef
 from anonml.protocol import (
     Bins,
@@ -80,6 +81,9 @@ PAGES = Pages(
     "AnonML aggregator",
     [("/", "Problems"), ("/propose", "Propose")],
 )
+
+# The templates name phases through the enum and the retrain rule through its table, never by word.
+PAGES.env.globals.update(Phase=ProblemPhase, retrainable=RETRAINABLE_PHASES)
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 router.include_router(PAGES.router())
@@ -317,7 +321,7 @@ def _problem_page(state: AggregatorState, session: Session, problem_id: str) -> 
     status = problem_routes.problem_status(state, session, row)
     now = time.time()
     timeline = list(status.phase_seconds.items())
-    finished = row.phase in ("done", "degraded", "failed")
+    finished = row.phase in FINISHED_PHASES
     if not finished:
         timeline.append((f"{row.phase} (now)", max(0.0, now - row.phase_started)))
     bundles = [
@@ -327,10 +331,9 @@ def _problem_page(state: AggregatorState, session: Session, problem_id: str) -> 
     ]
     document = ModelDocument.model_validate_json(row.model_json) if row.model_json is not None else None
     problem = Problem.model_validate_json(row.problem_json)
-    ctx = state.context(row.id, session)
-    assert ctx is not None
+    ctx = state.require_context(row.id, session)
     # The roster came out when registration ended: the proposal's time plus registration's length.
-    registration = status.phase_seconds.get("registration")
+    registration = status.phase_seconds.get(ProblemPhase.REGISTRATION)
     roster_at = (
         None if ctx.roster is None or registration is None else problem.created_at.timestamp() + registration
     )

@@ -89,9 +89,9 @@ from anonml.crypto import (
 )
 from anonml.crypto.spent import SpentTokenRow, insert_many_once
 from anonml.learn.histograms import domain_size
+from anonml.phases import MODEL_PHASES, ProblemPhase
 from anonml.privacy import check_support
 from anonml.protocol import (
-    MODEL_PHASES,
     BatchResults,
     IntakeBatch,
     IntakeDelivery,
@@ -149,13 +149,13 @@ def _stage_many(session: Session, items: list[tuple[bytes, Redemption, PrivateRe
 def check_report(ctx: ProblemContext, report: PrivateReport) -> None:
     """Raise ValueError naming the first way ``report`` does not fit the problem's plan."""
     draft = ctx.problem.draft
-    assert ctx.plan is not None and ctx.bins is not None
+    plan = ctx.require_plan()
     if not report.partition < draft.kp:
         raise ValueError(f"partition {report.partition} out of range 0..{draft.kp - 1}")
     if not report.subset < draft.kh:
         raise ValueError(f"subset {report.subset} out of range 0..{draft.kh - 1}")
     binning = ctx.binning
-    features = ctx.plan.subsets[report.partition][report.subset]
+    features = plan.subsets[report.partition][report.subset]
     m = domain_size([binning.n_bins[f] for f in features], draft.label.k)
     if report.mechanism.m != m:
         raise ValueError(f"mechanism domain {report.mechanism.m} differs from the subset's {m} cells")
@@ -271,7 +271,7 @@ def receipts(problem_id: str, state: StateDep, session: SessionDep) -> ReportRec
     if ctx is None:
         raise HTTPException(status_code=404, detail=f"no problem {problem_id!r}")
     phase = session.scalar(select(ProblemRow.phase).where(ProblemRow.id == problem_id))
-    if phase not in ("training", *MODEL_PHASES):
+    if phase not in (ProblemPhase.TRAINING, *MODEL_PHASES):
         raise HTTPException(
             status_code=409, detail=f"problem {problem_id} is in phase {phase}; no receipts yet"
         )
@@ -307,7 +307,8 @@ def _checked(
         if not round_pid:
             raise _Refusal("", "unknown problem", 404, f"no problem has round {body.round_id}")
         raise _Cover(round_pid)
-    assert payload.redemption is not None and payload.report is not None
+    if payload.redemption is None or payload.report is None:  # open_payload gives both unless cover
+        raise _Refusal(round_pid, "malformed", 422, "a report payload without its redemption or report")
     redemption = payload.redemption
     try:
         report = PrivateReport.from_bytes(payload.report)
@@ -377,7 +378,7 @@ def _check_slot(
 def _closed(session: Session, pid: str) -> _Refusal | None:
     """The refusal for a problem whose report round closed, read FOR SHARE (None while open)."""
     phase = session.scalar(select(ProblemRow.phase).where(ProblemRow.id == pid).with_for_update(read=True))
-    if phase == "reporting":
+    if phase == ProblemPhase.REPORTING:
         return None
     return _Refusal(
         pid, "wrong phase", 409, f"problem {pid} is in phase {phase}; the report round is closed", intake=True

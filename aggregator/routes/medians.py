@@ -20,6 +20,7 @@ from aggregator.db import MedianAnswerRow, MedianQueryRow
 from aggregator.deps import SessionDep, StateDep
 from aggregator.routes.problems import check_named_problem, get_row
 from anonml.crypto import CryptoError
+from anonml.phases import ProblemPhase
 from anonml.protocol import Ack, MedianAnswer, MedianQuery, verify_message
 
 __all__ = ["router"]
@@ -58,12 +59,12 @@ def answer(problem_id: str, body: MedianAnswer, state: StateDep, session: Sessio
 def _check_and_store(problem_id: str, body: MedianAnswer, state, session) -> None:
     row = get_row(session, problem_id)
     check_named_problem(state, problem_id, body.problem_id, "answer")
-    if row.phase != "medians":
+    if row.phase != ProblemPhase.MEDIANS:
         raise state.refuse(
             problem_id, "wrong phase", 409, f"problem {problem_id} is in phase {row.phase}", median=True
         )
-    ctx = state.context(problem_id, session)
-    assert ctx is not None and ctx.roster is not None
+    ctx = state.require_context(problem_id, session)
+    ctx.require_roster()  # the medians phase comes after the co-signed roster
     index = ctx.index.get(bytes(body.identity))
     if index is None:
         raise state.refuse(

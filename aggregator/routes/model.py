@@ -13,6 +13,7 @@ from aggregator.deps import AdminDep, SessionDep, StateDep
 from aggregator.routes.problems import get_row, problem_status
 from aggregator.state import AggregatorState
 from anonml.errors import AnonMLError
+from anonml.phases import MODEL_PHASES, ProblemPhase
 from anonml.protocol import Bins, ModelDocument, ModelEvaluation, ProblemStatus
 
 __all__ = ["router", "evaluate_model", "latest_evaluation"]
@@ -38,8 +39,9 @@ def train(problem_id: str, state: StateDep, session: SessionDep, _: AdminDep) ->
     with session.begin():
         row = get_row(session, problem_id)
         # A problem that failed in training (or after it) retrains on its stored reports.
-        failed_in_training = row.phase == "failed" and "training" in json.loads(row.phase_seconds_json)
-        if row.phase not in ("reporting", "done", "degraded") and not failed_in_training:
+        trained = ProblemPhase.TRAINING in json.loads(row.phase_seconds_json)
+        failed_in_training = row.phase == ProblemPhase.FAILED and trained
+        if row.phase not in (ProblemPhase.REPORTING, *MODEL_PHASES) and not failed_in_training:
             raise HTTPException(
                 status_code=409,
                 detail=f"problem {problem_id} is in phase {row.phase}; training needs the report round",

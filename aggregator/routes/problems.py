@@ -40,6 +40,7 @@ from anonml.crypto import TokenKey
 from anonml.crypto.spent import IssuanceRow
 from anonml.learn import commit_seed
 from anonml.learn.partition import SEED_BYTES
+from anonml.phases import ProblemPhase
 from anonml.privacy.amplification import ShuffleBound, report_pool_bound
 from anonml.protocol import (
     MedianAccount,
@@ -178,8 +179,7 @@ def problem_shuffle(ctx: ProblemContext, model_json: str | None) -> ShuffleState
 
 def problem_status(state: AggregatorState, session: Session, row: ProblemRow) -> ProblemStatus:
     """Counts per phase, refusals by reason and the report account, from the database."""
-    ctx = state.context(row.id, session)
-    assert ctx is not None
+    ctx = state.require_context(row.id, session)
     roster_size = len(ctx.roster.entries) if ctx.roster is not None else 0
     pool = ctx.roster.median_pool_size if ctx.roster is not None else 0
     counts = problem_counts(session, row.id)
@@ -239,7 +239,7 @@ def propose(draft: ProblemDraft, state: StateDep, session: SessionDep, _: AdminD
                 seed=seed,
                 token_secret=bytes(token_key),
                 round_id=problem.round_id,
-                phase="registration",
+                phase=ProblemPhase.REGISTRATION,
                 message="",
                 created_at=now,
                 phase_started=time.time(),

@@ -42,6 +42,7 @@ from aggregator.deps import AdminDep, SessionDep, StateDep
 from aggregator.routes.problems import get_row, named_problem_refusal, problem_status
 from aggregator.state import ProblemContext, Refusal
 from anonml.crypto import CryptoError, PublicIdentity, RelayKeyCertificate
+from anonml.phases import ProblemPhase
 from anonml.protocol import (
     STAGES,
     Assignment,
@@ -202,7 +203,7 @@ def _closed_meanwhile(session: Session, problem_id: str) -> Refusal | None:
         .where(ProblemRow.id == problem_id)
         .with_for_update(read=True)
     ).one()
-    if phase != "registration" or closed:
+    if phase != ProblemPhase.REGISTRATION or closed:
         return Refusal(
             problem_id,
             "registration closed",
@@ -226,12 +227,12 @@ def _checked(
     ctx = ctx if ctx is not None else state.context(problem_id, session)
     if ctx is None:
         raise Refusal("", "unknown problem", 404, f"no problem {problem_id!r}")
-    refusal = named_problem_refusal(problem_id, registration.problem_id, "registration")
+    refusal = named_problem_refusal(problem_id, registration.problem_id, ProblemPhase.REGISTRATION)
     if refusal is not None:
         raise refusal
     row = get_row(session, problem_id)
     deadline = ctx.problem.draft.schedule.registration_deadline
-    if row.phase != "registration" or row.close_requested or datetime.now(UTC) >= deadline:
+    if row.phase != ProblemPhase.REGISTRATION or row.close_requested or datetime.now(UTC) >= deadline:
         raise Refusal(
             problem_id,
             "registration closed",
@@ -297,7 +298,7 @@ def close_registration(problem_id: str, state: StateDep, session: SessionDep, _:
     """Close registration now (admin); the phase machine publishes the roster on its next tick."""
     with session.begin():
         row = get_row(session, problem_id)
-        if row.phase != "registration":
+        if row.phase != ProblemPhase.REGISTRATION:
             raise HTTPException(status_code=409, detail=f"problem {problem_id} is in phase {row.phase}")
         row.close_requested = True
     return problem_status(state, session, row)

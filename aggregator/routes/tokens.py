@@ -32,6 +32,7 @@ from aggregator.deps import SessionDep, StateDep
 from aggregator.routes.problems import check_named_problem, get_row
 from anonml.crypto import AlreadyIssued, CryptoError, IssuanceLedger, TokenIssuer, record_issuance
 from anonml.crypto.spent import IssuanceRow
+from anonml.phases import ProblemPhase
 from anonml.protocol import TokenBatchRequest, TokenBatchResponse, report_slot, verify_message
 
 __all__ = ["router", "SessionIssuanceLedger"]
@@ -79,7 +80,7 @@ def issue_tokens(
 def _issue(problem_id: str, body: TokenBatchRequest, state, session: Session) -> TokenBatchResponse:
     row = get_row(session, problem_id)
     check_named_problem(state, problem_id, body.problem_id, "request")
-    if row.phase not in ("medians", "reporting"):
+    if row.phase not in (ProblemPhase.MEDIANS, ProblemPhase.REPORTING):
         raise state.refuse(
             problem_id,
             "wrong phase",
@@ -87,8 +88,8 @@ def _issue(problem_id: str, body: TokenBatchRequest, state, session: Session) ->
             f"tokens are issued from the roster's publication to the end of the send window; "
             f"problem {problem_id} is in phase {row.phase}",
         )
-    ctx = state.context(problem_id, session)
-    assert ctx is not None and ctx.roster is not None and ctx.plan is not None
+    ctx = state.require_context(problem_id, session)
+    plan = ctx.require_plan()  # tokens are issued after the co-signed roster fixed the plan
     if ctx.bins is not None and time.time() >= ctx.bins.t_s + ctx.bins.delta:
         raise state.refuse(problem_id, "wrong phase", 409, "the send window is over; no more tokens")
     index = ctx.index.get(bytes(body.identity))
@@ -100,7 +101,7 @@ def _issue(problem_id: str, body: TokenBatchRequest, state, session: Session) ->
         raise state.refuse(
             problem_id, "bad signature", 403, f"token request signature rejected: {exc}"
         ) from None
-    assignment = ctx.plan.assignment(index)
+    assignment = plan.assignment(index)
     if assignment.role == "median":
         raise state.refuse(
             problem_id, "median pool", 403, "median-pool peers send cover packets only and get no tokens"
