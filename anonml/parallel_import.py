@@ -12,7 +12,7 @@ transaction:
 
 The reader does no per-line work (undecoded blocks cut after their last
 newline, :func:`~anonml.readers.iter_line_blocks`), and workers return ready
-``events`` rows (:func:`anonml.store.event_row` tuples: strings and integers,
+``events`` rows (:func:`anonml.event_rows.event_row` tuples: strings and integers,
 cheap to hand over) rather than :class:`Event` objects, so the writer's time
 goes to the database (the edX importer makes them without making the events
 first: :meth:`~anonml.plugins.ChunkedImporter.parse_chunk_rows`). At most three
@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from anonml.errors import RecordError
+from anonml.event_rows import event_row
 from anonml.model import Event
 from anonml.plugins import ChunkedImporter, Importer
 from anonml.readers import block_lines, iter_line_blocks, iter_line_chunks
@@ -145,8 +146,6 @@ def rows_of(
 ) -> ChunkRows:
     """Events as rows attributed as the serial import attributes them (``user`` overrides, then the
     event's own user, then ``fallback``), bad records kept apart."""
-    from anonml.store import event_row  # the store imports this module
-
     rows: list[tuple] = []
     errors: list[RecordError] = []
     users: set[str] = set()

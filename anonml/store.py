@@ -26,21 +26,19 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sqlalchemy import ForeignKey, Index, String, Text, delete, func, select
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from anonml import parallel_import as par
 from anonml.database import UTCDatetimes, describe_database_error, make_engine, migrate
 from anonml.errors import RecordError, StoreError
-from anonml.model import Dataset, Event, content_id, decode_fields, encode_fields, timestamp_us, to_utc
+from anonml.event_rows import EVENT_COLUMNS, event_row
+from anonml.model import Dataset, Event, decode_fields, timestamp_us, to_utc
 from anonml.paths import default_store_url
 from anonml.plugins import ChunkedImporter, Importer
-
-if TYPE_CHECKING:  # parallel_import imports event_row from here
-    from anonml.parallel_import import ChunkRows
 
 __all__ = [
     "EventStore",
@@ -152,8 +150,6 @@ def _from_us(us: int | None) -> datetime | None:
     return None if us is None else _EPOCH + us * _US
 
 
-#: Column order of :func:`event_row` tuples.
-EVENT_COLUMNS = ("user_id", "id", "source", "type", "ts_us", "fields", "import_id")
 _SQLITE_INSERT = (
     f"INSERT OR IGNORE INTO events ({', '.join(EVENT_COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(EVENT_COLUMNS))})"
@@ -185,22 +181,6 @@ def _insert_ignoring_duplicates(session: Session, rows: list[tuple]) -> int:
         .returning(EventRow.id)
     )
     return len(session.execute(stmt).all())
-
-
-def event_row(event: Event, user: str, import_id: int) -> tuple:
-    """The ``events`` row of ``event`` attributed to ``user``, in :data:`EVENT_COLUMNS` order."""
-    return parts_row(user, event.source, event.type, event.timestamp, event.fields, import_id)
-
-
-def parts_row(
-    user: str, source: str, type_: str, timestamp: datetime | None, fields: dict[str, object], import_id: int
-) -> tuple:
-    """:func:`event_row` of the event these parts make, without the event: for parts that
-    :func:`~anonml.model.canonical_parts` accepts (they are then the event's own values)."""
-    fields_json = encode_fields(fields)
-    ts_us = None if timestamp is None else timestamp_us(timestamp)
-    row_id = content_id(user, source, type_, ts_us, fields_json)
-    return (user, row_id, source, type_, ts_us, fields_json, import_id)
 
 
 def add_events(
@@ -566,7 +546,6 @@ def _store_events(
     workers: int | None,
 ) -> int:
     """Parse ``path`` (in ``workers`` processes where it pays) and store its events; rows inserted."""
-    from anonml import parallel_import as par  # it imports event_row from here
 
     workers = par.default_workers() if workers is None else workers
     with par.fewer_collections():  # the parse keeps a chunk of events alive: see there
@@ -595,7 +574,7 @@ def _parsed_events(path: Path, importer: Importer, user: str | None, tally: _Tal
         yield event
 
 
-def _store_chunks(session: Session, chunks: Iterable[ChunkRows], tally: _Tally) -> int:
+def _store_chunks(session: Session, chunks: Iterable[par.ChunkRows], tally: _Tally) -> int:
     """Store parsed chunks (:func:`anonml.parallel_import.parallel_chunk_rows`,
     :func:`~anonml.parallel_import.serial_chunk_rows`) in file order.
 

@@ -573,8 +573,8 @@ class EdxImporter(ChunkedImporter):
         Parts that :meth:`Event.make` would hand to pydantic's validation go through it here
         too, so a refused value is the same ``invalid event`` error.
         """
+        from anonml.event_rows import event_row, parts_row
         from anonml.parallel_import import ChunkRows
-        from anonml.store import event_row, parts_row
 
         users: set[str] = set()
 
