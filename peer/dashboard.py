@@ -4,7 +4,7 @@ Each function here turns the host's records (its :class:`~peer.db.PeerDB`,
 the identity's event store and privacy ledger) into a small view for one page
 of :mod:`peer.routes.dashboard`; the decisions and figures come from the
 functions ``anonml peer …`` uses (:func:`~peer.policy.evaluate_problem`,
-:func:`~peer.host.committed_epsilon`, :func:`~peer.host.release_marks`,
+:func:`~peer.records.committed_epsilon`, :func:`~peer.records.release_marks`,
 :func:`~peer.features.predict_locally`, :func:`anonml.importing.import_paths`),
 so the page and the CLI never disagree.
 
@@ -31,10 +31,11 @@ from anonml.store import EventRow, EventStore, ImportRecord, ImportRow, SourceSu
 from anonml.web import Series, epsilon_sentence, svg_step_chart
 from peer.db import PeerDB
 from peer.features import LocalPrediction, predict_locally
-from peer.host import PeerHost, committed_epsilon, release_marks, shuffle_bounds
+from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.phases import ParticipationPhase
 from peer.policy import admission_text, evaluate_problem
+from peer.records import committed_epsilon, release_marks, shuffle_bounds
 
 __all__ = [
     "SourceRow",
@@ -124,7 +125,7 @@ class ProposalCard:
 
     ``label`` is the label's kind and public domain as the draft declares it
     (:class:`~anonml.protocol.LabelSpec`); ``can_accept`` is whether accepting
-    by hand would be recorded (:func:`~peer.host.decide_by_hand` evaluates with
+    by hand would be recorded (:func:`~peer.records.decide_by_hand` evaluates with
     ``manual=True``), and ``accept_blocked`` the rule that stops it when not.
     """
 

@@ -12,261 +12,32 @@ its releases on its own.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from anonml.errors import AnonMLError
-from anonml.phases import ProblemPhase
-from anonml.privacy import PrivacyLedger
-from anonml.privacy.amplification import ShuffleBound, report_pool_bound
-from anonml.privacy.budget import Release
-from anonml.protocol import AdmissionCredential, PeerStatus, Problem, RosterWitness, verify_message
+from anonml.protocol import AdmissionCredential, PeerStatus, Problem, RosterWitness
 from peer.client import AggregatorClient
 from peer.db import PeerDB
+from peer.discovery import AggregatorBackoff, discover
 from peer.dispatch import Dispatcher, Lanes
 from peer.participant import Participant, PeerNode
-from peer.phases import TERMINAL, ParticipationPhase
+from peer.phases import TERMINAL
 from peer.policy import Decision, PeerPolicy, evaluate_problem, load_plugins
+from peer.records import committed_epsilon
 from peer.relay import RelayService
-from peer.worker import ProblemSession, Worker, poll_backoff
+from peer.worker import ProblemSession, Worker
 
-__all__ = [
-    "PeerHost",
-    "AggregatorBackoff",
-    "committed_epsilon",
-    "decide_by_hand",
-    "discover",
-    "release_marks",
-]
+__all__ = ["PeerHost"]
 
 log = logging.getLogger("anonml.peer")
-
-
-def committed_epsilon(db: PeerDB | None, ledger: PrivacyLedger | None, fingerprint: str) -> float:
-    """ε the identity ``fingerprint`` agreed to or spent, over every problem (for the lifetime cap).
-
-    Per problem the larger of what it accepted (``db``) and what its ledger
-    recorded; either may be None when it does not exist yet (nothing agreed
-    or spent there).
-    """
-    agreed = db.accepted_epsilon(fingerprint) if db is not None else {}
-    spent: dict[str, float] = {}
-    for release in ledger.releases(peer=fingerprint) if ledger is not None else []:
-        spent[release.problem] = spent.get(release.problem, 0.0) + release.epsilon
-    problems = set(agreed) | set(spent)
-    return sum(max(agreed.get(p, 0.0), spent.get(p, 0.0)) for p in problems)
-
-
-def decide_by_hand(
-    db: PeerDB,
-    ledger: PrivacyLedger | None,
-    policy: PeerPolicy,
-    fingerprint: str,
-    problem_id: str,
-    *,
-    accept: bool,
-) -> Decision:
-    """Record the person's own answer to a proposal (``anonml peer accept``, the dashboard's buttons).
-
-    Accepting re-evaluates the proposal with ``manual=True`` (beyond the
-    automatic limits, never past the lifetime cap, the floors or the trust
-    rules) and records the verdict; a running daemon joins at its next poll.
-    Declining records a refusal the worker never overrides.
-
-    Raises
-    ------
-    AnonMLError
-        The proposal was never seen; accepting it breaks a rule that even the
-        person cannot waive (the reason); declining one already accepted.
-    """
-    row = db.proposal(problem_id)
-    if row is None:
-        raise AnonMLError(f"no proposal {problem_id!r} seen yet; run 'anonml peer proposals -a URL'")
-    problem = Problem.model_validate_json(row.problem_json)
-    previous = db.decision(problem_id, fingerprint)
-    if not accept:
-        if previous is not None and previous.verdict == "accept":
-            raise AnonMLError(f"{problem_id} is already accepted: this peer takes part in it")
-        decision = Decision("refuse", "declined by the user")
-    else:
-        decision = evaluate_problem(
-            problem, policy, committed_epsilon(db, ledger, fingerprint), manual=True
-        )
-    db.decide(problem_id, fingerprint, decision.verdict, decision.reason, problem.draft.epsilon)
-    if accept and not decision.accept:
-        raise AnonMLError(f"cannot accept {problem_id}: {decision.reason}")
-    return decision
-
-
-def release_marks(db: PeerDB | None, fingerprint: str) -> dict[str, str]:
-    """Per problem, what went wrong with the identity's releases there ('' when nothing did).
-
-    ``problem failed`` (the aggregator failed the problem: the ε was spent for
-    no model), ``stopped: <reason>`` (this peer aborted after releasing),
-    ``N of K reports lost`` (counted from the aggregator's receipts when the
-    model was downloaded), ``degraded`` (the problem ended degraded), ``incomplete: <reason>`` (this
-    identity could not do all of its part: ``partial``).
-    """
-    marks: dict[str, str] = {}
-    for row in db.states(fingerprint) if db is not None else []:
-        facts = json.loads(row.facts_json)
-        notes = []
-        if row.phase == ParticipationPhase.FAILED:
-            notes.append("problem failed")
-        elif row.phase == ParticipationPhase.ABORTED:
-            notes.append(f"stopped: {facts.get('reason', '')}")
-        elif row.phase == ParticipationPhase.DEGRADED:
-            notes.append("degraded")
-        elif row.phase == ParticipationPhase.PARTIAL:
-            notes.append(f"incomplete: {facts.get('reason', '')}")
-        lost, sent = facts.get("lost"), len(facts.get("token_nonces") or [])
-        if lost:
-            notes.append(f"{lost} of {sent} reports lost")
-        marks[row.problem_id] = "; ".join(notes)
-    return marks
-
-
-def shuffle_bounds(
-    db: PeerDB | None, fingerprint: str, releases: Sequence[Release]
-) -> dict[str, tuple[ShuffleBound | None, str]]:
-    """Per problem of ``releases``, the conditional shuffle bound of the identity's reports, and its basis.
-
-    Each of its k reports (pool ``partition-…``) of ε₀ is shuffled among the
-    ``n`` reports of its (partition, subset), ``n = ⌊(members − median pool) /
-    k_p⌋`` from the signed roster it checked (saved in its state, so this
-    works after a restart and without the daemon):
-    :func:`~anonml.privacy.amplification.report_pool_bound` (FMT 2021), the
-    same figure the aggregator publishes. A median answer is signed and keeps
-    its local ε. ``anonml peer ledger`` and the dashboard both call this.
-
-    Returns
-    -------
-    dict
-        problem → ``(bound or None, note)``: the note says what the bound rests
-        on, or why there is none.
-    """
-    groups: dict[str, int | None] = {}
-    for row in db.states(fingerprint) if db is not None else []:
-        groups[row.problem_id] = json.loads(row.facts_json).get("report_group")
-    by_problem: dict[str, list[Release]] = {}
-    for r in releases:
-        by_problem.setdefault(r.problem, []).append(r)
-    out: dict[str, tuple[ShuffleBound | None, str]] = {}
-    for pid, rs in by_problem.items():
-        reports = [r for r in rs if (r.pool or "").startswith("partition-")]
-        n = groups.get(pid)
-        if not reports:
-            out[pid] = (None, "no reports (median answers are signed, not shuffled)")
-        elif n is None:
-            out[pid] = (None, "no checked roster on record: local ε only")
-        elif n < 2:
-            out[pid] = (None, f"a partition of {n} peer: nothing to hide among")
-        else:
-            bound = report_pool_bound(float(reports[0].epsilon), len(reports), int(n))
-            out[pid] = (bound, f"partitions of ≥ {n} peers")
-    return out
-
-
-class AggregatorBackoff:
-    """Which aggregators failed to answer a discovery poll, and when each is asked again.
-
-    An aggregator that fails is skipped for :func:`~peer.worker.poll_backoff`
-    ``(poll_seconds, failures)`` seconds (doubling from one poll, at most
-    30 s), so a dead one costs neither a connection attempt per poll nor a
-    log line per poll: the first failure of a streak is logged (a warning,
-    one line), the retries are not, and the answer that ends the streak is
-    logged once more (info). ``now`` is a monotonic clock.
-    """
-
-    def __init__(self, poll_seconds: float, now: Callable[[], float] = time.monotonic) -> None:
-        self.poll_seconds = poll_seconds
-        self._now = now
-        self._failures: dict[str, int] = {}
-        self._retry_at: dict[str, float] = {}
-
-    def due(self, url: str) -> bool:
-        """Whether ``url`` is asked in this poll."""
-        return self._now() >= self._retry_at.get(url, float("-inf"))
-
-    def failed(self, url: str, exc: BaseException) -> None:
-        failures = self._failures.get(url, 0) + 1
-        self._failures[url] = failures
-        wait = poll_backoff(self.poll_seconds, failures)
-        self._retry_at[url] = self._now() + wait
-        if failures == 1:
-            log.warning("aggregator %s unreachable, asked again with backoff (at most 30 s): %s", url, exc)
-
-    def answered(self, url: str) -> None:
-        failures = self._failures.pop(url, 0)
-        self._retry_at.pop(url, None)
-        if failures:
-            log.info("aggregator %s answers again after %d failed polls", url, failures)
-
-
-def discover(
-    db: PeerDB,
-    aggregators: list[str],
-    backoff: AggregatorBackoff | None = None,
-    count: Callable[[str], None] | None = None,
-    pinned: Mapping[str, str] | None = None,
-) -> list[Problem]:
-    """Record in ``db`` the proposals open for registration at ``aggregators``; return the new ones.
-
-    A proposal not signed by the aggregator key it names is ignored, and so is
-    one whose key is not the one pinned for its URL — ``pinned`` (the policy's
-    ``aggregator_keys``) or else the key of the first proposal seen from that URL
-    (:meth:`~peer.db.PeerDB.pin_aggregator`): an aggregator cannot re-key
-    between problems, nor between peers, without every peer that saw it before
-    noticing (``count`` is told ``"aggregator key changed"``). An
-    aggregator that cannot be reached (or answers nonsense) is skipped, so one
-    dead aggregator never keeps the peer from the others. With ``backoff`` it
-    is also left alone for a while, and said once (:class:`AggregatorBackoff`);
-    without, each failure is one warning. ``count`` is told
-    ``"aggregator unreachable"`` per failed attempt.
-    """
-    new = []
-    for url in aggregators:
-        if backoff is not None and not backoff.due(url):
-            continue
-        try:
-            open_problems = AggregatorClient(url).problems(phase=ProblemPhase.REGISTRATION)
-        except AnonMLError as exc:
-            if count is not None:
-                count("aggregator unreachable")
-            if backoff is not None:
-                backoff.failed(url, exc)
-            else:
-                log.warning("aggregator %s skipped this poll: %s", url, exc)
-            continue
-        if backoff is not None:
-            backoff.answered(url)
-        for problem in open_problems:
-            try:
-                verify_message(problem, bytes(problem.aggregator))
-            except AnonMLError:
-                continue
-            key = bytes(problem.aggregator)[:32]
-            configured = (pinned or {}).get(url.rstrip("/"))
-            expected = bytes.fromhex(configured) if configured else db.pin_aggregator(url.rstrip("/"), key)
-            if key != expected:
-                if count is not None:
-                    count("aggregator key changed")
-                log.warning(
-                    "proposal %s from %s refused: signed by key %s…, this peer pinned %s… for that URL",
-                    problem.id[:64], url, key.hex()[:16], expected.hex()[:16],
-                )
-                continue
-            if db.record_proposal(problem.id, url, problem.model_dump_json()):
-                new.append(problem)
-    return new
 
 
 class PeerHost:

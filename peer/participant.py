@@ -362,7 +362,7 @@ class Participant:
         """Reports each of this identity's reports is shuffled among, from the roster it checked.
 
         ``⌊(members − median pool) / k_p⌋``, the smallest report partition of
-        the signed roster (what :func:`peer.host.shuffle_bounds` reads from the
+        the signed roster (what :func:`peer.records.shuffle_bounds` reads from the
         saved facts); None before the roster.
         """
         if self.roster is None:

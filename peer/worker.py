@@ -38,6 +38,7 @@ from anonml.protocol import (
 )
 from peer.client import AggregatorClient, HTTPRefusal, backoff_delay, transient
 from peer.db import PeerDB
+from peer.discovery import poll_backoff
 from peer.dispatch import Dispatcher
 from peer.participant import READY, Aborted, Participant
 from peer.phases import ParticipationPhase
@@ -45,7 +46,7 @@ from peer.relay import REFUSED_ADDRESS, retriable, retry_delay
 from peer.roster import RosterView
 from peer.transcript import check_roster_entries
 
-__all__ = ["ProblemSession", "SessionHost", "Worker", "poll_backoff"]
+__all__ = ["ProblemSession", "SessionHost", "Worker"]
 
 P = ParticipationPhase
 
@@ -525,14 +526,6 @@ PROBE_SECONDS = 0.5
 PROBE_HOSTS = 16
 #: Seconds a probed relay host has to answer before it counts as dead for the round.
 PROBE_DEADLINE = 2.0
-
-
-def poll_backoff(poll_seconds: float, failures: int) -> float:
-    """Seconds to the next poll after ``failures`` failed polls in a row.
-
-    ``poll · 2^failures``, at most 30 s (or ``poll`` when that is longer).
-    """
-    return min(max(30.0, poll_seconds), poll_seconds * 2.0**failures)
 
 
 class Worker:

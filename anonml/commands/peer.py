@@ -358,8 +358,9 @@ def proposals(aggregator: AggregatorOption = None, as_json: JsonOption = False) 
     included; without ``--aggregator`` nothing is created.
     """
     from anonml.protocol import Problem
-    from peer.host import committed_epsilon, discover
+    from peer.discovery import discover
     from peer.policy import admission_text, evaluate_problem
+    from peer.records import committed_epsilon
 
     with expected_errors(), _read_only(create_db=bool(aggregator)) as local:
         settings = local.settings
@@ -430,7 +431,7 @@ def accept(
     """Accept a proposal (beyond the automatic policy, never past the lifetime cap)."""
     from anonml.protocol import Problem
     from peer.app import load_or_create_identity
-    from peer.host import decide_by_hand
+    from peer.records import decide_by_hand
 
     with expected_errors(), _read_only(create_db=True) as local:
         settings, db = local.settings, local.db
@@ -460,7 +461,7 @@ def ledger(
     its reports also satisfy if they stay unlinkable among their partition's
     honest members (shuffle amplification, labelled with those assumptions).
     """
-    from peer.host import release_marks, shuffle_bounds
+    from peer.records import release_marks, shuffle_bounds
 
     with expected_errors(), _read_only() as local:
         releases, budgets, cap, marks, bounds = [], {}, None, {}, {}

@@ -32,9 +32,10 @@ from peer.dashboard import (
     sources_view,
 )
 from peer.deps import loopback_only
-from peer.host import PeerHost, decide_by_hand
+from peer.host import PeerHost
 from peer.import_jobs import ImportJobs
 from peer.participant import PeerNode
+from peer.records import decide_by_hand
 
 __all__ = ["router", "AUTH", "PAGES"]
 

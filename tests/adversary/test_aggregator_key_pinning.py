@@ -15,7 +15,7 @@ from anonml.crypto import Identity
 from anonml.errors import ProtocolError
 from anonml.protocol import RosterEntry, sign_message
 from peer.db import PeerDB
-from peer.host import discover
+from peer.discovery import discover
 from peer.policy import PeerPolicy
 from peer.roster import RosterView
 from peer.transcript import check_roster_entries

@@ -29,7 +29,7 @@ from anonml.outbound import KeepAlive, OutboundError, fetch, post
 from anonml.plugins import PluginRef
 from peer.client import AggregatorClient, fetch_witness
 from peer.db import PeerDB
-from peer.host import discover
+from peer.discovery import discover
 from tests.adversary.malicious import wait_until
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import draft, propose

@@ -28,7 +28,7 @@ from anonml.protocol import LabelSpec, ModelDocument, ProblemDraft
 from peer.app import start_peer_server
 from peer.dashboard import ModelView, label_words, prediction_text
 from peer.features import predict_locally
-from peer.host import shuffle_bounds
+from peer.records import shuffle_bounds
 from peer.routes.dashboard import PAGES
 from tests.aggregator.helpers import close_registration, propose, status, wait_phase
 from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
@@ -69,7 +69,7 @@ def _run(aggregator_url: str, tmp_path: Path, d: ProblemDraft):
             requests.get(f"{aggregator_url}/problems/{problem.id}/model", timeout=30).content
         )
         predictions = [predict_locally(problem, document, p.store, p.username) for p in simulated]
-        # What `anonml peer ledger` and the dashboard show each identity (peer.host.shuffle_bounds).
+        # What `anonml peer ledger` and the dashboard show each identity (peer.records.shuffle_bounds).
         deadline = time.monotonic() + 30
         while not host.sessions[problem.id].finished:
             assert time.monotonic() < deadline

@@ -18,7 +18,7 @@ import pytest
 
 from aggregator.app import start_server_process
 from anonml.serving import free_port
-from peer.worker import poll_backoff
+from peer.discovery import poll_backoff
 from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
 from tests.faults.helpers import fault_draft, releases, write_hosts

@@ -31,7 +31,7 @@ from aggregator.app import ServerProcess, start_server_process
 from anonml.crypto import Hop, PublicIdentity, RelayKeyCertificate, build_cover_packet
 from anonml.protocol import Problem, route_count
 from peer.db import PeerDB
-from peer.host import release_marks
+from peer.records import release_marks
 from peer.relayauth import RELAY_POST_TYPE, member_quota, post_key, seal_post
 from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import (

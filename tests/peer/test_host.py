@@ -279,7 +279,7 @@ def test_routes_and_tokens_against_the_real_roster_and_issuer(closed):
 
 
 def test_a_dead_aggregator_does_not_keep_the_peer_from_a_live_one(aggregator, tmp_path):  # noqa: F811
-    from peer.host import discover
+    from peer.discovery import discover
 
     problem = propose(aggregator.url, _draft())
     db = PeerDB(f"sqlite:///{tmp_path / 'peer.db'}")
@@ -291,8 +291,7 @@ def test_a_dead_aggregator_does_not_keep_the_peer_from_a_live_one(aggregator, tm
 def test_a_dead_aggregator_is_asked_with_backoff_and_said_once(aggregator, tmp_path, caplog):  # noqa: F811
     import logging
 
-    from peer.host import AggregatorBackoff, discover
-    from peer.worker import poll_backoff
+    from peer.discovery import AggregatorBackoff, discover, poll_backoff
 
     clock = [0.0]
     backoff = AggregatorBackoff(0.5, now=lambda: clock[0])
@@ -319,7 +318,7 @@ def test_a_malformed_problem_in_the_listing_hides_none_of_the_others(aggregator,
     from fastapi.responses import JSONResponse
 
     from aggregator.app import start_server
-    from peer.host import discover
+    from peer.discovery import discover
 
     good = propose(aggregator.url, draft())
     listing = requests.get(f"{aggregator.url}/problems?phase=registration", timeout=30).json()

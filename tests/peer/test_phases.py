@@ -57,7 +57,7 @@ def test_the_vault_opens_only_what_the_same_identity_sealed_unaltered():
 
 
 def test_a_failing_poll_backs_off_doubling_up_to_thirty_seconds():
-    from peer.worker import poll_backoff
+    from peer.discovery import poll_backoff
 
     assert [poll_backoff(1.0, f) for f in range(7)] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
     assert poll_backoff(0.1, 0) == 0.1
