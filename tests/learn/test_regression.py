@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from anonml.learn.regression import AnonMLRegressor
+from anonml.learn.regression import AnonMLRegressor, predictive_median
 from anonml.model import FeatureKind, FeatureSpec
 from tests.learn.helpers import sklearn_contract
 
@@ -92,3 +92,28 @@ def test_with_no_signal_the_prediction_falls_back_to_the_private_median():
     excess = _excess_mae_without_signal(0.5, range(4))
     assert np.mean(excess) < 0.6, excess
     assert np.mean(_excess_mae_without_signal(0.25, range(4))) < 8.0
+
+
+def test_with_no_signal_every_prediction_is_the_median_read_off_the_private_shares():
+    # Pure-noise features at ε_T = 0.5: the terms sit at their floor, so the classifier's probabilities
+    # are its prior π and the re-based distribution P̂·π̃/π is the target's private shares π̃ for every
+    # row, whatever π is (the prior is shrunk toward uniform over the bins): one prediction, the
+    # predictive median of π̃.
+    rng = np.random.default_rng(5)
+    X = np.clip(rng.normal(size=(4000, 2)), -4, 4)
+    y = np.clip(rng.exponential(8.0, size=4000), 0, 100)
+    specs = [FeatureSpec(name=f"x{i}", low=-4.0, high=4.0) for i in range(2)]
+    model = AnonMLRegressor(
+        target_range=(0.0, 100.0),
+        n_target_bins=10,
+        target_bins="uniform",
+        classifier_params={"epsilon": 0.5, "features": specs, "random_state": 5},
+    ).fit(X[:3000], y[:3000])
+    pred = model.predict(X[3000:])
+    full = np.zeros(model.centres_.size)
+    full[np.asarray(model.classifier_.classes_, dtype=np.int64)] = model.target_shares_
+    expected = float(predictive_median(full[None, :], model.edges_)[0])
+    np.testing.assert_allclose(pred, expected, atol=0.05)
+    # the median of an exponential of mean 8 is 5.5; inside the first bin [0, 10] the uniform spread
+    # assumed there puts it at 10·(1/2)/P(bin 0) ≈ 7: nowhere near the range's middle
+    assert 4.0 < expected < 10.0
