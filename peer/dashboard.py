@@ -424,7 +424,7 @@ def model_views(host: PeerHost, node: PeerNode, sources: list[str] | None) -> li
             why = str(exc)
         said = None if prediction is None else prediction_text(problem, prediction)
         out.append(
-            ModelView(problem, part.status, document.created_at, dict(document.metrics), document.reports,
+            ModelView(problem, part.phase, document.created_at, dict(document.metrics), document.reports,
                       prediction, why, said)
         )
     return out

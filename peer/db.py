@@ -3,9 +3,9 @@
 SQLAlchemy 2 typed models (SQLite by default). What a peer released is in
 its :class:`~anonml.privacy.PrivacyLedger`, not here.
 
-What a restart needs (:meth:`peer.host.PeerHost.resume`) is here too, in
-tables of their own: each participation's phase and facts
-(``peer_participation_state``), the round relay keys (``peer_round_keys``,
+What a restart needs (:meth:`peer.host.PeerHost.resume`) is here too:
+each participation's phase and facts (in its one ``peer_participations``
+row), the round relay keys (``peer_round_keys``,
 deleted when the round closes at ``t_r``, with the replay tags its relay saw,
 ``peer_replay_tags``), the packets an identity built and
 whether each went (``peer_outbox``), and the packets its relay holds with
@@ -49,7 +49,6 @@ __all__ = [
     "DecisionRow",
     "ParticipationRow",
     "ProposalView",
-    "StateRow",
     "RoundKeyRow",
     "OutboxRow",
     "HeldRow",
@@ -108,23 +107,16 @@ class DecisionRow(_PerParticipation, _Base):
 
 
 class ParticipationRow(_PerParticipation, _Base):
-    """How one identity's part in a problem went, and the model it downloaded."""
+    """One identity's part in one problem: its phase (:class:`~peer.phases.ParticipationPhase`), why it
+    stopped, the roster it checked, the model it downloaded, and the facts a restart needs (secrets
+    sealed: :mod:`peer.vault`)."""
 
     __tablename__ = "peer_participations"
 
-    status: Mapped[str] = mapped_column(String(32))
+    phase: Mapped[str] = mapped_column(String(32))
     reason: Mapped[str] = mapped_column(Text, default="")
     roster_fingerprint: Mapped[str | None] = mapped_column(String(64))
     model_json: Mapped[str | None] = mapped_column(Text)
-    updated_at: Mapped[datetime]
-
-
-class StateRow(_PerParticipation, _Base):
-    """A participation's phase and the facts a restart needs (secrets sealed: :mod:`peer.vault`)."""
-
-    __tablename__ = "peer_participation_state"
-
-    phase: Mapped[str] = mapped_column(String(32))
     facts_json: Mapped[str] = mapped_column(Text)
     sealed_tokens: Mapped[bytes | None] = mapped_column(LargeBinary)
     updated_at: Mapped[datetime]
@@ -257,7 +249,7 @@ class PeerDB:
                         row.problem_json,
                         d.verdict if d else None,
                         d.reason if d else None,
-                        p.status if p else None,
+                        p.phase if p else None,
                     )
                 )
             return out
@@ -319,27 +311,23 @@ class PeerDB:
         fingerprint: str | None = None,
         model_json: str | None = None,
     ) -> None:
-        """Write a participation's phase and restart facts, and the summary the dashboard and CLI
-        read (status, reason, roster fingerprint, model), in one transaction: after a crash the
-        two rows never disagree on where the participation stands."""
-        now = datetime.now(UTC)
+        """Write a participation's phase, restart facts and what the dashboard and CLI read (reason,
+        roster fingerprint, model): one row, one transaction."""
         with self.sessions() as s, s.begin():
-            state = s.get(StateRow, (problem_id, node)) or StateRow(problem_id=problem_id, node=node)
-            state.phase, state.facts_json, state.sealed_tokens = phase, facts_json, sealed_tokens
-            state.updated_at = now
-            summary = s.get(ParticipationRow, (problem_id, node)) or ParticipationRow(
-                problem_id=problem_id, node=node
-            )
-            summary.status, summary.reason, summary.updated_at = phase, reason, now
+            key = (problem_id, node)
+            row = s.get(ParticipationRow, key) or ParticipationRow(problem_id=problem_id, node=node)
+            row.phase, row.reason, row.updated_at = phase, reason, datetime.now(UTC)
+            row.facts_json, row.sealed_tokens = facts_json, sealed_tokens
             if fingerprint is not None:
-                summary.roster_fingerprint = fingerprint
+                row.roster_fingerprint = fingerprint
             if model_json is not None:
-                summary.model_json = model_json
-            s.add_all([state, summary])
+                row.model_json = model_json
+            s.add(row)
 
-    def states(self, node: str) -> list[StateRow]:
+    def states(self, node: str) -> list[ParticipationRow]:
+        """Every participation of the identity ``node`` (what a restart resumes, what the ledger marks)."""
         with self.sessions() as s:
-            return list(s.scalars(select(StateRow).where(StateRow.node == node)))
+            return list(s.scalars(select(ParticipationRow).where(ParticipationRow.node == node)))
 
     def save_round_key(self, node: str, round_id: int, problem_id: str, sealed: bytes, cert: bytes) -> None:
         with self.sessions() as s, s.begin():
@@ -498,7 +486,7 @@ class PeerDB:
     def resumable(self) -> tuple[set[str], set[str]]:
         """``(identities with a participation state, relay nodes holding packets)``, in two queries."""
         with self.sessions() as s:
-            stated = set(s.scalars(select(StateRow.node).distinct()))
+            stated = set(s.scalars(select(ParticipationRow.node).distinct()))
             holding = set(s.scalars(select(HeldRow.node).distinct()))
         return stated, holding
 

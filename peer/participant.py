@@ -126,7 +126,7 @@ from anonml.protocol import (
 from anonml.randomness import resolve_rng
 from anonml.store import EventStore
 from peer.client import AggregatorClient, HTTPRefusal, fetch_witness, transient, with_retries
-from peer.db import PeerDB, StateRow
+from peer.db import ParticipationRow, PeerDB
 from peer.features import LocalExample, invalid_features, local_example, predict_example
 from peer.phases import (
     TERMINAL,
@@ -420,7 +420,7 @@ class Participant:
         if self.phase in TERMINAL:
             self.db.clear_outbox(self.problem.id, self.node.fingerprint)
 
-    def resume(self, row: StateRow) -> list[tuple[int, float, str, bytes]]:
+    def resume(self, row: ParticipationRow) -> list[tuple[int, float, str, bytes]]:
         """Take up the persisted participation ``row`` after a restart; the packets still to send.
 
         Restores the phase, the round relay key (if the round has not closed),

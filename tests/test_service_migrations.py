@@ -33,7 +33,7 @@ from witness import Witness, WitnessRefusal
 from witness.db import Base as WitnessBase
 
 PEER, AGGREGATOR, WITNESS = "peer.migrations.state", "aggregator.migrations", "witness.migrations"
-HEADS = {PEER: "peer_0004", AGGREGATOR: "aggregator_0005", WITNESS: "witness_0002"}
+HEADS = {PEER: "peer_0005", AGGREGATOR: "aggregator_0005", WITNESS: "witness_0002"}
 VERSION_TABLES = {PEER: "anonml_schema_peer", AGGREGATOR: "anonml_schema_aggregator",
                   WITNESS: "anonml_schema_witness"}
 NODE = "ab" * 32
@@ -148,10 +148,12 @@ def test_a_peer_state_db_written_before_schema_versions_keeps_its_round_and_gain
         assert proposal is not None and proposal.aggregator_url == "http://127.0.0.1:8000"
         assert proposal.seen_at == datetime(2026, 11, 23, 13, 0, tzinfo=UTC)
         assert db.accepted_epsilon(NODE) == {"p-1": 1.5}
+        # The two rows of a participation became one (peer_0005), keeping the summary and the facts.
         participation = db.participation("p-1", NODE)
-        assert participation is not None and participation.status == "reporting"
+        assert participation is not None and participation.phase == "reporting"
         (state,) = db.states(NODE)
         assert (state.phase, state.sealed_tokens) == ("reporting", b"\x01\x02")
+        assert (state.facts_json, state.roster_fingerprint) == ('{"window_end": 1.0}', "fp")
         key = db.round_key(NODE, ROUND)
         assert key is not None and (key.sealed_key, key.certificate) == (b"\xaa", b"\xbb")
         assert [(r.slot, r.sent, r.sealed_packet) for r in db.outbox("p-1", NODE)] == [(0, True, b"\xcc")]

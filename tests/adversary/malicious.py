@@ -423,7 +423,7 @@ class HonestPeers:
     def participation(self, problem: Problem, which: int | PeerNode = 0) -> tuple[str, str] | None:
         """(status, reason) of this identity's participation, or None."""
         row = self.host.db.participation(problem.id, self.node(which).fingerprint)
-        return None if row is None else (row.status, row.reason)
+        return None if row is None else (row.phase, row.reason)
 
     def releases(self, which: int | PeerNode = 0) -> list[Release]:
         node = self.node(which)

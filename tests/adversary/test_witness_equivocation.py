@@ -162,9 +162,9 @@ def _wait_aborted(host: PeerHost, pid: str, fingerprint: str, timeout: float = 4
     deadline = time.monotonic() + timeout
     while True:
         row = host.db.participation(pid, fingerprint)
-        if row is not None and row.status == "aborted":
+        if row is not None and row.phase == "aborted":
             return row.reason
-        assert time.monotonic() < deadline, f"target never stopped (status {row.status if row else None})"
+        assert time.monotonic() < deadline, f"target never stopped (status {row.phase if row else None})"
         time.sleep(0.05)
 
 

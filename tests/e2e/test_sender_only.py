@@ -59,13 +59,13 @@ def test_sender_only_peers_and_a_data_free_relay_take_part_in_a_round(tmp_path: 
             requests.get(f"{aggregator.url}/problems/{problem.id}/roster", timeout=30).content
         )
         wait_until(
-            lambda: {r[0] for r in senders.rows("SELECT status FROM peer_participations")} == {"done"},
+            lambda: {r[0] for r in senders.rows("SELECT phase FROM peer_participations")} == {"done"},
             "the sender-only identities to download the model",
             60,
         )
-        sender_rows = senders.rows("SELECT status, reason FROM peer_participations")
-        relay_facts = hosts["relay"][0].rows("SELECT facts_json FROM peer_participation_state")
-        sender_paths = senders.rows("SELECT facts_json FROM peer_participation_state")
+        sender_rows = senders.rows("SELECT phase, reason FROM peer_participations")
+        relay_facts = hosts["relay"][0].rows("SELECT facts_json FROM peer_participations")
+        sender_paths = senders.rows("SELECT facts_json FROM peer_participations")
     except BaseException:
         for name, (host, _) in hosts.items():
             print(f"--- {name} ---\n{host.log()[-3000:]}")

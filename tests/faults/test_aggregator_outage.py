@@ -59,11 +59,11 @@ def test_an_outage_right_after_the_roster_costs_no_participation_and_no_report(t
         final = wait_phase(agg.url, problem.id, ("done", "degraded", "failed"), timeout=240)
         wait_until(
             lambda: all(r[0] in ("done", "degraded", "aborted", "failed")
-                        for r in host.rows("SELECT status FROM peer_participations")),
+                        for r in host.rows("SELECT phase FROM peer_participations")),
             "every participation to end",
             120,
         )
-        rows = host.rows("SELECT status, reason FROM peer_participations")
+        rows = host.rows("SELECT phase, reason FROM peer_participations")
         counters = host.status()["relay"]
     finally:
         host.stop()

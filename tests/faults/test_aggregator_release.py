@@ -80,7 +80,7 @@ def _kill_in_the_last_stage(
 
 def _wait_for_the_peers(peers: list[PeerProcess], final: ProblemStatus) -> None:
     """Until every participation of every host ended as the problem did (each fetched the model)."""
-    statuses = "SELECT status, reason FROM peer_participations"
+    statuses = "SELECT phase, reason FROM peer_participations"
     for p in peers:
         try:
             wait_until(lambda p=p: {r[0] for r in p.rows(statuses)} == {final.phase}, "the models", 90)

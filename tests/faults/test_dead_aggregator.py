@@ -43,7 +43,7 @@ def test_a_dead_aggregator_beside_a_live_one_is_backed_off_and_the_live_problem_
         final = wait_phase(live.url, problem.id, ("done", "degraded", "failed"), timeout=180)
         assert final.phase == "done", final.message
         wait_until(
-            lambda: {r[0] for r in host.rows("SELECT status FROM peer_participations")} == {"done"},
+            lambda: {r[0] for r in host.rows("SELECT phase FROM peer_participations")} == {"done"},
             "every participation to download the model",
             90,
         )

@@ -70,7 +70,7 @@ def test_one_dead_host_of_three_loses_at_most_5_percent_at_the_default_redundanc
         for host in (a, b):
             wait_until(
                 lambda host=host: all(r[0] in ("done", "degraded", "partial", "failed")
-                                      for r in host.rows("SELECT status FROM peer_participations")),
+                                      for r in host.rows("SELECT phase FROM peer_participations")),
                 "every live participation to end", 120,
             )
         live = [a.status()["relay"], b.status()["relay"]]

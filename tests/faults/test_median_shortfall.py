@@ -44,11 +44,11 @@ def test_undelivered_median_answers_end_partial_and_are_in_the_account(tmp_path:
         final = wait_phase(agg.url, problem.id, ("done", "degraded", "failed"), timeout=300)
         wait_until(
             lambda: all(r[0] in ("done", "degraded", "partial", "aborted", "failed")
-                        for r in host.rows("SELECT status FROM peer_participations")),
+                        for r in host.rows("SELECT phase FROM peer_participations")),
             "every participation to end",
             120,
         )
-        rows = host.rows("SELECT status, reason FROM peer_participations")
+        rows = host.rows("SELECT phase, reason FROM peer_participations")
     finally:
         host.stop()
         proxy.close()

@@ -78,10 +78,10 @@ KILL_POINTS = {
     "built, nothing sent": "SELECT count(*) = 8 FROM peer_outbox WHERE sent = 0",
     "relays holding packets": "SELECT count(*) > 0 FROM peer_held_packets",
     "in the release window": (  # the send window is over and the relays still hold packets
-        "SELECT count(*) > 0 FROM peer_held_packets, peer_participation_state "
-        "WHERE peer_participation_state.phase = 'reporting' "
+        "SELECT count(*) > 0 FROM peer_held_packets, peer_participations "
+        "WHERE peer_participations.phase = 'reporting' "
         "AND (julianday('now') - 2440587.5) * 86400.0 "
-        "> json_extract(peer_participation_state.facts_json, '$.window_end')"
+        "> json_extract(peer_participations.facts_json, '$.window_end')"
     ),
 }
 
@@ -130,7 +130,7 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
     assert final.phase == "done", final.message
     for host in (b, cluster.a):  # each counts its lost reports when it downloads the model
         wait_until(
-            lambda host=host: {r[0] for r in host.rows("SELECT status FROM peer_participations")} == {"done"},
+            lambda host=host: {r[0] for r in host.rows("SELECT phase FROM peer_participations")} == {"done"},
             "every participation to download the model",
             90,
         )
@@ -189,7 +189,7 @@ def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count
     # With 4 of 10 members gone the problem ends degraded, or failed with too few reports to train on;
     # either way the loss is said: in the receipts each sender of A checks, or in A's ledger marks.
     wait_until(
-        lambda: {r[0] for r in a.rows("SELECT status FROM peer_participations")} == {final.phase},
+        lambda: {r[0] for r in a.rows("SELECT phase FROM peer_participations")} == {final.phase},
         f"A's participations to end {final.phase}",
         90,
     )
@@ -197,7 +197,7 @@ def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count
     lost, delivered = relay_a.get("reports lost in transit", 0), relay_a.get("reports delivered", 0)
     if final.phase == "failed":
         db = PeerDB(f"sqlite:///{a.state}")
-        for (node,) in a.rows("SELECT node FROM peer_participation_state"):
+        for (node,) in a.rows("SELECT node FROM peer_participations"):
             assert release_marks(db, node) == {problem.id: "problem failed"}
         db.close()
     else:

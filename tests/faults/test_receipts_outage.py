@@ -39,12 +39,12 @@ def test_receipts_are_fetched_again_after_the_aggregator_comes_back(tmp_path: Pa
         close_registration(agg.url, problem.id)
         wait_until(proxy.cut.is_set, "the first receipts request (which kills the aggregator)", 240)
         wait_until(lambda: proxy.refused >= 3, "the host to find the aggregator down", 120)
-        assert host.rows("SELECT DISTINCT status FROM peer_participations") == [("reporting",)]
+        assert host.rows("SELECT DISTINCT phase FROM peer_participations") == [("reporting",)]
         agg.start()
         proxy.target = agg.url
         final = wait_phase(agg.url, problem.id, ("done", "degraded", "failed"), timeout=60)
         wait_until(
-            lambda: {r[0] for r in host.rows("SELECT status FROM peer_participations")} == {"done"},
+            lambda: {r[0] for r in host.rows("SELECT phase FROM peer_participations")} == {"done"},
             "every participation to end done",
             180,
         )

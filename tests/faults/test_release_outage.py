@@ -75,7 +75,7 @@ def test_relays_deliver_to_an_aggregator_restarted_after_t_r_within_the_grace(tm
         final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=GRACE + 120)
         wait_until(
             lambda: all(r[0] in ("done", "degraded", "partial", "failed")
-                        for r in host.rows("SELECT status FROM peer_participations")),
+                        for r in host.rows("SELECT phase FROM peer_participations")),
             "every participation to end", 120,
         )
         counters = host.status()["relay"]

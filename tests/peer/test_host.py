@@ -101,7 +101,7 @@ def test_the_worker_registers_every_identity_once_and_persists_the_phase_and_sea
         assert key is not None and p.relay_key is not None
         assert p.relay_key.public_key not in key.sealed_key  # sealed: not even the public half shows
         assert RelayKeyCertificate.from_bytes(key.certificate).relay_key == p.relay_key.public_key
-        assert host.db.participation(pid, p.node.fingerprint).status == "registered"
+        assert host.db.participation(pid, p.node.fingerprint).phase == "registered"
 
 
 def test_a_new_host_on_the_same_files_resumes_each_participation_with_its_round_key(

@@ -52,7 +52,7 @@ def test_a_peer_shown_another_token_key_aborts_before_taking_tokens(aggregator, 
         wait_phase(aggregator.url, problem.id, ("done", "degraded", "failed"), timeout=180)
         victim_node = nodes[7].fingerprint
         deadline = time.monotonic() + 60
-        while victim_host.db.participation(problem.id, victim_node).status != "aborted":
+        while victim_host.db.participation(problem.id, victim_node).phase != "aborted":
             assert time.monotonic() < deadline
             time.sleep(0.05)
         row = victim_host.db.participation(problem.id, victim_node)

@@ -84,6 +84,6 @@ def test_a_participation_is_saved_whole_or_not_at_all(database_url):
         with pytest.raises(SQLAlchemyError):
             db.save_participation("p-1", "n1", "done", "{}", None, model_json=object())  # type: ignore[arg-type]
         (state,) = db.states("n1")
-        assert state.phase == "reporting" and db.participation("p-1", "n1").status == "reporting"
+        assert state.phase == "reporting" and db.participation("p-1", "n1").phase == "reporting"
     finally:
         db.close()
