@@ -77,6 +77,11 @@ __all__ = [
     "route_count",
     "B64",
     "signing_bytes",
+    "REACHABILITY_SKEW_SECONDS",
+    "check_own_relay_url",
+    "ReachabilityRequest",
+    "ReachabilityAnswer",
+    "ReachabilityResult",
     "signing_context",
     "sign_message",
     "verify_message",
@@ -932,6 +937,55 @@ class RosterWitness(_Message):
     signature: SignatureBytes
 
 
+#: Seconds a :class:`ReachabilityRequest` is good for after it was issued (either way: clocks differ).
+REACHABILITY_SKEW_SECONDS = 300.0
+
+
+class ReachabilityRequest(_Message):
+    """A peer asks an aggregator to connect to its relay URL from outside, before it registers a relay.
+
+    Signed by the identity whose relay URL it is (the URL has the one relay
+    form, :func:`check_relay_url`, and ends with that identity's node id);
+    ``aggregator`` names the aggregator asked and ``issued_at`` (UNIX seconds)
+    bounds a replay to :data:`REACHABILITY_SKEW_SECONDS`. The aggregator
+    requests ``GET {relay_url}/reachability/{challenge hex}``; the peer's relay
+    answers a challenge it is waiting for with a :class:`ReachabilityAnswer`
+    holding 32 random bytes it drew for it, and the aggregator hands them back
+    in its :class:`ReachabilityResult`. So *reachable* is proven (the secret
+    left the peer's relay only over that connection), while *unreachable* is
+    the aggregator's word — lying costs the peer only its relaying, which the
+    relay floors bound (``docs/threat-model.md``, "Relays").
+    """
+
+    aggregator: IdentityBytes
+    identity: IdentityBytes
+    relay_url: str = Field(pattern=r"^https?://[^\s]{1,200}$")
+    challenge: B64(32)
+    issued_at: float = Field(ge=0)
+    signature: SignatureBytes
+
+
+class ReachabilityAnswer(_Message):
+    """A relay's answer to the aggregator's probe: the secret it drew for the challenge."""
+
+    answer: B64(32)
+
+
+class ReachabilityResult(_Message):
+    """What the aggregator saw when it connected to ``relay_url``: the relay's answer, or why none."""
+
+    relay_url: str
+    reachable: bool
+    answer: B64(32) | None = None
+    reason: str = Field(default="", max_length=500)
+
+    @model_validator(mode="after")
+    def _answer_when_reachable(self) -> ReachabilityResult:
+        if self.reachable != (self.answer is not None):
+            raise ValueError("a reachable result carries the relay's answer, an unreachable one none")
+        return self
+
+
 # --- private medians -----------------------------------------------------------
 
 
@@ -1068,6 +1122,15 @@ def check_relay_url(url: str, *, allow_loopback_http: bool) -> str:
     (:func:`check_relay_address`): a pure function of the text here.
     """
     _relay_host(url, allow_loopback_http=allow_loopback_http)
+    return url
+
+
+def check_own_relay_url(url: str, node_id: bytes, *, allow_loopback_http: bool) -> str:
+    """``url`` if it passes :func:`check_relay_url` and ends with ``/relay/<node_id hex>``: the relay
+    URL a member with that node id may state as its own (:class:`ValueError` naming what is wrong)."""
+    check_relay_url(url, allow_loopback_http=allow_loopback_http)
+    if not url.endswith("/relay/" + node_id.hex()):
+        raise ValueError("the relay URL must end in /relay/<the registrant's node id>")
     return url
 
 
