@@ -21,7 +21,11 @@ server at all — ``ss`` inside the namespace lists no listening socket and a co
 its address is refused (this machine has neither ``iptables`` nor ``nft`` to block inbound
 traffic as well) — so it takes part over outbound https connections only.
 
-A third cuts one relay host's link (``ip link set <veth> down``) in the send window, once each of
+Another runs a host that means to relay in a namespace nobody outside reaches (its server
+listens on the namespace's loopback only): the aggregator's probe of its relay URL is refused,
+so it registers sender-only and logs why, while the hosts it reaches register relays.
+
+Another cuts one relay host's link (``ip link set <veth> down``) in the send window, once each of
 its identities has sent a copy of its report: the round still ends ``done`` or ``degraded`` with
 every report delivered over another route or counted lost with its reason, the aggregator's
 account matching what the live senders and relays counted.
@@ -90,6 +94,40 @@ def test_sender_only_peers_in_a_namespace_accepting_no_connection_take_part_over
     deploy: Callable[[list[str]], Deployment],
 ):
     _round_across_namespaces(deploy(["p1", "p2", "s1"]), {"p1": 3, "p2": 3, "s1": 2}, senders={"s1"})
+
+
+def test_a_relay_nobody_outside_reaches_finds_out_and_registers_sender_only(
+    deploy: Callable[[list[str]], Deployment],
+):
+    """n1 means to relay, but its server listens on its namespace's loopback only: the aggregator's
+    probe of its relay URL is refused, so it registers sender-only and says why; p1 and p2, reached
+    through their delay proxies, register relays."""
+    d = deploy(["p1", "p2", "n1"])
+    d.start_aggregator()
+    sizes = {"p1": 3, "p2": 3, "n1": 2}
+    d.start_hosts(sizes, {"n1": "unreachable"}, check_reachability=True,
+                  max_hostile_route=SENDERS_MAX_HOSTILE_ROUTE)
+    hidden = listening(d.network.namespace("n1"))
+    assert len(hidden) == 1 and "127.0.0.1:8471" in hidden[0], hidden  # its one server: loopback only
+    url, problem = d.url, propose(d.url, fault_draft())
+    members = sum(sizes.values())
+    wait_until(lambda: status(url, problem.id).registered == members, "every identity to register", 180)
+    close_registration(url, problem.id, or_deadline=True)
+    wait_phase(url, problem.id, ("medians", "reporting", "done", "degraded", "failed"), timeout=120)
+    roster = d.roster(problem.id)
+    relay_urls = [entry.relay_url for entry in roster.entries]
+    assert sum(u is None for u in relay_urls) == sizes["n1"], relay_urls
+    proxies = {f"https://{d.network.host_address(name)}:{RELAY_PROXY_PORT}" for name in ("p1", "p2")}
+    assert {u.split("/relay/")[0] for u in relay_urls if u is not None} == proxies, relay_urls
+    log = d.logs["n1"].read_text()
+    said = [line for line in log.splitlines() if "register sender-only" in line]
+    assert said, log[-4000:]
+    n1 = f"https://{d.network.host_address('n1')}:{RELAY_PROXY_PORT}/relay/"
+    assert f"this peer's relay {n1}" in said[0] and "cannot be reached from the aggregator" in said[0], said
+    assert "Connection refused" in said[0], said  # the aggregator's reason, as it saw it
+    for name in ("p1", "p2"):
+        assert "register sender-only" not in d.logs[name].read_text()
+    print(json.dumps({"sender_only_detected": sizes["n1"], "reason": said[0][-300:]}))
 
 
 def _round_across_namespaces(

@@ -170,8 +170,17 @@ def test_a_host_nobody_reaches_registers_sender_only_and_a_reachable_one_relays(
     assert logged and verdict.reason in logged[0] and hidden.relay_base in logged[0], caplog.text
     joined = "joined sender-only (its relay cannot be reached from the aggregator)"
     assert any(joined in text for text in told), told
-    # what was decided is kept: a participation's facts say it registered sender-only
     assert all(not p.relays for p in hidden.sessions[problem.id].participants)
+    # what was decided is kept: a host restarted on the same state DB (its policy still says relay)
+    # takes its participations up sender-only, as they registered
+    same_db = PeerDB(f"sqlite:///{tmp_path / 'hidden.db'}")
+    again = PeerHost(list(hidden.nodes.values()), same_db, hidden.policy, [aggregator.url],
+                     relay_base=hidden.relay_base)
+    try:
+        assert again.resume() == 2 and again.policy.relay
+        assert [p.relays for p in again.sessions[problem.id].participants] == [False, False]
+    finally:
+        again.close()
 
 
 @pytest.mark.parametrize("policy", [{"unreachable": "refuse"}, {"relay_only": True}])
