@@ -16,8 +16,9 @@ asks that aggregator to connect to its relay URL (issue 27;
 3. *reachable* only when the aggregator hands back the very answer — which
    left the relay only over the aggregator's connection, so an aggregator cannot
    claim a relay reachable that is not. *Unreachable*, with the aggregator's
-   reason, otherwise: then the policy decides (``unreachable``): register
-   sender-only (the default) or refuse the problem with the reason.
+   reason, otherwise (said twice, :data:`CONFIRM_SECONDS` apart): then the
+   policy decides (``unreachable``): register sender-only (the default) or
+   refuse the problem with the reason.
 
 An aggregator may lie "unreachable" to take relaying away from honest peers;
 that only makes fewer members relay, which every peer's relay floors measure
@@ -49,6 +50,7 @@ from peer.participant import PeerNode
 __all__ = [
     "ASK_SECONDS",
     "CHALLENGE_SECONDS",
+    "CONFIRM_SECONDS",
     "CHECK_TTL_SECONDS",
     "ProbeChallenges",
     "Reachability",
@@ -59,6 +61,8 @@ __all__ = [
 CHALLENGE_SECONDS = 60.0
 #: Seconds the host keeps asking an aggregator that is unreachable or busy before it gives up.
 ASK_SECONDS = 30.0
+#: Seconds between a first "unreachable" and the probe that confirms it (:func:`check_reachability`).
+CONFIRM_SECONDS = 2.0
 #: Seconds one aggregator's verdict stands for the host before it asks again.
 CHECK_TTL_SECONDS = 600.0
 
@@ -125,9 +129,31 @@ def check_reachability(
     challenges: ProbeChallenges,
     *,
     ask_seconds: float = ASK_SECONDS,
+    confirm_seconds: float = CONFIRM_SECONDS,
 ) -> Reachability:
     """Ask the aggregator at ``client`` (identity ``aggregator``) to reach ``relay_url``, the relay URL
-    of ``node`` on this host (module docstring); the verdict, never an exception for a failed ask."""
+    of ``node`` on this host (module docstring); the verdict, never an exception for a failed ask.
+
+    *Unreachable* is asked once more ``confirm_seconds`` later and stands only if said twice: a
+    host's worker starts with its server's startup, before the server listens (uvicorn runs the
+    app's startup first), so the first probe may meet a socket not listening yet.
+    """
+    verdict = _ask(node, relay_url, aggregator, client, challenges, ask_seconds)
+    if verdict.unreachable:
+        time.sleep(confirm_seconds)
+        verdict = _ask(node, relay_url, aggregator, client, challenges, ask_seconds)
+    return verdict
+
+
+def _ask(
+    node: PeerNode,
+    relay_url: str,
+    aggregator: bytes,
+    client: AggregatorClient,
+    challenges: ProbeChallenges,
+    ask_seconds: float,
+) -> Reachability:
+    """One probe of :func:`check_reachability`."""
     challenge, answer = challenges.expect(node.node_id)
 
     def verdict(reachable: bool | None, reason: str) -> Reachability:

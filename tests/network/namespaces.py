@@ -48,6 +48,7 @@ from aggregator.settings import AggregatorSettings
 from anonml.protocol import Roster
 from anonml.serving import CHILD_START_SECONDS, child_environment, ready_line
 from peer.simulate import SimulationManifest
+from tests.aggregator.helpers import aggregator_settings
 from tests.faults.helpers import PeerProcess, write_hosts
 from tests.network.certs import TestCA
 
@@ -284,8 +285,6 @@ class Deployment:
 
     def start_aggregator(self, **overrides: object) -> None:
         """The aggregator in the first namespace at ``.1`` (https) and its delay proxy in front."""
-        from tests.aggregator.helpers import aggregator_settings  # the tests' settings: a test admin token
-
         ip = self.network.address(1)
         cert = self.ca.server("aggregator", ips=(ip,))
         settings: AggregatorSettings = aggregator_settings(

@@ -67,18 +67,26 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(why_not() is not None, reason
 
 
 @pytest.fixture
-def deploy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[list[str]], Deployment]]:
-    """Make the network of the hosts named and the deployment over it; on leaving, stop every
-    process, then tear the network down (both also when the test failed)."""
+def deploy(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[list[str]], Deployment]]:
+    """Make the network of the hosts named and the deployment over it; on leaving, print the
+    services' logs if the test failed, stop every process, then tear the network down (both also
+    when the test failed)."""
+    made: list[Deployment] = []
     with ExitStack() as stack:
 
         def make(hosts: list[str]) -> Deployment:
             d = stack.enter_context(deployment(stack.enter_context(network(hosts)), tmp_path))
             # the test's own clients (requests, through the aggregator helpers) verify against the same CA
             monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(d.ca.bundle))
+            made.append(d)
             return d
 
         yield make
+        if getattr(request.node, "failed_call", False):
+            for d in made:
+                d.print_logs()
 
 
 def test_a_round_runs_to_done_over_https_across_namespaces(deploy: Callable[[list[str]], Deployment]):
