@@ -39,7 +39,7 @@ from typing import Any
 import requests
 
 from aggregator.app import start_server_process
-from anonml.protocol import ProblemDraft
+from anonml.protocol import Bins
 from benchmarks.reporting import RESULTS, machine, now, write_json
 from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
@@ -65,11 +65,12 @@ def _least_seconds(url: str, samples: int = SAMPLES) -> float:
     return min(taken)
 
 
-def _round(url: str, draft: ProblemDraft, members: int) -> tuple[dict[str, Any], str]:
-    """Propose ``draft`` at ``url``, wait for ``members`` registrations, close, wait for the end."""
+def _round(url: str, members: int) -> tuple[dict[str, Any], str]:
+    """Propose the problem at ``url`` (its registration deadline from now), wait for ``members``
+    registrations, close registration, wait for the end."""
     load = os.getloadavg()[0]
     started = time.monotonic()
-    problem = propose(url, draft)
+    problem = propose(url, fault_draft())
     wait_until(lambda: status(url, problem.id).registered == members, "every identity to register", 300)
     registered = time.monotonic()
     close_registration(url, problem.id, or_deadline=True)
@@ -77,6 +78,7 @@ def _round(url: str, draft: ProblemDraft, members: int) -> tuple[dict[str, Any],
     final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=600)
     ended = time.monotonic()
     account = final.reports
+    bins = Bins.model_validate_json(requests.get(f"{url}/problems/{problem.id}/bins", timeout=30).content)
     return {
         "phase": final.phase,
         "message": final.message,
@@ -87,6 +89,9 @@ def _round(url: str, draft: ProblemDraft, members: int) -> tuple[dict[str, Any],
             account.expected, account.received, account.lost
         ],
         "duplicates": None if account is None else account.duplicates,
+        # the windows the aggregator set (sized from its measured costs, at least the proposal's)
+        "send_window_s": round(bins.delta, 2),
+        "release_window_s": round(bins.t_r - bins.t_s - bins.delta, 2),
         "load_1m_before_after": [round(load, 2), round(os.getloadavg()[0], 2)],
     }, problem.id
 
@@ -97,7 +102,7 @@ def _relay_urls(url: str, problem_id: str) -> list[str]:
     return [e["relay_url"] for e in reply.json()["entries"] if e.get("relay_url")]
 
 
-def across_namespaces(root: Path, draft: ProblemDraft) -> dict[str, Any]:
+def across_namespaces(root: Path) -> dict[str, Any]:
     """The round over https between namespaces, every service behind a delay proxy (module docstring)."""
     with network(list(SIZES)) as net, deployment(net, root) as d:
         os.environ["REQUESTS_CA_BUNDLE"] = str(d.ca.bundle)  # this process's clients verify the run's CA
@@ -106,7 +111,7 @@ def across_namespaces(root: Path, draft: ProblemDraft) -> dict[str, Any]:
             d.start_aggregator()
             d.start_hosts(SIZES)
             start_seconds = time.monotonic() - started
-            result, problem_id = _round(d.url, draft, sum(SIZES.values()))
+            result, problem_id = _round(d.url, sum(SIZES.values()))
             relay = _relay_urls(d.url, problem_id)[0] + f"/roster/{problem_id}"
             direct = relay.replace(f":{RELAY_PROXY_PORT}/", f":{RELAY_PORT}/")
             result |= {
@@ -122,7 +127,7 @@ def across_namespaces(root: Path, draft: ProblemDraft) -> dict[str, Any]:
     return result
 
 
-def on_loopback(root: Path, draft: ProblemDraft) -> dict[str, Any]:
+def on_loopback(root: Path) -> dict[str, Any]:
     """The same round on 127.0.0.1, plain http, nothing in between."""
     started = time.monotonic()
     aggregator = start_server_process(aggregator_settings(root, port=0))
@@ -131,7 +136,7 @@ def on_loopback(root: Path, draft: ProblemDraft) -> dict[str, Any]:
         for host in hosts:
             host.start()
         start_seconds = time.monotonic() - started
-        result, problem_id = _round(aggregator.url, draft, sum(SIZES.values()))
+        result, problem_id = _round(aggregator.url, sum(SIZES.values()))
         relay = _relay_urls(aggregator.url, problem_id)[0] + f"/roster/{problem_id}"
         result |= {
             "services_start_s": round(start_seconds, 1),
@@ -154,15 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"network_round: cannot run here: {reason}", file=sys.stderr)
         return 1
-    draft = fault_draft()
-    runs: dict[str, Callable[[Path, ProblemDraft], dict[str, Any]]] = {
+    draft = fault_draft()  # what both runs propose (each its own, made when it proposes)
+    runs: dict[str, Callable[[Path], dict[str, Any]]] = {
         "namespaces": across_namespaces, "loopback": on_loopback,
     }
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="anonml-network-round-") as tmp:
         for name, run in runs.items():
             (Path(tmp) / name).mkdir()
-            results[name] = run(Path(tmp) / name, draft)
+            results[name] = run(Path(tmp) / name)
             print(f"{name}: {json.dumps(results[name])}", file=sys.stderr)
     ns, lo = results["namespaces"], results["loopback"]
     doc = {
@@ -171,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(load_average_1_5_15m_at_end=[round(v, 2) for v in os.getloadavg()]),
         "identities_per_host": SIZES,
         "proxy_delay_ms_each_way": DELAY_MS,
-        "schedule_s": {
+        "schedule_s_as_proposed": {
             "report_delay": draft.schedule.report_delay_seconds,
             "send_window": draft.schedule.send_window_seconds,
             "release_window": draft.schedule.release_window_seconds,
