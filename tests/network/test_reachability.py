@@ -21,16 +21,21 @@ import requests
 from sqlalchemy import select
 
 from aggregator.db import RegistrationRow
+from aggregator.routes import reachability as reachability_route
+from aggregator.routes.reachability import BUSY_RETRY_SECONDS, PROBE_CONCURRENCY
 from anonml.crypto import Identity
+from anonml.outbound import OutboundError
 from anonml.privacy import PrivacyLedger
-from anonml.protocol import ReachabilityRequest, ReachabilityResult, sign_message
+from anonml.protocol import ReachabilityRequest, ReachabilityResult, sign_message, verify_message
 from anonml.serving import free_port
 from anonml.store import EventStore
 from peer.app import start_peer_server
+from peer.client import HTTPRefusal
 from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
+from peer.reachability import ProbeChallenges, Reachability, check_reachability
 from tests.adversary.malicious import wait_until
 from tests.aggregator.conftest import (
     RunningAggregator,
@@ -201,3 +206,88 @@ def test_an_unreachable_host_refuses_when_its_policy_says_so_or_it_only_relays(
     refuses = "the policy refuses rather than register sender-only"
     assert ("cannot take part" if policy.get("relay_only") else refuses) in decision.reason
     assert _registrations(aggregator, problem.id) == {}
+
+
+def test_every_probe_slot_taken_is_a_503_with_retry_after(aggregator: RunningAggregator):  # noqa: F811
+    member = Identity.generate()
+    url = f"http://127.0.0.1:9/relay/{member.public.node_id.hex()}"
+    request = _request(member, aggregator.state.public_identity, url, bytes(32))
+    taken = [reachability_route._slots.acquire(blocking=False) for _ in range(PROBE_CONCURRENCY)]
+    try:
+        assert all(taken)
+        busy = _probe(aggregator.url, request)
+    finally:
+        for _ in taken:
+            reachability_route._slots.release()
+    assert busy.status_code == 503 and busy.headers["Retry-After"] == str(BUSY_RETRY_SECONDS)
+    assert _probe(aggregator.url, request).status_code == 200  # a slot free again: probed (unreachable)
+
+
+class _Aggregator:
+    """Stands in for an :class:`~peer.client.AggregatorClient`: answers each ask with the next of ``answers``
+    (a result, a function of the request giving one, or an exception to raise)."""
+
+    base_url = "http://aggregator.test"
+
+    def __init__(self, *answers: object) -> None:
+        self.answers = list(answers)
+        self.asked: list[ReachabilityRequest] = []
+
+    def reachability(self, request: ReachabilityRequest) -> ReachabilityResult:
+        self.asked.append(request)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer(request) if callable(answer) else answer
+
+
+def _check(client: _Aggregator, challenges: ProbeChallenges | None = None) -> tuple[Reachability, str]:
+    node = _nodes(1, seed=1)[0]
+    url = f"https://relay.example.org/relay/{node.node_id.hex()}"
+    verdict = check_reachability(node, url, bytes(64), client, challenges or ProbeChallenges(),  # type: ignore[arg-type]
+                                 ask_seconds=0.0, confirm_seconds=0.0)
+    return verdict, url
+
+
+def test_the_peer_believes_reachable_only_with_its_own_answer_and_unreachable_only_twice():
+    challenges = ProbeChallenges()
+
+    def honest(request: ReachabilityRequest) -> ReachabilityResult:  # what a real probe brings back
+        node_id = bytes.fromhex(request.relay_url.rsplit("/", 1)[1])
+        answer = challenges.answer(node_id, bytes(request.challenge))
+        assert answer is not None
+        return ReachabilityResult(relay_url=request.relay_url, reachable=True, answer=answer)
+
+    verdict, url = _check(_Aggregator(honest), challenges)
+    assert verdict.reachable is True and verdict.relay_url == url
+    # a verdict about another URL than the one asked about says nothing
+    other = ReachabilityResult(relay_url="https://elsewhere.example.org/relay/" + "ab" * 16, reachable=False)
+    verdict, _ = _check(_Aggregator(other))
+    assert verdict.reachable is None and verdict.reason == "the aggregator answered about another relay URL"
+    # an answer the relay never gave (made up, or from something else at that URL) is not reachability
+    def made_up(request: ReachabilityRequest) -> ReachabilityResult:
+        return ReachabilityResult(relay_url=request.relay_url, reachable=True, answer=bytes(32))
+
+    verdict, _ = _check(_Aggregator(made_up, made_up))
+    assert verdict.reachable is False
+    assert verdict.reason == "the aggregator's probe brought back an answer this relay never gave"
+    # a first "unreachable" (a server not listening yet) is asked again; the second word stands
+
+    def refused(request: ReachabilityRequest) -> ReachabilityResult:
+        return ReachabilityResult(relay_url=request.relay_url, reachable=False, reason="refused")
+
+    client = _Aggregator(refused, honest)
+    verdict, _ = _check(client, challenges)
+    assert verdict.reachable is True and len(client.asked) == 2
+    client = _Aggregator(refused, refused)
+    verdict, _ = _check(client)
+    assert verdict.reachable is False and verdict.reason == "refused" and len(client.asked) == 2
+    # each request is signed by the node for its own URL and a fresh challenge
+    first, second = client.asked
+    assert first.challenge != second.challenge and first.relay_url == second.relay_url
+    verify_message(first, bytes(first.identity))
+    # an aggregator without the route, or one that cannot be asked: the check cannot tell
+    verdict, _ = _check(_Aggregator(HTTPRefusal("x", 404, "Not Found")))
+    assert verdict.reachable is None and "offers no reachability check" in verdict.reason
+    verdict, _ = _check(_Aggregator(OutboundError("connection refused")))
+    assert verdict.reachable is None and verdict.reason.startswith("the aggregator could not be asked")
