@@ -38,6 +38,8 @@ from anonml.protocol import (
     ModelDocument,
     Problem,
     ProblemStatus,
+    ReachabilityRequest,
+    ReachabilityResult,
     Registration,
     RegistrationBatch,
     RegistrationReceipt,
@@ -203,6 +205,13 @@ class AggregatorClient:
 
     def status(self, problem_id: str) -> ProblemStatus:
         return _call("GET", self._url(f"/problems/{problem_id}/status"), ProblemStatus)
+
+    def reachability(self, request: ReachabilityRequest) -> ReachabilityResult:
+        """Ask the aggregator to connect to the signer's relay URL (:mod:`peer.reachability`).
+
+        The deadline covers the aggregator's own probe (5 s at most) and the way there and back.
+        """
+        return _call("POST", self._url("/reachability"), ReachabilityResult, request, timeout=30.0)
 
     def register(self, registration: Registration) -> RegistrationReceipt:
         return _call(

@@ -31,6 +31,7 @@ from peer.dispatch import Dispatcher, Lanes
 from peer.participant import Participant, PeerNode
 from peer.phases import TERMINAL
 from peer.policy import Decision, PeerPolicy, evaluate_problem, load_plugins
+from peer.reachability import CHECK_TTL_SECONDS, ProbeChallenges, Reachability, check_reachability
 from peer.records import committed_epsilon
 from peer.relay import RelayService
 from peer.worker import ProblemSession, Worker
@@ -114,6 +115,8 @@ class PeerHost:
         self._deciding = threading.Lock()
         self.counters: Counter[str] = Counter()
         self._backoff = AggregatorBackoff(poll_seconds)
+        self.challenges = ProbeChallenges()  # the aggregators' probes of this host's relay URL
+        self.reachability: dict[str, Reachability] = {}  # aggregator URL -> its latest verdict
 
     def sole_node(self) -> PeerNode:
         """The one identity of a person's own daemon (:func:`peer.app.create_daemon`); error if several."""
@@ -168,6 +171,15 @@ class PeerHost:
             plugins = load_plugins(problem)
         except AnonMLError:
             plugins = None  # evaluate_problem gives each identity the reason
+        relay_lock = threading.Lock()
+        relay_choice: list[tuple[PeerPolicy, str | None]] = []
+
+        def relay_policy() -> tuple[PeerPolicy, str | None]:
+            """:meth:`_relay_policy`, asked once, and only if some identity would take part."""
+            with relay_lock:
+                if not relay_choice:
+                    relay_choice.append(self._relay_policy(problem, client))
+                return relay_choice[0]
 
         def one(node: PeerNode) -> tuple[PeerNode, Decision, Participant | None] | None:
             previous = self.db.decision(problem.id, node.fingerprint)
@@ -178,9 +190,14 @@ class PeerHost:
             decision = evaluate_problem(
                 problem, self.policy, self.committed(node), manual=manual, plugins=plugins
             )
+            policy = self.policy
+            if decision.verdict != "refuse":
+                policy, unreachable = relay_policy()
+                if unreachable is not None:
+                    decision = Decision("refuse", unreachable)
             participant = None
             if decision.accept:  # on the policy alone: prepare() never refuses (stand-ins instead)
-                participant = self._participant(node, problem, client)
+                participant = self._participant(node, problem, client, policy)
                 participant.prepare(plugins)
             self.db.decide(
                 problem.id, node.fingerprint, decision.verdict, decision.reason, problem.draft.epsilon
@@ -197,6 +214,8 @@ class PeerHost:
             node, decision, participant = result
             decisions[node.fingerprint] = decision
             what = {"accept": "joined", "refuse": "refused", "ask": "asks you about"}[decision.verdict]
+            if decision.accept and participant is not None and participant.relays != self.policy.relay:
+                what += " sender-only (its relay cannot be reached from the aggregator)"
             self._tell(node, problem, f"{what} “{problem.draft.title}” (ε = {problem.draft.epsilon:g})"
                        + ("" if decision.accept else f": {decision.reason}"))
             if participant is not None:
@@ -205,14 +224,51 @@ class PeerHost:
             self._join(problem, client, accepted)
         return decisions
 
-    def _participant(self, node: PeerNode, problem: Problem, client: AggregatorClient) -> Participant:
+    def _relay_policy(self, problem: Problem, client: AggregatorClient) -> tuple[PeerPolicy, str | None]:
+        """The policy this host's identities join ``problem`` under, and why they refuse it (else None).
+
+        A host that relays and checks its reachability (``check_reachability``)
+        asks the problem's aggregator whether its relay URL can be reached
+        (:mod:`peer.reachability`; one verdict per aggregator for
+        :data:`~peer.reachability.CHECK_TTL_SECONDS`). Found unreachable, its
+        identities join sender-only (``relay = False``) or, when the policy says
+        ``unreachable = "refuse"`` or the host is an always-on relay, refuse
+        with the aggregator's reason. Any other verdict leaves the policy as it is.
+        """
+        policy = self.policy
+        if not (policy.relay and policy.check_reachability and self.relay_base):
+            return policy, None
+        verdict = self.reachability.get(client.base_url)
+        if verdict is None or time.time() - verdict.checked_at > CHECK_TTL_SECONDS:
+            node = next(iter(self.nodes.values()))
+            relay_url = f"{self.relay_base.rstrip('/')}/relay/{node.node_id.hex()}"
+            verdict = check_reachability(node, relay_url, bytes(problem.aggregator), client, self.challenges)
+            if verdict.reachable is not None:  # "could not tell" is asked again next time
+                self.reachability[client.base_url] = verdict
+            level = logging.WARNING if verdict.reachable is not True else logging.INFO
+            log.log(level, "relay %s seen from %s: %s (%s)", relay_url, client.base_url, verdict.word,
+                    verdict.reason)
+            self.count(f"reachability checks: {verdict.word}")
+        if not verdict.unreachable:
+            return policy, None
+        why = f"this peer's relay {verdict.relay_url} cannot be reached from the aggregator: {verdict.reason}"
+        if policy.relay_only:
+            return policy, f"{why}; an always-on relay that nobody reaches cannot take part"
+        if policy.unreachable == "refuse":
+            return policy, f"{why}; the policy refuses rather than register sender-only"
+        log.warning("%s: its identities register sender-only (%s)", problem.id, why)
+        return policy.model_copy(update={"relay": False}), None
+
+    def _participant(
+        self, node: PeerNode, problem: Problem, client: AggregatorClient, policy: PeerPolicy | None = None
+    ) -> Participant:
         return Participant(
             node,
             problem,
             client,
             self.relay,
             self.relay_base or "",
-            policy=self.policy,
+            policy=policy or self.policy,
             db=self.db,
             **self._participant_settings(),
         )
@@ -336,7 +392,12 @@ class PeerHost:
                     continue
                 problem = Problem.model_validate_json(row.problem_json)
                 client = AggregatorClient(row.aggregator_url)
-                participant = self._participant(node, problem, client)
+                policy, unreachable = self._relay_policy(problem, client)  # one check per aggregator
+                if unreachable is not None:
+                    self.db.decide(problem_id, node.fingerprint, "refuse", unreachable, problem.draft.epsilon)
+                    self._tell(node, problem, f"refused “{problem.draft.title}”: {unreachable}")
+                    continue
+                participant = self._participant(node, problem, client, policy)
                 participant.prepare()
                 participant.save()
                 self._join(problem, client, [participant])

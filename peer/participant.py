@@ -398,6 +398,8 @@ class Participant:
             else [[[h.node_id.hex(), h.public_key.hex(), h.delay_ms] for h in path] for path in self.paths],
             "lost": self.lost,
             "prediction": self.prediction,
+            # sender-only may have been detected (peer.reachability) under a policy that relays
+            "relays": self.relays,
         }
         sealed = None
         if self.tokens is not None and self.phase not in TERMINAL:  # spent secrets go with the round
@@ -430,6 +432,8 @@ class Participant:
         packet)`` of each built packet not sent yet.
         """
         facts = json.loads(row.facts_json)
+        if facts.get("relays") is False and self.policy.relay:  # it registered sender-only: it stays so
+            self.policy = self.policy.model_copy(update={"relay": False})
         self.phase = ParticipationPhase(row.phase)
         self.reason = facts.get("reason", "")
         self.standins = list(facts.get("standins", []))

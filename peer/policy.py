@@ -161,6 +161,15 @@ class PeerPolicy(BaseModel):
         ``min(1, hostile_share·n/r)^hops``.
     guards : list of str
         Hex public identities of relays this peer trusts for the first hop.
+    check_reachability : bool
+        Before registering a relay with an aggregator, ask that aggregator to
+        connect to this peer's relay URL (:mod:`peer.reachability`): a peer
+        behind NAT finds out it cannot relay instead of registering a relay
+        nobody reaches. Simulations on loopback turn it off unless asked.
+    unreachable : {"sender-only", "refuse"}
+        What a peer whose relay the check found unreachable does: register
+        sender-only (the default) or refuse the problem, with the reason. An
+        always-on relay (``relay_only``) always refuses: relaying is all it does.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -193,6 +202,8 @@ class PeerPolicy(BaseModel):
     hostile_share: float = Field(default=0.2, gt=0, le=1)
     max_hostile_route: float = Field(default=0.01, ge=0, le=1)
     guards: list[str] = Field(default_factory=list, max_length=64)
+    check_reachability: bool = True
+    unreachable: Literal["sender-only", "refuse"] = "sender-only"
 
     @model_validator(mode="after")
     def _relay_only_relays(self) -> PeerPolicy:
@@ -206,7 +217,8 @@ class PeerPolicy(BaseModel):
 
         The scale floors become ``min_roster_size = 2``, ``min_relays = 2`` and
         ``min_anonymity_set = 1`` (a few dozen simulated peers cannot meet the
-        defaults) and relays may be plain http on loopback; witnesses are
+        defaults), relays may be plain http on loopback and are not checked for
+        reachability (``check_reachability``); witnesses are
         required only when ``fields`` names some. The route and pool floors, the
         ε limits and everything in ``fields`` are as for any peer.
         """
@@ -216,6 +228,7 @@ class PeerPolicy(BaseModel):
             "min_relays": 2,
             "allow_loopback_http": True,
             "require_witnesses": bool(fields.get("witnesses")),
+            "check_reachability": False,
         }
         return cls(**{**defaults, **fields})
 

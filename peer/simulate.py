@@ -16,16 +16,23 @@ token for ``GET /local/status``; optionally the address the relay binds
 no port at all (no relay, no status API) and only opens connections;
 ``relay_only`` makes them relays that hold no data (``anonml relay serve``);
 ``max_hostile_route`` is the policy's figure (small simulated rosters with few
-relays need a larger one than a real peer's default).
+relays need a larger one than a real peer's default); ``check_reachability``
+makes a relaying host ask each aggregator whether its relay URL can be reached
+before its identities register relays, and register them sender-only if not
+(:mod:`peer.reachability`; off by default, as for every simulation policy).
 
 The process prints its relay base URL on stdout once it serves (a sender-only
-host: ``sender-only``), then runs until its stdin closes (or it is killed). Policy:
+host: ``sender-only``), then runs until its stdin closes (or it is killed); on
+closing it prints its counters (what ``GET /local/status`` gives as ``relay``:
+the relay's and the host's, as one JSON object on one line) — the only way to
+read them for a host in a network namespace, whose status API answers loopback only. Policy:
 :meth:`~peer.policy.PeerPolicy.for_simulation` with auto-accept; never for
 a real person's peer.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -78,6 +85,7 @@ class SimulationManifest(BaseModel):
     relay: bool = True
     relay_only: bool = False
     max_hostile_route: float = Field(default=0.01, ge=0, le=1)
+    check_reachability: bool = False
 
 
 def build_host(manifest: SimulationManifest) -> PeerHost:
@@ -97,6 +105,7 @@ def build_host(manifest: SimulationManifest) -> PeerHost:
             relay=manifest.relay,
             relay_only=manifest.relay_only,
             max_hostile_route=manifest.max_hostile_route,
+            check_reachability=manifest.check_reachability,
         ),
         manifest.aggregators,
         poll_seconds=manifest.poll_seconds,
@@ -129,11 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         host.start()
         print("sender-only", flush=True)
         sys.stdin.read()
+        print(json.dumps(host.status().relay), flush=True)
         host.close()
         return 0
     server = start_peer_server(host, manifest.local_token, bind=manifest.host, port=manifest.port, tls=tls)
     print(server.url, flush=True)
     sys.stdin.read()  # returns at EOF: the parent closed our stdin
+    print(json.dumps(host.status().relay), flush=True)
     server.stop()
     return 0
 

@@ -57,7 +57,7 @@ from anonml.protocol import (
     RegistrationReceipt,
     Roster,
     check_credential,
-    check_relay_url,
+    check_own_relay_url,
     sign_message,
     verify_message,
 )
@@ -264,9 +264,8 @@ def _checked(
                 problem_id, "bad relay certificate", 403, f"relay key certificate rejected: {exc}"
             ) from None
         try:
-            check_relay_url(registration.relay_url, allow_loopback_http=state.settings.allow_loopback_http)
-            if not registration.relay_url.endswith("/relay/" + identity.node_id.hex()):
-                raise ValueError("the relay URL must end in /relay/<the registrant's node id>")
+            loopback = state.settings.allow_loopback_http
+            check_own_relay_url(registration.relay_url, identity.node_id, allow_loopback_http=loopback)
         except ValueError as exc:
             raise Refusal(problem_id, "bad relay URL", 422, str(exc)) from None
     if bytes(identity) == state.public_identity:

@@ -44,6 +44,11 @@ __all__ = [
     "RosterWitness",
     "check_relay_url",
     "check_relay_address",
+    "check_own_relay_url",
+    "REACHABILITY_SKEW_SECONDS",
+    "ReachabilityRequest",
+    "ReachabilityAnswer",
+    "ReachabilityResult",
 ]
 
 
@@ -303,6 +308,15 @@ def check_relay_url(url: str, *, allow_loopback_http: bool) -> str:
     return url
 
 
+def check_own_relay_url(url: str, node_id: bytes, *, allow_loopback_http: bool) -> str:
+    """``url`` if it passes :func:`check_relay_url` and ends with ``/relay/<node_id hex>``: the relay
+    URL a member with that node id may state as its own (:class:`ValueError` naming what is wrong)."""
+    check_relay_url(url, allow_loopback_http=allow_loopback_http)
+    if not url.endswith("/relay/" + node_id.hex()):
+        raise ValueError("the relay URL must end in /relay/<the registrant's node id>")
+    return url
+
+
 def check_relay_address(
     url: str,
     *,
@@ -323,3 +337,52 @@ def check_relay_address(
     if refusal is not None:
         raise ValueError(f"relay URL {url[:80]!r}: its host {host!r} is {refusal}")
     return url
+
+
+#: Seconds a :class:`ReachabilityRequest` is good for after it was issued (either way: clocks differ).
+REACHABILITY_SKEW_SECONDS = 300.0
+
+
+class ReachabilityRequest(WireMessage):
+    """A peer asks an aggregator to connect to its relay URL from outside, before it registers a relay.
+
+    Signed by the identity whose relay URL it is (the URL has the one relay
+    form, :func:`check_relay_url`, and ends with that identity's node id);
+    ``aggregator`` names the aggregator asked and ``issued_at`` (UNIX seconds)
+    bounds a replay to :data:`REACHABILITY_SKEW_SECONDS`. The aggregator
+    requests ``GET {relay_url}/reachability/{challenge hex}``; the peer's relay
+    answers a challenge it is waiting for with a :class:`ReachabilityAnswer`
+    holding 32 random bytes it drew for it, and the aggregator hands them back
+    in its :class:`ReachabilityResult`. So *reachable* is proven (the secret
+    left the peer's relay only over that connection), while *unreachable* is
+    the aggregator's word — lying costs the peer only its relaying, which the
+    relay floors bound (``docs/threat-model.md``, "Relays").
+    """
+
+    aggregator: IdentityBytes
+    identity: IdentityBytes
+    relay_url: str = Field(pattern=r"^https?://[^\s]{1,200}$")
+    challenge: B64(32)
+    issued_at: float = Field(ge=0)
+    signature: SignatureBytes
+
+
+class ReachabilityAnswer(WireMessage):
+    """A relay's answer to the aggregator's probe: the secret it drew for the challenge."""
+
+    answer: B64(32)
+
+
+class ReachabilityResult(WireMessage):
+    """What the aggregator saw when it connected to ``relay_url``: the relay's answer, or why none."""
+
+    relay_url: str
+    reachable: bool
+    answer: B64(32) | None = None
+    reason: str = Field(default="", max_length=500)
+
+    @model_validator(mode="after")
+    def _answer_when_reachable(self) -> ReachabilityResult:
+        if self.reachable != (self.answer is not None):
+            raise ValueError("a reachable result carries the relay's answer, an unreachable one none")
+        return self

@@ -21,6 +21,9 @@
 ``GET /relay/{node}/roster/{problem_id}``
     The identity's signed :class:`~anonml.protocol.RosterWitness` (404 until
     it has checked that roster): how other members compare fingerprints.
+``GET /relay/{node}/reachability/{challenge}``
+    The answer to a challenge this host is waiting for (the aggregator's probe
+    of its relay URL, :mod:`peer.reachability`), once; 404 for any other.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from anonml.crypto import PACKET_SIZE
-from anonml.protocol import MAX_BATCH_ITEMS, BatchResults, ItemResult, RosterWitness
+from anonml.protocol import MAX_BATCH_ITEMS, BatchResults, ItemResult, ReachabilityAnswer, RosterWitness
 from peer.deps import HostDep, NodeDep, hosted_node
 from peer.host import PeerHost
 from peer.relay import RelayOutcome, RelayRefused
@@ -136,3 +139,16 @@ def roster_witness(node_id: NodeDep, problem_id: str, host: HostDep) -> RosterWi
     if witness is None:
         raise HTTPException(status_code=404, detail="this node holds no checked roster for that problem")
     return witness
+
+
+@router.get("/{node}/reachability/{challenge}", response_model=ReachabilityAnswer)
+def reachability_answer(node_id: NodeDep, challenge: str, host: HostDep) -> ReachabilityAnswer:
+    """The secret answer to a challenge this host expects for ``node`` (taken once); 404 otherwise."""
+    try:
+        raw = bytes.fromhex(challenge)
+    except ValueError:
+        raw = b""
+    answer = host.challenges.answer(node_id, raw) if len(raw) == 32 else None
+    if answer is None:
+        raise HTTPException(status_code=404, detail="this relay expects no such reachability challenge")
+    return ReachabilityAnswer(answer=answer)

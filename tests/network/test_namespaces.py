@@ -21,185 +21,76 @@ server at all — ``ss`` inside the namespace lists no listening socket and a co
 its address is refused (this machine has neither ``iptables`` nor ``nft`` to block inbound
 traffic as well) — so it takes part over outbound https connections only.
 
+Another runs a host that means to relay in a namespace nobody outside reaches (its server
+listens on the namespace's loopback only): the aggregator's probe of its relay URL is refused,
+so it registers sender-only and logs why, while the hosts it reaches register relays.
+
+Another cuts one relay host's link (``ip link set <veth> down``) in the send window, once each of
+its identities has sent a copy of its report: the round still ends ``done`` or ``degraded`` with
+every report delivered over another route or counted lost with its reason, the aggregator's
+account matching what the live senders and relays counted.
+
+The namespaces, veth pairs and services are built by :mod:`tests.network.namespaces` (shared with
+``benchmarks/network_round.py``); the finalizer deletes them and fails if anything is left.
+
 Needs root and ``ip netns``; skipped with the reason otherwise.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 import requests
 
-from anonml.protocol import ModelDocument, Roster, verify_message
-from anonml.serving import CHILD_START_SECONDS, child_environment, ready_line
-from peer.simulate import SimulationManifest
+from anonml.protocol import Bins, ModelDocument, route_count, verify_message
 from tests.adversary.malicious import wait_until
-from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
-from tests.faults.helpers import fault_draft, write_hosts
-from tests.network.certs import TestCA
+from tests.aggregator.helpers import close_registration, propose, status, wait_phase
+from tests.faults.helpers import fault_draft
+from tests.network.namespaces import (
+    DELAY,
+    DELAY_MS,
+    RELAY_PROXY_PORT,
+    Deployment,
+    deployment,
+    listening,
+    network,
+    round_trip,
+    why_not,
+)
 
-
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "network namespaces need root"
-    if shutil.which("ip") is None:
-        return "no 'ip' command (iproute2)"
-    probe = f"anml-probe-{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"'ip netns add' failed: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
-
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
-
-DELAY = "50ms"
-DELAY_MS = 50
-
-
-def _ip(*args: str) -> None:
-    done = subprocess.run(["ip", *args], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
-
-
-@dataclass
-class Network:
-    """The namespaces of one test: the aggregator's (``agg``, with the bridge) and one per peer host."""
-
-    tag: str
-    subnet: str  # e.g. 10.77.3 (a /24)
-    namespaces: list[str] = field(default_factory=list)
-    delayed: list[str] = field(default_factory=list)  # namespaces whose link has netem delay
-    no_delay_reason: str = ""
-
-    def address(self, index: int) -> str:
-        return f"{self.subnet}.{index}"
-
-    def add(self, name: str) -> str:
-        ns = f"anml-{self.tag}-{name}"
-        _ip("netns", "add", ns)
-        self.namespaces.append(ns)
-        _ip("-n", ns, "link", "set", "lo", "up")
-        return ns
-
-    def build(self, hosts: list[str]) -> None:
-        """The aggregator's namespace with bridge ``br0`` at ``.1``; each host's at ``.2``, ``.3``, …."""
-        agg = self.add("agg")
-        _ip("-n", agg, "link", "add", "br0", "type", "bridge")
-        _ip("-n", agg, "addr", "add", f"{self.address(1)}/24", "dev", "br0")
-        _ip("-n", agg, "link", "set", "br0", "up")
-        for i, name in enumerate(hosts, start=2):
-            ns = self.add(name)
-            outside, inside = f"a{self.tag}{i}", f"h{self.tag}{i}"
-            _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
-            _ip("link", "set", outside, "netns", agg)
-            _ip("link", "set", inside, "netns", ns)
-            _ip("-n", agg, "link", "set", outside, "master", "br0")
-            _ip("-n", agg, "link", "set", outside, "up")
-            _ip("-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", inside)
-            _ip("-n", ns, "link", "set", inside, "up")
-            self._delay(ns, inside)
-        # The test's own namespace reaches the bridge too (.254): it proposes and watches as the admin.
-        mine, theirs = f"t{self.tag}", f"u{self.tag}"
-        _ip("link", "add", mine, "type", "veth", "peer", "name", theirs)
-        _ip("link", "set", theirs, "netns", agg)
-        _ip("-n", agg, "link", "set", theirs, "master", "br0")
-        _ip("-n", agg, "link", "set", theirs, "up")
-        _ip("addr", "add", f"{self.address(254)}/24", "dev", mine)
-        _ip("link", "set", mine, "up")
-
-    def _delay(self, ns: str, dev: str) -> None:
-        if shutil.which("tc") is None:
-            self.no_delay_reason = "no 'tc' command"
-            return
-        done = subprocess.run(
-            ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "netem", "delay", DELAY],
-            capture_output=True, text=True,
-        )
-        if done.returncode == 0:
-            self.delayed.append(ns)
-        else:
-            self.no_delay_reason = f"tc netem: {done.stderr.strip()}"
-
-    def teardown(self) -> None:
-        for ns in self.namespaces:
-            # every process still inside first (a namespace lives on while a process holds it)
-            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), 9)
-                except ProcessLookupError:
-                    pass
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        # the test's own veth end goes with its peer in the deleted namespace; make sure
-        subprocess.run(["ip", "link", "del", f"t{self.tag}"], capture_output=True)
-
-
-def _network(hosts: list[str]) -> Iterator[Network]:
-    tag = f"{os.getpid() % 100000}"
-    net = Network(tag, f"10.77.{os.getpid() % 250 + 1}")
-    try:
-        net.build(hosts)
-        yield net
-    finally:
-        net.teardown()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(why_not() is not None, reason=str(why_not()))]
 
 
 @pytest.fixture
-def network() -> Iterator[Network]:
-    yield from _network(["p1", "p2"])
+def deploy(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[list[str]], Deployment]]:
+    """Make the network of the hosts named and the deployment over it; on leaving, print the
+    services' logs if the test failed, stop every process, then tear the network down (both also
+    when the test failed)."""
+    made: list[Deployment] = []
+    with ExitStack() as stack:
+
+        def make(hosts: list[str]) -> Deployment:
+            d = stack.enter_context(deployment(stack.enter_context(network(hosts)), tmp_path))
+            # the test's own clients (requests, through the aggregator helpers) verify against the same CA
+            monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(d.ca.bundle))
+            made.append(d)
+            return d
+
+        yield make
+        if getattr(request.node, "failed_call", False):
+            for d in made:
+                d.print_logs()
 
 
-@pytest.fixture
-def network_with_senders() -> Iterator[Network]:
-    yield from _network(["p1", "p2", "s1"])
-
-
-def _in_namespace(ns: str, args: list[str], env: dict[str, str], stdin_line: str | None, log: Path):
-    root, _ = child_environment()
-    process = subprocess.Popen(
-        ["ip", "netns", "exec", ns, sys.executable, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=log.open("w"),
-        text=True,
-        env=env,
-        cwd=root,
-    )
-    if stdin_line is not None:
-        assert process.stdin is not None
-        process.stdin.write(stdin_line + "\n")
-        process.stdin.flush()
-    return process
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        assert process.stdin is not None
-        process.stdin.close()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
-
-
-def test_a_round_runs_to_done_over_https_across_namespaces(
-    network: Network, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
-    _round_across_namespaces(network, tmp_path, monkeypatch, {"p1": 3, "p2": 3})
+def test_a_round_runs_to_done_over_https_across_namespaces(deploy: Callable[[list[str]], Deployment]):
+    _round_across_namespaces(deploy(["p1", "p2"]), {"p1": 3, "p2": 3})
 
 
 # 6 relaying identities and 2 sender-only: f = 0.2·8/6, a route hostile end to end 0.267³ ≈ 0.019,
@@ -208,111 +99,71 @@ SENDERS_MAX_HOSTILE_ROUTE = 0.05
 
 
 def test_sender_only_peers_in_a_namespace_accepting_no_connection_take_part_over_https(
-    network_with_senders: Network, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    deploy: Callable[[list[str]], Deployment],
 ):
-    _round_across_namespaces(
-        network_with_senders, tmp_path, monkeypatch, {"p1": 3, "p2": 3, "s1": 2}, senders={"s1"}
-    )
+    _round_across_namespaces(deploy(["p1", "p2", "s1"]), {"p1": 3, "p2": 3, "s1": 2}, senders={"s1"})
 
 
-def _listening(ns: str) -> list[str]:
-    """The listening TCP sockets inside ``ns`` (``ss -ltnH``), one line each."""
-    done = subprocess.run(["ip", "netns", "exec", ns, "ss", "-ltnH"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return [line for line in done.stdout.splitlines() if line.strip()]
+def test_a_relay_nobody_outside_reaches_finds_out_and_registers_sender_only(
+    deploy: Callable[[list[str]], Deployment],
+):
+    """n1 means to relay, but its server listens on its namespace's loopback only: the aggregator's
+    probe of its relay URL is refused, so it registers sender-only and says why; p1 and p2, reached
+    through their delay proxies, register relays."""
+    d = deploy(["p1", "p2", "n1"])
+    d.start_aggregator()
+    sizes = {"p1": 3, "p2": 3, "n1": 2}
+    d.start_hosts(sizes, {"n1": "unreachable"}, check_reachability=True,
+                  max_hostile_route=SENDERS_MAX_HOSTILE_ROUTE)
+    hidden = listening(d.network.namespace("n1"))
+    assert len(hidden) == 1 and "127.0.0.1:8471" in hidden[0], hidden  # its one server: loopback only
+    url, problem = d.url, propose(d.url, fault_draft())
+    members = sum(sizes.values())
+    wait_until(lambda: status(url, problem.id).registered == members, "every identity to register", 180)
+    close_registration(url, problem.id, or_deadline=True)
+    wait_phase(url, problem.id, ("medians", "reporting", "done", "degraded", "failed"), timeout=120)
+    roster = d.roster(problem.id)
+    relay_urls = [entry.relay_url for entry in roster.entries]
+    assert sum(u is None for u in relay_urls) == sizes["n1"], relay_urls
+    proxies = {f"https://{d.network.host_address(name)}:{RELAY_PROXY_PORT}" for name in ("p1", "p2")}
+    assert {u.split("/relay/")[0] for u in relay_urls if u is not None} == proxies, relay_urls
+    log = d.logs["n1"].read_text()
+    said = [line for line in log.splitlines() if "register sender-only" in line]
+    assert said, log[-4000:]
+    n1 = f"https://{d.network.host_address('n1')}:{RELAY_PROXY_PORT}/relay/"
+    assert f"this peer's relay {n1}" in said[0] and "cannot be reached from the aggregator" in said[0], said
+    assert "Connection refused" in said[0], said  # the aggregator's reason, as it saw it
+    for name in ("p1", "p2"):
+        assert "register sender-only" not in d.logs[name].read_text()
+    print(json.dumps({"sender_only_detected": sizes["n1"], "reason": said[0][-300:]}))
 
 
 def _round_across_namespaces(
-    network: Network,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    sizes: dict[str, int],
-    senders: frozenset[str] | set[str] = frozenset(),
+    d: Deployment, sizes: dict[str, int], senders: frozenset[str] | set[str] = frozenset()
 ) -> None:
-    """Run one round with the identities of ``sizes`` (host name → identities) across ``network``;
+    """Run one round with the identities of ``sizes`` (host name → identities) across ``d``'s network;
     the hosts named in ``senders`` are sender-only (no server, nothing listening)."""
-    ca = TestCA(tmp_path, "netns")
-    agg_ip = network.address(1)
-    agg_cert = ca.server("aggregator", ips=(agg_ip,))
-    prefix = f"{network.subnet}.0/24"
-    _, env = child_environment()
-    env |= {"ANONML_TEST_NETWORKS": prefix, "ANONML_CA_BUNDLE": str(ca.bundle)}
-    # the test's own clients (requests, through the aggregator helpers) verify against the same CA
-    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca.bundle))
+    d.start_aggregator()
+    direct, proxied = round_trip(f"{d.url}/healthz"), round_trip(f"{d.slow_url}/healthz")
+    # a request and its answer each wait DELAY_MS in the proxy: a lower bound, whatever the load
+    assert proxied >= 2 * DELAY_MS / 1000, (direct, proxied)
+    policy = {"max_hostile_route": SENDERS_MAX_HOSTILE_ROUTE} if senders else {}
+    d.start_hosts(sizes, {name: "sender" for name in senders}, **policy)
+    for name in senders:
+        assert listening(d.network.namespace(name)) == []  # nothing in the namespace accepts a connection
 
-    settings = aggregator_settings(
-        tmp_path, host=agg_ip, port=8470, tls_cert=agg_cert.cert, tls_key=agg_cert.key, ca_bundle=ca.bundle
+    started_at = time.monotonic()
+    url = d.url
+    problem = propose(url, fault_draft())
+    members = sum(sizes.values())
+    wait_until(lambda: status(url, problem.id).registered == members, "every identity to register", 180)
+    close_registration(url, problem.id)
+    final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=300)
+    elapsed = time.monotonic() - started_at
+    model = ModelDocument.model_validate_json(
+        requests.get(f"{url}/problems/{problem.id}/model", timeout=30).content
     )
-    agg_ns = network.namespaces[0]
-    processes: list[subprocess.Popen] = []
-    logs = {"aggregator": tmp_path / "aggregator.log"}
-
-    def delayed(ns: str, ip: str, listen: int, target: int) -> None:
-        """A delay proxy in ``ns``: ``ip:listen`` → ``ip:target``, DELAY_MS each way."""
-        log = tmp_path / f"proxy-{ns}.log"
-        args = ["-m", "tests.network.delay_proxy", ip, str(listen), ip, str(target), str(DELAY_MS)]
-        proxy = _in_namespace(ns, args, env, None, log)
-        processes.append(proxy)
-        assert ready_line(proxy, CHILD_START_SECONDS).strip() == "ready", log.read_text()
-
-    try:
-        agg = _in_namespace(agg_ns, ["-m", "aggregator"], env, settings.model_dump_json(), logs["aggregator"])
-        processes.append(agg)
-        url = ready_line(agg, CHILD_START_SECONDS).strip()
-        assert url == f"https://{agg_ip}:8470", logs["aggregator"].read_text()
-        delayed(agg_ns, agg_ip, 8480, 8470)
-        slow_url = f"https://{agg_ip}:8480"  # what the peers use: every exchange crosses the delay
-        direct, proxied = _round_trip(f"{url}/healthz"), _round_trip(f"{slow_url}/healthz")
-        # a request and its answer each wait DELAY_MS in the proxy: a lower bound, whatever the load
-        assert proxied >= 2 * DELAY_MS / 1000, (direct, proxied)
-
-        hosts = write_hosts(tmp_path, sizes, [slow_url])
-        policy = {"max_hostile_route": SENDERS_MAX_HOSTILE_ROUTE} if senders else {}
-        for i, (name, (host, _)) in enumerate(hosts.items(), start=2):
-            ip = network.address(i)
-            ns = f"anml-{network.tag}-{name}"
-            manifest = SimulationManifest.model_validate_json(host.manifest.read_text())
-            if name in senders:  # no server, no proxy: it only connects out (and verifies against the CA)
-                manifest = manifest.model_copy(update={"relay": False, "ca_bundle": ca.bundle, **policy})
-            else:
-                cert = ca.server(name, ips=(ip,))
-                delayed(ns, ip, 8481, 8471)
-                manifest = manifest.model_copy(
-                    update={"host": ip, "port": 8471, "tls_cert": cert.cert, "tls_key": cert.key,
-                            "ca_bundle": ca.bundle, "public_url": f"https://{ip}:8481", **policy}
-                )
-            host.manifest.write_text(manifest.model_dump_json())
-            logs[name] = tmp_path / f"{name}.log"
-            process = _in_namespace(ns, ["-m", "peer.simulate", str(host.manifest)], env, None, logs[name])
-            processes.append(process)
-            started = ready_line(process, CHILD_START_SECONDS).strip()
-            expected = "sender-only" if name in senders else f"https://{ip}:8471"
-            assert started == expected, logs[name].read_text()
-            if name in senders:
-                assert _listening(ns) == []  # nothing in the namespace accepts a connection
-                with socket.socket() as probe:  # and from outside, its address refuses one
-                    probe.settimeout(10)
-                    assert probe.connect_ex((ip, 8471)) != 0
-
-        started_at = time.monotonic()
-        problem = propose(url, fault_draft())
-        members = sum(sizes.values())
-        wait_until(lambda: status(url, problem.id).registered == members, "every identity to register", 180)
-        close_registration(url, problem.id)
-        final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=300)
-        elapsed = time.monotonic() - started_at
-        model = ModelDocument.model_validate_json(
-            requests.get(f"{url}/problems/{problem.id}/model", timeout=30).content
-        )
-        roster = _roster(url, problem.id)
-    except BaseException:
-        for name, log in logs.items():
-            if log.exists():
-                print(f"--- {name} ---\n{log.read_text()[-4000:]}")
-        raise
-    finally:
-        for process in processes:
-            _stop(process)
+    roster = d.roster(problem.id)
 
     assert final.phase == "done", final.message
     assert final.tokens_issued > 0 and final.reports_accepted == final.tokens_issued, final
@@ -321,8 +172,9 @@ def _round_across_namespaces(
     assert model.reports == final.reports
     # every relay URL in the roster is a proxy's: the onion traffic crossed the delay too
     relay_urls = {entry.relay_url.split("/relay/")[0] for entry in roster.entries if entry.relay_url}
-    relaying = [i for i, name in enumerate(sizes, start=2) if name not in senders]
-    assert relay_urls == {f"https://{network.address(i)}:8481" for i in relaying}, relay_urls
+    relaying = [name for name in sizes if name not in senders]
+    proxies = {f"https://{d.network.host_address(name)}:{RELAY_PROXY_PORT}" for name in relaying}
+    assert relay_urls == proxies, relay_urls
     sender_only = sum(size for name, size in sizes.items() if name in senders)
     assert sum(not entry.relays for entry in roster.entries) == sender_only
     print(json.dumps({
@@ -334,23 +186,84 @@ def _round_across_namespaces(
         "healthz_direct_s": round(direct, 3),
         "healthz_through_delay_proxy_s": round(proxied, 3),
         "proxy_delay_ms_each_way": DELAY_MS,
-        "netem_delay": DELAY if network.delayed else f"none ({network.no_delay_reason})",
+        "netem_delay": DELAY if d.network.delayed else f"none ({d.network.no_delay_reason})",
         "propose_to_final_s": round(elapsed, 1),
     }))
 
 
-def _round_trip(url: str, times: int = 3) -> float:
-    """Fewest seconds a ``GET url`` on a new connection (TLS handshake included) took of ``times``.
-
-    The least is what the path costs; the rest is this (shared, loaded) machine's scheduling.
-    """
-    taken = []
-    for _ in range(times):
-        start = time.monotonic()
-        assert requests.get(url, timeout=60).status_code == 200
-        taken.append(time.monotonic() - start)
-    return min(taken)
+def _bins(url: str, pid: str) -> Bins | None:
+    reply = requests.get(f"{url}/problems/{pid}/bins", timeout=30)
+    return Bins.model_validate_json(reply.content) if reply.status_code == 200 else None
 
 
-def _roster(url: str, problem_id: str) -> Roster:
-    return Roster.model_validate_json(requests.get(f"{url}/problems/{problem_id}/roster", timeout=30).content)
+PER_HOST = 4
+#: Every identity of a host has sent a copy of its report: one sent row per identity in its outbox.
+ALL_SENT_ONE = "SELECT count(DISTINCT node) FROM peer_outbox WHERE sent = 1"
+PARTICIPATIONS = "SELECT phase FROM peer_participations"
+ENDED = ("done", "degraded", "partial", "failed", "aborted")
+
+
+def test_a_relay_namespace_cut_off_mid_round_leaves_every_report_accounted_for(
+    deploy: Callable[[list[str]], Deployment],
+):
+    d = deploy(["p1", "p2", "p3"])
+    d.start_aggregator()
+    d.start_hosts({"p1": PER_HOST, "p2": PER_HOST, "p3": PER_HOST})
+    live, cut = [d.hosts["p1"], d.hosts["p2"]], d.hosts["p3"]
+    n = 3 * PER_HOST
+    draft = fault_draft(send_window_seconds=16.0, release_window_seconds=10.0)
+    url, problem = d.url, propose(d.url, draft)
+    wait_until(lambda: status(url, problem.id).registered == n, "every identity to register", 180)
+    close_registration(url, problem.id, or_deadline=True)
+    wait_until(lambda: _bins(url, problem.id) is not None, "the bins", 180)
+    bins = _bins(url, problem.id)
+    assert bins is not None
+    end = bins.t_s + bins.delta
+    # A report none of whose copies left its sender before the cut is lost by any protocol: cut once
+    # each of p3's identities has sent one (or at the window's end), so the loss is the routes'.
+    wait_until(lambda: cut.rows(ALL_SENT_ONE)[0][0] == PER_HOST or time.time() >= end,
+               "every identity of p3 to send a copy", 180 + end - time.time())
+    d.network.cut("p3")
+    cut_at = time.time()
+    assert cut_at < end, "p3's identities had not all sent a copy before the send window closed"
+    final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=300)
+    for host in live:
+        wait_until(lambda host=host: all(r[0] in ENDED for r in host.rows(PARTICIPATIONS)),
+                   "every live participation to end", 180)
+    counters = [d.final_counters(name) for name in ("p1", "p2")]
+
+    account = final.reports
+    assert account is not None, final.message
+    routes = route_count(draft.routes, draft.hops, n)
+    figures = {
+        "phase": final.phase,
+        "cut_at_fraction_of_send_window": round((cut_at - bins.t_s) / bins.delta, 2),
+        "account": account.model_dump(),
+        "message": final.message,
+        "live_counters": counters,
+    }
+    print(json.dumps(figures))
+    assert final.phase in ("done", "degraded"), figures
+    assert routes == draft.routes == 2  # 11 others fit two disjoint routes of 3
+    # The account is exact: every expected report received or lost, the loss split by reason adds up.
+    assert account.expected == n * draft.kh and account.received + account.lost == account.expected, figures
+    assert account.lost == account.late + sum(account.refused.values()) + account.not_arrived, figures
+    assert account.routes == account.routes_asked == routes
+    assert account.received > 0 and account.received == final.reports_accepted, figures
+    # The live senders: r copies per slot, plus those copied around p3 once they found it unreachable;
+    # nothing left unsent, and p3 (only p3) found dead by each of them.
+    copies = sum(h.get("host packets copied around a dead relay host", 0) for h in counters)
+    sent = sum(h.get("host packets sent", 0) for h in counters)
+    assert sum(h.get("host packets not sent", 0) for h in counters) == 0, counters
+    assert sent == 2 * PER_HOST * draft.kh * routes + copies, counters
+    assert all(h.get("host relay hosts found dead", 0) == 1 for h in counters), counters
+    # Their relays delivered what the intake stored, and each repeat it refused (p3 delivered none:
+    # it was cut off before the release window).
+    delivered = sum(h.get("delivered", 0) for h in counters)
+    assert delivered == account.received + account.duplicates, (delivered, account)
+    # What a live sender counts lost (against the receipts) is in the account's loss; the rest of
+    # their reports were delivered over another route.
+    lost_live = sum(h.get("reports lost in transit", 0) for h in counters)
+    delivered_live = sum(h.get("reports delivered", 0) for h in counters)
+    assert delivered_live + lost_live == 2 * PER_HOST * draft.kh, counters
+    assert lost_live <= account.lost
