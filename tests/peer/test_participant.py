@@ -67,7 +67,7 @@ def test_a_peer_shown_another_token_key_aborts_before_taking_tokens(aggregator, 
             time.sleep(0.05)
         rows = [honest.host.db.participation(problem.id, n.fingerprint) for n in nodes[:7]]
         for row, node in zip(rows, nodes[:7], strict=True):
-            if row.status == "aborted":  # it compared with the victim: it saw the split and released nothing
+            if row.phase == "aborted":  # it compared with the victim: it saw the split and released nothing
                 assert "roster fingerprint differs" in row.reason
                 assert node.ledger.releases(peer=node.fingerprint) == []
         # The others went on. The victim's reports never come, and packets routed through a member

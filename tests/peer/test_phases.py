@@ -77,7 +77,7 @@ def test_a_participation_is_saved_whole_or_not_at_all(database_url):
         (state,) = db.states("n1")
         summary = db.participation("p-1", "n1")
         assert (state.phase, state.facts_json, state.sealed_tokens) == ("reporting", '{"sent": 2}', b"sealed")
-        assert (summary.status, summary.reason) == ("reporting", "round open")
+        assert (summary.phase, summary.reason) == ("reporting", "round open")
         assert summary.roster_fingerprint == "ab" * 8  # kept when a later save does not name it
         assert summary.updated_at == state.updated_at
         # A summary that cannot be written takes the new phase of the state row down with it.
