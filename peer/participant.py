@@ -1222,7 +1222,7 @@ class Participant:
         except RefusedAddress as exc:
             raise HTTPRefusal(url, REFUSED_ADDRESS, str(exc)) from None
         if reply.status >= 300 and not already_processed(reply.status, reply.text[:300]):
-            raise HTTPRefusal(url, reply.status, reply.text[:200])
+            raise HTTPRefusal(url, reply.status, reply.text[:200], reply.retry_after)
         if reply.status >= 300:  # a retry whose first copy arrived (the hop's replay refusal): sent
             self.relay.count("packets already processed at the first hop")
         self.sent += 1

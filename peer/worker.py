@@ -36,7 +36,7 @@ from anonml.protocol import (
     RosterWitness,
     check_relay_address,
 )
-from peer.client import AggregatorClient, HTTPRefusal, backoff_delay, transient
+from peer.client import AggregatorClient, HTTPRefusal, retry_wait, transient
 from peer.db import PeerDB
 from peer.dispatch import Dispatcher
 from peer.participant import READY, Aborted, Participant
@@ -113,11 +113,12 @@ class ProblemSession:
         return time.monotonic() >= self.next_try
 
     def failed(self, exc: BaseException) -> None:
-        """The step met ``exc``: a transient one is tried again after :func:`~peer.client.backoff_delay`."""
+        """The step met ``exc``: a transient one is tried again after :func:`~peer.client.retry_wait`
+        (the aggregator's Retry-After, if it gave one, plus jittered backoff)."""
         if transient(exc):
             self.last_error = str(exc)
             self.host.count("aggregator calls retried")
-            self.next_try = time.monotonic() + backoff_delay(self.failures)
+            self.next_try = time.monotonic() + retry_wait(self.failures, exc)
             if self.failures == 0:
                 log.warning("%s: the aggregator did not answer, tried again with backoff: %s",
                             self.problem.id, exc)
