@@ -428,7 +428,8 @@ class ProblemSession:
                         time.time(), lambda: self._send(p, slot, new_url, new_packet, attempt + 1)
                     )
                     return
-            retry = time.time() + retry_delay(attempt)
+            after = exc.retry_after if isinstance(exc, HTTPRefusal) else None  # an overloaded first hop
+            retry = time.time() + (retry_delay(attempt) if after is None else retry_wait(attempt, exc))
             if retriable(status) and retry < end:
                 self.host.count("packets retried")
                 self.host.dispatcher.at(retry, lambda: self._send(p, slot, url, packet, attempt + 1))
