@@ -544,6 +544,9 @@ class _Lane:
         self.shed_on_arrival = 0
         self.shed_after_wait = 0
         self.service: float | None = None  # EWMA of seconds from admission to the answer's end
+        self.gap: float | None = None  # EWMA of seconds between two answers while requests queued
+        self.last_done: float | None = None  # monotonic time of the last answer
+        self.queued_since = 0.0  # monotonic time the queue last went from empty to not empty
 
     def stats(self) -> LaneStats:
         return LaneStats(
@@ -563,18 +566,21 @@ class Admission:
     Per route class (``classify(method, path)``; None: never gated, e.g. ``/healthz``) at most
     ``concurrency`` requests are at work in the app; the next wait in FIFO order for a slot. A
     request may wait at most ``wait_share`` of its class's client deadline, which leaves the rest
-    of that deadline for its own service and the network. Little's law gives the wait a request
-    faces: with every one of the ``c`` slots busy and ``q`` requests ahead of it, ``(q + 1) · S / c``,
-    where ``S`` is the measured mean service time (an exponentially weighted mean, weight ``1/8``
-    per answer, of admission-to-answer seconds). A newcomer whose expected wait exceeds its
+    of that deadline for its own service and the network. With every one of the ``c`` slots busy
+    and ``q`` requests ahead of it, a request waits for ``q + 1`` answers: ``(q + 1) · g``, where
+    ``g`` is the measured time between two successive answers while requests queue (the inverse
+    of the service rate; an exponentially weighted mean, weight ``1/8`` per answer; the first
+    answer of a busy spell only starts the clock, since it also carries the time to fill the
+    slots). A newcomer whose expected wait exceeds its
     allowance is answered ``503`` with ``Retry-After`` at once; so is a queued request as soon as
     its expected wait exceeds what is left of its allowance (checked from the back of the queue
     whenever a slot frees), and one that waited its whole allowance. Its client hears within the
     allowance — never after its deadline — and the app never saw the request, so nothing is
     accepted and then lost. ``Retry-After`` is the time the queue ahead needs to drain,
-    ``⌈(q + 1) · S / c⌉`` seconds (1 to ``max_retry_after``); clients add jitter
-    (:func:`peer.client.retry_wait`) so the shed do not come back in one wave. Before the first
-    answer of a class nothing is known of ``S``: its requests wait (at most their allowance).
+    ``⌈(q + 1) · g⌉`` seconds (1 to ``max_retry_after``); clients add jitter
+    (:func:`peer.client.retry_wait`) so the shed do not come back in one wave. Before ``g`` is
+    measured, requests wait (at most their allowance): an overestimate would shed what could be
+    served, an underestimate costs only a wait the allowance bounds.
 
     ``on_shed(class name)`` is told of each shed request (a host's counters).
     """
@@ -615,17 +621,24 @@ class Admission:
             lane = self._lanes[route.name] = _Lane(route)
         return lane
 
+    def per_answer(self, lane: _Lane) -> float | None:
+        """Seconds between two answers of ``lane`` while requests queue (``g``), or None before two
+        answers of one busy spell were measured."""
+        return lane.gap
+
     def expected_wait(self, lane: _Lane, ahead: int) -> float:
         """Seconds until a slot frees for a request with ``ahead`` requests queued before it
         (0 while a slot is free, and while nothing is measured yet)."""
-        if lane.in_flight < self.concurrency or lane.service is None:
+        gap = self.per_answer(lane)
+        if lane.in_flight < self.concurrency or gap is None:
             return 0.0
-        return (ahead + 1) * lane.service / self.concurrency
+        return (ahead + 1) * gap
 
     def retry_after(self, lane: _Lane, ahead: int) -> int:
         """Whole seconds the ``ahead`` queued requests (and the busy slots) need to drain, 1 to
         ``max_retry_after``."""
-        drain = 0.0 if lane.service is None else (ahead + 1) * lane.service / self.concurrency
+        gap = self.per_answer(lane)
+        drain = 0.0 if gap is None else (ahead + 1) * gap
         return max(1, min(self.max_retry_after, math.ceil(drain)))
 
     def allowance(self, lane: _Lane) -> float:
@@ -638,6 +651,10 @@ class Admission:
         now = time.monotonic()
         took = now - started
         lane.service = took if lane.service is None else lane.service + (took - lane.service) / 8
+        if lane.waiting and lane.last_done is not None and lane.last_done >= lane.queued_since:
+            gap = now - lane.last_done  # two answers while requests queued: one service gap
+            lane.gap = gap if lane.gap is None else lane.gap + (gap - lane.gap) / 8
+        lane.last_done = now
         lane.in_flight -= 1
         while lane.waiting:
             waiter, _ = lane.waiting.popleft()
@@ -701,6 +718,8 @@ class AdmissionGate(HttpMiddleware):
         request's (:meth:`Admission.release` took it on its behalf), False when shed."""
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         entry = (waiter, time.monotonic() + allowance)
+        if not lane.waiting:
+            lane.queued_since = time.monotonic()
         lane.waiting.append(entry)
         try:
             return await asyncio.wait_for(asyncio.shield(waiter), allowance)

@@ -2,7 +2,8 @@
 
 Setup: one aggregator process (``python -m aggregator``, SQLite in a temporary
 directory, one worker) and one problem. Then, each burst started at once from one asyncio
-client (httpx, one connection per request, everything in flight together):
+client (raw HTTP/1.1 on asyncio streams, one connection per request, everything in flight
+together):
 
 1. ``--concurrency`` polls of ``GET /problems/{id}/status`` (what that many
    peers polling do);
@@ -38,8 +39,8 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
-import httpx
 import numpy as np
 import requests
 
@@ -50,7 +51,6 @@ from benchmarks.reporting import machine, now, print_table, write_json
 from peer.client import HTTPRefusal, retry_wait
 from tests.aggregator.helpers import ADMIN, WirePeer, aggregator_settings, draft, propose, slots
 
-JSON = {"content-type": "application/json"}
 RESULTS = Path(__file__).resolve().parent / "results" / "aggregator_load.json"
 
 
@@ -75,58 +75,87 @@ class Burst:
     wall_s: float
 
 
+def _raw(method: str, url: str, body: str | None) -> tuple[str, int, bytes]:
+    """The host, port and bytes of one ``Connection: close`` HTTP/1.1 request, built before the burst."""
+    parts = urlsplit(url)
+    data = (body or "").encode()
+    head = (
+        f"{method} {parts.path}{'?' + parts.query if parts.query else ''} HTTP/1.1\r\n"
+        f"host: {parts.netloc}\r\nconnection: close\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(data)}\r\n\r\n"
+    )
+    return parts.hostname or "127.0.0.1", parts.port or 80, head.encode() + data
+
+
+async def _exchange(host: str, port: int, raw: bytes) -> tuple[int, float | None]:
+    """Send ``raw`` on a new connection; the answer's status and Retry-After (read to the close)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        answer = await reader.read()
+    finally:
+        writer.close()
+    head = answer.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+    status = int(head[0].split(" ", 2)[1])
+    headers = dict(line.split(":", 1) for line in head[1:] if ":" in line)
+    after = next((v for k, v in headers.items() if k.strip().lower() == "retry-after"), None)
+    return status, retry_after_seconds(after)
+
+
 async def _burst(
     name: str, calls: list[tuple[str, str, str | None]], timeout: float, phase_seconds: float
 ) -> Burst:
-    """Send every ``(method, url, body)`` at once, each client retrying shed tries per Retry-After."""
-    limits = httpx.Limits(max_connections=len(calls), max_keepalive_connections=0)
+    """Send every ``(method, url, body)`` at once, each client retrying shed tries per Retry-After.
+
+    The clients speak HTTP/1.1 on raw asyncio streams with requests built beforehand: one Python
+    process plays a thousand peers on the same two cores as the server, and a full HTTP client's
+    own work (httpx took seconds per burst at load 19) would be measured as the server's latency.
+    """
     statuses: Counter[str] = Counter()
     latencies: list[float] = []
     first_shed = 0
     through: list[float] = []
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        start = asyncio.Event()
+    start = asyncio.Event()
+    t0 = 0.0
 
-        async def one(method: str, url: str, body: str | None) -> None:
-            nonlocal first_shed
-            await start.wait()
-            began = time.perf_counter()
-            for attempt in itertools.count():
-                t = time.perf_counter()
-                try:
-                    response = await asyncio.wait_for(  # the peer's total deadline, not a per-read one
-                        client.request(method, url, content=body, headers=JSON), timeout
-                    )
-                except (TimeoutError, httpx.TimeoutException):
-                    statuses["timeout"] += 1
-                    latencies.append(time.perf_counter() - t)
-                    return
-                except httpx.TransportError as exc:
-                    statuses[f"transport error: {exc.__class__.__name__}"] += 1
-                    latencies.append(time.perf_counter() - t)
-                    return
+    async def one(method: str, url: str, body: str | None) -> None:
+        nonlocal first_shed
+        host, port, raw = _raw(method, url, body)
+        await start.wait()
+        began = time.perf_counter()
+        for attempt in itertools.count():
+            t = time.perf_counter()
+            try:  # the peer's total deadline, not a per-read one
+                status, after = await asyncio.wait_for(_exchange(host, port, raw), timeout)
+            except TimeoutError:
+                statuses["timeout"] += 1
                 latencies.append(time.perf_counter() - t)
-                after = retry_after_seconds(response.headers.get("retry-after"))
-                if response.status_code == 503 and after is not None:
-                    statuses["503 shed"] += 1
-                    first_shed += attempt == 0
-                    refusal = HTTPRefusal(url, 503, "shed", after)
-                    wait = retry_wait(attempt, refusal)
-                    if time.perf_counter() + wait - began > phase_seconds:
-                        return
-                    await asyncio.sleep(wait)
-                    continue
-                statuses[str(response.status_code)] += 1
-                if response.status_code < 300:
-                    through.append(time.perf_counter() - t0)
                 return
+            except (OSError, ValueError, IndexError) as exc:
+                statuses[f"transport error: {exc.__class__.__name__}"] += 1
+                latencies.append(time.perf_counter() - t)
+                return
+            latencies.append(time.perf_counter() - t)
+            if status == 503 and after is not None:
+                statuses["503 shed"] += 1
+                first_shed += attempt == 0
+                wait = retry_wait(attempt, HTTPRefusal(url, 503, "shed", after))
+                if time.perf_counter() + wait - began > phase_seconds:
+                    return
+                await asyncio.sleep(wait)
+                continue
+            statuses[str(status)] += 1
+            if status < 300:
+                through.append(time.perf_counter() - t0)
+            return
 
-        tasks = [asyncio.create_task(one(*call)) for call in calls]
-        await asyncio.sleep(0)
-        t0 = time.perf_counter()
-        start.set()
-        await asyncio.gather(*tasks)
-        wall = time.perf_counter() - t0
+    tasks = [asyncio.create_task(one(*call)) for call in calls]
+    await asyncio.sleep(0.5)  # every request built, every task waiting at the start
+    t0 = time.perf_counter()
+    start.set()
+    await asyncio.gather(*tasks)
+    wall = time.perf_counter() - t0
     ms = np.asarray(latencies) * 1000
     tries = len(latencies)
     return Burst(

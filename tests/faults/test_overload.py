@@ -152,9 +152,9 @@ def test_a_relay_delivering_to_a_shedding_intake_waits_its_retry_after() -> None
     relay = RelayService(dispatcher, allow_loopback_http=True)
     try:
         lane = service.admission.lane(WORK)
-        # Both slots busy, 5 s each as measured: a newcomer's wait, 2.5 s, is past its 2 s allowance,
-        # and the queue drains in ⌈2.5⌉ = 3 s.
-        lane.in_flight, lane.service = SLOTS, 5.0
+        # Both slots busy, 2.5 s between answers as measured: a newcomer's wait, 2.5 s, is past its
+        # 2 s allowance, and the queue drains in ⌈2.5⌉ = 3 s.
+        lane.in_flight, lane.gap = SLOTS, 2.5
         now = time.time()
         release = _Release(f"{service.url}/intake", b"{}", "application/json", "delivered", now + 120)
         dispatcher.at(now, lambda: relay._due(release))
@@ -162,7 +162,7 @@ def test_a_relay_delivering_to_a_shedding_intake_waits_its_retry_after() -> None
         while not service.shed_at:
             assert time.monotonic() < deadline, "the delivery never reached the intake"
             time.sleep(0.02)
-        lane.in_flight, lane.service = 0, None  # the intake has recovered
+        lane.in_flight, lane.gap = 0, None  # the intake has recovered
         while relay.counters["delivered"] == 0:
             assert time.monotonic() < deadline, f"never delivered: {dict(relay.counters)}"
             time.sleep(0.02)
