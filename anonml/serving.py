@@ -545,6 +545,7 @@ class _Lane:
         self.shed_after_wait = 0
         self.service: float | None = None  # EWMA of seconds from admission to the answer's end
         self.gap: float | None = None  # EWMA of seconds between two answers while requests queued
+        self.gaps = 0  # how many such gaps were measured
         self.last_done: float | None = None  # monotonic time of the last answer
         self.queued_since = 0.0  # monotonic time the queue last went from empty to not empty
 
@@ -571,16 +572,21 @@ class Admission:
     ``g`` is the measured time between two successive answers while requests queue (the inverse
     of the service rate; an exponentially weighted mean, weight ``1/8`` per answer; the first
     answer of a busy spell only starts the clock, since it also carries the time to fill the
-    slots). A newcomer whose expected wait exceeds its
+    slots). Until ``c`` such gaps are measured — the first answers of a burst come close together,
+    having started together — Little's law stands in: ``g = S / c``, with ``S`` the mean
+    admission-to-answer time (weighted alike), which a cold first request rather overstates.
+    A newcomer whose expected wait exceeds its
     allowance is answered ``503`` with ``Retry-After`` at once; so is a queued request as soon as
     its expected wait exceeds what is left of its allowance (checked from the back of the queue
     whenever a slot frees), and one that waited its whole allowance. Its client hears within the
     allowance — never after its deadline — and the app never saw the request, so nothing is
     accepted and then lost. ``Retry-After`` is the time the queue ahead needs to drain,
     ``⌈(q + 1) · g⌉`` seconds (1 to ``max_retry_after``); clients add jitter
-    (:func:`peer.client.retry_wait`) so the shed do not come back in one wave. Before ``g`` is
-    measured, requests wait (at most their allowance): an overestimate would shed what could be
-    served, an underestimate costs only a wait the allowance bounds.
+    (:func:`peer.client.retry_wait`) so the shed do not come back in one wave. Before the first
+    answer of a class, its requests wait (at most their allowance). Erring high at a cold start
+    sheds some that could have been served (they come back after Retry-After); erring low would
+    keep a thousand waiting the whole allowance, on a loaded machine past their deadline (measured:
+    ``benchmarks/aggregator_load.py``).
 
     ``on_shed(class name)`` is told of each shed request (a host's counters).
     """
@@ -589,7 +595,7 @@ class Admission:
         self,
         classify: Callable[[str, str], RouteClass | None],
         *,
-        concurrency: int = 8,
+        concurrency: int = 4,
         wait_share: float = 1 / 3,
         max_retry_after: int = 30,
         on_shed: Callable[[str], None] | None = None,
@@ -622,9 +628,11 @@ class Admission:
         return lane
 
     def per_answer(self, lane: _Lane) -> float | None:
-        """Seconds between two answers of ``lane`` while requests queue (``g``), or None before two
-        answers of one busy spell were measured."""
-        return lane.gap
+        """Seconds between two answers of ``lane`` while requests queue (``g``): measured once ``c``
+        gaps were, Little's ``S / c`` before; None before any answer."""
+        if lane.gap is not None and lane.gaps >= self.concurrency:
+            return lane.gap
+        return None if lane.service is None else lane.service / self.concurrency
 
     def expected_wait(self, lane: _Lane, ahead: int) -> float:
         """Seconds until a slot frees for a request with ``ahead`` requests queued before it
@@ -654,6 +662,7 @@ class Admission:
         if lane.waiting and lane.last_done is not None and lane.last_done >= lane.queued_since:
             gap = now - lane.last_done  # two answers while requests queued: one service gap
             lane.gap = gap if lane.gap is None else lane.gap + (gap - lane.gap) / 8
+            lane.gaps += 1
         lane.last_done = now
         lane.in_flight -= 1
         while lane.waiting:

@@ -154,7 +154,7 @@ def test_a_relay_delivering_to_a_shedding_intake_waits_its_retry_after() -> None
         lane = service.admission.lane(WORK)
         # Both slots busy, 2.5 s between answers as measured: a newcomer's wait, 2.5 s, is past its
         # 2 s allowance, and the queue drains in ⌈2.5⌉ = 3 s.
-        lane.in_flight, lane.gap = SLOTS, 2.5
+        lane.in_flight, lane.gap, lane.gaps = SLOTS, 2.5, SLOTS
         now = time.time()
         release = _Release(f"{service.url}/intake", b"{}", "application/json", "delivered", now + 120)
         dispatcher.at(now, lambda: relay._due(release))
