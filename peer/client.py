@@ -137,6 +137,8 @@ def with_retries(
             if on_retry is not None:
                 on_retry(exc)
             time.sleep(wait)
+            if time.time() >= until:  # a loaded machine overslept the wait: no try past the deadline
+                raise
             attempt += 1
 
 

@@ -301,11 +301,22 @@ class Participant:
         return self.phase not in TERMINAL
 
     def _move(self, new: ParticipationPhase, reason: str | None = None) -> None:
-        """Go to ``new`` if :data:`~peer.phases.TRANSITIONS` allows it, and persist it."""
+        """Go to ``new`` if :data:`~peer.phases.TRANSITIONS` allows it, and persist it.
+
+        A move that cannot be saved (a full disk) is undone in memory too and the error raised, so
+        the step that made it is taken again once the state DB writes (a participation that looked
+        moved but was not would skip that step for good); only an end (aborted, failed, …) stays,
+        since stopping is safe unsaved: it is saved with the next write that succeeds."""
+        before = self.phase, self.reason
         self.phase = check_transition(self.phase, new)
         if reason is not None:
             self.reason = reason
-        self.save()
+        try:
+            self.save()
+        except Exception:
+            if new not in TERMINAL:
+                self.phase, self.reason = before
+            raise
 
     def abort(self, reason: str) -> None:
         """Stop taking part (nothing of this identity's own is released after this)."""

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from anonml.addresses import connect_check
+from anonml.database import storage_failure
 from anonml.errors import AnonMLError, ProtocolError
 from anonml.outbound import OutboundError, RefusedAddress, fetch
 from anonml.protocol import (
@@ -141,21 +142,32 @@ class ProblemSession:
                 fn(p)
             except AnonMLError as exc:
                 if transient(exc):  # not an answer: the participation stays, the next poll tries again
-                    self.last_error = str(exc)
-                    self.host.count("aggregator calls retried")
-                    if id(p) not in self._streak:
-                        self._streak.add(id(p))
-                        log.warning("identity %s in %s: no answer, tried again: %s",
-                                    p.node.fingerprint[:12], self.problem.id, exc)
+                    self._deferred(p, str(exc), "aggregator calls retried", f"no answer, tried again: {exc}")
                     return
                 if isinstance(exc, HTTPRefusal):
                     p.abort(f"aggregator refused: {exc.detail} (HTTP {exc.status})")
                 else:
                     p.abort(str(exc))
+            except Exception as exc:
+                full = storage_failure(exc)
+                if full is None:
+                    raise
+                # The state DB cannot write (a full disk): the move was undone (Participant._move),
+                # so the step is taken again at the next poll, as after an unanswered call.
+                self._deferred(p, f"state database: {full}", "steps deferred: state database cannot write",
+                               f"its state cannot be saved ({full}), tried again")
             else:
                 self._streak.discard(id(p))
 
         list(self.host.pool.map(guarded, targets))
+
+    def _deferred(self, p: Participant, error: str, counter: str, said: str) -> None:
+        """``p``'s step is tried again at the next poll: counted, and logged once per streak."""
+        self.last_error = error
+        self.host.count(counter)
+        if id(p) not in self._streak:
+            self._streak.add(id(p))
+            log.warning("identity %s in %s: %s", p.node.fingerprint[:12], self.problem.id, said)
 
     def _in(self, *phases: ParticipationPhase) -> list[Participant]:
         return [p for p in self.participants if p.phase in phases]
