@@ -79,21 +79,27 @@ log = logging.getLogger("anonml.aggregator")
 INTAKE = serving.RouteClass("intake", outbound.PACKET_DEADLINE)
 READS = serving.RouteClass("reads", outbound.AGGREGATOR_DEADLINE)
 WRITES = serving.RouteClass("writes", outbound.AGGREGATOR_DEADLINE)
-#: Never shed: readiness, and the API's own description.
-_UNGATED = frozenset({"/healthz", "/openapi.json", "/docs"})
+#: Readiness in a class of its own: a flood of peers' calls never queues it, and a flood of probes
+#: (each a database query on a worker thread) cannot take every thread from the event loop.
+HEALTH = serving.RouteClass("health", outbound.AGGREGATOR_DEADLINE)
+#: Never shed: the API's own description.
+_UNGATED = frozenset({"/openapi.json", "/docs"})
 
 
 def route_class(method: str, path: str) -> serving.RouteClass | None:
-    """The admission class of a request: intake deliveries, other writes, reads; None for ``/healthz``."""
+    """The admission class of a request: intake deliveries, other writes, reads, ``/healthz``."""
     if path in _UNGATED or path.startswith("/static/"):
         return None
+    if path == "/healthz":
+        return HEALTH
     if path == "/intake" or path.startswith("/intake/"):
         return INTAKE
     return READS if method in ("GET", "HEAD") else WRITES
 
 
 def admission(settings: AggregatorSettings) -> serving.Admission:
-    """The aggregator's admission gate state (:data:`INTAKE`, :data:`READS`, :data:`WRITES`)."""
+    """The aggregator's admission gate state (:data:`INTAKE`, :data:`READS`, :data:`WRITES`,
+    :data:`HEALTH`)."""
     return serving.Admission(
         route_class, concurrency=settings.admission_concurrency, wait_share=settings.admission_wait_share
     )

@@ -250,12 +250,16 @@ class ProblemSession:
                 self._each(lambda p: (self.client.register(signed[id(p)]), p.registered()), chunk)
                 continue
             self.host.count("registrations sent in batches", len(chunk))
+            taken = []
             for p, result in zip(chunk, answer.results, strict=True):
                 if result.status == 201 or (result.status == 409 and id(p) in resent
                                             and "already registered" in result.detail):
-                    p.registered()
+                    taken.append(p)
                 else:
                     p.abort(f"aggregator refused: {result.detail} (HTTP {result.status})")
+            # Each on its own: one whose state cannot be saved now is sent again at the next poll
+            # ("already registered" then), without keeping the others from being recorded.
+            self._each(lambda p: p.registered(), taken)
         # Only now the example, off this thread: neither this registration nor the next poll
         # waits for the person's data (Participant.prepare).
         for p in who:

@@ -3,8 +3,8 @@
 The host's state database lives on a real 8 MiB tmpfs (:func:`~tests.faults.helpers.tmpfs`;
 skipped, saying why, where mounting is not permitted — CI runs as root). One host of
 :data:`IDENTITIES` identities, two of them in the median pool (one median step), against a real
-aggregator. Once every identity registered, the tmpfs is filled to ``ENOSPC`` and registration
-closed: the roster check and the median answers meet a state database that cannot write. The
+aggregator. Once every identity registered and saved its receipt, the tmpfs is filled to
+``ENOSPC`` and registration closed: the roster check and the median answers meet a state database that cannot write. The
 disk is freed once the aggregator has left the medians.
 
 What must hold: the problem ends ``done`` or ``degraded`` and its median account names the
@@ -30,6 +30,7 @@ from tests.faults.helpers import fault_draft, fill, tmpfs, write_hosts
 IDENTITIES = 8
 ENDED = ("done", "degraded", "partial", "aborted", "failed")
 ROWS = "SELECT status, reason FROM peer_participations"
+REGISTERED = "SELECT count(*) FROM peer_participation_state WHERE phase = 'registered'"
 
 
 @pytest.mark.slow
@@ -53,6 +54,8 @@ def test_a_full_state_disk_at_a_peer_ends_its_median_identities_with_the_reason(
             problem = propose(url, d)
             registered = lambda: status(url, problem.id).registered == IDENTITIES  # noqa: E731
             wait_until(registered, "every identity to register", 120)
+            # ... and to have recorded it (the receipt saved): the disk fills for what comes next.
+            wait_until(lambda: host.rows(REGISTERED)[0][0] == IDENTITIES, "every receipt to be saved", 120)
             filler = fill(disk)
             close_registration(url, problem.id, or_deadline=True)
             wait_until(lambda: status(url, problem.id).phase not in ("registration", "witnessing", "medians"),
