@@ -4,8 +4,8 @@ The host's state database lives on a real 8 MiB tmpfs (:func:`~tests.faults.help
 skipped, saying why, where mounting is not permitted — CI runs as root). One host of
 :data:`IDENTITIES` identities, two of them in the median pool (one median step), against a real
 aggregator. Once every identity registered and saved its receipt, the tmpfs is filled to
-``ENOSPC`` and registration closed: the roster check and the median answers meet a state database that cannot write. The
-disk is freed once the aggregator has left the medians.
+``ENOSPC`` and registration closed: the roster check and the median answers meet a state
+database that cannot write. The disk is freed once the aggregator has left the medians.
 
 What must hold: the problem ends ``done`` or ``degraded`` and its median account names the
 shortfall (missing = expected − received, as many missing as the median identities that could
