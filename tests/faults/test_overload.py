@@ -13,6 +13,7 @@ asked to wait. A relay delivering to an intake that sheds it waits its Retry-Aft
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import threading
 import time
@@ -202,3 +203,27 @@ def test_admission_settings_are_checked() -> None:
         serving.Admission(lambda m, p: None, wait_share=1.0)
     with pytest.raises(ValueError, match="client_deadline"):
         serving.RouteClass("x", 0)
+
+
+def test_the_aggregator_gates_every_route_class_and_counts_in_healthz(tmp_path) -> None:
+    from aggregator.app import INTAKE, READS, WRITES, create_app, route_class, start_server
+    from tests.aggregator.helpers import aggregator_settings
+
+    assert route_class("POST", "/intake") is INTAKE and route_class("POST", "/intake/batch") is INTAKE
+    assert route_class("GET", "/problems/p-1/status") is READS
+    assert route_class("POST", "/problems/p-1/registrations") is WRITES
+    assert route_class("GET", "/openapi.json") is None
+    assert INTAKE.client_deadline < READS.client_deadline  # relays post with a packet's 5 s deadline
+    server = start_server(create_app(aggregator_settings(tmp_path, admission_concurrency=1)))
+    try:
+        for _ in range(3):
+            assert fetch("GET", f"{server.url}/problems").status == 200
+        health = fetch("GET", f"{server.url}/healthz")
+        assert health.status == 200
+        admission = json.loads(health.body)["admission"]
+        assert admission["shed"] == 0
+        assert admission["classes"]["reads"]["admitted"] == 3
+        assert admission["classes"]["health"]["in_flight"] == 1  # this very request
+        assert server.app.state.admission.concurrency == 1
+    finally:
+        server.stop()
