@@ -266,6 +266,8 @@ class Participant:
     #: What of its own part this identity could not do (a median answer not sent, not delivered or
     #: not counted); non-empty: the participation ends ``partial`` with these as its reason.
     shortfall: list[str] = field(default_factory=list)
+    # Set by the worker when this identity's roster check came after the aggregator left the medians.
+    medians_missed: bool = False
     keys: RelayKeys | None = None
     roster: RosterFacts | None = None
     comparisons: Comparisons = field(default_factory=Comparisons)
@@ -750,8 +752,19 @@ class Participant:
         if self.phase == P.ROSTER_CHECKED:
             self._move(P.CONFIRMED)
             if self.relaying:  # the round opened while the comparisons went on
-                self._move(P.RELAYING)
+                self._into_round()
         return True
+
+    def _into_round(self) -> None:
+        """confirmed | answered → relaying. A median-pool identity whose roster check was done only
+        after the median steps closed (:attr:`medians_missed`: a full disk, a slow host) says so —
+        it ends ``partial`` with the reason, never ``done`` as if it had done its part."""
+        roster = self.roster
+        if (self.phase == P.CONFIRMED and self.medians_missed and roster is not None
+                and roster.assignment.role == "median"):
+            self._short("median answer not sent: the median steps had closed when this identity's roster "
+                        "check was done")
+        self._move(P.RELAYING)
 
     # -- 3. median answer ---------------------------------------------------------------
     def answer(self, query: MedianQuery) -> bool:
@@ -883,7 +896,7 @@ class Participant:
         if not self.relays:
             self._round_open = True
             if self.phase in (P.CONFIRMED, P.ANSWERED):
-                self._move(P.RELAYING)
+                self._into_round()
             return
         assert self.keys is not None
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
@@ -915,7 +928,7 @@ class Participant:
             )
         )
         if self.phase in (P.CONFIRMED, P.ANSWERED):
-            self._move(P.RELAYING)
+            self._into_round()
 
     def check_bins(self, bins: Bins, bundle: CosignatureBundle) -> None:
         """The witnesses co-signed this peer's own bins transcript (Problem, Roster, Bins, schedule).

@@ -286,6 +286,9 @@ class ProblemSession:
         restored = [p for p in self.participants if p.needs_roster]
         notices = self._assignments([*fresh, *restored])
         self._each(lambda p: p.check_roster(view, bundle, notices.get(p.node.fingerprint)), fresh)
+        if self.phase not in ("registration", "witnessing", "medians"):  # checked after the medians
+            for p in fresh:
+                p.medians_missed = True
         self._each(lambda p: p.restore_roster(view, bundle, notices.get(p.node.fingerprint)), restored)
         for p in self.participants:
             if p.witness is not None:
