@@ -573,9 +573,9 @@ class Admission:
     of the service rate; an exponentially weighted mean, weight ``1/8`` per answer; the first
     answer of a busy spell only starts the clock, since it also carries the time to fill the
     slots). Until ``c`` such gaps are measured — the first answers of a burst come close together,
-    having started together — Little's law stands in: ``g = S / c``, with ``S`` the mean
-    admission-to-answer time (weighted alike), which a cold first request rather overstates.
-    A newcomer whose expected wait exceeds its
+    having started together — Little's law stands in for newcomers: ``g = S / c``, with ``S`` the
+    mean admission-to-answer time (weighted alike), which a cold first request rather overstates;
+    the queue is trimmed (below) only on measured gaps. A newcomer whose expected wait exceeds its
     allowance is answered ``503`` with ``Retry-After`` at once; so is a queued request as soon as
     its expected wait exceeds what is left of its allowance (checked from the back of the queue
     whenever a slot frees), and one that waited its whole allowance. Its client hears within the
@@ -627,17 +627,19 @@ class Admission:
             lane = self._lanes[route.name] = _Lane(route)
         return lane
 
-    def per_answer(self, lane: _Lane) -> float | None:
+    def per_answer(self, lane: _Lane, *, measured: bool = False) -> float | None:
         """Seconds between two answers of ``lane`` while requests queue (``g``): measured once ``c``
-        gaps were, Little's ``S / c`` before; None before any answer."""
+        gaps were, Little's ``S / c`` before (None then with ``measured``); None before any answer."""
         if lane.gap is not None and lane.gaps >= self.concurrency:
             return lane.gap
-        return None if lane.service is None else lane.service / self.concurrency
+        if measured or lane.service is None:
+            return None
+        return lane.service / self.concurrency
 
-    def expected_wait(self, lane: _Lane, ahead: int) -> float:
+    def expected_wait(self, lane: _Lane, ahead: int, *, measured: bool = False) -> float:
         """Seconds until a slot frees for a request with ``ahead`` requests queued before it
         (0 while a slot is free, and while nothing is measured yet)."""
-        gap = self.per_answer(lane)
+        gap = self.per_answer(lane, measured=measured)
         if lane.in_flight < self.concurrency or gap is None:
             return 0.0
         return (ahead + 1) * gap
@@ -673,7 +675,8 @@ class Admission:
                 break
         while lane.waiting:
             waiter, gives_up = lane.waiting[-1]
-            if not waiter.done() and self.expected_wait(lane, len(lane.waiting) - 1) <= gives_up - now:
+            wait = self.expected_wait(lane, len(lane.waiting) - 1, measured=True)
+            if not waiter.done() and wait <= gives_up - now:
                 break
             lane.waiting.pop()
             if not waiter.done():
