@@ -227,3 +227,24 @@ def test_the_aggregator_gates_every_route_class_and_counts_in_healthz(tmp_path) 
         assert server.app.state.admission.concurrency == 1
     finally:
         server.stop()
+
+
+def test_a_peer_host_gates_relay_posts_only_and_counts_what_it_sheds() -> None:
+    from types import SimpleNamespace
+
+    from anonml.outbound import PACKET_DEADLINE
+    from peer.app import RELAY_POSTS, relay_admission
+
+    dispatcher = Dispatcher(workers=1, name="overload-test")
+    try:
+        host = SimpleNamespace(relay=RelayService(dispatcher))
+        admission = relay_admission(host)  # type: ignore[arg-type]
+        assert admission.classify("POST", "/relay/ab12/batch") is RELAY_POSTS
+        assert admission.classify("POST", "/relay/ab12") is RELAY_POSTS
+        assert RELAY_POSTS.client_deadline == PACKET_DEADLINE
+        for method, path in (("GET", "/local/status"), ("GET", "/healthz"), ("GET", "/relay/ab12/roster/p")):
+            assert admission.classify(method, path) is None  # the user's own pages never wait on it
+        admission.count_shed(admission.lane(RELAY_POSTS), on_arrival=True)
+        assert host.relay.counters["posts shed: overloaded"] == 1 and admission.shed() == 1
+    finally:
+        dispatcher.close()
