@@ -5,7 +5,9 @@ last relays of onion routes, and their addresses must not be written down
 next to the reports (:mod:`aggregator.routes.intake`). Request bodies larger
 than ``max_body_bytes`` are refused with 413 before they are parsed, and a
 JSON body holding a non-finite number with 422
-(:func:`anonml.serving.install_input_guards`).
+(:func:`anonml.serving.install_input_guards`). Under overload a request that
+could not be served before its client's deadline is answered ``503`` with
+``Retry-After`` instead (:func:`admission`; ``/healthz`` counts them).
 OpenAPI is at ``/openapi.json`` (``/docs`` for people).
 
 Several worker processes. :func:`serve` with ``workers > 1`` runs uvicorn's
@@ -33,7 +35,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import uvicorn
@@ -55,6 +57,8 @@ from anonml.web import local_api_docs
 
 __all__ = [
     "create_app",
+    "admission",
+    "route_class",
     "serve",
     "check_workers",
     "worker_app",
@@ -68,6 +72,37 @@ __all__ = [
 ]
 
 log = logging.getLogger("anonml.aggregator")
+
+
+#: The route classes admitted apart (:class:`anonml.serving.Admission`), each with its clients' deadline:
+#: the intake's clients are last-hop relays posting with a packet's deadline, the rest peers' calls.
+INTAKE = serving.RouteClass("intake", outbound.PACKET_DEADLINE)
+READS = serving.RouteClass("reads", outbound.AGGREGATOR_DEADLINE)
+WRITES = serving.RouteClass("writes", outbound.AGGREGATOR_DEADLINE)
+#: Readiness in a class of its own: a flood of peers' calls never queues it, and a flood of probes
+#: (each a database query on a worker thread) cannot take every thread from the event loop.
+HEALTH = serving.RouteClass("health", outbound.AGGREGATOR_DEADLINE)
+#: Never shed: the API's own description.
+_UNGATED = frozenset({"/openapi.json", "/docs"})
+
+
+def route_class(method: str, path: str) -> serving.RouteClass | None:
+    """The admission class of a request: intake deliveries, other writes, reads, ``/healthz``."""
+    if path in _UNGATED or path.startswith("/static/"):
+        return None
+    if path == "/healthz":
+        return HEALTH
+    if path == "/intake" or path.startswith("/intake/"):
+        return INTAKE
+    return READS if method in ("GET", "HEAD") else WRITES
+
+
+def admission(settings: AggregatorSettings) -> serving.Admission:
+    """The aggregator's admission gate state (:data:`INTAKE`, :data:`READS`, :data:`WRITES`,
+    :data:`HEALTH`)."""
+    return serving.Admission(
+        route_class, concurrency=settings.admission_concurrency, wait_share=settings.admission_wait_share
+    )
 
 
 def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
@@ -98,6 +133,7 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
     local_api_docs(app, "AnonML aggregator")
     app.state.aggregator = state
     app.state.driver = driver
+    gate = app.state.admission = admission(settings)
     for router in (
         problems.router,
         registration.router,
@@ -134,7 +170,9 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
     @app.get("/healthz", tags=["service"])
     def healthz() -> JSONResponse:
         """Readiness: one query on the database and writable storage (503 when either fails,
-        :meth:`~aggregator.storage.StorageHealth.not_ready`), and the public identity (hex)."""
+        :meth:`~aggregator.storage.StorageHealth.not_ready`), the public identity (hex), and the
+        admission gate's counts per route class (``shed``: answered 503 for overload so far)."""
+        load = {"shed": gate.shed(), "classes": {k: asdict(v) for k, v in gate.stats().items()}}
         try:
             with state.sessions() as s:
                 s.execute(text("SELECT 1")).scalar_one()
@@ -151,10 +189,11 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
                 status_code=503,
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
-        return JSONResponse({"status": "ok", "identity": state.public_identity.hex()})
+        return JSONResponse({"status": "ok", "identity": state.public_identity.hex(), "admission": load})
 
     serving.install_input_guards(app, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(serving.BodyLimit, max_bytes=settings.max_body_bytes)  # after: runs first
+    app.add_middleware(serving.AdmissionGate, admission=gate)  # first of all: a shed body is never read
     return app
 
 

@@ -70,6 +70,14 @@ class AggregatorSettings(TlsSettings):
     tls_cert, tls_key : Path or None
         Serve https with this certificate chain and key
         (:class:`anonml.serving.TlsSettings`); neither: plain http.
+    admission_concurrency : int
+        Requests of one route class (intake, reads, writes) the app works on at once; more wait
+        for a slot (:class:`anonml.serving.Admission`). 4: more threads add no throughput to one
+        SQLite writer under the GIL, and take the GIL from the event loop that answers the shed.
+    admission_wait_share : float
+        Share of its client's deadline a request may wait for a slot; one that cannot be served
+        within it is answered 503 with ``Retry-After`` (at once when the measured service rate
+        says so) instead of queueing past its client's deadline.
     ca_bundle : Path or None
         Verify the certificates of witnesses (every outbound request) against
         this PEM bundle only, instead of the system's store
@@ -92,6 +100,8 @@ class AggregatorSettings(TlsSettings):
     allow_loopback_http: bool = False
     scale_schedule: bool = True
     peer_poll_seconds: float = Field(default=DEFAULT_REACTION_SECONDS, ge=0, le=3600)
+    admission_concurrency: int = Field(default=4, ge=1, le=1024)
+    admission_wait_share: float = Field(default=1 / 3, gt=0, lt=1)
     ca_bundle: Path | None = None
 
     @classmethod

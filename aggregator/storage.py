@@ -18,7 +18,6 @@ a request that only reads would not notice.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import threading
@@ -29,6 +28,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from anonml.database import storage_failure
+
 __all__ = ["StorageHealth", "storage_failure", "RETRY_AFTER_SECONDS", "MIN_FREE_BYTES"]
 
 log = logging.getLogger("anonml.aggregator")
@@ -38,41 +39,6 @@ RETRY_AFTER_SECONDS = 5
 #: Free bytes below which the SQLite database's filesystem counts as full for ``/healthz``
 #: (a WAL checkpoint or one intake batch needs a few pages; 1 MiB leaves room for them).
 MIN_FREE_BYTES = 1 << 20
-
-_MESSAGES = (
-    "database or disk is full",
-    "disk i/o error",
-    "readonly database",
-    "read-only file system",
-    "no space left on device",
-    "could not extend file",
-    "read-only transaction",
-    "disk quota exceeded",
-)
-_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
-
-
-def storage_failure(exc: BaseException) -> str | None:
-    """Why ``exc`` is the disk refusing a write (one short phrase), or None if it is anything else.
-
-    Looks through the exception, the DBAPI error it wraps (``orig``) and its causes.
-    """
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in _ERRNOS:
-            return os.strerror(e.errno).lower()
-        text = str(e).lower()
-        for phrase in _MESSAGES:
-            if phrase in text:
-                return phrase
-        todo.extend([getattr(e, "orig", None), e.__cause__, e.__context__])
-    return None
-
 
 class StorageHealth:
     """Whether the aggregator's writes fail for want of a writable disk (module docstring)."""

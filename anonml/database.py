@@ -37,6 +37,7 @@ keeps its rows and gains what the new version needs.
 from __future__ import annotations
 
 import ast
+import errno
 import functools
 import importlib
 import os
@@ -64,6 +65,7 @@ if TYPE_CHECKING:  # Alembic itself is imported only when a database needs an up
     from alembic.script import ScriptDirectory
 
 __all__ = [
+    "storage_failure",
     "make_engine",
     "is_sqlite_memory",
     "sqlite_path",
@@ -495,3 +497,42 @@ def _upgrade(connection: Connection, package: str, scripts: ScriptDirectory, hea
 
 def _where(connection: Connection) -> str:
     return connection.engine.url.render_as_string(hide_password=True)
+
+
+_MESSAGES = (
+    "database or disk is full",
+    "disk i/o error",
+    "readonly database",
+    "read-only file system",
+    "no space left on device",
+    "could not extend file",
+    "read-only transaction",
+    "disk quota exceeded",
+)
+_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
+
+
+def storage_failure(exc: BaseException) -> str | None:
+    """Why ``exc`` is the disk refusing a write (one short phrase), or None if it is anything else.
+
+    SQLite: ``database or disk is full``, ``attempt to write a readonly database``, ``disk I/O
+    error``; PostgreSQL: SQLSTATE 53100 ``could not extend file`` / ``No space left on device``,
+    25006 read-only transaction; an ``OSError`` ENOSPC, EROFS or EDQUOT. (The aggregator answers
+    these 503 with Retry-After, :mod:`aggregator.storage`; a peer defers the step.)
+    Looks through the exception, the DBAPI error it wraps (``orig``) and its causes.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _ERRNOS:
+            return os.strerror(e.errno).lower()
+        text = str(e).lower()
+        for phrase in _MESSAGES:
+            if phrase in text:
+                return phrase
+        todo.extend([getattr(e, "orig", None), e.__cause__, e.__context__])
+    return None

@@ -49,6 +49,8 @@ private addresses there.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import heapq
 import http.client
 import ipaddress
@@ -82,11 +84,15 @@ __all__ = [
     "CA_BUNDLE_VARIABLE",
     "TEST_NETWORKS_VARIABLE",
     "PACKET_DEADLINE",
+    "AGGREGATOR_DEADLINE",
     "REPLY_CAP",
+    "retry_after_seconds",
 ]
 
 #: Seconds a packet send (to a relay or the intake) may take in all.
 PACKET_DEADLINE = 5.0
+#: Seconds an ordinary call of a peer to the aggregator may take in all (larger documents say their own).
+AGGREGATOR_DEADLINE = 15.0
 #: Bytes of an answer a peer reads by default (a roster or a model asks for more).
 REPLY_CAP = 1 << 20
 
@@ -115,6 +121,7 @@ class Reply:
     body: bytes
     url: str
     content_type: str = ""
+    retry_after: float | None = None  # seconds the server asked to wait (its Retry-After), if it did
 
     @property
     def text(self) -> str:
@@ -535,7 +542,13 @@ def _exchange(conn: _Connection, req: _Request) -> Reply:
             raise OutboundError(f"{req.url[:100]}: answer exceeds the cap of {req.max_bytes} bytes")
         if time.monotonic() > req.end:
             raise OutboundError(f"{req.url[:100]}: no complete answer within {req.deadline:g} s")
-        reply = Reply(response.status, data, req.url, response.getheader("content-type") or "")
+        reply = Reply(
+            response.status,
+            data,
+            req.url,
+            response.getheader("content-type") or "",
+            retry_after_seconds(response.getheader("retry-after")),
+        )
         if req.keep_alive is not None and response.isclosed() and not response.will_close:
             guard.release()
             req.keep_alive.give(req.origin, conn)
@@ -562,6 +575,32 @@ def _exchange(conn: _Connection, req: _Request) -> Reply:
             if response is not None:
                 response.close()  # an answer of HTTP/1.0 or ``Connection: close`` holds the socket
             conn.close()
+
+
+#: The longest Retry-After a client takes as given (an hour); a longer one is read as this.
+MAX_RETRY_AFTER = 3600.0
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait (RFC 9110 §10.2.3), or None when absent or unreadable.
+
+    Either delay-seconds (a non-negative integer) or an HTTP-date, taken relative to ``now``
+    (``time.time()``; a date in the past is 0). Capped at :data:`MAX_RETRY_AFTER`, so a server
+    cannot park a client for longer than any phase lasts.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(MAX_RETRY_AFTER, float(int(value[:12])))
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 9110's IMF-fixdate is GMT; an obsolete form without a zone too
+        when = when.replace(tzinfo=datetime.UTC)
+    wait = when.timestamp() - (time.time() if now is None else now)
+    return min(MAX_RETRY_AFTER, max(0.0, wait))
 
 
 def post(

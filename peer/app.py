@@ -8,7 +8,11 @@ ask for is in :mod:`peer.deps`.
 
 Served by uvicorn with ``access_log=False`` (a relay must not keep a log of
 who sent it what, and when). A JSON body holding a non-finite number is a 422
-and no body makes a 500 (:func:`anonml.serving.install_input_guards`).
+and no body makes a 500 (:func:`anonml.serving.install_input_guards`). Under
+overload a relay post that could not be served before its sender's packet
+deadline is answered ``503`` with ``Retry-After`` (:func:`relay_admission`;
+counted ``"posts shed: overloaded"`` in the relay counters), which the sender
+and the previous hop retry.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 
-from anonml import outbound
+from anonml import outbound, serving
 from anonml.crypto import Identity
 from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.privacy import PrivacyLedger
@@ -42,7 +46,14 @@ from peer.routes import dashboard, local, relay
 from peer.settings import PeerSettings
 from peer.transcript import load_credentials
 
-__all__ = ["create_app", "create_daemon", "start_peer_server", "PeerServer", "load_or_create_identity"]
+__all__ = [
+    "create_app",
+    "relay_admission",
+    "create_daemon",
+    "start_peer_server",
+    "PeerServer",
+    "load_or_create_identity",
+]
 
 
 @asynccontextmanager
@@ -54,6 +65,21 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         host.close()
+
+
+#: Posts of onion packets to this host's relays (one packet or a batch): their senders and previous
+#: hops post with a packet's deadline.
+RELAY_POSTS = serving.RouteClass("relay posts", outbound.PACKET_DEADLINE)
+
+
+def _relay_class(method: str, path: str) -> serving.RouteClass | None:
+    """Only relay posts are admitted by the gate; the user's own pages and status never wait on it."""
+    return RELAY_POSTS if method == "POST" and path.startswith("/relay/") else None
+
+
+def relay_admission(host: PeerHost) -> serving.Admission:
+    """The admission gate of a host's relay posts; each shed post counted in the relay's counters."""
+    return serving.Admission(_relay_class, on_shed=lambda _: host.relay.count("posts shed: overloaded"))
 
 
 def create_app(source: PeerSettings | PeerHost | None = None, local_token: str | None = None) -> FastAPI:
@@ -81,6 +107,8 @@ def create_app(source: PeerSettings | PeerHost | None = None, local_token: str |
     app.include_router(local.router)
     app.include_router(dashboard.router)
     install_input_guards(app)
+    app.state.admission = relay_admission(host)
+    app.add_middleware(serving.AdmissionGate, admission=app.state.admission)  # runs first
     return app
 
 

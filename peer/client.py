@@ -22,7 +22,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from anonml.addresses import connect_check
 from anonml.errors import ProtocolError
-from anonml.outbound import REPLY_CAP, AddressCheck, OutboundError, Reply, fetch
+from anonml.outbound import AGGREGATOR_DEADLINE, REPLY_CAP, AddressCheck, OutboundError, Reply, fetch
 from anonml.phases import ProblemPhase
 from anonml.protocol import (
     MAX_BATCH_ITEMS,
@@ -56,6 +56,7 @@ __all__ = [
     "fetch_witness",
     "transient",
     "backoff_delay",
+    "retry_wait",
     "with_retries",
     "TRANSIENT_STATUSES",
 ]
@@ -64,16 +65,15 @@ _M = TypeVar("_M", bound=BaseModel)
 _R = TypeVar("_R")
 #: Bytes a roster or a model document may have (each member's entry is a few hundred bytes).
 LARGE_REPLY_CAP = 64 << 20
-#: Seconds an ordinary call to the aggregator may take in all (larger documents say their own).
-AGGREGATOR_DEADLINE = 15.0
 
 
 class HTTPRefusal(ProtocolError):
     """The server answered with an error status; ``status`` and the server's ``detail``."""
 
-    def __init__(self, url: str, status: int, detail: str) -> None:
+    def __init__(self, url: str, status: int, detail: str, retry_after: float | None = None) -> None:
         self.status = status
         self.detail = detail
+        self.retry_after = retry_after  # seconds its Retry-After asked to wait, if it gave one
         super().__init__(f"{url}: HTTP {status}: {detail}")
 
 
@@ -104,6 +104,18 @@ def backoff_delay(
     return (rng or random).uniform(0.0, min(cap, base * 2.0**attempt))
 
 
+def retry_wait(
+    attempt: int, exc: BaseException | None = None, *, rng: random.Random | None = None
+) -> float:
+    """Seconds before try ``attempt + 1`` after ``exc``: :func:`backoff_delay`, and when the server
+    said how long to wait (``Retry-After`` on a 429 or 503, RFC 9110 §10.2.3; RFC 6585 §4) that
+    long first — never sooner, so a shed request does not come back into the same queue — plus the
+    jittered backoff, so the many clients one overloaded server shed at once come back spread out."""
+    delay = backoff_delay(attempt, rng=rng)
+    after = exc.retry_after if isinstance(exc, HTTPRefusal) else None
+    return delay if after is None else after + delay
+
+
 def with_retries(
     call: Callable[[], _R],
     *,
@@ -111,10 +123,10 @@ def with_retries(
     on_retry: Callable[[BaseException], None] | None = None,
     rng: random.Random | None = None,
 ) -> _R:
-    """``call()``, made again after each :func:`transient` failure (waiting :func:`backoff_delay`)
-    until a try would start at or after ``until`` (``time.time()``, the phase's deadline); then the
-    last failure is raised. A failure that is not transient is raised at once. ``on_retry`` is told
-    of each failure that is tried again."""
+    """``call()``, made again after each :func:`transient` failure (waiting :func:`retry_wait`: the
+    server's Retry-After, if any, plus jittered backoff) until a try would start at or after
+    ``until`` (``time.time()``, the phase's deadline); then the last failure is raised. A failure
+    that is not transient is raised at once. ``on_retry`` is told of each failure tried again."""
     attempt = 0
     while True:
         try:
@@ -122,12 +134,14 @@ def with_retries(
         except Exception as exc:
             if not transient(exc):
                 raise
-            wait = backoff_delay(attempt, rng=rng)
+            wait = retry_wait(attempt, exc, rng=rng)
             if time.time() + wait >= until:
                 raise
             if on_retry is not None:
                 on_retry(exc)
             time.sleep(wait)
+            if time.time() >= until:  # a loaded machine overslept the wait: no try past the deadline
+                raise
             attempt += 1
 
 
@@ -159,7 +173,7 @@ def _call(
         address_check=address_check,
     )
     if reply.status >= 300:
-        raise HTTPRefusal(url, reply.status, _detail(reply))
+        raise HTTPRefusal(url, reply.status, _detail(reply), reply.retry_after)
     try:
         if isinstance(model, TypeAdapter):
             return model.validate_json(reply.body)

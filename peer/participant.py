@@ -266,6 +266,8 @@ class Participant:
     #: What of its own part this identity could not do (a median answer not sent, not delivered or
     #: not counted); non-empty: the participation ends ``partial`` with these as its reason.
     shortfall: list[str] = field(default_factory=list)
+    # Set by the worker when this identity's roster check came after the aggregator left the medians.
+    medians_missed: bool = False
     keys: RelayKeys | None = None
     roster: RosterFacts | None = None
     comparisons: Comparisons = field(default_factory=Comparisons)
@@ -301,11 +303,22 @@ class Participant:
         return self.phase not in TERMINAL
 
     def _move(self, new: ParticipationPhase, reason: str | None = None) -> None:
-        """Go to ``new`` if :data:`~peer.phases.TRANSITIONS` allows it, and persist it."""
+        """Go to ``new`` if :data:`~peer.phases.TRANSITIONS` allows it, and persist it.
+
+        A move that cannot be saved (a full disk) is undone in memory too and the error raised, so
+        the step that made it is taken again once the state DB writes (a participation that looked
+        moved but was not would skip that step for good); only an end (aborted, failed, …) stays,
+        since stopping is safe unsaved: it is saved with the next write that succeeds."""
+        before = self.phase, self.reason
         self.phase = check_transition(self.phase, new)
         if reason is not None:
             self.reason = reason
-        self.save()
+        try:
+            self.save()
+        except Exception:
+            if new not in TERMINAL:
+                self.phase, self.reason = before
+            raise
 
     def abort(self, reason: str) -> None:
         """Stop taking part (nothing of this identity's own is released after this)."""
@@ -743,8 +756,19 @@ class Participant:
         if self.phase == P.ROSTER_CHECKED:
             self._move(P.CONFIRMED)
             if self.relaying:  # the round opened while the comparisons went on
-                self._move(P.RELAYING)
+                self._into_round()
         return True
+
+    def _into_round(self) -> None:
+        """confirmed | answered → relaying. A median-pool identity whose roster check was done only
+        after the median steps closed (:attr:`medians_missed`: a full disk, a slow host) says so —
+        it ends ``partial`` with the reason, never ``done`` as if it had done its part."""
+        roster = self.roster
+        if (self.phase == P.CONFIRMED and self.medians_missed and roster is not None
+                and roster.assignment.role == "median"):
+            self._short("median answer not sent: the median steps had closed when this identity's roster "
+                        "check was done")
+        self._move(P.RELAYING)
 
     # -- 3. median answer ---------------------------------------------------------------
     def answer(self, query: MedianQuery) -> bool:
@@ -876,7 +900,7 @@ class Participant:
         if not self.relays:
             self._round_open = True
             if self.phase in (P.CONFIRMED, P.ANSWERED):
-                self._move(P.RELAYING)
+                self._into_round()
             return
         assert self.keys is not None
         schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
@@ -908,7 +932,7 @@ class Participant:
             )
         )
         if self.phase in (P.CONFIRMED, P.ANSWERED):
-            self._move(P.RELAYING)
+            self._into_round()
 
     def check_bins(self, bins: Bins, bundle: CosignatureBundle) -> None:
         """The witnesses co-signed this peer's own bins transcript (Problem, Roster, Bins, schedule).
@@ -1226,7 +1250,7 @@ class Participant:
         except RefusedAddress as exc:
             raise HTTPRefusal(url, REFUSED_ADDRESS, str(exc)) from None
         if reply.status >= 300 and not already_processed(reply.status, reply.text[:300]):
-            raise HTTPRefusal(url, reply.status, reply.text[:200])
+            raise HTTPRefusal(url, reply.status, reply.text[:200], reply.retry_after)
         if reply.status >= 300:  # a retry whose first copy arrived (the hop's replay refusal): sent
             self.relay.count("packets already processed at the first hop")
         self.sent += 1

@@ -156,6 +156,7 @@ from anonml.protocol import (
     check_relay_address,
     check_relay_url,
 )
+from peer.client import backoff_delay
 from peer.db import PeerDB
 from peer.dispatch import Dispatcher
 from peer.relayauth import (
@@ -349,6 +350,15 @@ class _Release:
     held: int | None = None
     attempt: int = 0
     poster: tuple[bytes, int] | None = None  # (node id, round) whose key authenticates a forwarded post
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """What one request of releases got back: a status per release (None: no answer) and the
+    answer's Retry-After in seconds (None: it gave none)."""
+
+    statuses: list[int | None]
+    retry_after: float | None = None
 
 
 class RelayService:
@@ -777,10 +787,10 @@ class RelayService:
 
     def _post(
         self, url: str, content_type: str, batch: list[_Release], poster: tuple[bytes, int] | None = None
-    ) -> list[int | None]:
+    ) -> _Answer:
         """Send ``batch`` to ``url``: one packet as one request, more to the batch route; a status each
-        (None: no answer; :data:`REFUSED_ADDRESS`: a next hop whose host is not a global address).
-        ``poster``: the (node, round) whose key authenticates the post.
+        (None: no answer; :data:`REFUSED_ADDRESS`: a next hop whose host is not a global address) and
+        the answer's Retry-After. ``poster``: the (node, round) whose key authenticates the post.
 
         A next hop's host is checked before, and its address again as the
         connection is made (:mod:`anonml.outbound`: a name rebound meanwhile
@@ -791,13 +801,13 @@ class RelayService:
                 check_relay_address(url, allow_loopback_http=self.allow_loopback_http)
             except ValueError:
                 self.count("route refused: relay address", len(batch))
-                return [REFUSED_ADDRESS] * len(batch)
+                return _Answer([REFUSED_ADDRESS] * len(batch))
             check = connect_check(allow_loopback=self.allow_loopback_http)
         try:
             return self._post_checked(url, content_type, batch, poster, check)
         except RefusedAddress:
             self.count("route refused: relay address", len(batch))
-            return [REFUSED_ADDRESS] * len(batch)
+            return _Answer([REFUSED_ADDRESS] * len(batch))
 
     def _post_checked(
         self,
@@ -806,7 +816,7 @@ class RelayService:
         batch: list[_Release],
         poster: tuple[bytes, int] | None,
         check: AddressCheck | None,
-    ) -> list[int | None]:
+    ) -> _Answer:
         """:meth:`_post` once the host passed; :class:`RefusedAddress` when its address does not."""
         if poster is not None:
             return self._post_authenticated(url, batch, poster, check)
@@ -818,8 +828,8 @@ class RelayService:
             except RefusedAddress:
                 raise
             except OutboundError:
-                return [None]
-            return [_status_of(reply.status, reply.text[:300])]
+                return _Answer([None])
+            return _Answer([_status_of(reply.status, reply.text[:300])], reply.retry_after)
         if content_type == "application/json":  # intake deliveries: an IntakeBatch of the ready JSON
             body = b'{"deliveries":[' + b",".join(r.data for r in batch) + b"]}"
         else:  # onion packets, back to back
@@ -836,14 +846,14 @@ class RelayService:
         except RefusedAddress:
             raise
         except OutboundError:
-            return [None] * len(batch)
+            return _Answer([None] * len(batch))
         if reply.status != 200:
-            return [reply.status] * len(batch)
-        return self._batch_statuses(reply.body, len(batch))
+            return _Answer([reply.status] * len(batch), reply.retry_after)
+        return _Answer(self._batch_statuses(reply.body, len(batch)))
 
     def _post_authenticated(
         self, url: str, batch: list[_Release], poster: tuple[bytes, int], check: AddressCheck | None
-    ) -> list[int | None]:
+    ) -> _Answer:
         """Forward ``batch`` to the next hop at ``url`` in one post authenticated as ``poster``
         (:mod:`peer.relayauth`): to ``url`` for one packet, to ``url/batch`` for more.
 
@@ -862,7 +872,7 @@ class RelayService:
         key = None if round_ is None or public is None else self._post_key(round_, next_hop, public)
         if key is None:
             self.count("forward not authenticated")
-            return [None] * len(batch)
+            return _Answer([None] * len(batch))
         packets = [r.data for r in batch]
         body = seal_post(key, round_id, next_hop, node_id, packets)
         single = len(batch) == 1
@@ -878,12 +888,12 @@ class RelayService:
         except RefusedAddress:
             raise
         except OutboundError:
-            return [None] * len(batch)
+            return _Answer([None] * len(batch))
         if single:
-            return [_status_of(reply.status, reply.text[:300])]
+            return _Answer([_status_of(reply.status, reply.text[:300])], reply.retry_after)
         if reply.status != 200:
-            return [reply.status] * len(batch)
-        return self._batch_statuses(reply.body, len(batch))
+            return _Answer([reply.status] * len(batch), reply.retry_after)
+        return _Answer(self._batch_statuses(reply.body, len(batch)))
 
     def _batch_statuses(self, body: bytes, n: int) -> list[int | None]:
         """The per-item statuses of a batch answer; None each when it is not an answer for ``n`` items."""
@@ -896,19 +906,22 @@ class RelayService:
             return [None] * n
         return [_status_of(r.status, r.detail) for r in results]
 
-    def _settle(self, batch: list[_Release], statuses: list[int | None]) -> None:
+    def _settle(self, batch: list[_Release], answer: _Answer) -> None:
         """Count what was taken; retry what may pass with backoff until its deadline; drop the rest.
 
         A 409 "already processed" (:data:`ALREADY_PROCESSED`: a replay after a retry whose first copy
         arrived, a token already redeemed) counts as taken: the copy is there. Unreachable, 5xx, 404
         (a next hop that restarted and has not reloaded
         its round yet) and 429 are retried after ``min(2, 0.25 · 2^attempt)``
-        seconds while that is before the deadline; any other refusal is final.
+        seconds — or, when the answer carried ``Retry-After`` (an overloaded next hop or intake,
+        :class:`anonml.serving.AdmissionGate`; a full disk), that long plus jittered backoff
+        (:func:`peer.client.retry_wait`) — while that is before the deadline; any other refusal
+        is final.
         What is finally not delivered is counted ``"<what> lost"``. The held
         rows of everything taken or lost are deleted in one transaction.
         """
         done: list[int] = []
-        for release, status in zip(batch, statuses, strict=True):
+        for release, status in zip(batch, answer.statuses, strict=True):
             what = release.what
             if status is not None and status < 300:  # ALREADY_PROCESSED too: an earlier copy arrived
                 self.count(what)
@@ -917,7 +930,12 @@ class RelayService:
                 if status == ALREADY_PROCESSED:
                     self.count(f"{what} (already processed)")
             else:
-                when = time.time() + retry_delay(release.attempt)
+                wait = (
+                    retry_delay(release.attempt)
+                    if answer.retry_after is None
+                    else answer.retry_after + backoff_delay(release.attempt)
+                )
+                when = time.time() + wait
                 if retriable(status) and when < release.deadline:
                     self.count(f"{what} retried")
                     again = replace(release, attempt=release.attempt + 1)

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from anonml.addresses import connect_check
+from anonml.database import storage_failure
 from anonml.errors import AnonMLError, ProtocolError
 from anonml.outbound import OutboundError, RefusedAddress, fetch
 from anonml.phases import MODEL_PHASES, ProblemPhase
@@ -36,7 +37,7 @@ from anonml.protocol import (
     RosterWitness,
     check_relay_address,
 )
-from peer.client import AggregatorClient, HTTPRefusal, backoff_delay, transient
+from peer.client import AggregatorClient, HTTPRefusal, retry_wait, transient
 from peer.db import PeerDB
 from peer.discovery import poll_backoff
 from peer.dispatch import Dispatcher
@@ -114,11 +115,12 @@ class ProblemSession:
         return time.monotonic() >= self.next_try
 
     def failed(self, exc: BaseException) -> None:
-        """The step met ``exc``: a transient one is tried again after :func:`~peer.client.backoff_delay`."""
+        """The step met ``exc``: a transient one is tried again after :func:`~peer.client.retry_wait`
+        (the aggregator's Retry-After, if it gave one, plus jittered backoff)."""
         if transient(exc):
             self.last_error = str(exc)
             self.host.count("aggregator calls retried")
-            self.next_try = time.monotonic() + backoff_delay(self.failures)
+            self.next_try = time.monotonic() + retry_wait(self.failures, exc)
             if self.failures == 0:
                 log.warning("%s: the aggregator did not answer, tried again with backoff: %s",
                             self.problem.id, exc)
@@ -141,21 +143,32 @@ class ProblemSession:
                 fn(p)
             except AnonMLError as exc:
                 if transient(exc):  # not an answer: the participation stays, the next poll tries again
-                    self.last_error = str(exc)
-                    self.host.count("aggregator calls retried")
-                    if id(p) not in self._streak:
-                        self._streak.add(id(p))
-                        log.warning("identity %s in %s: no answer, tried again: %s",
-                                    p.node.fingerprint[:12], self.problem.id, exc)
+                    self._deferred(p, str(exc), "aggregator calls retried", f"no answer, tried again: {exc}")
                     return
                 if isinstance(exc, HTTPRefusal):
                     p.abort(f"aggregator refused: {exc.detail} (HTTP {exc.status})")
                 else:
                     p.abort(str(exc))
+            except Exception as exc:
+                full = storage_failure(exc)
+                if full is None:
+                    raise
+                # The state DB cannot write (a full disk): the move was undone (Participant._move),
+                # so the step is taken again at the next poll, as after an unanswered call.
+                self._deferred(p, f"state database: {full}", "steps deferred: state database cannot write",
+                               f"its state cannot be saved ({full}), tried again")
             else:
                 self._streak.discard(id(p))
 
         list(self.host.pool.map(guarded, targets))
+
+    def _deferred(self, p: Participant, error: str, counter: str, said: str) -> None:
+        """``p``'s step is tried again at the next poll: counted, and logged once per streak."""
+        self.last_error = error
+        self.host.count(counter)
+        if id(p) not in self._streak:
+            self._streak.add(id(p))
+            log.warning("identity %s in %s: %s", p.node.fingerprint[:12], self.problem.id, said)
 
     def _in(self, *phases: ParticipationPhase) -> list[Participant]:
         return [p for p in self.participants if p.phase in phases]
@@ -238,12 +251,16 @@ class ProblemSession:
                 self._each(lambda p: (self.client.register(signed[id(p)]), p.registered()), chunk)
                 continue
             self.host.count("registrations sent in batches", len(chunk))
+            taken = []
             for p, result in zip(chunk, answer.results, strict=True):
                 if result.status == 201 or (result.status == 409 and id(p) in resent
                                             and "already registered" in result.detail):
-                    p.registered()
+                    taken.append(p)
                 else:
                     p.abort(f"aggregator refused: {result.detail} (HTTP {result.status})")
+            # Each on its own: one whose state cannot be saved now is sent again at the next poll
+            # ("already registered" then), without keeping the others from being recorded.
+            self._each(lambda p: p.registered(), taken)
         # Only now the example, off this thread: neither this registration nor the next poll
         # waits for the person's data (Participant.prepare).
         for p in who:
@@ -270,6 +287,9 @@ class ProblemSession:
         restored = [p for p in self.participants if p.needs_roster]
         notices = self._assignments([*fresh, *restored])
         self._each(lambda p: p.check_roster(view, bundle, notices.get(p.node.fingerprint)), fresh)
+        if self.phase not in ("registration", "witnessing", "medians"):  # checked after the medians
+            for p in fresh:
+                p.medians_missed = True
         self._each(lambda p: p.restore_roster(view, bundle, notices.get(p.node.fingerprint)), restored)
         for p in self.participants:
             if p.witness is not None:
@@ -428,7 +448,8 @@ class ProblemSession:
                         time.time(), lambda: self._send(p, slot, new_url, new_packet, attempt + 1)
                     )
                     return
-            retry = time.time() + retry_delay(attempt)
+            after = exc.retry_after if isinstance(exc, HTTPRefusal) else None  # an overloaded first hop
+            retry = time.time() + (retry_delay(attempt) if after is None else retry_wait(attempt, exc))
             if retriable(status) and retry < end:
                 self.host.count("packets retried")
                 self.host.dispatcher.at(retry, lambda: self._send(p, slot, url, packet, attempt + 1))

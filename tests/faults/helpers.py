@@ -9,6 +9,9 @@ is the dropout problem with windows a fault fits in on a loaded machine.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import select
 import signal
 import socket
@@ -16,11 +19,12 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
 import requests
 from sqlalchemy import create_engine, text
 
@@ -43,6 +47,8 @@ __all__ = [
     "releases",
     "Killable",
     "CuttingProxy",
+    "tmpfs",
+    "fill",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -301,3 +307,37 @@ def _pump(a: socket.socket, b: socket.socket) -> None:
             if not data:
                 return
             (b if s is a else a).sendall(data)
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A real tmpfs of ``size`` (``"4m"``) mounted at ``path`` (created) for the block; lazily
+    unmounted after. The test is skipped, saying why, where mounting is not permitted (not root, or
+    a container without the capability); CI runs as root."""
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs at {path} here: {mounted.stderr.strip() or mounted.returncode}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    """Write a file in ``directory`` until the filesystem has no byte left (ENOSPC), unbuffered."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (65536, 512, 1):  # big writes, then the last partial blocks
+            while True:
+                try:
+                    os.write(fd, b"\0" * size)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC, exc
+                    break
+    finally:
+        os.close(fd)
+    return filler

@@ -15,12 +15,8 @@ registrations are taken, and every registration answered 201 is counted.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import logging
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +27,7 @@ from aggregator.app import create_app, start_server, start_server_process
 from anonml.protocol import Problem
 from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import WirePeer, aggregator_settings, draft, propose, status
+from tests.faults.helpers import fill, tmpfs
 
 FULL_LINE = "storage cannot write"
 
@@ -99,38 +96,11 @@ def test_sqlite_full_gives_503_with_retry_after_and_one_log_line(
     assert any("storage writes again" in r.getMessage() for r in caplog.records)
 
 
-@contextlib.contextmanager
-def _tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def _fill(directory: Path) -> Path:
-    """Write a file in ``directory`` until the filesystem has no byte left (ENOSPC), unbuffered."""
-    filler = directory / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (65536, 512, 1):  # big writes, then the last partial blocks
-            while True:
-                try:
-                    os.write(fd, b"\0" * size)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC, exc
-                    break
-    finally:
-        os.close(fd)
-    return filler
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)")
 def test_a_real_full_tmpfs_under_the_aggregator_process(tmp_path: Path) -> None:
     log = tmp_path / "aggregator.log"
-    with _tmpfs(tmp_path / "disk", "4m") as disk:
+    with tmpfs(tmp_path / "disk", "4m") as disk:
         settings = aggregator_settings(tmp_path, db_url=f"sqlite:///{disk / 'aggregator.db'}")
         server = start_server_process(settings, stderr=log)
         try:
@@ -138,7 +108,7 @@ def test_a_real_full_tmpfs_under_the_aggregator_process(tmp_path: Path) -> None:
             before = [WirePeer() for _ in range(3)]
             for p in before:
                 assert p.register(server.url, problem).status_code == 201
-            filler = _fill(disk)
+            filler = fill(disk)
             taken, refused_peer, refused = _register_until_full(server.url, problem)
             _check_full(server.url, problem, refused)
             filler.unlink()

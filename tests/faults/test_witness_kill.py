@@ -1,0 +1,89 @@
+"""The witness process is SIGKILLed mid-stage, twice (issue 26, "kill the witness mid-stage").
+
+A real witness process (``anonml witness serve``) on a fixed port, behind a
+:class:`~tests.faults.helpers.CuttingProxy` whose URL the problem declares: the proxy kills the
+witness at the first ``POST /cosign`` of a stage (that request is never answered, as a dead
+process would leave it), and the aggregator's retries meet a closed port until the test starts
+a new witness process on the same home and port — once it has seen the aggregator come back
+at least once while the witness was down. First in the roster stage (witnessing), then in the
+bins stage (reporting, before ``t_s``).
+
+What must hold: the problem never fails; it passes witnessing and gets both bundles, each with
+the witness's one cosignature on the stage's transcript; and the witness's log (kept across the
+kill in its home) holds exactly one cosignature per stage — a restart makes it co-sign nothing
+twice and nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import requests
+
+from aggregator.app import create_app, start_server
+from anonml.protocol import WitnessRef
+from anonml.serving import free_port
+from tests.adversary.malicious import wait_until
+from tests.aggregator.helpers import aggregator_settings, draft, propose, register_and_close, status
+from tests.faults.helpers import CuttingProxy
+from tests.witness.test_aggregator import bundle_of
+from witness.app import WitnessProcess, start_witness_process
+
+#: Seconds each stage may take: room for a witness process to start again on a loaded machine.
+WITNESS_SECONDS = 120.0
+
+
+@pytest.mark.slow
+def test_a_witness_killed_in_each_stage_and_restarted_costs_nothing(tmp_path: Path) -> None:
+    home, port = tmp_path / "witness", free_port()
+    current: list[WitnessProcess] = [start_witness_process(home, port=port)]
+    identity = current[0].identity
+    kills: list[int] = []
+
+    def kill_witness() -> None:
+        current[0].process.kill()  # SIGKILL: no shutdown handler runs
+        current[0].process.wait(timeout=30)
+        kills.append(current[0].process.returncode)
+
+    proxy = CuttingProxy(current[0].url, b"POST /cosign", kill_witness)
+    server = start_server(create_app(aggregator_settings(tmp_path)))
+    try:
+        d = draft(n_numeric=1, median_step=2.0, steps=2)
+        d = d.model_copy(update={
+            "witnesses": (WitnessRef(identity=identity, url=proxy.url),),
+            "schedule": d.schedule.model_copy(update={"witness_seconds": WITNESS_SECONDS}),
+        })
+        url = server.url
+        problem = propose(url, d)
+
+        def outage(stage_done: str) -> None:
+            """Wait for the kill, for a retry against the dead port, restart; then for the stage."""
+            wait_until(proxy.cut.is_set, "the witness to be killed at its first cosign request", 120)
+            refused = proxy.refused
+            wait_until(lambda: proxy.refused > refused, "the aggregator to retry the dead witness", 60)
+            current[0] = start_witness_process(home, port=port)
+            bundle = bundle_of(url, problem.id, stage_done, timeout=WITNESS_SECONDS)
+            assert [bytes(c.witness) for c in bundle.cosignatures] == [identity]
+            assert [c.statement.stage for c in bundle.cosignatures] == [stage_done]
+
+        register_and_close(url, problem)
+        outage("roster")
+        assert status(url, problem.id).phase in ("medians", "reporting"), status(url, problem.id).message
+        if status(url, problem.id).phase == "medians":
+            proxy.cut.clear()  # armed again: the bins stage's first cosign request kills it too
+            outage("bins")
+            assert len(kills) == 2
+        else:  # on a very slow run the bins were co-signed with the roster's restart: one kill
+            bundle_of(url, problem.id, "bins", timeout=WITNESS_SECONDS)
+            assert len(kills) == 1
+        final = status(url, problem.id)
+        assert final.phase not in ("failed",), final.message
+        log = requests.get(f"{current[0].url}/log", timeout=30).json()
+        stages = [e["cosignature"]["statement"]["stage"] for e in log]
+        assert sorted(stages) == ["bins", "roster"], stages  # one per stage, across the kills
+        assert all(code == -9 for code in kills), kills
+    finally:
+        server.stop()
+        proxy.close()
+        current[0].stop()
