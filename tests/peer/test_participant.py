@@ -73,7 +73,7 @@ def test_a_peer_shown_another_token_key_aborts_before_taking_tokens(aggregator, 
         # The others went on. The victim's reports never come, and packets routed through a member
         # that stopped are lost too (which members stop depends on whom each compared with): the
         # problem ends degraded or, if nothing arrived, failed — its account says what was lost.
-        assert {row.status for row in rows} <= {"done", "degraded", "aborted", "failed"}
+        assert {row.phase for row in rows} <= {"done", "degraded", "aborted", "failed"}
         assert st.phase in ("done", "degraded", "failed")
         assert st.reports is not None and st.reports.expected == 8 * d.kh
         assert st.reports.received == st.reports_accepted <= st.tokens_issued <= 7 * d.kh
