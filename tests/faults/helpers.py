@@ -19,6 +19,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from aggregator.app import ServerProcess, start_server_process
 from aggregator.settings import AggregatorSettings
 from anonml.crypto import save_identity
 from anonml.demo import simulate_peers
-from anonml.protocol import ProblemDraft
+from anonml.protocol import Bins, Problem, ProblemDraft
 from anonml.serving import child_environment, free_port
 from peer.simulate import SimulatedIdentity, SimulationManifest
 from tests.peer.helpers import mooc_dropout_draft
@@ -341,3 +342,40 @@ def fill(directory: Path) -> Path:
     finally:
         os.close(fd)
     return filler
+
+
+#: Every identity of a host has sent a copy of its report: one sent row per identity in its outbox.
+ALL_SENT_ONE = "SELECT count(DISTINCT node) FROM peer_outbox WHERE sent = 1"
+
+
+def published_bins(url: str, pid: str) -> Bins | None:
+    """The problem's bins once the aggregator published them, else None."""
+    reply = requests.get(f"{url}/problems/{pid}/bins", timeout=30)
+    return Bins.model_validate_json(reply.content) if reply.status_code == 200 else None
+
+
+def round_with_copies_sent(
+    url: str, draft: ProblemDraft, members: int, faulty_rows: Callable[[str], list], per_host: int,
+    timeout: float = 120.0,
+) -> tuple[Problem, Bins]:
+    """Propose ``draft`` at ``url``, let ``members`` identities register, close registration, and wait
+    for the bins and then until every identity of the host about to fail (``faulty_rows`` runs SQL in its
+    state database) sent one copy of its report, or the send window closed.
+
+    Returns the problem and its bins (the send window ends at ``t_s + delta``). A report none of
+    whose copies left its sender is lost whatever the protocol does, so a fault made now costs only
+    what the routes lose.
+    """
+    from tests.adversary.malicious import wait_until
+    from tests.aggregator.helpers import close_registration, propose, status
+
+    problem = propose(url, draft)
+    wait_until(lambda: status(url, problem.id).registered == members, "every identity to register", timeout)
+    close_registration(url, problem.id, or_deadline=True)
+    wait_until(lambda: published_bins(url, problem.id) is not None, "the bins", timeout)
+    bins = published_bins(url, problem.id)
+    assert bins is not None
+    end = bins.t_s + bins.delta
+    wait_until(lambda: faulty_rows(ALL_SENT_ONE)[0][0] == per_host or time.time() >= end,
+               "every identity of the failing host to send a copy", timeout + end - time.time())
+    return problem, bins

@@ -26,22 +26,14 @@ import time
 from pathlib import Path
 
 import pytest
-import requests
 
 from aggregator.app import start_server_process
-from anonml.protocol import Bins, route_count
+from anonml.protocol import route_count
 from tests.adversary.malicious import wait_until
-from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
-from tests.faults.helpers import fault_draft, write_hosts
+from tests.aggregator.helpers import aggregator_settings, wait_phase
+from tests.faults.helpers import fault_draft, round_with_copies_sent, write_hosts
 
 PER_HOST = 8
-#: C has sent a copy of every report it holds: one sent row per identity in its outbox.
-ALL_SENT_ONE = "SELECT count(DISTINCT node) FROM peer_outbox WHERE sent = 1"
-
-
-def _bins(url: str, pid: str) -> Bins | None:
-    reply = requests.get(f"{url}/problems/{pid}/bins", timeout=30)
-    return Bins.model_validate_json(reply.content) if reply.status_code == 200 else None
 
 
 @pytest.mark.slow
@@ -54,15 +46,9 @@ def test_one_dead_host_of_three_loses_at_most_5_percent_at_the_default_redundanc
     n = 3 * PER_HOST
     try:
         d = fault_draft(send_window_seconds=16.0, release_window_seconds=10.0)
-        url, problem = aggregator.url, propose(aggregator.url, d)
-        wait_until(lambda: status(url, problem.id).registered == n, "every identity to register", 120)
-        close_registration(url, problem.id, or_deadline=True)
-        wait_until(lambda: _bins(url, problem.id) is not None, "the bins", 120)
-        bins = _bins(url, problem.id)
-        assert bins is not None
+        url = aggregator.url
+        problem, bins = round_with_copies_sent(url, d, n, c.rows, PER_HOST)
         end = bins.t_s + bins.delta
-        wait_until(lambda: c.rows(ALL_SENT_ONE)[0][0] == PER_HOST or time.time() >= end,
-                   "every identity of C to send a copy", 120 + end - time.time())
         killed_at = time.time()
         c.kill()
         assert killed_at < end, "C's identities had not all sent a copy before the send window closed"

@@ -25,8 +25,7 @@ import requests
 from anonml.serving import free_port
 from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
-from tests.faults.helpers import Killable, fault_draft, write_hosts
-from tests.faults.test_dead_relay_host import _bins
+from tests.faults.helpers import Killable, fault_draft, published_bins, write_hosts
 
 IDENTITIES = 6
 #: The intake's grace after t_r: room for a restart on a loaded machine (15–35 s at load 14–17).
@@ -47,8 +46,8 @@ def test_relays_deliver_to_an_aggregator_restarted_after_t_r_within_the_grace(tm
         registered = lambda: status(url, problem.id).registered == IDENTITIES  # noqa: E731
         wait_until(registered, "every identity to register", 120)
         close_registration(url, problem.id, or_deadline=True)
-        wait_until(lambda: _bins(url, problem.id) is not None, "the bins", 120)
-        bins = _bins(url, problem.id)
+        wait_until(lambda: published_bins(url, problem.id) is not None, "the bins", 120)
+        bins = published_bins(url, problem.id)
         assert bins is not None and bins.grace == GRACE  # signed into the bins: the relays read it there
         # In the release window, with deliveries to the intake still held by the last hops: kill.
         # Some reports already stored (what the restart must keep), others still held for the intake.

@@ -29,9 +29,8 @@ import pytest
 from aggregator.app import start_server_process
 from anonml.protocol import route_count
 from tests.adversary.malicious import wait_until
-from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
-from tests.faults.helpers import fault_draft, write_hosts
-from tests.faults.test_dead_relay_host import ALL_SENT_ONE, _bins
+from tests.aggregator.helpers import aggregator_settings, wait_phase
+from tests.faults.helpers import fault_draft, round_with_copies_sent, write_hosts
 
 PER_HOST = 6
 ENDED = ("done", "degraded", "partial", "failed")
@@ -49,15 +48,9 @@ def test_a_relay_host_stopped_mid_round_loses_little_and_every_report_is_account
     stopped = False
     try:
         d = fault_draft(send_window_seconds=16.0, release_window_seconds=10.0)
-        url, problem = aggregator.url, propose(aggregator.url, d)
-        wait_until(lambda: status(url, problem.id).registered == n, "every identity to register", 120)
-        close_registration(url, problem.id, or_deadline=True)
-        wait_until(lambda: _bins(url, problem.id) is not None, "the bins", 120)
-        bins = _bins(url, problem.id)
-        assert bins is not None
+        url = aggregator.url
+        problem, bins = round_with_copies_sent(url, d, n, c.rows, PER_HOST)
         end = bins.t_s + bins.delta
-        wait_until(lambda: c.rows(ALL_SENT_ONE)[0][0] == PER_HOST or time.time() >= end,
-                   "every identity of C to send a copy", 120 + end - time.time())
         stopped_at = time.time()
         assert c.process is not None
         c.process.send_signal(signal.SIGSTOP)

@@ -47,10 +47,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from anonml.protocol import Bins, ModelDocument, route_count, verify_message
+from anonml.protocol import ModelDocument, route_count, verify_message
 from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import close_registration, propose, status, wait_phase
-from tests.faults.helpers import fault_draft
+from tests.faults.helpers import fault_draft, round_with_copies_sent
 from tests.network.namespaces import (
     DELAY,
     DELAY_MS,
@@ -191,14 +191,7 @@ def _round_across_namespaces(
     }))
 
 
-def _bins(url: str, pid: str) -> Bins | None:
-    reply = requests.get(f"{url}/problems/{pid}/bins", timeout=30)
-    return Bins.model_validate_json(reply.content) if reply.status_code == 200 else None
-
-
 PER_HOST = 4
-#: Every identity of a host has sent a copy of its report: one sent row per identity in its outbox.
-ALL_SENT_ONE = "SELECT count(DISTINCT node) FROM peer_outbox WHERE sent = 1"
 PARTICIPATIONS = "SELECT phase FROM peer_participations"
 ENDED = ("done", "degraded", "partial", "failed", "aborted")
 
@@ -212,17 +205,10 @@ def test_a_relay_namespace_cut_off_mid_round_leaves_every_report_accounted_for(
     live, cut = [d.hosts["p1"], d.hosts["p2"]], d.hosts["p3"]
     n = 3 * PER_HOST
     draft = fault_draft(send_window_seconds=16.0, release_window_seconds=10.0)
-    url, problem = d.url, propose(d.url, draft)
-    wait_until(lambda: status(url, problem.id).registered == n, "every identity to register", 180)
-    close_registration(url, problem.id, or_deadline=True)
-    wait_until(lambda: _bins(url, problem.id) is not None, "the bins", 180)
-    bins = _bins(url, problem.id)
-    assert bins is not None
+    url = d.url
+    # Cut once each of p3's identities has sent one copy (or at the window's end): the loss is the routes'.
+    problem, bins = round_with_copies_sent(url, draft, n, cut.rows, PER_HOST, timeout=180)
     end = bins.t_s + bins.delta
-    # A report none of whose copies left its sender before the cut is lost by any protocol: cut once
-    # each of p3's identities has sent one (or at the window's end), so the loss is the routes'.
-    wait_until(lambda: cut.rows(ALL_SENT_ONE)[0][0] == PER_HOST or time.time() >= end,
-               "every identity of p3 to send a copy", 180 + end - time.time())
     d.network.cut("p3")
     cut_at = time.time()
     assert cut_at < end, "p3's identities had not all sent a copy before the send window closed"
