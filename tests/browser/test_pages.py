@@ -95,6 +95,9 @@ def _operator_proposes(page: Page, agg: str, draft: ProblemDraft) -> tuple[str, 
     Returns the published problem's id, its draft, the hostile one."""
     _log_in(page, agg, "/console", TOKEN)
     page.click("nav >> text=Propose")
+    # The click returns once the navigation commits; the form is fillable as soon as it is parsed,
+    # before its deferred script listens (propose.js checks a form edited that early on load).
+    page.wait_for_url("**/console/propose", wait_until="domcontentloaded")
     page.fill("#f-epsilon", "50")
     page.wait_for_selector("#err-epsilon:text('less than or equal to 20')")  # as typed, before any submit
     assert page.inner_text("#check-state") == "not valid yet"
