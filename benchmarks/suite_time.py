@@ -186,17 +186,28 @@ def main() -> None:
 
 def write_order(path: Path, label: str, entry: dict[str, Any]) -> None:
     """The order file ``tests/conftest.py`` reads: the tests of ``entry`` that took at least
-    :data:`ORDER_SECONDS`, with where the figures come from."""
-    seconds = {nodeid: s for nodeid, s in entry["durations"].items() if s >= ORDER_SECONDS}
-    if not seconds:
+    :data:`ORDER_SECONDS`, with the run each figure comes from.
+
+    A run's figures replace the file's for the tests it measured, and the file's other tests keep
+    theirs: a run of a few files (or one interrupted) updates those without dropping the rest.
+    """
+    measured = {nodeid: s for nodeid, s in entry["durations"].items() if s >= ORDER_SECONDS}
+    if not measured:
         raise SystemExit(f"--durations-to {path}: the run has no --durations table (pytest --durations=0)")
+    seconds: dict[str, float] = {}
+    runs: dict[str, Any] = {}
+    if path.exists():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        seconds, runs = old["seconds"], old.get("runs", {})
+    seconds.update(measured)
+    runs[label] = {"workers": entry["workers"], "load_1min_mean": entry["load_1min_mean"],
+                   "tests": sorted(measured)}
     write_json(path, {
         "what": "seconds per test (setup + call + teardown) on the suite's xdist workers; "
                 "tests/conftest.py starts the longest first",
-        "source": f"benchmarks/results/suite_time.json, run {label!r}",
-        "workers": entry["workers"],
-        "load_1min_mean": entry["load_1min_mean"],
-        "seconds": seconds,
+        "source": "benchmarks/results/suite_time.json: the runs below, each the latest figure of its tests",
+        "runs": runs,
+        "seconds": dict(sorted(seconds.items(), key=lambda pair: (-pair[1], pair[0]))),
     })
 
 

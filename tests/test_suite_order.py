@@ -95,7 +95,18 @@ def test_the_order_file_keeps_the_long_tests_and_refuses_a_run_without_a_table(t
         "tests/e2e/test_under_load.py::test_no_report_is_lost": 101.5,
         "tests/browser/test_pages.py::test_person": 43.0,
     }
-    assert known_seconds(out) == written["seconds"] and "'after'" in written["source"]
+    assert known_seconds(out) == written["seconds"] and written["runs"]["after"]["workers"] == "4"
+    # A later run of one file replaces its tests' figures and keeps the others'.
+    again = {**entry, "durations": {"tests/browser/test_pages.py::test_person": 61.0, "t.py::new": 3.0}}
+    write_order(out, "browser", again)
+    rewritten = json.loads(out.read_text())
+    assert rewritten["seconds"] == {
+        "tests/e2e/test_under_load.py::test_no_report_is_lost": 101.5,
+        "tests/browser/test_pages.py::test_person": 61.0,
+        "t.py::new": 3.0,
+    }
+    assert list(rewritten["seconds"]) == sorted(rewritten["seconds"], key=lambda n: -rewritten["seconds"][n])
+    assert set(rewritten["runs"]) == {"after", "browser"}
     with pytest.raises(SystemExit, match="no --durations table"):
         write_order(tmp_path / "none.json", "after", {**entry, "durations": {}})
 
