@@ -71,11 +71,24 @@ def longest_first(items: list[pytest.Item], unit_of: dict[str, str], seconds: di
     items.sort(key=lambda item: (-totals[unit_of[item.nodeid]], first[unit_of[item.nodeid]]))
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--longest-first", action="store_true",
+        help="hand the xdist workers the longest tests first (tests/durations.json); off by default: "
+             "measured once, the heaviest fault tests piled up at the start and each ran far longer",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--longest-first") and hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # xdist's reorder (by tests per unit) would undo it
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group marks into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that takes a database (``database_url``) ``database`` (``.ci/run`` runs those
     again on PostgreSQL); under pytest-xdist (``--dist loadgroup``), keep each module that has a
-    module-scoped fixture on one worker and hand the longest work units out first.
+    module-scoped fixture on one worker and, with ``--longest-first``, hand the longest units out first.
 
     The other tests are spread one by one; a module whose fixture builds something costly once
     (a Chromium, a protocol run, a parsed course log) would build it again on every worker that
@@ -97,7 +110,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group = item.nodeid.split("::", 1)[0]
             item.add_marker(pytest.mark.xdist_group(group))
             unit_of[item.nodeid] = group
-    if hasattr(config, "workerinput"):  # a worker's collection: the order the controller schedules
+    if config.getoption("--longest-first") and hasattr(config, "workerinput"):  # the order scheduled
         longest_first(items, unit_of, known_seconds())
 
 

@@ -1,8 +1,8 @@
 """The suite's own scheduling: longest work units first, the ``database`` mark, the durations file.
 
-``tests/conftest.py`` hands pytest-xdist its work units longest first (from ``tests/durations.json``,
-written by ``benchmarks/suite_time.py`` from a ``--durations`` table) and marks every test that takes
-``database_url`` ``database`` (the tests ``.ci/run`` repeats on PostgreSQL).
+With ``--longest-first``, ``tests/conftest.py`` hands pytest-xdist its work units longest first (from
+``tests/durations.json``, written by ``benchmarks/suite_time.py`` from a ``--durations`` table); it
+marks every test that takes ``database_url`` ``database`` (the tests ``.ci/run`` repeats on PostgreSQL).
 """
 
 from __future__ import annotations
