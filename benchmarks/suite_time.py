@@ -10,6 +10,10 @@ later run stay side by side.
 
 ``--from-output FILE --load-samples FILE`` records a run made by hand instead (pytest's output and
 ``uptime`` lines taken every 30 s beside it), for a run that also had to keep ``--durations=0``.
+When the output holds pytest's ``--durations`` table, the entry keeps each test's seconds (setup +
+call + teardown, at least :data:`KEPT_SECONDS`), and ``--durations-to tests/durations.json`` writes
+those of at least :data:`ORDER_SECONDS` as the order the suite hands its work to the xdist workers
+in (longest first: ``tests/conftest.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,12 @@ SUMMARY = re.compile(
 )
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 UPTIME = re.compile(r"load average: ([\d.]+), ([\d.]+), ([\d.]+)")
+#: A row of pytest's ``--durations`` table: ``12.34s call     tests/x.py::test_y[a]``.
+DURATION = re.compile(r"^(?P<seconds>\d+(?:\.\d+)?)s (?P<when>setup|call|teardown) +(?P<nodeid>\S.*?)\s*$",
+                      re.MULTILINE)
+#: The shortest test whose seconds an entry keeps, and the shortest the order file lists.
+KEPT_SECONDS = 0.5
+ORDER_SECONDS = 2.0
 
 
 def summary(output: str) -> dict[str, Any]:
@@ -51,6 +61,23 @@ def summary(output: str) -> dict[str, Any]:
     counts = {kind.rstrip("s") if kind.startswith("error") else kind: int(n)
               for n, kind in COUNT.findall(last["counts"])}
     return {"counts": counts, "pytest_seconds": float(last["seconds"])}
+
+
+def plain_nodeid(nodeid: str) -> str:
+    """``nodeid`` without the ``@group`` pytest-xdist appends under ``--dist loadgroup`` (split as
+    xdist splits it: an ``@`` inside a parameter id's brackets is the id's own)."""
+    return nodeid.rsplit("@", 1)[0] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
+
+
+def durations(output: str, at_least: float = KEPT_SECONDS) -> dict[str, float]:
+    """Each test's seconds (setup + call + teardown) from the ``--durations`` table in ``output``,
+    those of at least ``at_least``, longest first."""
+    total: dict[str, float] = {}
+    for row in DURATION.finditer(output):
+        nodeid = plain_nodeid(row["nodeid"])
+        total[nodeid] = total.get(nodeid, 0.0) + float(row["seconds"])
+    kept = [(nodeid, round(seconds, 2)) for nodeid, seconds in total.items() if seconds >= at_least]
+    return dict(sorted(kept, key=lambda pair: (-pair[1], pair[0])))
 
 
 def load_figures(samples: list[tuple[float, float, float]]) -> dict[str, Any]:
@@ -107,6 +134,7 @@ def run(workers: int | None, extra: list[str], log: Path | None = None) -> dict[
         "exit_code": finished.returncode,
         **summary(finished.stdout),
         **load_figures(samples),
+        "durations": durations(finished.stdout),
     }
 
 
@@ -122,6 +150,7 @@ def from_files(output: Path, load_samples: Path | None, workers: int | None, com
         "wall_seconds": found["pytest_seconds"],
         **found,
         **load_figures(samples),  # type: ignore[arg-type]
+        "durations": durations(text),
     }
 
 
@@ -136,6 +165,8 @@ def main() -> None:
     parser.add_argument("--command", default="python3 -m pytest", help="with --from-output: what was run")
     parser.add_argument("--log", type=Path, help="write pytest's whole output here")
     parser.add_argument("--note", default="", help="a sentence kept with the entry")
+    parser.add_argument("--durations-to", type=Path,
+                        help="write the run's tests of at least ORDER_SECONDS here (tests/durations.json)")
     parser.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     args = parser.parse_args()
     if args.from_output is not None:
@@ -149,6 +180,35 @@ def main() -> None:
     doc["machine"] = machine()
     doc["runs"][args.label] = entry
     write_json(OUT, doc)
+    if args.durations_to is not None:
+        write_order(args.durations_to, args.label, entry)
+
+
+def write_order(path: Path, label: str, entry: dict[str, Any]) -> None:
+    """The order file ``tests/conftest.py`` reads: the tests of ``entry`` that took at least
+    :data:`ORDER_SECONDS`, with the run each figure comes from.
+
+    A run's figures replace the file's for the tests it measured, and the file's other tests keep
+    theirs: a run of a few files (or one interrupted) updates those without dropping the rest.
+    """
+    measured = {nodeid: s for nodeid, s in entry["durations"].items() if s >= ORDER_SECONDS}
+    if not measured:
+        raise SystemExit(f"--durations-to {path}: the run has no --durations table (pytest --durations=0)")
+    seconds: dict[str, float] = {}
+    runs: dict[str, Any] = {}
+    if path.exists():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        seconds, runs = old["seconds"], old.get("runs", {})
+    seconds.update(measured)
+    runs[label] = {"workers": entry["workers"], "load_1min_mean": entry["load_1min_mean"],
+                   "tests": sorted(measured)}
+    write_json(path, {
+        "what": "seconds per test (setup + call + teardown) on the suite's xdist workers; "
+                "tests/conftest.py starts the longest first",
+        "source": "benchmarks/results/suite_time.json: the runs below, each the latest figure of its tests",
+        "runs": runs,
+        "seconds": dict(sorted(seconds.items(), key=lambda pair: (-pair[1], pair[0]))),
+    })
 
 
 if __name__ == "__main__":

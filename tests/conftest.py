@@ -8,7 +8,9 @@ licences in ``LICENSES/``) and UCI Adult, gzip-compressed, in the package
 
 from __future__ import annotations
 
+import json
 import os
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,24 +35,83 @@ settings.register_profile("anonml", derandomize=True, deadline=None, max_example
 settings.load_profile("anonml")
 
 
+#: The suite's longest tests as last measured (``python -m benchmarks.suite_time --durations-to``):
+#: node id -> seconds (setup + call + teardown), the order in which pytest-xdist is handed the work.
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def known_seconds(path: Path = DURATIONS) -> dict[str, float]:
+    """The measured seconds per node id in ``path`` (none when it is absent)."""
+    if not path.exists():
+        return {}
+    try:
+        seconds = json.loads(path.read_text(encoding="utf-8"))["seconds"]
+        return {str(nodeid): float(s) for nodeid, s in seconds.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        shape = "{'seconds': {node id: seconds}}"
+        raise pytest.UsageError(f"{path}: not a durations file ({shape}): {exc}") from exc
+
+
+def longest_first(items: list[pytest.Item], unit_of: dict[str, str], seconds: dict[str, float]) -> None:
+    """Sort ``items`` in place so that the work units (``unit_of``: node id -> its xdist unit) that took
+    longest start first; a unit's tests stay together and in their order, unmeasured units keep
+    collection order after the measured ones.
+
+    ``--dist loadgroup`` hands units to idle workers in collection order (with
+    ``--no-loadscope-reorder``), so a 150 s test collected last starts near the end and the run
+    waits for it alone; longest-processing-time-first bounds that tail by the longest unit
+    (Graham 1969: within 4/3 of the optimal makespan).
+    """
+    totals: dict[str, float] = defaultdict(float)
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        unit = unit_of[item.nodeid]
+        totals[unit] += seconds.get(item.nodeid, 0.0)
+        first.setdefault(unit, index)
+    items.sort(key=lambda item: (-totals[unit_of[item.nodeid]], first[unit_of[item.nodeid]]))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--longest-first", action="store_true",
+        help="hand the xdist workers the longest tests first (tests/durations.json); off by default: "
+             "measured once, the heaviest fault tests piled up at the start and each ran far longer",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--longest-first") and hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # xdist's reorder (by tests per unit) would undo it
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group marks into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``--dist loadgroup``), keep each module that has a module-scoped fixture
-    on one worker.
+    """Mark every test that takes a database (``database_url``) ``database`` (``.ci/run`` runs those
+    again on PostgreSQL); under pytest-xdist (``--dist loadgroup``), keep each module that has a
+    module-scoped fixture on one worker and, with ``--longest-first``, hand the longest units out first.
 
     The other tests are spread one by one; a module whose fixture builds something costly once
     (a Chromium, a protocol run, a parsed course log) would build it again on every worker that
     ran one of its tests, so its tests go as one group (``xdist_group``, named after the module).
     """
+    for item in items:
+        if "database_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.database)
     if not config.pluginmanager.hasplugin("xdist"):
         return
+    unit_of: dict[str, str] = {}
     for item in items:
+        unit_of[item.nodeid] = item.nodeid
         definitions = getattr(item, "_fixtureinfo", None)
         if definitions is None:
             continue
         scopes = {d.scope for defs in definitions.name2fixturedefs.values() for d in defs}
         if scopes & {"module", "class", "package"}:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+            group = item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(group))
+            unit_of[item.nodeid] = group
+    if config.getoption("--longest-first") and hasattr(config, "workerinput"):  # the order scheduled
+        longest_first(items, unit_of, known_seconds())
 
 
 @pytest.fixture(scope="session")

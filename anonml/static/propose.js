@@ -35,6 +35,14 @@
       .then(function (doc) { if (doc && mine === seq) { show(form, doc); } })
       .catch(function () { /* the submit checks again */ });
   }
+  // A field edited before this deferred script ran (a slow load: the form is usable as soon as it
+  // is parsed) fired its input event with no listener yet: check such a form at once.
+  function edited(form) {
+    return Array.prototype.some.call(form.elements, function (el) {
+      if (el.type === "checkbox" || el.type === "radio") { return el.checked !== el.defaultChecked; }
+      return "defaultValue" in el && el.type !== "hidden" && el.value !== el.defaultValue;
+    });
+  }
   document.addEventListener("DOMContentLoaded", function () {
     var form = document.getElementById("propose-form");
     if (!form) { return; }
@@ -42,5 +50,6 @@
       if (timer) { clearTimeout(timer); }
       timer = setTimeout(function () { check(form); }, 250);
     });
+    if (edited(form)) { check(form); }
   });
 })();

@@ -126,6 +126,16 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60.0) 
         time.sleep(0.05)
 
 
+def answers_ok(url: str, timeout: float = 10.0) -> bool:
+    """One GET of ``url`` for :func:`wait_until`: True on 200; False, not a failure, when the server
+    refuses the connection or has not answered within ``timeout`` (starting, or slow on a loaded
+    machine) — the poll's deadline decides."""
+    try:
+        return requests.get(url, timeout=timeout).status_code == 200
+    except requests.RequestException:
+        return False
+
+
 class _Equivocator(HttpMiddleware):
     """ASGI layer: strip ``/v/<tag>``, note the request, rewrite the answer if a hook is set."""
 

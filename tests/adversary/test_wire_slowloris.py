@@ -36,7 +36,7 @@ from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
-from tests.adversary.malicious import wait_until
+from tests.adversary.malicious import answers_ok, wait_until
 from tests.aggregator.helpers import aggregator_settings
 
 #: Half-open connections of the slowloris tests.
@@ -184,7 +184,7 @@ def test_one_client_holds_at_most_its_share_of_connections(tight_aggregator):
         wait_until(lambda: slow.closed() == TIGHT.per_client, "the slow connections to be dropped", 60)
     finally:
         slow.close()
-    wait_until(lambda: _requests_ok(f"{tight_aggregator.url}/healthz"), "/healthz to answer again", 30)
+    wait_until(lambda: answers_ok(f"{tight_aggregator.url}/healthz"), "/healthz to answer again", 30)
 
 
 def test_the_total_of_connections_is_capped(tmp_path: Path):
@@ -205,7 +205,7 @@ def test_the_total_of_connections_is_capped(tmp_path: Path):
             wait_until(lambda: slow.closed() == 12, "the slow connections to be dropped", 60)
         finally:
             slow.close()
-        wait_until(lambda: _requests_ok(f"{handle.url}/healthz"), "/healthz to answer again", 30)
+        wait_until(lambda: answers_ok(f"{handle.url}/healthz"), "/healthz to answer again", 30)
     finally:
         handle.stop()
 
@@ -233,13 +233,6 @@ def test_a_client_that_never_reads_its_answer_is_dropped():
     finally:
         reader.close()
         handle.stop()
-
-
-def _requests_ok(url: str) -> bool:
-    try:
-        return requests.get(url, timeout=10).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,17 @@ def _log_in(page, url: str, prefix: str, token: str) -> None:
     page.wait_for_url(f"{url}{prefix}/")
 
 
+def _follow(page: Page, link: str, path: str) -> None:
+    """Click the nav link ``link`` and wait until its page (``path``) is parsed.
+
+    The click returns once the navigation commits: a locator count read then can see a page not
+    parsed yet, and a field typed into then fires its input event before the page's deferred
+    script listens (propose.js checks a form edited that early, on DOMContentLoaded).
+    """
+    page.click(f"nav >> text={link}")
+    page.wait_for_url(f"**{path}", wait_until="domcontentloaded")
+
+
 def _wait(what: str, until, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not until():
@@ -94,7 +105,7 @@ def _operator_proposes(page: Page, agg: str, draft: ProblemDraft) -> tuple[str, 
     publishes nothing; ``draft`` is published from the raw JSON box, and a hostile title beside it.
     Returns the published problem's id, its draft, the hostile one."""
     _log_in(page, agg, "/console", TOKEN)
-    page.click("nav >> text=Propose")
+    _follow(page, "Propose", "/console/propose")
     page.fill("#f-epsilon", "50")
     page.wait_for_selector("#err-epsilon:text('less than or equal to 20')")  # as typed, before any submit
     assert page.inner_text("#check-state") == "not valid yet"
@@ -105,7 +116,7 @@ def _operator_proposes(page: Page, agg: str, draft: ProblemDraft) -> tuple[str, 
     page.click("#raw summary")
     page.fill("textarea[name=draft]", '{"title": ""}')
     page.click("button:text('Validate and publish')")
-    assert page.locator("#draft-errors").is_visible()  # refused by the schema, nothing published
+    page.locator("#draft-errors").wait_for()  # refused by the schema (the page it answers), nothing published
     assert requests.get(f"{agg}/problems", timeout=30).json() == []
     page.fill("textarea[name=draft]", draft.model_dump_json(indent=2))
     page.click("button:text('Validate and publish')")
@@ -133,7 +144,7 @@ def _person_imports(page: Page, ui: str, me: PeerNode, my_log: Path) -> Page:
 def _person_accepts(dash: Page, pid: str, draft: ProblemDraft, hostile: Problem) -> Locator:
     """The person reads the proposal (and the hostile title, as text) and accepts it; returns the
     problem's row of the live participation table."""
-    dash.click("nav >> text=Proposals")
+    _follow(dash, "Proposals", "/ui/proposals")
     _wait("the proposal on the page", lambda: dash.reload() or dash.locator(f"section[id='{pid}']").count())
     card = dash.locator(f"section[id='{pid}']")
     text = card.inner_text()
@@ -170,7 +181,7 @@ def _operator_closes(page: Page, dash: Page, live: Locator, pid: str) -> str:
     live.locator("[data-field=status]:text-matches('^(done|degraded)$')").wait_for(timeout=90_000)
     assert dash.evaluate("window.__noReload") == 42  # the status changed in place
     final = live.locator("[data-field=status]").inner_text()
-    page.click("nav >> text=Problems")
+    _follow(page, "Problems", "/console/")
     assert pid in page.inner_text("#problems")
     return final
 
@@ -228,14 +239,14 @@ def _person_reads_shares_and_model(
     dash: Page, host: PeerHost, me: PeerNode, pid: str, final: str
 ) -> None:
     """What I shared matches the ledger; the model's prediction is the one on my own data."""
-    dash.click("nav >> text=What I shared")
+    _follow(dash, "What I shared", "/ui/shared")
     releases = me.ledger.releases(peer=me.fingerprint, problem=pid)
     assert releases and dash.locator("#releases tbody tr").count() == len(releases)
     spent = sum(r.epsilon for r in releases)
     assert f"ε = {spent:.3g}" in dash.inner_text("#lifetime-total")
     assert dash.locator("svg.chart path").count() >= 1
     assert pid in dash.inner_text("#per-problem")
-    dash.click("nav >> text=Models")
+    _follow(dash, "Models", "/ui/models")
     model = dash.locator(f"#model-{pid}")
     shown = model.locator("p.prediction").inner_text()
     assert final in model.inner_text() and "P(label = 1)" not in model.inner_text()

@@ -20,10 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-import requests
 
 from anonml.serving import free_port
-from tests.adversary.malicious import wait_until
+from tests.adversary.malicious import answers_ok, wait_until
 from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
 from tests.faults.helpers import Killable, fault_draft, published_bins, write_hosts
 
@@ -67,7 +66,8 @@ def test_relays_deliver_to_an_aggregator_restarted_after_t_r_within_the_grace(tm
         wait_until(lambda: time.time() > bins.t_r, "t_r to pass with the aggregator down", 60)
         started = time.monotonic()
         agg.start()
-        wait_until(lambda: requests.get(f"{url}/healthz", timeout=5).status_code == 200, "/healthz", 60)
+        # A restarted process answers late on a loaded machine: a read timing out is "not yet".
+        wait_until(lambda: answers_ok(f"{url}/healthz", timeout=5), "/healthz", 60)
         restart_seconds = time.monotonic() - started
         back_at = time.time()
         assert back_at < bins.t_r + GRACE, "the restart took longer than the grace"
