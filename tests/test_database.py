@@ -285,7 +285,7 @@ def test_peer_records_keep_their_types(database_url: str):
         db.save_participation("p-1", "n", "reporting", "{}", None, fingerprint="f" * 64)
         assert db.accepted_epsilon("n") == {"p-1": 0.75}
         participation = db.participation("p-1", "n")
-        assert participation.status == "reporting" and participation.updated_at.tzinfo is not None
+        assert participation.phase == "reporting" and participation.updated_at.tzinfo is not None
     finally:
         db.close()
 
