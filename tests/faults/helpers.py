@@ -354,18 +354,9 @@ def published_bins(url: str, pid: str) -> Bins | None:
     return Bins.model_validate_json(reply.content) if reply.status_code == 200 else None
 
 
-def round_with_copies_sent(
-    url: str, draft: ProblemDraft, members: int, faulty_rows: Callable[[str], list], per_host: int,
-    timeout: float = 120.0,
-) -> tuple[Problem, Bins]:
-    """Propose ``draft`` at ``url``, let ``members`` identities register, close registration, and wait
-    for the bins and then until every identity of the host about to fail (``faulty_rows`` runs SQL in its
-    state database) sent one copy of its report, or the send window closed.
-
-    Returns the problem and its bins (the send window ends at ``t_s + delta``). A report none of
-    whose copies left its sender is lost whatever the protocol does, so a fault made now costs only
-    what the routes lose.
-    """
+def open_round(url: str, draft: ProblemDraft, members: int, timeout: float = 120.0) -> tuple[Problem, Bins]:
+    """Propose ``draft`` at ``url``, let ``members`` identities register, close registration and wait
+    for the bins: the problem and its bins (the send window is ``[t_s, t_s + delta]``)."""
     from tests.adversary.malicious import wait_until
     from tests.aggregator.helpers import close_registration, propose, status
 
@@ -375,6 +366,22 @@ def round_with_copies_sent(
     wait_until(lambda: published_bins(url, problem.id) is not None, "the bins", timeout)
     bins = published_bins(url, problem.id)
     assert bins is not None
+    return problem, bins
+
+
+def round_with_copies_sent(
+    url: str, draft: ProblemDraft, members: int, faulty_rows: Callable[[str], list], per_host: int,
+    timeout: float = 120.0,
+) -> tuple[Problem, Bins]:
+    """:func:`open_round`, then wait until every identity of the host about to fail (``faulty_rows``
+    runs SQL in its state database) sent one copy of its report, or the send window closed.
+
+    A report none of whose copies left its sender is lost whatever the protocol does, so a fault
+    made now costs only what the routes lose.
+    """
+    from tests.adversary.malicious import wait_until
+
+    problem, bins = open_round(url, draft, members, timeout)
     end = bins.t_s + bins.delta
     wait_until(lambda: faulty_rows(ALL_SENT_ONE)[0][0] == per_host or time.time() >= end,
                "every identity of the failing host to send a copy", timeout + end - time.time())
