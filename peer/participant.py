@@ -75,6 +75,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -771,6 +772,13 @@ class Participant:
         self._move(P.RELAYING)
 
     # -- 3. median answer ---------------------------------------------------------------
+    def named_in(self, queries: Sequence[MedianQuery]) -> bool:
+        """Does one of ``queries`` ask this identity (known once its roster is checked)."""
+        if self.roster is None:
+            return False
+        me = self.roster.view.index_of.get(bytes(self.node.identity.public))
+        return me is not None and any(me in q.members for q in queries)
+
     def answer(self, query: MedianQuery) -> bool:
         """Answer ``query`` if it names this identity (once per problem); True if answered."""
         roster = self.facts(self.roster, "the checked roster")

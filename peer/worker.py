@@ -199,6 +199,11 @@ class ProblemSession:
         if status.phase == ProblemPhase.MEDIANS:
             queries = self.client.medians(self.problem.id)
             self._each(lambda p: [p.answer(q) for q in queries], ready)
+            # Asked, but not ready to answer (its confirmation could not be saved yet: a full disk):
+            # if it is still unanswered when the round opens, it ends partial with the reason.
+            for p in self.participants:
+                if p.phase not in READY and p.active and p.named_in(queries):
+                    p.medians_missed = True
         if status.phase == ProblemPhase.MEDIANS:
             # Ahead of the round: routes (certificates checked) and tokens (issuance is open);
             # a bounded number per poll, so polls stay short and median queries are answered.
