@@ -239,7 +239,11 @@ def status(url: str, pid: str) -> ProblemStatus:
     return ProblemStatus.model_validate_json(requests.get(f"{url}/problems/{pid}/status", timeout=30).content)
 
 
-def wait_phase(url: str, pid: str, phases: tuple[str, ...], timeout: float = 30.0) -> ProblemStatus:
+def wait_phase(url: str, pid: str, phases: tuple[str, ...], timeout: float = 120.0) -> ProblemStatus:
+    """Poll the problem's status until its phase is one of ``phases``; fail after ``timeout`` seconds.
+
+    A deadline, never a wait: generous (at load ~24 one registration took over 30 s to close).
+    """
     deadline = time.monotonic() + timeout
     while True:
         st = status(url, pid)
@@ -250,7 +254,7 @@ def wait_phase(url: str, pid: str, phases: tuple[str, ...], timeout: float = 30.
 
 
 def register_and_close(
-    url: str, problem: Problem, n: int = 4, phases: tuple[str, ...] = (), timeout: float = 30.0
+    url: str, problem: Problem, n: int = 4, phases: tuple[str, ...] = (), timeout: float = 120.0
 ) -> list[WirePeer]:
     """``n`` fresh peers registered for ``problem`` (each 201), registration closed (200).
 
