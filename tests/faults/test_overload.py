@@ -118,6 +118,7 @@ def test_a_flood_is_answered_before_the_deadline_with_200_or_503_and_retry_after
 def test_clients_that_honour_retry_after_all_get_through(slow_service) -> None:
     url = f"{slow_service.url}/work"
     waits: list[tuple[float, float]] = []  # (asked Retry-After, seconds until the next try began)
+    gave_up = [0]  # tries the client abandoned at its deadline (the gate may have admitted them)
     lock = threading.Lock()
 
     def patient(i: int) -> int:
@@ -129,7 +130,12 @@ def test_clients_that_honour_retry_after_all_get_through(slow_service) -> None:
                 asked, when = failed_at.pop()
                 with lock:
                     waits.append((asked, began - when))
-            reply = fetch("GET", url, deadline=CLIENT_DEADLINE)
+            try:
+                reply = fetch("GET", url, deadline=CLIENT_DEADLINE)
+            except OSError:  # TimeoutError included: retried, and it may have run
+                with lock:
+                    gave_up[0] += 1
+                raise
             if reply.status >= 300:
                 failed_at.append((reply.retry_after or 0.0, time.monotonic()))
                 raise HTTPRefusal(url, reply.status, reply.text, reply.retry_after)
@@ -138,7 +144,9 @@ def test_clients_that_honour_retry_after_all_get_through(slow_service) -> None:
         return with_retries(call, until=time.time() + 600)
 
     assert _flood(FLOOD, patient) == [200] * FLOOD
-    assert slow_service.calls == FLOOD  # each got through exactly once
+    # Each got through exactly once, plus at most one run per try its client gave up on: on a
+    # machine at load ~30 an admitted request can outlast the client's deadline (83 of 80 ran so).
+    assert FLOOD <= slow_service.calls <= FLOOD + gave_up[0], (slow_service.calls, gave_up[0])
     assert waits, "the flood must have shed some to retry"
     for asked, waited in waits:
         assert asked >= 1 and waited >= asked, (asked, waited)
