@@ -45,10 +45,11 @@ times; each subset's term is weighted by the mean over its features of
 "independence rule" of Bickel & Levina 2004),
 ``w_S = max(μ₁ − μ₀, 0) / (π̂·σ₁² + (1 − π̂)·σ₀²)`` with ``μ_y``, ``σ_y²`` the mean
 and variance of ``t_S`` over its cells under ``P̂(cell | y)`` read off the same
-histogram, rescaled to mean 1. It uses only what the reports already give (no
-extra ε), so it cannot see the features' correlation; on Adult (12 trials, paired)
-it moved test AUC by −0.004 / +0.000 / +0.002 / +0.000 at ε_T = 0.5 / 1 / 2 / 4,
-and is off by default (README, issue 25).
+histogram, rescaled to mean 1, then pulled toward equal weights by the
+:func:`shrinkage_factor` λ, ``1 + λ·(w_S − 1)``: noisy tables give noisy
+coefficients. It uses only what the reports already give (no extra ε), so it
+cannot see the features' correlation. Off by default (README, issue 25: figures
+in ``benchmarks/results/public_sets_variant_weighting-lda*.md``).
 
 *Noise-aware shrinkage* (default mode): the prior ``π̂`` is the pooled label
 distribution shrunk toward uniform as far as its noise says
@@ -630,7 +631,12 @@ def default_ensemble(
             tables.append(logit(post) - logit(prior))
         else:
             tables.append((post - prior) / (prior * (1 - prior)))
-    factors = discriminant_weights(pooled, tables, prior) if weighting == "lda" else np.ones(len(pooled))
+    factors = np.ones(len(pooled))
+    if weighting == "lda":
+        # Trust the estimated coefficients as far as the sum of terms is trusted: noisy tables
+        # make noisy coefficients (unshrunk, AUC fell by 0.01-0.21 at ε_T = 0.5).
+        trust = shrinkage_factor(pooled)
+        factors = 1.0 + trust * (discriminant_weights(pooled, tables, prior) - 1.0)
     components = tuple(
         Component(h.features, h.shape, table, weights[h.features] * float(f))
         for h, table, f in zip(pooled, tables, factors, strict=True)

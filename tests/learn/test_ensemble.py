@@ -226,3 +226,22 @@ def test_discriminant_weighting_is_binary_only_and_named():
         ensemble.default_ensemble(hists, weighting="lda")
     with pytest.raises(ValueError, match="unknown weighting"):
         ensemble.default_ensemble(hists, weighting="inverse")  # type: ignore[arg-type]
+
+
+def test_noisy_discriminant_weights_are_pulled_toward_equal_by_the_shrinkage_factor():
+    rng = np.random.default_rng(7)
+    codes, y = _sample(3000, rng)
+    hists = []
+    for j, b in ((0, 3), (1, 2)):
+        exact = exact_histogram(codes[:, [j]], y, [j], [b])
+        # Gaussian count noise of sd 30 per cell, stated in the variance: λ < 1.
+        noisy = exact.counts + rng.normal(0.0, 30.0, exact.counts.shape)
+        hists.append(SubsetHistogram((j,), (b,), noisy, np.full(exact.counts.shape, 900.0), exact.n, noisy))
+    trust = ensemble.shrinkage_factor(hists)
+    assert 0.0 < trust < 1.0
+    lda = ensemble.default_ensemble(hists, weighting="lda")
+    equal = ensemble.default_ensemble(hists)
+    prior = 1.0 / (1.0 + np.exp(-equal.intercept))
+    raw = ensemble.discriminant_weights(hists, [c.table for c in equal.components], prior)
+    got = [a.weight / b.weight for a, b in zip(lda.components, equal.components, strict=True)]
+    assert got == pytest.approx(1.0 + trust * (raw - 1.0))
