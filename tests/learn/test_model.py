@@ -168,3 +168,21 @@ def test_version_1_documents_still_load():
     old = AnonMLClassifier.from_json(json.dumps(doc))
     assert np.array_equal(old.predict_proba(X), model.predict_proba(X))
     assert old.privacy_.private and old.privacy_.shuffle is None
+
+
+def test_discriminant_weighting_reaches_the_model_and_its_json():
+    rng = np.random.default_rng(6)
+    X, y = _world(6000, rng)
+    equal = AnonMLClassifier(epsilon=2.0, features=SPECS, calibration_fraction=0.0, random_state=3).fit(X, y)
+    lda = AnonMLClassifier(
+        epsilon=2.0, features=SPECS, calibration_fraction=0.0, weighting="lda", random_state=3
+    ).fit(X, y)
+    # Same seed, same reports: the tables agree and the weights are the equal ones times factors of mean 1.
+    pairs = list(zip(lda.ensemble_.components, equal.ensemble_.components, strict=True))
+    factors = [a.weight / b.weight for a, b in pairs]
+    assert np.mean(factors) == pytest.approx(1.0) and not np.allclose(factors, 1.0)
+    assert all(np.allclose(a.table, b.table) for a, b in pairs)
+    back = AnonMLClassifier.from_json(lda.to_json())
+    assert np.allclose(back.decision_function(X[:50]), lda.decision_function(X[:50]))
+    with pytest.raises(ValueError, match="'weighting' parameter of AnonMLClassifier"):
+        AnonMLClassifier(features=SPECS, weighting="inverse").fit(X, y)  # type: ignore[arg-type]

