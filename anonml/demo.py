@@ -38,6 +38,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ from anonml.demo_problem import (
     DEMO_POLL_SECONDS,
     DEMO_PROBES,
     DEMO_REPORT_DELAY_SECONDS,
+    DEMO_ROUTES,
     WINDOW_HEADROOM,
     dropout_draft,
     packet_windows,
@@ -63,7 +65,6 @@ from anonml.learn import PartitionPlan, roster_plan
 from anonml.phases import MODEL_PHASES, ProblemPhase
 from anonml.plugins import PluginRef, create
 from anonml.protocol import (
-    DEFAULT_ROUTES,
     CosignatureBundle,
     ModelDocument,
     ModelEvaluation,
@@ -84,6 +85,7 @@ __all__ = [
     "DEMO_POLL_SECONDS",
     "DEMO_PROBES",
     "DEMO_REPORT_DELAY_SECONDS",
+    "DEMO_ROUTES",
     "WINDOW_HEADROOM",
     "DemoResult",
     "Progress",
@@ -177,16 +179,26 @@ def _start_services(
         allow_loopback_http=True,  # every service of the demo is on this machine
         peer_poll_seconds=DEMO_POLL_SECONDS,  # the round's waits are sized for the hosts' polling
     )
-    witness = start_witness_process(root / "witness")  # independent of the aggregator
-    try:
-        aggregator = start_server_process(agg_settings)  # its own process: the second core
-    except BaseException:
-        witness.stop()
-        raise
-    nodes = [PeerNode(p.identity, p.store, p.ledger, user=p.username) for p in peers]
+    # The two processes start side by side (each mostly imports, on its own core) while this one
+    # prepares the peer host: the start costs the slowest of the three, not their sum.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        starting = [
+            pool.submit(start_witness_process, root / "witness"),  # independent of the aggregator
+            pool.submit(start_server_process, agg_settings),  # its own process: the second core
+        ]
+        try:
+            nodes = [PeerNode(p.identity, p.store, p.ledger, user=p.username) for p in peers]
+            peer_db = PeerDB(f"sqlite:///{root / 'peers.db'}")
+            witness, aggregator = (future.result() for future in starting)
+        except BaseException:
+            for future in starting:
+                future.cancel()
+                if not future.cancelled() and future.exception() is None:
+                    future.result().stop()
+            raise
     host = PeerHost(
         nodes,
-        PeerDB(f"sqlite:///{root / 'peers.db'}"),
+        peer_db,
         PeerPolicy.for_simulation(
             auto_accept=True,
             max_epsilon_per_problem=max(epsilon, 1.0),
@@ -229,6 +241,7 @@ def _demo_draft(
         median_step_seconds=median_step_seconds,
         witnesses=[WitnessRef(identity=services.witness.identity, url=services.witness.url)],
         witness_seconds=max(2.0, report_delay),
+        routes=DEMO_ROUTES,
     )
 
 
@@ -359,6 +372,13 @@ def _demo_result(
         message=status.message,
         max_loss_fraction=max_loss_fraction,
         auc_same_run=(float(np.mean(same_run)), float(np.std(same_run))) if same_run else None,
+        round_waits={}
+        if status.schedule is None
+        else {
+            k: float(v)
+            for k, v in status.schedule.model_dump().items()
+            if k.endswith("_seconds")
+        },
         packet_windows=(
             None
             if status.schedule is None
@@ -452,7 +472,7 @@ def run_demo(
                 )
                 # k_h = 1 (dropout_draft): every member sends one slot, a report or cover, over
                 # route_count routes — each route's copy is a packet the relays carry.
-                copies = route_count(DEFAULT_ROUTES, DEMO_HOPS, len(peers))
+                copies = route_count(DEMO_ROUTES, DEMO_HOPS, len(peers))
                 windows = packet_windows(
                     len(peers), hops=DEMO_HOPS, slots_per_peer=copies, hop_seconds=hop_seconds
                 )

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from anonml.learn import SimulationConfig
 from anonml.model import FeatureSpec
 from anonml.plugins import PluginRef
-from anonml.protocol import MedianSettings, ProblemDraft, Schedule, WitnessRef
+from anonml.protocol import DEFAULT_ROUTES, MedianSettings, ProblemDraft, Schedule, WitnessRef
 from anonml.schedule import schedule_floors
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "DEMO_POLL_SECONDS",
     "DEMO_PROBES",
     "DEMO_REPORT_DELAY_SECONDS",
+    "DEMO_ROUTES",
     "WINDOW_HEADROOM",
     "dropout_draft",
     "packet_windows",
@@ -44,6 +45,12 @@ DEMO_REPORT_DELAY_SECONDS = 6.0
 #: machine measured up to twice apart (12.8 and 27.9 ms per hop at load 14): one burst may
 #: catch a lull that the round, 20–60 s long, will not have.
 DEMO_PROBES = 2
+
+#: Routes each report travels over in the demo: one. Redundant routes (:data:`anonml.protocol.DEFAULT_ROUTES`)
+#: deliver a report whose first route died with a relay host; the demo's relays are all on its one
+#: peer host, so a second route shares every failure of the first, and its copies would double the
+#: packets ``m`` the send and release windows and the report delay must hold (:func:`packet_windows`).
+DEMO_ROUTES = 1
 
 #: How many times its measured hop cost the packet windows give each hop: the relays run at
 #: utilisation 1/2 of the capacity the probe measured, so a queue that forms drains within its
@@ -113,6 +120,7 @@ def dropout_draft(
     pool_fraction: float = 0.25,
     median_steps: int | None = None,
     witnesses: Sequence[WitnessRef] = (),
+    routes: int = DEFAULT_ROUTES,
     witness_seconds: float = 10.0,
 ) -> ProblemDraft:
     """The MOOC dropout problem: active in the first weeks, silent until ``weeks`` → dropout.
@@ -122,6 +130,7 @@ def dropout_draft(
     these sizes beats splitting its budget over several reports. The median
     search takes the learning library's simulation defaults (steps, confidence)
     unless ``median_steps`` is given, so the two compute the same thing.
+    ``routes``: copies of each report, each over its own route.
     ``witnesses`` are declared in the proposal; the aggregator collects their
     cosignatures within ``witness_seconds`` after the roster and the bins.
     ``roster_seconds`` is the time every peer has, between the co-signed
@@ -168,5 +177,6 @@ def dropout_draft(
         min_peers=min_peers,
         hops=DEMO_HOPS,
         witnesses=tuple(witnesses),
+        routes=routes,
     )
 

@@ -47,6 +47,8 @@ class DemoResult:
     hop_seconds: float | None = None
     #: The round's send and release windows as the aggregator fixed them (seconds).
     packet_windows: tuple[float, float] | None = None
+    #: The round's waits as the aggregator fixed them (``Schedule`` field → seconds; empty: not known).
+    round_waits: dict[str, float] = field(default_factory=dict)
     #: The held-out AUC as the aggregator scored its own model on the held-out students' rows
     #: (``POST /problems/{id}/evaluation``, what its console shows); None when not scored.
     auc_aggregator: float | None = None
@@ -139,6 +141,15 @@ class DemoResult:
                 "not known"
                 if self.packet_windows is None
                 else "{:.1f} s / {:.1f} s".format(*self.packet_windows),
+            ),
+            (
+                "roster / witness / report delay (the round's fixed waits)",
+                "not known"
+                if not self.round_waits
+                else " / ".join(
+                    f"{self.round_waits[k]:.1f} s"
+                    for k in ("roster_seconds", "witness_seconds", "report_delay_seconds")
+                ),
             ),
             ("problem's final phase", self.phase + (f" ({self.message})" if self.message else "")),
             ("rejects at the aggregator", _counts(self.rejects)),
