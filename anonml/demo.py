@@ -54,6 +54,7 @@ from anonml.demo_problem import (
     DEMO_PROBES,
     DEMO_REPORT_DELAY_SECONDS,
     DEMO_ROUTES,
+    DEMO_WITNESS_SECONDS,
     WINDOW_HEADROOM,
     dropout_draft,
     packet_windows,
@@ -240,7 +241,7 @@ def _demo_draft(
         roster_seconds=roster_seconds,
         median_step_seconds=median_step_seconds,
         witnesses=[WitnessRef(identity=services.witness.identity, url=services.witness.url)],
-        witness_seconds=max(2.0, report_delay),
+        witness_seconds=DEMO_WITNESS_SECONDS,
         routes=DEMO_ROUTES,
     )
 

@@ -26,6 +26,7 @@ __all__ = [
     "DEMO_PROBES",
     "DEMO_REPORT_DELAY_SECONDS",
     "DEMO_ROUTES",
+    "DEMO_WITNESS_SECONDS",
     "WINDOW_HEADROOM",
     "dropout_draft",
     "packet_windows",
@@ -45,6 +46,12 @@ DEMO_REPORT_DELAY_SECONDS = 6.0
 #: machine measured up to twice apart (12.8 and 27.9 ms per hop at load 14): one burst may
 #: catch a lull that the round, 20–60 s long, will not have.
 DEMO_PROBES = 2
+
+#: Seconds the aggregator allows the demo's witness to co-sign the roster and, later, the bins
+#: (``Schedule.witness_seconds``; the bins' part is a fixed wait before ``t_s``). One co-signature is
+#: one request to the witness's own process: the roster's took 0.19-0.7 s at load 15-24 on 2 cores
+#: (``roster co-signed`` in the demo's timings), so 3 s holds four times the slowest seen.
+DEMO_WITNESS_SECONDS = 3.0
 
 #: Routes each report travels over in the demo: one. Redundant routes (:data:`anonml.protocol.DEFAULT_ROUTES`)
 #: deliver a report whose first route died with a relay host; the demo's relays are all on its one
