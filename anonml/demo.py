@@ -222,6 +222,7 @@ def _demo_draft(
     weeks: int,
     epsilon: float,
     windows: tuple[float, float, float, float, float],
+    routes: int = DEMO_ROUTES,
 ) -> ProblemDraft:
     """The dropout problem the demo proposes, declaring its witness.
 
@@ -242,7 +243,7 @@ def _demo_draft(
         median_step_seconds=median_step_seconds,
         witnesses=[WitnessRef(identity=services.witness.identity, url=services.witness.url)],
         witness_seconds=DEMO_WITNESS_SECONDS,
-        routes=DEMO_ROUTES,
+        routes=routes,
     )
 
 
@@ -425,6 +426,7 @@ def run_demo(
     windows: tuple[float, float] | None = None,
     roster_seconds: float = 10.0,
     median_step_seconds: float = 20.0,
+    routes: int = DEMO_ROUTES,
     workdir: Path | None = None,
     progress: Progress | None = None,
 ) -> DemoResult:
@@ -438,8 +440,9 @@ def run_demo(
     check the co-signed roster before the first median query
     (:func:`dropout_draft`); ``median_step_seconds`` bounds one median step,
     which ends as soon as its whole group answered (so a generous bound costs
-    nothing on a quiet machine and keeps answers coming under load); ``progress`` is an optional callable
-    ``(phase: str, done: int, total: int)``.
+    nothing on a quiet machine and keeps answers coming under load); ``routes`` the copies of
+    each report, each over its own route (:data:`~anonml.demo_problem.DEMO_ROUTES`); ``progress``
+    is an optional callable ``(phase: str, done: int, total: int)``.
     """
     timer: dict[str, float] = {}
     report = progress or (lambda phase, done, total: None)
@@ -473,13 +476,13 @@ def run_demo(
                 )
                 # k_h = 1 (dropout_draft): every member sends one slot, a report or cover, over
                 # route_count routes — each route's copy is a packet the relays carry.
-                copies = route_count(DEMO_ROUTES, DEMO_HOPS, len(peers))
+                copies = route_count(routes, DEMO_HOPS, len(peers))
                 windows = packet_windows(
                     len(peers), hops=DEMO_HOPS, slots_per_peer=copies, hop_seconds=hop_seconds
                 )
                 timer["relay probe"] = time.perf_counter() - t
             sizes = (report_delay_seconds, *windows, roster_seconds, median_step_seconds)
-            draft = _demo_draft(services, len(peers), history_weeks, weeks, epsilon, sizes)
+            draft = _demo_draft(services, len(peers), history_weeks, weeks, epsilon, sizes, routes)
             run = _run_protocol(services, draft, len(peers), timer, report)
             auc_aggregator = _aggregator_score(services, run, held)
         finally:
