@@ -53,6 +53,7 @@ from anonml.demo_problem import (
     DEMO_POLL_SECONDS,
     DEMO_PROBES,
     DEMO_REPORT_DELAY_SECONDS,
+    DEMO_ROSTER_SECONDS,
     DEMO_ROUTES,
     DEMO_WITNESS_SECONDS,
     WINDOW_HEADROOM,
@@ -424,7 +425,7 @@ def run_demo(
     simulation_runs: int = 20,
     report_delay_seconds: float = DEMO_REPORT_DELAY_SECONDS,
     windows: tuple[float, float] | None = None,
-    roster_seconds: float = 10.0,
+    roster_seconds: float = DEMO_ROSTER_SECONDS,
     median_step_seconds: float = 20.0,
     routes: int = DEMO_ROUTES,
     workdir: Path | None = None,
@@ -437,8 +438,8 @@ def run_demo(
     release windows, or None to size them from the peer host's measured cost per
     relay hop just before the round (:func:`packet_windows`; fixed windows lost
     most reports beside two busy CPU loops); ``roster_seconds`` the peers' time to
-    check the co-signed roster before the first median query
-    (:func:`dropout_draft`); ``median_step_seconds`` bounds one median step,
+    check the co-signed roster before the first median query (:func:`dropout_draft`;
+    raised by the aggregator to its measured floor); ``median_step_seconds`` bounds one median step,
     which ends as soon as its whole group answered (so a generous bound costs
     nothing on a quiet machine and keeps answers coming under load); ``routes`` the copies of
     each report, each over its own route (:data:`~anonml.demo_problem.DEMO_ROUTES`); ``progress``

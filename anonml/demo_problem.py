@@ -25,6 +25,7 @@ __all__ = [
     "DEMO_POLL_SECONDS",
     "DEMO_PROBES",
     "DEMO_REPORT_DELAY_SECONDS",
+    "DEMO_ROSTER_SECONDS",
     "DEMO_ROUTES",
     "DEMO_WITNESS_SECONDS",
     "WINDOW_HEADROOM",
@@ -46,6 +47,15 @@ DEMO_REPORT_DELAY_SECONDS = 6.0
 #: machine measured up to twice apart (12.8 and 27.9 ms per hop at load 14): one burst may
 #: catch a lull that the round, 20–60 s long, will not have.
 DEMO_PROBES = 2
+
+#: The roster wait the demo proposes: ``2r``, the least any wait takes (a poll to see the roster, one
+#: to see the first median query). The aggregator raises it to its floor ``2r + n M``
+#: (:func:`anonml.schedule.schedule_floors`: every member checks the roster and compares its
+#: fingerprint, as much work as registering, at ``M`` measured per registration), which grows with
+#: the roster and the load. The 10 s proposed before were fixed when a fixed 2 s left the median pool
+#: answering nothing (the floors and the host's one roster check for all its identities came
+#: after); a member still checking when a median step begins answers within the step's bound.
+DEMO_ROSTER_SECONDS = 2 * DEMO_POLL_SECONDS
 
 #: Seconds the aggregator allows the demo's witness to co-sign the roster and, later, the bins
 #: (``Schedule.witness_seconds``; the bins' part is a fixed wait before ``t_s``). One co-signature is
@@ -143,9 +153,9 @@ def dropout_draft(
     ``roster_seconds`` is the time every peer has, between the co-signed
     roster and the first median query, to check the roster and its
     cosignatures and compare fingerprints: with hundreds of identities in one
-    process on a busy 2-core machine this takes seconds (:func:`run_demo`
-    gives 10 s: at 2 s the median pool of the 300-peer demo answered nothing
-    there and the bins fell back to equal-width cuts).
+    process on a busy 2-core machine this takes seconds, so :func:`run_demo`
+    proposes :data:`DEMO_ROSTER_SECONDS` and leaves the wait to the
+    aggregator's measured floor.
     """
     defaults = {f.name: f.default for f in fields(SimulationConfig)}
     steps = median_steps if median_steps is not None else int(defaults["median_steps"])
