@@ -27,8 +27,14 @@
    non-private logistic regression trained on the same peers' true features,
    and each phase's wall time.
 
-With the defaults it finishes in about two minutes on a quiet 2-core machine; on a
-loaded one every wait grows with the measured costs, so it takes longer but loses nothing.
+Every wait of the round comes from a measured cost: the roster wait, the median
+steps' bound and the report delay are the aggregator's floors from its measured
+time per registration (:func:`anonml.schedule.schedule_floors`; the demo proposes
+less, :data:`~anonml.demo_problem.DEMO_ROSTER_SECONDS`), the send and release
+windows the host's measured relay cost (:func:`packet_windows`), the witness's
+wait its measured co-signing (:data:`~anonml.demo_problem.DEMO_WITNESS_SECONDS`).
+So on a loaded machine every wait grows with the costs, and the run takes longer
+but loses nothing; the table shows the waits the round kept and each phase's time.
 """
 
 from __future__ import annotations
