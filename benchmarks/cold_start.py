@@ -16,7 +16,8 @@ machine (start-up runs in one thread). Issue 31's targets: ≤ 2 s quiet, ≤ 5 
 beside ``stress-ng --cpu 2``.
 Results go to ``benchmarks/results/cold_start.json``.
 
-Run: ``python -m benchmarks.cold_start`` from the repository root.
+Run: ``python -m benchmarks.cold_start [--stress 2]`` from the repository root (``--stress N``: the
+starts beside ``stress-ng --cpu N``, as :mod:`benchmarks.demo_under_load` runs it).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 import requests
 
 from anonml.serving import free_port
+from benchmarks.demo_under_load import cpu_stress
 
 BASELINE = """
 import sys
@@ -128,7 +130,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cold_start.json"))
+    parser.add_argument(
+        "--stress", type=int, default=0, help="CPU-bound stressors (stress-ng --cpu N) beside every start"
+    )
     args = parser.parse_args()
+    with cpu_stress(args.stress) as stressor:
+        measured = measure(args.repeats)
     result = {
         "benchmark": "cold_start",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -138,7 +145,8 @@ def main() -> None:
             "cpus": os.cpu_count(),
         },
         "targets": {"quiet_s": 2.0, "stress_ng_cpu_2_s": 5.0},
-        **measure(args.repeats),
+        "stressor": stressor,
+        **measured,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -76,17 +77,29 @@ def cpu_stress(workers: int) -> Iterator[str]:
             spinner.join(timeout=60)
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its waited-for children so far."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def one_run(students: int, seed: int) -> dict:
     """Run the demo once and summarise it against the simulation."""
     load_before = os.getloadavg()[0]
+    cpu_before = _cpu_seconds()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="anonml-demo-load-") as scratch:
         result = run_demo(students, seed=seed, workdir=Path(scratch))
+    cpu = _cpu_seconds() - cpu_before
     mean, sd = result.auc_simulation
     reports = result.reports
     return {
         "seed": seed,
         "wall_seconds": round(time.perf_counter() - started, 1),
+        # the demo's process and its stopped children (aggregator, witness): what the run cost the
+        # machine, which the stressor and the other jobs move much less than the wall time
+        "cpu_seconds": round(cpu, 1),
+        "round_waits_seconds": {k: round(v, 2) for k, v in result.round_waits.items()},
         "load_average_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "load_average_1_5_15m_after": [round(v, 2) for v in os.getloadavg()],
         "auc_protocol": round(result.auc, 4),
@@ -131,7 +144,8 @@ def main() -> None:
                 f"{run['auc_simulation_mean_sd'][0]:.3f} ± {run['auc_simulation_mean_sd'][1]:.3f} "
                 f"(gap {run['auc_gap']:+.3f}, target ≤ {TARGET_AUC_GAP}), "
                 f"reports {run['reports_expected_received']}, "
-                f"{run['phase']}, {run['wall_seconds']} s, load {run['load_average_1m_before_after']}, "
+                f"{run['phase']}, {run['wall_seconds']} s ({run['cpu_seconds']} s CPU), "
+                f"load {run['load_average_1m_before_after']}, "
                 f"{run['relay_ms_per_hop_measured']} ms/hop → windows {run['send_release_window_seconds']} s"
             )
     result = {

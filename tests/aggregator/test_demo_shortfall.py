@@ -74,3 +74,10 @@ def test_the_cli_exits_non_zero_with_the_explanation(monkeypatch) -> None:
     monkeypatch.setattr(anonml.demo, "run_demo", lambda *a, **k: _result())
     ok = CliRunner().invoke(cli.app, ["demo", "--students", "40"])
     assert ok.exit_code == 0 and "FELL SHORT" not in ok.output
+
+
+def test_the_table_shows_the_round_s_fixed_waits_as_the_aggregator_kept_them() -> None:
+    what = "roster / witness / report delay (the round's fixed waits)"
+    waits = {"roster_seconds": 8.52, "witness_seconds": 3.0, "report_delay_seconds": 24.76}
+    assert dict(_result(round_waits=waits).rows())[what] == "8.5 s / 3.0 s / 24.8 s"
+    assert dict(_result().rows())[what] == "not known"  # no schedule in the status: said, not invented

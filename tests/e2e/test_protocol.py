@@ -47,6 +47,7 @@ def run(tmp_path_factory: pytest.TempPathFactory):
             epsilon=EPSILON,
             simulation_runs=50,
             held_out_fraction=0.4,
+            routes=DEFAULT_ROUTES,  # the redundant routes' whole path (the demo itself takes one)
             workdir=workdir,
         )
     return result, workdir

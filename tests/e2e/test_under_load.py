@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from anonml.demo import DEMO_HOPS, WINDOW_HEADROOM, run_demo
-from anonml.protocol import DEFAULT_ROUTES, route_count
+from anonml.demo import DEMO_HOPS, DEMO_ROUTES, WINDOW_HEADROOM, run_demo
+from anonml.protocol import route_count
 
 BUSY_LOOPS = 2
 
@@ -60,6 +60,6 @@ def test_no_report_is_lost_beside_two_busy_cpu_loops(tmp_path: Path, monkeypatch
     assert result.hop_seconds is not None and result.packet_windows is not None
     send, release = result.packet_windows
     # One slot per member, report or cover, each over route_count routes: every copy is a packet.
-    m = result.peers * route_count(DEFAULT_ROUTES, DEMO_HOPS, result.peers)
+    m = result.peers * route_count(DEMO_ROUTES, DEMO_HOPS, result.peers)
     assert send >= m * WINDOW_HEADROOM * result.hop_seconds
     assert release >= 1.5 * DEMO_HOPS * m * WINDOW_HEADROOM * result.hop_seconds
