@@ -186,9 +186,7 @@ def start(
     peer's home for every other command, and its lifetime cap is stored in
     the ledger, which refuses any release past it.
     """
-    import uvicorn
-
-    from anonml.serving import uvicorn_options
+    from anonml.serving import run_foreground
     from peer.app import create_app, create_daemon
 
     with expected_errors():
@@ -238,7 +236,7 @@ def start(
         app_ = create_app(host_, settings.resolved_local_token())  # the token file exists from here
         err.print(_dashboard_text(settings), highlight=False)
         tls = settings.server_tls()
-        uvicorn.run(app_, host=settings.host, port=settings.port, **uvicorn_options(tls=tls))
+        run_foreground(app_, settings.host, settings.port, tls=tls)
 
 
 def _dashboard_text(settings: PeerSettings) -> str:

@@ -78,12 +78,10 @@ def serve(
     ca_bundle: CaBundleOption = None,
 ) -> None:
     """Relay for every problem the policy accepts; hold no data, report only stand-ins (module docstring)."""
-    import uvicorn
-
     from anonml import outbound
     from anonml.commands.peer import _with_policy_changes
     from anonml.paths import anonml_home, private_dir
-    from anonml.serving import uvicorn_options
+    from anonml.serving import run_foreground
     from peer.app import create_app, create_daemon
     from peer.settings import PeerSettings
 
@@ -135,4 +133,4 @@ def serve(
         )
         app_ = create_app(daemon, settings.resolved_local_token())
         tls = settings.server_tls()
-        uvicorn.run(app_, host=settings.host, port=settings.port, **uvicorn_options(tls=tls))
+        run_foreground(app_, settings.host, settings.port, tls=tls)
