@@ -34,8 +34,7 @@ from peer.features import LocalPrediction, predict_locally
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.phases import ParticipationPhase
-from peer.policy import admission_text, evaluate_problem
-from peer.records import committed_epsilon, release_marks, shuffle_bounds
+from peer.records import proposal_verdicts, release_marks, shuffle_bounds
 
 __all__ = [
     "SourceRow",
@@ -147,16 +146,11 @@ class ProposalCard:
 
 
 def proposal_cards(host: PeerHost, node: PeerNode) -> list[ProposalCard]:
-    """Every proposal seen, newest first, as ``anonml peer proposals`` evaluates it."""
-    committed = committed_epsilon(host.db, node.ledger, node.fingerprint)
+    """Every proposal seen, newest first, as ``anonml peer proposals`` evaluates it
+    (:func:`peer.records.proposal_verdicts`), with what the card shows of it."""
     cards = []
-    for view in host.db.proposals(node.fingerprint):
-        problem = Problem.model_validate_json(view.problem_json)
-        d = problem.draft
-        verdict, reason, decided = view.verdict, view.reason or "", view.verdict is not None
-        if verdict is None:
-            decision = evaluate_problem(problem, host.policy, committed)
-            verdict, reason = decision.verdict, decision.reason
+    for seen in proposal_verdicts(host.db, node.ledger, node.fingerprint, host.policy):
+        d = seen.problem.draft
         features = []
         for spec in d.features:
             if spec.kind.value == "numeric":
@@ -166,26 +160,25 @@ def proposal_cards(host: PeerHost, node: PeerNode) -> list[ProposalCard]:
             else:
                 shown = "0 / 1"
             features.append((spec.name, spec.kind.value, shown))
-        by_hand = evaluate_problem(problem, host.policy, committed, manual=True)
         median = d.median_epsilon if d.median.pool_fraction > 0 and d.numeric_features else None
         pool = d.median_pool_size(d.min_peers)
         cards.append(
             ProposalCard(
-                problem=problem,
-                aggregator_url=view.aggregator_url,
-                verdict=verdict,
-                reason=reason,
-                decided=decided,
-                status=view.status,
+                problem=seen.problem,
+                aggregator_url=seen.aggregator_url,
+                verdict=seen.verdict,
+                reason=seen.reason,
+                decided=seen.decided,
+                status=seen.status,
                 features=features,
                 label=label_domain(d.label),
-                can_accept=by_hand.accept,
-                accept_blocked="" if by_hand.accept else by_hand.reason,
+                can_accept=seen.can_accept,
+                accept_blocked=seen.accept_blocked,
                 median_epsilon=median,
                 anonymity_set=(d.min_peers - pool) // d.kp,
                 epsilon_text=epsilon_sentence(d.epsilon),
                 witnesses=[bytes(w.identity).hex()[:16] + "…" for w in d.witnesses],
-                admission=admission_text(problem),
+                admission=seen.admission,
             )
         )
     return cards

@@ -78,7 +78,7 @@ def answer(p: Participant, query: MedianQuery) -> bool:
         _short(p, f"{what} not sent: the release could not be recorded: {exc}")
         return True
     gen = resolve_rng(p.node.rng)
-    truth = _median_truth(p, query, gen)
+    truth = median_truth(p, query, gen)
     bit = bool(rr.perturb(np.asarray([truth]), gen)[0])
     answer = sign_message(
         MedianAnswer(
@@ -130,7 +130,7 @@ def _short(p: Participant, why: str) -> None:
         log.warning("identity %s: its state could not be saved now: %s", p.node.fingerprint[:12], exc)
 
 
-def _median_truth(p: Participant, query: MedianQuery, gen: np.random.Generator) -> bool:
+def median_truth(p: Participant, query: MedianQuery, gen: np.random.Generator) -> bool:
     """Is this identity's value above the threshold; a uniform bit when it cannot say."""
     p.compute_example()
     try:

@@ -258,7 +258,7 @@ def _cohosted(p: Participant, view: RosterView) -> frozenset[bytes]:
     )  # fmt: skip
 
 
-def _report_slot(p: Participant, packet: int, copies: int) -> int:
+def report_slot(p: Participant, packet: int, copies: int) -> int:
     """The report slot packet ``packet`` carries (packet ``j < r·k_h``: slot ``j // r``)."""
     return p._copy_of.get(packet, packet // copies)
 
@@ -268,11 +268,11 @@ def _fresh_path(p: Participant, view: RosterView, me: int, packet: int) -> tuple
     members are left, those of the other copies of its report slot; None when none is left."""
     assert p.preparation is not None
     copies = routes_per_slot(p, view)
-    mine = _report_slot(p, packet, copies)
+    mine = report_slot(p, packet, copies)
     siblings = {
         h.node_id
         for j, other in enumerate(p.preparation.paths)
-        if j != packet and _report_slot(p, j, copies) == mine
+        if j != packet and report_slot(p, j, copies) == mine
         for h in other
     }
     for avoid in (p._avoid | siblings | _cohosted(p, view), p._avoid | siblings, p._avoid):
@@ -324,7 +324,7 @@ def route_around(p: Participant, dead: frozenset[bytes]) -> list[tuple[int, floa
             if path is None:
                 continue
             new = len(p.preparation.paths)
-            p._copy_of[new] = _report_slot(p, j, copies)
+            p._copy_of[new] = report_slot(p, j, copies)
             p.preparation = Preparation((*p.preparation.paths, path), p.preparation.tokens)
             p._payloads.append(p._payloads[j])
             packet = _packet(p, p._payloads[j], path)
