@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_args
+from types import UnionType
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import typer
 from rich.console import Console
@@ -301,7 +302,9 @@ def _model_option(model: type[BaseModel], flag: ModelFlag) -> inspect.Parameter:
     """The keyword parameter of ``flag``: the field's type (None when not given), its default shown, and
     its inclusive bounds (``ge``/``le``) as the option's ``min``/``max``."""
     info = model.model_fields[flag.field]
-    kind = next((a for a in get_args(info.annotation) if a is not type(None)), info.annotation)
+    kind = info.annotation
+    if get_origin(kind) in (Union, UnionType):  # an optional field: the option is optional anyway
+        kind = next(a for a in get_args(kind) if a is not type(None))
     options: dict[str, Any] = {"help": flag.help}
     default = info.get_default(call_default_factory=True)
     if kind is bool:
