@@ -1,74 +1,10 @@
-"""The phase machine: registration → roster → median steps → bins → report round → training → model.
+"""The phase machine: registration → witnessing → medians → reporting → training → model.
 
-One :class:`RoundDriver` thread per aggregator process looks at every active
-problem each ``tick_seconds`` and moves it on:
-
-``registration``
-    At the deadline (or on an admin ``close``): with at least ``min_peers``
-    registrations, publish the signed :class:`~anonml.protocol.Roster` —
-    entries in registration order, each with its member's registration
-    signature and credential, the POPRF public key pinned, the seed revealed,
-    ``median_pool_size = floor(pool_fraction · n)``. Otherwise the problem fails.
-    The round's schedule is fixed here (:meth:`~aggregator.state.AggregatorState.round_schedule`):
-    the proposal's waits raised to :func:`anonml.schedule.schedule_floors` for
-    the ``n`` members and the measured cost of their registrations; every
-    later wait (roster, median steps, report delay, send and release windows)
-    is that schedule's.
-``witnessing``
-    Every witness the proposal declares is asked (signed
-    :class:`~anonml.protocol.CosignRequest`, retried with backoff for at most
-    ``roster_seconds + witness_seconds``) to co-sign the roster transcript. A
-    refusal (409: it co-signed another roster) or a missing cosignature fails
-    the problem with the reason. The bundle is then published, the plan fixed
-    with :func:`anonml.learn.partition.make_plan` and the witnesses' beacon
-    (:func:`anonml.protocol.roster_beacon`), and the median phase begins. A
-    problem without witnesses goes straight on (empty bundle, no beacon).
-``medians``
-    :class:`aggregator.medians.MedianRun`: after ``roster_seconds``, one private
-    search per numeric feature, each question asked of a fresh group of the
-    median pool. Token issuance is open from the roster's publication on, so
-    report peers take their tokens meanwhile.
-``reporting``
-    Signed :class:`~anonml.protocol.Bins` with ``t_s = now + witness_seconds +
-    report_delay`` (``witness_seconds`` only with witnesses: the bins transcript's
-    cosignatures are collected before ``t_s``, or the problem fails),
-    ``δ``, ``t_r = t_s + δ + release_window`` and ``slots_per_peer = k_h``.
-    Tokens (until ``t_s + δ``) and intake are open; at ``t_r`` + grace (or an
-    admin ``train``) the round closes.
-``training`` → ``done``
-    :func:`aggregator.training.train_problem` on the stored reports; the
-    signed :class:`~anonml.protocol.ModelDocument` is published.
-
-Restarts. The phase, its start, the published documents and every step's
-inputs live in the database, so a restarted process resumes each problem in
-the phase it was in, within its schedule: registration and reporting simply
-continue (their deadlines are stored); cosignature collection is idempotent at
-the witnesses (the same transcript gets the same cosignature), so roster and
-bins witnessing start again; median searches replay from their stored
-questions and answers (:mod:`aggregator.medians`: no peer is asked twice, so
-no ε is spent twice); training starts again on the settled reports (the round
-was closed and its reports settled in the transaction that entered
-``training``), and an admin ``train`` retrains a problem that failed in
-training. Publication is the same transaction that leaves ``training``.
-
-Every tick is guarded (:meth:`RoundDriver.tick`): an error fails the one problem
-it came from, and an error outside any problem (the database unreachable) is
-logged and retried at the next tick; the loop never dies.
-
-Several processes on one database (``anonml aggregator serve --workers N``).
-Every process runs a driver, but only the holder of the phase lease
-(:class:`aggregator.lease.PhaseLease`) ticks: a keeper thread takes or renews
-the lease every ``lease_seconds / 4`` (every second while another holds it),
-and the loop advances problems only while the lease is held. Every phase
-transition (:meth:`RoundDriver._enter`), median question and step close, and
-bins cosignature write first calls :meth:`~aggregator.lease.PhaseLease.guard`
-in its own transaction, so a process that lost the lease (frozen past its
-expiry) cannot commit a step after another process took over. A process
-that loses the lease stops its searches, witnessing and training threads
-(:attr:`RoundDriver.stopping`), leaves open median steps open, and takes
-the phases back only once every thread of its earlier tenure has ended;
-a process that takes over resumes every problem from the database exactly
-as after a restart.
+One :class:`RoundDriver` thread per aggregator process moves every active problem on each
+``tick_seconds`` (only while it holds the phase lease, :class:`aggregator.lease.PhaseLease`); each
+tick is guarded, so an error fails the one problem it came from and the loop never dies. What each
+phase does, and how a restarted or taken-over process resumes from the database:
+docs/protocol.md, "Aggregator: the phase machine".
 """
 
 from __future__ import annotations
@@ -137,7 +73,7 @@ MAX_WITNESS_RESPONSE = 16 * 1024
 
 
 class RoundDriver:
-    """Moves every active problem through its phases while this process holds the lease (module docstring).
+    """Moves every active problem through its phases while this process holds the lease (docs/protocol.md).
 
     Parameters
     ----------

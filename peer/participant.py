@@ -1,71 +1,11 @@
 """One identity's side of one problem: register, check, answer, report, predict.
 
-The steps, each checked before anything is released (DESIGN §7; the
-aggregator is treated as an adversary):
-
-1. **Register** with a fresh round relay key certified by the identity and its
-   relay URL — or, for a sender-only peer (policy ``relay = False``: it accepts
-   no inbound connection), with neither; its routes, median answer, reports and
-   model then go over outbound connections only. The
-   local example is computed only afterwards (:meth:`Participant.compute_example`,
-   in the background), so when the registration leaves does not depend on the
-   person's data.
-2. **Roster**: the peer's anonymity floors
-   (:func:`peer.policy.check_roster_floors`: roster size, smallest
-   partition, enough relaying members for ``hops`` distinct relays, the
-   chance of a route hostile end to end), the common
-   checks of :class:`~peer.roster.RosterView`, then its own entry
-   (identity, relay URL, certificate as registered), the seed against
-   the commitment published with the proposal, and the aggregator's
-   signed :class:`~anonml.protocol.Assignment` re-derived with
-   :func:`anonml.learn.partition.verify_assignment` with the beacon of the
-   witnesses' cosignatures on its own roster transcript
-   (:func:`peer.transcript.verify_bundle`: every declared witness, and
-   ``witness_threshold`` trusted ones, co-signed exactly this transcript). It
-   then publishes a signed :class:`~anonml.protocol.RosterWitness` through
-   its relay and compares the fingerprint with ``roster_comparisons`` other
-   relaying members through theirs (a sender-only identity publishes none
-   and asks relaying members only): any mismatch aborts (the aggregator showed peers
-   different rosters, e.g. different token keys).
-3. **Median pool**: answers the one signed query that names it, by binary
-   randomised response with the proposal's median ε, recorded in its
-   :class:`~anonml.privacy.PrivacyLedger` before it is sent.
-4. **Tokens and routes**, as soon as the roster is confirmed: a report peer
-   takes one token per slot (one signed batch; the DLEQ proofs are checked
-   against the pinned token key), and every peer picks its routes and checks
-   their relay certificates.
-5. **Report round** (signed bins, co-signed like the roster: a peer shown
-   other bins, another schedule or another Problem copy than the witnesses
-   saw stops here): bins its own example with the published edges; a report peer perturbs each of its k_h
-   reports with the least-error mechanism at ε/k_h (all k_h recorded in the
-   ledger at once, before anything is sent, refused past the cap) and wraps
-   each with its token in an onion packet over ``hops`` distinct other
-   members chosen uniformly — ``r`` packets per report, one per route, the
-   routes of a report pairwise disjoint (redundant delivery:
-   :func:`~anonml.protocol.route_count` routes, identical report bytes and
-   one token, so the intake keeps one copy). A median peer builds ``r·k_h``
-   cover packets the same way. Every peer sends exactly ``r·slots_per_peer``
-   packets at independent uniform times in ``(t_s, t_s + δ)``.
-6. **Model**: downloads the signed model, checks the signature with the pinned
-   key, and predicts for itself.
-
-Failures of the aggregator's promises abort the participation with a
-reason (stored in :class:`~peer.db.PeerDB`); nothing is released after an abort.
-
-State. A participation is always in one :class:`~peer.phases.ParticipationPhase`
-and holds one record per phase it passed (:mod:`peer.phases`); every move goes
-through :meth:`Participant._move`, which refuses an illegal one and persists
-the phase and its facts (secrets sealed, :mod:`peer.vault`) before the new
-phase releases anything. A peer killed at any point and restarted
-(:meth:`Participant.resume`) therefore never releases twice: a median answer is
-marked ``answered`` before it is recorded and sent, and reports are recorded in
-the ledger before they are built (a rebuild after a crash is refused by the
-ledger's cap); the packets built are kept, and those not yet sent go when
-their time comes if the send window is still open.
-Failures on the peer's own data never do: a report or median answer that
-cannot be computed is replaced by a stand-in (a uniform value through the same
-mechanism, recorded like any release), so an identity that joined always
-sends exactly its slot count; why is logged locally only.
+:class:`Participant` holds the phase (:mod:`peer.phases`) and the records of the phases it passed;
+every move goes through :meth:`Participant._move`, which persists it before the new phase releases
+anything. The steps live beside it: the roster checks in :mod:`peer.roster_checks`, the median
+answer in :mod:`peer.median_answer`, the report round in :mod:`peer.round_packets`, save and
+resume in :mod:`peer.participation_store`. Each step and why a restart never releases twice:
+docs/protocol.md, "Participation".
 """
 
 from __future__ import annotations
@@ -213,7 +153,7 @@ class _RecordField(Generic[T]):
 class Participant:
     """One :class:`PeerNode` in one problem: its phase and the records of the phases it passed.
 
-    See the module docstring for the steps and :mod:`peer.phases` for the
+    See docs/protocol.md, "Participation", for the steps and :mod:`peer.phases` for the
     machine. ``example`` is None when this identity sends stand-ins.
     """
 

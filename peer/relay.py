@@ -1,123 +1,11 @@
-"""The relay: peel one onion layer, hold the packet, release it in the second window.
+"""The relay: peel one onion layer, hold the packet, release it in the release window.
 
-For each (node, round) a peer opens a :class:`RelayRound` when it has checked
-the roster: its :class:`~anonml.crypto.SphinxRelay` (round key + replay
-cache), the round's :class:`~anonml.crypto.WindowSchedule`, the roster's
-routing table (node id → relay URL) and the aggregator's node id and intake
-URL. :meth:`RelayService.handle` then, for one packet:
-
-1. refuses anything but exactly ``PACKET_SIZE`` bytes (the HTTP route already
-   refused oversized bodies with 413 before reading them) — before any crypto;
-2. finds the round key by the packet's round id (404 if this node has none);
-3. drops the packet if it arrives after ``t_r`` (410);
-4. for a round whose relay knows its roster (:attr:`RelayRound.members`),
-   takes the packet only from a post a roster member authenticated
-   (:mod:`peer.relayauth`: the whole post is refused with 403 before any
-   packet is looked at when its MAC is not a member's for this node and
-   round; a bare packet gets 401), and refuses it with 429 once the posting
-   member has spent its own :attr:`RelayRound.quota` at this node — so an
-   outsider who builds valid packets from the public round keys in the roster
-   spends nothing, and a member only its own allowance. It also refuses with
-   429 once the node has accepted :attr:`RelayRound.max_packets` packets this
-   round (:func:`packet_cap`; with a roster, the sum of the quotas). Both
-   counts are kept in the state DB with the held packets
-   (:meth:`peer.db.PeerDB.hold_many`), and a round reopened after a restart
-   starts from them: killing the host does not grant a fresh cap or quota;
-5. peels it (MAC, then the replay tag: 409 for a replay; 400 for anything
-   else wrong) and schedules the release with :func:`~anonml.crypto.release_time`
-   — to the next hop's relay, or, at the last hop, to the aggregator's intake
-   as an :class:`~anonml.protocol.IntakeDelivery`: the packet's sealed payload
-   as it came out of the last layer. The last hop cannot open it (it is sealed
-   to the aggregator's intake key, :mod:`anonml.crypto.onion`), so it cannot
-   read the report or its token, nor tell a cover packet from a report: it
-   forwards both alike, and the aggregator drops cover after opening it. A
-   packet of another AnonSphinx version (v1 carried reports in the clear) is
-   refused with 400 and its version named, before any crypto.
-
-Uniform answers. Whatever the packet turned out to be — held for the next
-hop, held for the intake — the answer is
-the same empty ``202``; and every refusal after peeling that could depend on
-the node's position on the route (bad MAC, unknown next hop, unknown final
-destination) is the same ``400 packet rejected``. The previous hop (the
-sender, or a relay colluding with the aggregator) learns nothing about the
-packet's position or kind from the answer. Counters kept for the node's own
-user (:meth:`RelayService.count`) still tell the cases apart.
-
-Batches. :meth:`RelayService.handle_many` takes the packets of one
-``POST /relay/{node}/batch`` (:mod:`peer.routes.relay`): each is checked and
-peeled on its own and gets the outcome it would have got alone, and the
-replay tags and held packets of the whole batch are stored in one state-DB
-transaction before any is answered.
-
-Outbound. Only routes whose URL has the one relay form and a global host
-(:func:`anonml.protocol.check_relay_url`) are kept when a round opens; a
-next hop's name is resolved just before the packet leaves and the packet is
-refused for good (:data:`REFUSED_ADDRESS`, counted ``"route refused: relay
-address"``) when any address it resolves to is not global
-(:func:`anonml.protocol.check_relay_address`), so no member can point the
-relays at an internal service. A
-release that falls due joins its destination's queue; one request at a time
-per destination carries everything queued there (:meth:`RelayService._due`):
-one packet as before (``POST /relay/{node}``, ``POST /intake``), several as
-one batch (``POST …/batch``: packets back to back to a next hop, an
-:class:`~anonml.protocol.IntakeBatch` to the intake) with a result per
-item. A round with a roster forwards each request to a next hop as one post
-authenticated under the node's own round key (one queue per destination and
-poster). No release leaves before its time; under load many leave in one
-request. Every request is one :func:`anonml.outbound.post` with a total
-deadline and a size cap, on a kept-alive connection per destination
-(:class:`anonml.outbound.KeepAlive`), so a next hop that answers slowly (or never) holds
-one pool thread for at most :data:`~anonml.outbound.PACKET_DEADLINE` seconds.
-Batching tells the next hop nothing it would not learn from arrival times:
-the packets of one request were due at about the same moment. A release that
-fails in a way that may pass (unreachable, 5xx, 404 from a next hop that has
-not reloaded its round after a restart, 429) is retried with backoff
-(:func:`retry_delay`) until ``t_r`` — a delivery to the intake until ``t_r``
-plus the intake's grace (:attr:`RelayRound.grace`, from the signed bins), so
-an aggregator killed late in the release window and back within its grace
-still gets every report held for it; what is finally not delivered is counted
-``"forwarded lost"`` / ``"delivered lost"`` on this (sending) side.
-
-Release times. Every packet of the round is inside the relays before any
-leaves (first hops hold until after ``t_s + δ``), so arrival order says nothing
-about send order. The release window ``(t_s + δ, t_r − g)`` is cut into one
-*stage* per hop of the problem's routes: a packet received in the send window
-is released uniformly in stage 1; one received during stage ``k`` is released
-uniformly in stage ``k + 1``; one received in the last stage, uniformly in
-what is left of it; one received later still (within ``g`` of ``t_r``),
-at once.
-
-Deviation: the protocol rule draws every release uniformly in
-``(max(now, t_s + δ), t_r)``. Chained over three hops that puts the last
-hops' releases in the last eighth of the window on average, all the round's
-traffic arrives together just before ``t_r``, and under load packets miss
-``t_r`` and are dropped at the next relay. Stages keep each hop's releases
-uniform over a fixed share of the window (the same mixing: every packet of a
-stage leaves in random order within it) and spread the load evenly; the
-guard ``g`` (:attr:`RelayRound.guard`, default a third of the release window,
-at most 2 s) leaves the hops that follow network time before ``t_r``. Every
-release still falls inside ``(t_s + δ, t_r)``.
-
-Deliveries to the intake leave on a tick: a delivery's drawn release time
-is rounded up to the next multiple of :data:`INTAKE_TICK` seconds (never past
-``t_r − g``, nor earlier than drawn), so a last hop's deliveries due in the
-same tick reach the intake in one batch request. The aggregator then learns
-arrival times only to the tick, which is less than before; the order within
-a tick is the order of the drawn times, which is independent of arrival.
-
-At ``t_r`` the round is closed: its key is destroyed and its replay cache
-dropped (:meth:`~anonml.crypto.SphinxRelay.close`), in memory and in the
-state DB.
-
-Restart. With a state DB (``db``) and a round with a vault, every held
-packet is stored sealed with its release time and last chance, and deleted
-once released or lost; the round key is stored sealed at registration and
-deleted at ``t_r``; replay tags are stored (:class:`StoredReplayCache`). A
-host killed and restarted schedules the held packets again
-(:meth:`RelayService.resume_held`) and reopens the round with the same key
-when its worker fetches the bins; meanwhile other relays retry (404 is
-retriable) until ``t_r``. Nothing received is
-unpickled or executed; packets are opaque bytes until the Sphinx MAC holds.
+:class:`RelayService` keeps one :class:`RelayRound` per (node, round) a hosted identity relays:
+:meth:`RelayService.handle_many` checks and peels each packet (size, round, ``t_r``, the post's
+authenticator and quota, MAC and replay tag), answers uniformly, and holds it for release
+(:class:`peer.releases.Releases`: staged release times, batches, retries). Counters
+(:meth:`RelayService.count`) tell the person what happened. The rules, the uniform answers, the
+release stages and restarts: docs/protocol.md, "Relays".
 """
 
 from __future__ import annotations
@@ -291,10 +179,10 @@ class RelayOutcome:
     detail: str
 
 
-#: What every accepted packet gets (module docstring: uniform answers).
+#: What every accepted packet gets (docs/protocol.md, "Uniform answers").
 _ACCEPTED = RelayOutcome(202, "")
 
-#: Seconds a last hop's deliveries to the intake are gathered over (module docstring, release times).
+#: Seconds a last hop's deliveries to the intake are gathered over (docs/protocol.md, "Release times").
 INTAKE_TICK = 0.25
 
 class RelayService(Releases):
@@ -401,7 +289,7 @@ class RelayService(Releases):
 
     # -- packets ------------------------------------------------------------------
     def handle(self, node_id: bytes, packet: bytes, auth: PostAuth | None = None) -> RelayOutcome:
-        """Process one packet addressed to ``node_id`` (see the module docstring)."""
+        """Process one packet addressed to ``node_id`` (docs/protocol.md, "Relays")."""
         return self.handle_many(node_id, [packet], auth)[0]
 
     def handle_many(
@@ -413,7 +301,7 @@ class RelayService(Releases):
         :class:`RelayRefused` (nothing looked at, nothing spent) when it does
         not hold. A round whose relay knows its roster takes packets only from
         authenticated posts, each counted under the poster's quota. Each
-        packet then goes through the checks of the module docstring as if it
+        packet then goes through the checks of docs/protocol.md, "Relays", as if it
         came alone. Then, in ONE state-DB transaction, the replay tags of the
         accepted packets, the packets held for release and the counts are
         stored (:meth:`peer.db.PeerDB.hold_many`), and only then are releases
@@ -599,7 +487,7 @@ class RelayService(Releases):
                 poster = (round_.node_id, round_.round_id)
                 release = _Release(url, result.packet, RELAY_POST_TYPE, "forwarded", deadline, poster=poster)
         when = self._release_at(round_, now)
-        if release.what == "delivered":  # on the intake tick (module docstring)
+        if release.what == "delivered":  # on the intake tick (docs/protocol.md, "Release times")
             when = max(when, min(math.ceil(when / INTAKE_TICK) * INTAKE_TICK, round_.release_end()))
         accepted.append((round_, when, release))
         return _ACCEPTED

@@ -137,7 +137,7 @@ class Releases:
     _post_key: Callable[[RelayRound, bytes, bytes], bytes | None]
 
     def _release_at(self, round_: RelayRound, now: float) -> float:
-        """A uniform time in this packet's release stage (module docstring)."""
+        """A uniform time in this packet's release stage (docs/protocol.md, "Release times")."""
         schedule = round_.schedule
         start, end = schedule.t_s + schedule.delta, round_.release_end()
         if end <= start:
