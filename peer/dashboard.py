@@ -15,7 +15,7 @@ Imports started from the page run in a thread of the daemon
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 
 from markupsafe import Markup
@@ -34,7 +34,7 @@ from peer.features import LocalPrediction, predict_locally
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.phases import ParticipationPhase
-from peer.records import proposal_verdicts, release_marks, shuffle_bounds
+from peer.records import ProposalVerdict, proposal_verdicts, release_marks, shuffle_bounds
 
 __all__ = [
     "SourceRow",
@@ -119,30 +119,20 @@ def sources_view(node: PeerNode, last: int = 8) -> SourcesView:
 
 
 @dataclass(frozen=True)
-class ProposalCard:
-    """A proposal with what exactly would leave the machine, the verdict and why.
+class ProposalCard(ProposalVerdict):
+    """A proposal (:class:`~peer.records.ProposalVerdict`: the verdict and why, whether accepting by
+    hand would be recorded) with what exactly would leave the machine, as its card shows it.
 
     ``label`` is the label's kind and public domain as the draft declares it
-    (:class:`~anonml.protocol.LabelSpec`); ``can_accept`` is whether accepting
-    by hand would be recorded (:func:`~peer.records.decide_by_hand` evaluates with
-    ``manual=True``), and ``accept_blocked`` the rule that stops it when not.
+    (:class:`~anonml.protocol.LabelSpec`).
     """
 
-    problem: Problem
-    aggregator_url: str
-    verdict: str
-    reason: str
-    decided: bool
-    status: str | None
     features: list[tuple[str, str, str]]  # name, kind, public range or categories
     label: tuple[str, str]  # kind, public domain
-    can_accept: bool
-    accept_blocked: str
     median_epsilon: float | None
     anonymity_set: int
     epsilon_text: str
     witnesses: list[str]
-    admission: str
 
 
 def proposal_cards(host: PeerHost, node: PeerNode) -> list[ProposalCard]:
@@ -164,21 +154,13 @@ def proposal_cards(host: PeerHost, node: PeerNode) -> list[ProposalCard]:
         pool = d.median_pool_size(d.min_peers)
         cards.append(
             ProposalCard(
-                problem=seen.problem,
-                aggregator_url=seen.aggregator_url,
-                verdict=seen.verdict,
-                reason=seen.reason,
-                decided=seen.decided,
-                status=seen.status,
+                **{f.name: getattr(seen, f.name) for f in fields(seen)},
                 features=features,
                 label=label_domain(d.label),
-                can_accept=seen.can_accept,
-                accept_blocked=seen.accept_blocked,
                 median_epsilon=median,
                 anonymity_set=(d.min_peers - pool) // d.kp,
                 epsilon_text=epsilon_sentence(d.epsilon),
                 witnesses=[bytes(w.identity).hex()[:16] + "…" for w in d.witnesses],
-                admission=seen.admission,
             )
         )
     return cards

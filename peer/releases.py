@@ -289,35 +289,35 @@ class Releases:
         if poster is not None:
             return self._post_authenticated(url, batch, poster, check)
         if len(batch) == 1:
-            try:
-                reply = post(
-                    url, batch[0].data, content_type, keep_alive=self.keep_alive, address_check=check
-                )
-            except RefusedAddress:
-                raise
-            except OutboundError:
-                return _Answer([None])
-            return _Answer([_status_of(reply.status, reply.text[:300])], reply.retry_after)
-        if content_type == "application/json":  # intake deliveries: an IntakeBatch of the ready JSON
+            body = batch[0].data
+        elif content_type == "application/json":  # intake deliveries: an IntakeBatch of the ready JSON
             body = b'{"deliveries":[' + b",".join(r.data for r in batch) + b"]}"
         else:  # onion packets, back to back
             body = b"".join(r.data for r in batch)
+        return self._send(url, body, content_type, len(batch), check)
+
+    def _send(self, url: str, body: bytes, content_type: str, n: int, check: AddressCheck | None) -> _Answer:
+        """One request carrying ``n`` releases: to ``url`` for one, to ``url/batch`` for more; a status
+        each (None: no answer) and the answer's Retry-After. :class:`RefusedAddress` passes through."""
+        single = n == 1
         try:
             reply = post(
-                f"{url}/batch",
+                url if single else f"{url}/batch",
                 body,
                 content_type,
-                max_bytes=BATCH_REPLY_CAP,
+                max_bytes=4096 if single else BATCH_REPLY_CAP,
                 keep_alive=self.keep_alive,
                 address_check=check,
             )
         except RefusedAddress:
             raise
         except OutboundError:
-            return _Answer([None] * len(batch))
+            return _Answer([None] * n)
+        if single:
+            return _Answer([_status_of(reply.status, reply.text[:300])], reply.retry_after)
         if reply.status != 200:
-            return _Answer([reply.status] * len(batch), reply.retry_after)
-        return _Answer(self._batch_statuses(reply.body, len(batch)))
+            return _Answer([reply.status] * n, reply.retry_after)
+        return _Answer(self._batch_statuses(reply.body, n))
 
     def _post_authenticated(
         self, url: str, batch: list[_Release], poster: tuple[bytes, int], check: AddressCheck | None
@@ -341,27 +341,8 @@ class Releases:
         if key is None:
             self.count("forward not authenticated")
             return _Answer([None] * len(batch))
-        packets = [r.data for r in batch]
-        body = seal_post(key, round_id, next_hop, node_id, packets)
-        single = len(batch) == 1
-        try:
-            reply = post(
-                url if single else f"{url}/batch",
-                body,
-                RELAY_POST_TYPE,
-                max_bytes=4096 if single else BATCH_REPLY_CAP,
-                keep_alive=self.keep_alive,
-                address_check=check,
-            )
-        except RefusedAddress:
-            raise
-        except OutboundError:
-            return _Answer([None] * len(batch))
-        if single:
-            return _Answer([_status_of(reply.status, reply.text[:300])], reply.retry_after)
-        if reply.status != 200:
-            return _Answer([reply.status] * len(batch), reply.retry_after)
-        return _Answer(self._batch_statuses(reply.body, len(batch)))
+        body = seal_post(key, round_id, next_hop, node_id, [r.data for r in batch])
+        return self._send(url, body, RELAY_POST_TYPE, len(batch), check)
 
     def _batch_statuses(self, body: bytes, n: int) -> list[int | None]:
         """The per-item statuses of a batch answer; None each when it is not an answer for ``n`` items."""
