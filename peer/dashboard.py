@@ -32,6 +32,7 @@ from anonml.web import Series, epsilon_sentence, svg_step_chart
 from peer.db import PeerDB
 from peer.features import LocalPrediction, predict_locally
 from peer.host import PeerHost
+from peer.narration import STATUS_TEXT
 from peer.participant import PeerNode
 from peer.phases import ParticipationPhase
 from peer.records import ProposalVerdict, proposal_verdicts, release_marks, shuffle_bounds
@@ -205,8 +206,8 @@ def participations(host: PeerHost, node: PeerNode) -> list[ParticipationView]:
             continue
         status = view.status or ParticipationPhase.ACCEPTED.value
         part = host.db.participation(view.problem_id, node.fingerprint) if view.status else None
-        if status in PeerHost.STATUS_TEXT:
-            meaning = f"this peer {PeerHost.STATUS_TEXT[status]} this problem"
+        if status in STATUS_TEXT:
+            meaning = f"this peer {STATUS_TEXT[status]} this problem"
         else:
             meaning = ACCEPTED_TEXT if status == ParticipationPhase.ACCEPTED else status
         out.append(
