@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
@@ -240,13 +238,9 @@ def serve(settings: AggregatorSettings, workers: int = 1) -> None:
     any that dies; exactly one of them at a time advances phases (the lease).
     """
     check_workers(settings.db_url, workers)
+    tls = settings.server_tls()
     if workers == 1:
-        uvicorn.run(
-            create_app(settings),
-            host=settings.host,
-            port=settings.port,
-            **serving.uvicorn_options(tls=settings.server_tls()),
-        )
+        serving.run_foreground(create_app(settings), settings.host, settings.port, tls=tls)
         return
     engine = make_engine(settings.db_url)
     try:
@@ -257,14 +251,13 @@ def serve(settings: AggregatorSettings, workers: int = 1) -> None:
     settings = settings.model_copy(update={"admin_token": settings.resolved_admin_token()})
     os.environ[SETTINGS_VARIABLE] = settings.model_dump_json()
     try:
-        uvicorn.run(
+        serving.run_foreground(
             "aggregator.app:worker_app",
-            factory=True,
+            settings.host,
+            settings.port,
+            tls=tls,
             workers=workers,
-            host=settings.host,
-            port=settings.port,
-            timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
-            **serving.uvicorn_options(tls=settings.server_tls()),
+            worker_healthcheck_seconds=WORKER_HEALTHCHECK_SECONDS,
         )
     finally:
         os.environ.pop(SETTINGS_VARIABLE, None)
@@ -285,11 +278,8 @@ def start_server(
     tls: serving.ServerTls | None = None,
 ) -> ServerHandle:
     """Serve ``app`` from a thread on ``host:port`` (0 = a free port; https with ``tls``) until it is up."""
-    sock = serving.bind(host, port)
-    bound = sock.getsockname()[1]
-    server = serving.uvicorn_server(app, tls=tls)
-    thread = serving.start_in_thread(server, sock, name="aggregator", timeout=timeout)
-    return ServerHandle(serving.base_url(host, bound, tls), server, thread, app)
+    served = serving.serve_in_thread(app, host, port, name="aggregator", tls=tls, timeout=timeout)
+    return ServerHandle(served.url, served.server, served.thread, app)
 
 
 def serve_child() -> None:
@@ -301,41 +291,26 @@ def serve_child() -> None:
     import sys
 
     settings = AggregatorSettings.model_validate_json(sys.stdin.readline())
-    sock = serving.bind(settings.host, settings.port)
-    tls = settings.server_tls()
-    server = serving.uvicorn_server(create_app(settings), tls=tls)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    serving.wait_started(server, thread, timeout=float("inf"))
-    print(serving.base_url(settings.host, sock.getsockname()[1], tls) if server.started else "", flush=True)
+    try:
+        served = serving.serve_in_thread(
+            create_app(settings),
+            settings.host,
+            settings.port,
+            name="aggregator",
+            tls=settings.server_tls(),
+            timeout=float("inf"),
+        )
+    except RuntimeError:
+        print("", flush=True)  # the parent's ready_line reads "": it did not start
+        return
+    print(served.url, flush=True)
     sys.stdin.read()  # returns at EOF: the parent closed our stdin
-    server.should_exit = True
-    thread.join(timeout=30)
+    served.stop()
 
 
-@dataclass
-class ServerProcess:
-    """An aggregator served from a child process (its own interpreter, its own core).
-
-    ``stop`` closes its stdin (:func:`start_server_process`) or, when
-    ``stop_signal`` is set, sends that signal (:func:`start_workers_process`).
-    """
-
-    url: str
-    process: subprocess.Popen
-    stop_signal: int | None = None
-
-    def stop(self) -> None:
-        if self.stop_signal is not None:
-            if self.process.poll() is None:
-                self.process.send_signal(self.stop_signal)
-        elif self.process.stdin is not None and not self.process.stdin.closed:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.terminate()
-            self.process.wait(timeout=10)
+#: An aggregator served from a child process: ``stop`` closes its stdin (:func:`start_server_process`)
+#: or sends SIGINT, as Ctrl-C stops ``serve`` (:func:`start_workers_process`).
+ServerProcess = serving.ChildServer
 
 
 def start_server_process(
@@ -348,7 +323,7 @@ def start_server_process(
     if not url:
         process.kill()
         raise RuntimeError("the aggregator process did not start (see its stderr)")
-    return ServerProcess(url, process)
+    return ServerProcess(url, process, stop_signal=None)
 
 
 def start_workers_process(
@@ -360,10 +335,6 @@ def start_workers_process(
     deployment would set them (port 0: a free loopback port is chosen first).
     Stopped with SIGINT, as Ctrl-C stops ``serve``.
     """
-    import signal
-
-    import requests
-
     check_workers(settings.db_url, workers)
     port = settings.port or serving.free_port(settings.host)
     root, env = serving.child_environment()
@@ -377,20 +348,6 @@ def start_workers_process(
         cwd=root,
     )
     url = serving.base_url(settings.host, port, settings.server_tls())
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(
-                f"'anonml aggregator serve --workers {workers}' exited with {process.returncode}"
-            )
-        try:
-            answer = requests.get(f"{url}/healthz", timeout=5, verify=outbound.requests_verify())
-            if answer.status_code == 200:
-                return ServerProcess(url, process, stop_signal=signal.SIGINT)
-        except requests.RequestException:
-            pass  # not listening yet: the deadline below decides
-        if time.monotonic() > deadline:
-            process.kill()
-            process.wait(timeout=30)
-            raise RuntimeError(f"the aggregator's {workers} workers did not answer /healthz in {timeout:g} s")
-        time.sleep(0.1)
+    what = f"'anonml aggregator serve --workers {workers}'"
+    serving.wait_answering(url, process, what=what, timeout=timeout)
+    return ServerProcess(url, process, stop_signal=signal.SIGINT)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import Depends, Header, HTTPException, Request
+from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
 from aggregator.state import AggregatorState
+from anonml.serving import require_bearer
 
 __all__ = ["get_state", "get_session", "require_admin", "StateDep", "SessionDep", "AdminDep"]
 
@@ -42,14 +42,10 @@ def require_admin(
     state: Annotated[AggregatorState, Depends(get_state)],
     authorization: Annotated[str | None, Header()] = None,
 ) -> None:
-    """Admin actions need ``Authorization: Bearer <admin token>`` (constant-time compare)."""
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), state.admin_token.encode()):
-        raise HTTPException(
-            status_code=401,
-            detail="admin token required: send 'Authorization: Bearer <token>'",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+    """Admin actions need ``Authorization: Bearer <admin token>`` (:func:`anonml.serving.require_bearer`)."""
+    require_bearer(
+        authorization, state.admin_token, "admin token required: send 'Authorization: Bearer <token>'"
+    )
 
 
 StateDep = Annotated[AggregatorState, Depends(get_state)]

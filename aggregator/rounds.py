@@ -1,74 +1,10 @@
-"""The phase machine: registration → roster → median steps → bins → report round → training → model.
+"""The phase machine: registration → witnessing → medians → reporting → training → model.
 
-One :class:`RoundDriver` thread per aggregator process looks at every active
-problem each ``tick_seconds`` and moves it on:
-
-``registration``
-    At the deadline (or on an admin ``close``): with at least ``min_peers``
-    registrations, publish the signed :class:`~anonml.protocol.Roster` —
-    entries in registration order, each with its member's registration
-    signature and credential, the POPRF public key pinned, the seed revealed,
-    ``median_pool_size = floor(pool_fraction · n)``. Otherwise the problem fails.
-    The round's schedule is fixed here (:meth:`~aggregator.state.AggregatorState.round_schedule`):
-    the proposal's waits raised to :func:`anonml.schedule.schedule_floors` for
-    the ``n`` members and the measured cost of their registrations; every
-    later wait (roster, median steps, report delay, send and release windows)
-    is that schedule's.
-``witnessing``
-    Every witness the proposal declares is asked (signed
-    :class:`~anonml.protocol.CosignRequest`, retried with backoff for at most
-    ``roster_seconds + witness_seconds``) to co-sign the roster transcript. A
-    refusal (409: it co-signed another roster) or a missing cosignature fails
-    the problem with the reason. The bundle is then published, the plan fixed
-    with :func:`anonml.learn.partition.make_plan` and the witnesses' beacon
-    (:func:`anonml.protocol.roster_beacon`), and the median phase begins. A
-    problem without witnesses goes straight on (empty bundle, no beacon).
-``medians``
-    :class:`aggregator.medians.MedianRun`: after ``roster_seconds``, one private
-    search per numeric feature, each question asked of a fresh group of the
-    median pool. Token issuance is open from the roster's publication on, so
-    report peers take their tokens meanwhile.
-``reporting``
-    Signed :class:`~anonml.protocol.Bins` with ``t_s = now + witness_seconds +
-    report_delay`` (``witness_seconds`` only with witnesses: the bins transcript's
-    cosignatures are collected before ``t_s``, or the problem fails),
-    ``δ``, ``t_r = t_s + δ + release_window`` and ``slots_per_peer = k_h``.
-    Tokens (until ``t_s + δ``) and intake are open; at ``t_r`` + grace (or an
-    admin ``train``) the round closes.
-``training`` → ``done``
-    :func:`aggregator.training.train_problem` on the stored reports; the
-    signed :class:`~anonml.protocol.ModelDocument` is published.
-
-Restarts. The phase, its start, the published documents and every step's
-inputs live in the database, so a restarted process resumes each problem in
-the phase it was in, within its schedule: registration and reporting simply
-continue (their deadlines are stored); cosignature collection is idempotent at
-the witnesses (the same transcript gets the same cosignature), so roster and
-bins witnessing start again; median searches replay from their stored
-questions and answers (:mod:`aggregator.medians`: no peer is asked twice, so
-no ε is spent twice); training starts again on the settled reports (the round
-was closed and its reports settled in the transaction that entered
-``training``), and an admin ``train`` retrains a problem that failed in
-training. Publication is the same transaction that leaves ``training``.
-
-Every tick is guarded (:meth:`RoundDriver.tick`): an error fails the one problem
-it came from, and an error outside any problem (the database unreachable) is
-logged and retried at the next tick; the loop never dies.
-
-Several processes on one database (``anonml aggregator serve --workers N``).
-Every process runs a driver, but only the holder of the phase lease
-(:class:`aggregator.lease.PhaseLease`) ticks: a keeper thread takes or renews
-the lease every ``lease_seconds / 4`` (every second while another holds it),
-and the loop advances problems only while the lease is held. Every phase
-transition (:meth:`RoundDriver._enter`), median question and step close, and
-bins cosignature write first calls :meth:`~aggregator.lease.PhaseLease.guard`
-in its own transaction, so a process that lost the lease (frozen past its
-expiry) cannot commit a step after another process took over. A process
-that loses the lease stops its searches, witnessing and training threads
-(:attr:`RoundDriver.stopping`), leaves open median steps open, and takes
-the phases back only once every thread of its earlier tenure has ended;
-a process that takes over resumes every problem from the database exactly
-as after a restart.
+One :class:`RoundDriver` thread per aggregator process moves every active problem on each
+``tick_seconds`` (only while it holds the phase lease, :class:`aggregator.lease.PhaseLease`); each
+tick is guarded, so an error fails the one problem it came from and the loop never dies. What each
+phase does, and how a restarted or taken-over process resumes from the database:
+docs/protocol.md, "Aggregator: the phase machine".
 """
 
 from __future__ import annotations
@@ -137,7 +73,7 @@ MAX_WITNESS_RESPONSE = 16 * 1024
 
 
 class RoundDriver:
-    """Moves every active problem through its phases while this process holds the lease (module docstring).
+    """Moves every active problem through its phases while this process holds the lease (docs/protocol.md).
 
     Parameters
     ----------
@@ -157,9 +93,8 @@ class RoundDriver:
         self._thread: threading.Thread | None = None
         self._keeper: threading.Thread | None = None
         self._medians: dict[str, MedianRun] = {}
-        self._training: dict[str, threading.Thread] = {}
-        self._training_lock = threading.RLock()  # _training and the phase re-read (_resume_training)
-        self._witnessing: dict[tuple[str, str], threading.Thread] = {}
+        self.trainer = Trainer(self)
+        self.witnesses = WitnessCollection(self)
         self.sampler = Sampler()
 
     @property
@@ -188,9 +123,9 @@ class RoundDriver:
         for run in list(self._medians.values()):
             for thread in run.threads:
                 thread.join(timeout=5)
-        for thread in list(self._training.values()):
+        for thread in list(self.trainer.threads.values()):
             thread.join(timeout=30)
-        for thread in list(self._witnessing.values()):
+        for thread in list(self.witnesses.threads.values()):
             thread.join(timeout=15)
         try:
             self.lease.release()  # another worker takes over at once
@@ -219,15 +154,15 @@ class RoundDriver:
 
     def _threads(self) -> list[threading.Thread]:
         runs = [t for run in list(self._medians.values()) for t in run.threads]
-        return [*runs, *list(self._training.values()), *list(self._witnessing.values())]
+        return [*runs, *list(self.trainer.threads.values()), *list(self.witnesses.threads.values())]
 
     def _take_over(self) -> bool:
         """Start advancing phases once every thread of an earlier tenure has ended; True when started."""
         if any(t.is_alive() for t in self._threads()):
             return False
         self._medians.clear()
-        self._training.clear()
-        self._witnessing.clear()
+        self.trainer.threads.clear()
+        self.witnesses.threads.clear()
         self._halt.clear()
         log.info("this process drives the phases now (lease holder %s)", self.lease.holder)
         return True
@@ -320,11 +255,11 @@ class RoundDriver:
             deadline = ctx.problem.draft.schedule.registration_deadline.timestamp()
             if close or now >= deadline:
                 self._close_registration(pid)
-        elif phase == ProblemPhase.WITNESSING and (pid, "roster") not in self._witnessing:
-            self._start_roster_witnessing(pid)
+        elif phase == ProblemPhase.WITNESSING and (pid, "roster") not in self.witnesses.threads:
+            self.witnesses.start_roster(pid)
         elif phase == ProblemPhase.MEDIANS:
             run = self._medians.get(pid)
-            if run is None and (pid, "roster") in self._witnessing:
+            if run is None and (pid, "roster") in self.witnesses.threads:
                 return  # the witnessing thread committed the phase and is starting the search
             if run is None:  # after a restart: replay the searches from the stored steps and answers
                 log.info("problem %s: resuming its median searches from the database", pid)
@@ -338,13 +273,13 @@ class RoundDriver:
         elif phase == ProblemPhase.REPORTING:
             grace = self.state.settings.intake_grace_seconds
             if train or (t_r is not None and now > t_r + grace):
-                self._start_training(pid)
-            elif bins_pending and (pid, "bins") not in self._witnessing and ctx.bins is not None:
-                self._start_bins_witnessing(pid, ctx.bins)  # after a restart; idempotent at the witnesses
-        elif phase == ProblemPhase.TRAINING and pid not in self._training:
-            self._resume_training(pid)
+                self.trainer.start(pid)
+            elif bins_pending and (pid, "bins") not in self.witnesses.threads and ctx.bins is not None:
+                self.witnesses.start_bins(pid, ctx.bins)  # after a restart; idempotent at the witnesses
+        elif phase == ProblemPhase.TRAINING and pid not in self.trainer.threads:
+            self.trainer.resume(pid)
         elif phase in FINISHED_PHASES and train:
-            self._start_training(pid)
+            self.trainer.start(pid)
 
     # -- transitions --------------------------------------------------------------
     def _enter(self, row: ProblemRow, phase: ProblemPhase, message: str | None = None) -> None:
@@ -443,119 +378,7 @@ class RoundDriver:
             state.round_schedule(ctx, n)  # the waits of this round, sized for n members
             row.roster_json = roster.model_dump_json()
             self._enter(row, ProblemPhase.WITNESSING)
-        self._start_roster_witnessing(pid)
-
-    # -- witnesses ----------------------------------------------------------------
-    def _start_roster_witnessing(self, pid: str) -> None:
-        key = (pid, "roster")
-        if key in self._witnessing:
-            return
-        thread = threading.Thread(
-            target=self._witness_roster, args=(pid,), name=f"witness-{pid}", daemon=True
-        )
-        self._witnessing[key] = thread
-        thread.start()
-
-    def _witness_roster(self, pid: str) -> None:
-        state = self.state
-        try:
-            with state.sessions() as s:
-                row = _problem_row(s, pid)
-                if row.roster_json is None:
-                    raise MissingProblemFact(f"problem {pid}: witnessing without a published roster")
-                roster = Roster.model_validate_json(row.roster_json)
-                since = row.phase_started
-            ctx = state.require_context(pid)
-            sched = ctx.problem.draft.schedule
-            deadline = since + sched.roster_seconds + sched.witness_seconds
-            bundle = self._collect(pid, "roster", transcript_hash("roster", ctx.problem, roster), deadline)
-            if bundle is None:
-                return
-            with state.sessions() as s, s.begin():
-                row = _problem_row(s, pid)
-                if row.phase != ProblemPhase.WITNESSING:
-                    return
-                row.roster_cosignatures_json = bundle.model_dump_json()
-                self._enter(row, ProblemPhase.MEDIANS)
-                ctx.set_roster(roster, roster_beacon(bundle.cosignatures))
-            self._medians[pid] = MedianRun(self, ctx)
-        except LeaseLost as exc:
-            log.warning("roster cosignatures of %s not recorded: %s", pid, exc)
-        except Exception as exc:  # a bug: keep the traceback, fail the problem with the reason
-            log.exception("witnessing the roster of %s failed", pid)
-            self._fail_quietly(pid, f"witnessing the roster failed: {exc}")
-        finally:
-            self._witnessing.pop((pid, "roster"), None)
-
-    def _witness_bins(self, pid: str, bins: Bins) -> None:
-        state = self.state
-        try:
-            ctx = state.require_context(pid)
-            transcript = transcript_hash("bins", ctx.problem, ctx.require_roster(), bins)
-            bundle = self._collect(pid, "bins", transcript, bins.t_s)
-            if bundle is None:
-                return
-            with state.sessions() as s, s.begin():
-                self.lease.guard(s)
-                row = s.get(ProblemRow, pid)
-                if row is not None and row.phase == ProblemPhase.REPORTING:
-                    row.bins_cosignatures_json = bundle.model_dump_json()
-        except LeaseLost as exc:
-            log.warning("bins cosignatures of %s not recorded: %s", pid, exc)
-        except Exception as exc:
-            log.exception("witnessing the bins of %s failed", pid)
-            self._fail_quietly(pid, f"witnessing the bins failed: {exc}")
-        finally:
-            self._witnessing.pop((pid, "bins"), None)
-
-    def _collect(self, pid: str, stage: str, transcript: bytes, deadline: float) -> CosignatureBundle | None:
-        """Every declared witness's cosignature on ``transcript``, or None (the problem failed, with why).
-
-        Unreachable witnesses and server errors are retried with exponential
-        backoff (0.1 s doubling to 2 s) until ``deadline``; a refusal (4xx:
-        e.g. 409, it co-signed another transcript) fails the problem at once.
-        """
-        state = self.state
-        ctx = state.require_context(pid)
-        statement = TranscriptStatement(
-            aggregator=state.public_identity, problem_id=pid, stage=stage, transcript=transcript
-        )
-        request = sign_message(CosignRequest(statement=statement, signature=bytes(64)), state.identity)
-        body = request.model_dump_json()
-        pending: dict[bytes, WitnessRef] = {bytes(w.identity): w for w in ctx.problem.draft.witnesses}
-        got: dict[bytes, Cosignature] = {}
-        delay = 0.1
-        last: dict[bytes, str] = {}
-        while pending and not self.stopping:
-            for key, witness in list(pending.items()):
-                remaining = deadline - time.time()
-                if remaining <= 0:
-                    break
-                outcome = _ask_witness(witness, body, statement, timeout=min(10.0, max(0.5, remaining)))
-                if isinstance(outcome, Cosignature):
-                    got[key] = outcome
-                    del pending[key]
-                elif outcome.startswith("refused"):
-                    self._fail(pid, f"witness {key.hex()[:16]}… {outcome} ({stage} transcript)")
-                    return None
-                else:
-                    last[key] = outcome
-            if not pending or time.time() >= deadline:
-                break
-            self.wait(min(delay, max(0.0, deadline - time.time())))
-            delay = min(delay * 2, 2.0)
-        if pending:
-            if not self.stopping:
-                key = next(iter(pending))
-                self._fail(
-                    pid,
-                    f"no {stage} cosignature from {len(pending)} declared witness(es) in time "
-                    f"(e.g. {key.hex()[:16]}…: {last.get(key, 'not asked')})",
-                )
-            return None
-        # The bundle lists the witnesses in the proposal's order.
-        ordered = tuple(got[bytes(w.identity)] for w in ctx.problem.draft.witnesses)
-        return CosignatureBundle(problem_id=pid, stage=stage, cosignatures=ordered)  # type: ignore[arg-type]
+        self.witnesses.start_roster(pid)
 
     def _publish_bins(self, pid: str, thresholds: dict[int, tuple[float, ...]]) -> None:
         state = self.state
@@ -598,55 +421,185 @@ class RoundDriver:
             )
             self._enter(row, ProblemPhase.REPORTING)
         if witnessed:
-            self._start_bins_witnessing(pid, bins)
+            self.witnesses.start_bins(pid, bins)
 
-    def _start_bins_witnessing(self, pid: str, bins: Bins) -> None:
+
+class WitnessCollection:
+    """A driver's collection of the declared witnesses' cosignatures on a problem's roster and bins
+    transcripts, each stage in a thread of its own (docs/protocol.md, "Aggregator")."""
+
+    def __init__(self, driver: RoundDriver) -> None:
+        self.driver = driver
+        self.threads: dict[tuple[str, str], threading.Thread] = {}  # (problem, stage) -> its collector
+
+    def start_roster(self, pid: str) -> None:
+        key = (pid, "roster")
+        if key in self.threads:
+            return
+        thread = threading.Thread(
+            target=self._witness_roster, args=(pid,), name=f"witness-{pid}", daemon=True
+        )
+        self.threads[key] = thread
+        thread.start()
+
+    def _witness_roster(self, pid: str) -> None:
+        state = self.driver.state
+        try:
+            with state.sessions() as s:
+                row = _problem_row(s, pid)
+                if row.roster_json is None:
+                    raise MissingProblemFact(f"problem {pid}: witnessing without a published roster")
+                roster = Roster.model_validate_json(row.roster_json)
+                since = row.phase_started
+            ctx = state.require_context(pid)
+            sched = ctx.problem.draft.schedule
+            deadline = since + sched.roster_seconds + sched.witness_seconds
+            bundle = self._collect(pid, "roster", transcript_hash("roster", ctx.problem, roster), deadline)
+            if bundle is None:
+                return
+            with state.sessions() as s, s.begin():
+                row = _problem_row(s, pid)
+                if row.phase != ProblemPhase.WITNESSING:
+                    return
+                row.roster_cosignatures_json = bundle.model_dump_json()
+                self.driver._enter(row, ProblemPhase.MEDIANS)
+                ctx.set_roster(roster, roster_beacon(bundle.cosignatures))
+            self.driver._medians[pid] = MedianRun(self.driver, ctx)
+        except LeaseLost as exc:
+            log.warning("roster cosignatures of %s not recorded: %s", pid, exc)
+        except Exception as exc:  # a bug: keep the traceback, fail the problem with the reason
+            log.exception("witnessing the roster of %s failed", pid)
+            self.driver._fail_quietly(pid, f"witnessing the roster failed: {exc}")
+        finally:
+            self.threads.pop((pid, "roster"), None)
+
+    def _witness_bins(self, pid: str, bins: Bins) -> None:
+        state = self.driver.state
+        try:
+            ctx = state.require_context(pid)
+            transcript = transcript_hash("bins", ctx.problem, ctx.require_roster(), bins)
+            bundle = self._collect(pid, "bins", transcript, bins.t_s)
+            if bundle is None:
+                return
+            with state.sessions() as s, s.begin():
+                self.driver.lease.guard(s)
+                row = s.get(ProblemRow, pid)
+                if row is not None and row.phase == ProblemPhase.REPORTING:
+                    row.bins_cosignatures_json = bundle.model_dump_json()
+        except LeaseLost as exc:
+            log.warning("bins cosignatures of %s not recorded: %s", pid, exc)
+        except Exception as exc:
+            log.exception("witnessing the bins of %s failed", pid)
+            self.driver._fail_quietly(pid, f"witnessing the bins failed: {exc}")
+        finally:
+            self.threads.pop((pid, "bins"), None)
+
+    def _collect(self, pid: str, stage: str, transcript: bytes, deadline: float) -> CosignatureBundle | None:
+        """Every declared witness's cosignature on ``transcript``, or None (the problem failed, with why).
+
+        Unreachable witnesses and server errors are retried with exponential
+        backoff (0.1 s doubling to 2 s) until ``deadline``; a refusal (4xx:
+        e.g. 409, it co-signed another transcript) fails the problem at once.
+        """
+        state = self.driver.state
+        ctx = state.require_context(pid)
+        statement = TranscriptStatement(
+            aggregator=state.public_identity, problem_id=pid, stage=stage, transcript=transcript
+        )
+        request = sign_message(CosignRequest(statement=statement, signature=bytes(64)), state.identity)
+        body = request.model_dump_json()
+        pending: dict[bytes, WitnessRef] = {bytes(w.identity): w for w in ctx.problem.draft.witnesses}
+        got: dict[bytes, Cosignature] = {}
+        delay = 0.1
+        last: dict[bytes, str] = {}
+        while pending and not self.driver.stopping:
+            for key, witness in list(pending.items()):
+                remaining = deadline - time.time()
+                if remaining <= 0:
+                    break
+                outcome = _ask_witness(witness, body, statement, timeout=min(10.0, max(0.5, remaining)))
+                if isinstance(outcome, Cosignature):
+                    got[key] = outcome
+                    del pending[key]
+                elif outcome.startswith("refused"):
+                    self.driver._fail(pid, f"witness {key.hex()[:16]}… {outcome} ({stage} transcript)")
+                    return None
+                else:
+                    last[key] = outcome
+            if not pending or time.time() >= deadline:
+                break
+            self.driver.wait(min(delay, max(0.0, deadline - time.time())))
+            delay = min(delay * 2, 2.0)
+        if pending:
+            if not self.driver.stopping:
+                key = next(iter(pending))
+                self.driver._fail(
+                    pid,
+                    f"no {stage} cosignature from {len(pending)} declared witness(es) in time "
+                    f"(e.g. {key.hex()[:16]}…: {last.get(key, 'not asked')})",
+                )
+            return None
+        # The bundle lists the witnesses in the proposal's order.
+        ordered = tuple(got[bytes(w.identity)] for w in ctx.problem.draft.witnesses)
+        return CosignatureBundle(problem_id=pid, stage=stage, cosignatures=ordered)  # type: ignore[arg-type]
+
+    def start_bins(self, pid: str, bins: Bins) -> None:
         thread = threading.Thread(
             target=self._witness_bins, args=(pid, bins), name=f"witness-bins-{pid}", daemon=True
         )
-        self._witnessing[(pid, "bins")] = thread
+        self.threads[(pid, "bins")] = thread
         thread.start()
 
-    def _start_training(self, pid: str) -> None:
-        with self.state.sessions() as s, s.begin():
+
+class Trainer:
+    """A driver's training of a problem on its settled reports and the signing of its model, in a
+    thread per problem (docs/protocol.md, "Aggregator")."""
+
+    def __init__(self, driver: RoundDriver) -> None:
+        self.driver = driver
+        self.threads: dict[str, threading.Thread] = {}
+        self.lock = threading.RLock()  # threads and the phase re-read (resume)
+
+    def start(self, pid: str) -> None:
+        with self.driver.state.sessions() as s, s.begin():
             # Write first: takes the lock, so intake transactions after it see "training".
             row = _take(s, pid, ProblemRow.phase.in_(RETRAINABLE_PHASES), train_requested=False)
             if row is None:
                 return
-            self._enter(row, ProblemPhase.TRAINING)
+            self.driver._enter(row, ProblemPhase.TRAINING)
             settle_reports(s, pid)  # the round is over: staged reports move in random order
-        wipe_log(self.state.engine)
-        self._start_training_thread(pid)
+        wipe_log(self.driver.state.engine)
+        self._start_thread(pid)
 
-    def _resume_training(self, pid: str) -> None:
+    def resume(self, pid: str) -> None:
         """Train ``pid`` again when it is in ``training`` and no thread of this process trains it (after
         a restart, a take-over, or a try the disk refused): the round's reports were settled when
         training began.
 
-        The phase read at the top of :meth:`advance` may be stale: a training thread of this process
-        can publish the model and leave :attr:`_training` between that read and the check, and a
-        second thread would train the problem again ("left training while this process trained
-        it"). So the phase is read again under :attr:`_training_lock`, which the thread leaves only
-        after its transaction committed: under the lock, "not in ``_training``" and "still training"
-        together mean no thread of this process trains it.
+        The phase read at the top of :meth:`RoundDriver.advance` may be stale: a training thread of
+        this process can publish the model and leave :attr:`threads` between that read and the check,
+        and a second thread would train the problem again ("left training while this process trained
+        it"). So the phase is read again under :attr:`lock`, which the thread leaves only after its
+        transaction committed: under the lock, "not in ``threads``" and "still training" together
+        mean no thread of this process trains it.
         """
-        with self._training_lock:
-            if pid in self._training:
+        with self.lock:
+            if pid in self.threads:
                 return
-            with self.state.sessions() as s:
+            with self.driver.state.sessions() as s:
                 if s.scalar(select(ProblemRow.phase).where(ProblemRow.id == pid)) != ProblemPhase.TRAINING:
                     return
             log.info("problem %s: resuming training from the stored reports", pid)
-            self._start_training_thread(pid)
+            self._start_thread(pid)
 
-    def _start_training_thread(self, pid: str) -> None:
+    def _start_thread(self, pid: str) -> None:
         thread = threading.Thread(target=self._train, args=(pid,), name=f"train-{pid}", daemon=True)
-        with self._training_lock:
-            self._training[pid] = thread
+        with self.lock:
+            self.threads[pid] = thread
         thread.start()
 
     def _train(self, pid: str) -> None:
-        state = self.state
+        state = self.driver.state
         try:
             ctx = state.require_context(pid)
             roster, bins, plan = ctx.require_roster(), ctx.require_bins(), ctx.require_plan()
@@ -691,24 +644,24 @@ class RoundDriver:
                 )
                 if degraded:
                     message = f"{shortfall}; more than {limit:.0%} lost, model published"
-                    self._enter(row, ProblemPhase.DEGRADED, message)
+                    self.driver._enter(row, ProblemPhase.DEGRADED, message)
                 else:
-                    self._enter(row, ProblemPhase.DONE, shortfall)
+                    self.driver._enter(row, ProblemPhase.DONE, shortfall)
         except LeaseLost as exc:
             log.warning("the model of %s was not published: %s", pid, exc)
         except AnonMLError as exc:  # expected (e.g. no report arrived): the reason is the status
             log.warning("training of %s failed: %s", pid, exc)
-            self._fail_quietly(pid, f"training failed: {exc}")
+            self.driver._fail_quietly(pid, f"training failed: {exc}")
         except Exception as exc:  # a bug: keep the traceback in the log
             reason = storage_failure(exc)
             if reason is not None:  # the disk refused the model: trained again at a tick once it can write
-                self.state.storage.failed(reason, f"publishing the model of {pid}")
+                self.driver.state.storage.failed(reason, f"publishing the model of {pid}")
                 return
             log.exception("training of %s failed", pid)
-            self._fail_quietly(pid, f"training failed: {exc}")
+            self.driver._fail_quietly(pid, f"training failed: {exc}")
         finally:
-            with self._training_lock:  # after the commit: see _resume_training
-                self._training.pop(pid, None)
+            with self.lock:  # after the commit: see resume
+                self.threads.pop(pid, None)
 
 
 def _problem_row(session: Session, pid: str) -> ProblemRow:

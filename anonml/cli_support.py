@@ -16,12 +16,16 @@ printed: control characters and terminal escape sequences removed, length limite
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from types import UnionType
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import typer
 from rich.console import Console
@@ -29,6 +33,9 @@ from rich.text import Text
 
 from anonml.errors import AnonMLError, StoreError
 from anonml.text import strip_controls
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 __all__ = [
     "out",
@@ -47,9 +54,12 @@ __all__ = [
     "TlsKeyOption",
     "CaBundleOption",
     "valid_settings",
+    "ModelFlag",
+    "with_model_options",
 ]
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 TlsCertOption = Annotated[
     Path | None,
@@ -273,3 +283,66 @@ def parse_json_option(text: str | None, option: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise AnonMLError(f"{option}: expected a JSON object")
     return value
+
+
+@dataclass(frozen=True)
+class ModelFlag:
+    """One field of a pydantic model offered as a command-line option (:func:`with_model_options`).
+
+    ``flags``: the option's names (``"--max-epsilon"``, or ``"--auto-accept/--ask"`` for a bool,
+    its True side first); ``help``: what ``--help`` says of it.
+    """
+
+    field: str
+    flags: str
+    help: str
+
+
+def _model_option(model: type[BaseModel], flag: ModelFlag) -> inspect.Parameter:
+    """The keyword parameter of ``flag``: the field's type (None when not given), its default shown, and
+    its inclusive bounds (``ge``/``le``) as the option's ``min``/``max``."""
+    info = model.model_fields[flag.field]
+    kind = info.annotation
+    if get_origin(kind) in (Union, UnionType):  # an optional field: the option is optional anyway
+        kind = next(a for a in get_args(kind) if a is not type(None))
+    options: dict[str, Any] = {"help": flag.help}
+    default = info.get_default(call_default_factory=True)
+    if kind is bool:
+        on, off = flag.flags.split("/")
+        options["show_default"] = (on if default else off).lstrip("-")
+    elif default not in (None, [], {}):
+        options["show_default"] = str(default)
+    for bound in info.metadata:
+        if getattr(bound, "ge", None) is not None:
+            options["min"] = bound.ge
+        if getattr(bound, "le", None) is not None:
+            options["max"] = bound.le
+    annotation = Annotated[kind | None, typer.Option(*flag.flags.split("|"), **options)]
+    return inspect.Parameter(flag.field, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+
+
+def with_model_options(model: type[BaseModel], flags: Sequence[ModelFlag]) -> Callable[[F], F]:
+    """Give a Typer command one option per :class:`ModelFlag`, typed and bounded by ``model``'s fields.
+
+    The command takes them as ``**changes``: the fields given on the command line (an option not
+    given, or a repeatable one given no value, is left out), by field name — what it then validates
+    against ``model``. So a field's type, default and bounds are written once, in the model.
+    """
+
+    def decorate(command: F) -> F:
+        signature = inspect.signature(command, eval_str=True)
+        kept = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        added = [_model_option(model, flag) for flag in flags]
+        names = {flag.field for flag in flags}
+
+        @functools.wraps(command)
+        def run(**given: Any) -> Any:
+            changes = {n: given.pop(n) for n in names if given.get(n) not in (None, [])}
+            for name in names:
+                given.pop(name, None)
+            return command(**given, **changes)
+
+        run.__signature__ = signature.replace(parameters=[*kept, *added])  # type: ignore[attr-defined]
+        return run  # type: ignore[return-value]
+
+    return decorate

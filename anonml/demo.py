@@ -68,22 +68,19 @@ from anonml.demo_problem import (
 )
 from anonml.demo_result import DemoResult
 from anonml.demo_score import clip_to_ranges, score_models
-from anonml.errors import AnonMLError
+from anonml.errors import AnonMLError, ProtocolError
 from anonml.learn import PartitionPlan, roster_plan
 from anonml.phases import MODEL_PHASES, ProblemPhase
 from anonml.plugins import PluginRef, create
 from anonml.protocol import (
-    CosignatureBundle,
     ModelDocument,
-    ModelEvaluation,
-    Problem,
     ProblemDraft,
     ProblemStatus,
-    Roster,
     WitnessRef,
     roster_beacon,
     route_count,
 )
+from peer.client import AggregatorClient
 
 # The demo's parts live in their own modules (problem and waits, simulated peers, scoring,
 # result); their names stay importable from here, where tests and benchmarks take them.
@@ -108,9 +105,7 @@ __all__ = [
 def _wait(url: str, pid: str, until: Callable[[ProblemStatus], bool], timeout: float) -> ProblemStatus:
     deadline = time.monotonic() + timeout
     while True:
-        status = ProblemStatus.model_validate_json(
-            requests.get(f"{url}/problems/{pid}/status", timeout=30).content
-        )
+        status = AggregatorClient(url).status(pid)
         if until(status) or status.phase == ProblemPhase.FAILED:
             if status.phase == ProblemPhase.FAILED:
                 raise AnonMLError(f"problem {pid} failed: {status.message}")
@@ -155,10 +150,8 @@ class _ProtocolRun:
 
 def _roster_plan(url: str, pid: str, draft: ProblemDraft) -> tuple[list[bytes], PartitionPlan]:
     """The published roster's members and the plan every party derives from it and its witnesses' beacon."""
-    roster = Roster.model_validate_json(requests.get(f"{url}/problems/{pid}/roster", timeout=30).content)
-    bundle = CosignatureBundle.model_validate_json(
-        requests.get(f"{url}/problems/{pid}/cosignatures/roster", timeout=30).content
-    )
+    client = AggregatorClient(url)
+    roster, bundle = client.roster(pid), client.cosignatures(pid, "roster")
     members = [bytes(e.identity) for e in roster.entries]
     plan = roster_plan(draft, roster, roster_beacon(bundle.cosignatures))
     return members, plan
@@ -257,10 +250,8 @@ def _demo_draft(
 def _register(services: _Services, draft: ProblemDraft, n_peers: int, report: Progress) -> str:
     """Propose ``draft``, wait until every peer that joined registered, close registration."""
     url = services.aggregator.url
-    admin = {"Authorization": f"Bearer {services.admin_token}", "content-type": "application/json"}
-    response = requests.post(f"{url}/problems", data=draft.model_dump_json(), headers=admin, timeout=30)
-    response.raise_for_status()
-    pid = Problem.model_validate_json(response.content).id
+    admin = AggregatorClient(url, services.admin_token)
+    pid = admin.propose(draft).id
 
     def everyone_registered(s: ProblemStatus) -> bool:
         report("register", s.registered, n_peers)
@@ -270,7 +261,7 @@ def _register(services: _Services, draft: ProblemDraft, n_peers: int, report: Pr
         return s.registered >= sum(1 for p in session.participants if p.status != "aborted")
 
     _wait(url, pid, everyone_registered, timeout=120)
-    requests.post(f"{url}/problems/{pid}/close", headers=admin, timeout=30).raise_for_status()
+    admin.close(pid)
     _wait(url, pid, lambda s: s.phase != ProblemPhase.REGISTRATION, timeout=60)
     return pid
 
@@ -307,8 +298,7 @@ def _run_protocol(
     timer["report round"] = time.perf_counter() - t
     t = time.perf_counter()
     status = _wait(url, pid, lambda s: s.phase in MODEL_PHASES, timeout=120)
-    model = requests.get(f"{url}/problems/{pid}/model", timeout=60)
-    document = ModelDocument.model_validate_json(model.content)
+    document = AggregatorClient(url).model(pid)
     timer["training + publication"] = time.perf_counter() - t
     t = time.perf_counter()
     deadline = time.monotonic() + 60
@@ -407,17 +397,12 @@ def _aggregator_score(services: _Services, run: _ProtocolRun, held: list[Simulat
     for row, peer in zip(X, held, strict=True):
         lines.append(",".join([*(repr(float(v)) for v in row), str(int(peer.y))]))
     try:
-        response = requests.post(
-            f"{services.aggregator.url}/problems/{run.problem_id}/evaluation",
-            data="\n".join(lines).encode(),
-            params={"name": "the demo's held-out students"},
-            headers={"Authorization": f"Bearer {services.admin_token}", "content-type": "text/csv"},
-            timeout=120,
+        evaluation = AggregatorClient(services.aggregator.url, services.admin_token).evaluate(
+            run.problem_id, "\n".join(lines).encode(), name="the demo's held-out students"
         )
-        response.raise_for_status()
-    except requests.RequestException:  # shown as "not scored"; the demo's own AUC still stands
+    except ProtocolError:  # shown as "not scored"; the demo's own AUC still stands
         return None
-    return ModelEvaluation.model_validate_json(response.content).metrics.get("auc")
+    return evaluation.metrics.get("auc")
 
 
 def run_demo(

@@ -367,6 +367,7 @@ def fetch(
     max_bytes: int = REPLY_CAP,
     keep_alive: KeepAlive | None = None,
     address_check: AddressCheck | None = None,
+    authorization: str | None = None,
 ) -> Reply:
     """One HTTP request, complete within ``deadline`` seconds, reading at most ``max_bytes``.
 
@@ -378,7 +379,8 @@ def fetch(
     ``keep_alive``, the connection comes from and goes back to it (module
     docstring). With ``address_check``, the connection goes only to an
     address the check allows (:class:`RefusedAddress` otherwise), and only a
-    kept connection made under a check is reused.
+    kept connection made under a check is reused. ``authorization``: the value of an
+    ``Authorization`` header (an admin's bearer token).
     """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -394,6 +396,8 @@ def fetch(
         headers["connection"] = "close"
     if content_type is not None:
         headers["content-type"] = content_type
+    if authorization is not None:
+        headers["authorization"] = authorization
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     req = _Request(
         method, url, path, body, headers, end, deadline, max_bytes, origin, keep_alive, address_check

@@ -46,10 +46,10 @@ import requests
 
 from aggregator.app import start_server_process
 from anonml.outbound import AGGREGATOR_DEADLINE, retry_after_seconds
-from anonml.protocol import Roster
+from anonml.phases import ProblemPhase
 from benchmarks.reporting import machine, now, print_table, write_json
-from peer.client import HTTPRefusal, retry_wait
-from tests.aggregator.helpers import ADMIN, WirePeer, aggregator_settings, draft, propose, slots
+from peer.client import AggregatorClient, HTTPRefusal, retry_wait
+from tests.aggregator.helpers import TOKEN, WirePeer, aggregator_settings, draft, propose, slots
 
 RESULTS = Path(__file__).resolve().parent / "results" / "aggregator_load.json"
 
@@ -192,6 +192,7 @@ def run(concurrency: int, timeout: float, phase_seconds: float) -> dict:
         server = start_server_process(settings)
         try:
             url = server.url
+            client = AggregatorClient(url, TOKEN)
             problem = propose(
                 url,
                 draft(
@@ -212,22 +213,20 @@ def run(concurrency: int, timeout: float, phase_seconds: float) -> dict:
             reg_url = f"{url}/problems/{problem.id}/registrations"
             bursts.append(burst("registrations", [("POST", reg_url, b) for b in bodies]))
             _healthy(url)
-            requests.post(f"{url}/problems/{problem.id}/close", headers=ADMIN, timeout=60).raise_for_status()
+            client.close(problem.id)
             mixed = [("GET", status_url, None), ("GET", f"{url}/healthz", None)] * (concurrency // 2)
             bursts.append(burst("status polls + healthz during close", mixed))
             deadline = time.monotonic() + 120
-            while requests.get(status_url, timeout=60).json()["phase"] != "reporting":
+            while client.status(problem.id).phase != ProblemPhase.REPORTING:
                 if time.monotonic() > deadline:
                     raise SystemExit("error: the problem did not reach the report round in 120 s")
                 time.sleep(0.1)
-            roster = Roster.model_validate_json(
-                requests.get(f"{url}/problems/{problem.id}/roster", timeout=60).content
-            )
+            roster = client.roster(problem.id)
             token_url = f"{url}/problems/{problem.id}/tokens"
             batches = [p.token_batch(problem, roster, slots(problem))[0].model_dump_json() for p in peers]
             _healthy(url)
             bursts.append(burst("token requests", [("POST", token_url, b) for b in batches]))
-            final = requests.get(status_url, timeout=60).json()
+            final = client.status(problem.id).model_dump(mode="json")
             admission = _healthy(url)["admission"]
         finally:
             server.stop()

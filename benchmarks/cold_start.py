@@ -36,7 +36,7 @@ from pathlib import Path
 
 import requests
 
-from anonml.serving import free_port
+from anonml.serving import ChildServer, free_port
 from benchmarks.demo_under_load import cpu_stress
 
 BASELINE = """
@@ -79,12 +79,7 @@ def _time_until_healthy(command: list[str], port: int, deadline: float = 120.0) 
             time.sleep(0.02)
         raise SystemExit(f"error: {command[:4]} did not answer /healthz within {deadline:g} s")
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        ChildServer(f"http://127.0.0.1:{port}", process).stop()
 
 
 def _aggregator(db: Path) -> tuple[list[str], int]:

@@ -39,8 +39,8 @@ from typing import Any
 import requests
 
 from aggregator.app import start_server_process
-from anonml.protocol import Bins
 from benchmarks.reporting import RESULTS, machine, now, write_json
+from peer.client import AggregatorClient
 from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
 from tests.faults.helpers import fault_draft, write_hosts
@@ -78,7 +78,7 @@ def _round(url: str, members: int) -> tuple[dict[str, Any], str]:
     final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=600)
     ended = time.monotonic()
     account = final.reports
-    bins = Bins.model_validate_json(requests.get(f"{url}/problems/{problem.id}/bins", timeout=30).content)
+    bins = AggregatorClient(url).bins(problem.id)
     return {
         "phase": final.phase,
         "message": final.message,
@@ -97,9 +97,7 @@ def _round(url: str, members: int) -> tuple[dict[str, Any], str]:
 
 
 def _relay_urls(url: str, problem_id: str) -> list[str]:
-    reply = requests.get(f"{url}/problems/{problem_id}/roster", timeout=30)
-    reply.raise_for_status()
-    return [e["relay_url"] for e in reply.json()["entries"] if e.get("relay_url")]
+    return [e.relay_url for e in AggregatorClient(url).roster(problem_id).entries if e.relay_url]
 
 
 def across_namespaces(root: Path) -> dict[str, Any]:

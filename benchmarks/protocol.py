@@ -71,16 +71,15 @@ from anonml.crypto import (
 )
 from anonml.demo import DEMO_FEATURES, dropout_draft, simulate_peers
 from anonml.learn import simulated_learner
+from anonml.phases import ProblemPhase
 from anonml.plugins import PluginRef, create
 from anonml.privacy import PrivacyLedger, RandomizedResponse
 from anonml.protocol import (
     IntakeDelivery,
     MedianSettings,
     PrivateReport,
-    Problem,
     ProblemStatus,
     Registration,
-    Roster,
     TokenBatchResponse,
     pack_bits,
     report_slot,
@@ -91,6 +90,7 @@ from anonml.serving import spawn_child
 from anonml.store import EventStore
 from benchmarks.reporting import RESULTS, machine, now, rate, timed_map, write_json
 from peer.app import start_peer_server
+from peer.client import AggregatorClient
 from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
@@ -173,7 +173,7 @@ def _spawn_host(cfg: dict) -> subprocess.Popen:
 
 
 def _status(url: str, pid: str) -> ProblemStatus:
-    return ProblemStatus.model_validate_json(requests.get(f"{url}/problems/{pid}/status", timeout=30).content)
+    return AggregatorClient(url).status(pid)
 
 
 class RoundFailed(RuntimeError):
@@ -235,20 +235,16 @@ def run_round(
             release_window_seconds=1.0,
             median_step_seconds=1.0,
         )
-        admin = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
+        admin = AggregatorClient(agg.url, token)
         marks: dict[str, float] = {}
         t0 = time.perf_counter()
-        response = requests.post(
-            f"{agg.url}/problems", data=draft.model_dump_json(), headers=admin, timeout=60
-        )
-        response.raise_for_status()
-        pid = Problem.model_validate_json(response.content).id
+        pid = admin.propose(draft).id
         while (st := _status(agg.url, pid)).registered < peers:
             time.sleep(STATUS_POLL_SECONDS)
             if time.perf_counter() - t0 > patience:
                 raise RuntimeError(f"registration did not complete: {st.registered} of {peers}")
         marks["all registered"] = time.perf_counter() - t0
-        requests.post(f"{agg.url}/problems/{pid}/close", headers=admin, timeout=60).raise_for_status()
+        admin.close(pid)
         phase = "registration"
         while phase not in ("done", "degraded", "failed"):
             st = _status(agg.url, pid)
@@ -423,7 +419,7 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
         allow_loopback_http=True,
     )
     server = start_server(create_app(settings))
-    admin = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
+    admin = AggregatorClient(server.url, token)
     json_h = {"content-type": "application/json"}
     try:
         featurizer = create("featurizer", PluginRef(name="mooc_engagement", params={"weeks": HISTORY}))
@@ -438,9 +434,7 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
             release_window_seconds=5.0,
         )
         draft = draft.model_copy(update={"median": MedianSettings(pool_fraction=0.0), "kp": 1})
-        problem = Problem.model_validate_json(
-            requests.post(f"{server.url}/problems", data=draft.model_dump_json(), headers=admin).content
-        )
+        problem = admin.propose(draft)
         peers = [Identity.generate() for _ in range(n_reports)]
         intake_key = PublicIdentity.from_bytes(bytes(problem.aggregator)).relay_key
         with requests.Session() as s:
@@ -462,10 +456,10 @@ def intake_capacity(n_reports: int, scratch: Path, threads: int = 8) -> dict:
                     data=reg.model_dump_json(),
                     headers=json_h,
                 ).raise_for_status()
-            s.post(f"{server.url}/problems/{problem.id}/close", headers=admin).raise_for_status()
-            while s.get(f"{server.url}/problems/{problem.id}/status").json()["phase"] != "reporting":
+            admin.close(problem.id)
+            while admin.status(problem.id).phase != ProblemPhase.REPORTING:
                 time.sleep(0.05)
-            roster = Roster.model_validate_json(s.get(f"{server.url}/problems/{problem.id}/roster").content)
+            roster = admin.roster(problem.id)
             mech = RandomizedResponse.from_epsilon(2.0, 4)
             rng = np.random.default_rng(0)
             deliveries = []

@@ -62,10 +62,11 @@ from anonml.crypto import (
     WindowSchedule,
     build_packet,
 )
-from anonml.protocol import IntakeBatch, IntakeDelivery, Roster
+from anonml.protocol import IntakeBatch, IntakeDelivery
 from anonml.serving import spawn_child
 from benchmarks.crypto import _tokens
 from benchmarks.reporting import machine, now, write_json
+from peer.client import AggregatorClient
 from tests.aggregator import helpers
 
 RESULTS = Path(__file__).resolve().parent / "results" / "wire_throughput.json"
@@ -206,9 +207,7 @@ def _intake_deliveries(url: str, n: int) -> list[IntakeDelivery]:
     kh = 4
     problem = helpers.propose(url, helpers.draft(kp=1, kh=kh, n_numeric=kh, min_peers=4, send_window=3600.0))
     peers = helpers.register_and_close(url, problem, max(4, -(-n // kh)), ("reporting",), timeout=120)
-    roster = Roster.model_validate_json(
-        requests.get(f"{url}/problems/{problem.id}/roster", timeout=60).content
-    )
+    roster = AggregatorClient(url).roster(problem.id)
     bins = helpers.bins_of(url, problem.id)
     rng = np.random.default_rng(7)
     out = []

@@ -28,15 +28,7 @@ from anonml import outbound, serving
 from anonml.crypto import Identity
 from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.privacy import PrivacyLedger
-from anonml.serving import (
-    ServerTls,
-    ThreadedServer,
-    base_url,
-    install_input_guards,
-    start_in_thread,
-    uvicorn_server,
-)
-from anonml.serving import bind as bind_socket
+from anonml.serving import ServerTls, ThreadedServer, base_url, install_input_guards
 from anonml.store import EventStore
 from anonml.web import local_api_docs
 from peer.db import PeerDB
@@ -155,10 +147,10 @@ def start_peer_server(
     tls: ServerTls | None = None,
 ) -> PeerServer:
     """Bind ``bind:port`` (0 = free), set the host's relay URL, serve (https: ``tls``), start its worker."""
-    sock = bind_socket(bind, port)
-    url = base_url(bind, sock.getsockname()[1], tls)
-    if host.relay_base is None:
-        host.relay_base = url
-    server = uvicorn_server(create_app(host, local_token or ""), tls=tls)
-    thread = start_in_thread(server, sock, name="peer server", timeout=timeout)
-    return PeerServer(url, server, thread, host)
+    sock = serving.bind(bind, port)
+    if host.relay_base is None:  # the relay's URL is in the app's answers, so known before it is made
+        host.relay_base = base_url(bind, sock.getsockname()[1], tls)
+    served = serving.serve_in_thread(
+        create_app(host, local_token or ""), bind, name="peer server", sock=sock, tls=tls, timeout=timeout
+    )
+    return PeerServer(served.url, served.server, served.thread, host)

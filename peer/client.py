@@ -1,4 +1,7 @@
-"""The peer's HTTP client for one aggregator: typed requests, typed answers, clear errors.
+"""The one HTTP client of the aggregator's API — the peer's, the CLI's, the demo's and the benchmarks'.
+
+Typed requests, typed answers, clear errors; with an admin token it also proposes, closes,
+trains and evaluates (:class:`AggregatorClient`).
 
 Every response body is parsed by its :mod:`anonml.protocol` model (never
 unpickled, never evaluated); a non-2xx answer raises
@@ -17,6 +20,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -36,7 +40,9 @@ from anonml.protocol import (
     MedianAnswer,
     MedianQuery,
     ModelDocument,
+    ModelEvaluation,
     Problem,
+    ProblemDraft,
     ProblemStatus,
     ReachabilityRequest,
     ReachabilityResult,
@@ -158,19 +164,27 @@ def _call(
     method: str,
     url: str,
     model: type[_M] | TypeAdapter,
-    body: BaseModel | None = None,
+    body: BaseModel | bytes | None = None,
     timeout: float | None = None,
     max_bytes: int = REPLY_CAP,
     address_check: AddressCheck | None = None,
+    *,
+    content_type: str = "application/json",
+    token: str | None = None,
 ):
+    """``method url`` with ``body`` (a message as JSON, or raw bytes of ``content_type``), its answer
+    parsed by ``model``; ``token``: the admin bearer token. A refusal raises :class:`HTTPRefusal`."""
+    if isinstance(body, BaseModel):
+        body = body.model_dump_json().encode("utf-8")
     reply = fetch(
         method,
         url,
-        None if body is None else body.model_dump_json().encode("utf-8"),
-        None if body is None else "application/json",
+        body,
+        None if body is None else content_type,
         deadline=AGGREGATOR_DEADLINE if timeout is None else timeout,
         max_bytes=max_bytes,
         address_check=address_check,
+        authorization=None if token is None else f"Bearer {token}",
     )
     if reply.status >= 300:
         raise HTTPRefusal(url, reply.status, _detail(reply), reply.retry_after)
@@ -187,14 +201,47 @@ log = logging.getLogger("anonml.peer")
 _QUERIES = TypeAdapter(list[MedianQuery])
 
 
-class AggregatorClient:
-    """Typed calls to one aggregator at ``base_url``."""
+#: Seconds an admin action may take (proposing signs the problem; training runs in the background).
+ADMIN_DEADLINE = 60.0
 
-    def __init__(self, base_url: str) -> None:
+
+class AggregatorClient:
+    """Typed calls to one aggregator at ``base_url``; ``admin_token`` for its operator's actions."""
+
+    def __init__(self, base_url: str, admin_token: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        self.admin_token = admin_token
 
     def _url(self, path: str) -> str:
         return self.base_url + path
+
+    def _admin(self, path: str, model: type[_M], body: BaseModel | bytes | None = None, **kwargs: Any) -> _M:
+        """``POST path`` as the operator (``Authorization: Bearer <admin token>``)."""
+        if not self.admin_token:
+            raise ProtocolError(f"{self._url(path)}: an admin action needs the aggregator's admin token")
+        kwargs.setdefault("timeout", ADMIN_DEADLINE)
+        return _call("POST", self._url(path), model, body, token=self.admin_token, **kwargs)
+
+    def propose(self, draft: ProblemDraft) -> Problem:
+        """Publish ``draft``; the aggregator's signed :class:`Problem` (admin)."""
+        return self._admin("/problems", Problem, draft)
+
+    def close(self, problem_id: str) -> ProblemStatus:
+        """Close registration now (admin); the roster is published on the next tick."""
+        return self._admin(f"/problems/{problem_id}/close", ProblemStatus)
+
+    def train(self, problem_id: str) -> ProblemStatus:
+        """Close the report round now and train, or train again (admin)."""
+        return self._admin(f"/problems/{problem_id}/train", ProblemStatus)
+
+    def evaluate(
+        self, problem_id: str, rows_csv: bytes, *, label: str = "label", name: str
+    ) -> ModelEvaluation:
+        """Score the published model on labelled CSV rows (``label`` their label's column, ``name``
+        what to call them) the peers never saw (admin)."""
+        query = urlencode({"label": label, "name": name})
+        path = f"/problems/{problem_id}/evaluation?{query}"
+        return self._admin(path, ModelEvaluation, rows_csv, content_type="text/csv", timeout=120.0)
 
     def problems(self, phase: ProblemPhase | None = None) -> list[Problem]:
         """The aggregator's problems (``phase``: only those in it), each entry validated on its own.

@@ -15,7 +15,7 @@ Imports started from the page run in a thread of the daemon
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 
 from markupsafe import Markup
@@ -32,10 +32,10 @@ from anonml.web import Series, epsilon_sentence, svg_step_chart
 from peer.db import PeerDB
 from peer.features import LocalPrediction, predict_locally
 from peer.host import PeerHost
+from peer.narration import STATUS_TEXT
 from peer.participant import PeerNode
 from peer.phases import ParticipationPhase
-from peer.policy import admission_text, evaluate_problem
-from peer.records import committed_epsilon, release_marks, shuffle_bounds
+from peer.records import ProposalVerdict, proposal_verdicts, release_marks, shuffle_bounds
 
 __all__ = [
     "SourceRow",
@@ -120,43 +120,28 @@ def sources_view(node: PeerNode, last: int = 8) -> SourcesView:
 
 
 @dataclass(frozen=True)
-class ProposalCard:
-    """A proposal with what exactly would leave the machine, the verdict and why.
+class ProposalCard(ProposalVerdict):
+    """A proposal (:class:`~peer.records.ProposalVerdict`: the verdict and why, whether accepting by
+    hand would be recorded) with what exactly would leave the machine, as its card shows it.
 
     ``label`` is the label's kind and public domain as the draft declares it
-    (:class:`~anonml.protocol.LabelSpec`); ``can_accept`` is whether accepting
-    by hand would be recorded (:func:`~peer.records.decide_by_hand` evaluates with
-    ``manual=True``), and ``accept_blocked`` the rule that stops it when not.
+    (:class:`~anonml.protocol.LabelSpec`).
     """
 
-    problem: Problem
-    aggregator_url: str
-    verdict: str
-    reason: str
-    decided: bool
-    status: str | None
     features: list[tuple[str, str, str]]  # name, kind, public range or categories
     label: tuple[str, str]  # kind, public domain
-    can_accept: bool
-    accept_blocked: str
     median_epsilon: float | None
     anonymity_set: int
     epsilon_text: str
     witnesses: list[str]
-    admission: str
 
 
 def proposal_cards(host: PeerHost, node: PeerNode) -> list[ProposalCard]:
-    """Every proposal seen, newest first, as ``anonml peer proposals`` evaluates it."""
-    committed = committed_epsilon(host.db, node.ledger, node.fingerprint)
+    """Every proposal seen, newest first, as ``anonml peer proposals`` evaluates it
+    (:func:`peer.records.proposal_verdicts`), with what the card shows of it."""
     cards = []
-    for view in host.db.proposals(node.fingerprint):
-        problem = Problem.model_validate_json(view.problem_json)
-        d = problem.draft
-        verdict, reason, decided = view.verdict, view.reason or "", view.verdict is not None
-        if verdict is None:
-            decision = evaluate_problem(problem, host.policy, committed)
-            verdict, reason = decision.verdict, decision.reason
+    for seen in proposal_verdicts(host.db, node.ledger, node.fingerprint, host.policy):
+        d = seen.problem.draft
         features = []
         for spec in d.features:
             if spec.kind.value == "numeric":
@@ -166,26 +151,17 @@ def proposal_cards(host: PeerHost, node: PeerNode) -> list[ProposalCard]:
             else:
                 shown = "0 / 1"
             features.append((spec.name, spec.kind.value, shown))
-        by_hand = evaluate_problem(problem, host.policy, committed, manual=True)
         median = d.median_epsilon if d.median.pool_fraction > 0 and d.numeric_features else None
         pool = d.median_pool_size(d.min_peers)
         cards.append(
             ProposalCard(
-                problem=problem,
-                aggregator_url=view.aggregator_url,
-                verdict=verdict,
-                reason=reason,
-                decided=decided,
-                status=view.status,
+                **{f.name: getattr(seen, f.name) for f in fields(seen)},
                 features=features,
                 label=label_domain(d.label),
-                can_accept=by_hand.accept,
-                accept_blocked="" if by_hand.accept else by_hand.reason,
                 median_epsilon=median,
                 anonymity_set=(d.min_peers - pool) // d.kp,
                 epsilon_text=epsilon_sentence(d.epsilon),
                 witnesses=[bytes(w.identity).hex()[:16] + "…" for w in d.witnesses],
-                admission=admission_text(problem),
             )
         )
     return cards
@@ -230,8 +206,8 @@ def participations(host: PeerHost, node: PeerNode) -> list[ParticipationView]:
             continue
         status = view.status or ParticipationPhase.ACCEPTED.value
         part = host.db.participation(view.problem_id, node.fingerprint) if view.status else None
-        if status in PeerHost.STATUS_TEXT:
-            meaning = f"this peer {PeerHost.STATUS_TEXT[status]} this problem"
+        if status in STATUS_TEXT:
+            meaning = f"this peer {STATUS_TEXT[status]} this problem"
         else:
             meaning = ACCEPTED_TEXT if status == ParticipationPhase.ACCEPTED else status
         out.append(

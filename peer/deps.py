@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
 
+from anonml.serving import require_bearer
 from peer.host import PeerHost
 
 __all__ = [
@@ -52,13 +52,8 @@ def require_local_token(
     _: Annotated[None, Depends(loopback_only)],
     authorization: Annotated[str | None, Header()] = None,
 ) -> None:
-    """The local API: this machine only, ``Authorization: Bearer <local token>`` (constant-time compare)."""
-    expected: str = request.app.state.local_token
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), expected.encode()):
-        raise HTTPException(
-            status_code=401, detail="local token required", headers={"WWW-Authenticate": "Bearer"}
-        )
+    """The local API: this machine only, ``Authorization: Bearer <local token>`` (:func:`require_bearer`)."""
+    require_bearer(authorization, request.app.state.local_token, "local token required")
 
 
 HostDep = Annotated[PeerHost, Depends(get_host)]

@@ -28,6 +28,7 @@ from peer.client import AggregatorClient
 from peer.db import PeerDB
 from peer.discovery import AggregatorBackoff, discover
 from peer.dispatch import Dispatcher, Lanes
+from peer.narration import news
 from peer.participant import Participant, PeerNode
 from peer.phases import TERMINAL
 from peer.policy import Decision, PeerPolicy, evaluate_problem, load_plugins
@@ -329,20 +330,6 @@ class PeerHost:
         self._narrate(session)
 
     # -- telling the person -------------------------------------------------------
-    #: What each participation status means to the person running the peer.
-    STATUS_TEXT = {
-        "registered": "registered for",
-        "roster_checked": "checked the roster of",
-        "confirmed": "confirmed with other members the roster of",
-        "answered": "answered a median query (randomised response) in",
-        "reporting": "is sending its randomised reports (or cover packets) in",
-        "done": "downloaded the signed model of",
-        "degraded": "downloaded the signed model (the aggregator lost too many reports) of",
-        "partial": "downloaded the signed model, but could not do all of its part in",
-        "aborted": "stopped taking part in",
-        "failed": "saw the aggregator fail",
-    }
-
     def _tell(self, node: PeerNode, problem: Problem, text: str) -> None:
         if self.notify is None:
             return
@@ -350,22 +337,10 @@ class PeerHost:
         self.notify(f"{who}{problem.id}: {text}")
 
     def _narrate(self, session: ProblemSession) -> None:
-        """Tell each change of an identity's participation status, once."""
-        if self.notify is None:
-            return
-        for p in session.participants:
-            key = (session.problem.id, p.node.fingerprint)
-            if self._told.get(key) == p.status or p.status not in self.STATUS_TEXT:
-                continue
-            self._told[key] = p.status
-            text = f"{self.STATUS_TEXT[p.status]} “{session.problem.draft.title}”"
-            if p.status == "done" and p.prediction is not None:
-                text += f"; your predicted probability: {p.prediction:.3f}"
-            if p.status == "reporting" and p.standins:
-                text += f" (stand-ins, uniform through the same mechanism, for: {'; '.join(p.standins)})"
-            if p.status in ("aborted", "failed") and p.reason:
-                text += f": {p.reason}"
-            self._tell(p.node, session.problem, text)
+        """Tell each change of an identity's participation status, once (:func:`peer.narration.news`)."""
+        if self.notify is not None:
+            for node, text in news(session.problem, session.participants, self._told):
+                self._tell(node, session.problem, text)
 
     def _pick_up_manual_accepts(self) -> None:
         """Start participations the user accepted with ``anonml peer accept`` (same state DB).

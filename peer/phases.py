@@ -49,6 +49,8 @@ __all__ = [
     "RosterFacts",
     "Preparation",
     "Outcome",
+    "READY",
+    "Aborted",
 ]
 
 
@@ -135,3 +137,11 @@ class Outcome:
 
     lost: int | None
     prediction: float | None
+
+
+#: Phases in which a confirmed roster lets the identity take part in the round.
+READY = frozenset({ParticipationPhase.CONFIRMED, ParticipationPhase.ANSWERED, ParticipationPhase.RELAYING})
+
+
+class Aborted(AnonMLError):
+    """This identity stopped taking part in a problem; the message says why."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from anonml.errors import AnonMLError
 from anonml.privacy import PrivacyLedger
@@ -18,9 +19,16 @@ from anonml.privacy.budget import Release
 from anonml.protocol import Problem
 from peer.db import PeerDB
 from peer.phases import ParticipationPhase
-from peer.policy import Decision, PeerPolicy, evaluate_problem
+from peer.policy import Decision, PeerPolicy, admission_text, evaluate_problem
 
-__all__ = ["committed_epsilon", "decide_by_hand", "release_marks", "shuffle_bounds"]
+__all__ = [
+    "committed_epsilon",
+    "decide_by_hand",
+    "release_marks",
+    "shuffle_bounds",
+    "ProposalVerdict",
+    "proposal_verdicts",
+]
 
 
 def committed_epsilon(db: PeerDB | None, ledger: PrivacyLedger | None, fingerprint: str) -> float:
@@ -36,6 +44,61 @@ def committed_epsilon(db: PeerDB | None, ledger: PrivacyLedger | None, fingerpri
         spent[release.problem] = spent.get(release.problem, 0.0) + release.epsilon
     problems = set(agreed) | set(spent)
     return sum(max(agreed.get(p, 0.0), spent.get(p, 0.0)) for p in problems)
+
+
+@dataclass(frozen=True)
+class ProposalVerdict:
+    """One proposal seen, and this identity's decision on it — the one view of ``anonml peer proposals``
+    and the dashboard's proposal cards.
+
+    ``decided``: the verdict was recorded (an accept or refuse); otherwise it is what the policy would
+    decide now (``evaluate_problem``, floors included). ``can_accept``: accepting it by hand would be
+    recorded (``manual=True``: the policy's ceilings and floors, not ``auto_accept``), else
+    ``accept_blocked`` is the rule that stops it. ``status``: the participation's phase, if any.
+    """
+
+    problem: Problem
+    aggregator_url: str
+    verdict: str
+    reason: str
+    decided: bool
+    status: str | None
+    admission: str
+    can_accept: bool
+    accept_blocked: str
+
+
+def proposal_verdicts(
+    db: PeerDB, ledger: PrivacyLedger | None, fingerprint: str, policy: PeerPolicy
+) -> list[ProposalVerdict]:
+    """Every proposal ``db`` saw, newest first, with ``fingerprint``'s decision under ``policy``.
+
+    Undecided ones are evaluated against what the identity has committed so far
+    (:func:`committed_epsilon`, for the lifetime cap).
+    """
+    committed = committed_epsilon(db, ledger, fingerprint) if fingerprint else 0.0
+    out = []
+    for view in db.proposals(fingerprint):
+        problem = Problem.model_validate_json(view.problem_json)
+        verdict, reason, decided = view.verdict, view.reason or "", view.verdict is not None
+        if verdict is None:
+            decision = evaluate_problem(problem, policy, committed)
+            verdict, reason = decision.verdict, decision.reason
+        by_hand = evaluate_problem(problem, policy, committed, manual=True)
+        out.append(
+            ProposalVerdict(
+                problem=problem,
+                aggregator_url=view.aggregator_url,
+                verdict=verdict,
+                reason=reason,
+                decided=decided,
+                status=view.status,
+                admission=admission_text(problem),
+                can_accept=by_hand.accept,
+                accept_blocked="" if by_hand.accept else by_hand.reason,
+            )
+        )
+    return out
 
 
 def decide_by_hand(

@@ -18,14 +18,10 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Protocol
-from urllib.parse import urlsplit
 
-import numpy as np
-
-from anonml.addresses import connect_check
 from anonml.database import storage_failure
 from anonml.errors import AnonMLError, ProtocolError
-from anonml.outbound import OutboundError, RefusedAddress, fetch
+from anonml.outbound import OutboundError, RefusedAddress
 from anonml.phases import MODEL_PHASES, ProblemPhase
 from anonml.protocol import (
     MAX_BATCH_ITEMS,
@@ -35,12 +31,12 @@ from anonml.protocol import (
     Problem,
     Registration,
     RosterWitness,
-    check_relay_address,
 )
 from peer.client import AggregatorClient, HTTPRefusal, retry_wait, transient
 from peer.db import PeerDB
 from peer.discovery import poll_backoff
 from peer.dispatch import Dispatcher
+from peer.host_watch import RelayHostWatch
 from peer.participant import READY, Aborted, Participant
 from peer.phases import ParticipationPhase
 from peer.relay import REFUSED_ADDRESS, retriable, retry_delay
@@ -104,11 +100,7 @@ class ProblemSession:
         self._streak: set[int] = set()
         self._model_seen: float | None = None
         self._receipts_transient = False
-        # Relay hosts (scheme://host:port) found unreachable in the send window (a probe, or a first
-        # hop there): every identity of this host routes around all their relays (route_around).
-        self._dead_hosts: set[str] = set()
-        self._dead_lock = threading.Lock()
-        self._watching = False  # the relay hosts are probed through this round's send window
+        self.relay_hosts = RelayHostWatch(self)  # relay hosts found dead in the send window
 
     def due(self) -> bool:
         """Whether the step is tried in this poll (not while backing off after a transient failure)."""
@@ -361,7 +353,7 @@ class ProblemSession:
                        [p for p in self.participants if p.active and p.roster is not None and p.bins is None])
         if phase == ProblemPhase.REPORTING and self._bins_bundle is not None:
             self._each(self._start, [p for p in self._in(P.RELAYING) if p.bins is not None])
-            self._watch_relay_hosts(bins)
+            self.relay_hosts.watch(bins)
         if time.time() >= bins.t_s + bins.delta:
             unanswered = f" (last unanswered call: {self.last_error})" if self.last_error else ""
             for p in self.participants:
@@ -441,7 +433,7 @@ class ProblemSession:
             p.send(slot, url, packet)
         except Exception as exc:  # the first hop is down or refused: re-routed or retried, then counted
             if isinstance(exc, OutboundError) and not isinstance(exc, RefusedAddress):
-                self._relay_host_dead(url)
+                self.relay_hosts.dead(url)
             status = exc.status if isinstance(exc, HTTPRefusal) else None
             # A first hop whose address is refused is avoided too, though never tried again.
             if (retriable(status) or status == REFUSED_ADDRESS) and time.time() < end:
@@ -463,95 +455,6 @@ class ProblemSession:
             log.warning("packet of %s to %s not sent: %s", p.node.fingerprint[:12], url, exc)
             return
         self.host.count("packets sent")
-
-    def _watch_relay_hosts(self, bins: Bins) -> None:
-        """Once per round: probe the roster's relay hosts every :data:`PROBE_SECONDS` through the
-        send window, so a host that died is avoided (:meth:`_relay_host_dead`) even by identities
-        that had no packet for it to find out by.
-
-        Each probe asks up to :data:`PROBE_HOSTS` hosts drawn uniformly from every host of the
-        roster but this one — never chosen by this host's routes, so the probes say nothing of
-        them — for one member's relay witness (``GET …/roster/{problem}``, what the fingerprint
-        comparison fetches): any answer means alive, no answer within
-        :data:`PROBE_DEADLINE` seconds dead.
-        """
-        view = self.view
-        if self._watching or view is None or time.time() >= bins.t_s + bins.delta:
-            return
-        self._watching = True
-        own = {p.relay_url.split("/relay/")[0] for p in self.participants if p.relay_url is not None}
-        hosts: dict[str, str] = {}
-        for entry in view.roster.entries:
-            if entry.relay_url is None:  # a sender-only member: no relay host to watch
-                continue
-            parts = urlsplit(entry.relay_url)
-            origin = f"{parts.scheme}://{parts.netloc}"
-            if entry.relay_url.split("/relay/")[0] not in own:
-                hosts.setdefault(origin, entry.relay_url)
-        if not hosts:
-            return
-        gen = np.random.default_rng()  # which hosts a probe asks: nothing secret, nothing simulated
-        end = bins.t_s + bins.delta
-        when = max(time.time(), bins.t_s)
-        while when < end:
-            with self._dead_lock:
-                alive = sorted(set(hosts) - self._dead_hosts)
-            for origin in gen.permutation(alive)[:PROBE_HOSTS]:
-                url = hosts[str(origin)]
-                self.host.dispatcher.at(when, lambda url=url: self._probe(url))
-            when += PROBE_SECONDS
-
-    def _probe(self, relay_url: str) -> None:
-        """One probe of the relay host of ``relay_url`` (:meth:`_watch_relay_hosts`)."""
-        allow = self.participants[0].relay.allow_loopback_http
-        self.host.count("relay host probes")
-        try:
-            check_relay_address(relay_url, allow_loopback_http=allow)
-        except ValueError:
-            return  # refused to ask, not found dead
-        try:
-            fetch("GET", f"{relay_url}/roster/{self.problem.id}", deadline=PROBE_DEADLINE, max_bytes=4096,
-                  address_check=connect_check(allow_loopback=allow))
-        except RefusedAddress:
-            return  # its name now resolves to an address not asked: refused, not found dead
-        except OutboundError:  # (a ValueError too: caught here, after the address checks)
-            self.host.count("relay host probes unanswered")
-            self._relay_host_dead(relay_url)
-
-    def _relay_host_dead(self, url: str) -> None:
-        """The relay host of first hop ``url`` did not answer in the send window: the first time, every
-        identity of this host routes around all the relays it hosts and sends a copy of each packet it
-        already sent through one of them (:meth:`Participant.route_around`)."""
-        parts = urlsplit(url)
-        origin = f"{parts.scheme}://{parts.netloc}"
-        with self._dead_lock:
-            if origin in self._dead_hosts:
-                return
-            self._dead_hosts.add(origin)
-        view = self.view
-        if view is None:
-            return
-        dead = frozenset(
-            node for node, entry in zip(view.node_ids, view.roster.entries, strict=True)
-            if entry.relay_url.startswith(origin + "/")
-        )  # fmt: skip
-        log.warning("%s: relay host %s is unreachable: %d relays avoided", self.problem.id, origin, len(dead))
-        self.host.count("relay hosts found dead")
-        for p in self.participants:
-            if p.roster is None or not p.built:
-                continue
-            copies = p.route_around(dead)
-            if copies:
-                self.host.count("packets copied around a dead relay host", len(copies))
-                self.schedule(p, copies)
-
-
-#: Seconds between two probes of the relay hosts in the send window (ProblemSession._watch_relay_hosts).
-PROBE_SECONDS = 0.5
-#: Relay hosts one probe asks at most (drawn uniformly), so a roster of many hosts costs a bounded load.
-PROBE_HOSTS = 16
-#: Seconds a probed relay host has to answer before it counts as dead for the round.
-PROBE_DEADLINE = 2.0
 
 
 class Worker:

@@ -8,14 +8,10 @@ body with 422 (:func:`anonml.serving.install_input_guards`, as every service).
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import uvicorn
 from fastapi import FastAPI
 
 from anonml import serving
@@ -51,25 +47,18 @@ def create_app(witness: Witness, max_body_bytes: int = 8192) -> FastAPI:
     return app
 
 
-def _server(settings: WitnessSettings) -> tuple[Witness, uvicorn.Server, socket.socket, str]:
-    """The witness, its uvicorn server, the bound socket and its URL (not serving yet)."""
-    witness = Witness.from_settings(settings)
-    sock = serving.bind(settings.host, settings.port)
-    tls = settings.server_tls()
-    server = serving.uvicorn_server(create_app(witness, settings.max_body_bytes), lifespan="off", tls=tls)
-    return witness, server, sock, serving.base_url(settings.host, sock.getsockname()[1], tls)
-
-
 def serve_witness(settings: WitnessSettings, ready: Callable[[str, Witness], None] | None = None) -> None:
     """Serve a witness in the foreground until interrupted; ``ready(url, witness)`` once listening."""
-    witness, server, sock, url = _server(settings)
-    if ready is not None:
-        thread = threading.Thread(
-            target=lambda: (serving.wait_started(server), server.started and ready(url, witness)), daemon=True
-        )
-        thread.start()
+    witness = Witness.from_settings(settings)
     try:
-        server.run(sockets=[sock])
+        serving.run_foreground(
+            create_app(witness, settings.max_body_bytes),
+            settings.host,
+            settings.port,
+            tls=settings.server_tls(),
+            lifespan="off",
+            ready=None if ready is None else lambda url: ready(url, witness),
+        )
     finally:
         witness.close()
 
@@ -91,29 +80,28 @@ class WitnessServer(serving.ThreadedServer):
 
 def start_witness_server(settings: WitnessSettings, timeout: float = 30.0) -> WitnessServer:
     """Serve a witness from a thread on ``settings.host:port`` and wait until it is up."""
-    witness, server, sock, url = _server(settings)
-    thread = serving.start_in_thread(server, sock, name="witness", timeout=timeout)
-    return WitnessServer(url, server, thread, witness)
+    witness = Witness.from_settings(settings)
+    try:
+        served = serving.serve_in_thread(
+            create_app(witness, settings.max_body_bytes),
+            settings.host,
+            settings.port,
+            name="witness",
+            tls=settings.server_tls(),
+            lifespan="off",
+            timeout=timeout,
+        )
+    except BaseException:
+        witness.close()
+        raise
+    return WitnessServer(served.url, served.server, served.thread, witness)
 
 
 @dataclass
-class WitnessProcess:
+class WitnessProcess(serving.ChildServer):
     """A witness served by ``anonml witness serve`` in a child process (its own interpreter)."""
 
-    url: str
-    identity: bytes
-    process: subprocess.Popen
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()  # uvicorn shuts down gracefully on SIGTERM
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+    identity: bytes = b""
 
 
 def start_witness_process(
@@ -133,4 +121,4 @@ def start_witness_process(
         raise RuntimeError(
             f"the witness process did not start (said {' '.join(line)[:200]!r}; see its stderr)"
         )
-    return WitnessProcess(url=line[2], identity=bytes.fromhex(line[1]), process=process)
+    return WitnessProcess(url=line[2], process=process, identity=bytes.fromhex(line[1]))

@@ -1,65 +1,10 @@
-"""The anonymous intake: final-hop deliveries of token-bearing reports.
+"""The anonymous intake: final-hop deliveries of token-bearing reports (``POST /intake[/batch]``).
 
-``POST /intake`` takes an :class:`~anonml.protocol.IntakeDelivery` from the last
-relay of an onion route: the packet's round id and its sealed payload, which
-the relay could not open. Checks, in order, each with its own refusal:
-
-0. the body is a well-formed v2 delivery (422; a v1 body — redemption and
-   report in the clear — is refused by name); the sealed box opens with the
-   aggregator identity's X25519 key (its intake key, named by the signed and
-   witnessed Problem), its layout and payload version are right and its
-   sealed round id is the delivery's (400, counted under the round's problem
-   as "unsealable" or "unsupported version"). A cover payload is then
-   dropped: counted as cover (:data:`aggregator.state.DROPPED_COVER`, never a
-   refusal or a loss) and answered exactly as a stored report is (201), so the
-   relay learns nothing from the answer either;
-1. its report parses as a :class:`~anonml.protocol.PrivateReport` (422; the
-   redemption was decoded with the layout in 0);
-2. the problem exists (404), the delivery's round is the problem's (400,
-   "wrong round") and its report round is open (409);
-3. the report fits the plan: partition < k_p, subset < k_h, the mechanism's
-   domain is the subset's binned domain × label and its ε is ε/k_h, the bits
-   have exactly that length (422) and are an output the declared mechanism
-   can produce (:func:`anonml.privacy.check_support`: one 1 for k-ary
-   randomised response, ω ones for subset selection; 422, counted as "out of
-   support") — checked before spending, so an honest but malformed report
-   does not burn its token;
-4. the redemption's slot is ``report_slot(problem, partition, subset)`` of
-   the report (403): a token issued for another partition is counted as
-   "wrong partition", one for another subset of the same partition as "wrong
-   slot", anything else as "foreign token" (another problem or round);
-5. the token: :meth:`~anonml.crypto.TokenVerifier.check` (MAC, 403 if it
-   fails), then in ONE transaction the staged row that holds both the spent
-   token (unique (key, slot, nonce): a copy if already spent, below) and the report —
-   what :meth:`~anonml.crypto.TokenVerifier.redeem` does, with the spend
-   inside the report's transaction. Either both are stored or neither.
-   A token already spent, with a MAC that holds, is a copy of a stored report
-   (each report travels over several routes, :attr:`~anonml.protocol.ProblemDraft.routes`):
-   nothing is stored, it is counted ``duplicate token`` (the account's
-   ``duplicates``, never a loss) and answered 201 like a stored report and like
-   cover — a 409 would tell the last hop that the packet it carried was a
-   report's copy and not cover.
-
-``POST /intake/batch`` takes an :class:`~anonml.protocol.IntakeBatch` (at most
-:data:`~anonml.protocol.MAX_BATCH_ITEMS` deliveries; a last-hop relay sends
-every delivery due at its release time in one): each delivery goes through
-the same checks 1–5 independently of the others, and the answer
-(:class:`~anonml.protocol.BatchResults`, 200) gives each the status and
-detail its own ``POST /intake`` would have got — 201 when stored, the same
-refusal otherwise, counted under the same reason — so one bad or replayed
-report never sinks the others and a batch says nothing a single request
-would not. A token used twice within one batch is stored once (the second
-is a duplicate copy, answered 201 and counted, like across batches). Every stored report and every
-refusal of the batch is written in ONE transaction: the staged rows (each
-one token + its report, so each is still all or nothing), then the phase of
-each problem read as above (a problem closed meanwhile has this batch's rows
-removed again and its items answered 409), then the refusal counters.
-Only a body that is no batch is refused as a whole: 413 over the body cap
-(the app's middleware), 422 for a wrong shape, no items or too many.
-
-The staged row has a random key and no time, address or token-issuance
-reference; when the round closes the staged rows move to ``reports`` and
-``spent_tokens`` in random order (:func:`aggregator.db.settle_reports`).
+Each delivery is opened with the intake key and checked in order — its shape and version, the
+report's parse, problem and round, the plan and the mechanism's support, the token's slot, then
+the token spent and the report stored in one transaction — each refusal counted under its reason;
+a cover payload and a copy of a stored report are answered exactly as a stored report is. A batch
+answers each item as its own request would. The checks in full: docs/protocol.md, "Intake".
 uvicorn runs with ``access_log=False`` so relay addresses are not logged either.
 """
 
@@ -197,7 +142,7 @@ def intake(body: IntakeDelivery, state: StateDep, session: SessionDep) -> Intake
             closed = _closed(session, pid)
             if closed is not None:
                 raise closed
-    except TokenSpent:  # a verified copy: counted, answered as stored (module docstring)
+    except TokenSpent:  # a verified copy: counted, answered as stored (docs/protocol.md, "Intake")
         _duplicate(pid).counted(state)
         return IntakeReceipt(accepted=True)
     except InvalidToken as exc:
@@ -209,7 +154,7 @@ def intake(body: IntakeDelivery, state: StateDep, session: SessionDep) -> Intake
 
 @router.post("/intake/batch", response_model=BatchResults)
 def intake_batch(body: IntakeBatch, state: StateDep, session: SessionDep) -> BatchResults:
-    """Check and store many deliveries, each on its own; one transaction for all (module docstring)."""
+    """Check and store many deliveries, each on its own; one transaction for all (docs/protocol.md)."""
     results: list[ItemResult] = [_STORED] * len(body.deliveries)
     refused: list[_Refusal] = []
     passed: list[tuple[int, Redemption, PrivateReport, ProblemContext]] = []

@@ -13,7 +13,7 @@ import json
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -29,9 +29,12 @@ from anonml.cli_support import (
     untrusted,
     valid_settings,
 )
-from anonml.errors import AnonMLError, ProtocolError
+from anonml.errors import AnonMLError
 
-# pydantic, requests, Rich tables and anonml.protocol (with the crypto it loads) are imported inside
+if TYPE_CHECKING:
+    from peer.client import AggregatorClient
+
+# pydantic, the API client, Rich tables and anonml.protocol (with the crypto it loads) are imported inside
 # the commands that use them: `anonml aggregator --help` must not pay for them.
 
 app = typer.Typer(
@@ -69,40 +72,12 @@ def _token(token: str | None) -> str:
     )
 
 
-def _request(
-    method: str,
-    url: str,
-    *,
-    token: str | None = None,
-    body: str | bytes | None = None,
-    content_type: str = "application/json",
-) -> Any:
-    import requests
+def _client(url: str | None, token: str | None = None, *, admin: bool = False) -> AggregatorClient:
+    """The aggregator's API client (:class:`peer.client.AggregatorClient`) at ``--url``; with ``admin``,
+    holding the admin token (``--token``, the environment or the token file)."""
+    from peer.client import AggregatorClient
 
-    from anonml import outbound
-
-    headers = {"content-type": content_type} if body is not None else {}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    try:
-        response = requests.request(
-            method, url, data=body, headers=headers, timeout=60, verify=outbound.requests_verify()
-        )
-    except requests.RequestException as exc:
-        raise ProtocolError(f"{url}: cannot reach the aggregator ({exc.__class__.__name__})") from None
-    if response.status_code >= 300:
-        try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
-            detail = response.text
-        raise ProtocolError(f"{url}: HTTP {response.status_code}: {detail}")
-    return response
-
-
-def _admin_post(problem_id: str, action: str, url: str | None, token: str | None) -> None:
-    """``POST /problems/{problem_id}/{action}`` with the admin token (``close``, ``train``)."""
-    with expected_errors():
-        _request("POST", f"{_url(url)}/problems/{problem_id}/{action}", token=_token(token))
+    return AggregatorClient(_url(url), _token(token) if admin else None)
 
 
 @app.command()
@@ -189,7 +164,7 @@ def propose(
     """Publish a problem (plugins by name, version and params) and print its id."""
     from pydantic import ValidationError
 
-    from anonml.protocol import Problem, ProblemDraft
+    from anonml.protocol import ProblemDraft
 
     with expected_errors():
         try:
@@ -210,10 +185,7 @@ def propose(
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             raise AnonMLError(f"{file}: {where}: {first['msg']}") from None
-        response = _request(
-            "POST", f"{_url(url)}/problems", token=_token(token), body=draft.model_dump_json()
-        )
-        problem = Problem.model_validate_json(response.content)
+        problem = _client(url, token, admin=True).propose(draft)
     if as_json:
         print_json(problem.model_dump(mode="json"))
         return
@@ -228,7 +200,8 @@ def close(
     token: TokenOption = None,
 ) -> None:
     """Close registration now (the roster is published on the next tick)."""
-    _admin_post(problem_id, "close", url, token)
+    with expected_errors():
+        _client(url, token, admin=True).close(problem_id)
     err.print(f"registration of {problem_id} closed", highlight=False)
 
 
@@ -241,11 +214,8 @@ def status(
     """Phase, counts per phase, refusals by reason, phase times."""
     from rich.table import Table
 
-    from anonml.protocol import ProblemStatus
-
     with expected_errors():
-        response = _request("GET", f"{_url(url)}/problems/{problem_id}/status")
-        st = ProblemStatus.model_validate_json(response.content)
+        st = _client(url).status(problem_id)
     if as_json:
         print_json(st.model_dump(mode="json"))
         return
@@ -288,7 +258,8 @@ def train(
     token: TokenOption = None,
 ) -> None:
     """Close the report round now and train (or train again)."""
-    _admin_post(problem_id, "train", url, token)
+    with expected_errors():
+        _client(url, token, admin=True).train(problem_id)
     err.print(
         f"training of {problem_id} requested; follow it with 'anonml aggregator status'", highlight=False
     )
@@ -301,14 +272,11 @@ def model(
     url: UrlOption = None,
 ) -> None:
     """Download the signed model document (checked against the problem's key) as JSON."""
-    from anonml.protocol import ModelDocument, Problem, verify_message
+    from anonml.protocol import verify_message
 
     with expected_errors():
-        base = _url(url)
-        problem = Problem.model_validate_json(_request("GET", f"{base}/problems/{problem_id}").content)
-        document = ModelDocument.model_validate_json(
-            _request("GET", f"{base}/problems/{problem_id}/model").content
-        )
+        client = _client(url)
+        problem, document = client.problem(problem_id), client.model(problem_id)
         try:
             verify_message(problem, bytes(problem.aggregator))
             verify_message(document, bytes(problem.aggregator))
@@ -344,23 +312,16 @@ def evaluate(
     The aggregator keeps the figures, not the rows. Each measure comes beside the best constant
     predictor on the same rows (their base rate, class shares or median).
     """
-    from urllib.parse import urlencode
-
     from rich.table import Table
-
-    from anonml.protocol import ModelEvaluation
 
     with expected_errors():
         try:
             body = data.read_bytes()
         except OSError as exc:
             raise AnonMLError(f"{data}: cannot read the evaluation rows ({exc.strerror})") from None
-        query = urlencode({"label": label, "name": data.name if name is None else name})
-        response = _request(
-            "POST", f"{_url(url)}/problems/{problem_id}/evaluation?{query}",
-            token=_token(token), body=body, content_type="text/csv",
-        )  # fmt: skip
-        evaluation = ModelEvaluation.model_validate_json(response.content)
+        evaluation = _client(url, token, admin=True).evaluate(
+            problem_id, body, label=label, name=data.name if name is None else name
+        )
     if as_json:
         print_json(evaluation.model_dump(mode="json"))
         return

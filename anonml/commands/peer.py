@@ -21,13 +21,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from anonml.cli_support import (
     CaBundleOption,
+    ModelFlag,
     TlsCertOption,
     TlsKeyOption,
     err,
@@ -36,8 +37,10 @@ from anonml.cli_support import (
     print_json,
     untrusted,
     valid_settings,
+    with_model_options,
 )
 from anonml.errors import AnonMLError
+from peer.policy import PeerPolicy
 
 if TYPE_CHECKING:
     from anonml.privacy import PrivacyLedger
@@ -79,75 +82,53 @@ _StoreOption = Annotated[
     str | None, typer.Option("--store", help="Event store URL.", show_default="$ANONML_HOME/events.db")
 ]
 _UserOption = Annotated[str | None, typer.Option("--user", help="Which user of the store you are.")]
-_AutoAcceptOption = Annotated[
-    bool | None,
-    typer.Option("--auto-accept/--ask", help="Accept proposals within the policy.", show_default="ask"),
-]
-_MaxEpsilonOption = Annotated[
-    float | None, typer.Option("--max-epsilon", help="Largest ε per problem.", show_default="1.0")
-]
-_LifetimeCapOption = Annotated[
-    float | None, typer.Option("--lifetime-cap", help="Largest total ε ever.", show_default="10.0")
-]
+#: The witness fields of the policy, which ``relay serve`` takes too.
+WITNESS_FLAGS = (
+    ModelFlag(
+        "witnesses",
+        "--witness",
+        "Hex identity of a witness you trust (repeatable; `anonml witness identity` prints it).",
+    ),
+    ModelFlag("witness_threshold", "--witness-threshold", "Cosignatures needed from trusted witnesses."),
+)
+
 _PollOption = Annotated[
     float | None, typer.Option("--poll", help="Seconds between polls.", show_default="1.0")
 ]
-_MinRosterSizeOption = Annotated[
-    int | None, typer.Option("--min-roster-size", help="Fewest roster members to report among.")
-]
-_MinAnonymitySetOption = Annotated[
-    int | None,
-    typer.Option("--min-anonymity-set", help="Fewest peers in the smallest report partition."),
-]
-_MinHopsOption = Annotated[int | None, typer.Option("--min-hops", help="Fewest relays on a route.")]
-_MaxPoolFractionOption = Annotated[
-    float | None, typer.Option("--max-pool-fraction", help="Largest median-pool fraction.")
-]
-_OfferSourceOption = Annotated[
-    list[str] | None,
-    typer.Option("--offer-source", help="An event source you offer (repeatable; default: all)."),
-]
-_WitnessOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--witness",
-        help="Hex identity of a witness you trust (repeatable; `anonml witness identity` prints it).",
-    ),
-]
-_WitnessThresholdOption = Annotated[
-    int | None,
-    typer.Option("--witness-threshold", help="Cosignatures needed from trusted witnesses.", show_default="1"),
-]
-_RequireCredentialsOption = Annotated[
-    bool | None,
-    typer.Option(
+#: The policy's fields ``peer start`` takes as options: type, default and bounds from
+#: :class:`peer.policy.PeerPolicy` (:func:`~anonml.cli_support.with_model_options`).
+POLICY_FLAGS = (
+    ModelFlag("auto_accept", "--auto-accept/--ask", "Accept proposals within the policy."),
+    ModelFlag("max_epsilon_per_problem", "--max-epsilon", "Largest ε per problem."),
+    ModelFlag("lifetime_epsilon_cap", "--lifetime-cap", "Largest total ε ever."),
+    ModelFlag("min_roster_size", "--min-roster-size", "Fewest roster members to report among."),
+    ModelFlag("min_anonymity_set", "--min-anonymity-set", "Fewest peers in the smallest report partition."),
+    ModelFlag("min_hops", "--min-hops", "Fewest relays on a route."),
+    ModelFlag("max_pool_fraction", "--max-pool-fraction", "Largest median-pool fraction."),
+    ModelFlag("offered_sources", "--offer-source", "An event source you offer (repeatable; default: all)."),
+    *WITNESS_FLAGS,
+    ModelFlag(
+        "require_credentials",
         "--require-credentials/--allow-open",
-        help="Refuse problems anyone may register for.",
-        show_default="allow-open",
+        "Refuse problems anyone may register for.",
     ),
-]
-_TrustedIssuerOption = Annotated[
-    list[str] | None,
-    typer.Option("--trusted-issuer", help="Hex identity of a credential issuer you accept (repeatable)."),
-]
-_GuardOption = Annotated[
-    list[str] | None,
-    typer.Option("--guard", help="Hex identity of a relay you trust for the first hop (repeatable)."),
-]
-_SenderOnlyOption = Annotated[
-    bool | None,
-    typer.Option(
-        "--sender-only/--relay",
-        help="Relay for nobody (behind NAT: outbound connections only) or relay for others.",
-        show_default="relay",
+    ModelFlag(
+        "trusted_issuers", "--trusted-issuer", "Hex identity of a credential issuer you accept (repeatable)."
     ),
-]
+    ModelFlag(
+        "relay",
+        "--relay/--sender-only",
+        "Relay for others, or for nobody (behind NAT: outbound connections only).",
+    ),
+    ModelFlag("guards", "--guard", "Hex identity of a relay you trust for the first hop (repeatable)."),
+)
 _QuietOption = Annotated[
     bool, typer.Option("--quiet", "-q", help="Print only the start-up lines, not what the peer does.")
 ]
 
 
 @app.command()
+@with_model_options(PeerPolicy, POLICY_FLAGS)
 def start(
     aggregator: AggregatorOption = None,
     host: _HostOption = None,
@@ -155,25 +136,12 @@ def start(
     public_url: _PublicUrlOption = None,
     store: _StoreOption = None,
     user: _UserOption = None,
-    auto_accept: _AutoAcceptOption = None,
-    max_epsilon: _MaxEpsilonOption = None,
-    lifetime_cap: _LifetimeCapOption = None,
     poll: _PollOption = None,
-    min_roster_size: _MinRosterSizeOption = None,
-    min_anonymity_set: _MinAnonymitySetOption = None,
-    min_hops: _MinHopsOption = None,
-    max_pool_fraction: _MaxPoolFractionOption = None,
-    offer_source: _OfferSourceOption = None,
-    witness: _WitnessOption = None,
-    witness_threshold: _WitnessThresholdOption = None,
-    require_credentials: _RequireCredentialsOption = None,
-    trusted_issuer: _TrustedIssuerOption = None,
-    sender_only: _SenderOnlyOption = None,
-    guard: _GuardOption = None,
     quiet: _QuietOption = False,
     tls_cert: TlsCertOption = None,
     tls_key: TlsKeyOption = None,
     ca_bundle: CaBundleOption = None,
+    **policy: Any,
 ) -> None:
     """Run the peer daemon: relay for other peers and take part in accepted problems.
 
@@ -186,9 +154,7 @@ def start(
     peer's home for every other command, and its lifetime cap is stored in
     the ledger, which refuses any release past it.
     """
-    import uvicorn
-
-    from anonml.serving import uvicorn_options
+    from anonml.serving import run_foreground
     from peer.app import create_app, create_daemon
 
     with expected_errors():
@@ -207,23 +173,7 @@ def start(
             ),
             "peer",
         )
-        settings = _with_policy_changes(
-            settings,
-            auto_accept=auto_accept,
-            max_epsilon_per_problem=max_epsilon,
-            lifetime_epsilon_cap=lifetime_cap,
-            min_roster_size=min_roster_size,
-            min_anonymity_set=min_anonymity_set,
-            min_hops=min_hops,
-            max_pool_fraction=max_pool_fraction,
-            offered_sources=offer_source or None,
-            witnesses=witness or None,
-            witness_threshold=witness_threshold,
-            require_credentials=require_credentials,
-            trusted_issuers=trusted_issuer or None,
-            relay=None if sender_only is None else not sender_only,
-            guards=guard or None,
-        )
+        settings = _with_policy_changes(settings, **policy)
         if not settings.aggregators:
             raise AnonMLError("no aggregator to poll: pass --aggregator URL or set ANONML_PEER_AGGREGATORS")
         saved = settings.save_policy()
@@ -238,7 +188,7 @@ def start(
         app_ = create_app(host_, settings.resolved_local_token())  # the token file exists from here
         err.print(_dashboard_text(settings), highlight=False)
         tls = settings.server_tls()
-        uvicorn.run(app_, host=settings.host, port=settings.port, **uvicorn_options(tls=tls))
+        run_foreground(app_, settings.host, settings.port, tls=tls)
 
 
 def _dashboard_text(settings: PeerSettings) -> str:
@@ -357,10 +307,8 @@ def proposals(aggregator: AggregatorOption = None, as_json: JsonOption = False) 
     Decisions not taken yet are evaluated with the saved policy, floors
     included; without ``--aggregator`` nothing is created.
     """
-    from anonml.protocol import Problem
     from peer.discovery import discover
-    from peer.policy import admission_text, evaluate_problem
-    from peer.records import committed_epsilon
+    from peer.records import proposal_verdicts
 
     with expected_errors(), _read_only(create_db=bool(aggregator)) as local:
         settings = local.settings
@@ -371,21 +319,14 @@ def proposals(aggregator: AggregatorOption = None, as_json: JsonOption = False) 
             return
         if aggregator:
             discover(local.db, list(aggregator), pinned=settings.policy.aggregator_keys)
-        node = local.fingerprint or ""
-        committed = committed_epsilon(local.db, local.ledger, node) if node else 0.0
         rows = []
-        for view in local.db.proposals(node):
-            problem = Problem.model_validate_json(view.problem_json)
-            verdict, reason = view.verdict, view.reason
-            if verdict is None:
-                decision = evaluate_problem(problem, settings.policy, committed)
-                verdict, reason = f"({decision.verdict})", decision.reason
-            d = problem.draft
+        for seen in proposal_verdicts(local.db, local.ledger, local.fingerprint or "", settings.policy):
+            d = seen.problem.draft
             rows.append(
                 {
-                    "id": problem.id,
+                    "id": seen.problem.id,
                     "title": d.title,
-                    "aggregator": view.aggregator_url,
+                    "aggregator": seen.aggregator_url,
                     "epsilon": d.epsilon,
                     "median_epsilon": d.median_epsilon,
                     "kp": d.kp,
@@ -396,10 +337,10 @@ def proposals(aggregator: AggregatorOption = None, as_json: JsonOption = False) 
                     "featurizer": d.featurizer.name,
                     "features": [f.name for f in d.features],
                     "deadline": d.schedule.registration_deadline.isoformat(),
-                    "admission": admission_text(problem),
-                    "decision": verdict,
-                    "reason": reason,
-                    "status": view.status,
+                    "admission": seen.admission,
+                    "decision": seen.verdict if seen.decided else f"({seen.verdict})",
+                    "reason": seen.reason,
+                    "status": seen.status,
                 }
             )
     if as_json:

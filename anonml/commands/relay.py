@@ -24,7 +24,7 @@ said in ``docs/threat-model.md`` ("Relays").
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -36,8 +36,11 @@ from anonml.cli_support import (
     expected_errors,
     untrusted,
     valid_settings,
+    with_model_options,
 )
+from anonml.commands.peer import WITNESS_FLAGS
 from anonml.errors import AnonMLError
+from peer.policy import PeerPolicy
 
 app = typer.Typer(help="Run an always-on relay that holds no data.", no_args_is_help=True)
 
@@ -54,6 +57,7 @@ def relay() -> None:
 
 
 @app.command()
+@with_model_options(PeerPolicy, WITNESS_FLAGS)
 def serve(
     aggregator: Annotated[
         list[str] | None, typer.Option("--aggregator", "-a", help="Aggregator base URL (repeatable).")
@@ -66,24 +70,17 @@ def serve(
     public_url: Annotated[
         str | None, typer.Option("--public-url", help="How peers reach this relay.")
     ] = None,
-    witness: Annotated[
-        list[str] | None, typer.Option("--witness", help="Hex identity of a witness you trust (repeatable).")
-    ] = None,
-    witness_threshold: Annotated[
-        int | None, typer.Option("--witness-threshold", help="Cosignatures needed.", show_default="1")
-    ] = None,
     poll: Annotated[float, typer.Option("--poll", help="Seconds between polls.")] = 1.0,
     tls_cert: TlsCertOption = None,
     tls_key: TlsKeyOption = None,
     ca_bundle: CaBundleOption = None,
+    **witnesses: Any,
 ) -> None:
     """Relay for every problem the policy accepts; hold no data, report only stand-ins (module docstring)."""
-    import uvicorn
-
     from anonml import outbound
     from anonml.commands.peer import _with_policy_changes
     from anonml.paths import anonml_home, private_dir
-    from anonml.serving import uvicorn_options
+    from anonml.serving import run_foreground
     from peer.app import create_app, create_daemon
     from peer.settings import PeerSettings
 
@@ -116,8 +113,7 @@ def serve(
             offered_sources=[],
             max_epsilon_per_problem=RELAY_EPSILON_PER_PROBLEM,
             lifetime_epsilon_cap=RELAY_LIFETIME_CAP,
-            witnesses=witness or None,
-            witness_threshold=witness_threshold,
+            **witnesses,
         )
         if not settings.aggregators:
             raise AnonMLError("no aggregator to poll: pass --aggregator URL or set ANONML_PEER_AGGREGATORS")
@@ -135,4 +131,4 @@ def serve(
         )
         app_ = create_app(daemon, settings.resolved_local_token())
         tls = settings.server_tls()
-        uvicorn.run(app_, host=settings.host, port=settings.port, **uvicorn_options(tls=tls))
+        run_foreground(app_, settings.host, settings.port, tls=tls)

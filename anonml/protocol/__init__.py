@@ -1,33 +1,10 @@
-"""Every AnonML wire message, as pydantic models: the one schema both roles share.
+"""Every AnonML wire message, as pydantic models: the one schema the roles share.
 
-The aggregator (``aggregator/``) and the peer daemon (``peer/``) never import
-each other; they meet only here, over HTTP. Binary values travel as standard
-base64 and are length-checked on the way in; anything else a message carries
-is validated by its model, so a route handler only ever sees well-formed input.
-
-Signed messages carry a ``signature`` over :func:`signing_bytes`: the
-canonical JSON of the message without its signature (sorted keys, no
-whitespace), under the context ``b"anonml/v1/" + name`` of the message's kind,
-so a signature made for one kind of message is never valid for another.
-:func:`sign_message` / :func:`verify_message` do this with
-:class:`anonml.crypto.Identity` / :class:`anonml.crypto.PublicIdentity`.
-
-The flow of one problem (DESIGN §7)::
-
-    Problem (signed proposal, H(seed))  → peers decide by their policy
-    Registration (signed by the peer)   → aggregator, until the deadline
-    Roster (signed; seed revealed)      → witnesses co-sign its transcript (CosignRequest);
-                                          peers check cosignatures, seed, plan (with the
-                                          witnesses' beacon), fingerprint
-    Assignment (signed)                 → each peer checks it with verify_assignment
-    RosterWitness (signed by a peer)    → peers compare fingerprints via relays
-    MedianQuery / MedianAnswer          → one median-pool peer per answer
-    TokenBatchRequest / …Response       → one blind evaluation per (peer, slot),
-                                          from the roster to the end of the send window
-    Bins (signed; report schedule)      → witnesses co-sign the bins transcript;
-                                          peers check it, then bin their features
-    onion packet bytes over k hops      → IntakeDelivery (sealed box) at the aggregator
-    ModelDocument (signed)              → peers predict locally
+The aggregator, the peers and the witnesses never import each other; they meet only here, over
+HTTP. Binary values are length-checked base64; signed messages are signed under a per-kind context
+(:func:`sign_message` / :func:`verify_message`). The messages by family: :mod:`.problems`,
+:mod:`.membership`, :mod:`.witnessing`, :mod:`.round`, :mod:`.status` (:mod:`.messages`: the
+encoding). The flow of one problem, who signs what and the windows: docs/protocol.md.
 """
 
 from __future__ import annotations

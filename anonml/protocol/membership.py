@@ -1,7 +1,7 @@
 """Registration and roster: signed registrations (with relay URL and certificate, or none for a
 sender-only peer), the roster and each member's assignment, and the relay-address checks.
 
-The protocol as a whole: :mod:`anonml.protocol` (DESIGN.md §7).
+The protocol as a whole: docs/protocol.md.
 """
 
 from __future__ import annotations

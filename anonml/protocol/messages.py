@@ -1,7 +1,7 @@
 """Wire encoding every AnonML message shares: length-checked base64 fields, the message base
 class and signatures under a per-kind context (:func:`sign_message` / :func:`verify_message`).
 
-The protocol as a whole: :mod:`anonml.protocol` (DESIGN.md §7).
+The protocol as a whole: docs/protocol.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Proposing a problem: the draft an aggregator signs (features, label, schedule, ε, witnesses,
 admission, routes) and the published :class:`Problem`.
 
-The protocol as a whole: :mod:`anonml.protocol` (DESIGN.md §7).
+The protocol as a whole: docs/protocol.md.
 """
 
 from __future__ import annotations

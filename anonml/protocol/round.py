@@ -1,7 +1,7 @@
 """The round: private-median queries and answers, the bins, one-time tokens, private reports, the
 intake's deliveries and receipts, and the signed model.
 
-The protocol as a whole: :mod:`anonml.protocol` (DESIGN.md §7).
+The protocol as a whole: docs/protocol.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the aggregator and a peer say about a problem's progress: the report and median accounts,
 the shuffle statement and the status documents.
 
-The protocol as a whole: :mod:`anonml.protocol` (DESIGN.md §7).
+The protocol as a whole: docs/protocol.md.
 """
 
 from __future__ import annotations

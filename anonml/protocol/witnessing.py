@@ -1,7 +1,7 @@
 """Witnessing: transcripts of a stage, cosign requests and cosignatures (with their VRF outputs)
 and the beacon they make.
 
-The protocol as a whole: :mod:`anonml.protocol` (DESIGN.md §7).
+The protocol as a whole: docs/protocol.md.
 """
 
 from __future__ import annotations

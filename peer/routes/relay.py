@@ -30,9 +30,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Request, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from anonml.crypto import PACKET_SIZE
 from anonml.protocol import MAX_BATCH_ITEMS, BatchResults, ItemResult, ReachabilityAnswer, RosterWitness
+from anonml.serving import BodyTooLarge, declared_over, read_body
 from peer.deps import HostDep, NodeDep, hosted_node
 from peer.host import PeerHost
 from peer.relay import RelayOutcome, RelayRefused
@@ -47,18 +49,18 @@ _BATCH_TOO_LARGE = f"a batch is at most {MAX_BATCH_ITEMS} packets of {PACKET_SIZ
 
 async def _body(node: str, request: Request, host: PeerHost, cap: int, too_large: str) -> tuple[bytes, bytes]:
     """The hosted node's id and the request body, refused with 413 once over ``cap`` (declared or read)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > cap):
+    if declared_over(request.scope.get("headers", ()), cap):
         host.relay.count("rejected: wrong size")
         raise HTTPException(status_code=413, detail=too_large)
     node_id = hosted_node(node, host)  # after the size check: an oversized body is refused unread
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > cap:
-            host.relay.count("rejected: wrong size")
-            raise HTTPException(status_code=413, detail=too_large)
-    return node_id, bytes(body)
+    try:
+        body = await read_body(request.receive, cap)
+    except BodyTooLarge:
+        host.relay.count("rejected: wrong size")
+        raise HTTPException(status_code=413, detail=too_large) from None
+    if body is None:
+        raise ClientDisconnect  # as Request.stream does: no one is left to answer
+    return node_id, body
 
 
 def _authenticated(request: Request) -> bool:

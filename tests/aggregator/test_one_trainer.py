@@ -42,7 +42,7 @@ def test_a_stale_training_phase_never_starts_a_second_trainer(aggregator, monkey
     monkeypatch.setattr(training, "train_problem", counted_train)
     assert post(f"{round_.url}/problems/{pid}/train", b"", ADMIN).status_code == 200
     assert held.wait(60), "the driver did not start training"
-    first = driver._training[pid]
+    first = driver.trainer.threads[pid]
     racer_name = "racing-advance"
     real_context = state.context
 
@@ -59,7 +59,7 @@ def test_a_stale_training_phase_never_starts_a_second_trainer(aggregator, monkey
     racer.start()
     racer.join(120)
     assert release.is_set(), "the race was not run: advance() never reached its context read"
-    second = driver._training.get(pid)
+    second = driver.trainer.threads.get(pid)
     if second is not None:
         second.join(120)
     final = wait_phase(round_.url, pid, ("done", "degraded", "failed"), timeout=60)

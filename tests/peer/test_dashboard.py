@@ -267,7 +267,7 @@ def test_peer_start_prints_where_the_dashboard_is_and_its_token_file_opens_it(ag
     import sys
     import threading
 
-    from anonml.serving import free_port
+    from anonml.serving import free_port, wait_answering
     from tests.adversary.test_policy_cli import _env
 
     home = tmp_path / "home"
@@ -310,14 +310,8 @@ def test_peer_start_prints_where_the_dashboard_is_and_its_token_file_opens_it(ag
         token_file = Path(found.group(3))
         assert token_file.parent == home / "peer" and os.stat(token_file).st_mode & 0o777 == 0o600
         base = found.group(1).removesuffix("/ui/")
-        while True:  # the line is printed before uvicorn listens
-            try:
-                if requests.get(f"{base}/healthz", timeout=30).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline and daemon.poll() is None
-            time.sleep(0.1)
+        # the line is printed before uvicorn listens
+        wait_answering(base, daemon, what="anonml peer start", timeout=deadline - time.monotonic())
         http, _ = login(base, "/ui", token_file.read_text().strip())
         assert "No events yet" in http.get(f"{base}/ui/", timeout=30).text
     finally:

@@ -93,13 +93,14 @@ def _median_truths(example: LocalExample | None, n: int = N) -> tuple[np.ndarray
     """What a median-pool identity holding ``example`` feeds randomised response for sessions > 5."""
     from anonml.crypto import Identity
     from anonml.protocol import MedianQuery
+    from peer.median_answer import median_truth
     from peer.participant import Participant, PeerNode
 
     node = PeerNode(identity=Identity.generate(), store=None, ledger=None)  # type: ignore[arg-type]
     p = Participant(node, PROBLEM, client=None, relay=None, relay_base="", example=example)  # type: ignore[arg-type]
     query = MedianQuery.model_construct(feature=0, threshold=5.0)
     gen = np.random.default_rng(3)
-    return np.array([p._median_truth(query, gen) for _ in range(n)]), p.standins
+    return np.array([median_truth(p, query, gen) for _ in range(n)]), p.standins
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from anonml.errors import ProtocolError
 from anonml.protocol import DEFAULT_ROUTES, ReportAccount, route_count
 from peer.reports import choose_routes
 from peer.roster import RosterView
+from peer.round_packets import report_slot
 
 ROUND = 41
 
@@ -162,7 +163,7 @@ def test_a_dead_relay_host_gets_one_copy_of_each_packet_sent_through_it_and_the_
     sent_crossing = [j for j in crossing if j in (0, 1)]
     assert len(copies_out) == len(sent_crossing)
     for j, (new, when, url, packet) in zip(sent_crossing, copies_out, strict=True):
-        assert new >= 4 and p._report_slot(new, copies) == p._report_slot(j, copies) == 0
+        assert new >= 4 and report_slot(p, new, copies) == report_slot(p, j, copies) == 0
         assert not any(h.node_id in dead for h in p.paths[new])  # around the dead host
         assert url.endswith(p.paths[new][0].node_id.hex()) and time.time() <= when < p.window_end
         assert len(packet) == 1280

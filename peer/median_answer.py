@@ -1,0 +1,145 @@
+"""One identity's answer to the median query that names it: binary randomised response at the
+proposal's median ε, recorded in the ledger before it is sent (docs/protocol.md, "Medians")."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from anonml.crypto import (
+    CryptoError,
+)
+from anonml.errors import AnonMLError, ProtocolError
+from anonml.privacy import BinaryRandomizedResponse
+from anonml.protocol import (
+    MedianAnswer,
+    MedianQuery,
+    sign_message,
+    verify_message,
+)
+from anonml.randomness import resolve_rng
+from peer import participation_store
+from peer.client import HTTPRefusal, transient, with_retries
+from peer.features import invalid_features
+from peer.phases import (
+    Aborted,
+    ParticipationPhase,
+)
+
+if TYPE_CHECKING:
+    from peer.participant import Participant
+
+P = ParticipationPhase
+log = logging.getLogger("anonml.peer")
+
+
+def answer(p: Participant, query: MedianQuery) -> bool:
+    """Answer ``query`` if it names this identity (once per problem); True if answered."""
+    roster = p.facts(p.roster, "the checked roster")
+    me = roster.view.index_of[bytes(p.node.identity.public)]
+    if p.phase != P.CONFIRMED or me not in query.members:
+        return False  # answered already (or past the medians)
+    draft = p.problem.draft
+    try:
+        verify_message(query, bytes(p.problem.aggregator))
+    except CryptoError as exc:
+        raise Aborted(f"median query is not signed by the aggregator: {exc}") from None
+    if roster.assignment.role != "median":
+        raise Aborted("asked a median query, but the plan puts this identity in a report partition")
+    if query.feature not in draft.numeric_features:
+        raise Aborted(f"median query names feature {query.feature}, which is not numeric")
+    if not math.isclose(query.epsilon, draft.median_epsilon, rel_tol=1e-12):
+        raise Aborted(f"median query asks ε={query.epsilon}, the proposal promised {draft.median_epsilon}")
+    # Persisted before the release is recorded and sent: a restart never answers twice. Whatever
+    # fails from here on (the state DB or the ledger on a full disk, the aggregator past the step's
+    # deadline) costs this answer, and says so: the participation ends partial with the reason.
+    what = f"median answer (feature {query.feature}, step {query.step})"
+    try:
+        p._move(P.ANSWERED)
+    except Exception as exc:  # e.g. a full disk: nothing recorded, so nothing may be sent
+        p.phase = P.ANSWERED  # never answered twice in this process either
+        _short(p, f"{what} not sent: its phase could not be saved: {exc}")
+        return True
+    rr = BinaryRandomizedResponse(draft.median_epsilon)
+    try:
+        p.node.ledger.record(
+            peer=p.node.fingerprint,
+            problem=p.problem.id,
+            round=0,
+            attributes=[draft.features[query.feature].name],
+            mechanism=rr,
+            pool="median",
+        )
+    except Exception as exc:  # not recorded: not released
+        _short(p, f"{what} not sent: the release could not be recorded: {exc}")
+        return True
+    gen = resolve_rng(p.node.rng)
+    truth = median_truth(p, query, gen)
+    bit = bool(rr.perturb(np.asarray([truth]), gen)[0])
+    answer = sign_message(
+        MedianAnswer(
+            problem_id=p.problem.id,
+            feature=query.feature,
+            step=query.step,
+            identity=bytes(p.node.identity.public),
+            bit=bit,
+            signature=bytes(64),
+        ),
+        p.node.identity,
+    )
+    # The release is recorded: the same signed answer is sent again while the aggregator does not
+    # answer, until the step's own deadline (the aggregator waits median_step_seconds for it).
+    until = time.time() + p.problem.draft.schedule.median_step_seconds
+    try:
+        with_retries(
+            lambda: p.client.answer(answer),
+            until=until,
+            on_retry=lambda exc: p.relay.count("median answers retried"),
+        )
+    except HTTPRefusal as exc:
+        if exc.status == 409 and "already answered" in exc.detail:
+            # A retry whose first copy arrived: delivered and counted.
+            p.relay.count("median answers delivered (replayed)")
+        elif transient(exc):
+            _short(p, f"{what} not delivered before the step's deadline: {exc}")
+        elif exc.status == 409:
+            # The search moved on before this answer arrived: it is not counted, the
+            # release stays recorded (conservative), and the peer goes on (cover packets).
+            _short(p, f"{what} not counted: {exc.detail}")
+        else:
+            raise
+    except ProtocolError as exc:
+        if not transient(exc):
+            raise
+        _short(p, f"{what} not delivered before the step's deadline: {exc}")
+    return True
+
+
+def _short(p: Participant, why: str) -> None:
+    """Note a part of its own this identity could not do (logged; saved when the state DB can)."""
+    log.warning("identity %s in %s: %s", p.node.fingerprint[:12], p.problem.id, why)
+    p.shortfall.append(why)
+    p.reason = "; ".join(p.shortfall)
+    try:
+        participation_store.save(p)
+    except Exception as exc:  # a full disk: kept in memory, saved with the next move
+        log.warning("identity %s: its state could not be saved now: %s", p.node.fingerprint[:12], exc)
+
+
+def median_truth(p: Participant, query: MedianQuery, gen: np.random.Generator) -> bool:
+    """Is this identity's value above the threshold; a uniform bit when it cannot say."""
+    p.compute_example()
+    try:
+        if p.example is None:
+            raise AnonMLError("no example")
+        bad = invalid_features(p.example.x, p.problem.draft.features).get(query.feature)
+        if bad is not None:
+            raise AnonMLError(bad)
+        return bool(p.example.x[query.feature] > query.threshold)
+    except Exception as exc:  # whatever fails, a uniform bit through the same response
+        p._standin(f"median answer: {exc}")
+        return bool(gen.integers(2))
