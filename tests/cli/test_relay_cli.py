@@ -7,13 +7,11 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
-
-import requests
 
 from anonml.serving import free_port
 from tests.cli.test_cli import run
+from tests.waiting import answers_ok, wait_until
 
 
 def test_relay_serve_needs_an_aggregator(tmp_path: Path) -> None:
@@ -32,16 +30,9 @@ def test_relay_serve_serves_a_relay_that_holds_no_data(tmp_path: Path) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, process.communicate()[1]
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline, "the relay did not start serving"
-            time.sleep(0.2)
+        wait_until(lambda: process.poll() is not None or answers_ok(f"http://127.0.0.1:{port}/healthz", 5),
+                   90, "the relay to start serving")
+        assert process.poll() is None, process.communicate()[1]
         policy = json.loads((home / "policy.json").read_text())
         assert (policy["relay"], policy["relay_only"], policy["auto_accept"]) == (True, True, True)
         assert policy["offered_sources"] == []  # no event source is ever read
