@@ -10,7 +10,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from anonml.errors import RecordError
 from anonml.readers import block_lines, iter_line_blocks, open_text
 from anonml.store import EventStore
 from importers.edx import EdxImporter
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(
     "fork" not in __import__("multiprocessing").get_all_start_methods(), reason="workers are forked"
@@ -199,20 +199,20 @@ def test_a_killed_import_leaves_no_workers_and_no_events(tmp_path: Path) -> None
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + 60
         workers: set[int] = set()
-        while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+
+        def seen_or_done() -> bool:
+            nonlocal workers
             workers = _children(proc.pid)
-            time.sleep(0.01)
+            return len(workers) >= 2 or proc.poll() is not None
+
+        wait_until(seen_or_done, 60, "the import's workers to start", every=0.01)
         if proc.poll() is not None:
             pytest.skip("the import finished before its workers could be seen (an unusually fast machine)")
         assert len(workers) >= 2, "the workers never started"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
-        deadline = time.monotonic() + 60
-        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not any(_alive(w) for w in workers), "a worker outlived the killed import"
+        wait_until(lambda: not any(_alive(w) for w in workers), 60, "the workers to end with the import")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -49,7 +49,6 @@ import base64
 import json
 import re
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +88,7 @@ from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from tests.aggregator.helpers import ADMIN, WirePeer, post, propose, status, wait_phase
 from tests.peer.helpers import mooc_dropout_draft
+from tests.waiting import wait_until
 
 __all__ = [
     "KINDS",
@@ -116,24 +116,6 @@ _PREFIX = re.compile(r"^/v/([A-Za-z0-9_-]{1,64})(/.*)$")
 _TOKENS = re.compile(r"^/problems/[^/]+/tokens$")
 
 Rewrite = Callable[[Any], Any]
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    """Poll ``predicate`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-        time.sleep(0.05)
-
-
-def answers_ok(url: str, timeout: float = 10.0) -> bool:
-    """One GET of ``url`` for :func:`wait_until`: True on 200; False, not a failure, when the server
-    refuses the connection or has not answered within ``timeout`` (starting, or slow on a loaded
-    machine) — the poll's deadline decides."""
-    try:
-        return requests.get(url, timeout=timeout).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 class _Equivocator(HttpMiddleware):
@@ -331,7 +313,7 @@ class MaliciousAggregator:
 
     def roster(self, problem: Problem, timeout: float = 30.0) -> Roster:
         """The honest signed roster, once registration has closed (waits for it)."""
-        wait_until(lambda: self.status(problem).phase != "registration", "registration to close", timeout)
+        wait_until(lambda: self.status(problem).phase != "registration", timeout, "registration to close")
         response = requests.get(f"{self.url}/problems/{problem.id}/roster", timeout=30)
         assert response.status_code == 200, response.text
         return Roster.model_validate_json(response.content)
@@ -443,8 +425,8 @@ class HonestPeers:
         """Every identity has decided on ``problem``."""
         wait_until(
             lambda: all(self.decision(problem, n) is not None for n in self.nodes),
-            f"every peer to decide on {problem.id}",
             timeout,
+            f"every peer to decide on {problem.id}",
         )
 
     def wait_stopped(self, problem: Problem, which: int | PeerNode = 0, timeout: float = 60.0) -> str:
@@ -457,7 +439,7 @@ class HonestPeers:
             part = self.participation(problem, which)
             return part is not None and part[0] in ("aborted", "failed", "done", "degraded", "partial")
 
-        wait_until(stopped, f"peer {self.node(which).fingerprint[:12]} to stop in {problem.id}", timeout)
+        wait_until(stopped, timeout, f"peer {self.node(which).fingerprint[:12]} to stop in {problem.id}")
         decision = self.decision(problem, which)
         if decision is not None and decision[0] == "refuse":
             return decision[1]

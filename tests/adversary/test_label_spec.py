@@ -24,8 +24,9 @@ import requests
 
 from anonml.protocol import MAX_LABEL_CLASSES, LabelSpec, Problem, WitnessRef, signing_bytes
 from peer.policy import PeerPolicy
-from tests.adversary.malicious import MaliciousAggregator, mooc_draft, start_peers, wait_until
+from tests.adversary.malicious import MaliciousAggregator, mooc_draft, start_peers
 from tests.peer.helpers import mooc_dropout_draft
+from tests.waiting import wait_until
 from witness import WitnessSettings, start_witness_server
 
 POLICY = PeerPolicy(
@@ -106,13 +107,13 @@ def test_a_hostile_label_spec_is_never_joined(
         control = adversary.propose(mooc_draft(min_peers=20))  # honest, listed beside it
         # The peer read the listing that held both and joined the honest problem only.
         wait_until(
-            lambda: victim.decision(control) is not None, "the peer to decide on the honest problem", 180
+            lambda: victim.decision(control) is not None, 180, "the peer to decide on the honest problem"
         )
         assert victim.decision(control) == ("accept", victim.decision(control)[1])
         wait_until(
             lambda: any(reason in r.getMessage() for r in caplog.records),
-            f"the peer to say why it left out the proposal with {case}",
             180,
+            f"the peer to say why it left out the proposal with {case}",
         )
         said = next(r.getMessage() for r in caplog.records if reason in r.getMessage())
         assert "malformed problem" in said
@@ -158,7 +159,7 @@ def test_a_label_shown_to_one_peer_only_is_caught_by_the_witness(
             witness_seconds=3.0,
         )
         problem = adversary.propose(draft)
-        wait_until(lambda: adversary.status(problem).registered >= 8, "all 8 peers to register")
+        wait_until(lambda: adversary.status(problem).registered >= 8, 60, "all 8 peers to register")
         held = victim.host.db.proposal(problem.id)
         assert held is not None
         assert Problem.model_validate_json(held.problem_json).draft.label == three  # the lie was believed

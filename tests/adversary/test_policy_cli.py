@@ -21,7 +21,8 @@ from anonml.privacy import PrivacyLedger
 from anonml.serving import free_port
 from peer.app import load_or_create_identity
 from peer.settings import PeerSettings
-from tests.adversary.malicious import MaliciousAggregator, hostile, mooc_draft, wait_until
+from tests.adversary.malicious import MaliciousAggregator, hostile, mooc_draft
+from tests.waiting import wait_until
 
 #: Seconds an ``anonml`` process may take before it counts as hung. A ``peer`` command costs about
 #: 5 CPU seconds of imports, so on 2 cores shared with the suite's other workers one has taken over
@@ -100,7 +101,7 @@ def test_a_lifetime_cap_given_to_start_holds_for_accept_in_another_process(
             rows = json.loads(_anonml(home, "peer", "proposals", "--json").stdout or "[]")
             return any(r["id"] == problem.id and r["decision"] == "refuse" for r in rows)
 
-        wait_until(decided, "the daemon to refuse the problem", timeout=HUNG_AFTER)
+        wait_until(decided, HUNG_AFTER, "the daemon to refuse the problem")
         saved = home / "peer" / "policy.json"
         assert saved.stat().st_mode & 0o777 == 0o600
         assert json.loads(saved.read_text())["lifetime_epsilon_cap"] == 1.5

@@ -15,7 +15,8 @@ import pytest
 
 from anonml.protocol import Roster
 from peer.policy import PeerPolicy
-from tests.adversary.malicious import MaliciousAggregator, mooc_draft, start_peers, wait_until
+from tests.adversary.malicious import MaliciousAggregator, mooc_draft, start_peers
+from tests.waiting import wait_until
 
 POLICY = PeerPolicy(  # the default floors (no witness runs here: the floors alone refuse)
     auto_accept=True, max_epsilon_per_problem=4.0, allow_loopback_http=True, require_witnesses=False
@@ -30,7 +31,7 @@ def _released_nothing_to(adversary: MaliciousAggregator, tag: str) -> None:
 
 def _register_then(adversary: MaliciousAggregator, problem, sybils: int) -> list[Any]:
     """Wait for the victim's registration, add ``sybils`` identities the aggregator controls, close."""
-    wait_until(lambda: adversary.status(problem).registered >= 1, "the victim to register")
+    wait_until(lambda: adversary.status(problem).registered >= 1, 60, "the victim to register")
     fakes = [adversary.register_sybil(problem) for _ in range(sybils)]
     adversary.close(problem)
     return fakes

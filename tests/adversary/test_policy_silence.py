@@ -32,8 +32,8 @@ from tests.adversary.malicious import (
     hostile,
     mooc_draft,
     start_peers,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 POLICY = PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=4.0)
 N = 12
@@ -44,10 +44,10 @@ def _run(adversary: MaliciousAggregator, peers: HonestPeers, draft: ProblemDraft
     """Propose, let every peer decide and register, close, and wait until the peers finished."""
     problem = adversary.propose(draft)
     peers.wait_decided(problem)
-    wait_until(lambda: adversary.status(problem).registered == N, "every peer to register", timeout=60)
+    wait_until(lambda: adversary.status(problem).registered == N, 60, "every peer to register")
     adversary.close(problem)
     adversary.wait_phase(problem, "done", "degraded", "failed", timeout=120)
-    wait_until(lambda: peers.host.sessions[problem.id].finished, "the peers to finish", timeout=60)
+    wait_until(lambda: peers.host.sessions[problem.id].finished, 60, "the peers to finish")
     return problem
 
 

@@ -33,7 +33,8 @@ from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
-from tests.adversary.malicious import MaliciousAggregator, mooc_draft, wait_until
+from tests.adversary.malicious import MaliciousAggregator, mooc_draft
+from tests.waiting import wait_until
 
 #: People of each kind (empty store, full store): the correlation's standard error is about
 #: 1/sqrt(2·PEOPLE − 3) (Fisher), 0.16 here.
@@ -115,7 +116,7 @@ def test_registration_time_does_not_follow_the_event_store_size(
                     host.poll_once()  # discovers, decides and registers, as a person's daemon does
                 handed, answered = clock.registered[key]
                 # The example is computed afterwards, off the worker's thread: wait for it.
-                wait_until(lambda n=node: str(id(n.store)) in clock.read, "the example to be computed")
+                wait_until(lambda n=node: str(id(n.store)) in clock.read, 60, "the example to be computed")
                 assert clock.read[str(id(node.store))] >= answered, "the store was read before registering"
             finally:
                 host.close()

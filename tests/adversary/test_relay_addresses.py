@@ -36,9 +36,10 @@ from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from peer.relay import REFUSED_ADDRESS, RelayRound
-from tests.adversary.malicious import MaliciousAggregator, mooc_draft, start_peers, wait_until
+from tests.adversary.malicious import MaliciousAggregator, mooc_draft, start_peers
 from tests.aggregator.helpers import WirePeer, post
 from tests.peer.helpers import non_loopback_address
+from tests.waiting import wait_until
 
 HEX = "ab" * 16
 
@@ -279,13 +280,14 @@ def test_a_member_never_connects_to_a_roster_member_whose_relay_name_resolves_in
     policy = PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=4.0)
     peers = start_peers(tmp_path, adversary.url, cohort(1), policy, roster_comparisons=2)
     try:
-        wait_until(lambda: adversary.status(problem).registered >= 1, "the victim to register")
+        wait_until(lambda: adversary.status(problem).registered >= 1, 60, "the victim to register")
         for _ in range(3):  # every other member points at the internal service
             adversary.register_sybil(problem, relay_base=f"https://{NAME}:{inside.port}")
         adversary.close(problem)
         wait_until(
             lambda: peers.host.relay.counters["roster witness refused: relay address"] >= 2
             or inside.connections > 0,
+            60,
             "the victim to refuse the members' relay addresses (or to connect to them)",
         )
     finally:
@@ -330,7 +332,7 @@ def test_a_relay_never_forwards_a_packet_to_a_next_hop_whose_name_resolves_insid
             routes[me.node_id], data=packet, headers={"content-type": "application/octet-stream"}, timeout=30
         )
         assert answer.status_code == 202
-        wait_until(lambda: host.relay.counters["forwarded lost"] >= 1, "the release to be settled")
+        wait_until(lambda: host.relay.counters["forwarded lost"] >= 1, 60, "the release to be settled")
     finally:
         server.stop()
         host.db.close()

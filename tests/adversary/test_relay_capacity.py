@@ -40,6 +40,7 @@ from tests.adversary.test_wire_relays import _propose_with_hostile_members, _sim
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import WirePeer, close_registration, roster_of, status, wait_phase
 from tests.peer.test_relay import OCTETS, Capture, relay_host
+from tests.waiting import wait_until
 
 ROUND = 5151
 POST = {"content-type": RELAY_POST_TYPE}
@@ -348,10 +349,7 @@ def test_an_outsider_flooding_every_relay_during_a_round_costs_no_report(aggrega
     stop = threading.Event()
     try:
         problem = _propose_with_hostile_members(aggregator.url, {})
-        deadline = time.monotonic() + 60
-        while status(aggregator.url, problem.id).registered < 8:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: status(aggregator.url, problem.id).registered >= 8, 60, "8 registrations")
         close_registration(aggregator.url, problem.id, or_deadline=True)
         flood = Flood(
             aggregator.url, problem.id, problem.round_id, PublicIdentity.from_bytes(bytes(problem.aggregator))
@@ -361,10 +359,7 @@ def test_an_outsider_flooding_every_relay_during_a_round_costs_no_report(aggrega
         final = wait_phase(aggregator.url, problem.id, ("done", "degraded", "failed"), timeout=120)
         stop.set()
         flooder.join(timeout=30)
-        deadline = time.monotonic() + 30
-        while not host.sessions[problem.id].finished:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: host.sessions[problem.id].finished, 30, "the host's session to finish")
         participants = host.sessions[problem.id].participants
         sent = sum(len(p.tokens or ()) for p in participants)
         arrived = final.reports_accepted / sent
@@ -397,17 +392,11 @@ def test_a_dead_first_hop_is_routed_around(aggregator, tmp_path):  # noqa: F811
     try:
         problem = _propose_with_hostile_members(aggregator.url, {})
         assert dead.register(aggregator.url, problem).status_code == 201
-        deadline = time.monotonic() + 60
-        while status(aggregator.url, problem.id).registered < 9:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: status(aggregator.url, problem.id).registered >= 9, 60, "9 registrations")
         close_registration(aggregator.url, problem.id, or_deadline=True)
         final = wait_phase(aggregator.url, problem.id, ("done", "degraded", "failed"), timeout=120)
         assert final.phase in ("done", "degraded"), final.message
-        deadline = time.monotonic() + 30
-        while not host.sessions[problem.id].finished:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: host.sessions[problem.id].finished, 30, "the host's session to finish")
         participants = host.sessions[problem.id].participants
         gone = dead.identity.public.node_id
         # Found dead by the host's probes of the roster's relay hosts (or by a first hop that did

@@ -26,7 +26,8 @@ import pytest
 from anonml.crypto import TokenKey
 from anonml.protocol import Problem
 from peer.policy import PeerPolicy
-from tests.adversary.malicious import HonestPeers, MaliciousAggregator, mooc_draft, start_peers, wait_until
+from tests.adversary.malicious import HonestPeers, MaliciousAggregator, mooc_draft, start_peers
+from tests.waiting import wait_until
 
 POLICY = PeerPolicy.for_simulation(auto_accept=True, max_epsilon_per_problem=4.0)
 HONEST = 7  # beside the one victim: the roster has 8 members, every one a report peer (no median pool)
@@ -47,7 +48,7 @@ def _register_everyone(
     problem = adversary.propose(mooc_draft(min_peers=HONEST + 1, kp=2))
     victim.wait_decided(problem)
     honest.wait_decided(problem)
-    wait_until(lambda: adversary.status(problem).registered == HONEST + 1, "every peer to register")
+    wait_until(lambda: adversary.status(problem).registered == HONEST + 1, 60, "every peer to register")
     return problem
 
 
@@ -72,7 +73,7 @@ def test_tokens_evaluated_under_a_per_peer_key_are_refused_before_anything_is_re
         # The forged answer was served (the attack ran), and the victim asked once and never again.
         assert _token_requests(adversary, "victim") == 1
         adversary.wait_phase(problem, "done", "degraded", "failed", timeout=180)
-        wait_until(lambda: honest.host.sessions[problem.id].finished, "the honest peers to finish", 120)
+        wait_until(lambda: honest.host.sessions[problem.id].finished, 120, "the honest peers to finish")
         st = adversary.status(problem)
         kh = problem.draft.kh
         # The honest members were served by the real issuer; the victim's slots are counted lost

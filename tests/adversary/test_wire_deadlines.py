@@ -30,9 +30,9 @@ from anonml.plugins import PluginRef
 from peer.client import AggregatorClient, fetch_witness
 from peer.db import PeerDB
 from peer.discovery import discover
-from tests.adversary.malicious import wait_until
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import draft, propose
+from tests.waiting import wait_until
 
 #: Seconds between two trickled bytes, and bytes trickled: the whole answer would take 60 s.
 EVERY, BYTES = 2.0, 30
@@ -147,7 +147,7 @@ def test_a_fetch_gives_up_at_its_deadline_and_closes_its_connection(trickler, sh
     assert server.url in str(error) and f"within {DEADLINE:g} s" in str(error)
     assert server.accepted == 1
     # The connection was closed, not left to the trickler (it would hold a descriptor for 60 s).
-    wait_until(lambda: server.closed == 1, "the trickler to see the connection closed", 30)
+    wait_until(lambda: server.closed == 1, 30, "the trickler to see the connection closed")
 
 
 @pytest.mark.parametrize(
@@ -280,7 +280,7 @@ def test_a_black_hole_aggregator_never_holds_up_a_running_hosts_work_for_another
     host.worker.start()
     try:
         wait_until(
-            lambda: status(aggregator.url, problem.id).registered == 2, "both identities to register", 50
+            lambda: status(aggregator.url, problem.id).registered == 2, 50, "both identities to register"
         )
         assert hole.accepted >= 1 and hole.closed == 0, "the black hole's poll had already given up"
     finally:

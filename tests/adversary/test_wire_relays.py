@@ -51,6 +51,7 @@ from tests.aggregator.helpers import (
 from tests.aggregator.helpers import post as post_json
 from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
 from tests.peer.test_relay import OCTETS, ROUND, relays  # noqa: F401 - the relay fixture
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from peer.host import PeerHost
@@ -393,18 +394,12 @@ def test_a_round_completes_past_a_trickling_member_and_senders_count_what_a_drop
             {"trickle": (trickler, hostile["trickle"]), "drop": (dropper, hostile["drop"])},
             routes=1,
         )
-        deadline = time.monotonic() + 60
-        while status(aggregator.url, problem.id).registered < 10:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: status(aggregator.url, problem.id).registered >= 10, 60, "10 registrations")
         close_registration(aggregator.url, problem.id, or_deadline=True)
         final = wait_phase(aggregator.url, problem.id, ("done", "degraded", "failed"), timeout=90)
         # The round completed and published its model; what the droppers cost is reported.
         assert final.phase in ("done", "degraded"), final.message
-        deadline = time.monotonic() + 30
-        while not host.sessions[problem.id].finished:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: host.sessions[problem.id].finished, 30, "the host's session to finish")
         participants = host.sessions[problem.id].participants
         # Every participation ended with the model: done, or degraded when the problem was.
         assert {str(p.status) for p in participants} == {"degraded" if final.phase == "degraded" else "done"}

@@ -36,8 +36,8 @@ from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
-from tests.adversary.malicious import answers_ok, wait_until
 from tests.aggregator.helpers import aggregator_settings
+from tests.waiting import answers_ok, wait_until
 
 #: Half-open connections of the slowloris tests.
 SLOW = 300
@@ -119,11 +119,11 @@ def _slowloris(server: ThreadedServer) -> None:
     """Hundreds of trickled headers: held, ``/healthz`` answers meanwhile, all dropped by the deadline."""
     slow = SlowClients(_port(server.url), SLOW)
     try:
-        wait_until(lambda: _open(server) >= SLOW, f"the server to hold the {SLOW} slow connections", 60)
+        wait_until(lambda: _open(server) >= SLOW, 60, f"the server to hold the {SLOW} slow connections")
         assert requests.get(f"{server.url}/healthz", timeout=30).status_code == 200
-        wait_until(lambda: slow.closed() == SLOW, "the server to drop every slow connection", 120)
+        wait_until(lambda: slow.closed() == SLOW, 120, "the server to drop every slow connection")
         assert all(answer == b"" for answer in slow.answers.values())  # dropped, never answered
-        wait_until(lambda: _open(server) <= 1, "the server to let go of them", 30)
+        wait_until(lambda: _open(server) <= 1, 30, "the server to let go of them")
     finally:
         slow.close()
 
@@ -166,7 +166,7 @@ def test_a_body_trickled_past_its_deadline_is_dropped(tight_aggregator):
             b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n{")
     slow = SlowClients(_port(tight_aggregator.url), 4, head)
     try:
-        wait_until(lambda: slow.closed() == 4, "the trickled bodies to be dropped", 60)
+        wait_until(lambda: slow.closed() == 4, 60, "the trickled bodies to be dropped")
         assert all(answer == b"" for answer in slow.answers.values())
     finally:
         slow.close()
@@ -176,15 +176,15 @@ def test_a_body_trickled_past_its_deadline_is_dropped(tight_aggregator):
 def test_one_client_holds_at_most_its_share_of_connections(tight_aggregator):
     slow = SlowClients(_port(tight_aggregator.url), TIGHT.per_client)
     try:
-        wait_until(lambda: _open(tight_aggregator) >= TIGHT.per_client, "the slow connections to be held")
+        wait_until(lambda: _open(tight_aggregator) >= TIGHT.per_client, 60, "the slow connections to be held")
         with socket.create_connection(("127.0.0.1", _port(tight_aggregator.url)), timeout=30) as extra:
             extra.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
             answer = extra.recv(4096)
         assert answer.startswith(b"HTTP/1.1 503 "), answer  # refused at once, not queued
-        wait_until(lambda: slow.closed() == TIGHT.per_client, "the slow connections to be dropped", 60)
+        wait_until(lambda: slow.closed() == TIGHT.per_client, 60, "the slow connections to be dropped")
     finally:
         slow.close()
-    wait_until(lambda: answers_ok(f"{tight_aggregator.url}/healthz"), "/healthz to answer again", 30)
+    wait_until(lambda: answers_ok(f"{tight_aggregator.url}/healthz"), 30, "/healthz to answer again")
 
 
 def test_the_total_of_connections_is_capped(tmp_path: Path):
@@ -198,14 +198,14 @@ def test_the_total_of_connections_is_capped(tmp_path: Path):
     try:
         slow = SlowClients(_port(handle.url), 12)
         try:
-            wait_until(lambda: _open(handle) >= 12, "the slow connections to be held")
+            wait_until(lambda: _open(handle) >= 12, 60, "the slow connections to be held")
             with socket.create_connection(("127.0.0.1", _port(handle.url)), timeout=30) as extra:
                 extra.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
                 assert extra.recv(4096).startswith(b"HTTP/1.1 503 ")
-            wait_until(lambda: slow.closed() == 12, "the slow connections to be dropped", 60)
+            wait_until(lambda: slow.closed() == 12, 60, "the slow connections to be dropped")
         finally:
             slow.close()
-        wait_until(lambda: answers_ok(f"{handle.url}/healthz"), "/healthz to answer again", 30)
+        wait_until(lambda: answers_ok(f"{handle.url}/healthz"), 30, "/healthz to answer again")
     finally:
         handle.stop()
 
@@ -228,8 +228,8 @@ def test_a_client_that_never_reads_its_answer_is_dropped():
         reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         reader.connect(("127.0.0.1", _port(handle.url)))
         reader.sendall(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
-        wait_until(lambda: _open(handle) == 1, "the request to be taken")
-        wait_until(lambda: _open(handle) == 0, "the server to drop the client that reads nothing", 60)
+        wait_until(lambda: _open(handle) == 1, 60, "the request to be taken")
+        wait_until(lambda: _open(handle) == 0, 60, "the server to drop the client that reads nothing")
     finally:
         reader.close()
         handle.stop()

@@ -12,7 +12,6 @@ target's own transcript is not it — and the aggregator cannot get it co-signed
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -38,13 +37,14 @@ from anonml.protocol import (
 )
 from peer.app import start_peer_server
 from peer.client import AggregatorClient
-from peer.db import PeerDB
+from peer.db import ParticipationRow, PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import close_registration, propose, status, wait_phase
 from tests.peer.helpers import mooc_dropout_draft, simulated_nodes
+from tests.waiting import wait_until
 from tests.witness.helpers import ask_witness
 from witness import WitnessSettings, start_witness_server
 
@@ -143,10 +143,8 @@ def _draft(witness, *, admission: Admission | None = None):
 
 
 def _wait_registered(url: str, pid: str, target: PeerHost, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while pid not in target.sessions or status(url, pid).registered < 8:
-        assert time.monotonic() < deadline, "not every peer registered"
-        time.sleep(0.05)
+    wait_until(lambda: pid in target.sessions and status(url, pid).registered >= 8, timeout,
+               "every peer to register")
 
 
 def _lie_to(host: PeerHost, pid: str, liar: EquivocatingClient) -> EquivocatingClient:
@@ -159,13 +157,12 @@ def _lie_to(host: PeerHost, pid: str, liar: EquivocatingClient) -> EquivocatingC
 
 
 def _wait_aborted(host: PeerHost, pid: str, fingerprint: str, timeout: float = 40.0) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        row = host.db.participation(pid, fingerprint)
-        if row is not None and row.phase == "aborted":
-            return row.reason
-        assert time.monotonic() < deadline, f"target never stopped (status {row.phase if row else None})"
-        time.sleep(0.05)
+    def row() -> ParticipationRow | None:
+        return host.db.participation(pid, fingerprint)
+
+    found = wait_until(lambda: (r := row()) is not None and r.phase == "aborted" and r, timeout,
+                       lambda: f"the target to abort (status {getattr(row(), 'phase', None)})")
+    return found.reason
 
 
 def _released_nothing(host: PeerHost, node: PeerNode) -> None:

@@ -8,7 +8,6 @@ every report) and the signed documents unit tests build without a server.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -54,6 +53,7 @@ from anonml.protocol import (
     token_batch_request,
 )
 from tests.databases import table_rows
+from tests.waiting import wait_until
 
 TOKEN = "test-admin-token"
 
@@ -240,17 +240,17 @@ def status(url: str, pid: str) -> ProblemStatus:
 
 
 def wait_phase(url: str, pid: str, phases: tuple[str, ...], timeout: float = 120.0) -> ProblemStatus:
-    """Poll the problem's status until its phase is one of ``phases``; fail after ``timeout`` seconds.
+    """``pid``'s status once its phase is one of ``phases`` (fails saying where it is instead).
 
     A deadline, never a wait: generous (at load ~24 one registration took over 30 s to close).
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        st = status(url, pid)
-        if st.phase in phases:
-            return st
-        assert time.monotonic() < deadline, f"still in {st.phase}: {st.message}"
-        time.sleep(0.05)
+    seen: list[ProblemStatus] = []
+
+    def reached() -> ProblemStatus | None:
+        seen[:] = [status(url, pid)]
+        return seen[0] if seen[0].phase in phases else None
+
+    return wait_until(reached, timeout, lambda: f"{phases}: still in {seen[0].phase}: {seen[0].message}")
 
 
 def register_and_close(
@@ -317,13 +317,9 @@ def median_queries(url: str, pid: str) -> list[MedianQuery]:
 
 def wait_median_query(url: str, pid: str, step: int, timeout: float = 60.0) -> MedianQuery:
     """The open query of search ``step``, once the aggregator has asked it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = [q for q in median_queries(url, pid) if q.step == step]
-        if found:
-            return found[0]
-        assert time.monotonic() < deadline, f"no open query for step {step}: {status(url, pid)}"
-        time.sleep(0.05)
+    found = wait_until(lambda: [q for q in median_queries(url, pid) if q.step == step], timeout,
+                       lambda: f"an open query for step {step}: {status(url, pid)}")
+    return found[0]
 
 
 def post(url: str, body, headers: dict | None = None) -> requests.Response:

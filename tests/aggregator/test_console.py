@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import requests
 
 from tests.aggregator.helpers import ADMIN, TOKEN, draft, propose, status, wait_phase
+from tests.waiting import wait_until
 from tests.webpages import csrf_of, login
 
 HOSTILE = '<script>alert("pwned")</script><img src=x onerror=alert(1)>'
@@ -226,14 +226,13 @@ def test_a_round_is_sampled_over_time_and_its_page_charts_it_counts_down_and_sta
     round_ = _open_round(aggregator, n=6, kh=2)
     url, pid = round_.url, round_.problem.id
     http, _ = login(url, "/console", TOKEN)
-    deadline = time.monotonic() + 30
-    while True:  # the driver samples at most once a second: wait for the registrations' sample
+    def samples() -> list[int]:
         with aggregator.state.sessions() as s:
-            seen = [r.registered for r in s.scalars(select(SampleRow).where(SampleRow.problem_id == pid))]
-        if 6 in seen:
-            break
-        assert time.monotonic() < deadline, seen
-        time.sleep(0.1)
+            return [r.registered for r in s.scalars(select(SampleRow).where(SampleRow.problem_id == pid))]
+
+    # the driver samples at most once a second: wait for the registrations' sample
+    seen = wait_until(lambda: 6 in (found := samples()) and found, 30,
+                      lambda: f"a sample of 6 registrations: {samples()}")
     assert seen == sorted(seen)  # counts only grow
     page = http.get(f"{url}/console/problems/{pid}", timeout=30).text
     for title in ("Registrations", "Median answers", "Reports received", "Refusals and losses by reason"):

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -20,6 +19,7 @@ from sqlalchemy.orm import Session
 from aggregator.db import LeaseRow, RejectRow, count_reject, create_tables
 from aggregator.lease import LeaseLost, PhaseLease, holder_id, parse_holder
 from anonml.database import make_engine
+from tests.waiting import wait_until
 
 LONG = 60.0  # a lease no test outlives: "still valid" never depends on the machine being quick
 
@@ -54,13 +54,6 @@ def _expires(lease: PhaseLease) -> float:
         return float(s.scalar(select(LeaseRow.expires).where(LeaseRow.name == lease.name)))
 
 
-def _until(condition, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} not reached in {timeout} s"
-        time.sleep(0.05)
-
-
 def test_the_first_taker_holds_it_and_a_second_is_refused_while_it_is_valid(engines) -> None:
     a, b = _lease(engines), _lease(engines)
     assert a.current() is None  # nobody took it yet
@@ -76,7 +69,7 @@ def test_renewing_extends_the_expiry_and_does_not_count_as_a_new_tenure(engines)
     assert a.acquire()
     first = _expires(a)
     _, remaining = a.current()
-    _until(lambda: a.current()[1] < remaining - 0.01, what="time passing on the database's clock")
+    wait_until(lambda: a.current()[1] < remaining - 0.01, 60, "time passing on the database's clock")
     assert a.acquire()
     # absolute expiries, not remaining times: the latter shrink by however long the machine
     # takes between the renewal and the read
@@ -88,7 +81,7 @@ def test_renewing_extends_the_expiry_and_does_not_count_as_a_new_tenure(engines)
 def test_an_expired_lease_goes_to_the_next_taker_and_the_old_holder_cannot_write_or_renew(engines) -> None:
     a, b = _lease(engines, ttl=0.5), _lease(engines)
     assert a.acquire()
-    _until(b.acquire, what="the short lease expiring")
+    wait_until(b.acquire, 60, "the short lease expiring")
     assert b.held and not a.held  # a's own belief ran out no later than the database's expiry
     assert b.current()[0] == b.holder and _taken(b) == 2
     assert not a.acquire()  # b's lease is valid: a cannot take it back

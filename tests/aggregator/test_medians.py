@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import requests
 
@@ -21,6 +19,7 @@ from tests.aggregator.helpers import (
     register_and_close,
     wait_phase,
 )
+from tests.waiting import wait_until
 
 
 def test_median_groups_split_the_pool_disjointly():
@@ -45,9 +44,12 @@ def test_median_search_asks_fresh_groups_and_refuses_bad_answers(aggregator):
     answered: set[int] = set()
     seen: list[MedianQuery] = []
     checked = False
-    deadline = time.monotonic() + 30
-    while requests.get(f"{aggregator.url}/problems/{problem.id}/status").json()["phase"] == "medians":
-        assert time.monotonic() < deadline
+
+    def answer_the_open_queries() -> bool:
+        """Answer (and probe) every open query; True once the search is over."""
+        nonlocal checked
+        if requests.get(f"{aggregator.url}/problems/{problem.id}/status").json()["phase"] != "medians":
+            return True
         for raw in requests.get(f"{aggregator.url}/problems/{problem.id}/medians").json():
             q = MedianQuery.model_validate(raw)
             verify_message(q, bytes(problem.aggregator))
@@ -77,7 +79,9 @@ def test_median_search_asks_fresh_groups_and_refuses_bad_answers(aggregator):
                     again = post(answers_url, members[i].answer(problem, q.feature, q.step, not bit))
                     assert again.status_code == 409 and "already answered" in again.json()["detail"]
                     checked = True
-        time.sleep(0.05)
+        return False
+
+    wait_until(answer_the_open_queries, 30, "the median search to end")
     wait_phase(aggregator.url, problem.id, ("reporting",))
     # Every query went to a disjoint group, and each member answered at most once.
     groups = [set(q.members) for q in seen]

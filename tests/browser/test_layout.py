@@ -38,8 +38,9 @@ from peer.policy import PeerPolicy
 from tests.aggregator.helpers import TOKEN, propose
 from tests.aggregator.helpers import draft as unrunnable_draft
 from tests.browser.conftest import goto
-from tests.browser.test_pages import LOCAL, _log_in, _wait
+from tests.browser.test_pages import LOCAL, _log_in
 from tests.peer.test_host import _draft as small_draft
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -108,8 +109,8 @@ def test_every_page_fits_a_desktop_and_a_phone_and_neutralises_hostile_text(aggr
     ui = mine.url
     try:
         ids = [p.id for p in (long, bidi, three, unrunnable, plain)]
-        _wait("the daemon to see every proposal",
-              lambda: all(mine.host.db.decision(pid, node.fingerprint) is not None for pid in ids))
+        wait_until(lambda: all(mine.host.db.decision(pid, node.fingerprint) is not None for pid in ids), 60,
+                   "the daemon to see every proposal")
         context = browser.new_context(viewport={"width": 1280, "height": 800}, device_scale_factor=1)
         context.set_default_timeout(60_000)
         requests_seen: list[tuple[str, str]] = []

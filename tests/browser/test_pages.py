@@ -36,6 +36,7 @@ from tests.adversary.malicious import mooc_draft
 from tests.aggregator.helpers import TOKEN, propose, status
 from tests.peer.helpers import simulation_host as crowd_host
 from tests.peer.test_host import _draft as small_draft
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from playwright.sync_api import Locator, Page
@@ -75,13 +76,6 @@ def _follow(page: Page, link: str, path: str) -> None:
     """
     page.click(f"nav >> text={link}")
     page.wait_for_url(f"**{path}", wait_until="domcontentloaded")
-
-
-def _wait(what: str, until, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not until():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _me(sim: Path, me_sim: SimulatedPeer) -> tuple[PeerNode, Path]:
@@ -145,7 +139,8 @@ def _person_accepts(dash: Page, pid: str, draft: ProblemDraft, hostile: Problem)
     """The person reads the proposal (and the hostile title, as text) and accepts it; returns the
     problem's row of the live participation table."""
     _follow(dash, "Proposals", "/ui/proposals")
-    _wait("the proposal on the page", lambda: dash.reload() or dash.locator(f"section[id='{pid}']").count())
+    wait_until(lambda: dash.reload() or dash.locator(f"section[id='{pid}']").count(), 60,
+               "the proposal on the page", every=0.2)  # each poll reloads the page
     card = dash.locator(f"section[id='{pid}']")
     text = card.inner_text()
     for seen in (
@@ -321,7 +316,8 @@ def test_a_person_follows_a_problem_from_proposal_to_model_in_the_browser(
         live = _person_accepts(dash, pid, draft, hostile)
         assert mine.host.db.accepted_epsilon(me.fingerprint) == {pid: 2.0}
         dash.evaluate("window.__noReload = 42")
-        _wait(f"{crowd_size + 1} registrations", lambda: status(agg, pid).registered == crowd_size + 1)
+        wait_until(lambda: status(agg, pid).registered == crowd_size + 1, 60,
+                   f"{crowd_size + 1} registrations")
         final = _operator_closes(page, dash, live, pid)
         _person_reads_shares_and_model(dash, mine.host, me, pid, final)
         assert page.dialogs == []  # the hostile title opened nothing

@@ -21,6 +21,7 @@ from anonml.protocol import ModelDocument, Problem, ProblemDraft, Schedule, sign
 from anonml.serving import free_port
 from peer.db import PeerDB
 from tests.aggregator.helpers import TOKEN, draft, signed_problem
+from tests.waiting import wait_until
 
 runner = CliRunner()
 
@@ -162,7 +163,6 @@ def _serve(args: list[str], module: str, health: str, home: Path) -> tuple[dict,
     import os
     import subprocess
     import sys
-    import time
 
     import requests
 
@@ -172,14 +172,18 @@ def _serve(args: list[str], module: str, health: str, home: Path) -> tuple[dict,
                             stderr=subprocess.PIPE, text=True)
     answer: dict = {}
     try:
-        deadline = time.monotonic() + 60
-        while not answer:
+        def health_or_exit() -> bool:
+            nonlocal answer
+            if proc.poll() is not None:
+                return True
             try:
                 answer = requests.get(health, timeout=5).json()
             except requests.ConnectionError:
-                assert proc.poll() is None, proc.communicate()[1]
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+                return False
+            return True
+
+        wait_until(health_or_exit, 60, f"{health} to answer")
+        assert answer, proc.communicate()[1]
     finally:
         proc.terminate()
         _, stderr = proc.communicate(timeout=30)

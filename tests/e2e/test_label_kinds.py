@@ -15,7 +15,6 @@ from __future__ import annotations
 import html
 import json
 import sqlite3
-import time
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +31,7 @@ from peer.records import shuffle_bounds
 from peer.routes.dashboard import PAGES
 from tests.aggregator.helpers import close_registration, propose, status, wait_phase
 from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
+from tests.waiting import wait_until
 
 N_PEERS = 40
 EPSILON = 2.0
@@ -58,10 +58,7 @@ def _run(aggregator_url: str, tmp_path: Path, d: ProblemDraft):
     server = start_peer_server(host)
     try:
         problem = propose(aggregator_url, d)
-        deadline = time.monotonic() + 120
-        while status(aggregator_url, problem.id).registered < N_PEERS:
-            assert time.monotonic() < deadline, "the peers did not all register"
-            time.sleep(0.1)
+        wait_until(lambda: status(aggregator_url, problem.id).registered >= N_PEERS, 120, "registrations")
         close_registration(aggregator_url, problem.id, or_deadline=True)
         final = wait_phase(aggregator_url, problem.id, ("done", "degraded", "failed"), timeout=180)
         assert final.phase in ("done", "degraded"), final.message
@@ -70,10 +67,7 @@ def _run(aggregator_url: str, tmp_path: Path, d: ProblemDraft):
         )
         predictions = [predict_locally(problem, document, p.store, p.username) for p in simulated]
         # What `anonml peer ledger` and the dashboard show each identity (peer.records.shuffle_bounds).
-        deadline = time.monotonic() + 30
-        while not host.sessions[problem.id].finished:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: host.sessions[problem.id].finished, 30, "the host's session to finish")
         per_node = [
             shuffle_bounds(host.db, n.fingerprint, n.ledger.releases(peer=n.fingerprint)).get(problem.id)
             for n in nodes

@@ -20,9 +20,9 @@ import requests
 from aggregator.app import start_server_process
 from anonml.protocol import Roster
 from peer.simulate import SimulationManifest
-from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
 from tests.faults.helpers import fault_draft, write_hosts
+from tests.waiting import wait_until
 
 # 8 members of which 5 relay: f = min(1, 0.2·8/5) = 0.32, a route hostile end to end 0.32³ ≈ 0.033:
 # above the default 0.01, so these simulated peers' policies accept up to 0.05 (docs/threat-model.md).
@@ -52,7 +52,7 @@ def test_sender_only_peers_and_a_data_free_relay_take_part_in_a_round(tmp_path: 
         sender_port = SimulationManifest.model_validate_json(senders.manifest.read_text()).port
         assert _refused(sender_port)  # nothing of the sender-only host accepts a connection
         problem = propose(aggregator.url, fault_draft())
-        wait_until(lambda: status(aggregator.url, problem.id).registered == 8, "all to register", 120)
+        wait_until(lambda: status(aggregator.url, problem.id).registered == 8, 120, "all to register")
         close_registration(aggregator.url, problem.id)
         final = wait_phase(aggregator.url, problem.id, ("done", "degraded", "failed"), timeout=240)
         roster = Roster.model_validate_json(
@@ -60,8 +60,8 @@ def test_sender_only_peers_and_a_data_free_relay_take_part_in_a_round(tmp_path: 
         )
         wait_until(
             lambda: {r[0] for r in senders.rows("SELECT phase FROM peer_participations")} == {"done"},
-            "the sender-only identities to download the model",
             60,
+            "the sender-only identities to download the model",
         )
         sender_rows = senders.rows("SELECT phase, reason FROM peer_participations")
         relay_facts = hosts["relay"][0].rows("SELECT facts_json FROM peer_participations")

@@ -37,6 +37,7 @@ from anonml.protocol import Bins, Problem, ProblemDraft
 from anonml.serving import child_environment, free_port
 from peer.simulate import SimulatedIdentity, SimulationManifest
 from tests.peer.helpers import mooc_dropout_draft
+from tests.waiting import wait_until
 
 __all__ = [
     "ROOT",
@@ -357,16 +358,12 @@ def published_bins(url: str, pid: str) -> Bins | None:
 def open_round(url: str, draft: ProblemDraft, members: int, timeout: float = 120.0) -> tuple[Problem, Bins]:
     """Propose ``draft`` at ``url``, let ``members`` identities register, close registration and wait
     for the bins: the problem and its bins (the send window is ``[t_s, t_s + delta]``)."""
-    from tests.adversary.malicious import wait_until
     from tests.aggregator.helpers import close_registration, propose, status
 
     problem = propose(url, draft)
-    wait_until(lambda: status(url, problem.id).registered == members, "every identity to register", timeout)
+    wait_until(lambda: status(url, problem.id).registered == members, timeout, "every identity to register")
     close_registration(url, problem.id, or_deadline=True)
-    wait_until(lambda: published_bins(url, problem.id) is not None, "the bins", timeout)
-    bins = published_bins(url, problem.id)
-    assert bins is not None
-    return problem, bins
+    return problem, wait_until(lambda: published_bins(url, problem.id), timeout, "the bins")
 
 
 def round_with_copies_sent(
@@ -379,10 +376,8 @@ def round_with_copies_sent(
     A report none of whose copies left its sender is lost whatever the protocol does, so a fault
     made now costs only what the routes lose.
     """
-    from tests.adversary.malicious import wait_until
-
     problem, bins = open_round(url, draft, members, timeout)
     end = bins.t_s + bins.delta
     wait_until(lambda: faulty_rows(ALL_SENT_ONE)[0][0] == per_host or time.time() >= end,
-               "every identity of the failing host to send a copy", timeout + end - time.time())
+               timeout + end - time.time(), "every identity of the failing host to send a copy")
     return problem, bins

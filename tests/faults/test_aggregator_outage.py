@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
 from tests.faults.helpers import CuttingProxy, Killable, fault_draft, write_hosts
+from tests.waiting import wait_until
 
 IDENTITIES = 6
 #: The outage: at least this long, and until the peers found the aggregator dead this many times.
@@ -43,16 +43,16 @@ def test_an_outage_right_after_the_roster_costs_no_participation_and_no_report(t
         d = fault_draft(send_window_seconds=45.0)
         problem = propose(agg.url, d)
         wait_until(
-            lambda: status(agg.url, problem.id).registered == IDENTITIES, "every identity to register", 120
+            lambda: status(agg.url, problem.id).registered == IDENTITIES, 120, "every identity to register"
         )
         close_registration(agg.url, problem.id)
-        wait_until(proxy.cut.is_set, "the first assignment request (which kills the aggregator)", 120)
+        wait_until(proxy.cut.is_set, 120, "the first assignment request (which kills the aggregator)")
         killed_at = time.monotonic()
         assert agg.current is None and len(agg.killed) == 1
         wait_until(
             lambda: proxy.refused >= OUTAGE_REQUESTS and time.monotonic() >= killed_at + OUTAGE_SECONDS,
-            "the outage to last its time and be met by the peers",
             120,
+            "the outage to last its time and be met by the peers",
         )
         agg.start()
         proxy.target = agg.url
@@ -60,8 +60,8 @@ def test_an_outage_right_after_the_roster_costs_no_participation_and_no_report(t
         wait_until(
             lambda: all(r[0] in ("done", "degraded", "aborted", "failed")
                         for r in host.rows("SELECT phase FROM peer_participations")),
-            "every participation to end",
             120,
+            "every participation to end",
         )
         rows = host.rows("SELECT phase, reason FROM peer_participations")
         counters = host.status()["relay"]

@@ -27,7 +27,6 @@ from anonml.crypto import WindowSchedule
 from anonml.protocol import Bins, ModelDocument, Problem, ProblemStatus, verify_message
 from anonml.serving import free_port
 from peer.relay import default_guard, retry_delay
-from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import (
     aggregator_settings,
     bins_of,
@@ -37,16 +36,11 @@ from tests.aggregator.helpers import (
     wait_phase,
 )
 from tests.faults.helpers import Killable, PeerProcess, fault_draft, write_hosts
+from tests.waiting import wait_for_clock, wait_until
 
 OUTAGE = 3.0  # seconds at least between the kill and the restart
 #: The relay counters the test prints, summed over the hosts.
 RELAY_COUNTS = ("delivered", "delivered after retry", "delivered retried", "delivered lost")
-
-
-def _wait_for(moment: float) -> None:
-    """Until the wall clock passes ``moment`` (a schedule time of the round, not a guess at progress)."""
-    while time.time() < moment:
-        time.sleep(min(0.05, max(0.0, moment - time.time())))
 
 
 def _kill_in_the_last_stage(
@@ -61,14 +55,14 @@ def _kill_in_the_last_stage(
     """
     start = bins.t_s + bins.delta
     end = bins.t_r - default_guard(WindowSchedule(bins.t_s, bins.delta, bins.t_r))
-    _wait_for(start + 2 * (end - start) / 3 - 1.0)
+    wait_for_clock(start + 2 * (end - start) / 3 - 1.0, bins.t_r - time.time(), "the last release stage")
     agg.kill()
     killed = time.time()
-    _wait_for(killed + OUTAGE)
+    wait_for_clock(killed + OUTAGE, OUTAGE + 1, "the outage")
     wait_until(
         lambda: sum(p.status()["relay"].get("delivered retried", 0) for p in peers) > 0,
-        "a relay to retry a delivery to the dead intake",
         bins.t_r - time.time(),
+        "a relay to retry a delivery to the dead intake",
     )
     down = time.time() - killed
     agg.start()  # same database, identity and port
@@ -83,7 +77,7 @@ def _wait_for_the_peers(peers: list[PeerProcess], final: ProblemStatus) -> None:
     statuses = "SELECT phase, reason FROM peer_participations"
     for p in peers:
         try:
-            wait_until(lambda p=p: {r[0] for r in p.rows(statuses)} == {final.phase}, "the models", 90)
+            wait_until(lambda p=p: {r[0] for r in p.rows(statuses)} == {final.phase}, 90, "the models")
         except AssertionError:
             seen = f"{p.rows(statuses)}, {p.status()}"
             raise AssertionError(f"{final.phase} ({final.message}) but the peers: {seen}") from None
@@ -140,7 +134,7 @@ def test_the_aggregator_down_in_the_release_window_loses_only_what_missed_t_r_an
     try:
         d = fault_draft(send_window_seconds=12.0, release_window_seconds=60.0)
         problem = propose(agg.url, d)
-        wait_until(lambda: status(agg.url, problem.id).registered == 10, "every identity to register", 120)
+        wait_until(lambda: status(agg.url, problem.id).registered == 10, 120, "every identity to register")
         close_registration(agg.url, problem.id)
         wait_phase(agg.url, problem.id, ("reporting",), timeout=120)
         bins = bins_of(agg.url, problem.id)

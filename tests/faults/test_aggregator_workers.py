@@ -40,6 +40,7 @@ from tests.aggregator.helpers import (
     wait_phase,
 )
 from tests.databases import ON_POSTGRESQL, SERVER_URL_VARIABLE, table_rows
+from tests.waiting import wait_until
 
 #: Lease of these tests: short enough that an expiry handover fits a test, renewed every 1.5 s.
 LEASE = 6.0
@@ -53,13 +54,11 @@ def _holder_pid(db_url: str) -> int | None:
 
 def _wait_holder(db_url: str, among: set[int] | None = None, *, not_: int | None = None) -> int:
     """The PID holding the phase lease, once it is one of ``among`` (and not ``not_``)."""
-    deadline = time.monotonic() + 120
-    while True:
-        pid = _holder_pid(db_url)
-        if pid is not None and (among is None or pid in among) and pid != not_:
-            return pid
-        assert time.monotonic() < deadline, f"lease holder {pid}, waiting for one of {among} (not {not_})"
-        time.sleep(0.05)
+    def wanted(pid: int | None) -> int | None:
+        return pid if pid is not None and (among is None or pid in among) and pid != not_ else None
+
+    return wait_until(lambda: wanted(_holder_pid(db_url)), 120,
+                      lambda: f"a lease holder among {among} (not {not_}): it is {_holder_pid(db_url)}")
 
 
 def _open_problem(urls: list[str], n: int = 6) -> tuple[Problem, list[WirePeer]]:
@@ -165,12 +164,9 @@ def test_a_frozen_holder_loses_the_lease_at_expiry_and_cannot_take_it_back(pair)
     model = requests.get(f"{frozen.url}/problems/{problem.id}/model", timeout=60)
     assert model.status_code == 200 and ModelDocument.model_validate_json(model.content) == doc
     # Its keeper tries at once on waking; two renewals by the holder later, the holder is unchanged.
-    seen = {table_rows(db_url, "SELECT expires FROM leases WHERE name = 'phases'")[0][0]}
-    deadline = time.monotonic() + 60
-    while len(seen) < 3:
-        assert time.monotonic() < deadline, "the lease was not renewed after the frozen process woke"
-        time.sleep(0.05)
-        seen.add(table_rows(db_url, "SELECT expires FROM leases WHERE name = 'phases'")[0][0])
+    seen: set[float] = set()
+    wait_until(lambda: seen.add(table_rows(db_url, "SELECT expires FROM leases WHERE name = 'phases'")[0][0])
+               or len(seen) >= 3, 60, "two renewals of the lease after the frozen process woke")
     assert _holder_pid(db_url) == other.process.pid
     assert wait_phase(frozen.url, problem.id, ("done",)).phase == "done"
 

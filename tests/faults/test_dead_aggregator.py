@@ -19,9 +19,9 @@ import pytest
 from aggregator.app import start_server_process
 from anonml.serving import free_port
 from peer.discovery import poll_backoff
-from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
 from tests.faults.helpers import fault_draft, releases, write_hosts
+from tests.waiting import wait_until
 
 IDENTITIES = 5
 
@@ -37,15 +37,15 @@ def test_a_dead_aggregator_beside_a_live_one_is_backed_off_and_the_live_problem_
         d = fault_draft()
         problem = propose(live.url, d)
         wait_until(
-            lambda: status(live.url, problem.id).registered == IDENTITIES, "every identity to register", 120
+            lambda: status(live.url, problem.id).registered == IDENTITIES, 120, "every identity to register"
         )
         close_registration(live.url, problem.id)
         final = wait_phase(live.url, problem.id, ("done", "degraded", "failed"), timeout=180)
         assert final.phase == "done", final.message
         wait_until(
             lambda: {r[0] for r in host.rows("SELECT phase FROM peer_participations")} == {"done"},
-            "every participation to download the model",
             90,
+            "every participation to download the model",
         )
         elapsed = time.monotonic() - started
         counters = host.status()["relay"]

@@ -29,9 +29,9 @@ import pytest
 
 from aggregator.app import start_server_process
 from anonml.protocol import route_count
-from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import aggregator_settings, wait_phase
 from tests.faults.helpers import fault_draft, round_with_copies_sent, write_hosts
+from tests.waiting import wait_until
 
 PER_HOST = 8
 
@@ -57,7 +57,8 @@ def test_one_dead_host_of_three_loses_at_most_5_percent_at_the_default_redundanc
             wait_until(
                 lambda host=host: all(r[0] in ("done", "degraded", "partial", "failed")
                                       for r in host.rows("SELECT phase FROM peer_participations")),
-                "every live participation to end", 120,
+                120,
+                "every live participation to end",
             )
         live = [a.status()["relay"], b.status()["relay"]]
     finally:

@@ -25,9 +25,9 @@ from sqlalchemy import event
 
 from aggregator.app import create_app, start_server, start_server_process
 from anonml.protocol import Problem
-from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import WirePeer, aggregator_settings, draft, propose, status
 from tests.faults.helpers import fill, tmpfs
+from tests.waiting import wait_until
 
 FULL_LINE = "storage cannot write"
 
@@ -58,7 +58,8 @@ def _check_full(url: str, problem: Problem, refused: requests.Response) -> None:
 
 
 def _check_freed(url: str, problem: Problem, taken: list[WirePeer], refused: WirePeer) -> None:
-    wait_until(lambda: requests.get(f"{url}/healthz", timeout=30).status_code == 200, "/healthz to be ready")
+    wait_until(lambda: requests.get(f"{url}/healthz", timeout=30).status_code == 200, 60,
+               "/healthz to be ready")
     assert refused.register(url, problem).status_code == 201  # the one refused comes back and is taken
     assert status(url, problem.id).registered == len(taken) + 1  # nothing taken before was lost
 

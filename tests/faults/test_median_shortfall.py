@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
 from tests.faults.helpers import CuttingProxy, Killable, fault_draft, write_hosts
+from tests.waiting import wait_until
 
 IDENTITIES = 8
 
@@ -38,15 +38,15 @@ def test_undelivered_median_answers_end_partial_and_are_in_the_account(tmp_path:
         })
         problem = propose(agg.url, d)
         wait_until(
-            lambda: status(agg.url, problem.id).registered == IDENTITIES, "every identity to register", 120
+            lambda: status(agg.url, problem.id).registered == IDENTITIES, 120, "every identity to register"
         )
         close_registration(agg.url, problem.id)
         final = wait_phase(agg.url, problem.id, ("done", "degraded", "failed"), timeout=300)
         wait_until(
             lambda: all(r[0] in ("done", "degraded", "partial", "aborted", "failed")
                         for r in host.rows("SELECT phase FROM peer_participations")),
-            "every participation to end",
             120,
+            "every participation to end",
         )
         rows = host.rows("SELECT phase, reason FROM peer_participations")
     finally:

@@ -29,6 +29,7 @@ from anonml.outbound import Reply, fetch, retry_after_seconds
 from peer.client import HTTPRefusal, retry_wait, with_retries
 from peer.dispatch import Dispatcher
 from peer.relay import RelayService, _Release
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -167,14 +168,9 @@ def test_a_relay_delivering_to_a_shedding_intake_waits_its_retry_after() -> None
         now = time.time()
         release = _Release(f"{service.url}/intake", b"{}", "application/json", "delivered", now + 120)
         dispatcher.at(now, lambda: relay._due(release))
-        deadline = time.monotonic() + 60
-        while not service.shed_at:
-            assert time.monotonic() < deadline, "the delivery never reached the intake"
-            time.sleep(0.02)
+        wait_until(lambda: service.shed_at, 60, "the delivery to reach the intake (and be shed)")
         lane.in_flight, lane.gap = 0, None  # the intake has recovered
-        while relay.counters["delivered"] == 0:
-            assert time.monotonic() < deadline, f"never delivered: {dict(relay.counters)}"
-            time.sleep(0.02)
+        wait_until(lambda: relay.counters["delivered"], 60, lambda: f"a delivery: {dict(relay.counters)}")
         assert relay.counters["delivered after retry"] == 1 and relay.counters["delivered lost"] == 0
         assert service.calls == 1 and len(service.shed_at) == 1
         assert service.served_at[0] - service.shed_at[0] >= 3.0  # Retry-After: 3, honoured

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from aggregator.app import start_server_process
-from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
 from tests.faults.helpers import fault_draft, fill, tmpfs, write_hosts
+from tests.waiting import wait_until
 
 IDENTITIES = 8
 ENDED = ("done", "degraded", "partial", "aborted", "failed")
@@ -53,19 +53,19 @@ def test_a_full_state_disk_at_a_peer_ends_its_median_identities_with_the_reason(
             url = aggregator.url
             problem = propose(url, d)
             registered = lambda: status(url, problem.id).registered == IDENTITIES  # noqa: E731
-            wait_until(registered, "every identity to register", 120)
+            wait_until(registered, 120, "every identity to register")
             # ... and to have recorded it (the receipt saved): the disk fills for what comes next.
-            wait_until(lambda: host.rows(REGISTERED)[0][0] == IDENTITIES, "every receipt to be saved", 120)
+            wait_until(lambda: host.rows(REGISTERED)[0][0] == IDENTITIES, 120, "every receipt to be saved")
             filler = fill(disk)
             close_registration(url, problem.id, or_deadline=True)
             wait_until(lambda: status(url, problem.id).phase not in ("registration", "witnessing", "medians"),
-                       "the aggregator to leave the medians", 240)
+                       240, "the aggregator to leave the medians")
             filler.unlink()
             filler = None
             final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=240)
             ended = lambda: all(r[0] in ENDED for r in host.rows(ROWS))  # noqa: E731
             try:
-                wait_until(ended, "every participation to end", 120)
+                wait_until(ended, 120, "every participation to end")
             except AssertionError as exc:
                 raise AssertionError(f"{exc}: {host.rows(ROWS)}\n{host.log()[-4000:]}") from None
             rows = host.rows(ROWS)

@@ -33,7 +33,6 @@ from anonml.protocol import Problem, route_count
 from peer.db import PeerDB
 from peer.records import release_marks
 from peer.relayauth import RELAY_POST_TYPE, member_quota, post_key, seal_post
-from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import (
     WirePeer,
     aggregator_settings,
@@ -45,6 +44,7 @@ from tests.aggregator.helpers import (
     wait_phase,
 )
 from tests.faults.helpers import PeerProcess, fault_draft, releases, write_hosts
+from tests.waiting import wait_until
 
 
 @dataclass
@@ -110,14 +110,14 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
     problem = propose(cluster.aggregator.url, d)
     url, b = cluster.aggregator.url, cluster.b
     n = len(cluster.ledgers_b) + 6
-    wait_until(lambda: status(url, problem.id).registered == n, "every identity to register", 120)
+    wait_until(lambda: status(url, problem.id).registered == n, 120, "every identity to register")
     close_registration(url, problem.id, or_deadline=True)
     # B has built (and recorded) its packets; some are still to be sent: kill it there.
     unsent = "SELECT count(*) FROM peer_outbox WHERE sent = 0"
     round_seconds = sum(
         (d.schedule.report_delay_seconds, d.schedule.send_window_seconds, d.schedule.release_window_seconds)
     )
-    wait_until(lambda: bool(b.rows(KILL_POINTS[kill_point])[0][0]), kill_point, 120 + round_seconds)
+    wait_until(lambda: bool(b.rows(KILL_POINTS[kill_point])[0][0]), 120 + round_seconds, kill_point)
     b.kill()
     left_unsent = b.rows(unsent)[0][0]
     held_at_kill = b.rows("SELECT count(*) FROM peer_held_packets")[0][0]
@@ -131,8 +131,8 @@ def test_a_peer_host_killed_mid_round_resumes_its_round(cluster: Cluster, kill_p
     for host in (b, cluster.a):  # each counts its lost reports when it downloads the model
         wait_until(
             lambda host=host: {r[0] for r in host.rows("SELECT phase FROM peer_participations")} == {"done"},
-            "every participation to download the model",
             90,
+            "every participation to download the model",
         )
     # Nothing released twice: the ledgers hold what they held at the kill.
     assert {u: len(releases(u)) for u in cluster.ledgers_b} == releases_before
@@ -178,9 +178,9 @@ def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count
     d = fault_draft()
     problem = propose(cluster.aggregator.url, d)
     url, a, b = cluster.aggregator.url, cluster.a, cluster.b
-    wait_until(lambda: status(url, problem.id).registered == 10, "every identity to register", 120)
+    wait_until(lambda: status(url, problem.id).registered == 10, 120, "every identity to register")
     close_registration(url, problem.id, or_deadline=True)
-    wait_until(lambda: bool(b.rows(KILL_POINTS["relays holding packets"])[0][0]), "B to hold packets", 120)
+    wait_until(lambda: bool(b.rows(KILL_POINTS["relays holding packets"])[0][0]), 120, "B to hold packets")
     b.kill()  # and never started again
     held_at_kill = b.rows("SELECT count(*) FROM peer_held_packets")[0][0]
     final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=180)
@@ -190,8 +190,8 @@ def test_a_peer_host_that_dies_for_good_loses_what_it_held_and_the_senders_count
     # either way the loss is said: in the receipts each sender of A checks, or in A's ledger marks.
     wait_until(
         lambda: {r[0] for r in a.rows("SELECT phase FROM peer_participations")} == {final.phase},
-        f"A's participations to end {final.phase}",
         90,
+        f"A's participations to end {final.phase}",
     )
     relay_a = a.status()["relay"]
     lost, delivered = relay_a.get("reports lost in transit", 0), relay_a.get("reports delivered", 0)
@@ -237,7 +237,7 @@ def test_a_peer_host_killed_and_restarted_keeps_its_relay_member_quota(cluster: 
     problem = propose(url, d)
     member = WirePeer()  # a member played by the test (its relay URL answers nothing)
     assert member.register(url, problem).status_code == 201
-    wait_until(lambda: status(url, problem.id).registered == 11, "every identity to register", 120)
+    wait_until(lambda: status(url, problem.id).registered == 11, 120, "every identity to register")
     close_registration(url, problem.id, or_deadline=True)
     wait_phase(url, problem.id, ("reporting",), timeout=120)
     roster = roster_of(url, problem.id)
@@ -247,7 +247,7 @@ def test_a_peer_host_killed_and_restarted_keeps_its_relay_member_quota(cluster: 
     n = len(roster.entries)
     cap = member_quota(d.kh * route_count(d.routes, d.hops, n), min(d.hops, n - 1), n)  # r packets a slot
     wait_until(  # B checked the bins and holds its round key: its relay takes packets
-        lambda: _flood(member, target.relay_url, hop, problem, 1) == [202], "B's relay to open the round", 60
+        lambda: _flood(member, target.relay_url, hop, problem, 1) == [202], 60, "B's relay to open the round"
     )
     before = 1 + _flood(member, target.relay_url, hop, problem, cap - 9).count(202)
     t_r = bins_of(url, problem.id).t_r
@@ -257,8 +257,8 @@ def test_a_peer_host_killed_and_restarted_keeps_its_relay_member_quota(cluster: 
     relay_url = target.relay_url
     wait_until(  # the restarted B reloaded its round key (404 until then), or refuses: over quota
         lambda: reopened.extend(_flood(member, relay_url, hop, problem, 1)) or reopened[-1] in (202, 429),
-        "B's relay to reopen the round",
         60,
+        "B's relay to reopen the round",
     )
     after = [reopened[-1], *_flood(member, relay_url, hop, problem, cap)] if reopened[-1] == 202 else [429]
     assert time.time() < t_r, "the round ended before the second flood: the machine is too slow"

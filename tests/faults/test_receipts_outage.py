@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
 from tests.faults.helpers import CuttingProxy, Killable, fault_draft, write_hosts
+from tests.waiting import wait_until
 
 IDENTITIES = 6
 
@@ -34,19 +34,19 @@ def test_receipts_are_fetched_again_after_the_aggregator_comes_back(tmp_path: Pa
         d = fault_draft()
         problem = propose(agg.url, d)
         wait_until(
-            lambda: status(agg.url, problem.id).registered == IDENTITIES, "every identity to register", 120
+            lambda: status(agg.url, problem.id).registered == IDENTITIES, 120, "every identity to register"
         )
         close_registration(agg.url, problem.id)
-        wait_until(proxy.cut.is_set, "the first receipts request (which kills the aggregator)", 240)
-        wait_until(lambda: proxy.refused >= 3, "the host to find the aggregator down", 120)
+        wait_until(proxy.cut.is_set, 240, "the first receipts request (which kills the aggregator)")
+        wait_until(lambda: proxy.refused >= 3, 120, "the host to find the aggregator down")
         assert host.rows("SELECT DISTINCT phase FROM peer_participations") == [("reporting",)]
         agg.start()
         proxy.target = agg.url
         final = wait_phase(agg.url, problem.id, ("done", "degraded", "failed"), timeout=60)
         wait_until(
             lambda: {r[0] for r in host.rows("SELECT phase FROM peer_participations")} == {"done"},
-            "every participation to end done",
             180,
+            "every participation to end done",
         )
         counters = host.status()["relay"]
     finally:

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from anonml.serving import free_port
-from tests.adversary.malicious import answers_ok, wait_until
 from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
 from tests.faults.helpers import Killable, fault_draft, published_bins, write_hosts
+from tests.waiting import answers_ok, wait_until
 
 IDENTITIES = 6
 #: The intake's grace after t_r: room for a restart on a loaded machine (15–35 s at load 14–17).
@@ -43,9 +43,9 @@ def test_relays_deliver_to_an_aggregator_restarted_after_t_r_within_the_grace(tm
         d = fault_draft(send_window_seconds=8.0, release_window_seconds=9.0)
         problem = propose(url, d)
         registered = lambda: status(url, problem.id).registered == IDENTITIES  # noqa: E731
-        wait_until(registered, "every identity to register", 120)
+        wait_until(registered, 120, "every identity to register")
         close_registration(url, problem.id, or_deadline=True)
-        wait_until(lambda: published_bins(url, problem.id) is not None, "the bins", 120)
+        wait_until(lambda: published_bins(url, problem.id) is not None, 120, "the bins")
         bins = published_bins(url, problem.id)
         assert bins is not None and bins.grace == GRACE  # signed into the bins: the relays read it there
         # In the release window, with deliveries to the intake still held by the last hops: kill.
@@ -57,17 +57,17 @@ def test_relays_deliver_to_an_aggregator_restarted_after_t_r_within_the_grace(tm
             return reports is not None and reports.received >= 1
 
         what = "stored reports and held deliveries in the release window"
-        wait_until(kill_point, what, 120 + bins.t_r - time.time())
+        wait_until(kill_point, 120 + bins.t_r - time.time(), what)
         before = status(url, problem.id).reports
         agg.kill()
         killed_at = time.time()
         assert killed_at < bins.t_r, "the deliveries were all made before the kill point"
         assert before is not None and 1 <= before.received < before.expected
-        wait_until(lambda: time.time() > bins.t_r, "t_r to pass with the aggregator down", 60)
+        wait_until(lambda: time.time() > bins.t_r, 60, "t_r to pass with the aggregator down")
         started = time.monotonic()
         agg.start()
         # A restarted process answers late on a loaded machine: a read timing out is "not yet".
-        wait_until(lambda: answers_ok(f"{url}/healthz", timeout=5), "/healthz", 60)
+        wait_until(lambda: answers_ok(f"{url}/healthz", timeout=5), 60, "/healthz")
         restart_seconds = time.monotonic() - started
         back_at = time.time()
         assert back_at < bins.t_r + GRACE, "the restart took longer than the grace"
@@ -75,7 +75,8 @@ def test_relays_deliver_to_an_aggregator_restarted_after_t_r_within_the_grace(tm
         wait_until(
             lambda: all(r[0] in ("done", "degraded", "partial", "failed")
                         for r in host.rows("SELECT phase FROM peer_participations")),
-            "every participation to end", 120,
+            120,
+            "every participation to end",
         )
         counters = host.status()["relay"]
     finally:

@@ -31,9 +31,9 @@ import pytest
 
 from aggregator.app import start_server_process
 from anonml.protocol import route_count
-from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import aggregator_settings, wait_phase
 from tests.faults.helpers import ALL_SENT_ONE, fault_draft, open_round, write_hosts
+from tests.waiting import wait_until
 
 PER_HOST = 6
 ENDED = ("done", "degraded", "partial", "failed")
@@ -54,7 +54,7 @@ def test_a_relay_host_stopped_mid_round_loses_little_and_every_report_is_account
         url = aggregator.url
         problem, bins = open_round(url, d, n)
         half = bins.t_s + bins.delta / 2
-        wait_until(lambda: time.time() >= half, "half the send window", 120 + half - time.time())
+        wait_until(lambda: time.time() >= half, 120 + half - time.time(), "half the send window")
         assert c.process is not None
         c.process.send_signal(signal.SIGSTOP)
         stopped, stopped_at = True, time.time()
@@ -63,7 +63,8 @@ def test_a_relay_host_stopped_mid_round_loses_little_and_every_report_is_account
         for host in (a, b):
             wait_until(
                 lambda host=host: all(r[0] in ENDED for r in host.rows(STATUSES)),
-                "every live participation to end", 120,
+                120,
+                "every live participation to end",
             )
         live = [a.status()["relay"], b.status()["relay"]]
     finally:

@@ -24,9 +24,9 @@ import requests
 from aggregator.app import create_app, start_server
 from anonml.protocol import WitnessRef
 from anonml.serving import free_port
-from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import aggregator_settings, draft, propose, register_and_close, status
 from tests.faults.helpers import CuttingProxy
+from tests.waiting import wait_until
 from tests.witness.test_aggregator import bundle_of
 from witness.app import WitnessProcess, start_witness_process
 
@@ -59,9 +59,9 @@ def test_a_witness_killed_in_each_stage_and_restarted_costs_nothing(tmp_path: Pa
 
         def outage(stage_done: str) -> None:
             """Wait for the kill, for a retry against the dead port, restart; then for the stage."""
-            wait_until(proxy.cut.is_set, "the witness to be killed at its first cosign request", 120)
+            wait_until(proxy.cut.is_set, 120, "the witness to be killed at its first cosign request")
             refused = proxy.refused
-            wait_until(lambda: proxy.refused > refused, "the aggregator to retry the dead witness", 60)
+            wait_until(lambda: proxy.refused > refused, 60, "the aggregator to retry the dead witness")
             current[0] = start_witness_process(home, port=port)
             bundle = bundle_of(url, problem.id, stage_done, timeout=WITNESS_SECONDS)
             assert [bytes(c.witness) for c in bundle.cosignatures] == [identity]

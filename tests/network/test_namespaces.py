@@ -48,7 +48,6 @@ import pytest
 import requests
 
 from anonml.protocol import ModelDocument, route_count, verify_message
-from tests.adversary.malicious import wait_until
 from tests.aggregator.helpers import close_registration, propose, status, wait_phase
 from tests.faults.helpers import fault_draft, round_with_copies_sent
 from tests.network.namespaces import (
@@ -62,6 +61,7 @@ from tests.network.namespaces import (
     round_trip,
     why_not,
 )
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(why_not() is not None, reason=str(why_not()))]
 
@@ -119,7 +119,7 @@ def test_a_relay_nobody_outside_reaches_finds_out_and_registers_sender_only(
     assert len(hidden) == 1 and "127.0.0.1:8471" in hidden[0], hidden  # its one server: loopback only
     url, problem = d.url, propose(d.url, fault_draft())
     members = sum(sizes.values())
-    wait_until(lambda: status(url, problem.id).registered == members, "every identity to register", 180)
+    wait_until(lambda: status(url, problem.id).registered == members, 180, "every identity to register")
     close_registration(url, problem.id, or_deadline=True)
     wait_phase(url, problem.id, ("medians", "reporting", "done", "degraded", "failed"), timeout=120)
     roster = d.roster(problem.id)
@@ -156,7 +156,7 @@ def _round_across_namespaces(
     url = d.url
     problem = propose(url, fault_draft())
     members = sum(sizes.values())
-    wait_until(lambda: status(url, problem.id).registered == members, "every identity to register", 180)
+    wait_until(lambda: status(url, problem.id).registered == members, 180, "every identity to register")
     close_registration(url, problem.id)
     final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=300)
     elapsed = time.monotonic() - started_at
@@ -214,8 +214,8 @@ def test_a_relay_namespace_cut_off_mid_round_leaves_every_report_accounted_for(
     assert cut_at < end, "p3's identities had not all sent a copy before the send window closed"
     final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=300)
     for host in live:
-        wait_until(lambda host=host: all(r[0] in ENDED for r in host.rows(PARTICIPATIONS)),
-                   "every live participation to end", 180)
+        wait_until(lambda host=host: all(r[0] in ENDED for r in host.rows(PARTICIPATIONS)), 180,
+                   "every live participation to end")
     counters = [d.final_counters(name) for name in ("p1", "p2")]
 
     account = final.reports

@@ -36,13 +36,13 @@ from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from peer.reachability import ProbeChallenges, Reachability, check_reachability
-from tests.adversary.malicious import wait_until
 from tests.aggregator.conftest import (
     RunningAggregator,
     aggregator,  # noqa: F401 - a fixture, registered by import
 )
 from tests.aggregator.helpers import propose
 from tests.faults.helpers import fault_draft
+from tests.waiting import wait_until
 
 
 def _nodes(n: int, seed: int) -> list[PeerNode]:
@@ -158,7 +158,7 @@ def test_a_host_nobody_reaches_registers_sender_only_and_a_reachable_one_relays(
         with caplog.at_level(logging.WARNING, logger="anonml.peer"):
             hidden.start()
             everyone = {bytes(n.identity.public) for h in (reachable, hidden) for n in h.nodes.values()}
-            wait_until(lambda: set(_registrations(aggregator, problem.id)) == everyone, "all registered", 60)
+            wait_until(lambda: set(_registrations(aggregator, problem.id)) == everyone, 60, "all registered")
         stored = _registrations(aggregator, problem.id)
     finally:
         hidden.close()

@@ -26,6 +26,7 @@ from peer.phases import ParticipationPhase
 from peer.policy import PeerPolicy
 from tests.aggregator.helpers import propose
 from tests.peer.test_host import _draft as draft
+from tests.waiting import wait_until
 from tests.webpages import csrf_of, login
 
 LOCAL = "the-local-token-of-this-test"
@@ -73,10 +74,8 @@ def daemon(aggregator, tmp_path: Path) -> Iterator[Daemon]:  # noqa: F811
 
 
 def _seen(daemon: Daemon, problem_id: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while daemon.host.db.decision(problem_id, daemon.node.fingerprint) is None:
-        assert time.monotonic() < deadline, "the daemon never decided on the proposal"
-        time.sleep(0.05)
+    wait_until(lambda: daemon.host.db.decision(problem_id, daemon.node.fingerprint) is not None, timeout,
+               "the daemon to decide on the proposal")
 
 
 def test_pages_need_the_local_token_and_an_api_poll_without_a_login_is_401(daemon):
@@ -195,13 +194,10 @@ def test_a_file_imported_from_the_page_goes_through_the_import_path_with_its_err
     first = http.get(f"{daemon.url}{reply.headers['location']}", timeout=30).text
     # still running: the page polls until it ends; already ended: the page shows what it stored
     assert f"/ui/api/imports/{job}" in first or not re.search(r"[^\d,]0 in all", first), first
-    deadline = time.monotonic() + 60
-    while True:
-        progress = http.get(f"{daemon.url}/ui/api/imports/{job}", timeout=30).json()
-        if progress["reload"]:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    progress = wait_until(
+        lambda: (p := http.get(f"{daemon.url}/ui/api/imports/{job}", timeout=30).json())["reload"] and p,
+        60, "the import to end",
+    )
     assert progress["items"][job]["state"] == "done", progress
     stored = daemon.node.store.count()
     with EventStore("sqlite://") as reference:  # what `anonml import --user me` stores from the same file

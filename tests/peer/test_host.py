@@ -27,6 +27,7 @@ from peer.phases import IllegalTransition, ParticipationPhase
 from peer.roster import RosterView
 from tests.aggregator.helpers import close_registration, draft, propose, roster_of, status, wait_phase
 from tests.peer.helpers import non_loopback_address, simulation_host
+from tests.waiting import wait_until
 
 P = ParticipationPhase
 N = 4
@@ -127,10 +128,8 @@ def test_a_new_host_on_the_same_files_resumes_each_participation_with_its_round_
 def test_the_worker_checks_the_roster_publishes_witnesses_and_keeps_the_fingerprint(closed):
     host, pid, _ = closed
     session = host.sessions[pid]
-    deadline = time.monotonic() + 30
-    while {p.phase for p in session.participants} != {P.ROSTER_CHECKED}:
-        assert time.monotonic() < deadline, [p.phase for p in session.participants]
-        host.poll_once()
+    wait_until(lambda: {p.phase for p in session.participants} == {P.ROSTER_CHECKED} or host.poll_once(), 30,
+               lambda: f"every roster checked: {[p.phase for p in session.participants]}", every=0.0)
     # No relay is served here, so no member can confirm a fingerprint: nobody goes further.
     host.poll_once()
     assert {p.phase for p in session.participants} == {P.ROSTER_CHECKED}
@@ -173,10 +172,7 @@ def test_the_dispatcher_runs_work_in_time_order_and_refuses_work_once_closed():
         dispatcher.at(now + 0.2, done.set)
         assert done.wait(30)
         assert ran == [1, 2, 3]
-        deadline = time.monotonic() + 60
-        while not dispatcher.idle():
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(dispatcher.idle, 60, "the dispatcher to be idle")
     finally:
         dispatcher.close()
     with pytest.raises(RuntimeError, match="closed"):

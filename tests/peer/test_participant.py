@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from peer.app import start_peer_server
 from peer.client import AggregatorClient
 from tests.aggregator.helpers import close_registration, propose, status, wait_phase
 from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
+from tests.waiting import wait_until
 
 
 class SplitViewClient(AggregatorClient):
@@ -39,10 +39,10 @@ def test_a_peer_shown_another_token_key_aborts_before_taking_tokens(aggregator, 
         d = mooc_dropout_draft(send_window_seconds=1.0)
         # roster_seconds (2 s by default) gives every peer time to publish its witness first.
         problem = propose(aggregator.url, d)
-        deadline = time.monotonic() + 120
-        while problem.id not in victim_host.sessions or status(aggregator.url, problem.id).registered < 8:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(
+            lambda: problem.id in victim_host.sessions and status(aggregator.url, problem.id).registered >= 8,
+            120, "the victim's session and every registration",
+        )
         split = SplitViewClient(aggregator.url, aggregator.state.identity)
         session = victim_host.sessions[problem.id]
         session.client = split
@@ -51,20 +51,15 @@ def test_a_peer_shown_another_token_key_aborts_before_taking_tokens(aggregator, 
         close_registration(aggregator.url, problem.id, or_deadline=True)
         wait_phase(aggregator.url, problem.id, ("done", "degraded", "failed"), timeout=180)
         victim_node = nodes[7].fingerprint
-        deadline = time.monotonic() + 60
-        while victim_host.db.participation(problem.id, victim_node).phase != "aborted":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: victim_host.db.participation(problem.id, victim_node).phase == "aborted", 60,
+                   "the victim to abort")
         row = victim_host.db.participation(problem.id, victim_node)
         assert "roster fingerprint differs" in row.reason
         assert nodes[7].ledger.releases(peer=victim_node) == []  # it released nothing
         st = status(aggregator.url, problem.id)
         # Honest peers that compared with the victim saw the split too and stopped; none took a
         # token the victim could have been tagged with, and every token issued was redeemed.
-        deadline = time.monotonic() + 60
-        while not honest.host.sessions[problem.id].finished:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: honest.host.sessions[problem.id].finished, 60, "the honest session to finish")
         rows = [honest.host.db.participation(problem.id, n.fingerprint) for n in nodes[:7]]
         for row, node in zip(rows, nodes[:7], strict=True):
             if row.phase == "aborted":  # it compared with the victim: it saw the split and released nothing

@@ -39,6 +39,7 @@ from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from peer.relay import RelayRound, default_guard
+from tests.waiting import wait_for_clock, wait_until
 
 ROUND = 4242
 OCTETS = {"content-type": "application/octet-stream"}
@@ -88,10 +89,8 @@ class Capture:
         return app
 
     def wait(self, n: int, timeout: float = 10.0) -> list[tuple[float, str, bytes]]:
-        deadline = time.monotonic() + timeout
-        while len(self.received) < n:
-            assert time.monotonic() < deadline, f"{len(self.received)} of {n} arrived"
-            time.sleep(0.02)
+        wait_until(lambda: len(self.received) >= n, timeout,
+                   lambda: f"{n} arrivals, {len(self.received)} so far")
         return list(self.received)
 
 
@@ -205,10 +204,8 @@ def test_packets_cross_three_hops_and_reach_the_intake_in_the_release_window(rel
     # The intake has the deliveries; the relay counts each send once its answer is in, a
     # moment later: poll for the counters with a deadline rather than read them at once.
     counters = relays.host.relay.counters
-    deadline = time.monotonic() + 60
-    while counters["delivered"] < 5 or counters["forwarded"] < 10:
-        assert time.monotonic() < deadline, dict(counters)
-        time.sleep(0.02)
+    wait_until(lambda: counters["delivered"] >= 5 and counters["forwarded"] >= 10, 60,
+               lambda: str(dict(counters)))
     assert counters["received"] == 15 and counters["forwarded"] == 10 and counters["delivered"] == 5
 
 
@@ -217,9 +214,15 @@ def test_replayed_packet_is_refused(relays):
     assert requests.post(relays.relay_url(0), data=packet, headers=OCTETS).status_code == 202
     again = requests.post(relays.relay_url(0), data=packet, headers=OCTETS)
     assert again.status_code == 409 and "replay" in again.json()["detail"]
+    # The refusal is the sync point: once it is answered, the relay has scheduled all it will ever
+    # release of the two posts — one packet, the replay counted and dropped.
+    counters = relays.host.relay.counters
+    assert counters["held"] == 1 and counters["rejected: replay"] == 1
     relays.capture.wait(1)
-    time.sleep(0.3)
-    assert len(relays.capture.received) == 1
+    # Nothing left to release (the host's dispatcher has nothing scheduled or running): no second copy
+    # can arrive after this point, so the count below is final, not a guess after a pause.
+    wait_until(relays.host.dispatcher.idle, 30, "the relay to have nothing left to release")
+    assert len(relays.capture.received) == 1 and counters["delivered"] == 1
 
 
 def test_wrong_sizes_tampering_and_unknown_targets_are_refused_before_or_by_crypto(relays):
@@ -282,10 +285,7 @@ def test_the_exit_relay_forwards_reports_and_cover_alike_and_can_read_neither(re
     )
     # The exit's own account: both delivered, nothing dropped or counted as cover.
     counters = relays.host.relay.counters
-    deadline = time.monotonic() + 60
-    while counters["delivered"] < 2:
-        assert time.monotonic() < deadline, dict(counters)
-        time.sleep(0.02)
+    wait_until(lambda: counters["delivered"] >= 2, 60, lambda: str(dict(counters)))
     assert counters["cover"] == 0 and counters["delivered"] == 2
     # The exit's own X25519 key opens nothing; the aggregator's opens both, one of them cover.
     with pytest.raises(InvalidPacket):
@@ -304,7 +304,7 @@ def test_a_v1_packet_is_refused_naming_its_version(relays):
 
 def test_late_packets_are_dropped_and_the_round_key_destroyed(relays):
     packet, _, _ = _report_packet(relays, relays.hops[:1])
-    time.sleep(max(0.0, relays.schedule.t_r - time.time()) + 0.2)
+    wait_for_clock(relays.schedule.t_r, RELEASE_BY + 60, "the round's t_r")
     late = requests.post(relays.relay_url(0), data=packet, headers=OCTETS)
     assert late.status_code == 410
     assert not relays.host.relay.has_round(relays.nodes[0].node_id, ROUND)

@@ -28,6 +28,7 @@ from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from peer.relay import INTAKE_TICK, RelayRound, StoredReplayCache
 from tests.peer.test_relay import OCTETS, Capture
+from tests.waiting import wait_until
 
 ROUND = 5151
 
@@ -123,10 +124,7 @@ def _relay(tmp_path: Path, capture: Capture, release_after: float = 0.3) -> Rela
 
 
 def _wait_counter(r: Relay, what: str, n: int) -> None:
-    deadline = time.monotonic() + 60
-    while r.counters().get(what, 0) < n:
-        assert time.monotonic() < deadline, r.counters()
-        time.sleep(0.02)
+    wait_until(lambda: r.counters().get(what, 0) >= n, 60, lambda: f"{what} >= {n}: {r.counters()}")
 
 
 def _statuses(answer: requests.Response) -> list[int]:
@@ -211,10 +209,10 @@ def test_releases_due_together_leave_together_in_one_request_per_destination(tmp
         n = 40
         assert _statuses(r.batch([r.packet(i) for i in range(n)])) == [202] * n
         relay = r.server.host.relay
-        deadline = time.monotonic() + 30
-        while sum(len(q) for q in relay._outbound.values()) < n - 1:  # all due, the first in flight
-            assert time.monotonic() < deadline, f"{sum(len(q) for q in relay._outbound.values())} queued"
-            time.sleep(0.02)
+        def queued() -> int:
+            return sum(len(q) for q in relay._outbound.values())
+
+        wait_until(lambda: queued() >= n - 1, 30, lambda: f"all due, the first in flight: {queued()} queued")
         capture.hold_first.set()
         arrived = capture.wait(n, timeout=r.schedule.t_r - time.time())
         assert len({body for _, _, body in arrived}) == n

@@ -22,6 +22,7 @@ from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from peer.relay import RelayRound, StoredReplayCache, retry_delay
 from tests.peer.test_relay import OCTETS, Capture
+from tests.waiting import wait_for_clock, wait_until
 
 ROUND = 77
 
@@ -51,10 +52,8 @@ class OneHop:
         return dict(self.server.host.relay.counters)
 
     def wait_for(self, what: str, n: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while self.counters().get(what, 0) < n:
-            assert time.monotonic() < deadline, f"{what} < {n}: {self.counters()}"
-            time.sleep(0.02)
+        wait_until(lambda: self.counters().get(what, 0) >= n, timeout,
+                   lambda: f"{what} >= {n}: {self.counters()}")
 
 
 @pytest.fixture
@@ -251,14 +250,6 @@ def _relay_with_grace(url: str, node: PeerNode, key, intake_port: int, schedule:
     return server
 
 
-def _wait_past(t: float, timeout: float) -> None:
-    """Poll the clock until POSIX time ``t`` has passed (a condition with a deadline, not a nap)."""
-    deadline = time.monotonic() + timeout
-    while time.time() <= t:
-        assert time.monotonic() < deadline, "the clock did not pass the time waited for"
-        time.sleep(0.02)
-
-
 def test_a_last_hop_keeps_retrying_past_t_r_within_the_intake_grace_even_across_its_own_restart(tmp_path):
     """Issue 26, item 3: the aggregator is down from before the release until after t_r; the last hop
     keeps the delivery (sealed in its state DB), is killed and restarted after t_r, and delivers once
@@ -278,11 +269,10 @@ def test_a_last_hop_keeps_retrying_past_t_r_within_the_intake_grace_even_across_
         )  # fmt: skip
         relay = f"{first.url}/relay/{node.node_id.hex()}"
         assert requests.post(relay, data=packet, headers=OCTETS, timeout=10).status_code == 202
-        deadline = time.monotonic() + 20
-        while first.host.relay.counters.get("delivered retried", 0) < 1:  # due, and the intake is down
-            assert time.monotonic() < deadline, dict(first.host.relay.counters)
-            time.sleep(0.02)
-        _wait_past(schedule.t_r, timeout=20)
+        counters = first.host.relay.counters
+        wait_until(lambda: counters.get("delivered retried", 0) >= 1, 20,  # due, and the intake is down
+                   lambda: f"a retried delivery: {dict(counters)}")
+        wait_for_clock(schedule.t_r, 20, "the round's t_r")
         assert first.host.relay.counters.get("delivered lost", 0) == 0  # t_r passed: still kept
     finally:
         first.stop()

@@ -26,6 +26,7 @@ from tests.aggregator.helpers import (
     roster_of,
     wait_phase,
 )
+from tests.waiting import wait_until
 from tests.witness.helpers import ask_witness
 from witness import WitnessSettings
 
@@ -50,14 +51,12 @@ def _witness_not_yet_up(home: Path) -> tuple[WitnessRef, WitnessSettings]:
 
 
 def bundle_of(url: str, pid: str, stage: str, timeout: float = 30.0) -> CosignatureBundle:
-    deadline = time.monotonic() + timeout
-    while True:
-        response = requests.get(f"{url}/problems/{pid}/cosignatures/{stage}", timeout=30)
-        if response.status_code == 200:
-            return CosignatureBundle.model_validate_json(response.content)
-        assert response.status_code == 404, response.text
-        assert time.monotonic() < deadline, f"no {stage} bundle: {response.text}"
-        time.sleep(0.05)
+    def published() -> CosignatureBundle | None:
+        answer = requests.get(f"{url}/problems/{pid}/cosignatures/{stage}", timeout=30)
+        assert answer.status_code in (200, 404), answer.text
+        return None if answer.status_code == 404 else CosignatureBundle.model_validate_json(answer.content)
+
+    return wait_until(published, timeout, f"the {stage} bundle")
 
 
 def test_the_plan_follows_the_witness_beacon_and_both_stages_are_cosigned(aggregator, witness):
