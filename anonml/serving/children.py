@@ -132,7 +132,8 @@ class ChildServer:
 
     ``stop`` closes its stdin when ``stop_signal`` is None (a child of :func:`spawn_child` given a
     first line stops at EOF), else sends that signal (uvicorn stops gracefully on SIGINT and
-    SIGTERM); a child still running 30 s later is killed.
+    SIGTERM); a child still running 30 s later gets SIGTERM, and one still running 30 s after that
+    is killed.
     """
 
     url: str
@@ -148,7 +149,13 @@ class ChildServer:
         try:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+            # SIGTERM still lets uvicorn (and a --workers supervisor's children) stop cleanly;
+            # only a child that ignores it too is killed.
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
         if self.process.stdout is not None:
             self.process.stdout.close()
