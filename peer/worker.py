@@ -400,6 +400,7 @@ class ProblemSession:
         for slot, when, url, packet in packets:
             if when >= end or time.time() >= end:
                 self.host.count("packets not sent: window closed")
+                log.warning("packet of %s not sent: the send window closed", p.node.fingerprint[:12])
                 continue
             self.host.dispatcher.at(
                 when, lambda p=p, s=slot, url=url, packet=packet: self._send(p, s, url, packet)
@@ -423,6 +424,8 @@ class ProblemSession:
                 )
                 return
             self.host.count("packets not sent: roster not re-checked in the window")
+            log.warning("packet of %s not sent: its roster was not re-checked in the send window",
+                        p.node.fingerprint[:12])
             return
         if p.crosses_failed(slot) and time.time() < end:  # a relay of its route died since it was built
             rerouted = p.reroute(slot, None)
