@@ -225,8 +225,12 @@ class RoundDriver:
         try:
             with self.state.sessions() as s:
                 self.sampler.record(s, pid, time.time())
-        except Exception:
-            log.exception("sampling the counts of %s failed; the next tick tries again", pid)
+        except Exception as exc:
+            reason = storage_failure(exc)
+            if reason is not None:  # a full disk: said once for the streak (aggregator.storage)
+                self.state.storage.failed(reason, f"sampling the counts of {pid}")
+            else:
+                log.exception("sampling the counts of %s failed; the next tick tries again", pid)
 
     def _active(self) -> list[str]:
         """Problems the loop looks at: active phases, and failed ones an admin asked to retrain."""

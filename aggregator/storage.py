@@ -10,7 +10,11 @@ accepted: every request that met it is answered ``503`` with
 retries, the relays' held packets — come back, and the phase machine tries
 the same step again at its next tick instead of failing the problem.
 :class:`StorageHealth` says it once: one log line when writes start
-failing, one when they succeed again; ``/healthz`` answers not ready
+failing, one when they succeed again — a write that commits while others
+still fail (an in-place update of the lease row fits in pages a new row
+does not) ends the streak only once no write has failed for
+:data:`RETRY_AFTER_SECONDS`, so a half-full disk is one streak, not a line
+per tick, and not ready throughout; ``/healthz`` answers not ready
 (``503``) meanwhile, and also while the SQLite database's filesystem is
 read-only or has less than :data:`MIN_FREE_BYTES` left (``statvfs``), which
 a request that only reads would not notice.
@@ -52,6 +56,7 @@ class StorageHealth:
         self._lock = threading.Lock()
         self.failing: str | None = None
         self.since = 0.0
+        self.last_refusal = 0.0  # monotonic time of the last write refused
         self.refused = 0  # writes refused in the current streak
 
     def watch(self, sessions: sessionmaker[Session]) -> None:
@@ -70,6 +75,7 @@ class StorageHealth:
         """A write failed for ``reason`` at ``where``: said once per streak (one line, no traceback)."""
         with self._lock:
             self.refused += 1
+            self.last_refusal = time.monotonic()
             if self.failing is not None:
                 return
             self.failing, self.since = reason, time.monotonic()
@@ -80,9 +86,10 @@ class StorageHealth:
         )
 
     def recovered(self) -> None:
-        """A write committed: the disk takes writes again (said once)."""
+        """A write committed: the disk takes writes again (said once) — unless another write was
+        refused less than :data:`RETRY_AFTER_SECONDS` ago (module docstring)."""
         with self._lock:
-            if self.failing is None:
+            if self.failing is None or time.monotonic() - self.last_refusal < RETRY_AFTER_SECONDS:
                 return
             reason, since, refused = self.failing, self.since, self.refused
             self.failing, self.refused = None, 0

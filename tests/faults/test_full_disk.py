@@ -23,6 +23,7 @@ import pytest
 import requests
 from sqlalchemy import event
 
+from aggregator import storage
 from aggregator.app import create_app, start_server, start_server_process
 from anonml.protocol import Problem
 from tests.aggregator.helpers import WirePeer, aggregator_settings, draft, propose, status
@@ -30,6 +31,31 @@ from tests.faults.helpers import fill, tmpfs
 from tests.waiting import wait_until
 
 FULL_LINE = "storage cannot write"
+BACK_LINE = "storage writes again"
+
+
+def test_a_write_that_commits_while_others_still_fail_does_not_end_the_streak(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A half-full disk: the lease row's in-place update commits between registrations that need a
+    # new page and are refused (a loaded run saw /healthz say ok between two refusals).
+    caplog.set_level(logging.INFO, logger="anonml.aggregator")
+    clock = [1000.0]
+    monkeypatch.setattr(storage.time, "monotonic", lambda: clock[0])
+    health = storage.StorageHealth("sqlite:///:memory:")
+    health.failed("database or disk is full", "POST /registrations")
+    clock[0] += 1.0
+    health.recovered()  # the lease renewal committed
+    assert health.not_ready() == "storage: database or disk is full"
+    health.failed("database or disk is full", "POST /registrations")
+    clock[0] += storage.RETRY_AFTER_SECONDS - 0.1
+    health.recovered()
+    assert health.not_ready() is not None and health.refused == 2
+    clock[0] += 0.2  # no write refused for RETRY_AFTER_SECONDS: the next commit ends the streak
+    health.recovered()
+    assert health.not_ready() is None and health.refused == 0
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum(FULL_LINE in m for m in lines) == 1 and sum(BACK_LINE in m for m in lines) == 1, lines
 
 
 def _register_until_full(
