@@ -467,7 +467,7 @@ class WitnessCollection:
                     return
                 row.roster_cosignatures_json = bundle.model_dump_json()
                 self.driver._enter(row, ProblemPhase.MEDIANS)
-                ctx.set_roster(roster, roster_beacon(bundle.cosignatures))
+            ctx = state.publish_roster(ctx, roster, roster_beacon(bundle.cosignatures))
             self.driver._medians[pid] = MedianRun(self.driver, ctx)
         except LeaseLost as exc:
             log.warning("roster cosignatures of %s not recorded: %s", pid, exc)

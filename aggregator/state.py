@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property
+from types import MappingProxyType
 
 from fastapi import HTTPException
 from sqlalchemy.orm import Session, sessionmaker
@@ -113,21 +115,22 @@ class MissingProblemFact(AnonMLError):
     with it rather than go on without the fact."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProblemContext:
-    """Parsed, immutable facts about one problem (filled in as they are published)."""
+    """Parsed facts about one problem, as far as they are published: frozen, so a reader holding one
+    never sees it change. A fact published later gives a new context (:meth:`with_roster`,
+    :meth:`with_bins`), which :meth:`AggregatorState.context` caches in place of the old."""
 
     problem: Problem
     token_key: TokenKey
     #: The roster as published (JSON, as stored), from registration's close on: served as it is.
     roster_text: str | None = None
+    #: From the witnesses' co-signature of the roster on: the roster, its indexes and the plan.
     roster: Roster | None = None
-    bins: Bins | None = None
-    index: dict[bytes, int] = field(default_factory=dict)
-    by_fingerprint: dict[str, int] = field(default_factory=dict)
+    index: Mapping[bytes, int] = field(default_factory=lambda: MappingProxyType({}))
+    by_fingerprint: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     plan: PartitionPlan | None = None
-    #: The schedule the round keeps (:meth:`AggregatorState.round_schedule`), fixed at the roster.
-    schedule: Schedule | None = None
+    bins: Bins | None = None
 
     @cached_property
     def verifier(self) -> TokenVerifier:
@@ -166,15 +169,27 @@ class ProblemContext:
 
         return roster_plan(self.problem.draft, roster, beacon)
 
-    def set_roster(self, roster: Roster, beacon: bytes) -> None:
-        """Fix the plan from the roster and the witnesses' ``beacon`` (:func:`roster_beacon`)."""
+    def with_roster_text(self, roster_text: str) -> ProblemContext:
+        """This context once registration closed and ``roster_text`` was published."""
+        return replace(self, roster_text=roster_text)
+
+    def with_roster(self, roster: Roster, beacon: bytes) -> ProblemContext:
+        """This context once the witnesses co-signed ``roster``: its plan fixed under their ``beacon``
+        (:func:`roster_beacon`), its indexes by identity key and by fingerprint."""
         keys = [bytes(e.identity) for e in roster.entries]
-        self.plan = self.plan_for(roster, beacon)
-        self.index = {key: i for i, key in enumerate(keys)}
-        self.by_fingerprint = {
-            PublicIdentity.from_bytes(key).fingerprint.hex(): i for i, key in enumerate(keys)
-        }
-        self.roster = roster
+        return replace(
+            self,
+            roster=roster,
+            plan=self.plan_for(roster, beacon),
+            index=MappingProxyType({key: i for i, key in enumerate(keys)}),
+            by_fingerprint=MappingProxyType(
+                {PublicIdentity.from_bytes(key).fingerprint.hex(): i for i, key in enumerate(keys)}
+            ),
+        )
+
+    def with_bins(self, bins: Bins) -> ProblemContext:
+        """This context once ``bins`` were published."""
+        return replace(self, bins=bins)
 
 
 class Refusal(Exception):
@@ -215,6 +230,7 @@ class AggregatorState:
         self.answers = threading.Condition()
         self._contexts: dict[str, ProblemContext] = {}
         self._meters: dict[str, ServiceMeter] = {}
+        self._schedules: dict[str, Schedule] = {}  # fixed at registration's close (round_schedule)
         self._lock = threading.Lock()
 
     @property
@@ -230,7 +246,8 @@ class AggregatorState:
         return ctx
 
     def context(self, problem_id: str, session: Session | None = None) -> ProblemContext | None:
-        """The cached context of ``problem_id`` (None if no such problem)."""
+        """The cached context of ``problem_id`` (None if no such problem), read again from the
+        database while a fact it lacks may have been published since."""
         with self._lock:
             ctx = self._contexts.get(problem_id)
         if ctx is not None and ctx.roster is not None and ctx.bins is not None:
@@ -241,32 +258,49 @@ class AggregatorState:
             row = s.get(ProblemRow, problem_id)  # light: the published documents are deferred
             if row is None:
                 return None
-            if ctx is None:
-                ctx = ProblemContext(
-                    Problem.model_validate_json(row.problem_json), TokenKey(row.token_secret)
-                )
+            fresh = ctx or ProblemContext(
+                Problem.model_validate_json(row.problem_json), TokenKey(row.token_secret)
+            )
             have = published(s, problem_id)
-            if ctx.roster_text is None and have["roster"]:
-                ctx.roster_text = row.roster_json  # read from the database once per process
+            if fresh.roster_text is None and have["roster"]:
+                fresh = fresh.with_roster_text(row.roster_json)  # read from the database once per process
             # The plan exists once the witnesses co-signed the roster (their beacon is in it).
-            witnessed = row.roster_cosignatures_json is not None
-            if ctx.roster is None and ctx.roster_text is not None and witnessed:
+            if fresh.roster is None and fresh.roster_text is not None and row.roster_cosignatures_json:
                 bundle = CosignatureBundle.model_validate_json(row.roster_cosignatures_json)
-                roster = Roster.model_validate_json(ctx.roster_text)
-                ctx.set_roster(roster, roster_beacon(bundle.cosignatures))
-            if ctx.bins is None and have["bins"]:
-                ctx.bins = Bins.model_validate_json(row.bins_json)
+                roster = Roster.model_validate_json(fresh.roster_text)
+                fresh = fresh.with_roster(roster, roster_beacon(bundle.cosignatures))
+            if fresh.bins is None and have["bins"]:
+                fresh = fresh.with_bins(Bins.model_validate_json(row.bins_json))
         finally:
             if own:
                 s.close()
+        return self._cache(problem_id, fresh)
+
+    def _cache(self, problem_id: str, fresh: ProblemContext) -> ProblemContext:
+        """Cache ``fresh`` unless the cached context already knows as much (another thread read it
+        meanwhile): a context only ever gains facts, and an unchanged one keeps its caches (the
+        verifier's per-slot MAC cache). Every fact is the database's, so two readers agree."""
+
+        def known(c: ProblemContext) -> int:
+            return sum(x is not None for x in (c.roster_text, c.roster, c.bins))
+
         with self._lock:
-            self._contexts[problem_id] = ctx
-        return ctx
+            current = self._contexts.get(problem_id)
+            if current is not None and known(current) >= known(fresh):
+                return current
+            self._contexts[problem_id] = fresh
+            return fresh
+
+    def publish_roster(self, ctx: ProblemContext, roster: Roster, beacon: bytes) -> ProblemContext:
+        """The context of ``ctx``'s problem once the witnesses co-signed ``roster`` (its plan under
+        their ``beacon``), cached for every later reader."""
+        return self._cache(ctx.problem.id, ctx.with_roster(roster, beacon))
 
     def forget(self, problem_id: str) -> None:
         with self._lock:
             self._contexts.pop(problem_id, None)
             self._meters.pop(problem_id, None)
+            self._schedules.pop(problem_id, None)
 
     # -- the round's schedule -------------------------------------------------------
     def meter(self, problem_id: str) -> ServiceMeter:
@@ -289,10 +323,10 @@ class AggregatorState:
         bins carry the windows (signed), so a restart never changes a
         published round.
         """
-        with self._lock:
-            if ctx.schedule is not None:
-                return ctx.schedule
         pid, draft = ctx.problem.id, ctx.problem.draft
+        with self._lock:
+            if pid in self._schedules:
+                return self._schedules[pid]
         schedule = draft.schedule
         if self.settings.scale_schedule:
             meter = self.meter(pid)
@@ -308,9 +342,7 @@ class AggregatorState:
             schedule = schedule.model_copy(update=floors.raised(schedule.model_dump()))
             log.info("problem %s: round schedule for %d peers: %s", pid, n_peers, floors)
         with self._lock:
-            if ctx.schedule is None:
-                ctx.schedule = schedule
-            return ctx.schedule
+            return self._schedules.setdefault(pid, schedule)
 
     # -- refusals -----------------------------------------------------------------
     def refuse(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import get_args
 
@@ -179,7 +180,11 @@ def test_the_status_shows_the_planned_bound_then_the_published_models():
     problem, roster, _ = _problem(kp=2)
     ctx = ProblemContext(problem, TokenKey.generate())
     assert problem_shuffle(ctx, None) is None  # no roster, no partitions yet
-    ctx.set_roster(roster, b"")
+    before = ctx
+    ctx = ctx.with_roster(roster, b"")
+    assert before.roster is None and before.plan is None  # a context never changes under its reader
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ctx.roster = None  # type: ignore[misc]
     planned = problem_shuffle(ctx, None)
     smallest = min(ctx.plan.partition_sizes())
     assert planned.planned and planned.smallest_group == smallest == 2
