@@ -624,7 +624,7 @@ class Trainer:
                 ModelDocument(
                     problem_id=pid,
                     created_at=datetime.now(UTC),
-                    model=json.loads(model.to_json()),
+                    model=model.to_document(),
                     metrics=metrics,
                     reports=account,
                     medians=medians,

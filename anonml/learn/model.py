@@ -725,6 +725,11 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
 
     def to_json(self) -> str:
         """The versioned JSON document of the fitted model (byte-for-byte stable)."""
+        return canonical_json(self.to_document())
+
+    def to_document(self) -> dict[str, Any]:
+        """The fitted model's document as JSON-native values (what :meth:`to_json` writes): for a
+        message that carries the model inside its own JSON."""
         check_is_fitted(self, ("binning_", "ensemble_"))
         names = getattr(self, "feature_names_in_", None)
         specs = getattr(self, "features_", None)
@@ -740,7 +745,7 @@ class AnonMLClassifier(SelectionAware, ClassifierMixin, BaseEstimator):
             "ensemble": self.ensemble_.to_dict(),
             "privacy": None if self.privacy_ is None else self.privacy_.to_dict(),
         }
-        return canonical_json(doc)
+        return doc
 
     def _json_params(self) -> dict[str, Any]:
         params = self.get_params(deep=False)

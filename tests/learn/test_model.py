@@ -99,6 +99,8 @@ def test_json_round_trip_gives_identical_predictions_and_bytes(mode):
     assert clone.classes_.tolist() == ["ham", "spam"] and clone.get_params() == clf.get_params()
     doc = json.loads(text)
     assert doc["format"] == MODEL_FORMAT and doc["version"] == MODEL_VERSION
+    # The document a signed message carries is the same one, as JSON-native values.
+    assert clf.to_document() == doc and json.dumps(clf.to_document(), allow_nan=False)
     # Same seed, same data: the same document.
     again = AnonMLClassifier(mode=mode, epsilon=2.0, features=SPECS, random_state=3, **kw).fit(X, labels)
     assert again.to_json() == text
