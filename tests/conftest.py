@@ -95,7 +95,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ran one of its tests, so its tests go as one group (``xdist_group``, named after the module).
     """
     for item in items:
-        if "database_url" in getattr(item, "fixturenames", ()):
+        if DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.database)
     if not config.pluginmanager.hasplugin("xdist"):
         return
@@ -134,6 +134,11 @@ def anonml_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+#: The fixtures through which a test reaches a database: a test that takes one (directly or through
+#: another fixture) is marked ``database``.
+DATABASE_FIXTURES = {"database_url", "module_database_url"}
+
+
 @pytest.fixture
 def database_url(tmp_path: Path) -> Iterator[str]:
     """A fresh, empty database for this test (``tests/databases.py``).
@@ -142,4 +147,12 @@ def database_url(tmp_path: Path) -> Iterator[str]:
     set, a new PostgreSQL database on that server, dropped after the test.
     """
     with fresh_database(tmp_path) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def module_database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One fresh database for a whole module (as :func:`database_url`), for a module whose tests
+    share one server because none of them reads what another wrote."""
+    with fresh_database(tmp_path_factory.mktemp("database")) as url:
         yield url

@@ -1,4 +1,8 @@
-"""The CLI as a user runs it: real subprocesses, real SQLite files, exit codes, no tracebacks."""
+"""The CLI on real SQLite files: exit codes, output, one-line errors and no tracebacks.
+
+Most commands run in this process (:func:`run`: the same app as ``python -m anonml``); the
+expected-failure messages run as a user runs them, in a real process (:func:`run_process`).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,24 @@ T0 = datetime(2022, 1, 3, tzinfo=UTC)
 
 
 def run(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """``anonml ARGS`` in this process (Click's CliRunner: the same app, parser and error handling as
+    ``python -m anonml``), its exit code and its separate stdout and stderr as a process would give.
+
+    An exception the CLI does not turn into its one-line error is raised here, failing the test, as
+    the traceback a real process would print would fail it. What only a process shows (start-up
+    imports, signals, shell completion, a served port) runs as one: :func:`run_process`.
+    """
+    from typer.testing import CliRunner
+
+    from anonml.cli import app
+
+    result = CliRunner().invoke(app, list(args), prog_name="anonml", env={"ANONML_HOME": str(home)},
+                                catch_exceptions=False)
+    return subprocess.CompletedProcess(["anonml", *args], result.exit_code, result.stdout, result.stderr)
+
+
+def run_process(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m anonml ARGS`` as a user runs it: a real process, its exit code, stdout and stderr."""
     import os
 
     env = {**os.environ, "ANONML_HOME": str(home)}
@@ -114,7 +136,7 @@ def test_expected_failures_exit_1_with_one_line_and_no_traceback(tmp_path: Path,
     data.write_bytes(b"\x00\x01binary")
     args = [a.replace("{missing}", str(tmp_path / "absent.json")).replace("{data}", str(data))
             for a in args]
-    result = run(*args, home=tmp_path)
+    result = run_process(*args, home=tmp_path)  # what a terminal shows: a real process's whole stderr
     assert result.returncode == 1
     assert message in result.stderr
     assert "Traceback" not in result.stderr

@@ -1,4 +1,8 @@
-"""What a new user trips over, run as a user runs it: subprocesses, real files, exit codes."""
+"""What a new user trips over: real files, exit codes, the messages they read.
+
+Commands run in this process (``run``: the same app as ``python -m anonml``) unless only a process
+shows the behaviour: Ctrl-C, shell completion, ``--help`` as printed, a server's port already taken.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import numpy as np
 import pytest
 
 from anonml.store import EventStore
-from tests.cli.test_cli import run
+from tests.cli.test_cli import run, run_process
 
 EDX = Path(__file__).resolve().parents[1] / "importers" / "fixtures" / "edx"
 
@@ -162,9 +166,9 @@ def test_aggregator_serve_on_a_port_in_use_says_so_before_listening(tmp_path: Pa
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = run("aggregator", "serve", "--host", "127.0.0.1", "--port", str(port), "--db",
-                     f"sqlite:///{tmp_path / 'agg.db'}", "--identity", str(tmp_path / "agg.key"),
-                     home=tmp_path)
+        result = run_process("aggregator", "serve", "--host", "127.0.0.1", "--port", str(port), "--db",
+                             f"sqlite:///{tmp_path / 'agg.db'}", "--identity", str(tmp_path / "agg.key"),
+                             home=tmp_path)
     assert result.returncode == 1
     assert f"cannot start the aggregator on 127.0.0.1:{port}" in result.stderr
     assert "listening on" not in result.stderr and "Errno" not in result.stderr

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 from anonml.serving import free_port, wait_answering
-from tests.cli.test_cli import run
+from tests.cli.test_cli import run_process
 
 
 def test_relay_serve_needs_an_aggregator(tmp_path: Path) -> None:
-    result = run("relay", "serve", "--home", str(tmp_path / "relay"), home=tmp_path)
+    result = run_process("relay", "serve", "--home", str(tmp_path / "relay"), home=tmp_path)
     assert result.returncode == 1
     assert "no aggregator to poll" in result.stderr
 

@@ -149,8 +149,12 @@ def test_ldp_logistic_regression_learns_and_is_reproducible():
         auc = roc_auc_score(yt, model.decision_function(Xt))
         assert auc > 0.75 and auc <= ceiling + 0.01
         assert model.n_rounds_ >= 20
-        again = clone(model).fit(X, y)
-        np.testing.assert_array_equal(again.coef_, model.coef_)
+        # Reproducible: the same seed gives the same coefficients. Shown on a sixth of the rows (a
+        # global or unseeded generator differs at any size; the full set doubled the test's time).
+        small = slice(0, 5_000)
+        first = clone(model).fit(X[small], y[small])
+        again = clone(model).fit(X[small], y[small])
+        np.testing.assert_array_equal(again.coef_, first.coef_)
         proba = model.predict_proba(Xt)
         np.testing.assert_allclose(proba.sum(axis=1), 1.0)
         assert set(model.predict(Xt)) <= {0, 1}

@@ -58,8 +58,12 @@ def test_the_routes_of_a_slot_are_pairwise_disjoint_and_avoid_the_sender_and_the
 
 
 def test_each_copy_is_drawn_uniformly_among_the_other_members():
-    """Each member other than the sender is on copy ``i``'s route with probability hops/(n − 1)."""
-    n, hops, draws = 16, 3, 3000
+    """Each member other than the sender is on copy ``i``'s route with probability hops/(n − 1).
+
+    1,000 draws: 200 expected per member and copy, 5 SE = 63, so a member drawn a third more or
+    less often than the rest fails (one skipped or doubled member fails by 16 SE or more).
+    """
+    n, hops, draws = 16, 3, 1000
     view, rng = _view(n), np.random.default_rng(11)
     counts = np.zeros((2, n))
     for _ in range(draws):

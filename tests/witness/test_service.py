@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from fastapi.testclient import TestClient
 
 from anonml import protocol
 from anonml.crypto import Identity
@@ -99,14 +100,16 @@ def test_requests_not_signed_by_the_named_aggregator_are_refused(witness):
     # to collect the same test ids.
     ids=["cut JSON", "empty statement", "unknown stage"],
 )
-def test_malformed_bodies_are_refused_naming_where(witness, body: str, where: str):
-    response = cosign(witness.url, body)
+def test_malformed_bodies_are_refused_naming_where(witness_app: TestClient, body: str, where: str):
+    response = witness_app.post("/cosign", content=body, headers=JSON)
     assert response.status_code == 422 and where in response.json()["detail"]
+    assert witness_app.get("/log").json() == []  # refused before anything is logged
 
 
-def test_oversized_bodies_are_refused_before_parsing(witness):
-    response = cosign(witness.url, b"x" * 20_000)
+def test_oversized_bodies_are_refused_before_parsing(witness_app: TestClient):
+    response = witness_app.post("/cosign", content=b"x" * 20_000, headers=JSON)
     assert response.status_code == 413
+    assert witness_app.get("/log").json() == []
 
 
 def test_lookup_and_log_pages_validate_their_input(witness):
