@@ -134,3 +134,21 @@ def test_a_descriptor_validates_in_a_process_that_never_loaded_the_mechanisms() 
         [sys.executable, "-c", code, wire, bad], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert done.stdout.split() == ["OUE", "refused"], done.stdout + done.stderr
+
+
+def _loaded_after_import(module: str, watched: tuple[str, ...]) -> list[str]:
+    """The watched modules a fresh interpreter has loaded after ``import module``."""
+    code = f"import json, sys, {module}\nprint(json.dumps(sorted(set({list(watched)!r}) & set(sys.modules))))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def test_the_witness_app_loads_none_of_the_heavy_modules() -> None:
+    assert _loaded_after_import("witness.app", HEAVY) == []
+
+
+def test_the_peer_app_loads_no_learner() -> None:
+    # A peer draws reports with NumPy from its first round on; scikit-learn, SciPy and pandas
+    # arrive with its first roster plan or model, not with its start.
+    learner = ("sklearn", "scipy", "pandas", "anonml.learn.model", "anonml.learn.settings", "jinja2")
+    assert _loaded_after_import("peer.app", learner) == []
