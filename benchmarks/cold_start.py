@@ -18,8 +18,9 @@ Results go to ``benchmarks/results/cold_start.json``.
 
 Bytecode. An installed package carries its modules compiled (pip writes ``__pycache__`` at install),
 and a source checkout writes them on its first run — unless ``PYTHONDONTWRITEBYTECODE`` is set, as
-in some shells and containers, when every start compiles each project module again (about 0.3 s of
-CPU for the aggregator's). ``--bytecode cached`` (the default) measures the installed case: every
+in some shells and containers, when every start compiles each project module again (measured here:
+within the run-to-run noise of a shared machine, at most about 0.1 s of CPU for the aggregator's
+modules). ``--bytecode cached`` (the default) measures the installed case: every
 server runs with its compiled modules in a private cache (``PYTHONPYCACHEPREFIX`` in the run's
 temporary directory, written by one untimed start of each command first); ``--bytecode inherit``
 runs them with this process's environment as it is.
