@@ -24,10 +24,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 
 from anonml.serving import free_port
+from benchmarks.reporting import RESULTS, machine, now, write_json
 
 #: Runs in the server's process: marks the CPU clock after each stage, then serves; a thread
 #: polls /healthz (stdlib only) and prints the stages as JSON once it answers.
@@ -119,18 +119,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--before", type=Path, help="another checkout, measured interleaved with this one")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cold_start_stages.json"))
+    parser.add_argument("--out", type=Path, default=RESULTS / "cold_start_stages.json")
     args = parser.parse_args()
     roots = {"this_code": Path.cwd().resolve()}
     if args.before is not None:
         roots = {"before": args.before.resolve(), **roots}
     result = {
         "benchmark": "cold_start_stages",
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "when": now(),
+        "machine": machine(),
         **measure(roots, args.repeats),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     def brief(part: object) -> object:  # each checkout's figures without its every run
         return {k: v for k, v in part.items() if k != "runs"} if isinstance(part, dict) else part
 
