@@ -292,8 +292,10 @@ def serve_child() -> None:
 
     settings = AggregatorSettings.model_validate_json(sys.stdin.readline())
     try:
+        app = create_app(settings)
+        serving.keep_startup_objects()  # this process serves until its parent closes stdin
         served = serving.serve_in_thread(
-            create_app(settings),
+            app,
             settings.host,
             settings.port,
             name="aggregator",

@@ -41,16 +41,17 @@ import math
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from sqlalchemy import func, select, update
 
 from aggregator.db import MedianAnswerRow, MedianQueryRow
 from aggregator.lease import LeaseLost
 from aggregator.state import ProblemContext
-from anonml.privacy import estimate_median, estimate_quantile
 from anonml.protocol import MedianQuery, sign_message
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["MedianRun", "median_groups", "step_quorum"]
 
@@ -77,6 +78,8 @@ def median_groups(pool: Sequence[int], n_numeric: int, searches: int, steps: int
     inner edge (``searches = bins - 1``), i.e. ``searches × that`` groups, or
     none if its share is too small.
     """
+    import numpy as np  # a median step's work: not at the service's start (issue 31)
+
     out: list[list[np.ndarray]] = []
     if n_numeric == 0:
         return out
@@ -130,6 +133,8 @@ class MedianRun:
         return all(not t.is_alive() for t in self.threads)
 
     def _search(self, feature: int, parts: list[np.ndarray], low: float, high: float) -> None:
+        from anonml.privacy.median import estimate_median, estimate_quantile
+
         draft = self.ctx.problem.draft
         if self.driver.wait(max(0.0, self.since + self.schedule.roster_seconds - time.time())):
             self.errors.append("the aggregator stopped")
@@ -273,4 +278,6 @@ class MedianRun:
             )
         if not bits:
             raise _NoAnswers(threshold)
+        import numpy as np
+
         return np.asarray(bits, dtype=bool)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from fastapi import HTTPException
 from sqlalchemy.orm import Session, sessionmaker
@@ -31,10 +32,12 @@ from anonml.crypto import (
 from anonml.crypto import load_or_create_identity as crypto_load_or_create
 from anonml.database import make_engine
 from anonml.errors import AnonMLError
-from anonml.learn.binning import Binning
-from anonml.learn.partition import PartitionPlan
 from anonml.protocol import Bins, CosignatureBundle, Problem, Roster, Schedule, roster_beacon, route_count
 from anonml.schedule import ServiceMeter, schedule_floors
+
+if TYPE_CHECKING:  # the learner's modules (NumPy) load with a problem's first bins or plan, not at start
+    from anonml.learn.binning import Binning
+    from anonml.learn.partition import PartitionPlan
 
 __all__ = [
     "AggregatorState",
@@ -159,8 +162,9 @@ class ProblemContext:
     @cached_property
     def binning(self) -> Binning:
         """The published bins as a :class:`~anonml.learn.binning.Binning` (once the bins are out)."""
-        edges = dict(enumerate(self.require_bins().edges))
-        return Binning.from_thresholds(self.problem.draft.features, edges)
+        from aggregator.training import binning_of
+
+        return binning_of(self.problem, self.require_bins())
 
     def plan_for(self, roster: Roster, beacon: bytes = b"") -> PartitionPlan:
         """The plan of ``roster`` under the witnesses' ``beacon``; ValueError when the sizes do not fit

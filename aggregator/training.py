@@ -31,15 +31,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from aggregator.state import DUPLICATE_COPY
 from anonml.errors import ProtocolError
-from anonml.learn.binning import Binning
-from anonml.learn.partition import PartitionPlan
 from anonml.phases import ROUND_PHASES
-from anonml.privacy import MechanismDescriptor
-from anonml.privacy.amplification import CentralTarget, ShuffleBound, unlinkable_pools_bound
+from anonml.privacy.descriptor import MechanismDescriptor
 from anonml.protocol import (
     Bins,
     Problem,
@@ -49,10 +44,14 @@ from anonml.protocol import (
     ShuffleStatement,
     unpack_bits,
 )
-from anonml.randomness import resolve_rng
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from anonml.learn.binning import Binning
     from anonml.learn.model import AnonMLClassifier
+    from anonml.learn.partition import PartitionPlan
+    from anonml.privacy.amplification import ShuffleBound
 
 __all__ = [
     "ReportGroup",
@@ -156,6 +155,8 @@ def delivery_window_open(phase: str, t_r: float | None, grace: float, now: float
 
 def binning_of(problem: Problem, bins: Bins) -> Binning:
     """The published bins as a :class:`~anonml.learn.binning.Binning` (what peers use too)."""
+    from anonml.learn.binning import Binning  # NumPy: not at the service's start (issue 31)
+
     return Binning.from_thresholds(problem.draft.features, dict(enumerate(bins.edges)))
 
 
@@ -178,6 +179,8 @@ def shuffle_statement(
 
 def group_reports(reports: Iterable[tuple[int, int, str, bytes]]) -> list[ReportGroup]:
     """Sum ``(partition, subset, mechanism JSON, packed bits)`` rows per group, in a stable order."""
+    import numpy as np  # training only: not at the service's start (issue 31)
+
     groups: dict[tuple[int, int, str], ReportGroup] = {}
     for partition, subset, mechanism_json, bits in reports:
         key = (partition, subset, mechanism_json)
@@ -215,7 +218,7 @@ def train_problem(
     ProtocolError
         When no report arrived.
     """
-    # The learner (scikit-learn) is imported here, not when the service starts.
+    # The learner (scikit-learn, NumPy) is imported here, not when the service starts.
     from anonml.learn import (
         AnonMLClassifier,
         PrivacyAccounting,
@@ -223,6 +226,8 @@ def train_problem(
         estimate_histogram,
         learner_settings,
     )
+    from anonml.privacy.amplification import CentralTarget, unlinkable_pools_bound
+    from anonml.randomness import resolve_rng
 
     draft = problem.draft
     rng = resolve_rng(rng)

@@ -21,9 +21,8 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import orjson
 from pydantic import (
     BaseModel,
@@ -37,6 +36,9 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "FieldKind",
@@ -608,6 +610,8 @@ class FeatureMatrix(BaseModel):
 
     def to_numpy(self) -> tuple[np.ndarray, np.ndarray | None]:
         """``(X, y)``: X of shape (n_rows, n_features), y of labels or ``None`` if unlabelled."""
+        import numpy as np  # the learner's side: the services' start-up loads no NumPy
+
         X = np.asarray([r.values for r in self.rows], dtype=float).reshape(
             len(self.rows), len(self.features)
         )

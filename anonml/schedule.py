@@ -20,11 +20,12 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import asdict, dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from anonml.errors import ProtocolError
-from anonml.randomness import resolve_rng
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "WindowSchedule",
@@ -98,6 +99,8 @@ class WindowSchedule:
 def _uniform_open(lo: float, hi: float, rng: np.random.Generator | None) -> float:
     """Uniform on the open interval (lo, hi): draws from [lo, hi) and redraws the endpoints,
     which float rounding of ``lo + (hi - lo)·U`` can produce."""
+    from anonml.randomness import resolve_rng  # NumPy: loaded by the first draw, not by the services' start
+
     rng = resolve_rng(rng)
     while True:
         t = float(rng.uniform(lo, hi))

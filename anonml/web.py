@@ -45,19 +45,22 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from jinja2 import ChoiceLoader, Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from anonml.text import strip_controls
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 __all__ = [
     "SESSION_SECONDS",
@@ -271,22 +274,40 @@ class Pages:
     auth's prefix; :meth:`render` a page with the security headers.
     """
 
-    def __init__(self, folder: Path, auth: WebAuth, title: str, nav: Sequence[tuple[str, str]]) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        auth: WebAuth,
+        title: str,
+        nav: Sequence[tuple[str, str]],
+        template_globals: Mapping[str, Any] | None = None,
+    ) -> None:
         self.auth = auth
         self.title = title
         self.nav = tuple(nav)
-        self.env = Environment(
-            loader=ChoiceLoader([FileSystemLoader(folder), FileSystemLoader(TEMPLATES)]),
+        self.folder = folder
+        self.template_globals = dict(template_globals or {})
+
+    @cached_property
+    def env(self) -> Environment:
+        """The Jinja2 environment, built on the first page rendered: a service answers its API
+        and ``/healthz`` without importing Jinja2 (issue 31, the aggregator's cold start)."""
+        from jinja2 import ChoiceLoader, Environment, FileSystemLoader, StrictUndefined
+
+        env = Environment(
+            loader=ChoiceLoader([FileSystemLoader(self.folder), FileSystemLoader(TEMPLATES)]),
             autoescape=True,
             undefined=StrictUndefined,
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.filters["eps"] = _eps
-        self.env.filters["when"] = _when
-        self.env.filters["path"] = _path
-        self.env.filters["countdown"] = countdown
-        self.env.finalize = _inert  # every printed value, page and tab title alike
+        env.filters["eps"] = _eps
+        env.filters["when"] = _when
+        env.filters["path"] = _path
+        env.filters["countdown"] = countdown
+        env.finalize = _inert  # every printed value, page and tab title alike
+        env.globals.update(self.template_globals)
+        return env
 
 
     def render(

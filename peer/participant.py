@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 import nacl.utils
 import numpy as np
@@ -33,7 +33,7 @@ from anonml.crypto import (
     Token,
 )
 from anonml.errors import AnonMLError
-from anonml.learn import AnonMLClassifier, PeerAssignment
+from anonml.learn import PeerAssignment
 from anonml.plugins import Featurizer, Instancer
 from anonml.privacy import PrivacyLedger
 from anonml.protocol import (
@@ -73,6 +73,9 @@ from peer.roster import RosterView
 from peer.roster_checks import Comparisons
 from peer.transcript import credential_for
 from peer.vault import Vault
+
+if TYPE_CHECKING:
+    from anonml.learn import AnonMLClassifier
 
 __all__ = ["PeerNode", "Participant", "Aborted", "READY"]
 
@@ -520,6 +523,9 @@ class Participant:
             raise Aborted(f"the model is not signed by the aggregator: {exc}") from None
         if document.problem_id != self.problem.id:
             raise Aborted("the model is for another problem")
+        # scikit-learn, SciPy and pandas: loaded with the first model, not by the peer's start (issue 31).
+        from anonml.learn import AnonMLClassifier
+
         model = AnonMLClassifier.from_json(json.dumps(document.model))
         lost = self.count_lost_reports(receipts)
         prediction = None

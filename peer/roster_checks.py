@@ -18,7 +18,7 @@ from anonml.crypto import (
     CryptoError,
 )
 from anonml.errors import AnonMLError, ProtocolError
-from anonml.learn import PeerAssignment, roster_plan, verify_assignment
+from anonml.learn import PeerAssignment, verify_assignment
 from anonml.outbound import RefusedAddress
 from anonml.protocol import (
     Assignment,
@@ -132,6 +132,9 @@ def _verified_roster(
     if bytes(notice.identity) != me or notice.problem_id != p.problem.id:
         raise Aborted("the assignment is for another identity or problem")
     claimed = PeerAssignment(notice.role, notice.index, tuple(tuple(s) for s in notice.subsets))
+    # anonml.learn.settings loads the learner (scikit-learn): with the first roster, not at start.
+    from anonml.learn.settings import roster_plan
+
     try:
         plan = view.memo(("plan", beacon), lambda: roster_plan(draft, view.roster, beacon))
         assignment = verify_assignment(

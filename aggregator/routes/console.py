@@ -80,10 +80,9 @@ PAGES = Pages(
     AUTH,
     "AnonML aggregator",
     [("/", "Problems"), ("/propose", "Propose")],
+    # The templates name phases through the enum and the retrain rule through its table, never by word.
+    template_globals={"Phase": ProblemPhase, "retrainable": RETRAINABLE_PHASES},
 )
-
-# The templates name phases through the enum and the retrain rule through its table, never by word.
-PAGES.env.globals.update(Phase=ProblemPhase, retrainable=RETRAINABLE_PHASES)
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 router.include_router(PAGES.router())

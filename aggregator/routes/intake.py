@@ -33,9 +33,7 @@ from anonml.crypto import (
     open_payload,
 )
 from anonml.crypto.spent import SpentTokenRow, insert_many_once
-from anonml.learn.histograms import domain_size
 from anonml.phases import MODEL_PHASES, ProblemPhase
-from anonml.privacy import check_support
 from anonml.protocol import (
     BatchResults,
     IntakeBatch,
@@ -93,6 +91,10 @@ def _stage_many(session: Session, items: list[tuple[bytes, Redemption, PrivateRe
 
 def check_report(ctx: ProblemContext, report: PrivateReport) -> None:
     """Raise ValueError naming the first way ``report`` does not fit the problem's plan."""
+    # NumPy's modules: loaded by the first report checked, not by the service's start (issue 31).
+    from anonml.learn.histograms import domain_size
+    from anonml.privacy.support import check_support
+
     draft = ctx.problem.draft
     plan = ctx.require_plan()
     if not report.partition < draft.kp:

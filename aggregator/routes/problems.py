@@ -38,10 +38,7 @@ from aggregator.timeline import problem_counts
 from aggregator.training import account_reports, delivery_window_open, shuffle_statement
 from anonml.crypto import TokenKey
 from anonml.crypto.spent import IssuanceRow
-from anonml.learn import commit_seed
-from anonml.learn.partition import SEED_BYTES
 from anonml.phases import ProblemPhase
-from anonml.privacy.amplification import ShuffleBound, report_pool_bound
 from anonml.protocol import (
     MedianAccount,
     MedianQuery,
@@ -162,6 +159,8 @@ def problem_shuffle(ctx: ProblemContext, model_json: str | None) -> ShuffleState
     (``planned``); once published, on the reports received
     (:func:`aggregator.training.train_problem`). None before the roster.
     """
+    from anonml.privacy.amplification import ShuffleBound, report_pool_bound  # NumPy: not at start
+
     draft = ctx.problem.draft
     if model_json is not None:
         privacy = json.loads(model_json)["model"].get("privacy") or {}
@@ -219,6 +218,8 @@ def propose(draft: ProblemDraft, state: StateDep, session: SessionDep, _: AdminD
             detail=f"schedule.registration_deadline {draft.schedule.registration_deadline.isoformat()} "
             "is not in the future",
         )
+    from anonml.learn.partition import SEED_BYTES, commit_seed  # NumPy's module: not at the service's start
+
     seed = secrets.token_bytes(SEED_BYTES)
     token_key = TokenKey.generate()
     unsigned = Problem(

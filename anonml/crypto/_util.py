@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import nacl.utils
-import numpy as np
 
 from anonml.crypto.exceptions import CryptoTypeError, InvalidEncoding
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__: list[str] = []
 
@@ -20,6 +24,8 @@ def _random_bytes(n: int, rng: np.random.Generator | None) -> bytes:
     """
     if rng is None:
         return nacl.utils.random(n)
+    import numpy as np  # only an injected generator needs it: the services' start-up loads no NumPy
+
     if not isinstance(rng, np.random.Generator):
         raise CryptoTypeError(f"rng must be a numpy.random.Generator or None, not {type(rng).__name__}")
     return rng.bytes(n)

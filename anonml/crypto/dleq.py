@@ -54,12 +54,14 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from anonml.crypto._util import _ensure_bytes, _i2osp, _length_prefixed
 from anonml.crypto.exceptions import InvalidPoint, InvalidProof, InvalidScalar
 from anonml.crypto.group import Element, Scalar, hash_to_scalar, ladder_u, random_ladder_scalar
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["Proof", "generate_proof", "verify_proof"]
 

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import nacl.bindings as _b
 import nacl.exceptions
-import numpy as np
 
 from anonml.crypto._util import _ensure_bytes, _i2osp, _random_bytes
 from anonml.crypto.exceptions import CryptoError, InvalidPoint, InvalidScalar
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "L",

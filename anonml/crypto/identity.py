@@ -20,16 +20,19 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import nacl.bindings as _b
 import nacl.exceptions
 import nacl.public
 import nacl.signing
-import numpy as np
 
 from anonml.crypto import vrf
 from anonml.crypto._util import _ensure_bytes, _i2osp, _random_bytes
 from anonml.crypto.exceptions import InvalidEncoding, InvalidPacket, InvalidPoint, InvalidSignature
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "FINGERPRINT_SIZE",

@@ -24,16 +24,19 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nacl.exceptions
 import nacl.pwhash
 import nacl.secret
-import numpy as np
 
 from anonml.crypto._util import _random_bytes
 from anonml.crypto.exceptions import KeyFileError, WrongPassphrase
 from anonml.crypto.identity import Identity
 from anonml.paths import private_dir
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "save_identity",

@@ -80,15 +80,18 @@ import hmac
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import nacl.bindings as _b
 import nacl.exceptions
-import numpy as np
 
 from anonml.crypto._util import _ensure_bytes, _i2osp, _random_bytes
 from anonml.crypto.exceptions import InvalidEncoding, InvalidPacket, ReplayedPacket
 from anonml.crypto.identity import NODE_ID_SIZE, Identity, RelayKeyCertificate, RoundRelayKey, x25519
 from anonml.crypto.tokens import MAC_SIZE, NONCE_SIZE, SLOT_MAX_SIZE, Redemption
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "VERSION",

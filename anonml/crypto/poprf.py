@@ -40,8 +40,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from anonml.crypto._util import _ensure_bytes, _i2osp, _length_prefixed
 from anonml.crypto.dleq import Proof, generate_proof, verify_proof
@@ -55,6 +54,9 @@ from anonml.crypto.group import (
     montgomery_mul,
     random_scalar,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "MODE_POPRF",

@@ -28,8 +28,7 @@ import hashlib
 import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from anonml.crypto._util import _ensure_bytes, _i2osp, _random_bytes
 from anonml.crypto.dleq import Proof
@@ -45,6 +44,9 @@ from anonml.crypto.poprf import (
     prove_evaluation,
 )
 from anonml.crypto.spent import IssuanceLedger, SpentSet
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "SLOT_MAX_SIZE",

@@ -39,8 +39,8 @@ class DescribedMechanism(Protocol):
 _M = TypeVar("_M", bound=type[DescribedMechanism])
 
 #: Every mechanism class by its wire name, filled by :func:`register_mechanism`
-#: as :mod:`anonml.privacy.mechanisms` defines them (this module does not
-#: import that one: the mechanisms build their descriptors from this module).
+#: as :mod:`anonml.privacy.mechanisms` defines them (this module imports that one
+#: only when a descriptor is first checked: the mechanisms build their descriptors from this module).
 MECHANISMS: dict[str, type[DescribedMechanism]] = {}
 
 
@@ -106,7 +106,11 @@ class MechanismDescriptor(BaseModel):
         return self
 
     def _build(self) -> DescribedMechanism:
-        if self.kind not in MECHANISMS:  # only if anonml.privacy.mechanisms was never imported
+        if self.kind not in MECHANISMS:
+            # The mechanisms register as their module runs; a process that has only parsed wire
+            # messages so far (a service just started, issue 31) loads them with its first descriptor.
+            import anonml.privacy.mechanisms  # noqa: F401
+        if self.kind not in MECHANISMS:
             raise ValueError(f"no mechanism registered for kind {self.kind!r}")
         return MECHANISMS[self.kind].from_descriptor(self)
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 from pydantic import (
     AwareDatetime,
     Field,
@@ -29,6 +28,9 @@ from anonml.privacy.descriptor import MechanismDescriptor
 from anonml.protocol.membership import MAX_BATCH_ITEMS
 from anonml.protocol.messages import B64, IdentityBytes, SignatureBytes, Slot, WireMessage, sign_message
 from anonml.protocol.status import MedianAccount, ReportAccount
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "MedianQuery",
@@ -213,6 +215,8 @@ class PrivateReport(WireMessage):
 
 def pack_bits(bits: np.ndarray) -> bytes:
     """A bit vector as bytes: ``numpy.packbits`` (big-endian bit order), zero padded."""
+    import numpy as np  # loaded by the first report, not by the services' start-up
+
     arr = np.asarray(bits)
     if arr.ndim != 1:
         raise ValueError(f"bits must be 1-D, got shape {arr.shape}")
@@ -223,6 +227,8 @@ def unpack_bits(data: bytes, m: int) -> np.ndarray:
     """Inverse of :func:`pack_bits` for ``m`` bits; refuses a wrong length or set padding bits."""
     if len(data) != (m + 7) // 8:
         raise ValueError(f"{m} bits need {(m + 7) // 8} bytes, got {len(data)}")
+    import numpy as np
+
     bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8))
     if bits[m:].any():
         raise ValueError("padding bits after the last report bit must be zero")

@@ -48,6 +48,7 @@ from anonml.serving.input_guards import (
 )
 from anonml.serving.running import (
     ThreadedServer,
+    keep_startup_objects,
     run_foreground,
     serve_in_thread,
     start_in_thread,
@@ -63,6 +64,7 @@ __all__ = [
     "uvicorn_server",
     "uvicorn_options",
     "run_foreground",
+    "keep_startup_objects",
     "ServerTls",
     "TlsSettings",
     "server_tls",

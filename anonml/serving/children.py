@@ -19,8 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
-
 from anonml import outbound
 
 __all__ = [
@@ -109,6 +107,8 @@ def wait_answering(
         When ``process`` exits first (with its exit code) or ``timeout`` seconds pass (it is then
         killed), naming ``what``.
     """
+    import requests  # only a parent waiting on a child needs it: not in a service's start-up
+
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
