@@ -125,7 +125,7 @@ from anonml.errors import RecordError
 from anonml.event_rows import parts_row
 from anonml.model import Event, Text, canonical_parts
 from anonml.plugins import ChunkedImporter, ParsedChunk
-from anonml.readers import head, json_values, parse_json, parse_timestamp
+from anonml.readers import block_lines, head, json_values, parse_json, parse_timestamp
 
 if TYPE_CHECKING:  # the store and its SQLAlchemy are imported by an import, not by detection
     from anonml.parallel_import import ChunkRows
@@ -665,10 +665,39 @@ class EdxImporter(ChunkedImporter):
         )
         return ParsedChunk(items, fatal=fatal, opened=opened, state=state)  # type: ignore[arg-type]
 
+    def parse_block_rows(
+        self,
+        path: Path,
+        block: bytes,
+        first_line: int,
+        *,
+        opened: bool,
+        user: str | None,
+        fallback: str,
+        import_id: int,
+    ) -> ChunkRows:
+        """:meth:`parse_chunk_rows` of an undecoded block: when the block is valid UTF-8 (the
+        common case: checked whole, at C speed), its lines stay bytes, which the typed decode
+        reads directly and the reference path decodes one by one; otherwise the block is read
+        by :func:`~anonml.readers.block_lines`, which names the line holding the bad byte.
+        Both give the lines :func:`~anonml.readers.block_lines` gives.
+        """
+        try:
+            if not block.isascii():
+                block.decode("utf-8")  # only to check: msgspec does not check members it skips
+        except UnicodeDecodeError:
+            lines: list = block_lines(path, block, first_line)
+        else:
+            # bytes.splitlines splits at \r\n, \r and \n only, as text mode with newline="" does.
+            lines = block.splitlines(keepends=True)
+        return self.parse_chunk_rows(
+            path, lines, first_line, opened=opened, user=user, fallback=fallback, import_id=import_id
+        )
+
     def parse_chunk_rows(
         self,
         path: Path,
-        lines: list[str | RecordError],
+        lines: list[str | RecordError] | list[bytes],
         first_line: int,
         *,
         opened: bool,
@@ -678,6 +707,7 @@ class EdxImporter(ChunkedImporter):
     ) -> ChunkRows:
         """:meth:`parse_chunk`'s events as rows, made from each line's parts without the event
         (what :meth:`Event.make` would check and copy): the same rows, errors and state.
+        ``lines`` may also be undecoded lines known to be UTF-8 (:meth:`parse_block_rows`).
 
         Parts that :meth:`Event.make` would hand to pydantic's validation go through it here
         too, so a refused value is the same ``invalid event`` error.
@@ -719,7 +749,7 @@ class EdxImporter(ChunkedImporter):
     def _parse_lines(
         self,
         path: Path,
-        lines: list[str | RecordError],
+        lines: list[str | RecordError] | list[bytes],
         first_line: int,
         opened: bool,
         convert: Callable[[dict, str], Any],
@@ -737,7 +767,7 @@ class EdxImporter(ChunkedImporter):
         items: list[Any] = []
         append, learner_of, names = items.append, self._learner, state.names
         for number, line in enumerate(lines, first_line):
-            if opened and type(line) is str:
+            if opened and not isinstance(line, RecordError):
                 try:
                     line_parts = _fast_parts(_decode_line(line), names)
                 except _NOT_DECODED:
@@ -745,6 +775,8 @@ class EdxImporter(ChunkedImporter):
                 if line_parts is not None and (item := fast(*line_parts)) is not None:
                     append(item)
                     continue
+            if type(line) is bytes:  # from parse_block_rows, which checked that it is UTF-8
+                line = line.decode("utf-8")
             for lineno, obj in json_values(path, (line,), number):  # this one line, as it always was read
                 if not opened or type(obj) is not dict:  # the uncommon cases, one check for the common one
                     if isinstance(obj, RecordError):

@@ -235,3 +235,33 @@ def test_the_hostile_log_keeps_its_error_messages_and_skip_bad_counts(tmp_path: 
     nan_line = line[_raw(BASE, "ip", "NaN")]
     assert not any(e.startswith(f"{path}:{nan_line}:") for e in errors)
     store.close()
+
+
+@pytest.mark.parametrize("bad_byte", [False, True])
+@pytest.mark.parametrize("user", [None, "override"])
+def test_undecoded_blocks_give_what_decoded_lines_give(
+    tmp_path: Path, bad_byte: bool, user: str | None
+) -> None:
+    """EdxImporter.parse_block_rows (lines kept as bytes for the typed decode) against the default
+    (block_lines, then parse_chunk_rows), with \\r\\n, \\r and \\n line ends, text that is not
+    ASCII, and a byte that is not UTF-8 (in a member the typed decode skips)."""
+    from anonml.plugins import ChunkedImporter
+
+    ends = ["\n", "\r\n", "\r"]
+    text = "".join(line + ends[k % 3] for k, line in enumerate(HOSTILE))
+    block = text.encode("utf-8")
+    if bad_byte:  # 0xff, and a surrogate encoded as UTF-8 would encode it (which UTF-8 forbids)
+        for bad in (b"\xff", b"\xed\xa0\x80"):
+            block += json.dumps(BASE).replace('"fixture"', '"fix@ture"').encode().replace(b"@", bad) + b"\n"
+            block += json.dumps({**BASE, "time": "2024-01-09T11:00:00+00:00"}).encode() + b"\n"
+    path = tmp_path / "tracking.log"
+    path.write_bytes(block)
+    args = dict(opened=False, user=user, fallback="me", import_id=7)
+    made = EdxImporter().parse_block_rows(path, block, 1, **args)
+    expected = ChunkedImporter.parse_block_rows(EdxImporter(), path, block, 1, **args)
+    assert made.rows == expected.rows and len(made.rows) > 40
+    assert [str(e) for e in made.errors] == [str(e) for e in expected.errors]
+    assert (made.users, made.fatal, made.opened, made.state) == (
+        expected.users, expected.fatal, expected.opened, expected.state)
+    not_utf8 = [str(e) for e in made.errors if "not UTF-8" in str(e)]
+    assert len(not_utf8) == (2 if bad_byte else 0), not_utf8
