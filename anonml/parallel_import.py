@@ -24,9 +24,8 @@ still names its file and line and aborts the whole import unless bad records
 are skipped, and duplicates are still counted by the database's
 ``INSERT OR IGNORE``. The first block (64 KiB), and any after it until the
 file's format is established, is parsed in this process, so a file of
-another format fails exactly as it does serially. One difference: a
-non-UTF-8 byte is reported at the line that holds it, where the serial
-reader, which decodes 8 KiB at a time, may name an earlier line.
+another format fails exactly as it does serially, and a non-UTF-8 byte is
+reported at the line that holds it, as serially.
 
 Workers are forked (they inherit the importer; nothing is pickled but lines
 in and rows out) and die with the importing process: on Linux they ask the
@@ -56,7 +55,7 @@ from anonml.errors import RecordError
 from anonml.event_rows import event_row
 from anonml.model import Event
 from anonml.plugins import ChunkedImporter, Importer
-from anonml.readers import block_lines, iter_line_blocks, iter_line_chunks
+from anonml.readers import iter_line_blocks
 
 __all__ = [
     "PARALLEL_MIN_BYTES",
@@ -201,9 +200,8 @@ def _chunk_rows(
     fallback: str,
     import_id: int,
 ) -> ChunkRows:
-    lines = block_lines(path, block, first_line)
-    return importer.parse_chunk_rows(
-        path, lines, first_line, opened=opened, user=user, fallback=fallback, import_id=import_id
+    return importer.parse_block_rows(
+        path, block, first_line, opened=opened, user=user, fallback=fallback, import_id=import_id
     )
 
 
@@ -253,15 +251,14 @@ def serial_chunk_rows(
     path: Path, importer: ChunkedImporter, *, user: str | None, fallback: str, import_id: int
 ) -> Iterator[ChunkRows]:
     """:func:`parallel_chunk_rows` in this process (a small file, or one worker): the steps of
-    :meth:`~anonml.plugins.ChunkedImporter.parse` with each chunk made into rows
-    (:meth:`~anonml.plugins.ChunkedImporter.parse_chunk_rows`), so an importer that makes
-    rows without events saves that here too; the same rows, errors and order."""
+    :meth:`~anonml.plugins.ChunkedImporter.parse` with each block of lines made into rows
+    (:meth:`~anonml.plugins.ChunkedImporter.parse_block_rows`), so an importer that makes
+    rows without events, or reads undecoded lines, saves that here too; the same rows, errors
+    and order (a chunked importer gives the same whatever the chunks)."""
     importer.start_chunks(path)
     opened = False
-    for first_line, lines in iter_line_chunks(path, importer.chunk_lines):
-        result = importer.parse_chunk_rows(
-            path, lines, first_line, opened=opened, user=user, fallback=fallback, import_id=import_id
-        )
+    for first_line, block in iter_line_blocks(path, _BLOCK_BYTES, first_size=_FIRST_BYTES):
+        result = _chunk_rows(importer, path, block, first_line, opened, user, fallback, import_id)
         if result.fatal is None:
             importer.merge_chunk(path, result.state)
         yield result

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from anonml.errors import PluginError, PluginNotFound, RecordError
 from anonml.model import Dataset, Event, FeatureSpec
-from anonml.readers import iter_line_chunks
+from anonml.readers import block_lines, iter_line_chunks
 
 if TYPE_CHECKING:  # parallel_import imports this module
     from anonml.parallel_import import ChunkRows
@@ -217,6 +217,29 @@ class ChunkedImporter(Importer):
         out = rows_of(chunk.items, user, fallback, import_id)
         out.fatal, out.opened, out.state = chunk.fatal, chunk.opened, chunk.state
         return out
+
+    def parse_block_rows(
+        self,
+        path: Path,
+        block: bytes,
+        first_line: int,
+        *,
+        opened: bool,
+        user: str | None,
+        fallback: str,
+        import_id: int,
+    ) -> ChunkRows:
+        """:meth:`parse_chunk_rows` of a block of whole lines, undecoded (what
+        :func:`~anonml.readers.iter_line_blocks` reads; line ``first_line`` onwards).
+
+        By default the block is decoded and split by :func:`~anonml.readers.block_lines`. An
+        importer that reads undecoded lines itself may override it, if it gives what the
+        default gives.
+        """
+        return self.parse_chunk_rows(
+            path, block_lines(path, block, first_line), first_line,
+            opened=opened, user=user, fallback=fallback, import_id=import_id,
+        )
 
     def start_chunks(self, path: Path) -> None:
         """Reset what :meth:`merge_chunk` accumulates, before a file's first chunk."""

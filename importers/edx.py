@@ -114,15 +114,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import parse_qsl
 
+import msgspec
+import orjson
 from pydantic import ValidationError
 
 from anonml.errors import RecordError
+from anonml.event_rows import parts_row
 from anonml.model import Event, Text, canonical_parts
 from anonml.plugins import ChunkedImporter, ParsedChunk
-from anonml.readers import head, json_values, parse_json, parse_timestamp
+from anonml.readers import block_lines, head, json_values, parse_json, parse_timestamp
 
 if TYPE_CHECKING:  # the store and its SQLAlchemy are imported by an import, not by detection
     from anonml.parallel_import import ChunkRows
@@ -449,6 +452,110 @@ def _common(obj: dict) -> dict:
     return fields
 
 
+# --- the typed decode of a well-formed line ----------------------------------------
+# Most lines of a log are well formed: for them one schema-aware decode (msgspec) reads only the
+# members used here, already typed, and skips the rest (ip, agent, host, context.path, ...)
+# without building them. Whatever that decode or the fast path below refuses (not JSON, a member of
+# another type, a blank or anonymous user, a time with an offset, a bad member) is read again by the
+# reference path (orjson objects, the readers above), which decides it as it always has: the same
+# event, or the same RecordError message. An integer outside 64 bits is refused here because
+# orjson, the reference decoder, reads it as a float. One difference is left: a number past the
+# float range (1e400) in a member not read here makes orjson refuse the whole line, so the
+# reference reads it with json.loads, which keeps an integer past 64 bits in `event` an int where
+# this path (orjson on the `event` member alone) gives a float, as it does for every other line.
+_Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+
+
+class _LineContext(msgspec.Struct):
+    course_id: str | None = None
+    user_id: _Int64 | None = None
+
+
+class _Line(msgspec.Struct):
+    username: str | None = None
+    name: str | None = None
+    event_type: str | None = None
+    event_source: str | None = None
+    time: str | None = None
+    session: str | None = None
+    page: str | None = None
+    context: _LineContext | None = None
+    # Kept raw, decoded by orjson only for a type whose members are read: the members are then
+    # exactly the objects the reference path reads (msgspec reads an integer past 64 bits as an int).
+    event: msgspec.Raw = msgspec.Raw()
+
+
+_decode_line = msgspec.json.Decoder(_Line).decode
+_NOT_DECODED = (msgspec.DecodeError, msgspec.ValidationError)
+
+
+def _fast_parts(line: _Line, names: dict[int, str]) -> tuple[str, str, datetime, dict] | None:
+    """``(learner, type, time, fields)`` of a typed line the reference path (:meth:`EdxImporter._learner`,
+    :func:`_parts`) accepts as they are, or None: the reference path decides the line.
+
+    None for a line that is not attributed to a plain ASCII username (blank, ``"anonymous"``, too
+    long, or another alphabet: the reference path drops, defers or checks it), has no type or
+    time, a time with an offset other than UTC or in a form ``fromisoformat`` does not read, or a
+    type's members that are not what the extractor reads (its ``_BadRecord``). An accepted learner
+    is remembered under the line's ``context.user_id`` in ``names``, as :meth:`EdxImporter._learner`
+    remembers it.
+    """
+    user = line.username
+    if user is None:
+        return None
+    user = user.strip()
+    if not user or len(user) > _MAX_USER or not user.isascii():
+        return None
+    if len(user) == 9 and user.lower() == "anonymous":
+        return None
+    context = line.context
+    if context is not None and context.user_id is not None:
+        names.setdefault(context.user_id, user)
+    raw_type = line.name
+    raw_type = raw_type.strip() if raw_type is not None else ""
+    if not raw_type:
+        raw_type = line.event_type
+        raw_type = raw_type.strip() if raw_type is not None else ""
+        if not raw_type:
+            return None
+    if line.time is None:
+        return None
+    try:
+        timestamp = _fromisoformat(line.time)
+    except ValueError:
+        return None
+    if timestamp.tzinfo is None:
+        timestamp = timestamp.replace(tzinfo=UTC)  # edX writes UTC (see _timestamp)
+    elif timestamp.tzinfo is not UTC:
+        return None
+    fields: dict = {}  # what _common makes, its type checks done by the decode
+    if line.event_source:
+        fields["event_source"] = line.event_source
+    if context is not None:
+        if context.course_id:
+            fields["course_id"] = context.course_id
+        if context.user_id is not None:
+            fields["user_id"] = context.user_id
+    if line.session:
+        fields["session"] = line.session
+    if line.page:
+        fields["page"] = Text(line.page)
+    known = _KNOWN.get(raw_type)
+    if known is not None:
+        type_, extract = known
+        try:
+            members = orjson.loads(bytes(line.event)) if line.event else None
+            extract(fields, _event_members(members, type_))
+        except (orjson.JSONDecodeError, _BadRecord):
+            return None
+    elif raw_type[0] == "/":
+        type_ = "page_view"
+        fields["path"] = Text(raw_type)
+    else:
+        type_ = sanitize_type(raw_type)
+    return user, type_, timestamp, fields
+
+
 @dataclass(slots=True)
 class _ChunkState:
     """What one chunk carries to the next: learner names, deferred enrolments, counts."""
@@ -553,13 +660,44 @@ class EdxImporter(ChunkedImporter):
         Enrolment events the server logged without a username are kept in the
         chunk's state for :meth:`finish_chunks`.
         """
-        items, fatal, opened, state = self._parse_lines(path, lines, first_line, opened, self._to_event)
+        items, fatal, opened, state = self._parse_lines(
+            path, lines, first_line, opened, self._to_event, _fast_event
+        )
         return ParsedChunk(items, fatal=fatal, opened=opened, state=state)  # type: ignore[arg-type]
+
+    def parse_block_rows(
+        self,
+        path: Path,
+        block: bytes,
+        first_line: int,
+        *,
+        opened: bool,
+        user: str | None,
+        fallback: str,
+        import_id: int,
+    ) -> ChunkRows:
+        """:meth:`parse_chunk_rows` of an undecoded block: when the block is valid UTF-8 (the
+        common case: checked whole, at C speed), its lines stay bytes, which the typed decode
+        reads directly and the reference path decodes one by one; otherwise the block is read
+        by :func:`~anonml.readers.block_lines`, which names the line holding the bad byte.
+        Both give the lines :func:`~anonml.readers.block_lines` gives.
+        """
+        try:
+            if not block.isascii():
+                block.decode("utf-8")  # only to check: msgspec does not check members it skips
+        except UnicodeDecodeError:
+            lines: list = block_lines(path, block, first_line)
+        else:
+            # bytes.splitlines splits at \r\n, \r and \n only, as text mode with newline="" does.
+            lines = block.splitlines(keepends=True)
+        return self.parse_chunk_rows(
+            path, lines, first_line, opened=opened, user=user, fallback=fallback, import_id=import_id
+        )
 
     def parse_chunk_rows(
         self,
         path: Path,
-        lines: list[str | RecordError],
+        lines: list[str | RecordError] | list[bytes],
         first_line: int,
         *,
         opened: bool,
@@ -569,11 +707,12 @@ class EdxImporter(ChunkedImporter):
     ) -> ChunkRows:
         """:meth:`parse_chunk`'s events as rows, made from each line's parts without the event
         (what :meth:`Event.make` would check and copy): the same rows, errors and state.
+        ``lines`` may also be undecoded lines known to be UTF-8 (:meth:`parse_block_rows`).
 
         Parts that :meth:`Event.make` would hand to pydantic's validation go through it here
         too, so a refused value is the same ``invalid event`` error.
         """
-        from anonml.event_rows import event_row, parts_row
+        from anonml.event_rows import event_row
         from anonml.parallel_import import ChunkRows
 
         users: set[str] = set()
@@ -589,7 +728,20 @@ class EdxImporter(ChunkedImporter):
             users.add(who)
             return row
 
-        items, fatal, opened, state = self._parse_lines(path, lines, first_line, opened, to_row)
+        def fast_row(learner: str, type_: str, timestamp: datetime, fields: dict) -> tuple | None:
+            # _fast_parts gives an ASCII learner and type, a UTC time and values of the exact
+            # types canonical_parts accepts, finite floats; what is left to it is text that UTF-8
+            # cannot encode (a lone surrogate from an event string), which content_id's encoding
+            # meets: the reference path then refuses it as validation does.
+            who = user or learner
+            try:
+                row = parts_row(who, _SOURCE, type_, timestamp, fields, import_id)
+            except UnicodeEncodeError:
+                return None
+            users.add(who)
+            return row
+
+        items, fatal, opened, state = self._parse_lines(path, lines, first_line, opened, to_row, fast_row)
         errors = [item for item in items if isinstance(item, RecordError)]
         rows = [item for item in items if not isinstance(item, RecordError)] if errors else items
         return ChunkRows(rows, errors, users, fatal=fatal, opened=opened, state=state)  # type: ignore[arg-type]
@@ -597,46 +749,63 @@ class EdxImporter(ChunkedImporter):
     def _parse_lines(
         self,
         path: Path,
-        lines: list[str | RecordError],
+        lines: list[str | RecordError] | list[bytes],
         first_line: int,
         opened: bool,
         convert: Callable[[dict, str], Any],
+        fast: Callable[[str, str, datetime, dict], Any],
     ) -> tuple[list[Any], RecordError | None, bool, _ChunkState]:
         """``convert(line object, learner)`` of every attributable line (an event or a row) and
         the bad lines' RecordError values, in line order; the fatal error that ends the file, if
-        any; whether the format is established; the chunk's state (see :meth:`parse_chunk`)."""
+        any; whether the format is established; the chunk's state (see :meth:`parse_chunk`).
+
+        Once the format is established, a line goes first through the typed decode
+        (:func:`_fast_parts`) and ``fast(learner, type, time, fields)``, which gives what
+        ``convert`` would or None; a line either refuses is read by the reference path below.
+        """
         state = _ChunkState()
         items: list[Any] = []
-        append, learner_of = items.append, self._learner
-        for lineno, obj in json_values(path, lines, first_line):
-            if not opened or type(obj) is not dict:  # the uncommon cases, one check for the common one
-                if isinstance(obj, RecordError):
-                    state.unreadable = True
-                    append(obj)
+        append, learner_of, names = items.append, self._learner, state.names
+        for number, line in enumerate(lines, first_line):
+            if opened and not isinstance(line, RecordError):
+                try:
+                    line_parts = _fast_parts(_decode_line(line), names)
+                except _NOT_DECODED:
+                    line_parts = None
+                if line_parts is not None and (item := fast(*line_parts)) is not None:
+                    append(item)
                     continue
-                if not opened:
-                    opened = True
-                    if not (isinstance(obj, dict) and ("event_type" in obj or "name" in obj)):
-                        fatal = RecordError(
-                            path,
-                            lineno,
-                            "not an edX tracking log: the first JSON record is not an object "
-                            "with 'event_type' or 'name'",
-                        )
-                        return items, fatal, True, state
-                if not isinstance(obj, dict):
-                    append(RecordError(path, lineno, f"expected a JSON object, got {type(obj).__name__}"))
+            if type(line) is bytes:  # from parse_block_rows, which checked that it is UTF-8
+                line = line.decode("utf-8")
+            for lineno, obj in json_values(path, (line,), number):  # this one line, as it always was read
+                if not opened or type(obj) is not dict:  # the uncommon cases, one check for the common one
+                    if isinstance(obj, RecordError):
+                        state.unreadable = True
+                        append(obj)
+                        continue
+                    if not opened:
+                        opened = True
+                        if not (isinstance(obj, dict) and ("event_type" in obj or "name" in obj)):
+                            fatal = RecordError(
+                                path,
+                                lineno,
+                                "not an edX tracking log: the first JSON record is not an object "
+                                "with 'event_type' or 'name'",
+                            )
+                            return items, fatal, True, state
+                    if not isinstance(obj, dict):
+                        append(RecordError(path, lineno, f"expected a JSON object, got {type(obj).__name__}"))
+                        continue
+                try:
+                    learner = learner_of(obj, state)
+                except _BadRecord as exc:
+                    append(RecordError(path, lineno, str(exc)))
                     continue
-            try:
-                learner = learner_of(obj, state)
-            except _BadRecord as exc:
-                append(RecordError(path, lineno, str(exc)))
-                continue
-            if learner is None:
-                if self._enrollment_learner_id(obj) is not None:
-                    state.unattributed.append((lineno, obj))
-                continue
-            append(_or_error(path, lineno, convert, obj, learner))
+                if learner is None:
+                    if self._enrollment_learner_id(obj) is not None:
+                        state.unattributed.append((lineno, obj))
+                    continue
+                append(_or_error(path, lineno, convert, obj, learner))
         state.opened = opened
         return items, None, opened, state
 
@@ -731,6 +900,15 @@ def _parts(obj: dict) -> tuple[str, datetime, dict]:
     else:
         type_ = sanitize_type(raw_type)
     return type_, timestamp, fields
+
+
+def _fast_event(learner: str, type_: str, timestamp: datetime, fields: dict) -> Event | None:
+    """The event of :func:`_fast_parts`'s parts, or None when validation refuses them (the
+    reference path then makes the same ``invalid event`` error)."""
+    try:
+        return Event.make(_SOURCE, type_, timestamp, fields, learner)
+    except ValidationError:
+        return None
 
 
 def _or_error(path: Path, lineno: int, convert: Callable[[dict, str], Any], obj: dict, learner: str) -> Any:
