@@ -166,10 +166,11 @@ class ProblemContext:
 
         return roster_plan(self.problem.draft, roster, beacon)
 
-    def set_roster(self, roster: Roster, beacon: bytes) -> None:
-        """Fix the plan from the roster and the witnesses' ``beacon`` (:func:`roster_beacon`)."""
+    def set_roster(self, roster: Roster, beacon: bytes, plan: PartitionPlan | None = None) -> None:
+        """Fix the plan from the roster and the witnesses' ``beacon`` (:func:`roster_beacon`);
+        ``plan``: that plan computed already (:meth:`plan_for`), e.g. before a write transaction."""
         keys = [bytes(e.identity) for e in roster.entries]
-        self.plan = self.plan_for(roster, beacon)
+        self.plan = plan if plan is not None else self.plan_for(roster, beacon)
         self.index = {key: i for i, key in enumerate(keys)}
         self.by_fingerprint = {
             PublicIdentity.from_bytes(key).fingerprint.hex(): i for i, key in enumerate(keys)
