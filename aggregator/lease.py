@@ -39,10 +39,8 @@ an unexpired lease, after which nobody can take the lease until the
 transition commits (the write lock on SQLite, the row lock on PostgreSQL).
 A transition whose guard fails is rolled back (:class:`LeaseLost`).
 
-Renewing under load (issue 26). The lease's statements run on an engine of
-their own (:func:`_own_engine`: the same database, a pool of its own), so a
-renewal never queues behind the request handlers for a pooled connection, and
-each is a transaction of one tiny ``UPDATE``. A renewal that finds the
+Renewing under load (issue 26). Each of the lease's statements is a
+transaction of one tiny ``UPDATE``. A renewal that finds the
 database busy (another transaction holds SQLite's write lock or the row lock)
 waits for it — SQLite's busy timeout, PostgreSQL's ``lock_timeout``, and
 retries with jittered backoff — for as long as the lease stays valid
@@ -79,7 +77,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from aggregator.db import LeaseRow
-from anonml.database import is_retryable, is_sqlite_memory, make_engine, upsert_insert
+from anonml.database import is_retryable, upsert_insert
 
 __all__ = ["PhaseLease", "LeaseLost", "LeaseHolder", "PHASES", "database_now", "holder_id", "parse_holder"]
 
@@ -172,16 +170,6 @@ def _busy(exc: BaseException) -> bool:
     return "database is locked" in text or "database table is locked" in text
 
 
-def _own_engine(engine: Engine) -> tuple[Engine, bool]:
-    """An engine on ``engine``'s database with a pool of its own (one connection, one spare), and
-    whether it is new (dispose it); ``engine`` itself for an in-memory SQLite database, whose one
-    connection is the database."""
-    url = engine.url.render_as_string(hide_password=False)
-    if is_sqlite_memory(url):
-        return engine, False
-    return make_engine(url, pool_size=1), True
-
-
 def _process_gone(pid: int) -> bool:
     """Whether no process ``pid`` exists in this PID namespace."""
     try:
@@ -212,7 +200,6 @@ class PhaseLease:
         if not ttl > 0:
             raise ValueError(f"lease ttl must be positive, got {ttl}")
         self.engine = engine
-        self._engine, self._owned = _own_engine(engine)
         self.ttl = float(ttl)
         self.name = name
         self.holder = holder or holder_id()
@@ -243,12 +230,21 @@ class PhaseLease:
         seconds for a lock (SQLite's ``busy_timeout``, PostgreSQL's ``lock_timeout``): a holder frozen
         inside a transaction must not hang the others' attempts past the caller's patience."""
         ms = max(1, round(wait * 1000))
-        with self._engine.begin() as connection:
-            if self._engine.dialect.name == "sqlite":  # before the UPDATE, which takes the write lock
-                connection.exec_driver_sql(f"PRAGMA busy_timeout = {ms}")
-            elif self._engine.dialect.name == "postgresql":
-                connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{ms}ms'")
-            yield connection
+        sqlite = self.engine.dialect.name == "sqlite"
+        with self.engine.connect() as connection:
+            raw = connection.connection.dbapi_connection
+            # pysqlite issues no BEGIN for a PRAGMA: set on the pooled connection, restored below
+            before = raw.execute("PRAGMA busy_timeout").fetchone()[0] if sqlite else None
+            try:
+                if sqlite:
+                    raw.execute(f"PRAGMA busy_timeout = {ms}")
+                with connection.begin():
+                    if self.engine.dialect.name == "postgresql":
+                        connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{ms}ms'")
+                    yield connection
+            finally:
+                if sqlite:
+                    raw.execute(f"PRAGMA busy_timeout = {int(before)}")
 
     def _write(self, stmt: Any, patience: float) -> tuple[bool, float]:
         """Run one ``UPDATE`` of the lease row in its own transaction, retrying while the database is
@@ -274,15 +270,10 @@ class PhaseLease:
                 time.sleep(pause)
                 delay = min(delay * 2, 0.5)
 
-    def close(self) -> None:
-        """Close this lease's own connections (after :meth:`release`, when the process stops)."""
-        if self._owned:
-            self._engine.dispose()
-
     def _ensure_row(self) -> None:
         if self._created:
             return
-        with Session(self._engine) as s, s.begin():
+        with Session(self.engine) as s, s.begin():
             stmt = upsert_insert(s, LeaseRow).values(name=self.name, holder="", expires=0.0, taken=0)
             s.execute(stmt.on_conflict_do_nothing(index_elements=["name"]))
         self._created = True
@@ -364,7 +355,7 @@ class PhaseLease:
 
     def current(self) -> tuple[str, float] | None:
         """``(holder, seconds until expiry on the database's clock)``; None before anyone took it."""
-        with self._engine.connect() as connection:
+        with self.engine.connect() as connection:
             found = connection.execute(
                 select(LeaseRow.holder, LeaseRow.expires - self._now).where(LeaseRow.name == self.name)
             ).first()

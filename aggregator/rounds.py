@@ -132,8 +132,6 @@ class RoundDriver:
             self.lease.release()  # another worker takes over at once
         except Exception:
             log.exception("releasing the phase lease failed; another worker takes it at its expiry")
-        finally:
-            self.lease.close()
 
     # -- lease --------------------------------------------------------------------
     def _keep_lease(self) -> None:

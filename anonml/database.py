@@ -114,7 +114,7 @@ def _tighten(path: Path) -> None:
             pass
 
 
-def make_engine(url: str, *, immediate: bool = False, pool_size: int | None = None) -> Engine:
+def make_engine(url: str, *, immediate: bool = False) -> Engine:
     """An engine for ``url``.
 
     Parameters
@@ -125,15 +125,11 @@ def make_engine(url: str, *, immediate: bool = False, pool_size: int | None = No
         Make every transaction take the write lock when it begins (SQLite's
         ``BEGIN IMMEDIATE``; SERIALIZABLE elsewhere), for check-then-write
         logic such as a budget cap that two writers must not interleave.
-    pool_size : int or None, default=None
-        Connections the pool keeps, plus one spare (default: SQLAlchemy's 5 plus 10);
-        ignored for an in-memory SQLite database (one connection).
     """
-    pool: dict[str, Any] = {} if pool_size is None else {"pool_size": pool_size, "max_overflow": 1}
     if not url.startswith("sqlite"):
         if immediate:
-            return create_engine(url, pool_pre_ping=True, isolation_level="SERIALIZABLE", **pool)
-        return create_engine(url, pool_pre_ping=True, **pool)
+            return create_engine(url, pool_pre_ping=True, isolation_level="SERIALIZABLE")
+        return create_engine(url, pool_pre_ping=True)
     memory = is_sqlite_memory(url)
     path = sqlite_path(url)
     busy_ms = _busy_timeout_ms(url)
@@ -142,8 +138,6 @@ def make_engine(url: str, *, immediate: bool = False, pool_size: int | None = No
     kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": busy_ms / 1000}}
     if memory:
         kwargs["poolclass"] = StaticPool
-    else:
-        kwargs.update(pool)
     engine = create_engine(url, **kwargs)
 
     @event.listens_for(engine, "connect")

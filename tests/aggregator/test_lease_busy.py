@@ -108,28 +108,28 @@ def test_a_renewal_waits_out_a_write_held_past_the_old_timeout_and_keeps_the_lea
     engine: Engine, database_url: str
 ) -> None:
     lease = PhaseLease(engine, TTL)
+    assert lease.acquire() and lease.held
+    before = _expires(engine)
+    blocker = make_engine(database_url)
     try:
-        assert lease.acquire() and lease.held
-        before = _expires(engine)
-        blocker = make_engine(database_url)
-        try:
-            with lease_row_held(blocker):
-                started = time.monotonic()
-                thread, outcome = _renew_in_thread(lease)
-                # hold until the renewal has waited longer than the old code waited before giving up
-                wait_until(lambda: time.monotonic() > started + OLD_WINDOW or not thread.is_alive(),
-                           120, "the renewal waiting behind the held write")
-                assert thread.is_alive(), f"the renewal gave up while the lease was valid: {outcome}"
-                assert lease.held  # the lease is still valid: the process still leads
-            thread.join(timeout=120)
-        finally:
-            blocker.dispose()
-        assert outcome == {"got": True}, outcome
-        assert lease.held
-        assert _expires(engine) > before  # the renewal was written once the lock was free
-        assert lease.current()[0] == lease.holder and _taken(engine) == 1  # never changed hands
+        with lease_row_held(blocker):
+            started = time.monotonic()
+            thread, outcome = _renew_in_thread(lease)
+            # hold until the renewal has waited longer than the old code waited before giving up
+            wait_until(lambda: time.monotonic() > started + OLD_WINDOW or not thread.is_alive(),
+                       120, "the renewal waiting behind the held write")
+            assert thread.is_alive(), f"the renewal gave up while the lease was valid: {outcome}"
+            assert lease.held  # the lease is still valid: the process still leads
+        thread.join(timeout=120)
     finally:
-        lease.close()
+        blocker.dispose()
+    assert outcome == {"got": True}, outcome
+    assert lease.held
+    assert _expires(engine) > before  # the renewal was written once the lock was free
+    assert lease.current()[0] == lease.holder and _taken(engine) == 1  # never changed hands
+    if engine.dialect.name == "sqlite":
+        with engine.connect() as connection:  # the pooled connection's own busy timeout is back (1 s)
+            assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 1000
 
 
 def test_a_renewal_blocked_past_the_validity_stops_the_holder_and_the_next_taker_gets_it(
@@ -158,8 +158,6 @@ def test_a_renewal_blocked_past_the_validity_stops_the_holder_and_the_next_taker
         assert not a.acquire() and not a.held  # b's lease is valid: a cannot take it back
         assert a.current()[0] == b.holder and _taken(engine) == 2
     finally:
-        a.close()
-        b.close()
         b.engine.dispose()
 
 
