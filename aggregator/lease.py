@@ -226,7 +226,7 @@ class PhaseLease:
 
     @contextmanager
     def _transaction(self, wait: float) -> Iterator[Connection]:
-        """A transaction of this lease's own statements on its own engine, waiting at most ``wait``
+        """A transaction of this lease's own statements, waiting at most ``wait``
         seconds for a lock (SQLite's ``busy_timeout``, PostgreSQL's ``lock_timeout``): a holder frozen
         inside a transaction must not hang the others' attempts past the caller's patience."""
         ms = max(1, round(wait * 1000))
