@@ -39,6 +39,17 @@ an unexpired lease, after which nobody can take the lease until the
 transition commits (the write lock on SQLite, the row lock on PostgreSQL).
 A transition whose guard fails is rolled back (:class:`LeaseLost`).
 
+Renewing under load (issue 26). Each of the lease's statements is a
+transaction of one tiny ``UPDATE``. A renewal that finds the
+database busy (another transaction holds SQLite's write lock or the row lock)
+waits for it — SQLite's busy timeout, PostgreSQL's ``lock_timeout``, and
+retries with jittered backoff — for as long as the lease stays valid
+(:meth:`PhaseLease.patience`), instead of failing after a fixed 30 s that
+outlasts a 20 s lease. Safety does not depend on how long it waits:
+:attr:`PhaseLease.held` still runs out ``ttl`` after the last *successful*
+renewal was sent, whatever is pending, and a renewal that lands after that
+re-takes the lease only through the conditional ``UPDATE`` above.
+
 Limit: a process frozen *inside* a transaction keeps that transaction's locks
 (SQLite's write lock, PostgreSQL's row locks) until it wakes or its connection
 is closed; until then the others' attempts fail (a busy timeout on SQLite, a
@@ -57,14 +68,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import case, literal, or_, select, update
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from aggregator.db import LeaseRow
-from anonml.database import upsert_insert
+from anonml.database import is_retryable, upsert_insert
 
 __all__ = ["PhaseLease", "LeaseLost", "LeaseHolder", "PHASES", "database_now", "holder_id", "parse_holder"]
 
@@ -137,6 +150,26 @@ def parse_holder(holder: str) -> LeaseHolder | None:
     return LeaseHolder(parts[0], parts[1], int(parts[2]), parts[3])
 
 
+#: PostgreSQL's lock_not_available (a ``lock_timeout`` ran out).
+_LOCK_NOT_AVAILABLE = "55P03"
+#: Shortest wait one attempt gets (seconds): under it a busy database is hardly waited for at all.
+_MIN_WAIT = 0.05
+
+
+def _busy(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database was busy (try again), not that the statement is wrong.
+
+    SQLite: ``database is locked`` / ``database table is locked`` (SQLITE_BUSY, SQLITE_LOCKED);
+    PostgreSQL: a ``lock_timeout`` (55P03), a serialization failure or a deadlock (40001, 40P01).
+    """
+    if not isinstance(exc, DBAPIError):
+        return False
+    if is_retryable(exc) or getattr(exc.orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+        return True
+    text = str(exc.orig).lower()
+    return "database is locked" in text or "database table is locked" in text
+
+
 def _process_gone(pid: int) -> bool:
     """Whether no process ``pid`` exists in this PID namespace."""
     try:
@@ -184,14 +217,58 @@ class PhaseLease:
         """True while the last successful :meth:`acquire` is younger than ``ttl`` (local clock)."""
         return time.monotonic() < self._valid_until
 
+    def patience(self) -> float:
+        """Seconds an :meth:`acquire` may keep waiting for a busy database: while this process holds the
+        lease, until its validity runs out (a renewal late by seconds still keeps it); otherwise (taking
+        it, releasing it) at most ``min(1 s, renew_every)``, as the keeper tries again a second later."""
+        remaining = self._valid_until - time.monotonic()
+        return max(remaining, min(1.0, self.renew_every))
+
     @contextmanager
-    def _transaction(self) -> Iterator[Connection]:
-        """A transaction of this lease's own statements; on PostgreSQL it waits for a row lock at most
-        ``renew_every`` (a holder frozen inside a transaction must not hang the others' attempts)."""
-        with self.engine.begin() as connection:
-            if self.engine.dialect.name == "postgresql":
-                connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{round(self.renew_every * 1000)}ms'")
-            yield connection
+    def _transaction(self, wait: float) -> Iterator[Connection]:
+        """A transaction of this lease's own statements, waiting at most ``wait``
+        seconds for a lock (SQLite's ``busy_timeout``, PostgreSQL's ``lock_timeout``): a holder frozen
+        inside a transaction must not hang the others' attempts past the caller's patience."""
+        ms = max(1, round(wait * 1000))
+        sqlite = self.engine.dialect.name == "sqlite"
+        with self.engine.connect() as connection:
+            raw = connection.connection.dbapi_connection
+            # pysqlite issues no BEGIN for a PRAGMA: set on the pooled connection, restored below
+            before = raw.execute("PRAGMA busy_timeout").fetchone()[0] if sqlite else None
+            try:
+                if sqlite:
+                    raw.execute(f"PRAGMA busy_timeout = {ms}")
+                with connection.begin():
+                    if self.engine.dialect.name == "postgresql":
+                        connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{ms}ms'")
+                    yield connection
+            finally:
+                if sqlite:
+                    raw.execute(f"PRAGMA busy_timeout = {int(before)}")
+
+    def _write(self, stmt: Any, patience: float) -> tuple[bool, float]:
+        """Run one ``UPDATE`` of the lease row in its own transaction, retrying while the database is
+        busy for at most ``patience`` seconds; ``(changed a row, when the successful try was sent)``.
+
+        Each try waits for the lock up to what is left of ``patience``; a busy error with time left
+        is retried after a jittered pause (full jitter from 10 ms doubling to 0.5 s, Brooker 2015),
+        so one that came back at once (a busy answer SQLite gives without waiting) is not final.
+        The last busy error, and any other error, propagates.
+        """
+        deadline = time.monotonic() + patience
+        delay = 0.01
+        while True:
+            sent = time.monotonic()
+            try:
+                with self._transaction(max(_MIN_WAIT, deadline - sent)) as connection:
+                    return connection.execute(stmt).rowcount == 1, sent
+            except DBAPIError as exc:
+                pause = secrets.SystemRandom().uniform(0.0, delay)
+                if not _busy(exc) or time.monotonic() + pause >= deadline:
+                    raise
+                log.info("the %r lease's write met a busy database; trying again", self.name)
+                time.sleep(pause)
+                delay = min(delay * 2, 0.5)
 
     def _ensure_row(self) -> None:
         if self._created:
@@ -209,7 +286,7 @@ class PhaseLease:
         on that exact holder.
         """
         self._ensure_row()
-        sent = time.monotonic()
+        patience = self.patience()
         row = LeaseRow.__table__.c
         stmt = (
             update(LeaseRow)
@@ -220,35 +297,35 @@ class PhaseLease:
                 taken=row.taken + case((row.holder == self.holder, 0), else_=1),
             )
         )
-        with self._transaction() as connection:
-            got = connection.execute(stmt).rowcount == 1
+        got, sent = self._write(stmt, patience)
         if not got:
-            got = self._take_from_the_dead(sent)
+            got, sent = self._take_from_the_dead(sent)
         with self._lock:
             self._valid_until = sent + self.ttl if got else 0.0
         return got
 
-    def _take_from_the_dead(self, sent: float) -> bool:
+    def _take_from_the_dead(self, sent: float) -> tuple[bool, float]:
+        """``(taken, when the taking write was sent)`` from a holder that is a dead process of this
+        machine; ``(False, sent)`` otherwise."""
         current = self.current()
         if current is None:
-            return False
+            return False, sent
         holder, _ = current
         other, mine = parse_holder(holder), parse_holder(self.holder)
         if other is None or mine is None or not mine.machine or other.machine != mine.machine:
-            return False
+            return False, sent
         if other.pid == mine.pid or not _process_gone(other.pid):
-            return False
+            return False, sent
         row = LeaseRow.__table__.c
         stmt = (
             update(LeaseRow)
             .where(row.name == self.name, row.holder == holder)
             .values(holder=self.holder, expires=self._now + self.ttl, taken=row.taken + 1)
         )
-        with self._transaction() as connection:
-            got = connection.execute(stmt).rowcount == 1
+        got, sent = self._write(stmt, self.patience())
         if got:
             log.warning("lease %r taken over from process %d, which is gone", self.name, other.pid)
-        return got
+        return got, sent
 
     def release(self) -> None:
         """Give the lease up now (if held), so another process takes it without waiting for expiry."""
@@ -256,8 +333,7 @@ class PhaseLease:
             self._valid_until = 0.0
         row = LeaseRow.__table__.c
         stmt = update(LeaseRow).where(row.name == self.name, row.holder == self.holder).values(expires=0.0)
-        with self._transaction() as connection:
-            connection.execute(stmt)
+        self._write(stmt, self.patience())
 
     def guard(self, session: Session) -> None:
         """Inside the caller's transaction: go on only while this process holds the lease.

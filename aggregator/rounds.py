@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -318,14 +319,47 @@ class RoundDriver:
             log.exception("recording the failure of %s failed; the next holder's tick retries it", pid)
 
     def _close_registration(self, pid: str) -> None:
+        """Close registration in three steps, so no write lock is held across the CPU work between them.
+
+        1. A one-statement write transaction sets ``close_requested``: registrations that commit
+           after it are refused (they re-read the flag under the write lock, or ``FOR SHARE`` on
+           PostgreSQL), so the registered set is final from here on.
+        2. Without a transaction: read the registrations, build and sign the roster, check the
+           partition plan (its first call imports scikit-learn: 12–17 s under ``stress-ng --cpu 2``,
+           which the write lock used to span, blocking the lease's renewal — issue 26) and fix the
+           round's schedule.
+        3. One write transaction, guarded by the lease, publishes the roster (or fails the problem)
+           if the problem is still in registration.
+
+        A crash or a lost lease between 1 and 3 leaves the problem in registration with
+        ``close_requested`` set, so the next holder's tick closes it again from step 1.
+        """
         state = self.state
         with state.sessions() as s, s.begin():
-            # Write first: registrations committing after this point see the phase change.
-            row = _take(s, pid, ProblemRow.phase == ProblemPhase.REGISTRATION, close_requested=True)
-            if row is None:
+            if _take(s, pid, ProblemRow.phase == ProblemPhase.REGISTRATION, close_requested=True) is None:
                 return
+        outcome = self._roster_or_failure(pid)
+        with state.sessions() as s, s.begin():
+            row = _problem_row(s, pid)
+            if row.phase != ProblemPhase.REGISTRATION:
+                return  # another tenure closed it meanwhile
+            if outcome.failure is not None:
+                self._enter(row, ProblemPhase.FAILED, outcome.failure)
+                return
+            row.roster_json = outcome.roster_json
+            self._enter(row, ProblemPhase.WITNESSING)
+        self.witnesses.start_roster(pid)
+
+    def _roster_or_failure(self, pid: str) -> _Closing:
+        """The signed roster of the closed registration, or why the problem fails.
+
+        Reads only, in no transaction; the CPU work of closing (signing, the plan, the JSON).
+        """
+        state = self.state
+        with state.sessions() as s:
+            row = _problem_row(s, pid)
+            round_id, token_secret, seed = row.round_id, row.token_secret, row.seed
             ctx = state.require_context(pid, s)
-            draft = ctx.problem.draft
             regs = list(
                 s.scalars(
                     select(RegistrationRow)
@@ -333,56 +367,49 @@ class RoundDriver:
                     .order_by(RegistrationRow.id)
                 )
             )
-            n = len(regs)
-            if n < draft.min_peers:
-                message = f"only {n} peers registered; the problem needs {draft.min_peers}"
-                self._enter(row, ProblemPhase.FAILED, message)
-                return
-            relays = sum(1 for r in regs if r.relay_url is not None)
-            # With sender-only members, a roster whose relays are too few for any relaying member's route
-            # (`hops` relays other than itself) fails here, with the reason, rather than at every peer.
-            # A roster of relaying members only is published as before (each peer's floors judge it).
-            if relays < n and relays < draft.hops + 1:
-                self._enter(
-                    row,
-                    ProblemPhase.FAILED,
-                    f"only {relays} of the {n} registered peers relay (the others are sender-only); "
-                    f"routes of {draft.hops} relays need {draft.hops + 1}",
-                )
-                return
-            roster = sign_message(
-                Roster(
-                    problem_id=pid,
-                    aggregator=state.public_identity,
-                    round_id=row.round_id,
-                    entries=tuple(
-                        RosterEntry(
-                            identity=r.identity,
-                            relay_url=r.relay_url,
-                            relay_certificate=r.certificate,
-                            credential=None
-                            if r.credential_json is None
-                            else AdmissionCredential.model_validate_json(r.credential_json),
-                            registration_signature=r.signature,
-                        )
-                        for r in regs
-                    ),
-                    token_key=bytes(TokenKey(row.token_secret).public_key),
-                    seed=row.seed,
-                    median_pool_size=draft.median_pool_size(n),
-                    signature=bytes(64),
-                ),
-                state.identity,
+        draft = ctx.problem.draft
+        n = len(regs)
+        if n < draft.min_peers:
+            return _Closing(failure=f"only {n} peers registered; the problem needs {draft.min_peers}")
+        relays = sum(1 for r in regs if r.relay_url is not None)
+        # With sender-only members, a roster whose relays are too few for any relaying member's route
+        # (`hops` relays other than itself) fails here, with the reason, rather than at every peer.
+        # A roster of relaying members only is published as before (each peer's floors judge it).
+        if relays < n and relays < draft.hops + 1:
+            return _Closing(
+                failure=f"only {relays} of the {n} registered peers relay (the others are sender-only); "
+                f"routes of {draft.hops} relays need {draft.hops + 1}"
             )
-            try:  # the sizes alone decide whether a plan exists; the beacon comes later
-                ctx.plan_for(roster)
-            except ValueError as exc:
-                self._enter(row, ProblemPhase.FAILED, f"cannot build the partition plan: {exc}")
-                return
-            state.round_schedule(ctx, n)  # the waits of this round, sized for n members
-            row.roster_json = roster.model_dump_json()
-            self._enter(row, ProblemPhase.WITNESSING)
-        self.witnesses.start_roster(pid)
+        roster = sign_message(
+            Roster(
+                problem_id=pid,
+                aggregator=state.public_identity,
+                round_id=round_id,
+                entries=tuple(
+                    RosterEntry(
+                        identity=r.identity,
+                        relay_url=r.relay_url,
+                        relay_certificate=r.certificate,
+                        credential=None
+                        if r.credential_json is None
+                        else AdmissionCredential.model_validate_json(r.credential_json),
+                        registration_signature=r.signature,
+                    )
+                    for r in regs
+                ),
+                token_key=bytes(TokenKey(token_secret).public_key),
+                seed=seed,
+                median_pool_size=draft.median_pool_size(n),
+                signature=bytes(64),
+            ),
+            state.identity,
+        )
+        try:  # the sizes alone decide whether a plan exists; the beacon comes later
+            ctx.plan_for(roster)
+        except ValueError as exc:
+            return _Closing(failure=f"cannot build the partition plan: {exc}")
+        state.round_schedule(ctx, n)  # the waits of this round, sized for n members
+        return _Closing(roster_json=roster.model_dump_json())
 
     def _publish_bins(self, pid: str, thresholds: dict[int, tuple[float, ...]]) -> None:
         state = self.state
@@ -428,6 +455,14 @@ class RoundDriver:
             self.witnesses.start_bins(pid, bins)
 
 
+@dataclass(frozen=True)
+class _Closing:
+    """What closing registration publishes: the signed roster (JSON), or why the problem fails."""
+
+    roster_json: str | None = None
+    failure: str | None = None
+
+
 class WitnessCollection:
     """A driver's collection of the declared witnesses' cosignatures on a problem's roster and bins
     transcripts, each stage in a thread of its own (docs/protocol.md, "Aggregator")."""
@@ -461,13 +496,16 @@ class WitnessCollection:
             bundle = self._collect(pid, "roster", transcript_hash("roster", ctx.problem, roster), deadline)
             if bundle is None:
                 return
+            beacon = roster_beacon(bundle.cosignatures)
+            plan = ctx.plan_for(roster, beacon)  # CPU work (and scikit-learn's import): before the write
+            cosignatures = bundle.model_dump_json()
             with state.sessions() as s, s.begin():
                 row = _problem_row(s, pid)
                 if row.phase != ProblemPhase.WITNESSING:
                     return
-                row.roster_cosignatures_json = bundle.model_dump_json()
+                row.roster_cosignatures_json = cosignatures
                 self.driver._enter(row, ProblemPhase.MEDIANS)
-            ctx = state.publish_roster(ctx, roster, roster_beacon(bundle.cosignatures))
+            ctx = state.publish_roster(ctx, roster, beacon, plan)
             self.driver._medians[pid] = MedianRun(self.driver, ctx)
         except LeaseLost as exc:
             log.warning("roster cosignatures of %s not recorded: %s", pid, exc)

@@ -177,14 +177,15 @@ class ProblemContext:
         """This context once registration closed and ``roster_text`` was published."""
         return replace(self, roster_text=roster_text)
 
-    def with_roster(self, roster: Roster, beacon: bytes) -> ProblemContext:
+    def with_roster(self, roster: Roster, beacon: bytes, plan: PartitionPlan | None = None) -> ProblemContext:
         """This context once the witnesses co-signed ``roster``: its plan fixed under their ``beacon``
-        (:func:`roster_beacon`), its indexes by identity key and by fingerprint."""
+        (:func:`roster_beacon`; ``plan``: that plan computed already by :meth:`plan_for`, e.g. before
+        a write transaction), its indexes by identity key and by fingerprint."""
         keys = [bytes(e.identity) for e in roster.entries]
         return replace(
             self,
             roster=roster,
-            plan=self.plan_for(roster, beacon),
+            plan=plan if plan is not None else self.plan_for(roster, beacon),
             index=MappingProxyType({key: i for i, key in enumerate(keys)}),
             by_fingerprint=MappingProxyType(
                 {PublicIdentity.from_bytes(key).fingerprint.hex(): i for i, key in enumerate(keys)}
@@ -295,10 +296,12 @@ class AggregatorState:
             self._contexts[problem_id] = fresh
             return fresh
 
-    def publish_roster(self, ctx: ProblemContext, roster: Roster, beacon: bytes) -> ProblemContext:
+    def publish_roster(
+        self, ctx: ProblemContext, roster: Roster, beacon: bytes, plan: PartitionPlan | None = None
+    ) -> ProblemContext:
         """The context of ``ctx``'s problem once the witnesses co-signed ``roster`` (its plan under
-        their ``beacon``), cached for every later reader."""
-        return self._cache(ctx.problem.id, ctx.with_roster(roster, beacon))
+        their ``beacon``: :meth:`ProblemContext.with_roster`), cached for every later reader."""
+        return self._cache(ctx.problem.id, ctx.with_roster(roster, beacon, plan))
 
     def forget(self, problem_id: str) -> None:
         with self._lock:

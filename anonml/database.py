@@ -163,7 +163,78 @@ def make_engine(url: str, *, immediate: bool = False) -> Engine:
         def _begin(connection: Any) -> None:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
 
+    slow = _slow_write_seconds()
+    if slow is not None and not memory:
+        watch_write_locks(engine, slow)
     return engine
+
+
+#: Environment variable: log every SQLite write transaction that holds the write lock longer than
+#: this many seconds, with the stack that took it (:func:`watch_write_locks`; unset: not watched).
+SLOW_WRITE_ENV = "ANONML_DB_SLOW_WRITE_SECONDS"
+_WRITES = ("insert", "update", "delete", "replace", "begin immediate", "pragma wal_checkpoint")
+
+
+def _slow_write_seconds() -> float | None:
+    raw = os.environ.get(SLOW_WRITE_ENV)
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ValueError(f"{SLOW_WRITE_ENV}={raw!r} is not a number of seconds") from None
+    if not seconds >= 0:
+        raise ValueError(f"{SLOW_WRITE_ENV}={raw!r} must be a number of seconds >= 0")
+    return seconds
+
+
+def watch_write_locks(engine: Engine, threshold: float) -> None:
+    """Log (``anonml.database``, WARNING) each write transaction on ``engine`` that holds SQLite's
+    write lock for more than ``threshold`` seconds, and each statement that waited that long for it.
+
+    A diagnostic for "database is locked" (issue 26). pysqlite takes the write lock at the first
+    ``INSERT`` / ``UPDATE`` / ``DELETE`` of a transaction (its implicit deferred ``BEGIN``), a
+    ``BEGIN IMMEDIATE``, or a checkpoint, and keeps it until commit or rollback; the hold is
+    timed from the end of that first statement to the commit, with the stack that issued it.
+    """
+    import logging
+    import traceback
+
+    log = logging.getLogger("anonml.database")
+    taken: dict[int, tuple[float, str, str]] = {}  # id(DBAPI connection) -> (when, statement, stack)
+
+    def _where() -> str:
+        frames = [f for f in traceback.extract_stack()[:-3] if "/sqlalchemy/" not in f.filename]
+        return "".join(traceback.format_list(frames[-8:]))
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _before(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        conn.info["anonml_sent"] = time.monotonic()
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def _after(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        now = time.monotonic()
+        head = statement.lstrip().lower()
+        if not head.startswith(_WRITES):
+            return
+        waited = now - conn.info.pop("anonml_sent", now)
+        if waited > threshold:
+            log.warning("write statement waited %.3f s: %s\n%s", waited, statement[:120], _where())
+        key = id(conn.connection.dbapi_connection)
+        if head.startswith("pragma wal_checkpoint"):
+            return  # a checkpoint is its own transaction: timed by ``waited`` above
+        taken.setdefault(key, (now, statement[:120], _where()))
+
+    def _ended(conn: Any) -> None:
+        started = taken.pop(id(conn.connection.dbapi_connection), None)
+        if started is None:
+            return
+        held = time.monotonic() - started[0]
+        if held > threshold:
+            log.warning("write lock held %.3f s by a transaction that began with %s\n%s", held, *started[1:])
+
+    event.listen(engine, "commit", _ended)
+    event.listen(engine, "rollback", _ended)
 
 
 def _busy_timeout_ms(url: str) -> int:
