@@ -319,12 +319,11 @@ def label_words(label: LabelSpec, instancer_params: dict | None = None) -> tuple
     if label.kind == "classes":
         return label.classes
     if label.kind == "numeric":
-        assert label.low is not None and label.high is not None and label.bins is not None
-        width = (label.high - label.low) / label.bins
-        edges = [label.low + k * width for k in range(label.bins)] + [label.high]
+        low, high, bins = label.numeric_range()
+        width = (high - low) / bins
+        edges = [low + k * width for k in range(bins)] + [high]
         return tuple(
-            f"[{edges[k]:.4g}, {edges[k + 1]:.4g}{']' if k == label.bins - 1 else ')'}"
-            for k in range(label.bins)
+            f"[{edges[k]:.4g}, {edges[k + 1]:.4g}{']' if k == bins - 1 else ')'}" for k in range(bins)
         )
     name = (instancer_params or {}).get("label")
     prefix = f"{name}: " if isinstance(name, str) and name else ""

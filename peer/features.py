@@ -92,8 +92,7 @@ def label_index(label: object, spec: LabelSpec) -> int:
         value = float(label)
         if not np.isfinite(value):
             raise AnonMLError(f"the instancer's label {value} is not finite ({spec.describe()})")
-        assert spec.low is not None and spec.high is not None and spec.bins is not None
-        return int(target_bins(np.asarray([value]), target_edges(spec.low, spec.high, spec.bins))[0])
+        return int(target_bins(np.asarray([value]), target_edges(*spec.numeric_range()))[0])
     if isinstance(label, bool | int | np.integer) and int(label) in (0, 1):
         return int(label)
     if isinstance(label, float) and label in (0.0, 1.0):
@@ -208,8 +207,8 @@ def predict_example(model: Any, x: np.ndarray, spec: LabelSpec) -> tuple[float, 
     index = int(classes[best]) if spec.kind == "numeric" else spec.classes.index(str(classes[best]))
     if spec.kind == "classes":
         return float(proba[best]), index, spec.classes[index]
-    assert spec.low is not None and spec.high is not None and spec.bins is not None
-    regressor = AnonMLRegressor.from_classifier(model, (spec.low, spec.high), spec.bins)
+    low, high, bins = spec.numeric_range()
+    regressor = AnonMLRegressor.from_classifier(model, (low, high), bins)
     return float(proba[best]), index, float(regressor.predict(row)[0])
 
 

@@ -184,7 +184,8 @@ def _ask(
         return verdict(None, "the aggregator answered about another relay URL")
     if not result.reachable:
         return verdict(False, result.reason or "the aggregator gave no reason")
-    assert result.answer is not None  # ReachabilityResult holds an answer exactly when reachable
+    if result.answer is None:  # its validator pairs an answer with reachable: a broken message
+        return verdict(None, "the aggregator said reachable without the challenge's answer")
     if not hmac.compare_digest(bytes(result.answer), answer):
         # something answered at that URL, but not this relay (or the aggregator made the answer up)
         return verdict(False, "the aggregator's probe brought back an answer this relay never gave")

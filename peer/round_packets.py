@@ -85,7 +85,8 @@ def open_round(p: Participant, bins: Bins, view: RosterView | None = None) -> No
         if p.phase in (P.CONFIRMED, P.ANSWERED):
             p._into_round()
         return
-    assert p.keys is not None
+    if p.keys is None:
+        raise Aborted("this identity relays but holds no round relay key")
     schedule = WindowSchedule(bins.t_s, bins.delta, bins.t_r)
     relays = len(view.relay_capable)
     hops = min(draft.hops, relays - 1)
@@ -266,7 +267,8 @@ def report_slot(p: Participant, packet: int, copies: int) -> int:
 def _fresh_path(p: Participant, view: RosterView, me: int, packet: int) -> tuple[Hop, ...] | None:
     """A route for packet ``packet`` avoiding the relays that failed this round and, while enough
     members are left, those of the other copies of its report slot; None when none is left."""
-    assert p.preparation is not None
+    if p.preparation is None:  # no routes were built: there is nothing to route afresh
+        return None
     copies = routes_per_slot(p, view)
     mine = report_slot(p, packet, copies)
     siblings = {

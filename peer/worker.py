@@ -302,7 +302,8 @@ class ProblemSession:
         the aggregator refuses leaves each identity to ask for its own.
         """
         view = self._unwitnessed
-        assert view is not None
+        if view is None:  # called only once the roster was fetched: nothing to ask for yet
+            return {}
         asked = [
             p.node.fingerprint for p in who if bytes(p.node.identity.public) in view.index_of
         ]

@@ -203,9 +203,15 @@ class LabelSpec(WireMessage):
         if self.kind == "classes":
             return len(self.classes)
         if self.kind == "numeric":
-            assert self.bins is not None
-            return int(self.bins)
+            return self.numeric_range()[2]
         return 2
+
+    def numeric_range(self) -> tuple[float, float, int]:
+        """``(low, high, bins)`` of a numeric label (its validator requires all three); ValueError
+        for a label of another kind."""
+        if self.kind != "numeric" or self.low is None or self.high is None or self.bins is None:
+            raise ValueError(f"a {self.kind} label has no public range and bins")
+        return self.low, self.high, int(self.bins)
 
     def model_classes(self) -> tuple[int | str, ...]:
         """The published model's ``classes_``: 0/1, the class names, or the bin indices 0..K−1."""

@@ -74,8 +74,9 @@ def spawn_child(
         if log is not None:
             log.close()  # the child holds its own descriptor
     if first_line is not None:
-        assert process.stdin is not None
         try:
+            if process.stdin is None:  # asked for a pipe above: Popen always opens one
+                raise OSError("the child's stdin pipe is not open")
             process.stdin.write(first_line + "\n")
             process.stdin.flush()
         except OSError:
@@ -91,7 +92,8 @@ def ready_line(process: subprocess.Popen[str], timeout: float = CHILD_START_SECO
     The wait ends as soon as the line comes; "" also when the child closed its stdout
     (it died): callers kill it and say it did not start.
     """
-    assert process.stdout is not None
+    if process.stdout is None:  # not spawned by spawn_child: no line to wait for
+        return ""
     ready, _, _ = select.select([process.stdout], [], [], timeout)
     return process.stdout.readline() if ready else ""
 

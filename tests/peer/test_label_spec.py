@@ -112,6 +112,10 @@ def test_label_index_reads_each_kind_and_names_what_does_not_fit():
         0, 0, 0, 1, 3, 3, 2,
     ]
     assert [label_index(v, binary) for v in (0, 1, True, 1.0)] == [0, 1, 1, 1]
+    assert numeric.numeric_range() == (0.0, 60.0, 4) and numeric.k == 4
+    for other in (classes, binary):  # no range to read: said, never a None in the arithmetic
+        with pytest.raises(ValueError, match="has no public range and bins"):
+            other.numeric_range()
     for value, spec, text in [
         ("huge", classes, "is none of the 3 classes: low, mid, high"),
         (3, classes, "is none of the 3 classes"),
