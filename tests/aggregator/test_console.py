@@ -339,3 +339,24 @@ def test_the_schedule_lists_every_deadline_known_and_each_witness_per_stage():
         ("roster", w1.hex(), "07" * 64), ("roster", w2.hex(), None), ("bins", w1.hex(), None),
         ("bins", w2.hex(), None),
     ]
+
+
+def test_a_model_without_a_shuffle_bound_says_so_instead_of_promising_one(aggregator):
+    """One sender's reports alone in their groups: no (partition, subset) shuffles 2 reports, so the
+    model carries no bound, and the page says why instead of "known once the roster fixes…"."""
+    from tests.aggregator.test_report_account import _send_all, _train
+    from tests.aggregator.test_tokens_intake import _open_round
+
+    round_ = _open_round(aggregator, n=6, kh=2)
+    url, pid = round_.url, round_.problem.id
+    http, _ = login(url, "/console", TOKEN)
+    planned = http.get(f"{url}/console/problems/{pid}", timeout=30).text
+    assert "planned from the roster&#39;s partitions" in planned  # 6 report peers: groups of ≥ 2
+    _send_all(round_, 1, np.random.default_rng(4))
+    _train(round_)
+    wait_phase(url, pid, ("done", "degraded"), 60)
+    st = status(url, pid)
+    assert st.shuffle is None, st.shuffle  # one peer's reports: no group received 2
+    page = http.get(f"{url}/console/problems/{pid}", timeout=30).text
+    assert "No shuffle bound: a (partition, subset) group received fewer than 2 reports" in page
+    assert "known once the roster fixes" not in page and "<dt>shuffle bound</dt>" not in page

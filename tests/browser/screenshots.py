@@ -9,7 +9,9 @@ Every page is shot at 1,280 × 800 (``<page>.png``) and 390 × 844
 (``<page>-phone.png``), full height. Beside each PNG, ``<page>.json`` records
 the viewport and the page's *outline*: its tab title, headings, chart and
 figure captions, table headers, form fields and labels, with the figures
-(digits) and problem ids masked and proposal titles left out — what makes the
+(digits) and problem ids masked, proposal titles left out, and so are the parts
+a template marks ``data-varies`` (drawn or not by the round's outcome: the
+refusals table, the shuffle bound's facts) — what makes the
 page that page, and what a layout or template change changes, but not what one
 round's numbers change. Without ``ANONML_SCREENSHOTS`` the same test (a faster
 round) compares each page's outline with the committed one and each committed
@@ -47,11 +49,12 @@ _OUTLINE_JS = """
   const named = 'h1, h2, h3, legend, figcaption b, th, dt, label, summary, nav a';
   for (const e of document.querySelectorAll(named)) {
     if (card(e) && e.matches('h2')) { out.add('h2:(a proposal)'); continue; }
-    if (e.closest('#refusals')) { continue; }  // present only when something was refused
+    if (e.closest('[data-varies]')) { continue; }  // drawn or not by the round's outcome
     out.add(e.tagName.toLowerCase() + ':' + text(e));
   }
   for (const e of document.querySelectorAll('[name]')) { out.add('field:' + e.getAttribute('name')); }
   for (const e of document.querySelectorAll('section[id], table[id], dl[id]')) {
+    if (e.closest('[data-varies]')) { continue; }
     out.add(e.tagName.toLowerCase() + '#' + e.id);
   }
   if (document.querySelector('svg.chart')) { out.add('chart'); }
