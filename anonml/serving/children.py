@@ -55,7 +55,9 @@ def spawn_child(
 
     Its stdout is a text pipe. With ``first_line`` its stdin is a text pipe too, left
     open after that line (a newline added) is written and flushed — the child's
-    settings or configuration, as JSON; without, its stdin is ``/dev/null``. A child
+    settings or configuration, as JSON; without, its stdin is ``/dev/null``. (An empty
+    line keeps the pipe as the child's stop channel only: closing it ends a child that
+    reads its stdin to the end, as ``python -m peer.simulate`` does.) A child
     that cannot be handed its line is killed before the error propagates.
     """
     root, env = child_environment()

@@ -17,7 +17,6 @@ import signal
 import socket
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,7 +33,7 @@ from aggregator.settings import AggregatorSettings
 from anonml.crypto import save_identity
 from anonml.demo import simulate_peers
 from anonml.protocol import Bins, Problem, ProblemDraft
-from anonml.serving import child_environment, free_port
+from anonml.serving import free_port, spawn_child
 from peer.simulate import SimulatedIdentity, SimulationManifest
 from tests.peer.helpers import mooc_dropout_draft
 from tests.waiting import wait_until
@@ -72,21 +71,10 @@ class PeerProcess:
     stderr: Path | None = None
 
     def start(self) -> None:
-        _, env = child_environment()
-        log = None if self.stderr is None else self.stderr.open("a")
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "peer.simulate", str(self.manifest)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-                env=env,
-                cwd=ROOT,
-            )
-        finally:
-            if log is not None:
-                log.close()  # the child has its own descriptor
+        # stdin is the host's stop channel (peer.simulate reads it to the end): an empty first line
+        self.process = spawn_child(
+            ["-m", "peer.simulate", str(self.manifest)], first_line="", stderr=self.stderr
+        )
         assert self.process.stdout is not None
         self.url = self.process.stdout.readline().strip()
         # a sender-only host listens on nothing and says so instead of a URL
