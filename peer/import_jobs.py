@@ -8,6 +8,7 @@ failure says what was committed before it and what was not tried.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 from collections.abc import Callable, Iterator
@@ -21,6 +22,8 @@ from anonml.importing import ImportOptions, check_paths, import_paths, resolve_c
 from anonml.store import EventStore
 
 __all__ = ["ImportJob", "ImportJobs"]
+
+log = logging.getLogger("anonml.peer")
 
 
 @dataclass
@@ -71,6 +74,8 @@ class _JobListener:
                 self.job.events = base + count
 
         yield seen
+        with self.lock:  # set only while a file is read: a failure outside one is not pinned on it
+            self.job.current = ""
 
 
 class ImportJobs:
@@ -104,7 +109,15 @@ class ImportJobs:
                 result = import_paths(paths, store, candidates, options, listener)
             except AnonMLError as exc:
                 with self._lock:
-                    job.state, job.error = "failed", str(exc)
+                    job.state, job.error, job.current = "failed", str(exc), ""
+                return
+            except Exception as exc:  # not an import error (a corrupt gzip stream's zlib.error): a bug
+                # below, but the job must still end, or the page would poll a "running" import forever
+                log.exception("import %s failed", job.id)
+                with self._lock:
+                    where = job.current or ", ".join(job.paths)
+                    job.state, job.current = "failed", ""
+                    job.error = f"{where}: {type(exc).__name__}: {exc}"
                 return
             with self._lock:
                 job.imported = [
