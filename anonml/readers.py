@@ -14,6 +14,7 @@ import gzip
 import io
 import json
 import re
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, tzinfo
@@ -50,6 +51,11 @@ __all__ = [
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
+
+
+#: What reading a damaged file raises: OSError (a bad gzip header, a read failure), EOFError (a gzip
+#: stream cut short) and zlib.error (a gzip stream corrupt in its middle: "invalid stored block lengths").
+READ_ERRORS: tuple[type[Exception], ...] = (OSError, EOFError, zlib.error)
 
 
 def _is_gzip(path: Path) -> bool:
@@ -167,7 +173,7 @@ class TextLines:
                 for raw in _split_lines(physical) if lone_cr else (physical,):
                     number += 1
                     yield self._decode(number, raw)
-        except (OSError, EOFError) as exc:
+        except READ_ERRORS as exc:
             raise RecordError(self.path, number + 1, f"cannot read: {exc}") from None
 
     def _decode(self, number: int, raw: bytes) -> str:
@@ -205,7 +211,7 @@ def head(path: Path, size: int = 4096) -> str:
         else:
             with open(path, "rb") as fh:
                 raw = fh.read(size)
-    except (OSError, EOFError):
+    except READ_ERRORS:
         return ""
     return raw.decode("utf-8", errors="replace").lstrip("\ufeff")
 
@@ -336,7 +342,7 @@ def iter_line_blocks(
             want = size
 
 
-def _read_up_to(fh: IO[bytes], size: int) -> tuple[bytes, OSError | EOFError | None]:
+def _read_up_to(fh: IO[bytes], size: int) -> tuple[bytes, Exception | None]:
     """Up to ``size`` bytes (fewer only at the end), and the error that stopped the reading, if any.
 
     Read in the stream's own pieces (``read1``), so bytes decompressed before a
@@ -346,7 +352,7 @@ def _read_up_to(fh: IO[bytes], size: int) -> tuple[bytes, OSError | EOFError | N
     try:
         while len(data) < size and (piece := fh.read1(size - len(data))):  # type: ignore[attr-defined]
             data += piece
-    except (OSError, EOFError) as exc:
+    except READ_ERRORS as exc:
         return bytes(data), exc
     return bytes(data), None
 
@@ -393,7 +399,7 @@ def load_json(path: Path) -> Any:
         raise RecordError(path, exc.lineno, f"invalid JSON at column {exc.colno}: {exc.msg}") from None
     except UnicodeDecodeError as exc:
         raise RecordError(path, None, f"not UTF-8 text: {exc.reason}") from None
-    except (OSError, EOFError) as exc:
+    except READ_ERRORS as exc:
         raise RecordError(path, None, f"cannot read: {exc}") from None
 
 

@@ -29,7 +29,7 @@ from typing import Literal
 from xml.parsers import expat
 
 from anonml.errors import RecordError
-from anonml.readers import open_bytes, open_checked
+from anonml.readers import READ_ERRORS, open_bytes, open_checked
 
 __all__ = ["XmlNode", "iter_xml", "haversine_m", "TrackSums", "EARTH_RADIUS_M", "number", "whole"]
 
@@ -158,7 +158,7 @@ def iter_xml(
                 where = f"XML syntax error at column {exc.offset + 1}"
                 yield RecordError(path, exc.lineno, f"{where}: {reason}; parsing stopped")
                 return
-            except (OSError, EOFError) as exc:
+            except READ_ERRORS as exc:
                 raise RecordError(path, None, f"cannot read: {exc}") from None
             yield from ready
             ready.clear()

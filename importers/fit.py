@@ -68,7 +68,7 @@ import fitdecode
 from anonml.errors import RecordError
 from anonml.model import Event
 from anonml.plugins import Importer
-from anonml.readers import open_bytes, open_checked
+from anonml.readers import READ_ERRORS, open_bytes, open_checked
 
 __all__ = ["FitImporter", "SEMICIRCLE_DEG"]
 
@@ -181,7 +181,7 @@ class FitImporter(Importer):
                 return 0.0
             with open_bytes(path) as fh:
                 start = fh.read(14)
-        except (OSError, EOFError, zlib.error, gzip.BadGzipFile):
+        except READ_ERRORS:
             return 0.0
         if not _is_fit_header(start):
             return 0.0

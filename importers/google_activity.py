@@ -89,7 +89,7 @@ from anonml.errors import RecordError
 from anonml.json_stream import iter_json_items
 from anonml.model import Event, Text
 from anonml.plugins import Importer, PluginParams
-from anonml.readers import head, open_bytes, open_text, parse_timestamp
+from anonml.readers import READ_ERRORS, head, open_bytes, open_text, parse_timestamp
 
 __all__ = ["GoogleActivityImporter", "TZ_ABBREVIATIONS", "HTML_DETECT_BYTES", "parse_activity_time"]
 
@@ -356,7 +356,7 @@ def _has_html_record(path: Path) -> bool:
                 at = seen.find(b'class="outer-cell')
                 if at >= 0 and seen.find(b"content-cell", at) >= 0:
                     return True
-    except (OSError, EOFError):
+    except READ_ERRORS:
         return False
     return False
 

@@ -101,7 +101,7 @@ from pydantic import Field, field_validator
 from anonml.errors import RecordError
 from anonml.model import Event
 from anonml.plugins import Importer, PluginParams
-from anonml.readers import head, open_bytes, open_checked
+from anonml.readers import READ_ERRORS, head, open_bytes, open_checked
 
 __all__ = ["MboxImporter", "keyed_hash"]
 
@@ -190,7 +190,7 @@ class MboxImporter(Importer):
                         )
                         continue
                     yield self._event(path, start_line, separator, size, message)
-            except (OSError, EOFError) as exc:
+            except READ_ERRORS as exc:
                 raise RecordError(path, None, f"cannot read: {exc}") from None
 
     def _messages(self, path: Path, fh: IO[bytes]) -> Iterator[tuple[int, bytes, int, Message | None]]:

@@ -111,8 +111,8 @@ class ImportJobs:
                 with self._lock:
                     job.state, job.error, job.current = "failed", str(exc), ""
                 return
-            except Exception as exc:  # not an import error (a corrupt gzip stream's zlib.error): a bug
-                # below, but the job must still end, or the page would poll a "running" import forever
+            except Exception as exc:  # not an import error: a bug below, but the job must still end,
+                # or the page would poll a "running" import forever
                 log.exception("import %s failed", job.id)
                 with self._lock:
                     where = job.current or ", ".join(job.paths)
@@ -126,7 +126,9 @@ class ImportJobs:
                 if result.error is not None:
                     not_tried = ", ".join(map(str, result.not_tried))
                     job.state = "failed"
-                    job.error = f"{result.failed}: {result.error}" + (
+                    said = str(result.error)  # a record's error names its file already
+                    named = said if said.startswith(str(result.failed)) else f"{result.failed}: {said}"
+                    job.error = named + (
                         f" (not tried: {not_tried})" if not_tried else ""
                     )
                 else:

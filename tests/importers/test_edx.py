@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -527,3 +528,24 @@ def test_a_truncated_gzip_log_names_the_line_its_data_stops_in(tmp_path: Path) -
     message = f"{path}:{stops_in}: cannot read on from this line: Compressed file ended"
     assert str(info.value).startswith(message)
     assert len(items) == stops_in - 1 and all(isinstance(i, Event) for i in items)
+
+
+def test_a_gzip_log_corrupt_in_its_middle_is_a_record_error_naming_the_file_not_a_zlib_error(
+    tmp_path: Path,
+) -> None:
+    lines = _play_lines(3000)
+    # A second gzip member whose deflate data starts with a reserved block type (RFC 1951 §3.2.3,
+    # BTYPE = 11): the standard library raises zlib.error there, not OSError or EOFError.
+    damaged = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + b"\x07" + bytes(32)
+    path = tmp_path / "tracking.log-20240111.gz"
+    path.write_bytes(gzip.compress(b"".join(lines[:1500])) + damaged)
+    with gzip.open(path, "rb") as fh, pytest.raises(zlib.error):  # what the standard library raises
+        while fh.read1(1 << 12):
+            pass
+    items = []
+    with pytest.raises(RecordError) as info:
+        for item in EdxImporter().parse(path):
+            items.append(item)
+    message = f"{path}:1501: cannot read on from this line: Error -3 while decompressing data"
+    assert str(info.value).startswith(message), str(info.value)
+    assert len(items) == 1500 and all(isinstance(i, Event) for i in items)  # what came before is kept
