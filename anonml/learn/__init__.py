@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from anonml.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from anonml.learn.accounting import PrivacyAccounting
     from anonml.learn.baselines import LdpNaiveBayes, fit_ldp_naive_bayes
     from anonml.learn.binning import Binning, FeatureBins, auto_n_bins, quantile_thresholds
     from anonml.learn.ensemble import (
@@ -60,17 +61,13 @@ if TYPE_CHECKING:
     from anonml.learn.regression import AnonMLRegressor
     from anonml.learn.selection import ModelSelection
     from anonml.learn.settings import learner_settings, roster_plan, simulated_learner
-    from anonml.learn.simulation import (
-        PrivacyAccounting,
-        SimulationConfig,
-        SimulationResult,
-        select_features,
-        simulate_training,
-    )
+    from anonml.learn.simulation import SimulationResult, select_features, simulate_training
+    from anonml.learn.simulation_config import SimulationConfig
 
 # Names are imported on first use (anonml.lazy): importing one submodule of this
 # package (the aggregator's bins and plans) does not import scikit-learn.
 _EXPORTS: dict[str, str] = {
+    "PrivacyAccounting": "anonml.learn.accounting",
     "LdpNaiveBayes": "anonml.learn.baselines",
     "fit_ldp_naive_bayes": "anonml.learn.baselines",
     "Binning": "anonml.learn.binning",
@@ -107,8 +104,7 @@ _EXPORTS: dict[str, str] = {
     "learner_settings": "anonml.learn.settings",
     "roster_plan": "anonml.learn.settings",
     "simulated_learner": "anonml.learn.settings",
-    "PrivacyAccounting": "anonml.learn.simulation",
-    "SimulationConfig": "anonml.learn.simulation",
+    "SimulationConfig": "anonml.learn.simulation_config",
     "SimulationResult": "anonml.learn.simulation",
     "select_features": "anonml.learn.simulation",
     "simulate_training": "anonml.learn.simulation",

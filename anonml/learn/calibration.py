@@ -63,6 +63,7 @@ __all__ = [
     "brier_temper",
     "mean_preserving_intercept",
     "calibrate_classes",
+    "calibrate",
     "shrink_shares",
     "measured_choice",
     "class_map_groups",
@@ -371,3 +372,16 @@ def calibrate_classes(
     proba = ensemble.proba(codes[second])
     t = map_weight(proba, q[np.argmax(scores[second], axis=1)], y[second], epsilon, rng)
     return ensemble if t == 0.0 else ensemble.with_class_map(q, t)
+
+
+def calibrate(
+    ensemble: Ensemble, codes: np.ndarray, y: np.ndarray, *, epsilon: float, rng: np.random.Generator
+) -> Ensemble:
+    """The calibration pool's step for any ensemble: its reports at ``epsilon`` and the map they give.
+
+    Two classes (``vote`` or ``logit``): the tempered Platt map (:func:`calibrate_ensemble`); K ≥ 3
+    (``softmax``): the class map (:func:`calibrate_classes`). ``codes`` are the pool's binned rows,
+    ``y`` their label indices.
+    """
+    step = calibrate_ensemble if ensemble.kind != "softmax" else calibrate_classes
+    return step(ensemble, codes, y, epsilon=epsilon, rng=rng)

@@ -56,6 +56,7 @@ from scipy.special import expit
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, column_or_1d
 
+from anonml.learn.inputs import fit_matrix
 from anonml.learn.model import AnonMLClassifier
 from anonml.learn.params import Interval, Options, check_params
 from anonml.learn.selection import SelectionAware
@@ -249,7 +250,8 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         the choice is made before the pool answers (with that same ε).
         """
         probe = AnonMLClassifier(**params)
-        _, _, features, _ = probe._prepare_fit(X, np.zeros(n_rows, dtype=np.int64))
+        labels = np.zeros(n_rows, dtype=np.int64)
+        _, _, features, _ = fit_matrix(probe, X, labels, probe.features, probe.ranges)
         return probe.local_epsilon(n_rows - self._target_pool_size(n_rows), features, int(self.n_target_bins))
 
     def _private_edges(

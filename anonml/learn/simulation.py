@@ -20,10 +20,9 @@ What every simulated peer does is what a real peer does, minus the network:
 Privacy accounting (sound, DESIGN §5): a report peer releases k_h reports of
 ε_T/k_h each, total ε_T by sequential composition; a median-pool peer answers
 one question with ε_T. The pools are disjoint, so they compose in parallel and
-no peer exceeds ε_T. The releases go into a :class:`anonml.privacy.PrivacyLedger`
-capped at ε_T (one representative per report partition and per median step:
-their members release exactly the same things), and the reported figure is the
-ledger's headline, the largest per-peer total.
+no peer exceeds ε_T; :mod:`anonml.learn.accounting` records the releases in a
+capped ledger and reads back the headline (:class:`PrivacyAccounting`). The run's
+settings are a :class:`SimulationConfig` (:mod:`anonml.learn.simulation_config`).
 
 Defaults (median pool 15 %, 3 questions per quantile search, stopping margin at
 confidence 0.5) were chosen on the Adult benchmark: fewer, better-populated
@@ -42,10 +41,9 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from anonml.learn.accounting import PrivacyAccounting, account_releases, unlinkable_pools
 from anonml.learn.binning import Binning, auto_n_bins, relative_cell_error
-from anonml.learn.calibration import CALIBRATION_BINS, class_map_groups
 from anonml.learn.histograms import (
     SubsetHistogram,
     dependence_and_noise,
@@ -57,19 +55,11 @@ from anonml.learn.histograms import (
 )
 from anonml.learn.notices import SmallGroupWarning
 from anonml.learn.partition import SEED_BYTES, PartitionPlan, make_plan
-from anonml.learn.selection import ModelSelection
+from anonml.learn.simulation_config import SimulationConfig
 from anonml.model import FeatureKind, FeatureSpec
-from anonml.privacy import (
-    Mechanism,
-    PrivacyLedger,
-    ReleaseSpec,
-    best_mechanism,
-    estimate_bin_edges,
-    simulated_query,
-)
-from anonml.privacy.amplification import CentralTarget, ShuffleBound, unlinkable_pools_bound
-from anonml.records import JsonRecord
+from anonml.privacy import Mechanism, best_mechanism, estimate_bin_edges, simulated_query
 
+# SimulationConfig and PrivacyAccounting have their own modules; callers import them from here too.
 __all__ = [
     "SimulationConfig",
     "PrivacyAccounting",
@@ -80,121 +70,6 @@ __all__ = [
     "simulate_training",
     "planned_pools",
 ]
-
-
-@dataclass(frozen=True)
-class SimulationConfig:
-    """Everything that fixes one simulated training run except the data and the randomness.
-
-    Attributes
-    ----------
-    epsilon : float
-        ε_T, each peer's total privacy loss.
-    n_partitions, n_subsets, subset_size : int
-        k_p, k_h, k_s.
-    subsets : tuple of tuples of int, optional
-        Data-scientist subsets (see :func:`~anonml.learn.partition.make_plan`).
-    n_bins : int or "auto"
-        Bins per numeric feature.
-    median_fraction : float
-        Share of peers in the median pool.
-    median_steps : int
-        Questions (fresh partitions) per quantile search.
-    median_confidence : float
-        Confidence of the search's stopping margin (lower moves more readily).
-    consistency : str or None
-        Consistency step of the count estimates.
-    n_classes : int
-        K, the label domain of every report (2 for a binary problem).
-    calibration_fraction : float
-        Share of peers set apart (a third disjoint pool) to report
-        (score bin, label) for the calibration map once the model is built.
-    pilot_fraction : float
-        Single-feature plans only (k_s = k_h = 1, no given subsets): share of
-        the report peers that report first, one group per feature; features
-        whose pilot histogram shows no label dependence beyond the noise
-        (:func:`select_features`) get no further reports, and the remaining
-        report peers are split over the kept features. Every report peer still
-        sends one report: the pilot costs no budget, and its histograms are
-        pooled into the model.
-    shuffle_delta : float, optional
-        δ of the shuffle bound (a central target's); default
-        :func:`~anonml.privacy.amplification.default_delta` of the smallest group.
-    """
-
-    epsilon: float
-    n_partitions: int
-    n_subsets: int = 1
-    subset_size: int = 1
-    subsets: tuple[tuple[int, ...], ...] | None = None
-    n_bins: int | str = "auto"
-    median_fraction: float = 0.15
-    median_steps: int = 3
-    median_confidence: float = 0.5
-    consistency: str | None = "norm_sub"
-    n_classes: int = 2
-    calibration_fraction: float = 0.0
-    pilot_fraction: float = 0.0
-    shuffle_delta: float | None = None
-
-
-@pydantic_dataclass(frozen=True)
-class PrivacyAccounting(JsonRecord):
-    """What the simulated peers released (sequential composition per peer).
-
-    Attributes
-    ----------
-    epsilon_total : float
-        Largest total ε of any peer, from the ledger (the headline guarantee).
-    report_epsilon : float
-        ε of one report (ε_T / k_h).
-    reports_per_peer : int
-        k_h.
-    report_peers, median_peers : int
-        Peers in the report partitions and peers that answered a median question.
-    median_epsilon : float
-        ε of one median answer.
-    calibration_peers : int
-        Peers of the calibration pool (one (score bin, label) report each, at ε_T).
-    private : bool
-        False when the fit read the raw rows outside the mechanisms (feature
-        ranges or categories taken from the data, or a fit inside a
-        model-selection routine): then no ε here is a guarantee.
-    data_derived : tuple of str or None
-        The features whose range or categories were read from the rows
-        (:attr:`FeatureSpec.from_data <anonml.model.FeatureSpec.from_data>`).
-    selection : ModelSelection or None
-        The model-selection routine this fit was one of, with the ε_T of every
-        fit of it that is known (:mod:`anonml.learn.selection`).
-    shuffle : ShuffleBound or None
-        The central (ε, δ) the aggregator's view of the *unlinkable* reports also
-        satisfies if they are unlinkable within each partition
-        (:func:`~anonml.privacy.amplification.unlinkable_pools_bound`, the
-        protocol's computation): it covers the report pool and the calibration
-        pool (whose one (score bin, label) report per peer is an anonymous LDP
-        report like a report-pool one, so it is modelled as shuffled among the
-        pool), never the median pool, whose answers are signed (DESIGN §11):
-        ``shuffle.peers_outside`` (= ``median_peers``) peers keep only their
-        local ε. None when a partition holds fewer than 2 peers. An extra,
-        conditional statement — the local ε stays the headline.
-    central_target : CentralTarget or None
-        With a central target (``central_epsilon=(ε, δ)``): the target, the
-        local ε chosen for it, the central ε the fit's groups give at that δ,
-        and the assumptions it rests on. None otherwise.
-    """
-
-    epsilon_total: float
-    report_epsilon: float
-    reports_per_peer: int
-    report_peers: int
-    median_peers: int
-    median_epsilon: float
-    calibration_peers: int = 0
-    private: bool = True
-    shuffle: ShuffleBound | None = None
-    data_derived: tuple[str, ...] | None = None
-    selection: ModelSelection | None = None
-    central_target: CentralTarget | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -446,7 +321,7 @@ def simulate_training(
     stages, selected = _report_stages(binning.transform(X), y, plan, binning, config, rng)
     histograms, sizes, mechanisms = _pooled(stages)
     warn_small_groups(histograms, mechanisms, config.epsilon)
-    accounting = _account(
+    accounting = account_releases(
         [(p, ms) for p, _, _, ms in stages],
         plan,
         features,
@@ -701,21 +576,6 @@ def _bins_and_pool(
     return n_bins, pool if n_bins >= 2 else 0
 
 
-def _unlinkable_pools(
-    config: SimulationConfig, smallest_partition: int, calibration_peers: int
-) -> dict[str, tuple[float, int, int]]:
-    """The (ε₀, reports per peer, fewest per group) of the report pool and, if any, the calibration pool."""
-    pools = {
-        "report": (float(config.epsilon / config.n_subsets), int(config.n_subsets), int(smallest_partition))
-    }
-    if calibration_peers:
-        # K ≥ 3: the pool reports in two groups of different questions (calibrate_classes); the
-        # smaller is the one each report hides among.
-        fewest = min(class_map_groups(calibration_peers)) if config.n_classes > 2 else calibration_peers
-        pools["calibration"] = (float(config.epsilon), 1, int(fewest))
-    return pools
-
-
 def planned_pools(
     config: SimulationConfig,
     n_all: int,
@@ -747,7 +607,7 @@ def planned_pools(
             smallest = n_pilot // n_features if main < 1 else min(n_pilot, main) // n_features
         else:
             smallest = report // config.n_partitions
-    return _unlinkable_pools(config, max(int(smallest), 0), n_calibration)
+    return unlinkable_pools(config, max(int(smallest), 0), n_calibration)
 
 
 def _calibration_rows(config: SimulationConfig, n_all: int, rng: np.random.Generator) -> np.ndarray:
@@ -756,109 +616,3 @@ def _calibration_rows(config: SimulationConfig, n_all: int, rng: np.random.Gener
     if not n_calibration:
         return np.empty(0, dtype=np.int64)
     return np.sort(rng.permutation(n_all)[:n_calibration])
-
-
-def _median_releases(names: Sequence[str], estimates: dict[int, Any]) -> list[ReleaseSpec]:
-    """One ledger release per median search step (its members all answer the same question)."""
-    return [
-        ReleaseSpec(
-            peer=f"median-{names[j]}-step-{step.step}",
-            problem="simulation",
-            round=0,
-            attributes=(names[j],),
-            mechanism="binary_rr",
-            epsilon=estimate.epsilon,
-            pool="median",
-        )
-        for j, edges in estimates.items()
-        for estimate in edges.estimates
-        for step in estimate.steps
-    ]
-
-
-def _account(
-    stages: Sequence[tuple[PartitionPlan, Sequence[Mechanism]]],
-    plan: PartitionPlan,
-    features: Sequence[FeatureSpec],
-    config: SimulationConfig,
-    answered: int,
-    estimates: dict[int, Any],
-    calibration_peers: int = 0,
-) -> PrivacyAccounting:
-    """Record the simulated releases in a ledger capped at ε_T and read back the totals.
-
-    All members of one report partition make the same releases (same subsets,
-    mechanisms and ε), as do all members of one median step, so one
-    representative per partition and per step carries every peer's total; the
-    ledger (in memory) refuses any that would pass ε_T with
-    :class:`~anonml.errors.BudgetExceeded`.
-    """
-    names = [f.name for f in features]
-    specs: list[ReleaseSpec] = []
-    for stage, (stage_plan, mechanisms) in enumerate(stages):
-        reports = iter(mechanisms)
-        for p in range(stage_plan.n_partitions):
-            for subset in stage_plan.subsets[p]:
-                mechanism = next(reports)
-                specs.append(
-                    ReleaseSpec(
-                        peer=f"report-stage-{stage}-partition-{p}",
-                        problem="simulation",
-                        round=1,
-                        attributes=(*(names[f] for f in subset), "label"),
-                        mechanism=mechanism.kind,
-                        epsilon=mechanism.epsilon,
-                        pool="report",
-                    )
-                )
-    median_specs = _median_releases(names, estimates)
-    specs.extend(median_specs)
-    median_epsilon = float(median_specs[-1].epsilon) if median_specs else float(config.epsilon)
-    if calibration_peers and config.n_classes > 2:
-        k = int(config.n_classes)
-        n_map, _ = class_map_groups(calibration_peers)
-        map_mechanism = best_mechanism(config.epsilon, k * k, n_map).kind
-        for peer, attributes, mechanism in (
-            ("calibration-map", ("predicted class", "label"), map_mechanism),
-            ("calibration-choice", ("log-loss changes",), "hybrid"),
-        ):
-            specs.append(
-                ReleaseSpec(
-                    peer=peer,
-                    problem="simulation",
-                    round=2,
-                    attributes=attributes,
-                    mechanism=mechanism,
-                    epsilon=float(config.epsilon),
-                    pool="calibration",
-                )
-            )
-    elif calibration_peers:
-        specs.append(
-            ReleaseSpec(
-                peer="calibration-pool",
-                problem="simulation",
-                round=2,
-                attributes=("score", "label"),
-                mechanism=best_mechanism(config.epsilon, 2 * CALIBRATION_BINS, calibration_peers).kind,
-                epsilon=float(config.epsilon),
-                pool="calibration",
-            )
-        )
-    with PrivacyLedger("sqlite://", default_cap=config.epsilon) as ledger:
-        ledger.record_many(specs)
-        headline = ledger.problem_budget("simulation").headline
-    # DESIGN §11: only unlinkable reports hide among their partition; signed median answers do not.
-    smallest = min(size for stage_plan, _ in stages for size in stage_plan.partition_sizes())
-    pools = _unlinkable_pools(config, smallest, calibration_peers)
-    shuffle = unlinkable_pools_bound(pools, peers_outside=int(answered), delta=config.shuffle_delta)
-    return PrivacyAccounting(
-        epsilon_total=float(headline),
-        report_epsilon=float(config.epsilon / config.n_subsets),
-        reports_per_peer=int(config.n_subsets),
-        report_peers=int(plan.order.size - plan.median_pool_size),
-        median_peers=int(answered),
-        median_epsilon=median_epsilon,
-        calibration_peers=int(calibration_peers),
-        shuffle=shuffle,
-    )
