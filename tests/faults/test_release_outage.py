@@ -98,6 +98,8 @@ def test_relays_deliver_to_an_aggregator_restarted_after_t_r_within_the_grace(tm
     assert account.received == account.expected == IDENTITIES * d.kh and account.lost == 0, account.describe()
     assert account.late == 0
     assert counters.get("delivered lost", 0) == 0, counters
-    assert counters["delivered after retry"] >= account.expected - before.received, counters
+    # The relays retried through the outage. (Not one retry per report missing at the kill: on a loaded
+    # machine a release can come due only after the restart and go through at its first try.)
+    assert counters["delivered after retry"] >= 1 and counters["delivered retried"] >= 1, counters
     assert counters.get("reports lost in transit", 0) == 0
     assert counters["reports delivered"] == account.expected
