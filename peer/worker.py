@@ -284,7 +284,8 @@ class ProblemSession:
         restored = [p for p in self.participants if p.needs_roster]
         notices = self._assignments([*fresh, *restored])
         self._each(lambda p: p.check_roster(view, bundle, notices.get(p.node.fingerprint)), fresh)
-        if self.phase not in ("registration", "witnessing", "medians"):  # checked after the medians
+        medians_open = (ProblemPhase.REGISTRATION, ProblemPhase.WITNESSING, ProblemPhase.MEDIANS)
+        if self.phase not in medians_open:  # checked after the medians
             for p in fresh:
                 p.medians_missed = True
         self._each(lambda p: p.restore_roster(view, bundle, notices.get(p.node.fingerprint)), restored)

@@ -144,7 +144,10 @@ def test_the_aggregator_down_in_the_release_window_loses_only_what_missed_t_r_an
         relays = [p.status()["relay"] for p in peers]
         # Back in time to take every retried delivery: nothing forces a failed round, so one says why.
         timing = f"killed t_r − {bins.t_r - killed:.1f} s, down {down:.1f} s, up t_r − {bins.t_r - up:.1f} s"
-        assert final.phase != "failed", f"{final.message}; {timing}; {final.reports}; relays {relays}"
+        # The restarted intake's admission figures: its mean service time says how cold it came back.
+        intake = requests.get(f"{agg.url}/healthz", timeout=30).json()["admission"]["classes"].get("intake")
+        if final.phase == "failed":
+            raise AssertionError(f"{final.message}; {timing}; {final.reports}; {relays}; intake {intake}")
         model = ModelDocument.model_validate_json(
             requests.get(f"{agg.url}/problems/{problem.id}/model", timeout=30).content
         )
@@ -166,6 +169,7 @@ def test_the_aggregator_down_in_the_release_window_loses_only_what_missed_t_r_an
                 "killed_after_release_start": round(killed - (bins.t_s + bins.delta), 2),
                 "down_before_restart": round(down, 2),
                 "up_before_t_r": round(bins.t_r - up, 2),
+                "intake_after_restart": intake,
                 **{what.replace(" ", "_"): n for what, n in total.items()},
             }
         )
