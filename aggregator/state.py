@@ -118,6 +118,13 @@ class MissingProblemFact(AnonMLError):
     with it rather than go on without the fact."""
 
 
+def binning_of(problem: Problem, bins: Bins) -> Binning:
+    """The published bins as a :class:`~anonml.learn.binning.Binning` (what peers use too)."""
+    from anonml.learn.binning import Binning  # NumPy: not at the service's start (issue 31)
+
+    return Binning.from_thresholds(problem.draft.features, dict(enumerate(bins.edges)))
+
+
 @dataclass(frozen=True)
 class ProblemContext:
     """Parsed facts about one problem, as far as they are published: frozen, so a reader holding one
@@ -162,8 +169,6 @@ class ProblemContext:
     @cached_property
     def binning(self) -> Binning:
         """The published bins as a :class:`~anonml.learn.binning.Binning` (once the bins are out)."""
-        from aggregator.training import binning_of
-
         return binning_of(self.problem, self.require_bins())
 
     def plan_for(self, roster: Roster, beacon: bytes = b"") -> PartitionPlan:

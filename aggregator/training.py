@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aggregator.state import DUPLICATE_COPY
+from aggregator.state import DUPLICATE_COPY, binning_of
 from anonml.errors import ProtocolError
 from anonml.phases import ROUND_PHASES
 from anonml.privacy.descriptor import MechanismDescriptor
@@ -48,7 +48,6 @@ from anonml.protocol import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from anonml.learn.binning import Binning
     from anonml.learn.model import AnonMLClassifier
     from anonml.learn.partition import PartitionPlan
     from anonml.privacy.amplification import ShuffleBound
@@ -151,13 +150,6 @@ def delivery_window_open(phase: str, t_r: float | None, grace: float, now: float
     delivery as ``late`` after that: :mod:`aggregator.routes.intake`).
     """
     return phase in ROUND_PHASES and (t_r is None or now <= t_r + grace)
-
-
-def binning_of(problem: Problem, bins: Bins) -> Binning:
-    """The published bins as a :class:`~anonml.learn.binning.Binning` (what peers use too)."""
-    from anonml.learn.binning import Binning  # NumPy: not at the service's start (issue 31)
-
-    return Binning.from_thresholds(problem.draft.features, dict(enumerate(bins.edges)))
 
 
 def shuffle_statement(

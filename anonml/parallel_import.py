@@ -45,15 +45,11 @@ import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from anonml.errors import RecordError
-from anonml.event_rows import event_row
-from anonml.model import Event
+from anonml.event_rows import ChunkRows, rows_of
 from anonml.plugins import ChunkedImporter, Importer
 from anonml.readers import iter_line_blocks
 
@@ -126,36 +122,6 @@ def fewer_collections() -> Iterator[None]:
             _gc_users -= 1
             if _gc_users == 0:
                 gc.set_threshold(*_gc_saved)
-
-
-@dataclass(slots=True)
-class ChunkRows:
-    """One chunk, ready to store: ``events`` rows and bad records, each in line order."""
-
-    rows: list[tuple]
-    errors: list[RecordError]
-    users: set[str]
-    fatal: RecordError | None = None
-    opened: bool = True
-    state: Any = None
-
-
-def rows_of(
-    items: Iterable[Event | RecordError], user: str | None, fallback: str, import_id: int
-) -> ChunkRows:
-    """Events as rows attributed as the serial import attributes them (``user`` overrides, then the
-    event's own user, then ``fallback``), bad records kept apart."""
-    rows: list[tuple] = []
-    errors: list[RecordError] = []
-    users: set[str] = set()
-    for item in items:
-        if isinstance(item, RecordError):
-            errors.append(item)
-            continue
-        who = user or item.user or fallback
-        users.add(who)
-        rows.append(event_row(item, who, import_id))
-    return ChunkRows(rows, errors, users)
 
 
 # --- worker side: set once per forked worker by _init_worker ----------------------------

@@ -25,16 +25,14 @@ from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from anonml.errors import PluginError, PluginNotFound, RecordError
+from anonml.event_rows import ChunkRows, rows_of
 from anonml.model import Dataset, Event, FeatureSpec
 from anonml.readers import block_lines, iter_line_chunks
-
-if TYPE_CHECKING:  # parallel_import imports this module
-    from anonml.parallel_import import ChunkRows
 
 __all__ = [
     "Plugin",
@@ -207,12 +205,10 @@ class ChunkedImporter(Importer):
         """:meth:`parse_chunk` as the store's rows (what a worker of :mod:`anonml.parallel_import`
         hands over): events attributed to ``user``, else their own user, else ``fallback``.
 
-        By default :meth:`parse_chunk` then :func:`anonml.parallel_import.rows_of`. An importer
+        By default :meth:`parse_chunk` then :func:`anonml.event_rows.rows_of`. An importer
         may make the rows without making the events first, if it gives the same rows, errors,
         ``fatal``, ``opened`` and ``state``.
         """
-        from anonml.parallel_import import rows_of
-
         chunk = self.parse_chunk(path, lines, first_line, opened=opened)
         out = rows_of(chunk.items, user, fallback, import_id)
         out.fatal, out.opened, out.state = chunk.fatal, chunk.opened, chunk.state

@@ -112,14 +112,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import msgspec
 import orjson
 from pydantic import ValidationError
 
 from anonml.errors import RecordError
-from anonml.event_rows import parts_row
+from anonml.event_rows import ChunkRows, event_row, parts_row
 from anonml.model import Event, Text, canonical_parts
 from anonml.plugins import ChunkedImporter, ParsedChunk
 from anonml.readers import block_lines, head, json_values
@@ -133,9 +133,6 @@ from importers.edx_events import (
     read_timestamp,
     sanitize_type,
 )
-
-if TYPE_CHECKING:  # the store and its SQLAlchemy are imported by an import, not by detection
-    from anonml.parallel_import import ChunkRows
 
 __all__ = ["EdxImporter", "sanitize_type"]
 
@@ -404,9 +401,6 @@ class EdxImporter(ChunkedImporter):
         Parts that :meth:`Event.make` would hand to pydantic's validation go through it here
         too, so a refused value is the same ``invalid event`` error.
         """
-        from anonml.event_rows import event_row
-        from anonml.parallel_import import ChunkRows
-
         users: set[str] = set()
 
         def to_row(obj: dict, learner: str) -> tuple:

@@ -170,7 +170,7 @@ def problem_shuffle(ctx: ProblemContext, model_json: str | None) -> ShuffleState
         return shuffle_statement(draft, ShuffleBound.from_dict(shuffle), planned=False)
     if ctx.plan is None:
         return None
-    smallest = min(ctx.plan.partition_sizes(), default=0)
+    smallest = ctx.plan.smallest_partition()
     return shuffle_statement(
         draft, report_pool_bound(float(draft.report_epsilon), int(draft.kh), int(smallest)), planned=True
     )

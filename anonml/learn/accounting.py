@@ -212,7 +212,7 @@ def account_releases(
         ledger.record_many(specs)
         headline = ledger.problem_budget("simulation").headline
     # DESIGN §11: only unlinkable reports hide among their partition; signed median answers do not.
-    smallest = min(size for stage_plan, _ in stages for size in stage_plan.partition_sizes())
+    smallest = min(stage_plan.smallest_partition() for stage_plan, _ in stages)
     pools = unlinkable_pools(config, smallest, calibration_peers)
     shuffle = unlinkable_pools_bound(pools, peers_outside=int(answered), delta=config.shuffle_delta)
     return PrivacyAccounting(

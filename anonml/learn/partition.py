@@ -216,6 +216,11 @@ class PartitionPlan:
     def partition_sizes(self) -> list[int]:
         return [self.bounds[p + 1] - self.bounds[p] for p in range(self.n_partitions)]
 
+    def smallest_partition(self) -> int:
+        """Peers in the smallest report partition (0 without one): the fewest reports any of its
+        (partition, subset) groups shuffles among, which the shuffle bound rests on (DESIGN §11)."""
+        return min(self.partition_sizes(), default=0)
+
     def assignment_of_rank(self, rank: int) -> PeerAssignment:
         """The assignment of the peer at membership rank ``rank``."""
         if rank < self.median_pool_size:

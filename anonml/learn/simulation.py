@@ -596,7 +596,7 @@ def planned_pools(
     n_features = len(features)
     n_calibration = calibration_pool_size(config.calibration_fraction, n_all, config.epsilon)
     if plan is not None:
-        smallest = min(plan.partition_sizes())
+        smallest = plan.smallest_partition()
     else:
         n = n_all - n_calibration
         _, pool = _bins_and_pool(features, config, n, n_all)

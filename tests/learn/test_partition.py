@@ -73,6 +73,12 @@ def test_pools_are_disjoint_balanced_and_cover_every_peer():
     assert plan.assignment(parts[2][0]) == PeerAssignment("report", 2, plan.subsets[2])
 
 
+def test_the_smallest_partition_is_the_fewest_report_peers_of_a_partition():
+    assert _plan().smallest_partition() == 11  # 44 report peers over 4
+    uneven = _plan(keys=KEYS[:47], median_pool_size=5)  # 42 over 4: 11, 11, 10, 10
+    assert sorted(uneven.partition_sizes()) == [10, 10, 11, 11] and uneven.smallest_partition() == 10
+
+
 def test_random_subsets_never_overlap_within_a_partition_and_are_balanced():
     subsets = random_subsets(SEED, 11, n_partitions=20, n_subsets=2, subset_size=1)
     for partition in subsets:
