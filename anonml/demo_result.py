@@ -68,7 +68,7 @@ class DemoResult:
         """
         out: list[str] = []
         if self.phase != ProblemPhase.DONE:
-            out.append(f"the problem ended {self.phase!r}: {self.message or 'no message'}")
+            out.append(f"the problem ended {str(self.phase)!r}: {self.message or 'no message'}")
         if self.median_pool > 0 and self.median_answers == 0:
             out.append(
                 f"none of the {self.median_pool} median-pool peers answered a median query, so the bins "

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from anonml import cli
 from anonml.demo import DemoResult
+from anonml.phases import ProblemPhase
 from anonml.protocol import ReportAccount
 
 
@@ -55,6 +56,7 @@ def test_a_healthy_run_has_no_shortfall() -> None:
         ),
         ({"auc": 0.546}, "below the in-process simulation's range"),
         ({"phase": "degraded", "message": "too many lost"}, "ended 'degraded'"),
+        ({"phase": ProblemPhase.DEGRADED, "message": "too many lost"}, "ended 'degraded'"),  # run_demo
         ({"auc_aggregator": 0.7799}, "the aggregator scored its model at AUC 0.779900"),
     ],
 )
