@@ -73,17 +73,24 @@ def test_every_honest_report_arrives_exactly_once(run):
     assert _rows(db, "SELECT COUNT(*) FROM reports") == [(report_peers,)]
     assert _rows(db, "SELECT COUNT(*) FROM spent_tokens") == [(report_peers,)]
     assert _rows(db, "SELECT COUNT(*) FROM token_issuance") == [(report_peers,)]
-    # Every peer sent exactly its slot count (reports or cover) over r disjoint routes each; no relay
-    # or intake refused anything but the redundant copies of stored reports (the account's duplicates).
+    # Every peer sent exactly its slot count (reports or cover) over r disjoint routes each. Cover (the
+    # median pool's one slot each) crossed all three hops sealed like the reports; only the aggregator
+    # told it apart, and counted it apart from the report account.
     r = route_count(DEFAULT_ROUTES, 3, result.peers)
     assert r == 2
     assert result.packets_sent == r * result.peers
-    assert result.packets_relayed == 3 * r * result.peers
-    assert result.rejects == {} and result.relay_rejects == {}
-    # Cover (the median pool's one slot each) crossed all three hops sealed like the reports; only
-    # the aggregator told it apart, and counted it apart from the report account.
-    assert result.reports is not None and result.reports.cover == r * roster["median_pool_size"]
-    assert result.reports.lost == 0 and result.reports.duplicates == (r - 1) * report_peers
+    assert result.reports is not None and result.reports.lost == 0
+    # Each copy crosses 3 hops. On a quiet machine every copy arrives (the intake keeps one per report,
+    # the rest are the account's duplicates) and no relay or intake refuses anything. Under load a
+    # redundant copy may die on its way (late at a hop, or a post past its deadline: CI lost 18 of 576
+    # hops once, every report stored): each such copy costs 1 to 3 hops, is missing from the
+    # duplicates or the cover, and a refusal of it is counted as late; never a report.
+    pool = roster["median_pool_size"]
+    missing = ((r - 1) * report_peers - result.reports.duplicates) + (r * pool - result.reports.cover)
+    hops = 3 * r * result.peers - result.packets_relayed
+    assert 0 <= missing <= hops <= 3 * missing, (missing, hops, result.reports, result.relay_rejects)
+    refused = [*result.rejects.items(), *result.relay_rejects.items()]
+    assert {why for why, _ in refused} <= {"late"} and sum(n for _, n in refused) <= missing, refused
     assert registered == result.peers  # every peer registered exactly once
 
 
