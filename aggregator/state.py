@@ -122,7 +122,7 @@ def binning_of(problem: Problem, bins: Bins) -> Binning:
     """The published bins as a :class:`~anonml.learn.binning.Binning` (what peers use too)."""
     from anonml.learn.binning import Binning  # NumPy: not at the service's start (issue 31)
 
-    return Binning.from_thresholds(problem.draft.features, dict(enumerate(bins.edges)))
+    return Binning.from_published(problem.draft.features, bins.edges)
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,7 @@ def make_reports(
     """
     draft = problem.draft
     gen = resolve_rng(rng)
-    binning = Binning.from_thresholds(draft.features, dict(enumerate(bins.edges)))
+    binning = Binning.from_published(draft.features, bins.edges)
     if example is None:
         bad: dict[int, str] = {}
         codes = None

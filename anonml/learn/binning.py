@@ -131,6 +131,15 @@ class Binning:
                 bins.append(FeatureBins(spec.name, "numeric", tuple(float(t) for t in cuts)))
         return cls(tuple(bins))
 
+    @classmethod
+    def from_published(
+        cls, features: Sequence[FeatureSpec], edges: Sequence[Sequence[float]]
+    ) -> Binning:
+        """The bins a problem published (its ``Bins.edges``: the cut points of each feature, in
+        feature order; none for a categorical one): what the aggregator trains on and every peer
+        reports in."""
+        return cls.from_thresholds(features, dict(enumerate(edges)))
+
     def to_dict(self) -> dict[str, Any]:
         return {"features": [f.to_dict() for f in self.features]}
 

@@ -417,7 +417,7 @@ def report_for(
 ) -> PrivateReport:
     """An honest report of ``value`` (raw features) for the assignment's ``subset``."""
     d = problem.draft
-    binning = Binning.from_thresholds(d.features, dict(enumerate(bins.edges)))
+    binning = Binning.from_published(d.features, bins.edges)
     features = assignment.subsets[subset]
     shape = tuple(binning.n_bins[f] for f in features)
     codes = binning.transform(np.asarray(value, dtype=float)[None, :])[0]

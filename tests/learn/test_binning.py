@@ -31,6 +31,12 @@ def test_from_thresholds_merges_duplicates_and_keeps_categoricals():
     assert binning.transform(X).tolist() == [[2, 2, 1], [0, 0, 0]]
 
 
+def test_published_edges_are_the_cut_points_of_each_feature_in_order():
+    binning = Binning.from_published(SPECS, ((40.0, 20.0), (), ()))
+    assert binning.features[0].thresholds == (20.0, 40.0) and binning.n_bins == (3, 3, 2)
+    assert binning.to_dict() == Binning.from_thresholds(SPECS, {0: [20.0, 40.0]}).to_dict()
+
+
 def test_categorical_value_outside_categories_is_named():
     binning = Binning.from_thresholds(SPECS, {0: [40.0]})
     with pytest.raises(ValueError, match=r"feature 'colour' .* row 1 holds 3.0"):

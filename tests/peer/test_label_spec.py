@@ -133,7 +133,7 @@ def test_reports_carry_the_label_domain_and_an_out_of_domain_label_sends_a_stand
     p = problem(features=d.features, label=LabelSpec(**CLASSES))
     bins = bins_document(p.id, ((5.0,), ()))
     assignment = PeerAssignment("report", 0, ((0,),))
-    assert Binning.from_thresholds(p.draft.features, dict(enumerate(bins.edges))).n_bins[0] == 2
+    assert Binning.from_published(p.draft.features, bins.edges).n_bins[0] == 2
     good = LocalExample(np.array([7.0, 1.0]), 2)
     reports, specs, why = make_reports(p, assignment, good, bins, 50, "peer", np.random.default_rng(0))
     assert reports[0].mechanism.m == domain_size((2,), 3) == 6 and why == [""]
