@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from anonml.archive import ArchivePlan
-from anonml.errors import AnonMLError
+from anonml.errors import AnonMLError, RecordError
 from anonml.importing import ImportOptions, check_paths, import_paths, resolve_candidates
 from anonml.store import EventStore
 
@@ -126,9 +126,9 @@ class ImportJobs:
                 if result.error is not None:
                     not_tried = ", ".join(map(str, result.not_tried))
                     job.state = "failed"
-                    said = str(result.error)  # a record's error names its file already
-                    named = said if said.startswith(str(result.failed)) else f"{result.failed}: {said}"
-                    job.error = named + (
+                    error, failed = result.error, str(result.failed)
+                    names_it = isinstance(error, RecordError) and error.path == failed  # file:line: …
+                    job.error = (str(error) if names_it else f"{failed}: {error}") + (
                         f" (not tried: {not_tried})" if not_tried else ""
                     )
                 else:
