@@ -142,6 +142,8 @@ class _ProtocolRun:
     document: ModelDocument
     relay: dict[str, int]
     packets_sent: int
+    #: Packets the peers gave up on (a first hop overloaded or down past the send window), every reason.
+    packets_not_sent: int
     witness_log: int
     #: Roster members' public keys in roster order, and the plan they were assigned by.
     members: list[bytes]
@@ -317,6 +319,7 @@ def _run_protocol(
         document,
         dict(services.host.relay.counters),
         int(services.host.counters["packets sent"]),
+        sum(n for what, n in services.host.counters.items() if what.startswith("packets not sent")),
         witness_log,
         members,
         plan,
@@ -356,6 +359,7 @@ def _demo_result(
             "mean": float(math.fsum(totals) / len(totals)),
         },
         packets_sent=run.packets_sent,
+        packets_not_sent=run.packets_not_sent,
         packets_relayed=int(relay.get("forwarded", 0) + relay.get("delivered", 0)),
         tokens_issued=status.tokens_issued,
         tokens_verified=status.reports_accepted,

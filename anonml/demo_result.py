@@ -52,6 +52,8 @@ class DemoResult:
     #: The held-out AUC as the aggregator scored its own model on the held-out students' rows
     #: (``POST /problems/{id}/evaluation``, what its console shows); None when not scored.
     auc_aggregator: float | None = None
+    #: Packets the peers gave up on: a first hop overloaded or down until the send window closed.
+    packets_not_sent: int = 0
 
     def shortfalls(self) -> list[str]:
         """Why the protocol's run fell short of what it should compute (empty: it did not).
@@ -121,7 +123,10 @@ class DemoResult:
                 f"{self.median_answers:,} of pool {self.median_pool:,}",
             ),
             ("tokens issued / verified at intake", f"{self.tokens_issued:,} / {self.tokens_verified:,}"),
-            ("packets sent by peers (3-hop onions, cover included)", f"{self.packets_sent:,}"),
+            (
+                "packets sent / given up by peers (3-hop onions, cover included)",
+                f"{self.packets_sent:,} / {self.packets_not_sent:,}",
+            ),
             ("packets relayed (hops processed)", f"{self.packets_relayed:,}"),
             ("transcripts co-signed by the witness (its log)", f"{self.witness_log:,}"),
             (

@@ -78,17 +78,20 @@ def test_every_honest_report_arrives_exactly_once(run):
     # told it apart, and counted it apart from the report account.
     r = route_count(DEFAULT_ROUTES, 3, result.peers)
     assert r == 2
-    assert result.packets_sent == r * result.peers
+    assert result.packets_sent + result.packets_not_sent == r * result.peers
     assert result.reports is not None and result.reports.lost == 0
-    # Each copy crosses 3 hops. On a quiet machine every copy arrives (the intake keeps one per report,
-    # the rest are the account's duplicates) and no relay or intake refuses anything. Under load a
-    # redundant copy may die on its way (late at a hop, or a post past its deadline: CI lost 18 of 576
-    # hops once, every report stored): each such copy costs 1 to 3 hops, is missing from the
-    # duplicates or the cover, and a refusal of it is counted as late; never a report.
+    # Each copy crosses 3 hops. On a quiet machine every copy is sent and arrives (the intake keeps one
+    # per report, the rest are the account's duplicates) and no relay or intake refuses anything. Under
+    # load a redundant copy may never leave (its one first hop answered 503 overloaded until the send
+    # window closed: CI once, 191 of 192 sent) or die on its way (late at a hop, or a post past its
+    # deadline: CI lost 18 of 576 hops once, every report stored). An unsent copy costs no hop, one that
+    # died 1 to 3; either is missing from the duplicates or the cover, and a refusal of it is counted as
+    # late; never a report.
     pool = roster["median_pool_size"]
     missing = ((r - 1) * report_peers - result.reports.duplicates) + (r * pool - result.reports.cover)
-    hops = 3 * r * result.peers - result.packets_relayed
-    assert 0 <= missing <= hops <= 3 * missing, (missing, hops, result.reports, result.relay_rejects)
+    died = missing - result.packets_not_sent
+    hops = 3 * result.packets_sent - result.packets_relayed
+    assert 0 <= died <= hops <= 3 * died, (missing, result.packets_not_sent, hops, result.reports)
     refused = [*result.rejects.items(), *result.relay_rejects.items()]
     assert {why for why, _ in refused} <= {"late"} and sum(n for _, n in refused) <= missing, refused
     assert registered == result.peers  # every peer registered exactly once
