@@ -14,9 +14,16 @@ network search computes what the simulation computes. A share too small for
 one step per edge leaves equal-width cuts of the declared range (no data
 used); a step nobody answers ends that search at its threshold.
 
-The search starts ``roster_seconds`` after the median phase began, giving
-peers time to check the roster and compare its fingerprint before the first
-question. Both waits are the round's (:meth:`aggregator.state.AggregatorState.round_schedule`:
+Each search asks its first question as soon as the median phase begins, and
+that step stays open ``roster_seconds + median_step_seconds`` from the phase's
+start (any later step ``median_step_seconds`` from its asking): peers answer
+only once they have checked the roster and compared its fingerprint, so the
+first step holds the roster check as well. Like every step it closes as soon as
+its quorum answered, so the roster wait costs time only while a member is
+still missing: a host slow to check its identities (beside other work, one
+took 6.5 s for 8 at load 10, several times its registration cost) answers
+within it, where a question first asked after a fixed roster wait had closed
+before it was ready. Both waits are the round's (:meth:`aggregator.state.AggregatorState.round_schedule`:
 the proposal's, raised to floors that grow with the roster and the measured
 cost of a request).
 
@@ -136,9 +143,6 @@ class MedianRun:
         from anonml.privacy.median import estimate_median, estimate_quantile
 
         draft = self.ctx.problem.draft
-        if self.driver.wait(max(0.0, self.since + self.schedule.roster_seconds - time.time())):
-            self.errors.append("the aggregator stopped")
-            return
         per_edge = len(parts) // (draft.bins - 1)
         query = self._query(feature, parts)
         values = []
@@ -178,11 +182,17 @@ class MedianRun:
     def _query(self, feature: int, parts: list[np.ndarray]):
         """The median search's oracle for ``feature``: ask a step's group, wait, close, read the answers."""
 
+        asked: list[int] = []
+
         def query(threshold: float, step: int) -> np.ndarray:
             members = tuple(int(i) for i in parts[step])
             if not self._ask(feature, step, float(threshold), members):  # closed before a restart
+                asked.append(step)
                 return self._answers(feature, step, threshold)
-            self._wait_for_quorum(feature, step, len(members))
+            # The search's first question also holds the members' roster check (module docstring).
+            held = self.since + self.schedule.roster_seconds if not asked else -math.inf
+            asked.append(step)
+            self._wait_for_quorum(feature, step, len(members), not_before=held)
             if self.driver.stopping:
                 raise _Halted  # the step stays open for the next lease holder
             self._close_step(feature, step)
@@ -223,10 +233,15 @@ class MedianRun:
             s.add(MedianQueryRow(**key, query_json=signed.model_dump_json(), open=True))
         return True
 
-    def _wait_for_quorum(self, feature: int, step: int, n_members: int) -> None:
-        """Until the step's quorum answered, its deadline passed, or the driver stops."""
+    def _wait_for_quorum(self, feature: int, step: int, n_members: int, not_before: float) -> None:
+        """Until the step's quorum answered, its deadline passed, or the driver stops.
+
+        The deadline is ``median_step_seconds`` from now, or from ``not_before`` (POSIX time) when
+        that is later: the first step's, which also holds the roster check.
+        """
         state, problem = self.driver.state, self.ctx.problem
-        deadline = time.monotonic() + self.schedule.median_step_seconds
+        hold = max(0.0, not_before - time.time())
+        deadline = time.monotonic() + hold + self.schedule.median_step_seconds
         enough = step_quorum(n_members, problem.draft.median.quorum)
         count = (
             select(func.count())

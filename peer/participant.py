@@ -442,9 +442,9 @@ class Participant:
         """After a restart (:func:`peer.roster_checks.restore_roster`)."""
         return roster_checks.restore_roster(self, view, bundle, notice)
 
-    def compare_fingerprints(self) -> bool:
+    def compare_fingerprints(self, hosted: frozenset[int] = frozenset()) -> bool:
         """See :func:`peer.roster_checks.compare_fingerprints`."""
-        return roster_checks.compare_fingerprints(self)
+        return roster_checks.compare_fingerprints(self, hosted)
 
     def _into_round(self) -> None:
         """confirmed | answered → relaying. A median-pool identity whose roster check was done only

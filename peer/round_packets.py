@@ -132,7 +132,7 @@ def check_bins(p: Participant, bins: Bins, bundle: CosignatureBundle) -> None:
         ("transcript", "bins", p.problem.id, bytes(bins.signature)),
         lambda: transcript_hash("bins", p.problem, view.roster, bins),
     )
-    roster_checks._verify_bundle(p, bundle, "bins", transcript)
+    roster_checks._verify_bundle(p, bundle, "bins", transcript, view)
     p.bins = bins
 
 

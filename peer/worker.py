@@ -186,7 +186,8 @@ class ProblemSession:
             return
         # Every identity of this process has published its witness; members hosted
         # elsewhere that have not yet are asked again at the next poll.
-        self._each(lambda p: p.compare_fingerprints(), self._in(P.ROSTER_CHECKED))
+        hosted = self._hosted_members()
+        self._each(lambda p: p.compare_fingerprints(hosted), self._in(P.ROSTER_CHECKED))
         ready = self._in(*READY)
         if status.phase == ProblemPhase.MEDIANS:
             queries = self.client.medians(self.problem.id)
@@ -293,6 +294,21 @@ class ProblemSession:
             if p.witness is not None:
                 self.host.publish_witness(p.node.node_id, p.witness)
         return True
+
+    def _hosted_members(self) -> frozenset[int]:
+        """Roster indices of this process's identities: they share its one verified view, so the
+        fingerprint comparison sends requests only to members hosted elsewhere
+        (:func:`peer.roster_checks.compare_fingerprints`)."""
+        view = self.view
+        if view is None:
+            return frozenset()
+
+        def hosted() -> frozenset[int]:
+            mine = (view.index_of.get(bytes(p.node.identity.public)) for p in self.participants)
+            return frozenset(i for i in mine if i is not None)
+
+        # Identities join a session only while registration is open: after the roster, its count is fixed.
+        return view.memo(("hosted", id(self), len(self.participants)), hosted)
 
     def _assignments(self, who: list[Participant]) -> dict[str, Assignment]:
         """The signed assignments of ``who``, fetched together (one request per

@@ -199,7 +199,7 @@ def deadlines(problem: Problem, bins: Bins | None, grace: float, roster_at: floa
         if d.witnesses:
             out.append(Deadline("the witnesses cosign the roster by", first + schedule.witness_seconds))
         else:
-            out.append(Deadline("the median search starts", first))
+            out.append(Deadline("the first median step closes by", first + schedule.median_step_seconds))
     if bins is not None:
         out += [
             Deadline("tokens and sending open (t_s)", bins.t_s, True),

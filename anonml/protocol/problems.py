@@ -47,8 +47,10 @@ WindowSeconds = Annotated[float, Field(gt=0, le=86_400)]
 class Schedule(WireMessage):
     """When each phase happens. Durations are seconds; the deadline is absolute.
 
-    ``roster_seconds`` pass between the roster's publication and the first
-    median query, for peers to check the roster and compare its fingerprint.
+    ``roster_seconds`` is the peers' time to check the roster and compare its
+    fingerprint: each median search's first question is asked when the median
+    phase begins and stays open ``roster_seconds + median_step_seconds``
+    (closing early, as every step, once its quorum answered).
 
     The report round's absolute times (``t_s``, ``t_s + δ``, ``t_r``) are fixed
     when the bins are published: ``t_s = publication + witness_seconds +

@@ -285,16 +285,18 @@ def close_registration(url: str, pid: str, timeout: float = 30.0, *, or_deadline
 
 
 def median_round(
-    url: str, *, median_step: float, quorum: float | None = None
+    url: str, *, median_step: float, quorum: float | None = None, roster_seconds: float = 0.0
 ) -> tuple[Problem, list[WirePeer]]:
     """A problem in ``medians`` and its 20 registered peers in roster order (:func:`in_roster_order`).
 
     One numeric feature, half of the peers in the median pool: two search steps of 5 peers
-    each, a step lasting at most ``median_step`` seconds (or until ``quorum`` of its group answered).
+    each, a step lasting at most ``median_step`` seconds (or until ``quorum`` of its group answered),
+    the first also the ``roster_seconds`` (both raised to the round's floors).
     """
     d = draft(
         n_numeric=1, kp=1, pool_fraction=0.5, min_peers=4, epsilon=4.0, steps=2, median_step=median_step
     )
+    d = d.model_copy(update={"schedule": d.schedule.model_copy(update={"roster_seconds": roster_seconds})})
     if quorum is not None:
         d = d.model_copy(update={"median": d.median.model_copy(update={"quorum": quorum})})
     problem = propose(url, d)

@@ -1,4 +1,5 @@
-"""A median step ends as soon as a quorum of its group answered, long before its deadline."""
+"""A median step ends as soon as a quorum of its group answered, long before its deadline; the
+first step is asked at once and also holds the members' roster check."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from aggregator.medians import step_quorum
 from tests.aggregator.helpers import median_round, post, status, wait_median_query, wait_phase
+from tests.waiting import wait_until
 
 
 def test_step_quorum_is_the_ceiling_of_the_fraction_and_at_least_one() -> None:
@@ -31,3 +33,28 @@ def test_a_step_closes_on_its_quorum_and_refuses_the_rest(aggregator, quorum: fl
     late = post(answers, member[q.members[4]].answer(problem, 0, 1, True))
     assert late.status_code == 409
     assert status(aggregator.url, problem.id).median_answers == 6
+
+
+def test_the_first_step_is_asked_at_once_and_holds_the_roster_wait_for_a_slow_member(aggregator) -> None:
+    # A member still checking the roster when a step's own length has passed is not shut out: the
+    # first question stays open for roster_seconds more. And the long roster wait costs nothing once
+    # the group has answered: the step closes on its quorum (everyone, by default).
+    problem, member = median_round(aggregator.url, median_step=2.0, roster_seconds=300.0)
+    answers = f"{aggregator.url}/problems/{problem.id}/medians/answers"
+    started = time.monotonic()
+    q = wait_median_query(aggregator.url, problem.id, 0, timeout=120)  # not after the 300 s wait
+    schedule = status(aggregator.url, problem.id).schedule
+    assert schedule is not None and schedule.roster_seconds >= 300
+    asked = time.monotonic()
+    for i in q.members[:4]:
+        assert post(answers, member[i].answer(problem, 0, 0, True)).status_code == 201
+    # The slow one answers once the step's own length (the round's median_step_seconds) has passed.
+    wait_until(lambda: time.monotonic() > asked + schedule.median_step_seconds + 1.0,
+               schedule.median_step_seconds + 60, "the first step's own length to pass")
+    assert post(answers, member[q.members[4]].answer(problem, 0, 0, True)).status_code == 201
+    q1 = wait_median_query(aggregator.url, problem.id, 1, timeout=120)  # step 0 closed on its quorum
+    for i in q1.members:
+        assert post(answers, member[i].answer(problem, 0, 1, True)).status_code == 201
+    wait_phase(aggregator.url, problem.id, ("reporting",), timeout=120)
+    assert time.monotonic() - started < 300  # neither step waited out the roster wait
+    assert status(aggregator.url, problem.id).median_answers == 10
