@@ -174,7 +174,7 @@ class ProblemContext:
     def plan_for(self, roster: Roster, beacon: bytes = b"") -> PartitionPlan:
         """The plan of ``roster`` under the witnesses' ``beacon``; ValueError when the sizes do not fit
         (which the beacon never changes)."""
-        from anonml.learn.settings import roster_plan  # the learner (scikit-learn): not at start-up
+        from anonml.learn.settings import roster_plan  # NumPy (not scikit-learn): not at start-up
 
         return roster_plan(self.problem.draft, roster, beacon)
 

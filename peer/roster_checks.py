@@ -143,7 +143,7 @@ def _verified_roster(
     if bytes(notice.identity) != me or notice.problem_id != p.problem.id:
         raise Aborted("the assignment is for another identity or problem")
     claimed = PeerAssignment(notice.role, notice.index, tuple(tuple(s) for s in notice.subsets))
-    # anonml.learn.settings loads the learner (scikit-learn): with the first roster, not at start.
+    # The plan needs NumPy (never scikit-learn): with the first roster, not at start.
     from anonml.learn.settings import roster_plan
 
     try:

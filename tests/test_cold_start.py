@@ -153,3 +153,22 @@ def test_the_peer_app_loads_no_learner() -> None:
     learner = ("sklearn", "scipy", "pandas", "anonml.learn.model", "anonml.learn.settings", "jinja2")
     assert _loaded_after_import("peer.app", learner) == []
 
+
+
+def test_a_roster_plan_loads_no_learner() -> None:
+    # The aggregator builds the plan on its first intake after a restart, and every peer with its
+    # first roster: scikit-learn there cost a restarted aggregator's relays their delivery deadline.
+    learner = ("sklearn", "scipy", "pandas", "anonml.learn.model")
+    assert _loaded_after_import("anonml.learn.settings", learner) == []
+    code = (
+        "import json, sys\n"
+        "from anonml.learn.settings import roster_plan\n"
+        "from tests.aggregator.helpers import draft\n"
+        "from types import SimpleNamespace as NS\n"
+        "d = draft(n_numeric=2, kp=2, pool_fraction=0.25, min_peers=4)\n"
+        "entries = [NS(identity=bytes([i]) * 32) for i in range(12)]\n"
+        "plan = roster_plan(d, NS(entries=entries, seed=bytes(32), median_pool_size=3), b'')\n"
+        f"print(json.dumps([len(plan.median_pool()), sorted(set({list(learner)!r}) & set(sys.modules))]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == [3, []]

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from anonml.learn.model import AnonMLClassifier
 from anonml.learn.partition import PartitionPlan, make_plan
 from anonml.randomness import SeedLike
 
 if TYPE_CHECKING:
+    from anonml.learn.model import AnonMLClassifier
     from anonml.protocol import ProblemDraft, Roster
 
 __all__ = ["PROTOCOL_CONSISTENCY", "learner_settings", "simulated_learner", "roster_plan"]
@@ -87,6 +87,10 @@ def simulated_learner(draft: ProblemDraft, random_state: SeedLike = None) -> Ano
     protocol would (:func:`learner_settings`); ``random_state`` as in
     :func:`anonml.randomness.generator_from`.
     """
+    # The learner loads scikit-learn (seconds on a loaded machine): only here, never for a plan
+    # (roster_plan), which an aggregator and every peer build on the protocol's path.
+    from anonml.learn.model import AnonMLClassifier
+
     return AnonMLClassifier(**learner_settings(draft), random_state=random_state)
 
 
