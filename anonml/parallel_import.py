@@ -129,8 +129,9 @@ _job: tuple[ChunkedImporter, Path, str | None, str, int] | None = None
 
 
 def _init_worker(
-    importer: ChunkedImporter, path: Path, user: str | None, fallback: str, import_id: int
+    importer: ChunkedImporter, path: Path, user: str | None, fallback: str, import_id: int, parent: int
 ) -> None:
+    """Set up a forked worker; ``parent`` is the importing process's pid, read before the fork."""
     global _job
     _job = (importer, path, user, fallback, import_id)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the importing process's to handle
@@ -139,10 +140,12 @@ def _init_worker(
     gc.freeze()
     gc.set_threshold(IMPORT_GC_THRESHOLD, *gc.get_threshold()[1:])
     if sys.platform.startswith("linux"):
-        parent = os.getppid()
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the request took effect
+        # The parent died before the request took effect. Its pid comes from before the fork: read
+        # here, a parent killed before this line ran would already read as the reaper, and the
+        # worker would live on, blocked on the task queue's lock a killed sibling still held.
+        if os.getppid() != parent:
             os._exit(1)
 
 
@@ -200,9 +203,8 @@ def parallel_chunk_rows(
             break
     if opened:
         context = multiprocessing.get_context("fork")
-        with context.Pool(
-            workers, initializer=_init_worker, initargs=(importer, path, user, fallback, import_id)
-        ) as pool:
+        job = (importer, path, user, fallback, import_id, os.getpid())
+        with context.Pool(workers, initializer=_init_worker, initargs=job) as pool:
             pending: deque = deque()
             for first_line, block in chunks:
                 pending.append(pool.apply_async(_parse_in_worker, (block, first_line)))

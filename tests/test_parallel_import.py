@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -221,6 +222,33 @@ def test_a_killed_import_leaves_no_workers_and_no_events(tmp_path: Path) -> None
         assert con.execute("select count(*) from events").fetchone() == (0,)
         assert con.execute("pragma integrity_check").fetchone() == ("ok",)
     assert EventStore(f"sqlite:///{db}").count() == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_whose_importer_died_before_the_worker_started_exits_at_once(tmp_path: Path) -> None:
+    # The race behind a worker that outlived a killed import: its parent gone before its
+    # initializer asked for the death signal, so the request never fires; it must notice and exit.
+    read_end, write_end = os.pipe()
+    importer = os.fork()
+    if importer == 0:  # the importing process: forks its worker and dies at once
+        parent = os.getpid()
+        if os.fork() == 0:  # the worker, started only once its parent is gone
+            deadline = time.monotonic() + 60
+            while os.getppid() == parent and time.monotonic() < deadline:
+                time.sleep(0.01)
+            try:
+                parallel_import._init_worker(EdxImporter(), tmp_path / "x.log", None, "u", 1, parent)
+                os.write(write_end, b"lived on")
+            finally:
+                os._exit(0)
+        os._exit(0)
+    os.close(write_end)
+    os.waitpid(importer, 0)
+    said = b""
+    while chunk := os.read(read_end, 64):  # EOF once the worker has ended, however it ended
+        said += chunk
+    os.close(read_end)
+    assert said == b""
 
 
 @pytest.mark.parametrize("gzipped", [False, True])
