@@ -21,12 +21,14 @@ import numpy as np
 import pytest
 import requests
 
+from anonml.demo import DEMO_HOPS, DEMO_PROBES, packet_windows
 from anonml.learn import AnonMLClassifier
 from anonml.privacy.amplification import report_pool_bound
 from anonml.protocol import LabelSpec, ModelDocument, ProblemDraft
 from peer.app import start_peer_server
 from peer.dashboard import ModelView, label_words, prediction_text
 from peer.features import predict_locally
+from peer.probe import measure_hop_seconds
 from peer.records import shuffle_bounds
 from peer.routes.dashboard import PAGES
 from tests.aggregator.helpers import close_registration, propose, status, wait_phase
@@ -52,12 +54,25 @@ def _draft(label: LabelSpec, instancer_label: dict) -> ProblemDraft:
     return ProblemDraft.model_validate(body)
 
 
+def _measured_windows(d: ProblemDraft, host) -> ProblemDraft:
+    """``d`` with its packet windows raised to what this host's relay sustains now, as the demo sizes
+    them (:func:`anonml.demo.packet_windows`): fixed 6 s windows once delivered no report at all on
+    a loaded CI run."""
+    hop = max(measure_hop_seconds(host, hops=DEMO_HOPS).seconds_per_hop for _ in range(DEMO_PROBES))
+    send, release = packet_windows(N_PEERS, hops=DEMO_HOPS, slots_per_peer=d.kh, hop_seconds=hop)
+    schedule = d.schedule.model_copy(update={
+        "send_window_seconds": max(d.schedule.send_window_seconds, send),
+        "release_window_seconds": max(d.schedule.release_window_seconds, release),
+    })
+    return d.model_copy(update={"schedule": schedule})
+
+
 def _run(aggregator_url: str, tmp_path: Path, d: ProblemDraft):
     simulated, nodes = simulated_nodes(tmp_path, N_PEERS, seed=11, rng_base=100)
     host = simulation_host(nodes, tmp_path / "peers.db", aggregator_url, workers=4)
     server = start_peer_server(host)
     try:
-        problem = propose(aggregator_url, d)
+        problem = propose(aggregator_url, _measured_windows(d, host))
         wait_until(lambda: status(aggregator_url, problem.id).registered >= N_PEERS, 120, "registrations")
         close_registration(aggregator_url, problem.id, or_deadline=True)
         final = wait_phase(aggregator_url, problem.id, ("done", "degraded", "failed"), timeout=180)
