@@ -78,8 +78,6 @@ def label_index(label: object, spec: LabelSpec) -> int:
     Raises :class:`~anonml.errors.AnonMLError` naming the label and the spec
     otherwise (the caller then sends stand-ins: what is sent never depends on it).
     """
-    from anonml.learn.regression import target_bins, target_edges
-
     if spec.kind == "classes":
         if isinstance(label, str) and label in spec.classes:
             return spec.classes.index(label)
@@ -92,6 +90,9 @@ def label_index(label: object, spec: LabelSpec) -> int:
         value = float(label)
         if not np.isfinite(value):
             raise AnonMLError(f"the instancer's label {value} is not finite ({spec.describe()})")
+        # The learner's module (scikit-learn, seconds on a loaded host): only for a numeric label.
+        from anonml.learn.regression import target_bins, target_edges
+
         return int(target_bins(np.asarray([value]), target_edges(*spec.numeric_range()))[0])
     if isinstance(label, bool | int | np.integer) and int(label) in (0, 1):
         return int(label)

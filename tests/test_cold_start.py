@@ -172,3 +172,19 @@ def test_a_roster_plan_loads_no_learner() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == [3, []]
+
+
+def test_a_binary_or_class_label_loads_no_learner() -> None:
+    # A peer indexes its label with its first example (during registration); only a numeric label
+    # needs the learner's binning.
+    learner = ("sklearn", "scipy", "pandas", "anonml.learn.model", "anonml.learn.regression")
+    code = (
+        "import json, sys\n"
+        "from anonml.protocol import LabelSpec\n"
+        "from peer.features import label_index\n"
+        "classes = LabelSpec(kind='classes', classes=('a', 'b'))\n"
+        "found = [label_index(True, LabelSpec()), label_index('b', classes)]\n"
+        f"print(json.dumps([found, sorted(set({list(learner)!r}) & set(sys.modules))]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == [[1, 1], []]
