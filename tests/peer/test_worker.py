@@ -354,3 +354,23 @@ def test_a_worker_stopped_before_it_starts_never_polls():
     assert worker._thread is not None
     worker._thread.join(30)
     assert not worker._thread.is_alive() and host.waits == []
+
+
+def test_a_shed_packet_is_tried_again_inside_the_send_window_never_after_it():
+    from peer.worker import LAST_TRY_SECONDS, send_retry_at
+
+    shed = HTTPRefusal("http://relay", 503, "overloaded; try again in 2 s", retry_after=2.0)
+    # Time enough: it waits what the relay asked (and some jitter), never less.
+    at = send_retry_at(100.0, 110.0, 0, shed)
+    assert at is not None and 102.0 <= at < 110.0
+    # Two seconds would pass the window's end: a last try halfway to it rather than giving up.
+    assert send_retry_at(100.0, 101.5, 0, shed) == pytest.approx(100.75)
+    tries, now = 0, 100.0
+    while (at := send_retry_at(now, 101.5, tries, shed)) is not None:  # shed every time
+        assert now < at < 101.5
+        now, tries = at, tries + 1
+    assert 101.5 - now <= LAST_TRY_SECONDS and tries <= 2  # halving stops: a bounded number of tries
+    # A first hop that is down (no Retry-After) keeps its backoff; past the end it is given up.
+    down = OutboundError("http://relay: connection refused")
+    assert send_retry_at(100.0, 110.0, 0, down) == pytest.approx(100.25)
+    assert send_retry_at(100.0, 100.2, 0, down) is None
