@@ -18,7 +18,12 @@ Each search asks its first question as soon as the median phase begins, and
 that step stays open ``roster_seconds + median_step_seconds`` from the phase's
 start (any later step ``median_step_seconds`` from its asking): peers answer
 only once they have checked the roster and compared its fingerprint, so the
-first step holds the roster check as well. Like every step it closes as soon as
+first step holds the roster check as well. A host begins that check by
+fetching its members' signed assignments, so the roster wait runs from the
+last assignment this process served, when that came later (a host that began
+late, on a loaded machine), up to :data:`ROSTER_HOLD_LIMIT` roster waits
+after the phase began (assignments are public: anyone may fetch one, and
+holding the step longer is all it does). Like every step it closes as soon as
 its quorum answered, so the roster wait costs time only while a member is
 still missing: a host slow to check its identities (beside other work, one
 took 6.5 s for 8 at load 10, several times its registration cost) answers
@@ -47,7 +52,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select, update
@@ -60,7 +65,11 @@ from anonml.protocol import MedianQuery, sign_message
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["MedianRun", "median_groups", "step_quorum"]
+__all__ = ["MedianRun", "median_groups", "step_quorum", "ROSTER_HOLD_LIMIT"]
+
+#: The first question's roster hold ends at most this many roster waits after the median phase began,
+#: however late assignments are fetched.
+ROSTER_HOLD_LIMIT = 4
 
 log = logging.getLogger("anonml.aggregator")
 
@@ -190,7 +199,7 @@ class MedianRun:
                 asked.append(step)
                 return self._answers(feature, step, threshold)
             # The search's first question also holds the members' roster check (module docstring).
-            held = self.since + self.schedule.roster_seconds if not asked else -math.inf
+            held = self._roster_held_until if not asked else (lambda: -math.inf)
             asked.append(step)
             self._wait_for_quorum(feature, step, len(members), not_before=held)
             if self.driver.stopping:
@@ -233,15 +242,26 @@ class MedianRun:
             s.add(MedianQueryRow(**key, query_json=signed.model_dump_json(), open=True))
         return True
 
-    def _wait_for_quorum(self, feature: int, step: int, n_members: int, not_before: float) -> None:
+    def _roster_held_until(self) -> float:
+        """POSIX time until which the first question holds the roster check (module docstring)."""
+        roster = self.schedule.roster_seconds
+        start = self.since
+        served = self.driver.state.last_assignment_served(self.ctx.problem.id)
+        if served is not None:
+            start = min(max(start, served), self.since + (ROSTER_HOLD_LIMIT - 1) * roster)
+        return start + roster
+
+    def _wait_for_quorum(
+        self, feature: int, step: int, n_members: int, not_before: Callable[[], float]
+    ) -> None:
         """Until the step's quorum answered, its deadline passed, or the driver stops.
 
-        The deadline is ``median_step_seconds`` from now, or from ``not_before`` (POSIX time) when
-        that is later: the first step's, which also holds the roster check.
+        The deadline is ``median_step_seconds`` from when the step was asked, or from
+        ``not_before()`` (POSIX time, read again at each look) when that is later: the first
+        step's, which also holds the roster check.
         """
         state, problem = self.driver.state, self.ctx.problem
-        hold = max(0.0, not_before - time.time())
-        deadline = time.monotonic() + hold + self.schedule.median_step_seconds
+        asked = time.time()
         enough = step_quorum(n_members, problem.draft.median.quorum)
         count = (
             select(func.count())
@@ -257,7 +277,7 @@ class MedianRun:
                 with state.sessions() as s:
                     if (s.scalar(count) or 0) >= enough:
                         return
-                remaining = deadline - time.monotonic()
+                remaining = max(asked, not_before()) + self.schedule.median_step_seconds - time.time()
                 if remaining <= 0:
                     return
                 state.answers.wait(min(remaining, 0.25))

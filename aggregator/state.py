@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -241,7 +242,20 @@ class AggregatorState:
         self._contexts: dict[str, ProblemContext] = {}
         self._meters: dict[str, ServiceMeter] = {}
         self._schedules: dict[str, Schedule] = {}  # fixed at registration's close (round_schedule)
+        self._assignments_served: dict[str, float] = {}  # problem id → POSIX time of the latest
         self._lock = threading.Lock()
+
+    def assignment_served(self, problem_id: str) -> None:
+        """Note that a member's signed assignment of ``problem_id`` was served now: its host has
+        begun its roster check (:class:`aggregator.medians.MedianRun` holds the first question
+        for it). In this process's memory: another worker's, or one before a restart, is not seen."""
+        with self._lock:
+            self._assignments_served[problem_id] = time.time()
+
+    def last_assignment_served(self, problem_id: str) -> float | None:
+        """POSIX time this process last served an assignment of ``problem_id`` (None: never)."""
+        with self._lock:
+            return self._assignments_served.get(problem_id)
 
     @property
     def public_identity(self) -> bytes:

@@ -336,6 +336,7 @@ def _assignment(state, problem_id: str, ctx: ProblemContext, fingerprint: str) -
         raise HTTPException(status_code=404, detail=f"no roster member with fingerprint {fingerprint[:64]}")
     entry = ctx.roster.entries[index]
     mine = ctx.plan.assignment(index)
+    state.assignment_served(problem_id)
     return sign_message(
         Assignment(
             problem_id=problem_id,

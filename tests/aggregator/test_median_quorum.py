@@ -8,7 +8,7 @@ import time
 import pytest
 
 from aggregator.medians import step_quorum
-from tests.aggregator.helpers import median_round, post, status, wait_median_query, wait_phase
+from tests.aggregator.helpers import assignment_of, median_round, post, status, wait_median_query, wait_phase
 from tests.waiting import wait_until
 
 
@@ -58,3 +58,30 @@ def test_the_first_step_is_asked_at_once_and_holds_the_roster_wait_for_a_slow_me
     wait_phase(aggregator.url, problem.id, ("reporting",), timeout=120)
     assert time.monotonic() - started < 300  # neither step waited out the roster wait
     assert status(aggregator.url, problem.id).median_answers == 10
+
+
+def test_the_roster_wait_runs_from_the_last_host_to_begin_its_check(aggregator) -> None:
+    # A host begins its roster check by fetching its members' assignments. One that begins late (a
+    # loaded machine) still has the whole roster wait for its first question: the wait runs from
+    # the last assignment served, not from the phase's start.
+    problem, member = median_round(aggregator.url, median_step=2.0, roster_seconds=8.0)
+    answers = f"{aggregator.url}/problems/{problem.id}/medians/answers"
+    q = wait_median_query(aggregator.url, problem.id, 0, timeout=120)
+    asked = time.monotonic()  # the phase began at most this late
+    schedule = status(aggregator.url, problem.id).schedule
+    assert schedule is not None
+    roster, step = schedule.roster_seconds, schedule.median_step_seconds
+    for i in q.members[:4]:
+        assert post(answers, member[i].answer(problem, 0, 0, True)).status_code == 201
+    late = member[q.members[4]]
+
+    def past(t: float) -> bool:
+        return time.monotonic() > t
+
+    wait_until(lambda: past(asked + roster / 2 + step + 1), roster + step + 60, "half the roster wait")
+    assignment_of(aggregator.url, problem.id, late)  # the late host begins its check only now
+    # Past the phase's start + roster wait + step (where the step closed before), inside the wait
+    # that runs from the late fetch:
+    wait_until(lambda: past(asked + roster + step + 1), roster + step + 60, "the unanchored step's end")
+    assert post(answers, late.answer(problem, 0, 0, True)).status_code == 201
+    wait_median_query(aggregator.url, problem.id, 1, timeout=120)  # then closed on its quorum
