@@ -188,6 +188,7 @@ POOL_VARIANTS: dict[str, tuple[float | None, float | None]] = {
     "cal1000_median_fraction": (1000.0, None),
     "cal750_median_fraction": (750.0, None),
     "nocal_median_fraction": (None, None),
+    "cal1500_median_sd0.03": (1500.0, 0.03),
     "cal1500_median_sd0.05": (1500.0, 0.05),
     "cal1500_median_sd0.1": (1500.0, 0.1),
     "cal1500_median_sd0.15": (1500.0, 0.15),

@@ -4,7 +4,8 @@ What every simulated peer does is what a real peer does, minus the network:
 
 1. **Plan.** A fresh 32-byte seed and the roster of simulated peer keys fix the
    partition plan (:func:`~anonml.learn.partition.make_plan`): a median pool
-   (``median_fraction`` of the peers) and k_p report partitions.
+   (what its questions need, at most ``median_fraction`` of the peers:
+   :func:`~anonml.privacy.median.median_pool_size`) and k_p report partitions.
 2. **Private bins.** For each numeric feature the median pool's share answers
    IsGreater questions of the private quantile search (thesis algorithm 1,
    :func:`anonml.privacy.estimate_bin_edges`), one question per peer, each by
@@ -24,10 +25,13 @@ no peer exceeds ε_T; :mod:`anonml.learn.accounting` records the releases in a
 capped ledger and reads back the headline (:class:`PrivacyAccounting`). The run's
 settings are a :class:`SimulationConfig` (:mod:`anonml.learn.simulation_config`).
 
-Defaults (median pool 15 %, 3 questions per quantile search, stopping margin at
+Defaults (median pool at most 15 %, 3 questions per quantile search, stopping margin at
 confidence 0.5) were chosen on the Adult benchmark: fewer, better-populated
 search steps beat finer searches at every ε_T in {0.5, 1, 2, 4}, and a pool of
 12-20 % was best at low ε_T (bins matter more than the reports the pool costs).
+The pool is smaller than its cap only when the cap would give every question more
+answers than a noise sd of :data:`~anonml.privacy.median.MEDIAN_ANSWER_SD` needs: on
+large rosters, where the cap's extra answers buy the bins nothing the reports could not use.
 """
 
 from __future__ import annotations
