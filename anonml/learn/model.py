@@ -102,7 +102,7 @@ class AnonMLClassifier(SelectionAware, PublishedModel, ClassifierMixin, BaseEsti
     median_fraction : float, default=0.15
         Largest share of the peers set apart to answer median queries (a separate
         pool, so report peers spend nothing on medians). The pool takes only as
-        many as give each question's answer share a noise sd of 0.05
+        many as give each question's answer share a noise sd of 0.03
         (:func:`~anonml.privacy.median.median_pool_size`): the whole share on
         small rosters, fewer on large ones, whose other peers then report.
     median_steps : int, default=3

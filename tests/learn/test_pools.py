@@ -97,7 +97,9 @@ def test_auto_bins_size_the_questions_by_the_most_bins_the_pool_allows():
     n_bins, size = simulation._bins_and_pool(SPECS, config, n, n)
     most = simulation.auto_n_bins(2.0, n // 4)
     assert n_bins <= most
-    assert size == min(round(0.15 * n), len(NUMERIC) * (most - 1) * 3 * median_question_answers(2.0, 0.05))
+    questions = len(NUMERIC) * (most - 1) * 3
+    assert size == min(round(0.15 * n), questions * median_question_answers(2.0, MEDIAN_ANSWER_SD))
+    assert size < round(0.15 * n)  # the need, not the cap: the case this test is about
 
 
 def _draft(n_bins: int, epsilon: float) -> ProblemDraft:
@@ -129,7 +131,8 @@ def test_the_protocols_median_pool_is_the_learners(n):
     )
     _, simulated = simulation._bins_and_pool(NUMERIC, config, n, n)
     assert draft.median_pool_size(n) == simulated
-    assert draft.median_pool_size(n) == min(n // 5, 3 * 3 * 4 * median_question_answers(1.0, 0.05))
+    need = 3 * 3 * 4 * median_question_answers(1.0, MEDIAN_ANSWER_SD)
+    assert draft.median_pool_size(n) == min(n // 5, need)
 
 
 def test_a_large_roster_gives_the_reports_what_the_median_questions_do_not_need(monkeypatch):
@@ -137,8 +140,10 @@ def test_a_large_roster_gives_the_reports_what_the_median_questions_do_not_need(
     n = 100_000
     X = np.column_stack([rng.normal(50, 15, (n, 3)).clip(0, 100), rng.integers(0, 3, n)])
     y = (X[:, 0] + rng.normal(0, 15, n) > 55).astype(np.int64)
-    config = SimulationConfig(epsilon=1.0, n_partitions=4, n_bins=3, median_fraction=0.15)
-    need = 3 * 2 * 3 * median_question_answers(1.0, 0.05)  # 8442 < 15,000
+    config = SimulationConfig(epsilon=4.0, n_partitions=4, n_bins=3, median_fraction=0.15)
+    per_question = median_question_answers(4.0, MEDIAN_ANSWER_SD)
+    need = 3 * 2 * 3 * per_question  # 18 · 299 = 5382 at sd 0.03, below the cap of 15,000
+    assert need < 15_000
     sized = simulate_training(X, y, SPECS, config, np.random.default_rng(5))
     monkeypatch.setattr(simulation, "MEDIAN_ANSWER_SD", None)  # the fraction alone
     fixed = simulate_training(X, y, SPECS, config, np.random.default_rng(5))
@@ -146,7 +151,7 @@ def test_a_large_roster_gives_the_reports_what_the_median_questions_do_not_need(
     assert sized.accounting.report_peers == n - need > fixed.accounting.report_peers == n - 15_000
     # Every question the sized pool's searches asked had at least the answers it was sized for.
     asked = [s.n for edges in sized.median_estimates.values() for e in edges.estimates for s in e.steps]
-    assert asked and min(asked) >= median_question_answers(1.0, 0.05)
+    assert asked and min(asked) >= per_question
 
 
 def test_a_classifier_on_a_large_roster_reports_with_the_freed_peers():
@@ -157,6 +162,13 @@ def test_a_classifier_on_a_large_roster_reports_with_the_freed_peers():
     model = AnonMLClassifier(
         epsilon=4.0, n_bins=3, features=list(SPECS), calibration_fraction=0.0, random_state=0
     ).fit(X, y)
-    need = 3 * 2 * 3 * median_question_answers(4.0, 0.05)  # 18 · 108 = 1944 of a 9,000 cap
+    need = 3 * 2 * 3 * median_question_answers(4.0, MEDIAN_ANSWER_SD)  # 5382 of a 9,000 cap
+    assert need < round(0.15 * n)
     assert model.privacy_.report_peers == n - need
     assert model.privacy_.median_peers <= need
+
+
+def test_the_default_answer_sd_is_the_stated_one():
+    # The docstrings (model, protocol draft, docs/protocol.md) state 0.03; ε = 4 needs 299 answers.
+    assert MEDIAN_ANSWER_SD == 0.03
+    assert median_question_answers(4.0, MEDIAN_ANSWER_SD) == 299
