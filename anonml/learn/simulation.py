@@ -30,8 +30,9 @@ confidence 0.5) were chosen on the Adult benchmark: fewer, better-populated
 search steps beat finer searches at every ε_T in {0.5, 1, 2, 4}, and a pool of
 12-20 % was best at low ε_T (bins matter more than the reports the pool costs).
 The pool is smaller than its cap only when the cap would give every question more
-answers than a noise sd of :data:`~anonml.privacy.median.MEDIAN_ANSWER_SD` needs: on
-large rosters, where the cap's extra answers buy the bins nothing the reports could not use.
+answers than a noise sd of :data:`~anonml.privacy.median.MEDIAN_ANSWER_SD` needs, i.e. on
+large rosters: there the extra answers barely move the bins, and the peers they would
+take report features instead.
 """
 
 from __future__ import annotations
