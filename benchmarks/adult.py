@@ -29,8 +29,8 @@ additive form costs beyond that); and logistic regression on the one-hot bins (`
 Written to ``benchmarks/results/adult_profile.json``.
 
 Part 5 (``--pools``) — what the side pools cost: the default mode with the calibration pool's
-information target (:data:`~anonml.learn.simulation.TARGET_CALIBRATION_INFORMATION`) at 1500 / 750 /
-400 / no pool, and the median pool sized by a per-question answer sd
+information target (:data:`~anonml.learn.simulation.TARGET_CALIBRATION_INFORMATION`) at 1500 / 1000 /
+750 / no pool, and the median pool sized by a per-question answer sd
 (:data:`~anonml.privacy.median.MEDIAN_ANSWER_SD`) against the fraction alone (sd ``None``); trial t
 has the same seed in every variant (paired). Test AUC, Brier score and ECE, each as mean and the
 paired difference from the first variant ± its standard error, with the pools' sizes. Written to
@@ -203,7 +203,7 @@ def pool_rules(target: float | None, answer_sd: float | None) -> Iterator[float]
     simulation.TARGET_CALIBRATION_INFORMATION = target if target is not None else saved[0]
     simulation.MEDIAN_ANSWER_SD = answer_sd
     try:
-        yield 0.2 if target is not None else 0.0
+        yield AnonMLClassifier().calibration_fraction if target is not None else 0.0
     finally:
         simulation.TARGET_CALIBRATION_INFORMATION, simulation.MEDIAN_ANSWER_SD = saved
 

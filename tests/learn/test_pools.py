@@ -172,3 +172,26 @@ def test_the_default_answer_sd_is_the_stated_one():
     # The docstrings (model, protocol draft, docs/protocol.md) state 0.03; ε = 4 needs 299 answers.
     assert MEDIAN_ANSWER_SD == 0.03
     assert median_question_answers(4.0, MEDIAN_ANSWER_SD) == 299
+
+
+@pytest.mark.slow
+def test_the_adult_pool_sweep_pairs_its_variants_and_sizes_their_pools(adult_dir):
+    from anonml.datasets import adult
+    from benchmarks.adult import pools
+
+    data = adult.load(adult_dir)
+    with pytest.raises(ValueError, match="unknown pool variants"):
+        pools(data, [2.0], 2, 0, ["cal1500_median_fraction", "magic"])
+    names = ["cal1500_median_fraction", "nocal_median_fraction", "cal1500_median_sd0.1"]
+    rows = pools(data, [2.0], 2, 0, names)
+    reference, no_calibration, sized = rows
+    n = data.X_train.shape[0]
+    # The reference is paired with itself; the pools are the rules' (ε 2: ⌈1500/tanh(1)²⌉ = 2,587
+    # calibration peers, the median pool its 15 % cap; sd 0.1: 5 numeric × 4 edges × 3 steps × 44).
+    assert reference["auc_diff"] == reference["brier_diff"] == 0.0
+    assert reference["calibration_peers"] == simulation.calibration_pool_size(0.2, n, 2.0) > 0
+    assert reference["median_pool"] == round(0.15 * n)
+    assert no_calibration["calibration_peers"] == 0
+    assert sized["median_pool"] == 5 * 4 * 3 * median_question_answers(2.0, 0.1) < reference["median_pool"]
+    # The sweep restores the module's rules.
+    assert simulation.MEDIAN_ANSWER_SD == MEDIAN_ANSWER_SD
