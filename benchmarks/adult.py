@@ -28,7 +28,17 @@ terms (the best reweighting of those terms, which needs the features' joint dist
 additive form costs beyond that); and logistic regression on the one-hot bins (``central_binned``).
 Written to ``benchmarks/results/adult_profile.json``.
 
-Run from the repository root: ``python -m benchmarks.adult [--trials 20] [--ablation] [--profile]``.
+Part 5 (``--pools``) — what the side pools cost: the default mode with the calibration pool's
+information target (:data:`~anonml.learn.simulation.TARGET_CALIBRATION_INFORMATION`) at 1500 / 1000 /
+750 / no pool, and the median pool sized by a per-question answer sd
+(:data:`~anonml.privacy.median.MEDIAN_ANSWER_SD`) against the fraction alone (sd ``None``); trial t
+has the same seed in every variant (paired). Test AUC, Brier score and ECE, each as mean and the
+paired difference from the first variant ± its standard error, with the pools' sizes. Written to
+``benchmarks/results/adult_pools.json``; with ``--rows N`` the training rows are first drawn with
+replacement to N peers (a large roster of Adult's population; test rows unchanged), written to
+``adult_pools_N.json``.
+
+Run from the repository root: ``python -m benchmarks.adult [--trials 20] [--ablation] [--profile] [--pools]``.
 The data is found as :func:`anonml.datasets.adult.load` finds it (``--data``,
 ``$ANONML_ADULT_DIR``, else the gzip-compressed copy shipped in ``anonml/datasets/files/adult``).
 """
@@ -36,21 +46,31 @@ The data is found as :func:`anonml.datasets.adult.load` finds it (``--data``,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import roc_auc_score
+from sklearn.metrics import brier_score_loss, roc_auc_score
 
 from anonml.datasets import adult
+from anonml.learn import simulation
 from anonml.learn.ensemble import default_ensemble
-from anonml.learn.harness import binned_lr_scores, raw_design, run_benchmark, write_results
+from anonml.learn.harness import (
+    binned_lr_scores,
+    expected_calibration_error,
+    raw_design,
+    run_benchmark,
+    write_results,
+)
 from anonml.learn.histograms import exact_histogram
 from anonml.learn.model import AnonMLClassifier
 
@@ -162,6 +182,83 @@ def profile(data: adult.AdultDataset, epsilons: list[float], trials: int, seed: 
     return rows
 
 
+#: Part 5's variants: name → (calibration information target or None for no pool, median answer sd).
+POOL_VARIANTS: dict[str, tuple[float | None, float | None]] = {
+    "cal1500_median_fraction": (1500.0, None),
+    "cal1000_median_fraction": (1000.0, None),
+    "cal750_median_fraction": (750.0, None),
+    "nocal_median_fraction": (None, None),
+    "cal1500_median_sd0.03": (1500.0, 0.03),
+    "cal1500_median_sd0.05": (1500.0, 0.05),
+    "cal1500_median_sd0.1": (1500.0, 0.1),
+    "cal1500_median_sd0.15": (1500.0, 0.15),
+    "cal1500_median_sd0.2": (1500.0, 0.2),
+}
+
+
+@contextmanager
+def pool_rules(target: float | None, answer_sd: float | None) -> Iterator[float]:
+    """Set the pools' rules for a fit; yields the classifier's ``calibration_fraction`` (0: no pool)."""
+    saved = simulation.TARGET_CALIBRATION_INFORMATION, simulation.MEDIAN_ANSWER_SD
+    simulation.TARGET_CALIBRATION_INFORMATION = target if target is not None else saved[0]
+    simulation.MEDIAN_ANSWER_SD = answer_sd
+    try:
+        yield AnonMLClassifier().calibration_fraction if target is not None else 0.0
+    finally:
+        simulation.TARGET_CALIBRATION_INFORMATION, simulation.MEDIAN_ANSWER_SD = saved
+
+
+def pools(
+    data: adult.AdultDataset, epsilons: list[float], trials: int, seed: int, variants: list[str]
+) -> list[dict]:
+    """AUC, Brier and ECE of the named :data:`POOL_VARIANTS`, paired with the first named per trial."""
+    unknown = [v for v in variants if v not in POOL_VARIANTS]
+    if unknown or not variants:
+        raise ValueError(f"unknown pool variants {unknown}: choose from {list(POOL_VARIANTS)}")
+    rows = []
+    for eps in epsilons:
+        scores: dict[str, dict[str, list[float]]] = {}
+        sizes: dict[str, list[tuple[int, int, int]]] = {}
+        for name in variants:
+            target, answer_sd = POOL_VARIANTS[name]
+            got = scores.setdefault(name, {"auc": [], "brier": [], "ece": []})
+            for t in range(trials):
+                with pool_rules(target, answer_sd) as fraction:
+                    model = AnonMLClassifier(
+                        epsilon=eps,
+                        calibration_fraction=fraction,
+                        features=list(data.features),
+                        random_state=np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(7, t))),
+                    ).fit(data.X_train, data.y_train)
+                proba = model.predict_proba(data.X_test)[:, 1]
+                got["auc"].append(roc_auc_score(data.y_test, model.decision_function(data.X_test)))
+                got["brier"].append(brier_score_loss(data.y_test, proba))
+                got["ece"].append(expected_calibration_error(data.y_test, proba))
+                acc = model.privacy_
+                median_pool = data.X_train.shape[0] - acc.calibration_peers - acc.report_peers
+                sizes.setdefault(name, []).append((median_pool, acc.calibration_peers, acc.report_peers))
+        first = variants[0]
+        for name, got in scores.items():
+            row: dict = {"epsilon": eps, "variant": name, "trials": trials}
+            mean_sizes = np.mean(sizes[name], axis=0)
+            row["median_pool"], row["calibration_peers"], row["report_peers"] = (float(v) for v in mean_sizes)
+            for metric, values in got.items():
+                diff = np.asarray(values) - np.asarray(scores[first][metric])
+                row[metric] = float(np.mean(values))
+                row[f"{metric}_diff"] = float(np.mean(diff))
+                spread = float(np.std(diff, ddof=1) / np.sqrt(trials)) if trials > 1 else 0.0
+                row[f"{metric}_diff_se"] = spread
+            rows.append(row)
+            shown = mean_sizes.round().astype(int).tolist()
+            print(
+                f"  pools ε={eps:g} {name:<24} pools {shown}  AUC {row['auc']:.4f} "
+                f"({row['auc_diff']:+.4f}±{row['auc_diff_se']:.4f})  Brier {row['brier']:.4f} "
+                f"({row['brier_diff']:+.4f}±{row['brier_diff_se']:.4f})  ECE {row['ece']:.4f}",
+                flush=True,
+            )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=20)
@@ -174,6 +271,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ablation", action="store_true", help="also run the default-mode ablation")
     parser.add_argument("--only-ablation", action="store_true")
     parser.add_argument("--profile", action="store_true", help="only the loss profile (Part 4)")
+    parser.add_argument("--pools", action="store_true", help="only the side pools' costs (Part 5)")
+    parser.add_argument(
+        "--variants", default=",".join(POOL_VARIANTS), help="Part 5: variants, first = reference"
+    )
+    parser.add_argument("--rows", type=int, default=None, help="Part 5: training rows drawn with replacement")
     args = parser.parse_args(argv)
 
     data = adult.load(args.data)
@@ -182,6 +284,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         path = RESULTS / "adult_profile.json"
         rows = profile(data, epsilons, args.trials, args.seed)
+        path.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {path}")
+        return 0
+    if args.pools:
+        path = RESULTS / "adult_pools.json"
+        if args.rows is not None:
+            if args.rows < 1:
+                parser.error(f"--rows must be a positive number of training rows, got {args.rows}")
+            drawn = np.random.default_rng(args.seed).integers(0, data.X_train.shape[0], args.rows)
+            data = dataclasses.replace(data, X_train=data.X_train[drawn], y_train=data.y_train[drawn])
+            path = RESULTS / f"adult_pools_{args.rows}.json"
+        rows = pools(data, epsilons, args.trials, args.seed, args.variants.split(","))
         path.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {path}")
         return 0

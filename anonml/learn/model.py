@@ -100,8 +100,11 @@ class AnonMLClassifier(SelectionAware, PublishedModel, ClassifierMixin, BaseEsti
         the rows: the fit then warns :class:`~anonml.learn.notices.NotPrivateWarning`
         and ``privacy_.private`` is False. A numeric column with no range is an error.
     median_fraction : float, default=0.15
-        Share of the peers set apart to answer median queries (a separate
-        pool, so report peers spend nothing on medians).
+        Largest share of the peers set apart to answer median queries (a separate
+        pool, so report peers spend nothing on medians). The pool takes only as
+        many as give each question's answer share a noise sd of 0.03
+        (:func:`~anonml.privacy.median.median_pool_size`): the whole share on
+        small rosters, fewer on large ones, whose other peers then report.
     median_steps : int, default=3
         Questions (fresh peer partitions) per private quantile search.
     median_confidence : float, default=0.5

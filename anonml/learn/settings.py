@@ -23,8 +23,13 @@ What the protocol fixes and the draft does not say:
   classifier and its cross-validation) keep :class:`AnonMLClassifier`'s defaults.
 
 What the simulation cannot follow: a median answer's ε of its own
-(``median.epsilon``; the simulation spends the problem's ε on it) and the
-median step's quorum and deadline (every simulated peer answers).
+(``median.epsilon``; the simulation spends the problem's ε on it, and sizes the
+median pool's need with it, where the roster uses ``median.epsilon``:
+:meth:`~anonml.protocol.ProblemDraft.median_pool_size`) and the
+median step's quorum and deadline (every simulated peer answers). Without
+``median.epsilon`` both size the median pool by the same rule
+(:func:`~anonml.privacy.median.median_pool_size`; the cap is ``floor`` of the
+fraction on a roster, ``round`` in the simulation).
 """
 
 from __future__ import annotations

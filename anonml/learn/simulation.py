@@ -4,7 +4,8 @@ What every simulated peer does is what a real peer does, minus the network:
 
 1. **Plan.** A fresh 32-byte seed and the roster of simulated peer keys fix the
    partition plan (:func:`~anonml.learn.partition.make_plan`): a median pool
-   (``median_fraction`` of the peers) and k_p report partitions.
+   (what its questions need, at most ``median_fraction`` of the peers:
+   :func:`~anonml.privacy.median.median_pool_size`) and k_p report partitions.
 2. **Private bins.** For each numeric feature the median pool's share answers
    IsGreater questions of the private quantile search (thesis algorithm 1,
    :func:`anonml.privacy.estimate_bin_edges`), one question per peer, each by
@@ -24,10 +25,14 @@ no peer exceeds ε_T; :mod:`anonml.learn.accounting` records the releases in a
 capped ledger and reads back the headline (:class:`PrivacyAccounting`). The run's
 settings are a :class:`SimulationConfig` (:mod:`anonml.learn.simulation_config`).
 
-Defaults (median pool 15 %, 3 questions per quantile search, stopping margin at
+Defaults (median pool at most 15 %, 3 questions per quantile search, stopping margin at
 confidence 0.5) were chosen on the Adult benchmark: fewer, better-populated
 search steps beat finer searches at every ε_T in {0.5, 1, 2, 4}, and a pool of
 12-20 % was best at low ε_T (bins matter more than the reports the pool costs).
+The pool is smaller than its cap only when the cap would give every question more
+answers than a noise sd of :data:`~anonml.privacy.median.MEDIAN_ANSWER_SD` needs, i.e. on
+large rosters: there the extra answers barely move the bins, and the peers they would
+take report features instead.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from anonml.learn.partition import SEED_BYTES, PartitionPlan, make_plan
 from anonml.learn.simulation_config import SimulationConfig
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.privacy import Mechanism, best_mechanism, estimate_bin_edges, simulated_query
+from anonml.privacy.median import MEDIAN_ANSWER_SD, median_pool_size
 
 # SimulationConfig and PrivacyAccounting have their own modules; callers import them from here too.
 __all__ = [
@@ -563,16 +569,26 @@ def warn_small_groups(
 def _bins_and_pool(
     features: Sequence[FeatureSpec], config: SimulationConfig, n: int, n_all: int
 ) -> tuple[int, int]:
-    """Bins per numeric feature and the median pool's size (``median_fraction`` of all peers)."""
-    numeric = any(f.kind is FeatureKind.NUMERIC for f in features)
-    pool = int(round(config.median_fraction * n_all)) if numeric else 0
-    partition_size = max(1, (n - pool) // config.n_partitions)
-    if config.n_bins == "auto":
-        n_bins = auto_n_bins(
-            config.epsilon / config.n_subsets, partition_size, subset_size=config.subset_size
-        )
-    else:
-        n_bins = int(config.n_bins)
+    """Bins per numeric feature and the median pool's size, of ``n`` peers outside the calibration pool.
+
+    The pool is what the median questions need (:func:`~anonml.privacy.median.median_pool_size` at
+    :data:`MEDIAN_ANSWER_SD`), at most ``round(median_fraction · n_all)``. The questions are
+    ``numeric features × (b − 1) × median_steps`` with ``b`` the bins of a pool-less roster — with
+    ``"auto"`` bins an upper bound on the bins the pool's size then gives (:func:`auto_n_bins` grows
+    with the partition), so every question gets at least the answers it was sized for.
+    """
+    numeric = sum(f.kind is FeatureKind.NUMERIC for f in features)
+
+    def bins(pool: int) -> int:
+        if config.n_bins != "auto":
+            return int(config.n_bins)
+        partition_size = max(1, (n - pool) // config.n_partitions)
+        return auto_n_bins(config.epsilon / config.n_subsets, partition_size, subset_size=config.subset_size)
+
+    cap = int(round(config.median_fraction * n_all)) if numeric else 0
+    questions = numeric * (bins(0) - 1) * config.median_steps
+    pool = median_pool_size(cap, config.epsilon, questions, MEDIAN_ANSWER_SD)
+    n_bins = bins(pool)
     return n_bins, pool if n_bins >= 2 else 0
 
 

@@ -29,7 +29,8 @@ class SimulationConfig:
     n_bins : int or "auto"
         Bins per numeric feature.
     median_fraction : float
-        Share of peers in the median pool.
+        Largest share of peers in the median pool; it takes fewer when its
+        questions need fewer (:func:`~anonml.privacy.median.median_pool_size`).
     median_steps : int
         Questions (fresh partitions) per quantile search.
     median_confidence : float

@@ -77,8 +77,11 @@ class Schedule(WireMessage):
 class MedianSettings(WireMessage):
     """The private-median search (thesis algorithm 1) that sets numeric features' bins.
 
-    ``pool_fraction`` of the peers answer median queries only (one answer
-    each, parallel composition with the report pool); ``steps`` binary-search
+    At most ``pool_fraction`` of the peers answer median queries only (one answer
+    each, parallel composition with the report pool): as many as give each
+    question an answer share of noise sd ``anonml.privacy.median.MEDIAN_ANSWER_SD``
+    (:meth:`ProblemDraft.median_pool_size`), so a large roster keeps the rest for
+    reports; ``steps`` binary-search
     steps per numeric feature (per inner edge when ``bins > 2``), each asked of
     a fresh group of that pool. ``epsilon`` is one answer's ε (at most the
     problem's ε, which is what it defaults to); ``confidence`` is the level of
@@ -357,10 +360,20 @@ class ProblemDraft(WireMessage):
         return self.median.epsilon if self.median.epsilon is not None else self.epsilon
 
     def median_pool_size(self, n_peers: int) -> int:
-        """``floor(pool_fraction · n)`` peers answer median queries (0 without numeric features)."""
+        """Peers that answer median queries: what the questions need, at most ``floor(pool_fraction · n)``.
+
+        :func:`anonml.privacy.median.median_pool_size` with the cap ``floor(pool_fraction · n)``,
+        ``numeric features × (bins − 1) × median.steps`` questions and ``median_epsilon``: the
+        rule the simulated learner sizes its pool by (:mod:`anonml.learn.simulation`), so both
+        agree. 0 without numeric features.
+        """
         if not self.numeric_features:
             return 0
-        return int(math.floor(self.median.pool_fraction * n_peers))
+        from anonml.privacy.median import median_pool_size  # numpy: not at the service's start (issue 31)
+
+        questions = len(self.numeric_features) * (self.bins - 1) * self.median.steps
+        cap = int(math.floor(self.median.pool_fraction * n_peers))
+        return median_pool_size(cap, self.median_epsilon, questions)
 
 
 class Problem(WireMessage):
