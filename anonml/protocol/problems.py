@@ -49,8 +49,10 @@ class Schedule(WireMessage):
 
     ``roster_seconds`` is the peers' time to check the roster and compare its
     fingerprint: each median search's first question is asked when the median
-    phase begins and stays open ``roster_seconds + median_step_seconds``
-    (closing early, as every step, once its quorum answered).
+    phase begins and stays open ``roster_seconds + median_step_seconds``, the
+    roster wait counted from the last signed assignment served when that came
+    later (:mod:`aggregator.medians`), and closes early, as every step, once
+    its quorum answered.
 
     The report round's absolute times (``t_s``, ``t_s + δ``, ``t_r``) are fixed
     when the bins are published: ``t_s = publication + witness_seconds +
