@@ -119,6 +119,10 @@ def one_run(students: int, seed: int) -> dict:
         "median_answers_of_pool": [result.median_answers, result.median_pool],
         "reports_expected_received": None if reports is None else [reports.expected, reports.received],
         "reports_lost": None if reports is None else reports.describe(),
+        # Where a loss happened, without running again: copies the peers gave up on, refusals.
+        "packets_sent_given_up": [result.packets_sent, result.packets_not_sent],
+        "rejects_at_relays": dict(result.relay_rejects),
+        "rejects_at_aggregator": dict(result.rejects),
         "phase": result.phase,
         "shortfalls": result.shortfalls(),
         "phase_seconds": {k: round(v, 2) for k, v in result.phase_seconds.items()},
