@@ -7,7 +7,7 @@ signed :class:`~anonml.protocol.MedianQuery` for a fresh group of the median
 pool and waits for that group's answers until ``median_step_seconds`` pass
 or a quorum of the group answered (:func:`step_quorum`; with the default
 quorum 1, everyone), whichever comes first; answers after the close are
-refused. The pool is split by :func:`~anonml.learn.partition.median_groups` exactly as
+refused. The pool is split by :func:`median_groups` exactly as
 :func:`anonml.learn.simulation.private_binning` splits it, so every pool peer
 is asked at most once (parallel composition with the report pool) and the
 network search computes what the simulation computes. A share too small for
@@ -52,7 +52,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select, update
@@ -65,7 +65,7 @@ from anonml.protocol import MedianQuery, sign_message
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["MedianRun", "step_quorum", "ROSTER_HOLD_LIMIT"]
+__all__ = ["MedianRun", "median_groups", "step_quorum", "ROSTER_HOLD_LIMIT"]
 
 #: The first question's roster hold ends at most this many roster waits after the median phase began,
 #: however late assignments are fetched.
@@ -86,6 +86,25 @@ class _NoAnswers(Exception):
         self.threshold = threshold
 
 
+def median_groups(pool: Sequence[int], n_numeric: int, searches: int, steps: int) -> list[list[np.ndarray]]:
+    """Split the median pool: evenly over the numeric features, then over each one's questions.
+
+    Returns ``groups[i][s]``: roster indices asked question ``s`` of the ``i``-th
+    numeric feature. A feature gets ``min(steps, share // searches)`` steps per
+    inner edge (``searches = bins - 1``), i.e. ``searches × that`` groups, or
+    none if its share is too small.
+    """
+    import numpy as np  # a median step's work: not at the service's start (issue 31)
+
+    out: list[list[np.ndarray]] = []
+    if n_numeric == 0:
+        return out
+    for share in np.array_split(np.asarray(pool, dtype=np.int64), n_numeric):
+        per_edge = min(steps, share.size // searches)
+        out.append(list(np.array_split(share, per_edge * searches)) if per_edge >= 1 else [])
+    return out
+
+
 def step_quorum(group: int, quorum: float) -> int:
     """Answers that end a step early: ``ceil(quorum · group)``, at least 1 (``MedianSettings.quorum``)."""
     return max(1, math.ceil(quorum * group - 1e-9))
@@ -97,7 +116,7 @@ class MedianRun:
     def __init__(self, driver: Any, ctx: ProblemContext, since: float | None = None) -> None:
         self.driver = driver
         self.ctx = ctx
-        #: POSIX time the median phase began: the first question holds the roster wait from here.
+        #: POSIX time the median phase began: the first question waits until ``since + roster_seconds``.
         self.since = time.time() if since is None else since
         self.thresholds: dict[int, tuple[float, ...]] = {}
         self.errors: list[str] = []
@@ -107,8 +126,6 @@ class MedianRun:
         self.schedule = driver.state.round_schedule(ctx, len(roster.entries))
         numeric = draft.numeric_features
         searches = draft.bins - 1
-        from anonml.learn.partition import median_groups  # NumPy: a median phase's, not the start's
-
         groups = median_groups(plan.median_pool(), len(numeric), searches, draft.median.steps)
         self.threads = []
         for j, parts in zip(numeric, groups or [[] for _ in numeric], strict=True):

@@ -447,33 +447,15 @@ class Participant:
         return roster_checks.compare_fingerprints(self, hosted)
 
     def _into_round(self) -> None:
-        """confirmed | answered → relaying. A median-pool identity that never answered the question
-        due to it says so — it ends ``partial`` with the reason, never ``done`` as if it had done its
-        part: asked while it could not answer yet (:attr:`medians_missed`: a full disk, a slow
-        host), or its question never open while it was ready (its step closed before its roster
-        check was done, or its search ended before asking it). One whose share of the pool was too
-        small for any question (:func:`~anonml.learn.partition.median_question`) had nothing to do."""
+        """confirmed | answered → relaying. A median-pool identity whose roster check was done only
+        after the median steps closed (:attr:`medians_missed`: a full disk, a slow host) says so —
+        it ends ``partial`` with the reason, never ``done`` as if it had done its part."""
         roster = self.roster
-        if (self.phase == P.CONFIRMED and roster is not None and roster.assignment.role == "median"
-                and not self.shortfall):
-            if self.medians_missed:
-                self._short("median answer not sent: the median steps had closed when this identity's "
-                            "roster check was done")
-            elif (due := self._median_question(roster)) is not None:
-                self._short(f"median answer not sent: its question (feature {due[0]}, step {due[1]}) was "
-                            "not open while this identity was ready (its step had closed before the roster "
-                            "check was done, or its search ended before asking it)")
+        if (self.phase == P.CONFIRMED and self.medians_missed and roster is not None
+                and roster.assignment.role == "median"):
+            self._short("median answer not sent: the median steps had closed when this identity's roster "
+                        "check was done")
         self._move(P.RELAYING)
-
-    def _median_question(self, roster: RosterFacts) -> tuple[int, int] | None:
-        """(feature, step) of the question due to this median-pool identity; None if none is."""
-        from anonml.learn.partition import median_question
-
-        draft = self.problem.draft
-        numeric = draft.numeric_features
-        due = median_question(roster.assignment.index, roster.view.roster.median_pool_size, len(numeric),
-                              draft.bins - 1, draft.median.steps)
-        return None if due is None else (numeric[due[0]], due[1])
 
     # -- 3. median answer ---------------------------------------------------------------
     def named_in(self, queries: Sequence[MedianQuery]) -> bool:

@@ -49,8 +49,6 @@ __all__ = [
     "random_subsets",
     "make_plan",
     "verify_assignment",
-    "median_groups",
-    "median_question",
 ]
 
 SEED_BYTES = 32
@@ -151,40 +149,6 @@ def random_subsets(
             )
         )
     return tuple(plan)
-
-
-def median_groups(pool: Sequence[int], n_numeric: int, searches: int, steps: int) -> list[list[np.ndarray]]:
-    """Split the median pool: evenly over the numeric features, then over each one's questions.
-
-    The aggregator asks each group one question (:mod:`aggregator.medians`), the simulated learner
-    splits its pool the same way (:func:`anonml.learn.simulation.private_binning`), and a peer
-    finds its own question from its rank (:func:`median_question`).
-
-    Returns ``groups[i][s]``: roster indices asked question ``s`` of the ``i``-th
-    numeric feature. A feature gets ``min(steps, share // searches)`` steps per
-    inner edge (``searches = bins - 1``), i.e. ``searches × that`` groups, or
-    none if its share is too small.
-    """
-    out: list[list[np.ndarray]] = []
-    if n_numeric == 0:
-        return out
-    for share in np.array_split(np.asarray(pool, dtype=np.int64), n_numeric):
-        per_edge = min(steps, share.size // searches)
-        out.append(list(np.array_split(share, per_edge * searches)) if per_edge >= 1 else [])
-    return out
-
-
-def median_question(
-    rank: int, pool_size: int, n_numeric: int, searches: int, steps: int
-) -> tuple[int, int] | None:
-    """The question ``(i, s)`` — step ``s`` of the ``i``-th numeric feature's search — that the
-    median-pool member of ``rank`` is due to answer, by :func:`median_groups` over the pool's ranks;
-    None when its share of the pool is too small for any question (it is never asked)."""
-    for i, groups in enumerate(median_groups(range(pool_size), n_numeric, searches, steps)):
-        for s, group in enumerate(groups):
-            if group.size and group[0] <= rank <= group[-1]:
-                return i, s
-    return None
 
 
 @dataclass(frozen=True)

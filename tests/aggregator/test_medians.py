@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import requests
 
+from aggregator.medians import median_groups
 from anonml.crypto import Identity
-from anonml.learn.partition import median_groups, median_question
 from anonml.privacy import BinaryRandomizedResponse
 from anonml.protocol import MedianQuery, verify_message
 from tests.aggregator.helpers import (
@@ -29,13 +29,6 @@ def test_median_groups_split_the_pool_disjointly():
     assert [len(feature) for feature in groups] == [5, 5]
     small = median_groups(list(range(3)), n_numeric=2, searches=2, steps=4)
     assert [[g.tolist() for g in f] for f in small] == [[[0], [1]], []]  # 2 → one step per edge; 1 → none
-
-
-def test_a_pool_member_finds_its_own_question_from_its_rank():
-    groups = median_groups(list(range(23)), n_numeric=2, searches=1, steps=5)
-    due = {int(r): (i, s) for i, feature in enumerate(groups) for s, g in enumerate(feature) for r in g}
-    assert {r: median_question(r, 23, 2, 1, 5) for r in range(23)} == due
-    assert [median_question(r, 3, 2, 2, 4) for r in range(3)] == [(0, 0), (0, 1), None]  # a share too small
 
 
 def test_median_search_asks_fresh_groups_and_refuses_bad_answers(aggregator):

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from aggregator.medians import median_groups
 from anonml.demo import run_demo
-from anonml.learn.partition import median_groups
 from anonml.privacy import estimate_median
 from anonml.protocol import DEFAULT_ROUTES, Problem, route_count
 from tests.aggregator.helpers import REPORT_COLUMNS
