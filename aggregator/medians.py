@@ -116,7 +116,7 @@ class MedianRun:
     def __init__(self, driver: Any, ctx: ProblemContext, since: float | None = None) -> None:
         self.driver = driver
         self.ctx = ctx
-        #: POSIX time the median phase began: the first question waits until ``since + roster_seconds``.
+        #: POSIX time the median phase began: the first question holds the roster wait from here.
         self.since = time.time() if since is None else since
         self.thresholds: dict[int, tuple[float, ...]] = {}
         self.errors: list[str] = []
