@@ -191,16 +191,12 @@ class MedianRun:
     def _query(self, feature: int, parts: list[np.ndarray]):
         """The median search's oracle for ``feature``: ask a step's group, wait, close, read the answers."""
 
-        asked: list[int] = []
-
         def query(threshold: float, step: int) -> np.ndarray:
             members = tuple(int(i) for i in parts[step])
             if not self._ask(feature, step, float(threshold), members):  # closed before a restart
-                asked.append(step)
                 return self._answers(feature, step, threshold)
-            # The search's first question also holds the members' roster check (module docstring).
-            held = self._roster_held_until if not asked else (lambda: -math.inf)
-            asked.append(step)
+            # The search's first question (step 0) also holds the members' roster check (module docstring).
+            held = self._roster_held_until if step == 0 else None
             self._wait_for_quorum(feature, step, len(members), not_before=held)
             if self.driver.stopping:
                 raise _Halted  # the step stays open for the next lease holder
@@ -252,7 +248,7 @@ class MedianRun:
         return start + roster
 
     def _wait_for_quorum(
-        self, feature: int, step: int, n_members: int, not_before: Callable[[], float]
+        self, feature: int, step: int, n_members: int, not_before: Callable[[], float] | None = None
     ) -> None:
         """Until the step's quorum answered, its deadline passed, or the driver stops.
 
@@ -277,7 +273,8 @@ class MedianRun:
                 with state.sessions() as s:
                     if (s.scalar(count) or 0) >= enough:
                         return
-                remaining = max(asked, not_before()) + self.schedule.median_step_seconds - time.time()
+                start = asked if not_before is None else max(asked, not_before())
+                remaining = start + self.schedule.median_step_seconds - time.time()
                 if remaining <= 0:
                     return
                 state.answers.wait(min(remaining, 0.25))

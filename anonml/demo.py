@@ -65,6 +65,7 @@ from anonml.demo_problem import (
     WINDOW_HEADROOM,
     dropout_draft,
     packet_windows,
+    probed_hop_seconds,
 )
 from anonml.demo_result import DemoResult
 from anonml.demo_score import clip_to_ranges, score_models
@@ -97,6 +98,7 @@ __all__ = [
     "SimulatedPeer",
     "dropout_draft",
     "packet_windows",
+    "probed_hop_seconds",
     "run_demo",
     "simulate_peers",
 ]
@@ -463,13 +465,8 @@ def run_demo(
         try:
             hop_seconds = None
             if windows is None:
-                from peer.probe import measure_hop_seconds
-
                 t = time.perf_counter()
-                hop_seconds = max(
-                    measure_hop_seconds(services.host, hops=DEMO_HOPS).seconds_per_hop
-                    for _ in range(DEMO_PROBES)
-                )
+                hop_seconds = probed_hop_seconds(services.host)
                 # k_h = 1 (dropout_draft): every member sends one slot, a report or cover, over
                 # route_count routes — each route's copy is a packet the relays carry.
                 copies = route_count(routes, DEMO_HOPS, len(peers))

@@ -12,12 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from anonml.learn import SimulationConfig
 from anonml.model import FeatureSpec
 from anonml.plugins import PluginRef
 from anonml.protocol import DEFAULT_ROUTES, MedianSettings, ProblemDraft, Schedule, WitnessRef
 from anonml.schedule import schedule_floors
+
+if TYPE_CHECKING:
+    from peer.host import PeerHost
 
 __all__ = [
     "DEMO_FEATURES",
@@ -31,6 +35,7 @@ __all__ = [
     "WINDOW_HEADROOM",
     "dropout_draft",
     "packet_windows",
+    "probed_hop_seconds",
 ]
 
 #: How often the demo's peer hosts poll; the aggregator sizes the round's waits for it.
@@ -86,6 +91,15 @@ DEMO_FEATURES: dict[str, tuple[float, float]] = {
     "seq_navigations": (0.0, 100.0),
     "distinct_problems": (0.0, 20.0),
 }
+
+
+def probed_hop_seconds(host: PeerHost) -> float:
+    """The wall seconds per relay hop ``host`` sustains now: the slowest of :data:`DEMO_PROBES`
+    bursts over :data:`DEMO_HOPS` of its relays (:func:`peer.probe.measure_hop_seconds`), what
+    :func:`packet_windows` sizes a round's windows from."""
+    from peer.probe import measure_hop_seconds  # the peer's relay stack: only when probing
+
+    return max(measure_hop_seconds(host, hops=DEMO_HOPS).seconds_per_hop for _ in range(DEMO_PROBES))
 
 
 def packet_windows(

@@ -307,8 +307,9 @@ class ProblemSession:
             mine = (view.index_of.get(bytes(p.node.identity.public)) for p in self.participants)
             return frozenset(i for i in mine if i is not None)
 
-        # Identities join a session only while registration is open: after the roster, its count is fixed.
-        return view.memo(("hosted", id(self), len(self.participants)), hosted)
+        # The view is this session's own. Identities join a session only while registration is
+        # open: after the roster, its count is fixed.
+        return view.memo(("hosted", len(self.participants)), hosted)
 
     def _assignments(self, who: list[Participant]) -> dict[str, Assignment]:
         """The signed assignments of ``who``, fetched together (one request per

@@ -21,14 +21,13 @@ import numpy as np
 import pytest
 import requests
 
-from anonml.demo import DEMO_HOPS, DEMO_PROBES, packet_windows
+from anonml.demo import DEMO_HOPS, packet_windows, probed_hop_seconds
 from anonml.learn import AnonMLClassifier
 from anonml.privacy.amplification import report_pool_bound
 from anonml.protocol import LabelSpec, ModelDocument, ProblemDraft
 from peer.app import start_peer_server
 from peer.dashboard import ModelView, label_words, prediction_text
 from peer.features import predict_locally
-from peer.probe import measure_hop_seconds
 from peer.records import shuffle_bounds
 from peer.routes.dashboard import PAGES
 from tests.aggregator.helpers import close_registration, propose, status, wait_phase
@@ -58,7 +57,7 @@ def _measured_windows(d: ProblemDraft, host) -> ProblemDraft:
     """``d`` with its packet windows raised to what this host's relay sustains now, as the demo sizes
     them (:func:`anonml.demo.packet_windows`): fixed 6 s windows once delivered no report at all on
     a loaded CI run."""
-    hop = max(measure_hop_seconds(host, hops=DEMO_HOPS).seconds_per_hop for _ in range(DEMO_PROBES))
+    hop = probed_hop_seconds(host)
     send, release = packet_windows(N_PEERS, hops=DEMO_HOPS, slots_per_peer=d.kh, hop_seconds=hop)
     schedule = d.schedule.model_copy(update={
         "send_window_seconds": max(d.schedule.send_window_seconds, send),
