@@ -330,6 +330,10 @@ class AggregatorClient:
     def medians(self, problem_id: str) -> list[MedianQuery]:
         return _call("GET", self._url(f"/problems/{problem_id}/medians"), _QUERIES)
 
+    def asked_medians(self, problem_id: str) -> list[MedianQuery]:
+        """Every median query asked, closed ones too (which members were asked at all)."""
+        return _call("GET", self._url(f"/problems/{problem_id}/medians/asked"), _QUERIES)
+
     def answer(self, answer: MedianAnswer) -> Ack:
         return _call("POST", self._url(f"/problems/{answer.problem_id}/medians/answers"), Ack, answer)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -117,6 +118,27 @@ def answer(p: Participant, query: MedianQuery) -> bool:
             raise
         _short(p, f"{what} not delivered before the step's deadline: {exc}")
     return True
+
+
+def note_unanswered(p: Participant, asked: Sequence[MedianQuery]) -> None:
+    """A median-pool identity named by a query the search asked (``asked``: open and closed ones,
+    their signatures checked) that released no answer for it, and has nothing else noted against
+    it, says so: it ends ``partial`` with the query named, never ``done`` as if it had done its
+    part. Its host was not ready while the query was open (a slow or loaded host, an unreachable
+    aggregator). An identity named by no query was not asked — its search stopped early — and
+    is not short of anything."""
+    if not p.in_median_pool or p.shortfall:
+        return
+    me = p.facts(p.roster, "the checked roster").view.index_of.get(bytes(p.node.identity.public))
+    named = [q for q in asked if me in q.members]
+    if not named:
+        return
+    releases = p.node.ledger.releases(peer=p.node.fingerprint, problem=p.problem.id)
+    if any(r.pool == "median" for r in releases):
+        return  # answered: what became of the answer is noted where it was sent
+    q = named[0]
+    _short(p, f"median answer (feature {q.feature}, step {q.step}) not sent: the query closed before "
+              "this identity's host was ready to answer it")
 
 
 def _short(p: Participant, why: str) -> None:

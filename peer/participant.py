@@ -450,14 +450,21 @@ class Participant:
         """confirmed | answered → relaying. A median-pool identity whose roster check was done only
         after the median steps closed (:attr:`medians_missed`: a full disk, a slow host) says so —
         it ends ``partial`` with the reason, never ``done`` as if it had done its part."""
-        roster = self.roster
-        if (self.phase == P.CONFIRMED and self.medians_missed and roster is not None
-                and roster.assignment.role == "median"):
+        if self.phase == P.CONFIRMED and self.medians_missed and self.in_median_pool:
             self._short("median answer not sent: the median steps had closed when this identity's roster "
                         "check was done")
         self._move(P.RELAYING)
 
     # -- 3. median answer ---------------------------------------------------------------
+    @property
+    def in_median_pool(self) -> bool:
+        """Its checked assignment puts it in the median pool (False before its roster check)."""
+        return self.roster is not None and self.roster.assignment.role == "median"
+
+    def note_unanswered(self, asked: Sequence[MedianQuery]) -> None:
+        """See :func:`peer.median_answer.note_unanswered`."""
+        return median_answer.note_unanswered(self, asked)
+
     def named_in(self, queries: Sequence[MedianQuery]) -> bool:
         """Does one of ``queries`` ask this identity (known once its roster is checked)."""
         if self.roster is None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Protocol
 
+from anonml.crypto import CryptoError
 from anonml.database import storage_failure
 from anonml.errors import AnonMLError, ProtocolError
 from anonml.outbound import OutboundError, RefusedAddress
@@ -28,9 +29,11 @@ from anonml.protocol import (
     Assignment,
     Bins,
     CosignatureBundle,
+    MedianQuery,
     Problem,
     Registration,
     RosterWitness,
+    verify_message,
 )
 from peer.client import AggregatorClient, HTTPRefusal, retry_wait, transient
 from peer.db import PeerDB
@@ -99,7 +102,7 @@ class ProblemSession:
         self._refusal = ""
         self._streak: set[int] = set()
         self._model_seen: float | None = None
-        self._receipts_transient = False
+        self._awaited: list[str] = []  # what the model step waits for (a transient error)
         self.relay_hosts = RelayHostWatch(self)  # relay hosts found dead in the send window
 
     def due(self) -> bool:
@@ -209,11 +212,16 @@ class ProblemSession:
         if status.phase in MODEL_PHASES and status.model_available:  # degraded: published all the same
             document = self.client.model(self.problem.id)
             degraded = status.phase == ProblemPhase.DEGRADED
+            self._awaited = []
             receipts = self._receipts()
-            if receipts is None and self._receipts_transient and time.monotonic() < self._receipts_until():
-                # Not the end: counted against the receipts, or the sender's count is wrong. The
-                # step is tried again (with backoff) until RECEIPTS_WAIT_SECONDS have passed.
-                raise OutboundError(f"{self.problem.id}: receipts not available yet ({self.last_error})")
+            asked = self._asked_medians()
+            if self._awaited and time.monotonic() < self._receipts_until():
+                # Not the end: counted against the receipts (or the sender's count is wrong), and
+                # the median questions asked (or a missed one is not said). The step is tried again
+                # (with backoff) until RECEIPTS_WAIT_SECONDS have passed.
+                missing = " and ".join(self._awaited)
+                raise OutboundError(f"{self.problem.id}: {missing} not available yet ({self.last_error})")
+            self._each(lambda p: p.note_unanswered(asked), self._in(P.REPORTING))
             self._each(lambda p: p.receive_model(document, degraded=degraded, receipts=receipts))
             self.finished = True
 
@@ -390,9 +398,33 @@ class ProblemSession:
             return frozenset(map(bytes, self.client.receipts(self.problem.id).digests))
         except ProtocolError as exc:
             self.last_error = str(exc)
-            self._receipts_transient = transient(exc)  # a refusal is an answer: not waited for
+            if transient(exc):  # a refusal is an answer: not waited for
+                self._awaited.append("receipts")
             self.host.count("receipts not fetched")
             return None
+
+    def _asked_medians(self) -> list[MedianQuery]:
+        """Every median query the search asked, closed ones too, fetched once for the host and each
+        checked against the aggregator's signature — only when an identity of the host is in the
+        median pool with nothing noted against it (:meth:`Participant.note_unanswered`). Empty
+        when they cannot be had (counted: such an identity then cannot say it was missed)."""
+        if not any(p.in_median_pool and not p.shortfall for p in self._in(P.REPORTING)):
+            return []
+        try:
+            asked = self.client.asked_medians(self.problem.id)
+            for query in asked:
+                verify_message(query, bytes(self.problem.aggregator))
+        except ProtocolError as exc:
+            self.last_error = str(exc)
+            if transient(exc):
+                self._awaited.append("median questions")
+            self.host.count("median questions not fetched")
+            return []
+        except CryptoError as exc:
+            log.warning("%s: a median question is not signed by the aggregator: %s", self.problem.id, exc)
+            self.host.count("median questions not fetched")
+            return []
+        return asked
 
     def _receipts_until(self) -> float:
         """When this host stops waiting for the receipts (monotonic): :data:`RECEIPTS_WAIT_SECONDS`

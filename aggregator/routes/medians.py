@@ -2,7 +2,9 @@
 
 ``GET /problems/{id}/medians`` lists the open, signed
 :class:`~anonml.protocol.MedianQuery` messages; each names the roster indices
-(``members``) that may answer it. ``POST /problems/{id}/medians/answers`` takes
+(``members``) that may answer it. ``GET /problems/{id}/medians/asked`` lists every
+query asked so far, closed ones too, so a member can tell "my question closed
+before I answered" from "I was never asked". ``POST /problems/{id}/medians/answers`` takes
 a signed :class:`~anonml.protocol.MedianAnswer`: refused unless the problem is
 in its median phase (409), the query is open (409), the signer is on the
 roster (403) and named by the query (403), and the signature holds (403); a
@@ -15,6 +17,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from aggregator.db import MedianAnswerRow, MedianQueryRow
 from aggregator.deps import SessionDep, StateDep
@@ -31,10 +34,30 @@ router = APIRouter(prefix="/problems", tags=["medians"])
 @router.get("/{problem_id}/medians", response_model=list[MedianQuery])
 def open_queries(problem_id: str, session: SessionDep) -> list[MedianQuery]:
     """The open IsGreater queries of the problem's median search."""
+    return _queries(session, problem_id, open_only=True)
+
+
+@router.get("/{problem_id}/medians/asked", response_model=list[MedianQuery])
+def asked_queries(problem_id: str, session: SessionDep) -> list[MedianQuery]:
+    """Every query the search has asked, open or closed, in (feature, step) order.
+
+    A pool member named by one that it never answered knows its answer is missing, even if it
+    never saw that query open (its host was not ready in time). A member named by none was not
+    asked: a search stops once its answers are decisive (thesis algorithm 1), and its later
+    questions are never asked.
+    """
+    return _queries(session, problem_id, open_only=False)
+
+
+def _queries(session: Session, problem_id: str, *, open_only: bool) -> list[MedianQuery]:
     get_row(session, problem_id)
-    stmt = select(MedianQueryRow.query_json).where(
-        MedianQueryRow.problem_id == problem_id, MedianQueryRow.open.is_(True)
+    stmt = (
+        select(MedianQueryRow.query_json)
+        .where(MedianQueryRow.problem_id == problem_id)
+        .order_by(MedianQueryRow.feature, MedianQueryRow.step)
     )
+    if open_only:
+        stmt = stmt.where(MedianQueryRow.open.is_(True))
     return [MedianQuery.model_validate_json(text) for text in session.scalars(stmt)]
 
 

@@ -310,9 +310,9 @@ def in_roster_order(url: str, pid: str, peers: list[WirePeer]) -> list[WirePeer]
     return [by_key[bytes(e.identity)] for e in roster_of(url, pid).entries]
 
 
-def median_queries(url: str, pid: str) -> list[MedianQuery]:
-    """The median queries open now."""
-    response = requests.get(f"{url}/problems/{pid}/medians", timeout=30)
+def median_queries(url: str, pid: str, *, asked: bool = False) -> list[MedianQuery]:
+    """The median queries open now (``asked``: every one asked so far, closed ones too)."""
+    response = requests.get(f"{url}/problems/{pid}/medians{'/asked' if asked else ''}", timeout=30)
     assert response.status_code == 200, response.text
     return [MedianQuery.model_validate(q) for q in response.json()]
 

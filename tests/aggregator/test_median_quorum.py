@@ -8,7 +8,16 @@ import time
 import pytest
 
 from aggregator.medians import step_quorum
-from tests.aggregator.helpers import assignment_of, median_round, post, status, wait_median_query, wait_phase
+from anonml.protocol import verify_message
+from tests.aggregator.helpers import (
+    assignment_of,
+    median_queries,
+    median_round,
+    post,
+    status,
+    wait_median_query,
+    wait_phase,
+)
 from tests.waiting import wait_until
 
 
@@ -33,6 +42,14 @@ def test_a_step_closes_on_its_quorum_and_refuses_the_rest(aggregator, quorum: fl
     late = post(answers, member[q.members[4]].answer(problem, 0, 1, True))
     assert late.status_code == 409
     assert status(aggregator.url, problem.id).median_answers == 6
+    # Closed, the questions are no longer listed as open, but every one asked still is — signed —
+    # so a member that never saw its question open can tell it was asked.
+    assert median_queries(aggregator.url, problem.id) == []
+    asked = median_queries(aggregator.url, problem.id, asked=True)
+    assert [(a.feature, a.step) for a in asked if a.feature == 0] == [(0, 0), (0, 1)]
+    assert asked[[a.step for a in asked].index(1)] == q
+    for a in asked:
+        verify_message(a, bytes(problem.aggregator))
 
 
 def test_the_first_step_is_asked_at_once_and_holds_the_roster_wait_for_a_slow_member(aggregator) -> None:
