@@ -43,6 +43,7 @@ import math
 import os
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -150,6 +151,8 @@ class _ProtocolRun:
     #: Roster members' public keys in roster order, and the plan they were assigned by.
     members: list[bytes]
     plan: PartitionPlan
+    #: How the peers' participations ended: phase → count.
+    participations: dict[str, int]
 
 
 def _roster_plan(url: str, pid: str, draft: ProblemDraft) -> tuple[list[bytes], PartitionPlan]:
@@ -312,6 +315,7 @@ def _run_protocol(
             break
         time.sleep(0.1)
     timer["peers download model"] = time.perf_counter() - t
+    ended = Counter(str(x.phase) for x in session.participants) if session is not None else Counter()
     witness_log = len(requests.get(f"{services.witness.url}/log", params={"limit": 1000}, timeout=30).json())
     members, plan = _roster_plan(url, pid, draft)
     return _ProtocolRun(
@@ -325,6 +329,7 @@ def _run_protocol(
         witness_log,
         members,
         plan,
+        dict(ended),
     )
 
 
@@ -362,6 +367,7 @@ def _demo_result(
         },
         packets_sent=run.packets_sent,
         packets_not_sent=run.packets_not_sent,
+        participations=run.participations,
         packets_relayed=int(relay.get("forwarded", 0) + relay.get("delivered", 0)),
         tokens_issued=status.tokens_issued,
         tokens_verified=status.reports_accepted,

@@ -54,6 +54,9 @@ class DemoResult:
     auc_aggregator: float | None = None
     #: Packets the peers gave up on: a first hop overloaded or down until the send window closed.
     packets_not_sent: int = 0
+    #: How the peers' participations ended, phase → count (``partial``: a median-pool peer whose
+    #: answer was not counted, the reason in its state database).
+    participations: dict[str, int] = field(default_factory=dict)
 
     def shortfalls(self) -> list[str]:
         """Why the protocol's run fell short of what it should compute (empty: it did not).
@@ -108,6 +111,10 @@ class DemoResult:
             "(peers not ready in time, deliveries late). Rerun with fewer --students or on a quieter machine."
         )
 
+    def _participations(self) -> str:
+        ended = sorted(self.participations.items())
+        return ", ".join(f"{n:,} {phase}" for phase, n in ended) or "not known"
+
     def rows(self) -> list[tuple[str, str]]:
         """``(what, value)`` lines for a two-column table."""
         mean, sd = self.auc_simulation
@@ -122,6 +129,7 @@ class DemoResult:
                 "median answers (binary randomised response)",
                 f"{self.median_answers:,} of pool {self.median_pool:,}",
             ),
+            ("peers' participations ended", self._participations()),
             ("tokens issued / verified at intake", f"{self.tokens_issued:,} / {self.tokens_verified:,}"),
             (
                 "packets sent / given up by peers (3-hop onions, cover included)",

@@ -95,6 +95,11 @@ def test_every_honest_report_arrives_exactly_once(run):
     refused = [*result.rejects.items(), *result.relay_rejects.items()]
     assert {why for why, _ in refused} <= {"late"} and sum(n for _, n in refused) <= missing, refused
     assert registered == result.peers  # every peer registered exactly once
+    # Every participation ended with the model; only a median-pool peer whose answer was not counted
+    # (not delivered, or its question closed before its host was ready) may end partial.
+    ended = result.participations
+    assert sum(ended.values()) == result.peers and set(ended) <= {"done", "partial"}, ended
+    assert ended.get("partial", 0) <= pool - result.median_answers, (ended, result.median_answers)
 
 
 @pytest.mark.slow
