@@ -120,6 +120,14 @@ def answer(p: Participant, query: MedianQuery) -> bool:
     return True
 
 
+def named_in(p: Participant, queries: Sequence[MedianQuery]) -> bool:
+    """Does one of ``queries`` ask this identity (known once its roster is checked)."""
+    if p.roster is None:
+        return False
+    me = p.roster.view.index_of.get(bytes(p.node.identity.public))
+    return me is not None and any(me in q.members for q in queries)
+
+
 def note_unanswered(p: Participant, asked: Sequence[MedianQuery]) -> None:
     """A median-pool identity named by a query the search asked (``asked``: open and closed ones,
     their signatures checked) that released no answer for it, and has nothing else noted against
@@ -127,16 +135,12 @@ def note_unanswered(p: Participant, asked: Sequence[MedianQuery]) -> None:
     part. Its host was not ready while the query was open (a slow or loaded host, an unreachable
     aggregator). An identity named by no query was not asked — its search stopped early — and
     is not short of anything."""
-    if not p.in_median_pool or p.shortfall:
-        return
-    me = p.facts(p.roster, "the checked roster").view.index_of.get(bytes(p.node.identity.public))
-    named = [q for q in asked if me in q.members]
-    if not named:
+    if not p.in_median_pool or p.shortfall or not named_in(p, asked):
         return
     releases = p.node.ledger.releases(peer=p.node.fingerprint, problem=p.problem.id)
     if any(r.pool == "median" for r in releases):
         return  # answered: what became of the answer is noted where it was sent
-    q = named[0]
+    q = next(q for q in asked if named_in(p, [q]))
     _short(p, f"median answer (feature {q.feature}, step {q.step}) not sent: the query closed before "
               "this identity's host was ready to answer it")
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -460,17 +459,6 @@ class Participant:
     def in_median_pool(self) -> bool:
         """Its checked assignment puts it in the median pool (False before its roster check)."""
         return self.roster is not None and self.roster.assignment.role == "median"
-
-    def note_unanswered(self, asked: Sequence[MedianQuery]) -> None:
-        """See :func:`peer.median_answer.note_unanswered`."""
-        return median_answer.note_unanswered(self, asked)
-
-    def named_in(self, queries: Sequence[MedianQuery]) -> bool:
-        """Does one of ``queries`` ask this identity (known once its roster is checked)."""
-        if self.roster is None:
-            return False
-        me = self.roster.view.index_of.get(bytes(self.node.identity.public))
-        return me is not None and any(me in q.members for q in queries)
 
     def answer(self, query: MedianQuery) -> bool:
         """See :func:`peer.median_answer.answer`."""

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Protocol
 
-from anonml.crypto import CryptoError
 from anonml.database import storage_failure
 from anonml.errors import AnonMLError, ProtocolError
 from anonml.outbound import OutboundError, RefusedAddress
@@ -29,17 +28,17 @@ from anonml.protocol import (
     Assignment,
     Bins,
     CosignatureBundle,
-    MedianQuery,
     Problem,
     Registration,
     RosterWitness,
-    verify_message,
 )
+from peer import median_answer
 from peer.client import AggregatorClient, HTTPRefusal, retry_wait, transient
 from peer.db import PeerDB
 from peer.discovery import poll_backoff
 from peer.dispatch import Dispatcher
 from peer.host_watch import RelayHostWatch
+from peer.model_step import fetch_for_host
 from peer.participant import READY, Aborted, Participant
 from peer.phases import ParticipationPhase
 from peer.relay import REFUSED_ADDRESS, retriable, retry_delay
@@ -102,7 +101,6 @@ class ProblemSession:
         self._refusal = ""
         self._streak: set[int] = set()
         self._model_seen: float | None = None
-        self._awaited: list[str] = []  # what the model step waits for (a transient error)
         self.relay_hosts = RelayHostWatch(self)  # relay hosts found dead in the send window
 
     def due(self) -> bool:
@@ -198,7 +196,7 @@ class ProblemSession:
             # Asked, but not ready to answer (its confirmation could not be saved yet: a full disk):
             # if it is still unanswered when the round opens, it ends partial with the reason.
             for p in self.participants:
-                if p.phase not in READY and p.active and p.named_in(queries):
+                if p.phase not in READY and p.active and median_answer.named_in(p, queries):
                     p.medians_missed = True
         if status.phase == ProblemPhase.MEDIANS:
             # Ahead of the round: routes (certificates checked) and tokens (issuance is open);
@@ -212,16 +210,17 @@ class ProblemSession:
         if status.phase in MODEL_PHASES and status.model_available:  # degraded: published all the same
             document = self.client.model(self.problem.id)
             degraded = status.phase == ProblemPhase.DEGRADED
-            self._awaited = []
-            receipts = self._receipts()
-            asked = self._asked_medians()
-            if self._awaited and time.monotonic() < self._receipts_until():
+            taking = self._in(P.REPORTING)
+            fetched = fetch_for_host(self.client, self.problem, taking, self.host.count)
+            if fetched.awaited and time.monotonic() < self._receipts_until():
                 # Not the end: counted against the receipts (or the sender's count is wrong), and
                 # the median questions asked (or a missed one is not said). The step is tried again
                 # (with backoff) until RECEIPTS_WAIT_SECONDS have passed.
-                missing = " and ".join(self._awaited)
-                raise OutboundError(f"{self.problem.id}: {missing} not available yet ({self.last_error})")
-            self._each(lambda p: p.note_unanswered(asked), self._in(P.REPORTING))
+                self.last_error = fetched.error
+                missing = " and ".join(fetched.awaited)
+                raise OutboundError(f"{self.problem.id}: {missing} not available yet ({fetched.error})")
+            self._each(lambda p: median_answer.note_unanswered(p, fetched.asked), taking)
+            receipts = fetched.receipts
             self._each(lambda p: p.receive_model(document, degraded=degraded, receipts=receipts))
             self.finished = True
 
@@ -389,46 +388,9 @@ class ProblemSession:
                             "or tokens did not arrive, or the bins were not co-signed, before the send "
                             f"window closed{unanswered}")
 
-    def _receipts(self) -> frozenset[bytes] | None:
-        """The aggregator's receipt digests, fetched once for every identity of this host
-        (one list of ~``m`` digests instead of one download per identity); None when
-        unavailable (the step then waits for them, :meth:`_receipts_until`), and each identity
-        that sent reports asks on its own once that wait is over."""
-        try:
-            return frozenset(map(bytes, self.client.receipts(self.problem.id).digests))
-        except ProtocolError as exc:
-            self.last_error = str(exc)
-            if transient(exc):  # a refusal is an answer: not waited for
-                self._awaited.append("receipts")
-            self.host.count("receipts not fetched")
-            return None
-
-    def _asked_medians(self) -> list[MedianQuery]:
-        """Every median query the search asked, closed ones too, fetched once for the host and each
-        checked against the aggregator's signature — only when an identity of the host is in the
-        median pool with nothing noted against it (:meth:`Participant.note_unanswered`). Empty
-        when they cannot be had (counted: such an identity then cannot say it was missed)."""
-        if not any(p.in_median_pool and not p.shortfall for p in self._in(P.REPORTING)):
-            return []
-        try:
-            asked = self.client.asked_medians(self.problem.id)
-            for query in asked:
-                verify_message(query, bytes(self.problem.aggregator))
-        except ProtocolError as exc:
-            self.last_error = str(exc)
-            if transient(exc):
-                self._awaited.append("median questions")
-            self.host.count("median questions not fetched")
-            return []
-        except CryptoError as exc:
-            log.warning("%s: a median question is not signed by the aggregator: %s", self.problem.id, exc)
-            self.host.count("median questions not fetched")
-            return []
-        return asked
-
     def _receipts_until(self) -> float:
-        """When this host stops waiting for the receipts (monotonic): :data:`RECEIPTS_WAIT_SECONDS`
-        after the model was first seen published."""
+        """When this host stops waiting for the receipts and the median queries asked (monotonic):
+        :data:`RECEIPTS_WAIT_SECONDS` after the model was first seen published."""
         if self._model_seen is None:
             self._model_seen = time.monotonic()
         return self._model_seen + RECEIPTS_WAIT_SECONDS
