@@ -187,9 +187,11 @@ def test_a_relay_restarted_on_the_same_state_db_keeps_its_packet_cap(tmp_path):
         second.host.close()
 
 
-def _intake_that_loses_its_first_answer(then: str):
-    """An intake that takes the first delivery but answers 500 (its answer lost, as when it is killed
-    after its commit), then answers every retry 409 with ``then`` — the real intake's detail."""
+def _send_to_lossy_intake(one_hop: OneHop, then: str, until: str) -> tuple[list[str], dict[str, int]]:
+    """Send one report through ``one_hop`` to an intake that takes the first delivery but answers 500
+    (its answer lost, as when it is killed after its commit), then answers every retry 409 with
+    ``then`` — the real intake's detail. Waits for the relay's counter ``until``; returns the paths
+    the intake was asked for and the relay's counters."""
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
@@ -202,33 +204,27 @@ def _intake_that_loses_its_first_answer(then: str):
             return JSONResponse({"detail": "internal error"}, status_code=500)
         return JSONResponse({"detail": then}, status_code=409)
 
-    return app, seen
+    intake = start_server(app, port=one_hop.intake_port)
+    try:
+        one_hop.send()
+        one_hop.wait_for(until, 1, timeout=one_hop.schedule.t_r - time.time() + 5)
+    finally:
+        intake.stop()
+    return seen, one_hop.counters()
 
 
 def test_a_retry_answered_already_processed_counts_as_delivered(one_hop):
     # Issue 26, item 6: the copy the first try sent arrived; the retry's 409 says so.
-    app, seen = _intake_that_loses_its_first_answer("token already redeemed")
-    intake = start_server(app, port=one_hop.intake_port)
-    try:
-        one_hop.send()
-        one_hop.wait_for("delivered", 1, timeout=one_hop.schedule.t_r - time.time() + 5)
-    finally:
-        intake.stop()
-    counters = one_hop.counters()
+    seen, counters = _send_to_lossy_intake(one_hop, "token already redeemed", "delivered")
     assert len(seen) == 2
     assert counters["delivered after retry"] == 1 and counters["delivered (already processed)"] == 1
     assert "delivered lost" not in counters
 
 
 def test_a_retry_refused_for_another_reason_is_still_lost(one_hop):
-    app, seen = _intake_that_loses_its_first_answer("the report round of p-x ended at t_r=1.000")
-    intake = start_server(app, port=one_hop.intake_port)
-    try:
-        one_hop.send()
-        one_hop.wait_for("delivered lost", 1, timeout=one_hop.schedule.t_r - time.time() + 5)
-    finally:
-        intake.stop()
-    counters = one_hop.counters()
+    _, counters = _send_to_lossy_intake(
+        one_hop, "the report round of p-x ended at t_r=1.000", "delivered lost"
+    )
     assert counters["delivered refused (409)"] == 1 and counters.get("delivered", 0) == 0
 
 
