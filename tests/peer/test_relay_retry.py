@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
@@ -137,6 +138,22 @@ def test_a_relay_restarted_on_the_same_state_db_still_refuses_a_replay(tmp_path)
     assert restarted.replay_tags(node.public.node_id.hex(), ROUND) == []
 
 
+def _stored_relay(url: str, node: PeerNode, key, schedule: WindowSchedule, aggregator: Identity, intake: str,
+                  seed: int, **options: Any) -> PeerServer:
+    """A relay host on the state DB at ``url`` (its replay cache stored there too) relaying round
+    ``ROUND`` for ``node`` to ``intake``; ``options`` go to its :class:`RelayRound`."""
+    db = PeerDB(url)
+    host = PeerHost([node], db, PeerPolicy(allow_loopback_http=True), [], rng=np.random.default_rng(seed))
+    server = start_peer_server(host)
+    host.relay.open_round(
+        RelayRound(
+            node.node_id, ROUND, SphinxRelay(key, StoredReplayCache(db, node.node_id, ROUND)), schedule,
+            {}, aggregator.public.node_id, intake, **options,
+        )  # fmt: skip
+    )
+    return server
+
+
 def test_a_relay_restarted_on_the_same_state_db_keeps_its_packet_cap(tmp_path):
     """The cap counts what the node accepted over every run of its host: a restart grants no fresh cap."""
     from anonml.crypto import build_cover_packet
@@ -150,16 +167,8 @@ def test_a_relay_restarted_on_the_same_state_db_keeps_its_packet_cap(tmp_path):
     schedule = WindowSchedule(now, 30.0, now + 60.0)
 
     def serve() -> PeerServer:
-        db = PeerDB(url)
-        host = PeerHost([node], db, PeerPolicy(allow_loopback_http=True), [], rng=np.random.default_rng(4))
-        server = start_peer_server(host)
-        host.relay.open_round(
-            RelayRound(
-                node.node_id, ROUND, SphinxRelay(key, StoredReplayCache(db, node.node_id, ROUND)), schedule,
-                {}, aggregator.public.node_id, "http://127.0.0.1:9/intake", max_packets=cap,
-            )
-        )
-        return server
+        intake = "http://127.0.0.1:9/intake"
+        return _stored_relay(url, node, key, schedule, aggregator, intake, 4, max_packets=cap)
 
     def flood(server: PeerServer, n: int) -> list[int]:
         relay, to = f"{server.url}/relay/{node.node_id.hex()}", aggregator.public.node_id
@@ -232,18 +241,11 @@ def _relay_with_grace(url: str, node: PeerNode, key, intake_port: int, schedule:
                       aggregator: Identity, grace: float) -> PeerServer:
     """A relay host on the state DB at ``url`` relaying round ``ROUND`` with the intake's ``grace``,
     releasing at once after the send window (held packets sealed, so a restart finds them)."""
-    db = PeerDB(url)
-    host = PeerHost([node], db, PeerPolicy(allow_loopback_http=True), [], rng=np.random.default_rng(5))
-    server = start_peer_server(host)
-    host.relay.open_round(
-        RelayRound(
-            node.node_id, ROUND, SphinxRelay(key, StoredReplayCache(db, node.node_id, ROUND)), schedule,
-            {}, aggregator.public.node_id, f"http://127.0.0.1:{intake_port}/intake",
-            guard=schedule.t_r - schedule.t_s - schedule.delta - 0.2, vault=node.vault,
-            owner=node.fingerprint, grace=grace,
-        )  # fmt: skip
-    )
-    return server
+    return _stored_relay(
+        url, node, key, schedule, aggregator, f"http://127.0.0.1:{intake_port}/intake", 5,
+        guard=schedule.t_r - schedule.t_s - schedule.delta - 0.2, vault=node.vault,
+        owner=node.fingerprint, grace=grace,
+    )  # fmt: skip
 
 
 def test_a_last_hop_keeps_retrying_past_t_r_within_the_intake_grace_even_across_its_own_restart(tmp_path):
