@@ -60,6 +60,25 @@ def test_bad_ranges_and_modes_are_named():
         AnonMLRegressor(classifier_params={"mode": "paper"}).fit(X, y)
 
 
+def _fit_without_signal(
+    epsilon: float, seed: int, *, n_rows: int, n_features: int, n_train: int
+) -> tuple[np.ndarray, np.ndarray, AnonMLRegressor]:
+    """Pure-noise features (standard normal, clipped to the specs' [-4, 4]) and an exponential target
+    of mean 8 clipped to its public range [0, 100], cut into 10 equal-width bins: the rows, the
+    target, and the default regressor at ε_T = ``epsilon`` fitted on the first ``n_train`` rows."""
+    rng = np.random.default_rng(seed)
+    X = np.clip(rng.normal(size=(n_rows, n_features)), -4, 4)
+    y = np.clip(rng.exponential(8.0, size=n_rows), 0, 100)
+    specs = [FeatureSpec(name=f"x{i}", low=-4.0, high=4.0) for i in range(n_features)]
+    model = AnonMLRegressor(
+        target_range=(0.0, 100.0),
+        n_target_bins=10,
+        target_bins="uniform",
+        classifier_params={"epsilon": epsilon, "features": specs, "random_state": seed},
+    ).fit(X[:n_train], y[:n_train])
+    return X, y, model
+
+
 def _excess_mae_without_signal(epsilon: float, seeds: range) -> np.ndarray:
     """Per seed: the MAE of the default regressor minus the training median's, features pure noise.
 
@@ -68,16 +87,7 @@ def _excess_mae_without_signal(epsilon: float, seeds: range) -> np.ndarray:
     """
     out = []
     for seed in seeds:
-        rng = np.random.default_rng(seed)
-        X = np.clip(rng.normal(size=(6000, 3)), -4, 4)
-        y = np.clip(rng.exponential(8.0, size=6000), 0, 100)
-        specs = [FeatureSpec(name=f"x{i}", low=-4.0, high=4.0) for i in range(3)]
-        model = AnonMLRegressor(
-            target_range=(0.0, 100.0),
-            n_target_bins=10,
-            target_bins="uniform",
-            classifier_params={"epsilon": epsilon, "features": specs, "random_state": seed},
-        ).fit(X[:4000], y[:4000])
+        X, y, model = _fit_without_signal(epsilon, seed, n_rows=6000, n_features=3, n_train=4000)
         mae = np.abs(model.predict(X[4000:]) - y[4000:]).mean()
         out.append(mae - np.abs(np.median(y[:4000]) - y[4000:]).mean())
     return np.asarray(out)
@@ -99,16 +109,7 @@ def test_with_no_signal_every_prediction_is_the_median_read_off_the_private_shar
     # are its prior π and the re-based distribution P̂·π̃/π is the target's private shares π̃ for every
     # row, whatever π is (the prior is shrunk toward uniform over the bins): one prediction, the
     # predictive median of π̃.
-    rng = np.random.default_rng(5)
-    X = np.clip(rng.normal(size=(4000, 2)), -4, 4)
-    y = np.clip(rng.exponential(8.0, size=4000), 0, 100)
-    specs = [FeatureSpec(name=f"x{i}", low=-4.0, high=4.0) for i in range(2)]
-    model = AnonMLRegressor(
-        target_range=(0.0, 100.0),
-        n_target_bins=10,
-        target_bins="uniform",
-        classifier_params={"epsilon": 0.5, "features": specs, "random_state": 5},
-    ).fit(X[:3000], y[:3000])
+    X, _, model = _fit_without_signal(0.5, 5, n_rows=4000, n_features=2, n_train=3000)
     pred = model.predict(X[3000:])
     full = np.zeros(model.centres_.size)
     full[np.asarray(model.classifier_.classes_, dtype=np.int64)] = model.target_shares_
