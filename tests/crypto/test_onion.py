@@ -3,6 +3,8 @@ length indistinguishable at every hop (exit included)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -44,6 +46,18 @@ INTAKE = AGG.public.relay_key
 def opened(delivered: Deliver) -> Payload:
     """What the aggregator reads from a delivery (the exit relay only forwards it)."""
     return open_payload(AGG, delivered.sealed, round_id=delivered.round_id)
+
+
+def _packet(path: Sequence[Hop], round_id: int = ROUND, rng: np.random.Generator | None = None) -> bytes:
+    """A real packet along ``path`` carrying :data:`REDEMPTION` and :data:`REPORT` to the aggregator."""
+    return build_packet(
+        path, REDEMPTION, REPORT, round_id=round_id, destination=AGGREGATOR, intake_key=INTAKE, rng=rng
+    )
+
+
+def _cover(path: Sequence[Hop], rng: np.random.Generator | None = None) -> bytes:
+    """A cover packet along ``path`` to the aggregator, in round :data:`ROUND`."""
+    return build_cover_packet(path, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE, rng=rng)
 
 
 # Field offsets in the packet: AD 0..9, alpha 9..41, beta 41..189, gamma 189..205, delta 205..1280.
@@ -91,7 +105,7 @@ def test_layout_fits_the_ipv6_minimum_mtu() -> None:
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
 def test_packets_decode_at_the_final_hop(net: Network, k: int) -> None:
     path = [Hop(h.node_id, h.public_key, delay_ms=100 * (i + 1)) for i, h in enumerate(net.hops[:k])]
-    packet = build_packet(path, REDEMPTION, REPORT, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE)
+    packet = _packet(path)
     delivered, seen = net.route(packet, path[0].node_id)
     assert len(seen) == k and all(len(p) == PACKET_SIZE for p in seen)
     assert len(delivered.sealed) == PAYLOAD_SIZE and REPORT not in delivered.sealed
@@ -105,7 +119,7 @@ def test_routing_commands_carry_next_hop_and_delay(net: Network) -> None:
     path = [
         Hop(h.node_id, h.public_key, delay_ms=d) for h, d in zip(net.hops[:3], (7, 0, 2**32 - 1), strict=True)
     ]
-    packet = build_packet(path, REDEMPTION, REPORT, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE)
+    packet = _packet(path)
     first = net.relays[path[0].node_id].process(packet)
     assert isinstance(first, Forward) and first.next_hop == path[1].node_id and first.delay_ms == 7
     second = net.relays[path[1].node_id].process(first.packet)
@@ -115,9 +129,7 @@ def test_routing_commands_carry_next_hop_and_delay(net: Network) -> None:
 
 
 def test_alpha_changes_at_every_hop(net: Network) -> None:
-    packet = build_packet(
-        net.hops, REDEMPTION, REPORT, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE
-    )
+    packet = _packet(net.hops)
     _, seen = net.route(packet, net.hops[0].node_id)
     alphas = {p[9:41] for p in seen}
     assert len(alphas) == len(seen)  # unlinkable headers: no field survives a hop unchanged
@@ -171,29 +183,14 @@ def test_report_too_large_is_refused(net: Network) -> None:
 
 def test_path_length_bounds(net: Network) -> None:
     with pytest.raises(InvalidEncoding):
-        build_packet([], REDEMPTION, REPORT, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE)
+        _packet([])
     with pytest.raises(InvalidEncoding):
-        build_packet(
-            net.hops + net.hops[:1],
-            REDEMPTION,
-            REPORT,
-            round_id=ROUND,
-            destination=AGGREGATOR,
-            intake_key=INTAKE,
-        )
+        _packet(net.hops + net.hops[:1])
 
 
 @pytest.mark.parametrize("position", ["first of three", "last of three"])
 def test_every_bit_flip_in_every_field_is_rejected(net: Network, position: str) -> None:
-    packet = build_packet(
-        net.hops[:3],
-        REDEMPTION,
-        REPORT,
-        round_id=ROUND,
-        destination=AGGREGATOR,
-        intake_key=INTAKE,
-        rng=np.random.default_rng(3),
-    )
+    packet = _packet(net.hops[:3], rng=np.random.default_rng(3))
     node = net.hops[0].node_id
     if position == "last of three":
         for _ in range(2):
@@ -214,9 +211,7 @@ def test_every_bit_flip_in_every_field_is_rejected(net: Network, position: str) 
 
 
 def test_replayed_packet_is_rejected(net: Network) -> None:
-    packet = build_packet(
-        net.hops[:2], REDEMPTION, REPORT, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE
-    )
+    packet = _packet(net.hops[:2])
     relay = net.relays[net.hops[0].node_id]
     relay.process(packet)
     with pytest.raises(ReplayedPacket):
@@ -224,9 +219,7 @@ def test_replayed_packet_is_rejected(net: Network) -> None:
 
 
 def test_replay_tag_is_checked_only_after_the_mac(net: Network) -> None:
-    packet = build_packet(
-        net.hops[:2], REDEMPTION, REPORT, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE
-    )
+    packet = _packet(net.hops[:2])
     relay = net.relays[net.hops[0].node_id]
     relay.process(packet)
     tampered = flip_bit(packet, 8 * 600)  # same α (same replay tag), altered β/δ
@@ -236,14 +229,10 @@ def test_replay_tag_is_checked_only_after_the_mac(net: Network) -> None:
 
 
 def test_wrong_round_or_destroyed_key_is_rejected(net: Network) -> None:
-    packet = build_packet(
-        net.hops[:1], REDEMPTION, REPORT, round_id=ROUND + 1, destination=AGGREGATOR, intake_key=INTAKE
-    )
+    packet = _packet(net.hops[:1], round_id=ROUND + 1)
     with pytest.raises(InvalidPacket, match="round"):
         net.relays[net.hops[0].node_id].process(packet)
-    packet = build_packet(
-        net.hops[:1], REDEMPTION, REPORT, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE
-    )
+    packet = _packet(net.hops[:1])
     relay = net.relays[net.hops[0].node_id]
     relay.close()
     with pytest.raises(InvalidPacket, match="destroyed"):
@@ -252,9 +241,7 @@ def test_wrong_round_or_destroyed_key_is_rejected(net: Network) -> None:
 
 
 def test_packet_for_another_relay_fails_the_mac(net: Network) -> None:
-    packet = build_packet(
-        net.hops[:2], REDEMPTION, REPORT, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE
-    )
+    packet = _packet(net.hops[:2])
     with pytest.raises(InvalidPacket, match="MAC"):
         net.relays[net.hops[1].node_id].process(packet)
 
@@ -264,9 +251,7 @@ def _with_alpha(packet: bytes, alpha: bytes) -> bytes:
 
 
 def test_all_zero_small_order_and_non_canonical_alpha_are_rejected(net: Network) -> None:
-    packet = build_packet(
-        net.hops[:1], REDEMPTION, REPORT, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE
-    )
+    packet = _packet(net.hops[:1])
     relay = net.relays[net.hops[0].node_id]
     with pytest.raises(InvalidPacket, match="zero"):
         relay.process(_with_alpha(packet, bytes(32)))
@@ -297,7 +282,7 @@ def test_random_packets_with_a_valid_ad_raise_only_invalid_packet(body: bytes) -
 
 
 def test_cover_packets_follow_the_same_path_and_only_the_last_hop_tells(net: Network) -> None:
-    cover = build_cover_packet(net.hops[:3], round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE)
+    cover = _cover(net.hops[:3])
     delivered, seen = net.route(cover, net.hops[0].node_id)
     assert len(seen) == 3 and all(len(p) == PACKET_SIZE for p in seen)
     assert delivered.destination == AGGREGATOR and len(delivered.sealed) == PAYLOAD_SIZE
@@ -321,22 +306,8 @@ def test_cover_and_real_packets_are_indistinguishable_on_the_wire() -> None:
     rng = np.random.default_rng(4)
     real, cover = [], []
     for _ in range(120):
-        real.append(
-            build_packet(
-                net.hops[:3],
-                REDEMPTION,
-                REPORT,
-                round_id=ROUND,
-                destination=AGGREGATOR,
-                intake_key=INTAKE,
-                rng=rng,
-            )
-        )
-        cover.append(
-            build_cover_packet(
-                net.hops[:3], round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE, rng=rng
-            )
-        )
+        real.append(_packet(net.hops[:3], rng=rng))
+        cover.append(_cover(net.hops[:3], rng=rng))
     first = net.relays[net.hops[0].node_id]
     for kind in (real, cover):
         sent = b"".join(p[41:] for p in kind)  # beta, gamma, delta (alpha is an X25519 value)
@@ -374,22 +345,8 @@ def test_the_exit_forwards_the_same_sealed_form_for_reports_and_cover(net: Netwo
     real, cover = [], []
     for i in range(100):
         path = net.hops[: 1 + i % 4]
-        real.append(
-            _exit_view(
-                net,
-                build_packet(
-                    path, REDEMPTION, REPORT, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE
-                ),
-                path[0].node_id,
-            )[0]
-        )
-        cover.append(
-            _exit_view(
-                net,
-                build_cover_packet(path, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE),
-                path[0].node_id,
-            )[0]
-        )
+        real.append(_exit_view(net, _packet(path), path[0].node_id)[0])
+        cover.append(_exit_view(net, _cover(path), path[0].node_id)[0])
     secrets = (REPORT, REDEMPTION.slot, REDEMPTION.nonce, REDEMPTION.mac, bytes(REDEMPTION))
     for kind in (real, cover):
         assert {(d.destination, d.round_id, len(d.sealed)) for d in kind} == {
@@ -417,14 +374,7 @@ def test_path_lengths_one_to_four_leave_the_exit_the_same_padding() -> None:
     views = {}
     for k in range(1, MAX_HOPS + 1):
         path = net.hops[:k]
-        rows = [
-            _exit_view(
-                net,
-                build_cover_packet(path, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE),
-                path[0].node_id,
-            )[1]
-            for _ in range(n)
-        ]
+        rows = [_exit_view(net, _cover(path), path[0].node_id)[1] for _ in range(n)]
         views[k] = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(n, 148)
     for k, view in views.items():
         assert np.abs(view.mean(axis=0) - 127.5).max() < 6 * 73.9 / np.sqrt(n), k
@@ -471,9 +421,7 @@ def test_open_payload_refuses_tampering_other_rounds_versions_and_sizes() -> Non
 
 
 def test_a_v1_packet_is_refused_by_its_version(net: Network) -> None:
-    packet = build_packet(
-        net.hops[:1], REDEMPTION, REPORT, round_id=ROUND, destination=AGGREGATOR, intake_key=INTAKE
-    )
+    packet = _packet(net.hops[:1])
     with pytest.raises(UnsupportedVersion, match="version 1.*AnonSphinx-v2"):
         net.relays[net.hops[0].node_id].process(b"\x01" + packet[1:])
 
