@@ -26,7 +26,6 @@ from anonml.crypto import (
     Redemption,
     RelayKeyCertificate,
     RoundRelayKey,
-    SphinxRelay,
     WindowSchedule,
     build_cover_packet,
     build_packet,
@@ -34,7 +33,7 @@ from anonml.crypto import (
 from anonml.protocol import MAX_BATCH_ITEMS, BatchResults, IntakeDelivery
 from peer.host import PeerHost
 from peer.participant import PeerNode
-from peer.relay import RelayRound, packet_cap
+from peer.relay import packet_cap
 from peer.relayauth import AUTH_SIZE, RELAY_POST_TYPE, member_quota, post_key, seal_post
 from tests.adversary.test_wire_relays import _propose_with_hostile_members, _simulated_host
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
@@ -112,22 +111,14 @@ def guarded() -> Iterator[Guarded]:
         table = {m.node_id: m.key.public_key for m in members}
         table |= {node_id: key.public_key for node_id, key in h.keys.items()}
         quota = member_quota(1, 3, len(table))
-        for node in h.nodes:
-            h.host.relay.open_round(
-                RelayRound(
-                    node.node_id,
-                    ROUND,
-                    SphinxRelay(h.keys[node.node_id]),
-                    schedule,
-                    h.routes,
-                    intake_key.public.node_id,
-                    f"{h.capture.url}/intake",
-                    stages=3,
-                    members=table,
-                    quota=quota,
-                    max_packets=quota * (len(table) - 1),
-                )
-            )
+        h.open_rounds(
+            schedule,
+            intake_key.public.node_id,
+            stages=3,
+            members=table,
+            quota=quota,
+            max_packets=quota * (len(table) - 1),
+        )
         yield Guarded(h.server_url, h.host, h.nodes, h.hops, members, h.capture, intake_key, quota)
 
 

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pytest
@@ -120,6 +121,24 @@ class RelayHost:
     keys: dict[bytes, RoundRelayKey]
     hops: list[Hop]
     routes: dict[bytes, str]
+    round_id: int
+
+    def open_rounds(self, schedule: WindowSchedule, destination: bytes, **options: Any) -> None:
+        """Open round ``round_id`` on every hosted node: routes among the three, deliveries to the
+        capturing intake for ``destination``; ``options`` go to each :class:`RelayRound`."""
+        for node in self.nodes:
+            self.host.relay.open_round(
+                RelayRound(
+                    node.node_id,
+                    self.round_id,
+                    SphinxRelay(self.keys[node.node_id]),
+                    schedule,
+                    self.routes,
+                    destination,
+                    f"{self.capture.url}/intake",
+                    **options,
+                )
+            )
 
 
 @contextmanager
@@ -142,7 +161,7 @@ def relay_host(round_id: int, seed: int) -> Iterator[RelayHost]:
         hops.append(Hop.from_certificate(cert, round_id))
         routes[node.node_id] = f"{server.url}/relay/{node.node_id.hex()}"
     try:
-        yield RelayHost(capture, server.url, host, nodes, keys, hops, routes)
+        yield RelayHost(capture, server.url, host, nodes, keys, hops, routes, round_id)
     finally:
         server.stop()
         cap_server.stop()
@@ -157,18 +176,7 @@ def relays() -> Iterator[Relays]:
         # few posts under parallel test load; the release window stays short, so deliveries come soon.
         now = time.time()
         schedule = WindowSchedule(now, 0.3, now + RELEASE_BY)
-        for node in h.nodes:
-            h.host.relay.open_round(
-                RelayRound(
-                    node.node_id,
-                    ROUND,
-                    SphinxRelay(h.keys[node.node_id]),
-                    schedule,
-                    h.routes,
-                    aggregator.public.node_id,
-                    f"{h.capture.url}/intake",
-                )
-            )
+        h.open_rounds(schedule, aggregator.public.node_id)
         yield Relays(h.server_url, h.host, h.nodes, h.hops, h.capture, aggregator, schedule)
 
 
