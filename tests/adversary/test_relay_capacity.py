@@ -35,7 +35,7 @@ from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.relay import packet_cap
 from peer.relayauth import AUTH_SIZE, RELAY_POST_TYPE, member_quota, post_key, seal_post
-from tests.adversary.test_wire_relays import _propose_with_hostile_members, _simulated_host
+from tests.adversary.test_wire_relays import _propose_with_hostile_members, _round_to_its_end, _simulated_host
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import WirePeer, close_registration, roster_of, status, wait_phase
 from tests.peer.test_relay import OCTETS, Capture, relay_host
@@ -383,12 +383,7 @@ def test_a_dead_first_hop_is_routed_around(aggregator, tmp_path):  # noqa: F811
     try:
         problem = _propose_with_hostile_members(aggregator.url, {})
         assert dead.register(aggregator.url, problem).status_code == 201
-        wait_until(lambda: status(aggregator.url, problem.id).registered >= 9, 60, "9 registrations")
-        close_registration(aggregator.url, problem.id, or_deadline=True)
-        final = wait_phase(aggregator.url, problem.id, ("done", "degraded", "failed"), timeout=120)
-        assert final.phase in ("done", "degraded"), final.message
-        wait_until(lambda: host.sessions[problem.id].finished, 30, "the host's session to finish")
-        participants = host.sessions[problem.id].participants
+        final, participants = _round_to_its_end(aggregator.url, problem, 9, host, timeout=120)
         gone = dead.identity.public.node_id
         # Found dead by the host's probes of the roster's relay hosts (or by a first hop that did
         # not answer), then avoided: the seeded routes that drew it were re-routed before sending.

@@ -376,6 +376,21 @@ def _propose_with_hostile_members(
     return problem
 
 
+def _round_to_its_end(
+    url: str, problem: Any, registrations: int, host: PeerHost, timeout: float
+) -> tuple[Any, list]:
+    """Once ``registrations`` identities registered, close registration and wait (``timeout``) for the
+    round to end ``done`` or ``degraded`` (asserted) and for ``host``'s session to finish: the final
+    status and the host's participations (``url``: the aggregator's)."""
+    registered = f"{registrations} registrations"
+    wait_until(lambda: status(url, problem.id).registered >= registrations, 60, registered)
+    close_registration(url, problem.id, or_deadline=True)
+    final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=timeout)
+    assert final.phase in ("done", "degraded"), final.message
+    wait_until(lambda: host.sessions[problem.id].finished, 30, "the host's session to finish")
+    return final, host.sessions[problem.id].participants
+
+
 @pytest.mark.slow
 def test_a_round_completes_past_a_trickling_member_and_senders_count_what_a_dropper_lost(
     aggregator,  # noqa: F811
@@ -394,13 +409,8 @@ def test_a_round_completes_past_a_trickling_member_and_senders_count_what_a_drop
             {"trickle": (trickler, hostile["trickle"]), "drop": (dropper, hostile["drop"])},
             routes=1,
         )
-        wait_until(lambda: status(aggregator.url, problem.id).registered >= 10, 60, "10 registrations")
-        close_registration(aggregator.url, problem.id, or_deadline=True)
-        final = wait_phase(aggregator.url, problem.id, ("done", "degraded", "failed"), timeout=90)
-        # The round completed and published its model; what the droppers cost is reported.
-        assert final.phase in ("done", "degraded"), final.message
-        wait_until(lambda: host.sessions[problem.id].finished, 30, "the host's session to finish")
-        participants = host.sessions[problem.id].participants
+        # The round completes and publishes its model; what the droppers cost is reported.
+        final, participants = _round_to_its_end(aggregator.url, problem, 10, host, timeout=90)
         # Every participation ended with the model: done, or degraded when the problem was.
         assert {str(p.status) for p in participants} == {"degraded" if final.phase == "degraded" else "done"}
         bad = {hostile["trickle"].identity.public.node_id, hostile["drop"].identity.public.node_id}
