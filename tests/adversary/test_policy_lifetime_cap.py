@@ -21,24 +21,9 @@ from anonml.errors import BudgetExceeded
 from anonml.privacy import PrivacyLedger
 from peer.app import create_app, create_daemon
 from peer.policy import PeerPolicy
-from peer.settings import PeerSettings
+from tests.peer.helpers import peer_settings
 
 CAP = 1.0
-
-
-def _settings(home: Path) -> PeerSettings:
-    """A daemon's settings, every file under ``home``, a policy whose lifetime cap is :data:`CAP`."""
-    return PeerSettings(
-        store_url=f"sqlite:///{home / 'events.db'}",
-        ledger_url=f"sqlite:///{home / 'ledger.db'}",
-        state_url=f"sqlite:///{home / 'peer.db'}",
-        identity_file=home / "identity.json",
-        credentials_dir=home / "credentials",
-        policy_file=home / "policy.json",
-        local_token="a-local-token",
-        poll_seconds=30,
-        policy=PeerPolicy(lifetime_epsilon_cap=CAP, max_epsilon_per_problem=5.0),
-    )
 
 
 def _release(ledger: PrivacyLedger, fingerprint: str, problem: str, epsilon: float) -> None:
@@ -49,7 +34,8 @@ def _release(ledger: PrivacyLedger, fingerprint: str, problem: str, epsilon: flo
 
 @pytest.mark.parametrize("build", ["create_app", "create_daemon"])
 def test_a_daemon_built_without_peer_start_keeps_the_policy_lifetime_cap_in_its_ledger(tmp_path: Path, build):
-    settings = _settings(tmp_path)
+    policy = PeerPolicy(lifetime_epsilon_cap=CAP, max_epsilon_per_problem=5.0)
+    settings = peer_settings(tmp_path, policy=policy)  # every file under tmp_path
     if build == "create_app":
         app = create_app(settings)
     else:

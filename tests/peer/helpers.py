@@ -16,6 +16,7 @@ from peer.db import PeerDB
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
+from peer.settings import PeerSettings
 
 #: What the peer tests' dropout problem sets beyond the demo's: ε, the peers it needs, no median
 #: pool, and short windows (seconds).
@@ -76,3 +77,19 @@ def non_loopback_address() -> str | None:
             return None
         address = probe.getsockname()[0]
     return None if ipaddress.ip_address(address).is_loopback else address
+
+
+#: Where :func:`peer_settings` puts each of a daemon's files under its home: databases, then the rest.
+HOME_DATABASES = {"store_url": "events.db", "ledger_url": "ledger.db", "state_url": "peer.db"}
+HOME_FILES = {
+    "identity_file": "identity.json", "credentials_dir": "credentials", "policy_file": "policy.json"
+}
+
+
+def peer_settings(home: Path, local_token: str = "a-local-token", **overrides: Any) -> PeerSettings:
+    """A daemon's settings with every file under ``home`` (what ``anonml peer start`` builds: SQLite
+    databases and files named by :data:`HOME_DATABASES` and :data:`HOME_FILES`), a 30 s poll and
+    ``local_token``; ``overrides`` set any other field."""
+    databases = {name: f"sqlite:///{home / file}" for name, file in HOME_DATABASES.items()}
+    files = {name: home / file for name, file in HOME_FILES.items()}
+    return PeerSettings(**databases, **files, local_token=local_token, poll_seconds=30, **overrides)

@@ -26,7 +26,7 @@ from peer.participant import PeerNode
 from peer.phases import IllegalTransition, ParticipationPhase
 from peer.roster import RosterView
 from tests.aggregator.helpers import close_registration, draft, propose, roster_of, status, wait_phase
-from tests.peer.helpers import non_loopback_address, simulation_host
+from tests.peer.helpers import non_loopback_address, peer_settings, simulation_host
 from tests.waiting import wait_until
 
 P = ParticipationPhase
@@ -183,26 +183,10 @@ def test_the_dispatcher_runs_work_in_time_order_and_refuses_work_once_closed():
         dispatcher.at(time.time(), lambda: None)
 
 
-def _settings(tmp_path: Path, local_token: str):
-    """A daemon's settings with every file in ``tmp_path`` (what ``anonml peer start`` builds)."""
-    from peer.settings import PeerSettings
-
-    return PeerSettings(
-        store_url=f"sqlite:///{tmp_path / 'events.db'}",
-        ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}",
-        state_url=f"sqlite:///{tmp_path / 'peer.db'}",
-        identity_file=tmp_path / "identity.json",
-        credentials_dir=tmp_path / "credentials",
-        policy_file=tmp_path / "policy.json",
-        local_token=local_token,
-        poll_seconds=30,
-    )
-
-
 def test_an_app_built_from_settings_serves_the_relay_and_a_token_guarded_status(tmp_path: Path):
     from aggregator.app import start_server
     from peer.app import create_app
-    settings = _settings(tmp_path, "a-local-token-of-the-settings")
+    settings = peer_settings(tmp_path, "a-local-token-of-the-settings")
     server = start_server(create_app(settings))
     try:
         host = server.app.state.host
@@ -230,7 +214,7 @@ def test_the_local_api_and_the_pages_refuse_clients_on_other_machines_even_with_
     address = non_loopback_address()
     if address is None:
         pytest.skip("this machine has no non-loopback IPv4 address to connect from")
-    settings = _settings(tmp_path, "a-local-token")
+    settings = peer_settings(tmp_path)
     # The relay listens on every interface, as a peer reachable by others does.
     server = start_server(create_app(settings), host="0.0.0.0")
     try:
