@@ -13,21 +13,12 @@ from anonml.protocol import Problem
 from tests.aggregator.conftest import InProcessAggregator
 from tests.aggregator.helpers import ADMIN, JSON, WirePeer, draft
 from tests.databases import table_rows
+from tests.route_contracts import openapi_operations, takes_authorization
 
 #: A body that is not JSON: parsed as JSON only, never unpickled.
 PICKLE = b"\x80\x04pickle"
 UNKNOWN = "p-nope"
 ADMIN_REFUSAL = "admin token required"
-
-
-def _operations(app: InProcessAggregator) -> list[tuple[str, str, dict[str, Any]]]:
-    """(method, path template, operation) of every operation in the app's OpenAPI document."""
-    paths = app.client.get("/openapi.json").json()["paths"]
-    return [(method.upper(), path, op) for path, ops in paths.items() for method, op in ops.items()]
-
-
-def _needs_admin(operation: dict[str, Any]) -> bool:
-    return any(p["in"] == "header" and p["name"] == "authorization" for p in operation.get("parameters", []))
 
 
 def _url(path: str, problem_id: str) -> str:
@@ -64,7 +55,8 @@ def test_every_admin_route_refuses_a_missing_or_wrong_token_and_changes_nothing(
     aggregator_app: InProcessAggregator,
 ) -> None:
     problem = _propose(aggregator_app, min_peers=2)
-    admin_routes = [(m, p) for m, p, op in _operations(aggregator_app) if _needs_admin(op)]
+    operations = openapi_operations(aggregator_app.client)
+    admin_routes = [(m, p) for m, p, op in operations if takes_authorization(op)]
     assert {(m, p) for m, p in admin_routes} >= {
         ("POST", "/problems"),
         ("POST", "/problems/{problem_id}/close"),
@@ -87,7 +79,8 @@ def test_every_post_route_refuses_a_body_over_the_cap_and_a_body_that_is_not_jso
 ) -> None:
     problem = _propose(aggregator_app)
     huge = b"{" + b" " * (aggregator_app.settings.max_body_bytes + 10) + b"}"
-    posts = [p for m, p, op in _operations(aggregator_app) if m == "POST" and "requestBody" in op]
+    operations = openapi_operations(aggregator_app.client)
+    posts = [p for m, p, op in operations if m == "POST" and "requestBody" in op]
     assert "/problems/{problem_id}/registrations" in posts and "/intake" in posts
     for path in posts:
         url = _url(path, problem.id)

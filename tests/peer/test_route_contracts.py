@@ -14,12 +14,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pytest
 from fastapi import FastAPI
-from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 
 from anonml.crypto import PACKET_SIZE, Hop, Identity, Redemption, SphinxRelay, WindowSchedule, build_packet
@@ -35,6 +33,7 @@ from peer.policy import PeerPolicy
 from peer.relay import RelayRound, StoredReplayCache
 from peer.relayauth import AUTH_SIZE, RELAY_POST_TYPE
 from tests.aggregator.helpers import draft, signed_problem
+from tests.route_contracts import DOC_ROUTES, openapi_operations, served_routes, takes_authorization
 from tests.webpages import csrf_of
 
 LOCAL = "the-local-token-of-the-route-contracts"
@@ -67,10 +66,7 @@ KNOWN_ROUTES = {
     ("GET", "/ui/shared"),
     ("GET", "/ui/models"),
 }
-#: Served outside the OpenAPI document besides the dashboard: the API's own docs.
-DOC_ROUTES = {
-    ("GET", "/openapi.json"), ("HEAD", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/static/{name}")
-}
+
 
 
 @dataclass
@@ -176,24 +172,10 @@ def peer_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessPeer
         node.ledger.close()
 
 
-def _routes(app: FastAPI) -> set[tuple[str, str]]:
-    """(method, path) of every route the app serves, included routers and schema-less pages too."""
-    return {(m, route.path) for route in iter_route_contexts(app.routes) for m in route.methods or ()}
-
-
-def _operations(client: TestClient) -> list[tuple[str, str, dict[str, Any]]]:
-    """(method, path template, operation) of every operation in the app's OpenAPI document."""
-    paths = client.get("/openapi.json").json()["paths"]
-    return [(method.upper(), path, op) for path, ops in paths.items() for method, op in ops.items()]
-
-
-def _needs_bearer(operation: dict[str, Any]) -> bool:
-    return any(p["in"] == "header" and p["name"] == "authorization" for p in operation.get("parameters", []))
-
-
 def _dashboard(app: FastAPI) -> list[tuple[str, str]]:
     """The dashboard's routes that need a login, in a stable order."""
-    return sorted((m, p) for m, p in _routes(app) if p.startswith("/ui/") and (m, p) not in PUBLIC_PAGES)
+    served = served_routes(app)
+    return sorted((m, p) for m, p in served if p.startswith("/ui/") and (m, p) not in PUBLIC_PAGES)
 
 
 def _url(path: str, node: str, problem_id: str = "p-nope") -> str:
@@ -204,9 +186,9 @@ def _url(path: str, node: str, problem_id: str = "p-nope") -> str:
 
 
 def test_the_routes_come_from_the_app_and_openapi_lists_every_api_route(peer_app: InProcessPeer) -> None:
-    served = _routes(peer_app.app)
+    served = served_routes(peer_app.app)
     assert served >= KNOWN_ROUTES, KNOWN_ROUTES - served
-    listed = {(m, p) for m, p, _ in _operations(peer_app.client)}
+    listed = {(m, p) for m, p, _ in openapi_operations(peer_app.client)}
     assert listed >= {r for r in KNOWN_ROUTES if not r[1].startswith("/ui/")}
     assert not any(p.startswith("/ui/") for _, p in listed)  # the person's pages are not an API
     # Whatever the schema leaves out is the dashboard or the docs: a new API route cannot hide there.
@@ -217,7 +199,7 @@ def test_the_routes_come_from_the_app_and_openapi_lists_every_api_route(peer_app
 def test_the_local_api_refuses_a_missing_or_wrong_bearer_token_and_answers_the_right_one(
     peer_app: InProcessPeer,
 ) -> None:
-    protected = [(m, p) for m, p, op in _operations(peer_app.client) if _needs_bearer(op)]
+    protected = [(m, p) for m, p, op in openapi_operations(peer_app.client) if takes_authorization(op)]
     assert protected == [("GET", "/local/status")]
     refused: list[dict[str, str]] = [
         {},
@@ -303,7 +285,7 @@ def test_the_pages_and_the_local_api_answer_only_on_this_machine(peer_app: InPro
     problem_id = peer_app.propose("p-remote")
     remote = peer_app.other(ELSEWHERE)
     bearer = {"Authorization": f"Bearer {LOCAL}"}
-    local_only = [(m, p) for m, p in _routes(peer_app.app) if p.startswith(("/ui/", "/local/"))]
+    local_only = [(m, p) for m, p in served_routes(peer_app.app) if p.startswith(("/ui/", "/local/"))]
     assert set(local_only) >= {r for r in KNOWN_ROUTES if r[1].startswith(("/ui/", "/local/"))}
     for method, path in local_only:
         answer = remote.request(method, _url(path, peer_app.node_hex, problem_id), headers=bearer,
@@ -319,7 +301,7 @@ def test_the_pages_and_the_local_api_answer_only_on_this_machine(peer_app: InPro
 def test_every_relay_post_refuses_a_body_over_its_cap_and_a_body_that_is_not_a_packet(
     peer_app: InProcessPeer,
 ) -> None:
-    posts = sorted(p for m, p, _ in _operations(peer_app.client) if m == "POST")
+    posts = sorted(p for m, p, _ in openapi_operations(peer_app.client) if m == "POST")
     assert posts == ["/relay/{node}", "/relay/{node}/batch"]
     over = b"\x00" * (AUTH_SIZE + MAX_BATCH_ITEMS * PACKET_SIZE + 1)  # over the largest cap of either
 
@@ -355,7 +337,7 @@ def test_every_relay_post_refuses_a_body_over_its_cap_and_a_body_that_is_not_a_p
 def test_unknown_nodes_problems_challenges_and_imports_are_404(peer_app: InProcessPeer) -> None:
     stranger = Identity.generate().public.node_id.hex()
     held = peer_app.held()
-    relay_routes = sorted((m, p) for m, p in _routes(peer_app.app) if "{node}" in p)
+    relay_routes = sorted((m, p) for m, p in served_routes(peer_app.app) if "{node}" in p)
     assert len(relay_routes) == 4
     for method, path in relay_routes:
         for node in (stranger, "not-hex", "00"):
@@ -392,7 +374,7 @@ def test_every_dashboard_form_refuses_a_body_over_the_form_cap_and_a_body_that_i
 ) -> None:
     problem_id = peer_app.propose("p-forms")
     browser, csrf = peer_app.browser()
-    posts = sorted({p for m, p in _routes(peer_app.app) if m == "POST" and p.startswith("/ui/")})
+    posts = sorted({p for m, p in served_routes(peer_app.app) if m == "POST" and p.startswith("/ui/")})
     assert posts == ["/ui/import", "/ui/login", "/ui/logout", "/ui/proposals/{problem_id}/{action}"]
     over = f"csrf={csrf}&paths=".encode() + b"a" * FORM_LIMIT
     form = {"content-type": "application/x-www-form-urlencoded"}

@@ -8,14 +8,13 @@ about its own problems only, so the tests share the app whatever their order.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from fastapi import FastAPI
-from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 
 from anonml import protocol
 from anonml.crypto import Identity
+from tests.route_contracts import DOC_ROUTES, openapi_operations, served_routes
 from witness.service import Witness
 from witness.settings import WitnessSettings
 
@@ -32,9 +31,7 @@ KNOWN_ROUTES = {
     ("GET", "/identity"),
     ("GET", "/healthz"),
 }
-DOC_ROUTES = {
-    ("GET", "/openapi.json"), ("HEAD", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/static/{name}")
-}
+
 
 
 def _app(client: TestClient) -> FastAPI:
@@ -45,18 +42,6 @@ def _app(client: TestClient) -> FastAPI:
 
 def _witness(client: TestClient) -> Witness:
     return _app(client).state.witness
-
-
-def _routes(client: TestClient) -> set[tuple[str, str]]:
-    """(method, path) of every route the app serves (included routers and schema-less ones too)."""
-    routes = iter_route_contexts(_app(client).routes)
-    return {(m, route.path) for route in routes for m in route.methods or ()}
-
-
-def _operations(client: TestClient) -> list[tuple[str, str, dict[str, Any]]]:
-    """(method, path template, operation) of every operation in the app's OpenAPI document."""
-    paths = client.get("/openapi.json").json()["paths"]
-    return [(method.upper(), path, op) for path, ops in paths.items() for method, op in ops.items()]
 
 
 def _request(problem: str, transcript: bytes = b"\x05" * 32, *, signer: Identity = AGGREGATOR) -> bytes:
@@ -73,9 +58,9 @@ def _url(path: str, problem: str, stage: str = "roster") -> str:
 
 
 def test_the_routes_come_from_the_app_and_openapi_lists_every_one(witness_app: TestClient) -> None:
-    served = _routes(witness_app)
+    served = served_routes(_app(witness_app))
     assert served >= KNOWN_ROUTES, KNOWN_ROUTES - served
-    listed = {(m, p) for m, p, _ in _operations(witness_app)}
+    listed = {(m, p) for m, p, _ in openapi_operations(witness_app)}
     assert listed == served - DOC_ROUTES  # nothing served outside the schema but the docs
     assert witness_app.get("/docs").status_code == 200
 
@@ -85,7 +70,7 @@ def test_the_witness_takes_no_token_and_answers_every_read_without_one(witness_a
     token, so none can be left open by mistake. A route added with one fails here until it is tested."""
     document = witness_app.get("/openapi.json").json()
     assert "securitySchemes" not in document.get("components", {})
-    for method, path, op in _operations(witness_app):
+    for method, path, op in openapi_operations(witness_app):
         assert not any(p["in"] == "header" for p in op.get("parameters", [])), (method, path)
     witness = _witness(witness_app)
     assert witness_app.get("/healthz").json() == {"status": "ok", "identity": witness.public_identity.hex()}
@@ -95,7 +80,7 @@ def test_the_witness_takes_no_token_and_answers_every_read_without_one(witness_a
 
 def test_every_post_refuses_a_body_over_the_cap_or_not_json_and_logs_nothing(witness_app: TestClient) -> None:
     problem = "p-refused"
-    posts = [p for m, p, _ in _operations(witness_app) if m == "POST"]
+    posts = [p for m, p, _ in openapi_operations(witness_app) if m == "POST"]
     assert posts == ["/cosign"]
     witness = _witness(witness_app)
     logged = len(witness.log(0, 1000))
@@ -139,7 +124,7 @@ def test_every_post_refuses_a_body_over_the_cap_or_not_json_and_logs_nothing(wit
 
 def test_unknown_cosignatures_are_404_and_malformed_ids_422(witness_app: TestClient) -> None:
     lookup = "/cosignatures/{aggregator}/{problem_id}/{stage}"
-    assert ("GET", lookup) in _routes(witness_app)
+    assert ("GET", lookup) in served_routes(_app(witness_app))
     signing_key = bytes(AGGREGATOR.public)[:32].hex()
     for stage in protocol.STAGES:
         stranger = bytes(Identity.generate().public).hex()
