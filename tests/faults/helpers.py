@@ -48,6 +48,10 @@ __all__ = [
     "releases",
     "Killable",
     "CuttingProxy",
+    "host_behind_proxy",
+    "propose_and_close",
+    "three_hosts",
+    "ended_relay_counters",
     "tmpfs",
     "fill",
 ]
@@ -283,6 +287,62 @@ class CuttingProxy:
                 _pump(client, upstream)
 
 
+@contextlib.contextmanager
+def host_behind_proxy(
+    root: Path, identities: int, trigger: bytes, *, kill: bool = True, drop: bytes | None = None
+) -> Iterator[tuple[Killable, CuttingProxy, PeerProcess]]:
+    """A :class:`Killable` aggregator on ``root``, a :class:`CuttingProxy` before it (firing at
+    ``trigger``, killing the aggregator when ``kill``; dropping ``drop``) and one started, logging host
+    ``h`` of ``identities`` that sees only the proxy. All three are stopped on leaving."""
+    from tests.aggregator.helpers import aggregator_settings
+
+    agg = Killable(aggregator_settings(root, port=0), root / "aggregator.db").start()
+    proxy = CuttingProxy(agg.url, trigger, agg.kill if kill else lambda: None, drop=drop)
+    host, _ = write_hosts(root, {"h": identities}, [proxy.url], log=True)["h"]
+    host.start()
+    try:
+        yield agg, proxy, host
+    finally:
+        host.stop()
+        proxy.close()
+        if agg.current is not None:
+            agg.current.stop()
+
+
+@contextlib.contextmanager
+def three_hosts(
+    root: Path, per_host: int
+) -> Iterator[tuple[ServerProcess, PeerProcess, PeerProcess, PeerProcess]]:
+    """An aggregator process on ``root`` and three started, logging hosts ``a``, ``b``, ``c`` of
+    ``per_host`` identities each, all using it; every one is stopped on leaving."""
+    from tests.aggregator.helpers import aggregator_settings
+
+    aggregator = start_server_process(aggregator_settings(root, port=0))
+    sizes = {"a": per_host, "b": per_host, "c": per_host}
+    hosts = [host for host, _ in write_hosts(root, sizes, [aggregator.url], log=True).values()]
+    for host in hosts:
+        host.start()
+    try:
+        yield aggregator, *hosts
+    finally:
+        for host in hosts:
+            host.stop()
+        aggregator.stop()
+
+
+def ended_relay_counters(hosts: list[PeerProcess], timeout: float = 120.0) -> list[dict]:
+    """Once every participation of each of ``hosts`` ended (done, degraded, partial or failed): their
+    relay counters, in order."""
+    ended = ("done", "degraded", "partial", "failed")
+    for host in hosts:
+        wait_until(
+            lambda host=host: all(r[0] in ended for r in host.rows("SELECT phase FROM peer_participations")),
+            timeout,
+            "every live participation to end",
+        )
+    return [host.status()["relay"] for host in hosts]
+
+
 def _pump(a: socket.socket, b: socket.socket) -> None:
     """Copy bytes both ways between ``a`` and ``b`` until either side closes."""
     socks = [a, b]
@@ -343,14 +403,23 @@ def published_bins(url: str, pid: str) -> Bins | None:
     return Bins.model_validate_json(reply.content) if reply.status_code == 200 else None
 
 
-def open_round(url: str, draft: ProblemDraft, members: int, timeout: float = 120.0) -> tuple[Problem, Bins]:
-    """Propose ``draft`` at ``url``, let ``members`` identities register, close registration and wait
-    for the bins: the problem and its bins (the send window is ``[t_s, t_s + delta]``)."""
+def propose_and_close(
+    url: str, draft: ProblemDraft, members: int, timeout: float = 120.0, *, or_deadline: bool = False
+) -> Problem:
+    """Propose ``draft`` at ``url``, wait until ``members`` identities registered, close registration
+    (``or_deadline``: see :func:`tests.aggregator.helpers.close_registration`): the problem."""
     from tests.aggregator.helpers import close_registration, propose, status
 
     problem = propose(url, draft)
     wait_until(lambda: status(url, problem.id).registered == members, timeout, "every identity to register")
-    close_registration(url, problem.id, or_deadline=True)
+    close_registration(url, problem.id, or_deadline=or_deadline)
+    return problem
+
+
+def open_round(url: str, draft: ProblemDraft, members: int, timeout: float = 120.0) -> tuple[Problem, Bins]:
+    """:func:`propose_and_close` (the deadline may close it first), then wait for the bins: the problem
+    and its bins (the send window is ``[t_s, t_s + delta]``)."""
+    problem = propose_and_close(url, draft, members, timeout, or_deadline=True)
     return problem, wait_until(lambda: published_bins(url, problem.id), timeout, "the bins")
 
 

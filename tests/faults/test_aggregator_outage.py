@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
-from tests.faults.helpers import CuttingProxy, Killable, fault_draft, write_hosts
+from tests.aggregator.helpers import wait_phase
+from tests.faults.helpers import fault_draft, host_behind_proxy, propose_and_close
 from tests.waiting import wait_until
 
 IDENTITIES = 6
@@ -35,17 +35,9 @@ OUTAGE_REQUESTS = 3
 
 @pytest.mark.slow
 def test_an_outage_right_after_the_roster_costs_no_participation_and_no_report(tmp_path: Path):
-    agg = Killable(aggregator_settings(tmp_path, port=0), tmp_path / "aggregator.db").start()
-    proxy = CuttingProxy(agg.url, b"/assignments", agg.kill)
-    host, _ = write_hosts(tmp_path, {"h": IDENTITIES}, [proxy.url], log=True)["h"]
-    host.start()
-    try:
+    with host_behind_proxy(tmp_path, IDENTITIES, b"/assignments") as (agg, proxy, host):
         d = fault_draft(send_window_seconds=45.0)
-        problem = propose(agg.url, d)
-        wait_until(
-            lambda: status(agg.url, problem.id).registered == IDENTITIES, 120, "every identity to register"
-        )
-        close_registration(agg.url, problem.id)
+        problem = propose_and_close(agg.url, d, IDENTITIES)
         wait_until(proxy.cut.is_set, 120, "the first assignment request (which kills the aggregator)")
         killed_at = time.monotonic()
         assert agg.current is None and len(agg.killed) == 1
@@ -65,11 +57,6 @@ def test_an_outage_right_after_the_roster_costs_no_participation_and_no_report(t
         )
         rows = host.rows("SELECT phase, reason FROM peer_participations")
         counters = host.status()["relay"]
-    finally:
-        host.stop()
-        proxy.close()
-        if agg.current is not None:
-            agg.current.stop()
     assert final.phase == "done", (final.message, counters, rows)
     assert [r for r in rows if r[0] != "done"] == [], rows
     assert len(rows) == IDENTITIES

@@ -30,12 +30,9 @@ from peer.relay import default_guard, retry_delay
 from tests.aggregator.helpers import (
     aggregator_settings,
     bins_of,
-    close_registration,
-    propose,
-    status,
     wait_phase,
 )
-from tests.faults.helpers import Killable, PeerProcess, fault_draft, write_hosts
+from tests.faults.helpers import Killable, PeerProcess, fault_draft, propose_and_close, write_hosts
 from tests.waiting import wait_for_clock, wait_until
 
 OUTAGE = 3.0  # seconds at least between the kill and the restart
@@ -133,9 +130,7 @@ def test_the_aggregator_down_in_the_release_window_loses_only_what_missed_t_r_an
         p.start()
     try:
         d = fault_draft(send_window_seconds=12.0, release_window_seconds=60.0)
-        problem = propose(agg.url, d)
-        wait_until(lambda: status(agg.url, problem.id).registered == 10, 120, "every identity to register")
-        close_registration(agg.url, problem.id)
+        problem = propose_and_close(agg.url, d, 10)
         wait_phase(agg.url, problem.id, ("reporting",), timeout=120)
         bins = bins_of(agg.url, problem.id)
         killed, down, up = _kill_in_the_last_stage(agg, peers, bins)

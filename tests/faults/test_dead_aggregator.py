@@ -19,8 +19,8 @@ import pytest
 from aggregator.app import start_server_process
 from anonml.serving import free_port
 from peer.discovery import poll_backoff
-from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
-from tests.faults.helpers import fault_draft, releases, write_hosts
+from tests.aggregator.helpers import aggregator_settings, wait_phase
+from tests.faults.helpers import fault_draft, propose_and_close, releases, write_hosts
 from tests.waiting import wait_until
 
 IDENTITIES = 5
@@ -35,11 +35,7 @@ def test_a_dead_aggregator_beside_a_live_one_is_backed_off_and_the_live_problem_
     host.start()
     try:
         d = fault_draft()
-        problem = propose(live.url, d)
-        wait_until(
-            lambda: status(live.url, problem.id).registered == IDENTITIES, 120, "every identity to register"
-        )
-        close_registration(live.url, problem.id)
+        problem = propose_and_close(live.url, d, IDENTITIES)
         final = wait_phase(live.url, problem.id, ("done", "degraded", "failed"), timeout=180)
         assert final.phase == "done", final.message
         wait_until(

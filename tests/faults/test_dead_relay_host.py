@@ -27,24 +27,17 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.app import start_server_process
 from anonml.protocol import route_count
-from tests.aggregator.helpers import aggregator_settings, wait_phase
-from tests.faults.helpers import fault_draft, round_with_copies_sent, write_hosts
-from tests.waiting import wait_until
+from tests.aggregator.helpers import wait_phase
+from tests.faults.helpers import ended_relay_counters, fault_draft, round_with_copies_sent, three_hosts
 
 PER_HOST = 8
 
 
 @pytest.mark.slow
 def test_one_dead_host_of_three_loses_at_most_5_percent_at_the_default_redundancy(tmp_path: Path):
-    aggregator = start_server_process(aggregator_settings(tmp_path, port=0))
-    hosts = write_hosts(tmp_path, {"a": PER_HOST, "b": PER_HOST, "c": PER_HOST}, [aggregator.url], log=True)
-    (a, _), (b, _), (c, _) = hosts["a"], hosts["b"], hosts["c"]
-    for host in (a, b, c):
-        host.start()
-    n = 3 * PER_HOST
-    try:
+    with three_hosts(tmp_path, PER_HOST) as (aggregator, a, b, c):
+        n = 3 * PER_HOST
         d = fault_draft(send_window_seconds=16.0, release_window_seconds=10.0)
         url = aggregator.url
         problem, bins = round_with_copies_sent(url, d, n, c.rows, PER_HOST)
@@ -53,18 +46,7 @@ def test_one_dead_host_of_three_loses_at_most_5_percent_at_the_default_redundanc
         c.kill()
         assert killed_at < end, "C's identities had not all sent a copy before the send window closed"
         final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=240)
-        for host in (a, b):
-            wait_until(
-                lambda host=host: all(r[0] in ("done", "degraded", "partial", "failed")
-                                      for r in host.rows("SELECT phase FROM peer_participations")),
-                120,
-                "every live participation to end",
-            )
-        live = [a.status()["relay"], b.status()["relay"]]
-    finally:
-        for host in (a, b, c):
-            host.stop()
-        aggregator.stop()
+        live = ended_relay_counters([a, b])
     account = final.reports
     assert account is not None, final.message
     routes = route_count(d.routes, d.hops, n)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
-from tests.faults.helpers import CuttingProxy, Killable, fault_draft, write_hosts
+from tests.aggregator.helpers import wait_phase
+from tests.faults.helpers import fault_draft, host_behind_proxy, propose_and_close
 from tests.waiting import wait_until
 
 IDENTITIES = 8
@@ -40,21 +40,15 @@ IDENTITIES = 8
 def test_undelivered_median_answers_end_partial_and_are_in_the_account(
     tmp_path: Path, drop: bytes, reason: str
 ) -> None:
-    agg = Killable(aggregator_settings(tmp_path, port=0), tmp_path / "aggregator.db").start()
-    proxy = CuttingProxy(agg.url, b"never-requested", lambda: None, drop=drop)
-    host, _ = write_hosts(tmp_path, {"h": IDENTITIES}, [proxy.url], log=True)["h"]
-    host.start()
-    try:
+    with host_behind_proxy(  # nothing is killed; what ``drop`` names is dropped
+        tmp_path, IDENTITIES, b"never-requested", kill=False, drop=drop
+    ) as (agg, proxy, host):
         d = fault_draft().model_copy(deep=True)
         d = d.model_copy(update={
             "median": d.median.model_copy(update={"pool_fraction": 0.25, "steps": 1}),
             "schedule": d.schedule.model_copy(update={"median_step_seconds": 3.0}),
         })
-        problem = propose(agg.url, d)
-        wait_until(
-            lambda: status(agg.url, problem.id).registered == IDENTITIES, 120, "every identity to register"
-        )
-        close_registration(agg.url, problem.id)
+        problem = propose_and_close(agg.url, d, IDENTITIES)
         final = wait_phase(agg.url, problem.id, ("done", "degraded", "failed"), timeout=300)
         wait_until(
             lambda: all(r[0] in ("done", "degraded", "partial", "aborted", "failed")
@@ -63,11 +57,6 @@ def test_undelivered_median_answers_end_partial_and_are_in_the_account(
             "every participation to end",
         )
         rows = host.rows("SELECT phase, reason FROM peer_participations")
-    finally:
-        host.stop()
-        proxy.close()
-        if agg.current is not None:
-            agg.current.stop()
     assert final.phase in ("done", "degraded"), final.message
     assert final.medians is not None and final.medians.expected >= 1
     assert proxy.dropped >= final.medians.expected  # each named member (or each poll) tried at least once

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
-from tests.faults.helpers import CuttingProxy, Killable, fault_draft, write_hosts
+from tests.aggregator.helpers import wait_phase
+from tests.faults.helpers import fault_draft, host_behind_proxy, propose_and_close
 from tests.waiting import wait_until
 
 IDENTITIES = 6
@@ -26,17 +26,9 @@ IDENTITIES = 6
 
 @pytest.mark.slow
 def test_receipts_are_fetched_again_after_the_aggregator_comes_back(tmp_path: Path):
-    agg = Killable(aggregator_settings(tmp_path, port=0), tmp_path / "aggregator.db").start()
-    proxy = CuttingProxy(agg.url, b"/receipts", agg.kill)
-    host, _ = write_hosts(tmp_path, {"h": IDENTITIES}, [proxy.url], log=True)["h"]
-    host.start()
-    try:
+    with host_behind_proxy(tmp_path, IDENTITIES, b"/receipts") as (agg, proxy, host):
         d = fault_draft()
-        problem = propose(agg.url, d)
-        wait_until(
-            lambda: status(agg.url, problem.id).registered == IDENTITIES, 120, "every identity to register"
-        )
-        close_registration(agg.url, problem.id)
+        problem = propose_and_close(agg.url, d, IDENTITIES)
         wait_until(proxy.cut.is_set, 240, "the first receipts request (which kills the aggregator)")
         wait_until(lambda: proxy.refused >= 3, 120, "the host to find the aggregator down")
         assert host.rows("SELECT DISTINCT phase FROM peer_participations") == [("reporting",)]
@@ -49,11 +41,6 @@ def test_receipts_are_fetched_again_after_the_aggregator_comes_back(tmp_path: Pa
             "every participation to end done",
         )
         counters = host.status()["relay"]
-    finally:
-        host.stop()
-        proxy.close()
-        if agg.current is not None:
-            agg.current.stop()
     assert final.phase == "done", final.message
     assert final.reports is not None and final.reports.received == IDENTITIES * d.kh
     assert counters.get("receipts unavailable", 0) == 0, counters

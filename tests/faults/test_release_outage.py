@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from anonml.serving import free_port
-from tests.aggregator.helpers import aggregator_settings, close_registration, propose, status, wait_phase
-from tests.faults.helpers import Killable, fault_draft, published_bins, write_hosts
+from tests.aggregator.helpers import aggregator_settings, status, wait_phase
+from tests.faults.helpers import Killable, fault_draft, open_round, write_hosts
 from tests.waiting import answers_ok, wait_until
 
 IDENTITIES = 6
@@ -41,12 +41,7 @@ def test_relays_deliver_to_an_aggregator_restarted_after_t_r_within_the_grace(tm
     url = agg.url
     try:
         d = fault_draft(send_window_seconds=8.0, release_window_seconds=9.0)
-        problem = propose(url, d)
-        registered = lambda: status(url, problem.id).registered == IDENTITIES  # noqa: E731
-        wait_until(registered, 120, "every identity to register")
-        close_registration(url, problem.id, or_deadline=True)
-        wait_until(lambda: published_bins(url, problem.id) is not None, 120, "the bins")
-        bins = published_bins(url, problem.id)
+        problem, bins = open_round(url, d, IDENTITIES)
         assert bins is not None and bins.grace == GRACE  # signed into the bins: the relays read it there
         # In the release window, with deliveries to the intake still held by the last hops: kill.
         # Some reports already stored (what the restart must keep), others still held for the intake.

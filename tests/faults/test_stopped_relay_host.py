@@ -29,50 +29,34 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.app import start_server_process
 from anonml.protocol import route_count
-from tests.aggregator.helpers import aggregator_settings, wait_phase
-from tests.faults.helpers import ALL_SENT_ONE, fault_draft, open_round, write_hosts
+from tests.aggregator.helpers import wait_phase
+from tests.faults.helpers import ALL_SENT_ONE, ended_relay_counters, fault_draft, open_round, three_hosts
 from tests.waiting import wait_until
 
 PER_HOST = 6
-ENDED = ("done", "degraded", "partial", "failed")
-STATUSES = "SELECT phase FROM peer_participations"
 
 
 @pytest.mark.slow
 def test_a_relay_host_stopped_mid_round_loses_little_and_every_report_is_accounted(tmp_path: Path):
-    aggregator = start_server_process(aggregator_settings(tmp_path, port=0))
-    hosts = write_hosts(tmp_path, {"a": PER_HOST, "b": PER_HOST, "c": PER_HOST}, [aggregator.url], log=True)
-    (a, _), (b, _), (c, _) = hosts["a"], hosts["b"], hosts["c"]
-    for host in (a, b, c):
-        host.start()
-    n = 3 * PER_HOST
-    stopped = False
-    try:
-        d = fault_draft(send_window_seconds=16.0, release_window_seconds=10.0)
-        url = aggregator.url
-        problem, bins = open_round(url, d, n)
-        half = bins.t_s + bins.delta / 2
-        wait_until(lambda: time.time() >= half, 120 + half - time.time(), "half the send window")
-        assert c.process is not None
-        c.process.send_signal(signal.SIGSTOP)
-        stopped, stopped_at = True, time.time()
-        sent_before = c.rows(ALL_SENT_ONE)[0][0]  # read from its file: the frozen process holds no lock
-        final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=240)
-        for host in (a, b):
-            wait_until(
-                lambda host=host: all(r[0] in ENDED for r in host.rows(STATUSES)),
-                120,
-                "every live participation to end",
-            )
-        live = [a.status()["relay"], b.status()["relay"]]
-    finally:
-        if stopped and c.process is not None:
-            c.process.send_signal(signal.SIGCONT)
-        for host in (a, b, c):
-            host.stop()
-        aggregator.stop()
+    with three_hosts(tmp_path, PER_HOST) as (aggregator, a, b, c):
+        n = 3 * PER_HOST
+        stopped = False
+        try:
+            d = fault_draft(send_window_seconds=16.0, release_window_seconds=10.0)
+            url = aggregator.url
+            problem, bins = open_round(url, d, n)
+            half = bins.t_s + bins.delta / 2
+            wait_until(lambda: time.time() >= half, 120 + half - time.time(), "half the send window")
+            assert c.process is not None
+            c.process.send_signal(signal.SIGSTOP)
+            stopped, stopped_at = True, time.time()
+            sent_before = c.rows(ALL_SENT_ONE)[0][0]  # read from its file: the frozen process holds no lock
+            final = wait_phase(url, problem.id, ("done", "degraded", "failed"), timeout=240)
+            live = ended_relay_counters([a, b])
+        finally:
+            if stopped and c.process is not None:
+                c.process.send_signal(signal.SIGCONT)  # before the hosts are stopped
     account = final.reports
     assert account is not None, final.message
     routes = route_count(d.routes, d.hops, n)
