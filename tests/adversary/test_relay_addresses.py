@@ -38,6 +38,7 @@ from peer.policy import PeerPolicy
 from peer.relay import REFUSED_ADDRESS, RelayRound
 from tests.adversary.malicious import MaliciousAggregator, mooc_draft, start_peers
 from tests.aggregator.helpers import WirePeer, post
+from tests.loopback import Listener
 from tests.peer.helpers import non_loopback_address
 from tests.waiting import wait_until
 
@@ -209,31 +210,11 @@ def test_the_aggregator_refuses_registrations_with_internal_relay_hosts(adversar
     assert counted.rejects == {"bad relay URL": len(refused)} and counted.registered == 0
 
 
-class _InternalService:
+class _InternalService(Listener):
     """A listener on this machine's private address that counts every connection it is offered."""
 
-    def __init__(self, address: str) -> None:
-        self.sock = socket.create_server((address, 0))
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self._stop = threading.Event()
-        self.sock.settimeout(0.1)
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.connections += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self.thread.join(10)
-        self.sock.close()
+    def _serve(self, conn: socket.socket) -> None:
+        conn.close()
 
 
 NAME = "relay.inside.example"
@@ -286,13 +267,13 @@ def test_a_member_never_connects_to_a_roster_member_whose_relay_name_resolves_in
         adversary.close(problem)
         wait_until(
             lambda: peers.host.relay.counters["roster witness refused: relay address"] >= 2
-            or inside.connections > 0,
+            or inside.accepted > 0,
             60,
             "the victim to refuse the members' relay addresses (or to connect to them)",
         )
     finally:
         peers.stop()
-    assert inside.connections == 0, "the peer connected to the internal service"
+    assert inside.accepted == 0, "the peer connected to the internal service"
     peers.assert_ledger_empty()
 
 
@@ -336,7 +317,7 @@ def test_a_relay_never_forwards_a_packet_to_a_next_hop_whose_name_resolves_insid
     finally:
         server.stop()
         host.db.close()
-    assert inside.connections == 0, "the relay connected to the internal service"
+    assert inside.accepted == 0, "the relay connected to the internal service"
     assert host.relay.counters["route refused: relay address"] == 1
     assert host.relay.counters[f"forwarded refused ({REFUSED_ADDRESS})"] == 1
     assert host.relay.counters["forwarded"] == 0

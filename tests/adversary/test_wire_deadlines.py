@@ -19,7 +19,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -32,6 +31,7 @@ from peer.db import PeerDB
 from peer.discovery import discover
 from tests.aggregator.conftest import aggregator  # noqa: F401 - a fixture, registered by import
 from tests.aggregator.helpers import draft, propose
+from tests.loopback import Listener
 from tests.waiting import wait_until
 
 #: Seconds between two trickled bytes, and bytes trickled: the whole answer would take 60 s.
@@ -57,37 +57,18 @@ SHAPES: dict[str, tuple[bytes, bytes]] = {
 }
 
 
-@dataclass
-class Trickler:
+class Trickler(Listener):
     """A TCP server on loopback that reads a request and answers in ``shape`` (module docstring)."""
 
-    shape: str
-    sock: socket.socket = field(default_factory=socket.socket)
-    stop: threading.Event = field(default_factory=threading.Event)
-    accepted: int = 0
-    closed: int = 0  # connections the client closed (seen as EOF, a reset or a broken pipe)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __post_init__(self) -> None:
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.2)
-        threading.Thread(target=self._accept, daemon=True).start()
+    def __init__(self, shape: str) -> None:
+        self.shape = shape
+        self.closed = 0  # connections the client closed (seen as EOF, a reset or a broken pipe)
+        super().__init__(backlog=16)
 
     @property
     def url(self) -> str:
         scheme = "https" if self.shape == "tls handshake" else "http"
-        return f"{scheme}://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def _accept(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            with self.lock:
-                self.accepted += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def _serve(self, conn: socket.socket) -> None:
         head, trickle = SHAPES[self.shape]
@@ -112,10 +93,6 @@ class Trickler:
                 self.closed += 1
         finally:
             conn.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
 
 
 @pytest.fixture

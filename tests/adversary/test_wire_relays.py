@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import http.client
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +47,7 @@ from tests.aggregator.helpers import (
     wait_phase,
 )
 from tests.aggregator.helpers import post as post_json
+from tests.loopback import Listener
 from tests.peer.helpers import mooc_dropout_draft, simulated_nodes, simulation_host
 from tests.peer.test_relay import OCTETS, ROUND, relays  # noqa: F401 - the relay fixture
 from tests.waiting import wait_until
@@ -62,8 +61,7 @@ HEX = "ab" * 16
 # --- hostile members played by raw sockets -------------------------------------------------------
 
 
-@dataclass
-class RawServer:
+class RawServer(Listener):
     """A TCP server on loopback that reads a request, then answers as ``mode`` says.
 
     ``trickle``: ``HTTP/1.1 200 OK…`` one byte every ``every`` seconds;
@@ -71,30 +69,15 @@ class RawServer:
     ``drop``: an empty 202 for every packet, which it then throws away.
     """
 
-    mode: str
-    every: float = 2.0
-    hits: list[bytes] = field(default_factory=list)
-    sock: socket.socket = field(default_factory=socket.socket)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def __post_init__(self) -> None:
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.sock.settimeout(0.2)
-        threading.Thread(target=self._accept, daemon=True).start()
+    def __init__(self, mode: str, every: float = 2.0) -> None:
+        self.mode = mode
+        self.every = every
+        self.hits: list[bytes] = []
+        super().__init__(backlog=64)
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def _accept(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        return f"http://127.0.0.1:{self.port}"
 
     def _serve(self, conn: socket.socket) -> None:
         conn.settimeout(5)
@@ -123,10 +106,6 @@ class RawServer:
             pass
         finally:
             conn.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ from anonml.demo import simulate_peers
 from anonml.protocol import Bins, Problem, ProblemDraft
 from anonml.serving import free_port, spawn_child
 from peer.simulate import SimulatedIdentity, SimulationManifest
+from tests.loopback import Listener
 from tests.peer.helpers import mooc_dropout_draft
 from tests.waiting import wait_until
 
@@ -216,7 +217,7 @@ class Killable:
             return list(con.execute(sql, args))
 
 
-class CuttingProxy:
+class CuttingProxy(Listener):
     """A loopback TCP proxy in front of an aggregator that runs ``on_cut`` at the first request
     whose request line contains ``trigger`` — and drops that request, as a dead server would.
 
@@ -238,22 +239,9 @@ class CuttingProxy:
         self.cut = threading.Event()
         self.refused = 0
         self.dropped = 0
-        self._lock = threading.Lock()
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self._server.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+        self._lock = threading.Lock()  # its own: on_cut runs under it, and must not hold up accepting
+        super().__init__()
+        self.url = f"http://127.0.0.1:{self.port}"
 
     def _serve(self, client: socket.socket) -> None:
         with client:
