@@ -15,7 +15,6 @@ from anonml.protocol import (
     AssignmentBatchRequest,
     BatchResults,
     Problem,
-    Registration,
     RegistrationBatch,
     sign_message,
     transcript_hash,
@@ -67,17 +66,7 @@ def test_registration_refusals_each_have_a_reason_and_keep_what_was_stored(aggre
     # A certificate made by another identity, re-signed by this one.
     thief, victim = WirePeer(), WirePeer()
     stolen = victim.registration(problem)
-    swapped = sign_message(
-        Registration(
-            problem_id=problem.id,
-            aggregator=problem.aggregator,
-            identity=thief.public,
-            relay_url=stolen.relay_url,
-            relay_certificate=stolen.relay_certificate,
-            signature=bytes(64),
-        ),
-        thief.identity,
-    )
+    swapped = sign_message(stolen.model_copy(update={"identity": thief.public}), thief.identity)
     cert = post(f"{aggregator.url}/problems/{problem.id}/registrations", swapped)
     assert cert.status_code == 403 and "certificate" in cert.json()["detail"]
 
