@@ -114,26 +114,32 @@ def test_privacy_surface_is_lazy_and_complete() -> None:
 
 
 def test_a_descriptor_validates_in_a_process_that_never_loaded_the_mechanisms() -> None:
-    # The wire models import only the descriptor; its consistency check needs the registry the
-    # mechanisms fill, which must load on the first descriptor checked (else every report is refused).
+    # The wire models import only the descriptor, whose consistency check uses the NumPy-free
+    # closed forms: checking (and refusing) a descriptor loads neither the mechanisms nor NumPy.
+    # Building the mechanism needs the classes, which register as their module is imported.
     wire = anonml.privacy.OUE.from_epsilon(1.0, 8).descriptor().model_dump_json()
     bad = json.dumps({**json.loads(wire), "p": 0.3})
     code = (
         "import sys, json\n"
         "from anonml.protocol import PrivateReport\n"
         "from anonml.privacy.descriptor import MechanismDescriptor\n"
-        "assert 'anonml.privacy.mechanisms' not in sys.modules and 'numpy' not in sys.modules\n"
         "d = MechanismDescriptor.model_validate_json(sys.argv[1])\n"
-        "print(type(d.to_mechanism()).__name__)\n"
         "try:\n"
         "    MechanismDescriptor.model_validate_json(sys.argv[2])\n"
         "except ValueError as exc:\n"
         "    print('refused' if 'disagrees' in str(exc) else str(exc))\n"
+        "print(json.dumps(sorted({'anonml.privacy.mechanisms', 'numpy'} & set(sys.modules))))\n"
+        "try:\n"
+        "    d.to_mechanism()\n"
+        "except LookupError as exc:\n"
+        "    print('unregistered' if 'import anonml.privacy.mechanisms' in str(exc) else str(exc))\n"
+        "import anonml.privacy.mechanisms\n"
+        "print(type(d.to_mechanism()).__name__)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, wire, bad], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    assert done.stdout.split() == ["OUE", "refused"], done.stdout + done.stderr
+    assert done.stdout.split() == ["refused", "[]", "unregistered", "OUE"], done.stdout + done.stderr
 
 
 def _loaded_after_import(module: str, watched: tuple[str, ...]) -> list[str]:

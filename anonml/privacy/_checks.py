@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["check_epsilon", "check_domain", "check_values", "index_dtype"]
+# The ε check lives with the closed forms it protects (NumPy-free, for the descriptor); it is
+# re-exported here so every argument check of the privacy modules comes from one import.
+from anonml.privacy._closed_form import MAX_EPSILON, check_epsilon
 
-
-#: Largest ε a mechanism accepts. Past it p rounds to 1 in double precision
-#: (and e^ε soon overflows): the report would simply be the raw value.
-MAX_EPSILON = 30.0
-
-
-def check_epsilon(epsilon: float, where: str = "epsilon") -> float:
-    """Return ``epsilon`` as a float after checking it is finite and in (0, MAX_EPSILON]."""
-    try:
-        value = float(epsilon)
-    except (TypeError, ValueError):
-        raise TypeError(f"{where} must be a number, got {epsilon!r}") from None
-    if not (math.isfinite(value) and value > 0.0):
-        raise ValueError(f"{where} must be finite and > 0, got {epsilon!r}")
-    if value > MAX_EPSILON:
-        raise ValueError(f"{where} must be at most {MAX_EPSILON:g} (p would round to 1), got {epsilon!r}")
-    return value
+__all__ = ["MAX_EPSILON", "check_epsilon", "check_domain", "check_values", "index_dtype"]
 
 
 def check_domain(m: int, where: str = "m") -> int:

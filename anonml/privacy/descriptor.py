@@ -5,8 +5,16 @@ that produced it, and a peer picks the mechanism per report
 (:func:`~anonml.privacy.selection.best_mechanism`), so the choice travels with
 the report as a :class:`MechanismDescriptor`. The descriptor carries the
 defining parameters of its kind *and* the derived ``p``, ``q``, ``epsilon``;
-validation rebuilds the mechanism and refuses a descriptor whose numbers
-disagree, so a tampered or mistyped descriptor never reaches the estimator.
+validation recomputes the derived numbers with the closed forms the mechanisms
+themselves use (:mod:`anonml.privacy._closed_form`) and refuses a descriptor
+whose numbers disagree, so a tampered or mistyped descriptor never reaches the
+estimator.
+
+This module never imports :mod:`anonml.privacy.mechanisms` (which imports it):
+checking a descriptor needs neither the mechanism classes nor NumPy, so a
+service parsing wire messages loads neither (issue 31). The classes register
+themselves in :data:`MECHANISMS` as their module runs, and
+:meth:`MechanismDescriptor.to_mechanism` builds one from that registry.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ import math
 from typing import ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from anonml.privacy._closed_form import implied_parameters
 
 __all__ = ["MechanismDescriptor", "MechanismKind", "MECHANISMS", "DescribedMechanism", "register_mechanism"]
 
@@ -39,8 +49,8 @@ class DescribedMechanism(Protocol):
 _M = TypeVar("_M", bound=type[DescribedMechanism])
 
 #: Every mechanism class by its wire name, filled by :func:`register_mechanism`
-#: as :mod:`anonml.privacy.mechanisms` defines them (this module imports that one
-#: only when a descriptor is first checked: the mechanisms build their descriptors from this module).
+#: as :mod:`anonml.privacy.mechanisms` defines them; only
+#: :meth:`MechanismDescriptor.to_mechanism` reads it.
 MECHANISMS: dict[str, type[DescribedMechanism]] = {}
 
 
@@ -95,9 +105,9 @@ class MechanismDescriptor(BaseModel):
     def _consistent(self) -> MechanismDescriptor:
         if (self.kind == "subset") != (self.omega is not None):
             raise ValueError("omega is required for kind 'subset' and not allowed otherwise")
-        rebuilt = self._build()
-        for name in ("p", "q", "epsilon"):
-            given, derived = getattr(self, name), getattr(rebuilt, name)
+        implied = implied_parameters(self.kind, self.m, self.p, self.q, self.epsilon, self.omega)
+        for name, derived in zip(("p", "q", "epsilon"), implied, strict=True):
+            given = getattr(self, name)
             if not math.isclose(given, derived, rel_tol=_RTOL, abs_tol=0.0):
                 raise ValueError(
                     f"{self.kind} descriptor: {name}={given!r} disagrees with the "
@@ -105,15 +115,18 @@ class MechanismDescriptor(BaseModel):
                 )
         return self
 
-    def _build(self) -> DescribedMechanism:
-        if self.kind not in MECHANISMS:
-            # The mechanisms register as their module runs; a process that has only parsed wire
-            # messages so far (a service just started, issue 31) loads them with its first descriptor.
-            import anonml.privacy.mechanisms  # noqa: F401
-        if self.kind not in MECHANISMS:
-            raise ValueError(f"no mechanism registered for kind {self.kind!r}")
-        return MECHANISMS[self.kind].from_descriptor(self)
-
     def to_mechanism(self) -> DescribedMechanism:
-        """The mechanism this descriptor names (an :class:`~anonml.privacy.mechanisms.Mechanism`)."""
-        return self._build()
+        """The mechanism this descriptor names (an :class:`~anonml.privacy.mechanisms.Mechanism`).
+
+        Raises
+        ------
+        LookupError
+            When no class is registered for ``kind``: :mod:`anonml.privacy.mechanisms` (which
+            registers them all) has not been imported in this process.
+        """
+        if self.kind not in MECHANISMS:
+            raise LookupError(
+                f"no mechanism class is registered for kind {self.kind!r}: "
+                "import anonml.privacy.mechanisms before building a mechanism from a descriptor"
+            )
+        return MECHANISMS[self.kind].from_descriptor(self)

@@ -13,7 +13,11 @@ root of the expected squared error; it holds whatever the correlation between
 bits of one report, which only the privacy loss depends on). The privacy loss
 ``epsilon`` does depend on the joint law of the bits, so each mechanism states
 its own, and the mechanism's *kind* travels with the report
-(:class:`~anonml.privacy.descriptor.MechanismDescriptor`).
+(:class:`~anonml.privacy.descriptor.MechanismDescriptor`). Each mechanism's
+``p``, ``q`` and ``epsilon`` come from :mod:`anonml.privacy._closed_form`, the
+NumPy-free formulas a descriptor is checked against; every class registers
+itself (:func:`~anonml.privacy.descriptor.register_mechanism`) so that
+:meth:`~anonml.privacy.descriptor.MechanismDescriptor.to_mechanism` can build it.
 
 References
 ----------
@@ -36,6 +40,15 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from anonml.privacy._checks import check_domain, check_epsilon, check_values
+from anonml.privacy._closed_form import (
+    check_pq,
+    check_subset_size,
+    krr_pq,
+    oue_pq,
+    pq_epsilon,
+    rappor_pq,
+    subset_pq,
+)
 from anonml.privacy._sampling import (
     bernoulli_bits,
     has_membership_table,
@@ -209,11 +222,6 @@ class _UnaryEncoding(Mechanism):
         return out.reshape(n, m)
 
 
-def _check_pq(p: float, q: float) -> None:
-    if not (0.0 < q < p < 1.0):
-        raise ValueError(f"need 0 < q < p < 1, got p={p!r}, q={q!r}")
-
-
 @register_mechanism
 @dataclass(frozen=True)
 class PQPerturbation(_UnaryEncoding):
@@ -238,14 +246,12 @@ class PQPerturbation(_UnaryEncoding):
     m: int
 
     def __post_init__(self) -> None:
-        _check_pq(self.p, self.q)
+        check_pq(self.p, self.q)
         check_domain(self.m)
 
     @property
     def epsilon(self) -> float:
-        # Worst case: output with 1 at the first input's bit, 0 at the second's.
-        p, q = self.p, self.q
-        return math.log(p * (1 - q) / ((1 - p) * q))
+        return pq_epsilon(self.p, self.q)
 
     @classmethod
     def from_epsilon(cls, epsilon: float, m: int) -> PQPerturbation:
@@ -288,11 +294,11 @@ class RAPPOR(_DefinedByEpsilon, _UnaryEncoding):
 
     @property
     def p(self) -> float:
-        return 1.0 / (1.0 + math.exp(-self.epsilon / 2))
+        return rappor_pq(self.epsilon)[0]
 
     @property
     def q(self) -> float:
-        return 1.0 / (1.0 + math.exp(self.epsilon / 2))
+        return rappor_pq(self.epsilon)[1]
 
 
 @register_mechanism
@@ -306,11 +312,11 @@ class OUE(_DefinedByEpsilon, _UnaryEncoding):
 
     @property
     def p(self) -> float:
-        return 0.5
+        return oue_pq(self.epsilon)[0]
 
     @property
     def q(self) -> float:
-        return 1.0 / (math.exp(self.epsilon) + 1.0)
+        return oue_pq(self.epsilon)[1]
 
 
 @register_mechanism
@@ -329,12 +335,11 @@ class RandomizedResponse(_DefinedByEpsilon, Mechanism):
 
     @property
     def p(self) -> float:
-        lam = math.exp(self.epsilon)
-        return lam / (lam + self.m - 1)
+        return krr_pq(self.epsilon, self.m)[0]
 
     @property
     def q(self) -> float:
-        return 1.0 / (math.exp(self.epsilon) + self.m - 1)
+        return krr_pq(self.epsilon, self.m)[1]
 
     def pair_moments(self) -> tuple[float, float]:
         """One bit per report: no two bits are ever both 1."""
@@ -384,8 +389,7 @@ class SubsetSelection(_DefinedByEpsilon, Mechanism):
             object.__setattr__(self, "omega", _default_omega(self.epsilon, self.m))
         if isinstance(self.omega, bool) or not isinstance(self.omega, int | np.integer):
             raise TypeError(f"omega must be an integer, got {self.omega!r}")
-        if not 1 <= self.omega <= self.m - 1:
-            raise ValueError(f"omega must lie in [1, m-1={self.m - 1}], got {self.omega}")
+        check_subset_size(self.omega, self.m)
 
     @classmethod
     def from_descriptor(cls, descriptor: MechanismDescriptor) -> SubsetSelection:
@@ -394,13 +398,11 @@ class SubsetSelection(_DefinedByEpsilon, Mechanism):
 
     @property
     def p(self) -> float:
-        lam, w = math.exp(self.epsilon), self.omega
-        return w * lam / (w * lam + self.m - w)
+        return subset_pq(self.epsilon, self.m, self.omega)[0]
 
     @property
     def q(self) -> float:
-        lam, w, m = math.exp(self.epsilon), self.omega, self.m
-        return (w * (w - 1) * lam + (m - w) * w) / ((m - 1) * (w * lam + m - w))
+        return subset_pq(self.epsilon, self.m, self.omega)[1]
 
     def pair_moments(self) -> tuple[float, float]:
         """Exactly ω bits are 1: ``r₁ = p(ω−1)/(m−1)``, ``r₀ = (ω−1)(ω−2p)/((m−1)(m−2))``.

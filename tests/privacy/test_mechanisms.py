@@ -243,6 +243,35 @@ def test_descriptor_refuses_inconsistent_numbers():
         MechanismDescriptor.model_validate({**subset, "omega": subset["omega"] + 1})
 
 
+@pytest.mark.parametrize(
+    ("good", "change", "message"),
+    [
+        # Each defining parameter is refused with the message its mechanism's constructor gives.
+        (OUE.from_epsilon(1.0, 8), {"epsilon": 31.0, "q": 1.0 / (math.exp(31.0) + 1.0)}, "at most 30"),
+        (PQPerturbation(p=0.6, q=0.2, m=5), {"p": 0.2, "q": 0.6}, r"need 0 < q < p < 1, got p=0\.2, q=0\.6"),
+        (SubsetSelection.from_epsilon(1.0, 16), {"omega": 16}, r"omega must lie in \[1, m-1=15\], got 16"),
+        # Derived numbers are recomputed from the defining ones: p, q for ε-kinds, ε for (p, q).
+        (PQPerturbation(p=0.6, q=0.2, m=5), {"epsilon": 1.0}, "epsilon=1.0 disagrees"),
+        (RandomizedResponse.from_epsilon(2.0, 5), {"m": 6}, "krr descriptor: p=.* disagrees"),
+        (SubsetSelection.from_epsilon(1.0, 16), {"omega": 3}, "subset descriptor: p=.* disagrees"),
+        (RAPPOR.from_epsilon(1.0, 4), {"q": 0.3}, "rappor descriptor: q=0.3 disagrees"),
+    ],
+)
+def test_descriptor_refusals_say_which_parameter(good, change, message):
+    with pytest.raises(ValidationError, match=message):
+        MechanismDescriptor.model_validate({**good.descriptor().model_dump(), **change})
+
+
+def test_to_mechanism_names_the_missing_registration(monkeypatch):
+    # The descriptor never imports the mechanisms; a kind nobody registered must say what to import.
+    from anonml.privacy import MECHANISMS
+
+    descriptor = OUE.from_epsilon(1.0, 8).descriptor()
+    monkeypatch.delitem(MECHANISMS, "oue")
+    with pytest.raises(LookupError, match="import anonml.privacy.mechanisms"):
+        descriptor.to_mechanism()
+
+
 def test_epsilon_past_the_arithmetic_limit_is_refused():
     from anonml.privacy import RandomizedResponse
 
