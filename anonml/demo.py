@@ -83,6 +83,7 @@ from anonml.protocol import (
     route_count,
 )
 from peer.client import AggregatorClient
+from peer.phases import ParticipationPhase
 
 # The demo's parts live in their own modules (problem and waits, simulated peers, scoring,
 # result); their names stay importable from here, where tests and benchmarks take them.
@@ -265,7 +266,7 @@ def _register(services: _Services, draft: ProblemDraft, n_peers: int, report: Pr
         session = services.host.sessions.get(pid)
         if session is None:  # peers are still deciding and computing their examples
             return False
-        return s.registered >= sum(1 for p in session.participants if p.status != "aborted")
+        return s.registered >= sum(1 for p in session.participants if p.phase != ParticipationPhase.ABORTED)
 
     _wait(url, pid, everyone_registered, timeout=120)
     admin.close(pid)
