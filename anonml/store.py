@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -557,7 +558,8 @@ def _store_events(
         else:
             events = _parsed_events(path, importer, user, tally)
             return add_events(session, events, user=tally.fallback, import_id=import_id)
-        return _store_chunks(session, chunks, tally)
+        with closing(chunks):  # a refused chunk ends the workers now, not when the traceback goes
+            return _store_chunks(session, chunks, tally)
 
 
 def _parsed_events(path: Path, importer: Importer, user: str | None, tally: _Tally) -> Iterator[Event]:

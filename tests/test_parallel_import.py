@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import multiprocessing
 import os
 import signal
 import sqlite3
@@ -97,6 +98,7 @@ def test_a_bad_line_in_a_late_chunk_names_file_and_line_and_rolls_everything_bac
             store.import_file(log, EdxImporter(), workers=workers)
         messages.append(str(info.value))
         assert store.count() == 0 and store.imports() == []
+        assert multiprocessing.active_children() == []  # ended with the import, not with the traceback
     assert messages[0] == messages[1]
     assert messages[1].startswith(f"{log}:437: invalid JSON")
 
@@ -156,6 +158,62 @@ def test_several_files_stay_one_transaction(small_chunks, tmp_path: Path) -> Non
     with pytest.raises(RecordError, match=r"b\.log:300: invalid JSON"):
         store.import_files([(good, EdxImporter(), None), (bad, EdxImporter(), None)], workers=2)
     assert store.count() == 0 and store.imports() == []
+
+
+class _DyingImporter(EdxImporter):
+    """Parses as edX does in this process; a forked worker instead ends (``exit_code``) or raises."""
+
+    def __init__(self, exit_code: int | None) -> None:
+        super().__init__()
+        self.home, self.exit_code = os.getpid(), exit_code
+
+    def parse_block_rows(self, path: Path, block: bytes, first_line: int, **kwargs):  # type: ignore[override]
+        if os.getpid() != self.home:
+            if self.exit_code is not None:
+                os._exit(self.exit_code)
+            raise ValueError(f"worker refused the block at line {first_line}")
+        return super().parse_block_rows(path, block, first_line, **kwargs)
+
+
+@pytest.mark.parametrize("exit_code", [None, 3])
+def test_a_failing_or_dead_worker_fails_the_import_and_leaves_no_workers(
+    small_chunks, tmp_path: Path, exit_code: int | None
+) -> None:
+    """A worker's exception is raised here, as it would be parsing serially; a worker that dies
+    ends the import at once (it is not waited for), and either way no worker is left running."""
+    log = _course_log(tmp_path / "tracking.log")
+    store = EventStore(f"sqlite:///{tmp_path / 'events.db'}")
+    if exit_code is None:
+        expected = r"worker refused the block at line \d+"
+        kind: type[Exception] = ValueError
+    else:
+        expected = r"parse worker \d+ ended unexpectedly \(exit code 3\)"
+        kind = RuntimeError
+    with pytest.raises(kind, match=expected):
+        store.import_file(log, _DyingImporter(exit_code), workers=2)
+    assert store.count() == 0 and store.imports() == []
+    assert multiprocessing.active_children() == []
+    assert store.import_file(log, EdxImporter(), workers=2).inserted > 500  # the store works on
+
+
+def test_a_block_too_large_for_a_slot_is_parsed_in_the_importing_process(
+    small_chunks, tmp_path: Path
+) -> None:
+    """Lines of 20 KB make blocks larger than a shared slot (two 4 KiB reads here): the same rows."""
+    log = _course_log(tmp_path / "tracking.log")
+    lines = log.read_text(encoding="utf-8").split("\n")
+    for number in (300, 301, 700):
+        obj = json.loads(lines[number - 1])
+        lines[number - 1] = json.dumps({**obj, "agent": "x" * 20_000})
+    log.write_text("\n".join(lines), encoding="utf-8")
+    assert max(len(block) for _, block in iter_line_blocks(log, 4096)) > 2 * 4096
+    reports = {}
+    for workers in (1, 2):
+        store = EventStore(f"sqlite:///{tmp_path / f'w{workers}.db'}")
+        reports[workers] = store.import_file(log, EdxImporter(), workers=workers)
+        store.close()
+    assert reports[2].inserted == reports[1].inserted > 500
+    assert _rows(tmp_path / "w2.db") == _rows(tmp_path / "w1.db")
 
 
 _KILLED_IMPORT = """
