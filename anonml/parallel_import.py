@@ -60,7 +60,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from anonml.event_rows import ChunkRows, rows_of
-from anonml.plugins import ChunkedImporter, Importer
+from anonml.plugins import ChunkedImporter, Importer, RowOwner
 from anonml.readers import iter_line_blocks
 
 __all__ = [
@@ -69,7 +69,6 @@ __all__ = [
     "default_workers",
     "use_parallel",
     "parallel_chunk_rows",
-    "serial_chunk_rows",
     "fewer_collections",
 ]
 
@@ -135,15 +134,13 @@ def fewer_collections() -> Iterator[None]:
 
 
 # --- worker side: set once per forked worker by _init_worker ----------------------------
-_job: tuple[ChunkedImporter, Path, str | None, str, int] | None = None
+_job: tuple[ChunkedImporter, Path, RowOwner] | None = None
 
 
-def _init_worker(
-    importer: ChunkedImporter, path: Path, user: str | None, fallback: str, import_id: int, parent: int
-) -> None:
+def _init_worker(importer: ChunkedImporter, path: Path, owner: RowOwner, parent: int) -> None:
     """Set up a forked worker; ``parent`` is the importing process's pid, read before the fork."""
     global _job
-    _job = (importer, path, user, fallback, import_id)
+    _job = (importer, path, owner)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the importing process's to handle
     # What the worker inherited is never garbage here: the collector need not walk it (nor copy
     # the pages it would touch), and passes are as rare as during the import itself.
@@ -154,7 +151,7 @@ def _init_worker(
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         # The parent died before the request took effect. Its pid comes from before the fork: read
         # here, a parent killed before this line ran would already read as the reaper, and the
-        # worker would live on, blocked on the task queue's lock a killed sibling still held.
+        # worker would live on, waiting on a task pipe that a sibling still holds open.
         if os.getppid() != parent:
             os._exit(1)
 
@@ -174,7 +171,7 @@ def _serve(tasks: Connection, results: Connection, ring: mmap.mmap, slot_bytes: 
     """
     _init_worker(*job)
     assert _job is not None
-    importer, path, user, fallback, import_id = _job
+    importer, path, owner = _job
     while True:
         try:
             task = tasks.recv_bytes()
@@ -186,7 +183,7 @@ def _serve(tasks: Connection, results: Connection, ring: mmap.mmap, slot_bytes: 
         start = slot * slot_bytes
         block = ring[start : start + size]
         try:
-            result = _chunk_rows(importer, path, block, first_line, True, user, fallback, import_id)
+            result = importer.parse_block_rows(path, block, first_line, opened=True, owner=owner)
         except Exception as exc:  # the importing process raises it, as it would parsing serially
             _send_failure(results, exc)
             continue
@@ -205,51 +202,32 @@ def _send_failure(results: Connection, exc: Exception) -> None:
         results.send(RuntimeError(f"{type(exc).__name__}: {exc}"))
 
 
-def _chunk_rows(
-    importer: ChunkedImporter,
-    path: Path,
-    block: bytes,
-    first_line: int,
-    opened: bool,
-    user: str | None,
-    fallback: str,
-    import_id: int,
-) -> ChunkRows:
-    return importer.parse_block_rows(
-        path, block, first_line, opened=opened, user=user, fallback=fallback, import_id=import_id
-    )
-
-
 def parallel_chunk_rows(
-    path: Path,
-    importer: ChunkedImporter,
-    *,
-    workers: int,
-    user: str | None,
-    fallback: str,
-    import_id: int,
+    path: Path, importer: ChunkedImporter, *, workers: int, owner: RowOwner
 ) -> Generator[ChunkRows, None, None]:
     """Every chunk of ``path`` as :class:`ChunkRows`, in file order, then the records
     :meth:`~anonml.plugins.ChunkedImporter.finish_chunks` resolves at the end.
 
-    The caller stores each one before asking for the next (raising a chunk's
-    first error unless skipping bad records, then its ``fatal`` error). Closing
-    the iterator early terminates the workers.
+    The steps of :meth:`~anonml.plugins.ChunkedImporter.parse` with each block
+    of lines made into rows (:meth:`~anonml.plugins.ChunkedImporter.parse_block_rows`):
+    in this process until the format is established, then in ``workers``
+    processes (with one, all in this process: a small file, or ``workers=1``).
+    The same rows, errors and order either way, as a chunked importer gives the
+    same whatever the chunks. The caller stores each one before asking for the
+    next (raising a chunk's first error unless skipping bad records, then its
+    ``fatal`` error). Closing the iterator early terminates the workers.
     """
     importer.start_chunks(path)
     chunks = iter_line_blocks(path, _BLOCK_BYTES, first_size=_FIRST_BYTES)
     opened = False
-    for first_line, block in chunks:  # until the format is established: here, as serially
-        result = _chunk_rows(importer, path, block, first_line, opened, user, fallback, import_id)
-        if result.fatal is None:
-            importer.merge_chunk(path, result.state)
-        yield result
+    for first_line, block in chunks:
+        result = importer.parse_block_rows(path, block, first_line, opened=opened, owner=owner)
+        yield _merged(importer, path, result)
         opened = result.opened
-        if opened:
+        if opened and workers > 1:
             break
-    if opened:
-        job = (importer, path, user, fallback, import_id, os.getpid())
-        with _Team(workers, job) as team:
+    if opened and workers > 1:
+        with _Team(workers, (importer, path, owner, os.getpid())) as team:
             pending: deque[_Ticket] = deque()
             for first_line, block in chunks:
                 pending.append(team.submit(first_line, block))
@@ -257,26 +235,7 @@ def parallel_chunk_rows(
                     yield _merged(importer, path, team.answer(pending.popleft()))
             while pending:
                 yield _merged(importer, path, team.answer(pending.popleft()))
-    yield rows_of(importer.finish_chunks(path), user, fallback, import_id)
-
-
-def serial_chunk_rows(
-    path: Path, importer: ChunkedImporter, *, user: str | None, fallback: str, import_id: int
-) -> Generator[ChunkRows, None, None]:
-    """:func:`parallel_chunk_rows` in this process (a small file, or one worker): the steps of
-    :meth:`~anonml.plugins.ChunkedImporter.parse` with each block of lines made into rows
-    (:meth:`~anonml.plugins.ChunkedImporter.parse_block_rows`), so an importer that makes
-    rows without events, or reads undecoded lines, saves that here too; the same rows, errors
-    and order (a chunked importer gives the same whatever the chunks)."""
-    importer.start_chunks(path)
-    opened = False
-    for first_line, block in iter_line_blocks(path, _BLOCK_BYTES, first_size=_FIRST_BYTES):
-        result = _chunk_rows(importer, path, block, first_line, opened, user, fallback, import_id)
-        if result.fatal is None:
-            importer.merge_chunk(path, result.state)
-        yield result
-        opened = result.opened
-    yield rows_of(importer.finish_chunks(path), user, fallback, import_id)
+    yield rows_of(importer.finish_chunks(path), owner.user, owner.fallback, owner.import_id)
 
 
 @dataclass(slots=True)
@@ -352,9 +311,8 @@ class _Team:
     def answer(self, ticket: _Ticket) -> ChunkRows:
         """The :class:`ChunkRows` of a submitted block (taken in submission order)."""
         if ticket.block is not None:
-            importer, path, user, fallback, import_id, _ = self._job
-            block, first_line = ticket.block, ticket.first_line
-            return _chunk_rows(importer, path, block, first_line, True, user, fallback, import_id)
+            importer, path, owner, _ = self._job
+            return importer.parse_block_rows(path, ticket.block, ticket.first_line, opened=True, owner=owner)
         worker = ticket.index % self.workers
         try:
             answer = self._results[worker].recv()  # pickled by our own worker
@@ -391,5 +349,7 @@ class _Team:
 
 
 def _merged(importer: ChunkedImporter, path: Path, result: ChunkRows) -> ChunkRows:
-    importer.merge_chunk(path, result.state)
+    """``result``, its state folded into ``importer`` (unless the file ends there, ``fatal``)."""
+    if result.fatal is None:
+        importer.merge_chunk(path, result.state)
     return result

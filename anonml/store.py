@@ -39,7 +39,7 @@ from anonml.errors import RecordError, StoreError
 from anonml.event_rows import EVENT_COLUMNS, event_row
 from anonml.model import Dataset, Event, decode_fields, timestamp_us, to_utc
 from anonml.paths import default_store_url
-from anonml.plugins import ChunkedImporter, Importer
+from anonml.plugins import ChunkedImporter, Importer, RowOwner
 
 __all__ = [
     "EventStore",
@@ -550,14 +550,14 @@ def _store_events(
 
     workers = par.default_workers() if workers is None else workers
     with par.fewer_collections():  # the parse keeps a chunk of events alive: see there
-        where = {"user": user, "fallback": tally.fallback, "import_id": import_id}
-        if par.use_parallel(path, importer, workers):
-            chunks = par.parallel_chunk_rows(path, importer, workers=workers, **where)  # type: ignore[arg-type]
-        elif isinstance(importer, ChunkedImporter):  # in rows, which it may make without events
-            chunks = par.serial_chunk_rows(path, importer, **where)  # type: ignore[arg-type]
-        else:
+        if not isinstance(importer, ChunkedImporter):
             events = _parsed_events(path, importer, user, tally)
             return add_events(session, events, user=tally.fallback, import_id=import_id)
+        # In rows, which a chunked importer may make without events; in this process unless
+        # workers pay (a large file).
+        parsers = workers if par.use_parallel(path, importer, workers) else 1
+        owner = RowOwner(user, tally.fallback, import_id)
+        chunks = par.parallel_chunk_rows(path, importer, workers=parsers, owner=owner)
         with closing(chunks):  # a refused chunk ends the workers now, not when the traceback goes
             return _store_chunks(session, chunks, tally)
 
@@ -577,8 +577,7 @@ def _parsed_events(path: Path, importer: Importer, user: str | None, tally: _Tal
 
 
 def _store_chunks(session: Session, chunks: Iterable[par.ChunkRows], tally: _Tally) -> int:
-    """Store parsed chunks (:func:`anonml.parallel_import.parallel_chunk_rows`,
-    :func:`~anonml.parallel_import.serial_chunk_rows`) in file order.
+    """Store parsed chunks (:func:`anonml.parallel_import.parallel_chunk_rows`) in file order.
 
     Counts their events, errors and users in ``tally``; raises the first error
     unless ``skip_bad``, and a worker's fatal error always. Returns the rows inserted.

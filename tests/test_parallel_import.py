@@ -19,6 +19,8 @@ import pytest
 from anonml import parallel_import
 from anonml.datasets.mooc import simulate_students
 from anonml.errors import RecordError
+from anonml.event_rows import ChunkRows
+from anonml.plugins import RowOwner
 from anonml.readers import block_lines, iter_line_blocks, open_text
 from anonml.store import EventStore
 from importers.edx import EdxImporter
@@ -167,12 +169,14 @@ class _DyingImporter(EdxImporter):
         super().__init__()
         self.home, self.exit_code = os.getpid(), exit_code
 
-    def parse_block_rows(self, path: Path, block: bytes, first_line: int, **kwargs):  # type: ignore[override]
+    def parse_block_rows(
+        self, path: Path, block: bytes, first_line: int, *, opened: bool, owner: RowOwner
+    ) -> ChunkRows:
         if os.getpid() != self.home:
             if self.exit_code is not None:
                 os._exit(self.exit_code)
             raise ValueError(f"worker refused the block at line {first_line}")
-        return super().parse_block_rows(path, block, first_line, **kwargs)
+        return super().parse_block_rows(path, block, first_line, opened=opened, owner=owner)
 
 
 @pytest.mark.parametrize("exit_code", [None, 3])
@@ -295,7 +299,8 @@ def test_a_worker_whose_importer_died_before_the_worker_started_exits_at_once(tm
             while os.getppid() == parent and time.monotonic() < deadline:
                 time.sleep(0.01)
             try:
-                parallel_import._init_worker(EdxImporter(), tmp_path / "x.log", None, "u", 1, parent)
+                owner = RowOwner(None, "u", 1)
+                parallel_import._init_worker(EdxImporter(), tmp_path / "x.log", owner, parent)
                 os.write(write_end, b"lived on")
             finally:
                 os._exit(0)
@@ -383,9 +388,9 @@ def test_edx_rows_made_without_events_are_the_rows_of_its_events(tmp_path: Path,
     lines[12] = "{not json"
     log.write_text("\n".join(lines), encoding="utf-8")
     chunk = block_lines(log, log.read_bytes(), 1)
-    args = dict(opened=False, user=user, fallback="me", import_id=7)
-    made = EdxImporter().parse_chunk_rows(log, chunk, 1, **args)
-    expected = ChunkedImporter.parse_chunk_rows(EdxImporter(), log, chunk, 1, **args)
+    owner = RowOwner(user, "me", 7)
+    made = EdxImporter().parse_chunk_rows(log, chunk, 1, opened=False, owner=owner)
+    expected = ChunkedImporter.parse_chunk_rows(EdxImporter(), log, chunk, 1, opened=False, owner=owner)
     assert made.rows == expected.rows and len(made.rows) > 20
     assert [(e.line, str(e)) for e in made.errors] == [(e.line, str(e)) for e in expected.errors]
     assert [e.line for e in made.errors] == [11, 12, 13]
