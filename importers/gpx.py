@@ -101,6 +101,16 @@ def _time(node: XmlNode) -> datetime | None:
         raise ValueError(f"time: {raw!r} is not an ISO 8601 time") from None
 
 
+def _read_point(
+    path: Path, node: XmlNode, record: str
+) -> tuple[dict[str, object], datetime | None] | RecordError:
+    """A ``trkpt``'s or ``wpt``'s fields and time, or the bad record naming it (``record``: ``trkpt[3]``)."""
+    try:
+        return point_fields(node), _time(node)
+    except ValueError as exc:
+        return RecordError(path, node.line, str(exc), record=record)
+
+
 def point_fields(node: XmlNode) -> dict[str, object]:
     """``lat``, ``lon``, ``elevation_m`` and the extension fields of a ``trkpt`` or ``wpt``.
 
@@ -163,13 +173,12 @@ class GpxImporter(Importer):
                 else:
                     sums.new_segment()
             elif node.tag == "trkpt":
-                index, points = points, points + 1
-                try:
-                    fields = point_fields(node)
-                    when = _time(node)
-                except ValueError as exc:
-                    yield RecordError(path, node.line, str(exc), record=f"trkpt[{index}]")
+                read = _read_point(path, node, f"trkpt[{points}]")
+                points += 1
+                if isinstance(read, RecordError):
+                    yield read
                     continue
+                fields, when = read
                 sums.add(fields["lat"], fields["lon"], fields.get("elevation_m"), when)  # type: ignore[arg-type]
                 sport = _sport(track)
                 if sport is not None:
@@ -181,13 +190,12 @@ class GpxImporter(Importer):
                 tracks += 1
                 track = None
             elif node.tag == "wpt":
-                index, waypoints = waypoints, waypoints + 1
-                try:
-                    fields = point_fields(node)
-                    when = _time(node)
-                except ValueError as exc:
-                    yield RecordError(path, node.line, str(exc), record=f"wpt[{index}]")
+                read = _read_point(path, node, f"wpt[{waypoints}]")
+                waypoints += 1
+                if isinstance(read, RecordError):
+                    yield read
                     continue
+                fields, when = read
                 if node.text_of("name"):
                     fields["name"] = Text(node.text_of("name"))
                 if node.text_of("sym"):
