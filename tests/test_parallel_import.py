@@ -220,6 +220,31 @@ def test_a_block_too_large_for_a_slot_is_parsed_in_the_importing_process(
     assert _rows(tmp_path / "w2.db") == _rows(tmp_path / "w1.db")
 
 
+class _BulkyRowsImporter(EdxImporter):
+    """edX rows each carrying 10 KB more in ``fields`` (here and in workers alike): a block's rows
+    then outgrow the shared slot its lines came in."""
+
+    def parse_block_rows(
+        self, path: Path, block: bytes, first_line: int, *, opened: bool, owner: RowOwner
+    ) -> ChunkRows:
+        chunk = super().parse_block_rows(path, block, first_line, opened=opened, owner=owner)
+        pad = ',"pad":"' + "x" * 10_000 + '"}'
+        chunk.rows = [(*row[:5], row[5][:-1] + pad, row[6]) for row in chunk.rows]
+        return chunk
+
+
+def test_rows_larger_than_their_slot_come_back_whole(small_chunks, tmp_path: Path) -> None:
+    log = _course_log(tmp_path / "tracking.log")
+    reports = {}
+    for workers in (1, 2):
+        store = EventStore(f"sqlite:///{tmp_path / f'w{workers}.db'}")
+        reports[workers] = store.import_file(log, _BulkyRowsImporter(), workers=workers)
+        store.close()
+    assert reports[2].inserted == reports[1].inserted > 500
+    stored = _rows(tmp_path / "w2.db")
+    assert stored == _rows(tmp_path / "w1.db") and all(len(row[5]) > 10_000 for row in stored)
+
+
 _KILLED_IMPORT = """
 import sys
 from pathlib import Path
