@@ -53,7 +53,7 @@ import struct
 import sys
 import threading
 from collections import deque
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -203,7 +203,12 @@ def _send_failure(results: Connection, exc: Exception) -> None:
 
 
 def parallel_chunk_rows(
-    path: Path, importer: ChunkedImporter, *, workers: int, owner: RowOwner
+    path: Path,
+    importer: ChunkedImporter,
+    *,
+    workers: int,
+    owner: RowOwner,
+    while_waiting: Callable[[], object] | None = None,
 ) -> Generator[ChunkRows, None, None]:
     """Every chunk of ``path`` as :class:`ChunkRows`, in file order, then the records
     :meth:`~anonml.plugins.ChunkedImporter.finish_chunks` resolves at the end.
@@ -216,6 +221,9 @@ def parallel_chunk_rows(
     same whatever the chunks. The caller stores each one before asking for the
     next (raising a chunk's first error unless skipping bad records, then its
     ``fatal`` error). Closing the iterator early terminates the workers.
+    ``while_waiting`` is called once, here, when the workers have their first
+    blocks and nothing is ready to store yet (with workers only): work that
+    would otherwise hold up the start (the store hashes the file then).
     """
     importer.start_chunks(path)
     chunks = iter_line_blocks(path, _BLOCK_BYTES, first_size=_FIRST_BYTES)
@@ -229,12 +237,20 @@ def parallel_chunk_rows(
     if opened and workers > 1:
         with _Team(workers, (importer, path, owner, os.getpid())) as team:
             pending: deque[_Ticket] = deque()
+
+            def taken() -> ChunkRows:
+                nonlocal while_waiting
+                if while_waiting is not None:  # the workers have blocks to parse: time to spare here
+                    while_waiting()
+                    while_waiting = None
+                return _merged(importer, path, team.answer(pending.popleft()))
+
             for first_line, block in chunks:
                 pending.append(team.submit(first_line, block))
                 if len(pending) >= team.slots:  # bounded: memory is the ring's few blocks
-                    yield _merged(importer, path, team.answer(pending.popleft()))
+                    yield taken()
             while pending:
-                yield _merged(importer, path, team.answer(pending.popleft()))
+                yield taken()
     yield rows_of(importer.finish_chunks(path), owner.user, owner.fallback, owner.import_id)
 
 

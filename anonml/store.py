@@ -476,21 +476,22 @@ def _import_into(
     """
     if not path.exists():
         raise RecordError(path, None, "no such file or folder")
-    file_hash = sha256_file(path) if path.is_file() else _hash_tree(path)
-    replaced = _remove_imports_of(session, file_hash) if replace else 0
+    content = _ContentHash(path)
+    replaced = _remove_imports_of(session, content.compute()) if replace else 0
     tally = _Tally(fallback=user or DEFAULT_USER, skip_bad=skip_bad, on_event=on_event)
     record = ImportRow(
         importer=importer.name,
         importer_version=importer.version,
         path=origin or str(path.resolve()),
-        file_sha256=file_hash,
+        file_sha256=content.hexdigest or "",  # until it is hashed, below (nothing is committed before)
         user_id=tally.fallback,
         started_at=datetime.now(UTC),
     )
     session.add(record)
     session.flush()
-    inserted = _store_events(session, path, importer, user, record.id, tally, workers)
+    inserted = _store_events(session, path, importer, user, record.id, tally, workers, content.compute)
     who = _who(tally.users, tally.fallback)
+    record.file_sha256 = content.compute()
     record.user_id = who
     record.accepted = tally.accepted
     record.duplicate = tally.accepted - inserted
@@ -511,6 +512,23 @@ def _import_into(
         users=max(len(tally.users), 1),
         replaced=replaced,
     )
+
+
+@dataclass
+class _ContentHash:
+    """The SHA-256 of an import's input (a file, or a folder's files) as provenance records it,
+    computed once: first when asked for (``replace`` needs it before anything is stored), else
+    while a parallel parse leaves the importing process waiting for its first rows (the hash
+    then costs the import no time: :func:`anonml.parallel_import.parallel_chunk_rows`), else
+    once the events are stored."""
+
+    path: Path
+    hexdigest: str | None = None
+
+    def compute(self) -> str:
+        if self.hexdigest is None:
+            self.hexdigest = sha256_file(self.path) if self.path.is_file() else _hash_tree(self.path)
+        return self.hexdigest
 
 
 @dataclass
@@ -545,8 +563,12 @@ def _store_events(
     import_id: int,
     tally: _Tally,
     workers: int | None,
+    while_waiting: Callable[[], object],
 ) -> int:
-    """Parse ``path`` (in ``workers`` processes where it pays) and store its events; rows inserted."""
+    """Parse ``path`` (in ``workers`` processes where it pays) and store its events; rows inserted.
+
+    ``while_waiting``: see :func:`anonml.parallel_import.parallel_chunk_rows`.
+    """
 
     workers = par.default_workers() if workers is None else workers
     with par.fewer_collections():  # the parse keeps a chunk of events alive: see there
@@ -557,7 +579,9 @@ def _store_events(
         # workers pay (a large file).
         parsers = workers if par.use_parallel(path, importer, workers) else 1
         owner = RowOwner(user, tally.fallback, import_id)
-        chunks = par.parallel_chunk_rows(path, importer, workers=parsers, owner=owner)
+        chunks = par.parallel_chunk_rows(
+            path, importer, workers=parsers, owner=owner, while_waiting=while_waiting
+        )
         with closing(chunks):  # a refused chunk ends the workers now, not when the traceback goes
             return _store_chunks(session, chunks, tally)
 

@@ -4,6 +4,7 @@ one transaction, and no worker outliving a killed import."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import multiprocessing
 import os
@@ -71,6 +72,8 @@ def test_workers_store_exactly_what_one_process_stores(small_chunks, tmp_path: P
         dropped[workers] = dict(importer.dropped)
         again = store.import_file(log, EdxImporter(), workers=workers)  # content-keyed: adds nothing
         assert (again.inserted, again.duplicate) == (0, reports[workers].accepted)
+        # The file is hashed while the workers parse, and provenance records it all the same.
+        assert {r.file_sha256 for r in store.imports()} == {hashlib.sha256(log.read_bytes()).hexdigest()}
         store.close()
     serial = reports[1]
     assert serial.inserted > 500 and serial.users == 12
@@ -86,6 +89,26 @@ def test_workers_store_exactly_what_one_process_stores(small_chunks, tmp_path: P
         )
         assert dropped[workers] == dropped[1]
         assert _rows(tmp_path / f"w{workers}.db") == _rows(tmp_path / "w1.db")
+
+
+def test_while_waiting_runs_once_and_only_when_workers_parse(small_chunks, tmp_path: Path) -> None:
+    log = _course_log(tmp_path / "tracking.log")
+    calls: list[tuple[int, int]] = []
+    stored = {"rows": 0}  # rows handed over so far, as the hook sees it
+    for workers in (1, 2):
+        stored["rows"] = 0
+        chunks = parallel_import.parallel_chunk_rows(
+            log,
+            EdxImporter(),
+            workers=workers,
+            owner=RowOwner(None, "me", 1),
+            while_waiting=lambda workers=workers: calls.append((workers, stored["rows"])),
+        )
+        for chunk in chunks:
+            stored["rows"] += len(chunk.rows)
+        assert stored["rows"] > 500
+    # With workers: once, after the rows of the blocks parsed here (the format check), before any of theirs.
+    assert len(calls) == 1 and calls[0][0] == 2 and 0 < calls[0][1] < 100
 
 
 def test_a_bad_line_in_a_late_chunk_names_file_and_line_and_rolls_everything_back(
@@ -200,6 +223,19 @@ def test_a_failing_or_dead_worker_fails_the_import_and_leaves_no_workers(
     assert store.import_file(log, EdxImporter(), workers=2).inserted > 500  # the store works on
 
 
+def _stored_both_ways(log: Path, tmp_path: Path, kind: type[EdxImporter]) -> list[tuple]:
+    """The rows a ``kind`` import of ``log`` stores, the same in one process as with two workers."""
+    reports = {}
+    for workers in (1, 2):
+        store = EventStore(f"sqlite:///{tmp_path / f'w{workers}.db'}")
+        reports[workers] = store.import_file(log, kind(), workers=workers)
+        store.close()
+    assert reports[2].inserted == reports[1].inserted > 500
+    stored = _rows(tmp_path / "w2.db")
+    assert stored == _rows(tmp_path / "w1.db")
+    return stored
+
+
 def test_a_block_too_large_for_a_slot_is_parsed_in_the_importing_process(
     small_chunks, tmp_path: Path
 ) -> None:
@@ -211,13 +247,7 @@ def test_a_block_too_large_for_a_slot_is_parsed_in_the_importing_process(
         lines[number - 1] = json.dumps({**obj, "agent": "x" * 20_000})
     log.write_text("\n".join(lines), encoding="utf-8")
     assert max(len(block) for _, block in iter_line_blocks(log, 4096)) > 2 * 4096
-    reports = {}
-    for workers in (1, 2):
-        store = EventStore(f"sqlite:///{tmp_path / f'w{workers}.db'}")
-        reports[workers] = store.import_file(log, EdxImporter(), workers=workers)
-        store.close()
-    assert reports[2].inserted == reports[1].inserted > 500
-    assert _rows(tmp_path / "w2.db") == _rows(tmp_path / "w1.db")
+    _stored_both_ways(log, tmp_path, EdxImporter)
 
 
 class _BulkyRowsImporter(EdxImporter):
@@ -234,15 +264,8 @@ class _BulkyRowsImporter(EdxImporter):
 
 
 def test_rows_larger_than_their_slot_come_back_whole(small_chunks, tmp_path: Path) -> None:
-    log = _course_log(tmp_path / "tracking.log")
-    reports = {}
-    for workers in (1, 2):
-        store = EventStore(f"sqlite:///{tmp_path / f'w{workers}.db'}")
-        reports[workers] = store.import_file(log, _BulkyRowsImporter(), workers=workers)
-        store.close()
-    assert reports[2].inserted == reports[1].inserted > 500
-    stored = _rows(tmp_path / "w2.db")
-    assert stored == _rows(tmp_path / "w1.db") and all(len(row[5]) > 10_000 for row in stored)
+    stored = _stored_both_ways(_course_log(tmp_path / "tracking.log"), tmp_path, _BulkyRowsImporter)
+    assert all(len(row[5]) > 10_000 for row in stored)
 
 
 _KILLED_IMPORT = """
