@@ -18,11 +18,11 @@ goes to the database (the edX importer makes them without making the events
 first: :meth:`~anonml.plugins.ChunkedImporter.parse_chunk_rows`). Blocks and
 rows cross between the processes through a ring of slots in shared memory
 (:class:`_Team`), one copy each way, with no helper thread in the writer: the
-multiprocessing pool this replaced spent about a fifth of the writer's CPU
-time pickling blocks, moving them through pipes and waking its three threads
-(benchmarks/import_throughput.py). At most three blocks per worker are in
-flight, so memory stays bounded by a few megabytes of blocks whatever the
-file's size.
+multiprocessing pool this replaced cost the writer about a quarter of its CPU
+time (13.6 against 10.0 µs per edX event, benchmarks/import_throughput.py)
+pickling blocks, moving them through pipes and waking its three threads. At
+most three blocks per worker are in flight, so memory stays bounded by a few
+megabytes of blocks whatever the file's size.
 Everything the serial import promises holds: the import is still one
 transaction of the one writer (workers never touch the store), a bad record
 still names its file and line and aborts the whole import unless bad records
