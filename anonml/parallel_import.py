@@ -54,7 +54,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -351,10 +351,8 @@ class _Team:
 
     def _end(self, *, kill: bool) -> None:
         for tasks in self._tasks:
-            try:
+            with suppress(OSError):  # a worker already gone needs no stop
                 tasks.send_bytes(b"")  # stop
-            except OSError:  # the worker is gone already
-                pass
         for process in self._processes:
             if kill:
                 process.kill()
