@@ -40,6 +40,7 @@ __all__ = [
     "Importer",
     "ChunkedImporter",
     "ParsedChunk",
+    "RowOwner",
     "Instancer",
     "Featurizer",
     "Instance",
@@ -148,6 +149,16 @@ class ParsedChunk:
     state: Any = None
 
 
+@dataclass(frozen=True, slots=True)
+class RowOwner:
+    """Whose an import's rows are: each event goes to ``user`` when given, else to the user the
+    event names, else to ``fallback``; every row references the provenance row ``import_id``."""
+
+    user: str | None
+    fallback: str
+    import_id: int
+
+
 class ChunkedImporter(Importer):
     """An importer whose records are lines read independently (JSON lines, CSV rows).
 
@@ -192,38 +203,22 @@ class ChunkedImporter(Importer):
         """
 
     def parse_chunk_rows(
-        self,
-        path: Path,
-        lines: list[str | RecordError],
-        first_line: int,
-        *,
-        opened: bool,
-        user: str | None,
-        fallback: str,
-        import_id: int,
+        self, path: Path, lines: list[str | RecordError], first_line: int, *, opened: bool, owner: RowOwner
     ) -> ChunkRows:
         """:meth:`parse_chunk` as the store's rows (what a worker of :mod:`anonml.parallel_import`
-        hands over): events attributed to ``user``, else their own user, else ``fallback``.
+        hands over), attributed as ``owner`` says.
 
         By default :meth:`parse_chunk` then :func:`anonml.event_rows.rows_of`. An importer
         may make the rows without making the events first, if it gives the same rows, errors,
         ``fatal``, ``opened`` and ``state``.
         """
         chunk = self.parse_chunk(path, lines, first_line, opened=opened)
-        out = rows_of(chunk.items, user, fallback, import_id)
+        out = rows_of(chunk.items, owner.user, owner.fallback, owner.import_id)
         out.fatal, out.opened, out.state = chunk.fatal, chunk.opened, chunk.state
         return out
 
     def parse_block_rows(
-        self,
-        path: Path,
-        block: bytes,
-        first_line: int,
-        *,
-        opened: bool,
-        user: str | None,
-        fallback: str,
-        import_id: int,
+        self, path: Path, block: bytes, first_line: int, *, opened: bool, owner: RowOwner
     ) -> ChunkRows:
         """:meth:`parse_chunk_rows` of a block of whole lines, undecoded (what
         :func:`~anonml.readers.iter_line_blocks` reads; line ``first_line`` onwards).
@@ -232,10 +227,8 @@ class ChunkedImporter(Importer):
         importer that reads undecoded lines itself may override it, if it gives what the
         default gives.
         """
-        return self.parse_chunk_rows(
-            path, block_lines(path, block, first_line), first_line,
-            opened=opened, user=user, fallback=fallback, import_id=import_id,
-        )
+        lines = block_lines(path, block, first_line)
+        return self.parse_chunk_rows(path, lines, first_line, opened=opened, owner=owner)
 
     def start_chunks(self, path: Path) -> None:
         """Reset what :meth:`merge_chunk` accumulates, before a file's first chunk."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,7 +39,7 @@ from anonml.errors import RecordError, StoreError
 from anonml.event_rows import EVENT_COLUMNS, event_row
 from anonml.model import Dataset, Event, decode_fields, timestamp_us, to_utc
 from anonml.paths import default_store_url
-from anonml.plugins import ChunkedImporter, Importer
+from anonml.plugins import ChunkedImporter, Importer, RowOwner
 
 __all__ = [
     "EventStore",
@@ -475,21 +476,22 @@ def _import_into(
     """
     if not path.exists():
         raise RecordError(path, None, "no such file or folder")
-    file_hash = sha256_file(path) if path.is_file() else _hash_tree(path)
-    replaced = _remove_imports_of(session, file_hash) if replace else 0
+    content = _ContentHash(path)
+    replaced = _remove_imports_of(session, content.compute()) if replace else 0
     tally = _Tally(fallback=user or DEFAULT_USER, skip_bad=skip_bad, on_event=on_event)
     record = ImportRow(
         importer=importer.name,
         importer_version=importer.version,
         path=origin or str(path.resolve()),
-        file_sha256=file_hash,
+        file_sha256=content.hexdigest or "",  # until it is hashed, below (nothing is committed before)
         user_id=tally.fallback,
         started_at=datetime.now(UTC),
     )
     session.add(record)
     session.flush()
-    inserted = _store_events(session, path, importer, user, record.id, tally, workers)
+    inserted = _store_events(session, path, importer, user, record.id, tally, workers, content.compute)
     who = _who(tally.users, tally.fallback)
+    record.file_sha256 = content.compute()
     record.user_id = who
     record.accepted = tally.accepted
     record.duplicate = tally.accepted - inserted
@@ -510,6 +512,23 @@ def _import_into(
         users=max(len(tally.users), 1),
         replaced=replaced,
     )
+
+
+@dataclass
+class _ContentHash:
+    """The SHA-256 of an import's input (a file, or a folder's files) as provenance records it,
+    computed once: first when asked for (``replace`` needs it before anything is stored), else
+    while a parallel parse leaves the importing process waiting for its first rows (the hash
+    then costs the import no time: :func:`anonml.parallel_import.parallel_chunk_rows`), else
+    once the events are stored."""
+
+    path: Path
+    hexdigest: str | None = None
+
+    def compute(self) -> str:
+        if self.hexdigest is None:
+            self.hexdigest = sha256_file(self.path) if self.path.is_file() else _hash_tree(self.path)
+        return self.hexdigest
 
 
 @dataclass
@@ -544,20 +563,27 @@ def _store_events(
     import_id: int,
     tally: _Tally,
     workers: int | None,
+    while_waiting: Callable[[], object],
 ) -> int:
-    """Parse ``path`` (in ``workers`` processes where it pays) and store its events; rows inserted."""
+    """Parse ``path`` (in ``workers`` processes where it pays) and store its events; rows inserted.
+
+    ``while_waiting``: see :func:`anonml.parallel_import.parallel_chunk_rows`.
+    """
 
     workers = par.default_workers() if workers is None else workers
     with par.fewer_collections():  # the parse keeps a chunk of events alive: see there
-        where = {"user": user, "fallback": tally.fallback, "import_id": import_id}
-        if par.use_parallel(path, importer, workers):
-            chunks = par.parallel_chunk_rows(path, importer, workers=workers, **where)  # type: ignore[arg-type]
-        elif isinstance(importer, ChunkedImporter):  # in rows, which it may make without events
-            chunks = par.serial_chunk_rows(path, importer, **where)  # type: ignore[arg-type]
-        else:
+        if not isinstance(importer, ChunkedImporter):
             events = _parsed_events(path, importer, user, tally)
             return add_events(session, events, user=tally.fallback, import_id=import_id)
-        return _store_chunks(session, chunks, tally)
+        # In rows, which a chunked importer may make without events; in this process unless
+        # workers pay (a large file).
+        parsers = workers if par.use_parallel(path, importer, workers) else 1
+        owner = RowOwner(user, tally.fallback, import_id)
+        chunks = par.parallel_chunk_rows(
+            path, importer, workers=parsers, owner=owner, while_waiting=while_waiting
+        )
+        with closing(chunks):  # a refused chunk ends the workers now, not when the traceback goes
+            return _store_chunks(session, chunks, tally)
 
 
 def _parsed_events(path: Path, importer: Importer, user: str | None, tally: _Tally) -> Iterator[Event]:
@@ -575,8 +601,7 @@ def _parsed_events(path: Path, importer: Importer, user: str | None, tally: _Tal
 
 
 def _store_chunks(session: Session, chunks: Iterable[par.ChunkRows], tally: _Tally) -> int:
-    """Store parsed chunks (:func:`anonml.parallel_import.parallel_chunk_rows`,
-    :func:`~anonml.parallel_import.serial_chunk_rows`) in file order.
+    """Store parsed chunks (:func:`anonml.parallel_import.parallel_chunk_rows`) in file order.
 
     Counts their events, errors and users in ``tally``; raises the first error
     unless ``skip_bad``, and a worker's fatal error always. Returns the rows inserted.

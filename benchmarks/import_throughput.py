@@ -181,7 +181,9 @@ def _peak_memory(log: Path, db: Path, workers: int) -> dict:
             "inserted": inserted, "duplicate": duplicate}
 
 
-def run(n_students: int, weeks: int, seed: int, repeats: int, profile: bool, workers: int) -> dict:
+def run(
+    n_students: int, weeks: int, seed: int, repeats: int, profile: bool, workers: int, note: str = ""
+) -> dict:
     load_at_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="anonml-bench-") as tmp:
         root = Path(tmp)
@@ -304,6 +306,7 @@ def run(n_students: int, weeks: int, seed: int, repeats: int, profile: bool, wor
     return {
         "benchmark": "import_throughput",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "note": note,
         "machine": {"python": platform.python_version(), "platform": platform.platform(),
                     "sqlite": sqlite3.sqlite_version, "cpus": os.cpu_count(),
                     "load_average_1m": round(os.getloadavg()[0], 2),
@@ -372,8 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="add a cProfile top list")
     parser.add_argument("--workers", type=int, default=default_workers(), help="parsing processes")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--note", default="", help="what this run measures (kept in the results)")
     args = parser.parse_args(argv)
-    result = run(args.students, args.weeks, args.seed, args.repeats, args.profile, args.workers)
+    result = run(args.students, args.weeks, args.seed, args.repeats, args.profile, args.workers, args.note)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     e2e, ins = result["end_to_end"], result["insert"]

@@ -121,7 +121,7 @@ from pydantic import ValidationError
 from anonml.errors import RecordError
 from anonml.event_rows import ChunkRows, event_row, parts_row
 from anonml.model import Event, Text, canonical_parts
-from anonml.plugins import ChunkedImporter, ParsedChunk
+from anonml.plugins import ChunkedImporter, ParsedChunk, RowOwner
 from anonml.readers import block_lines, head, json_values
 from importers.edx_events import (
     KNOWN_TYPES,
@@ -355,15 +355,7 @@ class EdxImporter(ChunkedImporter):
         return ParsedChunk(items, fatal=fatal, opened=opened, state=state)  # type: ignore[arg-type]
 
     def parse_block_rows(
-        self,
-        path: Path,
-        block: bytes,
-        first_line: int,
-        *,
-        opened: bool,
-        user: str | None,
-        fallback: str,
-        import_id: int,
+        self, path: Path, block: bytes, first_line: int, *, opened: bool, owner: RowOwner
     ) -> ChunkRows:
         """:meth:`parse_chunk_rows` of an undecoded block: when the block is valid UTF-8 (the
         common case: checked whole, at C speed), its lines stay bytes, which the typed decode
@@ -379,9 +371,7 @@ class EdxImporter(ChunkedImporter):
         else:
             # bytes.splitlines splits at \r\n, \r and \n only, as text mode with newline="" does.
             lines = block.splitlines(keepends=True)
-        return self.parse_chunk_rows(
-            path, lines, first_line, opened=opened, user=user, fallback=fallback, import_id=import_id
-        )
+        return self.parse_chunk_rows(path, lines, first_line, opened=opened, owner=owner)
 
     def parse_chunk_rows(
         self,
@@ -390,9 +380,7 @@ class EdxImporter(ChunkedImporter):
         first_line: int,
         *,
         opened: bool,
-        user: str | None,
-        fallback: str,
-        import_id: int,
+        owner: RowOwner,
     ) -> ChunkRows:
         """:meth:`parse_chunk`'s events as rows, made from each line's parts without the event
         (what :meth:`Event.make` would check and copy): the same rows, errors and state.
@@ -402,6 +390,7 @@ class EdxImporter(ChunkedImporter):
         too, so a refused value is the same ``invalid event`` error.
         """
         users: set[str] = set()
+        user, import_id = owner.user, owner.import_id
 
         def to_row(obj: dict, learner: str) -> tuple:
             type_, timestamp, fields = _parts(obj)

@@ -94,15 +94,24 @@ def _boolean(value: Any, where: str) -> bool:
     raise BadRecord(f"field {where!r}: expected true or false, got {value!r}")
 
 
+# The readers below take the common value (a finite float, an int, a non-empty string) as it is,
+# and only another one through the checks that may refuse it, whose message names the member:
+# what the checks return for the common value, without building that message for every line.
+
+
 def _put_number(fields: dict, key: str, ev: dict, member: str) -> None:
     value = ev.get(member)
-    if value is not None and value != "":
+    if type(value) is float and math.isfinite(value):
+        fields[key] = value
+    elif value is not None and value != "":
         fields[key] = _number(value, f"event.{member}")
 
 
 def _put_int(fields: dict, key: str, ev: dict, member: str) -> None:
     value = ev.get(member)
-    if value is not None and value != "":
+    if type(value) is int:  # not a bool
+        fields[key] = value
+    elif value is not None and value != "":
         fields[key] = _integer(value, f"event.{member}")
 
 
@@ -114,6 +123,10 @@ def _put_bool(fields: dict, key: str, ev: dict, member: str) -> None:
 
 def _put_str(fields: dict, key: str, ev: dict, member: str) -> None:
     value = ev.get(member)
+    if type(value) is str:
+        if value:
+            fields[key] = value
+        return
     if value is None or value == "":
         return
     if isinstance(value, bool) or not isinstance(value, (str, int)):

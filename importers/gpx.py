@@ -101,6 +101,16 @@ def _time(node: XmlNode) -> datetime | None:
         raise ValueError(f"time: {raw!r} is not an ISO 8601 time") from None
 
 
+def _read_point(
+    path: Path, node: XmlNode, record: str
+) -> tuple[dict[str, object], datetime | None] | RecordError:
+    """A ``trkpt``'s or ``wpt``'s fields and time, or the bad record naming it (``record``: ``trkpt[3]``)."""
+    try:
+        return point_fields(node), _time(node)
+    except ValueError as exc:
+        return RecordError(path, node.line, str(exc), record=record)
+
+
 def point_fields(node: XmlNode) -> dict[str, object]:
     """``lat``, ``lon``, ``elevation_m`` and the extension fields of a ``trkpt`` or ``wpt``.
 
@@ -151,7 +161,8 @@ class GpxImporter(Importer):
     def parse(self, path: Path) -> Iterator[Event | RecordError]:
         sums = TrackSums()
         track: XmlNode | None = None
-        tracks = points = waypoints = 0
+        tracks = 0
+        seen = {"trkpt": 0, "wpt": 0}  # points of each kind so far: a bad one is named by its index
         for item in iter_xml(path, _ROOTS, _STARTS, _KEEP, "GPX"):
             if isinstance(item, RecordError):
                 yield item
@@ -162,37 +173,30 @@ class GpxImporter(Importer):
                     sums, track = TrackSums(), node
                 else:
                     sums.new_segment()
-            elif node.tag == "trkpt":
-                index, points = points, points + 1
-                try:
-                    fields = point_fields(node)
-                    when = _time(node)
-                except ValueError as exc:
-                    yield RecordError(path, node.line, str(exc), record=f"trkpt[{index}]")
-                    continue
-                sums.add(fields["lat"], fields["lon"], fields.get("elevation_m"), when)  # type: ignore[arg-type]
-                sport = _sport(track)
-                if sport is not None:
-                    fields["sport"] = sport
-                if when is not None and self.params.points:
-                    yield Event(source=self.name, type="track_point", timestamp=when, fields=fields)
             elif node.tag == "trk":
                 yield self._activity(node, sums, tracks)
                 tracks += 1
                 track = None
-            elif node.tag == "wpt":
-                index, waypoints = waypoints, waypoints + 1
-                try:
-                    fields = point_fields(node)
-                    when = _time(node)
-                except ValueError as exc:
-                    yield RecordError(path, node.line, str(exc), record=f"wpt[{index}]")
+            elif node.tag in seen:
+                read = _read_point(path, node, f"{node.tag}[{seen[node.tag]}]")
+                seen[node.tag] += 1
+                if isinstance(read, RecordError):
+                    yield read
                     continue
-                if node.text_of("name"):
-                    fields["name"] = Text(node.text_of("name"))
-                if node.text_of("sym"):
-                    fields["symbol"] = node.text_of("sym")
-                yield Event(source=self.name, type="waypoint", timestamp=when, fields=fields)
+                fields, when = read
+                if node.tag == "trkpt":
+                    sums.add(fields["lat"], fields["lon"], fields.get("elevation_m"), when)  # type: ignore[arg-type]
+                    sport = _sport(track)
+                    if sport is not None:
+                        fields["sport"] = sport
+                    if when is not None and self.params.points:
+                        yield Event(source=self.name, type="track_point", timestamp=when, fields=fields)
+                else:
+                    if node.text_of("name"):
+                        fields["name"] = Text(node.text_of("name"))
+                    if node.text_of("sym"):
+                        fields["symbol"] = node.text_of("sym")
+                    yield Event(source=self.name, type="waypoint", timestamp=when, fields=fields)
 
     def _activity(self, node: XmlNode, sums: TrackSums, index: int) -> Event:
         fields: dict[str, object] = {

@@ -4,7 +4,9 @@ one transaction, and no worker outliving a killed import."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
+import multiprocessing
 import os
 import signal
 import sqlite3
@@ -18,6 +20,8 @@ import pytest
 from anonml import parallel_import
 from anonml.datasets.mooc import simulate_students
 from anonml.errors import RecordError
+from anonml.event_rows import ChunkRows
+from anonml.plugins import RowOwner
 from anonml.readers import block_lines, iter_line_blocks, open_text
 from anonml.store import EventStore
 from importers.edx import EdxImporter
@@ -68,6 +72,8 @@ def test_workers_store_exactly_what_one_process_stores(small_chunks, tmp_path: P
         dropped[workers] = dict(importer.dropped)
         again = store.import_file(log, EdxImporter(), workers=workers)  # content-keyed: adds nothing
         assert (again.inserted, again.duplicate) == (0, reports[workers].accepted)
+        # The file is hashed while the workers parse, and provenance records it all the same.
+        assert {r.file_sha256 for r in store.imports()} == {hashlib.sha256(log.read_bytes()).hexdigest()}
         store.close()
     serial = reports[1]
     assert serial.inserted > 500 and serial.users == 12
@@ -85,6 +91,26 @@ def test_workers_store_exactly_what_one_process_stores(small_chunks, tmp_path: P
         assert _rows(tmp_path / f"w{workers}.db") == _rows(tmp_path / "w1.db")
 
 
+def test_while_waiting_runs_once_and_only_when_workers_parse(small_chunks, tmp_path: Path) -> None:
+    log = _course_log(tmp_path / "tracking.log")
+    calls: list[tuple[int, int]] = []
+    stored = {"rows": 0}  # rows handed over so far, as the hook sees it
+    for workers in (1, 2):
+        stored["rows"] = 0
+        chunks = parallel_import.parallel_chunk_rows(
+            log,
+            EdxImporter(),
+            workers=workers,
+            owner=RowOwner(None, "me", 1),
+            while_waiting=lambda workers=workers: calls.append((workers, stored["rows"])),
+        )
+        for chunk in chunks:
+            stored["rows"] += len(chunk.rows)
+        assert stored["rows"] > 500
+    # With workers: once, after the rows of the blocks parsed here (the format check), before any of theirs.
+    assert len(calls) == 1 and calls[0][0] == 2 and 0 < calls[0][1] < 100
+
+
 def test_a_bad_line_in_a_late_chunk_names_file_and_line_and_rolls_everything_back(
     small_chunks, tmp_path: Path
 ) -> None:
@@ -97,6 +123,7 @@ def test_a_bad_line_in_a_late_chunk_names_file_and_line_and_rolls_everything_bac
             store.import_file(log, EdxImporter(), workers=workers)
         messages.append(str(info.value))
         assert store.count() == 0 and store.imports() == []
+        assert multiprocessing.active_children() == []  # ended with the import, not with the traceback
     assert messages[0] == messages[1]
     assert messages[1].startswith(f"{log}:437: invalid JSON")
 
@@ -156,6 +183,89 @@ def test_several_files_stay_one_transaction(small_chunks, tmp_path: Path) -> Non
     with pytest.raises(RecordError, match=r"b\.log:300: invalid JSON"):
         store.import_files([(good, EdxImporter(), None), (bad, EdxImporter(), None)], workers=2)
     assert store.count() == 0 and store.imports() == []
+
+
+class _DyingImporter(EdxImporter):
+    """Parses as edX does in this process; a forked worker instead ends (``exit_code``) or raises."""
+
+    def __init__(self, exit_code: int | None) -> None:
+        super().__init__()
+        self.home, self.exit_code = os.getpid(), exit_code
+
+    def parse_block_rows(
+        self, path: Path, block: bytes, first_line: int, *, opened: bool, owner: RowOwner
+    ) -> ChunkRows:
+        if os.getpid() != self.home:
+            if self.exit_code is not None:
+                os._exit(self.exit_code)
+            raise ValueError(f"worker refused the block at line {first_line}")
+        return super().parse_block_rows(path, block, first_line, opened=opened, owner=owner)
+
+
+@pytest.mark.parametrize("exit_code", [None, 3])
+def test_a_failing_or_dead_worker_fails_the_import_and_leaves_no_workers(
+    small_chunks, tmp_path: Path, exit_code: int | None
+) -> None:
+    """A worker's exception is raised here, as it would be parsing serially; a worker that dies
+    ends the import at once (it is not waited for), and either way no worker is left running."""
+    log = _course_log(tmp_path / "tracking.log")
+    store = EventStore(f"sqlite:///{tmp_path / 'events.db'}")
+    if exit_code is None:
+        expected = r"worker refused the block at line \d+"
+        kind: type[Exception] = ValueError
+    else:
+        expected = r"parse worker \d+ ended unexpectedly \(exit code 3\)"
+        kind = RuntimeError
+    with pytest.raises(kind, match=expected):
+        store.import_file(log, _DyingImporter(exit_code), workers=2)
+    assert store.count() == 0 and store.imports() == []
+    assert multiprocessing.active_children() == []
+    assert store.import_file(log, EdxImporter(), workers=2).inserted > 500  # the store works on
+
+
+def _stored_both_ways(log: Path, tmp_path: Path, kind: type[EdxImporter]) -> list[tuple]:
+    """The rows a ``kind`` import of ``log`` stores, the same in one process as with two workers."""
+    reports = {}
+    for workers in (1, 2):
+        store = EventStore(f"sqlite:///{tmp_path / f'w{workers}.db'}")
+        reports[workers] = store.import_file(log, kind(), workers=workers)
+        store.close()
+    assert reports[2].inserted == reports[1].inserted > 500
+    stored = _rows(tmp_path / "w2.db")
+    assert stored == _rows(tmp_path / "w1.db")
+    return stored
+
+
+def test_a_block_too_large_for_a_slot_is_parsed_in_the_importing_process(
+    small_chunks, tmp_path: Path
+) -> None:
+    """Lines of 20 KB make blocks larger than a shared slot (two 4 KiB reads here): the same rows."""
+    log = _course_log(tmp_path / "tracking.log")
+    lines = log.read_text(encoding="utf-8").split("\n")
+    for number in (300, 301, 700):
+        obj = json.loads(lines[number - 1])
+        lines[number - 1] = json.dumps({**obj, "agent": "x" * 20_000})
+    log.write_text("\n".join(lines), encoding="utf-8")
+    assert max(len(block) for _, block in iter_line_blocks(log, 4096)) > 2 * 4096
+    _stored_both_ways(log, tmp_path, EdxImporter)
+
+
+class _BulkyRowsImporter(EdxImporter):
+    """edX rows each carrying 10 KB more in ``fields`` (here and in workers alike): a block's rows
+    then outgrow the shared slot its lines came in."""
+
+    def parse_block_rows(
+        self, path: Path, block: bytes, first_line: int, *, opened: bool, owner: RowOwner
+    ) -> ChunkRows:
+        chunk = super().parse_block_rows(path, block, first_line, opened=opened, owner=owner)
+        pad = ',"pad":"' + "x" * 10_000 + '"}'
+        chunk.rows = [(*row[:5], row[5][:-1] + pad, row[6]) for row in chunk.rows]
+        return chunk
+
+
+def test_rows_larger_than_their_slot_come_back_whole(small_chunks, tmp_path: Path) -> None:
+    stored = _stored_both_ways(_course_log(tmp_path / "tracking.log"), tmp_path, _BulkyRowsImporter)
+    assert all(len(row[5]) > 10_000 for row in stored)
 
 
 _KILLED_IMPORT = """
@@ -237,7 +347,8 @@ def test_a_worker_whose_importer_died_before_the_worker_started_exits_at_once(tm
             while os.getppid() == parent and time.monotonic() < deadline:
                 time.sleep(0.01)
             try:
-                parallel_import._init_worker(EdxImporter(), tmp_path / "x.log", None, "u", 1, parent)
+                owner = RowOwner(None, "u", 1)
+                parallel_import._init_worker(EdxImporter(), tmp_path / "x.log", owner, parent)
                 os.write(write_end, b"lived on")
             finally:
                 os._exit(0)
@@ -325,9 +436,9 @@ def test_edx_rows_made_without_events_are_the_rows_of_its_events(tmp_path: Path,
     lines[12] = "{not json"
     log.write_text("\n".join(lines), encoding="utf-8")
     chunk = block_lines(log, log.read_bytes(), 1)
-    args = dict(opened=False, user=user, fallback="me", import_id=7)
-    made = EdxImporter().parse_chunk_rows(log, chunk, 1, **args)
-    expected = ChunkedImporter.parse_chunk_rows(EdxImporter(), log, chunk, 1, **args)
+    owner = RowOwner(user, "me", 7)
+    made = EdxImporter().parse_chunk_rows(log, chunk, 1, opened=False, owner=owner)
+    expected = ChunkedImporter.parse_chunk_rows(EdxImporter(), log, chunk, 1, opened=False, owner=owner)
     assert made.rows == expected.rows and len(made.rows) > 20
     assert [(e.line, str(e)) for e in made.errors] == [(e.line, str(e)) for e in expected.errors]
     assert [e.line for e in made.errors] == [11, 12, 13]

@@ -17,6 +17,7 @@ import pytest
 import importers.edx as edx
 from anonml.datasets.mooc import simulate_students
 from anonml.errors import RecordError
+from anonml.plugins import RowOwner
 from anonml.readers import iter_line_chunks
 from anonml.store import EventStore
 from importers.edx import EdxImporter
@@ -141,13 +142,11 @@ def _parse(path: Path) -> tuple[list[str], str | None, dict]:
 
 def _chunk_rows(path: Path, user: str | None) -> list[tuple]:
     """What :meth:`EdxImporter.parse_chunk_rows` hands the writer, chunk by chunk (7 lines each)."""
-    importer, out, opened = EdxImporter(), [], False
+    importer, out, opened, owner = EdxImporter(), [], False, RowOwner(user, "me", 3)
     importer.start_chunks(path)
     try:
         for first, lines in iter_line_chunks(path, 7):
-            chunk = importer.parse_chunk_rows(
-                path, lines, first, opened=opened, user=user, fallback="me", import_id=3
-            )
+            chunk = importer.parse_chunk_rows(path, lines, first, opened=opened, owner=owner)
             out.append((chunk.rows, [str(e) for e in chunk.errors], sorted(chunk.users),
                         str(chunk.fatal), chunk.opened, chunk.state))
             if chunk.fatal is not None:
@@ -256,9 +255,9 @@ def test_undecoded_blocks_give_what_decoded_lines_give(
             block += json.dumps({**BASE, "time": "2024-01-09T11:00:00+00:00"}).encode() + b"\n"
     path = tmp_path / "tracking.log"
     path.write_bytes(block)
-    args = dict(opened=False, user=user, fallback="me", import_id=7)
-    made = EdxImporter().parse_block_rows(path, block, 1, **args)
-    expected = ChunkedImporter.parse_block_rows(EdxImporter(), path, block, 1, **args)
+    owner = RowOwner(user, "me", 7)
+    made = EdxImporter().parse_block_rows(path, block, 1, opened=False, owner=owner)
+    expected = ChunkedImporter.parse_block_rows(EdxImporter(), path, block, 1, opened=False, owner=owner)
     assert made.rows == expected.rows and len(made.rows) > 40
     assert [str(e) for e in made.errors] == [str(e) for e in expected.errors]
     assert (made.users, made.fatal, made.opened, made.state) == (
