@@ -133,14 +133,13 @@ def fewer_collections() -> Iterator[None]:
                 gc.set_threshold(*_gc_saved)
 
 
-# --- worker side: set once per forked worker by _init_worker ----------------------------
-_job: tuple[ChunkedImporter, Path, RowOwner] | None = None
+# --- worker side ----------------------------------------------------------------------------
+#: What a worker parses with: the importer, the file, whose rows they are, the importing process's pid.
+_Job = tuple[ChunkedImporter, Path, RowOwner, int]
 
 
-def _init_worker(importer: ChunkedImporter, path: Path, owner: RowOwner, parent: int) -> None:
+def _init_worker(parent: int) -> None:
     """Set up a forked worker; ``parent`` is the importing process's pid, read before the fork."""
-    global _job
-    _job = (importer, path, owner)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the importing process's to handle
     # What the worker inherited is never garbage here: the collector need not walk it (nor copy
     # the pages it would touch), and passes are as rare as during the import itself.
@@ -160,7 +159,7 @@ def _init_worker(importer: ChunkedImporter, path: Path, owner: RowOwner, parent:
 _TASK = struct.Struct("<QQQ")
 
 
-def _serve(tasks: Connection, results: Connection, ring: mmap.mmap, slot_bytes: int, job: tuple) -> None:
+def _serve(tasks: Connection, results: Connection, ring: mmap.mmap, slot_bytes: int, job: _Job) -> None:
     """A worker's life: parse the blocks the importing process puts in the ring until it says stop.
 
     A task (:data:`_TASK`) names a slot of the ring; the answer is the block's
@@ -169,9 +168,8 @@ def _serve(tasks: Connection, results: Connection, ring: mmap.mmap, slot_bytes: 
     slot (the block has been copied out by then), or along with the answer when
     they would not fit. An exception goes back in place of the answer.
     """
-    _init_worker(*job)
-    assert _job is not None
-    importer, path, owner = _job
+    importer, path, owner, parent = job
+    _init_worker(parent)
     while True:
         try:
             task = tasks.recv_bytes()
@@ -280,7 +278,7 @@ class _Team:
     kills the workers.
     """
 
-    def __init__(self, workers: int, job: tuple) -> None:
+    def __init__(self, workers: int, job: _Job) -> None:
         self.workers = workers
         self.slots = _IN_FLIGHT_PER_WORKER * workers
         self.slot_bytes = 2 * _BLOCK_BYTES  # a block is cut after its last line end: under two reads

@@ -347,8 +347,7 @@ def test_a_worker_whose_importer_died_before_the_worker_started_exits_at_once(tm
             while os.getppid() == parent and time.monotonic() < deadline:
                 time.sleep(0.01)
             try:
-                owner = RowOwner(None, "u", 1)
-                parallel_import._init_worker(EdxImporter(), tmp_path / "x.log", owner, parent)
+                parallel_import._init_worker(parent)
                 os.write(write_end, b"lived on")
             finally:
                 os._exit(0)
