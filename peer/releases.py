@@ -43,7 +43,7 @@ from peer.relayauth import (
 from peer.vault import Vault
 
 if TYPE_CHECKING:
-    from peer.relay import RelayRound
+    from peer.relay_round import RelayRound
 
 __all__ = [
     "Releases",
