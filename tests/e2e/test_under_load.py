@@ -52,7 +52,9 @@ def test_no_report_is_lost_beside_two_busy_cpu_loops(tmp_path: Path, monkeypatch
     reports = result.reports
     assert reports is not None
     assert reports.expected == result.peers - result.median_pool > 0
-    assert (reports.received, reports.lost) == (reports.expected, 0), reports.describe()
+    seen = (reports.describe(), f"given up {result.packets_not_sent}", result.relay_rejects, result.rejects,
+            f"hop {result.hop_seconds}", f"windows {result.packet_windows}", result.participations)
+    assert (reports.received, reports.lost) == (reports.expected, 0), seen
     assert result.phase == "done", result.message
     assert not result.relay_rejects, result.relay_rejects  # nothing late (or refused) at any relay
     # The windows the round kept hold the measured work: h stages of m packets at the measured
