@@ -75,12 +75,14 @@ DEMO_WITNESS_SECONDS = 3.0
 DEMO_ROUTES = 1
 
 #: How many times its measured hop cost the packet windows give each hop: the relays run at
-#: utilisation 1/3 of the capacity the probe measured, so a queue that forms drains within its
-#: stage, and a load that triples between the probe and the round still fits (:func:`packet_windows`).
+#: utilisation 1/4 of the capacity the probe measured, so a queue that forms drains within its
+#: stage, and a load that quadruples between the probe and the round still fits (:func:`packet_windows`).
 #: At 2, beside ``stress-ng --cpu 2``, a probe taken as the stressors' load was still building
 #: measured 5.2 ms per hop and the round lost 50 of 225 reports (windows 3.3 s and 14.2 s); probes
-#: of 6.4 and 7.2 ms in the same conditions lost none (4.0 / 17.4 s and 4.5 / 19.7 s).
-WINDOW_HEADROOM = 3.0
+#: of 6.4 and 7.2 ms in the same conditions lost none (4.0 / 17.4 s and 4.5 / 19.7 s). At 3, CI's
+#: run of tests/e2e/test_under_load.py (two busy loops beside four test workers on 2 cores, whose
+#: load changes from test to test) lost 1 of 27 reports once.
+WINDOW_HEADROOM = 4.0
 
 #: The proposal's features: name → public range for the first two weeks. Narrower
 #: than the featurizer's generous declared ranges (a proposer may know its course);
