@@ -212,11 +212,11 @@ class ProblemSession:
             degraded = status.phase == ProblemPhase.DEGRADED
             taking = self._in(P.REPORTING)
             fetched = fetch_for_host(self.client, self.problem, taking, self.host.count)
+            self.last_error = fetched.error or self.last_error
             if fetched.awaited and time.monotonic() < self._receipts_until():
                 # Not the end: counted against the receipts (or the sender's count is wrong), and
                 # the median questions asked (or a missed one is not said). The step is tried again
                 # (with backoff) until RECEIPTS_WAIT_SECONDS have passed.
-                self.last_error = fetched.error
                 missing = " and ".join(fetched.awaited)
                 raise OutboundError(f"{self.problem.id}: {missing} not available yet ({fetched.error})")
             self._each(lambda p: median_answer.note_unanswered(p, fetched.asked), taking)
