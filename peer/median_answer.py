@@ -120,12 +120,23 @@ def answer(p: Participant, query: MedianQuery) -> bool:
     return True
 
 
+def naming(p: Participant, queries: Sequence[MedianQuery]) -> list[MedianQuery]:
+    """The ``queries`` that ask this identity (none before its roster is checked)."""
+    if p.roster is None:
+        return []
+    me = p.roster.view.index_of.get(bytes(p.node.identity.public))
+    return [] if me is None else [q for q in queries if me in q.members]
+
+
 def named_in(p: Participant, queries: Sequence[MedianQuery]) -> bool:
     """Does one of ``queries`` ask this identity (known once its roster is checked)."""
-    if p.roster is None:
-        return False
-    me = p.roster.view.index_of.get(bytes(p.node.identity.public))
-    return me is not None and any(me in q.members for q in queries)
+    return bool(naming(p, queries))
+
+
+def may_have_missed(p: Participant) -> bool:
+    """In the median pool with nothing noted against it: only the queries asked can tell whether
+    it missed one (:func:`note_unanswered`)."""
+    return p.in_median_pool and not p.shortfall
 
 
 def note_unanswered(p: Participant, asked: Sequence[MedianQuery]) -> None:
@@ -135,12 +146,13 @@ def note_unanswered(p: Participant, asked: Sequence[MedianQuery]) -> None:
     part. Its host was not ready while the query was open (a slow or loaded host, an unreachable
     aggregator). An identity named by no query was not asked — its search stopped early — and
     is not short of anything."""
-    if not p.in_median_pool or p.shortfall or not named_in(p, asked):
+    named = naming(p, asked) if may_have_missed(p) else []
+    if not named:
         return
     releases = p.node.ledger.releases(peer=p.node.fingerprint, problem=p.problem.id)
     if any(r.pool == "median" for r in releases):
         return  # answered: what became of the answer is noted where it was sent
-    q = next(q for q in asked if named_in(p, [q]))
+    q = named[0]
     _short(p, f"median answer (feature {q.feature}, step {q.step}) not sent: the query closed before "
               "this identity's host was ready to answer it")
 

@@ -20,6 +20,7 @@ from anonml.crypto import CryptoError
 from anonml.errors import ProtocolError
 from anonml.protocol import MedianQuery, Problem, verify_message
 from peer.client import AggregatorClient, transient
+from peer.median_answer import may_have_missed
 from peer.participant import Participant
 
 __all__ = ["HostFetch", "fetch_for_host"]
@@ -60,7 +61,7 @@ def fetch_for_host(
         out.receipts = frozenset(map(bytes, client.receipts(problem.id).digests))
     except ProtocolError as exc:
         missed("receipts", exc)
-    if any(p.in_median_pool and not p.shortfall for p in taking):
+    if any(map(may_have_missed, taking)):
         try:
             asked = client.asked_medians(problem.id)
             for query in asked:
