@@ -227,6 +227,10 @@ class CuttingProxy(Listener):
     aggregator's URL); with ``drop``, every request whose request line holds it goes unanswered.
     A request while the target is down is answered by closing the connection
     (counted in :attr:`refused`), which the peer sees as an unreachable server.
+
+    With :attr:`body_mark` set (:meth:`arm`), the proxy reads each whole request first and cuts
+    only at one whose body also holds the mark — so a test can arm the cut for a later stage's
+    request (``"stage":"bins"``) before the earlier stage's retries are let through.
     """
 
     def __init__(
@@ -236,6 +240,7 @@ class CuttingProxy(Listener):
         self.trigger = trigger
         self.on_cut = on_cut
         self.drop = drop  # requests whose request line holds it are always dropped (counted)
+        self.body_mark: bytes | None = None
         self.cut = threading.Event()
         self.refused = 0
         self.dropped = 0
@@ -252,8 +257,12 @@ class CuttingProxy(Listener):
                     return
                 head += chunk
             request_line = head.split(b"\r\n", 1)[0]
+            mark = self.body_mark
+            if mark is not None:
+                head = _whole_request(client, head)
             with self._lock:
                 fire = self.trigger in request_line and not self.cut.is_set()
+                fire = fire and (mark is None or mark in head.partition(b"\r\n\r\n")[2])
                 if fire:
                     self.on_cut()
                     self.cut.set()
@@ -273,6 +282,35 @@ class CuttingProxy(Listener):
             with upstream:
                 upstream.sendall(head)
                 _pump(client, upstream)
+
+
+    def arm(self, body_mark: bytes) -> None:
+        """Cut again, at the next trigger request whose body holds ``body_mark``."""
+        with self._lock:
+            self.body_mark = body_mark
+            self.cut.clear()
+
+
+def _whole_request(client: socket.socket, data: bytes) -> bytes:
+    """``data`` read on from ``client`` to the end of the request's headers and its
+    ``Content-Length`` body (what arrived so far, if the client closes first)."""
+    while b"\r\n\r\n" not in data and len(data) < 1 << 20:
+        chunk = client.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    headers, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in headers.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = client.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return headers + b"\r\n\r\n" + body
 
 
 @contextlib.contextmanager
