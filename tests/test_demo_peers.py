@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,8 @@ def test_every_student_store_and_ledger_is_what_a_new_file_migrates_to(tmp_path:
         assert _schema(stores / f"{peer.username}.db")[0] == fresh[0]
         assert _schema(stores / f"{peer.username}.db")[1] == fresh[1]
         assert _schema(stores / f"{peer.username}-ledger.db") == fresh_ledger
+        for copy in (stores / f"{peer.username}.db", stores / f"{peer.username}-ledger.db"):
+            assert stat.S_IMODE(copy.stat().st_mode) == 0o600, copy  # private, as every store file
     # Every event landed in its own student's store, and each example is what that store gives.
     counted = sum(p.store.count() for p in peers)
     assert counted <= events

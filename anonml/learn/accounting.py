@@ -4,10 +4,11 @@ Sound accounting (DESIGN §5): a report peer releases k_h reports of ε_T/k_h
 each, total ε_T by sequential composition; a median-pool peer answers one
 question with ε_T; a calibration-pool peer sends one report with ε_T. The pools
 are disjoint, so they compose in parallel and no peer exceeds ε_T. The releases
-go into a :class:`anonml.privacy.PrivacyLedger` capped at ε_T (one
-representative per report partition and per median step: their members release
-exactly the same things), and the reported figure is the ledger's headline, the
-largest per-peer total (:func:`account_releases`).
+go through the ledger's own checks and composition capped at ε_T
+(:func:`anonml.privacy.ledger.releases_within_cap`; one representative per report
+partition and per median step: their members release exactly the same things),
+and the reported figure is the headline, the largest per-peer total
+(:func:`account_releases`).
 
 Beside it, a conditional statement: the central (ε, δ) of the *unlinkable*
 pools (report and calibration) under shuffling (:func:`unlinkable_pools`,
@@ -34,8 +35,10 @@ from anonml.learn.partition import PartitionPlan
 from anonml.learn.selection import ModelSelection
 from anonml.learn.simulation_config import SimulationConfig
 from anonml.model import FeatureSpec
-from anonml.privacy import Mechanism, PrivacyLedger, ReleaseSpec, best_mechanism
+from anonml.privacy import Mechanism, ReleaseSpec, best_mechanism
 from anonml.privacy.amplification import CentralTarget, ShuffleBound, unlinkable_pools_bound
+from anonml.privacy.budget import problem_budget
+from anonml.privacy.ledger import releases_within_cap
 from anonml.records import JsonRecord
 
 __all__ = [
@@ -148,13 +151,13 @@ def account_releases(
     estimates: dict[int, Any],
     calibration_peers: int = 0,
 ) -> PrivacyAccounting:
-    """Record the simulated releases in a ledger capped at ε_T and read back the totals.
+    """Check the simulated releases against a ledger's cap of ε_T and compose the totals.
 
     All members of one report partition make the same releases (same subsets,
     mechanisms and ε), as do all members of one median step, so one
     representative per partition and per step carries every peer's total; the
-    ledger (in memory) refuses any that would pass ε_T with
-    :class:`~anonml.errors.BudgetExceeded`.
+    ledger's checks (:func:`~anonml.privacy.ledger.releases_within_cap`) refuse any
+    that would pass ε_T with :class:`~anonml.errors.BudgetExceeded`.
     """
     names = [f.name for f in features]
     specs: list[ReleaseSpec] = []
@@ -208,9 +211,7 @@ def account_releases(
                 pool="calibration",
             )
         )
-    with PrivacyLedger("sqlite://", default_cap=config.epsilon) as ledger:
-        ledger.record_many(specs)
-        headline = ledger.problem_budget("simulation").headline
+    headline = problem_budget(releases_within_cap(specs, config.epsilon), "simulation").headline
     # DESIGN §11: only unlinkable reports hide among their partition; signed median answers do not.
     smallest = min(stage_plan.smallest_partition() for stage_plan, _ in stages)
     pools = unlinkable_pools(config, smallest, calibration_peers)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC
 
+import numpy as np
 import pytest
 from sqlalchemy import create_engine, inspect
 
@@ -17,6 +19,8 @@ from anonml.privacy import (
     PrivacyLedger,
     ReleaseSpec,
 )
+from anonml.privacy.budget import problem_budget
+from anonml.privacy.ledger import releases_within_cap
 
 
 @pytest.fixture
@@ -271,3 +275,53 @@ def test_lifetime_cap_is_atomic_across_concurrent_writers(database_url):
     assert _race(url, lambda i: f"p{i}") == ["ok"] * 3 + ["refused"] * 5
     with PrivacyLedger(url) as book:
         assert book.lifetime_total("alice") == pytest.approx(0.9)
+
+
+def _specs(rng: np.random.Generator, n: int) -> list[ReleaseSpec]:
+    """``n`` releases by 1–6 peers in two problems and three pools, ε from 0.05 to 0.5."""
+    return [
+        ReleaseSpec(
+            peer=f"peer-{rng.integers(6)}",
+            problem=f"p{rng.integers(2)}",
+            round=int(rng.integers(3)),
+            attributes=tuple(f"a{j}" for j in rng.choice(4, size=int(rng.integers(1, 4)), replace=False)),
+            mechanism=str(rng.choice(["oue", "krr", "binary_rr"])),
+            epsilon=float(rng.choice([0.05, 0.1, 0.25, 0.5])),
+            pool=str(rng.choice(["median", "report", "calibration"])),
+        )
+        for _ in range(n)
+    ]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_releases_within_cap_is_what_a_new_ledger_records(seed: int) -> None:
+    # The simulation's accounting skips the database; it must compose and refuse exactly as a
+    # ledger does: the same releases in the same order, the same totals, the same refusal.
+    rng = np.random.default_rng(seed)
+    specs, cap = _specs(rng, int(rng.integers(1, 12))), float(rng.choice([0.5, 1.0, 2.0]))
+    with PrivacyLedger("sqlite://", default_cap=cap) as book:
+        try:
+            recorded = book.record_many(specs)
+        except BudgetExceeded as refused:
+            with pytest.raises(BudgetExceeded) as also:
+                releases_within_cap(specs, cap)
+            assert str(also.value) == str(refused)
+            return
+    released = releases_within_cap(specs, cap)
+    stored = [dataclasses.replace(r, recorded_at=None) for r in recorded]  # the clock differs, nothing else
+    assert [dataclasses.replace(r, recorded_at=None) for r in released] == stored
+    for problem in ("p0", "p1"):
+        mine = [r for r in released if r.problem == problem]
+        theirs = [r for r in recorded if r.problem == problem]
+        assert problem_budget(mine, problem) == problem_budget(theirs, problem)
+
+
+def test_releases_within_cap_checks_each_spec_as_the_ledger_does() -> None:
+    good = ReleaseSpec("alice", "p1", 0, ("a",), "oue", 0.5)
+    with pytest.raises(ValueError, match="attribute"):
+        releases_within_cap([good, ReleaseSpec("alice", "p1", 0, (), "oue", 0.5)], 1.0)
+    with pytest.raises(ValueError, match="round"):
+        releases_within_cap([ReleaseSpec("alice", "p1", -1, ("a",), "oue", 0.5)], 1.0)
+    with pytest.raises(BudgetExceeded, match="past the cap 0.75"):
+        releases_within_cap([good, good], 0.75)
+    assert [r.epsilon for r in releases_within_cap([good, good], 1.0)] == [0.5, 0.5]
