@@ -108,6 +108,7 @@ from xml.parsers import expat
 from pydantic import Field
 
 from anonml.errors import RecordError
+from anonml.importer_kit import finite_number
 from anonml.model import Event
 from anonml.plugins import Importer, PluginParams
 from anonml.readers import TimeZoneName, head, open_bytes, resolve_timezone
@@ -176,15 +177,7 @@ def _time(elem: ET.Element, attr: str) -> datetime:
 
 def _number(elem: ET.Element, attr: str) -> float | None:
     raw = elem.get(attr)
-    if raw is None or raw == "":
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{attr}: {raw!r} is not a number") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{attr}: {raw!r} is not finite")
-    return value
+    return None if raw is None or raw == "" else finite_number(raw, attr)
 
 
 def _scaled(elem: ET.Element, attr: str, unit_attr: str, table: dict[str, float]) -> float | None:

@@ -62,6 +62,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from anonml.errors import RecordError
+from anonml.importer_kit import csv_header
 from anonml.model import Event, Text
 from anonml.plugins import Importer, PluginParams
 from anonml.readers import TimeZoneName, csv_rows, head, open_lines, parse_timestamp, resolve_timezone
@@ -201,12 +202,7 @@ class CsvImporter(Importer):
         names = {col: snake_case(col) for col in p.fields}
         with open_lines(path) as lines:  # decoded line by line: a bad byte is its row's error
             reader = csv.reader(lines, delimiter=p.delimiter, quotechar=p.quotechar, strict=True)
-            try:
-                header = next(reader, None)
-            except csv.Error as exc:
-                raise RecordError(path, 1, f"unreadable header: {exc}") from None
-            if lines.bad and (bad := lines.undecodable(1, reader.line_num)) is not None:
-                raise RecordError(path, bad.line, f"unreadable header: {bad.reason}")
+            header = csv_header(reader, lines, path)
             if not header:
                 raise RecordError(path, 1, "empty file: no header row")
             header = [h.lstrip("\ufeff").strip() for h in header]

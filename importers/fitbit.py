@@ -88,7 +88,6 @@ name is not a known metric, raises ``RecordError``.
 from __future__ import annotations
 
 import csv
-import math
 import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, tzinfo
@@ -98,6 +97,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from anonml.errors import RecordError
+from anonml.importer_kit import finite_number
 from anonml.model import Event
 from anonml.plugins import Importer, PluginParams
 from anonml.readers import (
@@ -211,13 +211,7 @@ def _integer(value: object, key: str) -> int:
 def _real(value: object, key: str) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{key}: {value!r} is not a number")
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"{key}: {value!r} is not a number") from None
-    if not math.isfinite(number):
-        raise ValueError(f"{key}: {value!r} is not finite")
-    return number
+    return finite_number(value, key)
 
 
 def _obj(value: object, key: str) -> dict[str, Any]:

@@ -124,6 +124,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from anonml.errors import RecordError
+from anonml.importer_kit import finite_number  # numbers or their text: the iOS export writes strings
 from anonml.json_stream import iter_json_items
 from anonml.model import Event, Text
 from anonml.plugins import Importer
@@ -187,26 +188,15 @@ def _latlng(text: object, field: str) -> tuple[float, float]:
     return lat, lng
 
 
-def _num(value: object, field: str) -> float:
-    """A finite number; the iOS export writes numbers as strings."""
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"{field}: {value!r} is not a number") from None
-    if number != number or number in (float("inf"), float("-inf")):
-        raise ValueError(f"{field}: {value!r} is not finite")
-    return number
-
-
 def _put(fields: dict, name: str, obj: dict, key: str, kind: type = float) -> None:
     """Copy an optional member, typed; absent or null members are left out."""
     value = obj.get(key)
     if value is None:
         return
     if kind is float:
-        fields[name] = _num(value, key)
+        fields[name] = finite_number(value, key)
     elif kind is int:
-        fields[name] = int(_num(value, key))
+        fields[name] = int(finite_number(value, key))
     elif kind is bool:
         if not isinstance(value, bool):
             raise ValueError(f"{key}: {value!r} is not true/false")
@@ -227,7 +217,7 @@ def _activity_fields(candidates: list, key: str) -> dict:
     fields: dict = {}
     best: tuple[float, str] | None = None
     for cand in candidates:
-        kind, conf = _snake(str(cand["type"])), _num(cand["confidence"], "confidence")
+        kind, conf = _snake(str(cand["type"])), finite_number(cand["confidence"], "confidence")
         name = f"confidence_{kind}"
         fields[name] = max(conf, fields.get(name, conf))
         if best is None or conf > best[0]:
@@ -348,7 +338,9 @@ def _segment(seg: dict) -> list[Event]:
         if "time" in point:
             when = _iso(point["time"], f"timelinePath[{j}].time")
         else:
-            offset = _num(point["durationMinutesOffsetFromStartTime"], "durationMinutesOffsetFromStartTime")
+            offset = finite_number(
+                point["durationMinutesOffsetFromStartTime"], "durationMinutesOffsetFromStartTime"
+            )
             when = start + timedelta(minutes=offset)
         lat, lng = _latlng(point["point"], f"timelinePath[{j}].point")
         events.append(Event(source=_SOURCE, type="path_point", timestamp=when,
@@ -410,7 +402,10 @@ def _profile(profile: dict) -> Iterator[tuple[str, Event | Exception]]:
         try:
             yield where, Event(
                 source=_SOURCE, type="travel_mode_affinity",
-                fields={"mode": _snake(str(aff["mode"])), "affinity": _num(aff["affinity"], "affinity")},
+                fields={
+                    "mode": _snake(str(aff["mode"])),
+                    "affinity": finite_number(aff["affinity"], "affinity"),
+                },
             )
         except (KeyError, ValueError, TypeError) as exc:
             yield where, exc
@@ -424,7 +419,7 @@ def _timeline_edit(edit: dict) -> list[Event]:
         events = []
         for info in agg["placeAggregateInfo"]:
             point = info.get("placePoint") or info["point"]
-            fields: dict = {"score": _num(info["score"], "score"),
+            fields: dict = {"score": finite_number(info["score"], "score"),
                             "lat": _e7(point, "latE7", 90), "lng": _e7(point, "lngE7", 180)}
             _put(fields, "place_id", info, "placeId", str)
             _put(fields, "num_buckets_with_location", info, "numBucketsWithLocation", int)
@@ -441,7 +436,7 @@ def _timeline_edit(edit: dict) -> list[Event]:
         point = pos["point"]
         fields = {"lat": _e7(point, "latE7", 90), "lng": _e7(point, "lngE7", 180)}
         if "accuracyMm" in pos:
-            fields["accuracy_m"] = _num(pos["accuracyMm"], "accuracyMm") / 1000.0
+            fields["accuracy_m"] = finite_number(pos["accuracyMm"], "accuracyMm") / 1000.0
         _put(fields, "altitude_m", pos, "altitudeMeters")
         _put(fields, "source", pos, "source", str)
         return [Event(source=_SOURCE, type="location", timestamp=_iso(pos["timestamp"], "timestamp"),

@@ -59,6 +59,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from anonml.errors import RecordError
+from anonml.importer_kit import csv_header
 from anonml.model import Event, Text
 from anonml.plugins import Importer, PluginParams
 from anonml.readers import head, open_lines
@@ -115,12 +116,7 @@ class NetflixImporter(Importer):
         keep = set(self.params.profiles)
         with open_lines(path) as lines:  # decoded line by line: a bad byte is its row's error
             reader = csv.reader(lines)
-            try:
-                columns = [c.strip() for c in next(reader, [])]
-            except csv.Error as exc:
-                raise RecordError(path, 1, f"unreadable CSV header: {exc}") from None
-            if lines.bad and (bad := lines.undecodable(1, reader.line_num)) is not None:
-                raise RecordError(path, bad.line, f"unreadable CSV header: {bad.reason}")
+            columns = [c.strip() for c in csv_header(reader, lines, path, "CSV header") or []]
             missing = [c for c in _REQUIRED if c not in columns]
             if missing:
                 raise RecordError(path, 1, f"not a Netflix ViewingActivity.csv: missing columns {missing}")

@@ -66,6 +66,7 @@ from typing import ClassVar
 from bs4 import BeautifulSoup, Tag
 
 from anonml.errors import RecordError
+from anonml.importer_kit import csv_header
 from anonml.model import Event, Text
 from anonml.plugins import Importer, PluginParams
 from anonml.readers import TimeZoneName, csv_rows, head, open_lines, open_text, resolve_timezone
@@ -225,12 +226,7 @@ class UberImporter(Importer):
         zone = self._zone()
         with open_lines(path) as lines:  # decoded line by line: a bad byte is its row's error
             reader = csv.reader(lines, strict=True)
-            try:
-                header = [h.strip() for h in next(reader, [])]
-            except csv.Error as exc:
-                raise RecordError(path, 1, f"unreadable header: {exc}") from None
-            if lines.bad and (bad := lines.undecodable(1, reader.line_num)) is not None:
-                raise RecordError(path, bad.line, f"unreadable header: {bad.reason}")
+            header = [h.strip() for h in csv_header(reader, lines, path) or []]
             if "Request Time" in header:
                 cols = _REQUEST_STYLE
             elif "request_time" in header:

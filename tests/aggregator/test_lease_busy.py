@@ -45,6 +45,7 @@ from tests.aggregator.helpers import (
     close_registration,
     draft,
     propose,
+    register_and_close,
     wait_phase,
 )
 from tests.waiting import wait_until
@@ -177,9 +178,7 @@ def test_closing_registration_holds_no_write_lock_while_it_builds_the_plan(
 
     monkeypatch.setattr(ProblemContext, "plan_for", slow_plan_for)
     problem = propose(aggregator.url, draft(kh=1, kp=1, min_peers=4, send_window=120.0))
-    for peer in [WirePeer() for _ in range(4)]:
-        assert peer.register(aggregator.url, problem).status_code == 201
-    close_registration(aggregator.url, problem.id)
+    register_and_close(aggregator.url, problem)
     try:
         wait_until(entered.is_set, 120, "the close building the plan")
         other = make_engine(_short_busy_timeout(aggregator.settings.db_url))

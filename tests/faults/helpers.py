@@ -32,7 +32,7 @@ from aggregator.app import ServerProcess, start_server_process
 from aggregator.settings import AggregatorSettings
 from anonml.crypto import save_identity
 from anonml.demo import simulate_peers
-from anonml.protocol import Bins, Problem, ProblemDraft
+from anonml.protocol import Bins, Problem, ProblemDraft, ReportAccount
 from anonml.serving import free_port, spawn_child
 from peer.simulate import SimulatedIdentity, SimulationManifest
 from tests.loopback import Listener
@@ -367,6 +367,28 @@ def ended_relay_counters(hosts: list[PeerProcess], timeout: float = 120.0) -> li
             "every live participation to end",
         )
     return [host.status()["relay"] for host in hosts]
+
+
+def check_two_live_hosts_account(
+    account: ReportAccount, live: list[dict], draft: ProblemDraft, per_host: int
+) -> None:
+    """What holds when host C of :func:`three_hosts` failed in the send window and ``a``, ``b`` (``live``:
+    their :func:`ended_relay_counters`) ran the round to its end.
+
+    The account is exact: expected = 3 ``per_host`` kh = received + lost, and lost = late + refused +
+    not arrived. Each live host found one relay host dead (C, and only C). The live relays delivered
+    the intake's stored reports plus every repeat it refused (received + duplicates). Each live sender
+    accounts for every report (delivered + lost in transit = 2 ``per_host`` kh, counted against the
+    receipts), and what they count lost is within the account's loss.
+    """
+    assert account.expected == 3 * per_host * draft.kh and account.received + account.lost == account.expected
+    assert account.lost == account.late + sum(account.refused.values()) + account.not_arrived
+    assert all(h.get("host relay hosts found dead", 0) == 1 for h in live), live
+    delivered = sum(h.get("delivered", 0) for h in live)
+    assert delivered == account.received + account.duplicates, (delivered, account)
+    lost_live = sum(h.get("reports lost in transit", 0) for h in live)
+    assert sum(h.get("reports delivered", 0) for h in live) + lost_live == 2 * per_host * draft.kh, live
+    assert lost_live <= account.lost
 
 
 def _pump(a: socket.socket, b: socket.socket) -> None:

@@ -1,8 +1,9 @@
 """What every importer test checks the same way.
 
-The store contract (import, re-import, roll back, skip bad records), and what
-a parse says of a file: its events, the reasons of its bad records, the
-message of the error that ends it.
+The store contract (import, re-import, roll back, skip bad records), how sure
+``detect`` is of a file under its own name and another, and what a parse says of
+a file: its events, the reasons of its bad records, the message of the error
+that ends it.
 """
 
 from __future__ import annotations
@@ -49,6 +50,25 @@ def check_store_round_trip(
     report = store.import_file(bad, importer, skip_bad=True)
     assert (report.inserted, report.rejected) == skipped
     return first, again, report
+
+
+def check_detect(
+    importer: Importer, sample: Path, folder: Path, renamed: str, others: Sequence[Path]
+) -> None:
+    """``detect`` is sure of ``sample`` (0.95) and of its bytes under the name ``renamed`` less so (0.9).
+
+    It says 0 for each of ``others`` (another format), for ``folder`` itself (a
+    directory) and for a file of ``sample``'s suffix that does not exist in it.
+    The renamed copy is written into ``folder``.
+    """
+    assert importer.detect(sample) == 0.95
+    copy = folder / renamed
+    copy.write_bytes(sample.read_bytes())
+    assert importer.detect(copy) == 0.9
+    for other in others:
+        assert importer.detect(other) == 0.0, other
+    assert importer.detect(folder) == 0.0
+    assert importer.detect(folder / f"missing{sample.suffix}") == 0.0
 
 
 def only_events(items: Sequence[Event | RecordError]) -> list[Event]:

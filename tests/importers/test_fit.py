@@ -16,7 +16,7 @@ from anonml.errors import RecordError
 from anonml.model import Event
 from anonml.store import EventStore
 from importers.fit import SEMICIRCLE_DEG, FitImporter, _lap_start
-from tests.importers.helpers import only_events, parse_failure, reject_reasons
+from tests.importers.helpers import check_detect, only_events, parse_failure, reject_reasons
 
 SAMPLES = Path(__file__).parent / "samples" / "fit"
 SAMPLE = SAMPLES / "garmin-fenix-5-run.fit"
@@ -147,13 +147,8 @@ def test_a_lap_without_start_time_starts_its_elapsed_time_before_its_end() -> No
 
 
 def test_detect(tmp_path: Path) -> None:
-    imp = FitImporter()
-    assert imp.detect(SAMPLE) == 0.95
-    renamed = tmp_path / "activity.bin"
-    renamed.write_bytes(SAMPLE.read_bytes())
-    assert imp.detect(renamed) == 0.9
-    assert imp.detect(SAMPLES / "garmin-fenix-5-run-records.csv") == 0.0
-    assert imp.detect(tmp_path) == 0.0 and imp.detect(tmp_path / "missing.fit") == 0.0
+    csv_export = SAMPLES / "garmin-fenix-5-run-records.csv"
+    check_detect(FitImporter(), SAMPLE, tmp_path, "activity.bin", [csv_export])
 
 
 def test_store_reimport_rollback_and_skip_bad(tmp_path: Path) -> None:

@@ -16,7 +16,13 @@ from anonml.model import Event, Text
 from anonml.store import EventStore
 from importers.activity import EARTH_RADIUS_M
 from importers.gpx import GpxImporter
-from tests.importers.helpers import check_store_round_trip, only_events, parse_failure, reject_reasons
+from tests.importers.helpers import (
+    check_detect,
+    check_store_round_trip,
+    only_events,
+    parse_failure,
+    reject_reasons,
+)
 
 SAMPLE = Path(__file__).parent / "samples" / "gpx" / "around-visnjan-with-car.gpx"
 APPLE = Path(__file__).parent / "samples" / "gpx" / "route_2019-06-11_3.00pm.gpx"
@@ -128,14 +134,9 @@ def test_entity_declarations_and_other_xml_are_refused() -> None:
 
 
 def test_detect(tmp_path: Path) -> None:
-    imp = GpxImporter()
-    assert imp.detect(SAMPLE) == 0.95
-    renamed = tmp_path / "track.xml"
-    renamed.write_bytes(SAMPLE.read_bytes())
-    assert imp.detect(renamed) == 0.9
-    assert imp.detect(FIX / "route_only.gpx") == 0.95  # GPX 1.0 namespace
-    assert imp.detect(Path(__file__).parent / "samples" / "tcx" / "sup_activity_1.tcx") == 0.0
-    assert imp.detect(tmp_path) == 0.0 and imp.detect(tmp_path / "missing.gpx") == 0.0
+    tcx = Path(__file__).parent / "samples" / "tcx" / "sup_activity_1.tcx"
+    check_detect(GpxImporter(), SAMPLE, tmp_path, "track.xml", [tcx])
+    assert GpxImporter().detect(FIX / "route_only.gpx") == 0.95  # GPX 1.0 namespace
 
 
 def test_store_round_trip_reimport_rollback_and_skip_bad(tmp_path: Path) -> None:

@@ -10,7 +10,13 @@ from anonml.errors import RecordError
 from anonml.model import Event
 from anonml.store import EventStore
 from importers.tcx import TcxImporter
-from tests.importers.helpers import check_store_round_trip, only_events, parse_failure, reject_reasons
+from tests.importers.helpers import (
+    check_detect,
+    check_store_round_trip,
+    only_events,
+    parse_failure,
+    reject_reasons,
+)
 
 SAMPLE = Path(__file__).parent / "samples" / "tcx" / "sup_activity_1.tcx"
 FIX = Path(__file__).parent / "fixtures" / "tcx"
@@ -92,13 +98,8 @@ def test_other_documents_are_refused(tmp_path: Path) -> None:
 
 
 def test_detect(tmp_path: Path) -> None:
-    imp = TcxImporter()
-    assert imp.detect(SAMPLE) == 0.95
-    renamed = tmp_path / "activity.xml"
-    renamed.write_bytes(SAMPLE.read_bytes())
-    assert imp.detect(renamed) == 0.9
-    assert imp.detect(Path(__file__).parent / "samples" / "gpx" / "around-visnjan-with-car.gpx") == 0.0
-    assert imp.detect(tmp_path) == 0.0 and imp.detect(tmp_path / "missing.tcx") == 0.0
+    gpx = Path(__file__).parent / "samples" / "gpx" / "around-visnjan-with-car.gpx"
+    check_detect(TcxImporter(), SAMPLE, tmp_path, "activity.xml", [gpx])
 
 
 def test_store_round_trip_reimport_rollback_and_skip_bad(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from tests.aggregator.helpers import (
     post,
     propose,
     roster_document,
+    roster_entry,
     roster_of,
     wait_phase,
 )
@@ -125,13 +126,7 @@ def test_an_open_problem_takes_no_credential(aggregator):
 
 def _entry(member: Identity, problem, cred, relay="http://127.0.0.1:9/relay/a") -> RosterEntry:
     reg = registration(member, problem, cred, relay)
-    return RosterEntry(
-        identity=reg.identity,
-        relay_url=reg.relay_url,
-        relay_certificate=reg.relay_certificate,
-        credential=reg.credential,
-        registration_signature=reg.signature,
-    )
+    return roster_entry(reg, credential=reg.credential)
 
 
 def _problem(d):
