@@ -46,7 +46,7 @@ from anonml.learn.multiparty.common import (
     sample_norm_noise,
 )
 from anonml.learn.multiparty.erm import fit_linear_erm, fit_soft_label_erm, fit_softmax_erm
-from anonml.learn.params import checked_fit
+from anonml.learn.params import checked_fit, store_params
 from anonml.randomness import generator_from
 
 __all__ = [
@@ -136,9 +136,7 @@ class _HammBase(LinearMultipartyClassifier):
         lam: float = 1e-4,
         random_state: int | np.random.Generator | None = None,
     ) -> None:
-        self.epsilon = epsilon
-        self.lam = lam
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _check_votes(
         self, X_aux: np.ndarray, votes: np.ndarray, classes: np.ndarray | None

@@ -68,7 +68,7 @@ from anonml.learn.multiparty.common import (
 )
 from anonml.learn.multiparty.erm import LOGISTIC, fit_linear_erm
 from anonml.learn.multiparty.objective import Slack, compute_slack
-from anonml.learn.params import Interval, Options, checked_fit
+from anonml.learn.params import Interval, Options, checked_fit, store_params
 from anonml.randomness import generator_from
 
 __all__ = [
@@ -149,11 +149,7 @@ class _GaussianBase(LinearMultipartyClassifier):
         condition: str = "derived",
         random_state: int | np.random.Generator | None = None,
     ) -> None:
-        self.epsilon = epsilon
-        self.delta = delta
-        self.lam = lam
-        self.condition = condition
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _prepare(
         self, X: np.ndarray, y: np.ndarray
@@ -295,11 +291,7 @@ class PrivateSGD(_GaussianBase):
         condition: str = "derived",
         random_state: int | np.random.Generator | None = None,
     ) -> None:
-        super().__init__(
-            epsilon=epsilon, delta=delta, lam=lam, condition=condition, random_state=random_state
-        )
-        self.n_iter = n_iter
-        self.lipschitz = lipschitz
+        store_params(self, locals())
 
     @checked_fit
     def fit(self, X: np.ndarray, y: np.ndarray, parties: np.ndarray | None = None) -> PrivateSGD:

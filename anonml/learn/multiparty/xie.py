@@ -32,7 +32,7 @@ from anonml.learn.multiparty.common import (
 )
 from anonml.learn.multiparty.erm import margin_loss
 from anonml.learn.multiparty.objective import objective_perturbation
-from anonml.learn.params import Interval, checked_fit
+from anonml.learn.params import Interval, checked_fit, store_params
 from anonml.randomness import generator_from
 
 __all__ = ["FeatureMethod", "AverageMethod"]
@@ -139,8 +139,7 @@ class FeatureMethod(_LocalObjectivePerturbation):
         public_C: float = 1.0,
         random_state: int | np.random.Generator | None = None,
     ) -> None:
-        super().__init__(epsilon=epsilon, lam=lam, loss=loss, huber_h=huber_h, random_state=random_state)
-        self.public_C = public_C
+        store_params(self, locals())
 
     @checked_fit
     def fit(
