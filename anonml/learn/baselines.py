@@ -381,7 +381,17 @@ def _softmax_proba(scores: np.ndarray) -> np.ndarray:
 
 
 class _ScoredClassifier(ClassifierMixin, BaseEstimator):
-    """predict / predict_proba / decision_function from per-class scores (``_class_scores``)."""
+    """predict / predict_proba / decision_function from per-class scores (``_class_scores``).
+
+    ``param_checks`` holds the constraints every subclass shares: ε (the per-user budget),
+    the public feature specs and the random state.
+    """
+
+    param_checks: dict[str, tuple[Any, ...]] = {
+        "epsilon": (Interval(numbers.Real, 0, MAX_EPSILON, closed="right"),),
+        "features": (list, tuple, None),
+        "random_state": RANDOM_STATE,
+    }
 
     features: Sequence[FeatureSpec] | None
     random_state: int | np.random.Generator | None
@@ -466,14 +476,12 @@ class LdpLogisticRegression(_ScoredClassifier):
     """
 
     param_checks: dict[str, tuple[Any, ...]] = {
-        "epsilon": (Interval(numbers.Real, 0, MAX_EPSILON, closed="right"),),
-        "features": (list, tuple, None),
+        **_ScoredClassifier.param_checks,
         "mechanism": (Options(frozenset({"hybrid", "piecewise"})),),
         "group_size": (Interval(numbers.Integral, 1, None, closed="left"), Options(frozenset({"auto"}))),
         "min_rounds": (Interval(numbers.Integral, 1, None, closed="left"),),
         "learning_rate": (Interval(numbers.Real, 0, None, closed="neither"),),
         "l2": (Interval(numbers.Real, 0, None, closed="left"),),
-        "random_state": RANDOM_STATE,
     }
 
     def __init__(
@@ -630,13 +638,11 @@ class LdpMarginalClassifier(_ScoredClassifier):
     """
 
     param_checks: dict[str, tuple[Any, ...]] = {
-        "epsilon": (Interval(numbers.Real, 0, MAX_EPSILON, closed="right"),),
-        "features": (list, tuple, None),
+        **_ScoredClassifier.param_checks,
         "order": (Interval(numbers.Integral, 1, 2, closed="both"),),
         "n_bins": (Interval(numbers.Integral, 2, None, closed="left"), Options(frozenset({"auto"}))),
         "consistency_rounds": (Interval(numbers.Integral, 0, None, closed="left"),),
         "smoothing": (Interval(numbers.Real, 0, None, closed="neither"),),
-        "random_state": RANDOM_STATE,
     }
 
     def __init__(
