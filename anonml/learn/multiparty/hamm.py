@@ -232,10 +232,8 @@ class HammSoftLabel(_HammBase):
 
     Parameters
     ----------
-    epsilon : float, default=1.0
-        ε per party.
-    lam : float, default=1e-4
-    random_state : int, Generator or None, default=None
+    epsilon, lam, random_state
+        As for :class:`HammMajorityVote` (the same hyperparameters, defaults and meaning).
 
     Attributes
     ----------

@@ -230,9 +230,8 @@ class PrivateSGD(_GaussianBase):
 
     Parameters
     ----------
-    epsilon : float, default=1.0
-    delta : float, default=0.05
-    lam : float, default=1e-3
+    epsilon, delta, lam, condition, random_state
+        As for :class:`GaussianObjectivePerturbation`; ``condition`` gives σ of the parties' η_k.
     n_iter : int, default=2000
         T, the number of steps (each one party's full local gradient).
     lipschitz : float, default=1.0
@@ -240,9 +239,6 @@ class PrivateSGD(_GaussianBase):
         The step noise ρ_t of party j's step has density ∝ exp(-ε·n_j‖ρ‖/(2L))
         (its mean gradient's sensitivity is 2L/n_j), so
         ‖ρ_t‖ ~ Gamma(d, 2L/(ε·n_j)) and E‖ρ_t‖ = 2Ld/(ε·n_j).
-    condition : {"derived", "printed"}, default="derived"
-        As for :class:`GaussianObjectivePerturbation` (σ of the η_k).
-    random_state : int, Generator or None, default=None
 
     Attributes
     ----------

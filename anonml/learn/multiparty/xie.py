@@ -98,15 +98,11 @@ class FeatureMethod(_LocalObjectivePerturbation):
 
     Parameters
     ----------
-    epsilon : float, default=1.0
-        ε of each party's release (ε-DP per record overall).
-    lam : float, default=1e-3
-    loss : {"logistic", "huber"}, default="logistic"
-    huber_h : float, default=0.5
+    epsilon, lam, loss, huber_h, random_state
+        As for :class:`AverageMethod` (the same hyperparameters, defaults and meaning).
     public_C : float, default=1.0
         Inverse regularisation of the (non-private) second-stage logistic
         regression on public data (scikit-learn's ``C``).
-    random_state : int, Generator or None, default=None
 
     Attributes
     ----------
