@@ -50,7 +50,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from anonml.learn.binning import Binning, auto_n_bins
 from anonml.learn.histograms import domain_size, estimate_histogram, report_values
-from anonml.learn.params import RANDOM_STATE, Interval, Options, check_params
+from anonml.learn.params import RANDOM_STATE, Interval, Options, check_params, store_params
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.privacy import OUE, Mechanism, RandomizedResponse, estimate_counts, project_to_simplex
 from anonml.privacy._checks import MAX_EPSILON, check_epsilon
@@ -381,9 +381,31 @@ def _softmax_proba(scores: np.ndarray) -> np.ndarray:
 
 
 class _ScoredClassifier(ClassifierMixin, BaseEstimator):
-    """predict / predict_proba / decision_function from per-class scores (``_class_scores``)."""
+    """predict / predict_proba / decision_function from per-class scores (``_class_scores``).
 
+    ``param_checks`` holds the constraints every subclass shares: ε (the per-user budget),
+    the public feature specs and the random state.
+    """
+
+    param_checks: dict[str, tuple[Any, ...]] = {
+        "epsilon": (Interval(numbers.Real, 0, MAX_EPSILON, closed="right"),),
+        "features": (list, tuple, None),
+        "random_state": RANDOM_STATE,
+    }
+
+    features: Sequence[FeatureSpec] | None
+    random_state: int | np.random.Generator | None
     classes_: np.ndarray
+
+    def _fit_inputs(self, X: ArrayLike, y: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.random.Generator]:
+        """Check the hyperparameters and ``(X, y)`` and record ``features_`` and ``classes_``.
+
+        Returns the encoded rows, each label's index in ``classes_`` and the fit's generator.
+        """
+        check_params(self)
+        rows, self.features_ = _checked_rows(type(self).__name__, X, self.features, y)
+        self.classes_, labels = _classes(type(self).__name__, y)
+        return rows, labels, generator_from(self.random_state)
 
     def _class_scores(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -454,14 +476,12 @@ class LdpLogisticRegression(_ScoredClassifier):
     """
 
     param_checks: dict[str, tuple[Any, ...]] = {
-        "epsilon": (Interval(numbers.Real, 0, MAX_EPSILON, closed="right"),),
-        "features": (list, tuple, None),
+        **_ScoredClassifier.param_checks,
         "mechanism": (Options(frozenset({"hybrid", "piecewise"})),),
         "group_size": (Interval(numbers.Integral, 1, None, closed="left"), Options(frozenset({"auto"}))),
         "min_rounds": (Interval(numbers.Integral, 1, None, closed="left"),),
         "learning_rate": (Interval(numbers.Real, 0, None, closed="neither"),),
         "l2": (Interval(numbers.Real, 0, None, closed="left"),),
-        "random_state": RANDOM_STATE,
     }
 
     def __init__(
@@ -476,21 +496,11 @@ class LdpLogisticRegression(_ScoredClassifier):
         l2: float = 1e-3,
         random_state: int | np.random.Generator | None = None,
     ) -> None:
-        self.epsilon = epsilon
-        self.features = features
-        self.mechanism = mechanism
-        self.group_size = group_size
-        self.min_rounds = min_rounds
-        self.learning_rate = learning_rate
-        self.l2 = l2
-        self.random_state = random_state
+        store_params(self, locals())
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> LdpLogisticRegression:
         """Run the protocol on ``(X, y)``, one user per row (class docstring)."""
-        check_params(self)
-        rows, self.features_ = _checked_rows(type(self).__name__, X, self.features, y)
-        self.classes_, labels = _classes(type(self).__name__, y)
-        rng = generator_from(self.random_state)
+        rows, labels, rng = self._fit_inputs(X, y)
         design = _scaled_design(rows, self.features_)
         n, d = design.shape
         outputs = 1 if self.classes_.size == 2 else self.classes_.size
@@ -628,13 +638,11 @@ class LdpMarginalClassifier(_ScoredClassifier):
     """
 
     param_checks: dict[str, tuple[Any, ...]] = {
-        "epsilon": (Interval(numbers.Real, 0, MAX_EPSILON, closed="right"),),
-        "features": (list, tuple, None),
+        **_ScoredClassifier.param_checks,
         "order": (Interval(numbers.Integral, 1, 2, closed="both"),),
         "n_bins": (Interval(numbers.Integral, 2, None, closed="left"), Options(frozenset({"auto"}))),
         "consistency_rounds": (Interval(numbers.Integral, 0, None, closed="left"),),
         "smoothing": (Interval(numbers.Real, 0, None, closed="neither"),),
-        "random_state": RANDOM_STATE,
     }
 
     def __init__(
@@ -648,20 +656,11 @@ class LdpMarginalClassifier(_ScoredClassifier):
         smoothing: float = 1.0,
         random_state: int | np.random.Generator | None = None,
     ) -> None:
-        self.epsilon = epsilon
-        self.features = features
-        self.order = order
-        self.n_bins = n_bins
-        self.consistency_rounds = consistency_rounds
-        self.smoothing = smoothing
-        self.random_state = random_state
+        store_params(self, locals())
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> LdpMarginalClassifier:
         """Simulate the protocol on ``(X, y)``, one user per row (class docstring)."""
-        check_params(self)
-        rows, self.features_ = _checked_rows(type(self).__name__, X, self.features, y)
-        self.classes_, labels = _classes(type(self).__name__, y)
-        rng = generator_from(self.random_state)
+        rows, labels, rng = self._fit_inputs(X, y)
         n, n_features = rows.shape
         k_classes = self.classes_.size
         order = min(int(self.order), n_features)

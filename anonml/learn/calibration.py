@@ -340,12 +340,9 @@ def calibrate_classes(
     ----------
     ensemble : Ensemble
         A softmax ensemble.
-    codes : ndarray of shape (n_pool, n_features), int
-        The calibration pool's binned rows.
     y : ndarray of shape (n_pool,), int in [0, K)
-    epsilon : float
-        ε_T: each pool peer's one report.
-    rng : numpy.random.Generator
+    codes, epsilon, rng
+        As for :func:`calibrate_ensemble`.
 
     Returns
     -------

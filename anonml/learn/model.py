@@ -54,7 +54,7 @@ from anonml.learn.frames import Ranges, clip_to_ranges, constant_columns
 from anonml.learn.histograms import SubsetHistogram, pooled_label_shares
 from anonml.learn.hyperparameters import PARAM_CHECKS, config_from_params, ensemble_from_params
 from anonml.learn.inputs import class_labels, fit_matrix, prediction_matrix, warn_rows
-from anonml.learn.params import check_params
+from anonml.learn.params import check_params, store_params
 from anonml.learn.partition import PartitionPlan
 from anonml.learn.published import PublishedModel
 from anonml.learn.selection import SelectionAware, fit_selection
@@ -248,30 +248,7 @@ class AnonMLClassifier(SelectionAware, PublishedModel, ClassifierMixin, BaseEsti
         random_state: int | np.random.Generator | None = None,
         central_epsilon: tuple[float, float] | None = None,
     ) -> None:
-        self.mode = mode
-        self.epsilon = epsilon
-        self.n_partitions = n_partitions
-        self.n_subsets = n_subsets
-        self.subset_size = subset_size
-        self.subsets = subsets
-        self.n_bins = n_bins
-        self.features = features
-        self.ranges = ranges
-        self.median_fraction = median_fraction
-        self.median_steps = median_steps
-        self.median_confidence = median_confidence
-        self.calibration_fraction = calibration_fraction
-        self.pilot_fraction = pilot_fraction
-        self.consistency = consistency
-        self.smoothing = smoothing
-        self.combine = combine
-        self.weighting = weighting
-        self.partition_classifier = partition_classifier
-        self.partition_scoring = partition_scoring
-        self.partition_class_weight = partition_class_weight
-        self.partition_cv = partition_cv
-        self.random_state = random_state
-        self.central_epsilon = central_epsilon
+        store_params(self, locals())
 
     def __sklearn_tags__(self):  # noqa: D105 - scikit-learn protocol
         tags = super().__sklearn_tags__()

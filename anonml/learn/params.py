@@ -8,12 +8,13 @@ accepted :class:`Interval` / :class:`Options` / types / ``None``) and call
 :func:`check_params` at the top of ``fit``; the error names the estimator, the
 parameter, the value and what was accepted, like scikit-learn's own
 ``InvalidParameterError`` (a ``ValueError``, which is what its estimator checks
-expect).
+expect). Their ``__init__`` stores the hyperparameters with :func:`store_params`.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-__all__ = ["Interval", "Options", "RANDOM_STATE", "check_params", "checked_fit"]
+__all__ = ["Interval", "Options", "RANDOM_STATE", "check_params", "checked_fit", "store_params"]
 
 T = TypeVar("T")
 
@@ -134,3 +135,34 @@ def checked_fit(fit: Callable[..., T]) -> Callable[..., T]:
         return fit(self, *args, **kwargs)
 
     return wrapper
+
+
+@functools.cache
+def _init_parameter_names(cls: type) -> tuple[str, ...]:
+    """The names of ``cls.__init__``'s parameters after ``self``: what ``get_params`` reads back."""
+    parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    variadic = [p.name for p in parameters if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if variadic:
+        # scikit-learn refuses them too: get_params and clone need every hyperparameter named.
+        raise TypeError(f"{cls.__name__}.__init__ takes *{variadic[0]}; name each hyperparameter")
+    return tuple(p.name for p in parameters)
+
+
+def store_params(estimator: Any, given: Mapping[str, Any]) -> None:
+    """Store each argument of ``estimator.__init__`` unchanged under its own name.
+
+    scikit-learn's estimator contract: ``__init__`` keeps every hyperparameter as
+    given and checks nothing (:func:`check_params` does, in ``fit``);
+    ``get_params``, ``clone`` and the repr read them back by the names of the
+    signature. Call it first in ``__init__``, as ``store_params(self, locals())``:
+    the names stored are the signature's, so a new hyperparameter needs no line of
+    its own and none can be left out.
+
+    Parameters
+    ----------
+    estimator : scikit-learn estimator
+    given : mapping
+        The constructor's ``locals()``, holding at least every parameter of the signature.
+    """
+    for name in _init_parameter_names(type(estimator)):
+        setattr(estimator, name, given[name])

@@ -58,7 +58,7 @@ from sklearn.utils.validation import check_consistent_length, check_is_fitted, c
 
 from anonml.learn.inputs import fit_matrix
 from anonml.learn.model import AnonMLClassifier
-from anonml.learn.params import Interval, Options, check_params
+from anonml.learn.params import Interval, Options, check_params, store_params
 from anonml.learn.selection import SelectionAware
 from anonml.learn.simulation import PrivacyAccounting, private_binning
 from anonml.model import FeatureSpec
@@ -156,13 +156,7 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         classifier_params: dict[str, Any] | None = None,
         central_epsilon: tuple[float, float] | None = None,
     ) -> None:
-        self.target_range = target_range
-        self.n_target_bins = n_target_bins
-        self.target_bins = target_bins
-        self.target_fraction = target_fraction
-        self.point = point
-        self.classifier_params = classifier_params
-        self.central_epsilon = central_epsilon
+        store_params(self, locals())
 
     def __sklearn_tags__(self):  # noqa: D105 - scikit-learn protocol
         tags = super().__sklearn_tags__()

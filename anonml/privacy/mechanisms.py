@@ -265,8 +265,13 @@ class PQPerturbation(_UnaryEncoding):
         return cls(p=descriptor.p, q=descriptor.q, m=descriptor.m)
 
 
+@dataclass(frozen=True)
 class _DefinedByEpsilon:
-    """Mechanisms whose fields are ``(epsilon, m)``: their checks and ``from_epsilon``, once."""
+    """Mechanisms whose fields are ``(epsilon, m)``: the fields, their checks, ``from_epsilon``,
+    ``p`` and ``q``, once.
+
+    Each kind gives only :meth:`_pq`, its closed form from :mod:`anonml.privacy._closed_form`.
+    """
 
     epsilon: float
     m: int
@@ -279,6 +284,18 @@ class _DefinedByEpsilon:
     def from_epsilon(cls, epsilon: float, m: int) -> Self:
         return cls(epsilon=epsilon, m=m)  # type: ignore[call-arg]
 
+    def _pq(self) -> tuple[float, float]:  # pragma: no cover - abstract
+        """``(p, q)`` of this kind at its ``epsilon`` and ``m``."""
+        raise NotImplementedError
+
+    @property
+    def p(self) -> float:
+        return self._pq()[0]
+
+    @property
+    def q(self) -> float:
+        return self._pq()[1]
+
 
 @register_mechanism
 @dataclass(frozen=True)
@@ -289,16 +306,9 @@ class RAPPOR(_DefinedByEpsilon, _UnaryEncoding):
     """
 
     kind: ClassVar[str] = "rappor"
-    epsilon: float
-    m: int
 
-    @property
-    def p(self) -> float:
-        return rappor_pq(self.epsilon)[0]
-
-    @property
-    def q(self) -> float:
-        return rappor_pq(self.epsilon)[1]
+    def _pq(self) -> tuple[float, float]:
+        return rappor_pq(self.epsilon)
 
 
 @register_mechanism
@@ -307,16 +317,9 @@ class OUE(_DefinedByEpsilon, _UnaryEncoding):
     """Optimised unary encoding: ``p = 1/2``, ``q = 1 / (e^epsilon + 1)`` (Wang et al. 2017)."""
 
     kind: ClassVar[str] = "oue"
-    epsilon: float
-    m: int
 
-    @property
-    def p(self) -> float:
-        return oue_pq(self.epsilon)[0]
-
-    @property
-    def q(self) -> float:
-        return oue_pq(self.epsilon)[1]
+    def _pq(self) -> tuple[float, float]:
+        return oue_pq(self.epsilon)
 
 
 @register_mechanism
@@ -330,16 +333,9 @@ class RandomizedResponse(_DefinedByEpsilon, Mechanism):
     """
 
     kind: ClassVar[str] = "krr"
-    epsilon: float
-    m: int
 
-    @property
-    def p(self) -> float:
-        return krr_pq(self.epsilon, self.m)[0]
-
-    @property
-    def q(self) -> float:
-        return krr_pq(self.epsilon, self.m)[1]
+    def _pq(self) -> tuple[float, float]:
+        return krr_pq(self.epsilon, self.m)
 
     def pair_moments(self) -> tuple[float, float]:
         """One bit per report: no two bits are ever both 1."""
@@ -379,8 +375,6 @@ class SubsetSelection(_DefinedByEpsilon, Mechanism):
     """
 
     kind: ClassVar[str] = "subset"
-    epsilon: float
-    m: int
     omega: int | None = None  # None: round(m / (e^epsilon + 1)), set on construction
 
     def __post_init__(self) -> None:
@@ -396,13 +390,8 @@ class SubsetSelection(_DefinedByEpsilon, Mechanism):
         """Defined by epsilon, m and the descriptor's subset size ``omega``."""
         return cls(epsilon=descriptor.epsilon, m=descriptor.m, omega=descriptor.omega)
 
-    @property
-    def p(self) -> float:
-        return subset_pq(self.epsilon, self.m, self.omega)[0]
-
-    @property
-    def q(self) -> float:
-        return subset_pq(self.epsilon, self.m, self.omega)[1]
+    def _pq(self) -> tuple[float, float]:
+        return subset_pq(self.epsilon, self.m, self.omega)
 
     def pair_moments(self) -> tuple[float, float]:
         """Exactly ω bits are 1: ``r₁ = p(ω−1)/(m−1)``, ``r₀ = (ω−1)(ω−2p)/((m−1)(m−2))``.

@@ -17,7 +17,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from anonml.learn.multiparty.common import PrivacyGuarantee, check_unit_ball, to_pm1
-from anonml.learn.params import RANDOM_STATE, Interval, Options
+from anonml.learn.params import RANDOM_STATE, Interval, Options, store_params
 
 __all__ = [
     "LinearMultipartyClassifier",
@@ -117,8 +117,4 @@ class MarginLossClassifier(LinearMultipartyClassifier):
         huber_h: float = 0.5,
         random_state: int | np.random.Generator | None = None,
     ) -> None:
-        self.epsilon = epsilon
-        self.lam = lam
-        self.loss = loss
-        self.huber_h = huber_h
-        self.random_state = random_state
+        store_params(self, locals())

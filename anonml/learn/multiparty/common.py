@@ -29,6 +29,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from anonml.errors import AnonMLError
+from anonml.learn.params import store_params
 from anonml.randomness import resolve_rng
 
 __all__ = [
@@ -229,8 +230,7 @@ class NormBallScaler(TransformerMixin, BaseEstimator):
     """
 
     def __init__(self, bound: float = 1.0, intercept: bool = True) -> None:
-        self.bound = bound
-        self.intercept = intercept
+        store_params(self, locals())
 
     def fit(self, X: np.ndarray, y: object = None) -> NormBallScaler:
         if not (isinstance(self.bound, numbers.Real) and self.bound > 0 and math.isfinite(self.bound)):

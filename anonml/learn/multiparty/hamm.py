@@ -46,7 +46,7 @@ from anonml.learn.multiparty.common import (
     sample_norm_noise,
 )
 from anonml.learn.multiparty.erm import fit_linear_erm, fit_soft_label_erm, fit_softmax_erm
-from anonml.learn.params import checked_fit
+from anonml.learn.params import checked_fit, store_params
 from anonml.randomness import generator_from
 
 __all__ = [
@@ -136,9 +136,7 @@ class _HammBase(LinearMultipartyClassifier):
         lam: float = 1e-4,
         random_state: int | np.random.Generator | None = None,
     ) -> None:
-        self.epsilon = epsilon
-        self.lam = lam
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _check_votes(
         self, X_aux: np.ndarray, votes: np.ndarray, classes: np.ndarray | None
@@ -234,10 +232,8 @@ class HammSoftLabel(_HammBase):
 
     Parameters
     ----------
-    epsilon : float, default=1.0
-        ε per party.
-    lam : float, default=1e-4
-    random_state : int, Generator or None, default=None
+    epsilon, lam, random_state
+        As for :class:`HammMajorityVote` (the same hyperparameters, defaults and meaning).
 
     Attributes
     ----------

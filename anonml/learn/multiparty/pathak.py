@@ -28,7 +28,7 @@ from anonml.learn.multiparty.common import (
     sample_norm_noise,
 )
 from anonml.learn.multiparty.erm import fit_linear_erm
-from anonml.learn.params import checked_fit
+from anonml.learn.params import checked_fit, store_params
 from anonml.randomness import generator_from
 
 __all__ = ["ParameterAveraging"]
@@ -75,9 +75,7 @@ class ParameterAveraging(LinearMultipartyClassifier):
         lam: float = 1e-3,
         random_state: int | np.random.Generator | None = None,
     ) -> None:
-        self.epsilon = epsilon
-        self.lam = lam
-        self.random_state = random_state
+        store_params(self, locals())
 
     @checked_fit
     def fit(self, X: np.ndarray, y: np.ndarray, parties: np.ndarray | None = None) -> ParameterAveraging:

@@ -68,7 +68,7 @@ from anonml.learn.multiparty.common import (
 )
 from anonml.learn.multiparty.erm import LOGISTIC, fit_linear_erm
 from anonml.learn.multiparty.objective import Slack, compute_slack
-from anonml.learn.params import Interval, Options, checked_fit
+from anonml.learn.params import Interval, Options, checked_fit, store_params
 from anonml.randomness import generator_from
 
 __all__ = [
@@ -149,11 +149,7 @@ class _GaussianBase(LinearMultipartyClassifier):
         condition: str = "derived",
         random_state: int | np.random.Generator | None = None,
     ) -> None:
-        self.epsilon = epsilon
-        self.delta = delta
-        self.lam = lam
-        self.condition = condition
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _prepare(
         self, X: np.ndarray, y: np.ndarray
@@ -234,9 +230,8 @@ class PrivateSGD(_GaussianBase):
 
     Parameters
     ----------
-    epsilon : float, default=1.0
-    delta : float, default=0.05
-    lam : float, default=1e-3
+    epsilon, delta, lam, condition, random_state
+        As for :class:`GaussianObjectivePerturbation`; ``condition`` gives σ of the parties' η_k.
     n_iter : int, default=2000
         T, the number of steps (each one party's full local gradient).
     lipschitz : float, default=1.0
@@ -244,9 +239,6 @@ class PrivateSGD(_GaussianBase):
         The step noise ρ_t of party j's step has density ∝ exp(-ε·n_j‖ρ‖/(2L))
         (its mean gradient's sensitivity is 2L/n_j), so
         ‖ρ_t‖ ~ Gamma(d, 2L/(ε·n_j)) and E‖ρ_t‖ = 2Ld/(ε·n_j).
-    condition : {"derived", "printed"}, default="derived"
-        As for :class:`GaussianObjectivePerturbation` (σ of the η_k).
-    random_state : int, Generator or None, default=None
 
     Attributes
     ----------
@@ -295,11 +287,7 @@ class PrivateSGD(_GaussianBase):
         condition: str = "derived",
         random_state: int | np.random.Generator | None = None,
     ) -> None:
-        super().__init__(
-            epsilon=epsilon, delta=delta, lam=lam, condition=condition, random_state=random_state
-        )
-        self.n_iter = n_iter
-        self.lipschitz = lipschitz
+        store_params(self, locals())
 
     @checked_fit
     def fit(self, X: np.ndarray, y: np.ndarray, parties: np.ndarray | None = None) -> PrivateSGD:

@@ -32,7 +32,7 @@ from anonml.learn.multiparty.common import (
 )
 from anonml.learn.multiparty.erm import margin_loss
 from anonml.learn.multiparty.objective import objective_perturbation
-from anonml.learn.params import Interval, checked_fit
+from anonml.learn.params import Interval, checked_fit, store_params
 from anonml.randomness import generator_from
 
 __all__ = ["FeatureMethod", "AverageMethod"]
@@ -98,15 +98,11 @@ class FeatureMethod(_LocalObjectivePerturbation):
 
     Parameters
     ----------
-    epsilon : float, default=1.0
-        ε of each party's release (ε-DP per record overall).
-    lam : float, default=1e-3
-    loss : {"logistic", "huber"}, default="logistic"
-    huber_h : float, default=0.5
+    epsilon, lam, loss, huber_h, random_state
+        As for :class:`AverageMethod` (the same hyperparameters, defaults and meaning).
     public_C : float, default=1.0
         Inverse regularisation of the (non-private) second-stage logistic
         regression on public data (scikit-learn's ``C``).
-    random_state : int, Generator or None, default=None
 
     Attributes
     ----------
@@ -139,8 +135,7 @@ class FeatureMethod(_LocalObjectivePerturbation):
         public_C: float = 1.0,
         random_state: int | np.random.Generator | None = None,
     ) -> None:
-        super().__init__(epsilon=epsilon, lam=lam, loss=loss, huber_h=huber_h, random_state=random_state)
-        self.public_C = public_C
+        store_params(self, locals())
 
     @checked_fit
     def fit(
