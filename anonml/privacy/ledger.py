@@ -30,6 +30,7 @@ written by an earlier version keeps every release it recorded.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -181,20 +182,7 @@ def releases_within_cap(specs: Sequence[ReleaseSpec], cap: float) -> list[Releas
     for (peer, problem), epsilons in added.items():
         _check_cap(peer, problem, 0.0, epsilons, cap)
     now = datetime.now(UTC)
-    return [
-        Release(
-            peer=spec.peer,
-            problem=spec.problem,
-            round=spec.round,
-            attributes=spec.attributes,
-            mechanism=spec.mechanism,
-            epsilon=spec.epsilon,
-            pool=spec.pool,
-            id=i,
-            recorded_at=now,
-        )
-        for i, spec in enumerate(checked, start=1)
-    ]
+    return [Release(**dataclasses.asdict(spec), id=i, recorded_at=now) for i, spec in enumerate(checked, 1)]
 
 
 def _to_release(row: ReleaseRow) -> Release:
