@@ -53,17 +53,17 @@ from typing import Any
 import numpy as np
 import requests
 
+from anonml import demo_problem, demo_result
 from anonml.demo_peers import Progress, SimulatedPeer, scratch_parent, simulate_peers, split_held_out
+from anonml.demo_problem import *  # noqa: F403 - the module's __all__, re-exported, listed once there
 from anonml.demo_problem import (
     DEMO_FEATURES,
     DEMO_HOPS,
     DEMO_POLL_SECONDS,
-    DEMO_PROBES,
     DEMO_REPORT_DELAY_SECONDS,
     DEMO_ROSTER_SECONDS,
     DEMO_ROUTES,
     DEMO_WITNESS_SECONDS,
-    WINDOW_HEADROOM,
     dropout_draft,
     packet_windows,
     probed_hop_seconds,
@@ -88,19 +88,10 @@ from peer.phases import ParticipationPhase
 # The demo's parts live in their own modules (problem and waits, simulated peers, scoring,
 # result); their names stay importable from here, where tests and benchmarks take them.
 __all__ = [
-    "DEMO_FEATURES",
-    "DEMO_HOPS",
-    "DEMO_POLL_SECONDS",
-    "DEMO_PROBES",
-    "DEMO_REPORT_DELAY_SECONDS",
-    "DEMO_ROUTES",
-    "WINDOW_HEADROOM",
-    "DemoResult",
+    *demo_problem.__all__,
+    *demo_result.__all__,
     "Progress",
     "SimulatedPeer",
-    "dropout_draft",
-    "packet_windows",
-    "probed_hop_seconds",
     "run_demo",
     "simulate_peers",
 ]
@@ -386,11 +377,7 @@ def _demo_result(
         auc_same_run=(float(np.mean(same_run)), float(np.std(same_run))) if same_run else None,
         round_waits={}
         if status.schedule is None
-        else {
-            k: float(v)
-            for k, v in status.schedule.model_dump().items()
-            if k.endswith("_seconds")
-        },
+        else {k: float(v) for k, v in status.schedule.model_dump().items() if k.endswith("_seconds")},
         packet_windows=(
             None
             if status.schedule is None

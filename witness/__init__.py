@@ -16,14 +16,8 @@ file; its rules are :class:`~witness.service.Witness`, its routes
 :mod:`witness.routes`, its app and servers :mod:`witness.app`.
 """
 
-from witness.app import (
-    WitnessProcess,
-    WitnessServer,
-    create_app,
-    serve_witness,
-    start_witness_process,
-    start_witness_server,
-)
+from witness import app
+from witness.app import *  # noqa: F403 - the module's __all__, listed once there
 from witness.service import Witness, WitnessRefusal
 from witness.settings import WitnessSettings
 
@@ -31,10 +25,5 @@ __all__ = [
     "WitnessSettings",
     "Witness",
     "WitnessRefusal",
-    "create_app",
-    "serve_witness",
-    "start_witness_server",
-    "WitnessServer",
-    "WitnessProcess",
-    "start_witness_process",
+    *app.__all__,
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AwareDatetime,
@@ -72,16 +72,40 @@ class AdmissionCredential(WireMessage):
 MAX_BATCH_ITEMS = 256
 
 
-def _relay_pair(url: str | None, certificate: bytes | None) -> None:
-    """Both a relay URL and a relay certificate (a relay-capable member) or neither (sender-only)."""
-    if (url is None) != (certificate is None):
-        raise ValueError(
-            "relay_url and relay_certificate go together: both for a member that relays, "
-            "neither for a sender-only member"
-        )
+class _MemberStatement(WireMessage):
+    """What a member states about itself, in its :class:`Registration` and again in its :class:`RosterEntry`.
+
+    Its identity, its relay (URL and certificate) and its admission credential:
+    both relay fields for a member that relays, neither for a sender-only member.
+    Declared once so that a roster entry carries exactly the fields its
+    registration signed (:func:`entry_registration` copies them back).
+    """
+
+    identity: IdentityBytes
+    relay_url: str | None = Field(default=None, pattern=r"^https?://[^\s]{1,200}$")
+    relay_certificate: CertificateBytes | None = None
+    credential: AdmissionCredential | None = None
+
+    @model_validator(mode="after")
+    def _relay_together(self) -> _MemberStatement:
+        if (self.relay_url is None) != (self.relay_certificate is None):
+            raise ValueError(
+                "relay_url and relay_certificate go together: both for a member that relays, "
+                "neither for a sender-only member"
+            )
+        return self
+
+    @property
+    def relays(self) -> bool:
+        """Whether this member relays (both relay fields present) or is sender-only (neither)."""
+        return self.relay_url is not None
+
+    def member_statement(self) -> dict[str, Any]:
+        """The fields of :class:`_MemberStatement`, by name, as this message holds them."""
+        return {name: getattr(self, name) for name in _MemberStatement.model_fields}
 
 
-class Registration(WireMessage):
+class Registration(_MemberStatement):
     """A peer joins a problem: its identity, its relay (if it relays), its signed round relay key.
 
     ``aggregator`` names the aggregator identity the peer registers with (the
@@ -98,21 +122,7 @@ class Registration(WireMessage):
 
     problem_id: str
     aggregator: IdentityBytes
-    identity: IdentityBytes
-    relay_url: str | None = Field(default=None, pattern=r"^https?://[^\s]{1,200}$")
-    relay_certificate: CertificateBytes | None = None
-    credential: AdmissionCredential | None = None
     signature: SignatureBytes
-
-    @model_validator(mode="after")
-    def _relay_together(self) -> Registration:
-        _relay_pair(self.relay_url, self.relay_certificate)
-        return self
-
-    @property
-    def relays(self) -> bool:
-        """Whether this member offers a relay (else it is sender-only)."""
-        return self.relay_url is not None
 
 
 class RegistrationBatch(WireMessage):
@@ -131,27 +141,13 @@ class RegistrationReceipt(WireMessage):
     registered: int
 
 
-class RosterEntry(WireMessage):
+class RosterEntry(_MemberStatement):
     """One member as it registered: ``registration_signature`` is its own signature over its
     :class:`Registration` (:func:`entry_registration` rebuilds it), so every peer can check that
     the identity, relay URL, relay certificate and credential came from that identity — and so
     whether it relays at all (both relay fields None: a sender-only member)."""
 
-    identity: IdentityBytes
-    relay_url: str | None = Field(default=None, pattern=r"^https?://[^\s]{1,200}$")
-    relay_certificate: CertificateBytes | None = None
-    credential: AdmissionCredential | None = None
     registration_signature: SignatureBytes
-
-    @model_validator(mode="after")
-    def _relay_together(self) -> RosterEntry:
-        _relay_pair(self.relay_url, self.relay_certificate)
-        return self
-
-    @property
-    def relays(self) -> bool:
-        """Whether this member relays (both fields present) or is sender-only (neither)."""
-        return self.relay_url is not None
 
 
 def entry_registration(entry: RosterEntry, problem: Problem) -> Registration:
@@ -160,11 +156,8 @@ def entry_registration(entry: RosterEntry, problem: Problem) -> Registration:
     return Registration(
         problem_id=problem.id,
         aggregator=problem.aggregator,
-        identity=entry.identity,
-        relay_url=entry.relay_url,
-        relay_certificate=entry.relay_certificate,
-        credential=entry.credential,
         signature=entry.registration_signature,
+        **entry.member_statement(),
     )
 
 

@@ -25,7 +25,34 @@ __all__ = [
 ]
 
 
-class ReportAccount(WireMessage):
+class _Shortfall(WireMessage):
+    """What the aggregator expected and received, and why the rest did not count.
+
+    ``late``, ``refused`` (by reason) and ``not_arrived`` split the shortfall
+    (:attr:`ReportAccount.lost`, :attr:`MedianAccount.missing`); refusals are
+    attributed to it up to its size, late first.
+    """
+
+    expected: int = Field(ge=0)
+    received: int = Field(ge=0)
+    late: int = Field(default=0, ge=0)
+    refused: dict[str, int] = {}
+    not_arrived: int = Field(default=0, ge=0)
+
+    def _why(self, refused_as: str) -> str:
+        """``": 1 late, 2 refused … (reason: n), 3 not arrived"`` (the parts that are not zero), or ``""``."""
+        parts = []
+        if self.late:
+            parts.append(f"{self.late} late")
+        if sum(self.refused.values()):
+            reasons = ", ".join(f"{k}: {v}" for k, v in sorted(self.refused.items()))
+            parts.append(f"{sum(self.refused.values())} {refused_as} ({reasons})")
+        if self.not_arrived:
+            parts.append(f"{self.not_arrived} not arrived")
+        return ": " + ", ".join(parts) if parts else ""
+
+
+class ReportAccount(_Shortfall):
     """Reports expected, received, pending and lost, and why, as far as the aggregator can know.
 
     ``expected = report_peers × slots_per_peer`` (every report peer of the
@@ -49,12 +76,7 @@ class ReportAccount(WireMessage):
     add up to ``received + duplicates`` (+ cover and refusals).
     """
 
-    expected: int = Field(ge=0)
-    received: int = Field(ge=0)
     lost: int = Field(ge=0)
-    late: int = Field(default=0, ge=0)
-    refused: dict[str, int] = {}
-    not_arrived: int = Field(default=0, ge=0)
     cover: int = Field(default=0, ge=0)
     #: Not received yet, the delivery window still open: written only when not 0, so a settled
     #: account (the one a model document signs) keeps the bytes it had before the field existed.
@@ -84,7 +106,7 @@ class ReportAccount(WireMessage):
                 f"{self.received} of {self.expected} reports received, {self.pending} pending "
                 f"(the delivery window is open){extra}"
             )
-        why = _shortfall(self.late, self.refused, self.not_arrived, "refused at intake")
+        why = self._why("refused at intake")
         return f"{self.lost} of {self.expected} reports lost ({self.lost_fraction:.1%}){why}{extra}"
 
     def _redundancy(self) -> str:
@@ -99,20 +121,7 @@ class ReportAccount(WireMessage):
         return f"; each report over {self.routes} route{plural}{asked}{duplicates}"
 
 
-def _shortfall(late: int, refused: dict[str, int], not_arrived: int, refused_as: str) -> str:
-    """``": 1 late, 2 refused … (reason: n), 3 not arrived"`` (the parts that are not zero), or ``""``."""
-    parts = []
-    if late:
-        parts.append(f"{late} late")
-    if sum(refused.values()):
-        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(refused.items()))
-        parts.append(f"{sum(refused.values())} {refused_as} ({reasons})")
-    if not_arrived:
-        parts.append(f"{not_arrived} not arrived")
-    return ": " + ", ".join(parts) if parts else ""
-
-
-class MedianAccount(WireMessage):
+class MedianAccount(_Shortfall):
     """Median answers expected, received and missing, and why, as far as the aggregator can know.
 
     ``expected`` counts the median-pool members the search's queries named
@@ -126,16 +135,11 @@ class MedianAccount(WireMessage):
     stopped early) are not expected.
     """
 
-    expected: int = Field(ge=0)
-    received: int = Field(ge=0)
     missing: int = Field(ge=0)
-    late: int = Field(default=0, ge=0)
-    refused: dict[str, int] = {}
-    not_arrived: int = Field(default=0, ge=0)
 
     def describe(self) -> str:
         """One line: ``"3 of 10 median answers missing: 1 late, 2 not arrived"``."""
-        why = _shortfall(self.late, self.refused, self.not_arrived, "refused")
+        why = self._why("refused")
         return f"{self.missing} of {self.expected} median answers missing{why}"
 
 
