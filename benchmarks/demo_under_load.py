@@ -35,10 +35,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from anonml.demo import run_demo
+from anonml.demo_peers import scratch_parent
 from benchmarks.reporting import machine, now, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "demo_under_load.json"
 TARGET_AUC_GAP = 0.03
+#: Issue 31: the whole demo in at most a minute beside the stressor (a figure to report, not assert).
+TARGET_WALL_SECONDS = 60.0
 
 
 def _busy_loop() -> None:
@@ -88,7 +91,9 @@ def one_run(students: int, seed: int) -> dict:
     load_before = os.getloadavg()[0]
     cpu_before = _cpu_seconds()
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="anonml-demo-load-") as scratch:
+    # Where `anonml demo` keeps its students' files (tmpfs when there is one): on a disk, each
+    # of the ~700 SQLite files' closing checkpoint waits for an fsync, which is not the demo's cost.
+    with tempfile.TemporaryDirectory(prefix="anonml-demo-load-", dir=scratch_parent()) as scratch:
         result = run_demo(students, seed=seed, workdir=Path(scratch))
     cpu = _cpu_seconds() - cpu_before
     mean, sd = result.auc_simulation
@@ -159,8 +164,11 @@ def main() -> None:
         "stressor": stressor,
         "students": args.students,
         "target_auc_gap": TARGET_AUC_GAP,
+        "target_wall_seconds": TARGET_WALL_SECONDS,
+        "scratch_folder": scratch_parent() or tempfile.gettempdir(),
         "runs": runs,
         "within_target": sum(run["within_target"] for run in runs),
+        "within_wall_target": sum(run["wall_seconds"] <= TARGET_WALL_SECONDS for run in runs),
     }
     write_json(RESULTS, result)
     print(
