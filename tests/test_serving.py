@@ -6,6 +6,7 @@ Servers are real uvicorn on loopback reached with ``requests``; child processes 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from anonml.serving import (
     serve_in_thread,
     wait_answering,
 )
+from tests.waiting import wait_until
 
 
 def _receive(*chunks: bytes, disconnect: bool = False):
@@ -152,3 +154,46 @@ def test_wait_answering_returns_once_healthz_answers_and_kills_a_child_that_neve
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+#: A parent that starts a witness from a worker thread (as the demo does), prints its pid, and waits.
+_WITNESS_PARENT = """
+import sys, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from witness.app import start_witness_process
+with ThreadPoolExecutor(1) as pool:
+    served = pool.submit(start_witness_process, Path(sys.argv[1])).result()
+print(served.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_witness_child_ends_when_its_parent_is_killed(tmp_path) -> None:
+    # SIGKILL: no handler of the parent runs, so only the lifeline can end the witness.
+    root, env = serving.child_environment()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _WITNESS_PARENT, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=root,
+        env=env,
+    )
+    witness_pid = -1
+    try:
+        witness_pid = int(parent.stdout.readline())
+        assert _alive(witness_pid)
+        parent.kill()
+        parent.wait(timeout=30)
+        wait_until(lambda: not _alive(witness_pid), 60, "the orphaned witness to end")
+    finally:
+        parent.kill()
+        if witness_pid > 0 and _alive(witness_pid):
+            os.kill(witness_pid, signal.SIGKILL)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from anonml import outbound
+from anonml.lifeline import LIFELINE_VARIABLE
 
 __all__ = [
     "ROOT",
@@ -53,19 +54,22 @@ def spawn_child(
 
     ``stderr``: a file the child's log is appended to (default: this process's stderr).
 
-    Its stdout is a text pipe. With ``first_line`` its stdin is a text pipe too, left
-    open after that line (a newline added) is written and flushed — the child's
-    settings or configuration, as JSON; without, its stdin is ``/dev/null``. (An empty
-    line keeps the pipe as the child's stop channel only: closing it ends a child that
-    reads its stdin to the end, as ``python -m peer.simulate`` does.) A child
-    that cannot be handed its line is killed before the error propagates.
+    Its stdout is a text pipe, and so is its stdin, left open. With ``first_line``,
+    that line (a newline added) is written and flushed — the child's settings or
+    configuration, as JSON — and the child reads its stdin to the end as its stop channel
+    (``python -m aggregator``; an empty line keeps the pipe for that alone); without, the
+    pipe is the child's lifeline (:mod:`anonml.lifeline`): a ``python -m anonml`` child
+    ends when this process does, however it ends. A child that cannot be handed its line
+    is killed before the error propagates.
     """
     root, env = child_environment()
+    if first_line is None:
+        env[LIFELINE_VARIABLE] = "1"
     log = None if stderr is None else stderr.open("a")
     try:
         process = subprocess.Popen(
             [sys.executable, *args],
-            stdin=subprocess.DEVNULL if first_line is None else subprocess.PIPE,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
@@ -161,5 +165,6 @@ class ChildServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
