@@ -170,7 +170,7 @@ def encode_fields(fields: Mapping[str, object]) -> str:
     for value in fields.values():
         kind = type(value)
         if kind is str:
-            plain = not value.startswith("$")  # type: ignore[union-attr]
+            plain = not value or value[0] != "$"  # type: ignore[index]  # (startswith: twice the time)
         elif kind is float:
             plain = math.isfinite(value)  # type: ignore[arg-type]
         else:
@@ -409,6 +409,10 @@ def timestamp_us(timestamp: datetime) -> int:
     return (timestamp - _EPOCH) // _MICROSECOND
 
 
+#: BLAKE2b with a 16-byte digest, nothing hashed yet: :func:`content_id` starts each hash from a copy.
+_BLAKE2B_128 = hashlib.blake2b(digest_size=16)
+
+
 def content_id(
     user: str | None,
     source: str,
@@ -424,7 +428,9 @@ def content_id(
     """
     ts = "" if ts_us is None else str(ts_us)
     canonical = "\x1f".join((user or "", source, type_, ts, fields_json))
-    return hashlib.blake2b(canonical.encode("utf-8"), digest_size=16).hexdigest()
+    digest = _BLAKE2B_128.copy()  # half the cost of hashlib.blake2b(..., digest_size=16), same state
+    digest.update(canonical.encode("utf-8"))
+    return digest.hexdigest()
 
 class Dataset(BaseModel):
     """One user's events in the half-open interval ``[start, end)``, oldest first.
