@@ -179,6 +179,140 @@ _decode_line = msgspec.json.Decoder(_Line).decode
 _NOT_DECODED = (msgspec.DecodeError, msgspec.ValidationError)
 
 
+# --- the typed decode of the commonest types' members --------------------------------
+# Video, navigation, page_close and forum-view events (three lines in five) have their `event`
+# members decoded straight into a struct of the types the extractor (importers.edx_events) takes
+# as they are: a string, a float or int, a 64-bit integer, null. What such a struct refuses (a
+# number written as a string, an id written as a number, NaN) is read by the generic member read
+# after it, which converts or refuses it as the extractor does. The put functions set the fields
+# the extractor sets, in its order, skipping what it skips (null, "").
+
+
+class _VideoMembers(msgspec.Struct):
+    id: str | None = None
+    code: str | None = None
+    currentTime: float | None | msgspec.UnsetType = msgspec.UNSET  # noqa: N815 (edX's name)
+    current_time: float | None = None
+
+
+class _SeekMembers(_VideoMembers):
+    old_time: float | None = None
+    new_time: float | None = None
+    type: str | None = None
+
+
+class _SequenceMembers(msgspec.Struct):
+    old: _Int64 | None = None
+    new: _Int64 | None = None
+    current_tab: _Int64 | None = None
+    target_tab: _Int64 | None = None
+    tab_count: _Int64 | None = None
+    id: str | None = None
+
+
+class _ThreadViewMembers(msgspec.Struct):
+    id: str | None = None
+    commentable_id: str | None = None
+    title: str | None = None
+
+
+class _NoMembers(msgspec.Struct):
+    """page_close: no member is read, but `event` must still be an object (or absent, null, blank)."""
+
+
+def _finite(value: float) -> bool:
+    return value - value == 0.0  # false for inf and nan
+
+
+def _put_video(fields: dict, ev: _VideoMembers) -> bool:
+    """:func:`~importers.edx_events._video`; False for a non-finite time (which it refuses)."""
+    if ev.id:
+        fields["video_id"] = ev.id
+    if ev.code:
+        fields["code"] = ev.code
+    time = ev.current_time if ev.currentTime is msgspec.UNSET else ev.currentTime
+    if time is not None:
+        if not _finite(time):
+            return False
+        fields["current_time"] = time
+    return True
+
+
+def _put_seek(fields: dict, ev: _SeekMembers) -> bool:
+    """:func:`~importers.edx_events._seek`."""
+    if not _put_video(fields, ev):
+        return False
+    for key, value in (("old_time", ev.old_time), ("new_time", ev.new_time)):
+        if value is not None:
+            if not _finite(value):
+                return False
+            fields[key] = value
+    if ev.type:
+        fields["seek_type"] = ev.type
+    return True
+
+
+def _put_sequence(fields: dict, ev: _SequenceMembers) -> bool:
+    """:func:`~importers.edx_events._sequence`."""
+    for key, value in (("old", ev.old), ("new", ev.new), ("current_tab", ev.current_tab),
+                       ("target_tab", ev.target_tab), ("tab_count", ev.tab_count)):
+        if value is not None:
+            fields[key] = value
+    if ev.id:
+        fields["sequence_id"] = ev.id
+    return True
+
+
+def _put_thread_view(fields: dict, ev: _ThreadViewMembers) -> bool:
+    """:func:`~importers.edx_events._forum_viewed`."""
+    if ev.id:
+        fields["thread_id"] = ev.id
+    if ev.commentable_id:
+        fields["commentable_id"] = ev.commentable_id
+    if ev.title:
+        fields["title"] = Text(ev.title)
+    return True
+
+
+def _put_nothing(fields: dict, ev: _NoMembers) -> bool:
+    """:func:`~importers.edx_events._nothing`."""
+    return True
+
+
+_Put = Callable[[dict, Any], bool]
+_TYPED = (
+    (("load_video", "play_video", "pause_video", "stop_video"), _VideoMembers, _put_video),
+    (("seek_video",), _SeekMembers, _put_seek),
+    (("seq_goto", "seq_next", "seq_prev"), _SequenceMembers, _put_sequence),
+    (("forum_thread_viewed",), _ThreadViewMembers, _put_thread_view),
+    (("page_close",), _NoMembers, _put_nothing),
+)
+# our type (KNOWN_TYPES) -> (decode of its members, put of their fields)
+_TYPED_MEMBERS: dict[str, tuple[Callable[[Any], Any], _Put]] = {
+    type_: (msgspec.json.Decoder(struct).decode, put) for types, struct, put in _TYPED for type_ in types
+}
+_decode_str = msgspec.json.Decoder(str).decode
+
+
+def _typed_members(raw: bytes, decode: Callable[[Any], Any]) -> Any:
+    """The members of a line's raw ``event`` as ``decode`` types them, as
+    :func:`~importers.edx_events.event_members` reads them (an object, or a JSON string holding
+    one; absent, null or a blank string: no members, None); raises what ``decode`` raises, or
+    ValueError for a shape left to the generic read."""
+    first = raw[:1]
+    if first == b"{":
+        return decode(raw)
+    if first == b'"':
+        text = _decode_str(raw).strip()
+        if not text:
+            return None
+        if text[0] == "{":
+            return decode(text)
+    elif not raw or raw == b"null":
+        return None
+    raise ValueError("left to the generic read")
+
+
 def _fast_parts(line: _Line, names: dict[int, str]) -> tuple[str, str, datetime, dict] | None:
     """``(learner, type, time, fields)`` of a typed line the reference path (:meth:`EdxImporter._learner`,
     :func:`_parts`) accepts as they are, or None: the reference path decides the line.
@@ -233,11 +367,21 @@ def _fast_parts(line: _Line, names: dict[int, str]) -> tuple[str, str, datetime,
     known = KNOWN_TYPES.get(raw_type)
     if known is not None:
         type_, extract = known
-        try:
-            members = orjson.loads(bytes(line.event)) if line.event else None
-            extract(fields, event_members(members, type_))
-        except (orjson.JSONDecodeError, BadRecord):
-            return None
+        raw = bytes(line.event)
+        typed = _TYPED_MEMBERS.get(type_)
+        if typed is not None:
+            try:
+                members = _typed_members(raw, typed[0])
+            except (*_NOT_DECODED, ValueError):
+                typed = None  # the generic read below decides
+            else:
+                if members is not None and not typed[1](fields, members):
+                    return None
+        if typed is None:
+            try:
+                extract(fields, event_members(orjson.loads(raw) if raw else None, type_))
+            except (orjson.JSONDecodeError, BadRecord):
+                return None
     elif raw_type[0] == "/":
         type_ = "page_view"
         fields["path"] = Text(raw_type)
