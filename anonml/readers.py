@@ -318,25 +318,26 @@ def iter_line_blocks(
     with open_checked(path, open_bytes) as fh:
         first, rest, want = 1, b"", first_size or size
         while True:
-            data, failure = _read_up_to(fh, want)
-            data = rest + data
+            piece, failure = _read_up_to(fh, want)
             if failure is not None:
                 # What was read whole goes on; the error names the line the data stops in.
+                data = rest + piece
                 cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
                 if cut:
                     yield first, data[:cut]
                     first += _count_lines(data[:cut])
                 raise RecordError(path, first, f"cannot read on from this line: {failure}")
-            if not data:
+            if not piece:  # end of file: the last line, if any, has no end
+                if rest:
+                    yield first, rest
                 return
-            if len(data) == len(rest):  # end of file: the last line has no end
-                yield first, rest
-                return
-            cut = data.rfind(b"\n") + 1
+            cut = piece.rfind(b"\n") + 1  # rest holds no "\n": the block ends in this piece
             if cut == 0:  # no line ends in it yet: read on
-                rest = data
+                rest += piece
                 continue
-            block, rest = data[:cut], data[cut:]
+            # One copy of the piece (joined to the line begun before it), not two.
+            block = b"".join((rest, memoryview(piece)[:cut])) if rest else piece[:cut]
+            rest = piece[cut:]
             yield first, block
             first += _count_lines(block)
             want = size
@@ -350,6 +351,10 @@ def _read_up_to(fh: IO[bytes], size: int) -> tuple[bytes, Exception | None]:
     """
     data = bytearray()
     try:
+        piece = fh.read1(size)  # type: ignore[attr-defined]
+        if len(piece) == size or not piece:  # a plain file's one read: kept, not copied twice
+            return piece, None
+        data += piece
         while len(data) < size and (piece := fh.read1(size - len(data))):  # type: ignore[attr-defined]
             data += piece
     except READ_ERRORS as exc:
