@@ -156,12 +156,14 @@ _fromisoformat = datetime.fromisoformat
 _Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
-class _LineContext(msgspec.Struct):
+# gc=False on every struct here: they hold only strings, numbers and each other, never a cycle, so
+# the cycle collector need not track the ones made for every line.
+class _LineContext(msgspec.Struct, gc=False):
     course_id: str | None = None
     user_id: _Int64 | None = None
 
 
-class _Line(msgspec.Struct):
+class _Line(msgspec.Struct, gc=False):
     username: str | None = None
     name: str | None = None
     event_type: str | None = None
@@ -188,7 +190,7 @@ _NOT_DECODED = (msgspec.DecodeError, msgspec.ValidationError)
 # the extractor sets, in its order, skipping what it skips (null, "").
 
 
-class _VideoMembers(msgspec.Struct):
+class _VideoMembers(msgspec.Struct, gc=False):
     id: str | None = None
     code: str | None = None
     currentTime: float | None | msgspec.UnsetType = msgspec.UNSET  # noqa: N815 (edX's name)
@@ -201,7 +203,7 @@ class _SeekMembers(_VideoMembers):
     type: str | None = None
 
 
-class _SequenceMembers(msgspec.Struct):
+class _SequenceMembers(msgspec.Struct, gc=False):
     old: _Int64 | None = None
     new: _Int64 | None = None
     current_tab: _Int64 | None = None
@@ -210,13 +212,13 @@ class _SequenceMembers(msgspec.Struct):
     id: str | None = None
 
 
-class _ThreadViewMembers(msgspec.Struct):
+class _ThreadViewMembers(msgspec.Struct, gc=False):
     id: str | None = None
     commentable_id: str | None = None
     title: str | None = None
 
 
-class _NoMembers(msgspec.Struct):
+class _NoMembers(msgspec.Struct, gc=False):
     """page_close: no member is read, but `event` must still be an object (or absent, null, blank)."""
 
 
