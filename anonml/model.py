@@ -153,6 +153,10 @@ def _decode_value(value: object) -> object:
     return value
 
 
+#: Value types :func:`encode_fields` hands orjson as they are (Text and datetimes come back to
+#: :func:`_encode_value` for their tags); str and float are checked value by value.
+_WRITTEN_AS_THEY_ARE = frozenset((int, bool, Text, datetime))
+_isfinite = math.isfinite
 _ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
@@ -167,19 +171,20 @@ def encode_fields(fields: Mapping[str, object]) -> str:
     the stdlib encoder.
     """
     encoded = fields
-    for value in fields.values():
+    for value in fields.values():  # runs for every stored event: one type test for most values
         kind = type(value)
         if kind is str:
-            plain = not value.startswith("$")  # type: ignore[union-attr]
+            if not value or value[0] != "$":  # type: ignore[index]  # (startswith: twice the time)
+                continue
         elif kind is float:
-            plain = math.isfinite(value)  # type: ignore[arg-type]
-        else:
-            plain = kind is int or kind is bool or kind is Text or kind is datetime
-        if not plain:  # escape, refuse or convert value by value
-            encoded = {k: _encode_value(v) for k, v in fields.items()}
-            break
+            if _isfinite(value):  # type: ignore[arg-type]
+                continue
+        elif kind in _WRITTEN_AS_THEY_ARE:
+            continue
+        encoded = {k: _encode_value(v) for k, v in fields.items()}  # escape, refuse or convert
+        break
     try:
-        return orjson.dumps(encoded, default=_encode_value, option=_ORJSON_OPTIONS).decode("utf-8")
+        return orjson.dumps(encoded, default=_encode_value, option=_ORJSON_OPTIONS).decode()
     except orjson.JSONEncodeError:
         plain_values = {k: _encode_value(v) for k, v in fields.items()}
         return json.dumps(plain_values, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -409,6 +414,10 @@ def timestamp_us(timestamp: datetime) -> int:
     return (timestamp - _EPOCH) // _MICROSECOND
 
 
+#: BLAKE2b with a 16-byte digest, nothing hashed yet: :func:`content_id` starts each hash from a copy.
+_BLAKE2B_128 = hashlib.blake2b(digest_size=16)
+
+
 def content_id(
     user: str | None,
     source: str,
@@ -424,7 +433,9 @@ def content_id(
     """
     ts = "" if ts_us is None else str(ts_us)
     canonical = "\x1f".join((user or "", source, type_, ts, fields_json))
-    return hashlib.blake2b(canonical.encode("utf-8"), digest_size=16).hexdigest()
+    digest = _BLAKE2B_128.copy()  # half the cost of hashlib.blake2b(..., digest_size=16), same state
+    digest.update(canonical.encode("utf-8"))
+    return digest.hexdigest()
 
 class Dataset(BaseModel):
     """One user's events in the half-open interval ``[start, end)``, oldest first.

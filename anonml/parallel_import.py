@@ -319,7 +319,10 @@ class _Team:
             return _Ticket(index, first_line, block)
         slot = index % self.slots
         self.ring[slot * self.slot_bytes : slot * self.slot_bytes + len(block)] = block
-        self._tasks[index % self.workers].send_bytes(_TASK.pack(slot, len(block), first_line))
+        try:
+            self._tasks[index % self.workers].send_bytes(_TASK.pack(slot, len(block), first_line))
+        except BrokenPipeError:  # the worker died before this task reached it
+            raise self._ended(index % self.workers) from None
         return _Ticket(index, first_line, None)
 
     def answer(self, ticket: _Ticket) -> ChunkRows:
@@ -331,11 +334,7 @@ class _Team:
         try:
             answer = self._results[worker].recv()  # pickled by our own worker
         except EOFError:
-            process = self._processes[worker]
-            process.join(1)
-            raise RuntimeError(
-                f"parse worker {process.pid} ended unexpectedly (exit code {process.exitcode})"
-            ) from None
+            raise self._ended(worker) from None
         if isinstance(answer, BaseException):
             raise answer
         packed, result = answer
@@ -346,6 +345,12 @@ class _Team:
         else:
             result.rows = marshal.loads(packed)
         return result
+
+    def _ended(self, worker: int) -> RuntimeError:
+        """The error that ends the import when worker ``worker`` has died (seen by either pipe)."""
+        process = self._processes[worker]
+        process.join(1)
+        return RuntimeError(f"parse worker {process.pid} ended unexpectedly (exit code {process.exitcode})")
 
     def _end(self, *, kill: bool) -> None:
         for tasks in self._tasks:

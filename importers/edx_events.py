@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import unquote
 
 from anonml.model import Text
 from anonml.readers import parse_json, parse_timestamp
@@ -35,7 +35,7 @@ _NOT_TYPE_CHARS = re.compile(r"[^a-z0-9]+")
 # Browser problem_check parameters are named input_<problem html id>_<response>_<input>,
 # with "[]" appended for checkbox groups.
 _INPUT_NAME = re.compile(r"^input_(.+)_\d+_\d+(?:\[\])?$")
-# Where a decoded URL-encoded form is kept among the event members; the NUL
+# Where the parameter names of a URL-encoded form are kept among the event members; the NUL
 # prefix cannot collide with a JSON member name edX writes.
 _FORM_KEY = "\x00form"
 _fromisoformat = datetime.fromisoformat
@@ -158,7 +158,7 @@ def _nested_id(fields: dict, key: str, ev: dict, member: str) -> None:
 def _problem_check(fields: dict, ev: dict) -> None:
     form = ev.get(_FORM_KEY)
     if form is not None:
-        inputs = {k for k, _ in form if k.startswith("input_")}
+        inputs = {k for k in form if k.startswith("input_")}
         fields["inputs"] = len(inputs)
         problems = {m.group(1) for m in map(_INPUT_NAME.match, inputs) if m is not None}
         if len(problems) == 1:
@@ -287,11 +287,21 @@ def event_members(raw: Any, kind: str) -> dict:
             if isinstance(decoded, dict):
                 return decoded
         elif kind == "problem_check":
-            pairs = parse_qsl(text, keep_blank_values=True)
-            if pairs:
-                return {_FORM_KEY: pairs}
+            names = _form_names(text)
+            if names:
+                return {_FORM_KEY: names}
             raise BadRecord(f"field 'event': not a URL-encoded form: {_clip(text)!r}")
     raise BadRecord(f"field 'event': expected an object for {kind}, got {_clip(repr(raw))}")
+
+
+def _form_names(text: str) -> list[str]:
+    """The parameter names of a URL-encoded form, as ``urllib.parse.parse_qsl(text,
+    keep_blank_values=True)`` reads them (each non-empty ``&``-separated piece up to its first ``=``,
+    ``+`` as a space, then percent-decoded as UTF-8 with replacement), without decoding the values,
+    which nothing reads.
+    """
+    names = [piece.partition("=")[0].replace("+", " ") for piece in text.split("&") if piece]
+    return names if "%" not in text else [unquote(name) for name in names]
 
 
 def _clip(text: str, size: int = 60) -> str:

@@ -98,6 +98,30 @@ HOSTILE: list[str] = [
     _with(BASE, event_type="seq_goto", event={"old": "3", "new": 2.0, "tab_count": 2**64}),
     _with(BASE, event_type="edx.forum.thread.created", event={"id": "t", "anonymous": "TRUE", "body": "é"}),
     _with(BASE, event_type="edx.forum.response.created", event={"discussion": {"id": 5}, "body": 7}),
+    # members the typed member decode (video, seek, navigation, page_close, forum view) reads, or
+    # leaves to the generic read: nulls, blanks, numbers as strings, ids as numbers, odd shapes
+    _with(BASE, event={"id": "v", "currentTime": None, "current_time": 3}),
+    _with(BASE, event={"id": "", "code": None, "current_time": 3}), _with(BASE, event={"currentTime": 2**70}),
+    _with(BASE, event=json.dumps({"id": "v", "currentTime": -0.0, "code": "$x"})),
+    _with(BASE, event="  " + json.dumps({"id": "ünï", "code": "\u2028"}) + "  "), _with(BASE, event="null"),
+    _with(BASE, event=json.dumps(json.dumps({"id": "v"}))), _with(BASE, event="   "),
+    _with(BASE, event="[1]"),
+    _with(BASE, event_type="seek_video", event={"id": "v", "old_time": 1, "new_time": "2", "type": "x"}),
+    _with(BASE, event_type="seek_video", event={"old_time": 1.5, "new_time": None, "type": 3}),
+    _with(BASE, event_type="seek_video", event=json.dumps({"old_time": 1.5, "new_time": 2.5, "type": ""})),
+    _with(BASE, event_type="seq_next", event={"old": 1, "new": 2, "current_tab": None, "id": "s"}),
+    _with(BASE, event_type="seq_prev", event={"old": 2**63, "new": -(2**63), "id": 5}),
+    _with(BASE, event_type="seq_prev", event={"old": True, "new": ""}),
+    _with(BASE, event_type="page_close", event=5), _with(BASE, event_type="page_close", event="text"),
+    _with(BASE, event_type="page_close", event={"anything": [1]}),
+    _with(BASE, event_type="page_close", event=""),
+    _with(BASE, event_type="edx.forum.thread.viewed",
+          event={"id": "t", "title": "$t: é", "commentable_id": 5}),
+    _with(BASE, event_type="edx.forum.thread.viewed", event={"id": "t", "title": 7}),
+    _with(BASE, event_type="edx.forum.thread.viewed", event={"id": "t", "title": "", "commentable_id": "c"}),
+    _with(SERVER_CHECK, event="input_a%2Bb_2_1=x&input_a%2Bb_3_1=%ZZ&&input_c+d_2_1&=v&input_%C3%A9_2_1=1"),
+    _with(SERVER_CHECK, event="input_p%ff_2_1=1"), _with(SERVER_CHECK, event="&&&"),
+    _with(SERVER_CHECK, event=json.dumps("input_q_2_1=choice_1&input_q_3_1[]=c")),
     # enrolments logged without a username (deferred to the end) and named ones
     json.dumps(ENROLLED), _with(ENROLLED, username=""), _with(ENROLLED, context={"user_id": 99}),
     _with(ENROLLED, event={"user_id": 1234, "mode": "verified"}), _with(ENROLLED, username="ada"),
@@ -236,18 +260,19 @@ def test_the_hostile_log_keeps_its_error_messages_and_skip_bad_counts(tmp_path: 
     store.close()
 
 
+@pytest.mark.parametrize("ends", [("\n", "\r\n", "\r"), ("\n",)])
 @pytest.mark.parametrize("bad_byte", [False, True])
 @pytest.mark.parametrize("user", [None, "override"])
 def test_undecoded_blocks_give_what_decoded_lines_give(
-    tmp_path: Path, bad_byte: bool, user: str | None
+    tmp_path: Path, bad_byte: bool, user: str | None, ends: tuple[str, ...]
 ) -> None:
     """EdxImporter.parse_block_rows (lines kept as bytes for the typed decode) against the default
-    (block_lines, then parse_chunk_rows), with \\r\\n, \\r and \\n line ends, text that is not
-    ASCII, and a byte that is not UTF-8 (in a member the typed decode skips)."""
+    (block_lines, then parse_chunk_rows), with \\r\\n, \\r and \\n line ends or \\n alone (cut
+    another way), blank lines, text that is not ASCII, and a byte that is not UTF-8 (in a member
+    the typed decode skips)."""
     from anonml.plugins import ChunkedImporter
 
-    ends = ["\n", "\r\n", "\r"]
-    text = "".join(line + ends[k % 3] for k, line in enumerate(HOSTILE))
+    text = "".join(line + ends[k % len(ends)] for k, line in enumerate(HOSTILE))
     block = text.encode("utf-8")
     if bad_byte:  # 0xff, and a surrogate encoded as UTF-8 would encode it (which UTF-8 forbids)
         for bad in (b"\xff", b"\xed\xa0\x80"):
@@ -264,3 +289,16 @@ def test_undecoded_blocks_give_what_decoded_lines_give(
         expected.users, expected.fatal, expected.opened, expected.state)
     not_utf8 = [str(e) for e in made.errors if "not UTF-8" in str(e)]
     assert len(not_utf8) == (2 if bad_byte else 0), not_utf8
+
+
+@pytest.mark.parametrize("form", [
+    "input_p_2_1=choice_1&input_p_3_1=x", "input_a%2Bb_2_1=x&input_a%2Bb_3_1=%ZZ&&input_c+d_2_1&=v",
+    "input_%C3%A9_2_1=1&input_%ff_2_1=2", "&&&", "", "a=1;input_x_2_1=2", "=&=", "input_x_2_1[]=a=b",
+])
+def test_form_names_are_the_names_parse_qsl_reads(form: str) -> None:
+    """The browser problem_check form is read for its parameter names only: exactly parse_qsl's."""
+    from urllib.parse import parse_qsl
+
+    from importers.edx_events import _form_names
+
+    assert _form_names(form) == [name for name, _ in parse_qsl(form, keep_blank_values=True)]
