@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -197,3 +198,14 @@ def test_a_witness_child_ends_when_its_parent_is_killed(tmp_path) -> None:
         parent.kill()
         if witness_pid > 0 and _alive(witness_pid):
             os.kill(witness_pid, signal.SIGKILL)
+
+
+def test_free_port_is_bindable_and_below_the_ephemeral_range_the_kernel_states() -> None:
+    low = serving.sockets._ephemeral_low()
+    ports = {serving.free_port() for _ in range(20)}
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))  # nothing holds it
+        if low is not None and low > serving.sockets.LOWEST_FREE_PORT + 1000:
+            assert serving.sockets.LOWEST_FREE_PORT <= port < low  # never a source port's range
+    assert len(ports) > 1  # drawn, not one fixed port

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import ssl
 from dataclasses import dataclass
@@ -20,12 +21,39 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+#: The lowest port :func:`free_port` hands out below the kernel's ephemeral range.
+LOWEST_FREE_PORT = 20000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_low() -> int | None:
+    """The first port the kernel picks outgoing connections' source ports from (Linux), or None."""
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port on ``host`` nothing listens on at the time of the call.
 
     For a server started in another process that must be told its port first
-    (another process may still take it before that server binds it).
+    (another process may still take it before that server binds it). Where the kernel
+    says its ephemeral range (Linux), the port is drawn below it: a port from that range
+    (what binding port 0 gives) can be taken meanwhile as the source port of any outgoing
+    connection on the machine, and a fault test's peer host, told its port and started
+    seconds later, once found it in use.
     """
+    low = _ephemeral_low()
+    if low is not None and low > LOWEST_FREE_PORT + 1000:
+        for _ in range(200):
+            port = random.randrange(LOWEST_FREE_PORT, low)
+            with socket.socket() as probe:
+                try:
+                    probe.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
