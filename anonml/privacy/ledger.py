@@ -155,6 +155,14 @@ def _mechanism_kind(
     raise TypeError(f"mechanism must be a name, Mechanism or descriptor, got {mechanism!r}")
 
 
+def _epsilons_by_peer_and_problem(specs: Sequence[ReleaseSpec]) -> dict[tuple[str, str], list[float]]:
+    """The ε of ``specs`` grouped by (peer, problem), in order: what each cap check adds."""
+    grouped: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for spec in specs:
+        grouped[(spec.peer, spec.problem)].append(spec.epsilon)
+    return grouped
+
+
 def _check_cap(peer: str, problem: str, spent: float, added: Sequence[float], cap: float) -> None:
     """Raise :class:`BudgetExceeded` if ``added`` takes ``peer``'s total in ``problem`` past ``cap``."""
     total = math.fsum([spent, *added])
@@ -176,10 +184,7 @@ def releases_within_cap(specs: Sequence[ReleaseSpec], cap: float) -> list[Releas
     """
     checked = [PrivacyLedger._check_spec(spec) for spec in specs]
     cap = check_epsilon(cap, "cap")
-    added: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for spec in checked:
-        added[(spec.peer, spec.problem)].append(spec.epsilon)
-    for (peer, problem), epsilons in added.items():
+    for (peer, problem), epsilons in _epsilons_by_peer_and_problem(checked).items():
         _check_cap(peer, problem, 0.0, epsilons, cap)
     now = datetime.now(UTC)
     return [Release(**dataclasses.asdict(spec), id=i, recorded_at=now) for i, spec in enumerate(checked, 1)]
@@ -336,10 +341,7 @@ class PrivacyLedger:
         """One attempt at :meth:`record_many`'s transaction (retried on serialization failures)."""
         now = datetime.now(UTC)
         with self._sessions() as session, session.begin():
-            pending: dict[tuple[str, str], list[float]] = defaultdict(list)
-            for spec in checked:
-                pending[(spec.peer, spec.problem)].append(spec.epsilon)
-            for (peer, problem), added in pending.items():
+            for (peer, problem), added in _epsilons_by_peer_and_problem(checked).items():
                 cap = self._cap(session, peer, problem)
                 if cap is None:
                     continue  # the lifetime cap still applies, below
