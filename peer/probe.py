@@ -39,6 +39,7 @@ import requests
 
 from anonml.crypto import Hop, Identity, SphinxRelay, WindowSchedule, build_packet
 from anonml.errors import AnonMLError
+from anonml.outbound import retry_after_seconds
 from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.relay import RelayRound, StoredReplayCache
@@ -190,7 +191,15 @@ def measure_hop_seconds(
                 session = getattr(local, "session", None) or requests.Session()
                 local.session = session
                 headers = {"content-type": "application/octet-stream"}
-                return session.post(first, data=packet, headers=headers, timeout=timeout).status_code
+                deadline = time.monotonic() + timeout
+                while True:
+                    reply = session.post(first, data=packet, headers=headers, timeout=timeout)
+                    # 503 is the relay's "overloaded, try again" (beside two busy loops 5 of 40 got it):
+                    # waited out and counted in the measured time, so the windows only grow with it.
+                    wait = min(retry_after_seconds(reply.headers.get("retry-after")) or 0.5, 2.0)
+                    if reply.status_code != 503 or time.monotonic() + wait > deadline:
+                        return reply.status_code
+                    time.sleep(wait)
 
             started = time.monotonic()
             with ThreadPoolExecutor(max_workers=senders, thread_name_prefix="probe") as pool:
