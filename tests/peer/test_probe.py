@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+import requests
 
 from anonml.crypto import Identity
 from anonml.errors import AnonMLError
@@ -56,3 +60,91 @@ def test_a_probe_that_cannot_run_says_why(server: PeerServer) -> None:
     idle = PeerHost([], PeerDB("sqlite://"), PeerPolicy(allow_loopback_http=True), [])
     with pytest.raises(AnonMLError, match="start its server before probing"):
         measure_hop_seconds(idle)
+
+
+class _SheddingProxy(ThreadingHTTPServer):
+    """Forwards every POST to ``upstream``, except that the first ``shed`` posts to ``path`` are
+    answered 503 with ``Retry-After: 1``, as an overloaded relay answers them."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str, path: str, shed: int) -> None:
+        super().__init__(("127.0.0.1", 0), _SheddingHandler)
+        self.upstream, self.path, self.left = upstream, path, shed
+        self.shed = 0
+        self.lock = threading.Lock()
+
+    def take_shed(self, path: str) -> bool:
+        with self.lock:
+            if path != self.path or self.left == 0:
+                return False
+            self.left -= 1
+            self.shed += 1
+            return True
+
+
+class _SheddingHandler(BaseHTTPRequestHandler):
+    server: _SheddingProxy
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        body = self.rfile.read(int(self.headers.get("content-length", "0")))
+        if self.server.take_shed(self.path):
+            self.send_response(503)
+            self.send_header("retry-after", "1")
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
+        reply = requests.post(
+            self.server.upstream + self.path,
+            data=body,
+            headers={"content-type": self.headers.get("content-type", "")},
+            timeout=60,
+        )
+        self.send_response(reply.status_code)
+        self.send_header("content-type", reply.headers.get("content-type", "application/octet-stream"))
+        self.send_header("content-length", str(len(reply.content)))
+        self.end_headers()
+        self.wfile.write(reply.content)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's signature
+        return
+
+
+@contextmanager
+def _shedding_proxy(host: PeerHost, shed: int) -> Iterator[_SheddingProxy]:
+    """Puts a shedding proxy in front of ``host``'s relays (its relay URL points at the proxy)."""
+    first = next(iter(host.nodes.values())).node_id.hex()
+    upstream = host.relay_base.rstrip("/")
+    proxy = _SheddingProxy(upstream, f"/relay/{first}", shed)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    host.relay_base = f"http://127.0.0.1:{proxy.server_address[1]}"
+    try:
+        yield proxy
+    finally:
+        host.relay_base = upstream
+        proxy.shutdown()
+        proxy.server_close()
+        thread.join(timeout=10)
+
+
+def test_a_first_hop_that_sheds_is_waited_out_and_the_wait_is_measured(server: PeerServer) -> None:
+    with _shedding_proxy(server.host, shed=3) as proxy:
+        probe = measure_hop_seconds(server.host, packets=6, hops=3, senders=2)
+    assert proxy.shed == 3  # three posts answered 503, each sent again after its Retry-After
+    assert probe.packets == 6
+    # Two senders met three 1 s Retry-Afters: at least two waits lie one after the other on one
+    # sender, and the probe's time includes them (a busy relay must give longer windows, not fail).
+    assert probe.seconds >= 2.0
+    assert {k: v for k, v in server.host.relay.counters.items() if v} == {}
+
+
+def test_a_first_hop_that_keeps_shedding_past_the_timeout_fails_the_probe(server: PeerServer) -> None:
+    with _shedding_proxy(server.host, shed=10_000) as proxy:
+        with pytest.raises(AnonMLError, match=r"refused packets: statuses \{503: 4\}"):
+            measure_hop_seconds(server.host, packets=4, hops=3, senders=4, timeout=3.0)
+    # Each packet was tried again until a further 1 s wait would pass the timeout (about three
+    # posts each on a quiet machine), not given up at its first 503.
+    assert 4 < proxy.shed <= 16
+    for node in server.host.nodes.values():
+        assert server.host.db.held(node.node_id.hex()) == []
