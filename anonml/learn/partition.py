@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -85,11 +86,28 @@ def roster_digest(peer_keys: Sequence[bytes]) -> bytes:
         raise ProtocolError("roster lists a peer key more than once")
     if any(len(k) == 0 for k in keys):
         raise ProtocolError("roster holds an empty peer key")
-    h = hashlib.sha256(_DOMAIN + b"roster")
-    for key in sorted(keys):
-        h.update(len(key).to_bytes(4, "big"))
-        h.update(key)
-    return h.digest()
+    # One update over the whole encoding: two per key cost 10 ms at 10,000 keys.
+    encoded = b"".join([len(key).to_bytes(4, "big") + key for key in sorted(keys)])
+    return hashlib.sha256(_DOMAIN + b"roster" + encoded).digest()
+
+
+@lru_cache(maxsize=4)
+def _roster_index(keys: tuple[bytes, ...]) -> tuple[bytes, dict[bytes, int]]:
+    """A roster's :func:`roster_digest` and each key's position, computed once per roster.
+
+    A host checks the one roster for each of its identities: a host of 2,500 identities on a
+    10,000-member roster hashed and scanned it 2,500 times (38 s of its CPU under load).
+    """
+    return roster_digest(keys), {bytes(key): i for i, key in enumerate(keys)}
+
+
+def _roster_index_of(peer_keys: Sequence[bytes]) -> tuple[bytes, dict[bytes, int]]:
+    """:func:`_roster_index` of any sequence of keys: remembered for tuples of hashable keys."""
+    keys = peer_keys if isinstance(peer_keys, tuple) else tuple(peer_keys)
+    try:
+        return _roster_index(keys)
+    except TypeError:  # an unhashable key (a bytearray): computed, not remembered
+        return _roster_index.__wrapped__(keys)
 
 
 def _check_beacon(beacon: bytes) -> bytes:
@@ -109,11 +127,21 @@ def membership_order(seed: bytes, peer_keys: Sequence[bytes], beacon: bytes = b"
     ndarray of shape (n_peers,), int
         ``order[r]`` is the index of the peer at rank ``r``.
     """
-    seed = _check_seed(seed)
-    beacon = _check_beacon(beacon)
-    digest = roster_digest(peer_keys)
-    ranks = [_sha256(seed, beacon, digest, bytes(key)) for key in peer_keys]
-    return np.asarray(sorted(range(len(ranks)), key=ranks.__getitem__), dtype=np.int64)
+    return _membership_order(_check_seed(seed), peer_keys, _check_beacon(beacon), roster_digest(peer_keys))
+
+
+def _membership_order(seed: bytes, peer_keys: Sequence[bytes], beacon: bytes, digest: bytes) -> np.ndarray:
+    """:func:`membership_order` with the roster's digest already computed (checked inputs)."""
+    prefix = hashlib.sha256(seed + beacon + digest)
+    ranks = bytearray()
+    for key in peer_keys:
+        h = prefix.copy()
+        h.update(bytes(key))
+        ranks += h.digest()
+    # The 32-byte ranks as four big-endian 64-bit words each: their lexicographic order is the bytes'
+    # order, and a stable sort keeps the ties (never seen: SHA-256) in roster order, as sorted() does.
+    words = np.frombuffer(bytes(ranks), dtype=">u8").reshape(-1, 4).astype(np.uint64)
+    return np.lexsort(words.T[::-1]).astype(np.int64)
 
 
 def random_subsets(
@@ -290,14 +318,15 @@ def make_plan(
         )
     else:
         chosen = _given_subsets(subsets, n_features, n_partitions, n_subsets, subset_size)
-    order = membership_order(seed, peer_keys, beacon)
+    digest = roster_digest(peer_keys)
+    order = _membership_order(_check_seed(seed), peer_keys, _check_beacon(beacon), digest)
     report = n_peers - median_pool_size
     sizes = [report // n_partitions + (1 if p < report % n_partitions else 0) for p in range(n_partitions)]
     bounds = tuple(int(b) for b in np.cumsum([median_pool_size, *sizes]))
     return PartitionPlan(
         seed=_check_seed(seed),
         beacon=_check_beacon(beacon),
-        roster=roster_digest(peer_keys),
+        roster=digest,
         order=order,
         median_pool_size=median_pool_size,
         bounds=bounds,
@@ -356,13 +385,12 @@ def verify_assignment(
     """
     if commit_seed(plan.seed) != bytes(commitment):
         raise ProtocolError("revealed seed does not match the commitment H(seed) of the proposal")
-    keys = [bytes(k) for k in peer_keys]
-    if roster_digest(keys) != plan.roster:
+    digest, index = _roster_index_of(peer_keys)
+    if digest != plan.roster:
         raise ProtocolError("the partition plan was computed for another roster")
-    try:
-        roster_index = keys.index(bytes(my_key))
-    except ValueError:
-        raise ProtocolError("this peer's key is not on the closed roster") from None
+    roster_index = index.get(bytes(my_key))
+    if roster_index is None:
+        raise ProtocolError("this peer's key is not on the closed roster")
     actual = plan.assignment(roster_index)
     if actual != claimed:
         raise ProtocolError(f"announced assignment {claimed} differs from the one the seed gives: {actual}")

@@ -39,6 +39,29 @@ def test_order_is_sha256_of_seed_roster_and_key():
     assert membership_order(SEED, KEYS).tolist() == expected
 
 
+def test_keys_of_any_length_and_a_large_roster_follow_the_same_rule():
+    # The digest's length prefixes matter only when keys differ in length; the ranks' sort must
+    # match Python's bytes order on thousands of keys (ranks sharing leading bytes included).
+    mixed = [b"a", b"bb", b"\x00", b"ccc" * 10, bytes(32), b"\x00" * 40]
+    encoded = b"".join(len(k).to_bytes(4, "big") + k for k in sorted(mixed))
+    assert roster_digest(mixed) == hashlib.sha256(b"anonml/partition/v1/roster" + encoded).digest()
+    many = [hashlib.sha256(b"member-%d" % i).digest()[: 16 + i % 17] for i in range(5_000)]
+    digest = roster_digest(many)
+    rank = {i: hashlib.sha256(SEED + digest + many[i]).digest() for i in range(len(many))}
+    assert membership_order(SEED, many).tolist() == sorted(range(len(many)), key=rank.__getitem__)
+
+
+def test_a_roster_checked_before_does_not_vouch_for_another():
+    # verify_assignment remembers a roster's digest for the next identity of the same process; a
+    # different roster passed later is hashed again, not matched against the one remembered.
+    plan = _plan()
+    i = int(plan.order[20])
+    assert _check(plan.assignment(i), i) == plan.assignment(i)
+    swapped = [*KEYS[:-1], hashlib.sha256(b"newcomer").digest()]
+    with pytest.raises(ProtocolError, match="another roster"):
+        _check(plan.assignment(i), i, keys=swapped)
+
+
 def test_known_answer_vector_pins_the_plan_across_versions():
     # Golden values: any change to the hashing or the dealing of subsets changes them.
     plan = _plan()
