@@ -14,10 +14,17 @@ validates it against this schema and computes it with this fixed code. Every
 numeric feature declares its range ``[low, high]`` (public: it bounds median
 estimation and binning); computed values are clipped into it.
 
-Example
--------
-``{"name": "video_plays_7d", "source": "edx", "type": "play_video",
-"aggregation": "count", "window_days": 7, "low": 0, "high": 200}``
+Examples
+--------
+A feature as the aggregator proposes it (JSON), validated as a peer does:
+
+>>> feature = FeatureDefinition.model_validate_json(
+...     '{"name": "video_plays_7d", "source": "edx", "type": "play_video",'
+...     ' "aggregation": "count", "window_days": 7, "low": 0, "high": 200}'
+... )
+>>> spec = feature.spec()
+>>> spec.name, spec.kind.value, spec.low, spec.high
+('video_plays_7d', 'numeric', 0.0, 200.0)
 """
 
 from __future__ import annotations

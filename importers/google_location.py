@@ -214,16 +214,13 @@ def _snake(text: str) -> str:
 def _activity_fields(candidates: list, key: str) -> dict:
     if not isinstance(candidates, list) or not candidates:
         raise ValueError(f"{key}: expected a non-empty list of {{type, confidence}}")
+    scored = [(_snake(str(c["type"])), finite_number(c["confidence"], "confidence")) for c in candidates]
     fields: dict = {}
-    best: tuple[float, str] | None = None
-    for cand in candidates:
-        kind, conf = _snake(str(cand["type"])), finite_number(cand["confidence"], "confidence")
+    for kind, conf in scored:
         name = f"confidence_{kind}"
         fields[name] = max(conf, fields.get(name, conf))
-        if best is None or conf > best[0]:
-            best = (conf, kind)
-    assert best is not None
-    fields["activity"], fields["confidence"] = best[1], best[0]
+    # max keeps the first of equally confident candidates, as the file lists them
+    fields["activity"], fields["confidence"] = max(scored, key=lambda pair: pair[1])
     return fields
 
 

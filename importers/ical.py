@@ -223,6 +223,10 @@ class _Series:
         # An RDATE may be a PERIOD (start, end or duration): its start is the occurrence.
         self.rdates = [d.dt[0] if isinstance(d.dt, tuple) else d.dt
                        for prop in _as_list(ev.get("RDATE")) for d in prop.dts]
+        if floating is None and any(isinstance(d, datetime) and d.tzinfo is None for d in self.rdates):
+            # what utc() reads a floating time in: refused here, like DTSTART's, naming the property
+            raise ValueError("property RDATE: floating time (no TZID, no Z) and no timezone; "
+                             "set params timezone or X-WR-TIMEZONE")
         self.exdates = {_key(d.dt) for prop in _as_list(ev.get("EXDATE")) for d in prop.dts}
         self.uid = str(ev.get("UID", ""))
         self.recurrence_id = ev.get("RECURRENCE-ID")
@@ -247,8 +251,7 @@ class _Series:
         if not isinstance(value, datetime):
             value = datetime.combine(value, time())
             return value.replace(tzinfo=self.floating or UTC).astimezone(UTC)
-        if value.tzinfo is None:
-            assert self.floating is not None  # checked in __init__
+        if value.tzinfo is None:  # a floating DTSTART or RDATE: __init__ refused either without a zone
             value = value.replace(tzinfo=self.floating)
         return value.astimezone(UTC)
 

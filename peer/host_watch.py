@@ -10,19 +10,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import numpy as np
 
 from anonml.addresses import connect_check
 from anonml.outbound import OutboundError, RefusedAddress, fetch
-from anonml.protocol import Bins, check_relay_address
+from anonml.protocol import Bins, Problem, check_relay_address
+from peer.dispatch import Dispatcher
+from peer.participant import Participant
+from peer.roster import RosterView
 
-if TYPE_CHECKING:
-    from peer.worker import ProblemSession
-
-__all__ = ["RelayHostWatch", "PROBE_SECONDS", "PROBE_HOSTS", "PROBE_DEADLINE"]
+__all__ = ["RelayHostWatch", "WatchedSession", "WatchHost", "PROBE_SECONDS", "PROBE_HOSTS", "PROBE_DEADLINE"]
 
 log = logging.getLogger("anonml.peer")
 
@@ -34,10 +35,38 @@ PROBE_HOSTS = 16
 PROBE_DEADLINE = 2.0
 
 
+class WatchHost(Protocol):
+    """What the watch uses of the process hosting its session (a :class:`peer.worker.SessionHost`)."""
+
+    @property
+    def dispatcher(self) -> Dispatcher: ...
+
+    def count(self, what: str, n: int = 1) -> None: ...
+
+
+class WatchedSession(Protocol):
+    """What the watch reads of its session (a :class:`peer.worker.ProblemSession`, which owns the
+    watch: naming the session through this protocol keeps the import one way, worker → watch)."""
+
+    @property
+    def host(self) -> WatchHost: ...
+
+    @property
+    def problem(self) -> Problem: ...
+
+    @property
+    def view(self) -> RosterView | None: ...
+
+    @property
+    def participants(self) -> Sequence[Participant]: ...
+
+    def schedule(self, p: Participant, packets: Iterable[tuple[int, float, str, bytes]]) -> None: ...
+
+
 class RelayHostWatch:
     """The relay hosts one session found dead this round, and the probes that look for them."""
 
-    def __init__(self, session: ProblemSession) -> None:
+    def __init__(self, session: WatchedSession) -> None:
         self.session = session
         # Relay hosts (scheme://host:port) found unreachable in the send window (a probe, or a first
         # hop there): every identity of this host routes around all their relays (route_around).

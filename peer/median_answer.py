@@ -7,7 +7,6 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,19 +25,17 @@ from anonml.randomness import resolve_rng
 from peer import participation_store
 from peer.client import HTTPRefusal, transient, with_retries
 from peer.features import invalid_features
+from peer.participation import Participation
 from peer.phases import (
     Aborted,
     ParticipationPhase,
 )
 
-if TYPE_CHECKING:
-    from peer.participant import Participant
-
 P = ParticipationPhase
 log = logging.getLogger("anonml.peer")
 
 
-def answer(p: Participant, query: MedianQuery) -> bool:
+def answer(p: Participation, query: MedianQuery) -> bool:
     """Answer ``query`` if it names this identity (once per problem); True if answered."""
     roster = p.facts(p.roster, "the checked roster")
     me = roster.view.index_of[bytes(p.node.identity.public)]
@@ -120,7 +117,7 @@ def answer(p: Participant, query: MedianQuery) -> bool:
     return True
 
 
-def naming(p: Participant, queries: Sequence[MedianQuery]) -> list[MedianQuery]:
+def naming(p: Participation, queries: Sequence[MedianQuery]) -> list[MedianQuery]:
     """The ``queries`` that ask this identity (none before its roster is checked)."""
     if p.roster is None:
         return []
@@ -128,18 +125,18 @@ def naming(p: Participant, queries: Sequence[MedianQuery]) -> list[MedianQuery]:
     return [] if me is None else [q for q in queries if me in q.members]
 
 
-def named_in(p: Participant, queries: Sequence[MedianQuery]) -> bool:
+def named_in(p: Participation, queries: Sequence[MedianQuery]) -> bool:
     """Does one of ``queries`` ask this identity (known once its roster is checked)."""
     return bool(naming(p, queries))
 
 
-def may_have_missed(p: Participant) -> bool:
+def may_have_missed(p: Participation) -> bool:
     """In the median pool with nothing noted against it: only the queries asked can tell whether
     it missed one (:func:`note_unanswered`)."""
     return p.in_median_pool and not p.shortfall
 
 
-def note_unanswered(p: Participant, asked: Sequence[MedianQuery]) -> None:
+def note_unanswered(p: Participation, asked: Sequence[MedianQuery]) -> None:
     """A median-pool identity named by a query the search asked (``asked``: open and closed ones,
     their signatures checked) that released no answer for it, and has nothing else noted against
     it, says so: it ends ``partial`` with the query named, never ``done`` as if it had done its
@@ -157,7 +154,7 @@ def note_unanswered(p: Participant, asked: Sequence[MedianQuery]) -> None:
               "this identity's host was ready to answer it")
 
 
-def _short(p: Participant, why: str) -> None:
+def _short(p: Participation, why: str) -> None:
     """Note a part of its own this identity could not do (logged; saved when the state DB can)."""
     log.warning("identity %s in %s: %s", p.node.fingerprint[:12], p.problem.id, why)
     p.shortfall.append(why)
@@ -168,7 +165,7 @@ def _short(p: Participant, why: str) -> None:
         log.warning("identity %s: its state could not be saved now: %s", p.node.fingerprint[:12], exc)
 
 
-def median_truth(p: Participant, query: MedianQuery, gen: np.random.Generator) -> bool:
+def median_truth(p: Participation, query: MedianQuery, gen: np.random.Generator) -> bool:
     """Is this identity's value above the threshold; a uniform bit when it cannot say."""
     p.compute_example()
     try:

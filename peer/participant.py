@@ -18,23 +18,17 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
-import nacl.utils
-import numpy as np
-
 from anonml.crypto import (
     CryptoError,
     Hop,
-    Identity,
     PublicIdentity,
     Redemption,
-    RelayKeyCertificate,
     RoundRelayKey,
     Token,
 )
 from anonml.errors import AnonMLError
 from anonml.learn import PeerAssignment
 from anonml.plugins import Featurizer, Instancer
-from anonml.privacy import PrivacyLedger
 from anonml.protocol import (
     AdmissionCredential,
     Assignment,
@@ -49,11 +43,12 @@ from anonml.protocol import (
     sign_message,
     verify_message,
 )
-from anonml.store import EventStore
 from peer import median_answer, participation_store, roster_checks, round_packets
 from peer.client import AggregatorClient
 from peer.db import ParticipationRow, PeerDB
 from peer.features import LocalExample, invalid_features, local_example, predict_example
+from peer.node import PeerNode
+from peer.participation import Comparisons
 from peer.phases import (
     READY,
     TERMINAL,
@@ -69,9 +64,7 @@ from peer.phases import (
 from peer.policy import PeerPolicy
 from peer.relay import RelayService
 from peer.roster import RosterView
-from peer.roster_checks import Comparisons
 from peer.transcript import credential_for
-from peer.vault import Vault
 
 if TYPE_CHECKING:
     from anonml.learn import AnonMLClassifier
@@ -83,40 +76,6 @@ T = TypeVar("T")
 
 
 log = logging.getLogger("anonml.peer")
-
-
-@dataclass
-class PeerNode:
-    """One identity hosted by this process, with its own event store and ledger."""
-
-    identity: Identity
-    store: EventStore
-    ledger: PrivacyLedger
-    user: str | None = None
-    rng: np.random.Generator | None = None
-
-    @property
-    def fingerprint(self) -> str:
-        return self.identity.fingerprint.hex()
-
-    @property
-    def node_id(self) -> bytes:
-        return self.identity.public.node_id
-
-    @cached_property
-    def vault(self) -> Vault:
-        """This identity's secrets at rest (:mod:`peer.vault`)."""
-        return Vault(self.identity)
-
-    def new_round_relay_key(self, round_id: int) -> tuple[bytes, RoundRelayKey, RelayKeyCertificate]:
-        """A fresh round relay key, its certificate, and its secret sealed for the state DB.
-
-        The secret comes from the OS CSPRNG even in a seeded simulation (``rng`` drives only
-        simulated choices): whoever knew the seed could otherwise peel every onion layer.
-        """
-        secret = nacl.utils.random(32)
-        key = RoundRelayKey(round_id, secret)
-        return self.vault.seal(secret), key, self.identity.certify_relay_key(round_id, key.public_key)
 
 
 class _RecordField(Generic[T]):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from anonml.crypto import (
     Hop,
@@ -18,6 +18,7 @@ from anonml.crypto import (
     Token,
 )
 from peer.db import ParticipationRow
+from peer.participation import Comparisons, Participation
 from peer.phases import (
     TERMINAL,
     Outcome,
@@ -25,16 +26,12 @@ from peer.phases import (
     Preparation,
     RelayKeys,
 )
-from peer.roster_checks import Comparisons
-
-if TYPE_CHECKING:
-    from peer.participant import Participant
 
 P = ParticipationPhase
 log = logging.getLogger("anonml.peer")
 
 
-def save(p: Participant, model_json: str | None = None) -> None:
+def save(p: Participation, model_json: str | None = None) -> None:
     """Write the phase and the facts a restart needs (no-op without a state DB)."""
     if p.db is None:
         return
@@ -77,7 +74,7 @@ def save(p: Participant, model_json: str | None = None) -> None:
         p.db.clear_outbox(p.problem.id, p.node.fingerprint)
 
 
-def resume(p: Participant, row: ParticipationRow) -> list[tuple[int, float, str, bytes]]:
+def resume(p: Participation, row: ParticipationRow) -> list[tuple[int, float, str, bytes]]:
     """Take up the persisted participation ``row`` after a restart; the packets still to send.
 
     Restores the phase, the round relay key (if the round has not closed),

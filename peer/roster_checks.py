@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,6 +31,7 @@ from anonml.protocol import (
 )
 from anonml.randomness import resolve_rng
 from peer.client import fetch_witness
+from peer.participation import Comparisons, Participation
 from peer.phases import (
     Aborted,
     ParticipationPhase,
@@ -42,23 +41,12 @@ from peer.policy import check_roster_floors
 from peer.roster import RosterView
 from peer.transcript import verify_bundle
 
-if TYPE_CHECKING:
-    from peer.participant import Participant
-
 P = ParticipationPhase
 log = logging.getLogger("anonml.peer")
 
 
-@dataclass
-class Comparisons:
-    """Progress of the fingerprint comparison (roster_checked → confirmed): members asked, agreeing."""
-
-    confirmed: set[int] = field(default_factory=set)
-    asked: set[int] = field(default_factory=set)
-
-
 def _verify_bundle(
-    p: Participant, bundle: CosignatureBundle, stage: str, transcript: bytes, view: RosterView | None = None
+    p: Participation, bundle: CosignatureBundle, stage: str, transcript: bytes, view: RosterView | None = None
 ) -> bytes:
     """The beacon of ``bundle`` checked against ``transcript`` (:func:`~peer.transcript.verify_bundle`).
 
@@ -82,7 +70,7 @@ def _verify_bundle(
 
 
 def check_roster(
-    p: Participant, view: RosterView, bundle: CosignatureBundle, notice: Assignment | None = None
+    p: Participation, view: RosterView, bundle: CosignatureBundle, notice: Assignment | None = None
 ) -> None:
     """Relay URLs, floors, witness cosignatures, own entry, seed commitment, assignment; then
     publish the signed witness (registered → roster_checked).
@@ -96,7 +84,7 @@ def check_roster(
 
 
 def restore_roster(
-    p: Participant, view: RosterView, bundle: CosignatureBundle, notice: Assignment | None = None
+    p: Participation, view: RosterView, bundle: CosignatureBundle, notice: Assignment | None = None
 ) -> None:
     """After a restart: the same checks, and the roster must be the one checked before."""
     facts = _verified_roster(p, view, bundle, notice)
@@ -106,7 +94,7 @@ def restore_roster(
 
 
 def _verified_roster(
-    p: Participant, view: RosterView, bundle: CosignatureBundle, notice: Assignment | None = None
+    p: Participation, view: RosterView, bundle: CosignatureBundle, notice: Assignment | None = None
 ) -> RosterFacts:
     check_relay_urls(p, view)
     guarded = any(view.node_ids[i] in p.guard_nodes for i in view.relay_capable)
@@ -162,7 +150,7 @@ def _verified_roster(
     return RosterFacts(view, assignment, beacon, witness)
 
 
-def check_relay_urls(p: Participant, view: RosterView) -> None:
+def check_relay_urls(p: Participation, view: RosterView) -> None:
     """Every member's relay URL has the one relay form and names its own node, or abort.
 
     Runs before this identity fetches anything from any member (witnesses,
@@ -176,7 +164,7 @@ def check_relay_urls(p: Participant, view: RosterView) -> None:
         raise Aborted(refusal)
 
 
-def compare_fingerprints(p: Participant, hosted: frozenset[int] = frozenset()) -> bool:
+def compare_fingerprints(p: Participation, hosted: frozenset[int] = frozenset()) -> bool:
     """Ask other members' relays for their fingerprint; True once enough agree (→ confirmed).
 
     Raises :class:`Aborted` on any mismatch. Members that cannot answer yet

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from anonml.addresses import connect_check
 from anonml.crypto import (
@@ -34,6 +33,7 @@ from anonml.protocol import (
 from anonml.randomness import resolve_rng
 from peer import participation_store, roster_checks
 from peer.client import HTTPRefusal
+from peer.participation import Participation
 from peer.phases import (
     Aborted,
     IllegalTransition,
@@ -54,14 +54,11 @@ from peer.releases import REFUSED_ADDRESS, already_processed
 from peer.reports import choose_path, choose_routes, fetch_tokens, make_reports
 from peer.roster import RosterView
 
-if TYPE_CHECKING:
-    from peer.participant import Participant
-
 P = ParticipationPhase
 log = logging.getLogger("anonml.peer")
 
 
-def open_round(p: Participant, bins: Bins, view: RosterView | None = None) -> None:
+def open_round(p: Participation, bins: Bins, view: RosterView | None = None) -> None:
     """Check the signed bins and start relaying for this round (before anyone sends).
 
     An identity that stopped taking part still relays for the others — it
@@ -117,7 +114,7 @@ def open_round(p: Participant, bins: Bins, view: RosterView | None = None) -> No
         p._into_round()
 
 
-def check_bins(p: Participant, bins: Bins, bundle: CosignatureBundle) -> None:
+def check_bins(p: Participation, bins: Bins, bundle: CosignatureBundle) -> None:
     """The witnesses co-signed this peer's own bins transcript (Problem, Roster, Bins, schedule).
 
     Nothing of this identity's own is sent for the round before this passed.
@@ -136,7 +133,7 @@ def check_bins(p: Participant, bins: Bins, bundle: CosignatureBundle) -> None:
     p.bins = bins
 
 
-def build_packets(p: Participant) -> list[tuple[float, str, bytes]]:
+def build_packets(p: Participation) -> list[tuple[float, str, bytes]]:
     """This identity's packets for the round (relaying → reporting), kept sealed in the state DB.
 
     Returns ``(send time, first hop URL, packet)`` for exactly
@@ -175,7 +172,7 @@ def build_packets(p: Participant) -> list[tuple[float, str, bytes]]:
     return packets
 
 
-def _packet(p: Participant, payload: tuple[Redemption, bytes] | None, path: tuple[Hop, ...]) -> bytes:
+def _packet(p: Participation, payload: tuple[Redemption, bytes] | None, path: tuple[Hop, ...]) -> bytes:
     """The onion packet of one slot over ``path``: its report, or cover (``payload`` None).
 
     Onion keys from the OS CSPRNG, never from the simulation's seeded rng.
@@ -195,7 +192,7 @@ def _packet(p: Participant, payload: tuple[Redemption, bytes] | None, path: tupl
     )
 
 
-def reroute(p: Participant, slot: int, failed_url: str | None) -> tuple[str, bytes] | None:
+def reroute(p: Participation, slot: int, failed_url: str | None) -> tuple[str, bytes] | None:
     """A new route and packet for packet ``slot`` whose first hop (``failed_url``) refused it or is down.
 
     The new route avoids every first hop that failed for this identity in
@@ -234,7 +231,7 @@ def reroute(p: Participant, slot: int, failed_url: str | None) -> tuple[str, byt
     return url, packet
 
 
-def routes_per_slot(p: Participant, view: RosterView) -> int:
+def routes_per_slot(p: Participation, view: RosterView) -> int:
     """Routes each slot travels over in this problem with ``view``'s roster
     (:func:`~anonml.protocol.route_count`: the problem's ``routes``, fewer when the roster is small)."""
     draft = p.problem.draft
@@ -243,7 +240,7 @@ def routes_per_slot(p: Participant, view: RosterView) -> int:
     return route_count(draft.routes, draft.hops, len(view.relay_capable))
 
 
-def _cohosted(p: Participant, view: RosterView) -> frozenset[bytes]:
+def _cohosted(p: Participation, view: RosterView) -> frozenset[bytes]:
     """Members whose relay is on this identity's own relay host (its relay URL's base).
 
     Left out of its routes while the other members suffice: that host sees the
@@ -259,12 +256,12 @@ def _cohosted(p: Participant, view: RosterView) -> frozenset[bytes]:
     )  # fmt: skip
 
 
-def report_slot(p: Participant, packet: int, copies: int) -> int:
+def report_slot(p: Participation, packet: int, copies: int) -> int:
     """The report slot packet ``packet`` carries (packet ``j < r·k_h``: slot ``j // r``)."""
     return p._copy_of.get(packet, packet // copies)
 
 
-def _fresh_path(p: Participant, view: RosterView, me: int, packet: int) -> tuple[Hop, ...] | None:
+def _fresh_path(p: Participation, view: RosterView, me: int, packet: int) -> tuple[Hop, ...] | None:
     """A route for packet ``packet`` avoiding the relays that failed this round and, while enough
     members are left, those of the other copies of its report slot; None when none is left."""
     if p.preparation is None:  # no routes were built: there is nothing to route afresh
@@ -287,7 +284,7 @@ def _fresh_path(p: Participant, view: RosterView, me: int, packet: int) -> tuple
     return None
 
 
-def crosses_failed(p: Participant, packet: int) -> bool:
+def crosses_failed(p: Participation, packet: int) -> bool:
     """Whether packet ``packet``'s route crosses a relay found dead this round (:meth:`route_around`)."""
     with p._reroute_lock:
         if p.preparation is None or packet >= len(p.preparation.paths):
@@ -295,7 +292,7 @@ def crosses_failed(p: Participant, packet: int) -> bool:
         return any(h.node_id in p._avoid for h in p.preparation.paths[packet])
 
 
-def route_around(p: Participant, dead: frozenset[bytes]) -> list[tuple[int, float, str, bytes]]:
+def route_around(p: Participation, dead: frozenset[bytes]) -> list[tuple[int, float, str, bytes]]:
     """Relays ``dead`` were found unreachable in the send window: avoid them, and give every packet
     already sent through one of them one more copy over a fresh route.
 
@@ -339,7 +336,7 @@ def route_around(p: Participant, dead: frozenset[bytes]) -> list[tuple[int, floa
     return out
 
 
-def prepare_round(p: Participant) -> Preparation:
+def prepare_round(p: Participation) -> Preparation:
     """Routes (:func:`routes_per_slot` pairwise disjoint ones per slot, certificates checked) and, for a
     report peer, its tokens.
 
@@ -380,7 +377,7 @@ def prepare_round(p: Participant) -> Preparation:
     return p.preparation
 
 
-def _reports(p: Participant, bins: Bins, roster: RosterFacts) -> list[tuple[Redemption, bytes]]:
+def _reports(p: Participation, bins: Bins, roster: RosterFacts) -> list[tuple[Redemption, bytes]]:
     if bins.slots_per_peer != len(roster.assignment.subsets):
         raise Aborted(
             f"bins announce {bins.slots_per_peer} slots for {len(roster.assignment.subsets)} subsets"
@@ -411,7 +408,7 @@ def _reports(p: Participant, bins: Bins, roster: RosterFacts) -> list[tuple[Rede
     return out
 
 
-def send(p: Participant, slot: int, url: str, packet: bytes) -> None:
+def send(p: Participation, slot: int, url: str, packet: bytes) -> None:
     """POST one packet to its first hop (called by the dispatcher at its send time), authenticated
     as this identity's round relay key (sender-only: its identity's long-term X25519 key) to the
     first hop's (:mod:`peer.relayauth`).
@@ -454,7 +451,7 @@ def send(p: Participant, slot: int, url: str, packet: bytes) -> None:
         p.db.mark_sent(p.problem.id, p.node.fingerprint, slot)
 
 
-def count_lost_reports(p: Participant, receipts: frozenset[bytes] | None = None) -> int | None:
+def count_lost_reports(p: Participation, receipts: frozenset[bytes] | None = None) -> int | None:
     """How many of this identity's reports never reached the intake (relay counters too).
 
     Compares its tokens' nonces with the aggregator's sorted receipts

@@ -308,9 +308,9 @@ def seal_payload(
         raise InvalidEncoding("intake key is not a canonical, non-zero X25519 public key")
     if not isinstance(round_id, int) or isinstance(round_id, bool) or not 0 <= round_id < 2**64:
         raise InvalidEncoding(f"round id must be an integer in [0, 2^64), got {round_id!r}")
-    sealed = _seal(_encode_payload(round_id, redemption, report), intake_key, rng)
-    assert len(sealed) == PAYLOAD_SIZE
-    return sealed
+    # _SEALED_PLAIN bytes of padded plaintext + SEAL_OVERHEAD = PAYLOAD_SIZE for every input accepted
+    # above (test_packet_size_is_constant_at_every_hop checks it over slots, reports and path lengths)
+    return _seal(_encode_payload(round_id, redemption, report), intake_key, rng)
 
 
 def open_payload(identity: Identity, sealed: bytes, *, round_id: int) -> Payload:
@@ -403,9 +403,8 @@ def build_packet(
         cmd = _command(_RELAY, path[i + 1].node_id, path[i].delay_ms, gamma)
         beta = _xor(cmd + beta[: _BETA - _CMD], streams[i][:_BETA])
         gamma = _mac(keys[i].mac, ad, alphas[i], beta, deltas[i])
-    packet = ad + alphas[0] + beta + gamma + deltas[0]
-    assert len(packet) == PACKET_SIZE
-    return packet
+    # _AD + _ALPHA + _BETA + _GAMMA + PAYLOAD_SIZE = PACKET_SIZE: each part is fixed-length
+    return ad + alphas[0] + beta + gamma + deltas[0]
 
 
 def build_cover_packet(

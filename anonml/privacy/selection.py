@@ -83,12 +83,10 @@ def best_mechanism(
         raise ValueError(f"n (number of reports) must be >= 1, got {n}")
     if not candidates:
         raise ValueError("candidates must name at least one mechanism kind")
-    best: Mechanism | None = None
-    best_error = float("inf")
-    for kind in candidates:
-        mechanism = kind.from_epsilon(epsilon, m)
+    first, *others = (kind.from_epsilon(epsilon, m) for kind in candidates)
+    best, best_error = first, first.expected_l2_error(n)
+    for mechanism in others:  # a later kind must be better by more than the tie margin
         error = mechanism.expected_l2_error(n)
         if error < best_error * (1.0 - _TIE):
             best, best_error = mechanism, error
-    assert best is not None  # candidates is non-empty and errors are finite
     return best
