@@ -82,6 +82,8 @@ def test_roster_digest_ignores_registration_order_and_rejects_duplicates():
     assert roster_digest(KEYS) == roster_digest(list(reversed(KEYS)))
     with pytest.raises(ProtocolError, match="more than once"):
         roster_digest([KEYS[0], KEYS[1], KEYS[0]])
+    with pytest.raises(ProtocolError, match="empty peer key"):
+        roster_digest([KEYS[0], b"", KEYS[1]])
 
 
 def test_pools_are_disjoint_balanced_and_cover_every_peer():
