@@ -27,7 +27,11 @@ noise, and a Brier score above the base rate's. So the map is tempered toward th
 in log-odds, ``σ(t·(a·f + b) + (1 − t)·logit π₀)``, with ``t`` the James–Stein factor of the map's
 Brier gain over the base rate measured on the pool's reports against that gain's noise
 (:func:`brier_temper`); ``t > 0`` always, so the ranking (AUC) is the model's. The tempered map is
-again a pair ``(a, b)``: the published model and its JSON are unchanged in form.
+again a pair ``(a, b)``: the published model and its JSON are unchanged in form. Before the
+temper, a fitted slope above 1 — a map more confident than the model's own scores — is taken only
+as far as the pool's noise cannot explain it (:func:`supported_slope`, a one-standard-error rule):
+where the scores fall in a few tight clusters the fit's objective is flat in the slope, and its
+noise-carried minimiser gave probabilities of 1e-30 to a class seen 10 % of the time.
 
 *K ≥ 3 classes* (:func:`calibrate_classes`): a pool peer reports the pair (class the model
 predicts for it, its label), K² values, at the full ε_T. The debiased K × K histogram ``N̂`` gives,
@@ -47,11 +51,13 @@ the predicted class as the bin.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from scipy.optimize import brentq
 from scipy.special import expit, logit
 
-from anonml.learn.ensemble import Ensemble, platt_from_histogram
+from anonml.learn.ensemble import Ensemble, platt_from_histogram, platt_objective
 from anonml.learn.histograms import noise_margin
 from anonml.privacy import best_mechanism, estimate_counts
 
@@ -60,6 +66,7 @@ __all__ = [
     "score_range",
     "score_bins",
     "calibrate_ensemble",
+    "supported_slope",
     "brier_temper",
     "mean_preserving_intercept",
     "calibrate_classes",
@@ -135,12 +142,73 @@ def calibrate_ensemble(
     counts, variance = _pool_counts(bits, mechanism, b)
     base = _base_rate(ensemble, counts, variance)
     totals = counts.sum(axis=1)
-    a, intercept = platt_from_histogram(
-        centres, counts, variance, intercept_of=lambda s: mean_preserving_intercept(s, centres, totals, base)
-    )
+
+    def intercept_of(slope: float) -> float:
+        return mean_preserving_intercept(slope, centres, totals, base)
+
+    fitted, _ = platt_from_histogram(centres, counts, variance, intercept_of=intercept_of)
+    a = supported_slope(fitted, centres, counts, variance, intercept_of)
+    intercept = intercept_of(a)
     t = brier_temper(centres * a + intercept, base, counts, variance)
     centre = float(logit(base))
     return ensemble.with_calibration((t * a, t * intercept + (1.0 - t) * centre))
+
+
+#: Standard deviations of noise within which a steeper Platt map than the model's own scale counts as
+#: no better than a flatter one (:func:`supported_slope`).
+STEEPENING_NOISE_SDS = 1.0
+
+
+def supported_slope(
+    slope: float,
+    centres: np.ndarray,
+    counts: np.ndarray,
+    variance: np.ndarray,
+    intercept_of: Callable[[float], float],
+    sds: float = STEEPENING_NOISE_SDS,
+) -> float:
+    """The fitted Platt slope, or — when it steepens the model's scores (> 1) — the flattest slope in
+    ``[1, slope]`` that the pool's reports cannot tell from it.
+
+    A slope above 1 makes the model more confident than its own scores. Where the fit's objective
+    (:func:`~anonml.learn.ensemble.platt_objective`) is flat in the slope — scores in a few tight
+    clusters, as when the label is an interaction the additive terms cannot express — the pool's
+    noise carries the minimiser far up the flat side, and the map gives probabilities like 1e-30 to
+    a class seen 10 % of the time there (log loss 2.3 nats against the prior's 0.68). So a slope
+    ``a`` in ``[1, â]`` (intercepts tied, ``intercept_of``) is taken instead of ``â`` when
+    ``D(a) = J(a) − J(â) ≤ sds · sd(D(a))``, the flattest such: Breiman's one-standard-error rule,
+    with ``sd`` that of the difference under the counts' noise. ``J`` is quadratic in the counts,
+    ``J = Σ_B (ĉ_B·w_B)² − const`` with ``w_B = (−s_B, 1 − s_B)``, so per score bin the difference
+    is ``ĉ_B' A_B ĉ_B`` with ``A_B = u u' − z z'`` (``u``, ``z`` the weights at ``a`` and ``â``), and
+    for independent cells of variances ``Σ_B = diag(v_B)`` around the estimates
+    ``Var D = Σ_B [2 tr(A_B Σ_B A_B Σ_B) + 4 ĉ_B' A_B Σ_B A_B ĉ_B]``. A flattening slope (≤ 1) is
+    kept as fitted: it can only pull probabilities toward the base rate. (Tuning sets, 8 pool draws
+    each: the README example's log loss at ε_T 1 went from 1.55 to 0.43 nats, the synthetic set's
+    at ε_T 0.5 from 0.84 to 0.56; Adult's Brier at ε_T 1–4 moved by at most −0.0004.)
+    """
+    if slope <= 1.0:
+        return float(slope)
+    f = np.asarray(centres, dtype=float)
+    c = np.asarray(counts, dtype=float)
+    v = np.clip(np.asarray(variance, dtype=float), 0.0, None)
+    top = platt_objective(slope, intercept_of(slope), f, c, v)
+    z = _residual_weights(slope, intercept_of(slope), f)
+    for a in np.geomspace(1.0, slope, 40):
+        u = _residual_weights(float(a), intercept_of(float(a)), f)
+        # A_B = u u' − z z' per bin, (B, 2, 2); Σ_B = diag(v_B)
+        A = u[:, :, None] * u[:, None, :] - z[:, :, None] * z[:, None, :]
+        AS = A * v[:, None, :]
+        quadratic = np.einsum("bi,bij,bj->b", c, AS @ A, c)
+        var = float(np.sum(2.0 * np.einsum("bij,bji->b", AS, AS) + 4.0 * quadratic))
+        if platt_objective(float(a), intercept_of(float(a)), f, c, v) - top <= sds * np.sqrt(max(var, 0.0)):
+            return float(a)
+    return float(slope)
+
+
+def _residual_weights(a: float, b: float, scores: np.ndarray) -> np.ndarray:
+    """``w_B = (−s_B, 1 − s_B)`` with ``s_B = σ(a·f_B + b)``: the residual ``r_B = ĉ_B·w_B``, shape (B, 2)."""
+    s = expit(a * scores + b)
+    return np.column_stack([-s, 1.0 - s])
 
 
 def mean_preserving_intercept(slope: float, centres: np.ndarray, totals: np.ndarray, base: float) -> float:

@@ -105,6 +105,7 @@ __all__ = [
     "cell_posteriors",
     "class_posteriors",
     "platt_from_histogram",
+    "platt_objective",
     "shrinkage_factor",
     "discriminant_weights",
 ]
@@ -644,6 +645,26 @@ def default_ensemble(
     return Ensemble("logit", float(logit(prior)), components)
 
 
+def platt_objective(
+    a: float,
+    b: float,
+    scores: np.ndarray,
+    counts: np.ndarray,
+    variance: np.ndarray,
+    prior_strength: float = 1.0,
+) -> float:
+    """The corrected least-squares objective :func:`platt_from_histogram` minimises, at the map ``(a, b)``.
+
+    ``Σ_B [r_B² − v_B1(1 − s_B)² − v_B0·s_B²] + prior_strength·((a − 1)² + b²)`` with
+    ``s_B = σ(a·f_B + b)`` and ``r_B = ĉ_B1(1 − s_B) − ĉ_B0·s_B``: unbiased, up to the ridge, for the
+    same sum on the exact counts.
+    """
+    s = expit(a * scores + b)
+    r = counts[:, 1] * (1 - s) - counts[:, 0] * s
+    noise = variance[:, 1] * (1 - s) ** 2 + variance[:, 0] * s**2
+    return float(np.sum(r**2 - noise) + prior_strength * ((a - 1.0) ** 2 + b**2))
+
+
 def platt_from_histogram(
     scores: np.ndarray,
     counts: np.ndarray,
@@ -692,13 +713,9 @@ def platt_from_histogram(
         raise ValueError(
             f"need finite scores (B,), counts and variances (B, 2), got {f.shape}, {c.shape}, {v.shape}"
         )
-    anchor = np.array([1.0, 0.0])
 
     def objective(theta: np.ndarray) -> float:
-        s = expit(theta[0] * f + theta[1])
-        r = c[:, 1] * (1 - s) - c[:, 0] * s
-        noise = v[:, 1] * (1 - s) ** 2 + v[:, 0] * s**2
-        return float(np.sum(r**2 - noise) + prior_strength * np.sum((theta - anchor) ** 2))
+        return platt_objective(float(theta[0]), float(theta[1]), f, c, v, prior_strength)
 
     if intercept_of is not None:
         # one parameter: the slope, with the intercept the given function of it

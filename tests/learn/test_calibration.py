@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy.special import expit
-from sklearn.metrics import brier_score_loss
+from sklearn.metrics import brier_score_loss, log_loss
 
 from anonml.learn.calibration import (
     MIN_TEMPER,
@@ -14,8 +14,9 @@ from anonml.learn.calibration import (
     mean_preserving_intercept,
     score_bins,
     score_range,
+    supported_slope,
 )
-from anonml.learn.ensemble import Component, Ensemble, platt_from_histogram
+from anonml.learn.ensemble import Component, Ensemble, platt_from_histogram, platt_objective
 from anonml.learn.harness import expected_calibration_error
 from anonml.learn.model import AnonMLClassifier
 from anonml.learn.simulation import calibration_pool_size
@@ -88,7 +89,6 @@ def test_the_calibration_pool_fixes_naive_bayes_over_confidence():
     assert cal.ensemble_.calibration is not None
     # The map keeps the ranking: the calibrated decision is an increasing function of the raw one.
     assert cal.ensemble_.calibration[0] > 0
-
 
 
 def _temper_counts(rng: np.random.Generator, signal: float, n: int, noise_sd: float):
@@ -187,3 +187,90 @@ def test_with_no_signal_the_calibrated_mean_stays_at_the_models_prior():
         assert np.mean(p) == pytest.approx(0.3, abs=0.01)
         briers.append(brier_score_loss(y_fresh, p) - brier_score_loss(y_fresh, np.full(20000, 0.3)))
     assert np.mean(briers) < 0.005 and max(briers) < 0.012
+
+
+def _clustered_histogram() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scores in two tight clusters (10 % and 90 % positive) with empty bins between: a flat objective."""
+    f = np.linspace(-2.5, 1.0, 10)
+    n = np.array([500, 500, 0, 0, 0, 0, 0, 0, 500, 500], dtype=float)
+    p = np.array([0.1, 0.1, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.9, 0.9])
+    return f, np.column_stack([n * (1 - p), n * p]), np.full((10, 2), 150.0**2)
+
+
+def test_a_flattening_slope_is_kept_as_fitted():
+    f, counts, variance = _clustered_histogram()
+    assert supported_slope(0.4, f, counts, variance, lambda a: 0.0) == 0.4
+    assert supported_slope(1.0, f, counts, variance, lambda a: 0.0) == 1.0
+
+
+def test_without_noise_the_fitted_steepening_slope_stands():
+    f, counts, _ = _clustered_histogram()
+    exact = np.zeros_like(counts)
+    a, b = platt_from_histogram(f, counts, exact, prior_strength=0.0, intercept_of=lambda a: 0.75 * a)
+    assert a > 1.3
+    assert supported_slope(a, f, counts, exact, lambda a: 0.75 * a) == pytest.approx(a)
+
+
+def test_a_steepening_the_noise_cannot_tell_from_a_flatter_one_is_flattened():
+    # Two clusters 3 apart: on exact counts the best slope is 1.45, and every slope from there up
+    # separates them about equally well. Under noise of sd 150 per count the fit runs up that flat
+    # side (median above 10); the supported slope stays near the exact optimum.
+    rng = np.random.default_rng(5)
+    f, counts, variance = _clustered_histogram()
+    fitted, supported = [], []
+    for _ in range(30):
+        noisy = counts + rng.normal(scale=150.0, size=counts.shape)
+        a, _ = platt_from_histogram(f, noisy, variance, intercept_of=lambda a: 0.75 * a)
+        fitted.append(a)
+        supported.append(supported_slope(a, f, noisy, variance, lambda a: 0.75 * a))
+    assert np.median(fitted) > 10
+    assert 1.0 <= np.median(supported) <= 1.5
+    assert all(min(1.0, a) <= s <= a for a, s in zip(fitted, supported, strict=True))
+
+
+def test_the_stated_noise_of_an_objective_difference_matches_its_simulation():
+    # supported_slope's Var D = Σ_B [2 tr(AΣAΣ) + 4 c'AΣAc]: checked against 4,000 noisy draws.
+    rng = np.random.default_rng(3)
+    f, counts, variance = _clustered_histogram()
+    tie = lambda a: 0.75 * a  # noqa: E731 - the intercept of a slope, as in the fit
+    a, top = 1.6, 6.0
+    draws = counts[None] + rng.normal(scale=150.0, size=(4000, *counts.shape))
+    diffs = np.array(
+        [
+            platt_objective(a, tie(a), f, d, variance) - platt_objective(top, tie(top), f, d, variance)
+            for d in draws
+        ]
+    )
+    s_a, s_top = expit(a * f + tie(a)), expit(top * f + tie(top))
+    u, z = np.column_stack([-s_a, 1 - s_a]), np.column_stack([-s_top, 1 - s_top])
+    A = u[:, :, None] * u[:, None, :] - z[:, :, None] * z[:, None, :]
+    AS = A * variance[:, None, :]
+    stated = np.sum(
+        2 * np.einsum("bij,bji->b", AS, AS) + 4 * np.einsum("bi,bij,bj->b", counts, AS @ A, counts)
+    )
+    assert np.std(diffs) == pytest.approx(np.sqrt(stated), rel=0.05)  # s.e. of an sd from 4,000 draws: ~1.1 %
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_label_the_additive_terms_cannot_express_is_not_calibrated_into_certainty(seed):
+    """The README's example (label = married AND age > 35, 10 % flipped): the scores fall in two tight
+    clusters, and a Platt slope carried up the objective's flat side by the pool's noise gave
+    probabilities down to 1e-32 and a log loss of 2.35 nats (the prior's: 0.68)."""
+    rng = np.random.default_rng(0)
+    n = 20_000
+    X = np.column_stack([rng.integers(0, 2, n), rng.integers(17, 91, n), rng.random(n) < 0.5]).astype(float)
+    y = ((X[:, 2] == 1) & (X[:, 1] > 35)) ^ (rng.random(n) < 0.1)
+    specs = [
+        FeatureSpec(name="sex", kind=FeatureKind.CATEGORICAL, categories=["Female", "Male"]),
+        FeatureSpec(name="age", low=17, high=90),
+        FeatureSpec(name="married", kind=FeatureKind.BOOL),
+    ]
+    calibrated = AnonMLClassifier(epsilon=1.0, features=specs, random_state=seed).fit(X, y)
+    plain = AnonMLClassifier(epsilon=1.0, features=specs, random_state=seed, calibration_fraction=0.0).fit(
+        X, y
+    )
+    assert calibrated.ensemble_.calibration is not None  # the pool formed
+    p = calibrated.predict_proba(X)[:, 1]
+    assert p.min() > 1e-3 and p.max() < 1 - 1e-3
+    assert log_loss(y, p) <= log_loss(y, plain.predict_proba(X)[:, 1]) + 0.02
+    assert log_loss(y, p) < log_loss(y, np.full(n, y.mean()))
