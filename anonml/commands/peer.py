@@ -394,7 +394,7 @@ def ledger(
     problem: Annotated[str | None, typer.Option("--problem", help="Only this problem.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """What this peer released, and the ε it spent (per problem and in total). Creates nothing.
+    """What this peer released, and the ε it spent (per problem and in total). Creates no database or key.
 
     Each release is marked when its problem failed, this peer stopped after
     releasing, the problem ended degraded, or reports were lost on the way.
@@ -493,7 +493,10 @@ def _print_ledger(releases: list, budgets: dict, cap: float | None, marks: dict,
 def predict(
     problem_id: Annotated[str, typer.Argument(help="Problem id.")], as_json: JsonOption = False
 ) -> None:
-    """Predict for yourself with the problem's downloaded model (its signature checked). Creates nothing."""
+    """Predict for yourself with the problem's downloaded model (its signature checked).
+
+    Creates no database or key.
+    """
     from anonml.paths import default_store_url
     from anonml.protocol import ModelDocument, Problem
     from anonml.store import EventStore
