@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 __all__ = [
+    "MIN_EPSILON",
     "MAX_EPSILON",
     "check_epsilon",
     "check_pq",
@@ -40,19 +41,28 @@ __all__ = [
 ]
 
 
+#: Smallest ε a mechanism accepts. The closed forms divide by ``e^ε − 1``, which rounds to 0 near
+#: 1e-16 (a ZeroDivisionError at ε = 1e-20); long before that a report carries nothing usable: its
+#: debiasing multiplies the noise by about ``1/ε``.
+MIN_EPSILON = 1e-6
+
 #: Largest ε a mechanism accepts. Past it p rounds to 1 in double precision
 #: (and e^ε soon overflows): the report would simply be the raw value.
 MAX_EPSILON = 30.0
 
 
 def check_epsilon(epsilon: float, where: str = "epsilon") -> float:
-    """Return ``epsilon`` as a float after checking it is finite and in (0, MAX_EPSILON]."""
+    """Return ``epsilon`` as a float after checking it is finite and in [MIN_EPSILON, MAX_EPSILON]."""
     try:
         value = float(epsilon)
     except (TypeError, ValueError):
         raise TypeError(f"{where} must be a number, got {epsilon!r}") from None
     if not (math.isfinite(value) and value > 0.0):
         raise ValueError(f"{where} must be finite and > 0, got {epsilon!r}")
+    if value < MIN_EPSILON:
+        raise ValueError(
+            f"{where} must be at least {MIN_EPSILON:g} (p and q would be indistinguishable), got {epsilon!r}"
+        )
     if value > MAX_EPSILON:
         raise ValueError(f"{where} must be at most {MAX_EPSILON:g} (p would round to 1), got {epsilon!r}")
     return value

@@ -278,3 +278,18 @@ def test_epsilon_past_the_arithmetic_limit_is_refused():
     assert 0.999 < RandomizedResponse.from_epsilon(30.0, 4).p < 1.0
     with pytest.raises(ValueError, match="at most 30"):
         RandomizedResponse.from_epsilon(1e5, 4)
+
+
+@pytest.mark.parametrize("kind", ["pq", "rappor", "oue", "krr", "subset"])
+def test_epsilon_below_the_arithmetic_limit_is_refused_by_name(kind):
+    # e^ε − 1 rounds to 0 near 1e-16: best_mechanism(1e-20, ...) raised ZeroDivisionError.
+    import anonml.privacy.mechanisms  # noqa: F401 - registers the kinds in MECHANISMS
+    from anonml.privacy import MECHANISMS, best_mechanism
+
+    at_floor = MECHANISMS[kind].from_epsilon(1e-6, 8)
+    assert 0.0 < at_floor.q < at_floor.p < 1.0
+    for tiny in (1e-7, 1e-20, 5e-324):
+        with pytest.raises(ValueError, match="at least 1e-06"):
+            MECHANISMS[kind].from_epsilon(tiny, 8)
+    with pytest.raises(ValueError, match="at least 1e-06"):
+        best_mechanism(1e-20, 16, 1000)
