@@ -84,7 +84,11 @@ _MethodsOption = Annotated[
     list[str] | None,
     typer.Option(
         "--methods",
-        help=f"Comma-separated methods or 'all': {DEFAULT_METHODS},anonml. [default: all but anonml]",
+        help=(
+            f"Comma-separated methods: {DEFAULT_METHODS},anonml, and the NON-PRIVATE reproductions "
+            "of the paper's printed sigma gop_printed,psgd_printed; or 'all' (every one of them). "
+            f"[default: {DEFAULT_METHODS}]"
+        ),
     ),
 ]
 _PartiesOption = Annotated[
