@@ -223,6 +223,12 @@ class _Series:
         # An RDATE may be a PERIOD (start, end or duration): its start is the occurrence.
         self.rdates = [d.dt[0] if isinstance(d.dt, tuple) else d.dt
                        for prop in _as_list(ev.get("RDATE")) for d in prop.dts]
+        for prop in _as_list(ev.get("RDATE")):  # a TZID icalendar could not resolve leaves the time naive
+            tzid = getattr(prop, "params", {}).get("TZID")
+            starts = [d.dt[0] if isinstance(d.dt, tuple) else d.dt for d in prop.dts]
+            if tzid and any(isinstance(d, datetime) and d.tzinfo is None for d in starts):
+                raise ValueError(f"property RDATE: unknown TZID {tzid!r} "
+                                 "(no VTIMEZONE in the file and not an IANA name)")
         if floating is None and any(isinstance(d, datetime) and d.tzinfo is None for d in self.rdates):
             # what utc() reads a floating time in: refused here, like DTSTART's, naming the property
             raise ValueError("property RDATE: floating time (no TZID, no Z) and no timezone; "

@@ -39,3 +39,15 @@ def test_a_floating_rdate_is_read_in_the_given_zone(tmp_path: Path) -> None:
     first, extra = IcalImporter({"timezone": "Europe/Paris"}).parse(path)
     assert first.timestamp == datetime(2023, 12, 31, 23, 0, tzinfo=UTC)  # midnight in Paris (UTC+1)
     assert extra.timestamp == datetime(2024, 1, 5, 9, 0, tzinfo=UTC)
+
+
+def test_an_rdate_with_an_unknown_tzid_is_a_bad_record_naming_it(tmp_path: Path) -> None:
+    # It was read silently as a floating time (in the given zone), as DTSTART's unknown TZID is not.
+    path = tmp_path / "rdate.ics"
+    path.write_text("BEGIN:VCALENDAR\r\nBEGIN:VEVENT\r\nUID:r\r\nDTSTART:20240101T100000Z\r\n"
+                    "RDATE;TZID=Mars/Olympus_Mons:20240105T100000\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n",
+                    encoding="utf-8")
+    (error,) = IcalImporter({"timezone": "Europe/Paris"}).parse(path)
+    assert isinstance(error, RecordError)
+    assert str(error) == (f"{path}:2 [VEVENT #1 UID r]: property RDATE: unknown TZID 'Mars/Olympus_Mons' "
+                          "(no VTIMEZONE in the file and not an IANA name)")
