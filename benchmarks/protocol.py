@@ -459,18 +459,35 @@ def run_round(
         "peer_states": dict(sum((Counter(r["states"]) for r in reports), Counter())),
         "peer_reasons": dict(sum((Counter(r["reasons"]) for r in reports), Counter())),
         "epsilon_per_peer": {"min": min(eps), "max": max(eps), "mean": float(np.mean(eps))},
-        "presend_cost": _presend_cost([r["presend"] for r in reports], peers, profiled=profile is not None),
+        "presend_cost": _presend_cost(
+            [r["presend"] for r in reports],
+            peers,
+            profiled=profile is not None,
+            # n M: the roster floor's work term (2r + n M), the registrations' measured flow
+            members_work_seconds=sched.roster_seconds - 2 * POLL_SECONDS,
+            report_delay_work_seconds=sched.report_delay_seconds - 2 * POLL_SECONDS,
+        ),
         "_X": X,
         "_y": y,
         "_draft": draft,
     }
 
 
-def _presend_cost(hosts: list[dict[str, Any]], peers: int, *, profiled: bool) -> dict:
+def _presend_cost(
+    hosts: list[dict[str, Any]],
+    peers: int,
+    *,
+    profiled: bool,
+    members_work_seconds: float,
+    report_delay_work_seconds: float,
+) -> dict:
     """Each pre-send step summed over the hosts (:class:`PresendMeter`), with CPU and wall
     milliseconds per call; per member, the CPU of its ``open_round``, ``check_bins`` and
     ``build_packets`` (``prepare_round`` inside the latter already counted), and the host wall
-    time: each host's span over its members, the slowest host's."""
+    time: each host's span over its members, the slowest host's. The slowest host's span is
+    also stated in registrations per member (over ``n M`` = ``members_work_seconds``, when the
+    roster floor was the roster's wait) and against the report delay's work term
+    (``report_delay_work_seconds``: the report delay less ``2r``), which it must stay inside."""
     steps: dict[str, dict[str, float]] = {}
     for h in hosts:
         for name, v in h["steps"].items():
@@ -492,6 +509,12 @@ def _presend_cost(hosts: list[dict[str, Any]], peers: int, *, profiled: bool) ->
         "cpu_ms_per_member": round(1000 * cpu / max(1, peers), 3),
         "host_wall_ms_per_member": round(1000 * max(spans, default=0.0), 3),
         "host_span_seconds": [h["span_seconds"] for h in hosts],
+        "slowest_span_over_n_M": round(
+            max(h["span_seconds"] or 0.0 for h in hosts) / members_work_seconds, 3
+        ),
+        "slowest_span_over_report_delay_work": round(
+            max(h["span_seconds"] or 0.0 for h in hosts) / report_delay_work_seconds, 3
+        ),
         "profiled (times inflated by cProfile)": profiled,
     }
 
