@@ -49,19 +49,21 @@ DEFAULT_REACTION_SECONDS = 1.0
 #: from its packets: its relay round opened, the bins and their cosignatures checked, its reports
 #: perturbed and recorded in its ledger, its routes (and tokens, when not fetched during the
 #: medians) and its state and sealed outbox stored. Measured in ``benchmarks/protocol.py`` (the
-#: hosts' pre-send steps, :class:`benchmarks.protocol.PresendMeter`) at 1,000 peers on 3 hosts
-#: with 2 packets per member: the slowest host took its 334 members from its first relay round
-#: opened to its last outbox stored in 1.14 ``n M`` at load 11–16 (8.1 s; ``M`` = 7.1 ms),
-#: 1.44 ``n M`` at load 4 (6.2 s; ``M`` = 4.3 ms) and 1.60 ``n M`` at load 2 (6.1 s; ``M`` =
-#: 3.8 ms): the hosts' pre-send work, CPU-bound at about 10 ms per member, shrinks less than the
-#: registrations do on a quieter machine. The onions were 14–15 % of that CPU (0.72–0.76 ms of
-#: 10.2–10.4 ms per member). With :data:`PACKET_WORK_FACTOR`, 2 packets per member get 3.5 ``n M``:
-#: over twice the largest.
-MEMBER_WORK_FACTOR = 3.0
+#: hosts' pre-send steps, :class:`benchmarks.protocol.PresendMeter`) with 2 packets per member,
+#: the slowest host's span from its first relay round opened to its last outbox stored: at 1,000
+#: peers on 3 hosts 1.14 ``n M`` at load 11–16 (8.1 s; ``M`` = 7.1 ms), 1.44 at load 4 and 1.60
+#: at load 2 (6.1 s; ``M`` = 3.8 ms: the hosts' CPU-bound work, about 10 ms per member, shrinks
+#: less than the registrations on a quieter machine), about three quarters of the members having
+#: fetched their tokens during the medians; at 10,000 peers on 4 hosts, load 2–8, 2.67 ``n M``
+#: (144 s; ``M`` = 5.4 ms), every member fetching its tokens in the report delay (14.4 ms CPU per
+#: member, 10.3 ms at 1,000 without most token fetches). The onions were 10–15 % of that CPU (0.72–0.76
+#: ms per packet). With :data:`PACKET_WORK_FACTOR`, 2 packets per member get 4 ``n M``: 1.5 times
+#: the 10,000-peer figure, 2.5 times the 1,000-peer ones.
+MEMBER_WORK_FACTOR = 3.5
 #: How many registrations (``M``) each packet adds to its member's pre-send work: an ``h``-hop onion
 #: built (``h + 1`` X25519 exchanges) and sealed for the outbox (measured beside
-#: :data:`MEMBER_WORK_FACTOR`: 7.5 % of a member's work per packet, at most 0.12 ``M``, taken at
-#: twice that). A factor of 3 per packet with nothing per member, all of a member's work counted
+#: :data:`MEMBER_WORK_FACTOR`: 5–7.5 % of a member's work per packet, at most 0.14 ``M``, taken at
+#: about twice that). A factor of 3 per packet with nothing per member, all of a member's work counted
 #: per packet, gave members of 2 packets 6 ``n M``: 5.3 times what their hosts took. (At 1,000
 #: peers, 1 packet per member and load 10–14, 1 ``n M`` had left 284 of 1,000 members without
 #: their packets when the send window closed.)
@@ -255,8 +257,8 @@ def schedule_floors(
 
     With ``L = M`` = 2 ms (``L`` raised to the 5 ms packet floor), ``r`` = 1 s,
     ``h = 3``, ``k_h = 1`` over 2 routes (``s = 2``): 100 peers get δ = 2 s, a
-    5.5 s release window and a 2.7 s report delay; 1,000 peers δ = 11 s, 46 s
-    and 9 s; 10,000 peers δ = 101 s, 451 s and 72 s. Cyphers 2017 (ch. 5) fixes
+    5.5 s release window and a 2.8 s report delay; 1,000 peers δ = 11 s, 46 s
+    and 10 s; 10,000 peers δ = 101 s, 451 s and 82 s. Cyphers 2017 (ch. 5) fixes
     the windows by hand; this sizing is ours.
     """
     L, M, r = _round_costs(n_peers, hops, slots_per_peer, request_seconds, member_seconds, reaction_seconds)
