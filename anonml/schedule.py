@@ -36,6 +36,7 @@ __all__ = [
     "ServiceMeter",
     "DEFAULT_REQUEST_SECONDS",
     "DEFAULT_REACTION_SECONDS",
+    "MEMBER_WORK_FACTOR",
     "PACKET_WORK_FACTOR",
     "PACKET_REQUEST_SECONDS",
 ]
@@ -44,13 +45,29 @@ __all__ = [
 DEFAULT_REQUEST_SECONDS = 0.005
 #: Seconds a peer takes to notice a phase change: the peer daemon's default poll interval.
 DEFAULT_REACTION_SECONDS = 1.0
-#: How many times a member's registration (``M``) its packets cost its host before ``t_s``:
-#: the signed bins and their cosignatures checked, each slot's report perturbed, an
-#: ``h``-hop onion built per slot and the sealed outbox stored. Measured in
-#: ``benchmarks/protocol.py`` at 1,000 peers under load 10–14: with a factor of 1
-#: (report delay ``2r + m M``) 284 of 1,000 members had not built their packets when the
-#: send window closed, while their hosts had registered them in about ``n M``.
-PACKET_WORK_FACTOR = 3.0
+#: How many registrations (``M``) a member's own pre-send work costs its host before ``t_s``, apart
+#: from its packets: its relay round opened, the bins and their cosignatures checked, its reports
+#: perturbed and recorded in its ledger, its routes (and tokens, when not fetched during the
+#: medians) and its state and sealed outbox stored. Measured in ``benchmarks/protocol.py`` (the
+#: hosts' pre-send steps, :class:`benchmarks.protocol.PresendMeter`) with 2 packets per member,
+#: the slowest host's span from its first relay round opened to its last outbox stored: at 1,000
+#: peers on 3 hosts 1.14 ``n M`` at load 11–16 (8.1 s; ``M`` = 7.1 ms), 1.44 at load 4 and 1.60
+#: at load 2 (6.1 s; ``M`` = 3.8 ms: the hosts' CPU-bound work, about 10 ms per member, shrinks
+#: less than the registrations on a quieter machine), about three quarters of the members having
+#: fetched their tokens during the medians; at 10,000 peers on 4 hosts, load 2–8, 2.67 ``n M``
+#: (144 s; ``M`` = 5.4 ms), every member fetching its tokens in the report delay (14.4 ms CPU per
+#: member, 10.3 ms at 1,000 without most token fetches). The onions were 10–15 % of that CPU (0.72–0.76
+#: ms per packet). With :data:`PACKET_WORK_FACTOR`, 2 packets per member get 4 ``n M``: 1.5 times
+#: the 10,000-peer figure, 2.5 times the 1,000-peer ones.
+MEMBER_WORK_FACTOR = 3.5
+#: How many registrations (``M``) each packet adds to its member's pre-send work: an ``h``-hop onion
+#: built (``h + 1`` X25519 exchanges) and sealed for the outbox (measured beside
+#: :data:`MEMBER_WORK_FACTOR`: 5–7.5 % of a member's work per packet, at most 0.14 ``M``, taken at
+#: about twice that). A factor of 3 per packet with nothing per member, all of a member's work counted
+#: per packet, gave members of 2 packets 6 ``n M``: 5.3 times what their hosts took. (At 1,000
+#: peers, 1 packet per member and load 10–14, 1 ``n M`` had left 284 of 1,000 members without
+#: their packets when the send window closed.)
+PACKET_WORK_FACTOR = 0.25
 #: The least ``L`` the send and release windows assume per packet: what an unmeasured request is
 #: assumed to cost (a relay peels, stores and forwards each packet; the intake checks each token).
 PACKET_REQUEST_SECONDS = DEFAULT_REQUEST_SECONDS
@@ -225,10 +242,12 @@ def schedule_floors(
       all ``n`` on one host, as in a simulation); a step still ends as soon as
       its quorum answered (:class:`~anonml.protocol.MedianSettings`), so the
       floor costs time only when peers are missing;
-    * report delay: ``2r + c m M`` — every member sees the bins, checks them and
-      builds, records and stores its ``k_h`` packets before ``t_s``, each
-      packet costing its host ``c`` = :data:`PACKET_WORK_FACTOR` times a
-      registration;
+    * report delay: ``2r + (a + b s) n M`` — every member sees the bins, checks
+      them, records its reports and builds and stores its ``s`` =
+      ``slots_per_peer`` packets before ``t_s``: ``a`` =
+      :data:`MEMBER_WORK_FACTOR` registrations of work per member and ``b`` =
+      :data:`PACKET_WORK_FACTOR` more per packet (measured on the hosts'
+      pre-send steps; the work that does not grow with the packets is most of it);
     * send window ``δ``: ``r + m L`` — the first hops take in all ``m`` packets
       (here ``L`` is at least :data:`PACKET_REQUEST_SECONDS`: a packet costs a
       request at every hop even when registrations came in batches);
@@ -237,17 +256,17 @@ def schedule_floors(
       thirds of the window the relays leave before their guard.
 
     With ``L = M`` = 2 ms (``L`` raised to the 5 ms packet floor), ``r`` = 1 s,
-    ``h = 3``, ``k_h = 1``: 100 peers get δ = 1.5 s and a 3.3 s release window;
-    1,000 peers δ = 6 s, 23.5 s and an 8 s report delay; 10,000 peers δ = 51 s,
-    226 s and a 62 s report delay. Cyphers 2017 (ch. 5) fixes the windows by
-    hand; this sizing is ours.
+    ``h = 3``, ``k_h = 1`` over 2 routes (``s = 2``): 100 peers get δ = 2 s, a
+    5.5 s release window and a 2.8 s report delay; 1,000 peers δ = 11 s, 46 s
+    and 10 s; 10,000 peers δ = 101 s, 451 s and 82 s. Cyphers 2017 (ch. 5) fixes
+    the windows by hand; this sizing is ours.
     """
     L, M, r = _round_costs(n_peers, hops, slots_per_peer, request_seconds, member_seconds, reaction_seconds)
     n, m = n_peers, n_peers * slots_per_peer
     return ScheduleFloors(
         roster_seconds=2 * r + n * M,
         median_step_seconds=2 * r + n * M,
-        report_delay_seconds=2 * r + PACKET_WORK_FACTOR * m * M,
+        report_delay_seconds=2 * r + (MEMBER_WORK_FACTOR + PACKET_WORK_FACTOR * slots_per_peer) * n * M,
         send_window_seconds=r + m * L,
         release_window_seconds=r + 1.5 * hops * m * L,
     )

@@ -44,15 +44,20 @@ Run: ``python -m benchmarks.protocol [--peers 1000] [--hosts 3]`` from the repos
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import os
+import pstats
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import requests
@@ -89,11 +94,12 @@ from anonml.protocol import (
 from anonml.serving import spawn_child
 from anonml.store import EventStore
 from benchmarks.reporting import RESULTS, machine, now, rate, timed_map, write_json
+from peer import round_packets
 from peer.app import start_peer_server
 from peer.client import AggregatorClient
 from peer.db import PeerDB
 from peer.host import PeerHost
-from peer.participant import PeerNode
+from peer.participant import Participant, PeerNode
 from peer.policy import PeerPolicy
 from peer.relay import RelayRound
 
@@ -107,10 +113,97 @@ STATUS_POLL_SECONDS = 0.2
 # --- the peer host processes ------------------------------------------------------------
 
 
+#: The steps between the bins' publication and ``t_s`` that each member's host takes for it
+#: (the work the report delay holds): relay round opened, bins and their cosignatures checked,
+#: routes and tokens (when not done during the medians), reports perturbed and recorded, onions
+#: built, the sealed outbox stored.
+PRESEND_STEPS = ("open_round", "check_bins", "prepare_round", "build_packets")
+
+
+class PresendMeter:
+    """Thread CPU and wall seconds of each :data:`PRESEND_STEPS` call of every member of one host.
+
+    Wraps the :class:`~peer.participant.Participant` methods in this process (the host worker's
+    own), so what is measured is the host's code as it runs in the round. ``prepare_round`` calls
+    made inside ``build_packets`` count in both. With ``profile``, each call also runs under its
+    own :class:`cProfile.Profile` (one per thread: Python 3.11 profiles the calling thread only),
+    merged into one table.
+    """
+
+    def __init__(self, profile: bool = False) -> None:
+        self._lock = threading.Lock()
+        self.calls: Counter[str] = Counter()
+        self.cpu: Counter[str] = Counter()
+        self.wall: Counter[str] = Counter()
+        self.first: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+        self.stats: pstats.Stats | None = None
+        self.profile = profile
+
+    def install(self) -> None:
+        for name in PRESEND_STEPS:
+            setattr(Participant, name, self._wrap(name, getattr(Participant, name)))
+        # one onion per packet, inside build_packets: the part of its cost that grows with the packets
+        round_packets._packet = self._wrap("onion", round_packets._packet)
+
+    def _wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            w0, c0 = time.perf_counter(), time.thread_time()
+            prof = cProfile.Profile() if self.profile else None
+            try:
+                return fn(*args, **kwargs) if prof is None else prof.runcall(fn, *args, **kwargs)
+            finally:
+                w1, c1 = time.perf_counter(), time.thread_time()
+                with self._lock:
+                    self.calls[name] += 1
+                    self.cpu[name] += c1 - c0
+                    self.wall[name] += w1 - w0
+                    self.first.setdefault(name, w0)
+                    self.last[name] = w1
+                    if prof is not None:
+                        if self.stats is None:
+                            self.stats = pstats.Stats(prof)
+                        else:
+                            self.stats.add(prof)
+
+        return timed
+
+    def summary(self) -> dict[str, Any]:
+        """Per step: calls, CPU and wall seconds summed; and ``span_seconds``, from the first
+        ``open_round`` call's start to the last ``build_packets`` call's end (the host's wall time
+        for its members' pre-send work once the bins are out, its threads overlapping; the
+        ``prepare_round`` calls during the medians are before it)."""
+        steps = {
+            name: {
+                "calls": self.calls[name],
+                "cpu_seconds": round(self.cpu[name], 4),
+                "wall_seconds": round(self.wall[name], 4),
+            }
+            for name in (*PRESEND_STEPS, "onion")
+            if self.calls[name]
+        }
+        span = None
+        if "open_round" in self.first and "build_packets" in self.last:
+            span = round(self.last["build_packets"] - self.first["open_round"], 4)
+        return {"steps": steps, "span_seconds": span, "members": self.calls["build_packets"]}
+
+    def profile_text(self, lines: int = 45) -> str:
+        """The merged profile's top ``lines`` functions by cumulative time ("" when not profiled)."""
+        if self.stats is None:
+            return ""
+        out = io.StringIO()
+        self.stats.stream = out
+        self.stats.sort_stats("cumulative").print_stats(lines)
+        self.stats.sort_stats("tottime").print_stats(lines)
+        return out.getvalue()
+
+
 def host_worker() -> None:
     """``--host-worker``: config JSON on stdin; print ready, then stats when asked, then stop."""
     cfg = json.loads(sys.stdin.readline())
     root = Path(cfg["root"])
+    meter = PresendMeter(profile=cfg.get("profile", False))
+    meter.install()
     t = time.perf_counter()
     peers, events = simulate_peers(
         cfg["students"],
@@ -156,6 +249,8 @@ def host_worker() -> None:
                 "x": [p.x.tolist() for p in peers],
                 "y": [p.y for p in peers],
                 "epsilon": [p.ledger.budget(p.identity.fingerprint.hex(), pid).total for p in peers],
+                "presend": meter.summary(),
+                "profile": meter.profile_text(),
             }
         ),
         flush=True,
@@ -181,7 +276,13 @@ class RoundFailed(RuntimeError):
 
 
 def run_round(
-    n_peers: int, n_hosts: int, epsilon: float, grace: float, scratch: Path, weeks: int = WEEKS
+    n_peers: int,
+    n_hosts: int,
+    epsilon: float,
+    grace: float,
+    scratch: Path,
+    weeks: int = WEEKS,
+    profile: Path | None = None,
 ) -> dict:
     token = os.urandom(12).hex()
     agg = start_server_process(
@@ -213,6 +314,7 @@ def run_round(
                         "epsilon": epsilon,
                         "finish_seconds": patience,
                         "weeks": weeks,
+                        "profile": profile is not None,
                     }
                 )
             )
@@ -297,6 +399,10 @@ def run_round(
     for r in reports:
         relay.update(r["relay"])
         host.update(r["host"])
+    if profile is not None:
+        profile.write_text(
+            "\n".join(f"=== host {i} ===\n{r['profile']}" for i, r in enumerate(reports)), encoding="utf-8"
+        )
     sched = st.schedule
     assert sched is not None and st.reports is not None
     report_round = st.phase_seconds.get("reporting", float("nan"))
@@ -353,9 +459,63 @@ def run_round(
         "peer_states": dict(sum((Counter(r["states"]) for r in reports), Counter())),
         "peer_reasons": dict(sum((Counter(r["reasons"]) for r in reports), Counter())),
         "epsilon_per_peer": {"min": min(eps), "max": max(eps), "mean": float(np.mean(eps))},
+        "presend_cost": _presend_cost(
+            [r["presend"] for r in reports],
+            peers,
+            profiled=profile is not None,
+            # n M: the roster floor's work term (2r + n M), the registrations' measured flow
+            members_work_seconds=sched.roster_seconds - 2 * POLL_SECONDS,
+            report_delay_work_seconds=sched.report_delay_seconds - 2 * POLL_SECONDS,
+        ),
         "_X": X,
         "_y": y,
         "_draft": draft,
+    }
+
+
+def _presend_cost(
+    hosts: list[dict[str, Any]],
+    peers: int,
+    *,
+    profiled: bool,
+    members_work_seconds: float,
+    report_delay_work_seconds: float,
+) -> dict:
+    """Each pre-send step summed over the hosts (:class:`PresendMeter`), with CPU and wall
+    milliseconds per call; per member, the CPU of its ``open_round``, ``check_bins`` and
+    ``build_packets`` (``prepare_round`` inside the latter already counted), and the host wall
+    time: each host's span over its members, the slowest host's. The slowest host's span is
+    also stated in registrations per member (over ``n M`` = ``members_work_seconds``, when the
+    roster floor was the roster's wait) and against the report delay's work term
+    (``report_delay_work_seconds``: the report delay less ``2r``), which it must stay inside."""
+    steps: dict[str, dict[str, float]] = {}
+    for h in hosts:
+        for name, v in h["steps"].items():
+            acc = steps.setdefault(name, {"calls": 0, "cpu_seconds": 0.0, "wall_seconds": 0.0})
+            for key in acc:
+                acc[key] += v[key]
+    for v in steps.values():
+        v["cpu_ms_per_call"] = round(1000 * v["cpu_seconds"] / max(1, v["calls"]), 3)
+        v["wall_ms_per_call"] = round(1000 * v["wall_seconds"] / max(1, v["calls"]), 3)
+        v["cpu_seconds"], v["wall_seconds"] = round(v["cpu_seconds"], 3), round(v["wall_seconds"], 3)
+    cpu = sum(
+        steps.get(name, {}).get("cpu_seconds", 0.0) for name in ("open_round", "check_bins", "build_packets")
+    )
+    spans = [
+        h["span_seconds"] / h["members"] for h in hosts if h["span_seconds"] is not None and h["members"]
+    ]
+    return {
+        "steps": steps,
+        "cpu_ms_per_member": round(1000 * cpu / max(1, peers), 3),
+        "host_wall_ms_per_member": round(1000 * max(spans, default=0.0), 3),
+        "host_span_seconds": [h["span_seconds"] for h in hosts],
+        "slowest_span_over_n_M": round(
+            max(h["span_seconds"] or 0.0 for h in hosts) / members_work_seconds, 3
+        ),
+        "slowest_span_over_report_delay_work": round(
+            max(h["span_seconds"] or 0.0 for h in hosts) / report_delay_work_seconds, 3
+        ),
+        "profiled (times inflated by cProfile)": profiled,
     }
 
 
@@ -512,6 +672,12 @@ def main() -> None:
         "--weeks", type=int, default=WEEKS, help="course weeks simulated (fewer: fewer events per peer)"
     )
     parser.add_argument("--out", type=Path, default=None, help="result file (default: by peer count)")
+    parser.add_argument(
+        "--profile-presend",
+        type=Path,
+        default=None,
+        help="cProfile every host's pre-send steps; their merged tables go to this file",
+    )
     parser.add_argument("--host-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.host_worker:
@@ -525,7 +691,9 @@ def main() -> None:
         root = Path(scratch)
         print(f"round with {args.peers} peers in {args.hosts} host processes …", file=sys.stderr)
         try:
-            result = run_round(args.peers, args.hosts, args.epsilon, args.grace, root, args.weeks)
+            result = run_round(
+                args.peers, args.hosts, args.epsilon, args.grace, root, args.weeks, args.profile_presend
+            )
         except RoundFailed as failure:
             out = args.out or RESULTS / f"protocol_{args.peers}.json"
             doc = {

@@ -177,6 +177,33 @@ def _standin_reason(
     return "; ".join(reasons)
 
 
+#: :func:`choose_path` draws by rejection while the relays are at least this many times the members
+#: it must leave out (itself, ``avoid``, the hops already drawn): each draw is then taken with
+#: probability ≥ 1 − 1/this, so a route costs at most 2·hops draws in expectation instead of a list
+#: of every relay. (A host's own members, avoided as first choice, are a third of a 3-host roster.)
+_SPARSE_FACTOR = 2
+
+
+def _draw_sparse(
+    view: RosterView, me: int, hops: int, avoid: frozenset[bytes], gen: np.random.Generator
+) -> list[int]:
+    """``hops`` distinct relaying members other than ``me`` and ``avoid``, uniformly: members drawn
+    uniformly from :attr:`~peer.roster.RosterView.relay_capable`, one left out redrawn.
+
+    The same law as :func:`numpy.random.Generator.choice` without replacement over the eligible
+    members (each accepted draw is uniform over those not yet taken), in O(hops) expected draws
+    where listing the eligible members costs O(n) per route (O(n²) per host at 10,000 members).
+    Only called when :data:`_SPARSE_FACTOR` bounds the redraws.
+    """
+    pool = view.relay_capable
+    chosen: list[int] = []
+    while len(chosen) < hops:
+        i = pool[int(gen.integers(len(pool)))]
+        if i != me and i not in chosen and view.node_ids[i] not in avoid:
+            chosen.append(i)
+    return chosen
+
+
 def choose_path(
     view: RosterView,
     me: int,
@@ -188,20 +215,24 @@ def choose_path(
 ) -> list[Hop]:
     """``hops`` distinct relaying roster members other than ``me`` and the node ids in ``avoid``, uniformly
     at random, certificates checked; the first among ``guards`` (node ids) when any of them is a candidate."""
-    others = [i for i in view.relay_capable if i != me and view.node_ids[i] not in avoid]
-    if hops > len(others):
-        raise ProtocolError(
-            f"a route of {hops} distinct relays needs {hops} other relaying roster members; "
-            f"there are {len(others)}"
-        )
     gen = resolve_rng(rng)
-    firsts = [i for i in others if view.node_ids[i] in guards]
-    if firsts:  # a trusted first hop (a guard), then the rest uniformly among the other relays
-        first = firsts[int(gen.integers(len(firsts)))]
-        rest = [i for i in others if i != first]
-        chosen = [first, *(rest[int(c)] for c in gen.choice(len(rest), size=hops - 1, replace=False))]
+    pool = view.relay_capable
+    if not guards and len(pool) >= _SPARSE_FACTOR * (len(avoid) + hops + 1):
+        chosen = _draw_sparse(view, me, hops, avoid, gen)
     else:
-        chosen = [others[int(c)] for c in gen.choice(len(others), size=hops, replace=False)]
+        others = [i for i in pool if i != me and view.node_ids[i] not in avoid]
+        if hops > len(others):
+            raise ProtocolError(
+                f"a route of {hops} distinct relays needs {hops} other relaying roster members; "
+                f"there are {len(others)}"
+            )
+        firsts = [i for i in others if view.node_ids[i] in guards]
+        if firsts:  # a trusted first hop (a guard), then the rest uniformly among the other relays
+            first = firsts[int(gen.integers(len(firsts)))]
+            rest = [i for i in others if i != first]
+            chosen = [first, *(rest[int(c)] for c in gen.choice(len(rest), size=hops - 1, replace=False))]
+        else:
+            chosen = [others[int(c)] for c in gen.choice(len(others), size=hops, replace=False)]
     path = []
     for member in chosen:
         certificate = view.roster.entries[member].relay_certificate

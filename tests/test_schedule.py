@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from anonml.errors import ProtocolError
 from anonml.schedule import (
     DEFAULT_REQUEST_SECONDS,
+    MEMBER_WORK_FACTOR,
     PACKET_REQUEST_SECONDS,
     PACKET_WORK_FACTOR,
     ScheduleFloors,
@@ -98,15 +99,24 @@ def test_floors_follow_the_documented_formula() -> None:
     )
     assert f.roster_seconds == pytest.approx(2 + 1000 * 0.010)  # the members' own work: n M
     assert f.median_step_seconds == pytest.approx(2 + 1000 * 0.010)
-    assert f.report_delay_seconds == pytest.approx(2 + PACKET_WORK_FACTOR * 1000 * 0.010)
+    # the members' own pre-send work and their packets': (a + b s) n M
+    assert f.report_delay_seconds == pytest.approx(
+        2 + (MEMBER_WORK_FACTOR + PACKET_WORK_FACTOR) * 1000 * 0.010
+    )
     assert f.send_window_seconds == pytest.approx(1 + 1000 * 0.008)  # the packets' requests: m L
     assert f.release_window_seconds == pytest.approx(1 + 1.5 * 3 * 1000 * 0.008)
-    # k_h slots per member multiply the packets m = n · k_h, not the roster term.
+    # k_h slots per member multiply the packets m = n · k_h, not the roster term; in the report
+    # delay only the packets' part of a member's work grows with them.
     g = schedule_floors(
         1000, hops=3, slots_per_peer=4, request_seconds=0.008, member_seconds=0.010, reaction_seconds=1.0
     )
     assert g.send_window_seconds == pytest.approx(1 + 4000 * 0.008)
-    assert g.report_delay_seconds == pytest.approx(2 + PACKET_WORK_FACTOR * 4000 * 0.010)
+    assert g.report_delay_seconds == pytest.approx(
+        2 + (MEMBER_WORK_FACTOR + 4 * PACKET_WORK_FACTOR) * 1000 * 0.010
+    )
+    assert g.report_delay_seconds - f.report_delay_seconds == pytest.approx(
+        3 * PACKET_WORK_FACTOR * 1000 * 0.010
+    )
     assert g.roster_seconds == f.roster_seconds
     # Without a member cost, the request cost stands in for it.
     h = schedule_floors(1000, hops=3, slots_per_peer=1, request_seconds=0.002, reaction_seconds=1.0)
@@ -115,6 +125,38 @@ def test_floors_follow_the_documented_formula() -> None:
     assert 0.002 < PACKET_REQUEST_SECONDS
     assert h.send_window_seconds == pytest.approx(1 + 1000 * PACKET_REQUEST_SECONDS)
     assert h.release_window_seconds == pytest.approx(1 + 1.5 * 3 * 1000 * PACKET_REQUEST_SECONDS)
+
+
+def test_the_report_delay_holds_the_measured_pre_send_work_with_headroom() -> None:
+    """The work factors against what they came from (benchmarks/protocol.py, ``presend_cost``).
+
+    2 packets per member (k_h = 1 over 2 routes), r = 0.25 s; the slowest host's pre-send span
+    and the registrations' M: at 1,000 peers on 3 hosts 8.1 s with M = 7.14 ms (load 11–16:
+    1.14 n M), 6.15 s with M = 4.26 ms (load 4: 1.44 n M), 6.15 s with M = 3.85 ms (load 2:
+    1.60 n M), the onions 0.76 of 10.2 ms CPU per member; at 10,000 peers on 4 hosts 144.3 s with
+    M = 5.41 ms (load 2–8: 2.67 n M, every token fetched in the report delay), the onions 1.46 of
+    14.4 ms. The report delay's work term holds 1.5 times the largest and twice the 1,000-peer ones.
+    """
+    measured = [
+        (1000, 8.123, 0.00714),
+        (1000, 6.153, 0.00426),
+        (1000, 6.148, 0.003846),
+        (10000, 144.28, 0.005412),
+    ]
+    for n, span, M in measured:
+        f = schedule_floors(
+            n, hops=3, slots_per_peer=2, request_seconds=0.005, member_seconds=M, reaction_seconds=0.25
+        )
+        work = f.report_delay_seconds - 2 * 0.25
+        assert work >= (1.5 if n == 10000 else 2.0) * span, (n, span, work)
+        assert work < 6 * n * M  # below the 3-per-packet proxy it replaces (6 n M here)
+    # One packet's part of a member's work, in M: the run's span per member in M times its onions'
+    # share of the member's CPU, per packet (load 2 at 1,000 peers; 10,000 peers).
+    per_packet = [
+        6.148 / (1000 * 0.003846) * 1.441 / 10.39 / 2,
+        144.28 / (10000 * 0.005412) * 1.463 / 14.414 / 2,
+    ]
+    assert PACKET_WORK_FACTOR >= 1.5 * max(per_packet)  # with the same headroom
 
 
 @pytest.mark.parametrize("field", list(ScheduleFloors.__dataclass_fields__))

@@ -84,9 +84,7 @@ def test_a_roster_without_room_for_disjoint_routes_is_refused_not_overlapped():
 
 def test_the_account_counts_redundant_copies_as_duplicates_never_as_loss():
     # 10 report peers × 2 slots, 2 routes each: 18 stored, 25 repeats of a stored token refused.
-    account = account_reports(
-        10, 2, 18, 0, {"duplicate token": 25, "bad token": 1}, routes=2, routes_asked=2
-    )
+    account = account_reports(10, 2, 18, 0, {"duplicate token": 25, "bad token": 1}, routes=2, routes_asked=2)
     assert (account.expected, account.received, account.lost) == (20, 18, 2)
     assert account.duplicates == 25 and account.refused == {"bad token": 1} and account.not_arrived == 1
     assert account.describe() == (
@@ -128,10 +126,14 @@ def _participant(tmp_hosts: int = 3, per_host: int = 4):
     for identity, url in zip(identities, urls, strict=True):
         _, cert = identity.new_round_relay_key(ROUND)
         entries.append(SimpleNamespace(relay_certificate=bytes(cert), relay_url=url))
-    view = SimpleNamespace(
-        keys=[bytes(i.public) for i in identities], node_ids=ids, roster=SimpleNamespace(entries=entries),
+    view = RosterView(  # its memo too: the host's own members are found once per view
+        keys=tuple(bytes(i.public) for i in identities),
+        node_ids=tuple(ids),
+        roster=SimpleNamespace(entries=entries),  # type: ignore[arg-type]
         index_of={bytes(i.public): k for k, i in enumerate(identities)},
-        routes=dict(zip(ids, urls, strict=True)), relay_capable=list(range(n)),
+        fingerprint="",
+        routes=dict(zip(ids, urls, strict=True)),
+        relay_capable=tuple(range(n)),
     )
     aggregator = Id.generate()
     draft = mooc_dropout_draft().model_copy(update={"kh": 2})
@@ -145,7 +147,8 @@ def _participant(tmp_hosts: int = 3, per_host: int = 4):
     copies = route_count(draft.routes, draft.hops, n)
     own = {ids[k] for k in range(per_host)}
     paths = tuple(
-        tuple(path) for _ in range(draft.kh)
+        tuple(path)
+        for _ in range(draft.kh)
         for path in choose_routes(cast(RosterView, view), 0, draft.hops, copies, ROUND, rng, frozenset(own))
     )
     p.preparation = Preparation(paths, None)
@@ -186,5 +189,33 @@ def test_no_copy_leaves_after_the_send_window():
     p._sent_slots = set(range(len(p.paths)))
     p.window_end = time.time() - 1
     assert p.route_around(frozenset(ids[per_host:])) == []
-    assert all(p.crosses_failed(j) == any(h.node_id in ids[per_host:] for h in path)
-               for j, path in enumerate(p.paths))
+    assert all(
+        p.crosses_failed(j) == any(h.node_id in ids[per_host:] for h in path)
+        for j, path in enumerate(p.paths)
+    )
+
+
+class _Unlisted(tuple):
+    """Relay indices that may be indexed and counted but never listed (iterating fails the test)."""
+
+    def __iter__(self):
+        raise AssertionError("a route over a large roster listed every relay (O(n) per route)")
+
+
+def test_a_route_over_a_large_roster_draws_its_relays_without_listing_them():
+    """A host's share of 10,000 members drew each route from a list of all relays: O(n²) per host.
+
+    Rejection draws from the relays while they are at least twice those left out (the sender, the
+    avoided, the hops drawn): the routes stay disjoint, avoid what they must, and never list.
+    """
+    view = _view(40)
+    view.relay_capable = _Unlisted(range(40))  # type: ignore[misc]
+    avoid = frozenset(view.node_ids[30:40])  # 10 avoided, 1 sender, 3 hops: 2 × 14 ≤ 40
+    rng = np.random.default_rng(5)
+    seen: set[bytes] = set()
+    for _ in range(200):
+        path = choose_routes(view, 0, 3, 1, ROUND, rng, avoid)[0]
+        nodes = [h.node_id for h in path]
+        assert len(set(nodes)) == 3 and view.node_ids[0] not in nodes and not avoid & set(nodes)
+        seen.update(nodes)
+    assert seen == set(view.node_ids[1:30])  # every eligible relay is drawn (200 routes of 3 among 29)
