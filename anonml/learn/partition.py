@@ -96,7 +96,8 @@ def _roster_index(keys: tuple[bytes, ...]) -> tuple[bytes, dict[bytes, int]]:
     """A roster's :func:`roster_digest` and each key's position, computed once per roster.
 
     A host checks the one roster for each of its identities: a host of 2,500 identities on a
-    10,000-member roster hashed and scanned it 2,500 times (38 s of its CPU under load).
+    10,000-member roster hashed and scanned it 2,500 times (16 s of CPU on a quiet machine,
+    ``benchmarks/plan.py``).
     """
     return roster_digest(keys), {bytes(key): i for i, key in enumerate(keys)}
 
@@ -318,14 +319,14 @@ def make_plan(
         )
     else:
         chosen = _given_subsets(subsets, n_features, n_partitions, n_subsets, subset_size)
-    digest = roster_digest(peer_keys)
-    order = _membership_order(_check_seed(seed), peer_keys, _check_beacon(beacon), digest)
+    seed, beacon, digest = _check_seed(seed), _check_beacon(beacon), roster_digest(peer_keys)
+    order = _membership_order(seed, peer_keys, beacon, digest)
     report = n_peers - median_pool_size
     sizes = [report // n_partitions + (1 if p < report % n_partitions else 0) for p in range(n_partitions)]
     bounds = tuple(int(b) for b in np.cumsum([median_pool_size, *sizes]))
     return PartitionPlan(
-        seed=_check_seed(seed),
-        beacon=_check_beacon(beacon),
+        seed=seed,
+        beacon=beacon,
         roster=digest,
         order=order,
         median_pool_size=median_pool_size,
