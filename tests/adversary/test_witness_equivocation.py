@@ -64,9 +64,11 @@ class EquivocatingClient(AggregatorClient):
         self._cosignatures, self._assignments = cosignatures, assignments
 
     def cosignatures(self, problem_id: str, stage: str) -> CosignatureBundle:
-        if self._cosignatures is None or stage != "roster":
+        if self._cosignatures is None:
             return super().cosignatures(problem_id, stage)
-        return self._cosignatures(self.roster(problem_id))
+        if stage == "roster":
+            return self._cosignatures(stage, self.roster(problem_id), None)
+        return self._cosignatures(stage, self.roster(problem_id), self.bins(problem_id))
 
     def assignments(self, problem_id: str, fingerprints) -> dict[str, Assignment]:
         if self._assignments is None:
@@ -313,8 +315,9 @@ def test_a_target_shown_its_own_problem_under_a_witness_only_it_trusts_refuses_b
 
     The victim trusts only W_v, which no one else relies on. It is shown copy P_A declaring only W_v
     (and 3 bins, to link its reports); everyone else holds P_B declaring only W_main. Each witness
-    co-signs exactly once, every signature is the aggregator's real one, and the victim's assignment is
-    the one its own plan gives — every witness and plan check passes. What catches it is the comparison
+    co-signs once per stage, every signature is the aggregator's real one, and the victim's assignment
+    is the one its own plan gives — every witness check (roster and bins, whichever the victim makes
+    first) and every plan check passes. What catches it is the comparison
     through relays: peers compare the whole roster transcript (Problem with its witnesses, Roster), not
     the roster alone, and the victim's differs from every other member's.
     """
@@ -335,16 +338,17 @@ def test_a_target_shown_its_own_problem_under_a_witness_only_it_trusts_refuses_b
         assert target_host.db.record_proposal(copy.id, agg.url, copy.model_dump_json())
         assert target_host.decide(copy)[nodes[7].fingerprint].verdict == "accept"
 
-        def own_bundle(roster: Roster) -> CosignatureBundle:
-            answer = ask_witness(
-                own.url, agg.state.identity, copy.id, transcript_hash("roster", copy, roster)
-            )
-            assert answer.status_code == 200, answer.text  # W_v co-signs the victim's copy: its first
+        def own_bundle(stage: str, roster: Roster, bins: Bins | None = None) -> CosignatureBundle:
+            # W_v co-signs the victim's copy at both stages (one statement per stage, its first), so
+            # every witness check the victim makes passes, whichever arrives first.
+            transcript = transcript_hash(stage, copy, roster, bins)
+            answer = ask_witness(own.url, agg.state.identity, copy.id, transcript, stage=stage)
+            assert answer.status_code == 200, answer.text
             cosignature = Cosignature.model_validate_json(answer.content)
-            return CosignatureBundle(problem_id=copy.id, stage="roster", cosignatures=(cosignature,))
+            return CosignatureBundle(problem_id=copy.id, stage=stage, cosignatures=(cosignature,))
 
         def own_assignment(roster: Roster, fingerprint: str) -> Assignment:
-            plan = roster_plan(copy.draft, roster, roster_beacon(own_bundle(roster).cosignatures))
+            plan = roster_plan(copy.draft, roster, roster_beacon(own_bundle("roster", roster).cosignatures))
             index = [bytes(e.identity) for e in roster.entries].index(bytes(nodes[7].identity.public))
             mine = plan.assignment(index)
             return Assignment(
