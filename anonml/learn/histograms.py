@@ -341,7 +341,9 @@ def shrunk_label_distribution(histograms: Sequence[SubsetHistogram]) -> np.ndarr
     instead that of the consistent counts' shares with margin :data:`CONSISTENT_PRIOR_NOISE_MARGIN`.
     When the privacy noise swamps the label counts the
     prior falls back to uniform instead of putting a class at ~0 (whose
-    members would then cost ``−log 0`` in log loss); for K ≥ 3 it keeps at
+    members would then cost ``−log 0`` in log loss); for two classes the
+    estimate is the posterior mean on [0, 1] (:func:`_truncated_posterior_mean`),
+    so a share the noise pushed outside the interval stays a probability; for K ≥ 3 it keeps at
     least :data:`MIN_PRIOR_SHARE` of the deviation, so its argmax is still the
     privately estimated majority class.
     """
@@ -355,10 +357,30 @@ def shrunk_label_distribution(histograms: Sequence[SubsetHistogram]) -> np.ndarr
         # (CONSISTENT_PRIOR_NOISE_MARGIN).
         p = label_distribution(histograms)
         share = _kept_share(p, uniform, noise, CONSISTENT_PRIOR_NOISE_MARGIN)
-    if k > 2:
-        share = max(share, MIN_PRIOR_SHARE)
+    if k == 2:
+        positive = _truncated_posterior_mean(0.5 + share * (float(p[1]) - 0.5), share * noise / 2)
+        return np.array([1.0 - positive, positive])
+    share = max(share, MIN_PRIOR_SHARE)
     shrunk = np.clip(uniform + share * (p - uniform), 0.0, None)
     return shrunk / shrunk.sum()
+
+
+def _truncated_posterior_mean(mean: float, variance: float) -> float:
+    """Mean of ``N(mean, variance)`` restricted to [0, 1]: the binary prior's posterior mean.
+
+    The Wiener estimate ``u + s·(p̂ − u)`` is the mean of the normal posterior of ``π`` under a normal
+    prior at ``u`` (empirical Bayes, variance ``s·σ²`` with ``σ² = v/2`` the share's noise); ``π`` is
+    a probability, so the posterior lives on [0, 1]. Where the raw share is far outside it (Adult,
+    560 reports at ε_T = 0.5: ``p̂₁ = −0.09 ± 0.16``) the untruncated mean fell below 0 and the prior
+    was clipped to ~0, a class then costing 9 nats per member; truncated it is 0.11. Inside the
+    interval, a few standard deviations from its ends, nothing changes.
+    """
+    if variance <= 0:
+        return float(np.clip(mean, 0.0, 1.0))
+    from scipy.stats import truncnorm  # scipy.stats costs a second at import: only when fitting
+
+    sd = float(np.sqrt(variance))
+    return float(truncnorm.mean((0.0 - mean) / sd, (1.0 - mean) / sd, loc=mean, scale=sd))
 
 
 def _kept_share(shares: np.ndarray, uniform: np.ndarray, noise: float, margin: float) -> float:

@@ -104,6 +104,32 @@ def test_label_distribution_shrinks_to_uniform_under_noise_and_not_without_it():
     assert shrunk_label_distribution([big])[1] == pytest.approx(0.2, abs=0.02)
 
 
+def test_binary_prior_is_a_probability_even_when_the_noisy_share_is_not():
+    # 40 reports at ε = 0.5, base rate 0.2: the raw share's noise sd is ~0.5, so it often lands
+    # outside [0, 1], where the untruncated Wiener estimate put a class at 0 (then clipped to ~1e-4:
+    # 9 nats per member of that class). The posterior mean on [0, 1] keeps it a probability and
+    # changes nothing where the estimate is well inside.
+    tiny = [_noisy_histogram(np.random.default_rng(100 + s), 40, 0.5, 0.2, 0.0) for s in range(300)]
+    u = np.full(2, 0.5)
+    new, old, inside = [], [], 0
+    for h in tiny:
+        p, v = pooled_label_shares([h])
+        deviation = float(np.sum((p - u) ** 2))
+        s = max(0.0, 1.0 - v / deviation) if deviation > 0 else 0.0
+        untruncated = u + s * (p - u)
+        clipped = np.clip(untruncated, 0.0, None)
+        old.append((clipped / clipped.sum())[1])
+        new.append(shrunk_label_distribution([h])[1])
+        if min(untruncated[1], 1 - untruncated[1]) > 3 * np.sqrt(s * v / 2):  # far inside: unchanged
+            inside += 1
+            assert new[-1] == pytest.approx(untruncated[1], abs=0.01)
+    new, old = np.array(new), np.array(old)
+    assert inside >= 20
+    assert np.sum((old <= 1e-9) | (old >= 1 - 1e-9)) >= 5  # the failure this guards against occurs here
+    assert new.min() > 0.01 and new.max() < 0.99
+    assert np.mean((new - 0.2) ** 2) < np.mean((old - 0.2) ** 2)
+
+
 def test_shrinkage_factor_is_one_on_exact_counts_and_floored_on_pure_noise():
     rng = np.random.default_rng(2)
     codes = rng.integers(0, 2, size=(5000, 1))
