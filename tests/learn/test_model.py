@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -10,11 +11,12 @@ from scipy.stats import norm
 from sklearn.metrics import roc_auc_score
 
 from anonml.errors import ProtocolError
-from anonml.learn.binning import Binning
+from anonml.learn.binning import Binning, relative_cell_error
 from anonml.learn.ensemble import vote_ensemble
 from anonml.learn.model import MODEL_FORMAT, MODEL_VERSION, AnonMLClassifier
-from anonml.learn.simulation import calibration_pool_size
+from anonml.learn.simulation import MAX_CALIBRATION_CELL_ERROR, calibration_pool_size
 from anonml.model import FeatureKind, FeatureSpec
+from anonml.privacy import best_mechanism
 from tests.learn.helpers import sklearn_contract
 
 SPECS = [
@@ -65,11 +67,17 @@ def test_privacy_accounting_is_each_peers_total():
     assert acct.report_epsilon == pytest.approx(1.0) and acct.reports_per_peer == 1
     assert acct.median_epsilon == pytest.approx(1.0) and 0 < acct.median_peers <= 900
     # median_fraction 0.15 of 6000 is a separate pool; a calibration pool at its cap (1200 peers)
-    # would carry ≈ 256 exact-equivalent reports at ε = 1, below the 500 a map needs: no pool.
+    # would estimate its 20 cells at ε = 1 with a relative error of 1.05 > 0.5: no pool.
     assert acct.calibration_peers == 0 and acct.report_peers == 6000 - 900
-    assert calibration_pool_size(0.2, 20_000, 1.0) == 4000  # the cap: 854 ≥ 500 exact-equivalent
+    assert calibration_pool_size(0.2, 40_000, 1.0) == 7025  # ⌈1500 / 0.2135⌉ < the cap: cells err by 0.43
+    assert calibration_pool_size(0.2, 20_000, 1.0) == 0  # its cap of 4,000 errs by 0.57
     assert calibration_pool_size(0.2, 60_000, 4.0) == 1615  # ⌈1500 / ((e⁴−1)/(e⁴+1))²⌉: below the cap
-    assert calibration_pool_size(0.2, 3000, 0.5) == 0  # 600 peers ≈ 36 exact-equivalent: no map
+    assert calibration_pool_size(0.2, 3000, 4.0) == 600  # the cap: cells err by 0.17
+    assert calibration_pool_size(0.2, 3000, 0.5) == 0  # 600 peers at ε = 0.5: cells err by 3.1
+    for n, epsilon in [(3000, 4.0), (20_000, 1.0), (40_000, 1.0), (3000, 0.5)]:  # the rule, written out
+        n_c = min(round(0.2 * n), math.ceil(1500 / ((math.exp(epsilon) - 1) / (math.exp(epsilon) + 1)) ** 2))
+        error = relative_cell_error(best_mechanism(epsilon, 20, n_c), n_c)
+        assert (calibration_pool_size(0.2, n, epsilon) > 0) == (error <= MAX_CALIBRATION_CELL_ERROR)
     paper = AnonMLClassifier(
         mode="paper",
         epsilon=1.0,
