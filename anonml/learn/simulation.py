@@ -49,7 +49,7 @@ import numpy as np
 
 from anonml.learn.accounting import PrivacyAccounting, account_releases, unlinkable_pools
 from anonml.learn.binning import Binning, auto_n_bins, relative_cell_error
-from anonml.learn.calibration import CALIBRATION_BINS
+from anonml.learn.calibration import CALIBRATION_BINS, class_map_groups
 from anonml.learn.histograms import (
     SubsetHistogram,
     dependence_and_noise,
@@ -513,7 +513,8 @@ def selection_pays(histograms: Sequence[SubsetHistogram], kept: Sequence[int]) -
 
 
 #: The largest relative error of a calibration histogram's average cell at which the pool forms
-#: (:func:`calibration_cell_error`); noisier, its peers report features instead. Measured on Adult
+#: (:func:`calibration_cell_error` of the histogram the map is fitted to); noisier, its peers report
+#: features instead. Measured on Adult
 #: subsamples (tuning set; paired splits, mean ± s.e.): a pool whose cells err by 0.29 (3,000 rows,
 #: ε_T = 4, 420 peers) took the Brier score from 0.169 to 0.125 (−0.044 ± 0.007, 10 splits) for
 #: 0.011 ± 0.004 AUC; pools erring by 0.69 (20,000 rows, ε_T = 1) and 0.97 (10,000 rows, ε_T = 1)
@@ -528,34 +529,40 @@ MAX_CALIBRATION_CELL_ERROR = 0.5
 TARGET_CALIBRATION_INFORMATION = 1500.0
 
 
-def calibration_pool_size(fraction: float, n_peers: int, epsilon: float) -> int:
+def calibration_pool_size(fraction: float, n_peers: int, epsilon: float, n_classes: int = 2) -> int:
     """Peers of the calibration pool: enough for the target information, at most ``fraction·n``.
 
     The pool takes as many peers as :data:`TARGET_CALIBRATION_INFORMATION` needs, capped at
-    ``round(fraction·n)`` (so fewer at high ε, the cap at low ε). If the histogram of that many
-    reports would still err by more than :data:`MAX_CALIBRATION_CELL_ERROR` of an average cell
+    ``round(fraction·n)`` (so fewer at high ε, the cap at low ε). If the histogram its map is
+    fitted to would still err by more than :data:`MAX_CALIBRATION_CELL_ERROR` of an average cell
     (:func:`calibration_cell_error`: privacy and sampling noise), the map would follow its noise,
     so there is no pool: the peers report features and the probabilities stay the model's own.
+    That histogram is the whole pool's (score bin, label), 2 · CALIBRATION_BINS values, for two
+    classes; for K ≥ 3 the map half's (predicted class, label), K² values
+    (:func:`~anonml.learn.calibration.class_map_groups`).
     """
     factor = ((math.exp(epsilon) - 1.0) / (math.exp(epsilon) + 1.0)) ** 2
     n_c = min(int(round(fraction * n_peers)), int(math.ceil(TARGET_CALIBRATION_INFORMATION / factor)))
-    if n_c < 1:
+    if n_c < 2:
         return 0
-    return n_c if calibration_cell_error(n_c, epsilon) <= MAX_CALIBRATION_CELL_ERROR else 0
+    if n_classes > 2:
+        error = calibration_cell_error(class_map_groups(n_c)[0], epsilon, n_classes**2)
+    else:
+        error = calibration_cell_error(n_c, epsilon, 2 * CALIBRATION_BINS)
+    return n_c if error <= MAX_CALIBRATION_CELL_ERROR else 0
 
 
-def calibration_cell_error(n_reports: int, epsilon: float) -> float:
-    """Relative error of an average cell of a calibration histogram from ``n_reports`` at ``epsilon``.
+def calibration_cell_error(n_reports: int, epsilon: float, domain: int) -> float:
+    """Relative error of an average cell of a ``domain``-value histogram of ``n_reports`` at ``epsilon``.
 
-    ``√(r² + (m − 1)/n)`` over the report's ``m = 2 · CALIBRATION_BINS`` values: ``r`` the privacy
-    noise's (:func:`~anonml.learn.binning.relative_cell_error` of the least-error mechanism, thesis
-    eq. 7.2) and ``(m − 1)/n`` the sampling noise's of a cell holding ``1/m`` of the reports (its
-    share's variance ``(1/m)(1 − 1/m)/n`` over ``1/m²``). At high ε the privacy noise vanishes and a
-    small pool's map still follows its sample: 80 peers at ε_T = 4 err by 0.46 and 0.49.
+    ``√(r² + (m − 1)/n)`` with ``m = domain``: ``r`` the privacy noise's
+    (:func:`~anonml.learn.binning.relative_cell_error` of the least-error mechanism, thesis eq. 7.2)
+    and ``(m − 1)/n`` the sampling noise's of a cell holding ``1/m`` of the reports (its share's
+    variance ``(1/m)(1 − 1/m)/n`` over ``1/m²``). At high ε the privacy noise vanishes and a small
+    pool's map still follows its sample: 80 peers' (score bin, label) at ε_T = 4 err by 0.46 and 0.49.
     """
-    m = 2 * CALIBRATION_BINS
-    privacy = relative_cell_error(best_mechanism(epsilon, m, n_reports), n_reports)
-    return math.sqrt(privacy**2 + (m - 1) / n_reports)
+    privacy = relative_cell_error(best_mechanism(epsilon, domain, n_reports), n_reports)
+    return math.sqrt(privacy**2 + (domain - 1) / n_reports)
 
 
 #: A report partition is "too small" when the noise sd of a histogram cell exceeds this
@@ -634,7 +641,9 @@ def planned_pools(
     is met by the fit (:class:`~anonml.learn.model.AnonMLClassifier` checks it again).
     """
     n_features = len(features)
-    n_calibration = calibration_pool_size(config.calibration_fraction, n_all, config.epsilon)
+    n_calibration = calibration_pool_size(
+        config.calibration_fraction, n_all, config.epsilon, config.n_classes
+    )
     if plan is not None:
         smallest = plan.smallest_partition()
     else:
@@ -652,7 +661,9 @@ def planned_pools(
 
 def _calibration_rows(config: SimulationConfig, n_all: int, rng: np.random.Generator) -> np.ndarray:
     """Rows of the calibration pool, drawn at random (empty when the pool would be too small)."""
-    n_calibration = calibration_pool_size(config.calibration_fraction, n_all, config.epsilon)
+    n_calibration = calibration_pool_size(
+        config.calibration_fraction, n_all, config.epsilon, config.n_classes
+    )
     if not n_calibration:
         return np.empty(0, dtype=np.int64)
     return np.sort(rng.permutation(n_all)[:n_calibration])
