@@ -81,13 +81,12 @@ def test_privacy_accounting_is_each_peers_total():
         n_c = min(round(0.2 * n), math.ceil(1500 / ((math.exp(epsilon) - 1) / (math.exp(epsilon) + 1)) ** 2))
         error = math.hypot(relative_cell_error(best_mechanism(epsilon, 20, n_c), n_c), math.sqrt(19 / n_c))
         assert (calibration_pool_size(0.2, n, epsilon) > 0) == (error <= MAX_CALIBRATION_CELL_ERROR)
-    # K ≥ 3: the map half's (predicted class, label) histogram, K² values. 4,000 rows at ε = 4 give
-    # two classes a pool (800 peers, 0.21) and ten none (its 400-peer half over 100 cells errs by 1.4).
-    assert calibration_pool_size(0.2, 4000, 4.0) == 800
-    assert calibration_pool_size(0.2, 4000, 4.0, n_classes=10) == 0
-    half = 400
-    error = math.hypot(relative_cell_error(best_mechanism(4.0, 100, half), half), math.sqrt(99 / half))
-    assert error > MAX_CALIBRATION_CELL_ERROR
+    # K ≥ 3 keeps the binary-RR-equivalent rule (≥ 500): 4,000 rows at ε = 4 give two classes a pool
+    # (800 peers, cells erring by 0.21) and ten classes too (743 equivalents); 2,000 rows give two
+    # classes one (0.30) and ten none (372).
+    assert calibration_pool_size(0.2, 4000, 4.0) == calibration_pool_size(0.2, 4000, 4.0, n_classes=10) == 800
+    assert calibration_pool_size(0.2, 2000, 4.0) == 400
+    assert calibration_pool_size(0.2, 2000, 4.0, n_classes=10) == 0
     paper = AnonMLClassifier(
         mode="paper",
         epsilon=1.0,
