@@ -242,7 +242,7 @@ def train_problem(
         )
         received[(g.partition, g.subset)] = received.get((g.partition, g.subset), 0) + g.n
     ensemble = learner.ensemble_from(histograms, [g.n for g in groups], rng)
-    report_peers = len(roster.entries) - roster.median_pool_size
+    report_peers = draft.report_pool_size(len(roster.entries), roster.median_pool_size)
     # A slot nobody's report reached shuffles nothing; the fewest reports that did arrive decide.
     # The median peers who answered are outside it: their signed answers keep their local ε.
     target = draft.central_target

@@ -242,14 +242,15 @@ class Participant:
     def report_group(self) -> int | None:
         """Reports each of this identity's reports is shuffled among, from the roster it checked.
 
-        ``⌊(members − median pool) / k_p⌋``, the smallest report partition of
+        ``⌊(members − median and calibration pools) / k_p⌋``, the smallest report partition of
         the signed roster (what :func:`peer.records.shuffle_bounds` reads from the
         saved facts); None before the roster.
         """
         if self.roster is None:
             return self._resumed_group
         roster = self.roster.view.roster
-        return (len(roster.entries) - roster.median_pool_size) // self.problem.draft.kp
+        draft = self.problem.draft
+        return draft.report_pool_size(len(roster.entries), roster.median_pool_size) // draft.kp
 
     @property
     def relay_url(self) -> str | None:

@@ -98,8 +98,8 @@ def problem_account(
     )
     _, intake = reject_counts(rows)
     late = intake.pop("late", 0)
-    report_peers = len(ctx.roster.entries) - ctx.roster.median_pool_size
     draft = ctx.problem.draft
+    report_peers = draft.report_pool_size(len(ctx.roster.entries), ctx.roster.median_pool_size)
     return account_reports(
         report_peers,
         draft.kh,
@@ -199,7 +199,7 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
         message=row.message,
         phase_seconds=json.loads(row.phase_seconds_json),
         median_pool=pool,
-        report_peers=roster_size - pool,
+        report_peers=ctx.problem.draft.report_pool_size(roster_size, pool),
         slots_per_peer=ctx.problem.draft.kh,
         reports=problem_account(session, row.id, ctx, state.settings.intake_grace_seconds),
         medians=median_account(session, row.id, ctx),
