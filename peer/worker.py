@@ -101,6 +101,9 @@ class ProblemSession:
         self._refusal = ""
         self._streak: set[int] = set()
         self._model_seen: float | None = None
+        # Calibration-pool identities this process has put the question to (each once: a second ask
+        # would only resend its stored answer, and count a refused duplicate at the aggregator).
+        self._calibration_asked: set[int] = set()
         self.relay_hosts = RelayHostWatch(self)  # relay hosts found dead in the send window
 
     def due(self) -> bool:
@@ -394,11 +397,20 @@ class ProblemSession:
     def _calibrate(self) -> None:
         """Calibration-pool identities of this host answer the question (fetched once for them all;
         never by a host without one: the download says nothing of any identity's data)."""
-        pool = [p for p in self._in(P.REPORTING, P.CALIBRATED) if p.in_calibration_pool]
+        pool = [
+            p
+            for p in self._in(P.REPORTING, P.CALIBRATED)
+            if p.in_calibration_pool and id(p) not in self._calibration_asked
+        ]
         if not pool:
             return
         request = self.client.calibration(self.problem.id)
-        self._each(lambda p: p.answer_calibration(request), pool)
+
+        def ask(p: Participant) -> None:
+            p.answer_calibration(request)  # a calibrated one (resumed after a restart) resends once
+            self._calibration_asked.add(id(p))  # not when it raised: tried again at the next poll
+
+        self._each(ask, pool)
 
     def _receipts_until(self) -> float:
         """When this host stops waiting for the receipts and the median queries asked (monotonic):
