@@ -9,11 +9,13 @@ reports through the intake and the admin's ``train`` closes the round.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import requests
 
+from anonml.crypto import Identity
 from anonml.learn.settings import roster_plan
 from anonml.privacy import best_mechanism
 from anonml.protocol import (
@@ -62,9 +64,10 @@ def calibration_draft(*, median_step: float = 60.0, fraction: float = 0.9) -> Pr
     return ProblemDraft.model_validate({**d.model_dump(), "calibration_fraction": fraction})
 
 
-def register_many(url: str, problem: Problem, n: int) -> list[WirePeer]:
-    """``n`` fresh peers registered through the batch endpoint (each item 201)."""
-    peers = [WirePeer() for _ in range(n)]
+def register_many(url: str, problem: Problem, n: int, given: Sequence[Identity] = ()) -> list[WirePeer]:
+    """``n`` peers registered through the batch endpoint (each item 201): the ``given`` identities
+    first, then fresh ones."""
+    peers = [WirePeer(identity=i) for i in given] + [WirePeer() for _ in range(n - len(given))]
     for start in range(0, n, 200):
         part = peers[start : start + 200]
         batch = RegistrationBatch(registrations=tuple(p.registration(problem) for p in part))
@@ -85,9 +88,13 @@ class CalibratingRound:
     pool: list[int]
 
     @classmethod
-    def open(cls, url: str, d: ProblemDraft, *, timeout: float = 180.0) -> CalibratingRound:
+    def open(
+        cls, url: str, d: ProblemDraft, *, given: Sequence[Identity] = (), timeout: float = 180.0
+    ) -> CalibratingRound:
+        """Propose ``d``, register :data:`MEMBERS` (``given`` among them), close, send every report
+        peer's reports, train, and wait for ``calibrating``."""
         problem = propose(url, d)
-        peers = register_many(url, problem, MEMBERS)
+        peers = register_many(url, problem, MEMBERS, given)
         close_registration(url, problem.id)
         wait_phase(url, problem.id, ("reporting",), timeout)
         peers = in_roster_order(url, problem.id, peers)
