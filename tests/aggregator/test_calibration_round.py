@@ -21,8 +21,9 @@ from tests.aggregator.calibration_helpers import (
     calibration_draft,
     calibration_request,
 )
-from tests.aggregator.helpers import aggregator_settings, status, wait_phase
+from tests.aggregator.helpers import ADMIN, aggregator_settings, post, status, wait_phase
 from tests.databases import table_rows
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -86,6 +87,22 @@ def test_the_pool_answers_once_each_and_calibrates_the_published_model(url: str,
     assert privacy.shuffle.pools == ("report",) and privacy.shuffle.peers_outside == 504
     assert "calibration answers are signed" in privacy.shuffle.assumptions
     assert privacy.epsilon_total == EPSILON
+    # An admin's "train again": the pool is not asked again (each member answers once); the same
+    # model from the same reports is calibrated again on the stored answers.
+    assert post(f"{url}/problems/{pid}/train", b"", ADMIN).status_code == 200
+    def newer() -> ModelDocument | None:
+        latest = _model(url, pid)
+        return latest if latest.created_at > document.created_at else None
+
+    retrained = wait_until(newer, 120, lambda: "the retrained model")
+    again = status(url, pid)
+    assert again.phase == "done", again.message
+    assert calibration_request(url, pid).question == question  # the one question
+    sql = f"SELECT id FROM calibration_answers WHERE problem_id = '{pid}'"
+    assert len(table_rows(database_url, sql)) == 504
+    same = model_digest(calibration_request(url, pid).model.model) == bytes(question.model_digest)
+    assert (retrained.calibration is not None and retrained.calibration.calibrated) == same
+    assert ("not calibrated" in again.message) == (not same)
 
 
 def test_too_few_answers_by_the_deadline_publish_the_model_uncalibrated_and_say_so(url: str) -> None:
