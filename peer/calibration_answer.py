@@ -6,9 +6,10 @@ Before anything is computed the identity checks, and refuses (:class:`~peer.phas
 nothing released) unless: the question and the model are signed by the problem's aggregator and
 for this problem; the question names the model it came with (:func:`anonml.protocol.model_digest`);
 this identity's own plan puts it in the calibration pool, and every member asked is in that pool;
-ε is the problem's; and the cut points are the model's own (:func:`aggregator`-independent:
-recomputed here with :func:`anonml.learn.calibration.score_bins` from the model alone, exact), so
-no aggregator can choose cut points that single one member out. The budget is the ledger's to
+ε is the problem's; the model is an uncalibrated binary model of the proposal's features; and the
+cut points are exactly the model's own, recomputed here from the model alone with
+:func:`anonml.learn.calibration.score_bins`, so no aggregator can choose cut points that single
+one member out. The budget is the ledger's to
 refuse (its per-problem and lifetime caps, :class:`~anonml.errors.BudgetExceeded`).
 
 The answer is drawn once: it is saved with the participation (phase ``calibrated``) before the
