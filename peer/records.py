@@ -200,7 +200,8 @@ def shuffle_bounds(
         reports = [r for r in rs if (r.pool or "").startswith("partition-")]
         n = groups.get(pid)
         if not reports:
-            out[pid] = (None, "no reports (median and calibration answers are signed, not shuffled)")
+            signed = "median answers are signed, not shuffled, and so are calibration answers"
+            out[pid] = (None, f"no reports ({signed})")
         elif n is None:
             out[pid] = (None, "no checked roster on record: local ε only")
         elif n < 2:
