@@ -44,7 +44,17 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from aggregator.db import create_tables
 from aggregator.rounds import RoundDriver
-from aggregator.routes import console, intake, medians, model, problems, reachability, registration, tokens
+from aggregator.routes import (
+    calibration,
+    console,
+    intake,
+    medians,
+    model,
+    problems,
+    reachability,
+    registration,
+    tokens,
+)
 from aggregator.settings import ENV_PREFIX, AggregatorSettings
 from aggregator.state import AggregatorState, load_or_create_identity
 from aggregator.storage import RETRY_AFTER_SECONDS, storage_failure
@@ -137,6 +147,7 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
         registration.router,
         reachability.router,
         medians.router,
+        calibration.router,
         tokens.router,
         intake.router,
         model.router,

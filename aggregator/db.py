@@ -8,6 +8,10 @@ Tables
 ``registrations``       who registered (signed, with its credential), in registration order.
 ``median_queries``      every IsGreater query asked, signed, with its members.
 ``median_answers``      one signed bit per (peer, problem); identified by design.
+``calibration_questions`` the signed question to a problem's calibration pool and the signed
+                        uncalibrated model it is about (:mod:`aggregator.calibration_round`).
+``calibration_answers`` one signed (score bin, label) answer per (peer, problem): stored before
+                        it is acknowledged, so a restart neither loses nor doubles one.
 ``report_staging``      reports accepted during the open report round, each with
                         the token it spent (key id, slot, nonce; unique), one row
                         per delivery written in the delivery's own transaction.
@@ -79,6 +83,8 @@ __all__ = [
     "RegistrationRow",
     "MedianQueryRow",
     "MedianAnswerRow",
+    "CalibrationQuestionRow",
+    "CalibrationAnswerRow",
     "ReportRow",
     "StagedReportRow",
     "RejectRow",
@@ -172,6 +178,31 @@ class MedianAnswerRow(Base):
     step: Mapped[int]
     identity: Mapped[bytes] = mapped_column(LargeBinary(64))
     bit: Mapped[bool]
+
+
+class CalibrationQuestionRow(Base):
+    """The calibration question of a problem (signed JSON as served) and the uncalibrated model
+    document it names; ``open`` until the calibration step ends."""
+
+    __tablename__ = "calibration_questions"
+
+    problem_id: Mapped[str] = mapped_column(ForeignKey("problems.id"), primary_key=True)
+    question_json: Mapped[str] = mapped_column(Text)
+    model_json: Mapped[str] = mapped_column(Text, deferred=True)
+    open: Mapped[bool] = mapped_column(default=True)
+
+
+class CalibrationAnswerRow(Base):
+    """One perturbed (score bin, label) answer; a pool member answers once per problem."""
+
+    __tablename__ = "calibration_answers"
+    __table_args__ = (UniqueConstraint("problem_id", "identity", name="uq_calibration_answer_peer"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    problem_id: Mapped[str] = mapped_column(ForeignKey("problems.id"), index=True)
+    identity: Mapped[bytes] = mapped_column(LargeBinary(64))
+    mechanism_json: Mapped[str] = mapped_column(Text)
+    bits: Mapped[bytes] = mapped_column(LargeBinary(64))
 
 
 class _Report:

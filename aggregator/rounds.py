@@ -1,4 +1,4 @@
-"""The phase machine: registration → witnessing → medians → reporting → training → model.
+"""The phase machine: registration → witnessing → medians → reporting → training → (calibrating →) model.
 
 One :class:`RoundDriver` thread per aggregator process moves every active problem on each
 ``tick_seconds`` (only while it holds the phase lease, :class:`aggregator.lease.PhaseLease`); each
@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session, object_session
 
+from aggregator.calibration_round import Calibrator, ask
 from aggregator.db import (
     MedianAnswerRow,
     ProblemRow,
@@ -95,6 +96,7 @@ class RoundDriver:
         self._keeper: threading.Thread | None = None
         self._medians: dict[str, MedianRun] = {}
         self.trainer = Trainer(self)
+        self.calibrator = Calibrator(self)
         self.witnesses = WitnessCollection(self)
         self.sampler = Sampler()
 
@@ -126,6 +128,8 @@ class RoundDriver:
                 thread.join(timeout=5)
         for thread in list(self.trainer.threads.values()):
             thread.join(timeout=30)
+        for thread in list(self.calibrator.threads.values()):
+            thread.join(timeout=30)
         for thread in list(self.witnesses.threads.values()):
             thread.join(timeout=15)
         try:
@@ -155,7 +159,12 @@ class RoundDriver:
 
     def _threads(self) -> list[threading.Thread]:
         runs = [t for run in list(self._medians.values()) for t in run.threads]
-        return [*runs, *list(self.trainer.threads.values()), *list(self.witnesses.threads.values())]
+        return [
+            *runs,
+            *list(self.trainer.threads.values()),
+            *list(self.calibrator.threads.values()),
+            *list(self.witnesses.threads.values()),
+        ]
 
     def _take_over(self) -> bool:
         """Start advancing phases once every thread of an earlier tenure has ended; True when started."""
@@ -163,6 +172,7 @@ class RoundDriver:
             return False
         self._medians.clear()
         self.trainer.threads.clear()
+        self.calibrator.threads.clear()
         self.witnesses.threads.clear()
         self._halt.clear()
         log.info("this process drives the phases now (lease holder %s)", self.lease.holder)
@@ -283,6 +293,8 @@ class RoundDriver:
                 self.witnesses.start_bins(pid, ctx.bins)  # after a restart; idempotent at the witnesses
         elif phase == ProblemPhase.TRAINING and pid not in self.trainer.threads:
             self.trainer.resume(pid)
+        elif phase == ProblemPhase.CALIBRATING:
+            self.calibrator.resume(pid)  # after the trainer asked, a restart or a take-over
         elif phase in FINISHED_PHASES and train:
             self.trainer.start(pid)
 
@@ -655,7 +667,8 @@ class Trainer:
                 medians = median_account(s, pid, ctx)
             if account is None or medians is None:
                 raise MissingProblemFact(f"problem {pid}: training without a report or median account")
-            from aggregator.training import train_problem  # scikit-learn: imported when first needed
+            # scikit-learn: imported when first needed
+            from aggregator.training import publication_outcome, train_problem
 
             model, metrics = train_problem(ctx.problem, roster, bins, plan, reports, answered)
             document = sign_message(
@@ -670,25 +683,22 @@ class Trainer:
                 ),
                 state.identity,
             )
-            limit = state.settings.max_loss_fraction
-            degraded = account.lost_fraction > limit
+            calibrating = plan.calibration_pool_size > 0
             with state.sessions() as s, s.begin():
                 row = _problem_row(s, pid)
                 # trained by another tenure meanwhile: its model stands
                 if row.phase != ProblemPhase.TRAINING:
                     log.warning("problem %s left training while this process trained it", pid)
                     return
-                row.model_json = document.model_dump_json()
-                # Every shortfall is in the message: lost reports, and missing median answers.
-                shortfall = "; ".join(
-                    [*([account.describe()] if account.lost else []),
-                     *([medians.describe()] if medians.missing else [])]
-                )
-                if degraded:
-                    message = f"{shortfall}; more than {limit:.0%} lost, model published"
-                    self.driver._enter(row, ProblemPhase.DEGRADED, message)
+                if calibrating:  # the pool calibrates this model first (aggregator.calibration_round)
+                    ask(self.driver, s, row, ctx, document)
                 else:
-                    self.driver._enter(row, ProblemPhase.DONE, shortfall)
+                    row.model_json = document.model_dump_json()
+                    # Every shortfall is in the message: lost reports, and missing median answers.
+                    phase, message = publication_outcome(document, state.settings.max_loss_fraction)
+                    self.driver._enter(row, phase, message)
+            if calibrating:
+                self.driver.calibrator.resume(pid)
         except LeaseLost as exc:
             log.warning("the model of %s was not published: %s", pid, exc)
         except AnonMLError as exc:  # expected (e.g. no report arrived): the reason is the status

@@ -48,7 +48,9 @@ __all__ = [
     "load_or_create_identity",
     "INTAKE_REFUSAL",
     "MEDIAN_REFUSAL",
+    "CALIBRATION_REFUSAL",
     "median_refusals",
+    "calibration_refusals",
     "DROPPED_COVER",
     "DUPLICATE_COPY",
     "reject_counts",
@@ -70,6 +72,9 @@ DUPLICATE_COPY = "duplicate token"
 #: Prefix under which refused median answers are counted, so the median account can attribute
 #: missing answers to them (shown without it among the problem's refusals, like intake's).
 MEDIAN_REFUSAL = "median answer: "
+#: Prefix under which refused calibration answers are counted (the calibration account's, as the
+#: median account's are under :data:`MEDIAN_REFUSAL`).
+CALIBRATION_REFUSAL = "calibration answer: "
 
 
 def reject_counts(rows: list[tuple[str, int]]) -> tuple[dict[str, int], dict[str, int]]:
@@ -85,6 +90,10 @@ def reject_counts(rows: list[tuple[str, int]]) -> tuple[dict[str, int], dict[str
     for reason, count in rows:
         if reason == DROPPED_COVER:
             continue
+        if reason.startswith(CALIBRATION_REFUSAL):  # shown by reason; it explains no lost report
+            bare = reason.removeprefix(CALIBRATION_REFUSAL)
+            merged[bare] = merged.get(bare, 0) + int(count)
+            continue
         bare = reason.removeprefix(INTAKE_REFUSAL).removeprefix(MEDIAN_REFUSAL)
         if reason != INTAKE_REFUSAL + DUPLICATE_COPY:  # a copy is counted, never a refusal
             merged[bare] = merged.get(bare, 0) + int(count)
@@ -95,10 +104,19 @@ def reject_counts(rows: list[tuple[str, int]]) -> tuple[dict[str, int], dict[str
 
 def median_refusals(rows: list[tuple[str, int]]) -> dict[str, int]:
     """Refused median answers by reason (without :data:`MEDIAN_REFUSAL`), from stored ``(reason, count)``."""
+    return _refusals_under(rows, MEDIAN_REFUSAL)
+
+
+def calibration_refusals(rows: list[tuple[str, int]]) -> dict[str, int]:
+    """Refused calibration answers by reason (without :data:`CALIBRATION_REFUSAL`)."""
+    return _refusals_under(rows, CALIBRATION_REFUSAL)
+
+
+def _refusals_under(rows: list[tuple[str, int]], prefix: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for reason, count in rows:
-        if reason.startswith(MEDIAN_REFUSAL):
-            bare = reason.removeprefix(MEDIAN_REFUSAL)
+        if reason.startswith(prefix):
+            bare = reason.removeprefix(prefix)
             out[bare] = out.get(bare, 0) + int(count)
     return out
 
@@ -373,16 +391,18 @@ class AggregatorState:
     # -- refusals -----------------------------------------------------------------
     def refuse(
         self, problem_id: str, reason: str, status: int, detail: str, *, intake: bool = False,
-        median: bool = False,
+        median: bool = False, calibration: bool = False,
     ) -> HTTPException:
         """Count a refusal (own short transaction) and return the HTTP error to raise.
 
         ``intake``: a refused report delivery, counted under :data:`INTAKE_REFUSAL`
         so the problem's report account can attribute lost reports to it;
-        ``median``: a refused median answer, under :data:`MEDIAN_REFUSAL` (the median account).
+        ``median``: a refused median answer, under :data:`MEDIAN_REFUSAL` (the median account);
+        ``calibration``: a refused calibration answer, under :data:`CALIBRATION_REFUSAL`.
         """
+        prefix = MEDIAN_REFUSAL if median else CALIBRATION_REFUSAL if calibration else ""
         with self.sessions() as s, s.begin():
-            self.count_refusal(s, problem_id, MEDIAN_REFUSAL + reason if median else reason, intake=intake)
+            self.count_refusal(s, problem_id, prefix + reason, intake=intake)
         return HTTPException(status_code=status, detail=detail)
 
     @staticmethod

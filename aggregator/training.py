@@ -23,6 +23,11 @@ class probabilities into a value with the public bin midpoints). The model's
 (partition, subset); with a draft's ``central_target`` it is computed at the
 target's δ and ``privacy_.central_target`` states the target, the local ε,
 the central ε those groups give and whether it is met.
+
+A problem with a calibration pool (:meth:`~anonml.protocol.ProblemDraft.calibration_pool_size`)
+has its pool's answers signed and sent directly, as median answers are: the shuffle bound covers the
+report pool only, says so (:data:`SIGNED_ANSWERS_NOT_SHUFFLED`), and counts the calibration peers
+who answered among those outside it (:func:`with_calibration_answers`).
 """
 
 from __future__ import annotations
@@ -33,10 +38,11 @@ from typing import TYPE_CHECKING
 
 from aggregator.state import DUPLICATE_COPY, binning_of
 from anonml.errors import ProtocolError
-from anonml.phases import ROUND_PHASES
+from anonml.phases import ROUND_PHASES, ProblemPhase
 from anonml.privacy.descriptor import MechanismDescriptor
 from anonml.protocol import (
     Bins,
+    ModelDocument,
     Problem,
     ProblemDraft,
     ReportAccount,
@@ -48,6 +54,7 @@ from anonml.protocol import (
 if TYPE_CHECKING:
     import numpy as np
 
+    from anonml.learn.accounting import PrivacyAccounting
     from anonml.learn.model import AnonMLClassifier
     from anonml.learn.partition import PartitionPlan
     from anonml.privacy.amplification import ShuffleBound
@@ -60,7 +67,18 @@ __all__ = [
     "account_reports",
     "delivery_window_open",
     "shuffle_statement",
+    "SIGNED_ANSWERS_NOT_SHUFFLED",
+    "with_calibration_answers",
+    "publication_outcome",
 ]
+
+#: The end of a protocol bound's assumptions when the problem has a calibration pool (in place of
+#: :data:`anonml.privacy.amplification.MEDIAN_NOT_SHUFFLED`, which describes the library's simulated
+#: pools, where the calibration pool's reports are anonymous).
+SIGNED_ANSWERS_NOT_SHUFFLED = (
+    "; it covers the report pool only: median and calibration answers are signed by their peers "
+    "and sent directly, so a median- or calibration-pool peer keeps its local ε"
+)
 
 #: Intake refusals that are not losses (the report they repeat was stored).
 NOT_A_LOSS = frozenset({DUPLICATE_COPY})
@@ -242,7 +260,7 @@ def train_problem(
         )
         received[(g.partition, g.subset)] = received.get((g.partition, g.subset), 0) + g.n
     ensemble = learner.ensemble_from(histograms, [g.n for g in groups], rng)
-    report_peers = len(roster.entries) - roster.median_pool_size
+    report_peers = draft.report_pool_size(len(roster.entries), roster.median_pool_size)
     # A slot nobody's report reached shuffles nothing; the fewest reports that did arrive decide.
     # The median peers who answered are outside it: their signed answers keep their local ε.
     target = draft.central_target
@@ -252,6 +270,8 @@ def train_problem(
         peers_outside=median_answered,
         delta=None if target is None else target.delta,
     )
+    if bound is not None and draft.calibration_pool_size(len(roster.entries)):
+        bound = _signed_answers_outside(bound, 0)
     central = (
         None
         if target is None
@@ -270,7 +290,7 @@ def train_problem(
     model = AnonMLClassifier.from_ensemble(
         binning, ensemble, classes=draft.label.model_classes(), privacy=accounting, **settings
     )
-    n_reports = sum(g.n for g in groups)
+    n_reports = sum(g.n for g in groups)  # the calibration pool's answers come after (calibration_round)
     metrics = {
         "reports": float(n_reports),
         "histograms": float(len(histograms)),
@@ -279,3 +299,52 @@ def train_problem(
         "label_classes": float(k),
     }
     return model, metrics
+
+
+def _signed_answers_outside(bound: ShuffleBound, calibration_answered: int) -> ShuffleBound:
+    """``bound`` with the calibration pool's signed answers stated outside it (module docstring)."""
+    import dataclasses
+
+    from anonml.privacy.amplification import ASSUMPTIONS
+
+    return dataclasses.replace(
+        bound,
+        assumptions=ASSUMPTIONS + SIGNED_ANSWERS_NOT_SHUFFLED,
+        peers_outside=(bound.peers_outside or 0) + calibration_answered,
+    )
+
+
+def with_calibration_answers(privacy: PrivacyAccounting, answered: int) -> PrivacyAccounting:
+    """The privacy statement of a model once ``answered`` calibration-pool peers answered.
+
+    Each spent ε (the problem's) on one signed answer, its only release (the pools are
+    disjoint): ``calibration_peers = answered``, and they are counted outside the shuffle bound,
+    which covers the report pool only.
+    """
+    import dataclasses
+
+    shuffle = None if privacy.shuffle is None else _signed_answers_outside(privacy.shuffle, answered)
+    return dataclasses.replace(privacy, calibration_peers=int(answered), shuffle=shuffle)
+
+
+def publication_outcome(document: ModelDocument, max_loss_fraction: float) -> tuple[ProblemPhase, str]:
+    """Where a problem goes when ``document`` is published, and the message that says every shortfall.
+
+    ``degraded`` when more than ``max_loss_fraction`` of the reports were lost, else ``done``; the
+    message names lost reports, missing median answers and a calibration that fell short.
+    """
+    account, medians, calibration = document.reports, document.medians, document.calibration
+    shortfall = "; ".join(
+        [
+            *([account.describe()] if account is not None and account.lost else []),
+            *([medians.describe()] if medians is not None and medians.missing else []),
+            *(
+                [calibration.describe()]
+                if calibration is not None and (calibration.missing or not calibration.calibrated)
+                else []
+            ),
+        ]
+    )
+    if account is not None and account.lost_fraction > max_loss_fraction:
+        return ProblemPhase.DEGRADED, f"{shortfall}; more than {max_loss_fraction:.0%} lost, model published"
+    return ProblemPhase.DONE, shortfall

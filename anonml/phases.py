@@ -8,9 +8,15 @@ plain word (``"reporting"``) and compares equal to it.
 
 ::
 
-    registration ─► witnessing ─► medians ─► reporting ─► training ─► done | degraded
-    any phase before training's end ─► failed
+    registration ─► witnessing ─► medians ─► reporting ─► training ─┬─► calibrating ─┬─► done | degraded
+                                                                     └────────────────┘
+    any phase before the model is published ─► failed
     done | degraded | failed ─► training   (an admin's "train again" on the stored reports)
+
+``calibrating``: the problem has a calibration pool
+(:meth:`anonml.protocol.ProblemDraft.calibration_pool_size`); the uncalibrated model and the
+signed question are out, and the pool's answers are awaited until the question's deadline
+(:mod:`aggregator.calibration`). Without a pool, training publishes the model at once.
 
 A participation's phases at a peer are a different machine
 (:class:`peer.phases.ParticipationPhase`).
@@ -27,6 +33,7 @@ __all__ = [
     "PROBLEM_TRANSITIONS",
     "MODEL_PHASES",
     "ROUND_PHASES",
+    "AFTER_ROUND_PHASES",
     "FINISHED_PHASES",
     "ACTIVE_PHASES",
     "RETRAINABLE_PHASES",
@@ -43,6 +50,7 @@ class ProblemPhase(StrEnum):
     MEDIANS = "medians"
     REPORTING = "reporting"
     TRAINING = "training"
+    CALIBRATING = "calibrating"
     DONE = "done"
     DEGRADED = "degraded"
     FAILED = "failed"
@@ -56,7 +64,8 @@ PROBLEM_TRANSITIONS: dict[ProblemPhase, frozenset[ProblemPhase]] = {
     P.WITNESSING: frozenset({P.MEDIANS, P.FAILED}),
     P.MEDIANS: frozenset({P.REPORTING, P.FAILED}),
     P.REPORTING: frozenset({P.TRAINING, P.FAILED}),
-    P.TRAINING: frozenset({P.DONE, P.DEGRADED, P.FAILED}),
+    P.TRAINING: frozenset({P.CALIBRATING, P.DONE, P.DEGRADED, P.FAILED}),
+    P.CALIBRATING: frozenset({P.DONE, P.DEGRADED, P.FAILED}),
     P.DONE: frozenset({P.TRAINING}),
     P.DEGRADED: frozenset({P.TRAINING}),
     P.FAILED: frozenset({P.TRAINING}),
@@ -68,6 +77,8 @@ PROBLEM_TRANSITIONS: dict[ProblemPhase, frozenset[ProblemPhase]] = {
 MODEL_PHASES: tuple[ProblemPhase, ...] = (P.DONE, P.DEGRADED)
 #: The round is under way: reports and median answers may still be sent.
 ROUND_PHASES: tuple[ProblemPhase, ...] = (P.WITNESSING, P.MEDIANS, P.REPORTING)
+#: The report round is over (its receipts are final): training, calibrating, or the model is out.
+AFTER_ROUND_PHASES: tuple[ProblemPhase, ...] = (P.TRAINING, P.CALIBRATING, *MODEL_PHASES)
 #: Nothing more happens unless an admin asks to train again.
 FINISHED_PHASES: tuple[ProblemPhase, ...] = (P.DONE, P.DEGRADED, P.FAILED)
 #: Phases the aggregator's loop looks at (``failed`` only when a retrain was asked for).

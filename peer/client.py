@@ -36,6 +36,8 @@ from anonml.protocol import (
     AssignmentBatchRequest,
     BatchResults,
     Bins,
+    CalibrationAnswer,
+    CalibrationRequest,
     CosignatureBundle,
     MedianAnswer,
     MedianQuery,
@@ -336,6 +338,15 @@ class AggregatorClient:
 
     def answer(self, answer: MedianAnswer) -> Ack:
         return _call("POST", self._url(f"/problems/{answer.problem_id}/medians/answers"), Ack, answer)
+
+    def calibration(self, problem_id: str) -> CalibrationRequest:
+        """The calibration question and the uncalibrated model it names (404 until asked)."""
+        url = self._url(f"/problems/{problem_id}/calibration")
+        return _call("GET", url, CalibrationRequest, timeout=60.0, max_bytes=LARGE_REPLY_CAP)
+
+    def answer_calibration(self, answer: CalibrationAnswer) -> Ack:
+        url = self._url(f"/problems/{answer.problem_id}/calibration/answers")
+        return _call("POST", url, Ack, answer)
 
     def bins(self, problem_id: str) -> Bins:
         return _call("GET", self._url(f"/problems/{problem_id}/bins"), Bins)

@@ -159,7 +159,7 @@ def proposal_cards(host: PeerHost, node: PeerNode) -> list[ProposalCard]:
                 features=features,
                 label=label_domain(d.label),
                 median_epsilon=median,
-                anonymity_set=(d.min_peers - pool) // d.kp,
+                anonymity_set=d.report_pool_size(d.min_peers, pool) // d.kp,
                 epsilon_text=epsilon_sentence(d.epsilon),
                 witnesses=[bytes(w.identity).hex()[:16] + "…" for w in d.witnesses],
             )

@@ -1,6 +1,6 @@
 """What a host fetches once for all its identities when the model is out: the aggregator's receipt
-digests and every median query the search asked (docs/protocol.md, "Aggregator: the phase machine"
-and "Participation: one identity in one problem").
+digests, every median query the search asked, and the calibration question (docs/protocol.md,
+"Aggregator: the phase machine" and "Participation: one identity in one problem").
 
 One download each for the whole host instead of one per identity. A fetch that fails for a
 transient reason (the aggregator unreachable or overloaded) is named in :attr:`HostFetch.awaited`:
@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 from anonml.crypto import CryptoError
 from anonml.errors import ProtocolError
-from anonml.protocol import MedianQuery, Problem, verify_message
-from peer.client import AggregatorClient, transient
+from anonml.protocol import CalibrationRequest, MedianQuery, Problem, verify_message
+from peer.client import AggregatorClient, HTTPRefusal, transient
 from peer.median_answer import may_have_missed
 from peer.participant import Participant
+from peer.phases import ParticipationPhase
 
 __all__ = ["HostFetch", "fetch_for_host"]
 
@@ -38,6 +39,9 @@ class HostFetch:
     #: Every median query asked, open or closed, each signed by the aggregator; empty when no
     #: identity needs them or they could not be had.
     asked: list[MedianQuery] = field(default_factory=list)
+    #: The calibration question asked (signed), when one of the identities is in the calibration
+    #: pool and never answered; None otherwise or when the problem asked none.
+    calibration: CalibrationRequest | None = None
     #: What failed for a transient reason (the step is worth trying again), and the last error.
     awaited: list[str] = field(default_factory=list)
     error: str = ""
@@ -72,4 +76,20 @@ def fetch_for_host(
         except CryptoError as exc:
             log.warning("%s: a median question is not signed by the aggregator: %s", problem.id, exc)
             missed("median questions", exc)
+    # Only a problem with a calibration pool asks a question; only an identity of the pool that never
+    # answered it (still reporting) needs to know whether it was asked.
+    calibrating = problem.draft.calibration_fraction > 0
+    if calibrating and any(p.in_calibration_pool and p.phase == ParticipationPhase.REPORTING for p in taking):
+        try:
+            request = client.calibration(problem.id)
+            verify_message(request.question, bytes(problem.aggregator))
+            out.calibration = request
+        except HTTPRefusal as exc:
+            if exc.status != 404:  # 404: no question was asked (too few to calibrate, or none)
+                missed("calibration question", exc)
+        except ProtocolError as exc:
+            missed("calibration question", exc)
+        except CryptoError as exc:
+            log.warning("%s: the calibration question is not signed by the aggregator: %s", problem.id, exc)
+            missed("calibration question", exc)
     return out

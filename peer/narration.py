@@ -22,6 +22,7 @@ STATUS_TEXT: dict[ParticipationPhase, str] = {
     P.CONFIRMED: "confirmed with other members the roster of",
     P.ANSWERED: "answered a median query (randomised response) in",
     P.REPORTING: "is sending its randomised reports (or cover packets) in",
+    P.CALIBRATED: "answered the calibration question (one randomised score bin and label) in",
     P.DONE: "downloaded the signed model of",
     P.DEGRADED: "downloaded the signed model (the aggregator lost too many reports) of",
     P.PARTIAL: "downloaded the signed model, but could not do all of its part in",

@@ -33,6 +33,7 @@ from anonml.protocol import (
     AdmissionCredential,
     Assignment,
     Bins,
+    CalibrationRequest,
     CosignatureBundle,
     MedianQuery,
     ModelDocument,
@@ -43,7 +44,7 @@ from anonml.protocol import (
     sign_message,
     verify_message,
 )
-from peer import median_answer, participation_store, roster_checks, round_packets
+from peer import calibration_answer, median_answer, participation_store, roster_checks, round_packets
 from peer.client import AggregatorClient
 from peer.db import ParticipationRow, PeerDB
 from peer.features import LocalExample, invalid_features, local_example, predict_example
@@ -144,6 +145,8 @@ class Participant:
     window_end: float | None = None  # t_s + δ of the round this identity built packets for
     sent: int = 0
     outcome: Outcome | None = None
+    #: The signed calibration answer (JSON) once drawn: sent again as it is, never drawn twice.
+    stored_calibration_answer: str | None = None
     _resumed_fingerprint: str | None = None  # a restart re-checks the roster against this one
     _resumed_group: int | None = None  # report_group as saved before a restart
     _registration: Registration | None = None  # signed once: a resend is the same document
@@ -242,14 +245,15 @@ class Participant:
     def report_group(self) -> int | None:
         """Reports each of this identity's reports is shuffled among, from the roster it checked.
 
-        ``⌊(members − median pool) / k_p⌋``, the smallest report partition of
+        ``⌊(members − median and calibration pools) / k_p⌋``, the smallest report partition of
         the signed roster (what :func:`peer.records.shuffle_bounds` reads from the
         saved facts); None before the roster.
         """
         if self.roster is None:
             return self._resumed_group
         roster = self.roster.view.roster
-        return (len(roster.entries) - roster.median_pool_size) // self.problem.draft.kp
+        draft = self.problem.draft
+        return draft.report_pool_size(len(roster.entries), roster.median_pool_size) // draft.kp
 
     @property
     def relay_url(self) -> str | None:
@@ -427,6 +431,16 @@ class Participant:
         """Note a part of its own this identity could not do (logged (:func:`peer.median_answer._short`)."""
         return median_answer._short(self, why)
 
+    # -- 5. calibration answer (a calibration-pool identity, after the report round) -----
+    @property
+    def in_calibration_pool(self) -> bool:
+        """See :func:`peer.calibration_answer.in_calibration_pool`."""
+        return calibration_answer.in_calibration_pool(self)
+
+    def answer_calibration(self, request: CalibrationRequest) -> bool:
+        """See :func:`peer.calibration_answer.answer`."""
+        return calibration_answer.answer(self, request)
+
     # -- 4. report round ----------------------------------------------------------------
     def open_round(self, bins: Bins, view: RosterView | None = None) -> None:
         """See :func:`peer.round_packets.open_round`."""
@@ -469,8 +483,8 @@ class Participant:
         ``receipts``: the aggregator's receipt digests when the host fetched them once for
         all its identities (:meth:`count_lost_reports`); None: fetched here.
         """
-        if self.phase != P.REPORTING:
-            raise IllegalTransition(f"a model is taken in phase reporting, not {self.phase}")
+        if self.phase not in (P.REPORTING, P.CALIBRATED):
+            raise IllegalTransition(f"a model is taken in phase reporting or calibrated, not {self.phase}")
         try:
             verify_message(document, bytes(self.problem.aggregator))
         except CryptoError as exc:

@@ -64,6 +64,7 @@ class Participation(Protocol):
     window_end: float | None
     sent: int
     outcome: Outcome | None
+    stored_calibration_answer: str | None
     _resumed_fingerprint: str | None
     _resumed_group: int | None
     _payloads: list[tuple[Redemption, bytes] | None] | None
@@ -114,5 +115,7 @@ class Participation(Protocol):
     def _into_round(self) -> None: ...
 
     def _standin(self, why: str) -> None: ...
+
+    def _short(self, why: str) -> None: ...
 
     def compute_example(self) -> None: ...

@@ -53,6 +53,8 @@ def save(p: Participation, model_json: str | None = None) -> None:
         "prediction": p.prediction,
         # sender-only may have been detected (peer.reachability) under a policy that relays
         "relays": p.relays,
+        # drawn once: a restart sends these signed bytes again (peer.calibration_answer)
+        "calibration_answer": p.stored_calibration_answer,
     }
     sealed = None
     if p.tokens is not None and p.phase not in TERMINAL:  # spent secrets go with the round
@@ -95,6 +97,7 @@ def resume(p: Participation, row: ParticipationRow) -> list[tuple[int, float, st
     p._resumed_group = facts.get("report_group")
     p.window_end = facts.get("window_end")
     p.sent = int(facts.get("sent", 0))
+    p.stored_calibration_answer = facts.get("calibration_answer")
     vault = p.node.vault
     if p.db is not None:
         key_row = p.db.round_key(p.node.fingerprint, p.problem.round_id)

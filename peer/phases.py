@@ -11,12 +11,14 @@ through :func:`check_transition`, which refuses any move the table
     accepted ─► registered ─► roster_checked ─► confirmed ─┬─► answered ─┐
                                                             └────────────┴─► relaying ─► reporting
     reporting ─► done | degraded | partial
+    reporting ─► calibrated ─► done | degraded | partial   (a calibration-pool identity, asked)
     any phase before done ─► aborted (this peer stopped: a check failed) | failed (the problem failed)
 
-``degraded``: the problem ended ``degraded`` at the aggregator (too many
-reports lost) and its model was downloaded all the same. ``partial``: the
-model was downloaded, but this identity could not do all of its own part (its
-median answer was not delivered or not counted, or could not be sent); the
+``calibrated``: a calibration-pool identity drew its one calibration answer and saved it (it is
+then recorded and sent; :mod:`peer.calibration_answer`). ``degraded``: the problem ended
+``degraded`` at the aggregator (too many reports lost) and its model was downloaded all the
+same. ``partial``: the model was downloaded, but this identity could not do all of its own part
+(its median or calibration answer was not delivered or not counted, or could not be sent); the
 reason says what (:attr:`~peer.participant.Participant.shortfall`).
 
 What each phase established is one small immutable record (:class:`RelayKeys`
@@ -64,6 +66,7 @@ class ParticipationPhase(StrEnum):
     ANSWERED = "answered"
     RELAYING = "relaying"
     REPORTING = "reporting"
+    CALIBRATED = "calibrated"
     DONE = "done"
     DEGRADED = "degraded"
     PARTIAL = "partial"
@@ -82,7 +85,8 @@ TRANSITIONS: dict[ParticipationPhase, frozenset[ParticipationPhase]] = {
     P.CONFIRMED: frozenset({P.ANSWERED, P.RELAYING}) | _STOP,
     P.ANSWERED: frozenset({P.RELAYING}) | _STOP,
     P.RELAYING: frozenset({P.REPORTING}) | _STOP,
-    P.REPORTING: frozenset({P.DONE, P.DEGRADED, P.PARTIAL}) | _STOP,
+    P.REPORTING: frozenset({P.CALIBRATED, P.DONE, P.DEGRADED, P.PARTIAL}) | _STOP,
+    P.CALIBRATED: frozenset({P.DONE, P.DEGRADED, P.PARTIAL}) | _STOP,
     P.DONE: frozenset(),
     P.DEGRADED: frozenset(),
     P.PARTIAL: frozenset(),

@@ -446,7 +446,8 @@ def check_roster_floors(
         Naming the floor and the roster's value: fewer members than
         ``max(min_peers, min_roster_size)``; fewer than ``hops + 1`` (a route
         of ``hops`` distinct other members would be impossible); a smallest
-        report partition ``floor((n − pool) / k_p)`` below ``min_anonymity_set``;
+        report partition ``floor((n − pools) / k_p)`` below ``min_anonymity_set`` (pools: the
+        median and calibration pools, :meth:`~anonml.protocol.ProblemDraft.report_pool_size`);
         fewer relaying members than ``min_relays`` or than a route needs; a route
         hostile end to end more likely than ``max_hostile_route``;
         or a proposal floor (:func:`proposal_floors`).
@@ -466,11 +467,12 @@ def check_roster_floors(
         raise AnonMLError(
             f"the roster has {n_members} members: too few for routes of {draft.hops} distinct other members"
         )
-    smallest = (n_members - median_pool_size) // draft.kp
+    smallest = draft.report_pool_size(n_members, median_pool_size) // draft.kp
     if smallest < policy.min_anonymity_set:
+        pools = n_members - draft.report_pool_size(n_members, median_pool_size)
         raise AnonMLError(
             f"the smallest report partition holds {smallest} peers ((n={n_members} − pool "
-            f"{median_pool_size}) / k_p={draft.kp}), fewer than this peer's anonymity floor of "
+            f"{pools}) / k_p={draft.kp}), fewer than this peer's anonymity floor of "
             f"{policy.min_anonymity_set}"
         )
     r = n_members if relays is None else relays

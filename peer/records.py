@@ -180,8 +180,8 @@ def shuffle_bounds(
     k_p⌋`` from the signed roster it checked (saved in its state, so this
     works after a restart and without the daemon):
     :func:`~anonml.privacy.amplification.report_pool_bound` (FMT 2021), the
-    same figure the aggregator publishes. A median answer is signed and keeps
-    its local ε. ``anonml peer ledger`` and the dashboard both call this.
+    same figure the aggregator publishes. A median or calibration answer is
+    signed and keeps its local ε. ``anonml peer ledger`` and the dashboard both call this.
 
     Returns
     -------
@@ -200,7 +200,8 @@ def shuffle_bounds(
         reports = [r for r in rs if (r.pool or "").startswith("partition-")]
         n = groups.get(pid)
         if not reports:
-            out[pid] = (None, "no reports (median answers are signed, not shuffled)")
+            signed = "median answers are signed, not shuffled, and so are calibration answers"
+            out[pid] = (None, f"no reports ({signed})")
         elif n is None:
             out[pid] = (None, "no checked roster on record: local ε only")
         elif n < 2:

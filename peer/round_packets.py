@@ -384,7 +384,7 @@ def _reports(p: Participation, bins: Bins, roster: RosterFacts) -> list[tuple[Re
         raise Aborted(
             f"bins announce {bins.slots_per_peer} slots for {len(roster.assignment.subsets)} subsets"
         )
-    n = len(roster.view.keys) - roster.view.roster.median_pool_size
+    n = p.problem.draft.report_pool_size(len(roster.view.keys), roster.view.roster.median_pool_size)
     tokens = p.facts(prepare_round(p).tokens, "this identity's tokens")
     p.compute_example()
     reports, specs, standins = make_reports(

@@ -22,7 +22,7 @@ from typing import Protocol
 from anonml.database import storage_failure
 from anonml.errors import AnonMLError, ProtocolError
 from anonml.outbound import OutboundError, RefusedAddress
-from anonml.phases import MODEL_PHASES, ProblemPhase
+from anonml.phases import AFTER_ROUND_PHASES, MODEL_PHASES, ProblemPhase
 from anonml.protocol import (
     MAX_BATCH_ITEMS,
     Assignment,
@@ -32,7 +32,7 @@ from anonml.protocol import (
     Registration,
     RosterWitness,
 )
-from peer import median_answer
+from peer import calibration_answer, median_answer
 from peer.client import AggregatorClient, HTTPRefusal, retry_wait, transient
 from peer.db import PeerDB
 from peer.discovery import poll_backoff
@@ -101,6 +101,9 @@ class ProblemSession:
         self._refusal = ""
         self._streak: set[int] = set()
         self._model_seen: float | None = None
+        # Calibration-pool identities this process has put the question to (each once: a second ask
+        # would only resend its stored answer, and count a refused duplicate at the aggregator).
+        self._calibration_asked: set[int] = set()
         self.relay_hosts = RelayHostWatch(self)  # relay hosts found dead in the send window
 
     def due(self) -> bool:
@@ -205,12 +208,14 @@ class ProblemSession:
             # relay of the host is open.
             todo = [p for p in ready if p.preparation is None]
             self._each(lambda p: p.prepare_round(), todo[:TOKENS_PER_POLL])
-        if status.phase in (ProblemPhase.REPORTING, ProblemPhase.TRAINING, *MODEL_PHASES):
+        if status.phase in (ProblemPhase.REPORTING, *AFTER_ROUND_PHASES):
             self._report_round(status.phase)
+        if status.phase == ProblemPhase.CALIBRATING:
+            self._calibrate()
         if status.phase in MODEL_PHASES and status.model_available:  # degraded: published all the same
             document = self.client.model(self.problem.id)
             degraded = status.phase == ProblemPhase.DEGRADED
-            taking = self._in(P.REPORTING)
+            taking = self._in(P.REPORTING, P.CALIBRATED)
             fetched = fetch_for_host(self.client, self.problem, taking, self.host.count)
             self.last_error = fetched.error or self.last_error
             if fetched.awaited and time.monotonic() < self._receipts_until():
@@ -220,6 +225,7 @@ class ProblemSession:
                 missing = " and ".join(fetched.awaited)
                 raise OutboundError(f"{self.problem.id}: {missing} not available yet ({fetched.error})")
             self._each(lambda p: median_answer.note_unanswered(p, fetched.asked), taking)
+            self._each(lambda p: calibration_answer.note_unanswered(p, fetched.calibration), taking)
             receipts = fetched.receipts
             self._each(lambda p: p.receive_model(document, degraded=degraded, receipts=receipts))
             self.finished = True
@@ -387,6 +393,24 @@ class ProblemSession:
                     p.abort("the roster was not checked and compared with another member, its assignment "
                             "or tokens did not arrive, or the bins were not co-signed, before the send "
                             f"window closed{unanswered}")
+
+    def _calibrate(self) -> None:
+        """Calibration-pool identities of this host answer the question (fetched once for them all;
+        never by a host without one: the download says nothing of any identity's data)."""
+        pool = [
+            p
+            for p in self._in(P.REPORTING, P.CALIBRATED)
+            if p.in_calibration_pool and id(p) not in self._calibration_asked
+        ]
+        if not pool:
+            return
+        request = self.client.calibration(self.problem.id)
+
+        def ask(p: Participant) -> None:
+            p.answer_calibration(request)  # a calibrated one (resumed after a restart) resends once
+            self._calibration_asked.add(id(p))  # not when it raised: tried again at the next poll
+
+        self._each(ask, pool)
 
     def _receipts_until(self) -> float:
         """When this host stops waiting for the receipts and the median queries asked (monotonic):

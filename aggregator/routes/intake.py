@@ -33,7 +33,7 @@ from anonml.crypto import (
     open_payload,
 )
 from anonml.crypto.spent import SpentTokenRow, insert_many_once
-from anonml.phases import MODEL_PHASES, ProblemPhase
+from anonml.phases import AFTER_ROUND_PHASES, ProblemPhase
 from anonml.protocol import (
     BatchResults,
     IntakeBatch,
@@ -218,7 +218,7 @@ def receipts(problem_id: str, state: StateDep, session: SessionDep) -> ReportRec
     if ctx is None:
         raise HTTPException(status_code=404, detail=f"no problem {problem_id!r}")
     phase = session.scalar(select(ProblemRow.phase).where(ProblemRow.id == problem_id))
-    if phase not in (ProblemPhase.TRAINING, *MODEL_PHASES):
+    if phase not in AFTER_ROUND_PHASES:
         raise HTTPException(
             status_code=409, detail=f"problem {problem_id} is in phase {phase}; no receipts yet"
         )

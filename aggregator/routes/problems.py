@@ -17,6 +17,7 @@ from fastapi import APIRouter, HTTPException
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from aggregator.calibration_round import calibration_account
 from aggregator.db import (
     MedianAnswerRow,
     MedianQueryRow,
@@ -98,8 +99,8 @@ def problem_account(
     )
     _, intake = reject_counts(rows)
     late = intake.pop("late", 0)
-    report_peers = len(ctx.roster.entries) - ctx.roster.median_pool_size
     draft = ctx.problem.draft
+    report_peers = draft.report_pool_size(len(ctx.roster.entries), ctx.roster.median_pool_size)
     return account_reports(
         report_peers,
         draft.kh,
@@ -182,6 +183,8 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
     roster_size = len(ctx.roster.entries) if ctx.roster is not None else 0
     pool = ctx.roster.median_pool_size if ctx.roster is not None else 0
     counts = problem_counts(session, row.id)
+    published_model = None if row.model_json is None else json.loads(row.model_json)
+    calibrated = bool(((published_model or {}).get("calibration") or {}).get("calibrated"))
     return ProblemStatus(
         id=row.id,
         title=ctx.problem.draft.title,
@@ -199,12 +202,14 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
         message=row.message,
         phase_seconds=json.loads(row.phase_seconds_json),
         median_pool=pool,
-        report_peers=roster_size - pool,
+        report_peers=ctx.problem.draft.report_pool_size(roster_size, pool),
         slots_per_peer=ctx.problem.draft.kh,
         reports=problem_account(session, row.id, ctx, state.settings.intake_grace_seconds),
         medians=median_account(session, row.id, ctx),
         schedule=None if ctx.roster is None else state.round_schedule(ctx, roster_size),
         shuffle=problem_shuffle(ctx, row.model_json),
+        calibration_pool=ctx.problem.draft.calibration_pool_size(roster_size),
+        calibration=calibration_account(session, row.id, calibrated=calibrated),
     )
 
 

@@ -102,9 +102,12 @@ def _issue(problem_id: str, body: TokenBatchRequest, state, session: Session) ->
             problem_id, "bad signature", 403, f"token request signature rejected: {exc}"
         ) from None
     assignment = plan.assignment(index)
-    if assignment.role == "median":
+    if assignment.role != "report":
         raise state.refuse(
-            problem_id, "median pool", 403, "median-pool peers send cover packets only and get no tokens"
+            problem_id,
+            f"{assignment.role} pool",
+            403,
+            f"{assignment.role}-pool peers send cover packets only and get no tokens",
         )
     kp, kh = ctx.problem.draft.kp, ctx.problem.draft.kh
     own = {report_slot(problem_id, assignment.index, k) for k in range(kh)}

@@ -18,9 +18,13 @@ beacon, signed roster, plan parameters) and check what the aggregator told it
 (:func:`verify_assignment`).
 
 The first ``median_pool_size`` peers in that order form a separate pool that
-only answers private-median queries (thesis algorithm 1); the rest are split
-into the k_p report partitions. Disjoint pools compose in parallel, so each
-peer's total ε is the budget of the one thing it releases.
+only answers private-median queries (thesis algorithm 1); the next
+``calibration_pool_size`` form the calibration pool, which only sends one
+(score bin, label) answer once the model exists (:mod:`anonml.learn.calibration`);
+the rest are split into the k_p report partitions. Disjoint pools compose in
+parallel, so each peer's total ε is the budget of the one thing it releases.
+Without a calibration pool (size 0) the plan is the one it was before the pool
+existed, rank for rank.
 
 Only SHA-256 and integer arithmetic decide the plan (no library RNG whose
 stream could change between numpy versions), so a plan is stable across
@@ -185,11 +189,12 @@ class PeerAssignment:
     """What one peer does in a problem.
 
     ``role`` is ``"median"`` (answers one private-median query; ``index`` is its
-    rank within the median pool) or ``"report"`` (``index`` is its partition and
-    ``subsets`` the feature subsets it reports, one report each).
+    rank within the median pool), ``"calibration"`` (sends one calibration answer;
+    ``index`` is its rank within the calibration pool) or ``"report"`` (``index``
+    is its partition and ``subsets`` the feature subsets it reports, one report each).
     """
 
-    role: Literal["median", "report"]
+    role: Literal["median", "calibration", "report"]
     index: int
     subsets: tuple[tuple[int, ...], ...] = ()
 
@@ -214,6 +219,8 @@ class PartitionPlan:
         Report partition ``p`` is ``order[bounds[p]:bounds[p + 1]]``.
     subsets : tuple
         ``subsets[p]`` is the tuple of k_h feature subsets of partition ``p``.
+    calibration_pool_size : int
+        The next this many peers in ``order`` (after the median pool) form the calibration pool.
     """
 
     seed: bytes
@@ -223,6 +230,7 @@ class PartitionPlan:
     median_pool_size: int
     bounds: tuple[int, ...]
     subsets: tuple[tuple[tuple[int, ...], ...], ...]
+    calibration_pool_size: int = 0
 
     @property
     def n_partitions(self) -> int:
@@ -235,6 +243,10 @@ class PartitionPlan:
     def median_pool(self) -> np.ndarray:
         """Roster indices of the median pool, in membership order."""
         return self.order[: self.median_pool_size]
+
+    def calibration_pool(self) -> np.ndarray:
+        """Roster indices of the calibration pool, in membership order."""
+        return self.order[self.median_pool_size : self.median_pool_size + self.calibration_pool_size]
 
     def members(self, partition: int) -> np.ndarray:
         """Roster indices of report partition ``partition``, in membership order."""
@@ -254,6 +266,8 @@ class PartitionPlan:
         """The assignment of the peer at membership rank ``rank``."""
         if rank < self.median_pool_size:
             return PeerAssignment("median", rank)
+        if rank < self.median_pool_size + self.calibration_pool_size:
+            return PeerAssignment("calibration", rank - self.median_pool_size)
         p = int(np.searchsorted(self.bounds, rank, side="right")) - 1
         return PeerAssignment("report", p, self.subsets[p])
 
@@ -276,6 +290,7 @@ def make_plan(
     subsets: Sequence[Sequence[int]] | None = None,
     median_pool_size: int = 0,
     beacon: bytes = b"",
+    calibration_pool_size: int = 0,
 ) -> PartitionPlan:
     """Build the partition plan every party can recompute.
 
@@ -298,6 +313,8 @@ def make_plan(
     beacon : bytes, default=b""
         :func:`anonml.protocol.roster_beacon` of the witnesses' cosignatures on
         the roster transcript (module docstring); empty without witnesses.
+    calibration_pool_size : int, default=0
+        Peers set apart, after the median pool, to send one calibration answer only.
 
     Raises
     ------
@@ -307,12 +324,16 @@ def make_plan(
         On a malformed seed or roster.
     """
     n_peers = len(peer_keys)
-    if median_pool_size < 0:
-        raise ValueError(f"median_pool_size must be >= 0, got {median_pool_size}")
-    if n_peers - median_pool_size < n_partitions:
+    if median_pool_size < 0 or calibration_pool_size < 0:
         raise ValueError(
-            f"{n_peers} peers minus a median pool of {median_pool_size} cannot fill {n_partitions} partitions"
+            f"pool sizes must be >= 0, got median {median_pool_size}, calibration {calibration_pool_size}"
         )
+    set_apart = median_pool_size + calibration_pool_size
+    if n_peers - set_apart < n_partitions:
+        pools = f"a median pool of {median_pool_size}" + (
+            f" and a calibration pool of {calibration_pool_size}" if calibration_pool_size else ""
+        )
+        raise ValueError(f"{n_peers} peers minus {pools} cannot fill {n_partitions} partitions")
     if subsets is None:
         chosen = random_subsets(
             seed, n_features, n_partitions=n_partitions, n_subsets=n_subsets, subset_size=subset_size
@@ -321,9 +342,9 @@ def make_plan(
         chosen = _given_subsets(subsets, n_features, n_partitions, n_subsets, subset_size)
     seed, beacon, digest = _check_seed(seed), _check_beacon(beacon), roster_digest(peer_keys)
     order = _membership_order(seed, peer_keys, beacon, digest)
-    report = n_peers - median_pool_size
+    report = n_peers - set_apart
     sizes = [report // n_partitions + (1 if p < report % n_partitions else 0) for p in range(n_partitions)]
-    bounds = tuple(int(b) for b in np.cumsum([median_pool_size, *sizes]))
+    bounds = tuple(int(b) for b in np.cumsum([set_apart, *sizes]))
     return PartitionPlan(
         seed=seed,
         beacon=beacon,
@@ -332,6 +353,7 @@ def make_plan(
         median_pool_size=median_pool_size,
         bounds=bounds,
         subsets=chosen,
+        calibration_pool_size=calibration_pool_size,
     )
 
 

@@ -103,9 +103,10 @@ def roster_plan(draft: ProblemDraft, roster: Roster, beacon: bytes = b"") -> Par
     """The partition plan of ``roster`` (its seed, its members in order) under ``draft`` and ``beacon``.
 
     :func:`~anonml.learn.partition.make_plan` with the plan shape of :func:`learner_settings`
-    (the simulated learner's and the protocol's are one), the roster's ``median_pool_size``
-    and the witnesses' ``beacon`` (DESIGN §6–7). Raises ValueError when the roster's size does
-    not fit the draft's plan (the beacon never changes that).
+    (the simulated learner's and the protocol's are one), the roster's ``median_pool_size``,
+    the draft's calibration pool (:meth:`~anonml.protocol.ProblemDraft.calibration_pool_size`
+    of the roster's size) and the witnesses' ``beacon`` (DESIGN §6–7). Raises ValueError when the
+    roster's size does not fit the draft's plan (the beacon never changes that).
     """
     settings = learner_settings(draft)
     shape = {name: settings[name] for name in ("n_partitions", "n_subsets", "subset_size", "subsets")}
@@ -115,6 +116,7 @@ def roster_plan(draft: ProblemDraft, roster: Roster, beacon: bytes = b"") -> Par
         keys,
         len(draft.features),
         median_pool_size=roster.median_pool_size,
+        calibration_pool_size=draft.calibration_pool_size(len(keys)),
         beacon=beacon,
         **shape,
     )

@@ -3,8 +3,8 @@
 The aggregator, the peers and the witnesses never import each other; they meet only here, over
 HTTP. Binary values are length-checked base64; signed messages are signed under a per-kind context
 (:func:`sign_message` / :func:`verify_message`). The messages by family: :mod:`.problems`,
-:mod:`.membership`, :mod:`.witnessing`, :mod:`.round`, :mod:`.status` (:mod:`.messages`: the
-encoding). The flow of one problem, who signs what and the windows: docs/protocol.md.
+:mod:`.membership`, :mod:`.witnessing`, :mod:`.round`, :mod:`.calibration`, :mod:`.status`
+(:mod:`.messages`: the encoding). The flow of one problem, who signs what and the windows: docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -12,6 +12,13 @@ from __future__ import annotations
 from anonml.crypto.onion import PAYLOAD_SIZE as SEALED_PAYLOAD_SIZE
 from anonml.errors import ProtocolError
 from anonml.phases import MODEL_PHASES, ProblemPhase
+from anonml.protocol.calibration import (
+    MAX_SCORE_CUTS,
+    CalibrationAnswer,
+    CalibrationQuestion,
+    CalibrationRequest,
+    model_digest,
+)
 from anonml.protocol.membership import (
     MAX_BATCH_ITEMS,
     REACHABILITY_SKEW_SECONDS,
@@ -79,6 +86,7 @@ from anonml.protocol.round import (
     unpack_bits,
 )
 from anonml.protocol.status import (
+    CalibrationAccount,
     MedianAccount,
     PeerStatus,
     ProblemStatus,
@@ -103,6 +111,12 @@ from anonml.protocol.witnessing import (
 
 __all__ = [
     "MedianAccount",
+    "CalibrationAccount",
+    "MAX_SCORE_CUTS",
+    "model_digest",
+    "CalibrationQuestion",
+    "CalibrationAnswer",
+    "CalibrationRequest",
     "SEALED_PAYLOAD_SIZE",
     "ProtocolError",
     "PROTOCOL_VERSION",

@@ -205,13 +205,14 @@ class Roster(WireMessage):
 class Assignment(WireMessage):
     """What the aggregator says one peer does, signed; the peer re-derives it from the seed.
 
-    ``role`` is ``"median"`` (``index`` = rank in the median pool) or
-    ``"report"`` (``index`` = partition, ``subsets`` = its k_h feature subsets).
+    ``role`` is ``"median"`` (``index`` = rank in the median pool), ``"calibration"``
+    (``index`` = rank in the calibration pool) or ``"report"`` (``index`` = partition,
+    ``subsets`` = its k_h feature subsets).
     """
 
     problem_id: str
     identity: IdentityBytes
-    role: Literal["median", "report"]
+    role: Literal["median", "calibration", "report"]
     index: int = Field(ge=0)
     subsets: tuple[tuple[int, ...], ...] = ()
     signature: SignatureBytes

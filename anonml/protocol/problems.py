@@ -316,6 +316,16 @@ class ProblemDraft(WireMessage):
     label: LabelSpec = Field(default=_BINARY, exclude_if=lambda spec: spec == _BINARY)
     #: Left out of the wire form when unset, so a problem without a target signs the same bytes as before.
     central_target: CentralTargetSpec | None = Field(default=None, exclude_if=lambda target: target is None)
+    #: Largest share of the roster set apart as the calibration pool (:meth:`calibration_pool_size`);
+    #: 0 = no calibration, and then left out of the wire form, so the problem signs the bytes it had
+    #: before the field existed.
+    calibration_fraction: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        exclude_if=lambda fraction: fraction == 0,
+        description="Largest share of the peers that calibrate the model (one answer each at ε); 0 = off.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ProblemDraft:
@@ -341,6 +351,13 @@ class ProblemDraft(WireMessage):
             )
         if self.ks > len(self.features):
             raise ValueError(f"ks={self.ks} exceeds the {len(self.features)} features")
+        if self.calibration_fraction > 0 and self.label.kind != "binary":
+            # K ≥ 3 calibrates in two halves, the second reporting log-loss changes through another
+            # mechanism (anonml.learn.calibration.calibrate_classes); the protocol asks one question.
+            raise ValueError(
+                f"the protocol calibrates binary labels only, not {self.label.describe()}: "
+                "set calibration_fraction to 0"
+            )
         if self.subsets is not None:
             for i, subset in enumerate(self.subsets):
                 if len(subset) != self.ks or any(not 0 <= f < len(self.features) for f in subset):
@@ -376,6 +393,23 @@ class ProblemDraft(WireMessage):
         questions = len(self.numeric_features) * (self.bins - 1) * self.median.steps
         cap = int(math.floor(self.median.pool_fraction * n_peers))
         return median_pool_size(cap, self.median_epsilon, questions)
+
+    def calibration_pool_size(self, n_peers: int) -> int:
+        """Peers that calibrate the trained model: :func:`anonml.learn.simulation.calibration_pool_size`
+        of ``calibration_fraction``, the roster's ``n_peers`` and the problem's ε (the rule the
+        library's own fit sizes its pool by). Each sends one (score bin, label) answer at ε; 0 when
+        calibration is off or the cap holds too few to carry a signal.
+        """
+        if self.calibration_fraction == 0:
+            return 0
+        from anonml.learn.simulation import calibration_pool_size  # numpy: not at the service's start
+
+        return calibration_pool_size(self.calibration_fraction, n_peers, self.epsilon)
+
+    def report_pool_size(self, n_peers: int, median_pool_size: int) -> int:
+        """Peers of a roster of ``n_peers`` left for the k_p report partitions: the median pool
+        (the roster's ``median_pool_size``) and the calibration pool set apart."""
+        return n_peers - median_pool_size - self.calibration_pool_size(n_peers)
 
 
 class Problem(WireMessage):

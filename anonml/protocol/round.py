@@ -27,7 +27,7 @@ from anonml.crypto.onion import PAYLOAD_VERSION
 from anonml.privacy.descriptor import MechanismDescriptor
 from anonml.protocol.membership import MAX_BATCH_ITEMS
 from anonml.protocol.messages import B64, IdentityBytes, SignatureBytes, Slot, WireMessage, sign_message
-from anonml.protocol.status import MedianAccount, ReportAccount
+from anonml.protocol.status import CalibrationAccount, MedianAccount, ReportAccount
 
 if TYPE_CHECKING:
     import numpy as np
@@ -319,6 +319,9 @@ class ModelDocument(WireMessage):
     metrics: dict[str, float] = {}
     reports: ReportAccount | None = None
     medians: MedianAccount | None = None
+    #: The calibration pool's answers (a problem with a calibration pool); left out of the wire form
+    #: otherwise, so a model signed before the field existed keeps its bytes.
+    calibration: CalibrationAccount | None = Field(default=None, exclude_if=lambda account: account is None)
     signature: SignatureBytes
 
 

@@ -143,6 +143,28 @@ class MedianAccount(_Shortfall):
         return f"{self.missing} of {self.expected} median answers missing{why}"
 
 
+class CalibrationAccount(_Shortfall):
+    """The calibration pool's answers, and whether they calibrated the published model.
+
+    ``expected`` counts the pool members the question named, ``received`` the answers stored,
+    ``missing = expected − received`` (``late``: refused after the deadline; ``refused`` by
+    reason; ``not_arrived`` the rest). ``calibrated`` is False while the answers are awaited and
+    when too few arrived to carry a signal
+    (:func:`anonml.learn.simulation.calibration_pool_size` of the answers received is 0): the
+    model is then published as trained, uncalibrated, and ``describe`` says so.
+    """
+
+    missing: int = Field(ge=0)
+    calibrated: bool = False
+
+    def describe(self) -> str:
+        """One line: ``"calibrated by 600 of 610 answers: 10 not arrived"`` or the uncalibrated case."""
+        why = self._why("refused")
+        if self.calibrated:
+            return f"calibrated by {self.received} of {self.expected} answers{why}"
+        return f"not calibrated: {self.received} of {self.expected} calibration answers, too few{why}"
+
+
 class ShuffleStatement(WireMessage):
     """The conditional central (ε, δ) of the aggregator's view by shuffling, beside the local ε.
 
@@ -184,10 +206,12 @@ class ProblemStatus(WireMessage):
     message: str = ""
     phase_seconds: dict[str, float] = {}
     median_pool: int = 0
+    calibration_pool: int = 0
     report_peers: int = 0
     slots_per_peer: int = 0
     reports: ReportAccount | None = None  # once the roster is out
     medians: MedianAccount | None = None  # once the roster is out
+    calibration: CalibrationAccount | None = None  # once the calibration question is asked
     #: The schedule the round keeps — the proposal's, raised to floors sized for the roster — once
     #: the roster is out (the bins carry its absolute report windows).
     schedule: Schedule | None = None

@@ -1,0 +1,224 @@
+"""One calibration-pool identity's answer to the aggregator's calibration question: its (score bin,
+label) under the trained model, perturbed at the problem's ε, recorded in the ledger before it is
+sent, sent once (docs/protocol.md, "Calibration").
+
+Before anything is computed the identity checks, and refuses (:class:`~peer.phases.Aborted`,
+nothing released) unless: the question and the model are signed by the problem's aggregator and
+for this problem; the question names the model it came with (:func:`anonml.protocol.model_digest`);
+this identity's own plan puts it in the calibration pool, and every member asked is in that pool;
+ε is the problem's; the model is an uncalibrated binary model of the proposal's features; and the
+cut points are exactly the model's own, recomputed here from the model alone with
+:func:`anonml.learn.calibration.score_bins`, so no aggregator can choose cut points that single
+one member out. The budget is the ledger's to
+refuse (its per-problem and lifetime caps, :class:`~anonml.errors.BudgetExceeded`).
+
+The answer is drawn once: it is saved with the participation (phase ``calibrated``) before the
+release is recorded and sent, and any later ask — a repeated question, a restart — sends those
+same signed bytes again, never a fresh draw. What is sent depends on the data only through the
+perturbed value: an identity whose example is missing or out of range sends a uniform stand-in
+value through the same mechanism.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from anonml.crypto import CryptoError
+from anonml.errors import AnonMLError, ProtocolError
+from anonml.protocol import (
+    CalibrationAnswer,
+    CalibrationRequest,
+    model_digest,
+    pack_bits,
+    sign_message,
+    verify_message,
+)
+from anonml.randomness import resolve_rng
+from peer.client import HTTPRefusal, transient, with_retries
+from peer.features import invalid_features
+from peer.participation import Participation
+from peer.phases import Aborted, ParticipationPhase
+
+if TYPE_CHECKING:
+    from anonml.learn import AnonMLClassifier
+
+__all__ = ["answer", "check_request", "in_calibration_pool", "note_unanswered"]
+
+P = ParticipationPhase
+log = logging.getLogger("anonml.peer")
+
+#: The ledger's pool name of a calibration answer.
+POOL = "calibration"
+
+
+def in_calibration_pool(p: Participation) -> bool:
+    """Its checked assignment puts it in the calibration pool (False before its roster check)."""
+    return p.roster is not None and p.roster.assignment.role == "calibration"
+
+
+def check_request(p: Participation, request: CalibrationRequest) -> tuple[AnonMLClassifier, np.ndarray]:
+    """The verified model (an :class:`~anonml.learn.AnonMLClassifier`) and its cut points, or
+    :class:`~peer.phases.Aborted` naming the first check that failed (module docstring)."""
+    from anonml.learn import AnonMLClassifier
+    from anonml.learn.calibration import CALIBRATION_BINS, score_bins
+    from anonml.learn.settings import roster_plan
+
+    question, document = request.question, request.model
+    aggregator = bytes(p.problem.aggregator)
+    try:
+        verify_message(question, aggregator)
+        verify_message(document, aggregator)
+    except CryptoError as exc:
+        raise Aborted(f"calibration question or model not signed by the aggregator: {exc}") from None
+    if question.problem_id != p.problem.id or document.problem_id != p.problem.id:
+        raise Aborted("the calibration question or its model is for another problem")
+    if bytes(question.model_digest) != model_digest(document.model):
+        raise Aborted("the calibration question names another model than the one it came with")
+    roster = p.facts(p.roster, "the checked roster")
+    if roster.assignment.role != "calibration":
+        role = roster.assignment.role
+        raise Aborted(f"asked to calibrate, but the plan puts this identity in the {role} pool")
+    draft = p.problem.draft
+    plan = roster.view.memo(
+        ("plan", roster.beacon), lambda: roster_plan(draft, roster.view.roster, roster.beacon)
+    )
+    if not set(question.members) <= {int(i) for i in plan.calibration_pool()}:
+        raise Aborted("the calibration question asks members outside the plan's calibration pool")
+    if not math.isclose(question.epsilon, draft.epsilon, rel_tol=1e-12):
+        raise Aborted(
+            f"the calibration question asks ε={question.epsilon}, the proposal promised {draft.epsilon}"
+        )
+    try:
+        model = AnonMLClassifier.from_json(json.dumps(document.model))
+    except ProtocolError as exc:
+        raise Aborted(f"the model to calibrate is not a valid model: {exc}") from None
+    if model.ensemble_.kind == "softmax" or model.ensemble_.calibration is not None:
+        raise Aborted("the model to calibrate is not an uncalibrated binary model")
+    if model.n_features_in_ != len(draft.features):
+        raise Aborted(
+            f"the model takes {model.n_features_in_} features, the proposal has {len(draft.features)}"
+        )
+    cuts, _ = score_bins(model.ensemble_, CALIBRATION_BINS)
+    if tuple(float(c) for c in cuts) != tuple(question.cuts):
+        raise Aborted("the calibration question's cut points are not the model's own (score_bins)")
+    return model, cuts
+
+
+def answer(p: Participation, request: CalibrationRequest) -> bool:
+    """Answer ``request`` if it names this identity; True when an answer was (re)sent.
+
+    Drawn at most once per problem (module docstring): a second ask resends the stored answer.
+    """
+    roster = p.facts(p.roster, "the checked roster")
+    me = roster.view.index_of[bytes(p.node.identity.public)]
+    if me not in request.question.members:
+        return False
+    if p.phase == P.CALIBRATED and p.stored_calibration_answer is not None:
+        _send(p, CalibrationAnswer.model_validate_json(p.stored_calibration_answer), request)
+        return True
+    if p.phase != P.REPORTING:
+        return False  # not through its report round yet (or ended)
+    model, cuts = check_request(p, request)
+    question = request.question
+    if time.time() >= question.deadline:
+        p._short("calibration answer not sent: the question's deadline had passed")
+        return False
+    from anonml.privacy import best_mechanism
+
+    gen = resolve_rng(p.node.rng)
+    mechanism = best_mechanism(question.epsilon, question.domain, len(question.members))
+    value = _value(p, model, cuts, gen)
+    bits = mechanism.perturb(np.asarray([value]), gen)[0]
+    signed = sign_message(
+        CalibrationAnswer(
+            problem_id=p.problem.id,
+            identity=bytes(p.node.identity.public),
+            model_digest=question.model_digest,
+            mechanism=mechanism.descriptor(),
+            bits=pack_bits(bits),
+            signature=bytes(64),
+        ),
+        p.node.identity,
+    )
+    # Saved before it is recorded and sent: a restart or a second ask sends these bytes, never a new draw.
+    p.stored_calibration_answer = signed.model_dump_json()
+    try:
+        p._move(P.CALIBRATED)
+    except Exception as exc:  # e.g. a full disk: nothing recorded, so nothing may be sent
+        p.stored_calibration_answer = None
+        p._short(f"calibration answer not sent: its state could not be saved: {exc}")
+        return False
+    _send(p, signed, request)
+    return True
+
+
+def _value(p: Participation, model: AnonMLClassifier, cuts: np.ndarray, gen: np.random.Generator) -> int:
+    """``2·bin + label`` of this identity's example under the model; a uniform value when it cannot say."""
+    p.compute_example()
+    try:
+        if p.example is None:
+            raise AnonMLError("no example")
+        bad = invalid_features(p.example.x, p.problem.draft.features)
+        if bad:
+            raise AnonMLError("; ".join(bad.values()))
+        codes = model.binning_.transform(np.asarray(p.example.x, dtype=float)[None, :])
+        score = model.ensemble_.decision_function(codes)[0]  # the uncalibrated score the cuts divide
+        label = int(p.example.y)
+        if label not in (0, 1):
+            raise AnonMLError(f"label index {label} is not binary")
+        return int(np.searchsorted(cuts, score, side="left")) * 2 + label
+    except Exception as exc:  # whatever fails, a uniform value through the same mechanism
+        p._standin(f"calibration answer: {exc}")
+        return int(gen.integers(2 * (len(cuts) + 1)))
+
+
+def _send(p: Participation, signed: CalibrationAnswer, request: CalibrationRequest) -> None:
+    """Record the release (once) and send ``signed`` until the question's deadline."""
+    what = "calibration answer"
+    releases = p.node.ledger.releases(peer=p.node.fingerprint, problem=p.problem.id)
+    if not any(r.pool == POOL for r in releases):
+        try:
+            p.node.ledger.record(
+                peer=p.node.fingerprint,
+                problem=p.problem.id,
+                round=0,
+                attributes=[*(f.name for f in p.problem.draft.features), "label"],
+                mechanism=signed.mechanism,
+                pool=POOL,
+            )
+        except Exception as exc:  # not recorded (a cap, a full disk): not released
+            p._short(f"{what} not sent: the release could not be recorded: {exc}")
+            return
+    try:
+        with_retries(
+            lambda: p.client.answer_calibration(signed),
+            until=request.question.deadline,
+            on_retry=lambda exc: p.relay.count("calibration answers retried"),
+        )
+    except HTTPRefusal as exc:
+        if exc.status == 409 and "already answered" in exc.detail:
+            p.relay.count("calibration answers delivered (replayed)")  # a retry whose first copy arrived
+        elif transient(exc) or exc.status == 409:
+            p._short(f"{what} not counted: {exc.detail}")
+        else:
+            raise
+    except ProtocolError as exc:
+        if not transient(exc):
+            raise
+        p._short(f"{what} not delivered before the question's deadline: {exc}")
+
+
+def note_unanswered(p: Participation, asked: CalibrationRequest | None) -> None:
+    """A calibration-pool identity named by the question asked that never answered says so when the
+    model comes: it ends ``partial`` with the reason, never ``done`` as if it had done its part."""
+    if asked is None or not in_calibration_pool(p) or p.phase != P.REPORTING or p.shortfall:
+        return
+    me = p.facts(p.roster, "the checked roster").view.index_of.get(bytes(p.node.identity.public))
+    if me in asked.question.members:
+        p._short("calibration answer not sent: the question closed before this identity's host answered it")
