@@ -8,10 +8,9 @@ problem's ε, the members asked, the deadline). Each member's signed answer is i
 label) pair perturbed at ε (:mod:`anonml.protocol.calibration`). Here the answers are summed per
 mechanism and debiased, ``n̂ = (ñ − q·n)/(p − q)`` (:func:`anonml.privacy.estimate_counts`,
 raw: unbiased, possibly negative, as the library keeps them), and the map is the library's
-(:func:`platt_map`): Platt scaling ``P(y=1|x) = σ(a·f(x) + b)`` fitted to the debiased histogram
-with the intercept tied to the private base rate, the slope limited to what the pool's noise
-supports, and tempered toward the base rate by its measured Brier gain
-(:mod:`anonml.learn.calibration`).
+(:func:`anonml.learn.calibration.platt_map`): Platt scaling ``P(y=1|x) = σ(a·f(x) + b)`` fitted
+to the debiased histogram with the intercept tied to the private base rate, the slope limited
+to what the pool's noise supports, and tempered toward the base rate by its measured Brier gain.
 
 Too few answers to carry a signal — the library's own rule,
 :func:`anonml.learn.simulation.calibration_pool_size` of the answers received is 0 — and the
@@ -38,7 +37,6 @@ __all__ = [
     "score_cuts",
     "calibration_question",
     "answer_counts",
-    "platt_map",
     "enough_answers",
     "calibrate_model",
 ]
@@ -105,45 +103,6 @@ def answer_counts(answers: Iterable[tuple[str, bytes]], n_bins: int) -> tuple[np
     return counts, variance, sum(n for _, _, n in sums.values())
 
 
-def platt_map(ensemble: Ensemble, counts: np.ndarray, variance: np.ndarray) -> tuple[float, float]:
-    """The tempered Platt map ``(a, b)`` of a binary ensemble from its pool's debiased histogram.
-
-    The steps of :func:`anonml.learn.calibration.calibrate_ensemble` after its simulated reports,
-    each the library's own function: the score-bin midpoints of
-    :func:`~anonml.learn.calibration.score_bins`; the private base rate π₀; the slope fitted with the
-    intercept tied so the map's mean over the pool's bins is π₀
-    (:func:`~anonml.learn.ensemble.platt_from_histogram`,
-    :func:`~anonml.learn.calibration.mean_preserving_intercept`); a steepening slope limited to
-    what the noise supports (:func:`~anonml.learn.calibration.supported_slope`); and the map
-    tempered toward π₀ in log-odds by ``t`` (:func:`~anonml.learn.calibration.brier_temper`):
-    ``(t·a, t·b + (1 − t)·logit π₀)``.
-    """
-    from scipy.special import logit
-
-    from anonml.learn.calibration import (
-        CALIBRATION_BINS,
-        _base_rate,
-        brier_temper,
-        mean_preserving_intercept,
-        score_bins,
-        supported_slope,
-    )
-    from anonml.learn.ensemble import platt_from_histogram
-
-    _, centres = score_bins(ensemble, CALIBRATION_BINS)
-    base = _base_rate(ensemble, counts, variance)
-    totals = counts.sum(axis=1)
-
-    def intercept_of(slope: float) -> float:
-        return mean_preserving_intercept(slope, centres, totals, base)
-
-    fitted, _ = platt_from_histogram(centres, counts, variance, intercept_of=intercept_of)
-    a = supported_slope(fitted, centres, counts, variance, intercept_of)
-    intercept = intercept_of(a)
-    t = brier_temper(centres * a + intercept, base, counts, variance)
-    return float(t * a), float(t * intercept + (1.0 - t) * float(logit(base)))
-
-
 def enough_answers(received: int, epsilon: float) -> bool:
     """Do ``received`` answers at ε carry a signal: the library's pool rule
     (:func:`anonml.learn.simulation.calibration_pool_size` with the whole share) is not 0."""
@@ -160,7 +119,7 @@ def calibrate_model(
     None instead of an ensemble when too few answers arrived (:func:`enough_answers`): the model
     stays as trained.
     """
-    from anonml.learn.calibration import CALIBRATION_BINS
+    from anonml.learn.calibration import CALIBRATION_BINS, platt_map
 
     counts, variance, n = answer_counts(answers, CALIBRATION_BINS)
     if not enough_answers(n, epsilon):

@@ -86,8 +86,10 @@ class PrivacyAccounting(JsonRecord):
         pool (whose one (score bin, label) report per peer is an anonymous LDP
         report like a report-pool one, so it is modelled as shuffled among the
         pool), never the median pool, whose answers are signed (DESIGN §11):
-        ``shuffle.peers_outside`` (= ``median_peers``) peers keep only their
-        local ε. None when a partition holds fewer than 2 peers. An extra,
+        ``shuffle.peers_outside`` (= ``median_peers`` here) peers keep only their
+        local ε. A protocol round's calibration answers are signed too
+        (``aggregator.calibration``), so a published model counts its pool
+        outside as well. None when a partition holds fewer than 2 peers. An extra,
         conditional statement — the local ε stays the headline.
     central_target : CentralTarget or None
         With a central target (``central_epsilon=(ε, δ)``): the target, the

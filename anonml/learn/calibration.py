@@ -66,6 +66,7 @@ __all__ = [
     "score_range",
     "score_bins",
     "calibrate_ensemble",
+    "platt_map",
     "supported_slope",
     "objective_difference_variance",
     "brier_temper",
@@ -141,6 +142,21 @@ def calibrate_ensemble(
     mechanism = best_mechanism(epsilon, 2 * b, int(values.size))
     bits = mechanism.perturb(values, rng)
     counts, variance = _pool_counts(bits, mechanism, b)
+    return ensemble.with_calibration(platt_map(ensemble, counts, variance))
+
+
+def platt_map(ensemble: Ensemble, counts: np.ndarray, variance: np.ndarray) -> tuple[float, float]:
+    """The tempered Platt map ``(a, b)`` of a binary ensemble from its pool's debiased histogram.
+
+    ``counts`` and ``variance`` are the (score bin, label) counts, each (CALIBRATION_BINS, 2), over
+    the cut points of :func:`score_bins` — simulated here (:func:`calibrate_ensemble`) or the
+    protocol pool's answers (``aggregator.calibration``). The slope is fitted with the intercept tied
+    so that the map's mean over the pool's bins is the private base rate π₀
+    (:func:`~anonml.learn.ensemble.platt_from_histogram`, :func:`mean_preserving_intercept`), a
+    steepening slope is limited to what the noise supports (:func:`supported_slope`), and the map is
+    tempered toward π₀ in log-odds by ``t`` (:func:`brier_temper`): ``(t·a, t·b + (1 − t)·logit π₀)``.
+    """
+    _, centres = score_bins(ensemble, CALIBRATION_BINS)
     base = _base_rate(ensemble, counts, variance)
     totals = counts.sum(axis=1)
 
@@ -151,8 +167,7 @@ def calibrate_ensemble(
     a = supported_slope(fitted, centres, counts, variance, intercept_of)
     intercept = intercept_of(a)
     t = brier_temper(centres * a + intercept, base, counts, variance)
-    centre = float(logit(base))
-    return ensemble.with_calibration((t * a, t * intercept + (1.0 - t) * centre))
+    return float(t * a), float(t * intercept + (1.0 - t) * float(logit(base)))
 
 
 #: Standard deviations of noise within which a steeper Platt map than the model's own scale counts as
