@@ -26,8 +26,9 @@ the central ε those groups give and whether it is met.
 
 A problem with a calibration pool (:meth:`~anonml.protocol.ProblemDraft.calibration_pool_size`)
 has its pool's answers signed and sent directly, as median answers are: the shuffle bound covers the
-report pool only, says so (:data:`SIGNED_ANSWERS_NOT_SHUFFLED`), and counts the calibration peers
-who answered among those outside it (:func:`with_calibration_answers`).
+report pool only, says so (:data:`~anonml.privacy.amplification.SIGNED_ANSWERS_NOT_SHUFFLED`),
+and counts the calibration peers who answered among those outside it
+(:func:`with_calibration_answers`).
 """
 
 from __future__ import annotations
@@ -67,18 +68,10 @@ __all__ = [
     "account_reports",
     "delivery_window_open",
     "shuffle_statement",
-    "SIGNED_ANSWERS_NOT_SHUFFLED",
     "with_calibration_answers",
     "publication_outcome",
 ]
 
-#: The end of a protocol bound's assumptions when the problem has a calibration pool (in place of
-#: :data:`anonml.privacy.amplification.MEDIAN_NOT_SHUFFLED`, which describes the library's simulated
-#: pools, where the calibration pool's reports are anonymous).
-SIGNED_ANSWERS_NOT_SHUFFLED = (
-    "; it covers the report pool only: median and calibration answers are signed by their peers "
-    "and sent directly, so a median- or calibration-pool peer keeps its local ε"
-)
 
 #: Intake refusals that are not losses (the report they repeat was stored).
 NOT_A_LOSS = frozenset({DUPLICATE_COPY})
@@ -305,7 +298,7 @@ def _signed_answers_outside(bound: ShuffleBound, calibration_answered: int) -> S
     """``bound`` with the calibration pool's signed answers stated outside it (module docstring)."""
     import dataclasses
 
-    from anonml.privacy.amplification import ASSUMPTIONS
+    from anonml.privacy.amplification import ASSUMPTIONS, SIGNED_ANSWERS_NOT_SHUFFLED
 
     return dataclasses.replace(
         bound,

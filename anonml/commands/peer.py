@@ -459,7 +459,7 @@ def _ledger_document(releases: list, budgets: dict, cap: float | None, marks: di
 
 def _print_ledger(releases: list, budgets: dict, cap: float | None, marks: dict, bounds: dict) -> None:
     """The releases table, the per-problem totals (local ε beside the shuffle bound), the lifetime line."""
-    from anonml.privacy.amplification import ASSUMPTIONS, MEDIAN_NOT_SHUFFLED
+    from anonml.privacy.amplification import ASSUMPTIONS, SIGNED_ANSWERS_NOT_SHUFFLED
 
     table = Table("problem", "round", "attributes", "mechanism", "ε", "when", "mark")
     for r in releases:
@@ -482,7 +482,8 @@ def _print_ledger(releases: list, budgets: dict, cap: float | None, marks: dict,
         central = "—" if bound is None else f"({bound.epsilon:.3g}, {bound.delta:.1e})"
         totals.add_row(untrusted(p, 64), f"{b.total:.4g}", cap_text, str(b.n_releases), central, note)
     out.print(totals)
-    out.print(f"* {ASSUMPTIONS}{MEDIAN_NOT_SHUFFLED}.", highlight=False)
+    # A peer's problems are protocol rounds: their median and calibration answers are signed.
+    out.print(f"* {ASSUMPTIONS}{SIGNED_ANSWERS_NOT_SHUFFLED}.", highlight=False)
     out.print(
         f"lifetime total: ε = {sum(b.total for b in budgets.values()):.4g}"
         + ("" if cap is None else f" (cap {cap:g}, enforced by the ledger)")

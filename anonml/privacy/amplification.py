@@ -62,6 +62,7 @@ __all__ = [
     "report_pool_bound",
     "unlinkable_pools_bound",
     "MEDIAN_NOT_SHUFFLED",
+    "SIGNED_ANSWERS_NOT_SHUFFLED",
 ]
 
 #: The label carried with every amplified figure.
@@ -406,6 +407,13 @@ MEDIAN_NOT_SHUFFLED = (
     "; it covers the pools of unlinkable reports only (the report pool, and the "
     "calibration pool where there is one): median answers are signed by their peers, "
     "so a median-pool peer keeps its local ε"
+)
+#: The end of a protocol round's bound when the problem has a calibration pool (in place of
+#: :data:`MEDIAN_NOT_SHUFFLED`, which describes the library's simulated pools, where the calibration
+#: pool's reports are anonymous): the protocol's calibration answers are signed and sent directly.
+SIGNED_ANSWERS_NOT_SHUFFLED = (
+    "; it covers the report pool only: median and calibration answers are signed by their peers "
+    "and sent directly, so a median- or calibration-pool peer keeps its local ε"
 )
 
 
