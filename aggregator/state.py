@@ -83,18 +83,20 @@ def reject_counts(rows: list[tuple[str, int]]) -> tuple[dict[str, int], dict[str
     Intake refusals are stored under :data:`INTAKE_REFUSAL` + reason and appear
     in the first dictionary without the prefix, merged with the same reason's
     other counts; the intake's :data:`DUPLICATE_COPY` count (a report's copy,
-    not a refusal) only in the second, where the report account reads it.
+    not a refusal) only in the second, where the report account reads it. Refused
+    median and calibration answers are in the first only: the second explains lost
+    reports (a median answer refused as late once counted as a late report).
     """
     merged: dict[str, int] = {}
     intake: dict[str, int] = {}
     for reason, count in rows:
         if reason == DROPPED_COVER:
             continue
-        if reason.startswith(CALIBRATION_REFUSAL):  # shown by reason; it explains no lost report
-            bare = reason.removeprefix(CALIBRATION_REFUSAL)
+        if reason.startswith((MEDIAN_REFUSAL, CALIBRATION_REFUSAL)):  # shown; it explains no lost report
+            bare = reason.removeprefix(MEDIAN_REFUSAL).removeprefix(CALIBRATION_REFUSAL)
             merged[bare] = merged.get(bare, 0) + int(count)
             continue
-        bare = reason.removeprefix(INTAKE_REFUSAL).removeprefix(MEDIAN_REFUSAL)
+        bare = reason.removeprefix(INTAKE_REFUSAL)
         if reason != INTAKE_REFUSAL + DUPLICATE_COPY:  # a copy is counted, never a refusal
             merged[bare] = merged.get(bare, 0) + int(count)
         if bare != reason:

@@ -9,6 +9,14 @@ import numpy as np
 import pytest
 import requests
 
+from aggregator.state import (
+    CALIBRATION_REFUSAL,
+    DROPPED_COVER,
+    DUPLICATE_COPY,
+    INTAKE_REFUSAL,
+    MEDIAN_REFUSAL,
+    reject_counts,
+)
 from aggregator.training import account_reports
 from anonml.crypto import Redemption
 from anonml.protocol import IntakeDelivery, ModelDocument, ProblemStatus, ReportAccount
@@ -25,6 +33,19 @@ from tests.aggregator.helpers import (
 )
 from tests.aggregator.test_tokens_intake import Round, _open_round
 from tests.waiting import wait_until
+
+
+def test_refused_answers_are_shown_but_never_explain_a_lost_report() -> None:
+    rows = [
+        (INTAKE_REFUSAL + "late", 2),
+        (INTAKE_REFUSAL + DUPLICATE_COPY, 5),
+        (MEDIAN_REFUSAL + "late", 3),  # a median answer after its step closed: no report was lost
+        (CALIBRATION_REFUSAL + "late", 4),
+        (DROPPED_COVER, 7),
+    ]
+    merged, intake = reject_counts(rows)
+    assert intake == {"late": 2, DUPLICATE_COPY: 5}
+    assert merged == {"late": 9}
 
 
 def test_the_account_attributes_losses_late_first_then_refusals_then_not_arrived() -> None:
