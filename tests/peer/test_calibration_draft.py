@@ -93,9 +93,9 @@ def test_the_roster_plan_sets_the_drafts_calibration_pool_apart():
 
 def test_the_anonymity_floor_counts_the_calibration_pool_out():
     policy = AUTO.model_copy(update={"min_anonymity_set": 1500, "min_roster_size": 2})
-    on = problem(calibration_fraction=0.5, epsilon=2.0, min_peers=2)
+    on = problem(calibration_fraction=0.5, epsilon=4.0, min_peers=2)
     pool = on.draft.calibration_pool_size(2000)
     assert pool > 500
-    check_roster_floors(problem(epsilon=2.0, min_peers=2), 2000, 0, policy)  # all 2,000 in one partition
+    check_roster_floors(problem(epsilon=4.0, min_peers=2), 2000, 0, policy)  # all 2,000 in one partition
     with pytest.raises(AnonMLError, match=rf"holds {2000 - pool} peers \(\(n=2000 − pool {pool}\)"):
         check_roster_floors(on, 2000, 0, policy)
