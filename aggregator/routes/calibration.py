@@ -30,6 +30,7 @@ from anonml.protocol import (
     CalibrationQuestion,
     CalibrationRequest,
     ModelDocument,
+    unpack_bits,
     verify_message,
 )
 
@@ -111,6 +112,12 @@ def _check_and_store(problem_id: str, body: CalibrationAnswer, state, session) -
         )
     if len(body.bits) != (mechanism.m + 7) // 8:
         raise refuse("bad mechanism", 422, f"{len(body.bits)} bytes of bits for {mechanism.m} values")
+    from anonml.privacy.support import check_support  # NumPy: not at the service's start
+
+    try:  # as the intake checks a report: bits no honest draw gives (e.g. every k-RR bit set) are refused
+        check_support(mechanism, unpack_bits(body.bits, mechanism.m))
+    except ValueError as exc:
+        raise refuse("out of support", 422, f"the answer is not a mechanism output: {exc}") from None
     try:
         verify_message(body, bytes(body.identity))
     except CryptoError as exc:

@@ -14,12 +14,13 @@ import requests
 from aggregator.app import create_app, start_server
 from aggregator.calibration import score_cuts
 from anonml.learn import AnonMLClassifier
-from anonml.protocol import ModelDocument, model_digest, verify_message
+from anonml.protocol import ModelDocument, model_digest, pack_bits, sign_message, verify_message
 from tests.aggregator.calibration_helpers import (
     EPSILON,
     CalibratingRound,
     calibration_draft,
     calibration_request,
+    pool_answer,
 )
 from tests.aggregator.helpers import ADMIN, aggregator_settings, post, status, wait_phase
 from tests.databases import table_rows
@@ -60,6 +61,15 @@ def test_the_pool_answers_once_each_and_calibrates_the_published_model(url: str,
     rng = np.random.default_rng(11)
     outsider = next(i for i in range(560) if i not in round_.pool)
     assert round_.answer(outsider, rng).status_code == 403  # not in the pool: refused, not stored
+    # A member's answer whose bits no honest draw gives (every bit set), validly signed: refused as the
+    # intake refuses such a report, nothing stored, so the member's honest answer is still taken.
+    honest = pool_answer(round_.peers[round_.pool[0]], request, 0, 0, rng)
+    forged = sign_message(
+        honest.model_copy(update={"bits": pack_bits(np.ones(honest.mechanism.m, dtype=bool))}),
+        round_.peers[round_.pool[0]].identity,
+    )
+    refused = post(f"{url}/problems/{pid}/calibration/answers", forged)
+    assert refused.status_code == 422 and "not a mechanism output" in refused.text
     for i in round_.pool[:-1]:
         assert round_.answer(i, rng).status_code == 201
     again = round_.answer(round_.pool[0], rng)  # a second answer: refused, the first one stands
