@@ -30,6 +30,7 @@ from anonml.cli_support import (
     valid_settings,
 )
 from anonml.errors import AnonMLError
+from anonml.phases import ProblemPhase
 
 if TYPE_CHECKING:
     from peer.client import AggregatorClient
@@ -236,6 +237,13 @@ def status(
     if st.reports is not None:
         table.add_row("reports expected / received", f"{st.reports.expected:,} / {st.reports.received:,}")
         table.add_row("reports lost", untrusted(st.reports.describe(), 300))
+    if st.calibration_pool:
+        table.add_row("calibration pool", f"{st.calibration_pool:,}")
+    if st.calibration is not None:
+        cal = st.calibration
+        awaiting = st.phase == ProblemPhase.CALIBRATING
+        text = f"awaiting answers: {cal.received:,} of {cal.expected:,}" if awaiting else cal.describe()
+        table.add_row("calibration", untrusted(text, 300))
     if st.shuffle is not None:
         sh = st.shuffle
         table.add_row("local ε per peer (the guarantee)", f"{sh.local_epsilon:g}")

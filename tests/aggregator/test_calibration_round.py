@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
+from typer.testing import CliRunner
 
 from aggregator.app import create_app, start_server
 from aggregator.calibration import score_cuts
+from anonml.commands.aggregator import app as aggregator_cli
 from anonml.learn import AnonMLClassifier
 from anonml.protocol import ModelDocument, model_digest, pack_bits, sign_message, verify_message
 from tests.aggregator.calibration_helpers import (
@@ -88,6 +90,9 @@ def test_the_pool_answers_once_each_and_calibrates_the_published_model(url: str,
     assert (account.expected, account.received, account.missing) == (504, 504, 0)
     assert final.calibration is not None and final.calibration.calibrated
     assert final.calibration.received == 504
+    shown = CliRunner().invoke(aggregator_cli, ["status", pid, "--url", url], terminal_width=250)
+    assert shown.exit_code == 0, shown.output
+    assert "calibration pool" in shown.output and "calibrated by 504 of 504 answers" in shown.output
     stored = table_rows(database_url, f"SELECT identity FROM calibration_answers WHERE problem_id = '{pid}'")
     pool_keys = {round_.peers[i].public for i in round_.pool}
     assert len(stored) == 504 and {bytes(r[0]) for r in stored} == pool_keys  # each member once
