@@ -150,6 +150,22 @@ def database_url(tmp_path: Path) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture
+def calibration_aggregator_url(tmp_path: Path, database_url: str) -> Iterator[str]:
+    """A real aggregator (uvicorn, this test's database) whose proposals keep their own waits, for
+    the calibration rounds of ``tests/aggregator/calibration_helpers.py``: the floors for their
+    560-member rosters would hold a test for minutes. Yields its URL."""
+    from aggregator.app import create_app, start_server  # the service: only for the tests that use it
+    from tests.aggregator.helpers import aggregator_settings
+
+    settings = aggregator_settings(tmp_path, db_url=database_url, scale_schedule=False)
+    handle = start_server(create_app(settings))
+    try:
+        yield handle.url
+    finally:
+        handle.stop()
+
+
 @pytest.fixture(scope="module")
 def module_database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One fresh database for a whole module (as :func:`database_url`), for a module whose tests

@@ -17,10 +17,10 @@ import math
 
 from fastapi import APIRouter, HTTPException
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 
 from aggregator.db import CalibrationAnswerRow, CalibrationQuestionRow
 from aggregator.deps import SessionDep, StateDep
+from aggregator.routes.answers import AnswerClosed, store_answer
 from aggregator.routes.problems import check_named_problem, get_row
 from anonml.crypto import CryptoError
 from anonml.phases import ProblemPhase
@@ -58,18 +58,15 @@ def calibration_request(problem_id: str, session: SessionDep) -> CalibrationRequ
 @router.post("/{problem_id}/calibration/answers", status_code=201, response_model=Ack)
 def answer(problem_id: str, body: CalibrationAnswer, state: StateDep, session: SessionDep) -> Ack:
     """Store one pool member's perturbed (score bin, label)."""
-    try:
-        with session.begin():
-            _check_and_store(problem_id, body, state, session)
-    except IntegrityError:  # a concurrent copy of the same member's answer won the insert
-        raise state.refuse(
-            problem_id, "duplicate answer", 409, ALREADY_ANSWERED, calibration=True
-        ) from None
-    except _Closed as exc:
-        raise state.refuse(problem_id, "question closed", 409, str(exc), calibration=True) from None
-    with state.answers:
-        state.answers.notify_all()
-    return Ack(ok=True)
+    return store_answer(
+        state,
+        session,
+        problem_id,
+        lambda: _check_and_store(problem_id, body, state, session),
+        duplicate=ALREADY_ANSWERED,
+        closed="question closed",
+        calibration=True,
+    )
 
 
 def _check_and_store(problem_id: str, body: CalibrationAnswer, state, session) -> None:
@@ -139,8 +136,4 @@ def _check_and_store(problem_id: str, body: CalibrationAnswer, state, session) -
         .with_for_update(read=True)
     )
     if not still_open:
-        raise _Closed(f"the calibration question of {problem_id} closed before this answer")
-
-
-class _Closed(Exception):
-    """The question closed between the first check and the insert (rolled back)."""
+        raise AnswerClosed(f"the calibration question of {problem_id} closed before this answer")

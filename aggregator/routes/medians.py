@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from aggregator.db import MedianAnswerRow, MedianQueryRow
 from aggregator.deps import SessionDep, StateDep
+from aggregator.routes.answers import AnswerClosed, store_answer
 from aggregator.routes.problems import check_named_problem, get_row
 from anonml.crypto import CryptoError
 from anonml.phases import ProblemPhase
@@ -64,19 +64,15 @@ def _queries(session: Session, problem_id: str, *, open_only: bool) -> list[Medi
 @router.post("/{problem_id}/medians/answers", status_code=201, response_model=Ack)
 def answer(problem_id: str, body: MedianAnswer, state: StateDep, session: SessionDep) -> Ack:
     """Record one peer's randomised IsGreater bit."""
-    try:
-        with session.begin():
-            _check_and_store(problem_id, body, state, session)
-    except IntegrityError:
-        raise state.refuse(
-            problem_id, "duplicate answer", 409, "this peer already answered a median query of this problem",
-            median=True,
-        ) from None
-    except _Closed as exc:
-        raise state.refuse(problem_id, "query closed", 409, str(exc), median=True) from None
-    with state.answers:
-        state.answers.notify_all()
-    return Ack(ok=True)
+    return store_answer(
+        state,
+        session,
+        problem_id,
+        lambda: _check_and_store(problem_id, body, state, session),
+        duplicate="this peer already answered a median query of this problem",
+        closed="query closed",
+        median=True,
+    )
 
 
 def _check_and_store(problem_id: str, body: MedianAnswer, state, session) -> None:
@@ -147,8 +143,6 @@ def _check_and_store(problem_id: str, body: MedianAnswer, state, session) -> Non
         .with_for_update(read=True)
     )
     if not still_open:
-        raise _Closed(f"the query for feature {body.feature}, step {body.step} closed before this answer")
-
-
-class _Closed(Exception):
-    """The query closed between the first check and the insert (rolled back)."""
+        raise AnswerClosed(
+            f"the query for feature {body.feature}, step {body.step} closed before this answer"
+        )

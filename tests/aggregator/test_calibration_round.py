@@ -4,15 +4,12 @@ calibration pool, the answers it takes once, and the calibrated model it publish
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 from typer.testing import CliRunner
 
-from aggregator.app import create_app, start_server
 from aggregator.calibration import score_cuts
 from anonml.commands.aggregator import app as aggregator_cli
 from anonml.learn import AnonMLClassifier
@@ -24,20 +21,14 @@ from tests.aggregator.calibration_helpers import (
     calibration_request,
     pool_answer,
 )
-from tests.aggregator.helpers import ADMIN, aggregator_settings, post, status, wait_phase
+from tests.aggregator.helpers import ADMIN, post, status, wait_phase
 from tests.databases import table_rows
 from tests.waiting import wait_until
 
 
 @pytest.fixture
-def url(tmp_path: Path, database_url: str) -> Iterator[str]:
-    # The proposal's waits as they are: the floors for 560 members would hold the test for minutes.
-    settings = aggregator_settings(tmp_path, db_url=database_url, scale_schedule=False)
-    handle = start_server(create_app(settings))
-    try:
-        yield handle.url
-    finally:
-        handle.stop()
+def url(calibration_aggregator_url: str) -> str:
+    return calibration_aggregator_url
 
 
 def _model(url: str, pid: str) -> ModelDocument:

@@ -9,14 +9,12 @@ calibrated model: one release each in their ledger, their answer among those the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from aggregator.app import create_app, start_server
 from anonml.crypto import Identity
 from anonml.learn import roster_plan, verify_assignment
 from anonml.privacy import PrivacyLedger
@@ -29,20 +27,15 @@ from peer.participant import Participant, PeerNode
 from peer.phases import ParticipationPhase, RosterFacts
 from peer.roster import RosterView
 from tests.aggregator.calibration_helpers import CalibratingRound, calibration_draft
-from tests.aggregator.helpers import aggregator_settings, assignment_of, roster_of, wait_phase
+from tests.aggregator.helpers import assignment_of, roster_of, wait_phase
 from tests.databases import table_rows
 
 P = ParticipationPhase
 
 
 @pytest.fixture
-def url(tmp_path: Path, database_url: str) -> Iterator[str]:
-    settings = aggregator_settings(tmp_path, db_url=database_url, scale_schedule=False)
-    handle = start_server(create_app(settings))
-    try:
-        yield handle.url
-    finally:
-        handle.stop()
+def url(calibration_aggregator_url: str) -> str:
+    return calibration_aggregator_url
 
 
 def test_real_pool_members_answer_through_the_peer_code_and_take_the_calibrated_model(

@@ -130,4 +130,5 @@ def test_ledger_shows_the_local_epsilon_and_beside_it_the_labelled_shuffle_bound
     footnote = " ".join(table.output.split())
     assert "unlinkable to their senders and every member is an honest peer" in footnote
     # A peer's problems are protocol rounds, whose calibration answers are signed, not shuffled.
-    assert "median and calibration answers are signed" in footnote and "calibration pool where" not in footnote
+    assert "median and calibration answers are signed" in footnote
+    assert "calibration pool where" not in footnote
