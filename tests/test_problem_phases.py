@@ -7,6 +7,7 @@ import pytest
 
 from anonml.phases import (
     ACTIVE_PHASES,
+    AFTER_ROUND_PHASES,
     MODEL_PHASES,
     PROBLEM_TRANSITIONS,
     RETRAINABLE_PHASES,
@@ -62,3 +63,20 @@ def test_the_round_driver_refuses_a_move_the_table_does_not_list(tmp_path) -> No
     with pytest.raises(IllegalProblemTransition, match="from done to reporting"):
         driver._enter(row, P.REPORTING)
     assert row.phase == "done" and row.message == ""
+
+
+def test_calibrating_comes_after_training_and_ends_where_training_would():
+    assert check_problem_transition("training", "calibrating") is P.CALIBRATING
+    assert PROBLEM_TRANSITIONS[P.CALIBRATING] == {P.DONE, P.DEGRADED, P.FAILED}
+    assert P.DONE in PROBLEM_TRANSITIONS[P.TRAINING]  # without a pool: published at once, as before
+    for earlier in (P.REGISTRATION, P.WITNESSING, P.MEDIANS, P.REPORTING):
+        with pytest.raises(IllegalProblemTransition, match=f"from {earlier} to calibrating"):
+            check_problem_transition(earlier, P.CALIBRATING)
+    with pytest.raises(IllegalProblemTransition, match="from calibrating to training"):
+        check_problem_transition(P.CALIBRATING, P.TRAINING)  # an admin's retrain waits for the model
+
+
+def test_the_derived_sets_place_calibrating():
+    assert P.CALIBRATING in ACTIVE_PHASES and P.CALIBRATING not in RETRAINABLE_PHASES
+    assert AFTER_ROUND_PHASES == (P.TRAINING, P.CALIBRATING, P.DONE, P.DEGRADED)
+    assert len(P.CALIBRATING.value) <= 16  # the problems table's phase column
