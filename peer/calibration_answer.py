@@ -40,7 +40,7 @@ from anonml.protocol import (
     verify_message,
 )
 from anonml.randomness import resolve_rng
-from peer.client import HTTPRefusal, transient, with_retries
+from peer.answer_delivery import deliver_answer
 from peer.features import invalid_features
 from peer.participation import Participation
 from peer.phases import Aborted, ParticipationPhase
@@ -195,23 +195,14 @@ def _send(p: Participation, signed: CalibrationAnswer, request: CalibrationReque
         except Exception as exc:  # not recorded (a cap, a full disk): not released
             p._short(f"{what} not sent: the release could not be recorded: {exc}")
             return
-    try:
-        with_retries(
-            lambda: p.client.answer_calibration(signed),
-            until=request.question.deadline,
-            on_retry=lambda exc: p.relay.count("calibration answers retried"),
-        )
-    except HTTPRefusal as exc:
-        if exc.status == 409 and "already answered" in exc.detail:
-            p.relay.count("calibration answers delivered (replayed)")  # a retry whose first copy arrived
-        elif transient(exc) or exc.status == 409:
-            p._short(f"{what} not counted: {exc.detail}")
-        else:
-            raise
-    except ProtocolError as exc:
-        if not transient(exc):
-            raise
-        p._short(f"{what} not delivered before the question's deadline: {exc}")
+    deliver_answer(
+        p,
+        lambda: p.client.answer_calibration(signed),
+        until=request.question.deadline,
+        what=what,
+        counter="calibration answers",
+        deadline="the question's",
+    )
 
 
 def note_unanswered(p: Participation, asked: CalibrationRequest | None) -> None:

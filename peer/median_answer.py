@@ -13,7 +13,7 @@ import numpy as np
 from anonml.crypto import (
     CryptoError,
 )
-from anonml.errors import AnonMLError, ProtocolError
+from anonml.errors import AnonMLError
 from anonml.privacy import BinaryRandomizedResponse
 from anonml.protocol import (
     MedianAnswer,
@@ -23,7 +23,7 @@ from anonml.protocol import (
 )
 from anonml.randomness import resolve_rng
 from peer import participation_store
-from peer.client import HTTPRefusal, transient, with_retries
+from peer.answer_delivery import deliver_answer
 from peer.features import invalid_features
 from peer.participation import Participation
 from peer.phases import (
@@ -89,31 +89,17 @@ def answer(p: Participation, query: MedianQuery) -> bool:
         ),
         p.node.identity,
     )
-    # The release is recorded: the same signed answer is sent again while the aggregator does not
-    # answer, until the step's own deadline (the aggregator waits median_step_seconds for it).
+    # The release is recorded: sent until the step's own deadline (the aggregator waits
+    # median_step_seconds for it).
     until = time.time() + p.problem.draft.schedule.median_step_seconds
-    try:
-        with_retries(
-            lambda: p.client.answer(answer),
-            until=until,
-            on_retry=lambda exc: p.relay.count("median answers retried"),
-        )
-    except HTTPRefusal as exc:
-        if exc.status == 409 and "already answered" in exc.detail:
-            # A retry whose first copy arrived: delivered and counted.
-            p.relay.count("median answers delivered (replayed)")
-        elif transient(exc):
-            _short(p, f"{what} not delivered before the step's deadline: {exc}")
-        elif exc.status == 409:
-            # The search moved on before this answer arrived: it is not counted, the
-            # release stays recorded (conservative), and the peer goes on (cover packets).
-            _short(p, f"{what} not counted: {exc.detail}")
-        else:
-            raise
-    except ProtocolError as exc:
-        if not transient(exc):
-            raise
-        _short(p, f"{what} not delivered before the step's deadline: {exc}")
+    deliver_answer(
+        p,
+        lambda: p.client.answer(answer),
+        until=until,
+        what=what,
+        counter="median answers",
+        deadline="the step's",
+    )
     return True
 
 
