@@ -35,7 +35,9 @@ ENV_PREFIX = "ANONML_PEER_"
 
 
 def _home(name: str) -> Path:
-    return anonml_home() / "peer" / name
+    # Only named here: whatever writes a file there creates its folders (0700), so reading commands
+    # leave no home behind; `anonml peer start` creates (or tightens) the home itself.
+    return anonml_home(create=False) / "peer" / name
 
 
 def load_policy(path: Path) -> PeerPolicy:
@@ -94,7 +96,7 @@ class PeerSettings(TlsSettings):
 
     store_url: str | None = None
     user: str | None = None
-    ledger_url: str = Field(default_factory=lambda: f"sqlite:///{anonml_home() / 'ledger.db'}")
+    ledger_url: str = Field(default_factory=lambda: f"sqlite:///{anonml_home(create=False) / 'ledger.db'}")
     state_url: str = Field(default_factory=lambda: f"sqlite:///{_home('peer.db')}")
     identity_file: Path = Field(default_factory=lambda: _home("identity.json"))
     identity_passphrase: str | None = None

@@ -154,10 +154,12 @@ def start(
     peer's home for every other command, and its lifetime cap is stored in
     the ledger, which refuses any release past it.
     """
+    from anonml.paths import anonml_home
     from anonml.serving import run_foreground
     from peer.app import create_app, create_daemon
 
     with expected_errors():
+        anonml_home()  # the daemon writes there: create it, or tighten it to 0700
         settings = valid_settings(
             lambda: _settings(
                 aggregators=aggregator or None,

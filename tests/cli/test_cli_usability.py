@@ -211,6 +211,17 @@ def test_events_and_help_create_nothing(tmp_path: Path) -> None:
     assert not home.exists()
 
 
+def test_peer_reading_commands_create_no_home(tmp_path: Path) -> None:
+    """`peer ledger` and `peer proposals` with nothing stored say so and leave no $ANONML_HOME behind
+    (the settings' default paths named the home folder by creating it)."""
+    home = tmp_path / "home"
+    for args in (["peer", "ledger"], ["peer", "ledger", "--json"], ["peer", "proposals"],
+                 ["peer", "proposals", "--json"]):
+        result = run(*args, home=home)
+        assert result.returncode == 0, (args, result.stderr)
+        assert not home.exists(), args
+
+
 # --- a mature command line -------------------------------------------------------------------
 
 
