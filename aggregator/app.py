@@ -155,6 +155,18 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
     ):
         app.include_router(router)
 
+    _install_error_handlers(app, state)
+    _install_healthz(app, state, gate)
+    serving.install_input_guards(app, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(serving.BodyLimit, max_bytes=settings.max_body_bytes)  # after: runs first
+    app.add_middleware(serving.AdmissionGate, admission=gate)  # first of all: a shed body is never read
+    return app
+
+
+def _install_error_handlers(app: FastAPI, state: AggregatorState) -> None:
+    """Map an expected :class:`~anonml.errors.AnonMLError` to 400 with its reason, and a storage
+    failure to 503 with ``Retry-After`` (any other database error to 500)."""
+
     @app.exception_handler(AnonMLError)
     async def _expected(request: Request, exc: AnonMLError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=400)
@@ -175,6 +187,10 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
             status_code=503,
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
+
+
+def _install_healthz(app: FastAPI, state: AggregatorState, gate: serving.Admission) -> None:
+    """Add ``GET /healthz``: readiness of the database and storage, identity and admission counts."""
 
     @app.get("/healthz", tags=["service"])
     def healthz() -> JSONResponse:
@@ -199,11 +215,6 @@ def create_app(settings: AggregatorSettings | None = None) -> FastAPI:
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
         return JSONResponse({"status": "ok", "identity": state.public_identity.hex(), "admission": load})
-
-    serving.install_input_guards(app, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(serving.BodyLimit, max_bytes=settings.max_body_bytes)  # after: runs first
-    app.add_middleware(serving.AdmissionGate, admission=gate)  # first of all: a shed body is never read
-    return app
 
 
 #: The variable through which ``serve(..., workers=N)`` hands its settings (JSON) to its workers.

@@ -224,12 +224,10 @@ def train_problem(
     # The learner (scikit-learn, NumPy) is imported here, not when the service starts.
     from anonml.learn import (
         AnonMLClassifier,
-        PrivacyAccounting,
         SubsetHistogram,
         estimate_histogram,
         learner_settings,
     )
-    from anonml.privacy.amplification import CentralTarget, unlinkable_pools_bound
     from anonml.randomness import resolve_rng
 
     draft = problem.draft
@@ -254,6 +252,37 @@ def train_problem(
         received[(g.partition, g.subset)] = received.get((g.partition, g.subset), 0) + g.n
     ensemble = learner.ensemble_from(histograms, [g.n for g in groups], rng)
     report_peers = draft.report_pool_size(len(roster.entries), roster.median_pool_size)
+    accounting = _received_accounting(draft, roster, received, report_peers, median_answered)
+    model = AnonMLClassifier.from_ensemble(
+        binning, ensemble, classes=draft.label.model_classes(), privacy=accounting, **settings
+    )
+    n_reports = sum(g.n for g in groups)  # the calibration pool's answers come after (calibration_round)
+    metrics = {
+        "reports": float(n_reports),
+        "histograms": float(len(histograms)),
+        "report_peers": float(report_peers),
+        "median_answers": float(median_answered),
+        "label_classes": float(k),
+    }
+    return model, metrics
+
+
+def _received_accounting(
+    draft: ProblemDraft,
+    roster: Roster,
+    received: dict[tuple[int, int], int],
+    report_peers: int,
+    median_answered: int,
+) -> PrivacyAccounting:
+    """The model's ``privacy_``: the local ε per role and the report pool's shuffle bound.
+
+    ``received`` counts the reports that arrived per (partition, subset); the bound
+    (:func:`~anonml.privacy.amplification.unlinkable_pools_bound`) is the one for the fewest of them,
+    and with a ``central_target`` it is taken at the target's δ and the target is stated beside it.
+    """
+    from anonml.learn import PrivacyAccounting
+    from anonml.privacy.amplification import CentralTarget, unlinkable_pools_bound
+
     # A slot nobody's report reached shuffles nothing; the fewest reports that did arrive decide.
     # The median peers who answered are outside it: their signed answers keep their local ε.
     target = draft.central_target
@@ -270,7 +299,7 @@ def train_problem(
         if target is None
         else CentralTarget.of(target.epsilon, target.delta, draft.epsilon, bound, smallest_group=fewest)
     )
-    accounting = PrivacyAccounting(
+    return PrivacyAccounting(
         epsilon_total=max(draft.epsilon, draft.median_epsilon if median_answered else 0.0),
         report_epsilon=draft.report_epsilon,
         reports_per_peer=draft.kh,
@@ -280,18 +309,6 @@ def train_problem(
         shuffle=bound,
         central_target=central,
     )
-    model = AnonMLClassifier.from_ensemble(
-        binning, ensemble, classes=draft.label.model_classes(), privacy=accounting, **settings
-    )
-    n_reports = sum(g.n for g in groups)  # the calibration pool's answers come after (calibration_round)
-    metrics = {
-        "reports": float(n_reports),
-        "histograms": float(len(histograms)),
-        "report_peers": float(report_peers),
-        "median_answers": float(median_answered),
-        "label_classes": float(k),
-    }
-    return model, metrics
 
 
 def _signed_answers_outside(bound: ShuffleBound, calibration_answered: int) -> ShuffleBound:

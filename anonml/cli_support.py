@@ -53,6 +53,7 @@ __all__ = [
     "TlsCertOption",
     "TlsKeyOption",
     "CaBundleOption",
+    "JsonOption",
     "valid_settings",
     "ModelFlag",
     "with_model_options",
@@ -76,6 +77,8 @@ CaBundleOption = Annotated[
         "else the system's store).",
     ),
 ]
+#: ``--json`` of the command groups: stdout holds exactly one JSON document (:func:`print_json`).
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 
 #: Width used when the stream is not a terminal: wide enough that no table cell is cut.
 _UNBOUNDED = 100_000

@@ -405,6 +405,17 @@ def _aggregator_score(services: _Services, run: _ProtocolRun, held: list[Simulat
     return evaluation.metrics.get("auc")
 
 
+def _probed_windows(services: _Services, members: int, routes: int) -> tuple[tuple[float, float], float]:
+    """The round's send and release windows sized from the peer host's cost per relay hop measured
+    now (:func:`probed_hop_seconds`, :func:`packet_windows`), and that cost in seconds."""
+    hop_seconds = probed_hop_seconds(services.host)
+    # k_h = 1 (dropout_draft): every member sends one slot, a report or cover, over
+    # route_count routes — each route's copy is a packet the relays carry.
+    copies = route_count(routes, DEMO_HOPS, members)
+    windows = packet_windows(members, hops=DEMO_HOPS, slots_per_peer=copies, hop_seconds=hop_seconds)
+    return windows, hop_seconds
+
+
 def run_demo(
     students: int = 400,
     *,
@@ -460,13 +471,7 @@ def run_demo(
             hop_seconds = None
             if windows is None:
                 t = time.perf_counter()
-                hop_seconds = probed_hop_seconds(services.host)
-                # k_h = 1 (dropout_draft): every member sends one slot, a report or cover, over
-                # route_count routes — each route's copy is a packet the relays carry.
-                copies = route_count(routes, DEMO_HOPS, len(peers))
-                windows = packet_windows(
-                    len(peers), hops=DEMO_HOPS, slots_per_peer=copies, hop_seconds=hop_seconds
-                )
+                windows, hop_seconds = _probed_windows(services, len(peers), routes)
                 timer["relay probe"] = time.perf_counter() - t
             sizes = (report_delay_seconds, *windows, roster_seconds, median_step_seconds)
             draft = _demo_draft(services, len(peers), history_weeks, weeks, epsilon, sizes, routes)

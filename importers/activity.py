@@ -80,6 +80,66 @@ def _local(name: str) -> str:
     return name.rsplit(" ", 1)[-1]  # expat joins namespace and local name with the separator
 
 
+class _TreeBuilder:
+    """The expat handlers of :func:`iter_xml`: each element becomes an :class:`XmlNode` on a stack,
+    and the ``("start", node)`` / ``("end", node)`` events to hand over queue in ``ready``.
+
+    ``rooted`` turns true at the first element (a syntax error before it means the file is not
+    XML at all); a DTD naming an external subset, any entity declaration and a root outside
+    ``roots`` stop the parse with :class:`_Refused`.
+    """
+
+    def __init__(
+        self,
+        parser: expat.XMLParserType,
+        roots: frozenset[str],
+        starts: frozenset[str],
+        keep: frozenset[str],
+        what: str,
+    ) -> None:
+        self.parser = parser
+        self.roots, self.starts, self.keep, self.what = roots, starts, keep, what
+        self.stack: list[XmlNode] = []
+        self.rooted = False
+        self.ready: list[tuple[Literal["start", "end"], XmlNode]] = []
+        parser.StartDoctypeDeclHandler = self.doctype
+        parser.EntityDeclHandler = self.entity
+        parser.StartElementHandler = self.start
+        parser.EndElementHandler = self.end
+        parser.CharacterDataHandler = self.text
+
+    def doctype(self, _name: str, system_id: str | None, public_id: str | None, _internal: int) -> None:
+        if system_id or public_id:
+            raise _Refused(f"external DTD {system_id or public_id!r} refused")
+
+    def entity(self, name: str, *_rest: object) -> None:
+        raise _Refused(f"entity declaration {name!r} refused (a {self.what} file declares none)")
+
+    def start(self, name: str, attrs: dict[str, str]) -> None:
+        self.rooted = True
+        node = XmlNode(_local(name), {_local(k): v for k, v in attrs.items()}, self.parser.CurrentLineNumber)
+        stack = self.stack
+        if not stack and node.tag not in self.roots:
+            raise _Refused(f"not a {self.what} file: root element is <{node.tag}>")
+        if stack:
+            stack[-1].children.append(node)
+        stack.append(node)
+        if node.tag in self.starts:
+            self.ready.append(("start", node))
+
+    def end(self, _name: str) -> None:
+        stack = self.stack
+        node = stack.pop()
+        if node.tag in self.keep:
+            self.ready.append(("end", node))
+            if stack:
+                stack[-1].children.pop()  # handed over: the parent keeps no reference
+
+    def text(self, data: str) -> None:
+        if self.stack:
+            self.stack[-1].text += data
+
+
 def iter_xml(
     path: Path,
     roots: frozenset[str],
@@ -104,45 +164,8 @@ def iter_xml(
     """
     parser = expat.ParserCreate(namespace_separator=" ")
     parser.buffer_text = True
-    stack: list[XmlNode] = []
-    rooted = False
-    ready: list[tuple[Literal["start", "end"], XmlNode]] = []
-
-    def doctype(_name: str, system_id: str | None, public_id: str | None, _internal: int) -> None:
-        if system_id or public_id:
-            raise _Refused(f"external DTD {system_id or public_id!r} refused")
-
-    def entity(name: str, *_rest: object) -> None:
-        raise _Refused(f"entity declaration {name!r} refused (a {what} file declares none)")
-
-    def start(name: str, attrs: dict[str, str]) -> None:
-        nonlocal rooted
-        rooted = True
-        node = XmlNode(_local(name), {_local(k): v for k, v in attrs.items()}, parser.CurrentLineNumber)
-        if not stack and node.tag not in roots:
-            raise _Refused(f"not a {what} file: root element is <{node.tag}>")
-        if stack:
-            stack[-1].children.append(node)
-        stack.append(node)
-        if node.tag in starts:
-            ready.append(("start", node))
-
-    def end(_name: str) -> None:
-        node = stack.pop()
-        if node.tag in keep:
-            ready.append(("end", node))
-            if stack:
-                stack[-1].children.pop()  # handed over: the parent keeps no reference
-
-    def text(data: str) -> None:
-        if stack:
-            stack[-1].text += data
-
-    parser.StartDoctypeDeclHandler = doctype
-    parser.EntityDeclHandler = entity
-    parser.StartElementHandler = start
-    parser.EndElementHandler = end
-    parser.CharacterDataHandler = text
+    tree = _TreeBuilder(parser, roots, starts, keep, what)
+    ready = tree.ready
     with open_checked(path, open_bytes) as fh:
         while True:
             try:
@@ -152,7 +175,7 @@ def iter_xml(
                 raise RecordError(path, parser.CurrentLineNumber, str(exc)) from None
             except expat.ExpatError as exc:
                 reason = expat.ErrorString(exc.code)
-                if not rooted:
+                if not tree.rooted:
                     raise RecordError(path, exc.lineno, f"not a {what} file: {reason}") from None
                 yield from ready
                 where = f"XML syntax error at column {exc.offset + 1}"

@@ -120,6 +120,58 @@ def _sink() -> Iterator[_Sink]:
         thread.join(timeout=10)
 
 
+def _open_probe_round(
+    host: PeerHost, nodes: Sequence[PeerNode], round_id: int, routes: dict[bytes, str], intake_url: str
+) -> list[Hop]:
+    """Open relay round ``round_id`` on each of ``nodes`` (in that order, delivering to ``intake_url``)
+    and return the onion path through them: one :class:`~anonml.crypto.Hop` per node's fresh round key."""
+    now = time.time()
+    # The send window is over and the guard covers the release window: every release is due at once.
+    schedule = WindowSchedule(now - 2.0, 1.0, now + PROBE_ROUND_SECONDS)
+    path = []
+    for node in nodes:
+        key, cert = node.identity.new_round_relay_key(round_id)
+        path.append(Hop.from_certificate(cert, round_id))
+        host.relay.open_round(
+            RelayRound(
+                node_id=node.node_id,
+                round_id=round_id,
+                relay=SphinxRelay(key, StoredReplayCache(host.db, node.node_id, round_id)),
+                schedule=schedule,
+                routes=dict(routes),
+                destination=bytes(16),
+                intake_url=intake_url,
+                guard=PROBE_ROUND_SECONDS,
+                stages=len(nodes),
+                vault=node.vault,  # held packets sealed in the state DB, as in a real round
+            )
+        )
+    return path
+
+
+def _send_burst(first: str, onions: Sequence[bytes], senders: int, timeout: float) -> Counter[int]:
+    """POST every onion to the first hop's URL from ``senders`` threads at once; the count of each
+    final HTTP status (a 503 is retried after its ``Retry-After``, within ``timeout`` per packet)."""
+    local = threading.local()
+
+    def send(packet: bytes) -> int:
+        session = getattr(local, "session", None) or requests.Session()
+        local.session = session
+        headers = {"content-type": "application/octet-stream"}
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = session.post(first, data=packet, headers=headers, timeout=timeout)
+            # 503 is the relay's "overloaded, try again" (beside two busy loops 5 of 40 got it):
+            # waited out and counted in the measured time, so the windows only grow with it.
+            wait = min(retry_after_seconds(reply.headers.get("retry-after")) or 0.5, 2.0)
+            if reply.status_code != 503 or time.monotonic() + wait > deadline:
+                return reply.status_code
+            time.sleep(wait)
+
+    with ThreadPoolExecutor(max_workers=senders, thread_name_prefix="probe") as pool:
+        return Counter(pool.map(send, onions))
+
+
 def measure_hop_seconds(
     host: PeerHost,
     *,
@@ -157,53 +209,16 @@ def measure_hop_seconds(
     routes = {n.node_id: f"{base}/relay/{n.node_id.hex()}" for n in nodes}
     before = Counter(host.relay.counters)
     with _sink() as sink:
-        now = time.time()
-        # The send window is over and the guard covers the release window: every release is due at once.
-        schedule = WindowSchedule(now - 2.0, 1.0, now + PROBE_ROUND_SECONDS)
-        path = []
-        for node in nodes:
-            key, cert = node.identity.new_round_relay_key(round_id)
-            path.append(Hop.from_certificate(cert, round_id))
-            host.relay.open_round(
-                RelayRound(
-                    node_id=node.node_id,
-                    round_id=round_id,
-                    relay=SphinxRelay(key, StoredReplayCache(host.db, node.node_id, round_id)),
-                    schedule=schedule,
-                    routes=dict(routes),
-                    destination=bytes(16),
-                    intake_url=f"http://127.0.0.1:{sink.server_address[1]}/intake",
-                    guard=PROBE_ROUND_SECONDS,
-                    stages=hops,
-                    vault=node.vault,  # held packets sealed in the state DB, as in a real round
-                )
-            )
+        intake_url = f"http://127.0.0.1:{sink.server_address[1]}/intake"
+        path = _open_probe_round(host, nodes, round_id, routes, intake_url)
         try:
             intake = Identity.generate().public.relay_key
             onions = [
                 build_packet(path, None, None, round_id=round_id, destination=bytes(16), intake_key=intake)
                 for _ in range(packets)
             ]
-            first = routes[nodes[0].node_id]
-            local = threading.local()
-
-            def send(packet: bytes) -> int:
-                session = getattr(local, "session", None) or requests.Session()
-                local.session = session
-                headers = {"content-type": "application/octet-stream"}
-                deadline = time.monotonic() + timeout
-                while True:
-                    reply = session.post(first, data=packet, headers=headers, timeout=timeout)
-                    # 503 is the relay's "overloaded, try again" (beside two busy loops 5 of 40 got it):
-                    # waited out and counted in the measured time, so the windows only grow with it.
-                    wait = min(retry_after_seconds(reply.headers.get("retry-after")) or 0.5, 2.0)
-                    if reply.status_code != 503 or time.monotonic() + wait > deadline:
-                        return reply.status_code
-                    time.sleep(wait)
-
             started = time.monotonic()
-            with ThreadPoolExecutor(max_workers=senders, thread_name_prefix="probe") as pool:
-                codes = Counter(pool.map(send, onions))
+            codes = _send_burst(routes[nodes[0].node_id], onions, senders, timeout)
             if codes.get(202, 0) != packets:
                 raise AnonMLError(f"the relay probe's first hop refused packets: statuses {dict(codes)}")
             if not sink.wait_for(packets, started + timeout):

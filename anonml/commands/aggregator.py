@@ -19,6 +19,7 @@ import typer
 
 from anonml.cli_support import (
     CaBundleOption,
+    JsonOption,
     TlsCertOption,
     TlsKeyOption,
     ensure_port_free,
@@ -50,7 +51,6 @@ UrlOption = Annotated[
 TokenOption = Annotated[
     str | None, typer.Option("--token", help="Admin token (default $ANONML_AGGREGATOR_ADMIN_TOKEN or file).")
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 ProblemIdArgument = Annotated[str, typer.Argument(help="Problem id.")]
 
 

@@ -9,6 +9,7 @@ import typer
 
 from anonml.cli_support import (
     ImporterParamsOption,
+    JsonOption,
     complete_importer,
     err,
     expected_errors,
@@ -44,7 +45,7 @@ def check(
                      autocompletion=complete_importer),
     ] = None,
     params: ImporterParamsOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Run an importer on a file: events, types, fields, time range, rejects, idempotence."""
     from anonml.importer_kit import check_importer
@@ -66,7 +67,7 @@ def check(
 def params(
     name: Annotated[str, typer.Argument(help="Importer name (see 'anonml plugins').",
                                         autocompletion=complete_importer)],
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """List an importer's params: name, type, default, bounds, description.
 

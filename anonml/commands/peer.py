@@ -28,6 +28,7 @@ from rich.table import Table
 
 from anonml.cli_support import (
     CaBundleOption,
+    JsonOption,
     ModelFlag,
     TlsCertOption,
     TlsKeyOption,
@@ -52,7 +53,6 @@ app = typer.Typer(help="Run the peer daemon; review proposals, budgets and model
 #: Longest proposal title shown (the rest is cut with an ellipsis).
 TITLE_LIMIT = 80
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 AggregatorOption = Annotated[
     list[str] | None, typer.Option("--aggregator", "-a", help="Aggregator base URL (repeatable).")
 ]

@@ -38,7 +38,7 @@ from anonml.cli_support import (
     valid_settings,
     with_model_options,
 )
-from anonml.commands.peer import WITNESS_FLAGS
+from anonml.commands.peer import WITNESS_FLAGS, AggregatorOption
 from anonml.errors import AnonMLError
 from peer.policy import PeerPolicy
 
@@ -59,9 +59,7 @@ def relay() -> None:
 @app.command()
 @with_model_options(PeerPolicy, WITNESS_FLAGS)
 def serve(
-    aggregator: Annotated[
-        list[str] | None, typer.Option("--aggregator", "-a", help="Aggregator base URL (repeatable).")
-    ] = None,
+    aggregator: AggregatorOption = None,
     home: Annotated[
         Path | None, typer.Option("--home", help="The relay's own folder.", show_default="$ANONML_HOME/relay")
     ] = None,

@@ -126,6 +126,31 @@ def unlinkable_pools(
     return pools
 
 
+def _report_releases(
+    names: Sequence[str], stages: Sequence[tuple[PartitionPlan, Sequence[Mechanism]]]
+) -> list[ReleaseSpec]:
+    """One ledger release per report of one representative per (stage, partition): its subset's
+    features and the label, under the mechanism and ε the stage chose for that report."""
+    specs: list[ReleaseSpec] = []
+    for stage, (stage_plan, mechanisms) in enumerate(stages):
+        reports = iter(mechanisms)
+        for p in range(stage_plan.n_partitions):
+            for subset in stage_plan.subsets[p]:
+                mechanism = next(reports)
+                specs.append(
+                    ReleaseSpec(
+                        peer=f"report-stage-{stage}-partition-{p}",
+                        problem="simulation",
+                        round=1,
+                        attributes=(*(names[f] for f in subset), "label"),
+                        mechanism=mechanism.kind,
+                        epsilon=mechanism.epsilon,
+                        pool="report",
+                    )
+                )
+    return specs
+
+
 def _median_releases(names: Sequence[str], estimates: dict[int, Any]) -> list[ReleaseSpec]:
     """One ledger release per median search step (its members all answer the same question)."""
     return [
@@ -162,23 +187,7 @@ def account_releases(
     that would pass ε_T with :class:`~anonml.errors.BudgetExceeded`.
     """
     names = [f.name for f in features]
-    specs: list[ReleaseSpec] = []
-    for stage, (stage_plan, mechanisms) in enumerate(stages):
-        reports = iter(mechanisms)
-        for p in range(stage_plan.n_partitions):
-            for subset in stage_plan.subsets[p]:
-                mechanism = next(reports)
-                specs.append(
-                    ReleaseSpec(
-                        peer=f"report-stage-{stage}-partition-{p}",
-                        problem="simulation",
-                        round=1,
-                        attributes=(*(names[f] for f in subset), "label"),
-                        mechanism=mechanism.kind,
-                        epsilon=mechanism.epsilon,
-                        pool="report",
-                    )
-                )
+    specs = _report_releases(names, stages)
     median_specs = _median_releases(names, estimates)
     specs.extend(median_specs)
     median_epsilon = float(median_specs[-1].epsilon) if median_specs else float(config.epsilon)

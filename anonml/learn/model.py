@@ -58,7 +58,7 @@ from anonml.learn.params import check_params, store_params
 from anonml.learn.partition import PartitionPlan
 from anonml.learn.published import PublishedModel
 from anonml.learn.selection import SelectionAware, fit_selection
-from anonml.learn.simulation import simulate_training
+from anonml.learn.simulation import SimulationResult, simulate_training
 from anonml.learn.simulation_config import SimulationConfig
 from anonml.model import FeatureSpec
 from anonml.randomness import generator_from
@@ -66,6 +66,28 @@ from anonml.randomness import generator_from
 # CENTRAL_TOLERANCE (anonml.learn.central_target) and mark_not_private (anonml.learn.accounting) live with
 # their ideas now; both stay importable from here, where callers have imported them.
 __all__ = ["AnonMLClassifier", "CENTRAL_TOLERANCE", "MODEL_FORMAT", "MODEL_VERSION"]
+
+
+def _pool_calibrated(
+    ensemble: Ensemble,
+    result: SimulationResult,
+    X: np.ndarray,
+    y_index: np.ndarray,
+    epsilon: float,
+    rng: np.random.Generator,
+) -> Ensemble:
+    """``ensemble`` after the calibration pool's step on the pool's rows at ``epsilon``
+    (:func:`~anonml.learn.calibration.calibrate`); unchanged when the simulation drew no pool."""
+    rows = result.calibration_rows
+    if not rows.size:
+        return ensemble
+    return calibrate(
+        ensemble,
+        result.binning.transform(X[rows]),
+        y_index[rows].astype(np.int64),
+        epsilon=epsilon,
+        rng=rng,
+    )
 
 
 class AnonMLClassifier(SelectionAware, PublishedModel, ClassifierMixin, BaseEstimator):
@@ -315,15 +337,7 @@ class AnonMLClassifier(SelectionAware, PublishedModel, ClassifierMixin, BaseEsti
         target = check_central_target(self.central_epsilon)
         accounting = with_central_target(result.accounting, target, epsilon)
         ensemble = self.ensemble_from(result.histograms, result.sizes, rng)
-        if result.calibration_rows.size:
-            rows = result.calibration_rows
-            ensemble = calibrate(
-                ensemble,
-                result.binning.transform(X[rows]),
-                y_index[rows].astype(np.int64),
-                epsilon=epsilon,
-                rng=rng,
-            )
+        ensemble = _pool_calibrated(ensemble, result, X, y_index, epsilon, rng)
         self.classes_ = classes
         self.features_ = list(features)
         self.n_partitions_ = config.n_partitions
