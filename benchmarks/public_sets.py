@@ -57,7 +57,7 @@ from anonml.learn.harness import ResultRow, run_benchmark
 from anonml.learn.notices import DataWarning, SmallGroupWarning
 from anonml.model import FeatureKind, FeatureSpec
 from benchmarks.reporting import RESULTS, machine, now, write_json
-from benchmarks.trivial_floors import FloorSet, _padded_specs, floor_rows
+from benchmarks.trivial_floors import FloorSet, _padded_specs, evaluate_split, floor_rows
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 # "default" before "central": central_binned then reuses the reported default model's bins (one fit).
@@ -247,8 +247,16 @@ def _variant_fit(job: tuple[str, float, int, dict[str, Any]]) -> dict[str, Any]:
     from anonml.learn.model import AnonMLClassifier  # noqa: PLC0415
 
     name, epsilon, split_index, params = job
-    split = _binary_split(name, split_index)
     out: dict[str, Any] = {"set": name, "epsilon": epsilon, "split": split_index}
+    data = _variant_set(name)
+    if isinstance(data, FloorSet):  # multiclass: scored as benchmarks.trivial_floors scores it
+        for label, extra in (("default", {}), ("variant", params)):
+            scores = evaluate_split(data, epsilon, split_index, **extra)
+            out[f"{label}_log_loss"], out[f"{label}_accuracy"] = scores["log_loss"], scores["accuracy"]
+        out["prior_log_loss"] = scores["log_loss_trivial"]
+        out["majority_accuracy"] = scores["accuracy_trivial"]
+        return out
+    split = data if name == "adult" else random_split(data, seed=split_index)
     for label, extra in (("default", {}), ("variant", params)):
         seed = np.random.SeedSequence(split_index, spawn_key=(int(round(epsilon * 100)), 25))
         with warnings.catch_warnings():
@@ -264,22 +272,17 @@ def _variant_fit(job: tuple[str, float, int, dict[str, Any]]) -> dict[str, Any]:
 
 
 @functools.cache
-def _binary_set(name: str) -> Any:
-    """A binary set by name (read once per process); ``adult`` is Adult's fixed split."""
+def _variant_set(name: str) -> Any:
+    """A set by name (read once per process): ``adult`` is Adult's fixed split; binary and multiclass
+    sets are compared, regression sets are refused."""
     if name == "adult":
         from anonml.datasets import adult  # noqa: PLC0415
 
         return adult.load(None)
     (data,) = load_sets([name])
-    if not isinstance(data, TabularData):
-        raise SystemExit(f"--variant compares binary sets only; {name!r} is {data.task}")
+    if isinstance(data, FloorSet) and data.task != "multiclass":
+        raise SystemExit(f"--variant compares binary and multiclass sets; {name!r} is {data.task}")
     return data
-
-
-def _binary_split(name: str, split_index: int) -> Any:
-    """Split ``split_index`` of a binary set; Adult's one fixed split for ``adult``."""
-    data = _binary_set(name)
-    return data if name == "adult" else random_split(data, seed=split_index)
 
 
 def paired(differences: list[float]) -> dict[str, float]:
@@ -300,25 +303,96 @@ def run_variant(sets: list[str], params: dict[str, Any], splits: int, jobs: int)
     for name in sets:
         for eps in EPSILONS:
             mine = [f for f in fits if f["set"] == name and f["epsilon"] == eps]
-            rows.append(
-                {
-                    "set": name,
-                    "epsilon": eps,
-                    "default_auc": paired([f["default_auc"] for f in mine]),
-                    "variant_auc": paired([f["variant_auc"] for f in mine]),
-                    "auc_difference": paired([f["variant_auc"] - f["default_auc"] for f in mine]),
-                    # Brier: lower is better, so the difference is default − variant (positive = variant wins)
-                    "brier_gain": paired([f["default_brier"] - f["variant_brier"] for f in mine]),
-                }
-            )
-            r = rows[-1]
+            row = {"set": name, "epsilon": eps, **_variant_row(mine)}
+            rows.append(row)
+            if "auc_difference" in row:
+                d, first, second = row["auc_difference"], row["default_auc"], row["variant_auc"]
+                what = "AUC"
+            else:
+                d, first, second = row["log_loss_gain"], row["default_log_loss"], row["variant_log_loss"]
+                what = "log loss (gain = default − variant)"
             print(
-                f"{name} ε={eps:g}: AUC {r['default_auc']['mean']:.4f} → {r['variant_auc']['mean']:.4f} "
-                f"({r['auc_difference']['mean']:+.4f} ± {r['auc_difference']['se']:.4f}, "
-                f"{r['auc_difference']['wins']}/{splits} won)",
+                f"{name} ε={eps:g}: {what} {first['mean']:.4f} → {second['mean']:.4f} "
+                f"({d['mean']:+.4f} ± {d['se']:.4f}, {d['wins']}/{splits} won)",
                 flush=True,
             )
     return rows
+
+
+def _variant_row(fits: list[dict[str, Any]]) -> dict[str, Any]:
+    """The paired figures of one (set, ε): AUC and Brier (binary) or log loss and accuracy (multiclass).
+
+    Gains of a lower-is-better metric are default − variant, so positive always means the variant won.
+    """
+    def values(key: str) -> list[float]:
+        return [f[key] for f in fits]
+
+    if "default_auc" in fits[0]:
+        return {
+            "default_auc": paired(values("default_auc")),
+            "variant_auc": paired(values("variant_auc")),
+            "auc_difference": paired([f["variant_auc"] - f["default_auc"] for f in fits]),
+            "brier_gain": paired([f["default_brier"] - f["variant_brier"] for f in fits]),
+        }
+    return {
+        "prior_log_loss": paired(values("prior_log_loss")),
+        "majority_accuracy": paired(values("majority_accuracy")),
+        "default_log_loss": paired(values("default_log_loss")),
+        "variant_log_loss": paired(values("variant_log_loss")),
+        "log_loss_gain": paired([f["default_log_loss"] - f["variant_log_loss"] for f in fits]),
+        "default_accuracy": paired(values("default_accuracy")),
+        "variant_accuracy": paired(values("variant_accuracy")),
+        "accuracy_difference": paired([f["variant_accuracy"] - f["default_accuracy"] for f in fits]),
+    }
+
+
+#: The columns of a variant's table after set and ε: binary sets, then multiclass sets.
+BINARY_VARIANT_COLUMNS = (
+    "default AUC",
+    "variant AUC",
+    "AUC variant − default",
+    "splits won",
+    "Brier default − variant",
+)
+MULTICLASS_VARIANT_COLUMNS = (
+    "prior log loss",
+    "default log loss",
+    "variant log loss",
+    "log loss default − variant",
+    "splits won",
+    "majority accuracy",
+    "default accuracy",
+    "variant accuracy",
+)
+
+
+def _difference(d: dict[str, float]) -> str:
+    return f"{d['mean']:+.4f} ± {d['se']:.4f}"
+
+
+def _binary_variant_cells(r: dict[str, Any]) -> tuple[str, ...]:
+    d = r["auc_difference"]
+    return (
+        _pm(r["default_auc"], 4),
+        _pm(r["variant_auc"], 4),
+        _difference(d),
+        f"{d['wins']}/{d['n']}",
+        _difference(r["brier_gain"]),
+    )
+
+
+def _multiclass_variant_cells(r: dict[str, Any]) -> tuple[str, ...]:
+    g = r["log_loss_gain"]
+    return (
+        _pm(r["prior_log_loss"], 4),
+        _pm(r["default_log_loss"], 4),
+        _pm(r["variant_log_loss"], 4),
+        _difference(g),
+        f"{g['wins']}/{g['n']}",
+        _pm(r["majority_accuracy"], 3),
+        _pm(r["default_accuracy"], 3),
+        _pm(r["variant_accuracy"], 3),
+    )
 
 
 def variant_markdown(rows: list[dict[str, Any]], variant: str, note: str) -> str:
@@ -326,17 +400,18 @@ def variant_markdown(rows: list[dict[str, Any]], variant: str, note: str) -> str
         f"# The default against `{variant}` (`python -m benchmarks.public_sets --variant {variant}`)",
         "",
         note,
-        "",
-        "| set | ε | default AUC | variant AUC | AUC variant − default | splits won "
-        "| Brier default − variant |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for r in rows:
-        d, b = r["auc_difference"], r["brier_gain"]
-        lines.append(
-            f"| {r['set']} | {r['epsilon']:g} | {_pm(r['default_auc'], 4)} | {_pm(r['variant_auc'], 4)} | "
-            f"{d['mean']:+.4f} ± {d['se']:.4f} | {d['wins']}/{d['n']} | {b['mean']:+.4f} ± {b['se']:.4f} |"
-        )
+    binary = [r for r in rows if "auc_difference" in r]
+    multiclass = [r for r in rows if "log_loss_gain" in r]
+    tables = (
+        (binary, BINARY_VARIANT_COLUMNS, _binary_variant_cells),
+        (multiclass, MULTICLASS_VARIANT_COLUMNS, _multiclass_variant_cells),
+    )
+    for table_rows, header, cells in tables:
+        if not table_rows:
+            continue
+        lines += ["", "| set | ε | " + " | ".join(header) + " |", "|" + " --- |" * (len(header) + 2)]
+        lines += [f"| {r['set']} | {r['epsilon']:g} | " + " | ".join(cells(r)) + " |" for r in table_rows]
     return "\n".join(lines) + "\n"
 
 

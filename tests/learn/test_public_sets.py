@@ -7,7 +7,15 @@ import pytest
 from statsmodels import datasets
 
 from anonml.model import FeatureKind
-from benchmarks.public_sets import METHODS, _variant_fit, load_sets, paired, parse_variant, run_set
+from benchmarks.public_sets import (
+    METHODS,
+    _variant_fit,
+    _variant_row,
+    load_sets,
+    paired,
+    parse_variant,
+    run_set,
+)
 
 
 def test_sets_load_with_their_targets_and_boolean_columns():
@@ -83,3 +91,18 @@ def test_a_variant_fit_shares_split_and_seed_with_the_default():
     out = _variant_fit(("anes96", 2.0, 0, {"smoothing": 1.0}))
     assert out["variant_auc"] == out["default_auc"] and out["variant_brier"] == out["default_brier"]
     assert 0.5 < out["default_auc"] <= 1.0
+
+
+def test_a_multiclass_variant_is_scored_against_the_prior_and_the_majority():
+    # fishing (4 classes): the same default twice gives the same figures; a variant without the
+    # calibration pool is a different fit, and both sit beside the split's own trivial predictors.
+    same = _variant_fit(("fishing", 4.0, 0, {"smoothing": 1.0}))
+    assert same["variant_log_loss"] == same["default_log_loss"]
+    assert same["variant_accuracy"] == same["default_accuracy"]
+    assert same["prior_log_loss"] == pytest.approx(1.2652, abs=0.01)  # the published class shares
+    assert 0.3 < same["majority_accuracy"] < 0.45
+    with pytest.raises(SystemExit, match="'vietnam' is regression"):
+        _variant_fit(("vietnam", 1.0, 0, {}))
+    rows = _variant_row([same, {**same, "variant_log_loss": same["default_log_loss"] - 0.1}])
+    assert rows["log_loss_gain"]["mean"] == pytest.approx(0.05) and rows["log_loss_gain"]["wins"] == 1
+    assert "auc_difference" not in rows
