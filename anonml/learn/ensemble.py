@@ -48,7 +48,7 @@ and variance of ``t_S`` over its cells under ``P̂(cell | y)`` read off the same
 histogram, rescaled to mean 1, then pulled toward equal weights by the
 :func:`shrinkage_factor` λ, ``1 + λ·(w_S − 1)``: noisy tables give noisy
 coefficients. It uses only what the reports already give (no extra ε), so it
-cannot see the features' correlation. Off by default (README, issue 25: figures
+cannot see the features' correlation. Off by default (docs/model-quality.md, issue 25: figures
 in ``benchmarks/results/public_sets_variant_weighting-lda*.md``).
 
 *Noise-aware shrinkage* (default mode): the prior ``π̂`` is the pooled label

@@ -162,7 +162,7 @@ class AnonMLClassifier(SelectionAware, PublishedModel, ClassifierMixin, BaseEsti
         Default mode, two classes: ``"lda"`` weights each subset's term by its diagonal-LDA
         coefficient read off its own histogram (:func:`~anonml.learn.ensemble.discriminant_weights`;
         no extra ε), pulled toward equal weights by the shrinkage factor. Off by default: it gains
-        at ε_T ≥ 2 but loses up to 0.03 AUC at ε_T = 0.5 on held-out sets (README).
+        at ε_T ≥ 2 but loses up to 0.03 AUC at ε_T = 0.5 on held-out sets (docs/model-quality.md).
     partition_classifier : {"tree", "logistic"}, default="tree"
     partition_scoring : {"f1", "roc_auc"}, default="f1"
     partition_class_weight : {"balanced"} or None, default="balanced"

@@ -524,7 +524,8 @@ def selection_pays(histograms: Sequence[SubsetHistogram], kept: Sequence[int]) -
 #: formed the second.
 MAX_CALIBRATION_CELL_ERROR = 0.5
 #: The calibration pool is sized to carry this many binary-randomised-response-equivalent reports,
-#: ``n·((e^ε − 1)/(e^ε + 1))²``, within its cap (tuned on Adult: README, "The side pools, measured").
+#: ``n·((e^ε − 1)/(e^ε + 1))²``, within its cap (tuned on Adult: docs/model-quality.md, "The side pools,
+#: measured").
 TARGET_CALIBRATION_INFORMATION = 1500.0
 #: K ≥ 3 classes: fewest binary-randomised-response-equivalent reports for a class-map pool (on Adult at
 #: ε = 0.5, ~390 of them had made a binary map's ECE worse than none; kept for K ≥ 3, not re-studied).
