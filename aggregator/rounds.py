@@ -26,6 +26,7 @@ from aggregator.db import (
     ProblemRow,
     RegistrationRow,
     ReportRow,
+    count_reports,
     published,
     settle_reports,
     wipe_log,
@@ -33,9 +34,10 @@ from aggregator.db import (
 from aggregator.lease import LeaseLost, PhaseLease
 from aggregator.medians import MedianRun
 from aggregator.routes.problems import median_account, problem_account
-from aggregator.state import AggregatorState, MissingProblemFact
+from aggregator.state import AggregatorState, MissingProblemFact, ProblemContext
 from aggregator.storage import storage_failure
 from aggregator.timeline import Sampler
+from aggregator.training import expected_reports, report_round_over
 from anonml.crypto import CryptoError, TokenKey
 from anonml.errors import AnonMLError
 from anonml.model import FeatureKind
@@ -243,6 +245,11 @@ class RoundDriver:
             else:
                 log.exception("sampling the counts of %s failed; the next tick tries again", pid)
 
+    def _all_reports_in(self, pid: str, ctx: ProblemContext) -> bool:
+        """Is every report the round expects stored (:func:`~aggregator.training.report_round_over`)?"""
+        with self.state.sessions() as s:
+            return count_reports(s, pid) >= expected_reports(ctx)
+
     def _active(self) -> list[str]:
         """Problems the loop looks at: active phases, and failed ones an admin asked to retrain."""
         with self.state.sessions() as s:
@@ -287,7 +294,7 @@ class RoundDriver:
                     self._publish_bins(pid, run.thresholds)
         elif phase == ProblemPhase.REPORTING:
             grace = self.state.settings.intake_grace_seconds
-            if train or (t_r is not None and now > t_r + grace):
+            if train or report_round_over(t_r, grace, now, lambda: self._all_reports_in(pid, ctx)):
                 self.trainer.start(pid)
             elif bins_pending and (pid, "bins") not in self.witnesses.threads and ctx.bins is not None:
                 self.witnesses.start_bins(pid, ctx.bins)  # after a restart; idempotent at the witnesses

@@ -33,11 +33,11 @@ and counts the calibration peers who answered among those outside it
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aggregator.state import DUPLICATE_COPY, binning_of
+from aggregator.state import DUPLICATE_COPY, ProblemContext, binning_of
 from anonml.errors import ProtocolError
 from anonml.phases import ROUND_PHASES, ProblemPhase
 from anonml.privacy.descriptor import MechanismDescriptor
@@ -67,6 +67,8 @@ __all__ = [
     "binning_of",
     "account_reports",
     "delivery_window_open",
+    "report_round_over",
+    "expected_reports",
     "shuffle_statement",
     "with_calibration_answers",
     "publication_outcome",
@@ -161,6 +163,27 @@ def delivery_window_open(phase: str, t_r: float | None, grace: float, now: float
     delivery as ``late`` after that: :mod:`aggregator.routes.intake`).
     """
     return phase in ROUND_PHASES and (t_r is None or now <= t_r + grace)
+
+
+def report_round_over(t_r: float | None, grace: float, now: float, all_received: Callable[[], bool]) -> bool:
+    """Whether the report round ends at ``now`` and the problem trains.
+
+    At ``t_r + grace``, the intake's last moment for a late delivery; or already past ``t_r``
+    once every expected report is stored (``all_received``, asked only then): every token is
+    redeemed, so nothing more can be counted — a later copy is answered as a duplicate — and the
+    grace would only wait. Never before ``t_r``: the release window is the relays', whose timing
+    hides the senders whatever the intake holds.
+    """
+    if t_r is None or now <= t_r:
+        return False
+    return now > t_r + grace or all_received()
+
+
+def expected_reports(ctx: ProblemContext) -> int:
+    """Reports the round expects: the report pool's members (the roster less the median and
+    calibration pools) times ``k_h``, the account's ``expected``."""
+    draft, roster = ctx.problem.draft, ctx.require_roster()
+    return draft.report_pool_size(len(roster.entries), roster.median_pool_size) * draft.kh
 
 
 def shuffle_statement(

@@ -15,7 +15,7 @@ from aggregator.rounds import RoundDriver
 from aggregator.settings import AggregatorSettings
 from aggregator.state import AggregatorState
 from anonml.database import sqlite_path
-from tests.aggregator.helpers import aggregator_settings
+from tests.aggregator.helpers import LONG_GRACE_SECONDS, aggregator_settings
 
 
 @dataclass
@@ -41,6 +41,12 @@ def aggregator(tmp_path: Path, database_url: str) -> Iterator[RunningAggregator]
     yield from _serve(tmp_path, database_url)
 
 
+@pytest.fixture
+def long_grace_aggregator(tmp_path: Path, database_url: str) -> Iterator[RunningAggregator]:
+    """An aggregator whose intake waits a minute past ``t_r`` for late deliveries."""
+    yield from _serve(tmp_path, database_url, intake_grace_seconds=LONG_GRACE_SECONDS)
+
+
 @pytest.fixture(scope="module")
 def module_aggregator(
     tmp_path_factory: pytest.TempPathFactory, module_database_url: str
@@ -62,8 +68,9 @@ def aggregator_app(
         yield InProcessAggregator(client, settings, app.state.aggregator)
 
 
-def _serve(root: Path, database_url: str) -> Iterator[RunningAggregator]:
-    settings = aggregator_settings(root, db_url=database_url)
+def _serve(root: Path, database_url: str, **overrides: object) -> Iterator[RunningAggregator]:
+    """A real aggregator on ``database_url`` (files under ``root``; ``overrides`` change settings)."""
+    settings = aggregator_settings(root, db_url=database_url, **overrides)
     handle = start_server(create_app(settings))
     try:
         app = handle.app

@@ -56,6 +56,8 @@ from tests.databases import table_rows
 from tests.waiting import wait_until
 
 TOKEN = "test-admin-token"
+#: The intake grace of the ``long_grace_aggregator`` fixture: far longer than any wait a test allows.
+LONG_GRACE_SECONDS = 600.0
 
 
 def aggregator_settings(root: Path, **overrides: Any) -> AggregatorSettings:

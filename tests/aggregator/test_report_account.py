@@ -22,6 +22,7 @@ from anonml.crypto import Redemption
 from anonml.protocol import IntakeDelivery, ModelDocument, ProblemStatus, ReportAccount
 from tests.aggregator.helpers import (
     ADMIN,
+    LONG_GRACE_SECONDS,
     draft,
     post,
     random_deliveries,
@@ -86,6 +87,37 @@ def test_the_delivery_window_is_open_in_the_round_phases_until_t_r_plus_grace() 
     for phase, now in (("reporting", t_r + grace + 0.01), ("training", 0.0), ("done", 0.0), ("failed", 0.0),
                        ("degraded", 0.0), ("registration", 0.0)):
         assert not delivery_window_open(phase, t_r, grace, now), (phase, now)
+
+
+def test_the_round_ends_at_t_r_once_every_report_is_in_else_at_t_r_plus_grace() -> None:
+    from aggregator.training import report_round_over
+
+    t_r, grace, asked = 1000.0, 5.0, []
+
+    def complete() -> bool:
+        asked.append(True)
+        return True
+
+    # Before t_r never, and the intake is not even asked; past t_r + grace always.
+    assert not report_round_over(None, grace, 5e9, complete)
+    assert not report_round_over(t_r, grace, t_r, complete) and not asked
+    assert report_round_over(t_r, grace, t_r + grace + 0.01, lambda: False)
+    # Inside the grace: only when every expected report is stored.
+    assert not report_round_over(t_r, grace, t_r + 1.0, lambda: False)
+    assert report_round_over(t_r, grace, t_r + 1.0, complete) and asked
+
+
+def test_a_complete_round_trains_at_t_r_not_after_the_grace(long_grace_aggregator) -> None:
+    """Every report in: the problem trains just past ``t_r``, not ten minutes later at ``t_r`` + grace;
+    the account is complete and nothing is lost or pending."""
+    round_ = Round.open(long_grace_aggregator, draft(kh=2, kp=1, min_peers=4, send_window=10.0,
+                                                     release_window=1.0), 4, "reporting")
+    _send_all(round_, 4, np.random.default_rng(3))
+    st = wait_phase(round_.url, round_.problem.id, ("done", "degraded", "failed"), timeout=120.0)
+    assert st.phase == "done", st.message
+    assert time.time() < round_.bins.t_r + LONG_GRACE_SECONDS  # ended long before t_r + grace
+    assert (st.reports.expected, st.reports.received, st.reports.lost) == (8, 8, 0)
+    assert st.reports.pending == 0
 
 
 def test_a_live_round_reports_missing_reports_as_pending_until_its_window_closes(aggregator) -> None:
