@@ -67,9 +67,16 @@ def test_the_pool_is_the_librarys_and_counted_out_of_the_report_partitions():
 
 @pytest.mark.parametrize("label", [{"kind": "classes", "classes": ["a", "b", "c"]},
                                    {"kind": "numeric", "low": 0.0, "high": 1.0, "bins": 4}])
-def test_a_label_other_than_binary_cannot_ask_for_calibration(label):
-    with pytest.raises(ValidationError, match="calibrates binary labels only"):
-        problem(calibration_fraction=0.2, label=LabelSpec(**label))
+def test_a_label_of_three_or_more_classes_gets_the_librarys_pool_for_its_k(label):
+    spec = LabelSpec(**label)
+    d = problem(calibration_fraction=0.3, epsilon=2.0, label=spec).draft
+    assert d.calibration_pool_size(4000) == calibration_pool_size(0.3, 4000, 2.0, spec.k) > 0
+    assert d.report_pool_size(4000, 10) == 4000 - 10 - d.calibration_pool_size(4000)
+
+
+def test_a_two_class_label_that_is_not_binary_cannot_ask_for_calibration():
+    with pytest.raises(ValidationError, match="calibrates binary labels and labels of 3 or more classes"):
+        problem(calibration_fraction=0.2, label=LabelSpec(kind="classes", classes=("a", "b")))
 
 
 @pytest.mark.parametrize("fraction", [-0.1, 1.0])
