@@ -202,7 +202,7 @@ def class_map_of(
     ensemble = model.ensemble_
     k = ensemble.n_classes
     counts, variance, n = answer_counts(answers, k, k)
-    if n < MIN_HALF_ANSWERS or not enough_answers(n + n_choice, epsilon, k):
+    if min(n, n_choice) < MIN_HALF_ANSWERS or not enough_answers(n + n_choice, epsilon, k):
         return None, n
     return class_map_from_counts(counts, variance, float(n), class_prior(ensemble)), n
 
