@@ -17,6 +17,13 @@ release is recorded and sent, and any later ask — a repeated question, a resta
 same signed bytes again, never a fresh draw. What is sent depends on the data only through the
 perturbed value: an identity whose example is missing or out of range sends a uniform stand-in
 value through the same mechanism.
+
+A K ≥ 3-class model's pool answers in two halves the plan fixes (:mod:`peer.class_map_answer`): the
+map half the first question, (predicted class, label) through the same mechanism, and the choice
+half the second, its log-loss steps through the Hybrid mechanism. Each identity answers the one
+question that names it, with the same checks above (its half in place of the whole pool), drawn
+once, saved, recorded and sent as here; a choice-half identity is asked again at later polls until
+its question comes (:func:`awaits_choice`).
 """
 
 from __future__ import annotations
@@ -94,8 +101,7 @@ def check_common(
     Signed by the problem's aggregator and for this problem (question and model); the question names
     the model it came with; this identity's plan puts it in the calibration pool and every member
     asked is in ``pool`` of the plan (the whole pool, or one of its halves, named ``pool_name``); ε is
-    the problem's; the
-    model is a valid model of the proposal's features.
+    the problem's; the model is a valid model of the proposal's features.
     """
     from anonml.learn import AnonMLClassifier
     from anonml.learn.settings import roster_plan
