@@ -10,11 +10,13 @@ class after the model's prediction, 90 % of the time: a confidently wrong model 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import requests
 
+from anonml.crypto import Identity
 from anonml.learn import AnonMLClassifier, Binning, roster_plan
 from anonml.learn.calibration import LOSS_CLIP, loss_steps, perturb_steps
 from anonml.learn.histograms import domain_size
@@ -104,11 +106,13 @@ class ClassMapRound:
     choice_half: list[int]
 
     @classmethod
-    def open(cls, url: str, d: ProblemDraft, *, timeout: float = 180.0) -> ClassMapRound:
-        """Propose ``d``, register :data:`MEMBERS`, close, send every report peer's reports
-        (``label = flag``), train, and wait for ``calibrating``."""
+    def open(
+        cls, url: str, d: ProblemDraft, *, given: Sequence[Identity] = (), timeout: float = 180.0
+    ) -> ClassMapRound:
+        """Propose ``d``, register :data:`MEMBERS` (``given`` among them), close, send every report
+        peer's reports (``label = flag``), train, and wait for ``calibrating``."""
         problem = propose(url, d)
-        peers = register_many(url, problem, MEMBERS)
+        peers = register_many(url, problem, MEMBERS, given)
         close_registration(url, problem.id)
         wait_phase(url, problem.id, ("reporting",), timeout)
         peers = in_roster_order(url, problem.id, peers)
