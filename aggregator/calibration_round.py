@@ -71,6 +71,9 @@ from anonml.protocol import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from anonml.learn import AnonMLClassifier
     from anonml.learn.ensemble import Ensemble
 
 __all__ = ["Calibrator", "ask", "calibration_account"]
@@ -322,12 +325,12 @@ class Calibrator:
         elif weight == 0.0:  # the map was measured not to help: the model as trained, calibrated
             ensemble = model.ensemble_
         else:
-            import numpy as np
+            import numpy as np  # the step's work: not at the service's start
 
             ensemble = model.ensemble_.with_class_map(np.asarray(choice.class_map, dtype=float), weight)
         self._publish(pid, trained, model, ensemble, len(answers) + len(reports), weight=weight)
 
-    def _ask_choice(self, pid: str, question: ClassMapQuestion, class_map: Any) -> ChoiceQuestion:
+    def _ask_choice(self, pid: str, question: ClassMapQuestion, class_map: np.ndarray) -> ChoiceQuestion:
         """Store the signed second question (the map to the plan's choice half), under the lease."""
         state = self.driver.state
         with state.sessions() as s, s.begin():
@@ -350,7 +353,7 @@ class Calibrator:
         self,
         pid: str,
         trained: ModelDocument,
-        model: Any,
+        model: AnonMLClassifier,
         ensemble: Ensemble | None,
         answered: int,
         *,
