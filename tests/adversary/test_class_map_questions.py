@@ -152,6 +152,17 @@ def test_a_second_question_to_a_map_member_is_refused_and_nothing_released(
     refused(p, round_, aggregator, "members outside the plan's choice half")
 
 
+def test_a_first_question_to_a_choice_member_is_refused_and_nothing_released(
+    round_, aggregator, tmp_path  # noqa: F811
+):
+    member = _member(round_, "choice", 2)
+    request = _request(round_, choice=False)
+    first = request.question.model_copy(update={"members": (*request.question.members, member)})
+    aggregator.request = request.model_copy(update={"question": sign_message(first, AGGREGATOR)})
+    p = _participant(round_, member, aggregator.url, tmp_path)
+    refused(p, round_, aggregator, "members outside the plan's map half")
+
+
 @pytest.mark.parametrize(
     "hostile, reason",
     [
