@@ -85,6 +85,7 @@ __all__ = [
     "MedianAnswerRow",
     "CalibrationQuestionRow",
     "CalibrationAnswerRow",
+    "CalibrationChoiceRow",
     "ReportRow",
     "StagedReportRow",
     "RejectRow",
@@ -182,7 +183,11 @@ class MedianAnswerRow(Base):
 
 class CalibrationQuestionRow(Base):
     """The calibration question of a problem (signed JSON as served) and the uncalibrated model
-    document it names; ``open`` until the calibration step ends."""
+    document it names; ``open`` until the calibration step (K ≥ 3: its first stage) ends.
+
+    K ≥ 3: ``choice_json`` is the second stage's signed question once asked (NULL before, and for
+    a binary model), ``choice_open`` True until that stage ends.
+    """
 
     __tablename__ = "calibration_questions"
 
@@ -190,6 +195,8 @@ class CalibrationQuestionRow(Base):
     question_json: Mapped[str] = mapped_column(Text)
     model_json: Mapped[str] = mapped_column(Text, deferred=True)
     open: Mapped[bool] = mapped_column(default=True)
+    choice_json: Mapped[str | None] = mapped_column(Text, default=None)
+    choice_open: Mapped[bool] = mapped_column(default=False)
 
 
 class CalibrationAnswerRow(Base):
@@ -203,6 +210,18 @@ class CalibrationAnswerRow(Base):
     identity: Mapped[bytes] = mapped_column(LargeBinary(64))
     mechanism_json: Mapped[str] = mapped_column(Text)
     bits: Mapped[bytes] = mapped_column(LargeBinary(64))
+
+
+class CalibrationChoiceRow(Base):
+    """K ≥ 3: one choice-half member's perturbed log-loss steps (JSON list of floats); once per problem."""
+
+    __tablename__ = "calibration_choices"
+    __table_args__ = (UniqueConstraint("problem_id", "identity", name="uq_calibration_choice_peer"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    problem_id: Mapped[str] = mapped_column(ForeignKey("problems.id"), index=True)
+    identity: Mapped[bytes] = mapped_column(LargeBinary(64))
+    report_json: Mapped[str] = mapped_column(Text)
 
 
 class _Report:

@@ -17,6 +17,13 @@ release is recorded and sent, and any later ask — a repeated question, a resta
 same signed bytes again, never a fresh draw. What is sent depends on the data only through the
 perturbed value: an identity whose example is missing or out of range sends a uniform stand-in
 value through the same mechanism.
+
+A K ≥ 3-class model's pool answers in two halves the plan fixes (:mod:`peer.class_map_answer`): the
+map half the first question, (predicted class, label) through the same mechanism, and the choice
+half the second, its log-loss steps through the Hybrid mechanism. Each identity answers the one
+question that names it, with the same checks above (its half in place of the whole pool), drawn
+once, saved, recorded and sent as here; a choice-half identity is asked again at later polls until
+its question comes (:func:`awaits_choice`).
 """
 
 from __future__ import annotations
@@ -25,15 +32,22 @@ import json
 import logging
 import math
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
+from pydantic import TypeAdapter
 
 from anonml.crypto import CryptoError
 from anonml.errors import AnonMLError, ProtocolError
 from anonml.protocol import (
     CalibrationAnswer,
+    CalibrationQuestion,
     CalibrationRequest,
+    ChoiceAnswer,
+    ChoiceQuestion,
+    ClassMapQuestion,
+    ModelDocument,
     model_digest,
     pack_bits,
     sign_message,
@@ -47,14 +61,26 @@ from peer.phases import Aborted, ParticipationPhase
 
 if TYPE_CHECKING:
     from anonml.learn import AnonMLClassifier
+    from anonml.learn.partition import PartitionPlan
 
-__all__ = ["answer", "check_request", "in_calibration_pool", "note_unanswered"]
+__all__ = [
+    "answer",
+    "asking",
+    "awaits_choice",
+    "check_common",
+    "check_request",
+    "in_calibration_pool",
+    "note_unanswered",
+]
 
 P = ParticipationPhase
+T = TypeVar("T")
 log = logging.getLogger("anonml.peer")
 
-#: The ledger's pool name of a calibration answer.
+#: The ledger's pool name of a calibration answer (either stage's: a member answers one).
 POOL = "calibration"
+#: A stored answer: a first-stage (or binary) answer, or a choice half's.
+_STORED: TypeAdapter[CalibrationAnswer | ChoiceAnswer] = TypeAdapter(CalibrationAnswer | ChoiceAnswer)
 
 
 def in_calibration_pool(p: Participation) -> bool:
@@ -62,14 +88,24 @@ def in_calibration_pool(p: Participation) -> bool:
     return p.roster is not None and p.roster.assignment.role == "calibration"
 
 
-def check_request(p: Participation, request: CalibrationRequest) -> tuple[AnonMLClassifier, np.ndarray]:
-    """The verified model (an :class:`~anonml.learn.AnonMLClassifier`) and its cut points, or
-    :class:`~peer.phases.Aborted` naming the first check that failed (module docstring)."""
+def check_common(
+    p: Participation,
+    question: CalibrationQuestion | ClassMapQuestion | ChoiceQuestion,
+    document: ModelDocument,
+    pool: Callable[[PartitionPlan], np.ndarray],
+    pool_name: str,
+) -> AnonMLClassifier:
+    """The checks every calibration question passes, binary or either K ≥ 3 stage: the verified model,
+    or :class:`~peer.phases.Aborted` naming the first check that failed.
+
+    Signed by the problem's aggregator and for this problem (question and model); the question names
+    the model it came with; this identity's plan puts it in the calibration pool and every member
+    asked is in ``pool`` of the plan (the whole pool, or one of its halves, named ``pool_name``); ε is
+    the problem's; the model is a valid model of the proposal's features.
+    """
     from anonml.learn import AnonMLClassifier
-    from anonml.learn.calibration import CALIBRATION_BINS, score_bins
     from anonml.learn.settings import roster_plan
 
-    question, document = request.question, request.model
     aggregator = bytes(p.problem.aggregator)
     try:
         verify_message(question, aggregator)
@@ -88,8 +124,8 @@ def check_request(p: Participation, request: CalibrationRequest) -> tuple[AnonML
     plan = roster.view.memo(
         ("plan", roster.beacon), lambda: roster_plan(draft, roster.view.roster, roster.beacon)
     )
-    if not set(question.members) <= {int(i) for i in plan.calibration_pool()}:
-        raise Aborted("the calibration question asks members outside the plan's calibration pool")
+    if not set(question.members) <= {int(i) for i in pool(plan)}:
+        raise Aborted(f"the calibration question asks members outside the plan's {pool_name}")
     if not math.isclose(question.epsilon, draft.epsilon, rel_tol=1e-12):
         raise Aborted(
             f"the calibration question asks ε={question.epsilon}, the proposal promised {draft.epsilon}"
@@ -98,54 +134,106 @@ def check_request(p: Participation, request: CalibrationRequest) -> tuple[AnonML
         model = AnonMLClassifier.from_json(json.dumps(document.model))
     except ProtocolError as exc:
         raise Aborted(f"the model to calibrate is not a valid model: {exc}") from None
-    if model.ensemble_.kind == "softmax" or model.ensemble_.calibration is not None:
-        raise Aborted("the model to calibrate is not an uncalibrated binary model")
     if model.n_features_in_ != len(draft.features):
         raise Aborted(
             f"the model takes {model.n_features_in_} features, the proposal has {len(draft.features)}"
         )
+    return model
+
+
+def check_request(p: Participation, request: CalibrationRequest) -> tuple[AnonMLClassifier, np.ndarray]:
+    """The verified model (an :class:`~anonml.learn.AnonMLClassifier`) and its cut points, or
+    :class:`~peer.phases.Aborted` naming the first check that failed (module docstring)."""
+    from anonml.learn.calibration import CALIBRATION_BINS, score_bins
+
+    question = request.question
+    if not isinstance(question, CalibrationQuestion):
+        raise Aborted("a binary calibration answer was asked by a K >= 3 question")
+    model = check_common(p, question, request.model, lambda plan: plan.calibration_pool(), "calibration pool")
+    if model.ensemble_.kind == "softmax" or model.ensemble_.calibration is not None:
+        raise Aborted("the model to calibrate is not an uncalibrated binary model")
     cuts, _ = score_bins(model.ensemble_, CALIBRATION_BINS)
     if tuple(float(c) for c in cuts) != tuple(question.cuts):
         raise Aborted("the calibration question's cut points are not the model's own (score_bins)")
     return model, cuts
 
 
+def asking(
+    p: Participation, request: CalibrationRequest
+) -> CalibrationQuestion | ClassMapQuestion | ChoiceQuestion | None:
+    """The question of ``request`` that names this identity (the first, or K ≥ 3 the choice half's
+    once asked), or None."""
+    roster = p.facts(p.roster, "the checked roster")
+    me = roster.view.index_of[bytes(p.node.identity.public)]
+    if me in request.question.members:
+        return request.question
+    if request.choice is not None and me in request.choice.members:
+        return request.choice
+    return None
+
+
+def awaits_choice(p: Participation, request: CalibrationRequest) -> bool:
+    """A K ≥ 3 choice-half identity (by its plan) whose question is not asked yet: the worker asks
+    again at a later poll."""
+    if not isinstance(request.question, ClassMapQuestion) or request.choice is not None:
+        return False
+    if not in_calibration_pool(p) or p.phase != P.REPORTING:
+        return False
+    from peer import class_map_answer  # noqa: PLC0415 - it builds on this module's checks
+
+    return class_map_answer.in_choice_half(p)
+
+
 def answer(p: Participation, request: CalibrationRequest) -> bool:
     """Answer ``request`` if it names this identity; True when an answer was (re)sent.
 
     Drawn at most once per problem (module docstring): a second ask resends the stored answer.
+    K ≥ 3: the map half answers the first question, the choice half the second
+    (:mod:`peer.class_map_answer`); each identity answers one of them.
     """
-    roster = p.facts(p.roster, "the checked roster")
-    me = roster.view.index_of[bytes(p.node.identity.public)]
-    if me not in request.question.members:
+    question = asking(p, request)
+    if question is None:
         return False
     if p.phase == P.CALIBRATED and p.stored_calibration_answer is not None:
-        _send(p, CalibrationAnswer.model_validate_json(p.stored_calibration_answer), request)
+        _send(p, _STORED.validate_json(p.stored_calibration_answer), question)
         return True
     if p.phase != P.REPORTING:
         return False  # not through its report round yet (or ended)
-    model, cuts = check_request(p, request)
-    question = request.question
+    from peer import class_map_answer  # noqa: PLC0415 - it builds on this module's checks
+
+    if isinstance(question, ChoiceQuestion):
+        model, class_map = class_map_answer.check_choice(p, request)
+    elif isinstance(question, ClassMapQuestion):
+        model = class_map_answer.check_class_map(p, request)
+    else:
+        model, cuts = check_request(p, request)
     if time.time() >= question.deadline:
         p._short("calibration answer not sent: the question's deadline had passed")
         return False
-    from anonml.privacy import best_mechanism
-
     gen = resolve_rng(p.node.rng)
-    mechanism = best_mechanism(question.epsilon, question.domain, len(question.members))
-    value = _value(p, model, cuts, gen)
-    bits = mechanism.perturb(np.asarray([value]), gen)[0]
-    signed = sign_message(
-        CalibrationAnswer(
-            problem_id=p.problem.id,
-            identity=bytes(p.node.identity.public),
-            model_digest=question.model_digest,
-            mechanism=mechanism.descriptor(),
-            bits=pack_bits(bits),
-            signature=bytes(64),
-        ),
-        p.node.identity,
-    )
+    signed: CalibrationAnswer | ChoiceAnswer
+    if isinstance(question, ChoiceQuestion):
+        signed = class_map_answer.choice_answer(p, question, model, class_map, gen)
+    else:
+        from anonml.privacy import best_mechanism
+
+        mechanism = best_mechanism(question.epsilon, question.domain, len(question.members))
+        if isinstance(question, ClassMapQuestion):
+            value = class_map_answer.class_value(p, model, gen)
+        else:
+            value = _value(p, model, cuts, gen)
+        bits = mechanism.perturb(np.asarray([value]), gen)[0]
+        signed = sign_message(
+            CalibrationAnswer(
+                problem_id=p.problem.id,
+                identity=bytes(p.node.identity.public),
+                model_digest=question.model_digest,
+                mechanism=mechanism.descriptor(),
+                bits=pack_bits(bits),
+                signature=bytes(64),
+            ),
+            p.node.identity,
+        )
     # Saved before it is recorded and sent: a restart or a second ask sends these bytes, never a new draw.
     p.stored_calibration_answer = signed.model_dump_json()
     try:
@@ -154,12 +242,20 @@ def answer(p: Participation, request: CalibrationRequest) -> bool:
         p.stored_calibration_answer = None
         p._short(f"calibration answer not sent: its state could not be saved: {exc}")
         return False
-    _send(p, signed, request)
+    _send(p, signed, question)
     return True
 
 
-def _value(p: Participation, model: AnonMLClassifier, cuts: np.ndarray, gen: np.random.Generator) -> int:
-    """``2·bin + label`` of this identity's example under the model; a uniform value when it cannot say."""
+def from_example(
+    p: Participation,
+    model: AnonMLClassifier,
+    n_labels: int,
+    compute: Callable[[np.ndarray, int], T],
+    standin: Callable[[], T],
+) -> T:
+    """``compute(codes, label)`` of this identity's example under ``model`` (its binned row, its label
+    index in ``0..n_labels − 1``); ``standin()`` — a uniform input to the same mechanism — whenever it
+    cannot say (no example, a feature out of range, another label), noted as a stand-in."""
     p.compute_example()
     try:
         if p.example is None:
@@ -167,38 +263,61 @@ def _value(p: Participation, model: AnonMLClassifier, cuts: np.ndarray, gen: np.
         bad = invalid_features(p.example.x, p.problem.draft.features)
         if bad:
             raise AnonMLError("; ".join(bad.values()))
-        codes = model.binning_.transform(np.asarray(p.example.x, dtype=float)[None, :])
-        score = model.ensemble_.decision_function(codes)[0]  # the uncalibrated score the cuts divide
         label = int(p.example.y)
-        if label not in (0, 1):
-            raise AnonMLError(f"label index {label} is not binary")
-        return int(np.searchsorted(cuts, score, side="left")) * 2 + label
+        if not 0 <= label < n_labels:
+            raise AnonMLError(f"label index {label} is not one of the model's {n_labels} classes")
+        return compute(model.binning_.transform(np.asarray(p.example.x, dtype=float)[None, :]), label)
     except Exception as exc:  # whatever fails, a uniform value through the same mechanism
         p._standin(f"calibration answer: {exc}")
-        return int(gen.integers(2 * (len(cuts) + 1)))
+        return standin()
 
 
-def _send(p: Participation, signed: CalibrationAnswer, request: CalibrationRequest) -> None:
+def _value(p: Participation, model: AnonMLClassifier, cuts: np.ndarray, gen: np.random.Generator) -> int:
+    """``2·bin + label`` of this identity's example under the model; a uniform value when it cannot say."""
+
+    def value(codes: np.ndarray, label: int) -> int:
+        score = model.ensemble_.decision_function(codes)[0]  # the uncalibrated score the cuts divide
+        return int(np.searchsorted(cuts, score, side="left")) * 2 + label
+
+    return from_example(p, model, 2, value, lambda: int(gen.integers(2 * (len(cuts) + 1))))
+
+
+def _send(
+    p: Participation,
+    signed: CalibrationAnswer | ChoiceAnswer,
+    question: CalibrationQuestion | ClassMapQuestion | ChoiceQuestion,
+) -> None:
     """Record the release (once) and send ``signed`` until the question's deadline."""
     what = "calibration answer"
     releases = p.node.ledger.releases(peer=p.node.fingerprint, problem=p.problem.id)
     if not any(r.pool == POOL for r in releases):
+        # A choice answer's mechanism is the Hybrid one over its steps (no descriptor): named, at ε.
+        from peer.class_map_answer import MECHANISM  # noqa: PLC0415 - it builds on this module's checks
+
+        choice = isinstance(signed, ChoiceAnswer)
         try:
             p.node.ledger.record(
                 peer=p.node.fingerprint,
                 problem=p.problem.id,
                 round=0,
                 attributes=[*(f.name for f in p.problem.draft.features), "label"],
-                mechanism=signed.mechanism,
+                mechanism=MECHANISM if choice else signed.mechanism,
+                epsilon=question.epsilon if choice else None,
                 pool=POOL,
             )
         except Exception as exc:  # not recorded (a cap, a full disk): not released
             p._short(f"{what} not sent: the release could not be recorded: {exc}")
             return
+
+    def send() -> object:
+        if isinstance(signed, ChoiceAnswer):
+            return p.client.answer_choice(signed)
+        return p.client.answer_calibration(signed)
+
     deliver_answer(
         p,
-        lambda: p.client.answer_calibration(signed),
-        until=request.question.deadline,
+        send,
+        until=question.deadline,
         what=what,
         counter="calibration answers",
         deadline="the question's",
@@ -207,9 +326,10 @@ def _send(p: Participation, signed: CalibrationAnswer, request: CalibrationReque
 
 def note_unanswered(p: Participation, asked: CalibrationRequest | None) -> None:
     """A calibration-pool identity named by the question asked that never answered says so when the
-    model comes: it ends ``partial`` with the reason, never ``done`` as if it had done its part."""
+    model comes: it ends ``partial`` with the reason, never ``done`` as if it had done its part. (A
+    K ≥ 3 choice-half identity whose question was never asked — too few first-stage answers — was
+    not named: it spent nothing and ends ``done``.)"""
     if asked is None or not in_calibration_pool(p) or p.phase != P.REPORTING or p.shortfall:
         return
-    me = p.facts(p.roster, "the checked roster").view.index_of.get(bytes(p.node.identity.public))
-    if me in asked.question.members:
+    if asking(p, asked) is not None:
         p._short("calibration answer not sent: the question closed before this identity's host answered it")

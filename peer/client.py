@@ -38,6 +38,7 @@ from anonml.protocol import (
     Bins,
     CalibrationAnswer,
     CalibrationRequest,
+    ChoiceAnswer,
     CosignatureBundle,
     MedianAnswer,
     MedianQuery,
@@ -346,6 +347,11 @@ class AggregatorClient:
 
     def answer_calibration(self, answer: CalibrationAnswer) -> Ack:
         url = self._url(f"/problems/{answer.problem_id}/calibration/answers")
+        return _call("POST", url, Ack, answer)
+
+    def answer_choice(self, answer: ChoiceAnswer) -> Ack:
+        """A K ≥ 3 choice-half member's answer to the second calibration question."""
+        url = self._url(f"/problems/{answer.problem_id}/calibration/choices")
         return _call("POST", url, Ack, answer)
 
     def bins(self, problem_id: str) -> Bins:

@@ -441,6 +441,10 @@ class Participant:
         """See :func:`peer.calibration_answer.answer`."""
         return calibration_answer.answer(self, request)
 
+    def awaits_calibration_choice(self, request: CalibrationRequest) -> bool:
+        """See :func:`peer.calibration_answer.awaits_choice`."""
+        return calibration_answer.awaits_choice(self, request)
+
     # -- 4. report round ----------------------------------------------------------------
     def open_round(self, bins: Bins, view: RosterView | None = None) -> None:
         """See :func:`peer.round_packets.open_round`."""

@@ -408,7 +408,8 @@ class ProblemSession:
 
         def ask(p: Participant) -> None:
             p.answer_calibration(request)  # a calibrated one (resumed after a restart) resends once
-            self._calibration_asked.add(id(p))  # not when it raised: tried again at the next poll
+            if not p.awaits_calibration_choice(request):  # K >= 3 choice half: asked at a later poll
+                self._calibration_asked.add(id(p))  # not when it raised: tried again at the next poll
 
         self._each(ask, pool)
 

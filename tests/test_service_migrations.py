@@ -33,7 +33,7 @@ from witness import Witness, WitnessRefusal
 from witness.db import Base as WitnessBase
 
 PEER, AGGREGATOR, WITNESS = "peer.migrations.state", "aggregator.migrations", "witness.migrations"
-HEADS = {PEER: "peer_0005", AGGREGATOR: "aggregator_0006", WITNESS: "witness_0002"}
+HEADS = {PEER: "peer_0005", AGGREGATOR: "aggregator_0007", WITNESS: "witness_0002"}
 VERSION_TABLES = {PEER: "anonml_schema_peer", AGGREGATOR: "anonml_schema_aggregator",
                   WITNESS: "anonml_schema_witness"}
 NODE = "ab" * 32

@@ -59,6 +59,7 @@ from scipy.special import expit, logit
 
 from anonml.learn.ensemble import Ensemble, platt_from_histogram, platt_objective
 from anonml.learn.histograms import noise_margin
+from anonml.learn.partition import class_map_groups
 from anonml.privacy import best_mechanism, estimate_counts
 
 __all__ = [
@@ -76,6 +77,13 @@ __all__ = [
     "shrink_shares",
     "measured_choice",
     "class_map_groups",
+    "class_map_from_counts",
+    "perturb_steps",
+    "choose_from_reports",
+    "check_choice_report",
+    "loss_steps",
+    "chosen_weight",
+    "class_prior",
 ]
 
 #: Smallest calibrated class probability: a class the pool never saw keeps a finite log loss.
@@ -346,11 +354,6 @@ LOSS_CLIP = 1.0
 CHOICE_SDS = 2.0
 
 
-def class_map_groups(n_pool: int) -> tuple[int, int]:
-    """K ≥ 3: the pool's (map half, choice half) sizes; the map half gets the odd peer."""
-    return n_pool - n_pool // 2, n_pool // 2
-
-
 def mixed_proba(proba: np.ndarray, mapped: np.ndarray, t: float) -> np.ndarray:
     """The geometric mixture ``p_t ∝ p_model^(1−t)·Q[ĉ]^t`` (``t = 1``: the map's row; 0: the model)."""
     log = (1.0 - t) * np.log(np.clip(proba, 1e-12, None)) + t * np.log(mapped)
@@ -369,7 +372,21 @@ def class_map(
     estimate = estimate_counts(bits.sum(axis=0), mechanism, int(values.size), consistency=None)
     counts = np.asarray(estimate.raw, dtype=float).reshape(k, k)
     variance = np.asarray(estimate.variance, dtype=float).reshape(k, k)
-    n = float(values.size)
+    return class_map_from_counts(counts, variance, float(values.size), prior)
+
+
+def class_map_from_counts(
+    counts: np.ndarray, variance: np.ndarray, n: float, prior: np.ndarray
+) -> np.ndarray:
+    """The class map ``Q`` (K × K, rows summing to 1) of the map half's debiased (predicted class, label)
+    counts ``N̂`` (raw, K × K), their variances and the number of reports ``n``.
+
+    ``π̃`` is the pool's label shares ``Σ_ĉ N̂[ĉ]/n`` shrunk toward ``prior`` (:func:`shrink_shares`);
+    row ``ĉ`` is ``N̂[ĉ]/Σ_y N̂[ĉ, y]`` shrunk toward ``π̃``, or ``π̃`` itself when the row's total is
+    within one standard deviation of empty. The simulated pool (:func:`class_map`) and the protocol's
+    (``aggregator.calibration``) both build ``Q`` here.
+    """
+    k = counts.shape[0]
     # The pool's label shares (column totals); each total's variance as the sum of its cells' (an
     # overstatement for mechanisms with negatively correlated cells: more shrinkage, not less).
     pooled = shrink_shares(counts.sum(axis=0) / n, prior, float(variance.sum()) / n**2)
@@ -388,23 +405,101 @@ def measured_choice(steps: np.ndarray, clip: float, epsilon: float, rng: np.rand
 
     ``steps[i, j]`` is peer i's loss change from candidate j − 1 to candidate j (candidate −1 the
     model as it is). Each peer clips its steps to ±``clip`` (steps, not totals, so large gains still
-    tell the candidates apart) and sends the vector once through the Hybrid mechanism (Wang et al.,
-    ICDE 2019, Algorithm 4: :func:`~anonml.learn.baselines.perturb_vector`) at ε. A candidate's change
-    from the model is the running sum of the steps' unbiased means; the one of least change is
-    chosen provided it is below −:data:`CHOICE_SDS` of its standard error (the per-peer sums' spread
-    over √n).
+    tell the candidates apart) and sends the vector once through the Hybrid mechanism
+    (:func:`perturb_steps`); the choice is :func:`choose_from_reports`'.
     """
-    from anonml.learn.baselines import perturb_vector  # noqa: PLC0415 - baselines imports the learner
-
     steps = np.asarray(steps, dtype=float)
     if steps.ndim != 2 or steps.shape[0] < 2:
         raise ValueError(f"steps must be (peers >= 2, candidates), got shape {steps.shape}")
-    reports = perturb_vector(np.clip(steps, -clip, clip) / clip, epsilon, rng) * clip
-    totals = np.cumsum(reports, axis=1)  # per peer: each candidate's change from the model
+    return choose_from_reports(perturb_steps(steps, clip, epsilon, rng), clip)
+
+
+def perturb_steps(steps: np.ndarray, clip: float, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """Each row of loss steps clipped to ±``clip``, scaled to [−1, 1] and perturbed at ε by the Hybrid
+    mechanism (Wang et al., ICDE 2019, Algorithm 4: :func:`~anonml.learn.baselines.perturb_vector`).
+
+    What a choice-half peer sends (one row): unbiased for ``clip(steps)/clip``, in the support
+    :func:`check_choice_report` states.
+    """
+    from anonml.learn.baselines import perturb_vector  # noqa: PLC0415 - baselines imports the learner
+
+    return perturb_vector(np.clip(np.asarray(steps, dtype=float), -clip, clip) / clip, epsilon, rng)
+
+
+def choose_from_reports(reports: np.ndarray, clip: float) -> int:
+    """The candidate of least measured loss change from the reports of :func:`perturb_steps`; −1 for none.
+
+    The reports are scaled back by ``clip``; a candidate's change from the model is the running sum
+    of the steps' unbiased means, and the one of least change is chosen provided it is below
+    −:data:`CHOICE_SDS` of its standard error (the per-peer sums' spread over √n). Needs two reports.
+    """
+    reports = np.asarray(reports, dtype=float)
+    if reports.ndim != 2 or reports.shape[0] < 2:
+        raise ValueError(f"reports must be (peers >= 2, candidates), got shape {reports.shape}")
+    totals = np.cumsum(reports * clip, axis=1)  # per peer: each candidate's change from the model
     means = totals.mean(axis=0)
-    errors = totals.std(axis=0, ddof=1) / np.sqrt(steps.shape[0])
+    errors = totals.std(axis=0, ddof=1) / np.sqrt(reports.shape[0])
     best = int(np.argmin(means))
     return best if means[best] < -CHOICE_SDS * errors[best] else -1
+
+
+def check_choice_report(report: np.ndarray, epsilon: float) -> None:
+    """Raise ValueError unless ``report`` is an output :func:`perturb_steps` can give at ``epsilon``.
+
+    :func:`~anonml.learn.baselines.perturb_vector` over ``d = len(CLASS_MAP_WEIGHTS)`` coordinates
+    samples ``k = sampled_dimensions(d, ε)`` of them and reports each, scaled by ``d/k``, through the
+    Hybrid mechanism at ``ε/k``; the others are exactly 0. The Hybrid mechanism outputs the Piecewise
+    mechanism's value in ``[−C, C]`` (``C`` = :func:`~anonml.learn.baselines.piecewise_bound`) with
+    probability ``α`` (:func:`~anonml.learn.baselines.hybrid_alpha`), else Duchi et al.'s ``±B``
+    (:func:`~anonml.learn.baselines.duchi_bound`, ``B ≤ C``). So the support is: ``d`` finite numbers,
+    at most ``k`` of them non-zero, each non-zero one of magnitude at most ``(d/k)·C(ε/k)`` — or, when
+    ``α = 0`` (ε/k ≤ ε*), exactly ``(d/k)·B(ε/k)`` (relative tolerance 1e-12, for the float's trip
+    through JSON).
+    """
+    from anonml.learn.baselines import (  # noqa: PLC0415 - baselines imports the learner
+        duchi_bound,
+        hybrid_alpha,
+        piecewise_bound,
+        sampled_dimensions,
+    )
+
+    values = np.asarray(report, dtype=float)
+    d = len(CLASS_MAP_WEIGHTS)
+    if values.shape != (d,):
+        raise ValueError(f"a choice report has {d} values, got shape {values.shape}")
+    if not np.all(np.isfinite(values)):
+        raise ValueError("a choice report's values must be finite")
+    k = sampled_dimensions(d, epsilon)
+    nonzero = values[values != 0.0]
+    if nonzero.size > k:
+        raise ValueError(f"{nonzero.size} non-zero values; the mechanism reports {k} of {d}")
+    scale = d / k
+    if hybrid_alpha(epsilon / k) > 0:
+        bound = scale * piecewise_bound(epsilon / k)
+        if np.any(np.abs(nonzero) > bound * (1.0 + 1e-12)):
+            raise ValueError(f"a value beyond the mechanism's bound {bound:.6g}")
+    else:
+        magnitude = scale * duchi_bound(epsilon / k)
+        if not np.allclose(np.abs(nonzero), magnitude, rtol=1e-12, atol=0.0):
+            raise ValueError(f"a non-zero value other than ±{magnitude:.6g}")
+
+
+def loss_steps(proba: np.ndarray, mapped: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Per row the log-loss steps ``ℓ_{t_j} − ℓ_{t_{j−1}}`` over :data:`CLASS_MAP_WEIGHTS`, shape (n, J).
+
+    ``ℓ_t = −log p_t(y|x)`` with ``p_t`` the mixture of :func:`mixed_proba` (``t_0 = 0``: the model's
+    ``proba``, floored at 1e-12); ``mapped`` holds each row's map row ``Q[ĉ(x)]``. A choice-half peer
+    computes its own row (one example), the simulation every row of its half.
+    """
+    rows = np.arange(y.size)
+    losses = [-np.log(np.clip(proba[rows, y], 1e-12, None))]
+    losses += [-np.log(mixed_proba(proba, mapped, t)[rows, y]) for t in CLASS_MAP_WEIGHTS]
+    return np.column_stack([losses[j + 1] - losses[j] for j in range(len(CLASS_MAP_WEIGHTS))])
+
+
+def chosen_weight(choice: int) -> float:
+    """The map weight of a choice (:func:`choose_from_reports`): ``CLASS_MAP_WEIGHTS[choice]``, 0 for −1."""
+    return float(CLASS_MAP_WEIGHTS[choice]) if choice >= 0 else 0.0
 
 
 def map_weight(
@@ -412,16 +507,17 @@ def map_weight(
 ) -> float:
     """The choice half: the t of :data:`CLASS_MAP_WEIGHTS` (or 0) of least privately measured log loss.
 
-    Per peer the log-loss steps ``ℓ_{t_j} − ℓ_{t_{j−1}}`` with ``ℓ_t = −log p_t(y|x)``
-    (:func:`mixed_proba`, ``t_0 = 0`` the model), clipped to ±:data:`LOSS_CLIP`
+    Per peer the log-loss steps (:func:`loss_steps`), clipped to ±:data:`LOSS_CLIP`
     (:func:`measured_choice`); 0, the model as it is, unless a mixture is measured to help.
     """
-    rows = np.arange(y.size)
-    losses = [-np.log(np.clip(proba[rows, y], 1e-12, None))]
-    losses += [-np.log(mixed_proba(proba, mapped, t)[rows, y]) for t in CLASS_MAP_WEIGHTS]
-    steps = np.column_stack([losses[j + 1] - losses[j] for j in range(len(CLASS_MAP_WEIGHTS))])
-    choice = measured_choice(steps, LOSS_CLIP, epsilon, rng)
-    return float(CLASS_MAP_WEIGHTS[choice]) if choice >= 0 else 0.0
+    return chosen_weight(measured_choice(loss_steps(proba, mapped, y), LOSS_CLIP, epsilon, rng))
+
+
+def class_prior(ensemble: Ensemble) -> np.ndarray:
+    """A softmax ensemble's own prior, ``exp(b)/Σ exp(b)`` of its intercepts: the class map's last
+    shrinkage target (:func:`class_map_from_counts`)."""
+    prior = np.exp(np.asarray(ensemble.intercept, dtype=float))
+    return prior / prior.sum()
 
 
 def calibrate_classes(
@@ -462,8 +558,7 @@ def calibrate_classes(
     order = rng.permutation(y.size)
     first, second = order[:n_map], order[n_map:]
     scores = ensemble.decision_function(codes)
-    prior = np.exp(np.asarray(ensemble.intercept, dtype=float))
-    q = class_map(np.argmax(scores[first], axis=1), y[first], k, prior / prior.sum(), epsilon, rng)
+    q = class_map(np.argmax(scores[first], axis=1), y[first], k, class_prior(ensemble), epsilon, rng)
     proba = ensemble.proba(codes[second])
     t = map_weight(proba, q[np.argmax(scores[second], axis=1)], y[second], epsilon, rng)
     return ensemble if t == 0.0 else ensemble.with_class_map(q, t)

@@ -20,9 +20,12 @@ beacon, signed roster, plan parameters) and check what the aggregator told it
 The first ``median_pool_size`` peers in that order form a separate pool that
 only answers private-median queries (thesis algorithm 1); the next
 ``calibration_pool_size`` form the calibration pool, which only sends one
-(score bin, label) answer once the model exists (:mod:`anonml.learn.calibration`);
-the rest are split into the k_p report partitions. Disjoint pools compose in
-parallel, so each peer's total ε is the budget of the one thing it releases.
+(score bin, label) answer once the model exists (:mod:`anonml.learn.calibration`) — for
+K ≥ 3 classes its first half (:func:`class_map_groups`) answers (predicted class, label) and the
+rest the log-loss changes of the map so built (:meth:`PartitionPlan.class_map_half`,
+:meth:`PartitionPlan.choice_half`); the rest are split into the k_p report partitions.
+Disjoint pools compose in parallel, so each peer's total ε is the budget of the one thing it
+releases.
 Without a calibration pool (size 0) the plan is the one it was before the pool
 existed, rank for rank.
 
@@ -53,6 +56,7 @@ __all__ = [
     "membership_order",
     "random_subsets",
     "make_plan",
+    "class_map_groups",
     "verify_assignment",
 ]
 
@@ -248,6 +252,18 @@ class PartitionPlan:
         """Roster indices of the calibration pool, in membership order."""
         return self.order[self.median_pool_size : self.median_pool_size + self.calibration_pool_size]
 
+    def class_map_half(self) -> np.ndarray:
+        """K ≥ 3: the calibration pool's map half, its first members in plan order
+        (:func:`class_map_groups`): they report (predicted class, label)."""
+        n_map, _ = class_map_groups(self.calibration_pool_size)
+        return self.calibration_pool()[:n_map]
+
+    def choice_half(self) -> np.ndarray:
+        """K ≥ 3: the calibration pool's choice half, the members after the map half: they report
+        the log-loss changes of mixing the map into the model."""
+        n_map, _ = class_map_groups(self.calibration_pool_size)
+        return self.calibration_pool()[n_map:]
+
     def members(self, partition: int) -> np.ndarray:
         """Roster indices of report partition ``partition``, in membership order."""
         if not 0 <= partition < self.n_partitions:
@@ -277,6 +293,11 @@ class PartitionPlan:
         if ranks.size != 1:
             raise ProtocolError(f"peer {roster_index} is not on the roster")
         return self.assignment_of_rank(int(ranks[0]))
+
+
+def class_map_groups(n_pool: int) -> tuple[int, int]:
+    """K ≥ 3: the calibration pool's (map half, choice half) sizes; the map half gets the odd peer."""
+    return n_pool - n_pool // 2, n_pool // 2
 
 
 def make_plan(

@@ -17,7 +17,11 @@ from anonml.protocol.calibration import (
     CalibrationAnswer,
     CalibrationQuestion,
     CalibrationRequest,
+    ChoiceAnswer,
+    ChoiceQuestion,
+    ClassMapQuestion,
     model_digest,
+    parse_question,
 )
 from anonml.protocol.membership import (
     MAX_BATCH_ITEMS,
@@ -117,6 +121,10 @@ __all__ = [
     "CalibrationQuestion",
     "CalibrationAnswer",
     "CalibrationRequest",
+    "ClassMapQuestion",
+    "ChoiceQuestion",
+    "ChoiceAnswer",
+    "parse_question",
     "SEALED_PAYLOAD_SIZE",
     "ProtocolError",
     "PROTOCOL_VERSION",

@@ -351,12 +351,12 @@ class ProblemDraft(WireMessage):
             )
         if self.ks > len(self.features):
             raise ValueError(f"ks={self.ks} exceeds the {len(self.features)} features")
-        if self.calibration_fraction > 0 and self.label.kind != "binary":
-            # K ≥ 3 calibrates in two halves, the second reporting log-loss changes through another
-            # mechanism (anonml.learn.calibration.calibrate_classes); the protocol asks one question.
+        if self.calibration_fraction > 0 and self.label.kind != "binary" and self.label.k < 3:
+            # Binary labels get the Platt map, K ≥ 3 the class map in two halves; a two-class label
+            # of another kind is neither (the published model is binary but its labels are not 0/1).
             raise ValueError(
-                f"the protocol calibrates binary labels only, not {self.label.describe()}: "
-                "set calibration_fraction to 0"
+                f"the protocol calibrates binary labels and labels of 3 or more classes, not "
+                f"{self.label.describe()}: set calibration_fraction to 0"
             )
         if self.subsets is not None:
             for i, subset in enumerate(self.subsets):
@@ -397,14 +397,16 @@ class ProblemDraft(WireMessage):
     def calibration_pool_size(self, n_peers: int) -> int:
         """Peers that calibrate the trained model: :func:`anonml.learn.simulation.calibration_pool_size`
         of ``calibration_fraction``, the roster's ``n_peers`` and the problem's ε (the rule the
-        library's own fit sizes its pool by). Each sends one (score bin, label) answer at ε; 0 when
+        library's own fit sizes its pool by, with the label's K). Each sends one answer at ε — a
+        binary problem's (score bin, label), a K ≥ 3 problem's (predicted class, label) or log-loss
+        steps (its half, :meth:`~anonml.learn.partition.PartitionPlan.class_map_half`); 0 when
         calibration is off or the cap holds too few to carry a signal.
         """
         if self.calibration_fraction == 0:
             return 0
         from anonml.learn.simulation import calibration_pool_size  # numpy: not at the service's start
 
-        return calibration_pool_size(self.calibration_fraction, n_peers, self.epsilon)
+        return calibration_pool_size(self.calibration_fraction, n_peers, self.epsilon, self.label.k)
 
     def report_pool_size(self, n_peers: int, median_pool_size: int) -> int:
         """Peers of a roster of ``n_peers`` left for the k_p report partitions: the median pool

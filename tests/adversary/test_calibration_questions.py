@@ -170,18 +170,14 @@ def _calibration_releases(p: Participant) -> list:
     return [r for r in p.node.ledger.releases(peer=p.node.fingerprint) if r.pool == "calibration"]
 
 
-def test_a_pool_member_answers_once_and_a_second_ask_resends_the_same_answer(round_, aggregator, tmp_path):
-    aggregator.request = _request(round_)
-    member = int(round_.plan.calibration_pool()[3])
-    p = _participant(round_, member, aggregator.url, tmp_path)
-    assert p.answer_calibration(p.client.calibration(round_.problem.id))
-    assert p.phase == ParticipationPhase.CALIBRATED and len(aggregator.posted) == 1
-    sent = CalibrationAnswer.model_validate_json(aggregator.posted[0])
-    verify_message(sent, bytes(p.node.identity.public))
-    assert sent.mechanism.m == 20 and sent.mechanism.epsilon == pytest.approx(EPSILON)
+def resent_once_charged(
+    p: Participant, round_: _Round, aggregator: _Aggregator, member: int, tmp_path: Path
+) -> None:
+    """``p`` answered once (its answer the only one posted, its release at ε): asked again, and after a
+    restart from its state DB, it sends the same bytes — no new draw — and its ledger is charged once."""
     releases = _calibration_releases(p)
+    assert len(aggregator.posted) == 1
     assert len(releases) == 1 and releases[0].epsilon == pytest.approx(EPSILON)
-    # Asked again (the same question, or after a restart from its state DB): the same bytes, no new draw.
     assert p.answer_calibration(p.client.calibration(round_.problem.id))
     resumed = _participant(round_, member, aggregator.url, tmp_path)
     resumed.resume(p.db.participation(round_.problem.id, p.node.fingerprint))  # type: ignore[union-attr]
@@ -191,6 +187,26 @@ def test_a_pool_member_answers_once_and_a_second_ask_resends_the_same_answer(rou
     assert len(_calibration_releases(p)) == 1  # charged once
 
 
+def refused(p: Participant, round_: _Round, aggregator: _Aggregator, reason: str) -> None:
+    """``p``, asked what ``aggregator`` serves, refuses naming ``reason``; nothing reached the server
+    and nothing is in its ledger."""
+    with pytest.raises(Aborted, match=reason):
+        p.answer_calibration(p.client.calibration(round_.problem.id))
+    assert aggregator.posted == [] and p.node.ledger.releases() == []
+
+
+def test_a_pool_member_answers_once_and_a_second_ask_resends_the_same_answer(round_, aggregator, tmp_path):
+    aggregator.request = _request(round_)
+    member = int(round_.plan.calibration_pool()[3])
+    p = _participant(round_, member, aggregator.url, tmp_path)
+    assert p.answer_calibration(p.client.calibration(round_.problem.id))
+    assert p.phase == ParticipationPhase.CALIBRATED and len(aggregator.posted) == 1
+    sent = CalibrationAnswer.model_validate_json(aggregator.posted[0])
+    verify_message(sent, bytes(p.node.identity.public))
+    assert sent.mechanism.m == 20 and sent.mechanism.epsilon == pytest.approx(EPSILON)
+    resent_once_charged(p, round_, aggregator, member, tmp_path)
+
+
 def test_a_member_outside_the_pool_named_by_the_question_refuses_and_releases_nothing(
     round_, aggregator, tmp_path
 ):
@@ -198,9 +214,7 @@ def test_a_member_outside_the_pool_named_by_the_question_refuses_and_releases_no
     pool = [int(i) for i in round_.plan.calibration_pool()]
     aggregator.request = _request(round_, members=[*pool, reporter])
     p = _participant(round_, reporter, aggregator.url, tmp_path)
-    with pytest.raises(Aborted, match="plan puts this identity in the report pool"):
-        p.answer_calibration(p.client.calibration(round_.problem.id))
-    assert aggregator.posted == [] and p.node.ledger.releases() == []
+    refused(p, round_, aggregator, "plan puts this identity in the report pool")
 
 
 @pytest.mark.parametrize(
@@ -236,9 +250,7 @@ def test_a_hostile_question_is_refused_before_anything_is_released(
         aggregator.request = _request(
             round_, document=sign_message(ModelDocument.model_validate(forged), AGGREGATOR)
         )
-    with pytest.raises(Aborted, match=reason):
-        p.answer_calibration(p.client.calibration(round_.problem.id))
-    assert aggregator.posted == [] and p.node.ledger.releases() == []
+    refused(p, round_, aggregator, reason)
 
 
 def test_an_answer_the_ledger_cannot_afford_is_not_sent(round_, aggregator, tmp_path):

@@ -111,6 +111,20 @@ def test_the_pool_answers_once_each_and_calibrates_the_published_model(url: str,
     assert ("not calibrated" in again.message) == (not same)
 
 
+def published_as_trained(url: str, pid: str, received: int, expected: int) -> AnonMLClassifier:
+    """Once ``pid`` ends: it is ``done``, its message, status and model say ``received`` of the
+    ``expected`` answers were too few and none is missing but for not arriving; the model published."""
+    final = wait_phase(url, pid, ("done", "degraded", "failed"), timeout=120)
+    assert final.phase == "done"
+    assert f"not calibrated: {received} of {expected} calibration answers, too few" in final.message
+    document = _model(url, pid)
+    assert document.calibration is not None and not document.calibration.calibrated
+    assert document.calibration.not_arrived == expected - received
+    model = AnonMLClassifier.from_json(json.dumps(document.model))
+    assert model.privacy_.calibration_peers == received
+    return model
+
+
 def test_too_few_answers_by_the_deadline_publish_the_model_uncalibrated_and_say_so(url: str) -> None:
     # The question's deadline is a median step away: 10 s, so that 20 answers are stored before it
     # even on a loaded machine (1 s lost answers to it in a PostgreSQL run beside the whole suite).
@@ -119,13 +133,7 @@ def test_too_few_answers_by_the_deadline_publish_the_model_uncalibrated_and_say_
     rng = np.random.default_rng(5)
     for i in round_.pool[:20]:
         assert round_.answer(i, rng).status_code == 201
-    final = wait_phase(url, pid, ("done", "degraded", "failed"), timeout=120)
-    assert final.phase == "done"
-    assert "not calibrated: 20 of 504 calibration answers, too few" in final.message
-    document = _model(url, pid)
-    assert document.calibration is not None and not document.calibration.calibrated
-    assert document.calibration.not_arrived == 484
-    model = AnonMLClassifier.from_json(json.dumps(document.model))
-    assert model.ensemble_.calibration is None and model.privacy_.calibration_peers == 20
+    model = published_as_trained(url, pid, 20, 504)
+    assert model.ensemble_.calibration is None
     late = round_.answer(round_.pool[30], rng)  # after the deadline: refused as late
     assert late.status_code == 409 and "closed" in late.text

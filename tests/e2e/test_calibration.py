@@ -9,6 +9,7 @@ calibrated model: one release each in their ledger, their answer among those the
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,7 +19,7 @@ import pytest
 from anonml.crypto import Identity
 from anonml.learn import roster_plan, verify_assignment
 from anonml.privacy import PrivacyLedger
-from anonml.protocol import CalibrationAnswer
+from anonml.protocol import CalibrationAnswer, Problem
 from anonml.store import EventStore
 from peer.client import AggregatorClient
 from peer.db import PeerDB
@@ -27,7 +28,7 @@ from peer.participant import Participant, PeerNode
 from peer.phases import ParticipationPhase, RosterFacts
 from peer.roster import RosterView
 from tests.aggregator.calibration_helpers import CalibratingRound, calibration_draft
-from tests.aggregator.helpers import assignment_of, roster_of, wait_phase
+from tests.aggregator.helpers import WirePeer, assignment_of, roster_of, wait_phase
 from tests.databases import table_rows
 
 P = ParticipationPhase
@@ -38,19 +39,25 @@ def url(calibration_aggregator_url: str) -> str:
     return calibration_aggregator_url
 
 
-def test_real_pool_members_answer_through_the_peer_code_and_take_the_calibrated_model(
-    url: str, database_url: str, tmp_path: Path
-) -> None:
-    mine = [Identity.generate() for _ in range(10)]
-    round_ = CalibratingRound.open(url, calibration_draft(), given=mine)
-    problem, pid = round_.problem, round_.problem.id
-    roster = roster_of(url, pid)
+def real_participants(
+    url: str,
+    problem: Problem,
+    peers: Sequence[WirePeer],
+    mine: Sequence[Identity],
+    tmp_path: Path,
+    label: Callable[[int], int],
+) -> list[Participant]:
+    """A real :class:`~peer.participant.Participant` for each of ``mine`` (registered among ``peers``),
+    its roster checked and its assignment re-derived from the served roster, with its own ledger and
+    state DB, through its report round; identity ``k``'s example is the flag ``k % 2`` with the label
+    ``label(k)``."""
+    roster = roster_of(url, problem.id)
     view = RosterView.verify(roster, problem)
     plan = roster_plan(problem.draft, roster)
     participants = []
     for k, identity in enumerate(mine):
         index = view.index_of[bytes(identity.public)]
-        notice = assignment_of(url, pid, round_.peers[index])
+        notice = assignment_of(url, problem.id, peers[index])
         claimed = plan.assignment(index)
         assert (notice.role, notice.index) == (claimed.role, claimed.index)
         me, commitment = bytes(identity.public), bytes(problem.seed_commitment)
@@ -64,11 +71,21 @@ def test_real_pool_members_answer_through_the_peer_code_and_take_the_calibrated_
             relay=SimpleNamespace(count=lambda *_: None),  # type: ignore[arg-type]
             relay_base="http://127.0.0.1:9",
             db=PeerDB(f"sqlite:///{tmp_path / f's{k}.db'}"),
-            example=LocalExample(np.array([float(k % 2)]), k % 2),
+            example=LocalExample(np.array([float(k % 2)]), label(k)),
         )
         p.roster = RosterFacts(view, claimed, b"", None)  # type: ignore[arg-type]
         p.phase = P.REPORTING  # its report round is over (its reports or cover were sent)
         participants.append(p)
+    return participants
+
+
+def test_real_pool_members_answer_through_the_peer_code_and_take_the_calibrated_model(
+    url: str, database_url: str, tmp_path: Path
+) -> None:
+    mine = [Identity.generate() for _ in range(10)]
+    round_ = CalibratingRound.open(url, calibration_draft(), given=mine)
+    pid = round_.problem.id
+    participants = real_participants(url, round_.problem, round_.peers, mine, tmp_path, lambda k: k % 2)
     pool = [p for p in participants if p.in_calibration_pool]
     assert len(pool) >= 3, "fewer than 3 of 10 identities in a pool of 90 %"
     request = participants[0].client.calibration(pid)

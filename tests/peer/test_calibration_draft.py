@@ -38,6 +38,25 @@ def _vector_problem(**changes):
     )
 
 
+#: SHA-256 of the signed bytes of drafts signed on 4ca9690, before K >= 3 labels could ask for a pool:
+#: a binary draft with a pool, and a three-class and a binned-numeric label without one.
+SIGNED_ON_MAIN = {
+    "binary, pool 0.25": "d69aa4649b937161e8d9dee636b1122772a1c8a50d6c02b5ad301c254b1bcc02",
+    "classes": "b338292e8add4e18679829d771ec6e939f8885046e7ad82f4b2a185bed440f1d",
+    "numeric": "aeef9d3f5ebe99fb99eb060eff40f5d9e839b53747d7f0b623aaf02905b24422",
+}
+
+
+def test_drafts_that_could_be_signed_before_k3_calibration_sign_the_same_bytes():
+    drafts = {
+        "binary, pool 0.25": _vector_problem(calibration_fraction=0.25),
+        "classes": _vector_problem(label=LabelSpec(kind="classes", classes=("a", "b", "c"))),
+        "numeric": _vector_problem(label=LabelSpec(kind="numeric", low=0.0, high=1.0, bins=4)),
+    }
+    signed = {name: hashlib.sha256(signing_bytes(p)).hexdigest() for name, p in drafts.items()}
+    assert signed == SIGNED_ON_MAIN
+
+
 def test_calibration_off_signs_the_bytes_of_before_and_on_round_trips():
     off = _vector_problem()
     assert hashlib.sha256(signing_bytes(off)).hexdigest() == SIGNED_BEFORE
@@ -67,9 +86,16 @@ def test_the_pool_is_the_librarys_and_counted_out_of_the_report_partitions():
 
 @pytest.mark.parametrize("label", [{"kind": "classes", "classes": ["a", "b", "c"]},
                                    {"kind": "numeric", "low": 0.0, "high": 1.0, "bins": 4}])
-def test_a_label_other_than_binary_cannot_ask_for_calibration(label):
-    with pytest.raises(ValidationError, match="calibrates binary labels only"):
-        problem(calibration_fraction=0.2, label=LabelSpec(**label))
+def test_a_label_of_three_or_more_classes_gets_the_librarys_pool_for_its_k(label):
+    spec = LabelSpec(**label)
+    d = problem(calibration_fraction=0.3, epsilon=2.0, label=spec).draft
+    assert d.calibration_pool_size(4000) == calibration_pool_size(0.3, 4000, 2.0, spec.k) > 0
+    assert d.report_pool_size(4000, 10) == 4000 - 10 - d.calibration_pool_size(4000)
+
+
+def test_a_two_class_label_that_is_not_binary_cannot_ask_for_calibration():
+    with pytest.raises(ValidationError, match="calibrates binary labels and labels of 3 or more classes"):
+        problem(calibration_fraction=0.2, label=LabelSpec(kind="classes", classes=("a", "b")))
 
 
 @pytest.mark.parametrize("fraction", [-0.1, 1.0])

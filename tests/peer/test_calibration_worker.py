@@ -23,6 +23,7 @@ class _Identity:
     phase: ParticipationPhase = P.REPORTING
     asked: list[object] = field(default_factory=list)
     fail_once: bool = False
+    awaits_choice: int = 0  # polls before a K >= 3 choice-half identity's question is asked
     active: bool = True
     node: object = field(default_factory=lambda: SimpleNamespace(fingerprint="ab" * 32))
 
@@ -32,6 +33,10 @@ class _Identity:
             self.fail_once = False
             raise OutboundError("the aggregator did not answer")
         return True
+
+    def awaits_calibration_choice(self, request: object) -> bool:
+        self.awaits_choice -= 1
+        return self.awaits_choice >= 0
 
 
 @dataclass
@@ -61,3 +66,15 @@ def test_the_question_is_fetched_for_pool_identities_only_and_each_is_asked_once
     hostless = ProblemSession(host, problem, _Client(), [reporter])  # type: ignore[arg-type]
     hostless._calibrate()
     assert hostless.client.fetched == 0  # a host without a pool identity never downloads the question
+
+
+def test_a_choice_half_identity_is_asked_again_until_its_question_comes_then_not_again():
+    waiting = _Identity(True, awaits_choice=2)  # the first two polls: the map half's stage still runs
+    client = _Client()
+    with ThreadPoolExecutor(2) as executor:
+        host = SimpleNamespace(pool=executor, count=lambda *_: None)
+        problem = SimpleNamespace(id="p-calibrating", draft=draft())
+        session = ProblemSession(host, problem, client, [waiting])  # type: ignore[arg-type]
+        for _ in range(5):
+            session._calibrate()
+    assert len(waiting.asked) == 3 and client.fetched == 3
