@@ -82,7 +82,9 @@ def fetch_for_host(
     if calibrating and any(p.in_calibration_pool and p.phase == ParticipationPhase.REPORTING for p in taking):
         try:
             request = client.calibration(problem.id)
-            verify_message(request.question, bytes(problem.aggregator))
+            for question in (request.question, request.choice):  # K ≥ 3: the choice half's too
+                if question is not None:
+                    verify_message(question, bytes(problem.aggregator))
             out.calibration = request
         except HTTPRefusal as exc:
             if exc.status != 404:  # 404: no question was asked (too few to calibrate, or none)
@@ -90,6 +92,6 @@ def fetch_for_host(
         except ProtocolError as exc:
             missed("calibration question", exc)
         except CryptoError as exc:
-            log.warning("%s: the calibration question is not signed by the aggregator: %s", problem.id, exc)
+            log.warning("%s: a calibration question is not signed by the aggregator: %s", problem.id, exc)
             missed("calibration question", exc)
     return out

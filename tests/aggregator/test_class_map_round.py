@@ -93,7 +93,7 @@ def test_both_halves_answer_once_each_and_the_published_model_carries_the_class_
 
 
 def test_too_few_map_answers_publish_the_model_as_trained_and_never_ask_the_choice_half(url: str) -> None:
-    round_ = ClassMapRound.open(url, class_map_draft(median_step=5.0))  # 20 answers in 5 s, loaded
+    round_ = ClassMapRound.open(url, class_map_draft(median_step=10.0))  # 20 answers before it, loaded
     pid = round_.problem.id
     rng = np.random.default_rng(5)
     for i in round_.map_half[:20]:

@@ -13,7 +13,15 @@ import pytest
 
 from anonml.crypto import Identity
 from anonml.outbound import OutboundError
-from anonml.protocol import MedianQuery, ReportReceipts, sign_message
+from anonml.protocol import (
+    CalibrationRequest,
+    ChoiceQuestion,
+    ClassMapQuestion,
+    MedianQuery,
+    ProblemDraft,
+    ReportReceipts,
+    sign_message,
+)
 from peer.client import AggregatorClient, HTTPRefusal
 from peer.model_step import fetch_for_host
 from peer.participant import Participant
@@ -100,3 +108,44 @@ def test_a_transient_failure_is_awaited_a_refusal_is_not_and_both_are_counted(er
     assert out.awaited == (["receipts", "median questions"] if awaited else [])
     assert counted == {"receipts not fetched": 1, "median questions not fetched": 1}
     assert out.error == str(error)
+
+
+@dataclass
+class PoolMember:
+    """An identity of the calibration pool that has not answered yet (still reporting)."""
+
+    in_median_pool: bool = False
+    in_calibration_pool: bool = True
+    phase: str = "reporting"
+    shortfall: list[str] = field(default_factory=list)
+
+
+@pytest.mark.parametrize("forged", ["question", "choice"])
+def test_a_calibration_request_with_either_question_unsigned_by_the_aggregator_is_voided(forged: str) -> None:
+    # K >= 3: the map half's question and the choice half's are each checked (a forged choice list
+    # must not pass for the aggregator's).
+    problem = signed_problem(
+        ProblemDraft.model_validate({**draft().model_dump(), "calibration_fraction": 0.5}),
+        AGGREGATOR,
+        pid="p-model-step-calibration",
+    )
+    common = {"problem_id": problem.id, "model_digest": b"\x02" * 32, "epsilon": 1.0, "members": (0, 1),
+              "deadline": 1e10, "signature": bytes(64)}
+    signer = {which: Identity.generate() if which == forged else AGGREGATOR
+              for which in ("question", "choice")}
+    question = sign_message(ClassMapQuestion(classes=3, **common), signer["question"])
+    uniform = ((1 / 3,) * 3,) * 3
+    choice = sign_message(ChoiceQuestion(class_map=uniform, weights=(0.5, 1.0), clip=1.0, **common),
+                          signer["choice"])
+    request = CalibrationRequest.model_construct(question=question, model=None, choice=choice)
+
+    class Calibrating(Aggregator):
+        def calibration(self, problem_id: str) -> CalibrationRequest:
+            return self._answer("calibration", request)
+
+    counted: Counter[str] = Counter()
+    taking = cast(list[Participant], [PoolMember()])
+    client = cast(AggregatorClient, Calibrating())
+    out = fetch_for_host(client, problem, taking, lambda what: counted.update([what]))
+    assert out.calibration is None and "signature" in out.error.lower()
+    assert counted == {"calibration question not fetched": 1}
