@@ -28,18 +28,13 @@ its question comes (:func:`awaits_choice`).
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import TypeAdapter
 
-from anonml.crypto import CryptoError
-from anonml.errors import AnonMLError, ProtocolError
 from anonml.protocol import (
     CalibrationAnswer,
     CalibrationQuestion,
@@ -47,34 +42,29 @@ from anonml.protocol import (
     ChoiceAnswer,
     ChoiceQuestion,
     ClassMapQuestion,
-    ModelDocument,
-    model_digest,
     pack_bits,
     sign_message,
-    verify_message,
 )
 from anonml.randomness import resolve_rng
+from peer import class_map_answer
 from peer.answer_delivery import deliver_answer
-from peer.features import invalid_features
+from peer.calibration_checks import check_common, from_example
 from peer.participation import Participation
 from peer.phases import Aborted, ParticipationPhase
 
 if TYPE_CHECKING:
     from anonml.learn import AnonMLClassifier
-    from anonml.learn.partition import PartitionPlan
 
 __all__ = [
     "answer",
     "asking",
     "awaits_choice",
-    "check_common",
     "check_request",
     "in_calibration_pool",
     "note_unanswered",
 ]
 
 P = ParticipationPhase
-T = TypeVar("T")
 log = logging.getLogger("anonml.peer")
 
 #: The ledger's pool name of a calibration answer (either stage's: a member answers one).
@@ -86,59 +76,6 @@ _STORED: TypeAdapter[CalibrationAnswer | ChoiceAnswer] = TypeAdapter(Calibration
 def in_calibration_pool(p: Participation) -> bool:
     """Its checked assignment puts it in the calibration pool (False before its roster check)."""
     return p.roster is not None and p.roster.assignment.role == "calibration"
-
-
-def check_common(
-    p: Participation,
-    question: CalibrationQuestion | ClassMapQuestion | ChoiceQuestion,
-    document: ModelDocument,
-    pool: Callable[[PartitionPlan], np.ndarray],
-    pool_name: str,
-) -> AnonMLClassifier:
-    """The checks every calibration question passes, binary or either K ≥ 3 stage: the verified model,
-    or :class:`~peer.phases.Aborted` naming the first check that failed.
-
-    Signed by the problem's aggregator and for this problem (question and model); the question names
-    the model it came with; this identity's plan puts it in the calibration pool and every member
-    asked is in ``pool`` of the plan (the whole pool, or one of its halves, named ``pool_name``); ε is
-    the problem's; the model is a valid model of the proposal's features.
-    """
-    from anonml.learn import AnonMLClassifier
-    from anonml.learn.settings import roster_plan
-
-    aggregator = bytes(p.problem.aggregator)
-    try:
-        verify_message(question, aggregator)
-        verify_message(document, aggregator)
-    except CryptoError as exc:
-        raise Aborted(f"calibration question or model not signed by the aggregator: {exc}") from None
-    if question.problem_id != p.problem.id or document.problem_id != p.problem.id:
-        raise Aborted("the calibration question or its model is for another problem")
-    if bytes(question.model_digest) != model_digest(document.model):
-        raise Aborted("the calibration question names another model than the one it came with")
-    roster = p.facts(p.roster, "the checked roster")
-    if roster.assignment.role != "calibration":
-        role = roster.assignment.role
-        raise Aborted(f"asked to calibrate, but the plan puts this identity in the {role} pool")
-    draft = p.problem.draft
-    plan = roster.view.memo(
-        ("plan", roster.beacon), lambda: roster_plan(draft, roster.view.roster, roster.beacon)
-    )
-    if not set(question.members) <= {int(i) for i in pool(plan)}:
-        raise Aborted(f"the calibration question asks members outside the plan's {pool_name}")
-    if not math.isclose(question.epsilon, draft.epsilon, rel_tol=1e-12):
-        raise Aborted(
-            f"the calibration question asks ε={question.epsilon}, the proposal promised {draft.epsilon}"
-        )
-    try:
-        model = AnonMLClassifier.from_json(json.dumps(document.model))
-    except ProtocolError as exc:
-        raise Aborted(f"the model to calibrate is not a valid model: {exc}") from None
-    if model.n_features_in_ != len(draft.features):
-        raise Aborted(
-            f"the model takes {model.n_features_in_} features, the proposal has {len(draft.features)}"
-        )
-    return model
 
 
 def check_request(p: Participation, request: CalibrationRequest) -> tuple[AnonMLClassifier, np.ndarray]:
@@ -179,7 +116,6 @@ def awaits_choice(p: Participation, request: CalibrationRequest) -> bool:
         return False
     if not in_calibration_pool(p) or p.phase != P.REPORTING:
         return False
-    from peer import class_map_answer  # noqa: PLC0415 - it builds on this module's checks
 
     return class_map_answer.in_choice_half(p)
 
@@ -199,7 +135,6 @@ def answer(p: Participation, request: CalibrationRequest) -> bool:
         return True
     if p.phase != P.REPORTING:
         return False  # not through its report round yet (or ended)
-    from peer import class_map_answer  # noqa: PLC0415 - it builds on this module's checks
 
     if isinstance(question, ChoiceQuestion):
         model, class_map = class_map_answer.check_choice(p, request)
@@ -246,32 +181,6 @@ def answer(p: Participation, request: CalibrationRequest) -> bool:
     return True
 
 
-def from_example(
-    p: Participation,
-    model: AnonMLClassifier,
-    n_labels: int,
-    compute: Callable[[np.ndarray, int], T],
-    standin: Callable[[], T],
-) -> T:
-    """``compute(codes, label)`` of this identity's example under ``model`` (its binned row, its label
-    index in ``0..n_labels − 1``); ``standin()`` — a uniform input to the same mechanism — whenever it
-    cannot say (no example, a feature out of range, another label), noted as a stand-in."""
-    p.compute_example()
-    try:
-        if p.example is None:
-            raise AnonMLError("no example")
-        bad = invalid_features(p.example.x, p.problem.draft.features)
-        if bad:
-            raise AnonMLError("; ".join(bad.values()))
-        label = int(p.example.y)
-        if not 0 <= label < n_labels:
-            raise AnonMLError(f"label index {label} is not one of the model's {n_labels} classes")
-        return compute(model.binning_.transform(np.asarray(p.example.x, dtype=float)[None, :]), label)
-    except Exception as exc:  # whatever fails, a uniform value through the same mechanism
-        p._standin(f"calibration answer: {exc}")
-        return standin()
-
-
 def _value(p: Participation, model: AnonMLClassifier, cuts: np.ndarray, gen: np.random.Generator) -> int:
     """``2·bin + label`` of this identity's example under the model; a uniform value when it cannot say."""
 
@@ -292,8 +201,6 @@ def _send(
     releases = p.node.ledger.releases(peer=p.node.fingerprint, problem=p.problem.id)
     if not any(r.pool == POOL for r in releases):
         # A choice answer's mechanism is the Hybrid one over its steps (no descriptor): named, at ε.
-        from peer.class_map_answer import MECHANISM  # noqa: PLC0415 - it builds on this module's checks
-
         choice = isinstance(signed, ChoiceAnswer)
         try:
             p.node.ledger.record(
@@ -301,7 +208,7 @@ def _send(
                 problem=p.problem.id,
                 round=0,
                 attributes=[*(f.name for f in p.problem.draft.features), "label"],
-                mechanism=MECHANISM if choice else signed.mechanism,
+                mechanism=class_map_answer.MECHANISM if choice else signed.mechanism,
                 epsilon=question.epsilon if choice else None,
                 pool=POOL,
             )

@@ -4,7 +4,7 @@ choice half's perturbed log-loss steps (docs/protocol.md, "Calibration", K ≥ 3
 The plan fixes the halves (:meth:`~anonml.learn.partition.PartitionPlan.class_map_half`,
 :meth:`~anonml.learn.partition.PartitionPlan.choice_half`): a member derives its own from the plan,
 and refuses a question asking it, or asking anyone, outside the half that question is for. Beyond
-the checks every calibration question passes (:func:`peer.calibration_answer.check_common`), the
+the checks every calibration question passes (:func:`peer.calibration_checks.check_common`), the
 model must be an uncalibrated softmax model of the label's K classes, and the second question's map
 ``Q`` a K × K matrix of finite, positive entries whose rows sum to 1 within 1e-9 (positive: the
 published ensemble's own rule, and a zero entry gives an infinite log loss whose steps are
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from anonml.protocol import CalibrationRequest, ChoiceAnswer, ChoiceQuestion, ClassMapQuestion, sign_message
-from peer.calibration_answer import check_common, from_example
+from peer.calibration_checks import check_common, from_example
 from peer.participation import Participation
 from peer.phases import Aborted
 

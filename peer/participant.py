@@ -14,7 +14,6 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
@@ -40,11 +39,16 @@ from anonml.protocol import (
     Problem,
     Registration,
     RosterWitness,
-    check_relay_url,
-    sign_message,
     verify_message,
 )
-from peer import calibration_answer, median_answer, participation_store, roster_checks, round_packets
+from peer import (
+    calibration_answer,
+    median_answer,
+    participation_store,
+    registration,
+    roster_checks,
+    round_packets,
+)
 from peer.client import AggregatorClient
 from peer.db import ParticipationRow, PeerDB
 from peer.features import LocalExample, invalid_features, local_example, predict_example
@@ -65,7 +69,6 @@ from peer.phases import (
 from peer.policy import PeerPolicy
 from peer.relay import RelayService
 from peer.roster import RosterView
-from peer.transcript import credential_for
 
 if TYPE_CHECKING:
     from anonml.learn import AnonMLClassifier
@@ -345,50 +348,11 @@ class Participant:
         return self._registration is not None
 
     def registration(self) -> Registration:
-        """This identity's signed registration with a fresh round relay key, kept (sealed) first —
-        or, sender-only, with no relay URL and no relay key (its signature covers their absence).
-
-        What :meth:`register` sends alone and a host of many identities sends in
-        batches (:meth:`~peer.client.AggregatorClient.register_batch`). Made
-        once: asked again (a batch that got no answer is sent again) it is the
-        same document with the same relay key, so what the aggregator may have
-        stored from the first attempt is what the roster check expects.
-        """
-        if self._registration is not None:
-            return self._registration
-        url = self.relay_url
-        try:  # the form every member checks: refuse here rather than be refused by all of them
-            if url is not None:
-                check_relay_url(url, allow_loopback_http=self.relay.allow_loopback_http)
-        except ValueError as exc:
-            raise Aborted(f"this peer's own relay URL cannot be registered: {exc}") from None
-        me = bytes(self.node.identity.public)
-        credential = None
-        if self.problem.draft.admission.mode == "credentials":
-            credential = credential_for(self.credentials, self.problem, me, now=datetime.now(UTC))
-            if credential is None:
-                raise Aborted("this problem admits by credentials and this identity holds no valid one")
-        certificate = None
-        if url is not None:
-            sealed, key, cert = self.node.new_round_relay_key(self.problem.round_id)
-            if self.db is not None:  # kept (sealed) before the aggregator may list it: a restart relays
-                self.db.save_round_key(
-                    self.node.fingerprint, self.problem.round_id, self.problem.id, sealed, bytes(cert)
-                )
-            self.keys = RelayKeys(key, cert)
-            certificate = bytes(cert)
-        self._registration = sign_message(
-            Registration(
-                problem_id=self.problem.id,
-                aggregator=self.problem.aggregator,
-                identity=me,
-                relay_url=url,
-                relay_certificate=certificate,
-                credential=credential,
-                signature=bytes(64),
-            ),
-            self.node.identity,
-        )
+        """This identity's signed registration (:func:`peer.registration.signed_registration`), made
+        once: asked again (a batch that got no answer is sent again) it is the same document with the
+        same relay key, so what the aggregator may have stored is what the roster check expects."""
+        if self._registration is None:
+            self._registration = registration.signed_registration(self)
         return self._registration
 
     # -- 2. roster, assignment, witnesses ------------------------------------------------

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from anonml.crypto import Hop, Redemption, Token
-from anonml.protocol import Bins, Problem
+from anonml.protocol import AdmissionCredential, Bins, Problem
 from peer.client import AggregatorClient
 from peer.db import PeerDB
 from peer.features import LocalExample
@@ -50,6 +50,7 @@ class Participation(Protocol):
     relay: RelayService
     roster_comparisons: int
     policy: PeerPolicy
+    credentials: tuple[AdmissionCredential, ...]
     db: PeerDB | None
     phase: ParticipationPhase
     reason: str

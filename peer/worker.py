@@ -21,7 +21,7 @@ from typing import Protocol
 
 from anonml.database import storage_failure
 from anonml.errors import AnonMLError, ProtocolError
-from anonml.outbound import OutboundError, RefusedAddress
+from anonml.outbound import OutboundError
 from anonml.phases import AFTER_ROUND_PHASES, MODEL_PHASES, ProblemPhase
 from anonml.protocol import (
     MAX_BATCH_ITEMS,
@@ -37,11 +37,11 @@ from peer.client import AggregatorClient, HTTPRefusal, retry_wait, transient
 from peer.db import PeerDB
 from peer.discovery import poll_backoff
 from peer.dispatch import Dispatcher
+from peer.first_hop import FirstHopSender
 from peer.host_watch import RelayHostWatch
 from peer.model_step import fetch_for_host
 from peer.participant import READY, Aborted, Participant
 from peer.phases import ParticipationPhase
-from peer.relay import REFUSED_ADDRESS, retriable, retry_delay
 from peer.roster import RosterView
 from peer.transcript import check_roster_entries
 
@@ -53,9 +53,6 @@ log = logging.getLogger("anonml.peer")
 
 #: Identities that fetch their tokens in one poll while the median rounds run.
 TOKENS_PER_POLL = 64
-
-#: Seconds between looks, for a resumed participation's packet, at whether its roster is re-checked.
-ROSTER_WAIT_SECONDS = 0.25
 
 #: Seconds a host keeps asking for the receipts once the model is out (an aggregator that restarts
 #: answers within seconds to a minute; after this the identities end with "lost: not known").
@@ -105,6 +102,7 @@ class ProblemSession:
         # would only resend its stored answer, and count a refused duplicate at the aggregator).
         self._calibration_asked: set[int] = set()
         self.relay_hosts = RelayHostWatch(self)  # relay hosts found dead in the send window
+        self.sender = FirstHopSender(host, self.relay_hosts)
 
     def due(self) -> bool:
         """Whether the step is tried in this poll (not while backing off after a transient failure)."""
@@ -433,92 +431,8 @@ class ProblemSession:
         self.schedule(p, [(slot, *packet) for slot, packet in enumerate(p.build_packets())])
 
     def schedule(self, p: Participant, packets: Iterable[tuple[int, float, str, bytes]]) -> None:
-        """Send each ``(slot, time, first hop, packet)`` at its time, while the send window is open."""
-        end = p.window_end if p.window_end is not None else 0.0
-        for slot, when, url, packet in packets:
-            if when >= end or time.time() >= end:
-                self.host.count("packets not sent: window closed")
-                log.warning("packet of %s not sent: the send window closed", p.node.fingerprint[:12])
-                continue
-            self.host.dispatcher.at(
-                when, lambda p=p, s=slot, url=url, packet=packet: self._send(p, s, url, packet)
-            )
-
-    def _send(self, p: Participant, slot: int, url: str, packet: bytes, attempt: int = 0) -> None:
-        """Send one packet to its first hop; on a failure that may pass, re-routed at once while the
-        send window is open, or retried with backoff when no other route is left.
-
-        A first hop that is down, over its quota, answers 5xx or has a refused address is avoided: the
-        slot gets a new route and a new packet (:meth:`Participant.reroute`), so
-        one dead or exhausted relay cannot cost the report. A participation resumed after a restart
-        signs its posts with the roster's relay keys, so its packets wait (polled every 0.25 s, within
-        the window) until the worker's next step has re-checked the roster.
-        """
-        end = p.window_end if p.window_end is not None else 0.0
-        if p.roster is None:
-            if time.time() + ROSTER_WAIT_SECONDS < end:
-                self.host.dispatcher.at(
-                    time.time() + ROSTER_WAIT_SECONDS, lambda: self._send(p, slot, url, packet, attempt)
-                )
-                return
-            self.host.count("packets not sent: roster not re-checked in the window")
-            log.warning("packet of %s not sent: its roster was not re-checked in the send window",
-                        p.node.fingerprint[:12])
-            return
-        if p.crosses_failed(slot) and time.time() < end:  # a relay of its route died since it was built
-            rerouted = p.reroute(slot, None)
-            if rerouted is not None:
-                self.host.count("packets rerouted around a dead relay host")
-                url, packet = rerouted
-        try:
-            p.send(slot, url, packet)
-        except Exception as exc:  # the first hop is down or refused: re-routed or retried, then counted
-            if isinstance(exc, OutboundError) and not isinstance(exc, RefusedAddress):
-                self.relay_hosts.dead(url)
-            status = exc.status if isinstance(exc, HTTPRefusal) else None
-            # A first hop whose address is refused is avoided too, though never tried again.
-            if (retriable(status) or status == REFUSED_ADDRESS) and time.time() < end:
-                rerouted = p.reroute(slot, url)
-                if rerouted is not None:
-                    self.host.count("packets rerouted")
-                    new_url, new_packet = rerouted
-                    self.host.dispatcher.at(
-                        time.time(), lambda: self._send(p, slot, new_url, new_packet, attempt + 1)
-                    )
-                    return
-            retry = send_retry_at(time.time(), end, attempt, exc)
-            if retriable(status) and retry is not None:
-                self.host.count("packets retried")
-                self.host.dispatcher.at(retry, lambda: self._send(p, slot, url, packet, attempt + 1))
-                return
-            self.host.count("packets not sent")
-            log.warning("packet of %s to %s not sent: %s", p.node.fingerprint[:12], url, exc)
-            return
-        self.host.count("packets sent")
-
-
-#: The least time left in the send window worth one more try at an overloaded first hop.
-LAST_TRY_SECONDS = 0.5
-
-
-def send_retry_at(now: float, end: float, attempt: int, exc: BaseException) -> float | None:
-    """When to send a packet again after ``exc`` at ``now``, inside a send window ending at ``end``;
-    None when no try fits.
-
-    :func:`~peer.relay.retry_delay`, or for a first hop that shed the post and said when to come
-    back (``Retry-After``) :func:`~peer.client.retry_wait`. When that would pass the window's end,
-    one more try halfway to it instead of giving the packet up (its queue may have drained; each
-    such try halves what is left, so at most ``log2((end − now) / LAST_TRY_SECONDS)`` of them): a
-    relay that shed a copy two seconds before the end answered "try again in 2 s", and a
-    redundant copy was counted not sent (CI: 191 of 192 sent).
-    """
-    after = exc.retry_after if isinstance(exc, HTTPRefusal) else None
-    retry = now + (retry_delay(attempt) if after is None else retry_wait(attempt, exc))
-    if retry < end:
-        return retry
-    if after is not None and end - now > LAST_TRY_SECONDS:
-        return now + (end - now) / 2
-    return None
+        """Send each ``(slot, time, first hop, packet)`` at its time (:meth:`FirstHopSender.schedule`)."""
+        self.sender.schedule(p, packets)
 
 
 class Worker:

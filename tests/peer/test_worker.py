@@ -357,7 +357,7 @@ def test_a_worker_stopped_before_it_starts_never_polls():
 
 
 def test_a_shed_packet_is_tried_again_inside_the_send_window_never_after_it():
-    from peer.worker import LAST_TRY_SECONDS, send_retry_at
+    from peer.first_hop import LAST_TRY_SECONDS, send_retry_at
 
     shed = HTTPRefusal("http://relay", 503, "overloaded; try again in 2 s", retry_after=2.0)
     # Time enough: it waits what the relay asked (and some jitter), never less.
