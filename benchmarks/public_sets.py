@@ -141,6 +141,12 @@ _RDATASETS: dict[str, RdataSet] = {
     "computers": RdataSet("Computers", "price", "regression"),
     # commune is an identifier of 194 communes, not a feature a peer would report.
     "vietnam": RdataSet("VietNamI", "lnhhexp", "regression", dropped=("commune",)),
+    # Chosen 2026-11-28 17:45 UTC and not run: reserved to evaluate a change to the K >= 3
+    # calibration pool's rule (benchmarks/PUBLIC_SETS.md, "Reserved multiclass sets").
+    "doctor_contacts": RdataSet("DoctorContacts", "health", "multiclass"),
+    # hid and id number the household and the purchase: identifiers, not features.
+    "tuna": RdataSet("Tuna", "Tuna.choice", "multiclass", dropped=("Tuna.hid", "Tuna.id")),
+    "doctor_aus": RdataSet("DoctorAUS", "insurance", "multiclass"),
 }
 
 
@@ -481,6 +487,8 @@ def _reused(path: str, fresh: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 #: The sets of the full run: the first four binary ones, then the second pass (benchmarks/PUBLIC_SETS.md).
 ALL_SETS = "breast_cancer,anes96,fair,randhie,hi,diamonds,fishing,computers,vietnam"
+#: Multiclass sets chosen before any change they would judge, and not run yet (benchmarks/PUBLIC_SETS.md).
+RESERVED_SETS = "doctor_contacts,tuna,doctor_aus"
 
 
 def main(argv: list[str] | None = None) -> None:

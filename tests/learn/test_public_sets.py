@@ -106,3 +106,15 @@ def test_a_multiclass_variant_is_scored_against_the_prior_and_the_majority():
     rows = _variant_row([same, {**same, "variant_log_loss": same["default_log_loss"] - 0.1}])
     assert rows["log_loss_gain"]["mean"] == pytest.approx(0.05) and rows["log_loss_gain"]["wins"] == 1
     assert "auc_difference" not in rows
+
+
+def test_the_reserved_multiclass_sets_load_with_their_targets_and_without_identifiers():
+    from benchmarks.public_sets import ALL_SETS, RESERVED_SETS
+
+    names = RESERVED_SETS.split(",")
+    assert not set(names) & set(ALL_SETS.split(","))  # kept out of the full run until they judge a change
+    contacts, tuna, aus = load_sets(names)
+    assert contacts.task == tuna.task == aus.task == "multiclass"
+    assert np.bincount(contacts.y).tolist() == [11015, 1560, 7309, 302]  # excellent, fair, good, poor
+    assert tuna.X.shape == (13705, 5) and not any(f.name in ("Tuna.hid", "Tuna.id") for f in tuna.specs)
+    assert np.bincount(aus.y).tolist() == [222, 1091, 2298, 1579] and aus.X.shape == (5190, 14)
