@@ -58,6 +58,7 @@ from anonml.learn.notices import DataWarning, SmallGroupWarning
 from anonml.model import FeatureKind, FeatureSpec
 from benchmarks.reporting import RESULTS, machine, now, write_json
 from benchmarks.trivial_floors import FloorSet, _padded_specs, evaluate_split, floor_rows
+from benchmarks.trivial_floors import load_sets as load_floor_sets
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 # "default" before "central": central_binned then reuses the reported default model's bins (one fit).
@@ -285,6 +286,9 @@ def _variant_set(name: str) -> Any:
         from anonml.datasets import adult  # noqa: PLC0415
 
         return adult.load(None)
+    if name in TUNING_MULTICLASS:
+        (data,) = load_floor_sets([name])
+        return data
     (data,) = load_sets([name])
     if isinstance(data, FloorSet) and data.task != "multiclass":
         raise SystemExit(f"--variant compares binary and multiclass sets; {name!r} is {data.task}")
@@ -487,6 +491,8 @@ def _reused(path: str, fresh: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 #: The sets of the full run: the first four binary ones, then the second pass (benchmarks/PUBLIC_SETS.md).
 ALL_SETS = "breast_cancer,anes96,fair,randhie,hi,diamonds,fishing,computers,vietnam"
+#: The tuning sets' multiclass sets (:mod:`benchmarks.trivial_floors`), accepted by ``--variant`` too.
+TUNING_MULTICLASS = ("synthetic3", "skewed4", "correlated5", "wine", "iris", "digits")
 #: Multiclass sets chosen before any change they would judge, and not run yet (benchmarks/PUBLIC_SETS.md).
 RESERVED_SETS = "doctor_contacts,tuna,doctor_aus"
 

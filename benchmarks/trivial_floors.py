@@ -106,6 +106,20 @@ def synthetic_three_class(n: int = 12_000, seed: int = 7) -> FloorSet:
     )
 
 
+def synthetic_correlated(n: int = 30_000, seed: int = 31) -> FloorSet:
+    """Five ordered classes (shares 0.35 / 0.25 / 0.20 / 0.12 / 0.08) seen through six noisy copies of
+    one latent score and two pure-noise features (public range [−5, 7]): a tuning set (2026-11-28)
+    where summed per-feature terms count the same evidence six times, so a K ≥ 3 model without a
+    calibration pool is overconfident — the case the class map exists for."""
+    rng = np.random.default_rng(seed)
+    y = rng.choice(5, size=n, p=[0.35, 0.25, 0.20, 0.12, 0.08])
+    latent = rng.normal(loc=0.6 * y, scale=1.0)
+    copies = latent[:, None] + rng.normal(scale=0.5, size=(n, 6))
+    X = np.clip(np.column_stack([copies, rng.normal(size=(n, 2))]), -5.0, 7.0)
+    specs = tuple(FeatureSpec(name=f"x{j}", low=-5.0, high=7.0) for j in range(8))
+    return FloorSet("correlated5", X, y.astype(np.int64), specs, "multiclass")
+
+
 def synthetic_regression(n: int = 30_000, seed: int = 0) -> FloorSet:
     """The generator of tests/learn/test_regression.py: y = 5a + 1.5b + N(0, 2²)."""
     rng = np.random.default_rng(seed)
@@ -177,6 +191,7 @@ def load_sets(names: list[str]) -> list[FloorSet]:
         "synthetic_reg": synthetic_regression,
         "skewed4": synthetic_skewed,
         "skewed_reg": synthetic_skewed_regression,
+        "correlated5": synthetic_correlated,
         "weak_binary": synthetic_weak_binary,
     }
     unknown = [n for n in names if n not in makers]

@@ -259,3 +259,14 @@ def test_a_skewed_prior_under_noise_is_closer_to_the_truth_than_the_chi2_rule():
     se = float(diff.std(ddof=1) / np.sqrt(diff.size))
     assert new_mean < old_mean - 3 * se, (new_mean, old_mean, se)
     assert new_mean < kl(np.full(4, 0.25)) / 2  # and far from the uniform fallback's cost
+
+
+def test_the_correlated_tuning_set_repeats_one_latent_score_six_times():
+    (data,) = load_sets(["correlated5"])
+    assert data.task == "multiclass" and data.X.shape == (30_000, 8)
+    shares = np.bincount(data.y) / data.y.size
+    np.testing.assert_allclose(shares, [0.35, 0.25, 0.20, 0.12, 0.08], atol=0.01)
+    corr = np.corrcoef(data.X.T)
+    copies = corr[:6, :6][~np.eye(6, dtype=bool)]
+    assert copies.min() > 0.7  # the same evidence six times: what summed terms double count
+    assert np.abs(corr[6:, :6]).max() < 0.05  # the two noise features carry none
