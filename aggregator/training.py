@@ -68,6 +68,7 @@ __all__ = [
     "account_reports",
     "delivery_window_open",
     "report_round_over",
+    "report_peers",
     "expected_reports",
     "shuffle_statement",
     "with_calibration_answers",
@@ -179,11 +180,15 @@ def report_round_over(t_r: float | None, grace: float, now: float, all_received:
     return now > t_r + grace or all_received()
 
 
+def report_peers(draft: ProblemDraft, roster: Roster) -> int:
+    """The report pool's members: the roster less its median and calibration pools."""
+    return draft.report_pool_size(len(roster.entries), roster.median_pool_size)
+
+
 def expected_reports(ctx: ProblemContext) -> int:
-    """Reports the round expects: the report pool's members (the roster less the median and
-    calibration pools) times ``k_h``, the account's ``expected``."""
-    draft, roster = ctx.problem.draft, ctx.require_roster()
-    return draft.report_pool_size(len(roster.entries), roster.median_pool_size) * draft.kh
+    """Reports the round expects: :func:`report_peers` times ``k_h``, the account's ``expected``."""
+    draft = ctx.problem.draft
+    return report_peers(draft, ctx.require_roster()) * draft.kh
 
 
 def shuffle_statement(
@@ -274,8 +279,8 @@ def train_problem(
         )
         received[(g.partition, g.subset)] = received.get((g.partition, g.subset), 0) + g.n
     ensemble = learner.ensemble_from(histograms, [g.n for g in groups], rng)
-    report_peers = draft.report_pool_size(len(roster.entries), roster.median_pool_size)
-    accounting = _received_accounting(draft, roster, received, report_peers, median_answered)
+    pool = report_peers(draft, roster)
+    accounting = _received_accounting(draft, roster, received, pool, median_answered)
     model = AnonMLClassifier.from_ensemble(
         binning, ensemble, classes=draft.label.model_classes(), privacy=accounting, **settings
     )
@@ -283,7 +288,7 @@ def train_problem(
     metrics = {
         "reports": float(n_reports),
         "histograms": float(len(histograms)),
-        "report_peers": float(report_peers),
+        "report_peers": float(pool),
         "median_answers": float(median_answered),
         "label_classes": float(k),
     }

@@ -36,7 +36,7 @@ from aggregator.state import (
     reject_counts,
 )
 from aggregator.timeline import problem_counts
-from aggregator.training import account_reports, delivery_window_open, shuffle_statement
+from aggregator.training import account_reports, delivery_window_open, report_peers, shuffle_statement
 from anonml.crypto import TokenKey
 from anonml.crypto.spent import IssuanceRow
 from anonml.phases import ProblemPhase
@@ -100,9 +100,8 @@ def problem_account(
     _, intake = reject_counts(rows)
     late = intake.pop("late", 0)
     draft = ctx.problem.draft
-    report_peers = draft.report_pool_size(len(ctx.roster.entries), ctx.roster.median_pool_size)
     return account_reports(
-        report_peers,
+        report_peers(draft, ctx.roster),
         draft.kh,
         count_reports(session, problem_id),
         late,
