@@ -48,6 +48,7 @@ import requests
 
 from anonml.serving import ChildServer, free_port
 from benchmarks.demo_under_load import cpu_stress
+from benchmarks.reporting import process_cpu_seconds
 
 BASELINE = """
 import sys
@@ -59,15 +60,6 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 """
-
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds ``pid`` has used so far (``/proc/<pid>/stat``, fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def _time_until_healthy(
@@ -85,7 +77,7 @@ def _time_until_healthy(
                 raise SystemExit(f"error: {command[:4]} exited: {process.stderr.read().decode()[-500:]}")
             try:
                 if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    return time.perf_counter() - start, _cpu_seconds(process.pid)
+                    return time.perf_counter() - start, process_cpu_seconds(process.pid)
             except requests.RequestException:
                 pass
             time.sleep(0.02)

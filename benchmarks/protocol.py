@@ -32,6 +32,9 @@ Measured, in one run:
   median pool) on the same peers' data — in the same run; and of the
   non-fixed time (protocol time minus the schedule's fixed waits: roster,
   report delay, send and release windows, intake grace) to it;
+* the **CPU seconds** of the aggregator and the host processes (all their threads; Linux
+  ``/proc``) from the proposal to the published model, and their sum per peer: what one more
+  peer costs the machine, to compare across roster sizes;
 * the **report account**: expected = received + lost, and every loss with its
   reason (late, refused at the intake by reason, not arrived — with the
   relays' and senders' own loss counters beside it).
@@ -93,7 +96,7 @@ from anonml.protocol import (
 )
 from anonml.serving import spawn_child
 from anonml.store import EventStore
-from benchmarks.reporting import RESULTS, machine, now, rate, timed_map, write_json
+from benchmarks.reporting import RESULTS, machine, now, process_cpu_seconds, rate, timed_map, write_json
 from peer import round_packets
 from peer.app import start_peer_server
 from peer.client import AggregatorClient
@@ -339,6 +342,8 @@ def run_round(
         )
         admin = AggregatorClient(agg.url, token)
         marks: dict[str, float] = {}
+        servers = {"aggregator": [agg.process.pid], "hosts": [proc.pid for proc in hosts]}
+        cpu0 = {role: sum(map(process_cpu_seconds, pids)) for role, pids in servers.items()}
         t0 = time.perf_counter()
         pid = admin.propose(draft).id
         while (st := _status(agg.url, pid)).registered < peers:
@@ -357,6 +362,7 @@ def run_round(
             if time.perf_counter() - t0 > 4 * patience:
                 raise RuntimeError(f"stuck in {phase}")
         total = time.perf_counter() - t0
+        cpu = {role: sum(map(process_cpu_seconds, pids)) - cpu0[role] for role, pids in servers.items()}
         for proc in hosts:
             proc.stdin.write(pid + "\n")
             proc.stdin.flush()
@@ -459,6 +465,12 @@ def run_round(
         "peer_states": dict(sum((Counter(r["states"]) for r in reports), Counter())),
         "peer_reasons": dict(sum((Counter(r["reasons"]) for r in reports), Counter())),
         "epsilon_per_peer": {"min": min(eps), "max": max(eps), "mean": float(np.mean(eps))},
+        # Every process of the round, proposal to published model: what one more peer costs the machine.
+        "cpu_seconds": {
+            **{role: round(v, 2) for role, v in cpu.items()},
+            "total": round(sum(cpu.values()), 2),
+            "ms_per_peer": round(1000 * sum(cpu.values()) / max(1, peers), 2),
+        },
         "presend_cost": _presend_cost(
             [r["presend"] for r in reports],
             peers,

@@ -31,6 +31,7 @@ __all__ = [
     "print_table",
     "timed_map",
     "rate",
+    "process_cpu_seconds",
     "pyplot",
     "save_figure",
 ]
@@ -54,6 +55,13 @@ def machine(**extra: Any) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         **extra,
     }
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used so far, all its threads (Linux
+    ``/proc/<pid>/stat``, fields 14 and 15; the name in field 2 may hold spaces or parentheses)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def write_json(path: Path, doc: Any) -> None:

@@ -65,7 +65,7 @@ from anonml.crypto import (
 from anonml.protocol import IntakeBatch, IntakeDelivery
 from anonml.serving import spawn_child
 from benchmarks.crypto import _tokens
-from benchmarks.reporting import machine, now, write_json
+from benchmarks.reporting import machine, now, process_cpu_seconds, write_json
 from peer.client import AggregatorClient
 from tests.aggregator import helpers
 
@@ -112,12 +112,6 @@ def per_hop_rate(n: int) -> float:
         build_packet(hops, None, None, round_id=1, destination=bytes(16), intake_key=intake) for _ in range(n)
     ]
     return _per_second(lambda i: relays[0].process(packets[i]), n)
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far, all its threads (``/proc/<pid>/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # --- profiles -------------------------------------------------------------------------------
