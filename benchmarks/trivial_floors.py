@@ -30,7 +30,7 @@ import argparse
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,20 @@ def synthetic_correlated(n: int = 30_000, seed: int = 31) -> FloorSet:
     return FloorSet("correlated5", X, y.astype(np.int64), specs, "multiclass")
 
 
+def synthetic_independent(n: int = 53_940, seed: int = 41) -> FloorSet:
+    """Five ordered classes (shares 0.30 / 0.25 / 0.20 / 0.15 / 0.10), eight features each drawn
+    independently given the class as ``N(0.25·y, 1)`` (public range [−5, 6]): a tuning set (2026-11-28)
+    where the summed per-feature terms are the right model, so a class map has little to correct and
+    a K ≥ 3 calibration pool mostly costs its peers' feature reports — the opposite of
+    :func:`synthetic_correlated`. 53,940 rows (the size of ``diamonds``, where that cost was seen at
+    ε_T = 1), so both sets' pools are as large as that set's."""
+    rng = np.random.default_rng(seed)
+    y = rng.choice(5, size=n, p=[0.30, 0.25, 0.20, 0.15, 0.10])
+    X = np.clip(rng.normal(loc=0.25 * y[:, None], scale=1.0, size=(n, 8)), -5.0, 6.0)
+    specs = tuple(FeatureSpec(name=f"x{j}", low=-5.0, high=6.0) for j in range(8))
+    return FloorSet("independent5", X, y.astype(np.int64), specs, "multiclass")
+
+
 def synthetic_regression(n: int = 30_000, seed: int = 0) -> FloorSet:
     """The generator of tests/learn/test_regression.py: y = 5a + 1.5b + N(0, 2²)."""
     rng = np.random.default_rng(seed)
@@ -192,6 +206,10 @@ def load_sets(names: list[str]) -> list[FloorSet]:
         "skewed4": synthetic_skewed,
         "skewed_reg": synthetic_skewed_regression,
         "correlated5": synthetic_correlated,
+        # correlated5's generator at independent5's (and diamonds') 53,940 rows: the K >= 3 pool rule
+        # sees only (n, ε, K), so both tuning sets get the same pools at that size.
+        "correlated5_large": lambda: replace(synthetic_correlated(n=53_940), name="correlated5_large"),
+        "independent5": synthetic_independent,
         "weak_binary": synthetic_weak_binary,
     }
     unknown = [n for n in names if n not in makers]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from statsmodels import datasets
@@ -118,3 +120,19 @@ def test_the_reserved_multiclass_sets_load_with_their_targets_and_without_identi
     assert np.bincount(contacts.y).tolist() == [11015, 1560, 7309, 302]  # excellent, fair, good, poor
     assert tuna.X.shape == (13705, 5) and not any(f.name in ("Tuna.hid", "Tuna.id") for f in tuna.specs)
     assert np.bincount(aus.y).tolist() == [222, 1091, 2298, 1579] and aus.X.shape == (5190, 14)
+
+
+def test_a_variant_run_writes_where_out_says(tmp_path):
+    # --variant once ignored --out and always wrote benchmarks/results/public_sets_variant_<name>.json,
+    # so a run meant for a scratch file overwrote the committed results.
+    from benchmarks.public_sets import main
+    from benchmarks.reporting import RESULTS
+
+    committed = RESULTS / "public_sets_variant_calibration_fraction-0.json"
+    before = committed.read_bytes() if committed.exists() else None
+    out = tmp_path / "variant.json"
+    main(["--sets", "iris", "--splits", "2", "--variant", "calibration_fraction=0", "--out", str(out)])
+    rows = json.loads(out.read_text(encoding="utf-8"))["rows"]
+    assert {r["set"] for r in rows} == {"iris"} and len(rows) == 4  # one row per ε
+    assert out.with_suffix(".md").read_text(encoding="utf-8").count("iris") == 4
+    assert (committed.read_bytes() if committed.exists() else None) == before

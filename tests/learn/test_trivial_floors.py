@@ -270,3 +270,16 @@ def test_the_correlated_tuning_set_repeats_one_latent_score_six_times():
     copies = corr[:6, :6][~np.eye(6, dtype=bool)]
     assert copies.min() > 0.7  # the same evidence six times: what summed terms double count
     assert np.abs(corr[6:, :6]).max() < 0.05  # the two noise features carry none
+
+
+def test_the_independent_tuning_set_has_features_independent_given_the_class():
+    (data, large) = load_sets(["independent5", "correlated5_large"])
+    assert data.task == "multiclass" and data.X.shape == (53_940, 8)
+    np.testing.assert_allclose(np.bincount(data.y) / data.y.size, [0.30, 0.25, 0.20, 0.15, 0.10], atol=0.01)
+    for c in range(5):  # within a class the features share nothing: summed per-feature terms are right
+        corr = np.corrcoef(data.X[data.y == c].T)
+        assert np.abs(corr[~np.eye(8, dtype=bool)]).max() < 0.06
+    means = [data.X[data.y == c].mean() for c in range(5)]
+    np.testing.assert_allclose(np.diff(means), 0.25, atol=0.03)  # each feature's weak shift per class
+    # correlated5's generator at the same size, so the two sets' K >= 3 pools are the same
+    assert large.name == "correlated5_large" and large.X.shape == (53_940, 8)
