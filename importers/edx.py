@@ -132,6 +132,7 @@ from importers.edx_events import (
     enrollment,
     event_members,
     event_type_of,
+    naive_as_utc,
     read_timestamp,
     sanitize_type,
 )
@@ -353,7 +354,7 @@ def _fast_parts(line: _Line, names: dict[int, str]) -> tuple[str, str, datetime,
     except ValueError:
         return None
     if timestamp.tzinfo is None:
-        timestamp = timestamp.replace(tzinfo=UTC)  # edX writes UTC (see read_timestamp)
+        timestamp = naive_as_utc(timestamp)  # edX writes UTC (see read_timestamp)
     elif timestamp.tzinfo is not UTC:
         return None
     fields: dict = {}  # what common_fields makes, its type checks done by the decode

@@ -26,6 +26,7 @@ __all__ = [
     "enrollment",
     "event_members",
     "event_type_of",
+    "naive_as_utc",
     "read_timestamp",
     "sanitize_type",
 ]
@@ -39,6 +40,7 @@ _INPUT_NAME = re.compile(r"^input_(.+)_\d+_\d+(?:\[\])?$")
 # prefix cannot collide with a JSON member name edX writes.
 _FORM_KEY = "\x00form"
 _fromisoformat = datetime.fromisoformat
+_combine = datetime.combine
 # `success` of a graded check; partial credit counts as not a success.
 _SUCCESS = {"correct": True, "incorrect": False, "partially-correct": False}
 
@@ -319,6 +321,16 @@ def event_type_of(obj: dict) -> str:
     raise BadRecord("missing field 'event_type' (and no 'name')")
 
 
+def naive_as_utc(naive: datetime) -> datetime:
+    """``naive.replace(tzinfo=UTC)``: the same instant, read as UTC, fold and all.
+
+    Built with ``datetime.combine`` from the naive value and its ``time()``
+    (which keeps ``fold``): a sixth of the cost of ``replace``, whose keyword
+    parsing took 0.8 us of a line's parse (edX writes many times without an offset).
+    """
+    return _combine(naive, naive.time(), UTC)
+
+
 def read_timestamp(obj: dict) -> datetime:
     value = obj.get("time")
     if type(value) is str:
@@ -332,7 +344,7 @@ def read_timestamp(obj: dict) -> datetime:
             if parsed.tzinfo is UTC:
                 return parsed
             if parsed.tzinfo is None:
-                return parsed.replace(tzinfo=UTC)
+                return naive_as_utc(parsed)
     if value is None:
         raise BadRecord("missing field 'time'")
     if not isinstance(value, str):

@@ -16,7 +16,7 @@ from anonml.database import sqlite_path
 from anonml.errors import RecordError, StoreError
 from anonml.model import Event, Text
 from anonml.plugins import Importer, create
-from anonml.store import DEFAULT_USER, EventStore
+from anonml.store import DEFAULT_USER, EventStore, sha256_file
 from tests.databases import sqlite_only
 
 T0 = datetime(2021, 3, 1, tzinfo=UTC)
@@ -88,6 +88,18 @@ def test_skip_bad_imports_the_rest_and_reports_each(store: EventStore, tmp_path:
     assert (report.accepted, report.inserted, report.rejected) == (2, 2, 2)
     assert [e.line for e in report.errors] == [2, 4]
     assert store.imports()[-1].rejected == 2
+
+
+@pytest.mark.parametrize("size", [0, 1, (1 << 20) - 1, 1 << 20, (1 << 20) + 1, 3 * (1 << 20) + 12345])
+def test_sha256_file_is_the_hash_of_every_byte(tmp_path: Path, size: int):
+    # Sizes at and around the 1 MiB read buffer: a read that fills it, one past it, a short last one.
+    import hashlib
+    import random
+
+    data = random.Random(size).randbytes(size)
+    f = tmp_path / "data.bin"
+    f.write_bytes(data)
+    assert sha256_file(f) == hashlib.sha256(data).hexdigest()
 
 
 def test_provenance_records_importer_hash_and_counts(store: EventStore, tmp_path: Path):

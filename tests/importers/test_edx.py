@@ -16,6 +16,7 @@ from anonml.model import Event, Text
 from anonml.plugins import create
 from anonml.store import EventStore
 from importers.edx import EdxImporter, sanitize_type
+from importers.edx_events import naive_as_utc
 from tests.importers.helpers import parse_failure, reject_reasons
 
 FIXTURES = Path(__file__).parent / "fixtures" / "edx"
@@ -549,3 +550,22 @@ def test_a_gzip_log_corrupt_in_its_middle_is_a_record_error_naming_the_file_not_
     message = f"{path}:1501: cannot read on from this line: Error -3 while decompressing data"
     assert str(info.value).startswith(message), str(info.value)
     assert len(items) == 1500 and all(isinstance(i, Event) for i in items)  # what came before is kept
+
+
+@pytest.mark.parametrize(
+    "naive",
+    [
+        datetime(2024, 1, 8, 5, 1, 41, 123978),
+        datetime(2024, 1, 8),
+        datetime(1, 1, 1),
+        datetime(9999, 12, 31, 23, 59, 59, 999999),
+        datetime(2024, 11, 3, 1, 30, fold=1),  # fold kept, as replace keeps it
+    ],
+)
+def test_naive_as_utc_is_replace_with_utc(naive: datetime) -> None:
+    aware = naive_as_utc(naive)
+    expected = naive.replace(tzinfo=UTC)
+    assert aware == expected
+    assert aware.tzinfo is UTC
+    assert aware.fold == expected.fold
+    assert repr(aware) == repr(expected)
