@@ -32,7 +32,11 @@ import numpy as np
 from anonml.learn.baselines import hybrid_worst_variance, sampled_dimensions
 from anonml.learn.calibration import CHOICE_SDS, CLASS_MAP_WEIGHTS, LOSS_CLIP
 from anonml.learn.partition import class_map_groups
-from anonml.learn.simulation import calibration_pool_size
+from anonml.learn.simulation import (
+    TARGET_CALIBRATION_INFORMATION,
+    calibration_pool_size,
+    randomized_response_equivalents,
+)
 from benchmarks.reporting import RESULTS
 from benchmarks.trivial_floors import load_sets, split
 
@@ -71,10 +75,6 @@ def _rows(path: Path) -> dict[tuple[str, float], dict[str, Any]]:
     return {(r["set"], float(r["epsilon"])): r for r in doc["rows"]}
 
 
-def _information(n_pool: int, epsilon: float) -> float:
-    return n_pool * ((math.exp(epsilon) - 1.0) / (math.exp(epsilon) + 1.0)) ** 2
-
-
 def judge() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """Per (set, ε) each candidate's pool and its paired log loss minus the current rule's (mean, s.e.);
     per candidate its worst cell (in s.e.), the costly pools it refuses, whether it passes the
@@ -96,7 +96,7 @@ def judge() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
             if current and detectable_gain(current, epsilon) <= CHOICE_GAIN
             else (refused if current else kept),
             f"MIN {RAISED_MIN:g}": kept
-            if not current or _information(current, epsilon) >= RAISED_MIN
+            if not current or randomized_response_equivalents(current, epsilon) >= RAISED_MIN
             else refused,
         }
         for share in (0.05, 0.075, 0.1):
@@ -161,10 +161,9 @@ def markdown(cells: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]]) -
         passes = "yes" if v["passes"] else "no"
         worst = f"{v['worst']} | {v['worst_se']:.2f}"
         lines.append(f"| {rule} | {worst} | {removes} | {passes} | {v['net']:+.4f} |")
-    gains = ", ".join(
-        f"ε {e:g}: {detectable_gain(math.ceil(1500 / ((math.exp(e) - 1) / (math.exp(e) + 1)) ** 2), e):.3f}"
-        for e in (0.5, 1.0, 2.0, 4.0, 8.0)
-    )
+    sized = {e: math.ceil(TARGET_CALIBRATION_INFORMATION / randomized_response_equivalents(1, e))
+             for e in (0.5, 1.0, 2.0, 4.0, 8.0)}  # fmt: skip
+    gains = ", ".join(f"ε {e:g}: {detectable_gain(n, e):.3f}" for e, n in sized.items())
     lines += ["", f"Detectable gain of a pool sized to 1,500 information (nats, `detectable_gain`): {gains}."]
     return "\n".join(lines) + "\n"
 

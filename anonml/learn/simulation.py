@@ -532,6 +532,13 @@ TARGET_CALIBRATION_INFORMATION = 1500.0
 MIN_CLASS_MAP_INFORMATION = 500.0
 
 
+def randomized_response_equivalents(n_reports: int, epsilon: float) -> float:
+    """``n·((e^ε − 1)/(e^ε + 1))²``: how many exact binary answers ``n`` answers by binary randomised
+    response at ``ε`` are worth (the inverse of that mechanism's variance factor), the unit of
+    :data:`TARGET_CALIBRATION_INFORMATION` and :data:`MIN_CLASS_MAP_INFORMATION`."""
+    return n_reports * ((math.exp(epsilon) - 1.0) / (math.exp(epsilon) + 1.0)) ** 2
+
+
 def calibration_pool_size(fraction: float, n_peers: int, epsilon: float, n_classes: int = 2) -> int:
     """Peers of the calibration pool: enough for the target information, at most ``fraction·n``.
 
@@ -547,12 +554,12 @@ def calibration_pool_size(fraction: float, n_peers: int, epsilon: float, n_class
     a held-out set) lost its pool at ε_T = 2 and its log loss went from 0.086 below the prior's to
     0.098 above.
     """
-    factor = ((math.exp(epsilon) - 1.0) / (math.exp(epsilon) + 1.0)) ** 2
-    n_c = min(int(round(fraction * n_peers)), int(math.ceil(TARGET_CALIBRATION_INFORMATION / factor)))
+    per_peer = randomized_response_equivalents(1, epsilon)
+    n_c = min(int(round(fraction * n_peers)), int(math.ceil(TARGET_CALIBRATION_INFORMATION / per_peer)))
     if n_c < 1:
         return 0
     if n_classes > 2:
-        return n_c if n_c * factor >= MIN_CLASS_MAP_INFORMATION else 0
+        return n_c if randomized_response_equivalents(n_c, epsilon) >= MIN_CLASS_MAP_INFORMATION else 0
     error = calibration_cell_error(n_c, epsilon, 2 * CALIBRATION_BINS)
     return n_c if error <= MAX_CALIBRATION_CELL_ERROR else 0
 
