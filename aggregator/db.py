@@ -362,13 +362,17 @@ def published(session: Session, problem_id: str) -> dict[str, bool]:
 
 
 def count_reports(session: Session, problem_id: str) -> int:
-    """Reports accepted for the problem so far: staged (round open) plus settled."""
-    total = 0
-    for table in (StagedReportRow, ReportRow):
-        total += int(
-            session.scalar(select(func.count()).select_from(table).where(table.problem_id == problem_id)) or 0
-        )
-    return total
+    """Reports accepted for the problem so far: staged (round open) plus settled.
+
+    One statement, so one snapshot: :func:`settle_reports` moves every staged
+    row to the settled table in one commit, and two separate counts read
+    outside a transaction could straddle it and count each report twice.
+    """
+    staged, settled = (
+        select(func.count()).select_from(table).where(table.problem_id == problem_id).scalar_subquery()
+        for table in (StagedReportRow, ReportRow)
+    )
+    return int(session.scalar(select(staged + settled)) or 0)
 
 
 def wipe_log(engine: Engine) -> None:

@@ -144,6 +144,45 @@ def test_a_live_round_reports_missing_reports_as_pending_until_its_window_closes
     assert (st.reports.lost, st.reports.pending, st.reports.not_arrived) == (4, 0, 4)
 
 
+def test_a_count_read_while_the_round_settles_counts_each_report_once(database_url: str) -> None:
+    """The race CI met: the status counted staged reports, settlement moved them all in one commit,
+    then it counted the settled ones: 16 received of 12 expected. Here the settlement commits right
+    after the count's first statement ran; the count must still be the reports there are."""
+    from sqlalchemy import event
+    from sqlalchemy.orm import Session
+
+    from aggregator.db import StagedReportRow, count_reports, create_tables, settle_reports
+    from anonml.database import make_engine
+
+    engine = make_engine(database_url)
+    try:
+        create_tables(engine)
+        n = 5
+        with Session(engine) as s, s.begin():
+            s.add_all(
+                StagedReportRow(id=bytes([i]) * 16, problem_id="p-x", key_id=bytes(32), slot=b"p-x/p0/r0",
+                                nonce=bytes([i]) * 32, partition=0, subset=0, mechanism_json="{}",
+                                bits=b"\x80")
+                for i in range(n)
+            )
+        settled: list[int] = []
+
+        @event.listens_for(engine, "after_cursor_execute")
+        def _settle_between(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+            if not settled and statement.lstrip().upper().startswith("SELECT"):
+                settled.append(0)  # once, and before settling so its own SELECT does not recurse
+                with Session(engine) as writer, writer.begin():
+                    settled[0] = settle_reports(writer, "p-x")
+
+        with Session(engine) as reader:
+            assert count_reports(reader, "p-x") == n
+        assert settled == [n]  # the settlement did commit in the middle of the read
+        with Session(engine) as s:
+            assert count_reports(s, "p-x") == n
+    finally:
+        engine.dispose()
+
+
 def _send_all(round_, senders: int, rng: np.random.Generator) -> None:
     for i in range(senders):
         peer = round_.report_peer(i)
