@@ -284,12 +284,22 @@ class PeerDB:
             )
             return {r.problem_id: r.epsilon for r in rows}
 
-    def accepted_problems(self) -> dict[str, set[str]]:
-        """Per identity fingerprint, the problems it accepted (one query for every hosted identity)."""
+    def unstarted_accepts(self) -> dict[str, set[str]]:
+        """Per identity fingerprint, the problems it accepted and has no participation row for yet.
+
+        One query for every hosted identity, and one that returns only what is left to start: a
+        host polls it several times a second, and every accept it ever started is excluded by the
+        participations' primary key, so a poll costs no row per hosted identity.
+        """
+        started = (ParticipationRow.problem_id == DecisionRow.problem_id) & (
+            ParticipationRow.node == DecisionRow.node
+        )
         out: dict[str, set[str]] = {}
         with self.sessions() as s:
             for node, problem_id in s.execute(
-                select(DecisionRow.node, DecisionRow.problem_id).where(DecisionRow.verdict == "accept")
+                select(DecisionRow.node, DecisionRow.problem_id)
+                .outerjoin(ParticipationRow, started)
+                .where(DecisionRow.verdict == "accept", ParticipationRow.node.is_(None))
             ):
                 out.setdefault(node, set()).add(problem_id)
         return out

@@ -345,19 +345,23 @@ class PeerHost:
     def _pick_up_manual_accepts(self) -> None:
         """Start participations the user accepted with ``anonml peer accept`` (same state DB).
 
-        One query per poll for every hosted identity's accepts, and a set of
-        each session's members: a poll of a host with thousands of identities
-        costs no query per identity here.
+        One query per poll, returning only the accepts with no participation
+        yet (:meth:`~peer.db.PeerDB.unstarted_accepts`): a poll of a host with
+        thousands of identities in a long round costs neither a query nor a
+        row per identity, only when something is left to start a look at each
+        session's members.
         """
         with self._deciding:
-            self._pick_up(self.db.accepted_problems())
+            self._pick_up(self.db.unstarted_accepts())
 
     def _pick_up(self, accepted: dict[str, set[str]]) -> None:
+        if not accepted:
+            return
         members = {
             pid: {id(p.node) for p in session.participants} for pid, session in list(self.sessions.items())
         }
         for node in self.nodes.values():
-            for problem_id in accepted.get(node.fingerprint, ()):
+            for problem_id in sorted(accepted.get(node.fingerprint, ())):
                 if id(node) in members.get(problem_id, ()):
                     continue
                 if self.db.participation(problem_id, node.fingerprint) is not None:

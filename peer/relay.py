@@ -165,8 +165,10 @@ class RelayService(Releases):
         self.allow_loopback_http = allow_loopback_http
         self._rounds: dict[tuple[bytes, int], RelayRound] = {}
         self._accepted: Counter[tuple[bytes, int]] = Counter()
-        self._spent: Counter[tuple[bytes, int, bytes]] = Counter()  # per (node, round, poster): quota used
-        self._post_keys: dict[tuple[bytes, int, bytes], bytes] = {}  # (node, round, other member) -> K
+        # Per (node, round): quota used per poster, and K per other member. Keyed by round first so
+        # that closing a round drops its entries without a scan of every round the host relays.
+        self._spent: dict[tuple[bytes, int], Counter[bytes]] = {}
+        self._post_keys: dict[tuple[bytes, int], dict[bytes, bytes]] = {}
         self._closed: set[tuple[bytes, int]] = set()
         self._route_tables: dict[int, tuple[dict[bytes, str], dict[bytes, str]]] = {}  # _checked_routes
         self._lock = threading.Lock()
@@ -200,8 +202,7 @@ class RelayService(Releases):
             if key in self._rounds:
                 raise ValueError(f"node {round_.node_id.hex()} already relays round {round_.round_id}")
             self._rounds[key] = round_
-            for poster, n in spent.items():
-                self._spent[(*key, bytes.fromhex(poster))] = n
+            self._spent[key] = Counter({bytes.fromhex(poster): n for poster, n in spent.items()})
             self._accepted[key] = accepted  # what earlier runs of this host accepted counts too
         self.dispatcher.at(round_.schedule.t_r, lambda: self.close_round(round_.node_id, round_.round_id))
 
@@ -235,9 +236,8 @@ class RelayService(Releases):
         with self._lock:
             round_ = self._rounds.pop((node_id, round_id), None)
             self._accepted.pop((node_id, round_id), None)
-            for table in (self._spent, self._post_keys):
-                for k in [k for k in table if k[:2] == (node_id, round_id)]:
-                    del table[k]
+            self._spent.pop((node_id, round_id), None)
+            self._post_keys.pop((node_id, round_id), None)
             self._closed.add((node_id, round_id))
         if round_ is not None:
             round_.relay.close()
@@ -249,6 +249,11 @@ class RelayService(Releases):
     def has_round(self, node_id: bytes, round_id: int) -> bool:
         with self._lock:
             return (node_id, round_id) in self._rounds
+
+    def quota_used(self, node_id: bytes, round_id: int, poster: bytes) -> int:
+        """Packets of member ``poster`` this node accepted in the round (its quota used; 0 once closed)."""
+        with self._lock:
+            return self._spent.get((node_id, round_id), Counter())[poster]
 
     # -- packets ------------------------------------------------------------------
     def handle(self, node_id: bytes, packet: bytes, auth: PostAuth | None = None) -> RelayOutcome:
@@ -295,8 +300,8 @@ class RelayService(Releases):
                 for key, count in admitted.items():
                     if key in self._accepted:
                         self._accepted[key] -= count
-                    if auth is not None and (*key, auth.poster) in self._spent:
-                        self._spent[(*key, auth.poster)] -= count
+                    if auth is not None and auth.poster in self._spent.get(key, ()):
+                        self._spent[key][auth.poster] -= count
             raise
         return outcomes
 
@@ -331,9 +336,9 @@ class RelayService(Releases):
 
     def _post_key(self, round_: RelayRound, other: bytes, public: bytes) -> bytes | None:
         """``K`` shared with member ``other`` for this round (cached); None if it cannot be derived."""
-        key = (round_.node_id, round_.round_id, other)
+        key = (round_.node_id, round_.round_id)
         with self._lock:
-            cached = self._post_keys.get(key)
+            cached = self._post_keys.get(key, {}).get(other)
         if cached is not None:
             return cached
         try:
@@ -341,7 +346,8 @@ class RelayService(Releases):
         except CryptoError:  # a small-order key in the roster, or the round key already destroyed
             return None
         with self._lock:
-            self._post_keys[key] = derived
+            if key in self._rounds:  # not kept for a round closed meanwhile (its key is destroyed)
+                self._post_keys.setdefault(key, {})[other] = derived
         return derived
 
     def _admit(
@@ -380,9 +386,10 @@ class RelayService(Releases):
             return self._reject(
                 "unauthenticated", 401, "this round takes packets only in posts authenticated by a member"
             )
-        spender = None if auth is None else (*key, auth.poster)
+        spender = None if auth is None else auth.poster
         with self._lock:  # reserve a place under the quota and cap; given back if the packet is refused
-            if spender is not None and round_.quota is not None and self._spent[spender] >= round_.quota:
+            spent = self._spent.get(key, Counter())  # a throwaway if the round closed meanwhile
+            if spender is not None and round_.quota is not None and spent[spender] >= round_.quota:
                 full = "quota"
             elif round_.max_packets is not None and self._accepted[key] >= round_.max_packets:
                 full = "cap"
@@ -390,7 +397,7 @@ class RelayService(Releases):
                 full = None
                 self._accepted[key] += 1
                 if spender is not None:
-                    self._spent[spender] += 1
+                    spent[spender] += 1
         if full == "quota":
             return self._reject(
                 "over quota", 429, "the posting member's quota at this node for the round is spent"
@@ -406,8 +413,8 @@ class RelayService(Releases):
             with self._lock:
                 if key in self._accepted:
                     self._accepted[key] -= 1
-                if spender is not None and spender in self._spent:
-                    self._spent[spender] -= 1
+                if spender is not None and spender in self._spent.get(key, ()):
+                    self._spent[key][spender] -= 1
         else:
             admitted[key] += 1
         return outcome

@@ -290,6 +290,26 @@ def test_peer_records_keep_their_types(database_url: str):
         db.close()
 
 
+def test_a_peer_db_lists_only_the_accepts_left_to_start(database_url: str):
+    """What a host's every poll asks (peer.host, manual accepts): accepted, and no participation yet.
+    A started participation (any phase) and a refusal are not listed; another identity's accept is."""
+    db = PeerDB(database_url)
+    try:
+        decisions = [("p-1", "n", "accept"), ("p-2", "n", "accept"), ("p-1", "m", "accept")]
+        decisions.append(("p-3", "n", "refuse"))
+        for problem_id, node, verdict in decisions:
+            db.decide(problem_id, node, verdict, "by the test", 1.0)
+        assert db.unstarted_accepts() == {"n": {"p-1", "p-2"}, "m": {"p-1"}}
+        db.save_participation("p-1", "n", "aborted", "{}", None)
+        db.save_participation("p-3", "n", "accepted", "{}", None)
+        assert db.unstarted_accepts() == {"n": {"p-2"}, "m": {"p-1"}}
+        db.save_participation("p-2", "n", "reporting", "{}", None)
+        db.save_participation("p-1", "m", "done", "{}", None)
+        assert db.unstarted_accepts() == {}
+    finally:
+        db.close()
+
+
 def test_serialization_failures_are_retried_and_other_errors_are_not():
     class Failure(Exception):
         def __init__(self, sqlstate: str) -> None:

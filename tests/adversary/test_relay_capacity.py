@@ -197,7 +197,29 @@ def test_a_bad_envelope_is_a_clear_4xx(guarded):
     statuses = [r.status for r in BatchResults.model_validate_json(mixed.content).results]
     assert statuses == [202, 400]
     # Nothing but the one good packet was spent.
-    assert guarded.host.relay._spent[(guarded.nodes[0].node_id, ROUND, member.node_id)] == 1
+    assert guarded.host.relay.quota_used(guarded.nodes[0].node_id, ROUND, member.node_id) == 1
+
+
+def test_closing_one_nodes_round_forgets_its_quotas_and_keeps_every_other_nodes(guarded):
+    """Quotas and post keys are kept per (node, round): closing node 0's round drops exactly its
+    entries (a post there is then late), while node 1 goes on counting the same member's quota."""
+    member = guarded.members[0]
+    n0, n1 = guarded.nodes[0].node_id, guarded.nodes[1].node_id
+    for i in (0, 1):
+        body = member.post(guarded.hops[i], [guarded.cover(i), guarded.cover(i)])
+        answer = requests.post(f"{guarded.relay_url(i)}/batch", data=body, headers=POST, timeout=10)
+        assert answer.status_code == 200
+    relay = guarded.host.relay
+    assert [relay.quota_used(n, ROUND, member.node_id) for n in (n0, n1)] == [2, 2]
+    relay.close_round(n0, ROUND)
+    assert relay.quota_used(n0, ROUND, member.node_id) == 0 and not relay.has_round(n0, ROUND)
+    late = requests.post(guarded.relay_url(0), data=member.post(guarded.hops[0], [guarded.cover(0)]),
+                         headers=POST, timeout=10)
+    assert late.status_code == 410, late.text
+    more = requests.post(guarded.relay_url(1), data=member.post(guarded.hops[1], [guarded.cover(1)]),
+                         headers=POST, timeout=10)
+    assert more.status_code == 202, more.text
+    assert relay.quota_used(n1, ROUND, member.node_id) == 3
 
 
 def test_a_member_cannot_exceed_its_quota_and_spends_no_one_elses(guarded):
@@ -259,9 +281,9 @@ def test_an_authenticated_packet_crosses_three_hops_and_reaches_the_intake(guard
     arrived = guarded.capture.wait(3, timeout=60)
     assert {path for _, path, _ in arrived} == {"intake"}
     assert all(IntakeDelivery.model_validate_json(b).round_id == ROUND for _, _, b in arrived)  # sealed
-    spent = guarded.host.relay._spent
+    spent = guarded.host.relay.quota_used
     n0, n1, n2 = (n.node_id for n in guarded.nodes)
-    assert spent[(n1, ROUND, n0)] == 3 and spent[(n2, ROUND, n1)] == 3  # node 0 → 1 → 2, authenticated
+    assert spent(n1, ROUND, n0) == 3 and spent(n2, ROUND, n1) == 3  # node 0 → 1 → 2, authenticated
     assert guarded.host.relay.counters["rejected: unauthenticated"] == 0
 
 
