@@ -53,6 +53,7 @@ from aggregator.db import (
     CalibrationQuestionRow,
     ProblemRow,
     RejectRow,
+    publish_document,
 )
 from aggregator.lease import LeaseLost
 from aggregator.state import ProblemContext, calibration_refusals
@@ -394,7 +395,7 @@ class Calibrator:
             if row is None or row.phase != ProblemPhase.CALIBRATING:
                 log.warning("problem %s left calibrating while this process calibrated it", pid)
                 return
-            row.model_json = document.model_dump_json()
+            publish_document(s, pid, "model", document.model_dump_json())
             phase, message = publication_outcome(document, state.settings.max_loss_fraction)
             notes = []
             if not same_model:

@@ -3,8 +3,13 @@
 Tables
 ------
 ``problems``            one row per proposal: the signed Problem, the secret seed and
-                        token key, the phase, the roster / bins / model once published,
-                        and the witnesses' cosignature bundles once complete.
+                        token key, the phase, and the witnesses' cosignature bundles once
+                        complete. Small: every status poll and driver tick reads it.
+``problem_documents``   the roster / bins / model of a problem once published, one row per
+                        (problem, kind) (:func:`read_document`, :func:`publish_document`). Kept out
+                        of ``problems`` because in SQLite a column stored after a large value
+                        is reached only by walking that value's overflow pages: a 7 MB roster
+                        in the row made every read of the row's later columns cost O(roster).
 ``registrations``       who registered (signed, with its credential), in registration order.
 ``median_queries``      every IsGreater query asked, signed, with its members.
 ``median_answers``      one signed bit per (peer, problem); identified by design.
@@ -59,6 +64,7 @@ from __future__ import annotations
 import random
 import secrets
 from datetime import datetime
+from typing import Literal, get_args
 
 from sqlalchemy import (
     ForeignKey,
@@ -80,6 +86,9 @@ from anonml.database import BigInt, UTCDateTime, increment, migrate
 __all__ = [
     "Base",
     "ProblemRow",
+    "ProblemDocumentRow",
+    "DocumentKind",
+    "DOCUMENT_KINDS",
     "RegistrationRow",
     "MedianQueryRow",
     "MedianAnswerRow",
@@ -99,6 +108,8 @@ __all__ = [
     "count_reports",
     "wipe_log",
     "published",
+    "read_document",
+    "publish_document",
 ]
 
 
@@ -127,17 +138,30 @@ class ProblemRow(Base):
     phase_seconds_json: Mapped[str] = mapped_column(Text, default="{}")
     close_requested: Mapped[bool] = mapped_column(default=False)
     train_requested: Mapped[bool] = mapped_column(default=False)
-    # The published documents are loaded only when read (``deferred``): at 10,000 members the
-    # roster is ~7 MB, and every request that looks at the row's phase would otherwise carry it.
-    # Whether one exists is :func:`published` (one SQL test); their parsed copies live in
-    # :class:`aggregator.state.ProblemContext`.
-    roster_json: Mapped[str | None] = mapped_column(Text, deferred=True)
-    bins_json: Mapped[str | None] = mapped_column(Text, deferred=True)
-    model_json: Mapped[str | None] = mapped_column(Text, deferred=True)
+    # The published roster / bins / model are rows of ``problem_documents`` (module notes).
     roster_cosignatures_json: Mapped[str | None] = mapped_column(Text)  # CosignatureBundle, once complete
     bins_cosignatures_json: Mapped[str | None] = mapped_column(Text)
     t_r: Mapped[float | None]
     median_answered: Mapped[int] = mapped_column(default=0)
+
+
+#: What a problem publishes, in the order it publishes them.
+DocumentKind = Literal["roster", "bins", "model"]
+DOCUMENT_KINDS: tuple[DocumentKind, ...] = get_args(DocumentKind)
+
+
+class ProblemDocumentRow(Base):
+    """One published document of a problem: its signed JSON exactly as served.
+
+    A row exists from the transaction that publishes the document on (the same one that moves the
+    phase); ``body`` is loaded only when read, so looking a row up by key costs no body.
+    """
+
+    __tablename__ = "problem_documents"
+
+    problem_id: Mapped[str] = mapped_column(ForeignKey("problems.id"), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)  # a DocumentKind
+    body: Mapped[str] = mapped_column(Text, deferred=True)
 
 
 class RegistrationRow(Base):
@@ -343,22 +367,36 @@ def settle_reports(session: Session, problem_id: str, rng: random.Random | None 
     return len(staged)
 
 
-def published(session: Session, problem_id: str) -> dict[str, bool]:
-    """Which of the problem's deferred documents exist (``roster``, ``bins``, ``model``), in one query.
+def published(session: Session, problem_id: str) -> dict[DocumentKind, bool]:
+    """Which of the problem's documents exist (``roster``, ``bins``, ``model``), in one query.
 
-    Tested in SQL (``IS NOT NULL``), so no document crosses into Python: the
-    cheap way to ask "is the roster out?" of a row whose roster is megabytes.
-    All False for an unknown problem.
+    Reads the keys of ``problem_documents`` only (the primary key's index answers it), so no
+    document body is read: the cheap way to ask "is the roster out?" when the roster is
+    megabytes. All False for an unknown problem.
     """
-    row = session.execute(
-        select(
-            ProblemRow.roster_json.is_not(None),
-            ProblemRow.bins_json.is_not(None),
-            ProblemRow.model_json.is_not(None),
-        ).where(ProblemRow.id == problem_id)
-    ).first()
-    flags = (False, False, False) if row is None else tuple(bool(v) for v in row)
-    return dict(zip(("roster", "bins", "model"), flags, strict=True))
+    kinds = set(
+        session.scalars(select(ProblemDocumentRow.kind).where(ProblemDocumentRow.problem_id == problem_id))
+    )
+    return {kind: kind in kinds for kind in DOCUMENT_KINDS}
+
+
+def read_document(session: Session, problem_id: str, kind: DocumentKind) -> str | None:
+    """The problem's published ``kind`` document (its JSON as published), None before it is published."""
+    return session.scalar(
+        select(ProblemDocumentRow.body).where(
+            ProblemDocumentRow.problem_id == problem_id, ProblemDocumentRow.kind == kind
+        )
+    )
+
+
+def publish_document(session: Session, problem_id: str, kind: DocumentKind, body: str) -> None:
+    """Store (or replace: a model trained again) the problem's ``kind`` document in the caller's
+    transaction, so it becomes visible together with the phase change it belongs to."""
+    row = session.get(ProblemDocumentRow, (problem_id, kind))  # the body is deferred: not read
+    if row is None:
+        session.add(ProblemDocumentRow(problem_id=problem_id, kind=kind, body=body))
+    else:
+        row.body = body
 
 
 def count_reports(session: Session, problem_id: str) -> int:

@@ -27,7 +27,9 @@ from aggregator.db import (
     RegistrationRow,
     ReportRow,
     count_reports,
+    publish_document,
     published,
+    read_document,
     settle_reports,
     wipe_log,
 )
@@ -365,7 +367,7 @@ class RoundDriver:
             if outcome.failure is not None:
                 self._enter(row, ProblemPhase.FAILED, outcome.failure)
                 return
-            row.roster_json = outcome.roster_json
+            publish_document(s, pid, "roster", outcome.roster_json)
             self._enter(row, ProblemPhase.WITNESSING)
         self.witnesses.start_roster(pid)
 
@@ -457,7 +459,7 @@ class RoundDriver:
         )
         with state.sessions() as s, s.begin():
             row = _problem_row(s, pid)
-            row.bins_json = bins.model_dump_json()
+            publish_document(s, pid, "bins", bins.model_dump_json())
             if not witnessed:
                 row.bins_cosignatures_json = CosignatureBundle(
                     problem_id=pid, stage="bins", cosignatures=()
@@ -505,9 +507,10 @@ class WitnessCollection:
         try:
             with state.sessions() as s:
                 row = _problem_row(s, pid)
-                if row.roster_json is None:
+                roster_json = read_document(s, pid, "roster")
+                if roster_json is None:
                     raise MissingProblemFact(f"problem {pid}: witnessing without a published roster")
-                roster = Roster.model_validate_json(row.roster_json)
+                roster = Roster.model_validate_json(roster_json)
                 since = row.phase_started
             ctx = state.require_context(pid)
             sched = ctx.problem.draft.schedule
@@ -700,7 +703,7 @@ class Trainer:
                 if calibrating:  # the pool calibrates this model first (aggregator.calibration_round)
                     ask(self.driver, s, row, ctx, document)
                 else:
-                    row.model_json = document.model_dump_json()
+                    publish_document(s, pid, "model", document.model_dump_json())
                     # Every shortfall is in the message: lost reports, and missing median answers.
                     phase, message = publication_outcome(document, state.settings.max_loss_fraction)
                     self.driver._enter(row, phase, message)

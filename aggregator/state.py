@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from fastapi import HTTPException
 from sqlalchemy.orm import Session, sessionmaker
 
-from aggregator.db import ProblemRow, count_reject, create_tables, published
+from aggregator.db import ProblemRow, count_reject, create_tables, read_document
 from aggregator.settings import AggregatorSettings
 from aggregator.storage import StorageHealth
 from anonml.crypto import (
@@ -299,22 +299,25 @@ class AggregatorState:
         own = session is None
         s = self.sessions() if own else session
         try:
-            row = s.get(ProblemRow, problem_id)  # light: the published documents are deferred
+            row = s.get(ProblemRow, problem_id)  # light: the published documents are rows of their own
             if row is None:
                 return None
             fresh = ctx or ProblemContext(
                 Problem.model_validate_json(row.problem_json), TokenKey(row.token_secret)
             )
-            have = published(s, problem_id)
-            if fresh.roster_text is None and have["roster"]:
-                fresh = fresh.with_roster_text(row.roster_json)  # read from the database once per process
+            if fresh.roster_text is None:
+                roster_text = read_document(s, problem_id, "roster")  # read once per process
+                if roster_text is not None:
+                    fresh = fresh.with_roster_text(roster_text)
             # The plan exists once the witnesses co-signed the roster (their beacon is in it).
             if fresh.roster is None and fresh.roster_text is not None and row.roster_cosignatures_json:
                 bundle = CosignatureBundle.model_validate_json(row.roster_cosignatures_json)
                 roster = Roster.model_validate_json(fresh.roster_text)
                 fresh = fresh.with_roster(roster, roster_beacon(bundle.cosignatures))
-            if fresh.bins is None and have["bins"]:
-                fresh = fresh.with_bins(Bins.model_validate_json(row.bins_json))
+            if fresh.bins is None:
+                bins_text = read_document(s, problem_id, "bins")
+                if bins_text is not None:
+                    fresh = fresh.with_bins(Bins.model_validate_json(bins_text))
         finally:
             if own:
                 s.close()

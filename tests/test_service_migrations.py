@@ -20,7 +20,16 @@ from sqlalchemy import MetaData, func, select
 from sqlalchemy.orm import DeclarativeBase, Session
 
 from aggregator.db import Base as AggregatorBase
-from aggregator.db import ProblemRow, RegistrationRow, RejectRow, count_reject, count_reports, create_tables
+from aggregator.db import (
+    ProblemRow,
+    RegistrationRow,
+    RejectRow,
+    count_reject,
+    count_reports,
+    create_tables,
+    published,
+    read_document,
+)
 from anonml.crypto import Identity
 from anonml.crypto.spent import CryptoBase
 from anonml.database import make_engine, migrate
@@ -33,7 +42,7 @@ from witness import Witness, WitnessRefusal
 from witness.db import Base as WitnessBase
 
 PEER, AGGREGATOR, WITNESS = "peer.migrations.state", "aggregator.migrations", "witness.migrations"
-HEADS = {PEER: "peer_0005", AGGREGATOR: "aggregator_0007", WITNESS: "witness_0002"}
+HEADS = {PEER: "peer_0005", AGGREGATOR: "aggregator_0008", WITNESS: "witness_0002"}
 VERSION_TABLES = {PEER: "anonml_schema_peer", AGGREGATOR: "anonml_schema_aggregator",
                   WITNESS: "anonml_schema_witness"}
 NODE = "ab" * 32
@@ -226,6 +235,113 @@ def test_an_aggregator_database_written_before_schema_versions_keeps_its_problem
         assert con.execute("SELECT count(*) FROM spent_tokens").fetchone() == (1,)
         assert con.execute("SELECT count(*) FROM token_issuance").fetchone() == (1,)
     con.close()
+
+
+#: Documents as an aggregator at aggregator_0007 stored them in ``problems``: the roster large enough
+#: to span overflow pages, all with text a re-encoding would change (non-ASCII, spacing, key order).
+DOCUMENTS_0007 = {
+    "roster": '{"entries": [' + ", ".join(f'{{"relay": "h\u00e9{i}", "z": 1, "a": 2}}' for i in range(20_000))
+    + "]}",
+    "bins": '{ "edges" : [[0.5, 1e-07]], "note": "é ✓" }',
+    "model": '{"model": {"privacy": null}, "metrics": {"auc": 0.71000000000000001}}',
+}
+
+
+def _aggregator_at_0007(path: Path, *, model: bool) -> str:
+    """An aggregator database built by the revisions up to aggregator_0007, holding problem p-1 in
+    its report round (``model``: done, with its model) with a registration, and problem p-2 in
+    registration with no document."""
+    url = f"sqlite:///{path}"
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        from alembic import command
+
+        from anonml.database import _config
+
+        command.upgrade(_config(AGGREGATOR, connection), "aggregator_0007")
+    engine.dispose()
+    problem = (
+        "INSERT INTO problems (id, problem_json, seed, token_secret, round_id, phase, message, created_at, "
+        "phase_started, phase_seconds_json, close_requested, train_requested, roster_json, bins_json, "
+        "model_json, roster_cosignatures_json, bins_cosignatures_json, t_r, median_answered) "
+        "VALUES (?, ?, ?, ?, ?, ?, '', '2026-11-23 13:00:00.000000', 1795000000.5, '{}', 1, 0, "
+        "?, ?, ?, ?, ?, ?, ?)"
+    )
+    with sqlite3.connect(path) as con:
+        phase, docs = ("done" if model else "reporting"), DOCUMENTS_0007
+        con.execute(problem, ("p-1", '{"id": "p-1"}', b"\x01", b"\x02", ROUND, phase, docs["roster"],
+                              docs["bins"], docs["model"] if model else None,
+                              '{"stage": "roster"}', '{"stage": "bins"}', 1795000100.0, 3))
+        con.execute(problem, ("p-2", '{"id": "p-2"}', b"\x03", b"\x04", 8, "registration",
+                              None, None, None, None, None, None, 0))
+        con.execute("INSERT INTO registrations VALUES (1, 'p-1', X'11', 'http://127.0.0.1:9001/relay', "
+                    "X'12', X'13', NULL)")
+    con.close()
+    return url
+
+
+def test_an_aggregator_database_at_0007_moves_its_documents_to_their_table_byte_for_byte(tmp_path):
+    """aggregator_0008: every published document reads back identical through the accessors, the
+    problem's other fields and its registrations are intact, and ``problems`` holds no document."""
+    url = _aggregator_at_0007(tmp_path / "aggregator.db", model=True)
+    assert _revision(url, AGGREGATOR) == "aggregator_0007"
+    engine = make_engine(url)
+    try:
+        create_tables(engine)
+        with Session(engine) as s:
+            for kind, body in DOCUMENTS_0007.items():
+                assert read_document(s, "p-1", kind) == body  # type: ignore[arg-type]
+            assert published(s, "p-1") == {"roster": True, "bins": True, "model": True}
+            assert published(s, "p-2") == {"roster": False, "bins": False, "model": False}
+            assert read_document(s, "p-2", "roster") is None
+            row = s.get(ProblemRow, "p-1")
+            assert row is not None
+            assert (row.phase, row.round_id, row.seed, row.token_secret, row.t_r, row.median_answered) == (
+                "done", ROUND, b"\x01", b"\x02", 1795000100.0, 3
+            )
+            assert (row.roster_cosignatures_json, row.bins_cosignatures_json) == (
+                '{"stage": "roster"}', '{"stage": "bins"}'
+            )
+            assert row.created_at == datetime(2026, 11, 23, 13, 0, tzinfo=UTC) and row.close_requested
+            assert s.scalars(select(RegistrationRow.problem_id)).all() == ["p-1"]
+    finally:
+        engine.dispose()
+    assert _revision(url, AGGREGATOR) == HEADS[AGGREGATOR]
+    with sqlite3.connect(tmp_path / "aggregator.db") as con:
+        columns = {c[1] for c in con.execute("PRAGMA table_info(problems)")}
+        assert not columns & {"roster_json", "bins_json", "model_json"}
+        assert con.execute("PRAGMA foreign_key_check").fetchall() == []
+    con.close()
+
+
+def test_the_documents_revision_downgrades_back_into_the_problem_row(tmp_path):
+    """aggregator_0008 down: the columns come back holding the documents (NULL where none), the
+    table goes, and the rows survive."""
+    url = _aggregator_at_0007(tmp_path / "aggregator.db", model=False)
+    engine = make_engine(url)
+    try:
+        create_tables(engine)
+        with engine.begin() as connection:
+            from alembic import command
+
+            from anonml.database import _config
+
+            command.downgrade(_config(AGGREGATOR, connection), "aggregator_0007")
+    finally:
+        engine.dispose()
+    assert _revision(url, AGGREGATOR) == "aggregator_0007"
+    with sqlite3.connect(tmp_path / "aggregator.db") as con:
+        rows = con.execute(
+            "SELECT id, roster_json, bins_json, model_json, phase, round_id FROM problems ORDER BY id"
+        ).fetchall()
+        tables = {t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert con.execute("SELECT count(*) FROM registrations").fetchone() == (1,)
+    con.close()
+    assert rows == [
+        ("p-1", DOCUMENTS_0007["roster"], DOCUMENTS_0007["bins"], None, "reporting", ROUND),
+        ("p-2", None, None, None, "registration", 8),
+    ]
+    assert "problem_documents" not in tables
 
 
 def _request(signer: Identity, problem: str, transcript: bytes) -> CosignRequest:

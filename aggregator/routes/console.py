@@ -34,7 +34,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from aggregator.console_form import ProposeCheck, check_form, form_of_draft, installed
-from aggregator.db import ProblemRow
+from aggregator.db import ProblemRow, read_document
 from aggregator.deps import SessionDep, StateDep
 from aggregator.routes import model as model_routes
 from aggregator.routes import problems as problem_routes
@@ -328,7 +328,8 @@ def _problem_page(state: AggregatorState, session: Session, problem_id: str) -> 
         for text in (row.roster_cosignatures_json, row.bins_cosignatures_json)
         if text is not None
     ]
-    document = ModelDocument.model_validate_json(row.model_json) if row.model_json is not None else None
+    model_json = read_document(session, row.id, "model")
+    document = ModelDocument.model_validate_json(model_json) if model_json is not None else None
     problem = Problem.model_validate_json(row.problem_json)
     ctx = state.require_context(row.id, session)
     # The roster came out when registration ended: the proposal's time plus registration's length.

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
-from aggregator.db import EvaluationRow
+from aggregator.db import EvaluationRow, read_document
 from aggregator.deps import AdminDep, SessionDep, StateDep
 from aggregator.routes.problems import get_row, problem_status
 from aggregator.state import AggregatorState
@@ -54,11 +54,12 @@ def train(problem_id: str, state: StateDep, session: SessionDep, _: AdminDep) ->
 def get_model(problem_id: str, session: SessionDep) -> ModelDocument:
     """The trained model as versioned JSON, signed by the aggregator (404 until trained)."""
     row = get_row(session, problem_id)
-    if row.model_json is None:
+    model_json = read_document(session, problem_id, "model")
+    if model_json is None:
         raise HTTPException(
             status_code=404, detail=f"problem {problem_id} has no model yet (phase {row.phase})"
         )
-    return ModelDocument.model_validate_json(row.model_json)
+    return ModelDocument.model_validate_json(model_json)
 
 
 def evaluate_model(
@@ -82,11 +83,12 @@ def evaluate_model(
     if ctx is None:
         raise HTTPException(status_code=404, detail=f"no problem {problem_id!r}")
     row = get_row(session, problem_id)
-    if row.model_json is None:
+    model_json = read_document(session, problem_id, "model")
+    if model_json is None:
         raise HTTPException(
             status_code=409, detail=f"problem {problem_id} has no model yet (phase {row.phase})"
         )
-    document = ModelDocument.model_validate_json(row.model_json)
+    document = ModelDocument.model_validate_json(model_json)
     try:
         evaluation = score_model(
             document, ctx.problem, read_evaluation_csv(text, ctx.problem, label=label), name=name

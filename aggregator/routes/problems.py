@@ -24,7 +24,7 @@ from aggregator.db import (
     ProblemRow,
     RejectRow,
     count_reports,
-    published,
+    read_document,
 )
 from aggregator.deps import AdminDep, SessionDep, StateDep
 from aggregator.state import (
@@ -182,7 +182,8 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
     roster_size = len(ctx.roster.entries) if ctx.roster is not None else 0
     pool = ctx.roster.median_pool_size if ctx.roster is not None else 0
     counts = problem_counts(session, row.id)
-    published_model = None if row.model_json is None else json.loads(row.model_json)
+    model_json = read_document(session, row.id, "model")  # the response states its shuffle and calibration
+    published_model = None if model_json is None else json.loads(model_json)
     calibrated = bool(((published_model or {}).get("calibration") or {}).get("calibrated"))
     return ProblemStatus(
         id=row.id,
@@ -197,7 +198,7 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
         ),
         reports_accepted=counts.received,
         rejects=counts.rejects,
-        model_available=published(session, row.id)["model"],
+        model_available=model_json is not None,
         message=row.message,
         phase_seconds=json.loads(row.phase_seconds_json),
         median_pool=pool,
@@ -206,7 +207,7 @@ def problem_status(state: AggregatorState, session: Session, row: ProblemRow) ->
         reports=problem_account(session, row.id, ctx, state.settings.intake_grace_seconds),
         medians=median_account(session, row.id, ctx),
         schedule=None if ctx.roster is None else state.round_schedule(ctx, roster_size),
-        shuffle=problem_shuffle(ctx, row.model_json),
+        shuffle=problem_shuffle(ctx, model_json),
         calibration_pool=ctx.problem.draft.calibration_pool_size(roster_size),
         calibration=calibration_account(session, row.id, calibrated=calibrated),
     )

@@ -64,7 +64,7 @@ def test_every_honest_report_arrives_exactly_once(run):
     assert result.peers >= 30
     db = workdir / "aggregator.db"
     ((registered,),) = _rows(db, "SELECT COUNT(*) FROM registrations")
-    ((roster_json,),) = _rows(db, "SELECT roster_json FROM problems")
+    ((roster_json,),) = _rows(db, "SELECT body FROM problem_documents WHERE kind = 'roster'")
     roster = json.loads(roster_json)
     # Report peers (everyone outside the median pool) hold one slot each (k_h = 1).
     report_peers = len(roster["entries"]) - roster["median_pool_size"]
@@ -135,7 +135,7 @@ def _replayed_edges(db: Path) -> list[list[float]]:
     ((problem_json,),) = _rows(db, "SELECT problem_json FROM problems")
     problem = Problem.model_validate_json(problem_json)
     draft = problem.draft
-    ((roster_json,),) = _rows(db, "SELECT roster_json FROM problems")
+    ((roster_json,),) = _rows(db, "SELECT body FROM problem_documents WHERE kind = 'roster'")
     pool = json.loads(roster_json)["median_pool_size"]
     groups = median_groups(list(range(pool)), len(draft.numeric_features), 1, draft.median.steps)
     edges = []
@@ -181,7 +181,7 @@ def test_budgets_and_model_quality(run):
     # computes from the stored answers (a step nobody answered ends its search at its threshold).
     db = workdir / "aggregator.db"
     assert result.median_answers > 0
-    ((bins_json,),) = _rows(db, "SELECT bins_json FROM problems")
+    ((bins_json,),) = _rows(db, "SELECT body FROM problem_documents WHERE kind = 'bins'")
     assert json.loads(bins_json)["edges"] == _replayed_edges(db)
     # The report round computes what the simulation computes given the same plan and bins: its
     # AUC is one draw of that computation with only the peers' perturbation drawn afresh (at

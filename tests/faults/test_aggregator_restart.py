@@ -174,10 +174,11 @@ def test_a_problem_failed_in_training_retrains_on_admin_train_after_a_restart(ag
     with sqlite3.connect(agg.db_path) as con:
         seconds = json.dumps({"reporting": 1.0, "training": 0.1})
         con.execute(
-            "UPDATE problems SET phase='failed', message='training failed: killed', model_json=NULL, "
+            "UPDATE problems SET phase='failed', message='training failed: killed', "
             "phase_seconds_json=? WHERE id=?",
             (seconds, problem.id),
         )
+        con.execute("DELETE FROM problem_documents WHERE problem_id=? AND kind='model'", (problem.id,))
     agg.start()
     assert status(agg.url, problem.id).phase == "failed"
     assert post(f"{agg.url}/problems/{problem.id}/train", b"", ADMIN).status_code == 200
