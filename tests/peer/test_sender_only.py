@@ -13,6 +13,7 @@ from peer.policy import PeerPolicy, check_roster_floors, hostile_route_probabili
 from peer.relayauth import chernoff_cap, member_quota
 from peer.reports import choose_path
 from peer.roster import RosterView
+from peer.roster_checks import guarded_by
 from tests.aggregator.helpers import draft, member_registration, roster_document, roster_entry, signed_problem
 
 AGGREGATOR = Identity.generate(np.random.default_rng(5))
@@ -98,6 +99,16 @@ def test_guards_take_the_first_hop_and_only_that():
     not_on_roster = Identity.generate().public.node_id
     path = choose_path(view, sender_only, 3, ROUND, rng, guards=frozenset({not_on_roster}))
     assert len(path) == 3  # a guard not on the roster changes nothing
+
+
+def test_a_guard_counts_only_if_it_relays_in_this_roster():
+    view, members = _view(relaying=5, sender_only=3)
+    relaying = view.node_ids[view.relay_capable[2]]
+    sender_only = next(view.node_ids[i] for i in range(len(view.keys)) if i not in view.relay_capable)
+    stranger = Identity.generate().public.node_id
+    assert guarded_by(view, frozenset({relaying})) and guarded_by(view, frozenset({stranger, relaying}))
+    assert not guarded_by(view, frozenset({sender_only}))  # on the roster, but never a hop
+    assert not guarded_by(view, frozenset({stranger})) and not guarded_by(view, frozenset())
 
 
 def test_hostile_route_probability_is_f_to_the_hops():
