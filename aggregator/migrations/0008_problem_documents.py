@@ -23,6 +23,13 @@ depends_on = None
 DOCUMENTS = (("roster", "roster_json"), ("bins", "bins_json"), ("model", "model_json"))
 
 
+def _for_each_document(statement: str) -> None:
+    """Run ``statement`` once per document: ``{column}`` is the old column's name (this module's
+    constant), ``:kind`` a bound parameter."""
+    for kind, column in DOCUMENTS:
+        op.execute(sa.text(statement.format(column=column)).bindparams(kind=kind))
+
+
 def upgrade() -> None:
     op.create_table(
         "problem_documents",
@@ -31,14 +38,10 @@ def upgrade() -> None:
         sa.Column("body", sa.Text(), nullable=False),
         sa.PrimaryKeyConstraint("problem_id", "kind"),
     )
-    for kind, column in DOCUMENTS:
-        # The names are this module's constants; the kind is a bound parameter.
-        op.execute(
-            sa.text(
-                f"INSERT INTO problem_documents (problem_id, kind, body) "
-                f"SELECT id, :kind, {column} FROM problems WHERE {column} IS NOT NULL"
-            ).bindparams(kind=kind)
-        )
+    _for_each_document(
+        "INSERT INTO problem_documents (problem_id, kind, body) "
+        "SELECT id, :kind, {column} FROM problems WHERE {column} IS NOT NULL"
+    )
     # SQLite drops the columns in place (ALTER TABLE … DROP COLUMN, SQLite ≥ 3.35): batch's default
     # copy-and-swap would DROP TABLE problems, which the registrations' foreign keys refuse while
     # ``foreign_keys`` is on (and it cannot be turned off inside the migration's transaction).
@@ -51,11 +54,8 @@ def downgrade() -> None:
     with op.batch_alter_table("problems") as batch:
         for _, column in DOCUMENTS:
             batch.add_column(sa.Column(column, sa.Text(), nullable=True))
-    for kind, column in DOCUMENTS:
-        op.execute(
-            sa.text(
-                f"UPDATE problems SET {column} = (SELECT body FROM problem_documents "
-                f"WHERE problem_documents.problem_id = problems.id AND problem_documents.kind = :kind)"
-            ).bindparams(kind=kind)
-        )
+    _for_each_document(
+        "UPDATE problems SET {column} = (SELECT body FROM problem_documents "
+        "WHERE problem_documents.problem_id = problems.id AND problem_documents.kind = :kind)"
+    )
     op.drop_table("problem_documents")
