@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import random
 import secrets
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Literal, get_args
 
@@ -109,6 +110,7 @@ __all__ = [
     "wipe_log",
     "published",
     "read_document",
+    "read_documents",
     "publish_document",
 ]
 
@@ -380,13 +382,22 @@ def published(session: Session, problem_id: str) -> dict[DocumentKind, bool]:
     return {kind: kind in kinds for kind in DOCUMENT_KINDS}
 
 
-def read_document(session: Session, problem_id: str, kind: DocumentKind) -> str | None:
-    """The problem's published ``kind`` document (its JSON as published), None before it is published."""
-    return session.scalar(
-        select(ProblemDocumentRow.body).where(
-            ProblemDocumentRow.problem_id == problem_id, ProblemDocumentRow.kind == kind
+def read_documents(
+    session: Session, problem_id: str, kinds: Iterable[DocumentKind]
+) -> dict[DocumentKind, str]:
+    """The problem's published documents among ``kinds`` (their JSON as published), in one query;
+    a kind not published yet is absent."""
+    rows = session.execute(
+        select(ProblemDocumentRow.kind, ProblemDocumentRow.body).where(
+            ProblemDocumentRow.problem_id == problem_id, ProblemDocumentRow.kind.in_(list(kinds))
         )
     )
+    return {kind: body for kind, body in rows}
+
+
+def read_document(session: Session, problem_id: str, kind: DocumentKind) -> str | None:
+    """The problem's published ``kind`` document (its JSON as published), None before it is published."""
+    return read_documents(session, problem_id, (kind,)).get(kind)
 
 
 def publish_document(session: Session, problem_id: str, kind: DocumentKind, body: str) -> None:

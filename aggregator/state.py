@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from fastapi import HTTPException
 from sqlalchemy.orm import Session, sessionmaker
 
-from aggregator.db import ProblemRow, count_reject, create_tables, read_document
+from aggregator.db import DocumentKind, ProblemRow, count_reject, create_tables, read_documents
 from aggregator.settings import AggregatorSettings
 from aggregator.storage import StorageHealth
 from anonml.crypto import (
@@ -305,19 +305,19 @@ class AggregatorState:
             fresh = ctx or ProblemContext(
                 Problem.model_validate_json(row.problem_json), TokenKey(row.token_secret)
             )
-            if fresh.roster_text is None:
-                roster_text = read_document(s, problem_id, "roster")  # read once per process
-                if roster_text is not None:
-                    fresh = fresh.with_roster_text(roster_text)
+            # What the context lacks, in one query (the roster's text is read once per process).
+            known: dict[DocumentKind, object] = {"roster": fresh.roster_text, "bins": fresh.bins}
+            lacking = [kind for kind, fact in known.items() if fact is None]
+            found = read_documents(s, problem_id, lacking) if lacking else {}
+            if "roster" in found:
+                fresh = fresh.with_roster_text(found["roster"])
             # The plan exists once the witnesses co-signed the roster (their beacon is in it).
             if fresh.roster is None and fresh.roster_text is not None and row.roster_cosignatures_json:
                 bundle = CosignatureBundle.model_validate_json(row.roster_cosignatures_json)
                 roster = Roster.model_validate_json(fresh.roster_text)
                 fresh = fresh.with_roster(roster, roster_beacon(bundle.cosignatures))
-            if fresh.bins is None:
-                bins_text = read_document(s, problem_id, "bins")
-                if bins_text is not None:
-                    fresh = fresh.with_bins(Bins.model_validate_json(bins_text))
+            if "bins" in found:
+                fresh = fresh.with_bins(Bins.model_validate_json(found["bins"]))
         finally:
             if own:
                 s.close()

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from aggregator.db import DocumentKind, ProblemRow, publish_document
+from aggregator.db import ProblemRow, publish_document
 from aggregator.routes.problems import get_row, problem_status
 from aggregator.state import AggregatorState
 from anonml.crypto import Identity, TokenKey
@@ -43,11 +43,6 @@ from tests.aggregator.helpers import (
 
 PID = "p-status-read"
 ROUND_ID = 7
-
-
-def _publish(session: Any, kind: DocumentKind, text: str) -> None:
-    """Store one published document of :data:`PID` (the aggregator's own accessor)."""
-    publish_document(session, PID, kind, text)
 
 
 def _entries(members: int) -> tuple[RosterEntry, ...]:
@@ -104,8 +99,8 @@ def aggregator_with_roster(root: Path, members: int) -> AggregatorState:
             )
         )
         s.flush()
-        _publish(s, "roster", roster.model_dump_json())
-        _publish(s, "bins", bins.model_dump_json())
+        publish_document(s, PID, "roster", roster.model_dump_json())
+        publish_document(s, PID, "bins", bins.model_dump_json())
     return state
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import event
 
-from aggregator.db import publish_document, published, read_document
+from aggregator.db import publish_document, published, read_document, read_documents
 from anonml.protocol import Problem
 from tests.aggregator.conftest import InProcessAggregator
 from tests.aggregator.helpers import ADMIN, draft
@@ -99,5 +99,7 @@ def test_documents_read_back_as_stored_and_a_second_publication_replaces_the_fir
         publish_document(s, problem.id, "model", MODEL_TEXT + " ")  # trained again
     with aggregator_app.state.sessions() as s:
         assert read_document(s, problem.id, "model") == MODEL_TEXT + " "
+        both = {"roster": ROSTER_TEXT, "model": MODEL_TEXT + " "}
+        assert read_documents(s, problem.id, ("roster", "bins", "model")) == both  # bins not published
         assert published(s, problem.id) == {"roster": True, "bins": False, "model": True}
         assert published(s, "no-such-problem") == {"roster": False, "bins": False, "model": False}
