@@ -53,6 +53,12 @@ log = logging.getLogger("anonml.peer")
 
 #: Identities that fetch their tokens in one poll while the median rounds run.
 TOKENS_PER_POLL = 64
+#: Identities outside the median pool that compare roster fingerprints in one poll while the median
+#: questions are still to come or open (:data:`MEDIANS_AHEAD`); from the round on, all that are left.
+#: A 333-identity host took 2.0-2.8 s for all of them in one poll, and a median step waited that long.
+COMPARISONS_PER_POLL = 64
+#: The phases in which the median pool compares first and the others' comparisons are bounded.
+MEDIANS_AHEAD = (ProblemPhase.WITNESSING, ProblemPhase.MEDIANS)
 
 #: Seconds a host keeps asking for the receipts once the model is out (an aggregator that restarts
 #: answers within seconds to a minute; after this the identities end with "lost: not known").
@@ -189,11 +195,24 @@ class ProblemSession:
         # Every identity of this process has published its witness; members hosted
         # elsewhere that have not yet are asked again at the next poll.
         hosted = self._hosted_members()
-        self._each(lambda p: p.compare_fingerprints(hosted), self._in(P.ROSTER_CHECKED))
+        unconfirmed = self._in(P.ROSTER_CHECKED)
+        queries = self.client.medians(self.problem.id) if status.phase == ProblemPhase.MEDIANS else []
+        if status.phase in MEDIANS_AHEAD:
+            # A median step waits for its whole group: the median pool (and anyone a query names)
+            # compares and answers first, and the others' comparisons, two requests each, go
+            # COMPARISONS_PER_POLL a poll, so the next question is picked up at the next poll instead
+            # of after all of them. Every named identity answers or, outside the pool, aborts.
+            first = [p for p in unconfirmed if p.in_median_pool or median_answer.named_in(p, queries)]
+            self._each(lambda p: p.compare_fingerprints(hosted), first)
+            self._each(lambda p: [p.answer(q) for q in queries],
+                       [p for p in self._in(*READY) if median_answer.named_in(p, queries)])
+            taken = {id(p) for p in first}
+            # Those asked least first: one whose drawn members cannot answer yet waits its turn.
+            rest = [p for p in unconfirmed if id(p) not in taken]
+            unconfirmed = sorted(rest, key=lambda p: len(p.comparisons.asked))[:COMPARISONS_PER_POLL]
+        self._each(lambda p: p.compare_fingerprints(hosted), unconfirmed)
         ready = self._in(*READY)
         if status.phase == ProblemPhase.MEDIANS:
-            queries = self.client.medians(self.problem.id)
-            self._each(lambda p: [p.answer(q) for q in queries], ready)
             # Asked, but not ready to answer (its confirmation could not be saved yet: a full disk):
             # if it is still unanswered when the round opens, it ends partial with the reason.
             for p in self.participants:

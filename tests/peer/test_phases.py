@@ -80,6 +80,18 @@ def test_a_participation_is_saved_whole_or_not_at_all(database_url):
         assert (summary.phase, summary.reason) == ("reporting", "round open")
         assert summary.roster_fingerprint == "ab" * 8  # kept when a later save does not name it
         assert summary.updated_at == state.updated_at
+        # One statement a save (an upsert): no read of the row, whose stored model can be large.
+        from sqlalchemy import event
+
+        statements: list[str] = []
+
+        def seen(conn, cursor, statement, *args) -> None:  # noqa: ANN001 - SQLAlchemy's event signature
+            statements.append(statement.split()[0].upper())
+
+        event.listen(db.engine, "before_cursor_execute", seen)
+        db.save_participation("p-1", "n1", "reporting", '{"sent": 2}', b"sealed", reason="round open")
+        event.remove(db.engine, "before_cursor_execute", seen)
+        assert statements == ["INSERT"]
         # A summary that cannot be written takes the new phase of the state row down with it.
         with pytest.raises(SQLAlchemyError):
             db.save_participation("p-1", "n1", "done", "{}", None, model_json=object())  # type: ignore[arg-type]

@@ -37,6 +37,7 @@ from anonml.protocol import (
     verify_message,
 )
 from anonml.store import EventStore
+from peer import median_answer, worker
 from peer.client import AggregatorClient, HTTPRefusal
 from peer.db import PeerDB
 from peer.host import PeerHost
@@ -67,6 +68,7 @@ class FakeAggregator:
     down: Exception | None = None
     batch_route: bool = True
     answers: dict[bytes, Answer] = field(default_factory=dict)
+    queries: list[Any] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
     sent: list[Registration] = field(default_factory=list)
 
@@ -105,6 +107,10 @@ class FakeAggregator:
     def roster(self, problem_id: str) -> Roster:
         self._call("roster")
         raise OutboundError(f"{URL}: the roster is not scripted")
+
+    def medians(self, problem_id: str) -> list[Any]:
+        self._call("medians")
+        return self.queries
 
 
 @dataclass
@@ -236,6 +242,86 @@ def test_an_identity_still_accepted_when_registration_closed_is_aborted(make_rou
     assert late.phase == P.ABORTED and late.reason == "registration closed before this identity registered"
     assert early.phase == P.REGISTERED  # it waits for the roster
     assert r.aggregator.calls == ["status", "roster"]
+
+
+def test_in_the_medians_the_named_compare_and_answer_before_the_others_compare(make_round, monkeypatch):
+    """A median step waits for its whole group, so in a poll the median pool, and anyone else a question
+    names (who must abort), compares fingerprints and answers before the others' comparisons begin."""
+    r = make_round(6)
+    pool, outsider = {id(p) for p in r.participants[:2]}, r.participants[5]
+    named = pool | {id(outsider)}
+    events: list[tuple[str, int]] = []
+    index = {id(p): i for i, p in enumerate(r.participants)}
+
+    def compare(p: Participant, hosted: frozenset[int] = frozenset()) -> bool:
+        events.append(("compare", index[id(p)]))
+        p.phase = P.CONFIRMED
+        return True
+
+    monkeypatch.setattr(Participant, "in_median_pool", property(lambda p: id(p) in pool))
+    monkeypatch.setattr(Participant, "compare_fingerprints", compare)
+    monkeypatch.setattr(Participant, "answer", lambda p, q: events.append(("answer", index[id(p)])))
+    monkeypatch.setattr(Participant, "prepare_round", lambda p: None)
+    monkeypatch.setattr(median_answer, "named_in", lambda p, queries: bool(queries) and id(p) in named)
+    for p in r.participants:
+        p.phase = P.ROSTER_CHECKED
+    r.session.view = cast(Any, object())  # the roster was checked at an earlier poll
+    monkeypatch.setattr(r.session, "_hosted_members", lambda: frozenset())
+    r.aggregator.phase = ProblemPhase.MEDIANS
+    r.aggregator.queries = [object()]
+    r.session.step()
+    first = {0, 1, 5}
+    assert sorted(i for what, i in events if what == "answer") == [0, 1, 5]
+    last_answer = max(k for k, (what, _) in enumerate(events) if what == "answer")
+    assert {i for what, i in events[:last_answer] if what == "compare"} == first
+    assert sorted(i for what, i in events[last_answer:] if what == "compare") == [2, 3, 4]
+    assert all(p.phase == P.CONFIRMED for p in r.participants)  # one comparison each, in one poll
+    assert [what for what, _ in events].count("compare") == 6
+
+
+def test_before_the_round_the_others_compare_a_bounded_number_a_poll_those_asked_least_first(
+    make_round, monkeypatch
+):
+    """While the median questions are to come, a poll compares the pool and at most
+    COMPARISONS_PER_POLL others (so it stays short); one whose comparison could not finish waits
+    behind those not yet asked; once the round opens, everyone left compares in one poll."""
+    r = make_round(7)
+    pool = {id(p) for p in r.participants[:2]}
+    stuck = r.participants[2]  # its drawn members cannot answer yet
+    events: list[int] = []
+    index = {id(p): i for i, p in enumerate(r.participants)}
+
+    def compare(p: Participant, hosted: frozenset[int] = frozenset()) -> bool:
+        events.append(index[id(p)])
+        p.comparisons.asked.add(len(events))
+        if p is not stuck:
+            p.phase = P.CONFIRMED
+        return p is not stuck
+
+    monkeypatch.setattr(worker, "COMPARISONS_PER_POLL", 2)
+    monkeypatch.setattr(Participant, "in_median_pool", property(lambda p: id(p) in pool))
+    monkeypatch.setattr(Participant, "compare_fingerprints", compare)
+    monkeypatch.setattr(Participant, "prepare_round", lambda p: None)
+    for p in r.participants:
+        p.phase = P.ROSTER_CHECKED
+    r.session.view = cast(Any, object())
+    monkeypatch.setattr(r.session, "_hosted_members", lambda: frozenset())
+    r.aggregator.phase = ProblemPhase.WITNESSING
+    r.session.step()
+    assert events == [0, 1, 2, 3]
+    events.clear()
+    r.aggregator.phase = ProblemPhase.MEDIANS
+    r.session.step()
+    assert events == [4, 5]  # not yet asked before the one that was
+    events.clear()
+    r.session.step()
+    assert events == [6, 2]
+    monkeypatch.setattr(r.session, "_report_round", lambda phase: None)
+    r.aggregator.phase = ProblemPhase.REPORTING
+    events.clear()
+    r.session.step()
+    assert events == [2]
+    assert [p.phase for p in r.participants].count(P.CONFIRMED) == 6
 
 
 def test_an_aggregator_that_does_not_answer_is_asked_again_after_a_backoff_and_a_refusal_at_the_next_poll(
