@@ -161,6 +161,22 @@ class GuardedH11Protocol(H11Protocol):
             self._cancel()
             self._expect()
 
+    def shutdown(self) -> None:
+        """At the server's shutdown: an idle connection is aborted, a busy one closes after its answer.
+
+        uvicorn closes an idle connection, and the server waits until every connection is gone. Over
+        TLS a close first sends ``close_notify`` and waits for the client's, up to asyncio's
+        30 s SSL shutdown timeout: one kept-alive client that reads nothing more (a relay's peer,
+        a proxy) held a stopping service for those 30 s. Nothing is pending on an idle
+        connection, so aborting it loses nothing; the client's next request fails, as it would
+        against a stopped server.
+        """
+        if self.cycle is None or self.cycle.response_complete:
+            self._cancel()
+            self.transport.abort()
+        else:
+            super().shutdown()
+
     def _expect(self) -> None:
         """Run the deadline of what the connection now waits for from the client (if anything)."""
         if self._waiting_for == "write" or self.transport.is_closing():

@@ -10,14 +10,18 @@ loopback (or a declared test network) is refused before any connection.
 
 from __future__ import annotations
 
+import socket
+import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
+from fastapi import FastAPI
 from pydantic import ValidationError
 
 from aggregator.app import create_app, start_server
@@ -25,7 +29,7 @@ from anonml import outbound
 from anonml.crypto import Identity
 from anonml.outbound import OutboundError, fetch
 from anonml.privacy import PrivacyLedger
-from anonml.serving import ServerTls, child_environment
+from anonml.serving import ServerTls, child_environment, serve_in_thread
 from anonml.store import EventStore
 from peer.app import start_peer_server
 from peer.client import AggregatorClient
@@ -36,6 +40,7 @@ from peer.policy import PeerPolicy
 from peer.settings import PeerSettings
 from tests.aggregator.helpers import aggregator_settings
 from tests.network.certs import ServerFiles, TestCA
+from tests.waiting import wait_until
 from witness.app import start_witness_server
 from witness.settings import WitnessSettings
 
@@ -228,3 +233,36 @@ def test_the_serve_commands_refuse_a_key_of_another_certificate(tmp_path: Path, 
         assert done.returncode == 1, (command, done.stderr)
         assert "invalid" in done.stderr and "tls" in done.stderr.lower(), (command, done.stderr)
         assert str(one.cert) in done.stderr and "Traceback" not in done.stderr, (command, done.stderr)
+
+
+def test_a_tls_service_stops_while_a_kept_alive_client_reads_nothing_more(
+    ca: TestCA, loopback_cert: ServerFiles
+):
+    """An idle kept-alive client that never answers the server's TLS close (a relay's peer, a proxy)
+    does not hold a stopping service: the connection is aborted, not closed (asyncio waits up to 30 s
+    for the client's close_notify, and the namespace tests' teardowns took those 30 s)."""
+    app = FastAPI()
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    tls = ServerTls(loopback_cert.cert, loopback_cert.key)
+    served = serve_in_thread(app, "127.0.0.1", 0, name="tls-stop", tls=tls)
+    port = int(served.url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(ca.bundle))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=30)
+    client = context.wrap_socket(raw, server_hostname="127.0.0.1")
+    try:
+        client.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n")
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+            answer += client.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 200")
+        stopping = threading.Thread(target=served.stop, daemon=True)
+        stopping.start()
+        # The client now reads nothing: with a TLS close the server would wait for its close_notify.
+        wait_until(lambda: not served.thread.is_alive(), 20, "the server thread to end")
+    finally:
+        client.close()
+
