@@ -202,13 +202,14 @@ class ProblemSession:
             # compares and answers first, and the others' comparisons, two requests each, go
             # COMPARISONS_PER_POLL a poll, so the next question is picked up at the next poll instead
             # of after all of them. Every named identity answers or, outside the pool, aborts.
-            first = [p for p in unconfirmed if p.in_median_pool or median_answer.named_in(p, queries)]
+            first: list[Participant] = []
+            rest: list[Participant] = []
+            for p in unconfirmed:
+                (first if p.in_median_pool or median_answer.named_in(p, queries) else rest).append(p)
             self._each(lambda p: p.compare_fingerprints(hosted), first)
             self._each(lambda p: [p.answer(q) for q in queries],
                        [p for p in self._in(*READY) if median_answer.named_in(p, queries)])
-            taken = {id(p) for p in first}
             # Those asked least first: one whose drawn members cannot answer yet waits its turn.
-            rest = [p for p in unconfirmed if id(p) not in taken]
             unconfirmed = sorted(rest, key=lambda p: len(p.comparisons.asked))[:COMPARISONS_PER_POLL]
         self._each(lambda p: p.compare_fingerprints(hosted), unconfirmed)
         ready = self._in(*READY)

@@ -172,8 +172,7 @@ class GuardedH11Protocol(H11Protocol):
         against a stopped server.
         """
         if self.cycle is None or self.cycle.response_complete:
-            self._cancel()
-            self.transport.abort()
+            self.transport.abort()  # connection_lost follows, and cancels any deadline
         else:
             super().shutdown()
 
