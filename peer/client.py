@@ -41,6 +41,7 @@ from anonml.protocol import (
     ChoiceAnswer,
     CosignatureBundle,
     MedianAnswer,
+    MedianAnswerBatch,
     MedianQuery,
     ModelDocument,
     ModelEvaluation,
@@ -287,19 +288,15 @@ class AggregatorClient:
 
     def register_batch(self, problem_id: str, registrations: Sequence[Registration]) -> BatchResults:
         """Many identities' registrations in one request; one result per registration, in order."""
-        results = _call(
-            "POST",
-            self._url(f"/problems/{problem_id}/registrations/batch"),
-            BatchResults,
-            RegistrationBatch(registrations=tuple(registrations)),
-            timeout=60.0,
-            max_bytes=LARGE_REPLY_CAP,
-        )
-        if len(results.results) != len(registrations):
-            raise ProtocolError(
-                f"the aggregator answered {len(results.results)} results "
-                f"for {len(registrations)} registrations"
-            )
+        path = f"/problems/{problem_id}/registrations/batch"
+        return self._batch(path, RegistrationBatch(registrations=tuple(registrations)), "registrations")
+
+    def _batch(self, path: str, body: RegistrationBatch | MedianAnswerBatch, what: str) -> BatchResults:
+        """POST a batch; its results, one per item, in order (a :class:`ProtocolError` otherwise)."""
+        results = _call("POST", self._url(path), BatchResults, body, timeout=60.0, max_bytes=LARGE_REPLY_CAP)
+        n = len(body.registrations if isinstance(body, RegistrationBatch) else body.answers)
+        if len(results.results) != n:
+            raise ProtocolError(f"the aggregator answered {len(results.results)} results for {n} {what}")
         return results
 
     def roster(self, problem_id: str) -> Roster:
@@ -339,6 +336,11 @@ class AggregatorClient:
 
     def answer(self, answer: MedianAnswer) -> Ack:
         return _call("POST", self._url(f"/problems/{answer.problem_id}/medians/answers"), Ack, answer)
+
+    def answer_batch(self, problem_id: str, answers: Sequence[MedianAnswer]) -> BatchResults:
+        """Many identities' median answers in one request; one result per answer, in order."""
+        path = f"/problems/{problem_id}/medians/answers/batch"
+        return self._batch(path, MedianAnswerBatch(answers=tuple(answers)), "median answers")
 
     def calibration(self, problem_id: str) -> CalibrationRequest:
         """The calibration question and the uncalibrated model it names (404 until asked)."""

@@ -3,10 +3,12 @@ proposal's median ε, recorded in the ledger before it is sent (docs/protocol.md
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -16,6 +18,7 @@ from anonml.crypto import (
 from anonml.errors import AnonMLError
 from anonml.privacy import BinaryRandomizedResponse
 from anonml.protocol import (
+    MAX_BATCH_ITEMS,
     MedianAnswer,
     MedianQuery,
     sign_message,
@@ -24,6 +27,7 @@ from anonml.protocol import (
 from anonml.randomness import resolve_rng
 from peer import participation_store
 from peer.answer_delivery import deliver_answer
+from peer.client import AggregatorClient, HTTPRefusal, transient, with_retries
 from peer.features import invalid_features
 from peer.participation import Participation
 from peer.phases import (
@@ -35,12 +39,58 @@ P = ParticipationPhase
 log = logging.getLogger("anonml.peer")
 
 
-def answer(p: Participation, query: MedianQuery) -> bool:
-    """Answer ``query`` if it names this identity (once per problem); True if answered."""
+@dataclass(frozen=True)
+class SignedAnswer:
+    """An answer whose release is recorded, signed, to be sent until ``until`` (the step's deadline)."""
+
+    participation: Participation
+    message: MedianAnswer
+    until: float
+
+    @property
+    def what(self) -> str:
+        return f"median answer (feature {self.message.feature}, step {self.message.step})"
+
+    def own_request(self) -> object:
+        """``POST …/medians/answers`` with this answer alone."""
+        return self.participation.client.answer(self.message)
+
+    def deliver(self, send: Callable[[], object] | None = None) -> None:
+        """:func:`~peer.answer_delivery.deliver_answer` through ``send`` (default: its own request)."""
+        deliver_answer(
+            self.participation,
+            send or self.own_request,
+            until=self.until,
+            what=self.what,
+            counter="median answers",
+            deadline="the step's",
+        )
+
+
+def asks(p: Participation, query: MedianQuery) -> bool:
+    """Whether ``query`` names this identity and it has not answered yet (once per problem)."""
     roster = p.facts(p.roster, "the checked roster")
-    me = roster.view.index_of[bytes(p.node.identity.public)]
-    if p.phase != P.CONFIRMED or me not in query.members:
+    return p.phase == P.CONFIRMED and roster.view.index_of[bytes(p.node.identity.public)] in query.members
+
+
+def answer(p: Participation, query: MedianQuery) -> bool:
+    """Answer ``query`` if it names this identity (once per problem), in its own request; True if
+    answered (:func:`sign_answer`, then :meth:`SignedAnswer.deliver`)."""
+    if not asks(p, query):
         return False  # answered already (or past the medians)
+    signed = sign_answer(p, query)
+    if signed is not None:
+        signed.deliver()
+    return True
+
+
+def sign_answer(p: Participation, query: MedianQuery) -> SignedAnswer | None:
+    """If ``query`` :func:`asks` this identity: check it, persist the move, record the release and
+    sign the bit. None when it does not ask, or when nothing may be sent (the shortfall noted).
+    Raises :class:`Aborted` on a query no honest aggregator sends."""
+    if not asks(p, query):
+        return None
+    roster = p.facts(p.roster, "the checked roster")
     draft = p.problem.draft
     try:
         verify_message(query, bytes(p.problem.aggregator))
@@ -61,7 +111,7 @@ def answer(p: Participation, query: MedianQuery) -> bool:
     except Exception as exc:  # e.g. a full disk: nothing recorded, so nothing may be sent
         p.phase = P.ANSWERED  # never answered twice in this process either
         _short(p, f"{what} not sent: its phase could not be saved: {exc}")
-        return True
+        return None
     rr = BinaryRandomizedResponse(draft.median_epsilon)
     try:
         p.node.ledger.record(
@@ -74,7 +124,7 @@ def answer(p: Participation, query: MedianQuery) -> bool:
         )
     except Exception as exc:  # not recorded: not released
         _short(p, f"{what} not sent: the release could not be recorded: {exc}")
-        return True
+        return None
     gen = resolve_rng(p.node.rng)
     truth = median_truth(p, query, gen)
     bit = bool(rr.perturb(np.asarray([truth]), gen)[0])
@@ -91,16 +141,65 @@ def answer(p: Participation, query: MedianQuery) -> bool:
     )
     # The release is recorded: sent until the step's own deadline (the aggregator waits
     # median_step_seconds for it).
-    until = time.time() + p.problem.draft.schedule.median_step_seconds
-    deliver_answer(
-        p,
-        lambda: p.client.answer(answer),
-        until=until,
-        what=what,
-        counter="median answers",
-        deadline="the step's",
-    )
-    return True
+    return SignedAnswer(p, answer, time.time() + p.problem.draft.schedule.median_step_seconds)
+
+
+def send_together(client: AggregatorClient, signed: Sequence[SignedAnswer]) -> dict[int, Callable[[], None]]:
+    """Send ``signed`` (one problem's) in :data:`~anonml.protocol.MAX_BATCH_ITEMS` answers a request.
+
+    Returns, keyed by ``id`` of each participation, what is left to do for it: nothing after a 201,
+    else :meth:`SignedAnswer.deliver` with what its own request would have met, so each answer
+    ends as :func:`~peer.answer_delivery.deliver_answer` says (replayed, not counted, not delivered
+    before the deadline, or refused). An item that met a transient status, and every item of a
+    batch the aggregator refused as a whole (no batch route: 404, 405), goes in its own request.
+    """
+    left: dict[int, Callable[[], None]] = {}
+    for start in range(0, len(signed), MAX_BATCH_ITEMS):
+        chunk = signed[start : start + MAX_BATCH_ITEMS]
+        for s, send in zip(chunk, _send_chunk(client, chunk), strict=True):
+            left[id(s.participation)] = _nothing if send is None else functools.partial(s.deliver, send)
+    return left
+
+
+def _send_chunk(client: AggregatorClient, chunk: Sequence[SignedAnswer]) -> list[Callable[[], object] | None]:
+    """One batch request (retried until the earliest deadline): per item None when stored, else the
+    ``send`` its :meth:`SignedAnswer.deliver` is to use."""
+    problem_id = chunk[0].message.problem_id
+    relay = chunk[0].participation.relay
+
+    def retried(exc: BaseException) -> None:
+        relay.count("median answers retried", len(chunk))
+
+    try:
+        results = with_retries(
+            functools.partial(client.answer_batch, problem_id, [s.message for s in chunk]),
+            until=min(s.until for s in chunk),
+            on_retry=retried,
+        )
+    except AnonMLError as exc:
+        if transient(exc):  # no answer before the deadline: each is "not delivered"
+            return [_raiser(exc)] * len(chunk)
+        return [s.own_request for s in chunk]  # no batch route, or refused as a whole
+    url = f"{client.base_url}/problems/{problem_id}/medians/answers"
+    sends: list[Callable[[], object] | None] = []
+    for s, result in zip(chunk, results.results, strict=True):
+        refusal = None if result.status == 201 else HTTPRefusal(url, result.status, result.detail)
+        if refusal is None:
+            sends.append(None)
+        else:  # a "not now" for this item: its own request, retried; else the answer it got
+            sends.append(s.own_request if transient(refusal) else _raiser(refusal))
+    return sends
+
+
+def _raiser(exc: BaseException) -> Callable[[], object]:
+    def send() -> object:
+        raise exc
+
+    return send
+
+
+def _nothing() -> None:
+    """Nothing left to do: the answer was stored."""
 
 
 def naming(p: Participation, queries: Sequence[MedianQuery]) -> list[MedianQuery]:

@@ -391,6 +391,10 @@ class Participant:
         """See :func:`peer.median_answer.answer`."""
         return median_answer.answer(self, query)
 
+    def sign_answer(self, query: MedianQuery) -> median_answer.SignedAnswer | None:
+        """See :func:`peer.median_answer.sign_answer`."""
+        return median_answer.sign_answer(self, query)
+
     def _short(self, why: str) -> None:
         """Note a part of its own this identity could not do (logged (:func:`peer.median_answer._short`)."""
         return median_answer._short(self, why)

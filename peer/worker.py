@@ -28,6 +28,7 @@ from anonml.protocol import (
     Assignment,
     Bins,
     CosignatureBundle,
+    MedianQuery,
     Problem,
     Registration,
     RosterWitness,
@@ -59,6 +60,11 @@ TOKENS_PER_POLL = 64
 COMPARISONS_PER_POLL = 64
 #: The phases in which the median pool compares first and the others' comparisons are bounded.
 MEDIANS_AHEAD = (ProblemPhase.WITNESSING, ProblemPhase.MEDIANS)
+#: In the medians phase a poll's bounded work (comparisons, tokens) goes this many identities at a
+#: time, and between two such chunks the host looks for a question opened meanwhile while any of its
+#: median pool is still unasked: a step's next question waits for one chunk, not for the whole poll
+#: (a 1,000-peer round's later steps took 1.6-2.1 s each, most of it the rest of the poll before).
+QUESTION_CHECK_EVERY = 16
 
 #: Seconds a host keeps asking for the receipts once the model is out (an aggregator that restarts
 #: answers within seconds to a minute; after this the identities end with "lost: not known").
@@ -200,18 +206,16 @@ class ProblemSession:
         if status.phase in MEDIANS_AHEAD:
             # A median step waits for its whole group: the median pool (and anyone a query names)
             # compares and answers first, and the others' comparisons, two requests each, go
-            # COMPARISONS_PER_POLL a poll, so the next question is picked up at the next poll instead
-            # of after all of them. Every named identity answers or, outside the pool, aborts.
+            # COMPARISONS_PER_POLL a poll, in chunks between which the host looks for the next
+            # question. Every named identity answers or, outside the pool, aborts.
             first: list[Participant] = []
             rest: list[Participant] = []
             for p in unconfirmed:
                 (first if p.in_median_pool or median_answer.named_in(p, queries) else rest).append(p)
-            self._each(lambda p: p.compare_fingerprints(hosted), first)
-            self._each(lambda p: [p.answer(q) for q in queries],
-                       [p for p in self._in(*READY) if median_answer.named_in(p, queries)])
+            self._answer_named(queries, first, hosted)
             # Those asked least first: one whose drawn members cannot answer yet waits its turn.
             unconfirmed = sorted(rest, key=lambda p: len(p.comparisons.asked))[:COMPARISONS_PER_POLL]
-        self._each(lambda p: p.compare_fingerprints(hosted), unconfirmed)
+        self._each_between_questions(lambda p: p.compare_fingerprints(hosted), unconfirmed, status.phase)
         ready = self._in(*READY)
         if status.phase == ProblemPhase.MEDIANS:
             # Asked, but not ready to answer (its confirmation could not be saved yet: a full disk):
@@ -225,7 +229,7 @@ class ProblemSession:
             # Once reporting, whoever is left prepares as it builds its packets, after every
             # relay of the host is open.
             todo = [p for p in ready if p.preparation is None]
-            self._each(lambda p: p.prepare_round(), todo[:TOKENS_PER_POLL])
+            self._each_between_questions(lambda p: p.prepare_round(), todo[:TOKENS_PER_POLL], status.phase)
         if status.phase in (ProblemPhase.REPORTING, *AFTER_ROUND_PHASES):
             self._report_round(status.phase)
         if status.phase == ProblemPhase.CALIBRATING:
@@ -247,6 +251,54 @@ class ProblemSession:
             receipts = fetched.receipts
             self._each(lambda p: p.receive_model(document, degraded=degraded, receipts=receipts))
             self.finished = True
+
+    def _answer_named(
+        self, queries: list[MedianQuery], unconfirmed: list[Participant], hosted: frozenset[int]
+    ) -> None:
+        """``unconfirmed`` compare fingerprints; then every ready identity a query names answers it
+        (one outside the pool aborts), the answers sent together
+        (:func:`peer.median_answer.send_together`)."""
+        self._each(lambda p: p.compare_fingerprints(hosted), unconfirmed)
+        signed: list[median_answer.SignedAnswer] = []
+
+        def sign(p: Participant) -> None:
+            signed.extend(a for a in (p.sign_answer(q) for q in queries) if a is not None)
+
+        self._each(sign, [p for p in self._in(*READY) if median_answer.named_in(p, queries)])
+        if signed:
+            left = median_answer.send_together(self.client, signed)
+            self._each(lambda p: left[id(p)](), [s.participation for s in signed])
+
+    def _each_between_questions(
+        self, fn: Callable[[Participant], object], who: list[Participant], phase: ProblemPhase
+    ) -> None:
+        """:meth:`_each` over ``who``; in the medians phase :data:`QUESTION_CHECK_EVERY` at a time,
+        answering after each chunk the questions opened meanwhile while a pool member is unasked.
+
+        A named identity whose comparison could not finish yet (members it drew, on other hosts, had
+        not checked the roster) tries again there too: its step waits for it. Looking is best
+        effort: a transient failure leaves the questions to the next poll.
+        """
+        start = 0
+        while start < len(who):
+            if phase != ProblemPhase.MEDIANS or not self._pool_unasked():
+                self._each(fn, who[start:])
+                return
+            self._each(fn, who[start : start + QUESTION_CHECK_EVERY])
+            start += QUESTION_CHECK_EVERY
+            try:
+                queries = self.client.medians(self.problem.id)
+            except AnonMLError as exc:
+                if not transient(exc):
+                    raise
+                return
+            named = [p for p in self._in(P.ROSTER_CHECKED) if median_answer.named_in(p, queries)]
+            self._answer_named(queries, named, self._hosted_members())
+
+    def _pool_unasked(self) -> bool:
+        """Whether a hosted median pool member has not answered yet (and so may still be asked)."""
+        waiting = (P.ROSTER_CHECKED, P.CONFIRMED)
+        return any(p.phase in waiting and p.active and p.in_median_pool for p in self.participants)
 
     def _register(self, who: list[Participant]) -> None:
         """Register ``who``: each signs its own registration (in parallel), sent

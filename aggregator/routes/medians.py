@@ -9,12 +9,14 @@ a signed :class:`~anonml.protocol.MedianAnswer`: refused unless the problem is
 in its median phase (409), the query is open (409), the signer is on the
 roster (403) and named by the query (403), and the signature holds (403); a
 peer answers once per problem (409), which with disjoint groups is the
-parallel composition DESIGN §6 relies on.
+parallel composition DESIGN §6 relies on. ``POST /problems/{id}/medians/answers/batch``
+takes many identities' answers (a host's, :class:`~anonml.protocol.MedianAnswerBatch`) and
+answers each with what its own request would have got.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -24,7 +26,15 @@ from aggregator.routes.answers import AnswerClosed, store_answer
 from aggregator.routes.problems import check_named_problem, get_row
 from anonml.crypto import CryptoError
 from anonml.phases import ProblemPhase
-from anonml.protocol import Ack, MedianAnswer, MedianQuery, verify_message
+from anonml.protocol import (
+    Ack,
+    BatchResults,
+    ItemResult,
+    MedianAnswer,
+    MedianAnswerBatch,
+    MedianQuery,
+    verify_message,
+)
 
 __all__ = ["router"]
 
@@ -73,6 +83,28 @@ def answer(problem_id: str, body: MedianAnswer, state: StateDep, session: Sessio
         closed="query closed",
         median=True,
     )
+
+
+@router.post("/{problem_id}/medians/answers/batch", response_model=BatchResults)
+def answer_batch(
+    problem_id: str, body: MedianAnswerBatch, state: StateDep, session: SessionDep
+) -> BatchResults:
+    """Many identities' median bits in one request (a host of many pool members); a result per item.
+
+    Each answer goes through the single route on its own, in its own transaction, and gets the
+    status and detail its own request would have got (201 stored; 403, 404, 409 refused and counted
+    under the same reason): one bad answer never sinks the others, and a step that closes between
+    two items refuses the later ones as it would their own requests.
+    """
+    results: list[ItemResult] = []
+    for item in body.answers:
+        try:
+            answer(problem_id, item, state, session)
+        except HTTPException as exc:
+            results.append(ItemResult(status=exc.status_code, detail=str(exc.detail)))
+        else:
+            results.append(ItemResult(status=201))
+    return BatchResults(results=tuple(results))
 
 
 def _check_and_store(problem_id: str, body: MedianAnswer, state, session) -> None:

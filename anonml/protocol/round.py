@@ -81,6 +81,16 @@ class MedianAnswer(_MedianStep):
     signature: SignatureBytes
 
 
+class MedianAnswerBatch(WireMessage):
+    """Median answers of many identities in one request (a host of many peers), each signed by its own.
+
+    Answered with :class:`BatchResults`: each item gets the status and detail its own
+    ``POST …/medians/answers`` would have got.
+    """
+
+    answers: tuple[MedianAnswer, ...] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+
+
 class Ack(WireMessage):
     """A plain acknowledgement (e.g. of a median answer)."""
 

@@ -8,7 +8,7 @@ import requests
 from aggregator.medians import median_groups
 from anonml.crypto import Identity
 from anonml.privacy import BinaryRandomizedResponse
-from anonml.protocol import MedianQuery, verify_message
+from anonml.protocol import BatchResults, MedianAnswerBatch, MedianQuery, verify_message
 from tests.aggregator.helpers import (
     WirePeer,
     bins_of,
@@ -96,3 +96,59 @@ def test_median_search_asks_fresh_groups_and_refuses_bad_answers(aggregator):
     st = requests.get(f"{aggregator.url}/problems/{problem.id}/status").json()
     assert st["median_answers"] == len(answered)
     assert st["rejects"] == {"not a member": 1, "not named": 1, "bad signature": 1, "duplicate answer": 1}
+
+
+def test_a_batch_of_answers_gets_for_each_what_its_own_request_would_and_stores_only_the_valid(aggregator):
+    """``POST …/medians/answers/batch``: one bad answer never sinks the others; each item gets the
+    single route's status and detail, refusals are counted under the same reasons, and the search
+    runs to its bins on answers sent only in batches."""
+    d = draft(n_numeric=2, pool_fraction=0.5, kp=2, min_peers=4, epsilon=4.0, steps=2, median_step=5.0)
+    problem = propose(aggregator.url, d)
+    peers = register_and_close(aggregator.url, problem, 40, ("medians",))
+    members = in_roster_order(aggregator.url, problem.id, peers)
+    base = f"{aggregator.url}/problems/{problem.id}"
+    batch_url = f"{base}/medians/answers/batch"
+    (q, *_) = [MedianQuery.model_validate(raw) for raw in requests.get(f"{base}/medians").json()]
+    a, b, c = q.members[:3]
+    not_named = next(i for i in range(len(members)) if i not in q.members)
+    items = [
+        members[a].answer(problem, q.feature, q.step, True),
+        WirePeer().answer(problem, q.feature, q.step, True),  # not on the roster
+        members[not_named].answer(problem, q.feature, q.step, True),
+        members[b].answer(problem, q.feature, q.step, True, signer=Identity.generate()),  # forged
+        members[c].answer(problem, q.feature, q.step, False),
+        members[a].answer(problem, q.feature, q.step, False),  # a's second answer
+    ]
+    r = post(batch_url, MedianAnswerBatch(answers=tuple(items)))
+    assert r.status_code == 200, r.text
+    results = BatchResults.model_validate_json(r.content).results
+    assert [x.status for x in results] == [201, 403, 403, 403, 201, 409]
+    assert "not on the roster" in results[1].detail and "not asked" in results[2].detail
+    assert "signature" in results[3].detail and "already answered" in results[5].detail
+    st = requests.get(f"{base}/status").json()
+    assert st["median_answers"] == 2
+    assert st["rejects"] == {"not a member": 1, "not named": 1, "bad signature": 1, "duplicate answer": 1}
+    for bad in (b"{\"answers\": []}", MedianAnswerBatch.model_construct(answers=tuple(items[:1] * 257))):
+        assert post(batch_url, bad).status_code == 422  # an empty batch, or one over MAX_BATCH_ITEMS
+    answered = {a, c}
+
+    def answer_the_open_queries_in_one_batch() -> bool:
+        if requests.get(f"{base}/status").json()["phase"] != "medians":
+            return True
+        todo = [
+            members[i].answer(problem, q.feature, q.step, True)
+            for q in (MedianQuery.model_validate(raw) for raw in requests.get(f"{base}/medians").json())
+            for i in q.members
+            if i not in answered
+        ]
+        if todo:
+            r = post(batch_url, MedianAnswerBatch(answers=tuple(todo)))
+            assert r.status_code == 200, r.text
+            assert {x.status for x in BatchResults.model_validate_json(r.content).results} <= {201, 409}
+            index = {bytes(m.public): i for i, m in enumerate(members)}
+            answered.update(index[bytes(t.identity)] for t in todo)
+        return False
+
+    wait_until(answer_the_open_queries_in_one_batch, 30, "the median search to end")
+    wait_phase(aggregator.url, problem.id, ("reporting",))
+    verify_message(bins_of(aggregator.url, problem.id), bytes(problem.aggregator))

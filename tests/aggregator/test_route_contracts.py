@@ -113,6 +113,7 @@ def test_openapi_lists_every_route(aggregator_app: InProcessAggregator) -> None:
         "/problems/{problem_id}/registrations",
         "/problems/{problem_id}/roster",
         "/problems/{problem_id}/medians/answers",
+        "/problems/{problem_id}/medians/answers/batch",
         "/problems/{problem_id}/calibration",
         "/problems/{problem_id}/calibration/answers",
         "/problems/{problem_id}/tokens",

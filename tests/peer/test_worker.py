@@ -244,39 +244,59 @@ def test_an_identity_still_accepted_when_registration_closed_is_aborted(make_rou
     assert r.aggregator.calls == ["status", "roster"]
 
 
-def test_in_the_medians_the_named_compare_and_answer_before_the_others_compare(make_round, monkeypatch):
-    """A median step waits for its whole group, so in a poll the median pool, and anyone else a question
-    names (who must abort), compares fingerprints and answers before the others' comparisons begin."""
-    r = make_round(6)
-    pool, outsider = {id(p) for p in r.participants[:2]}, r.participants[5]
-    named = pool | {id(outsider)}
+def script_median_poll(
+    r: Round, monkeypatch: pytest.MonkeyPatch, pool: set[int], named: set[int] | None = None,
+    late: frozenset[int] = frozenset(),
+) -> list[tuple[str, int]]:
+    """Script a medians-phase poll of ``r`` (identities by index): ``pool`` is the median pool, an
+    open question names ``named`` (default: the pool). Each compares fingerprints (a ``late`` one's
+    first comparison cannot finish: members it drew have not checked the roster) and answers once,
+    as the real ones do; nothing is sent (the delivery is :mod:`peer.median_answer`'s, tested apart).
+    Returns the list of ``("compare" | "answer", index)`` events the session's steps fill."""
     events: list[tuple[str, int]] = []
     index = {id(p): i for i, p in enumerate(r.participants)}
+    named = pool if named is None else named
 
     def compare(p: Participant, hosted: frozenset[int] = frozenset()) -> bool:
-        events.append(("compare", index[id(p)]))
+        i = index[id(p)]
+        events.append(("compare", i))
+        if i in late and events.count(("compare", i)) == 1:
+            return False
         p.phase = P.CONFIRMED
         return True
 
-    monkeypatch.setattr(Participant, "in_median_pool", property(lambda p: id(p) in pool))
+    def answer(p: Participant, q: object) -> None:
+        if p.phase == P.CONFIRMED:
+            events.append(("answer", index[id(p)]))
+            p.phase = P.ANSWERED
+
+    monkeypatch.setattr(Participant, "in_median_pool", property(lambda p: index[id(p)] in pool))
     monkeypatch.setattr(Participant, "compare_fingerprints", compare)
-    monkeypatch.setattr(Participant, "answer", lambda p, q: events.append(("answer", index[id(p)])))
+    monkeypatch.setattr(Participant, "sign_answer", answer)
     monkeypatch.setattr(Participant, "prepare_round", lambda p: None)
-    monkeypatch.setattr(median_answer, "named_in", lambda p, queries: bool(queries) and id(p) in named)
+    monkeypatch.setattr(median_answer, "named_in", lambda p, queries: bool(queries) and index[id(p)] in named)
     for p in r.participants:
         p.phase = P.ROSTER_CHECKED
     r.session.view = cast(Any, object())  # the roster was checked at an earlier poll
     monkeypatch.setattr(r.session, "_hosted_members", lambda: frozenset())
     r.aggregator.phase = ProblemPhase.MEDIANS
     r.aggregator.queries = [object()]
+    return events
+
+
+def test_in_the_medians_the_named_compare_and_answer_before_the_others_compare(make_round, monkeypatch):
+    """A median step waits for its whole group, so in a poll the median pool, and anyone else a question
+    names (who must abort), compares fingerprints and answers before the others' comparisons begin."""
+    r = make_round(6)
+    events = script_median_poll(r, monkeypatch, pool={0, 1}, named={0, 1, 5})
     r.session.step()
     first = {0, 1, 5}
     assert sorted(i for what, i in events if what == "answer") == [0, 1, 5]
     last_answer = max(k for k, (what, _) in enumerate(events) if what == "answer")
     assert {i for what, i in events[:last_answer] if what == "compare"} == first
     assert sorted(i for what, i in events[last_answer:] if what == "compare") == [2, 3, 4]
-    assert all(p.phase == P.CONFIRMED for p in r.participants)  # one comparison each, in one poll
-    assert [what for what, _ in events].count("compare") == 6
+    assert [what for what, _ in events].count("compare") == 6  # one comparison each, in one poll
+
 
 
 def test_before_the_round_the_others_compare_a_bounded_number_a_poll_those_asked_least_first(
@@ -322,6 +342,51 @@ def test_before_the_round_the_others_compare_a_bounded_number_a_poll_those_asked
     r.session.step()
     assert events == [2]
     assert [p.phase for p in r.participants].count(P.CONFIRMED) == 6
+
+
+def test_a_question_opened_during_a_poll_is_answered_between_two_chunks_of_its_bounded_work(
+    make_round, monkeypatch
+):
+    """In the medians phase the others' comparisons go QUESTION_CHECK_EVERY at a time and, while a pool
+    member is unasked, the host looks for new questions between chunks: a step opened mid-poll is
+    answered after one chunk, not at the next poll; once the pool has answered, the rest go at once."""
+    r = make_round(8)
+    events = script_median_poll(r, monkeypatch, pool={0, 1})
+    looks: list[int] = []
+
+    def medians(problem_id: str) -> list[Any]:
+        looks.append(len(events))
+        return [] if len(looks) == 1 else [object()]  # the next step opens after the poll began
+
+    monkeypatch.setattr(r.aggregator, "medians", medians)
+    monkeypatch.setattr(worker, "COMPARISONS_PER_POLL", 4)
+    monkeypatch.setattr(worker, "QUESTION_CHECK_EVERY", 2)
+    r.session.step()
+    assert events == [
+        ("compare", 0), ("compare", 1),  # the pool first; no question open yet
+        ("compare", 2), ("compare", 3),  # one chunk of the others
+        ("answer", 0), ("answer", 1),    # the question opened meanwhile, answered in this poll
+        ("compare", 4), ("compare", 5),  # the pool has answered: the rest without looking again
+    ]
+    assert len(looks) == 2
+
+
+def test_a_named_member_whose_comparison_could_not_finish_tries_again_between_chunks(make_round, monkeypatch):
+    """A pool member named by an open question whose first comparison could not finish (members it
+    drew on other hosts had not checked the roster) compares again after the next chunk and answers
+    in the same poll: the step waits for it."""
+    r = make_round(6)
+    events = script_median_poll(r, monkeypatch, pool={0, 1}, late=frozenset({0}))
+    monkeypatch.setattr(worker, "COMPARISONS_PER_POLL", 4)
+    monkeypatch.setattr(worker, "QUESTION_CHECK_EVERY", 2)
+    r.session.step()
+    assert events == [
+        ("compare", 0), ("compare", 1), ("answer", 1),  # 0's comparison could not finish
+        ("compare", 2), ("compare", 3),                  # one chunk of the others
+        ("compare", 0), ("answer", 0),                   # named and unconfirmed: again, and answers
+        ("compare", 4), ("compare", 5),
+    ]
+
 
 
 def test_an_aggregator_that_does_not_answer_is_asked_again_after_a_backoff_and_a_refusal_at_the_next_poll(
