@@ -262,7 +262,8 @@ class ProblemSession:
         signed: list[median_answer.SignedAnswer] = []
 
         def sign(p: Participant) -> None:
-            signed.extend(a for a in (p.sign_answer(q) for q in queries) if a is not None)
+            mine = [a for a in (p.sign_answer(q) for q in queries) if a is not None]
+            signed.extend(mine)  # one call on a list: whole under the GIL, as _register's dict stores
 
         self._each(sign, [p for p in self._in(*READY) if median_answer.named_in(p, queries)])
         if signed:
@@ -291,6 +292,7 @@ class ProblemSession:
             except AnonMLError as exc:
                 if not transient(exc):
                     raise
+                self._each(fn, who[start:])  # the work goes on; the questions wait for the next poll
                 return
             named = [p for p in self._in(P.ROSTER_CHECKED) if median_answer.named_in(p, queries)]
             self._answer_named(queries, named, self._hosted_members())

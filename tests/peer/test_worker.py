@@ -389,6 +389,32 @@ def test_a_named_member_whose_comparison_could_not_finish_tries_again_between_ch
 
 
 
+def test_a_look_for_questions_that_gets_no_answer_leaves_the_questions_not_the_work(make_round, monkeypatch):
+    """Looking between chunks is best effort: when the aggregator does not answer it, the poll's
+    comparisons still all go (in one go), and the questions wait for the next poll."""
+    r = make_round(8)
+    events = script_median_poll(r, monkeypatch, pool={0, 1}, late=frozenset({0}))
+    looks: list[int] = []
+
+    def medians(problem_id: str) -> list[Any]:
+        looks.append(len(events))
+        if len(looks) > 1:
+            raise OutboundError(f"{URL}: connection reset")
+        return [object()]
+
+    monkeypatch.setattr(r.aggregator, "medians", medians)
+    monkeypatch.setattr(worker, "COMPARISONS_PER_POLL", 6)
+    monkeypatch.setattr(worker, "QUESTION_CHECK_EVERY", 2)
+    r.session.step()
+    assert events == [
+        ("compare", 0), ("compare", 1), ("answer", 1),
+        ("compare", 2), ("compare", 3),                                  # a chunk, then no answer
+        ("compare", 4), ("compare", 5), ("compare", 6), ("compare", 7),  # the rest all the same
+    ]
+    assert looks[:2] == [0, 5]  # at the poll's start, then after the first chunk
+    assert not r.session.failures  # the poll itself succeeded
+
+
 def test_an_aggregator_that_does_not_answer_is_asked_again_after_a_backoff_and_a_refusal_at_the_next_poll(
     make_round, caplog
 ):
