@@ -1,5 +1,6 @@
 """One identity's answer to the median query that names it: binary randomised response at the
-proposal's median ε, recorded in the ledger before it is sent (docs/protocol.md, "Medians")."""
+proposal's median ε, recorded in the ledger before it is sent (docs/protocol.md, "Medians"); a host
+sends its identities' answers to a step together (:func:`send_together`)."""
 
 from __future__ import annotations
 
