@@ -184,11 +184,12 @@ def _send_chunk(client: AggregatorClient, chunk: Sequence[SignedAnswer]) -> list
     url = f"{client.base_url}/problems/{problem_id}/medians/answers"
     sends: list[Callable[[], object] | None] = []
     for s, result in zip(chunk, results.results, strict=True):
-        refusal = None if result.status == 201 else HTTPRefusal(url, result.status, result.detail)
-        if refusal is None:
+        if result.status == 201:
             sends.append(None)
-        else:  # a "not now" for this item: its own request, retried; else the answer it got
-            sends.append(s.own_request if transient(refusal) else _raiser(refusal))
+            continue
+        refusal = HTTPRefusal(url, result.status, result.detail)
+        # A "not now" for this item: its own request, retried; else the answer it got.
+        sends.append(s.own_request if transient(refusal) else _raiser(refusal))
     return sends
 
 

@@ -9,11 +9,9 @@ DB. What is asserted is what the peer released: its ledger, and the answers that
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -40,6 +38,7 @@ from peer.phases import Aborted, ParticipationPhase, RosterFacts
 from peer.roster import RosterView
 from tests.aggregator.calibration_helpers import EPSILON, MEMBERS, calibration_draft
 from tests.aggregator.helpers import member_registration, roster_document, roster_entry, signed_problem
+from tests.scripted_http import ScriptedHandler, served
 
 AGGREGATOR = Identity.generate(np.random.default_rng(41))
 
@@ -92,39 +91,22 @@ class _Aggregator:
 def aggregator() -> Iterator[_Aggregator]:
     state = _Aggregator()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:  # quiet
-            return
-
-        def _reply(self, status: int, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
+    class Handler(ScriptedHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             assert state.request is not None
-            self._reply(200, state.request.model_dump_json().encode())
+            self.reply(200, state.request.model_dump_json().encode())
 
         def do_POST(self) -> None:  # noqa: N802
-            body = self.rfile.read(int(self.headers["content-length"]))
+            body = self.body()
             first = body not in state.posted
             state.posted.append(body)
             if first:
-                self._reply(201, b'{"ok": true, "detail": ""}')
+                self.reply(201, b'{"ok": true, "detail": ""}')
             else:
-                self._reply(409, b'{"detail": "already answered this calibration question"}')
+                self.reply(409, b'{"detail": "already answered this calibration question"}')
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_port}"
-    try:
+    with served(Handler) as state.url:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _participant(

@@ -9,11 +9,9 @@ and the host's real :class:`~peer.client.AggregatorClient` reads its replies.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
 import pytest
@@ -21,6 +19,7 @@ import pytest
 from anonml.protocol import BatchResults, ItemResult, MedianAnswer, MedianAnswerBatch
 from peer.client import AggregatorClient
 from peer.median_answer import SignedAnswer, send_together
+from tests.scripted_http import ScriptedHandler, served
 
 
 @dataclass
@@ -35,34 +34,19 @@ class _Aggregator:
 def aggregator() -> Iterator[_Aggregator]:
     state = _Aggregator()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:  # quiet
-            return
-
+    class Handler(ScriptedHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            body = self.rfile.read(int(self.headers["content-length"]))
+            body = self.body()
             if self.path.endswith("/medians/answers/batch"):
                 MedianAnswerBatch.model_validate_json(body)
                 state.batches += 1
-                status, reply = 200, state.batch_reply
+                self.reply(200, state.batch_reply)
             else:
                 state.alone.append(MedianAnswer.model_validate_json(body))
-                status, reply = 201, b'{"ok": true, "detail": ""}'
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
+                self.reply(201, b'{"ok": true, "detail": ""}')
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_port}"
-    try:
+    with served(Handler) as state.url:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @dataclass

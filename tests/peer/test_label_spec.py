@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -22,6 +20,7 @@ from peer.policy import evaluate_problem
 from peer.reports import make_reports
 from tests.aggregator.helpers import ADMIN, bins_document, draft
 from tests.peer.test_policy import AUTO, problem
+from tests.scripted_http import ScriptedHandler, served
 
 CLASSES = {"kind": "classes", "classes": ["low", "mid", "high"]}
 NUMERIC = {"kind": "numeric", "low": 0.0, "high": 60.0, "bins": 4}
@@ -62,18 +61,11 @@ def test_the_aggregator_refuses_to_publish_a_hostile_label_with_the_reason(aggre
     assert reply.status_code == 422 and reason in reply.text
 
 
-class _Served(BaseHTTPRequestHandler):
-    body = b""
+class _Served(ScriptedHandler):
+    served = b""
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, *args) -> None:
-        pass
+        self.reply(200, self.served)
 
 
 @pytest.mark.parametrize(("spec", "reason"), HOSTILE[3:8])
@@ -81,17 +73,10 @@ def test_a_peer_refuses_a_problem_served_with_a_hostile_label(spec, reason):
     # A hostile aggregator signs what it likes; the peer parses the wire form before anything else.
     body = json.loads(problem().model_dump_json())
     body["draft"]["label"] = spec
-    handler = type("Handler", (_Served,), {"body": json.dumps(body).encode()})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with pytest.raises(ProtocolError, match="malformed answer") as info:
-            AggregatorClient(f"http://127.0.0.1:{server.server_port}").problem("p-policy")
-        assert reason in str(info.value)
-    finally:
-        server.shutdown()
-        server.server_close()
+    handler = type("Handler", (_Served,), {"served": json.dumps(body).encode()})
+    with served(handler) as url, pytest.raises(ProtocolError, match="malformed answer") as info:
+        AggregatorClient(url).problem("p-policy")
+    assert reason in str(info.value)
 
 
 def test_the_policy_bounds_the_label_domain_even_when_the_user_accepts():

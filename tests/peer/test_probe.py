@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -21,6 +21,7 @@ from peer.host import PeerHost
 from peer.participant import PeerNode
 from peer.policy import PeerPolicy
 from peer.probe import measure_hop_seconds
+from tests.scripted_http import ScriptedHandler, served
 
 
 @pytest.fixture
@@ -83,16 +84,13 @@ class _SheddingProxy(ThreadingHTTPServer):
             return True
 
 
-class _SheddingHandler(BaseHTTPRequestHandler):
+class _SheddingHandler(ScriptedHandler):
     server: _SheddingProxy
 
     def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-        body = self.rfile.read(int(self.headers.get("content-length", "0")))
+        body = self.body()
         if self.server.take_shed(self.path):
-            self.send_response(503)
-            self.send_header("retry-after", "1")
-            self.send_header("content-length", "0")
-            self.end_headers()
+            self.reply(503, content_type=None, headers={"retry-after": "1"})
             return
         reply = requests.post(
             self.server.upstream + self.path,
@@ -100,14 +98,8 @@ class _SheddingHandler(BaseHTTPRequestHandler):
             headers={"content-type": self.headers.get("content-type", "")},
             timeout=60,
         )
-        self.send_response(reply.status_code)
-        self.send_header("content-type", reply.headers.get("content-type", "application/octet-stream"))
-        self.send_header("content-length", str(len(reply.content)))
-        self.end_headers()
-        self.wfile.write(reply.content)
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's signature
-        return
+        kind = reply.headers.get("content-type", "application/octet-stream")
+        self.reply(reply.status_code, reply.content, kind)
 
 
 @contextmanager
@@ -116,16 +108,11 @@ def _shedding_proxy(host: PeerHost, shed: int) -> Iterator[_SheddingProxy]:
     first = next(iter(host.nodes.values())).node_id.hex()
     upstream = host.relay_base.rstrip("/")
     proxy = _SheddingProxy(upstream, f"/relay/{first}", shed)
-    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
-    thread.start()
-    host.relay_base = f"http://127.0.0.1:{proxy.server_address[1]}"
-    try:
-        yield proxy
-    finally:
-        host.relay_base = upstream
-        proxy.shutdown()
-        proxy.server_close()
-        thread.join(timeout=10)
+    with served(proxy) as host.relay_base:
+        try:
+            yield proxy
+        finally:
+            host.relay_base = upstream
 
 
 def test_a_first_hop_that_sheds_is_waited_out_and_the_wait_is_measured(server: PeerServer) -> None:
