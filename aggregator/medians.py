@@ -86,21 +86,26 @@ class _NoAnswers(Exception):
         self.threshold = threshold
 
 
-def median_groups(pool: Sequence[int], n_numeric: int, searches: int, steps: int) -> list[list[np.ndarray]]:
+def median_groups(
+    pool: Sequence[int], n_numeric: int, searches: int, steps: int, confidence: float
+) -> list[list[np.ndarray]]:
     """Split the median pool: evenly over the numeric features, then over each one's questions.
 
     Returns ``groups[i][s]``: roster indices asked question ``s`` of the ``i``-th
-    numeric feature. A feature gets ``min(steps, share // searches)`` steps per
-    inner edge (``searches = bins - 1``), i.e. ``searches × that`` groups, or
-    none if its share is too small.
+    numeric feature. A feature gets :func:`~anonml.privacy.median.search_steps` steps per
+    inner edge (``searches = bins - 1``; at most ``steps``, fewer where its share's groups
+    would be too small for a step at ``confidence`` to move the search), i.e. ``searches ×
+    that`` groups, or none if its share is too small — the split the simulation makes.
     """
     import numpy as np  # a median step's work: not at the service's start (issue 31)
+
+    from anonml.privacy.median import search_steps
 
     out: list[list[np.ndarray]] = []
     if n_numeric == 0:
         return out
     for share in np.array_split(np.asarray(pool, dtype=np.int64), n_numeric):
-        per_edge = min(steps, share.size // searches)
+        per_edge = search_steps(share.size, searches, steps, confidence)
         out.append(list(np.array_split(share, per_edge * searches)) if per_edge >= 1 else [])
     return out
 
@@ -126,7 +131,9 @@ class MedianRun:
         self.schedule = driver.state.round_schedule(ctx, len(roster.entries))
         numeric = draft.numeric_features
         searches = draft.bins - 1
-        groups = median_groups(plan.median_pool(), len(numeric), searches, draft.median.steps)
+        groups = median_groups(
+            plan.median_pool(), len(numeric), searches, draft.median.steps, draft.median.confidence
+        )
         self.threads = []
         for j, parts in zip(numeric, groups or [[] for _ in numeric], strict=True):
             spec = draft.features[j]

@@ -45,7 +45,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,8 @@ from anonml.demo_problem import *  # noqa: F403 - the module's __all__, re-expor
 from anonml.demo_problem import (
     DEMO_FEATURES,
     DEMO_HOPS,
+    DEMO_MEDIAN_POOL_FRACTION,
+    DEMO_MEDIAN_STEPS,
     DEMO_POLL_SECONDS,
     DEMO_REPORT_DELAY_SECONDS,
     DEMO_ROSTER_SECONDS,
@@ -156,21 +158,49 @@ def _roster_plan(url: str, pid: str, draft: ProblemDraft) -> tuple[list[bytes], 
     return members, plan
 
 
-def _start_services(
-    root: Path, peers: list[SimulatedPeer], epsilon: float, report_delay_seconds: float
-) -> _Services:
-    """Start the witness and the aggregator (own processes) and one host serving every peer."""
+@dataclass
+class _Launch:
+    """The witness and aggregator processes starting in the background, and what the demo needs of them."""
+
+    pool: ThreadPoolExecutor
+    witness: Future[Any]
+    aggregator: Future[Any]
+    admin_token: str
+    max_loss_fraction: float
+
+    def processes(self) -> tuple[Any, Any]:
+        """The started witness and aggregator (waiting for them); if either failed, the other is stopped."""
+        try:
+            return self.witness.result(), self.aggregator.result()
+        except BaseException:
+            self.abandon()
+            raise
+        finally:
+            self.pool.shutdown(wait=False)
+
+    def abandon(self) -> None:
+        """Stop whichever process started (the demo failed before it needed them)."""
+        for future in (self.witness, self.aggregator):
+            future.cancel()
+            if not future.cancelled() and future.exception() is None:
+                future.result().stop()
+        self.pool.shutdown(wait=False)
+
+
+def _launch_processes(root: Path, report_delay_seconds: float) -> _Launch:
+    """Start the witness and the aggregator, each its own process, while this one simulates and imports.
+
+    They need nothing of the students: started first, their imports and start-up run beside the
+    import (each on a core of its own when the machine is quiet; beside ``stress-ng --cpu 2`` three
+    processes of the demo's get more of the two cores than one), and only what is left of their start
+    counts as "start services".
+    """
     from aggregator.app import start_server_process
     from aggregator.settings import AggregatorSettings
-    from peer.app import start_peer_server
-    from peer.db import PeerDB
-    from peer.host import PeerHost
-    from peer.participant import PeerNode
-    from peer.policy import PeerPolicy
     from witness import start_witness_process
 
     token = "demo-" + os.urandom(8).hex()
-    agg_settings = AggregatorSettings(
+    settings = AggregatorSettings(
         db_url=f"sqlite:///{root / 'aggregator.db'}",
         identity_file=root / "aggregator-identity.json",
         admin_token=token,
@@ -179,39 +209,48 @@ def _start_services(
         allow_loopback_http=True,  # every service of the demo is on this machine
         peer_poll_seconds=DEMO_POLL_SECONDS,  # the round's waits are sized for the hosts' polling
     )
-    # The two processes start side by side (each mostly imports, on its own core) while this one
-    # prepares the peer host: the start costs the slowest of the three, not their sum.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        starting = [
-            pool.submit(start_witness_process, root / "witness"),  # independent of the aggregator
-            pool.submit(start_server_process, agg_settings),  # its own process: the second core
-        ]
-        try:
-            nodes = [PeerNode(p.identity, p.store, p.ledger, user=p.username) for p in peers]
-            peer_db = PeerDB(f"sqlite:///{root / 'peers.db'}")
-            witness, aggregator = (future.result() for future in starting)
-        except BaseException:
-            for future in starting:
-                future.cancel()
-                if not future.cancelled() and future.exception() is None:
-                    future.result().stop()
-            raise
-    host = PeerHost(
-        nodes,
-        peer_db,
-        PeerPolicy.for_simulation(
-            auto_accept=True,
-            max_epsilon_per_problem=max(epsilon, 1.0),
-            witnesses=[witness.identity.hex()],
-            witness_threshold=1,
-        ),
-        [aggregator.url],
-        poll_seconds=DEMO_POLL_SECONDS,
-        roster_comparisons=2,
-        workers=8,
-    )
-    peer_server = start_peer_server(host)
-    return _Services(witness, aggregator, host, peer_server, token, agg_settings.max_loss_fraction)
+    pool = ThreadPoolExecutor(max_workers=2)
+    witness = pool.submit(start_witness_process, root / "witness")  # independent of the aggregator
+    aggregator = pool.submit(start_server_process, settings)
+    return _Launch(pool, witness, aggregator, token, settings.max_loss_fraction)
+
+
+def _start_services(launch: _Launch, root: Path, peers: list[SimulatedPeer], epsilon: float) -> _Services:
+    """One host serving every peer, beside the witness and aggregator ``launch`` started."""
+    from peer.app import start_peer_server
+    from peer.db import PeerDB
+    from peer.host import PeerHost
+    from peer.participant import PeerNode
+    from peer.policy import PeerPolicy
+
+    try:
+        nodes = [PeerNode(p.identity, p.store, p.ledger, user=p.username) for p in peers]
+        peer_db = PeerDB(f"sqlite:///{root / 'peers.db'}")
+    except BaseException:
+        launch.abandon()
+        raise
+    witness, aggregator = launch.processes()
+    try:
+        host = PeerHost(
+            nodes,
+            peer_db,
+            PeerPolicy.for_simulation(
+                auto_accept=True,
+                max_epsilon_per_problem=max(epsilon, 1.0),
+                witnesses=[witness.identity.hex()],
+                witness_threshold=1,
+            ),
+            [aggregator.url],
+            poll_seconds=DEMO_POLL_SECONDS,
+            roster_comparisons=2,
+            workers=8,
+        )
+        peer_server = start_peer_server(host)
+    except BaseException:
+        aggregator.stop()
+        witness.stop()
+        raise
+    return _Services(witness, aggregator, host, peer_server, launch.admin_token, launch.max_loss_fraction)
 
 
 def _demo_draft(
@@ -243,6 +282,8 @@ def _demo_draft(
         witnesses=[WitnessRef(identity=services.witness.identity, url=services.witness.url)],
         witness_seconds=DEMO_WITNESS_SECONDS,
         routes=routes,
+        median_steps=DEMO_MEDIAN_STEPS,
+        pool_fraction=DEMO_MEDIAN_POOL_FRACTION,
     )
 
 
@@ -451,21 +492,26 @@ def run_demo(
     report = progress or (lambda phase, done, total: None)
     with tempfile.TemporaryDirectory(prefix="anonml-demo-", dir=scratch_parent()) as scratch:
         root = Path(workdir) if workdir is not None else Path(scratch)
-        t = time.perf_counter()
-        everyone, events = simulate_peers(
-            students,
-            root,
-            weeks=weeks,
-            history_weeks=history_weeks,
-            seed=seed,
-            features=list(DEMO_FEATURES),
-            progress=report,
-        )
-        timer["simulate + import"] = time.perf_counter() - t
-        peers, held = split_held_out(everyone, held_out_fraction, seed)
+        launch = _launch_processes(root, report_delay_seconds)
+        try:
+            t = time.perf_counter()
+            everyone, events = simulate_peers(
+                students,
+                root,
+                weeks=weeks,
+                history_weeks=history_weeks,
+                seed=seed,
+                features=list(DEMO_FEATURES),
+                progress=report,
+            )
+            timer["simulate + import"] = time.perf_counter() - t
+            peers, held = split_held_out(everyone, held_out_fraction, seed)
+        except BaseException:
+            launch.abandon()
+            raise
 
-        t = time.perf_counter()
-        services = _start_services(root, peers, epsilon, report_delay_seconds)
+        t = time.perf_counter()  # what is left of the start once the import is done
+        services = _start_services(launch, root, peers, epsilon)
         timer["start services"] = time.perf_counter() - t
         try:
             hop_seconds = None

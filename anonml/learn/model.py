@@ -128,7 +128,9 @@ class AnonMLClassifier(SelectionAware, PublishedModel, ClassifierMixin, BaseEsti
         (:func:`~anonml.privacy.median.median_pool_size`): the whole share on
         small rosters, fewer on large ones, whose other peers then report.
     median_steps : int, default=3
-        Questions (fresh peer partitions) per private quantile search.
+        The most questions (fresh peer partitions) per private quantile search; fewer when the
+        pool's groups would be too small for a step to move the search
+        (:func:`~anonml.privacy.median.search_steps`).
     median_confidence : float, default=0.5
         Confidence of each search's stopping margin (thesis algorithm 1).
     calibration_fraction : float, default=0.2

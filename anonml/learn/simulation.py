@@ -64,7 +64,7 @@ from anonml.learn.partition import SEED_BYTES, PartitionPlan, make_plan
 from anonml.learn.simulation_config import SimulationConfig
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.privacy import Mechanism, best_mechanism, estimate_bin_edges, simulated_query
-from anonml.privacy.median import MEDIAN_ANSWER_SD, median_pool_size
+from anonml.privacy.median import MEDIAN_ANSWER_SD, median_pool_size, search_steps
 
 # SimulationConfig and PrivacyAccounting have their own modules; callers import them from here too.
 __all__ = [
@@ -132,9 +132,10 @@ def private_binning(
 
     Notes
     -----
-    If a feature's share holds fewer peers than questions, fewer steps are
-    asked; with no peer at all the cuts stay at the searches' starting points
-    (equal-width cuts of the declared range), which uses no data.
+    A feature's searches take at most ``n_steps`` steps, fewer where its share's groups would be too
+    small for a step to move the search (:func:`~anonml.privacy.median.search_steps`, the split the
+    aggregator makes too); where not even one step could, no question is asked and the cuts stay at
+    the searches' starting points (equal-width cuts of the declared range), which uses no data.
     """
     numeric = [j for j, f in enumerate(features) if f.kind is FeatureKind.NUMERIC]
     thresholds: dict[int, tuple[float, ...]] = {}
@@ -147,7 +148,7 @@ def private_binning(
     for j, share in zip(numeric, shares, strict=True):
         spec = features[j]
         low, high = float(spec.low), float(spec.high)
-        steps = min(n_steps, share.size // searches)
+        steps = search_steps(share.size, searches, n_steps, confidence)
         if steps < 1:
             thresholds[j] = tuple(low + (high - low) * k / n_bins for k in range(1, n_bins))
             continue

@@ -23,11 +23,13 @@ from tests.waiting import wait_until
 
 
 def test_median_groups_split_the_pool_disjointly():
-    groups = median_groups(list(range(23)), n_numeric=2, searches=1, steps=5)
+    groups = median_groups(list(range(23)), n_numeric=2, searches=1, steps=5, confidence=0.5)
     flat = [int(i) for feature in groups for g in feature for i in g]
     assert sorted(flat) == list(range(23))  # every pool member in exactly one group
-    assert [len(feature) for feature in groups] == [5, 5]
-    small = median_groups(list(range(3)), n_numeric=2, searches=2, steps=4)
+    # shares of 12 and 11: five or four steps would leave groups of 2 (12 // 5, 11 // 4), too few to
+    # move a search at 5 or 4 Bonferroni steps (search_steps); four of 3 and three of 3 can
+    assert [len(feature) for feature in groups] == [4, 3]
+    small = median_groups(list(range(3)), n_numeric=2, searches=2, steps=4, confidence=0.5)
     assert [[g.tolist() for g in f] for f in small] == [[[0], [1]], []]  # 2 → one step per edge; 1 → none
 
 
@@ -128,7 +130,7 @@ def test_a_batch_of_answers_gets_for_each_what_its_own_request_would_and_stores_
     st = requests.get(f"{base}/status").json()
     assert st["median_answers"] == 2
     assert st["rejects"] == {"not a member": 1, "not named": 1, "bad signature": 1, "duplicate answer": 1}
-    for bad in (b"{\"answers\": []}", MedianAnswerBatch.model_construct(answers=tuple(items[:1] * 257))):
+    for bad in (b'{"answers": []}', MedianAnswerBatch.model_construct(answers=tuple(items[:1] * 257))):
         assert post(batch_url, bad).status_code == 422  # an empty batch, or one over MAX_BATCH_ITEMS
     answered = {a, c}
 

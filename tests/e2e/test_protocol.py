@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from aggregator.medians import median_groups
-from anonml.demo import run_demo
+from anonml.demo import DEMO_MEDIAN_POOL_FRACTION, run_demo
 from anonml.privacy import estimate_median
 from anonml.protocol import DEFAULT_ROUTES, Problem, route_count
 from tests.aggregator.helpers import REPORT_COLUMNS
@@ -68,7 +68,7 @@ def test_every_honest_report_arrives_exactly_once(run):
     roster = json.loads(roster_json)
     # Report peers (everyone outside the median pool) hold one slot each (k_h = 1).
     report_peers = len(roster["entries"]) - roster["median_pool_size"]
-    assert roster["median_pool_size"] == int(0.25 * result.peers)
+    assert roster["median_pool_size"] == int(DEMO_MEDIAN_POOL_FRACTION * result.peers)
     assert result.tokens_issued == result.tokens_verified == report_peers > 0
     assert _rows(db, "SELECT COUNT(*) FROM reports") == [(report_peers,)]
     assert _rows(db, "SELECT COUNT(*) FROM spent_tokens") == [(report_peers,)]
@@ -137,7 +137,9 @@ def _replayed_edges(db: Path) -> list[list[float]]:
     draft = problem.draft
     ((roster_json,),) = _rows(db, "SELECT body FROM problem_documents WHERE kind = 'roster'")
     pool = json.loads(roster_json)["median_pool_size"]
-    groups = median_groups(list(range(pool)), len(draft.numeric_features), 1, draft.median.steps)
+    groups = median_groups(
+        list(range(pool)), len(draft.numeric_features), 1, draft.median.steps, draft.median.confidence
+    )
     edges = []
     for j, parts in zip(draft.numeric_features, groups, strict=True):
         spec = draft.features[j]

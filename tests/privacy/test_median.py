@@ -15,6 +15,7 @@ from anonml.privacy import (
     estimate_quantile,
     simulated_query,
 )
+from anonml.privacy.median import search_steps
 
 # (name, frozen distribution, declared range); the range holds all but
 # ~1e-9 of the mass (values outside are clipped, as a featurizer would) and
@@ -147,3 +148,56 @@ def test_bad_queries_and_arguments_are_refused():
         query(5.0, 0)
     with pytest.raises(ValueError, match="no partition"):
         query(5.0, 1)
+
+
+def _moves_both_ways(group: int, steps: int, confidence: float, epsilon: float) -> bool:
+    """Whether a first step of ``group`` answers can send a ``steps``-step median search up and down."""
+    decisions = set()
+    for answer in (True, False):
+        est = estimate_median(
+            lambda t, s, a=answer: np.full(group, a),
+            0.0,
+            1.0,
+            epsilon=epsilon,
+            n_steps=steps,
+            confidence=confidence,
+        )
+        decisions.add(est.steps[0].decision)
+    return decisions == {"up", "down"}
+
+
+@pytest.mark.parametrize("confidence", [0.5, 0.8, 0.95])
+@pytest.mark.parametrize("epsilon", [0.5, 3.0])
+def test_search_steps_asks_only_steps_whose_groups_can_move_the_search(confidence, epsilon):
+    for share in range(0, 40):
+        for searches in (1, 2, 4):
+            steps = search_steps(share, searches, 4, confidence)
+            if steps:
+                # every question of the plan can move its search both ways ...
+                assert _moves_both_ways(share // (searches * steps), steps, confidence, epsilon)
+            more = range(steps + 1, min(4, share // searches) + 1)
+            # ... and no plan with more steps (smaller groups) could
+            assert not any(_moves_both_ways(share // (searches * s), s, confidence, epsilon) for s in more)
+
+
+def test_single_answer_groups_never_leave_the_midpoint_and_fewer_steps_do():
+    # 2 pool peers for a feature (breast cancer's 30 features at 15 %): two steps of one answer each
+    # stop at the range's midpoint whatever the answers; one step asked of both can move.
+    for answers in ([True], [False]):
+        stuck = estimate_median(
+            lambda t, s, a=answers: np.array(a), 0.0, 8.0, epsilon=2.0, n_steps=2, confidence=0.5
+        )
+        assert stuck.value == 4.0 and stuck.steps[0].decision == "stop"
+    assert search_steps(2, 1, 3, 0.5) == 1
+    moved = estimate_median(
+        lambda t, s: np.array([True, True]), 0.0, 8.0, epsilon=2.0, n_steps=1, confidence=0.5
+    )
+    assert moved.value == 6.0
+
+
+def test_search_steps_refuses_bad_arguments():
+    for bad in ((-1, 1, 3, 0.5), (4, 0, 3, 0.5), (4, 1, 0, 0.5), (4, 1, 3, 1.0), (4, 1, 3, 0.0)):
+        with pytest.raises(ValueError, match="need share"):
+            search_steps(*bad)
+    assert search_steps(0, 1, 3, 0.5) == 0  # no peer: no question
+    assert search_steps(3, 1, 3, 0.95) == 0  # one step of 3 answers cannot leave a 95 % margin
