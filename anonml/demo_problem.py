@@ -120,9 +120,10 @@ def probed_hop_seconds(host: PeerHost) -> float:
 
     One burst goes first and is not counted: a host's first relay round pays once for what its later
     ones reuse, and a window sized from it is sized for a cost the round does not have. On the quiet
-    2-core machine, eight bursts in a row right after the host started took 5.6 ms per hop for the
-    first and 2.0-2.8 ms for the seven after it; three ``anonml demo`` runs that counted the first
-    measured 6.0, 2.8 and 5.4 ms and their report rounds took 54.7, 31.6 and 50.7 s.
+    2-core machine, in two sequences of eight bursts right after the host started the first took 5.6 ms
+    per hop in one (2.2 ms in the other) and the fourteen after them 2.0-2.8 ms; three ``anonml demo``
+    runs that counted the first measured 6.0, 2.8 and 5.4 ms and their report rounds took 54.7, 31.6
+    and 50.7 s.
     """
     from peer.probe import measure_hop_seconds  # the peer's relay stack: only when probing
 

@@ -147,6 +147,14 @@ def _answers(query: IsGreaterQuery, threshold: float, step: int) -> np.ndarray:
     return bits.astype(bool, copy=False)
 
 
+def _step_z(confidence: float, n_steps: int) -> float:
+    """The margin's normal quantile: each step's two-sided interval at level ``(1 − confidence)/n_steps``
+    (Bonferroni over the search's steps)."""
+    from scipy.special import ndtri  # scipy.special costs 0.3 s at import: only when used
+
+    return float(ndtri(1.0 - (1.0 - confidence) / (2.0 * n_steps)))
+
+
 def _check_search(low: float, high: float, n_steps: int, confidence: float) -> None:
     if not (np.isfinite(low) and np.isfinite(high) and low < high):
         raise ValueError(f"need finite low < high, got low={low}, high={high}")
@@ -195,10 +203,7 @@ def estimate_quantile(
         raise ValueError(f"quantile must lie in (0, 1), got {quantile}")
     rr = BinaryRandomizedResponse(epsilon)
     target = 1.0 - quantile  # fraction above the quantile
-    # Bonferroni: each step's two-sided interval at level alpha / n_steps.
-    from scipy.special import ndtri  # scipy.special costs 0.3 s at import: only when used
-
-    z = float(ndtri(1.0 - (1.0 - confidence) / (2.0 * n_steps)))
+    z = _step_z(confidence, n_steps)
     lo, hi = float(low), float(high)
     value = lo + (hi - lo) / 2.0
     steps: list[SearchStep] = []
@@ -364,7 +369,8 @@ def search_steps(share: int, searches: int, max_steps: int, confidence: float) -
     At the default confidence 0.5 that is ``m ≥ 1`` for one step, ``m ≥ 2`` for two or three and
     ``m ≥ 3`` for four: a pool of 2 peers per feature (scikit-learn's breast cancer set, 30 features)
     asks one question of both instead of two questions of one, which could only stop at the range's
-    midpoint (held-out AUC +0.04 to +0.06 at ε_T 1–4 on it, docs/model-quality.md).
+    midpoint (AUC +0.04 to +0.06 at ε_T 1–4 on its tuning splits, +0.014 to +0.048 on the held-out
+    public-sets run; docs/model-quality.md).
 
     The aggregator's search (``aggregator.medians.median_groups``) and the simulation
     (:func:`anonml.learn.simulation.private_binning`) both split their pools by it, from public
@@ -375,10 +381,8 @@ def search_steps(share: int, searches: int, max_steps: int, confidence: float) -
             f"need share >= 0, searches >= 1, max_steps >= 1 and 0 < confidence < 1, got share={share}, "
             f"searches={searches}, max_steps={max_steps}, confidence={confidence}"
         )
-    from scipy.special import ndtri  # scipy.special costs 0.3 s at import: only when used
-
     for steps in range(min(int(max_steps), int(share) // int(searches)), 0, -1):
-        z = float(ndtri(1.0 - (1.0 - confidence) / (2.0 * steps)))
+        z = _step_z(confidence, steps)
         if share // (searches * steps) > z * z:
             return steps
     return 0
