@@ -165,20 +165,40 @@ def _person_accepts(dash: Page, pid: str, draft: ProblemDraft, hostile: Problem)
     return live
 
 
-def _operator_closes(page: Page, dash: Page, live: Locator, pid: str) -> str:
+def _operator_closes(page: Page, dash: Page, live: Locator, agg: str, pid: str, hosts: list[PeerHost]) -> str:
     """The operator closes registration; the round runs live and the person's row changes in place.
-    Returns the participation's final status."""
+    Returns the participation's final status; a round that fails or does not end fails the test with
+    its account (:func:`_round_account`)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page.reload()
     page.click("button:text('Close registration')")
     page.wait_for_selector("p.notice:text('Registration closes')")
     _loss_is_not_reported_mid_round(page)
-    page.wait_for_selector("#counts [data-field=phase]:text-matches('^(done|degraded)$')", timeout=90_000)
+    ended = "#counts [data-field=phase]:text-matches('^(done|degraded|failed)$')"
+    try:
+        page.wait_for_selector(ended, timeout=90_000)
+    except PlaywrightTimeout:
+        pytest.fail(f"the round did not end within 90 s\n{_round_account(agg, pid, hosts)}")
+    if page.inner_text("#counts [data-field=phase]") == "failed":
+        pytest.fail(f"the round failed\n{_round_account(agg, pid, hosts)}")
     live.locator("[data-field=status]:text-matches('^(done|degraded)$')").wait_for(timeout=90_000)
     assert dash.evaluate("window.__noReload") == 42  # the status changed in place
     final = live.locator("[data-field=status]").inner_text()
     _follow(page, "Problems", "/console/")
     assert pid in page.inner_text("#problems")
     return final
+
+
+def _round_account(agg: str, pid: str, hosts: list[PeerHost]) -> str:
+    """Where a round that did not end well stands: the aggregator's status (phase, message, report
+    and median accounts) and, per host, every identity's phase and reason and the relay's counters."""
+    lines = [status(agg, pid).model_dump_json(exclude={"schedule", "shuffle"})]
+    for host in hosts:
+        lines.append(f"host counters: {host.status().relay}")
+        for session in host.sessions.values():
+            lines.extend(f"  {p.node.fingerprint[:12]} {p.phase}: {p.reason}" for p in session.participants)
+    return "\n".join(lines)
 
 
 def _loss_is_not_reported_mid_round(page: Page) -> None:
@@ -318,7 +338,7 @@ def test_a_person_follows_a_problem_from_proposal_to_model_in_the_browser(
         dash.evaluate("window.__noReload = 42")
         wait_until(lambda: status(agg, pid).registered == crowd_size + 1, 60,
                    f"{crowd_size + 1} registrations")
-        final = _operator_closes(page, dash, live, pid)
+        final = _operator_closes(page, dash, live, agg, pid, [mine.host, crowd.host])
         _person_reads_shares_and_model(dash, mine.host, me, pid, final)
         assert page.dialogs == []  # the hostile title opened nothing
         _every_page_fits(page, dash, agg, ui, pid, screenshots)
