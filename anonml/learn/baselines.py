@@ -17,9 +17,10 @@ the group size. Each peer releases one ε-LDP report: ε per peer in total.
 
 Two stronger baselines from their papers, as scikit-learn estimators on the
 same encoded rows and public feature specs (:class:`LdpLogisticRegression`,
-:class:`LdpMarginalClassifier`), with the one-dimensional mechanisms they rest
-on (:func:`piecewise_perturb`, :func:`duchi_perturb`, :func:`hybrid_perturb`,
-:func:`perturb_vector`) and their variance formulas.
+:class:`LdpMarginalClassifier`; for a numeric target, :class:`LdpLinearRegression`). The
+one-dimensional mechanisms they rest on (:func:`piecewise_perturb`, :func:`duchi_perturb`,
+:func:`hybrid_perturb`, :func:`perturb_vector`) and their variance formulas live in
+:mod:`anonml.learn.ldp_mechanisms` and are importable from here too.
 
 References
 ----------
@@ -45,15 +46,32 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.sparse.csgraph import minimum_spanning_tree
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from anonml.learn.binning import Binning, auto_n_bins
 from anonml.learn.histograms import domain_size, estimate_histogram, report_values
+from anonml.learn.ldp_mechanisms import (
+    EPSILON_STAR,
+    ScalarMechanism,
+    duchi_bound,
+    duchi_perturb,
+    duchi_variance,
+    hybrid_alpha,
+    hybrid_perturb,
+    hybrid_variance,
+    hybrid_worst_variance,
+    perturb_vector,
+    piecewise_bound,
+    piecewise_perturb,
+    piecewise_variance,
+    sampled_dimensions,
+    vector_variance,
+)
 from anonml.learn.params import RANDOM_STATE, Interval, Options, check_params, store_params
 from anonml.model import FeatureKind, FeatureSpec
 from anonml.privacy import OUE, Mechanism, RandomizedResponse, estimate_counts, project_to_simplex
-from anonml.privacy._checks import MAX_EPSILON, check_epsilon
+from anonml.privacy._checks import MAX_EPSILON
 from anonml.randomness import generator_from
 
 __all__ = [
@@ -76,6 +94,7 @@ __all__ = [
     "vector_variance",
     "make_consistent",
     "LdpLogisticRegression",
+    "LdpLinearRegression",
     "LdpMarginalClassifier",
 ]
 
@@ -154,176 +173,6 @@ def fit_ldp_naive_bayes(
         likelihood = counts / counts.sum(axis=0, keepdims=True)
         tables.append(np.log(likelihood[:, 1]) - np.log(likelihood[:, 0]))
     return LdpNaiveBayes(binning, tables, float(np.log(class_counts[1] / class_counts[0])))
-
-
-# --- One-dimensional mechanisms for a value in [-1, 1] (Wang et al., ICDE 2019) -------------------
-
-
-def _unit_values(t: ArrayLike, where: str = "t") -> np.ndarray:
-    """``t`` as a float array after checking every value is finite and in [-1, 1]."""
-    arr = np.asarray(t, dtype=float)
-    bad = ~np.isfinite(arr) | (np.abs(arr) > 1.0)
-    if bad.any():
-        first = np.flatnonzero(bad.reshape(-1))[0]
-        raise ValueError(
-            f"{where} must lie in [-1, 1]; value {arr.reshape(-1)[first]!r} at flat index {first}"
-        )
-    return arr
-
-
-def piecewise_bound(epsilon: float) -> float:
-    """The Piecewise Mechanism's output bound ``C = (e^{ε/2} + 1)/(e^{ε/2} − 1)``: outputs lie in [−C, C]."""
-    half = math.exp(check_epsilon(epsilon) / 2.0)
-    return (half + 1.0) / (half - 1.0)
-
-
-def piecewise_perturb(t: ArrayLike, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """The Piecewise Mechanism (Wang et al. 2019, Algorithm 2): an unbiased ε-LDP report of ``t ∈ [−1, 1]``.
-
-    With ``C = (e^{ε/2}+1)/(e^{ε/2}−1)``, ``l(t) = (C+1)/2·t − (C−1)/2`` and
-    ``r(t) = l(t) + C − 1``, the report is uniform on ``[l(t), r(t)]`` with
-    probability ``e^{ε/2}/(e^{ε/2}+1)``, else uniform on ``[−C, l(t)) ∪ (r(t), C]``.
-    The density ratio between any two inputs is at most ``e^ε``; ``E[t*] = t``
-    and ``Var[t*] = t²/(e^{ε/2}−1) + (e^{ε/2}+3)/(3(e^{ε/2}−1)²)`` (their Lemma 1).
-    """
-    values = _unit_values(t)
-    half = math.exp(check_epsilon(epsilon) / 2.0)
-    c = (half + 1.0) / (half - 1.0)
-    left = (c + 1.0) / 2.0 * values - (c - 1.0) / 2.0
-    right = left + c - 1.0
-    inside = rng.random(values.shape) < half / (half + 1.0)
-    u = rng.random(values.shape)
-    # The outside set has length (l + C) + (C − r) = C + 1; lay it out as one interval.
-    v = u * (c + 1.0)
-    outside = np.where(v < left + c, v - c, right + (v - (left + c)))
-    return np.where(inside, left + u * (c - 1.0), outside)
-
-
-def piecewise_variance(t: ArrayLike, epsilon: float) -> np.ndarray:
-    """``Var[t*|t] = t²/(e^{ε/2}−1) + (e^{ε/2}+3)/(3(e^{ε/2}−1)²)`` (Wang et al. 2019, Lemma 1)."""
-    values = _unit_values(t)
-    half = math.exp(check_epsilon(epsilon) / 2.0)
-    return values**2 / (half - 1.0) + (half + 3.0) / (3.0 * (half - 1.0) ** 2)
-
-
-def duchi_bound(epsilon: float) -> float:
-    """Duchi et al.'s output magnitude ``B = (e^ε + 1)/(e^ε − 1)``: every report is ±B."""
-    lam = math.exp(check_epsilon(epsilon))
-    return (lam + 1.0) / (lam - 1.0)
-
-
-def duchi_perturb(t: ArrayLike, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """Duchi et al.'s one-dimensional mechanism: ``±B`` with ``P(+B) = 1/2 + t(e^ε−1)/(2(e^ε+1))``.
-
-    ``B = (e^ε+1)/(e^ε−1)``; the two output probabilities differ across inputs
-    by at most a factor ``e^ε``; ``E[t*] = t`` and ``Var[t*] = B² − t²``
-    (Wang et al. 2019, sec. III-A, eq. 3).
-    """
-    values = _unit_values(t)
-    b = duchi_bound(epsilon)
-    positive = rng.random(values.shape) < 0.5 + values / (2.0 * b)
-    return np.where(positive, b, -b)
-
-
-def duchi_variance(t: ArrayLike, epsilon: float) -> np.ndarray:
-    """``Var[t*|t] = ((e^ε+1)/(e^ε−1))² − t²``."""
-    values = _unit_values(t)
-    return duchi_bound(epsilon) ** 2 - values**2
-
-
-#: ε* of Wang et al. 2019 (Lemma 4): below it the Hybrid Mechanism is Duchi et al.'s alone.
-EPSILON_STAR: float = math.log(
-    (
-        -5.0
-        + 2.0 * (6353.0 - 405.0 * math.sqrt(241.0)) ** (1 / 3)
-        + 2.0 * (6353.0 + 405.0 * math.sqrt(241.0)) ** (1 / 3)
-    )
-    / 27.0
-)
-
-
-def hybrid_alpha(epsilon: float) -> float:
-    """The Hybrid Mechanism's weight on the Piecewise Mechanism: ``1 − e^{−ε/2}`` if ``ε > ε*``, else 0."""
-    epsilon = check_epsilon(epsilon)
-    return 1.0 - math.exp(-epsilon / 2.0) if epsilon > EPSILON_STAR else 0.0
-
-
-def hybrid_perturb(t: ArrayLike, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """The Hybrid Mechanism (Wang et al. 2019, sec. III-C): PM w.p. ``α``, else Duchi et al.'s, both at ε.
-
-    ``α = hybrid_alpha(ε)``. Both parts are unbiased and ε-LDP, so the mixture is
-    too, and ``Var = α·Var_PM + (1−α)·Var_Duchi`` (same mean). Its worst case
-    over ``t`` is the paper's eq. 9 (:func:`hybrid_worst_variance`).
-    """
-    values = _unit_values(t)
-    use_pm = rng.random(values.shape) < hybrid_alpha(epsilon)
-    return np.where(use_pm, piecewise_perturb(values, epsilon, rng), duchi_perturb(values, epsilon, rng))
-
-
-def hybrid_variance(t: ArrayLike, epsilon: float) -> np.ndarray:
-    """``α·Var_PM(t) + (1−α)·Var_Duchi(t)`` with ``α = hybrid_alpha(ε)``."""
-    alpha = hybrid_alpha(epsilon)
-    return alpha * piecewise_variance(t, epsilon) + (1.0 - alpha) * duchi_variance(t, epsilon)
-
-
-def hybrid_worst_variance(epsilon: float) -> float:
-    """The Hybrid Mechanism's largest variance over ``t`` (Wang et al. 2019, Lemma 4 / eq. 9).
-
-    For ``ε > ε*``: ``(e^{ε/2}+3)/(3e^{ε/2}(e^{ε/2}−1)) + (e^ε+1)²/(e^{ε/2}(e^ε−1)²)``
-    (reached at ``t = 0``); else Duchi et al.'s ``((e^ε+1)/(e^ε−1))²``.
-    """
-    epsilon = check_epsilon(epsilon)
-    if epsilon <= EPSILON_STAR:
-        return duchi_bound(epsilon) ** 2
-    half, lam = math.exp(epsilon / 2.0), math.exp(epsilon)
-    return (half + 3.0) / (3.0 * half * (half - 1.0)) + (lam + 1.0) ** 2 / (half * (lam - 1.0) ** 2)
-
-
-ScalarMechanism = Literal["piecewise", "hybrid"]
-_SCALAR: dict[str, tuple[Callable[..., np.ndarray], Callable[..., np.ndarray]]] = {
-    "piecewise": (piecewise_perturb, piecewise_variance),
-    "hybrid": (hybrid_perturb, hybrid_variance),
-    "duchi": (duchi_perturb, duchi_variance),
-}
-
-
-def sampled_dimensions(d: int, epsilon: float) -> int:
-    """``k = max(1, min(d, ⌊ε/2.5⌋))`` coordinates a user reports (Wang et al. 2019, Algorithm 4)."""
-    return max(1, min(int(d), math.floor(check_epsilon(epsilon) / 2.5)))
-
-
-def perturb_vector(
-    T: ArrayLike, epsilon: float, rng: np.random.Generator, mechanism: str = "hybrid"
-) -> np.ndarray:
-    """Algorithm 4 of Wang et al. 2019: one ε-LDP report of a tuple in ``[−1, 1]^d``.
-
-    Each row samples ``k`` (:func:`sampled_dimensions`) of its ``d`` coordinates
-    uniformly without replacement, reports each through ``mechanism`` at ``ε/k``
-    scaled by ``d/k``, and sends 0 for the others. By composition the row's
-    report is ε-LDP; each coordinate is unbiased with variance
-    ``(d/k)(Var_M(t_j, ε/k) + t_j²) − t_j²`` (:func:`vector_variance`).
-    """
-    if mechanism not in _SCALAR:
-        raise ValueError(f"mechanism must be one of {sorted(_SCALAR)}, got {mechanism!r}")
-    values = _unit_values(T, "T")
-    if values.ndim != 2 or values.shape[1] < 1:
-        raise ValueError(f"T must be a 2-D array of shape (n, d) with d >= 1, got shape {values.shape}")
-    n, d = values.shape
-    k = sampled_dimensions(d, epsilon)
-    perturb = _SCALAR[mechanism][0]
-    chosen = np.argsort(rng.random((n, d)), axis=1)[:, :k]
-    rows = np.repeat(np.arange(n), k)
-    out = np.zeros((n, d))
-    out[rows, chosen.reshape(-1)] = perturb(values[rows, chosen.reshape(-1)], epsilon / k, rng) * (d / k)
-    return out
-
-
-def vector_variance(T: ArrayLike, epsilon: float, mechanism: str = "hybrid") -> np.ndarray:
-    """Per-coordinate variance of :func:`perturb_vector`: ``(d/k)(Var_M(t_j, ε/k) + t_j²) − t_j²``."""
-    values = _unit_values(T, "T")
-    d = values.shape[-1]
-    k = sampled_dimensions(d, epsilon)
-    return (d / k) * (_SCALAR[mechanism][1](values, epsilon / k) + values**2) - values**2
 
 
 # --- Shared by the estimators -------------------------------------------------------------------
@@ -427,6 +276,59 @@ class _ScoredClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[np.argmax(self._class_scores(self._rows(X)), axis=1)]
 
 
+# --- LDP stochastic gradient (Wang et al. 2019, sec. V) ----------------------------------------
+
+#: The constraints of the LDP-SGD hyperparameters (:func:`_ldp_sgd`), shared by its estimators.
+_SGD_CHECKS: dict[str, tuple[Any, ...]] = {
+    "mechanism": (Options(frozenset({"hybrid", "piecewise"})),),
+    "group_size": (Interval(numbers.Integral, 1, None, closed="left"), Options(frozenset({"auto"}))),
+    "min_rounds": (Interval(numbers.Integral, 1, None, closed="left"),),
+    "learning_rate": (Interval(numbers.Real, 0, None, closed="neither"),),
+    "l2": (Interval(numbers.Real, 0, None, closed="left"),),
+}
+
+
+def _ldp_sgd(
+    params: Any,
+    design: np.ndarray,
+    outputs: int,
+    residual: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    rng: np.random.Generator,
+    rate: float,
+) -> tuple[np.ndarray, int, int]:
+    """The LDP-SGD loop of :class:`LdpLogisticRegression` and :class:`LdpLinearRegression`.
+
+    ``params`` holds ``epsilon``, ``mechanism``, ``group_size``, ``min_rounds`` and ``l2``; ``rate``
+    is the step's ``η``. ``residual(group, θ)``
+    gives the loss derivative per row of ``design[group]`` and output, so each user's gradient is
+    ``x ⊗ residual``, clipped to ``[−1, 1]^D`` and sent once through :func:`perturb_vector`.
+    Returns the tail-averaged parameters ``(d, outputs)``, the rounds run and the users per round.
+    """
+    n, d = design.shape
+    dims = d * outputs
+    epsilon = float(params.epsilon)
+    if params.group_size == "auto":
+        paper = math.ceil(dims * math.log(max(dims, 2)) / epsilon**2)
+        size = max(1, min(paper, n // params.min_rounds))
+    else:
+        size = int(params.group_size)
+    order = rng.permutation(n)
+    groups = [order[i : i + size] for i in range(0, n, size)]
+    theta = np.zeros((d, outputs))
+    tail: list[np.ndarray] = []
+    for t, group in enumerate(groups, start=1):
+        x = design[group]
+        gradients = np.clip(
+            (x[:, :, None] * residual(group, theta)[:, None, :]).reshape(group.size, dims), -1.0, 1.0
+        )
+        noisy = perturb_vector(gradients, epsilon, rng, params.mechanism)
+        step = noisy.mean(axis=0).reshape(d, outputs) + float(params.l2) * theta
+        theta = theta - rate / math.sqrt(t) * step
+        if 2 * t > len(groups):
+            tail.append(theta)
+    return np.mean(tail, axis=0), len(groups), size
+
+
 # --- LDP logistic regression by stochastic gradient (Wang et al. 2019, sec. V) -----------------
 
 
@@ -475,14 +377,7 @@ class LdpLogisticRegression(_ScoredClassifier):
     group_size_ : int
     """
 
-    param_checks: dict[str, tuple[Any, ...]] = {
-        **_ScoredClassifier.param_checks,
-        "mechanism": (Options(frozenset({"hybrid", "piecewise"})),),
-        "group_size": (Interval(numbers.Integral, 1, None, closed="left"), Options(frozenset({"auto"}))),
-        "min_rounds": (Interval(numbers.Integral, 1, None, closed="left"),),
-        "learning_rate": (Interval(numbers.Real, 0, None, closed="neither"),),
-        "l2": (Interval(numbers.Real, 0, None, closed="left"),),
-    }
+    param_checks: dict[str, tuple[Any, ...]] = {**_ScoredClassifier.param_checks, **_SGD_CHECKS}
 
     def __init__(
         self,
@@ -502,30 +397,15 @@ class LdpLogisticRegression(_ScoredClassifier):
         """Run the protocol on ``(X, y)``, one user per row (class docstring)."""
         rows, labels, rng = self._fit_inputs(X, y)
         design = _scaled_design(rows, self.features_)
-        n, d = design.shape
         outputs = 1 if self.classes_.size == 2 else self.classes_.size
-        dims = d * outputs
-        if self.group_size == "auto":
-            paper = math.ceil(dims * math.log(max(dims, 2)) / float(self.epsilon) ** 2)
-            size = max(1, min(paper, n // self.min_rounds))
-        else:
-            size = int(self.group_size)
-        order = rng.permutation(n)
-        groups = [order[i : i + size] for i in range(0, n, size)]
-        theta = np.zeros((d, outputs))
-        tail: list[np.ndarray] = []
-        for t, group in enumerate(groups, start=1):
-            x = design[group]
-            residual = self._residual(x @ theta, labels[group])
-            gradients = np.clip((x[:, :, None] * residual[:, None, :]).reshape(group.size, dims), -1.0, 1.0)
-            noisy = perturb_vector(gradients, float(self.epsilon), rng, self.mechanism)
-            step = noisy.mean(axis=0).reshape(d, outputs) + float(self.l2) * theta
-            theta = theta - float(self.learning_rate) / math.sqrt(t) * step
-            if 2 * t > len(groups):
-                tail.append(theta)
-        self.coef_ = np.mean(tail, axis=0)
-        self.n_rounds_ = len(groups)
-        self.group_size_ = size
+        self.coef_, self.n_rounds_, self.group_size_ = _ldp_sgd(
+            self,
+            design,
+            outputs,
+            lambda group, theta: self._residual(design[group] @ theta, labels[group]),
+            rng,
+            float(self.learning_rate),
+        )
         return self
 
     def _residual(self, logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -539,6 +419,109 @@ class LdpLogisticRegression(_ScoredClassifier):
     def _class_scores(self, X: np.ndarray) -> np.ndarray:
         logits = _scaled_design(X, self.features_) @ self.coef_
         return np.hstack([np.zeros_like(logits), logits]) if logits.shape[1] == 1 else logits
+
+
+class LdpLinearRegression(RegressorMixin, BaseEstimator):
+    """Linear regression by LDP stochastic gradient (Wang et al., ICDE 2019, sec. V).
+
+    The protocol of :class:`LdpLogisticRegression` with the squared loss: the target is mapped
+    from its public ``target_range`` into ``[−1, 1]`` (clipped), so ``ỹ = 2(y − low)/(high − low) − 1``;
+    every user of round ``t``'s group sends its gradient ``x·(θ·x − ỹ)`` of ``½(θ·x − ỹ)²``,
+    clipped to ``[−1, 1]^d``, once through :func:`perturb_vector`, and the aggregator steps
+    ``θ ← θ − η/√t · (ḡ + λθ)``. The prediction is ``θ·x`` clipped to ``[−1, 1]`` and mapped back
+    into the range. Every user reports once: ε-LDP per user.
+
+    Parameters
+    ----------
+    epsilon : float, default=1.0
+    features : list of FeatureSpec
+    target_range : tuple (low, high), default=(0.0, 1.0)
+        Public bounds of the target.
+    learning_rate : float or "auto", default="auto"
+        ``η`` of the step ``η/√t``. ``"auto"``: ``1/d`` for a design of ``d`` columns (bias
+        included), the inverse of the squared loss's curvature bound ``‖x‖² ≤ d`` on ``[−1, 1]^d``;
+        the logistic loss's is four times flatter, so :class:`LdpLogisticRegression` steps with 1.
+    mechanism, group_size, min_rounds, l2, random_state
+        As :class:`LdpLogisticRegression`.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (d, 1)
+        Row 0 is the bias, in the scaled design and the scaled target.
+    learning_rate_ : float
+        The ``η`` used.
+    n_rounds_ : int
+    group_size_ : int
+    """
+
+    param_checks: dict[str, tuple[Any, ...]] = {
+        **_ScoredClassifier.param_checks,
+        **_SGD_CHECKS,
+        "target_range": (tuple, list),
+        "learning_rate": (Interval(numbers.Real, 0, None, closed="neither"), Options(frozenset({"auto"}))),
+    }
+
+    def __init__(
+        self,
+        *,
+        epsilon: float = 1.0,
+        features: Sequence[FeatureSpec] | None = None,
+        target_range: tuple[float, float] = (0.0, 1.0),
+        mechanism: ScalarMechanism = "hybrid",
+        group_size: int | Literal["auto"] = "auto",
+        min_rounds: int = 20,
+        learning_rate: float | Literal["auto"] = "auto",
+        l2: float = 1e-3,
+        random_state: int | np.random.Generator | None = None,
+    ) -> None:
+        store_params(self, locals())
+
+    def _range(self) -> tuple[float, float]:
+        values = tuple(self.target_range)
+        if len(values) != 2:
+            raise ValueError(
+                f"LdpLinearRegression: target_range must be (low, high), got {self.target_range}"
+            )
+        low, high = float(values[0]), float(values[1])
+        if not (np.isfinite(low) and np.isfinite(high) and high > low):
+            raise ValueError(
+                f"LdpLinearRegression: target_range must be finite low < high, got {self.target_range}"
+            )
+        return low, high
+
+    def fit(self, X: ArrayLike, y: ArrayLike) -> LdpLinearRegression:
+        """Run the protocol on ``(X, y)``, one user per row (class docstring)."""
+        check_params(self)
+        low, high = self._range()
+        rows, self.features_ = _checked_rows(type(self).__name__, X, self.features, y)
+        target = np.asarray(y, dtype=float)
+        if not np.isfinite(target).all():
+            raise ValueError(
+                f"LdpLinearRegression: y has a non-finite value (row {int(np.argmin(np.isfinite(target)))})"
+            )
+        scaled = np.clip(2.0 * (target - low) / (high - low) - 1.0, -1.0, 1.0)
+        design = _scaled_design(rows, self.features_)
+        self.learning_rate_ = (
+            1.0 / design.shape[1] if self.learning_rate == "auto" else float(self.learning_rate)
+        )
+        self.coef_, self.n_rounds_, self.group_size_ = _ldp_sgd(
+            self,
+            design,
+            1,
+            lambda group, theta: design[group] @ theta - scaled[group, None],
+            generator_from(self.random_state),
+            self.learning_rate_,
+        )
+        self.n_features_in_ = rows.shape[1]
+        return self
+
+    def predict(self, X: ArrayLike) -> np.ndarray:
+        """``θ·x`` clipped to ``[−1, 1]``, mapped back into ``target_range``."""
+        check_is_fitted(self, "coef_")
+        low, high = self._range()
+        rows = _checked_rows(type(self).__name__, X, self.features_)[0]
+        scaled = np.clip(_scaled_design(rows, self.features_) @ self.coef_[:, 0], -1.0, 1.0)
+        return low + (scaled + 1.0) / 2.0 * (high - low)
 
 
 # --- Marginal-based learning (CALM / PriView, Zhang et al. CCS 2018) ---------------------------

@@ -98,6 +98,9 @@ def test_the_cycle_finder_finds_a_cycle():
         ("anonml.learn.simulation", "SimulationConfig", "anonml.learn.simulation_config"),
         ("anonml.learn", "PrivacyAccounting", "anonml.learn.accounting"),
         ("anonml.learn", "SimulationConfig", "anonml.learn.simulation_config"),
+        ("anonml.learn.baselines", "perturb_vector", "anonml.learn.ldp_mechanisms"),
+        ("anonml.learn.baselines", "hybrid_worst_variance", "anonml.learn.ldp_mechanisms"),
+        ("anonml.learn.baselines", "EPSILON_STAR", "anonml.learn.ldp_mechanisms"),
     ],
 )
 def test_a_moved_name_is_the_same_object_where_it_was(old, name, home):
@@ -105,7 +108,7 @@ def test_a_moved_name_is_the_same_object_where_it_was(old, name, home):
 
 
 def test_every_name_in_the_old_modules_all_still_resolves():
-    for module in ("anonml.learn.model", "anonml.learn.simulation", "anonml.learn"):
+    for module in ("anonml.learn.model", "anonml.learn.simulation", "anonml.learn", "anonml.learn.baselines"):
         loaded = importlib.import_module(module)
         missing = [n for n in loaded.__all__ if not hasattr(loaded, n)]
         assert not missing, f"{module} lists {missing} but does not define them"
