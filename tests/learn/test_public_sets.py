@@ -136,3 +136,57 @@ def test_a_variant_run_writes_where_out_says(tmp_path):
     assert {r["set"] for r in rows} == {"iris"} and len(rows) == 4  # one row per ε
     assert out.with_suffix(".md").read_text(encoding="utf-8").count("iris") == 4
     assert (committed.read_bytes() if committed.exists() else None) == before
+
+
+def test_every_method_runs_on_one_split_of_a_multiclass_and_a_regression_set():
+    from benchmarks.task_baselines import (
+        MULTICLASS_METHODS,
+        REGRESSION_METHODS,
+        compare_split,
+        comparison_markdown,
+        comparison_rows,
+    )
+    from benchmarks.trivial_floors import evaluate_split
+
+    fishing, computers = load_sets(["fishing", "computers"])
+    run = compare_split(fishing, 4.0, 0)
+    assert set(run) == {"floor", *MULTICLASS_METHODS}
+    # The default compared is the floors table's own fit: same split, same seed, same figures.
+    assert run["floor"] == evaluate_split(fishing, 4.0, 0)
+    assert run["default"]["accuracy"] == run["floor"]["accuracy"]
+    assert run["prior"]["accuracy"] == pytest.approx(run["floor"]["accuracy_trivial"])
+    assert run["prior"]["log_loss"] == pytest.approx(run["floor"]["log_loss_trivial"])
+    assert run["central_raw"]["accuracy"] > run["prior"]["accuracy"] + 0.05  # the features inform
+    for method in MULTICLASS_METHODS:
+        m = run[method]
+        assert 0.0 <= m["accuracy"] <= 1.0 and 0.0 <= m["brier"] <= 2.0 and 0.0 <= m["ece"] <= 1.0
+    reg = compare_split(computers, 4.0, 0)
+    assert set(reg) == {"floor", *REGRESSION_METHODS}
+    assert (
+        reg["default"]["mae"] == reg["floor"]["mae"] and reg["median"]["mae"] == reg["floor"]["mae_trivial"]
+    )
+    assert reg["central_raw"]["mae"] < 0.6 * reg["median"]["mae"]  # price follows speed, ram, screen, …
+
+    rows = comparison_rows(fishing, 4.0, [run, compare_split(fishing, 4.0, 1)], fixed=False)
+    assert {r["method"] for r in rows} == set(MULTICLASS_METHODS) - {"prior", "central_raw"}
+    by = {r["method"]: r for r in rows}
+    gap = by["marginal_nb"]["default_better_by"]["mean"]
+    assert gap == pytest.approx(
+        by["default"]["metrics"]["accuracy"]["mean"] - by["marginal_nb"]["metrics"]["accuracy"]["mean"]
+    )
+    fixed = comparison_rows(computers, 4.0, [reg, reg])
+    assert {r["method"]: r["epsilon"] for r in fixed if r["method"] in ("median", "central_raw")} == {
+        "median": None,
+        "central_raw": None,
+    }
+    # MAE: positive means the method's error is above the default's.
+    ldp = next(r for r in fixed if r["method"] == "ldp_linreg_hm")
+    assert ldp["default_better_by"]["mean"] == pytest.approx(
+        reg["ldp_linreg_hm"]["mae"] - reg["default"]["mae"]
+    )
+    table = comparison_markdown(rows + fixed)
+    assert (
+        "## Multiclass sets" in table
+        and "## Regression sets" in table
+        and "| computers (6259) | median | - |" in table
+    )
