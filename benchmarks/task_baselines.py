@@ -21,9 +21,10 @@ table. Per split and ε every method sees the same training rows:
   ``ldp_linreg_hm`` (LDP-SGD linear regression, :class:`~anonml.learn.baselines.LdpLinearRegression`,
   over the set's public target range); scored by MAE.
 
-Each method's row holds mean ± standard error over the splits and, for the others, the paired
-difference default − method of accuracy (multiclass) or method − default of MAE (regression), so a
-positive difference always means the default did better.
+Each method's row holds mean ± standard error over the splits and, for the private baselines and
+``central_binned``, the paired difference default − method of accuracy (multiclass) or method −
+default of MAE (regression), so a positive difference always means the default did better; the
+ε-free rows (``prior``, ``median``, ``central_raw``) are reported once per set, without one.
 """
 
 from __future__ import annotations
