@@ -35,11 +35,9 @@ from typing import Any
 import numpy as np
 from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.metrics import log_loss, mean_absolute_error
-from sklearn.preprocessing import OneHotEncoder
 
 from anonml.learn.baselines import LdpLinearRegression
-from anonml.learn.binning import Binning
-from anonml.learn.harness import BASELINE_ESTIMATORS, expected_calibration_error, raw_design
+from anonml.learn.harness import BASELINE_ESTIMATORS, binned_design, expected_calibration_error, raw_design
 from anonml.model import FeatureSpec
 from benchmarks.trivial_floors import FloorSet, fit_default, split, split_scores
 
@@ -85,12 +83,6 @@ def _class_metrics(y: np.ndarray, proba: np.ndarray, classes: np.ndarray) -> dic
     }
 
 
-def _bin_design(binning: Binning, X_train: np.ndarray, X_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One-hot of the published bins: the ``central_binned`` ceiling's design."""
-    encoder = OneHotEncoder(categories=[np.arange(b) for b in binning.n_bins], sparse_output=False)
-    return encoder.fit_transform(binning.transform(X_train)), encoder.transform(binning.transform(X_test))
-
-
 def _seed(seed: int, epsilon: float, method: str) -> np.random.Generator:
     """A method's own generator for one split and ε (the default's seed is the split index)."""
     index = (*MULTICLASS_METHODS, *REGRESSION_METHODS).index(method)
@@ -129,7 +121,7 @@ def compare_split(data: FloorSet, epsilon: float, seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {"floor": split_scores(data, seed, model), "central_raw": _raw_ceiling(data, seed)}
     if data.task == "regression":
         assert data.target_range is not None
-        binned_tr, binned_te = _bin_design(model.classifier_.binning_, X_tr, X_te)
+        binned_tr, binned_te = binned_design(model.classifier_.binning_, X_tr, X_te)
 
         def mae(pred: np.ndarray) -> dict[str, float]:
             return {"mae": float(mean_absolute_error(y_te, pred))}
@@ -149,7 +141,7 @@ def compare_split(data: FloorSet, epsilon: float, seed: int) -> dict[str, Any]:
         return out
     classes = np.unique(y_tr)
     prior = np.array([np.mean(y_tr == c) for c in classes])
-    binned_tr, binned_te = _bin_design(model.binning_, X_tr, X_te)
+    binned_tr, binned_te = binned_design(model.binning_, X_tr, X_te)
     out["default"] = _class_metrics(y_te, model.predict_proba(X_te), classes)
     out["prior"] = _class_metrics(y_te, np.tile(prior, (y_te.size, 1)), classes)
     out["central_binned"] = _class_metrics(

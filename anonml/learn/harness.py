@@ -57,6 +57,7 @@ from sklearn.metrics import brier_score_loss, f1_score, log_loss, roc_auc_score
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from anonml.learn.baselines import LdpLogisticRegression, LdpMarginalClassifier, fit_ldp_naive_bayes
+from anonml.learn.binning import Binning
 from anonml.learn.model import AnonMLClassifier
 from anonml.learn.plotting import require_pyplot
 from anonml.model import FeatureKind, FeatureSpec
@@ -69,6 +70,7 @@ __all__ = [
     "expand_methods",
     "count_trials",
     "raw_design",
+    "binned_design",
     "write_results",
     "plot_results",
     "run_benchmark",
@@ -220,14 +222,17 @@ def raw_design(data: TabularSplit) -> tuple[np.ndarray, np.ndarray]:
     return design(data.X_train), design(data.X_test)
 
 
+def binned_design(binning: Binning, X_train: np.ndarray, X_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Design matrices of the ``central_binned`` ceiling: the one-hot of the published bins."""
+    encoder = OneHotEncoder(categories=[np.arange(b) for b in binning.n_bins], sparse_output=False)
+    return encoder.fit_transform(binning.transform(X_train)), encoder.transform(binning.transform(X_test))
+
+
 def binned_lr_scores(
     model: AnonMLClassifier, data: TabularSplit
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Non-private LR on the one-hot of the model's published bins: test scores, predictions, P(y=1)."""
-    bins = model.binning_
-    encoder = OneHotEncoder(categories=[np.arange(b) for b in bins.n_bins], sparse_output=False)
-    train = encoder.fit_transform(bins.transform(data.X_train))
-    test = encoder.transform(bins.transform(data.X_test))
+    train, test = binned_design(model.binning_, data.X_train, data.X_test)
     lr = LogisticRegression(max_iter=2000).fit(train, data.y_train)
     return lr.decision_function(test), lr.predict(test), lr.predict_proba(test)[:, 1]
 
