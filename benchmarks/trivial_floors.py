@@ -150,6 +150,19 @@ def synthetic_regression(n: int = 30_000, seed: int = 0) -> FloorSet:
     )
 
 
+def synthetic_correlated_regression(n: int = 6_000, seed: int = 5) -> FloorSet:
+    """Eight features sharing one latent factor (each ``0.8·z + 0.6·noise``, pairwise correlation
+    0.64, clipped to the public range [−4, 4]) and a linear target ``10 + Σ w_j x_j + N(0, 2²)``
+    (public range [−20, 40]): a tuning set (2026-11-29) where summed per-feature terms count the
+    same evidence eight times, the regression case of :func:`synthetic_correlated`."""
+    rng = np.random.default_rng(seed)
+    latent = rng.normal(size=n)
+    X = 0.8 * latent[:, None] + 0.6 * rng.normal(size=(n, 8))
+    y = 10.0 + X @ rng.uniform(0.5, 1.5, 8) + rng.normal(scale=2.0, size=n)
+    specs = tuple(FeatureSpec(name=f"x{j}", low=-4.0, high=4.0) for j in range(8))
+    return FloorSet("correlated_reg", np.clip(X, -4.0, 4.0), y, specs, "regression", (-20.0, 40.0))
+
+
 #: Class shares of :func:`synthetic_skewed` (majority 0.45; the prior's log loss 1.24 nats, uniform's 1.39).
 SKEWED_PRIOR = (0.45, 0.3, 0.15, 0.1)
 
@@ -206,6 +219,7 @@ def load_sets(names: list[str]) -> list[FloorSet]:
         "synthetic_reg": synthetic_regression,
         "skewed4": synthetic_skewed,
         "skewed_reg": synthetic_skewed_regression,
+        "correlated_reg": synthetic_correlated_regression,
         "correlated5": synthetic_correlated,
         # correlated5's generator at independent5's (and diamonds') 53,940 rows: the K >= 3 pool rule
         # sees only (n, ε, K), so both tuning sets get the same pools at that size.
@@ -339,7 +353,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--splits", type=int, default=10)
     parser.add_argument(
         "--sets",
-        default="wine,iris,digits,synthetic3,skewed4,breast_cancer,diabetes,synthetic_reg,skewed_reg",
+        default="wine,iris,digits,synthetic3,skewed4,breast_cancer,diabetes,synthetic_reg,skewed_reg,correlated_reg",
     )
     parser.add_argument("--out", default=str(RESULTS / "trivial_floors.json"))
     args = parser.parse_args(argv)

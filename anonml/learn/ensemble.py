@@ -75,7 +75,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -289,6 +289,17 @@ class Ensemble:
 
     def with_class_map(self, class_map: np.ndarray | None, weight: float = 1.0) -> Ensemble:
         return Ensemble(self.kind, self.intercept, self.components, self.calibration, class_map, weight)
+
+    def with_temperature(self, temperature: float) -> Ensemble:
+        """Every component's weight times ``temperature`` ∈ (0, 1]: the terms pulled toward the
+        intercepts, whose prior stays (:mod:`anonml.learn.temperature`)."""
+        t = float(temperature)
+        if not (np.isfinite(t) and 0.0 < t <= 1.0):
+            raise ValueError(f"temperature must be in (0, 1], got {temperature!r}")
+        components = tuple(replace(c, weight=c.weight * t) for c in self.components)
+        return Ensemble(
+            self.kind, self.intercept, components, self.calibration, self.class_map, self.map_weight
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

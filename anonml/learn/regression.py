@@ -38,8 +38,15 @@ with ``π`` the classifier's prior and ``π̃`` the unbiased pooled label shares
 excess MAE of a constant ``c`` is ``∫_m^c (2F(t) − 1) dt ≈ f(m)·(c − m)²``, so an unbiased noisy
 median costs its variance, while a fallback biased toward the middle costs its squared bias.
 
-Privacy: each peer is in exactly one of the disjoint pools (target, median,
-report, calibration) and spends at most ε_T; the target pool's signed answers,
+*The temperature of the terms* (``temper_fraction``). Features that carry the same evidence add it
+once each, so the predictive distribution is too sharp and its median too extreme. A temper pool
+(``temper_fraction`` of the peers the target pool leaves) measures, by a halving search of one private
+bit per peer, whether the classifier's terms scaled by ``T/2`` predict its members' targets better than
+by ``T`` (:mod:`anonml.learn.temperature`); the fitted classifier keeps the terms scaled by the
+temperature found (``temperature_``, 1 when the pool did not move it or did not form).
+
+Privacy: each peer is in exactly one of the disjoint pools (target, temper, median,
+report, calibration) and spends at most ε_T; the target and temper pools' signed answers,
 like the median pool's, get no shuffle amplification, and are counted in
 ``privacy_.median_peers`` and ``privacy_.shuffle.peers_outside``.
 """
@@ -61,6 +68,13 @@ from anonml.learn.model import AnonMLClassifier
 from anonml.learn.params import Interval, Options, check_params, store_params
 from anonml.learn.selection import SelectionAware
 from anonml.learn.simulation import PrivacyAccounting, private_binning
+from anonml.learn.temperature import (
+    TEMPER_STEPS,
+    halving_temperature,
+    temper_group_size,
+    temper_step_cap,
+    temperature_steps,
+)
 from anonml.model import FeatureSpec
 from anonml.randomness import generator_from
 
@@ -116,6 +130,10 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         keys on the most probable bin, which for a numeric target is a poor
         summary of the prediction (on the synthetic target of the tests it
         raised the MAE at ε_T = 1 from 2.6 to 3.5).
+    temper_fraction : float, default=0.1
+        The share of the peers left by the target pool that measure the temperature of the
+        classifier's terms (module docstring); none when its groups could not move the search
+        (:func:`~anonml.learn.temperature.temperature_steps`), and 0 turns it off.
     central_epsilon : tuple (ε, δ) or None, default=None
         A central target for the unlinkable pools instead of a local ε: the
         classifier's ``central_epsilon`` (the largest local ε whose shuffle bound
@@ -132,8 +150,14 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         (fewer bins if private cut points coincide).
     centres_ : ndarray of shape (K,)
         Midpoint of each target bin.
+    temperature_ : float
+        The scale in (0, 1] of the classifier's terms, which its ensemble already carries
+        (module docstring).
+    temper_answers_ : int
+        Peers of the temper pool that answered a question (the groups of the steps taken and the one
+        that stopped the search; 0 without a pool).
     privacy_ : PrivacyAccounting
-        The classifier's, with the target pool's peers among ``median_peers``.
+        The classifier's, with the target and temper pools' peers among ``median_peers``.
     """
 
     param_checks: dict[str, tuple[Any, ...]] = {
@@ -142,6 +166,7 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         "target_bins": (Options(frozenset({"quantile", "uniform"})),),
         "target_fraction": (Interval(numbers.Real, 0, 0.5, closed="both"),),
         "point": (Options(frozenset({"median", "mean"})),),
+        "temper_fraction": (Interval(numbers.Real, 0, 0.5, closed="both"),),
         "classifier_params": (dict, None),
         "central_epsilon": (tuple, list, None),
     }
@@ -155,6 +180,7 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         point: Literal["median", "mean"] = "median",
         classifier_params: dict[str, Any] | None = None,
         central_epsilon: tuple[float, float] | None = None,
+        temper_fraction: float = 0.1,
     ) -> None:
         store_params(self, locals())
 
@@ -194,6 +220,7 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         model.edges_ = edges
         model.centres_ = 0.5 * (edges[:-1] + edges[1:])
         model.n_features_in_ = classifier.n_features_in_
+        model.temperature_, model.temper_answers_ = 1.0, 0
         model.privacy_ = classifier.privacy_
         return model
 
@@ -219,6 +246,9 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         rows, answered = np.arange(target.size), 0
         if self.target_bins == "quantile":
             edges, rows, answered = self._private_edges(target, edges, params)
+        rng = _own_generator(params.get("random_state"), 2)
+        epsilon = float(params.get("epsilon", 1.0))
+        pool, rows = self._temper_pool(rows, _n_columns(X), epsilon, rng)
         classifier = AnonMLClassifier(**params)
         context = getattr(self, "_anonml_selection", None)
         if context is not None:  # this regressor is a model-selection clone: so is its classifier
@@ -229,8 +259,59 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         self.edges_ = edges
         self.centres_ = 0.5 * (edges[:-1] + edges[1:])
         self.n_features_in_ = self.classifier_.n_features_in_
-        self.privacy_ = _with_target_pool(self.classifier_.privacy_, answered)
+        self.temperature_, self.temper_answers_ = self._measure_temperature(
+            _take(X, pool), target[pool], epsilon, rng
+        )
+        self.privacy_ = _with_signed_pools(self.classifier_.privacy_, answered + self.temper_answers_)
         return self
+
+    def _temper_pool(
+        self, rows: np.ndarray, n_features: int, epsilon: float, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The temper pool's rows and the rows left for the classifier (no pool: none, all)."""
+        n_pool = self._temper_pool_size(rows.size, n_features, epsilon)
+        if not n_pool:
+            return rows[:0], rows
+        order = rng.permutation(rows.size)
+        return np.sort(rows[order[:n_pool]]), np.sort(rows[order[n_pool:]])
+
+    def _temper_pool_size(self, n_rows: int, n_features: int, epsilon: float) -> int:
+        """The temper pool of the ``n_rows`` the target pool leaves: :meth:`_temper_candidates`, at most
+        :func:`~anonml.learn.temperature.temper_group_size` per step, or 0 when its groups could not
+        move the search (:func:`~anonml.learn.temperature.temperature_steps`)."""
+        n_pool = self._temper_candidates(n_rows, n_features)
+        if not n_pool or n_pool >= n_rows:
+            return 0
+        cap = temper_step_cap(n_features)
+        n_pool = min(n_pool, cap * temper_group_size(epsilon))
+        return n_pool if temperature_steps(n_pool, epsilon, cap) else 0
+
+    def _temper_candidates(self, n_rows: int, n_features: int) -> int:
+        """``temper_fraction/TEMPER_STEPS`` of ``n_rows`` per step of :func:`temper_step_cap`; none
+        for fewer than two features (one term counts its evidence once)."""
+        if n_features < 2:
+            return 0
+        steps = temper_step_cap(n_features)
+        return int(round(float(self.temper_fraction) * n_rows * steps / TEMPER_STEPS))
+
+    def _measure_temperature(
+        self, X_pool: Any, y_pool: np.ndarray, epsilon: float, rng: np.random.Generator
+    ) -> tuple[float, int]:
+        """The temper pool's halving search; the classifier keeps its terms scaled by the result."""
+        steps = temperature_steps(y_pool.size, epsilon, temper_step_cap(self.n_features_in_))
+        if not steps:
+            return 1.0, 0
+        ensemble = self.classifier_.ensemble_
+        codes = self.classifier_._codes(X_pool)
+
+        def errors(rows: np.ndarray, temperature: float) -> np.ndarray:
+            proba = ensemble.with_temperature(temperature).proba(codes[rows])
+            return np.abs(y_pool[rows] - self._point(proba))
+
+        temperature, answered = halving_temperature(errors, y_pool.size, epsilon, rng, steps)
+        if temperature < 1.0:
+            self.classifier_.ensemble_ = ensemble.with_temperature(temperature)
+        return temperature, answered
 
     def _target_pool_size(self, n_rows: int) -> int:
         """Peers of the target pool: ``round(target_fraction·n)``; none below K − 1 or for uniform bins."""
@@ -246,7 +327,10 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         probe = AnonMLClassifier(**params)
         labels = np.zeros(n_rows, dtype=np.int64)
         _, _, features, _ = fit_matrix(probe, X, labels, probe.features, probe.ranges)
-        return probe.local_epsilon(n_rows - self._target_pool_size(n_rows), features, int(self.n_target_bins))
+        left = n_rows - self._target_pool_size(n_rows)
+        # the temper pool taken as formed: fewer peers in the bound's groups, a local ε no larger
+        left -= self._temper_candidates(left, len(features))
+        return probe.local_epsilon(left, features, int(self.n_target_bins))
 
     def _private_edges(
         self, target: np.ndarray, edges: np.ndarray, params: dict[str, Any]
@@ -256,10 +340,7 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
         n_pool = self._target_pool_size(target.size)
         if not n_pool:
             return edges, np.arange(target.size), 0
-        seed = params.get("random_state")
-        # an int seed gets its own stream here, not a copy of the classifier's
-        own = isinstance(seed, numbers.Integral) and not isinstance(seed, bool)
-        rng = np.random.default_rng([int(seed), 1]) if own else generator_from(seed)
+        rng = _own_generator(params.get("random_state"), 1)
         order = rng.permutation(target.size)
         pool, rest = np.sort(order[:n_pool]), np.sort(order[n_pool:])
         low, high = float(edges[0]), float(edges[-1])
@@ -278,7 +359,10 @@ class AnonMLRegressor(SelectionAware, RegressorMixin, BaseEstimator):
     def predict(self, X: Any) -> np.ndarray:
         """The predictive median (or mean) of the binned target (module docstring)."""
         check_is_fitted(self, "classifier_")
-        proba = self.classifier_.predict_proba(X)
+        return self._point(self.classifier_.predict_proba(X))
+
+    def _point(self, proba: np.ndarray) -> np.ndarray:
+        """The point prediction of the classifier's probabilities (columns its ``classes_``)."""
         seen = np.asarray(self.classifier_.classes_, dtype=np.int64)
         full = np.zeros((proba.shape[0], self.centres_.size))
         shares = getattr(self, "target_shares_", None)
@@ -327,8 +411,22 @@ def _take(X: Any, rows: np.ndarray) -> Any:
     return np.asarray(X, dtype=object if np.asarray(X).dtype.kind in "OUS" else None)[rows]
 
 
-def _with_target_pool(accounting: PrivacyAccounting | None, answered: int) -> PrivacyAccounting | None:
-    """The classifier's accounting with the target pool's peers among the signed, unshuffled ones."""
+def _n_columns(X: Any) -> int:
+    """Columns of a frame or of a 2-D array-like (the features the classifier will see); 0 for any
+    other shape, which the classifier's own checks then refuse."""
+    shape = X.shape if hasattr(X, "shape") else np.shape(np.asarray(X, dtype=object))
+    return int(shape[1]) if len(shape) == 2 else 0
+
+
+def _own_generator(seed: Any, stream: int) -> np.random.Generator:
+    """A pool's generator: an int seed gets its own stream, not a copy of the classifier's."""
+    own = isinstance(seed, numbers.Integral) and not isinstance(seed, bool)
+    return np.random.default_rng([int(seed), stream]) if own else generator_from(seed)
+
+
+def _with_signed_pools(accounting: PrivacyAccounting | None, answered: int) -> PrivacyAccounting | None:
+    """The classifier's accounting with the target and temper pools' peers among the signed,
+    unshuffled ones."""
     if accounting is None or not answered:
         return accounting
     shuffle = accounting.shuffle
