@@ -68,7 +68,7 @@ def temper_group_size(epsilon: float) -> int:
     """Peers per step that tell a :data:`TEMPER_MAJORITY` share from one half: the least ``m`` with
     ``z/(2c√m) ≤ TEMPER_MAJORITY − 1/2``, i.e. ``⌈(z/(2c·(TEMPER_MAJORITY − 1/2)))²⌉`` (100/c² peers
     at the defaults: 108 at ε_T = 4, 469 at ε_T = 1)."""
-    c = 2.0 * BinaryRandomizedResponse(float(epsilon)).p - 1.0
+    c = _signal(epsilon)
     return int(math.ceil((TEMPER_SDS / (2.0 * c * (TEMPER_MAJORITY - 0.5))) ** 2 - 1e-9))
 
 
@@ -84,7 +84,7 @@ def temperature_steps(n_pool: int, epsilon: float, max_steps: int = TEMPER_STEPS
     """
     if n_pool < 0 or max_steps < 0:
         raise ValueError(f"need n_pool >= 0 and max_steps >= 0, got {n_pool}, {max_steps}")
-    c = 2.0 * BinaryRandomizedResponse(float(epsilon)).p - 1.0
+    c = _signal(epsilon)
     need = (2.0 * TEMPER_SDS / c) ** 2
     for steps in range(int(max_steps), 0, -1):
         if n_pool // steps > need:
@@ -138,3 +138,8 @@ def halving_temperature(
             break
         temperature /= 2.0
     return temperature, answered
+
+
+def _signal(epsilon: float) -> float:
+    """``c = 2p − 1`` of binary randomised response at ``epsilon``: a debiased share's noise scales by 1/c."""
+    return 2.0 * BinaryRandomizedResponse(float(epsilon)).p - 1.0
