@@ -226,3 +226,14 @@ def test_temper_fraction_is_checked():
     X, y, specs = _correlated_target(200)
     with pytest.raises(ValueError, match="temper_fraction"):
         _regressor(specs, 0.7).fit(X, y)
+
+
+def test_a_frame_fits_and_predicts_through_the_temper_pool():
+    pd = pytest.importorskip("pandas")
+    X, y, specs = _correlated_target(3_000)
+    frame = pd.DataFrame(X, columns=[spec.name for spec in specs])
+    model = _regressor(specs, 0.1).fit(frame, y)
+    from_array = _regressor(specs, 0.1).fit(X, y)
+    assert model.temper_answers_ == from_array.temper_answers_ > 0
+    assert model.temperature_ == from_array.temperature_
+    assert np.array_equal(model.predict(frame.iloc[:100]), from_array.predict(X[:100]))
