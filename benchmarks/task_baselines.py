@@ -39,7 +39,7 @@ from sklearn.metrics import log_loss, mean_absolute_error
 from anonml.learn.baselines import LdpLinearRegression
 from anonml.learn.harness import BASELINE_ESTIMATORS, binned_design, expected_calibration_error, raw_design
 from anonml.model import FeatureSpec
-from benchmarks.trivial_floors import FloorSet, fit_default, split, split_scores
+from benchmarks.trivial_floors import FloorSet, fit_default, split, split_scores, summarise
 
 __all__ = [
     "MULTICLASS_METHODS",
@@ -153,12 +153,6 @@ def compare_split(data: FloorSet, epsilon: float, seed: int) -> dict[str, Any]:
     return out
 
 
-def _summary(values: list[float]) -> dict[str, float]:
-    arr = np.asarray(values, dtype=float)
-    se = float(arr.std(ddof=1) / np.sqrt(arr.size)) if arr.size > 1 else float("nan")
-    return {"mean": float(arr.mean()), "se": se}
-
-
 def comparison_rows(
     data: FloorSet, epsilon: float, runs: list[dict[str, Any]], *, fixed: bool = True
 ) -> list[dict[str, Any]]:
@@ -174,7 +168,7 @@ def comparison_rows(
     for method in methods:
         if method in FIXED_METHODS and not fixed:
             continue
-        metrics = {m: _summary([r[method][m] for r in runs]) for m in runs[0][method]}
+        metrics = {m: summarise([r[method][m] for r in runs]) for m in runs[0][method]}
         row: dict[str, Any] = {
             "set": data.name,
             "task": data.task,
@@ -185,7 +179,7 @@ def comparison_rows(
             "metrics": metrics,
         }
         if method != "default" and method not in FIXED_METHODS:
-            row["default_better_by"] = _summary([sign * (r["default"][key] - r[method][key]) for r in runs])
+            row["default_better_by"] = summarise([sign * (r["default"][key] - r[method][key]) for r in runs])
         rows.append(row)
     return rows
 

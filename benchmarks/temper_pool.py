@@ -27,7 +27,7 @@ from sklearn.metrics import mean_absolute_error
 from anonml.learn import AnonMLRegressor
 from benchmarks.public_sets import load_sets as load_public_sets
 from benchmarks.reporting import RESULTS, machine, now, write_json
-from benchmarks.trivial_floors import FloorSet, _expected_notices, split
+from benchmarks.trivial_floors import FloorSet, _expected_notices, split, summarise
 from benchmarks.trivial_floors import load_sets as load_floor_sets
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
@@ -65,11 +65,6 @@ def paired_split(data: FloorSet, epsilon: float, seed: int) -> dict[str, float]:
     return out
 
 
-def _summary(values: np.ndarray) -> dict[str, float]:
-    se = float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else float("nan")
-    return {"mean": float(values.mean()), "se": se}
-
-
 def rows_of(data: FloorSet, splits: int, jobs: int) -> list[dict[str, Any]]:
     """One row per ε: both MAEs, the median's, the paired difference and the temperatures found."""
     rows = []
@@ -82,12 +77,12 @@ def rows_of(data: FloorSet, splits: int, jobs: int) -> list[dict[str, Any]]:
                 "rows": int(data.y.size),
                 "epsilon": epsilon,
                 "splits": splits,
-                "none": _summary(pick["none"]),
-                "pool": _summary(pick["pool"]),
-                "median": _summary(pick["median"]),
-                "difference": _summary(pick["pool"] - pick["none"]),
+                "none": summarise(pick["none"]),
+                "pool": summarise(pick["pool"]),
+                "median": summarise(pick["median"]),
+                "difference": summarise(pick["pool"] - pick["none"]),
                 "temperatures": pick["temperature"].tolist(),
-                "answers": _summary(pick["answers"]),
+                "answers": summarise(pick["answers"]),
             }
         )
     return rows

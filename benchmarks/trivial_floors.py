@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.metrics import brier_score_loss, log_loss, mean_absolute_error, roc_auc_score
 from sklearn.model_selection import train_test_split
 
@@ -305,7 +306,7 @@ def split_scores(data: FloorSet, seed: int, model: AnonMLClassifier | AnonMLRegr
     }
 
 
-def summarise(values: list[float]) -> dict[str, float]:
+def summarise(values: ArrayLike) -> dict[str, float]:
     """Mean and standard error over splits."""
     arr = np.asarray(values, dtype=float)
     se = float(arr.std(ddof=1) / np.sqrt(arr.size)) if arr.size > 1 else float("nan")
